@@ -1,0 +1,179 @@
+"""The in-process host: the session store inside a Python application.
+
+It serves the same function table as the iii worker, validates payloads the
+same way, and delivers the same events to local observers whose filters
+(iii's filter language, evaluated with ``iii.filter``) match. Delivery is
+synchronous, after the mutation is durable; an observer that raises is
+logged and never fails the call.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Callable
+from types import TracebackType
+from typing import Any
+
+from iii.filter import FilterError, compile_filter
+
+from .clock import Clock
+from .events import EVENT_FUNCTIONS, Event
+from .ids import IdGen
+from .settings import Limits, LimitsCell
+from .store.base import SessionStore
+from .store.fs import Durability, FsStore
+from .surface import BY_ID
+from .service import SessionService
+from .validation import parse_request
+
+log = logging.getLogger("session_manager.embedded")
+
+EventHandler = Callable[[dict[str, Any]], Any]
+
+
+def copy_json(value: Any) -> Any:
+    """A deep copy of a JSON value (strings and numbers are shared)."""
+    if isinstance(value, dict):
+        return {k: copy_json(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [copy_json(v) for v in value]
+    return value
+
+
+class Observation:
+    """A live observer; :meth:`dispose` stops delivery."""
+
+    def __init__(self, owner: SessionManager, function_id: str, matches: Callable[[dict[str, Any]], bool],
+                 handler: EventHandler) -> None:
+        self.function_id = function_id
+        self._owner = owner
+        self._matches = matches
+        self._handler = handler
+        self.disposed = False
+
+    def deliver(self, event: Event) -> None:
+        if self.disposed or not self._matches({"input": event.payload}):
+            return
+        try:
+            self._handler(copy_json(event.payload))
+        except Exception:
+            log.exception("observer of %s failed; the mutation stands", self.function_id)
+
+    def dispose(self) -> None:
+        self.disposed = True
+        self._owner._remove(self)
+
+
+class SessionManager:
+    """An open session store: ``call`` functions, ``observe`` events, ``close``."""
+
+    def __init__(self, service: SessionService) -> None:
+        self.service = service
+        self._observers: list[Observation] = []
+        self._lock = threading.Lock()
+        self._closed = False
+
+    # -- calls ----------------------------------------------------------------
+
+    def call(self, function_id: str, payload: Any = None) -> Any:
+        """Run one function; returns its JSON-compatible result or raises
+        :class:`~session_manager.SessionError`."""
+        if self._closed:
+            raise RuntimeError("this session manager is closed")
+        function = BY_ID.get(function_id)
+        if function is None:
+            raise LookupError(f"no function {function_id!r}")
+        request = parse_request(function.request, payload)
+        response, events = function.handler(self.service, request)
+        result = copy_json(response)
+        self.publish(events)
+        return result
+
+    # -- events ---------------------------------------------------------------
+
+    def observe(self, source: dict[str, Any], handler: EventHandler) -> Observation:
+        """Observe an event function: ``source`` is ``{"function_id": ..., "filters": {...}}``;
+        ``handler`` receives each matching event."""
+        if not isinstance(source, dict):
+            raise ValueError("source must be an object with function_id and optional filters")
+        function_id = source.get("function_id")
+        if function_id not in EVENT_FUNCTIONS:
+            raise ValueError(f"{function_id!r} is not an observable session event function")
+        if source.get("args") is not None:
+            raise ValueError("event functions take no args; select events with filters")
+        try:
+            compiled = compile_filter(source.get("filters") or {})
+        except FilterError as e:
+            raise ValueError(f"invalid filters: {e}") from None
+        observation = Observation(self, function_id, compiled.matches, handler)
+        with self._lock:
+            self._observers.append(observation)
+        return observation
+
+    def _remove(self, observation: Observation) -> None:
+        with self._lock:
+            if observation in self._observers:
+                self._observers.remove(observation)
+
+    def is_observed(self, function_id: str) -> bool:
+        with self._lock:
+            return any(o.function_id == function_id for o in self._observers)
+
+    def publish(self, events: list[Event]) -> None:
+        if not events:
+            return
+        with self._lock:
+            observers = list(self._observers)
+        for event in events:
+            for observation in observers:
+                if observation.function_id == event.function_id:
+                    observation.deliver(event)
+
+    # -- lifetime -------------------------------------------------------------
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            with self._lock:
+                self._observers.clear()
+            self.service.store.close()
+
+    def __enter__(self) -> SessionManager:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+
+def open(  # noqa: A001 - the public verb, like io.open
+    data_dir: str | os.PathLike[str] | None = None,
+    *,
+    store: SessionStore | None = None,
+    durability: Durability = "flush",
+    ids: IdGen | None = None,
+    clock: Clock | None = None,
+    default_list_limit: int | None = None,
+    max_list_limit: int | None = None,
+    max_attachment_bytes: int | None = None,
+) -> SessionManager:
+    """Open a session store in this process.
+
+    ``data_dir`` holds one JSONL file per session (created if missing); pass
+    ``store`` instead to use another adapter. ``ids`` and ``clock`` replace
+    the production uuid ids and system clock.
+    """
+    if store is None:
+        if data_dir is None:
+            raise ValueError("open() needs a data_dir or a store")
+        store = FsStore(data_dir, durability=durability)
+    defaults = Limits()
+    limits = Limits(
+        default_list_limit=default_list_limit or defaults.default_list_limit,
+        max_list_limit=max_list_limit or defaults.max_list_limit,
+        max_attachment_bytes=max_attachment_bytes if max_attachment_bytes is not None
+        else defaults.max_attachment_bytes,
+    )
+    return SessionManager(SessionService(store, ids=ids, clock=clock, limits=LimitsCell(limits)))

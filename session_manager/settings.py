@@ -1,0 +1,47 @@
+"""Per-call tunables (list limits, attachment cap) behind an atomic swap.
+
+Handlers read the current snapshot on every call, so a configuration reload
+applies to the next call without re-registering anything.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, replace
+from typing import Any
+
+DEFAULT_LIST_LIMIT = 50
+MAX_LIST_LIMIT = 500
+MAX_ATTACHMENT_BYTES = 50 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Limits:
+    default_list_limit: int = DEFAULT_LIST_LIMIT
+    max_list_limit: int = MAX_LIST_LIMIT
+    max_attachment_bytes: int = MAX_ATTACHMENT_BYTES
+
+    def clamp(self, limit: int | None) -> int:
+        """A requested page size clamped to ``[1, max_list_limit]``."""
+        chosen = self.default_list_limit if limit is None else limit
+        return max(1, min(chosen, self.max_list_limit))
+
+
+class LimitsCell:
+    """Holds the live :class:`Limits`; ``get`` is lock-free, ``set`` swaps whole."""
+
+    def __init__(self, limits: Limits | None = None) -> None:
+        self._limits = limits or Limits()
+        self._lock = threading.Lock()
+
+    def get(self) -> Limits:
+        return self._limits
+
+    def set(self, limits: Limits) -> None:
+        with self._lock:
+            self._limits = limits
+
+    def update(self, **changes: Any) -> Limits:
+        with self._lock:
+            self._limits = replace(self._limits, **changes)
+            return self._limits

@@ -1,0 +1,89 @@
+"""The storage interface: dumb store-and-fetch, no domain rules.
+
+One :meth:`SessionStore.commit` is one mutation and must be durable as a
+whole once it returns: a crash may lose the commit in flight, never part of
+an earlier one. Entries and metas are the JSON dicts of the wire contract;
+callers never mutate what a store hands out and stores never mutate what
+callers pass in after the call.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from ..transcript import EntryPath
+
+Entry = dict[str, Any]
+Meta = dict[str, Any]
+AttachmentMeta = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Commit:
+    """One mutation of one session: entry snapshots to write (new entries or
+    new revisions), the active leaf if it moves, and the new meta if it
+    changes. Applied all-or-nothing."""
+
+    entries: tuple[Entry, ...] = ()
+    leaf: str | None = None
+    meta: Meta | None = None
+
+
+class SessionStore(ABC):
+    """What the domain service needs from storage."""
+
+    # -- sessions and entries ------------------------------------------------
+
+    @abstractmethod
+    def get_meta(self, session_id: str) -> Meta | None: ...
+
+    @abstractmethod
+    def list_metas(self) -> list[Meta]: ...
+
+    @abstractmethod
+    def get_entry(self, session_id: str, entry_id: str) -> Entry | None: ...
+
+    @abstractmethod
+    def get_leaf(self, session_id: str) -> str | None: ...
+
+    @abstractmethod
+    def path(self, session_id: str, leaf: str | None) -> EntryPath:
+        """The root -> ``leaf`` chain (empty for ``None`` or an unknown leaf)."""
+
+    @abstractmethod
+    def entries(self, session_id: str) -> list[Entry]:
+        """Every stored entry of the session, on any branch."""
+
+    @abstractmethod
+    def commit(self, session_id: str, commit: Commit) -> None: ...
+
+    @abstractmethod
+    def delete_session(self, session_id: str) -> None:
+        """Remove the session's meta, entries, leaf and attachments."""
+
+    # -- attachments ----------------------------------------------------------
+
+    @abstractmethod
+    def put_attachment(self, meta: AttachmentMeta, chunks: Iterable[bytes]) -> None:
+        """Store bytes (streamed) then metadata; the attachment becomes visible
+        only once both are in place. ``meta`` is serialized only after
+        ``chunks`` is exhausted (the producer may complete it, e.g. its hash);
+        an exception from ``chunks`` leaves nothing behind."""
+
+    @abstractmethod
+    def get_attachment_meta(self, session_id: str, attachment_id: str) -> AttachmentMeta | None: ...
+
+    @abstractmethod
+    def read_attachment(self, session_id: str, attachment_id: str) -> bytes | None: ...
+
+    @abstractmethod
+    def list_attachments(self, session_id: str) -> list[AttachmentMeta]: ...
+
+    @abstractmethod
+    def delete_attachment(self, session_id: str, attachment_id: str) -> bool: ...
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release resources; the default store holds none between calls."""

@@ -1,0 +1,42 @@
+"""File-name encoding of caller-chosen ids, byte-compatible with the reference.
+
+``[A-Za-z0-9._-]`` pass through; every other UTF-8 byte becomes ``%XX``
+(upper-case hex). The result never contains a path separator, so an id can
+never name a path outside its folder; ``decode`` is the strict inverse.
+"""
+
+from __future__ import annotations
+
+_SAFE = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
+
+
+def encode_id(value: str) -> str:
+    out: list[str] = []
+    for byte in value.encode("utf-8", "surrogatepass"):
+        out.append(chr(byte) if byte in _SAFE else f"%{byte:02X}")
+    return "".join(out)
+
+
+def decode_id(stem: str) -> str | None:
+    """The id an encoded stem names, or ``None`` when it is not a valid encoding."""
+    raw = bytearray()
+    i = 0
+    data = stem.encode("utf-8", "surrogateescape")
+    while i < len(data):
+        b = data[i]
+        if b == 0x25:  # '%'
+            hexpart = data[i + 1 : i + 3]
+            if len(hexpart) != 2:
+                return None
+            try:
+                raw.append(int(hexpart.decode("ascii"), 16))
+            except ValueError:
+                return None
+            i += 3
+        else:
+            raw.append(b)
+            i += 1
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return None

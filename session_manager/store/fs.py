@@ -1,0 +1,394 @@
+"""The filesystem adapter: one append-only JSONL file per session.
+
+``<data_dir>/<encoded_session_id>.jsonl`` holds the session's records (see
+:mod:`.records`); a data_dir moves between this worker and the reference in
+both directions. One mutation is one ``write`` of whole lines to a file
+opened in append mode; replay is last-wins per key and skips, with a
+warning, any line that is not a valid record, so a torn tail or one corrupt
+line never hides the lines after it. Deleting a session removes its file.
+
+Attachments live beside the logs, under
+``<data_dir>/attachments/<encoded_session_id>/<encoded_attachment_id>.{bin,json}``,
+each file written through a temp file and a rename, bytes first, metadata
+last, so a listed attachment always has its bytes.
+
+A session is replayed on first access and kept in memory, write-through,
+afterwards. This worker is the single writer of its data_dir.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import shutil
+import threading
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Literal
+
+from ..errors import StoreError, UnstorableValue
+from ..transcript import EntryPath
+from .base import AttachmentMeta, Commit, Entry, Meta, SessionStore
+from .encoding import decode_id, encode_id
+from .records import decode_record, encode_commit
+from .state import SessionState
+
+log = logging.getLogger("session_manager.store.fs")
+
+Durability = Literal["flush", "fsync"]
+
+# What the next write must do first about a file's last line:
+# an int truncates a torn tail to that length, "newline" terminates a valid
+# but unterminated last record, "check" re-reads the tail after a failed write.
+_TailFix = int | Literal["newline", "check"]
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class FsStore(SessionStore):
+    """JSONL-per-session storage under ``data_dir``.
+
+    ``durability="flush"`` (default): every acknowledged mutation has been
+    handed to the OS, so it survives a crash of this process.
+    ``durability="fsync"``: it has also been forced to the disk, so it
+    survives power loss.
+    """
+
+    def __init__(self, data_dir: str | os.PathLike[str], durability: Durability = "flush") -> None:
+        if durability not in ("flush", "fsync"):
+            raise ValueError(f"durability must be 'flush' or 'fsync', not {durability!r}")
+        self.dir = Path(data_dir)
+        self.durability: Durability = durability
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise StoreError(f"create data_dir {self.dir}: {e}") from e
+        if not self.dir.is_dir():
+            raise StoreError(f"data_dir {self.dir} is not a directory")
+        self._lock = threading.Lock()
+        self._sessions: dict[str, SessionState] = {}
+        self._tail_fix: dict[str, _TailFix] = {}
+        self._metas: dict[str, Meta] | None = None  # filled by the first list
+
+    # -- paths -----------------------------------------------------------------
+
+    def file_path(self, session_id: str) -> Path:
+        return self.dir / f"{encode_id(session_id)}.jsonl"
+
+    def attachments_dir(self, session_id: str) -> Path:
+        return self.dir / "attachments" / encode_id(session_id)
+
+    def _attachment_paths(self, session_id: str, attachment_id: str) -> tuple[Path, Path]:
+        folder = self.attachments_dir(session_id)
+        stem = encode_id(attachment_id)
+        return folder / f"{stem}.json", folder / f"{stem}.bin"
+
+    # -- loading -----------------------------------------------------------------
+
+    def _replay(self, session_id: str, state: SessionState) -> None:
+        path = self.file_path(session_id)
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            return
+        except OSError as e:
+            raise StoreError(f"read {path}: {e}") from e
+        lines = data.split(b"\n")
+        for number, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            record = decode_record(line, session_id)
+            if record is None:
+                log.warning("%s line %d: skipping a malformed record (possibly a torn tail)", path, number)
+                continue
+            state.apply_record(record)
+        if data and not data.endswith(b"\n"):
+            tail = lines[-1]
+            valid = decode_record(tail, session_id) is not None
+            self._tail_fix[session_id] = "newline" if valid else len(data) - len(tail)
+
+    def _state(self, session_id: str, create: bool = False) -> SessionState | None:
+        with self._lock:
+            state = self._sessions.get(session_id)
+            if state is not None:
+                return state
+            if not create and self._metas is not None and session_id not in self._metas:
+                if not self.file_path(session_id).exists():
+                    return None
+            state = SessionState()
+            with state.lock:
+                # Replaying under both locks keeps a second caller from seeing
+                # a half-loaded session; a session is replayed once per process.
+                self._replay(session_id, state)
+            if state.is_empty and not create:
+                return None
+            self._sessions[session_id] = state
+            return state
+
+    # -- reads -----------------------------------------------------------------
+
+    def get_meta(self, session_id: str) -> Meta | None:
+        state = self._state(session_id)
+        return state.meta if state else None
+
+    def list_metas(self) -> list[Meta]:
+        with self._lock:
+            if self._metas is None:
+                self._metas = self._scan_metas()
+            return list(self._metas.values())
+
+    def _scan_metas(self) -> dict[str, Meta]:
+        metas: dict[str, Meta] = {}
+        try:
+            names = os.listdir(self.dir)
+        except OSError as e:
+            raise StoreError(f"read data_dir {self.dir}: {e}") from e
+        for name in names:
+            if not name.endswith(".jsonl"):
+                continue
+            session_id = decode_id(name[: -len(".jsonl")])
+            if session_id is None:
+                log.warning("skipping %s: not an encoded session id", name)
+                continue
+            state = self._sessions.get(session_id)
+            meta = state.meta if state is not None else self._peek_meta(session_id)
+            if meta is not None:
+                metas[session_id] = meta
+        return metas
+
+    def _peek_meta(self, session_id: str) -> Meta | None:
+        """The last meta a file holds, read from its end: listing never needs
+        the entries, so it never replays them."""
+        path = self.file_path(session_id)
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            raise StoreError(f"read {path}: {e}") from e
+        for line in reversed(data.split(b"\n")):
+            if b'"meta"' not in line:
+                continue
+            record = decode_record(line, session_id)
+            if record is not None and record["type"] in ("meta", "append"):
+                meta: Meta = record["meta"]
+                return meta
+        return None
+
+    def get_entry(self, session_id: str, entry_id: str) -> Entry | None:
+        state = self._state(session_id)
+        return state.entries.get(entry_id) if state else None
+
+    def get_leaf(self, session_id: str) -> str | None:
+        state = self._state(session_id)
+        return state.leaf if state else None
+
+    def path(self, session_id: str, leaf: str | None) -> EntryPath:
+        state = self._state(session_id)
+        if state is None:
+            return EntryPath([], {})
+        with state.lock:
+            return state.path(leaf)
+
+    def entries(self, session_id: str) -> list[Entry]:
+        state = self._state(session_id)
+        if state is None:
+            return []
+        with state.lock:
+            return list(state.entries.values())
+
+    # -- writes ------------------------------------------------------------------
+
+    def commit(self, session_id: str, commit: Commit) -> None:
+        data = encode_commit(commit)
+        state = self._state(session_id, create=True)
+        assert state is not None
+        with state.lock:
+            self._append(session_id, data)
+            state.apply(commit)
+            if commit.meta is not None:
+                with self._lock:
+                    if self._metas is not None:
+                        self._metas[session_id] = commit.meta
+
+    def _append(self, session_id: str, data: bytes) -> None:
+        path = self.file_path(session_id)
+        fix = self._tail_fix.pop(session_id, None)
+        try:
+            created = not path.exists()
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
+            try:
+                if fix == "check":
+                    fix = self._inspect_tail(fd, session_id)
+                if isinstance(fix, int):
+                    os.ftruncate(fd, fix)
+                elif fix == "newline":
+                    data = b"\n" + data
+                _write_all(fd, data)
+                if self.durability == "fsync":
+                    os.fsync(fd)
+            finally:
+                os.close(fd)
+            if created and self.durability == "fsync":
+                _fsync_dir(self.dir)
+        except OSError as e:
+            # The write may have left a torn line: look again before the next one.
+            self._tail_fix[session_id] = "check"
+            raise StoreError(f"append to {path}: {e}") from e
+
+    def _inspect_tail(self, fd: int, session_id: str) -> _TailFix | None:
+        size = os.fstat(fd).st_size
+        if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
+            return None
+        end, buf = size, b""
+        while True:
+            start = max(0, end - 65536)
+            buf = os.pread(fd, end - start, start) + buf
+            cut = buf.rfind(b"\n")
+            if cut >= 0 or start == 0:
+                tail = buf[cut + 1 :]
+                return "newline" if decode_record(tail, session_id) is not None else size - len(tail)
+            end = start
+
+    def delete_session(self, session_id: str) -> None:
+        state = self._state(session_id, create=True)
+        assert state is not None
+        with state.lock:
+            path = self.file_path(session_id)
+            try:
+                path.unlink()
+            except FileNotFoundError:
+                pass
+            except OSError as e:
+                raise StoreError(f"remove {path}: {e}") from e
+            self._remove_tree(self.attachments_dir(session_id))
+            if self.durability == "fsync":
+                with contextlib.suppress(OSError):
+                    _fsync_dir(self.dir)
+            with self._lock:
+                self._sessions.pop(session_id, None)
+                self._tail_fix.pop(session_id, None)
+                if self._metas is not None:
+                    self._metas.pop(session_id, None)
+
+    @staticmethod
+    def _remove_tree(folder: Path) -> None:
+        try:
+            shutil.rmtree(folder)
+        except FileNotFoundError:
+            pass
+        except OSError as e:
+            raise StoreError(f"remove {folder}: {e}") from e
+
+    # -- attachments ---------------------------------------------------------------
+
+    def _write_atomically(self, path: Path, chunks: Iterable[bytes]) -> None:
+        tmp = path.with_name(path.name + ".tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0), 0o644)
+        try:
+            try:
+                for chunk in chunks:
+                    _write_all(fd, chunk)
+                if self.durability == "fsync":
+                    os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+            raise
+
+    def put_attachment(self, meta: AttachmentMeta, chunks: Iterable[bytes]) -> None:
+        meta_path, bin_path = self._attachment_paths(meta["session_id"], meta["attachment_id"])
+        try:
+            meta_path.parent.mkdir(parents=True, exist_ok=True)
+            # Bytes first, metadata last: the metadata makes it visible.
+            self._write_atomically(bin_path, chunks)
+            try:
+                body = json.dumps(meta, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+            except UnicodeEncodeError:
+                with contextlib.suppress(OSError):
+                    bin_path.unlink()
+                raise UnstorableValue("attachment metadata contains an unpaired UTF-16 surrogate") from None
+            self._write_atomically(meta_path, [body])
+            if self.durability == "fsync":
+                _fsync_dir(meta_path.parent)
+        except OSError as e:
+            raise StoreError(f"write attachment {meta['attachment_id']}: {e}") from e
+
+    def get_attachment_meta(self, session_id: str, attachment_id: str) -> AttachmentMeta | None:
+        meta_path, _ = self._attachment_paths(session_id, attachment_id)
+        return self._read_meta_file(meta_path)
+
+    @staticmethod
+    def _read_meta_file(path: Path) -> AttachmentMeta | None:
+        try:
+            raw = path.read_bytes()
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            raise StoreError(f"read {path}: {e}") from e
+        try:
+            meta = json.loads(raw)
+        except ValueError:
+            log.warning("skipping malformed attachment metadata %s", path)
+            return None
+        return meta if isinstance(meta, dict) and isinstance(meta.get("attachment_id"), str) else None
+
+    def read_attachment(self, session_id: str, attachment_id: str) -> bytes | None:
+        meta_path, bin_path = self._attachment_paths(session_id, attachment_id)
+        if not meta_path.exists():
+            return None
+        try:
+            return bin_path.read_bytes()
+        except FileNotFoundError:
+            raise StoreError(f"attachment {attachment_id} of session {session_id} has no bytes") from None
+        except OSError as e:
+            raise StoreError(f"read {bin_path}: {e}") from e
+
+    def list_attachments(self, session_id: str) -> list[AttachmentMeta]:
+        folder = self.attachments_dir(session_id)
+        try:
+            names = os.listdir(folder)
+        except FileNotFoundError:
+            return []
+        except OSError as e:
+            raise StoreError(f"read {folder}: {e}") from e
+        metas = []
+        for name in names:
+            if name.endswith(".json"):
+                meta = self._read_meta_file(folder / name)
+                if meta is not None:
+                    metas.append(meta)
+        return metas
+
+    def delete_attachment(self, session_id: str, attachment_id: str) -> bool:
+        meta_path, bin_path = self._attachment_paths(session_id, attachment_id)
+        try:
+            # Metadata first: once it is gone nothing lists the attachment.
+            try:
+                meta_path.unlink()
+                existed = True
+            except FileNotFoundError:
+                existed = False
+            with contextlib.suppress(FileNotFoundError):
+                bin_path.unlink()
+        except OSError as e:
+            raise StoreError(f"remove attachment {attachment_id}: {e}") from e
+        return existed

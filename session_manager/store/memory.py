@@ -1,0 +1,92 @@
+"""An in-memory adapter: the same semantics as the fs store, nothing durable.
+
+Useful for embedding in tests of applications, and as the second adapter
+the shared store test suite runs against.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable
+
+from ..transcript import EntryPath
+from .base import AttachmentMeta, Commit, Entry, Meta, SessionStore
+from .state import SessionState
+
+
+class MemoryStore(SessionStore):
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._sessions: dict[str, SessionState] = {}
+        self._attachments: dict[str, dict[str, tuple[AttachmentMeta, bytes]]] = {}
+
+    def _state(self, session_id: str, create: bool = False) -> SessionState | None:
+        with self._lock:
+            state = self._sessions.get(session_id)
+            if state is None and create:
+                state = self._sessions[session_id] = SessionState()
+            return state
+
+    def get_meta(self, session_id: str) -> Meta | None:
+        state = self._state(session_id)
+        return state.meta if state else None
+
+    def list_metas(self) -> list[Meta]:
+        with self._lock:
+            return [s.meta for s in self._sessions.values() if s.meta is not None]
+
+    def get_entry(self, session_id: str, entry_id: str) -> Entry | None:
+        state = self._state(session_id)
+        return state.entries.get(entry_id) if state else None
+
+    def get_leaf(self, session_id: str) -> str | None:
+        state = self._state(session_id)
+        return state.leaf if state else None
+
+    def path(self, session_id: str, leaf: str | None) -> EntryPath:
+        state = self._state(session_id)
+        if state is None:
+            return EntryPath([], {})
+        with state.lock:
+            return state.path(leaf)
+
+    def entries(self, session_id: str) -> list[Entry]:
+        state = self._state(session_id)
+        if state is None:
+            return []
+        with state.lock:
+            return list(state.entries.values())
+
+    def commit(self, session_id: str, commit: Commit) -> None:
+        state = self._state(session_id, create=True)
+        assert state is not None
+        with state.lock:
+            state.apply(commit)
+
+    def delete_session(self, session_id: str) -> None:
+        with self._lock:
+            self._sessions.pop(session_id, None)
+            self._attachments.pop(session_id, None)
+
+    def put_attachment(self, meta: AttachmentMeta, chunks: Iterable[bytes]) -> None:
+        data = b"".join(chunks)
+        with self._lock:
+            self._attachments.setdefault(meta["session_id"], {})[meta["attachment_id"]] = (dict(meta), data)
+
+    def get_attachment_meta(self, session_id: str, attachment_id: str) -> AttachmentMeta | None:
+        with self._lock:
+            found = self._attachments.get(session_id, {}).get(attachment_id)
+        return dict(found[0]) if found else None
+
+    def read_attachment(self, session_id: str, attachment_id: str) -> bytes | None:
+        with self._lock:
+            found = self._attachments.get(session_id, {}).get(attachment_id)
+        return found[1] if found else None
+
+    def list_attachments(self, session_id: str) -> list[AttachmentMeta]:
+        with self._lock:
+            return [dict(m) for m, _ in self._attachments.get(session_id, {}).values()]
+
+    def delete_attachment(self, session_id: str, attachment_id: str) -> bool:
+        with self._lock:
+            return self._attachments.get(session_id, {}).pop(attachment_id, None) is not None

@@ -1,0 +1,101 @@
+"""In-memory state of one session, shared by every store adapter.
+
+Applying records here is the single definition of replay semantics:
+last-wins per key (meta, each entry id, the leaf). It also keeps the active
+path indexed so reads of a loaded session cost O(result).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from ..transcript import EntryPath, walk_to_root
+from .base import Commit, Entry, Meta
+
+
+class SessionState:
+    __slots__ = ("entries", "leaf", "lock", "meta", "path_ids", "path_pos")
+
+    def __init__(self) -> None:
+        self.lock = threading.RLock()
+        self.meta: Meta | None = None
+        self.entries: dict[str, Entry] = {}
+        self.leaf: str | None = None
+        # The active path (root -> leaf), built lazily, extended in place on
+        # appends that chain from the leaf, dropped when the leaf jumps.
+        self.path_ids: list[str] | None = None
+        self.path_pos: dict[str, int] | None = None
+
+    @property
+    def is_empty(self) -> bool:
+        return self.meta is None and not self.entries and self.leaf is None
+
+    # -- replay records ------------------------------------------------------
+
+    def put_entry(self, entry: Entry) -> None:
+        eid = entry["id"]
+        old = self.entries.get(eid)
+        if old is not None and old.get("parent_id") != entry.get("parent_id"):
+            self._drop_path()
+        self.entries[eid] = entry
+
+    def set_leaf(self, leaf: str | None) -> None:
+        if leaf == self.leaf:
+            return
+        ids, pos = self.path_ids, self.path_pos
+        if (
+            ids is not None
+            and pos is not None
+            and leaf is not None
+            and leaf not in pos
+            and (self.entries.get(leaf) or {}).get("parent_id") == self.leaf
+            and (self.leaf is not None or not ids)
+        ):
+            pos[leaf] = len(ids)
+            ids.append(leaf)
+        else:
+            self._drop_path()
+        self.leaf = leaf
+
+    def apply(self, commit: Commit) -> None:
+        for entry in commit.entries:
+            self.put_entry(entry)
+        if commit.leaf is not None:
+            self.set_leaf(commit.leaf)
+        if commit.meta is not None:
+            self.meta = commit.meta
+
+    def apply_record(self, record: dict[str, Any]) -> None:
+        """Apply one decoded, validated JSONL record."""
+        kind = record["type"]
+        if kind == "meta":
+            self.meta = record["meta"]
+        elif kind == "entry":
+            self.put_entry(record["entry"])
+        elif kind == "leaf":
+            self.set_leaf(record.get("entry_id"))
+        elif kind == "append":
+            self.put_entry(record["entry"])
+            self.set_leaf(record["entry"]["id"])
+            self.meta = record["meta"]
+        # "commit" markers only matter to the reference's legacy recovery.
+
+    # -- reads ---------------------------------------------------------------
+
+    def _drop_path(self) -> None:
+        self.path_ids = None
+        self.path_pos = None
+
+    def path(self, leaf: str | None) -> EntryPath:
+        if leaf is None:
+            return EntryPath([], self.entries)
+        if self.path_ids is None and self.leaf is not None:
+            ids = walk_to_root(self.entries, self.leaf)
+            self.path_ids, self.path_pos = ids, {eid: i for i, eid in enumerate(ids)}
+        ids, pos = self.path_ids, self.path_pos
+        if ids is not None and pos is not None:
+            i = pos.get(leaf)
+            if i is not None and i < len(ids):
+                return EntryPath(ids, self.entries, pos, length=i + 1)
+        return EntryPath(walk_to_root(self.entries, leaf), self.entries)

@@ -1,0 +1,283 @@
+"""Read-side shaping of a session's entries: the active path, blocks, elision.
+
+Entries are the stored JSON dicts. Nothing here writes; every function
+returns new objects and never mutates an entry it was given (stored dicts
+are shared with the store's cache).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+Entry = dict[str, Any]
+
+log = logging.getLogger("session_manager.transcript")
+
+
+class EntryPath:
+    """The root -> leaf chain of one session, oldest first.
+
+    Backed by an id list plus a position map, so looking an entry up on the
+    path is O(1) and a page costs O(page). The view is bounded to the length
+    it had when taken: a store may extend the same list as appends arrive.
+    """
+
+    __slots__ = ("_entries", "_ids", "_len", "_pos")
+
+    def __init__(
+        self,
+        ids: list[str],
+        entries: Mapping[str, Entry],
+        pos: Mapping[str, int] | None = None,
+        length: int | None = None,
+    ):
+        self._ids = ids
+        self._len = len(ids) if length is None else length
+        self._entries = entries
+        self._pos: Mapping[str, int] = pos if pos is not None else {eid: i for i, eid in enumerate(ids)}
+
+    def __len__(self) -> int:
+        return self._len
+
+    def __getitem__(self, index: int) -> Entry:
+        if index < 0:
+            index += self._len
+        if not 0 <= index < self._len:
+            raise IndexError(index)
+        return self._entries[self._ids[index]]
+
+    def __iter__(self) -> Iterator[Entry]:
+        for i in range(self._len):
+            yield self._entries[self._ids[i]]
+
+    def index_of(self, entry_id: str) -> int | None:
+        i = self._pos.get(entry_id)
+        if i is None or i >= self._len or self._ids[i] != entry_id:
+            return None
+        return i
+
+    @property
+    def leaf(self) -> str | None:
+        return self._ids[self._len - 1] if self._len else None
+
+
+def walk_to_root(entries: Mapping[str, Entry], leaf: str) -> list[str]:
+    """Ids from the root to ``leaf``, following parent links.
+
+    A missing link (an entry lost to a corrupt line) or a cycle ends the walk
+    there with a warning: the reachable part of the transcript stays readable
+    instead of the whole session failing.
+    """
+    ids: list[str] = []
+    seen: set[str] = set()
+    cursor: str | None = leaf
+    while cursor is not None:
+        entry = entries.get(cursor)
+        if entry is None:
+            if ids:
+                log.warning("entry %s is missing; the path is read from its child on", cursor)
+            break
+        if cursor in seen:
+            log.warning("parent chain loops at entry %s; the path is cut there", cursor)
+            break
+        seen.add(cursor)
+        ids.append(cursor)
+        parent = entry.get("parent_id")
+        cursor = parent if isinstance(parent, str) else None
+    ids.reverse()
+    return ids
+
+
+def build_path(entries: Mapping[str, Entry], leaf: str | None) -> EntryPath:
+    if leaf is None:
+        return EntryPath([], entries)
+    return EntryPath(walk_to_root(entries, leaf), entries)
+
+
+# --------------------------------------------------------------------------
+# Item shaping
+# --------------------------------------------------------------------------
+
+
+def role_of(entry: Entry) -> str | None:
+    if entry.get("kind") != "message":
+        return None
+    message = entry.get("message")
+    return message.get("role") if isinstance(message, dict) else None
+
+
+def _blank_linked_images(blocks: list[Any]) -> list[Any]:
+    out: list[Any] = []
+    for block in blocks:
+        if isinstance(block, dict):
+            kind = block.get("type")
+            if kind == "image" and block.get("attachment_id"):
+                block = {**block, "data": ""}
+            elif kind == "function_result" and isinstance(block.get("content"), list):
+                block = {**block, "content": _blank_linked_images(block["content"])}
+        out.append(block)
+    return out
+
+
+def without_image_data(message: dict[str, Any]) -> dict[str, Any]:
+    """The message with every image that links a stored original blanked."""
+    content = message.get("content")
+    if not isinstance(content, list):
+        return message
+    return {**message, "content": _blank_linked_images(content)}
+
+
+def attachment_ids_in(blocks: Any) -> list[str]:
+    """Attachment ids a content list references (file blocks, linked images)."""
+    found: list[str] = []
+    if not isinstance(blocks, list):
+        return found
+    for block in blocks:
+        if not isinstance(block, dict):
+            continue
+        kind = block.get("type")
+        if kind in ("file", "image") and isinstance(block.get("attachment_id"), str):
+            found.append(block["attachment_id"])
+        elif kind == "function_result":
+            found.extend(attachment_ids_in(block.get("content")))
+    return found
+
+
+def entry_attachment_ids(entry: Entry) -> list[str]:
+    if entry.get("kind") != "message":
+        return []
+    message = entry.get("message")
+    return attachment_ids_in(message.get("content")) if isinstance(message, dict) else []
+
+
+def item(entry: Entry, *, image_data: bool = True) -> dict[str, Any]:
+    """A transcript item ``{entry_id, message | custom, origin?}``."""
+    out: dict[str, Any] = {"entry_id": entry["id"]}
+    if entry.get("kind") == "message":
+        message = entry["message"]
+        out["message"] = message if image_data else without_image_data(message)
+    else:
+        out["custom"] = {"custom_type": entry.get("custom_type"), "data": entry.get("data")}
+    if entry.get("origin") is not None:
+        out["origin"] = entry["origin"]
+    return out
+
+
+# --------------------------------------------------------------------------
+# Blocks: the unit messages-tail pages by
+# --------------------------------------------------------------------------
+
+# The harness marks trigger wakes in `origin`; older transcripts only by id.
+WAKE_ID_PREFIXES = (
+    "e_fire_",
+    "e_notify_",
+    "e_expire_",
+    "e_stalespawn_",
+    "e_claimfail_",
+    "e_condfail_",
+    "e_trigfired_",
+    "e_trigexpired_",
+    "e_trigstale_",
+)
+WAKE_CUSTOM_TYPE = "trigger_fired"
+
+
+def _is_wake(entry: Entry) -> bool:
+    origin = entry.get("origin")
+    if isinstance(origin, dict) and (origin.get("notification") is True or origin.get("trigger_fired") is True):
+        return True
+    return str(entry.get("id", "")).startswith(WAKE_ID_PREFIXES)
+
+
+def _calls_functions(message: dict[str, Any]) -> bool:
+    content = message.get("content")
+    return isinstance(content, list) and any(
+        isinstance(b, dict) and b.get("type") == "function_call" for b in content
+    )
+
+
+def is_run_member(entry: Entry) -> bool:
+    """Whether the entry belongs to an activity run (calls, results, wakes)."""
+    if entry.get("kind") != "message":
+        return entry.get("custom_type") == WAKE_CUSTOM_TYPE or _is_wake(entry)
+    message = entry.get("message") or {}
+    role = message.get("role")
+    if role == "assistant":
+        return _calls_functions(message)
+    if role == "function_result":
+        return True
+    if role == "custom" and message.get("custom_type") == WAKE_CUSTOM_TYPE:
+        return True
+    return _is_wake(entry)
+
+
+def kept_whole_in_run(run: list[Entry]) -> list[bool]:
+    """Per entry of a collapsed run: keep it whole (True) or elide it.
+
+    Kept: the last assistant message that calls functions, the results that
+    answer its calls, and wake entries (small, drawn as the run's header).
+    """
+    last_call = None
+    for i in range(len(run) - 1, -1, -1):
+        e = run[i]
+        if e.get("kind") == "message" and (e.get("message") or {}).get("role") == "assistant":
+            if _calls_functions(e["message"]):
+                last_call = i
+                break
+    call_ids: set[str] = set()
+    if last_call is not None:
+        for b in run[last_call]["message"].get("content", []):
+            if isinstance(b, dict) and b.get("type") == "function_call":
+                call_ids.add(str(b.get("id")))
+    keep: list[bool] = []
+    for i, e in enumerate(run):
+        if i == last_call:
+            keep.append(True)
+        elif e.get("kind") != "message":
+            keep.append(True)
+        else:
+            message = e.get("message") or {}
+            role = message.get("role")
+            if role == "function_result":
+                keep.append(message.get("function_call_id") in call_ids)
+            elif role == "assistant":
+                keep.append(False)
+            else:
+                keep.append(True)
+    return keep
+
+
+def elide_message(message: dict[str, Any]) -> dict[str, Any]:
+    """The collapsed form: text and identities kept, heavy parts dropped."""
+    role = message.get("role")
+    if role == "assistant":
+        content = []
+        for b in message.get("content", []):
+            if isinstance(b, dict) and b.get("type") == "thinking":
+                continue
+            if isinstance(b, dict) and b.get("type") == "function_call":
+                b = {**b, "arguments": {}}
+            content.append(b)
+        return {**message, "content": content}
+    if role == "function_result":
+        return {**message, "content": [], "details": None}
+    return message
+
+
+def find_positions(path: EntryPath, keep: Callable[[Entry], bool], start: int, count: int) -> tuple[list[int], bool]:
+    """Up to ``count`` indexes >= ``start`` whose entries pass ``keep``, and
+    whether another passing entry follows them."""
+    found: list[int] = []
+    i = start
+    n = len(path)
+    while i < n and len(found) < count:
+        if keep(path[i]):
+            found.append(i)
+        i += 1
+    while i < n:
+        if keep(path[i]):
+            return found, True
+        i += 1
+    return found, False
