@@ -1,0 +1,49 @@
+"""Test-suite wiring: step libraries, the ``--tags`` selector, suite markers.
+
+``pytest --tags @pure`` and ``pytest -m pure`` select the same tests: the
+Gherkin scenarios tagged @pure plus the unit and property tests, which need
+nothing but a temp dir. @engine scenarios need an engine at
+``III_ENGINE_WS_URL`` and skip cleanly without one.
+
+pytest reads an argument starting with ``@`` as "arguments from this file",
+so ``--tags @pure`` reaches us as the contents of the file ``pure`` at the
+repository root (which holds the word ``pure``); ``engine`` likewise. Both
+spellings, ``@pure`` and ``pure``, are accepted.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+pytest_plugins = ["tests.steps.common"]
+
+_HERE = Path(__file__).parent
+_PURE_DIRS = (_HERE / "tests" / "unit", _HERE / "tests" / "property")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--tags",
+        action="store",
+        default=None,
+        help="run only tests carrying one of these tags, e.g. '@pure' or '@pure,@engine'",
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        path = Path(str(item.fspath))
+        if any(d in path.parents for d in _PURE_DIRS) and item.get_closest_marker("engine") is None:
+            item.add_marker(pytest.mark.pure)
+    raw = config.getoption("--tags")
+    if not raw:
+        return
+    wanted = {t.strip().lstrip("@") for t in raw.replace(",", " ").split() if t.strip()}
+    keep, drop = [], []
+    for item in items:
+        (keep if any(item.get_closest_marker(t) for t in wanted) else drop).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep

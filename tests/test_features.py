@@ -1,0 +1,5 @@
+"""Binds every Gherkin feature under tests/features to its steps."""
+
+from pytest_bdd import scenarios
+
+scenarios(".")
