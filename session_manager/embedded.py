@@ -21,11 +21,11 @@ from iii.filter import FilterError, compile_filter
 from .clock import Clock
 from .events import EVENT_FUNCTIONS, Event
 from .ids import IdGen
+from .service import SessionService
 from .settings import Limits, LimitsCell
 from .store.base import SessionStore
 from .store.fs import Durability, FsStore
 from .surface import BY_ID
-from .service import SessionService
 from .validation import parse_request
 
 log = logging.getLogger("session_manager.embedded")
@@ -148,7 +148,7 @@ class SessionManager:
         self.close()
 
 
-def open(  # noqa: A001 - the public verb, like io.open
+def open(
     data_dir: str | os.PathLike[str] | None = None,
     *,
     store: SessionStore | None = None,

@@ -43,7 +43,7 @@ from .errors import (
     not_found,
 )
 from .ids import IdGen, UuidIds
-from .models import dump
+from .models import CustomPayload, dump
 from .settings import LimitsCell
 from .store.base import Commit, Entry, Meta, SessionStore
 from .transcript import (
@@ -167,7 +167,7 @@ class SessionService:
             meta = self.store.get_meta(req.session_id)
         return ({"meta": meta} if meta is not None else None), []
 
-    def list(self, req: api.ListRequest) -> Result:
+    def list_sessions(self, req: api.ListRequest) -> Result:
         order = req.order or "updated_desc"
         limit = self._limit(req.limit)
         with _storage_errors():
@@ -417,8 +417,9 @@ class SessionService:
             if raw is not None:
                 if include_custom:
                     return raw
-                if path[raw].get("kind") == "message":
-                    return _bisect(positions, raw)
+                found = _bisect(positions, raw)
+                if found is not None:
+                    return found
             raise SessionError(INVALID_CURSOR, f"{name} {entry_id} is not on the active path")
 
         members = [is_run_member(path[p]) for p in positions] if not include_custom else None
@@ -458,7 +459,7 @@ class SessionService:
             while run_end < end and member(run_end):
                 run_end += 1
             run = [path[positions[k]] for k in range(fi, run_end)]
-            for entry, whole in zip(run, kept_whole_in_run(run)):
+            for entry, whole in zip(run, kept_whole_in_run(run), strict=True):
                 if whole:
                     items.append(item(entry, image_data=image_data))
                 else:
@@ -678,7 +679,7 @@ def _json_equal(a: Any, b: Any) -> bool:
     if isinstance(a, dict) and isinstance(b, dict):
         return a.keys() == b.keys() and all(_json_equal(a[k], b[k]) for k in a)
     if isinstance(a, list) and isinstance(b, list):
-        return len(a) == len(b) and all(_json_equal(x, y) for x, y in zip(a, b))
+        return len(a) == len(b) and all(_json_equal(x, y) for x, y in zip(a, b, strict=True))
     return bool(a == b)
 
 
@@ -692,7 +693,7 @@ def _new_entry(
     now: int,
     origin: dict[str, Any] | None,
     message: BaseModel | None,
-    custom: api.CustomPayload | None,
+    custom: CustomPayload | None,
 ) -> Entry:
     entry: Entry = {
         "kind": "message" if message is not None else "custom",

@@ -40,7 +40,7 @@ FUNCTIONS: tuple[Function, ...] = (
              "returned unchanged with created=false.", mutates=True),
     Function("session::get", S.get, api.GetRequest, api.GetResponse,
              "A session's metadata, or null when unknown.", nullable=True),
-    Function("session::list", S.list, api.ListRequest, api.ListResponse,
+    Function("session::list", S.list_sessions, api.ListRequest, api.ListResponse,
              "Sessions filtered by status and metadata subset, ordered and paginated."),
     Function("session::set-meta", S.set_meta, api.SetMetaRequest, api.SetMetaResponse,
              "Replace title, description and/or metadata (wholesale). Calls session::on-meta-updated.",

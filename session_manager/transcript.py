@@ -222,10 +222,10 @@ def kept_whole_in_run(run: list[Entry]) -> list[bool]:
     last_call = None
     for i in range(len(run) - 1, -1, -1):
         e = run[i]
-        if e.get("kind") == "message" and (e.get("message") or {}).get("role") == "assistant":
-            if _calls_functions(e["message"]):
-                last_call = i
-                break
+        message = e.get("message") or {}
+        if e.get("kind") == "message" and message.get("role") == "assistant" and _calls_functions(message):
+            last_call = i
+            break
     call_ids: set[str] = set()
     if last_call is not None:
         for b in run[last_call]["message"].get("content", []):
@@ -233,9 +233,7 @@ def kept_whole_in_run(run: list[Entry]) -> list[bool]:
                 call_ids.add(str(b.get("id")))
     keep: list[bool] = []
     for i, e in enumerate(run):
-        if i == last_call:
-            keep.append(True)
-        elif e.get("kind") != "message":
+        if i == last_call or e.get("kind") != "message":
             keep.append(True)
         else:
             message = e.get("message") or {}

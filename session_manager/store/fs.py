@@ -127,9 +127,13 @@ class FsStore(SessionStore):
             state = self._sessions.get(session_id)
             if state is not None:
                 return state
-            if not create and self._metas is not None and session_id not in self._metas:
-                if not self.file_path(session_id).exists():
-                    return None
+            if (
+                not create
+                and self._metas is not None
+                and session_id not in self._metas
+                and not self.file_path(session_id).exists()
+            ):
+                return None
             state = SessionState()
             with state.lock:
                 # Replaying under both locks keeps a second caller from seeing

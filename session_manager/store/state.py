@@ -91,8 +91,8 @@ class SessionState:
         if leaf is None:
             return EntryPath([], self.entries)
         if self.path_ids is None and self.leaf is not None:
-            ids = walk_to_root(self.entries, self.leaf)
-            self.path_ids, self.path_pos = ids, {eid: i for i, eid in enumerate(ids)}
+            walked = walk_to_root(self.entries, self.leaf)
+            self.path_ids, self.path_pos = walked, {eid: i for i, eid in enumerate(walked)}
         ids, pos = self.path_ids, self.path_pos
         if ids is not None and pos is not None:
             i = pos.get(leaf)

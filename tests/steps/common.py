@@ -133,7 +133,7 @@ def contains(actual: Any, expected: Any, where: str = "$") -> None:
     elif isinstance(expected, list):
         assert isinstance(actual, list), f"{where}: expected a list, got {actual!r}"
         assert len(actual) == len(expected), f"{where}: expected {len(expected)} items, got {actual!r}"
-        for i, (a, e) in enumerate(zip(actual, expected)):
+        for i, (a, e) in enumerate(zip(actual, expected, strict=True)):
             contains(a, e, f"{where}[{i}]")
     else:
         assert type(actual) is type(expected) and actual == expected, f"{where}: {actual!r} != {expected!r}"
