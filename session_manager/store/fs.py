@@ -123,26 +123,34 @@ class FsStore(SessionStore):
             self._tail_fix[session_id] = "newline" if valid else len(data) - len(tail)
 
     def _state(self, session_id: str, create: bool = False) -> SessionState | None:
+        """The loaded state of a session, replayed on first access.
+
+        Replay runs under the session's own lock, so loading one large
+        session never stalls the others. A probe of an unknown id caches
+        nothing (the file stays the truth, so dropping an empty state is safe).
+        """
         with self._lock:
             state = self._sessions.get(session_id)
-            if state is not None:
-                return state
-            if (
-                not create
-                and self._metas is not None
-                and session_id not in self._metas
-                and not self.file_path(session_id).exists()
-            ):
-                return None
-            state = SessionState()
+            if state is None:
+                if (
+                    not create
+                    and self._metas is not None
+                    and session_id not in self._metas
+                    and not self.file_path(session_id).exists()
+                ):
+                    return None
+                state = self._sessions[session_id] = SessionState()
+        if not state.loaded:
             with state.lock:
-                # Replaying under both locks keeps a second caller from seeing
-                # a half-loaded session; a session is replayed once per process.
-                self._replay(session_id, state)
-            if state.is_empty and not create:
-                return None
-            self._sessions[session_id] = state
-            return state
+                if not state.loaded:
+                    self._replay(session_id, state)
+                    state.loaded = True
+        if not create and state.is_empty:
+            with state.lock, self._lock:
+                if state.is_empty and self._sessions.get(session_id) is state:
+                    del self._sessions[session_id]
+            return None
+        return state
 
     # -- reads -----------------------------------------------------------------
 

@@ -25,6 +25,7 @@ class MemoryStore(SessionStore):
             state = self._sessions.get(session_id)
             if state is None and create:
                 state = self._sessions[session_id] = SessionState()
+                state.loaded = True
             return state
 
     def get_meta(self, session_id: str) -> Meta | None:

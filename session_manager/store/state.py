@@ -15,10 +15,11 @@ from .base import Commit, Entry, Meta
 
 
 class SessionState:
-    __slots__ = ("entries", "leaf", "lock", "meta", "path_ids", "path_pos")
+    __slots__ = ("entries", "leaf", "loaded", "lock", "meta", "path_ids", "path_pos")
 
     def __init__(self) -> None:
         self.lock = threading.RLock()
+        self.loaded = False  # set once the store has replayed what it holds
         self.meta: Meta | None = None
         self.entries: dict[str, Entry] = {}
         self.leaf: str | None = None
