@@ -8,13 +8,14 @@ declared twice.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import BaseModel
 
 from . import api
+from . import events as ev
 from .service import Result, SessionService
 
 
@@ -27,6 +28,36 @@ class Function:
     description: str
     nullable: bool = False  # the response may be null (reads of unknown ids)
     mutates: bool = False  # deny to agents; documentation for deployments
+    # Hidden from discovery (engine::functions::list); implied by ``mutates``.
+    internal: bool = False
+    # Trace UIs hide its spans by default (every session function).
+    trace_hidden: bool = True
+    # Only this worker calls it (the event functions); the payload is
+    # handed to the handler as-is instead of being parsed as ``request``.
+    private: bool = False
+    # Extra registration metadata merged over the flags (e.g. a mention
+    # provider descriptor).
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def is_internal(self) -> bool:
+        return self.internal or self.mutates
+
+    def registration_metadata(self) -> dict[str, Any]:
+        """The ``metadata`` object sent with the registration.
+
+        Event functions stay discoverable (consumers must find them to
+        observe them) and say ``private`` instead: callers other than this
+        worker would inject events."""
+        out: dict[str, Any] = {}
+        if self.is_internal:
+            out["internal"] = True
+        if self.trace_hidden:
+            out["trace_hidden"] = True
+        if self.private:
+            out["private"] = True
+        out.update(self.metadata)
+        return out
 
 
 S = SessionService
@@ -90,3 +121,27 @@ FUNCTIONS: tuple[Function, ...] = (
 )  # fmt: skip
 
 BY_ID: dict[str, Function] = {f.id: f for f in FUNCTIONS}
+
+
+def _echo(service: SessionService, event: Any) -> Result:
+    """An event function's handler: the event it is called with is its output."""
+    return event, []
+
+
+_EVENT_DESCRIPTIONS: dict[str, str] = {
+    ev.ON_CREATED: "A session was created (create / ensure / fork).",
+    ev.ON_MESSAGE_ADDED: "An entry was appended.",
+    ev.ON_MESSAGE_UPDATED: "A message's content changed (streaming); keep the highest revision.",
+    ev.ON_STATUS_CHANGED: "A session's status or status reason changed.",
+    ev.ON_META_UPDATED: "A session's title, description or metadata changed.",
+    ev.ON_DELETED: "A session and its entries were removed.",
+}
+
+# The six event functions: private (only this worker calls them), no args;
+# observe them with filters on input.* to receive the events.
+EVENT_SURFACE: tuple[Function, ...] = tuple(
+    Function(fid, _echo, ev.EVENT_MODELS[fid], ev.EVENT_MODELS[fid],
+             f"Event: {_EVENT_DESCRIPTIONS[fid]} Observe it; only session-manager calls it.",
+             private=True)
+    for fid in ev.EVENT_FUNCTIONS
+)  # fmt: skip
