@@ -14,8 +14,9 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from . import api
+from . import api, mentions
 from . import events as ev
+from .mentions import sessions as mention_sessions
 from .service import Result, SessionService
 
 
@@ -118,6 +119,15 @@ FUNCTIONS: tuple[Function, ...] = (
              api.ListAttachmentsResponse, "A session's attachments, oldest first."),
     Function("session::delete-attachment", S.delete_attachment, api.DeleteAttachmentRequest,
              api.DeleteAttachmentResponse, "Remove an attachment no entry references.", mutates=True),
+    # chat mentions: @session(id="...")
+    Function(mention_sessions.SEARCH_FN, mention_sessions.search, mentions.MentionSearchRequest,
+             mentions.MentionSearchResponse,
+             "Internal: sessions for the @session mention menu, by title words or id; top-level chats "
+             "first, e2e sessions and the asking session left out.", internal=True),
+    Function(mention_sessions.GET_FN, mention_sessions.get, mentions.MentionGetRequest, mentions.MentionView,
+             "Internal: one session as a mention (pill, preview card, agent summary; never the draft), or "
+             "null when unknown. Declares the session mention provider.", nullable=True, internal=True,
+             metadata={mentions.METADATA_KEY: mention_sessions.PROVIDER.to_json()}),
 )  # fmt: skip
 
 BY_ID: dict[str, Function] = {f.id: f for f in FUNCTIONS}
