@@ -1,0 +1,262 @@
+"""Integration with iii's configuration worker (entry id ``session-manager``).
+
+Boot: probe the stored value, register the schema (with an initial value
+when nothing is stored, or the ``--config`` seed, which the configuration
+worker never lets overwrite a stored value), fetch the live value. Every
+call retries with backoff; configuration is a required boot dependency.
+
+Reload: ``session::on-config-change`` (the target of an observer on
+``configuration::on-updated``) ignores its payload on purpose and re-reads
+the authoritative value, under one lock held across fetch, build and swap,
+so overlapping updates converge on the newest stored value. A value that
+cannot be parsed or built keeps the running runtime (last-good) and is
+reported by ``session::config-status``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .config import CONFIG_ID, ConfigError, WorkerConfig, config_schema, parse_config
+
+log = logging.getLogger("session_manager.configuration")
+
+ON_UPDATED = "configuration::on-updated"
+ON_CONFIG_CHANGE = "session::on-config-change"
+CONFIG_STATUS = "session::config-status"
+CONFIG_NAME = "Session Manager"
+CONFIG_DESCRIPTION = (
+    "Storage adapter (fs with its data_dir, or bridge with url / timeout_ms), the default and "
+    "maximum page sizes of session::list / session::messages, and the attachment size cap."
+)
+UPDATED_FILTERS: dict[str, Any] = {
+    "input.id": {"$eq": CONFIG_ID},
+    "input.event_type": {"$eq": "configuration:updated"},
+}
+
+
+class Client(Protocol):
+    """The part of the iii client this module uses (``iii.iii.III`` or a fake)."""
+
+    def trigger(self, request: dict[str, Any]) -> Any: ...
+
+    def observe(self, source: dict[str, Any], target: Any, options: Any = None) -> Any: ...
+
+
+# --------------------------------------------------------------------------
+# Wire models of the two configuration functions
+# --------------------------------------------------------------------------
+
+_Loose = ConfigDict(extra="ignore")
+
+
+class OnConfigChangeRequest(BaseModel):
+    """Payload of ``session::on-config-change``: advisory only, the handler
+    re-reads the stored value (a discoverable function must not let any
+    caller inject configuration)."""
+
+    model_config = _Loose
+    id: str | None = Field(default=None, description="Configuration id that changed (advisory).")
+
+
+class OnConfigChangeResponse(BaseModel):
+    ok: bool
+
+
+class ConfigStatusRequest(BaseModel):
+    """``session::config-status`` takes no arguments; unknown keys are ignored."""
+
+    model_config = _Loose
+
+
+class ConfigStatusResponse(BaseModel):
+    last_outcome: Literal["applied", "rejected"] = Field(
+        description="applied: the live runtime reflects the newest value the worker loaded; "
+        "rejected: the newest value could not be built and an older runtime still serves.")
+    last_error: str | None = Field(description="Why the most recent rejected reload was refused.")
+    rejected_reloads: int = Field(ge=0, description="Rejected reloads since start (never reset).")
+
+
+# --------------------------------------------------------------------------
+# Calls with retry
+# --------------------------------------------------------------------------
+
+
+class ConfigurationUnavailable(RuntimeError):
+    """The configuration worker could not be reached or answered with an error."""
+
+
+@dataclass(frozen=True)
+class Retry:
+    """``attempts`` calls, sleeping ``delays[i]`` seconds after failure ``i``."""
+
+    attempts: int = 3
+    delays: Sequence[float] = (0.25, 0.5)
+    timeout_ms: int = 5000
+    sleep: Callable[[float], None] = time.sleep
+
+
+BOOT_RETRY = Retry(attempts=5, delays=(0.25, 0.5, 1.0, 2.0))
+RELOAD_RETRY = Retry()
+
+
+def call(client: Client, function_id: str, payload: dict[str, Any], retry: Retry) -> Any:
+    last: Exception | None = None
+    for attempt in range(retry.attempts):
+        try:
+            return client.trigger({"function_id": function_id, "payload": payload,
+                                   "timeout_ms": retry.timeout_ms})
+        except Exception as e:  # any transport or engine error is retried
+            last = e
+            if is_not_found(e) and function_id == "configuration::get":
+                raise  # an answer, not a failure: nothing is stored
+            if attempt + 1 < retry.attempts:
+                delay = retry.delays[min(attempt, len(retry.delays) - 1)] if retry.delays else 0.0
+                log.warning("%s failed (attempt %d/%d): %s; retrying in %.2fs",
+                            function_id, attempt + 1, retry.attempts, e, delay)
+                retry.sleep(delay)
+    raise ConfigurationUnavailable(f"{function_id} failed after {retry.attempts} attempts: {last}")
+
+
+def is_not_found(error: BaseException) -> bool:
+    """The stored entry does not exist (the engines' codes vary in case and spelling)."""
+    text = f"{getattr(error, 'code', '')} {error}".lower()
+    return "not_found" in text
+
+
+def probe(client: Client, retry: Retry) -> bool:
+    """Whether a value is stored for our id."""
+    try:
+        answer = call(client, "configuration::get", {"id": CONFIG_ID}, retry)
+    except ConfigurationUnavailable:
+        raise
+    except Exception as e:
+        if is_not_found(e):
+            return False
+        raise
+    return isinstance(answer, dict) and answer.get("value") is not None
+
+
+def fetch(client: Client, retry: Retry) -> WorkerConfig:
+    """The live (env-expanded) value, parsed; ``ConfigError`` if it does not parse."""
+    try:
+        answer = call(client, "configuration::get", {"id": CONFIG_ID}, retry)
+    except ConfigurationUnavailable:
+        raise
+    except Exception as e:
+        raise ConfigurationUnavailable(f"configuration `{CONFIG_ID}` not found: {e}") from e
+    value = answer.get("value") if isinstance(answer, dict) else None
+    return parse_config(value)
+
+
+def register_and_fetch(client: Client, seed: dict[str, Any] | None = None,
+                       retry: Retry = BOOT_RETRY) -> WorkerConfig:
+    """Register the schema (+ initial value) and return the live configuration.
+
+    Raises :class:`ConfigurationUnavailable` or :class:`ConfigError` with a
+    message naming the cause; both are fatal at boot.
+    """
+    payload: dict[str, Any] = {"id": CONFIG_ID, "name": CONFIG_NAME, "description": CONFIG_DESCRIPTION,
+                               "schema": config_schema()}
+    stored = probe(client, retry)
+    if seed is not None:
+        # The configuration worker applies initial_value only when nothing is stored.
+        payload["initial_value"] = seed
+        if stored:
+            log.info("a value is stored for `%s`; the --config seed is not applied", CONFIG_ID)
+    elif not stored:
+        payload["initial_value"] = WorkerConfig().to_value()
+    call(client, "configuration::register", payload, retry)
+    config = fetch(client, retry)
+    log.info("configuration `%s` loaded (adapter %s)", CONFIG_ID, config.adapter.name)
+    return config
+
+
+def observe_updates(client: Client, timeout_s: float = 5.0) -> Any:
+    """Observe our entry's ``configuration:updated`` events with
+    ``session::on-config-change`` as the target (which must be registered)."""
+    handle = client.observe(
+        {"function_id": ON_UPDATED, "filters": dict(UPDATED_FILTERS), "deliver": "input"},
+        ON_CONFIG_CHANGE,
+    )
+    try:
+        handle.ready(timeout=timeout_s)
+    except Exception as e:
+        raise ConfigurationUnavailable(f"cannot observe {ON_UPDATED}: {e}") from e
+    return handle
+
+
+# --------------------------------------------------------------------------
+# Reloads
+# --------------------------------------------------------------------------
+
+
+class ReloadStatus:
+    """What ``session::config-status`` reports."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._outcome: Literal["applied", "rejected"] = "applied"
+        self._error: str | None = None
+        self._rejected = 0
+
+    def applied(self) -> None:
+        with self._lock:
+            self._outcome, self._error = "applied", None
+
+    def rejected(self, error: str) -> None:
+        with self._lock:
+            self._outcome, self._error = "rejected", error
+            self._rejected += 1
+
+    def snapshot(self) -> dict[str, Any]:
+        with self._lock:
+            return {"last_outcome": self._outcome, "last_error": self._error,
+                    "rejected_reloads": self._rejected}
+
+
+class BuildError(RuntimeError):
+    """A configuration that parses but cannot be turned into a runtime."""
+
+
+class Reloader:
+    """Serialized re-read and apply of the stored configuration.
+
+    ``apply(config)`` builds and swaps (raising :class:`BuildError` to keep
+    the previous runtime).
+    """
+
+    def __init__(self, client: Client, apply: Callable[[WorkerConfig], None],
+                 status: ReloadStatus | None = None, retry: Retry = RELOAD_RETRY) -> None:
+        self._client = client
+        self._apply = apply
+        self.status = status or ReloadStatus()
+        self._retry = retry
+        self._lock = threading.Lock()
+
+    def reload(self) -> dict[str, Any]:
+        """Fetch inside the lock, so the last reload to run applies the newest value.
+        A fetch failure raises (the caller may retry); a bad value answers ok."""
+        with self._lock:
+            try:
+                config = fetch(self._client, self._retry)
+            except ConfigError as e:
+                log.error("configuration reload rejected, keeping the running config: %s", e)
+                self.status.rejected(str(e))
+                return {"ok": True}
+            try:
+                self._apply(config)
+            except BuildError as e:
+                # Last-good: re-fetching would only return the same bad value.
+                log.error("configuration reload rejected, keeping the running runtime: %s", e)
+                self.status.rejected(str(e))
+                return {"ok": True}
+            self.status.applied()
+            return {"ok": True}

@@ -1,0 +1,352 @@
+"""The iii host: serves the surface table on an iii engine.
+
+Every row of :data:`~session_manager.surface.FUNCTIONS` and
+:data:`~session_manager.surface.EVENT_SURFACE` is registered with JSON
+Schemas generated from its pydantic models, then the two configuration
+functions. Handlers are sync (the SDK runs each invocation on a thread of
+its own) and read the live runtime on every call, so a configuration
+reload needs no re-registration.
+
+Events: an event function is called only while something observes it
+(counted through ``ObserveHooks``), fire-and-forget (``Void``), from one
+background thread after the mutation is durable, so a failed or slow
+delivery never fails or delays the call that produced it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import queue
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from iii import ObserveHooks, TriggerAction
+from pydantic import BaseModel
+
+from . import configuration as cfg
+from . import events as ev
+from .clock import Clock, SystemClock
+from .config import BridgeAdapter, WorkerConfig, resolve_data_dir
+from .errors import STORAGE, SessionError
+from .events import Event
+from .ids import IdGen, UuidIds
+from .service import SessionService
+from .settings import LimitsCell
+from .store.base import Meta, SessionStore
+from .store.fs import FsStore
+from .surface import EVENT_SURFACE, FUNCTIONS, Function
+from .validation import parse_request
+
+log = logging.getLogger("session_manager.iii")
+
+CALLER_KEY = "_caller_worker_id"
+BRIDGE_UNSUPPORTED = "bridge adapter is not supported by this build"
+
+
+def strip_caller(payload: Any) -> Any:
+    """The payload without the engine-injected ``_caller_worker_id``."""
+    if isinstance(payload, dict) and CALLER_KEY in payload:
+        return {k: v for k, v in payload.items() if k != CALLER_KEY}
+    return payload
+
+
+def json_schema(model: type[BaseModel], *, nullable: bool = False) -> dict[str, Any]:
+    """The registered schema of a model (``null`` allowed when ``nullable``)."""
+    schema = model.model_json_schema()
+    if nullable:
+        defs = schema.pop("$defs", None)
+        schema = {"anyOf": [schema, {"type": "null"}]}
+        if defs:
+            schema["$defs"] = defs
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema", **schema}
+
+
+# --------------------------------------------------------------------------
+# Runtime: one store + service built from one adapter value
+# --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Runtime:
+    config: WorkerConfig
+    store: SessionStore
+    service: SessionService
+
+
+def build_store(config: WorkerConfig) -> SessionStore:
+    """The store an adapter value describes; :class:`~.configuration.BuildError` if it cannot be built."""
+    adapter = config.adapter
+    if isinstance(adapter, BridgeAdapter):
+        raise cfg.BuildError(f"{BRIDGE_UNSUPPORTED} (adapter bridge, url {adapter.config.url})")
+    path = resolve_data_dir(adapter.config.data_dir)
+    try:
+        store = FsStore(path)
+        store.list_metas()  # an unreadable data_dir fails here, not at the first call
+    except Exception as e:
+        raise cfg.BuildError(f"cannot open data_dir {path}: {e}") from e
+    if not os.access(path, os.R_OK | os.W_OK | os.X_OK):
+        raise cfg.BuildError(f"data_dir {path} is not readable and writable")
+    return store
+
+
+# --------------------------------------------------------------------------
+# Event delivery
+# --------------------------------------------------------------------------
+
+
+class Emitter:
+    """Calls event functions while observed, in order, off the caller's thread."""
+
+    def __init__(self, client: Any) -> None:
+        self._client = client
+        self._observers: dict[str, set[str]] = {fid: set() for fid in ev.EVENT_FUNCTIONS}
+        self._lock = threading.Lock()
+        self._queue: queue.Queue[Event | None] = queue.Queue()
+        self._thread = threading.Thread(target=self._run, name="session-events", daemon=True)
+        self._thread.start()
+
+    # -- observer tracking (ObserveHooks) ------------------------------------
+
+    def hooks(self, function_id: str) -> ObserveHooks:
+        def added(observer: Any) -> None:
+            with self._lock:
+                self._observers[function_id].add(str(observer.id))
+            log.debug("observer %s added on %s", observer.id, function_id)
+
+        def removed(observer: Any) -> None:
+            with self._lock:
+                self._observers[function_id].discard(str(observer.id))
+            log.debug("observer %s removed from %s", observer.id, function_id)
+
+        return ObserveHooks(on_observer_added=added, on_observer_removed=removed)
+
+    def is_observed(self, function_id: str) -> bool:
+        with self._lock:
+            return bool(self._observers.get(function_id))
+
+    # -- delivery -------------------------------------------------------------
+
+    def emit(self, events: list[Event]) -> None:
+        for event in events:
+            if self.is_observed(event.function_id):
+                self._queue.put(event)
+
+    def _run(self) -> None:
+        while True:
+            event = self._queue.get()
+            try:
+                if event is None:
+                    return
+                # Re-checked: the last observer may have gone meanwhile.
+                if self.is_observed(event.function_id):
+                    self._client.trigger({"function_id": event.function_id, "payload": event.payload,
+                                          "action": TriggerAction.Void()})
+            except Exception:
+                log.warning("event %s not delivered; the mutation stands",
+                            event.function_id if event else "?", exc_info=True)
+            finally:
+                self._queue.task_done()
+
+    def flush(self) -> None:
+        """Wait until every queued event has been handed to the client."""
+        self._queue.join()
+
+    def close(self) -> None:
+        if self._thread.is_alive():
+            self._queue.put(None)
+            self._thread.join(timeout=10)
+
+
+# --------------------------------------------------------------------------
+# The host
+# --------------------------------------------------------------------------
+
+
+class IIIHost:
+    """Registers the surface on an iii client and serves it from the live runtime."""
+
+    def __init__(self, client: Any, config: WorkerConfig, *, ids: IdGen | None = None,
+                 clock: Clock | None = None, reloader_retry: cfg.Retry = cfg.RELOAD_RETRY) -> None:
+        self.client = client
+        self.ids: IdGen = ids or UuidIds()
+        self.clock: Clock = clock or SystemClock()
+        self.limits = LimitsCell(config.limits())
+        self.emitter = Emitter(client)
+        self.reloader = cfg.Reloader(client, self.apply_config, retry=reloader_retry)
+        self._runtime = self._build(config)  # raises BuildError: fatal at boot
+        self._inflight = 0
+        self._idle = threading.Condition()
+        self._closing = False
+        self.refs: dict[str, Any] = {}
+        self.config_observer: Any = None
+
+    @property
+    def runtime(self) -> Runtime:
+        return self._runtime
+
+    @property
+    def status(self) -> cfg.ReloadStatus:
+        return self.reloader.status
+
+    def _build(self, config: WorkerConfig) -> Runtime:
+        store = build_store(config)
+        service = SessionService(store, ids=self.ids, clock=self.clock, limits=self.limits)
+        return Runtime(config, store, service)
+
+    # -- registration -----------------------------------------------------------
+
+    def register(self) -> None:
+        """Register event functions, session functions, then the configuration pair."""
+        for f in EVENT_SURFACE:
+            self._register(f, self._event_handler(f), observe=self.emitter.hooks(f.id))
+        for f in FUNCTIONS:
+            self._register(f, self._handler(f))
+        self.refs[cfg.ON_CONFIG_CHANGE] = self.client.register_function(
+            cfg.ON_CONFIG_CHANGE, self._on_config_change,
+            description="Internal: re-reads the session-manager configuration and applies it "
+                        "(target of the configuration::on-updated observer).",
+            metadata={"trace_hidden": True},
+            request_format=json_schema(cfg.OnConfigChangeRequest),
+            response_format=json_schema(cfg.OnConfigChangeResponse),
+        )
+        self.refs[cfg.CONFIG_STATUS] = self.client.register_function(
+            cfg.CONFIG_STATUS, self._config_status,
+            description="Outcome of the most recent configuration reload (applied / rejected) "
+                        "and the number of rejected reloads.",
+            metadata={"trace_hidden": True},
+            request_format=json_schema(cfg.ConfigStatusRequest),
+            response_format=json_schema(cfg.ConfigStatusResponse),
+        )
+
+    def _register(self, f: Function, handler: Any, observe: ObserveHooks | None = None) -> None:
+        self.refs[f.id] = self.client.register_function(
+            f.id, handler,
+            description=f.description,
+            metadata=f.registration_metadata(),
+            request_format=json_schema(f.request),
+            response_format=json_schema(f.response, nullable=f.nullable),
+            observe=observe,
+        )
+
+    def observe_configuration(self, timeout_s: float = 5.0) -> None:
+        self.config_observer = cfg.observe_updates(self.client, timeout_s)
+
+    # -- handlers -----------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _call(self) -> Iterator[Runtime]:
+        with self._idle:
+            if self._closing:
+                raise SessionError(STORAGE, "session-manager is shutting down")
+            self._inflight += 1
+        try:
+            yield self._runtime
+        finally:
+            with self._idle:
+                self._inflight -= 1
+                self._idle.notify_all()
+
+    def _handler(self, f: Function) -> Any:
+        def handle(data: Any) -> Any:
+            payload = strip_caller(data)
+            with self._call() as runtime:
+                request = parse_request(f.request, payload)
+                response, events = f.handler(runtime.service, request)
+            self.emitter.emit(events)
+            return response
+
+        handle.__name__ = f"handle_{f.id.replace('::', '_').replace('-', '_')}"
+        return handle
+
+    def _event_handler(self, f: Function) -> Any:
+        def handle(data: Any) -> Any:
+            return strip_caller(data)
+
+        return handle
+
+    def _on_config_change(self, data: Any) -> Any:
+        return self.reloader.reload()
+
+    def _config_status(self, data: Any) -> Any:
+        return self.status.snapshot()
+
+    # -- reload -----------------------------------------------------------------
+
+    def apply_config(self, config: WorkerConfig) -> None:
+        """Swap limits, or (adapter changed) build, swap and resync; called under
+        the reloader's lock. Raises BuildError to keep the running runtime."""
+        current = self._runtime
+        if config.adapter_value() == current.config.adapter_value():
+            self.limits.set(config.limits())
+            self._runtime = Runtime(config, current.store, current.service)
+            log.info("configuration reloaded: list limits %d/%d, max attachment %d bytes",
+                     config.default_list_limit, config.max_list_limit, config.max_attachment_bytes)
+            return
+        try:
+            old_metas = current.store.list_metas()
+        except Exception as e:
+            log.warning("cannot list the previous store's sessions (%s); resync sends no deletes", e)
+            old_metas = []
+        fresh = self._build(config)
+        self.limits.set(config.limits())
+        self._runtime = fresh
+        log.info("configuration reloaded: adapter %s now serves", config.adapter_value())
+        try:
+            events = resync_events(fresh.store, old_metas, self.clock.now_ms())
+        except Exception:
+            log.warning("resync after the adapter swap failed; observers may be stale", exc_info=True)
+            return
+        self.emitter.emit(events)
+        log.info("resync: %d events", len(events))
+
+    # -- lifetime ---------------------------------------------------------------
+
+    def close(self, timeout_s: float = 10.0) -> None:
+        """Refuse new calls, let in-flight ones finish, deliver queued events."""
+        with self._idle:
+            self._closing = True
+            if not self._idle.wait_for(lambda: self._inflight == 0, timeout=timeout_s):
+                log.warning("%d calls still running at shutdown", self._inflight)
+        if self.config_observer is not None:
+            with contextlib.suppress(Exception):
+                self.config_observer.dispose()
+        self.emitter.close()
+        self._runtime.store.close()
+
+
+def resync_events(store: SessionStore, old_metas: list[Meta], now_ms: int) -> list[Event]:
+    """The new store's state as events: deletes for sessions that vanished,
+    then per session its creation and one event per entry."""
+    metas = store.list_metas()
+    current = {m["session_id"] for m in metas}
+    out: list[Event] = [ev.deleted(m["session_id"], now_ms, m.get("metadata"))
+                        for m in old_metas if m["session_id"] not in current]
+    for meta in metas:
+        sid = meta["session_id"]
+        metadata = meta.get("metadata")
+        out.append(ev.created(meta))
+        for entry in store.entries(sid):
+            if entry.get("kind") == "message" and entry.get("revision", 0) > 0:
+                out.append(ev.message_updated(sid, entry, entry.get("origin"), entry["timestamp"], metadata))
+            else:
+                out.append(ev.message_added(sid, entry, metadata))
+    return out
+
+
+def start(client: Any, seed: dict[str, Any] | None = None, *, retry: cfg.Retry = cfg.BOOT_RETRY,
+          ids: IdGen | None = None, clock: Clock | None = None) -> IIIHost:
+    """Boot on a connected client: configuration, runtime, registrations, observer.
+
+    Raises :class:`~.configuration.ConfigurationUnavailable`,
+    :class:`~.config.ConfigError` or :class:`~.configuration.BuildError`
+    (all fatal, each with a message naming the cause).
+    """
+    config = cfg.register_and_fetch(client, seed, retry)
+    host = IIIHost(client, config, ids=ids, clock=clock)
+    host.register()
+    host.observe_configuration()
+    return host
