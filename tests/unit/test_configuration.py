@@ -1,0 +1,323 @@
+"""Configuration: parsing, schema, boot, seed, reloads, last-good, resync."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+from iii import InvocationError
+from jsonschema import Draft7Validator
+
+from session_manager import events as ev
+from session_manager.clock import ManualClock
+from session_manager.config import (
+    ConfigError,
+    config_schema,
+    default_config_value,
+    load_seed,
+    parse_config,
+    resolve_data_dir,
+)
+from session_manager.configuration import (
+    ON_CONFIG_CHANGE,
+    UPDATED_FILTERS,
+    ConfigurationUnavailable,
+    Retry,
+)
+from session_manager.ids import SequentialIds
+from session_manager.iii_host import BRIDGE_UNSUPPORTED, IIIHost, start
+from tests.unit.fake_iii import FakeIII
+
+START_MS = 1_000_000
+NO_WAIT = Retry(attempts=3, delays=(0.0,), sleep=lambda s: None)
+
+
+def fs(data_dir: Path | str, **extra: Any) -> dict[str, Any]:
+    return {"adapter": {"name": "fs", "config": {"data_dir": str(data_dir)}}, **extra}
+
+
+def boot(fake: FakeIII, seed: dict[str, Any] | None = None) -> IIIHost:
+    host = start(fake, seed, retry=NO_WAIT, ids=SequentialIds(), clock=ManualClock(START_MS))
+    host.reloader._retry = NO_WAIT
+    return host
+
+
+def user(text: str) -> dict[str, Any]:
+    return {"role": "user", "content": [{"type": "text", "text": text}], "timestamp": 5}
+
+
+# -- the value and its schema ---------------------------------------------------
+
+
+def test_defaults_and_schema_example() -> None:
+    # Prevents: a manifest/default config drifting from the documented defaults.
+    assert default_config_value() == {
+        "adapter": {"name": "fs", "config": {"data_dir": "data/session-manager"}},
+        "default_list_limit": 50, "max_list_limit": 500, "max_attachment_bytes": 52428800}
+    schema = config_schema()
+    Draft7Validator.check_schema(schema)
+    assert schema["example"] == default_config_value()
+    variants = schema["definitions"]["StorageAdapter"]["oneOf"]
+    assert [v["properties"]["name"]["enum"][0] for v in variants] == ["fs", "bridge"]
+
+
+@pytest.mark.parametrize("value", [
+    {},
+    fs("/x"),
+    {"adapter": {"name": "fs"}},
+    {"adapter": {"name": "bridge", "config": {"url": "ws://main:49134"}}},
+    {"adapter": {"name": "bridge", "config": {"url": "ws://m", "timeout_ms": 10}}, "max_list_limit": 9},
+])
+def test_schema_and_parser_accept_the_same_values(value: dict[str, Any]) -> None:
+    # Prevents: a console form that saves values the worker then refuses.
+    Draft7Validator(config_schema()).validate(value)
+    parse_config(value)
+
+
+@pytest.mark.parametrize("value", [
+    {"adapter": {"name": "cloud", "config": {}}},
+    {"adapter": {"name": "bridge", "config": {}}},
+    {"adapter": {"name": "fs", "config": {"datadir": "x"}}},
+    {"default_list_limt": 5},
+    {"max_list_limit": -1},
+    {"max_list_limit": "5"},
+])
+def test_schema_and_parser_reject_the_same_values(value: dict[str, Any]) -> None:
+    # Prevents: a typo silently running on defaults.
+    assert not Draft7Validator(config_schema()).is_valid(value)
+    with pytest.raises(ConfigError):
+        parse_config(value)
+
+
+def test_data_dir_resolution(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    # Prevents: relative data dirs landing in the wrong place under iii compose.
+    monkeypatch.setenv("III_COMPOSE_DIR", str(tmp_path))
+    assert resolve_data_dir("data/sm") == tmp_path / "data" / "sm"
+    assert resolve_data_dir("/abs") == Path("/abs")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert resolve_data_dir("~/d") == tmp_path / "home" / "d"
+
+
+def test_seed_expands_plain_vars_and_keeps_defaults(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    # Prevents: the seed expanding ${VAR:default} that belongs to the configuration worker.
+    monkeypatch.setenv("SM_DIR", "/srv/sm")
+    monkeypatch.delenv("SM_UNSET", raising=False)
+    path = tmp_path / "seed.yaml"
+    path.write_text("adapter:\n  name: fs\n  config:\n    data_dir: ${SM_DIR}/x${SM_UNSET}\n"
+                    "max_list_limit: 7\n")
+    assert load_seed(path) == {**fs("/srv/sm/x"), "max_list_limit": 7}
+    path.write_text("adapter:\n  name: fs\n  config:\n    data_dir: ${SM_DIR_DEFAULTED:data/y}\n")
+    assert load_seed(path) == fs("${SM_DIR_DEFAULTED:data/y}")
+    path.write_text("adapter: [unclosed\n")
+    assert load_seed(path) is None
+    path.write_text("bogus_key: 1\n")
+    assert load_seed(path) is None
+    assert load_seed(tmp_path / "missing.yaml") is None
+
+
+# -- boot ---------------------------------------------------------------------------
+
+
+def test_first_boot_registers_defaults_and_observes_updates(tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    # Prevents: a first boot with nothing stored failing, or no observer on config updates.
+    monkeypatch.setenv("III_COMPOSE_DIR", str(tmp_path))
+    fake = FakeIII()
+    host = boot(fake)
+    try:
+        register = [p for f, p in fake.config_calls if f == "configuration::register"]
+        assert len(register) == 1
+        assert register[0]["id"] == "session-manager"
+        assert register[0]["initial_value"] == default_config_value()
+        assert register[0]["schema"] == config_schema()
+        assert host.runtime.config == parse_config(default_config_value())
+        assert (tmp_path / "data" / "session-manager").is_dir()
+        assert fake.observes == [({"function_id": "configuration::on-updated", "filters": UPDATED_FILTERS,
+                                   "deliver": "input"}, ON_CONFIG_CHANGE)]
+    finally:
+        host.close()
+
+
+def test_stored_value_wins_over_seed(tmp_path: Path) -> None:
+    # Prevents: a --config seed overwriting what the operator stored.
+    fake = FakeIII()
+    fake.config_store["session-manager"] = {"value": fs(tmp_path / "stored", max_list_limit=9)}
+    host = boot(fake, seed=fs(tmp_path / "seed"))
+    try:
+        assert host.runtime.config.max_list_limit == 9
+        assert (tmp_path / "stored").is_dir() and not (tmp_path / "seed").exists()
+    finally:
+        host.close()
+
+
+def test_seed_applies_when_nothing_is_stored(tmp_path: Path) -> None:
+    # Prevents: the one-time seed being ignored on a first boot.
+    fake = FakeIII()
+    host = boot(fake, seed=fs(tmp_path / "seed", default_list_limit=3))
+    try:
+        assert host.runtime.config.default_list_limit == 3
+        assert fake.config_store["session-manager"]["value"] == fs(tmp_path / "seed", default_list_limit=3)
+    finally:
+        host.close()
+
+
+def test_transient_failures_are_retried(tmp_path: Path) -> None:
+    # Prevents: one slow answer from the configuration worker aborting boot.
+    fake = FakeIII()
+    fake.config_failures["configuration::register"] = [InvocationError("TIMEOUT", "slow")]
+    host = boot(fake, seed=fs(tmp_path / "d"))
+    host.close()
+
+
+def test_configuration_is_a_required_dependency(tmp_path: Path) -> None:
+    # Prevents: a worker that starts without its configuration and silently uses defaults.
+    fake = FakeIII()
+    fake.config_failures["configuration::register"] = [
+        InvocationError("function_not_found", "Function configuration::register not found")] * 3
+    with pytest.raises(ConfigurationUnavailable, match="configuration::register failed after 3 attempts"):
+        boot(fake, seed=fs(tmp_path / "d"))
+    assert fake.functions == {}
+
+
+def test_bridge_at_boot_is_fatal_and_clear(tmp_path: Path) -> None:
+    # Prevents: a bridge config silently falling back to a local fs store.
+    fake = FakeIII()
+    fake.config_store["session-manager"] = {"value": {"adapter": {"name": "bridge",
+                                                                  "config": {"url": "ws://main:1"}}}}
+    with pytest.raises(Exception, match=BRIDGE_UNSUPPORTED):
+        boot(fake)
+    assert fake.functions == {}
+
+
+def test_unparseable_stored_value_is_fatal_at_boot() -> None:
+    # Prevents: booting on defaults when the stored value has a typo.
+    fake = FakeIII()
+    fake.config_store["session-manager"] = {"value": {"max_list_limt": 5}}
+    with pytest.raises(ConfigError, match="max_list_limt"):
+        boot(fake)
+
+
+# -- reloads -----------------------------------------------------------------------
+
+
+@pytest.fixture
+def booted(tmp_path: Path) -> Any:
+    fake = FakeIII()
+    host = boot(fake, seed=fs(tmp_path / "a"))
+    yield fake, host
+    host.close()
+
+
+def test_limits_reload_applies_per_call(booted: tuple[FakeIII, IIIHost], tmp_path: Path) -> None:
+    # Prevents: list limits that need a restart to change.
+    fake, host = booted
+    for _ in range(3):
+        fake.invoke("session::create", {})
+    assert len(fake.invoke("session::list", {})["sessions"]) == 3
+    store_before = host.runtime.store
+    fake.set_config(fs(tmp_path / "a", default_list_limit=2, max_list_limit=2))
+    assert host.runtime.store is store_before  # no rebuild for tuning
+    assert len(fake.invoke("session::list", {})["sessions"]) == 2
+    assert len(fake.invoke("session::list", {"limit": 100})["sessions"]) == 2
+    assert fake.invoke("session::config-status", {})["last_outcome"] == "applied"
+
+
+def test_adapter_reload_swaps_store_and_resyncs(booted: tuple[FakeIII, IIIHost], tmp_path: Path) -> None:
+    # Prevents: a data_dir change that keeps serving the old store, or observers left stale after it.
+    fake, host = booted
+    fake.invoke("session::create", {"title": "old", "metadata": {"owner": "u_1"}})  # s_001 in a/
+    # prepare b/ with one session holding a user message and a streamed reply
+    other = IIIHost(FakeIII(), parse_config(fs(tmp_path / "b")), ids=SequentialIds(),
+                    clock=ManualClock(START_MS + 5))
+    other.register()
+    other.client.invoke("session::create", {"title": "new"})
+    other.client.invoke("session::append", {"session_id": "s_001", "message": user("u"), "entry_id": "m1"})
+    other.client.invoke("session::append", {"session_id": "s_001", "custom": {"custom_type": "n"},
+                                            "entry_id": "c1"})
+    other.client.invoke("session::update-message", {"session_id": "s_001", "entry_id": "m1",
+                                                    "content": [{"type": "text", "text": "v2"}]})
+    other.close()
+    for fid in ev.EVENT_FUNCTIONS:
+        fake.add_observer(fid)
+    fake.invoke("session::create", {"title": "gone"})  # s_002: in a/ only, so the swap deletes it
+    host.emitter.flush()
+    fake.triggers.clear()
+
+    fake.set_config(fs(tmp_path / "b"))
+    host.emitter.flush()
+    assert host.runtime.config.adapter_value() == {"name": "fs", "config": {"data_dir": str(tmp_path / "b")}}
+    calls = fake.event_calls()
+    assert [(fid, p["session_id"], p.get("entry_id")) for fid, p in calls] == [
+        (ev.ON_DELETED, "s_002", None),
+        (ev.ON_CREATED, "s_001", None),
+        (ev.ON_MESSAGE_UPDATED, "s_001", "m1"),
+        (ev.ON_MESSAGE_ADDED, "s_001", "c1"),
+    ]
+    assert calls[0][1] == {"session_id": "s_002", "timestamp": START_MS}
+    assert calls[2][1]["revision"] == 1
+    assert calls[3][1]["custom"] == {"custom_type": "n", "data": None}
+    # the new store serves calls now
+    assert fake.invoke("session::get", {"session_id": "s_001"})["meta"]["title"] == "new"
+    assert fake.invoke("session::get", {"session_id": "s_002"}) is None
+    assert fake.invoke("session::config-status", {}) == {
+        "last_outcome": "applied", "last_error": None, "rejected_reloads": 0}
+
+
+def test_unbuildable_adapter_keeps_last_good(booted: tuple[FakeIII, IIIHost], tmp_path: Path) -> None:
+    # Prevents: a bad data_dir taking the worker down or half-swapping it.
+    fake, host = booted
+    fake.invoke("session::create", {"title": "kept"})
+    blocker = tmp_path / "file"
+    blocker.write_text("not a dir")
+    assert fake.invoke(ON_CONFIG_CHANGE, {"id": "session-manager"}) == {"ok": True}  # nothing changed yet
+    before = host.runtime
+    fake.config_store["session-manager"]["value"] = fs(blocker)
+    assert fake.invoke(ON_CONFIG_CHANGE, {}) == {"ok": True}
+    assert host.runtime is before
+    status = fake.invoke("session::config-status", {})
+    assert status["last_outcome"] == "rejected"
+    assert str(blocker) in status["last_error"]
+    assert status["rejected_reloads"] == 1
+    fake.set_config({"adapter": {"name": "bridge", "config": {"url": "ws://main:1"}}})
+    status = fake.invoke("session::config-status", {})
+    assert status["rejected_reloads"] == 2 and BRIDGE_UNSUPPORTED in status["last_error"]
+    fake.set_config({"max_list_limt": 1})  # does not parse
+    assert fake.invoke("session::config-status", {})["rejected_reloads"] == 3
+    assert fake.invoke("session::get", {"session_id": "s_001"})["meta"]["title"] == "kept"
+    fake.set_config(fs(tmp_path / "a", max_list_limit=4))
+    assert fake.invoke("session::config-status", {}) == {
+        "last_outcome": "applied", "last_error": None, "rejected_reloads": 3}
+
+
+def test_fetch_failure_fails_the_reload_and_keeps_status(booted: tuple[FakeIII, IIIHost]) -> None:
+    # Prevents: an unreachable configuration worker being recorded as a rejected value.
+    fake, _ = booted
+    fake.config_failures["configuration::get"] = [InvocationError("TIMEOUT", "slow")] * 3
+    with pytest.raises(InvocationError, match="configuration::get failed after 3 attempts"):
+        fake.invoke(ON_CONFIG_CHANGE, {})
+    assert fake.invoke("session::config-status", {})["rejected_reloads"] == 0
+
+
+def test_payload_is_never_trusted(booted: tuple[FakeIII, IIIHost], tmp_path: Path) -> None:
+    # Prevents: any caller injecting configuration through the discoverable hook.
+    fake, host = booted
+    fake.invoke(ON_CONFIG_CHANGE, {"id": "session-manager", "value": fs(tmp_path / "evil"),
+                                   "new_value": fs(tmp_path / "evil")})
+    assert not (tmp_path / "evil").exists()
+    assert host.runtime.config.adapter_value()["config"]["data_dir"] == str(tmp_path / "a")
+
+
+def test_overlapping_reloads_converge_on_the_newest_value(booted: tuple[FakeIII, IIIHost],
+                                                          tmp_path: Path) -> None:
+    # Prevents: an older reload finishing last and leaving a stale runtime.
+    fake, host = booted
+    fake.config_store["session-manager"]["value"] = fs(tmp_path / "c", max_list_limit=11)
+    threads = [threading.Thread(target=fake.invoke, args=(ON_CONFIG_CHANGE, {})) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert host.runtime.config.max_list_limit == 11
+    assert host.runtime.config.adapter_value()["config"]["data_dir"] == str(tmp_path / "c")
