@@ -1,0 +1,184 @@
+"""``session-manager``: run the worker on an iii engine.
+
+    session-manager [--url ws://127.0.0.1:49134] [--config seed.yaml]
+    session-manager --manifest | --version
+
+Connects (waiting, with a log line, while the engine is unreachable), boots
+from the configuration worker, serves until SIGINT/SIGTERM, then refuses new
+calls, lets in-flight ones finish (each acknowledged mutation is already
+durable), delivers queued events and disconnects.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+from types import FrameType
+from typing import Any
+
+from . import __version__
+from .config import ConfigError, load_seed
+from .configuration import BuildError, ConfigurationUnavailable
+from .errors import SessionError
+from .manifest import DESCRIPTION, NAME, manifest
+
+log = logging.getLogger("session_manager")
+
+DEFAULT_URL = "ws://127.0.0.1:49134"
+WAIT_LOG_EVERY_S = 10.0
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog=NAME, description=DESCRIPTION)
+    parser.add_argument("--url", default=os.environ.get("III_URL") or DEFAULT_URL,
+                        help="engine WebSocket URL (default: $III_URL or %(default)s)")
+    parser.add_argument("--config", metavar="PATH",
+                        help="YAML seed for the configuration entry; applied only when none is stored")
+    parser.add_argument("--manifest", action="store_true", help="print the registry manifest JSON and exit")
+    parser.add_argument("--version", action="version", version=f"{NAME} {__version__}")
+    parser.add_argument("--log-level", default=os.environ.get("SESSION_MANAGER_LOG", "INFO"),
+                        help="logging level (default: INFO)")
+    return parser.parse_args(argv)
+
+
+def connect(url: str) -> Any:
+    """A client that connects (and reconnects) in the background."""
+    from iii import InitOptions
+    from iii.iii import III
+
+    return III(url, InitOptions(worker_name=NAME, worker_description=DESCRIPTION))
+
+
+def wait_connected(client: Any, url: str, stop: threading.Event) -> bool:
+    """Block until connected (True) or stopped / fatally rejected (False)."""
+    connected = threading.Event()
+    failed = threading.Event()
+
+    def on_state(state: str) -> None:
+        if state == "connected":
+            connected.set()
+        elif state == "failed":
+            failed.set()
+
+    off = client.add_connection_state_listener(on_state)
+    try:
+        wait_s = 1.0  # a reachable engine answers well within this
+        while not (connected.is_set() or stop.is_set() or failed.is_set()):
+            left = wait_s
+            while left > 0 and not (connected.is_set() or stop.is_set() or failed.is_set()):
+                connected.wait(0.2)
+                left -= 0.2
+            if not (connected.is_set() or stop.is_set() or failed.is_set()):
+                log.warning("waiting for the iii engine at %s: unreachable, retrying (Ctrl+C to stop)", url)
+            wait_s = WAIT_LOG_EVERY_S
+        return connected.is_set()
+    finally:
+        off()
+
+
+def _install_signals(stop: threading.Event) -> None:
+    def handler(signum: int, frame: FrameType | None) -> None:
+        log.info("%s received: shutting down", signal.Signals(signum).name)
+        stop.set()
+
+    signal.signal(signal.SIGINT, handler)
+    signal.signal(signal.SIGTERM, handler)
+
+
+def _watch_reconnects(client: Any, url: str, host: Any) -> Any:
+    """Log connection changes; after a reconnect re-read the configuration
+    (it may have changed while we were away)."""
+    state = {"last": "connected"}
+
+    def on_state(new: str) -> None:
+        last, state["last"] = state["last"], new
+        if new == last:
+            return
+        if new == "connected":
+            log.info("reconnected to %s", url)
+            threading.Thread(target=_reload_quietly, args=(host,), daemon=True).start()
+        elif new in ("disconnected", "reconnecting"):
+            log.warning("connection to %s lost (%s); retrying", url, new)
+        elif new == "failed":
+            log.error("connection to %s failed for good", url)
+
+    return client.add_connection_state_listener(on_state)
+
+
+def _reload_quietly(host: Any) -> None:
+    try:
+        host.reloader.reload()
+    except Exception as e:
+        log.warning("configuration re-read after reconnect failed: %s", e)
+
+
+class QuietDomainErrors(logging.Filter):
+    """The SDK logs every failed handler with a traceback; a ``session/*``
+    error is an answer to the caller, not a fault: keep one short line."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        while exc is not None and not isinstance(exc, SessionError):
+            exc = exc.__cause__ or exc.__context__
+        if isinstance(exc, SessionError):
+            record.msg, record.args = "%s answered %s", (record.getMessage(), exc)
+            record.exc_info, record.exc_text = None, None
+            record.levelno, record.levelname = logging.INFO, "INFO"
+        return True
+
+
+def _shutdown_client(client: Any) -> None:
+    loop = getattr(client, "_loop", None)
+    if loop is None or loop.is_running():  # a second shutdown hangs on a stopped loop
+        client.shutdown()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``session-manager`` console script."""
+    args = parse_args(argv)
+    if args.manifest:
+        print(json.dumps(manifest(), indent=2))
+        return 0
+    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("iii.iii").addFilter(QuietDomainErrors())
+    seed = load_seed(args.config) if args.config else None
+    stop = threading.Event()
+    _install_signals(stop)
+
+    from .iii_host import start
+
+    log.info("%s %s connecting to %s", NAME, __version__, args.url)
+    client = connect(args.url)
+    host = None
+    try:
+        if not wait_connected(client, args.url, stop):
+            if stop.is_set():
+                return 0
+            log.error("the engine at %s refused this worker: %s", args.url,
+                      getattr(client, "_fatal_error", None) or "connection failed")
+            return 1
+        log.info("connected to %s", args.url)
+        try:
+            host = start(client, seed)
+        except (ConfigurationUnavailable, ConfigError, BuildError) as e:
+            log.error("cannot start: %s (configuration is a required dependency: is the configuration "
+                      "worker running on %s?)", e, args.url)
+            return 1
+        off = _watch_reconnects(client, args.url, host)
+        log.info("%s ready: serving %s with adapter %s", NAME, args.url, host.runtime.config.adapter_value())
+        while not stop.wait(0.5):
+            pass
+        off()
+        return 0
+    finally:
+        if host is not None:
+            host.close()
+        _shutdown_client(client)
+        log.info("%s stopped", NAME)
