@@ -17,7 +17,12 @@ from pathlib import Path
 
 import pytest
 
-pytest_plugins = ["tests.steps.common", "tests.steps.mention_steps", "tests.steps.lifecycle_steps"]
+pytest_plugins = [
+    "tests.steps.common",
+    "tests.steps.mention_steps",
+    "tests.steps.message_steps",
+    "tests.steps.lifecycle_steps",
+]
 
 _HERE = Path(__file__).parent
 _PURE_DIRS = (_HERE / "tests" / "unit", _HERE / "tests" / "property")

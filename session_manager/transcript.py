@@ -158,10 +158,11 @@ def item(entry: Entry, *, image_data: bool = True) -> dict[str, Any]:
     if entry.get("kind") == "message":
         message = entry["message"]
         out["message"] = message if image_data else without_image_data(message)
+        # Items carry provenance for messages only (wire contract); get-message shows a custom entry's origin.
+        if entry.get("origin") is not None:
+            out["origin"] = entry["origin"]
     else:
         out["custom"] = {"custom_type": entry.get("custom_type"), "data": entry.get("data")}
-    if entry.get("origin") is not None:
-        out["origin"] = entry["origin"]
     return out
 
 
