@@ -22,6 +22,7 @@ pytest_plugins = [
     "tests.steps.mention_steps",
     "tests.steps.message_steps",
     "tests.steps.lifecycle_steps",
+    "tests.steps.attachment_steps",
 ]
 
 _HERE = Path(__file__).parent
