@@ -8,6 +8,7 @@ never name a path outside its folder; ``decode`` is the strict inverse.
 from __future__ import annotations
 
 _SAFE = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
+_HEX = frozenset(b"0123456789abcdefABCDEF")
 
 
 def encode_id(value: str) -> str:
@@ -26,8 +27,8 @@ def decode_id(stem: str) -> str | None:
         b = data[i]
         if b == 0x25:  # '%'
             hexpart = data[i + 1 : i + 3]
-            if len(hexpart) != 2:
-                return None
+            if len(hexpart) != 2 or not all(c in _HEX for c in hexpart):
+                return None  # int(..., 16) alone would accept " 1" and "+1"
             try:
                 raw.append(int(hexpart.decode("ascii"), 16))
             except ValueError:

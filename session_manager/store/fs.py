@@ -91,7 +91,13 @@ class FsStore(SessionStore):
         return self.dir / f"{encode_id(session_id)}.jsonl"
 
     def attachments_dir(self, session_id: str) -> Path:
-        return self.dir / "attachments" / encode_id(session_id)
+        stem = encode_id(session_id)
+        if stem in (".", ".."):
+            # These would name attachments/ itself or data_dir, so deleting the
+            # session would wipe every session. encode_id never escapes a dot,
+            # so the escaped form cannot collide with another id's folder.
+            stem = stem.replace(".", "%2E")
+        return self.dir / "attachments" / stem
 
     def _attachment_paths(self, session_id: str, attachment_id: str) -> tuple[Path, Path]:
         folder = self.attachments_dir(session_id)
@@ -243,7 +249,8 @@ class FsStore(SessionStore):
         fix = self._tail_fix.pop(session_id, None)
         try:
             created = not path.exists()
-            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
+            # Read access too: the tail check after a failed write preads the file.
+            fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
             try:
                 if fix == "check":
                     fix = self._inspect_tail(fd, session_id)
@@ -251,9 +258,16 @@ class FsStore(SessionStore):
                     os.ftruncate(fd, fix)
                 elif fix == "newline":
                     data = b"\n" + data
-                _write_all(fd, data)
-                if self.durability == "fsync":
-                    os.fsync(fd)
+                start = os.fstat(fd).st_size
+                try:
+                    _write_all(fd, data)
+                    if self.durability == "fsync":
+                        os.fsync(fd)
+                except OSError:
+                    # The caller hears "failed", so no part of it may replay later,
+                    # not even a whole record that only lacks its newline.
+                    os.ftruncate(fd, start)
+                    raise
             finally:
                 os.close(fd)
             if created and self.durability == "fsync":

@@ -99,15 +99,18 @@ def _line(record: dict[str, Any]) -> str:
 def encode_commit(commit: Commit) -> bytes:
     """The bytes of one mutation: whole lines, written with a single append.
 
-    A single new entry that becomes the leaf travels as one ``append`` line.
-    Anything else is entry lines, then the leaf, then the meta: a crash that
-    cuts the write short leaves entries no leaf or meta points at yet, so
-    the mutation reads back as not having happened.
+    When the last entry becomes the leaf and the meta changes (append,
+    append-many, fork), the earlier entries go as ``entry`` lines and the last
+    one as an ``append`` line carrying leaf and meta: a crash that cuts the
+    write short leaves only entries no leaf or meta points at yet, so the
+    mutation reads back as not having happened. Anything else is entry
+    lines, then the leaf, then the meta.
     """
     entries, leaf, meta = commit.entries, commit.leaf, commit.meta
     lines: list[str] = []
-    if len(entries) == 1 and meta is not None and leaf == entries[0]["id"]:
-        lines.append(_line({"type": "append", "entry": entries[0], "meta": meta}))
+    if entries and meta is not None and leaf == entries[-1]["id"]:
+        lines.extend(_line({"type": "entry", "entry": e}) for e in entries[:-1])
+        lines.append(_line({"type": "append", "entry": entries[-1], "meta": meta}))
     else:
         lines.extend(_line({"type": "entry", "entry": e}) for e in entries)
         if leaf is not None:
