@@ -16,6 +16,7 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+import re
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -62,6 +63,7 @@ Result = tuple[Any, list[ev.Event]]
 
 DEFAULT_MIME = "application/octet-stream"
 _B64_CHUNK = 4 * 64 * 1024  # base64 characters decoded per step (a multiple of 4)
+_B64_SHAPE = re.compile(r"[A-Za-z0-9+/]*={0,2}")
 
 
 def _meta(
@@ -578,6 +580,7 @@ class SessionService:
         with self._session(req.session_id):
             meta = self._meta_or_raise(req.session_id)
             self._entry_or_raise(req.session_id, req.entry_id)
+            # Team rule (the issue): every mutation but set-draft bumps updated_at.
             meta = _with(meta, updated_at=self.clock.now_ms())
             self.store.commit(req.session_id, Commit(leaf=req.entry_id, meta=meta))
         return {"active_leaf": req.entry_id}, []
@@ -742,6 +745,12 @@ def _decoded_size(data: str) -> int:
         raise invalid_request("data: attachment data is not valid base64 (length is not a multiple of 4)")
     if n == 0:
         return 0
+    # A regex scan allocates nothing, so bad input is refused before an id is
+    # taken or a folder made; the last quantum must be canonical (zero spare bits).
+    if _B64_SHAPE.fullmatch(data) is None:
+        raise invalid_request("data: attachment data is not valid base64 (unexpected character or padding)")
+    if base64.b64encode(base64.b64decode(data[-4:])).decode("ascii") != data[-4:]:
+        raise invalid_request("data: attachment data is not valid base64 (non-zero trailing bits)")
     pad = 2 if data.endswith("==") else 1 if data.endswith("=") else 0
     return n // 4 * 3 - pad
 

@@ -352,7 +352,13 @@ class FsStore(SessionStore):
                 with contextlib.suppress(OSError):
                     bin_path.unlink()
                 raise UnstorableValue("attachment metadata contains an unpaired UTF-16 surrogate") from None
-            self._write_atomically(meta_path, [body])
+            try:
+                self._write_atomically(meta_path, [body])
+            except OSError:
+                # Unlisted bytes would only leak disk: drop them with the failed upload.
+                with contextlib.suppress(OSError):
+                    bin_path.unlink()
+                raise
             if self.durability == "fsync":
                 _fsync_dir(meta_path.parent)
         except OSError as e:
