@@ -23,6 +23,7 @@ pytest_plugins = [
     "tests.steps.message_steps",
     "tests.steps.lifecycle_steps",
     "tests.steps.attachment_steps",
+    "tests.steps.engine_steps",
 ]
 
 _HERE = Path(__file__).parent
