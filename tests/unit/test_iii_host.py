@@ -228,3 +228,45 @@ def test_close_refuses_new_calls(fake: FakeIII, tmp_path: Path) -> None:
     with pytest.raises(InvocationError) as err:
         fake.invoke("session::create", {})
     assert err.value.message.startswith("session/storage: ")
+
+
+# -- CLI -------------------------------------------------------------------------
+
+
+def test_manifest_from_the_module_entry_point() -> None:
+    # Prevents: a --manifest that connects, logs to stdout, or drifts from the registry fields.
+    import json
+    import subprocess
+    import sys
+
+    from session_manager.manifest import manifest
+
+    out = subprocess.run([sys.executable, "-m", "session_manager", "--manifest"], capture_output=True,
+                         text=True, timeout=60, check=True)
+    printed = json.loads(out.stdout)
+    assert printed == manifest()
+    assert printed["name"] == "session-manager" and printed["version"] == "1.1.1"
+    assert printed["default_config"]["adapter"] == {"name": "fs", "config": {"data_dir": "data/session-manager"}}
+    assert printed["supported_targets"]
+
+
+def test_domain_errors_are_logged_without_traceback() -> None:
+    # Prevents: every not_found answer flooding the worker log with a traceback.
+    import logging
+
+    from session_manager.cli import QuietDomainErrors
+    from session_manager.errors import not_found
+
+    try:
+        try:
+            raise not_found("s_x")
+        except Exception as inner:
+            raise RuntimeError("wrapped") from inner
+    except RuntimeError:
+        import sys
+
+        record = logging.LogRecord("iii.iii", logging.ERROR, __file__, 1, "Error in handler %s",
+                                   ("session::get",), sys.exc_info())
+    assert QuietDomainErrors().filter(record)
+    assert record.levelno == logging.INFO and record.exc_info is None
+    assert "session/not_found" in record.getMessage()
