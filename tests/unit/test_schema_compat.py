@@ -91,7 +91,7 @@ def _walk(value: Any) -> Any:
 
 
 def _empty_id(instance: dict[str, Any]) -> bool:
-    ids = [v for k, v in instance.items() if k == "session_id" or k.endswith("entry_id") or k == "attachment_id"]
+    ids = [v for k, v in instance.items() if k.endswith("_id")]
     ids += [v for v in instance.get("entry_ids") or []]
     return "" in ids
 
