@@ -318,6 +318,12 @@ def scripted_responses(data_dir: Path) -> dict[str, list[Any]]:
         call("session::fork", {"session_id": "s_001", "entry_id": "u1", "title": "branch"})
         call("session::set-active-leaf", {"session_id": "s_001", "entry_id": "u1"})
         call("session::delete-attachment", {"session_id": "s_001", "attachment_id": "a_none"})
+        if "session::mention::search" in BY_ID:
+            call("session::mention::search", {"query": "t2"})
+            call("session::mention::search", {"query": "", "limit": 2, "context": {"session_id": "mine"}})
+        if "session::mention::get" in BY_ID:
+            call("session::mention::get", {"id": "s_001"})
+            call("session::mention::get", {"id": "nope"})
         call("session::delete", {"session_id": "s_002"})
         call("session::delete", {"session_id": "s_002"})
     finally:
