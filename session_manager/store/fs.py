@@ -32,7 +32,7 @@ from ..errors import StoreError, UnstorableValue
 from ..transcript import EntryPath
 from .base import AttachmentMeta, Commit, Entry, Meta, SessionStore
 from .encoding import decode_id, encode_id
-from .records import decode_record, encode_commit
+from .records import committed_records, decode_record, encode_commit, last_meta
 from .state import SessionState
 
 log = logging.getLogger("session_manager.store.fs")
@@ -115,13 +115,11 @@ class FsStore(SessionStore):
         except OSError as e:
             raise StoreError(f"read {path}: {e}") from e
         lines = data.split(b"\n")
-        for number, line in enumerate(lines, 1):
-            if not line.strip():
-                continue
-            record = decode_record(line, session_id)
-            if record is None:
-                log.warning("%s line %d: skipping a malformed record (possibly a torn tail)", path, number)
-                continue
+
+        def skip(number: int, why: str) -> None:
+            log.warning("%s line %d: %s", path, number, why)
+
+        for record in committed_records(lines, session_id, skip):
             state.apply_record(record)
         if data and not data.endswith(b"\n"):
             tail = lines[-1]
@@ -199,14 +197,7 @@ class FsStore(SessionStore):
             return None
         except OSError as e:
             raise StoreError(f"read {path}: {e}") from e
-        for line in reversed(data.split(b"\n")):
-            if b'"meta"' not in line:
-                continue
-            record = decode_record(line, session_id)
-            if record is not None and record["type"] in ("meta", "append"):
-                meta: Meta = record["meta"]
-                return meta
-        return None
+        return last_meta(data.split(b"\n"), session_id)
 
     def get_entry(self, session_id: str, entry_id: str) -> Entry | None:
         state = self._state(session_id)

@@ -8,6 +8,11 @@ One record per line, discriminated by ``type``::
     {"type":"append","entry":{...},"meta":{...}}   # entry + leaf + meta in one line
     {"type":"commit","entry_id":"e_..."}           # read and ignored (reference bookkeeping)
 
+Lines that only mean something together (an update's entry and meta, a leaf
+move and its meta) carry a shared ``"tx"`` id and the last of them a
+``"tx_n"`` count; replay applies such a group whole or not at all. The
+reference ignores both fields, so files stay readable in both directions.
+
 Decoding is defensive: anything that is not a well-formed record of a known
 type is rejected here so replay can skip it and carry on.
 """
@@ -15,6 +20,8 @@ type is rejected here so replay can skip it and carry on.
 from __future__ import annotations
 
 import json
+import uuid
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from pydantic import ValidationError
@@ -78,6 +85,9 @@ def decode_record(line: bytes, session_id: str | None = None) -> dict[str, Any] 
     kind = record.get("type")
     if kind not in _KINDS:
         return None
+    tx, tx_n = record.get("tx"), record.get("tx_n")
+    if (tx is not None and not isinstance(tx, str)) or (tx_n is not None and (not _is_int(tx_n) or tx is None)):
+        return None
     if kind == "meta":
         ok = valid_meta(record.get("meta"), session_id)
     elif kind == "entry":
@@ -90,6 +100,68 @@ def decode_record(line: bytes, session_id: str | None = None) -> dict[str, Any] 
     else:
         ok = isinstance(record.get("entry_id"), str)
     return record if ok else None
+
+
+def committed_records(
+    lines: Iterable[bytes], session_id: str, skip: Callable[[int, str], None]
+) -> Iterator[dict[str, Any]]:
+    """The valid records of a log, in order, with multi-line commits applied
+    whole or not at all. ``skip(line_number, why)`` hears of every line left out."""
+    pending: list[dict[str, Any]] = []
+    pending_tx: str | None = None
+    number = 0
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        record = decode_record(line, session_id)
+        if record is None:
+            skip(number, "malformed record (possibly a torn tail)")
+            continue
+        tx = record.get("tx")
+        if tx != pending_tx and pending:
+            skip(number, "the commit before this line is incomplete and was left out")
+            pending, pending_tx = [], None
+        if tx is None:
+            yield record
+            continue
+        pending_tx = tx
+        pending.append(record)
+        count = record.get("tx_n")
+        if count is not None:
+            if count == len(pending):
+                yield from pending
+            else:
+                skip(number, "an incomplete commit was left out")
+            pending, pending_tx = [], None
+    if pending:
+        skip(number, "a commit cut short at the end of the log was left out")
+
+
+def last_meta(lines: list[bytes], session_id: str) -> dict[str, Any] | None:
+    """The newest committed meta of a log, read from its end."""
+    for i in range(len(lines) - 1, -1, -1):
+        if b'"meta"' not in lines[i]:
+            continue
+        record = decode_record(lines[i], session_id)
+        if record is None or record["type"] not in ("meta", "append"):
+            continue
+        count = record.get("tx_n")
+        if count is None or _commit_complete(lines, i, record["tx"], count, session_id):
+            meta: dict[str, Any] = record["meta"]
+            return meta
+    return None
+
+
+def _commit_complete(lines: list[bytes], last: int, tx: str, count: int, session_id: str) -> bool:
+    found, i = 1, last - 1
+    while found < count and i >= 0:
+        if lines[i].strip():
+            record = decode_record(lines[i], session_id)
+            if record is None or record.get("tx") != tx:
+                return False
+            found += 1
+        i -= 1
+    return found == count
 
 
 def _line(record: dict[str, Any]) -> str:
@@ -107,16 +179,25 @@ def encode_commit(commit: Commit) -> bytes:
     lines, then the leaf, then the meta.
     """
     entries, leaf, meta = commit.entries, commit.leaf, commit.meta
-    lines: list[str] = []
+    records: list[dict[str, Any]] = []
     if entries and meta is not None and leaf == entries[-1]["id"]:
-        lines.extend(_line({"type": "entry", "entry": e}) for e in entries[:-1])
-        lines.append(_line({"type": "append", "entry": entries[-1], "meta": meta}))
+        records.extend({"type": "entry", "entry": e} for e in entries[:-1])
+        records.append({"type": "append", "entry": entries[-1], "meta": meta})
     else:
-        lines.extend(_line({"type": "entry", "entry": e}) for e in entries)
+        records.extend({"type": "entry", "entry": e} for e in entries)
         if leaf is not None:
-            lines.append(_line({"type": "leaf", "entry_id": leaf}))
+            records.append({"type": "leaf", "entry_id": leaf})
         if meta is not None:
-            lines.append(_line({"type": "meta", "meta": meta}))
+            records.append({"type": "meta", "meta": meta})
+        if len(records) > 1:
+            # Lines that only mean something together (an update's entry and
+            # meta, a leaf move and its meta) share a commit id; the last one
+            # also counts them, so replay applies all of them or none.
+            tx = uuid.uuid4().hex[:16]
+            for record in records:
+                record["tx"] = tx
+            records[-1]["tx_n"] = len(records)
+    lines = [_line(r) for r in records]
     text = "\n".join(lines) + "\n"
     try:
         return text.encode("utf-8")

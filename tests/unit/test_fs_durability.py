@@ -336,6 +336,56 @@ def test_commit_cut_short_reads_as_not_happened(data: Path, make: Callable[[], C
     assert state(FsStore(data)) == after
 
 
+@pytest.mark.parametrize(
+    "make",
+    [
+        # update-message: a new revision of e_1 plus the meta's updated_at
+        lambda: Commit(entries=(message("e_1", None, "edited", revision=1),),
+                       meta=meta("s_1", message_count=2, updated_at=T0 + 9)),
+        # set-active-leaf: the leaf move plus the meta's updated_at
+        lambda: Commit(leaf="e_1", meta=meta("s_1", message_count=2, updated_at=T0 + 9)),
+    ],
+)
+def test_two_line_commit_is_all_or_nothing(data: Path, make: Callable[[], Commit]) -> None:
+    # Prevents: a crash between an update's entry line and its meta line (or a leaf move's)
+    # replaying half a mutation.
+    store = seeded(data)
+    before = state(store)
+    path = data / "s_1.jsonl"
+    base = path.read_bytes()
+    commit = make()
+    store.commit("s_1", commit)
+    after = state(store)
+    full = path.read_bytes()
+    assert len(full[len(base):].splitlines()) == 2
+    for cut in cut_points(full[len(base):]):
+        path.write_bytes(full[: len(base) + cut])
+        assert state(FsStore(data)) == before, cut
+        assert FsStore(data).list_metas() == [before["meta"]], cut
+    path.write_bytes(full)
+    assert state(FsStore(data)) == after
+    assert FsStore(data).list_metas() == [after["meta"]]
+
+
+def test_a_torn_commit_stays_out_when_later_commits_follow(data: Path) -> None:
+    # Prevents: the surviving first line of a torn two-line commit being applied (or
+    # swallowing the next commit's lines) once later writes land after it.
+    seeded(data)
+    path = data / "s_1.jsonl"
+    base = path.read_bytes()
+    torn = encode_commit(Commit(entries=(message("e_1", None, "lost", revision=1),),
+                                meta=meta("s_1", message_count=2, updated_at=T0 + 5)))
+    first_line = torn.split(b"\n")[0] + b"\n"
+    path.write_bytes(base + first_line)
+    reopened = FsStore(data)
+    later = Commit(entries=(message("e_1", None, "kept", revision=1),),
+                   meta=meta("s_1", message_count=2, updated_at=T0 + 7))
+    reopened.commit("s_1", later)
+    got = state(FsStore(data))
+    assert [e["message"]["content"][0]["text"] for e in got["entries"]] == ["kept", "hi"]
+    assert got["meta"]["updated_at"] == T0 + 7
+
+
 def test_append_many_cut_short_through_the_api(tmp_path: Path) -> None:
     # Prevents: the service's append-many commit layout losing atomicity (checked end to end).
     where = tmp_path / "d"
@@ -458,7 +508,8 @@ def test_written_files_use_only_reference_record_shapes(tmp_path: Path) -> None:
     for name in ("chat%2F1.jsonl", "s_001.jsonl"):
         for raw in (where / name).read_bytes().split(b"\n")[:-1]:
             record = json.loads(raw)
-            assert set(record) == shapes[record["type"]]
+            # "tx"/"tx_n" group the lines of one commit; the reference ignores unknown fields.
+            assert set(record) - {"tx", "tx_n"} == shapes[record["type"]]
             assert next(iter(record)) == "type"
             seen.add(record["type"])
             if "entry" in record:

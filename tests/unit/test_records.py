@@ -57,9 +57,12 @@ def test_meta_only_leaf_only_and_update_commits() -> None:
     assert lines(encode_commit(Commit(meta=m))) == [{"type": "meta", "meta": m}]
     assert lines(encode_commit(Commit(leaf="e_2"))) == [{"type": "leaf", "entry_id": "e_2"}]
     edited = message("e_1", None, "new", revision=1)
-    assert lines(encode_commit(Commit(entries=(edited,), meta=m))) == [
-        {"type": "entry", "entry": edited},
-        {"type": "meta", "meta": m},
+    got = lines(encode_commit(Commit(entries=(edited,), meta=m)))
+    tx = got[0]["tx"]
+    assert isinstance(tx, str) and tx
+    assert got == [
+        {"type": "entry", "entry": edited, "tx": tx},
+        {"type": "meta", "meta": m, "tx": tx, "tx_n": 2},
     ]
 
 
@@ -68,11 +71,12 @@ def test_leaf_not_on_the_last_entry_keeps_separate_lines() -> None:
     batch = (message("e_1", None), message("e_2", "e_1"))
     m = meta("s_1", message_count=2)
     got = lines(encode_commit(Commit(entries=batch, leaf="e_1", meta=m)))
+    tx = got[0]["tx"]
     assert got == [
-        {"type": "entry", "entry": batch[0]},
-        {"type": "entry", "entry": batch[1]},
-        {"type": "leaf", "entry_id": "e_1"},
-        {"type": "meta", "meta": m},
+        {"type": "entry", "entry": batch[0], "tx": tx},
+        {"type": "entry", "entry": batch[1], "tx": tx},
+        {"type": "leaf", "entry_id": "e_1", "tx": tx},
+        {"type": "meta", "meta": m, "tx": tx, "tx_n": 4},
     ]
 
 
