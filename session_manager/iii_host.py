@@ -320,7 +320,8 @@ class IIIHost:
 
 def resync_events(store: SessionStore, old_metas: list[Meta], now_ms: int) -> list[Event]:
     """The new store's state as events: deletes for sessions that vanished,
-    then per session its creation and one event per entry."""
+    then per session its creation, every entry, and each streamed entry's
+    current revision."""
     metas = store.list_metas()
     current = {m["session_id"] for m in metas}
     out: list[Event] = [ev.deleted(m["session_id"], now_ms, m.get("metadata"))
@@ -330,10 +331,11 @@ def resync_events(store: SessionStore, old_metas: list[Meta], now_ms: int) -> li
         metadata = meta.get("metadata")
         out.append(ev.created(meta))
         for entry in store.entries(sid):
+            # Added for every entry (an observer may never have seen it), then
+            # the current revision for streamed ones, so highest-revision wins.
+            out.append(ev.message_added(sid, entry, metadata))
             if entry.get("kind") == "message" and entry.get("revision", 0) > 0:
                 out.append(ev.message_updated(sid, entry, entry.get("origin"), entry["timestamp"], metadata))
-            else:
-                out.append(ev.message_added(sid, entry, metadata))
     return out
 
 

@@ -252,12 +252,14 @@ def test_adapter_reload_swaps_store_and_resyncs(booted: tuple[FakeIII, IIIHost],
     assert [(fid, p["session_id"], p.get("entry_id")) for fid, p in calls] == [
         (ev.ON_DELETED, "s_002", None),
         (ev.ON_CREATED, "s_001", None),
+        (ev.ON_MESSAGE_ADDED, "s_001", "m1"),
         (ev.ON_MESSAGE_UPDATED, "s_001", "m1"),
         (ev.ON_MESSAGE_ADDED, "s_001", "c1"),
     ]
     assert calls[0][1] == {"session_id": "s_002", "timestamp": START_MS}
-    assert calls[2][1]["revision"] == 1
-    assert calls[3][1]["custom"] == {"custom_type": "n", "data": None}
+    assert calls[2][1]["message"]["content"] == [{"type": "text", "text": "v2"}]
+    assert calls[3][1]["revision"] == 1
+    assert calls[4][1]["custom"] == {"custom_type": "n", "data": None}
     # the new store serves calls now
     assert fake.invoke("session::get", {"session_id": "s_001"})["meta"]["title"] == "new"
     assert fake.invoke("session::get", {"session_id": "s_002"}) is None
