@@ -29,11 +29,10 @@ from pathlib import Path
 from typing import Literal
 
 from ..errors import StoreError, UnstorableValue
-from ..transcript import EntryPath
-from .base import AttachmentMeta, Commit, Entry, Meta, SessionStore
+from .base import AttachmentMeta, Commit, Meta
 from .encoding import decode_id, encode_id
 from .records import committed_records, decode_record, encode_commit, last_meta
-from .state import SessionState
+from .state import SessionState, StateBackedStore
 
 log = logging.getLogger("session_manager.store.fs")
 
@@ -60,7 +59,7 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-class FsStore(SessionStore):
+class FsStore(StateBackedStore):
     """JSONL-per-session storage under ``data_dir``.
 
     ``durability="flush"`` (default): every acknowledged mutation has been
@@ -158,10 +157,6 @@ class FsStore(SessionStore):
 
     # -- reads -----------------------------------------------------------------
 
-    def get_meta(self, session_id: str) -> Meta | None:
-        state = self._state(session_id)
-        return state.meta if state else None
-
     def list_metas(self) -> list[Meta]:
         with self._lock:
             if self._metas is None:
@@ -198,28 +193,6 @@ class FsStore(SessionStore):
         except OSError as e:
             raise StoreError(f"read {path}: {e}") from e
         return last_meta(data.split(b"\n"), session_id)
-
-    def get_entry(self, session_id: str, entry_id: str) -> Entry | None:
-        state = self._state(session_id)
-        return state.entries.get(entry_id) if state else None
-
-    def get_leaf(self, session_id: str) -> str | None:
-        state = self._state(session_id)
-        return state.leaf if state else None
-
-    def path(self, session_id: str, leaf: str | None) -> EntryPath:
-        state = self._state(session_id)
-        if state is None:
-            return EntryPath([], {})
-        with state.lock:
-            return state.path(leaf)
-
-    def entries(self, session_id: str) -> list[Entry]:
-        state = self._state(session_id)
-        if state is None:
-            return []
-        with state.lock:
-            return list(state.entries.values())
 
     # -- writes ------------------------------------------------------------------
 

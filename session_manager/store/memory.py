@@ -9,12 +9,11 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterable
 
-from ..transcript import EntryPath
-from .base import AttachmentMeta, Commit, Entry, Meta, SessionStore
-from .state import SessionState
+from .base import AttachmentMeta, Commit, Meta
+from .state import SessionState, StateBackedStore
 
 
-class MemoryStore(SessionStore):
+class MemoryStore(StateBackedStore):
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._sessions: dict[str, SessionState] = {}
@@ -28,35 +27,9 @@ class MemoryStore(SessionStore):
                 state.loaded = True
             return state
 
-    def get_meta(self, session_id: str) -> Meta | None:
-        state = self._state(session_id)
-        return state.meta if state else None
-
     def list_metas(self) -> list[Meta]:
         with self._lock:
             return [s.meta for s in self._sessions.values() if s.meta is not None]
-
-    def get_entry(self, session_id: str, entry_id: str) -> Entry | None:
-        state = self._state(session_id)
-        return state.entries.get(entry_id) if state else None
-
-    def get_leaf(self, session_id: str) -> str | None:
-        state = self._state(session_id)
-        return state.leaf if state else None
-
-    def path(self, session_id: str, leaf: str | None) -> EntryPath:
-        state = self._state(session_id)
-        if state is None:
-            return EntryPath([], {})
-        with state.lock:
-            return state.path(leaf)
-
-    def entries(self, session_id: str) -> list[Entry]:
-        state = self._state(session_id)
-        if state is None:
-            return []
-        with state.lock:
-            return list(state.entries.values())
 
     def commit(self, session_id: str, commit: Commit) -> None:
         state = self._state(session_id, create=True)

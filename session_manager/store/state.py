@@ -8,10 +8,11 @@ path indexed so reads of a loaded session cost O(result).
 from __future__ import annotations
 
 import threading
+from abc import abstractmethod
 from typing import Any
 
 from ..transcript import EntryPath, walk_to_root
-from .base import Commit, Entry, Meta
+from .base import Commit, Entry, Meta, SessionStore
 
 
 class SessionState:
@@ -100,3 +101,37 @@ class SessionState:
             if i is not None and i < len(ids):
                 return EntryPath(ids, self.entries, pos, length=i + 1)
         return EntryPath(walk_to_root(self.entries, leaf), self.entries)
+
+
+class StateBackedStore(SessionStore):
+    """The reads of every adapter that keeps a :class:`SessionState` per
+    session; an adapter supplies ``_state`` (load or create) and the writes."""
+
+    @abstractmethod
+    def _state(self, session_id: str, create: bool = False) -> SessionState | None: ...
+
+    def get_meta(self, session_id: str) -> Meta | None:
+        state = self._state(session_id)
+        return state.meta if state else None
+
+    def get_entry(self, session_id: str, entry_id: str) -> Entry | None:
+        state = self._state(session_id)
+        return state.entries.get(entry_id) if state else None
+
+    def get_leaf(self, session_id: str) -> str | None:
+        state = self._state(session_id)
+        return state.leaf if state else None
+
+    def path(self, session_id: str, leaf: str | None) -> EntryPath:
+        state = self._state(session_id)
+        if state is None:
+            return EntryPath([], {})
+        with state.lock:
+            return state.path(leaf)
+
+    def entries(self, session_id: str) -> list[Entry]:
+        state = self._state(session_id)
+        if state is None:
+            return []
+        with state.lock:
+            return list(state.entries.values())
