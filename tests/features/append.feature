@@ -56,13 +56,15 @@ Feature: session::append writes one entry onto the transcript tree
       """
       {"entry_id": "e_002", "parent_id": "e_001"}
       """
+    And the call delivered events "session::on-message-added"
     And reading the active path of "s_001" gives "e_001, e_002"
 
   Scenario: an append bumps updated_at and message_count but not created_at
     # Prevents: list ordering by updated_at going stale, or a message_count that misses appends.
     Given the clock advances by 500 ms
     When I append user messages "counted" to "s_001"
-    And I call "session::get" with:
+    Then the call delivered events "session::on-message-added"
+    When I call "session::get" with:
       """
       {"session_id": "s_001"}
       """
@@ -146,6 +148,7 @@ Feature: session::append writes one entry onto the transcript tree
       """
       {"entry_id": "e_002", "parent_id": "e_001", "timestamp": 1000000}
       """
+    And the call delivered events "session::on-message-added"
     And reading the active path of "s_001" gives "a, e_001, e_002"
 
   Scenario: a replay is recognised before its parent_id is checked
@@ -190,6 +193,7 @@ Feature: session::append writes one entry onto the transcript tree
       """
       {"entry_id": "e_003", "parent_id": "e_001"}
       """
+    And the call delivered events "session::on-message-added"
     When I call "session::append" with:
       """
       {"session_id": "s_001", "message": {"role": "user", "content": [{"type": "text", "text": "three"}], "timestamp": 42}}
@@ -198,6 +202,7 @@ Feature: session::append writes one entry onto the transcript tree
       """
       {"entry_id": "e_004", "parent_id": "e_003"}
       """
+    And the call delivered events "session::on-message-added"
     When the store restarts
     Then reading the active path of "s_001" gives "e_001, e_003, e_004"
     When I call "session::get" with:
@@ -245,6 +250,11 @@ Feature: session::append writes one entry onto the transcript tree
        "message": {"role": "user", "content": [{"type": "text", "text": "traced"}], "timestamp": 42},
        "origin": {"turn_id": "t_9"}, "timestamp": 1000000}
       """
+    And the result is:
+      """
+      {"entry_id": "e_001", "parent_id": null, "timestamp": 1000000}
+      """
+    And the call delivered events "session::on-message-added"
     When the store restarts
     And I call "session::messages" with:
       """
@@ -315,6 +325,10 @@ Feature: session::append writes one entry onto the transcript tree
       """
     Then the call succeeds
     And the call delivered events "session::on-message-added"
+    And the result is:
+      """
+      {"entry_id": "e_001", "parent_id": null, "timestamp": 1000000}
+      """
     When the store restarts
     And I call "session::get-message" with:
       """
@@ -353,7 +367,8 @@ Feature: session::append writes one entry onto the transcript tree
        "timestamp": 1000300}
       """
     When I append user messages "two" to "s_001"
-    And I call "session::get-message" with:
+    Then the call delivered events "session::on-message-added"
+    When I call "session::get-message" with:
       """
       {"session_id": "s_001", "entry_id": "e_003"}
       """
@@ -385,6 +400,7 @@ Feature: session::append writes one entry onto the transcript tree
       """
       {"custom": {"custom_type": "marker", "data": null}, "message": "<absent>"}
       """
+    And the call delivered events "session::on-message-added"
     When the store restarts
     And I call "session::get-message" with:
       """
@@ -459,6 +475,7 @@ Feature: session::append writes one entry onto the transcript tree
       """
       {"timestamp": 2000000, "message": {"timestamp": 5}}
       """
+    And the call delivered events "session::on-message-added"
     When I call "session::get-message" with:
       """
       {"session_id": "s_001", "entry_id": "e_001"}

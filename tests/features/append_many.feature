@@ -50,7 +50,8 @@ Feature: session::append-many writes a batch of messages as one chain
       {"meta": {"message_count": 3, "updated_at": 1000050}}
       """
     When I append user messages "four" to "s_001"
-    And I call "session::get-message" with:
+    Then the call delivered events "session::on-message-added"
+    When I call "session::get-message" with:
       """
       {"session_id": "s_001", "entry_id": "e_004"}
       """
@@ -80,6 +81,7 @@ Feature: session::append-many writes a batch of messages as one chain
       """
       {"entry_id": "e_003", "parent_id": "e_002"}
       """
+    And the call delivered events "session::on-message-added, session::on-message-added"
     And reading the active path of "s_001" gives "e_001, e_002, e_003"
 
   Scenario: an explicit parent puts the batch on a new branch and makes it active
@@ -103,6 +105,7 @@ Feature: session::append-many writes a batch of messages as one chain
       """
       {"entry_id": "e_004", "parent_id": "e_003", "origin": {"turn_id": "t_2"}}
       """
+    And the call delivered events "session::on-message-added, session::on-message-added"
     When the store restarts
     Then reading the active path of "s_001" gives "e_001, e_003, e_004"
     When I call "session::get-message" with:

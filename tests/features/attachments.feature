@@ -81,6 +81,10 @@ Feature: Attachments: the original bytes a message was sent with
     Then the call succeeds
     And the call delivered no events
     And the file of session "s_001" has 1 lines
+    And the result is:
+      """
+      {"attachment": {"attachment_id": "a_001", "created_at": 1000300, "mime": "text/plain", "name": "hello.txt", "session_id": "s_001", "sha256": "2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824", "size": 5}, "block": {"attachment_id": "a_001", "mime": "text/plain", "name": "hello.txt", "size": 5, "type": "file"}}
+      """
     When I call "session::get" with:
       """
       {"session_id": "s_001"}
@@ -128,6 +132,7 @@ Feature: Attachments: the original bytes a message was sent with
        "block": {"mime": "text/plain", "size": 0}}
       """
     And the attachment file "a_002.bin" of session "s_001" is empty
+    And the call delivered no events
     When the store restarts
     And I call "session::list-attachments" with:
       """
@@ -159,6 +164,7 @@ Feature: Attachments: the original bytes a message was sent with
       """
       {"attachment": {"attachment_id": "a_001"}}
       """
+    And the call delivered no events
     When I call "session::list-attachments" with:
       """
       {"session_id": "s_001"}
@@ -200,6 +206,7 @@ Feature: Attachments: the original bytes a message was sent with
       """
       []
       """
+    And the call delivered no events
     When I call "session::list-attachments" with:
       """
       {"session_id": "s_001"}
@@ -233,6 +240,7 @@ Feature: Attachments: the original bytes a message was sent with
       {"attachment": {"attachment_id": "a_001", "size": 4,
                       "sha256": "0ebdc3317b75839f643387d783535adc360ca01f33c75f7c1e7373adcd675c0b"}}
       """
+    And the call delivered no events
     When I call "session::list-attachments" with:
       """
       {"session_id": "s_001"}
@@ -250,11 +258,13 @@ Feature: Attachments: the original bytes a message was sent with
       {"session_id": "s_404", "name": "bad.bin", "mime": "", "data": "not base64!!"}
       """
     Then the call fails with "session/invalid_request"
+    And the call delivered no events
     When I call "session::put-attachment" with:
       """
       {"session_id": "s_404", "name": "big.txt", "mime": "", "data": "aGVsbG8="}
       """
     Then the call fails with "session/attachment_too_large"
+    And the call delivered no events
     When I call "session::put-attachment" with:
       """
       {"session_id": "s_404", "name": "ok.txt", "mime": "", "data": "eHl6"}
@@ -407,6 +417,7 @@ Feature: Attachments: the original bytes a message was sent with
       {"session_id": "s_404", "attachment_id": "a_002"}
       """
     Then the call fails with "session/not_found"
+    And the call delivered no events
 
   Scenario: an attachment any transcript entry references cannot be deleted, even off the active path
     # Prevents: deleting the bytes behind a sent message's file or linked image, leaving a chip that never opens again.
@@ -438,12 +449,14 @@ Feature: Attachments: the original bytes a message was sent with
       """
       ["a_001.bin", "a_001.json", "a_002.bin", "a_002.json"]
       """
+    And the call delivered no events
     When the store restarts
     And I call "session::delete-attachment" with:
       """
       {"session_id": "s_001", "attachment_id": "a_001"}
       """
     Then the call fails with "session/attachment_in_use"
+    And the call delivered no events
     When I call "session::get-attachment" with:
       """
       {"session_id": "s_001", "attachment_id": "a_001"}
@@ -520,6 +533,7 @@ Feature: Attachments: the original bytes a message was sent with
       {"session_id": "s_003", "attachment_id": "a_001"}
       """
     Then the call fails with "session/attachment_in_use"
+    And the call delivered no events
 
   Scenario: deleting a session removes its attachments; a recreated id starts empty
     # Prevents: orphaned blobs outliving their session, and a recreated session id inheriting the old owner's files.
@@ -550,6 +564,7 @@ Feature: Attachments: the original bytes a message was sent with
       """
       {"created": true}
       """
+    And the call delivered events "session::on-created"
     When I call "session::list-attachments" with:
       """
       {"session_id": "s_001"}
@@ -636,6 +651,7 @@ Feature: Attachments: the original bytes a message was sent with
       {"session_id": "s_001", "draft": "x", "attachment_ids": ["a_009"]}
       """
     Then the call fails with "session/invalid_request"
+    And the call delivered no events
     When I call "session::put-attachment" with:
       """
       {"session_id": "s_001", "name": "hello.txt", "mime": "text/plain", "data": "aGVsbG8="}
@@ -645,6 +661,7 @@ Feature: Attachments: the original bytes a message was sent with
       {"attachment": {"attachment_id": "a_001"}}
       """
     And the attachment file "a_001.bin" of session "s_001" holds the base64 bytes "aGVsbG8="
+    And the call delivered no events
     When I call "session::list-attachments" with:
       """
       {"session_id": "s_001"}
@@ -691,6 +708,11 @@ Feature: Attachments: the original bytes a message was sent with
       """
       ["a_002.bin", "a_002.json"]
       """
+    And the result is:
+      """
+      {"attachment": {"attachment_id": "a_002", "created_at": 1000000, "mime": "text/plain", "name": "hello.txt", "session_id": "s_001", "sha256": "2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824", "size": 5}, "block": {"attachment_id": "a_002", "mime": "text/plain", "name": "hello.txt", "size": 5, "type": "file"}}
+      """
+    And the call delivered no events
 
   Scenario: include_image_data false sends linked images as references on all four transcript reads
     # Prevents: a picture-heavy transcript read dragging every image's bytes, or an unlinked image losing its only copy.

@@ -48,6 +48,7 @@ Feature: session::set-active-leaf switches branches
       """
       {"entry_id": "e_005", "parent_id": "e_004", "timestamp": 1000000}
       """
+    And the call delivered events "session::on-message-added"
     When I call "session::get-message" with:
       """
       {"session_id": "s_001", "entry_id": "e_004"}
@@ -106,6 +107,7 @@ Feature: session::set-active-leaf switches branches
       """
       {"entry_id": "e_005", "parent_id": "e_003"}
       """
+    And the call delivered events "session::on-message-added"
 
   Scenario: a custom entry can be the active leaf
     # Prevents: branch switching refusing bookkeeping entries that sit at the tip of a path.
@@ -132,6 +134,7 @@ Feature: session::set-active-leaf switches branches
       """
       {"entry_id": "e_005", "parent_id": "e_004"}
       """
+    And the call delivered events "session::on-message-added"
 
   Scenario: unknown entries and sessions are refused and the leaf stays put
     # Prevents: a typo'd leaf id leaving the session pointing at nothing.

@@ -22,6 +22,7 @@ Feature: session::create starts a new, idle session under a generated id
       """
       ["s_001.jsonl"]
       """
+    And the call delivered events "session::on-created"
     When the store restarts
     And I call "session::get" with:
       """
@@ -52,6 +53,7 @@ Feature: session::create starts a new, idle session under a generated id
       {"session_id": "s_001", "title": "hello", "description": "first chat", "status": "idle",
        "created_at": 1000500, "session_metadata": {"owner": "u_1", "channel": "web"}}
       """
+    And the call delivered events "session::on-created"
     When the store restarts
     And I call "session::get" with:
       """
@@ -80,6 +82,7 @@ Feature: session::create starts a new, idle session under a generated id
       """
       {"session_id": "s_001", "title": "", "description": "", "status": "idle", "created_at": 1000000}
       """
+    And the call delivered events "session::on-created"
     When I call "session::get" with:
       """
       {"session_id": "s_001"}
@@ -103,6 +106,7 @@ Feature: session::create starts a new, idle session under a generated id
       """
       {"session_id": "s_001", "session_metadata": {}}
       """
+    And the call delivered events "session::on-created"
     When the store restarts
     And I call "session::get" with:
       """
@@ -123,6 +127,7 @@ Feature: session::create starts a new, idle session under a generated id
       """
       "s_001"
       """
+    And the call delivered events "session::on-created"
     When I call "session::create" with:
       """
       {"title": "b"}
@@ -140,6 +145,7 @@ Feature: session::create starts a new, idle session under a generated id
       """
       ["s_001.jsonl", "s_002.jsonl"]
       """
+    And the call delivered events "session::on-created"
     When the store restarts
     And I call "session::list" with:
       """

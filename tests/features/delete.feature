@@ -32,6 +32,7 @@ Feature: session::delete removes a session with everything it holds
       """
       ["s_002.jsonl"]
       """
+    And the call delivered events "session::on-deleted"
     When I call "session::get" with:
       """
       {"session_id": "s_001"}
@@ -47,6 +48,7 @@ Feature: session::delete removes a session with everything it holds
       {"session_id": "s_001"}
       """
     Then the call fails with "session/not_found"
+    And the call delivered no events
     When the store restarts
     And I call "session::get" with:
       """
@@ -110,6 +112,11 @@ Feature: session::delete removes a session with everything it holds
       {"session_id": "s_001", "session_metadata": {"owner": "u_1"}}
       """
     And observer "u2" received 0 events
+    And the result is:
+      """
+      {"deleted": true}
+      """
+    And the call delivered events "session::on-deleted"
 
   Scenario: deleting a session without metadata emits no session_metadata
     # Prevents: "session_metadata": null on on-deleted.
@@ -121,6 +128,11 @@ Feature: session::delete removes a session with everything it holds
       """
       {"session_id": "s_002", "timestamp": 1000700}
       """
+    And the result is:
+      """
+      {"deleted": true}
+      """
+    And the call delivered events "session::on-deleted"
 
   Scenario: forks outlive the session they were forked from
     # Prevents: delete cascading into forks, or forks sharing storage with their source.
@@ -191,6 +203,7 @@ Feature: session::delete removes a session with everything it holds
       """
       {"parent_id": null}
       """
+    And the call delivered events "session::on-message-added"
     When the store restarts
     And I call "session::messages" with:
       """

@@ -47,6 +47,10 @@ Feature: session::set-draft parks unsent composer text, silently
       """
     Then the call delivered no events
     And observer "meta watcher" received 0 events
+    And the result is:
+      """
+      {"attachments": [], "draft": "typing..."}
+      """
     When I call "session::get" with:
       """
       {"session_id": "s_001"}

@@ -101,6 +101,7 @@ Feature: Draft attachments: the chips parked with the unsent composer text
       """
       {"draft": null, "attachments": []}
       """
+    And the call delivered no events
     When I call "session::get" with:
       """
       {"session_id": "s_001"}
@@ -152,6 +153,7 @@ Feature: Draft attachments: the chips parked with the unsent composer text
       """
     Then the call fails with "session/invalid_request"
     And the error message contains "a_003"
+    And the call delivered no events
     When the store restarts
     And I call "session::get" with:
       """
@@ -229,6 +231,7 @@ Feature: Draft attachments: the chips parked with the unsent composer text
       """
       {"draft": "x", "attachments": []}
       """
+    And the call delivered no events
 
   Scenario: a fork never inherits the draft or the attachments only the draft holds
     # Prevents: a fork showing the source's half-composed message, or copying uploads no copied message references.
@@ -266,6 +269,7 @@ Feature: Draft attachments: the chips parked with the unsent composer text
       {"session_id": "s_002", "attachment_ids": ["a_001"]}
       """
     Then the call fails with "session/invalid_request"
+    And the call delivered no events
     When I call "session::get" with:
       """
       {"session_id": "s_001"}

@@ -21,6 +21,7 @@ Feature: session::ensure creates a session under a caller-chosen id, or returns 
       {"session_id": "chat-42", "title": "TG chat", "description": "", "status": "idle",
        "created_at": 1000000, "session_metadata": {"telegram_chat_id": 42}}
       """
+    And the call delivered events "session::on-created"
     When I call "session::create" with:
       """
       {}
@@ -33,6 +34,7 @@ Feature: session::ensure creates a session under a caller-chosen id, or returns 
       """
       ["chat-42.jsonl", "s_001.jsonl"]
       """
+    And the call delivered events "session::on-created"
 
   Scenario: ensuring an existing id is a pure read
     # Prevents: ensure overwriting title/metadata, bumping updated_at, writing, or re-announcing an existing session.
@@ -129,6 +131,7 @@ Feature: session::ensure creates a session under a caller-chosen id, or returns 
       """
       ["%20.jsonl"]
       """
+    And the call delivered events "session::on-created"
     When the store restarts
     And I call "session::get" with:
       """

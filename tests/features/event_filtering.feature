@@ -19,13 +19,15 @@ Feature: Observers select session events with filters
       [["session::create", {}], ["session::create", {}]]
       """
     And I append user messages "for one" to "s_001"
-    And I append user messages "for two" to "s_002"
+    Then the call delivered events "session::on-message-added"
+    When I append user messages "for two" to "s_002"
     Then observer "chat" received 1 events
     And observer "chat" event 1 contains:
       """
       {"session_id": "s_001", "entry_id": "e_001", "message": {"content": [{"type": "text", "text": "for one"}]}}
       """
     And 2 "session::on-message-added" events were delivered in total
+    And the call delivered events "session::on-message-added"
 
   Scenario: a role filter matches messages of that role and never custom entries
     # Prevents: an assistant-only feed waking up for user turns or for bookkeeping records.
@@ -38,9 +40,16 @@ Feature: Observers select session events with filters
       {"input.message.role": {"$in": ["assistant"]}}
       """
     When I call "session::create"
-    And I append user messages "hi" to "s_001"
-    And I append an empty assistant message to "s_001"
-    And these calls succeed:
+    Then the result is:
+      """
+      {"meta": {"created_at": 1000000, "description": "", "message_count": 0, "session_id": "s_001", "status": "idle", "title": "", "updated_at": 1000000}, "session_id": "s_001"}
+      """
+    And the call delivered events "session::on-created"
+    When I append user messages "hi" to "s_001"
+    Then the call delivered events "session::on-message-added"
+    When I append an empty assistant message to "s_001"
+    Then the call delivered events "session::on-message-added"
+    When these calls succeed:
       """
       [["session::append", {"session_id": "s_001", "custom": {"custom_type": "compaction", "data": {}}}],
        ["session::update-message", {"session_id": "s_001", "entry_id": "e_001", "content": [{"type": "text", "text": "hi!"}]}],
@@ -65,7 +74,12 @@ Feature: Observers select session events with filters
       {"input.message.role": {"$in": ["custom"]}}
       """
     When I call "session::create"
-    And these calls succeed:
+    Then the result is:
+      """
+      {"meta": {"created_at": 1000000, "description": "", "message_count": 0, "session_id": "s_001", "status": "idle", "title": "", "updated_at": 1000000}, "session_id": "s_001"}
+      """
+    And the call delivered events "session::on-created"
+    When these calls succeed:
       """
       [["session::append", {"session_id": "s_001", "message": {"role": "custom", "custom_type": "notice",
           "content": [{"type": "text", "text": "heads up"}], "timestamp": 1}}],
@@ -91,13 +105,16 @@ Feature: Observers select session events with filters
        ["session::create", {}]]
       """
     And I append user messages "mine" to "s_001"
-    And I append user messages "theirs" to "s_002"
-    And I append user messages "nobody's" to "s_003"
+    Then the call delivered events "session::on-message-added"
+    When I append user messages "theirs" to "s_002"
+    Then the call delivered events "session::on-message-added"
+    When I append user messages "nobody's" to "s_003"
     Then observer "tenant-1" received 1 events
     And observer "tenant-1" event 1 contains:
       """
       {"session_id": "s_001", "session_metadata": {"owner": "u_1"}}
       """
+    And the call delivered events "session::on-message-added"
     When I call "session::get-message" with:
       """
       {"session_id": "s_003", "entry_id": "e_003"}
@@ -119,14 +136,17 @@ Feature: Observers select session events with filters
       [["session::create", {}], ["session::create", {}]]
       """
     And I append the assistant reply "wrong session" to "s_002"
-    And I append user messages "wrong role" to "s_001"
+    Then the call delivered events "session::on-message-added"
+    When I append user messages "wrong role" to "s_001"
     Then observer "both" received 0 events
+    And the call delivered events "session::on-message-added"
     When I append the assistant reply "right" to "s_001"
     Then observer "both" received 1 events
     And observer "both" event 1 contains:
       """
       {"session_id": "s_001", "entry_id": "e_003"}
       """
+    And the call delivered events "session::on-message-added"
 
   Scenario: two matching observers each get the event
     # Prevents: deliveries being deduplicated across observers that both asked for the event.
@@ -136,7 +156,12 @@ Feature: Observers select session events with filters
       {"input.session_id": {"$eq": "s_001"}}
       """
     When I call "session::create"
-    And I append user messages "hello" to "s_001"
+    Then the result is:
+      """
+      {"meta": {"created_at": 1000000, "description": "", "message_count": 0, "session_id": "s_001", "status": "idle", "title": "", "updated_at": 1000000}, "session_id": "s_001"}
+      """
+    And the call delivered events "session::on-created"
+    When I append user messages "hello" to "s_001"
     Then observer "everything" received 1 events
     And observer "just-one" received 1 events
     And the call delivered events "session::on-message-added"
@@ -145,8 +170,14 @@ Feature: Observers select session events with filters
     # Prevents: a closed view's handler still being called (a leak, and errors on torn-down UI).
     Given an observer "view" watches "session::on-message-added"
     When I call "session::create"
-    And I append user messages "seen" to "s_001"
+    Then the result is:
+      """
+      {"meta": {"created_at": 1000000, "description": "", "message_count": 0, "session_id": "s_001", "status": "idle", "title": "", "updated_at": 1000000}, "session_id": "s_001"}
+      """
+    And the call delivered events "session::on-created"
+    When I append user messages "seen" to "s_001"
     Then observer "view" received 1 events
+    And the call delivered events "session::on-message-added"
     When observer "view" is disposed
     And I append user messages "unseen" to "s_001"
     Then observer "view" received 1 events
@@ -184,7 +215,12 @@ Feature: Observers select session events with filters
       """
       {"metadata": {"owner": "u_1"}}
       """
-    And I call "session::set-meta" with:
+    Then the result is:
+      """
+      {"meta": {"created_at": 1000000, "description": "", "message_count": 0, "metadata": {"owner": "u_1"}, "session_id": "s_001", "status": "idle", "title": "", "updated_at": 1000000}, "session_id": "s_001"}
+      """
+    And the call delivered events "session::on-created"
+    When I call "session::set-meta" with:
       """
       {"session_id": "s_001", "metadata": {"owner": "u_2"}}
       """
@@ -194,6 +230,11 @@ Feature: Observers select session events with filters
       """
       {"session_id": "s_001", "metadata": {"owner": "u_2"}, "session_metadata": {"owner": "u_2"}}
       """
+    And the result is:
+      """
+      {"meta": {"created_at": 1000000, "description": "", "message_count": 0, "metadata": {"owner": "u_2"}, "session_id": "s_001", "status": "idle", "title": "", "updated_at": 1000000}}
+      """
+    And the call delivered events "session::on-meta-updated"
     When I call "session::get" with:
       """
       {"session_id": "s_001"}
@@ -217,7 +258,12 @@ Feature: Observers select session events with filters
       """
       {"metadata": {"owner": "u_1"}}
       """
-    And I call "session::delete" with:
+    Then the result is:
+      """
+      {"meta": {"created_at": 1000000, "description": "", "message_count": 0, "metadata": {"owner": "u_1"}, "session_id": "s_001", "status": "idle", "title": "", "updated_at": 1000000}, "session_id": "s_001"}
+      """
+    And the call delivered events "session::on-created"
+    When I call "session::delete" with:
       """
       {"session_id": "s_001"}
       """
@@ -227,6 +273,11 @@ Feature: Observers select session events with filters
       {"session_id": "s_001", "session_metadata": {"owner": "u_1"}}
       """
     And observer "tenant-2" received 0 events
+    And the result is:
+      """
+      {"deleted": true}
+      """
+    And the call delivered events "session::on-deleted"
     When I call "session::get" with:
       """
       {"session_id": "s_001"}
@@ -243,8 +294,14 @@ Feature: Observers select session events with filters
       """
       {"metadata": {"owner": "u_1"}}
       """
-    And I append user messages "root" to "s_001"
-    And I call "session::fork" with:
+    Then the result is:
+      """
+      {"meta": {"created_at": 1000000, "description": "", "message_count": 0, "metadata": {"owner": "u_1"}, "session_id": "s_001", "status": "idle", "title": "", "updated_at": 1000000}, "session_id": "s_001"}
+      """
+    And the call delivered events "session::on-created"
+    When I append user messages "root" to "s_001"
+    Then the call delivered events "session::on-message-added"
+    When I call "session::fork" with:
       """
       {"session_id": "s_001", "entry_id": "e_001"}
       """
@@ -253,3 +310,8 @@ Feature: Observers select session events with filters
       """
       {"session_id": "s_002", "forked_from": "s_001", "session_metadata": {"owner": "u_1"}}
       """
+    And the result is:
+      """
+      {"meta": {"created_at": 1000000, "description": "", "forked_from": "s_001", "message_count": 1, "metadata": {"owner": "u_1"}, "session_id": "s_002", "status": "idle", "title": "", "updated_at": 1000000}, "session_id": "s_002"}
+      """
+    And the call delivered events "session::on-created"

@@ -78,6 +78,7 @@ Feature: session::fork copies a root-to-entry path into a new session
       """
       {"session_id": "s_002", "entry_id": "e_006", "parent_id": "e_005", "session_metadata": {"owner": "u_1"}}
       """
+    And the call delivered events "session::on-message-added"
     When the store restarts
     Then reading the active path of "s_002" gives "e_004, e_005, e_006"
 
@@ -95,6 +96,7 @@ Feature: session::fork copies a root-to-entry path into a new session
       """
       {"title": "main", "forked_from": "s_001"}
       """
+    And the call delivered events "session::on-created"
     When I call "session::get" with:
       """
       {"session_id": "s_002"}
@@ -167,6 +169,7 @@ Feature: session::fork copies a root-to-entry path into a new session
       """
       {"deleted": true}
       """
+    And the call delivered events "session::on-deleted"
     When the store restarts
     And I call "session::get" with:
       """
@@ -220,7 +223,12 @@ Feature: session::fork copies a root-to-entry path into a new session
       """
       {"session_id": "s_001", "entry_id": "e_002"}
       """
-    And I call "session::get-message" with:
+    Then the result is:
+      """
+      {"meta": {"created_at": 1000000, "description": "the main line", "forked_from": "s_001", "message_count": 2, "metadata": {"owner": "u_1"}, "session_id": "s_002", "status": "idle", "title": "main", "updated_at": 1000000}, "session_id": "s_002"}
+      """
+    And the call delivered events "session::on-created"
+    When I call "session::get-message" with:
       """
       {"session_id": "s_002", "entry_id": "e_005"}
       """
@@ -236,6 +244,7 @@ Feature: session::fork copies a root-to-entry path into a new session
       """
       {"updated": true, "revision": 1}
       """
+    And the call delivered events "session::on-message-updated"
     When I call "session::get-message" with:
       """
       {"session_id": "s_001", "entry_id": "e_002"}
@@ -268,6 +277,7 @@ Feature: session::fork copies a root-to-entry path into a new session
         "status": "idle", "metadata": {"owner": "u_1"}, "forked_from": "s_001",
         "created_at": 1001100, "updated_at": 1001100, "message_count": 3}}
       """
+    And the call delivered events "session::on-created"
     When the store restarts
     And I call "session::get-message" with:
       """
@@ -310,7 +320,12 @@ Feature: session::fork copies a root-to-entry path into a new session
       """
       {"session_id": "s_001", "entry_id": "e_005"}
       """
-    And I call "session::messages" with:
+    Then the result is:
+      """
+      {"meta": {"created_at": 1000000, "description": "the main line", "forked_from": "s_001", "message_count": 3, "metadata": {"owner": "u_1"}, "session_id": "s_002", "status": "idle", "title": "main", "updated_at": 1000000}, "session_id": "s_002"}
+      """
+    And the call delivered events "session::on-created"
+    When I call "session::messages" with:
       """
       {"session_id": "s_002", "include_custom": true}
       """
@@ -356,3 +371,4 @@ Feature: session::fork copies a root-to-entry path into a new session
       """
       {"session_id": "s_002"}
       """
+    And the call delivered events "session::on-created"

@@ -267,7 +267,12 @@ Feature: session::get reads one session; session::list filters, orders and pages
       """
       {"session_id": "s_003"}
       """
-    And I call "session::list" with:
+    Then the result is:
+      """
+      {"deleted": true}
+      """
+    And the call delivered events "session::on-deleted"
+    When I call "session::list" with:
       """
       {"limit": 2, "order": "created_asc", "metadata": {"k": 1}, "cursor": "${next}"}
       """

@@ -69,7 +69,12 @@ Feature: Session mentions (session::mention::search and session::mention::get)
       """
       {"session_id": "s_old", "status": "working"}
       """
-    And I call "session::mention::search" with:
+    Then the result is:
+      """
+      {"previous_status": "idle", "status": "working"}
+      """
+    And the call delivered events "session::on-status-changed"
+    When I call "session::mention::search" with:
       """
       {"query": ""}
       """
@@ -135,11 +140,13 @@ Feature: Session mentions (session::mention::search and session::mention::get)
       """
     Then the call fails with "session/invalid_request"
     And the error message contains "limit"
+    And the call delivered no events
     When I call "session::mention::search" with:
       """
       {"query": 5}
       """
     Then the call fails with "session/invalid_request"
+    And the call delivered no events
     When I call "session::mention::get"
     Then the call fails with "session/invalid_request"
     And the error message contains "id"
@@ -263,7 +270,12 @@ Feature: Session mentions (session::mention::search and session::mention::get)
       """
       {"session_id": "s_desc"}
       """
-    And the store restarts
+    Then the result is:
+      """
+      {"deleted": true}
+      """
+    And the call delivered events "session::on-deleted"
+    When the store restarts
     And I call "session::mention::get" with:
       """
       {"id": "s_desc"}

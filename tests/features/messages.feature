@@ -148,6 +148,7 @@ Feature: session::messages reads the active path oldest first
       {"session_id": "s_001", "from_entry_id": "e_404"}
       """
     Then the call fails with "session/entry_not_found"
+    And the call delivered no events
 
   Scenario: a cursor pages through five entries two at a time
     # Prevents: gaps or repeats between pages, and a cursor on the last page inviting an empty fetch.
@@ -212,17 +213,24 @@ Feature: session::messages reads the active path oldest first
       """
       {"session_id": "s_001", "entry_id": "e_001"}
       """
-    And I call "session::messages" with:
+    Then the result is:
+      """
+      {"active_leaf": "e_001"}
+      """
+    And the call delivered no events
+    When I call "session::messages" with:
       """
       {"session_id": "s_001", "cursor": "eyJpZCI6ImVfMDAyIn0="}
       """
     Then the call fails with "session/invalid_cursor"
+    And the call delivered no events
     When I call "session::messages" with:
       """
       {"session_id": "s_001", "cursor": "!!garbage!!"}
       """
     Then the call fails with "session/invalid_cursor"
     And the error message contains "base64"
+    And the call delivered no events
 
   Scenario: after_entry_id resumes after that entry unless a cursor is given
     # Prevents: a client catching up from its last seen entry receiving that entry again.
@@ -244,6 +252,7 @@ Feature: session::messages reads the active path oldest first
       """
     Then the call fails with "session/invalid_cursor"
     And the error message contains "after_entry_id"
+    And the call delivered no events
 
   Scenario: include_image_data false blanks only images linked to a stored original
     # Prevents: light reads dropping inline-only images (which have no other copy) or mutating storage.

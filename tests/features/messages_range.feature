@@ -118,21 +118,29 @@ Feature: session::messages-range fetches whole entries behind placeholders
       {"session_id": "s_404", "entry_ids": ["e_404"]}
       """
     Then the call fails with "session/not_found"
+    And the call delivered no events
     When I call "session::set-active-leaf" with:
       """
       {"session_id": "s_001", "entry_id": "e_001"}
       """
-    And I call "session::messages-range" with:
+    Then the result is:
+      """
+      {"active_leaf": "e_001"}
+      """
+    And the call delivered no events
+    When I call "session::messages-range" with:
       """
       {"session_id": "s_001", "entry_ids": ["e_002"]}
       """
     Then the call fails with "session/invalid_cursor"
     And the error message contains "not on the active path"
+    And the call delivered no events
     When I call "session::messages-range" with:
       """
       {"session_id": "s_001", "from_entry_id": "e_001", "to_entry_id": "e_003"}
       """
     Then the call fails with "session/invalid_cursor"
+    And the call delivered no events
     When I call "session::messages-range" with:
       """
       {"session_id": "s_001", "entry_ids": ["e_001"]}

@@ -202,6 +202,7 @@ Feature: session::messages-tail pages the active path backwards in blocks
       """
     Then the call fails with "session/invalid_cursor"
     And the error message contains "until_entry_id e_002"
+    And the call delivered no events
     When I call "session::messages-tail" with:
       """
       {"session_id": "s_001"}
@@ -252,6 +253,7 @@ Feature: session::messages-tail pages the active path backwards in blocks
       {"session_id": "s_001", "include_custom": false, "before_entry_id": "e_004"}
       """
     Then the call fails with "session/invalid_cursor"
+    And the call delivered no events
 
   Scenario: an empty session is an empty last page; an unknown session is an error
     # Prevents: a fresh chat looping on has_more, or a deleted chat reading as empty.
@@ -269,6 +271,7 @@ Feature: session::messages-tail pages the active path backwards in blocks
       {"session_id": "s_404"}
       """
     Then the call fails with "session/not_found"
+    And the call delivered no events
 
   Scenario: include_image_data false blanks linked images after elision
     # Prevents: the light tail read still shipping image bytes that have a stored original.

@@ -26,6 +26,7 @@ Feature: session::set-meta replaces title, description and metadata
        "metadata": {"owner": "u_1", "tag": "keep"}, "timestamp": 1000250,
        "session_metadata": {"owner": "u_1", "tag": "keep"}}
       """
+    And the call delivered events "session::on-meta-updated"
     When the store restarts
     And I call "session::get" with:
       """
@@ -61,6 +62,7 @@ Feature: session::set-meta replaces title, description and metadata
       """
     And observer "new owner" received 1 events
     And observer "old owner" received 0 events
+    And the call delivered events "session::on-meta-updated"
     When the store restarts
     And I call "session::get" with:
       """
@@ -85,6 +87,7 @@ Feature: session::set-meta replaces title, description and metadata
       """
       {"title": "only title", "description": "old d"}
       """
+    And the call delivered events "session::on-meta-updated"
 
   Scenario Outline: a request with no field to change is a silent no-op
     # Prevents: empty set-meta calls writing, bumping updated_at (re-ordering lists) or waking observers.
@@ -121,6 +124,7 @@ Feature: session::set-meta replaces title, description and metadata
       """
       {"title": "old", "timestamp": 1000250}
       """
+    And the call delivered events "session::on-meta-updated"
 
   Scenario: set-meta leaves status, reason, transcript counters and draft alone
     # Prevents: set-meta rebuilding meta from defaults and dropping the draft or status_reason.
@@ -169,6 +173,7 @@ Feature: session::set-meta replaces title, description and metadata
       """
       {"meta": {"metadata": "<absent>"}}
       """
+    And the call delivered events "session::on-meta-updated"
 
   Scenario: set-meta on an unknown session is not_found and creates nothing
     # Prevents: set-meta materialising a session (a file without a create) for an unknown id.
@@ -199,12 +204,21 @@ Feature: session::set-meta replaces title, description and metadata
       {"session_id": "s_001", "entry_id": "e_001"}
       """
     Then the call delivered no events
+    And the result is:
+      """
+      {"active_leaf": "e_001"}
+      """
     When the clock is at 1002000
     And I call "session::set-draft" with:
       """
       {"session_id": "s_001", "draft": "typing"}
       """
-    And I call "session::get" with:
+    Then the result is:
+      """
+      {"attachments": [], "draft": "typing"}
+      """
+    And the call delivered no events
+    When I call "session::get" with:
       """
       {"session_id": "s_001"}
       """
@@ -217,7 +231,12 @@ Feature: session::set-meta replaces title, description and metadata
       """
       {"session_id": "s_001", "entry_id": "e_001", "content": [{"type": "text", "text": "one!"}]}
       """
-    And I call "session::get" with:
+    Then the result is:
+      """
+      {"revision": 1, "updated": true}
+      """
+    And the call delivered events "session::on-message-updated"
+    When I call "session::get" with:
       """
       {"session_id": "s_001"}
       """
@@ -230,13 +249,23 @@ Feature: session::set-meta replaces title, description and metadata
       """
       {"session_id": "s_001", "status": "working"}
       """
-    And the clock is at 1005000
+    Then the result is:
+      """
+      {"previous_status": "idle", "status": "working"}
+      """
+    And the call delivered events "session::on-status-changed"
+    When the clock is at 1005000
     And I call "session::append-many" with:
       """
       {"session_id": "s_001",
        "messages": [{"role": "user", "content": [{"type": "text", "text": "three"}], "timestamp": 3}]}
       """
-    And the store restarts
+    Then the result is:
+      """
+      {"entry_ids": ["e_003"], "last_entry_id": "e_003"}
+      """
+    And the call delivered events "session::on-message-added"
+    When the store restarts
     And I call "session::get" with:
       """
       {"session_id": "s_001"}

@@ -68,6 +68,7 @@ Feature: The filesystem store keeps one JSONL log per session and replays it on 
       """
       {"entry_id": "e_003", "parent_id": "e_001"}
       """
+    And the call delivered events "session::on-message-added"
     When I call "session::messages" with:
       """
       {"session_id": "s_001"}
@@ -94,6 +95,11 @@ Feature: The filesystem store keeps one JSONL log per session and replays it on 
     Then the file of session "chat-1" has 2 lines
     And the last line of the file of session "chat-1" is a "append" record
     And the file of session "s_001" has 1 lines
+    And the result is:
+      """
+      {"entry_id": "e_001", "parent_id": null, "timestamp": 1000000}
+      """
+    And the call delivered events "session::on-message-added"
 
   Scenario Outline: a hostile id stays inside data_dir and survives restart and list (<id>)
     # Prevents: path traversal through caller-chosen ids, or ids mangled by the filename encoding.
@@ -101,7 +107,8 @@ Feature: The filesystem store keeps one JSONL log per session and replays it on 
       """
       {"session_id": "<id>", "title": "hostile"}
       """
-    And I call "session::append" with:
+    Then the call delivered events "session::on-created"
+    When I call "session::append" with:
       """
       {"session_id": "<id>", "message": {"role": "user", "content": [{"type": "text", "text": "hi"}], "timestamp": 1}}
       """
@@ -112,6 +119,11 @@ Feature: The filesystem store keeps one JSONL log per session and replays it on 
       """
     And the file of session "<id>" exists
     And nothing was written outside the data dir
+    And the result is:
+      """
+      {"entry_id": "e_001", "parent_id": null, "timestamp": 1000000}
+      """
+    And the call delivered events "session::on-message-added"
     When the store restarts
     And I call "session::list" with:
       """
@@ -139,6 +151,7 @@ Feature: The filesystem store keeps one JSONL log per session and replays it on 
       []
       """
     And nothing was written outside the data dir
+    And the call delivered events "session::on-deleted"
 
     Examples:
       | id                  | file                              |
@@ -182,6 +195,7 @@ Feature: The filesystem store keeps one JSONL log per session and replays it on 
       """
     And the file of session "s_001" has 3 lines
     And the last line of the file of session "s_001" is a "append" record
+    And the call delivered events "session::on-message-added"
     When the store restarts
     And I call "session::messages" with:
       """
@@ -216,6 +230,7 @@ Feature: The filesystem store keeps one JSONL log per session and replays it on 
       {"entry_id": "e_002", "parent_id": "e_001"}
       """
     And the file of session "s_001" has 3 lines
+    And the call delivered events "session::on-message-added"
     When the store restarts
     And I call "session::messages" with:
       """

@@ -23,6 +23,7 @@ Feature: session::set-status moves the coarse status, with an optional reason
       {"session_id": "s_001", "status": "working", "previous_status": "idle", "timestamp": 1000100,
        "session_metadata": {"owner": "u_1"}}
       """
+    And the call delivered events "session::on-status-changed"
     When the store restarts
     And I call "session::get" with:
       """
@@ -44,6 +45,11 @@ Feature: session::set-status moves the coarse status, with an optional reason
       {"session_id": "s_002", "status": "error", "previous_status": "idle", "status_reason": "boom",
        "timestamp": 1000100}
       """
+    And the result is:
+      """
+      {"previous_status": "idle", "status": "error"}
+      """
+    And the call delivered events "session::on-status-changed"
 
   Scenario Outline: a reason is kept with working, done and error
     # Prevents: the reason being dropped for any non-idle status (older references kept it only for error).
@@ -59,6 +65,7 @@ Feature: session::set-status moves the coarse status, with an optional reason
       """
       {"status": "<status>", "status_reason": "<reason>"}
       """
+    And the call delivered events "session::on-status-changed"
     When the store restarts
     And I call "session::get" with:
       """
@@ -95,6 +102,7 @@ Feature: session::set-status moves the coarse status, with an optional reason
       {"session_id": "s_001", "status": "error", "previous_status": "error", "status_reason": "DIFFERENT",
        "timestamp": 1000150, "session_metadata": {"owner": "u_1"}}
       """
+    And the call delivered events "session::on-status-changed"
     When I call "session::get" with:
       """
       {"session_id": "s_001"}
@@ -155,6 +163,7 @@ Feature: session::set-status moves the coarse status, with an optional reason
       """
       {"status": "working", "previous_status": "working", "status_reason": "<absent>"}
       """
+    And the call delivered events "session::on-status-changed"
     When I call "session::get" with:
       """
       {"session_id": "s_001"}
@@ -182,6 +191,7 @@ Feature: session::set-status moves the coarse status, with an optional reason
       """
       {"status": "working", "previous_status": "error", "status_reason": "<absent>"}
       """
+    And the call delivered events "session::on-status-changed"
     When the store restarts
     And I call "session::get" with:
       """
@@ -211,6 +221,7 @@ Feature: session::set-status moves the coarse status, with an optional reason
       {"session_id": "s_001", "status": "idle", "previous_status": "done", "timestamp": 1000100,
        "session_metadata": {"owner": "u_1"}}
       """
+    And the call delivered events "session::on-status-changed"
     When the store restarts
     And I call "session::get" with:
       """
@@ -231,6 +242,11 @@ Feature: session::set-status moves the coarse status, with an optional reason
       """
       {"status": "working", "previous_status": "idle"}
       """
+    And the result is:
+      """
+      {"previous_status": "idle", "status": "working"}
+      """
+    And the call delivered events "session::on-status-changed"
     When I call "session::set-status" with:
       """
       {"session_id": "s_001", "status": "done"}
@@ -240,6 +256,11 @@ Feature: session::set-status moves the coarse status, with an optional reason
       {"status": "done", "previous_status": "working"}
       """
     And 2 "session::on-status-changed" events were delivered in total
+    And the result is:
+      """
+      {"previous_status": "working", "status": "done"}
+      """
+    And the call delivered events "session::on-status-changed"
     When I call "session::list" with:
       """
       {"status": "done"}

@@ -35,6 +35,7 @@ Feature: Streaming an assistant reply through the store
        "message": {"role": "assistant", "content": [{"type": "text", "text": "It looks sunny all afternoon, no rain expected."}]}}
       """
     And 20 "session::on-message-updated" events were delivered in total
+    And the call delivered events "session::on-message-updated"
     When I call "session::set-status" with:
       """
       {"session_id": "s_001", "status": "done"}
@@ -43,6 +44,11 @@ Feature: Streaming an assistant reply through the store
       """
       {"session_id": "s_001", "status": "done", "previous_status": "working", "timestamp": 1000000}
       """
+    And the result is:
+      """
+      {"previous_status": "working", "status": "done"}
+      """
+    And the call delivered events "session::on-status-changed"
     When the store restarts
     And I call "session::get-message" with:
       """

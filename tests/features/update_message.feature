@@ -45,6 +45,7 @@ Feature: session::update-message replaces a message's content in place
       """
       {"revision": 2, "timestamp": 1000200, "message": {"content": [{"type": "text", "text": "Hello world"}]}}
       """
+    And the call delivered events "session::on-message-updated"
     When the store restarts
     And I call "session::get-message" with:
       """
@@ -105,6 +106,11 @@ Feature: session::update-message replaces a message's content in place
       """
       {"timestamp": 1005000}
       """
+    And the result is:
+      """
+      {"revision": 1, "updated": true}
+      """
+    And the call delivered events "session::on-message-updated"
     When I call "session::get-message" with:
       """
       {"session_id": "s_001", "entry_id": "e_001"}
@@ -177,6 +183,7 @@ Feature: session::update-message replaces a message's content in place
       """
       {"revision": 2}
       """
+    And the call delivered events "session::on-message-updated"
     When I call "session::get-message" with:
       """
       {"session_id": "s_001", "entry_id": "e_001"}
@@ -233,6 +240,7 @@ Feature: session::update-message replaces a message's content in place
       """
       {"message": {"details": {"compacted_at": 1000123}, "content": [{"type": "text", "text": "[pruned]"}]}}
       """
+    And the call delivered events "session::on-message-updated"
     When I call "session::update-message" with:
       """
       {"session_id": "s_001", "entry_id": "e_002", "content": [{"type": "text", "text": "n2"}], "details": {"seen": true}}
@@ -241,6 +249,7 @@ Feature: session::update-message replaces a message's content in place
       """
       {"updated": true, "revision": 1}
       """
+    And the call delivered events "session::on-message-updated"
     When the store restarts
     And I call "session::messages" with:
       """
@@ -323,6 +332,7 @@ Feature: session::update-message replaces a message's content in place
       """
       {"message": {"usage": {"input": 10, "output": 20, "cost_usd": 0.5}}}
       """
+    And the call delivered events "session::on-message-updated"
     When the store restarts
     And I call "session::get-message" with:
       """
@@ -422,6 +432,11 @@ Feature: session::update-message replaces a message's content in place
       """
       {"origin": {"stream": "s-7"}}
       """
+    And the result is:
+      """
+      {"revision": 1, "updated": true}
+      """
+    And the call delivered events "session::on-message-updated"
     When I call "session::update-message" with:
       """
       {"session_id": "s_001", "entry_id": "e_001", "content": [{"type": "text", "text": "y"}]}
@@ -430,6 +445,11 @@ Feature: session::update-message replaces a message's content in place
       """
       {"origin": "<absent>", "revision": 2}
       """
+    And the result is:
+      """
+      {"revision": 2, "updated": true}
+      """
+    And the call delivered events "session::on-message-updated"
     When the store restarts
     And I call "session::get-message" with:
       """
