@@ -58,6 +58,8 @@ Feature: session::append writes one entry onto the transcript tree
       """
     And the call delivered events "session::on-message-added"
     And reading the active path of "s_001" gives "e_001, e_002"
+    When the store restarts
+    Then reading the active path of "s_001" gives "e_001, e_002"
 
   Scenario: an append bumps updated_at and message_count but not created_at
     # Prevents: list ordering by updated_at going stale, or a message_count that misses appends.
@@ -150,6 +152,8 @@ Feature: session::append writes one entry onto the transcript tree
       """
     And the call delivered events "session::on-message-added"
     And reading the active path of "s_001" gives "a, e_001, e_002"
+    When the store restarts
+    Then reading the active path of "s_001" gives "a, e_001, e_002"
 
   Scenario: a replay is recognised before its parent_id is checked
     # Prevents: a retry failing with parent_not_found although the entry it names was already written.
@@ -176,6 +180,8 @@ Feature: session::append writes one entry onto the transcript tree
     Then the call fails with "session/invalid_request"
     And the call delivered no events
     And reading the active path of "s_001" gives "once"
+    When the store restarts
+    Then reading the active path of "s_001" gives "once"
 
   Scenario: an explicit parent starts a branch and moves the leaf onto it
     # Prevents: an edit-and-resend branch that is written but not made active, or that the next append ignores.
@@ -477,6 +483,15 @@ Feature: session::append writes one entry onto the transcript tree
       """
     And the call delivered events "session::on-message-added"
     When I call "session::get-message" with:
+      """
+      {"session_id": "s_001", "entry_id": "e_001"}
+      """
+    Then the result contains:
+      """
+      {"entry": {"timestamp": 2000000, "message": {"timestamp": 5}}}
+      """
+    When the store restarts
+    And I call "session::get-message" with:
       """
       {"session_id": "s_001", "entry_id": "e_001"}
       """

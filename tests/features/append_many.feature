@@ -59,6 +59,15 @@ Feature: session::append-many writes a batch of messages as one chain
       """
       {"entry": {"parent_id": "e_003"}}
       """
+    When the store restarts
+    And I call "session::get-message" with:
+      """
+      {"session_id": "s_001", "entry_id": "e_004"}
+      """
+    Then the result contains:
+      """
+      {"entry": {"parent_id": "e_003"}}
+      """
 
   Scenario: without parent_id a batch continues from the active leaf
     # Prevents: a batch that starts a new root instead of continuing the conversation.
@@ -83,6 +92,8 @@ Feature: session::append-many writes a batch of messages as one chain
       """
     And the call delivered events "session::on-message-added, session::on-message-added"
     And reading the active path of "s_001" gives "e_001, e_002, e_003"
+    When the store restarts
+    Then reading the active path of "s_001" gives "e_001, e_002, e_003"
 
   Scenario: an explicit parent puts the batch on a new branch and makes it active
     # Prevents: a regenerated tail that is written but left off the active path.
@@ -178,6 +189,16 @@ Feature: session::append-many writes a batch of messages as one chain
       """
     And the call delivered events "session::on-message-added"
     And reading the active path of "s_001" gives "e_001, e_002"
+    When I call "session::get" with:
+      """
+      {"session_id": "s_001"}
+      """
+    Then the result contains:
+      """
+      {"meta": {"message_count": 2}}
+      """
+    When the store restarts
+    Then reading the active path of "s_001" gives "e_001, e_002"
     When I call "session::get" with:
       """
       {"session_id": "s_001"}

@@ -173,6 +173,15 @@ Feature: Attachments: the original bytes a message was sent with
       """
       {"attachments": [{"attachment_id": "a_001", "name": "good.txt"}]}
       """
+    When the store restarts
+    And I call "session::list-attachments" with:
+      """
+      {"session_id": "s_001"}
+      """
+    Then the result contains:
+      """
+      {"attachments": [{"attachment_id": "a_001", "name": "good.txt"}]}
+      """
 
     Examples:
       | data             |
@@ -242,6 +251,15 @@ Feature: Attachments: the original bytes a message was sent with
       """
     And the call delivered no events
     When I call "session::list-attachments" with:
+      """
+      {"session_id": "s_001"}
+      """
+    Then the result contains:
+      """
+      {"attachments": [{"attachment_id": "a_001", "size": 4}]}
+      """
+    When the store restarts
+    And I call "session::list-attachments" with:
       """
       {"session_id": "s_001"}
       """
@@ -578,6 +596,20 @@ Feature: Attachments: the original bytes a message was sent with
       {"session_id": "s_001", "attachment_id": "a_001"}
       """
     Then the result is null
+    When the store restarts
+    And I call "session::list-attachments" with:
+      """
+      {"session_id": "s_001"}
+      """
+    Then the result is:
+      """
+      {"attachments": []}
+      """
+    When I call "session::get-attachment" with:
+      """
+      {"session_id": "s_001", "attachment_id": "a_001"}
+      """
+    Then the result is null
 
   Scenario: folders use the encoded session id and an attachment id never names a path outside its folder
     # Prevents: a crafted id reading or deleting another session's files through "../" or a slash in a session id.
@@ -663,6 +695,16 @@ Feature: Attachments: the original bytes a message was sent with
     And the attachment file "a_001.bin" of session "s_001" holds the base64 bytes "aGVsbG8="
     And the call delivered no events
     When I call "session::list-attachments" with:
+      """
+      {"session_id": "s_001"}
+      """
+    Then the result contains:
+      """
+      {"attachments": [{"attachment_id": "a_001"}]}
+      """
+    And the call delivered no events
+    When the store restarts
+    And I call "session::list-attachments" with:
       """
       {"session_id": "s_001"}
       """

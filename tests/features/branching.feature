@@ -74,6 +74,32 @@ Feature: session::set-active-leaf switches branches
       """
       {"meta": {"message_count": 5}}
       """
+    When the store restarts
+    And I call "session::get-message" with:
+      """
+      {"session_id": "s_001", "entry_id": "e_004"}
+      """
+    Then the result contains:
+      """
+      {"entry": {"parent_id": "e_001"}}
+      """
+    Then reading the active path of "s_001" gives "e_001, e_004, e_005"
+    When I call "session::get-message" with:
+      """
+      {"session_id": "s_001", "entry_id": "e_002"}
+      """
+    Then the result contains:
+      """
+      {"entry": {"parent_id": "e_001", "message": {"content": [{"type": "text", "text": "two"}]}}}
+      """
+    When I call "session::get" with:
+      """
+      {"session_id": "s_001"}
+      """
+    Then the result contains:
+      """
+      {"meta": {"message_count": 5}}
+      """
 
   Scenario: the abandoned branch stays readable and can be made active again
     # Prevents: branch history being pruned, or a switch back not restoring the old conversation.

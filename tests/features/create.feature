@@ -91,6 +91,15 @@ Feature: session::create starts a new, idle session under a generated id
       """
       {"meta": {"metadata": "<absent>", "title": ""}}
       """
+    When the store restarts
+    And I call "session::get" with:
+      """
+      {"session_id": "s_001"}
+      """
+    Then the result contains:
+      """
+      {"meta": {"metadata": "<absent>", "title": ""}}
+      """
 
   Scenario: an explicit empty metadata object is kept as an empty object
     # Prevents: {} metadata collapsing to "no metadata" (it is a value the caller chose).

@@ -64,6 +64,20 @@ Feature: session::set-draft parks unsent composer text, silently
       {}
       """
     Then the listed session ids are "s_002, s_001"
+    When the store restarts
+    And I call "session::get" with:
+      """
+      {"session_id": "s_001"}
+      """
+    Then the result contains:
+      """
+      {"meta": {"draft": "typing...", "updated_at": 1000000}}
+      """
+    When I call "session::list" with:
+      """
+      {}
+      """
+    Then the listed session ids are "s_002, s_001"
 
   Scenario Outline: an absent, null, empty or blank draft clears the parked one
     # Prevents: a blank composer leaving a "draft" marker, or a cleared draft showing as "" instead of absent.

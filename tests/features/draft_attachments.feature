@@ -110,6 +110,15 @@ Feature: Draft attachments: the chips parked with the unsent composer text
       """
       {"meta": {"draft": "<absent>", "draft_attachments": "<absent>"}}
       """
+    When the store restarts
+    And I call "session::get" with:
+      """
+      {"session_id": "s_001"}
+      """
+    Then the result contains:
+      """
+      {"meta": {"draft": "<absent>", "draft_attachments": "<absent>"}}
+      """
 
   Scenario: attachments can be parked without text
     # Prevents: a composer holding only a dropped file losing it because there was no text to save.

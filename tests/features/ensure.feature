@@ -93,6 +93,12 @@ Feature: session::ensure creates a session under a caller-chosen id, or returns 
       {"session_id": "chat-7"}
       """
     Then the entry ids at "messages" are "e_001"
+    When the store restarts
+    And I call "session::messages" with:
+      """
+      {"session_id": "chat-7"}
+      """
+    Then the entry ids at "messages" are "e_001"
 
   Scenario: an empty session id is rejected before anything happens
     # Prevents: a session stored under "" (a file named ".jsonl") or an on-created for it.

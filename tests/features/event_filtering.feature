@@ -124,6 +124,15 @@ Feature: Observers select session events with filters
       {"entry": {"id": "e_003"}}
       """
     And 3 "session::on-message-added" events were delivered in total
+    When the store restarts
+    And I call "session::get-message" with:
+      """
+      {"session_id": "s_003", "entry_id": "e_003"}
+      """
+    Then the result contains:
+      """
+      {"entry": {"id": "e_003"}}
+      """
 
   Scenario: filter clauses are ANDed
     # Prevents: a combined filter acting as OR and over-delivering.
@@ -183,6 +192,8 @@ Feature: Observers select session events with filters
     Then observer "view" received 1 events
     And the call delivered events "session::on-message-added"
     And reading the active path of "s_001" gives "e_001, e_002"
+    When the store restarts
+    Then reading the active path of "s_001" gives "e_001, e_002"
 
   Scenario: an observer without filters receives every event of its function
     # Prevents: sessions without metadata being invisible to unfiltered observers.
@@ -243,6 +254,15 @@ Feature: Observers select session events with filters
       """
       {"meta": {"metadata": {"owner": "u_2"}}}
       """
+    When the store restarts
+    And I call "session::get" with:
+      """
+      {"session_id": "s_001"}
+      """
+    Then the result contains:
+      """
+      {"meta": {"metadata": {"owner": "u_2"}}}
+      """
 
   Scenario: deleted filters see the metadata the session had when it was deleted
     # Prevents: a deletion going unannounced to its tenant because the metadata was already gone.
@@ -279,6 +299,12 @@ Feature: Observers select session events with filters
       """
     And the call delivered events "session::on-deleted"
     When I call "session::get" with:
+      """
+      {"session_id": "s_001"}
+      """
+    Then the result is null
+    When the store restarts
+    And I call "session::get" with:
       """
       {"session_id": "s_001"}
       """

@@ -105,6 +105,15 @@ Feature: session::fork copies a root-to-entry path into a new session
       """
       {"meta": {"title": "main", "forked_from": "s_001"}}
       """
+    When the store restarts
+    And I call "session::get" with:
+      """
+      {"session_id": "s_002"}
+      """
+    Then the result contains:
+      """
+      {"meta": {"title": "main", "forked_from": "s_001"}}
+      """
 
   Scenario: source and fork evolve independently
     # Prevents: shared entry or metadata objects letting an edit in one session show up in the other.
@@ -212,6 +221,18 @@ Feature: session::fork copies a root-to-entry path into a new session
                     {"message": {"content": [{"type": "text", "text": "branch-b"}]}}]}
       """
     And reading the active path of "s_001" gives "e_001, e_002, e_003"
+    When the store restarts
+    And I call "session::messages" with:
+      """
+      {"session_id": "s_002"}
+      """
+    Then the entry ids at "messages" are "e_005, e_006"
+    And the result contains:
+      """
+      {"messages": [{"message": {"content": [{"type": "text", "text": "one"}]}},
+                    {"message": {"content": [{"type": "text", "text": "branch-b"}]}}]}
+      """
+    Then reading the active path of "s_001" gives "e_001, e_002, e_003"
 
   Scenario: copies start at revision 0 with the source's latest content
     # Prevents: a fork inheriting revision numbers that make its first guarded update look stale.
@@ -246,6 +267,15 @@ Feature: session::fork copies a root-to-entry path into a new session
       """
     And the call delivered events "session::on-message-updated"
     When I call "session::get-message" with:
+      """
+      {"session_id": "s_001", "entry_id": "e_002"}
+      """
+    Then the result contains:
+      """
+      {"entry": {"revision": 1, "message": {"content": [{"type": "text", "text": "rev1"}]}}}
+      """
+    When the store restarts
+    And I call "session::get-message" with:
       """
       {"session_id": "s_001", "entry_id": "e_002"}
       """
@@ -326,6 +356,28 @@ Feature: session::fork copies a root-to-entry path into a new session
       """
     And the call delivered events "session::on-created"
     When I call "session::messages" with:
+      """
+      {"session_id": "s_002", "include_custom": true}
+      """
+    Then the entry ids at "messages" are "e_006, e_007, e_008, e_009, e_010"
+    And the result at "messages.3.custom.data" is:
+      """
+      {"summary": "s", "tail_start_entry_id": "e_007"}
+      """
+    And the result at "messages.4.custom.data" is:
+      """
+      {"summary": "t", "tail_start_entry_id": "e_999"}
+      """
+    When I call "session::get-message" with:
+      """
+      {"session_id": "s_001", "entry_id": "e_004"}
+      """
+    Then the result at "entry.data.tail_start_entry_id" is:
+      """
+      "e_002"
+      """
+    When the store restarts
+    And I call "session::messages" with:
       """
       {"session_id": "s_002", "include_custom": true}
       """

@@ -278,6 +278,13 @@ Feature: session::get reads one session; session::list filters, orders and pages
       """
     Then the listed session ids are "s_004, s_005"
     And the result has no "next_cursor"
+    When the store restarts
+    And I call "session::list" with:
+      """
+      {"limit": 2, "order": "created_asc", "metadata": {"k": 1}, "cursor": "${next}"}
+      """
+    Then the listed session ids are "s_004, s_005"
+    And the result has no "next_cursor"
 
   Scenario Outline: a cursor only works with the order it was issued for
     # Prevents: a cursor silently re-interpreted under another order, yielding gaps or repeats.

@@ -83,6 +83,16 @@ Feature: Session mentions (session::mention::search and session::mention::get)
       """
       {"id": "s_old", "label": "fix login redirect", "description": "Working · 0 messages", "color": "blue"}
       """
+    When the store restarts
+    And I call "session::mention::search" with:
+      """
+      {"query": ""}
+      """
+    Then the mention ids are "s_old, s_sub, s_desc, s_new, s_child"
+    And the result at "items.0" is:
+      """
+      {"id": "s_old", "label": "fix login redirect", "description": "Working · 0 messages", "color": "blue"}
+      """
 
   Scenario: the asking session and e2e sessions never match
     # Prevents: offering a chat to mention itself, or test sessions in a user's menu.

@@ -146,6 +146,12 @@ Feature: session::messages-range fetches whole entries behind placeholders
       {"session_id": "s_001", "entry_ids": ["e_001"]}
       """
     Then the entry ids at "messages" are "e_001"
+    When the store restarts
+    And I call "session::messages-range" with:
+      """
+      {"session_id": "s_001", "entry_ids": ["e_001"]}
+      """
+    Then the entry ids at "messages" are "e_001"
 
   Scenario: a cursor outside the selection is refused
     # Prevents: a cursor from another range resuming at a position that is not part of this one.

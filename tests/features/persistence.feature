@@ -75,6 +75,13 @@ Feature: The filesystem store keeps one JSONL log per session and replays it on 
       """
     Then the entry ids at "messages" are "e_001, e_003"
     And the call delivered no events
+    When the store restarts
+    And I call "session::messages" with:
+      """
+      {"session_id": "s_001"}
+      """
+    Then the entry ids at "messages" are "e_001, e_003"
+    And the call delivered no events
 
   Scenario: each session is one file named after its id, present from creation
     # Prevents: sessions sharing a file, or a session with no entries leaving nothing on disk.

@@ -111,6 +111,15 @@ Feature: session::set-status moves the coarse status, with an optional reason
       """
       {"meta": {"status_reason": "DIFFERENT", "updated_at": 1000150}}
       """
+    When the store restarts
+    And I call "session::get" with:
+      """
+      {"session_id": "s_001"}
+      """
+    Then the result contains:
+      """
+      {"meta": {"status_reason": "DIFFERENT", "updated_at": 1000150}}
+      """
 
   Scenario Outline: the same status with the same resulting reason is a silent no-op
     # Prevents: heartbeat-style repeated set-status calls writing, bumping updated_at or spamming observers.
@@ -131,6 +140,15 @@ Feature: session::set-status moves the coarse status, with an optional reason
     And the call delivered no events
     And the data dir is unchanged since the snapshot
     When I call "session::get" with:
+      """
+      {"session_id": "s_001"}
+      """
+    Then the result contains:
+      """
+      {"meta": {"status": "<status>", "updated_at": <updated_at>}}
+      """
+    When the store restarts
+    And I call "session::get" with:
       """
       {"session_id": "s_001"}
       """
@@ -165,6 +183,15 @@ Feature: session::set-status moves the coarse status, with an optional reason
       """
     And the call delivered events "session::on-status-changed"
     When I call "session::get" with:
+      """
+      {"session_id": "s_001"}
+      """
+    Then the result contains:
+      """
+      {"meta": {"status": "working", "status_reason": "<absent>"}}
+      """
+    When the store restarts
+    And I call "session::get" with:
       """
       {"session_id": "s_001"}
       """
@@ -262,6 +289,12 @@ Feature: session::set-status moves the coarse status, with an optional reason
       """
     And the call delivered events "session::on-status-changed"
     When I call "session::list" with:
+      """
+      {"status": "done"}
+      """
+    Then the listed session ids are "s_001"
+    When the store restarts
+    And I call "session::list" with:
       """
       {"status": "done"}
       """

@@ -127,6 +127,23 @@ Feature: session::update-message replaces a message's content in place
       """
       {"meta": {"updated_at": 1005000}}
       """
+    When the store restarts
+    And I call "session::get-message" with:
+      """
+      {"session_id": "s_001", "entry_id": "e_001"}
+      """
+    Then the result contains:
+      """
+      {"entry": {"timestamp": 1000000, "revision": 1}}
+      """
+    When I call "session::get" with:
+      """
+      {"session_id": "s_001"}
+      """
+    Then the result contains:
+      """
+      {"meta": {"updated_at": 1005000}}
+      """
 
   Scenario: a stale expected_revision loses without writing or firing
     # Prevents: two concurrent streamers clobbering each other's text.
@@ -192,6 +209,15 @@ Feature: session::update-message replaces a message's content in place
       """
       {"entry": {"revision": 2, "message": {"content": [{"type": "text", "text": "two"}]}}}
       """
+    When the store restarts
+    And I call "session::get-message" with:
+      """
+      {"session_id": "s_001", "entry_id": "e_001"}
+      """
+    Then the result contains:
+      """
+      {"entry": {"revision": 2, "message": {"content": [{"type": "text", "text": "two"}]}}}
+      """
 
   Scenario: a revision mismatch is reported before the details are validated
     # Prevents: a losing streamer getting an error instead of the current revision it needs to retry.
@@ -211,6 +237,15 @@ Feature: session::update-message replaces a message's content in place
       """
     And the call delivered no events
     When I call "session::get-message" with:
+      """
+      {"session_id": "s_001", "entry_id": "e_001"}
+      """
+    Then the result contains:
+      """
+      {"entry": {"revision": 1, "message": {"content": [{"type": "text", "text": "hi!"}]}}}
+      """
+    When the store restarts
+    And I call "session::get-message" with:
       """
       {"session_id": "s_001", "entry_id": "e_001"}
       """
@@ -304,6 +339,15 @@ Feature: session::update-message replaces a message's content in place
       """
     And the call delivered events "session::on-message-updated"
     When I call "session::get-message" with:
+      """
+      {"session_id": "s_001", "entry_id": "e_001"}
+      """
+    Then the result contains:
+      """
+      {"entry": {"message": {"content": [{"type": "text", "text": "edited"}], "details": "<absent>"}}}
+      """
+    When the store restarts
+    And I call "session::get-message" with:
       """
       {"session_id": "s_001", "entry_id": "e_001"}
       """
@@ -477,6 +521,24 @@ Feature: session::update-message replaces a message's content in place
       """
     And the call delivered events "session::on-message-updated"
     And reading the active path of "s_001" gives "e_001"
+    When I call "session::messages" with:
+      """
+      {"session_id": "s_001", "from_entry_id": "e_002"}
+      """
+    Then the result at "messages.1.message.content" is:
+      """
+      [{"type": "text", "text": "two (edited)"}]
+      """
+    When I call "session::get" with:
+      """
+      {"session_id": "s_001"}
+      """
+    Then the result contains:
+      """
+      {"meta": {"message_count": 2}}
+      """
+    When the store restarts
+    Then reading the active path of "s_001" gives "e_001"
     When I call "session::messages" with:
       """
       {"session_id": "s_001", "from_entry_id": "e_002"}
