@@ -196,3 +196,18 @@ def test_meta_of_another_session_is_rejected() -> None:
 def test_bad_status_is_rejected() -> None:
     # Prevents: a meta with a status outside the contract reaching list filters.
     assert decode_record(line({"type": "meta", "meta": meta("s_1", status="halted")}), "s_1") is None
+
+
+def test_integers_past_64_bits_are_stored_and_read_back() -> None:
+    # Prevents: the fast JSON path refusing (or mangling) a caller's big integer in metadata.
+    m = meta("s_1", metadata={"big": 2**70, "neg": -(2**65)})
+    data = encode_commit(Commit(meta=m))
+    assert decode_record(data.rstrip(b"\n"), "s_1") == {"type": "meta", "meta": m}
+
+
+def test_nan_and_infinity_are_not_json() -> None:
+    # Prevents: a line only Python's lenient parser accepts replaying here but not in the reference.
+    line = b'{"type":"meta","meta":{"session_id":"s_1","title":"","description":"","status":"idle",' \
+           b'"created_at":1,"updated_at":1,"message_count":0,"metadata":{"x":NaN}}}'
+    assert decode_record(line, "s_1") is None
+    assert decode_record(line.replace(b"NaN", b"Infinity"), "s_1") is None
