@@ -406,69 +406,77 @@ class SessionService:
             self._meta_or_raise(session_id)
             path = self._path(session_id, self.store.get_leaf(session_id))
         include_custom = req.include_custom is not False
-        # The filtered path as raw indexes; custom entries dropped when asked.
-        if include_custom:
-            positions: list[int] | range = range(len(path))
-        else:
-            positions = [i for i in range(len(path)) if path[i].get("kind") == "message"]
-        if not len(positions):
+        # Everything walks the path backwards from its end by raw index, so a
+        # page costs O(page), however long the session (custom entries that
+        # the request leaves out are stepped over, never listed up front).
+
+        def keep(i: int) -> bool:
+            return include_custom or path[i].get("kind") == "message"
+
+        def before(i: int) -> int:
+            """The nearest kept index below ``i``, or -1."""
+            i -= 1
+            while i >= 0 and not keep(i):
+                i -= 1
+            return i
+
+        def member(i: int) -> bool:
+            return is_run_member(path[i])
+
+        def block_start(i: int) -> int:
+            if not member(i):
+                return i
+            while True:
+                p = before(i)
+                if p < 0 or not member(p):
+                    return i
+                i = p
+
+        def anchor(entry_id: str, name: str) -> int:
+            i = path.index_of(entry_id)
+            if i is None or not keep(i):
+                raise SessionError(INVALID_CURSOR, f"{name} {entry_id} is not on the active path")
+            return i
+
+        if before(len(path)) < 0:
             return {"messages": [], "has_more": False}, []
-
-        def filtered_index(entry_id: str, name: str) -> int:
-            raw = path.index_of(entry_id)
-            if raw is not None:
-                if include_custom:
-                    return raw
-                found = _bisect(positions, raw)
-                if found is not None:
-                    return found
-            raise SessionError(INVALID_CURSOR, f"{name} {entry_id} is not on the active path")
-
-        members = [is_run_member(path[p]) for p in positions] if not include_custom else None
-
-        def member(fi: int) -> bool:
-            return members[fi] if members is not None else is_run_member(path[positions[fi]])
-
-        def block_start(fi: int) -> int:
-            if not member(fi):
-                return fi
-            while fi > 0 and member(fi - 1):
-                fi -= 1
-            return fi
-
-        end = len(positions)
+        end = len(path)
         if req.before_entry_id is not None:
-            end = block_start(filtered_index(req.before_entry_id, "before_entry_id"))
+            end = block_start(anchor(req.before_entry_id, "before_entry_id"))
         until = None
         if req.until_entry_id is not None:
-            until = block_start(filtered_index(req.until_entry_id, "until_entry_id"))
-        start, blocks = end, 0
-        limit = self._limit(req.limit)
-        while start > 0 and blocks < limit:
-            start = block_start(start - 1)
-            blocks += 1
+            until = block_start(anchor(req.until_entry_id, "until_entry_id"))
+        start, blocks, limit = end, 0, self._limit(req.limit)
+        while blocks < limit:
+            p = before(start)
+            if p < 0:
+                break
+            start, blocks = block_start(p), blocks + 1
         if until is not None and until < start:
             start = until
         image_data = req.include_image_data is not False
         items: list[dict[str, Any]] = []
-        fi = start
-        while fi < end:
-            if not member(fi):
-                items.append(item(path[positions[fi]], image_data=image_data))
-                fi += 1
+        i = start
+        while i < end:
+            if not keep(i):
+                i += 1
                 continue
-            run_end = fi
-            while run_end < end and member(run_end):
-                run_end += 1
-            run = [path[positions[k]] for k in range(fi, run_end)]
+            if not member(i):
+                items.append(item(path[i], image_data=image_data))
+                i += 1
+                continue
+            run: list[Entry] = []
+            while i < end and (not keep(i) or member(i)):
+                if keep(i):
+                    run.append(path[i])
+                i += 1
             for entry, whole in zip(run, kept_whole_in_run(run), strict=True):
                 if whole:
                     items.append(item(entry, image_data=image_data))
                 else:
                     collapsed = {**entry, "message": elide_message(entry["message"])}
                     items.append({**item(collapsed, image_data=image_data), "elided": True})
-            fi = run_end
-        out: dict[str, Any] = {"messages": items, "has_more": start > 0}
+        out: dict[str, Any] = {"messages": items, "has_more": before(start) >= 0}
         if items:
             out["oldest_entry_id"] = items[0]["entry_id"]
         return out, []
