@@ -166,8 +166,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 1
         log.info("connected to %s", args.url)
         try:
-            host = start(client, seed)
-        except (ConfigurationUnavailable, ConfigError, BuildError) as e:
+            host = start(client, seed, local_url=args.url)
+        except BuildError as e:
+            log.error("cannot start: %s", e)  # e.g. an unreachable bridge main: never a silent fallback
+            return 1
+        except (ConfigurationUnavailable, ConfigError) as e:
             log.error("cannot start: %s (configuration is a required dependency: is the configuration "
                       "worker running on %s?)", e, args.url)
             return 1

@@ -11,6 +11,16 @@ Events: an event function is called only while something observes it
 (counted through ``ObserveHooks``), fire-and-forget (``Void``), from one
 background thread after the mutation is durable, so a failed or slow
 delivery never fails or delays the call that produced it.
+
+Bridge topology: an fs instance also serves the internal
+``session::store::*`` protocol and, once per event, calls
+``session::store::on-events`` (while observed) so attached bridges can relay
+it. A bridge-mode instance stores through its main
+(:class:`~session_manager.store.bridge.BridgeStore`), publishes each
+mutation's events to the main instead of calling its event functions, and
+relays the main's ``on-events`` to its local event functions (see
+:mod:`session_manager.bridge`). The protocol functions are registered in
+either mode and refuse calls while the live runtime is a bridge.
 """
 
 from __future__ import annotations
@@ -20,17 +30,19 @@ import logging
 import os
 import queue
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from iii import ObserveHooks, TriggerAction
 from pydantic import BaseModel
 
+from . import bridge as br
 from . import configuration as cfg
 from . import events as ev
+from . import store_protocol as sp
 from .clock import Clock, SystemClock
-from .config import BridgeAdapter, WorkerConfig, resolve_data_dir
+from .config import BridgeAdapter, BridgeConfig, WorkerConfig, resolve_data_dir
 from .errors import STORAGE, SessionError
 from .events import Event
 from .ids import IdGen, UuidIds
@@ -44,7 +56,14 @@ from .validation import parse_request
 log = logging.getLogger("session_manager.iii")
 
 CALLER_KEY = "_caller_worker_id"
-BRIDGE_UNSUPPORTED = "bridge adapter is not supported by this build"
+SELF_REFERENTIAL = "self-referential bridge"
+
+# Opens the dedicated connection to a bridge's main engine (tests inject fakes).
+BridgeConnector = Callable[[BridgeConfig], Any]
+
+
+def default_bridge_connector(config: BridgeConfig) -> Any:
+    return br.connect(config.url, config.timeout_ms)
 
 
 def strip_caller(payload: Any) -> Any:
@@ -75,13 +94,18 @@ class Runtime:
     config: WorkerConfig
     store: SessionStore
     service: SessionService
+    bridge: br.Bridge | None = None  # set in bridge mode: the link to the main
+
+    @property
+    def is_fs(self) -> bool:
+        return self.bridge is None
 
 
 def build_store(config: WorkerConfig) -> SessionStore:
-    """The store an adapter value describes; :class:`~.configuration.BuildError` if it cannot be built."""
+    """The fs store an adapter value describes; :class:`~.configuration.BuildError` if it cannot be built."""
     adapter = config.adapter
     if isinstance(adapter, BridgeAdapter):
-        raise cfg.BuildError(f"{BRIDGE_UNSUPPORTED} (adapter bridge, url {adapter.config.url})")
+        raise cfg.BuildError("a bridge store is built by the host (it needs the bridge connection)")
     path = resolve_data_dir(adapter.config.data_dir)
     try:
         store = FsStore(path)
@@ -103,9 +127,9 @@ class Emitter:
 
     def __init__(self, client: Any) -> None:
         self._client = client
-        self._observers: dict[str, set[str]] = {fid: set() for fid in ev.EVENT_FUNCTIONS}
+        self._observers: dict[str, set[str]] = {fid: set() for fid in (*ev.EVENT_FUNCTIONS, sp.ON_EVENTS)}
         self._lock = threading.Lock()
-        self._queue: queue.Queue[Event | None] = queue.Queue()
+        self._queue: queue.Queue[tuple[Event, bool] | None] = queue.Queue()
         self._thread = threading.Thread(target=self._run, name="session-events", daemon=True)
         self._thread.start()
 
@@ -130,26 +154,36 @@ class Emitter:
 
     # -- delivery -------------------------------------------------------------
 
-    def emit(self, events: list[Event]) -> None:
+    def emit(self, events: list[Event], *, fanout: bool = False) -> None:
+        """Queue events for their event functions; with ``fanout`` (an fs
+        instance) each one is also handed to ``session::store::on-events``
+        for the attached bridges."""
+        fanout = fanout and self.is_observed(sp.ON_EVENTS)
         for event in events:
-            if self.is_observed(event.function_id):
-                self._queue.put(event)
+            if fanout or self.is_observed(event.function_id):
+                self._queue.put((event, fanout))
 
     def _run(self) -> None:
         while True:
-            event = self._queue.get()
+            item = self._queue.get()
             try:
-                if event is None:
+                if item is None:
                     return
+                event, fanout = item
                 # Re-checked: the last observer may have gone meanwhile.
                 if self.is_observed(event.function_id):
-                    self._client.trigger({"function_id": event.function_id, "payload": event.payload,
-                                          "action": TriggerAction.Void()})
-            except Exception:
-                log.warning("event %s not delivered; the mutation stands",
-                            event.function_id if event else "?", exc_info=True)
+                    self._void(event.function_id, event.payload)
+                if fanout and self.is_observed(sp.ON_EVENTS):
+                    self._void(sp.ON_EVENTS, sp.envelope(event))
             finally:
                 self._queue.task_done()
+
+    def _void(self, function_id: str, payload: dict[str, Any]) -> None:
+        try:
+            self._client.trigger({"function_id": function_id, "payload": payload,
+                                  "action": TriggerAction.Void()})
+        except Exception:
+            log.warning("event %s not delivered; the mutation stands", function_id, exc_info=True)
 
     def flush(self) -> None:
         """Wait until every queued event has been handed to the client."""
@@ -170,11 +204,14 @@ class IIIHost:
     """Registers the surface on an iii client and serves it from the live runtime."""
 
     def __init__(self, client: Any, config: WorkerConfig, *, ids: IdGen | None = None,
-                 clock: Clock | None = None, reloader_retry: cfg.Retry = cfg.RELOAD_RETRY) -> None:
+                 clock: Clock | None = None, reloader_retry: cfg.Retry = cfg.RELOAD_RETRY,
+                 local_url: str | None = None, bridge_connector: BridgeConnector | None = None) -> None:
         self.client = client
         self.ids: IdGen = ids or UuidIds()
         self.clock: Clock = clock or SystemClock()
         self.limits = LimitsCell(config.limits())
+        self.local_url = local_url
+        self.bridge_connector: BridgeConnector = bridge_connector or default_bridge_connector
         self.emitter = Emitter(client)
         self.reloader = cfg.Reloader(client, self.apply_config, retry=reloader_retry)
         self._runtime = self._build(config)  # raises BuildError: fatal at boot
@@ -193,16 +230,84 @@ class IIIHost:
         return self.reloader.status
 
     def _build(self, config: WorkerConfig) -> Runtime:
+        adapter = config.adapter
+        if isinstance(adapter, BridgeAdapter):
+            bridge = self._connect_bridge(adapter.config)
+            service = SessionService(bridge.store, ids=self.ids, clock=self.clock, limits=self.limits)
+            return Runtime(config, bridge.store, service, bridge)
         store = build_store(config)
         service = SessionService(store, ids=self.ids, clock=self.clock, limits=self.limits)
         return Runtime(config, store, service)
 
+    def _connect_bridge(self, config: BridgeConfig) -> br.Bridge:
+        """Connect to the main, check it serves the protocol, attach the relay."""
+        if self.local_url is not None and br.normalize_url(config.url) == br.normalize_url(self.local_url):
+            raise cfg.BuildError(f"{SELF_REFERENTIAL}: bridge url {config.url} is this instance's own engine; "
+                                 "a bridge must point at a main fs instance on another engine")
+        try:
+            client = self.bridge_connector(config)
+        except Exception as e:
+            raise cfg.BuildError(f"bridge to {config.url} unavailable: {e}") from e
+        bridge = br.Bridge(client, config.url, config.timeout_ms, self._relay)
+        try:
+            bridge.start()
+        except Exception as e:
+            bridge.close()
+            raise cfg.BuildError(f"bridge to {config.url} unavailable: {e}") from e
+        return bridge
+
+    def _relay(self, event: Event) -> None:
+        """An event the main fanned out: to this instance's observers only."""
+        self.emitter.emit([event])
+
+    def deliver(self, runtime: Runtime, events: list[Event]) -> None:
+        """Where a mutation's events go: the main (bridge mode) or our own
+        event functions plus the bridges' feed (fs mode)."""
+        if not events:
+            return
+        if runtime.bridge is not None:
+            runtime.bridge.publish(events)
+        else:
+            self.emitter.emit(events, fanout=True)
+
+    def flush(self) -> None:
+        """Wait until queued publishes and event calls have been handed on."""
+        bridge = self._runtime.bridge
+        if bridge is not None:
+            bridge.flush()
+        self.emitter.flush()
+
     # -- registration -----------------------------------------------------------
 
     def register(self) -> None:
-        """Register event functions, session functions, then the configuration pair."""
+        """Register event functions (with ``session::store::on-events``), the
+        store protocol, session functions, then the configuration pair. All of
+        them in either mode, so an fs<->bridge reload needs no registration."""
         for f in EVENT_SURFACE:
             self._register(f, self._event_handler(f), observe=self.emitter.hooks(f.id))
+        self.refs[sp.ON_EVENTS] = self.client.register_function(
+            sp.ON_EVENTS, self._echo,
+            description=sp.ON_EVENTS_DESCRIPTION,
+            metadata={**sp.REGISTRATION_METADATA, "private": True},
+            request_format=sp.schema(sp.OnEventsEnvelope),
+            response_format=sp.schema(sp.OnEventsEnvelope),
+            observe=self.emitter.hooks(sp.ON_EVENTS),
+        )
+        for sf in sp.STORE_FUNCTIONS:
+            self.refs[sf.id] = self.client.register_function(
+                sf.id, self._store_handler(sf),
+                description=sf.description,
+                metadata=dict(sp.REGISTRATION_METADATA),
+                request_format=sp.schema(sf.request),
+                response_format=sp.schema(sf.response, nullable=sf.nullable),
+            )
+        self.refs[sp.PUBLISH_EVENTS] = self.client.register_function(
+            sp.PUBLISH_EVENTS, self._publish_events,
+            description=sp.PUBLISH_DESCRIPTION,
+            metadata=dict(sp.REGISTRATION_METADATA),
+            request_format=sp.schema(sp.PublishEventsRequest),
+            response_format=sp.schema(sp.PublishEventsResponse),
+        )
         for f in FUNCTIONS:
             self._register(f, self._handler(f))
         self.refs[cfg.ON_CONFIG_CHANGE] = self.client.register_function(
@@ -256,7 +361,7 @@ class IIIHost:
             with self._call() as runtime:
                 request = parse_request(f.request, payload)
                 response, events = f.handler(runtime.service, request)
-            self.emitter.emit(events)
+            self.deliver(runtime, events)
             return response
 
         handle.__name__ = f"handle_{f.id.replace('::', '_').replace('-', '_')}"
@@ -267,6 +372,42 @@ class IIIHost:
             return strip_caller(data)
 
         return handle
+
+    @staticmethod
+    def _echo(data: Any) -> Any:
+        return strip_caller(data)
+
+    @contextlib.contextmanager
+    def _fs_call(self, function_id: str) -> Iterator[Runtime]:
+        """The live runtime, if it is an fs one (read per call, so the gate
+        follows reloads)."""
+        with self._call() as runtime:
+            if runtime.bridge is not None:
+                raise SessionError(STORAGE, f"{function_id}: {sp.FS_ONLY}; this instance is in bridge mode")
+            yield runtime
+
+    def _store_handler(self, sf: sp.StoreFunction) -> Any:
+        def handle(data: Any) -> Any:
+            payload = strip_caller(data)
+            with self._fs_call(sf.id) as runtime:
+                request = parse_request(sf.request, payload)
+                service = runtime.service
+                # The main's own per-session lock, shared with its domain calls.
+                with sp.storage_errors():
+                    return sf.handler(runtime.store, service._lock, request, payload)
+
+        handle.__name__ = f"handle_{sf.id.replace('::', '_').replace('-', '_')}"
+        return handle
+
+    def _publish_events(self, data: Any) -> Any:
+        payload = strip_caller(data)
+        with self._fs_call(sp.PUBLISH_EVENTS):
+            request = parse_request(sp.PublishEventsRequest, payload)
+            events = [e for e in (sp.event_of(raw) for raw in payload["events"]) if e is not None]
+            if len(events) < len(request.events):
+                log.warning("publish-events: %d malformed envelopes skipped", len(request.events) - len(events))
+            self.emitter.emit(events, fanout=True)
+        return {"published": len(events)}
 
     def _on_config_change(self, data: Any) -> Any:
         return self.reloader.reload()
@@ -282,7 +423,7 @@ class IIIHost:
         current = self._runtime
         if config.adapter_value() == current.config.adapter_value():
             self.limits.set(config.limits())
-            self._runtime = Runtime(config, current.store, current.service)
+            self._runtime = Runtime(config, current.store, current.service, current.bridge)
             log.info("configuration reloaded: list limits %d/%d, max attachment %d bytes",
                      config.default_list_limit, config.max_list_limit, config.max_attachment_bytes)
             return
@@ -295,12 +436,16 @@ class IIIHost:
         self.limits.set(config.limits())
         self._runtime = fresh
         log.info("configuration reloaded: adapter %s now serves", config.adapter_value())
+        if current.bridge is not None:
+            current.bridge.close()  # the old link: its relay and connection end with it
         try:
             events = resync_events(fresh.store, old_metas, self.clock.now_ms())
         except Exception:
             log.warning("resync after the adapter swap failed; observers may be stale", exc_info=True)
             return
-        self.emitter.emit(events)
+        # Local only, never published: on an fs instance the feed also
+        # reaches the attached bridges, so they resync as well.
+        self.emitter.emit(events, fanout=fresh.is_fs)
         log.info("resync: %d events", len(events))
 
     # -- lifetime ---------------------------------------------------------------
@@ -314,6 +459,9 @@ class IIIHost:
         if self.config_observer is not None:
             with contextlib.suppress(Exception):
                 self.config_observer.dispose()
+        bridge = self._runtime.bridge
+        if bridge is not None:
+            bridge.close()  # sends queued publishes, then disconnects from the main
         self.emitter.close()
         self._runtime.store.close()
 
@@ -340,15 +488,18 @@ def resync_events(store: SessionStore, old_metas: list[Meta], now_ms: int) -> li
 
 
 def start(client: Any, seed: dict[str, Any] | None = None, *, retry: cfg.Retry = cfg.BOOT_RETRY,
-          ids: IdGen | None = None, clock: Clock | None = None) -> IIIHost:
+          ids: IdGen | None = None, clock: Clock | None = None, local_url: str | None = None,
+          bridge_connector: BridgeConnector | None = None) -> IIIHost:
     """Boot on a connected client: configuration, runtime, registrations, observer.
 
-    Raises :class:`~.configuration.ConfigurationUnavailable`,
+    ``local_url`` is this instance's engine (a bridge to it is refused as
+    self-referential). Raises :class:`~.configuration.ConfigurationUnavailable`,
     :class:`~.config.ConfigError` or :class:`~.configuration.BuildError`
-    (all fatal, each with a message naming the cause).
+    (all fatal, each with a message naming the cause; a bridge whose main is
+    unreachable never falls back to a local store).
     """
     config = cfg.register_and_fetch(client, seed, retry)
-    host = IIIHost(client, config, ids=ids, clock=clock)
+    host = IIIHost(client, config, ids=ids, clock=clock, local_url=local_url, bridge_connector=bridge_connector)
     host.register()
     host.observe_configuration()
     return host

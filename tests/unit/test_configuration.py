@@ -23,11 +23,12 @@ from session_manager.config import (
 from session_manager.configuration import (
     ON_CONFIG_CHANGE,
     UPDATED_FILTERS,
+    BuildError,
     ConfigurationUnavailable,
     Retry,
 )
 from session_manager.ids import SequentialIds
-from session_manager.iii_host import BRIDGE_UNSUPPORTED, IIIHost, start
+from session_manager.iii_host import SELF_REFERENTIAL, IIIHost, start
 from tests.unit.fake_iii import FakeIII
 
 START_MS = 1_000_000
@@ -38,8 +39,13 @@ def fs(data_dir: Path | str, **extra: Any) -> dict[str, Any]:
     return {"adapter": {"name": "fs", "config": {"data_dir": str(data_dir)}}, **extra}
 
 
+def unreachable(config: Any) -> Any:
+    raise ConnectionError(f"the main engine at {config.url} is unreachable")
+
+
 def boot(fake: FakeIII, seed: dict[str, Any] | None = None) -> IIIHost:
-    host = start(fake, seed, retry=NO_WAIT, ids=SequentialIds(), clock=ManualClock(START_MS))
+    host = start(fake, seed, retry=NO_WAIT, ids=SequentialIds(), clock=ManualClock(START_MS),
+                 local_url="ws://127.0.0.1:49134", bridge_connector=unreachable)
     host.reloader._retry = NO_WAIT
     return host
 
@@ -181,12 +187,22 @@ def test_configuration_is_a_required_dependency(tmp_path: Path) -> None:
     assert fake.functions == {}
 
 
-def test_bridge_at_boot_is_fatal_and_clear(tmp_path: Path) -> None:
+def test_unreachable_bridge_at_boot_is_fatal_and_clear(tmp_path: Path) -> None:
     # Prevents: a bridge config silently falling back to a local fs store.
     fake = FakeIII()
     fake.config_store["session-manager"] = {"value": {"adapter": {"name": "bridge",
                                                                   "config": {"url": "ws://main:1"}}}}
-    with pytest.raises(Exception, match=BRIDGE_UNSUPPORTED):
+    with pytest.raises(BuildError, match=r"bridge to ws://main:1 unavailable: .*unreachable"):
+        boot(fake)
+    assert fake.functions == {}
+
+
+def test_self_referential_bridge_at_boot_is_fatal(tmp_path: Path) -> None:
+    # Prevents: a bridge pointed at its own engine, which would store through itself.
+    fake = FakeIII()
+    fake.config_store["session-manager"] = {"value": {"adapter": {"name": "bridge",
+                                                                  "config": {"url": "ws://LOCALHOST:49134/"}}}}
+    with pytest.raises(BuildError, match=SELF_REFERENTIAL):
         boot(fake)
     assert fake.functions == {}
 
@@ -284,7 +300,7 @@ def test_unbuildable_adapter_keeps_last_good(booted: tuple[FakeIII, IIIHost], tm
     assert status["rejected_reloads"] == 1
     fake.set_config({"adapter": {"name": "bridge", "config": {"url": "ws://main:1"}}})
     status = fake.invoke("session::config-status", {})
-    assert status["rejected_reloads"] == 2 and BRIDGE_UNSUPPORTED in status["last_error"]
+    assert status["rejected_reloads"] == 2 and "bridge to ws://main:1 unavailable" in status["last_error"]
     fake.set_config({"max_list_limt": 1})  # does not parse
     assert fake.invoke("session::config-status", {})["rejected_reloads"] == 3
     assert fake.invoke("session::get", {"session_id": "s_001"})["meta"]["title"] == "kept"

@@ -14,6 +14,7 @@ from session_manager.clock import ManualClock
 from session_manager.config import WorkerConfig, parse_config
 from session_manager.ids import SequentialIds
 from session_manager.iii_host import IIIHost, json_schema, strip_caller
+from session_manager.store_protocol import ON_EVENTS, PUBLISH_EVENTS, STORE_FUNCTIONS
 from session_manager.surface import EVENT_SURFACE, FUNCTIONS
 from tests.unit.fake_iii import FakeIII, call_signature_ok
 
@@ -56,7 +57,8 @@ def events(host: IIIHost, fake: FakeIII) -> list[tuple[str, dict[str, Any]]]:
 
 def test_every_function_is_registered_with_schemas_and_flags(host: IIIHost, fake: FakeIII) -> None:
     # Prevents: a surface row the worker forgets to register, or one registered without schemas.
-    expected = [f.id for f in EVENT_SURFACE] + [f.id for f in FUNCTIONS] + [
+    store_protocol = [ON_EVENTS] + [f.id for f in STORE_FUNCTIONS] + [PUBLISH_EVENTS]
+    expected = [f.id for f in EVENT_SURFACE] + store_protocol + [f.id for f in FUNCTIONS] + [
         "session::on-config-change", "session::config-status"]
     assert fake.order == expected
     for f in (*EVENT_SURFACE, *FUNCTIONS):

@@ -1,0 +1,160 @@
+"""A bridged instance's link to its main: store, event publisher and relay.
+
+One :class:`Bridge` per bridge runtime owns a dedicated iii client connected
+to the main's engine and uses it three ways:
+
+* :attr:`Bridge.store`, the :class:`~session_manager.store.bridge.BridgeStore`;
+* :meth:`Bridge.publish`: each mutation's events go to the main in one
+  ``session::store::publish-events`` call, off the caller's thread (a
+  failure is logged; the mutation stands, as with any lost event);
+* the relay: a function ``session::bridge::recv::<uuid>`` registered on the
+  main's engine, observing the main's ``session::store::on-events``; it hands
+  each envelope's event to this instance's local event functions.
+
+A bridged instance never calls its event functions at mutation time: its
+own events come back through the main like everyone else's, so every
+instance's observers see each event once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import queue
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from . import store_protocol as sp
+from .events import Event
+from .store.bridge import BridgeStore
+
+log = logging.getLogger("session_manager.bridge")
+
+RELAY_PREFIX = "session::bridge::recv::"
+READY_TIMEOUT_S = 10.0
+
+
+class BridgeUnavailable(RuntimeError):
+    """The main cannot be reached or does not serve the store protocol."""
+
+
+def normalize_url(url: str) -> str:
+    """Compare engine URLs loosely: case of scheme/host, trailing slash, localhost."""
+    out = url.strip().rstrip("/").lower()
+    return out.replace("://localhost:", "://127.0.0.1:").replace("://[::1]:", "://127.0.0.1:")
+
+
+def connect(url: str, timeout_ms: int) -> Any:
+    """A client of the main's engine, connected; :class:`BridgeUnavailable`
+    when it does not connect within the call timeout (at least 1 s)."""
+    from iii import InitOptions
+    from iii.iii import III
+
+    # A name of its own: engines refuse a second worker under one name.
+    client = III(url, InitOptions(worker_name=f"session-manager-bridge-{uuid.uuid4().hex[:8]}",
+                                  worker_description="session-manager bridge link to its main instance",
+                                  otel={"enabled": False}))
+    deadline = time.monotonic() + min(max(timeout_ms / 1000.0, 1.0), 30.0)
+    while client.get_connection_state() != "connected":
+        if client.get_connection_state() == "failed" or time.monotonic() > deadline:
+            shutdown(client)
+            raise BridgeUnavailable(f"the main engine at {url} is unreachable")
+        time.sleep(0.05)
+    return client
+
+
+def shutdown(client: Any) -> None:
+    loop = getattr(client, "_loop", None)
+    if loop is not None and not loop.is_running():
+        return  # already shut down; a second shutdown() would hang
+    with contextlib.suppress(Exception):
+        client.shutdown()
+
+
+class Bridge:
+    """The link of one bridge runtime; :meth:`close` ends all of it."""
+
+    def __init__(self, client: Any, url: str, timeout_ms: int, relay: Callable[[Event], None]) -> None:
+        self.client = client
+        self.url = url
+        self.timeout_ms = timeout_ms
+        self.store = BridgeStore(client, timeout_ms)
+        self.relay_id = f"{RELAY_PREFIX}{uuid.uuid4()}"
+        self._relay = relay
+        self._observer: Any = None
+        self._queue: queue.Queue[list[Event] | None] = queue.Queue()
+        self._thread = threading.Thread(target=self._run, name="session-bridge-publish", daemon=True)
+        self._thread.start()
+
+    # -- start ------------------------------------------------------------------
+
+    def start(self, ready_timeout_s: float = READY_TIMEOUT_S) -> None:
+        """Check the main serves the store protocol, then attach the relay.
+        Raises :class:`BridgeUnavailable` naming the cause."""
+        try:
+            self.store.list_metas()
+        except Exception as e:
+            raise BridgeUnavailable(f"the main at {self.url} does not serve the store protocol: {e}") from e
+        self.client.register_function(
+            self.relay_id, self._receive,
+            description="Internal: relays the main's session events to a bridged session-manager.",
+            metadata=dict(sp.REGISTRATION_METADATA),
+        )
+        handle = self.client.observe({"function_id": sp.ON_EVENTS, "deliver": "input"}, self.relay_id)
+        self._observer = handle
+        try:
+            handle.ready(timeout=ready_timeout_s)
+        except Exception as e:
+            raise BridgeUnavailable(f"cannot observe {sp.ON_EVENTS} on the main at {self.url}: {e}") from e
+        log.info("bridge to %s attached (relay %s)", self.url, self.relay_id)
+
+    # -- relay --------------------------------------------------------------------
+
+    def _receive(self, data: Any) -> Any:
+        event = sp.event_of(data)
+        if event is None:
+            log.warning("bridge relay: malformed envelope ignored: %.200r", data)
+            return {"ok": False}
+        self._relay(event)
+        return {"ok": True}
+
+    # -- publish ------------------------------------------------------------------
+
+    def publish(self, events: list[Event]) -> None:
+        """Hand one mutation's events to the main (one call, in order, later)."""
+        if events:
+            self._queue.put(list(events))
+
+    def _run(self) -> None:
+        while True:
+            batch = self._queue.get()
+            try:
+                if batch is None:
+                    return
+                self.client.trigger({"function_id": sp.PUBLISH_EVENTS,
+                                     "payload": {"events": [sp.envelope(e) for e in batch]},
+                                     "timeout_ms": self.timeout_ms})
+            except Exception as e:
+                log.warning("%d events not published to the main at %s (%s); the mutation stands",
+                            len(batch or ()), self.url, e)
+            finally:
+                self._queue.task_done()
+
+    def flush(self) -> None:
+        """Wait until every queued batch has been sent (or has failed)."""
+        self._queue.join()
+
+    # -- end ----------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Send what is queued, detach the relay and disconnect."""
+        if self._thread.is_alive():
+            self._queue.put(None)
+            self._thread.join(timeout=10)
+        if self._observer is not None:
+            with contextlib.suppress(Exception):
+                self._observer.dispose()
+        shutdown(self.client)
