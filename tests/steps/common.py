@@ -47,7 +47,11 @@ class World:
         self.last_events: list[tuple[str, dict[str, Any]]] = []
         self.all_events: list[tuple[str, dict[str, Any]]] = []
         self.observed: dict[str, list[dict[str, Any]]] = {}
-        self.observers: dict[str, session_manager.Observation] = {}
+        # Every live subscription per observer name (one name may watch
+        # several functions), and what each watched, so a restart can
+        # re-subscribe exactly the live ones and a dispose ends them all.
+        self.observers: dict[str, list[session_manager.Observation]] = {}
+        self.observer_sources: dict[str, list[tuple[str, Any]]] = {}
         self.saved: dict[str, Any] = {}
 
     # -- store lifecycle --------------------------------------------------
@@ -56,11 +60,8 @@ class World:
         self.sm = session_manager.open(self.data_dir, ids=self.ids, clock=self.clock, **self.options)
         for fid in EVENT_FUNCTIONS:
             self.sm.observe({"function_id": fid}, lambda e, fid=fid: self._record(fid, e))
-        for name in list(self.observers):
-            fid, filters = self.observer_sources[name]
-            self.watch(name, fid, filters)
-
-    observer_sources: dict[str, tuple[str, Any]]
+        for name, sources in self.observer_sources.items():
+            self.observers[name] = [self._subscribe(name, fid, filters) for fid, filters in sources]
 
     def restart(self) -> None:
         assert self.sm is not None
@@ -72,10 +73,13 @@ class World:
         self.all_events.append((fid, payload))
 
     def watch(self, name: str, fid: str, filters: Any) -> None:
+        self.observer_sources.setdefault(name, []).append((fid, filters))
+        self.observers.setdefault(name, []).append(self._subscribe(name, fid, filters))
+
+    def _subscribe(self, name: str, fid: str, filters: Any) -> session_manager.Observation:
         assert self.sm is not None
         box = self.observed.setdefault(name, [])
-        self.observer_sources[name] = (fid, filters)
-        self.observers[name] = self.sm.observe({"function_id": fid, "filters": filters}, box.append)
+        return self.sm.observe({"function_id": fid, "filters": filters}, box.append)
 
     # -- calls ------------------------------------------------------------
 
@@ -142,7 +146,6 @@ def contains(actual: Any, expected: Any, where: str = "$") -> None:
 @pytest.fixture
 def world(tmp_path: Path) -> Any:
     w = World(tmp_path)
-    w.observer_sources = {}
     w.open()
     yield w
     if w.sm is not None:
@@ -190,9 +193,15 @@ def _call_bare(world: World, fid: str) -> None:
 @given("these calls succeed:")
 @when("these calls succeed:")
 def _calls_succeed(world: World, docstring: str) -> None:
+    # The batch counts as one call for the event steps: "the call delivered
+    # events" then names every event the whole batch fired, in order, so a
+    # batch used as the action under test can be held to its exact events.
+    batch: list[tuple[str, dict[str, Any]]] = []
     for fid, payload in world.substitute(docstring):
         world.call(fid, payload)
         world.expect_ok()
+        batch += world.last_events
+    world.last_events = batch
 
 
 @given(parsers.parse('I remember "{path}" as "{name}"'))
@@ -219,7 +228,11 @@ def _observer_filtered(world: World, name: str, fid: str, docstring: str) -> Non
 
 @when(parsers.parse('observer "{name}" is disposed'))
 def _dispose(world: World, name: str) -> None:
-    world.observers[name].dispose()
+    # A disposed observer stays gone across restarts too.
+    for observation in world.observers.pop(name):
+        observation.dispose()
+    del world.observer_sources[name]
+
 
 
 @given(parsers.parse('these bytes are appended to the file of session "{sid}":'))

@@ -76,7 +76,9 @@ def _nth_event(world: World, i: int, fid: str, docstring: str) -> None:
 
 @then(parsers.parse('observer "{name}" received these "{path}" values:'))
 def _observer_values(world: World, name: str, path: str, docstring: str) -> None:
-    got = [lookup(e, path) for e in world.observed.get(name, [])]
+    # A typo'd observer name must fail, not read as "received nothing".
+    got = [lookup(e, path) for e in world.observed[name]]
+
     assert got == world.substitute(docstring), got
 
 
