@@ -436,6 +436,18 @@ Feature: Attachments: the original bytes a message was sent with
       """
     Then the call fails with "session/not_found"
     And the call delivered no events
+    And the attachments root holds the folders:
+      """
+      ["s_001"]
+      """
+    When I call "session::list-attachments" with:
+      """
+      {"session_id": "s_001"}
+      """
+    Then the result contains:
+      """
+      {"attachments": [{"attachment_id": "a_002"}]}
+      """
 
   Scenario: an attachment any transcript entry references cannot be deleted, even off the active path
     # Prevents: deleting the bytes behind a sent message's file or linked image, leaving a chip that never opens again.
@@ -551,6 +563,16 @@ Feature: Attachments: the original bytes a message was sent with
       {"session_id": "s_003", "attachment_id": "a_001"}
       """
     Then the call fails with "session/attachment_in_use"
+    And the call delivered no events
+    When the store restarts
+    And I call "session::get-attachment" with:
+      """
+      {"session_id": "s_003", "attachment_id": "a_001"}
+      """
+    Then the result contains:
+      """
+      {"attachment": {"attachment_id": "a_001", "session_id": "s_003", "name": "kept.txt"}, "data": "aGVsbG8="}
+      """
     And the call delivered no events
 
   Scenario: deleting a session removes its attachments; a recreated id starts empty

@@ -134,6 +134,8 @@ Feature: session::set-active-leaf switches branches
       {"entry_id": "e_005", "parent_id": "e_003"}
       """
     And the call delivered events "session::on-message-added"
+    When the store restarts
+    Then reading the active path of "s_001" gives "e_001, e_002, e_003, e_005"
 
   Scenario: a custom entry can be the active leaf
     # Prevents: branch switching refusing bookkeeping entries that sit at the tip of a path.
@@ -161,6 +163,8 @@ Feature: session::set-active-leaf switches branches
       {"entry_id": "e_005", "parent_id": "e_004"}
       """
     And the call delivered events "session::on-message-added"
+    When the store restarts
+    Then reading the active path of "s_001" gives "e_001, e_002, e_004, e_005"
 
   Scenario: unknown entries and sessions are refused and the leaf stays put
     # Prevents: a typo'd leaf id leaving the session pointing at nothing.

@@ -184,3 +184,15 @@ Feature: session::create starts a new, idle session under a generated id
       {"session_id": "s_001", "title": "mine", "session_metadata": {"owner": "u_1"}}
       """
     And 3 "session::on-created" events were delivered in total
+    And the call delivered events "session::on-created, session::on-created, session::on-created"
+    When the store restarts
+    And I call "session::list" with:
+      """
+      {"order": "created_asc"}
+      """
+    Then the listed session ids are "s_001, s_002, s_003"
+    And the result contains:
+      """
+      {"sessions": [{"metadata": {"owner": "u_1"}}, {"metadata": {"owner": "u_2"}}, {"metadata": "<absent>"}]}
+      """
+    And the call delivered no events

@@ -91,6 +91,17 @@ Feature: session::delete removes a session with everything it holds
       """
     And the call delivered no events
     And 1 "session::on-deleted" events were delivered in total
+    And the data dir holds the files:
+      """
+      ["s_002.jsonl"]
+      """
+    When the store restarts
+    And I call "session::get" with:
+      """
+      {"session_id": "s_001"}
+      """
+    Then the result is null
+    And the call delivered no events
 
   Scenario: observers see the tenancy the session had when it was deleted
     # Prevents: on-deleted without session_metadata, leaving tenant-filtered observers blind to deletions.
@@ -117,6 +128,13 @@ Feature: session::delete removes a session with everything it holds
       {"deleted": true}
       """
     And the call delivered events "session::on-deleted"
+    When the store restarts
+    And I call "session::list" with:
+      """
+      {}
+      """
+    Then the listed session ids are "s_002"
+    And the call delivered no events
 
   Scenario: deleting a session without metadata emits no session_metadata
     # Prevents: "session_metadata": null on on-deleted.
@@ -133,6 +151,18 @@ Feature: session::delete removes a session with everything it holds
       {"deleted": true}
       """
     And the call delivered events "session::on-deleted"
+    When the store restarts
+    And I call "session::get" with:
+      """
+      {"session_id": "s_002"}
+      """
+    Then the result is null
+    When I call "session::list" with:
+      """
+      {}
+      """
+    Then the listed session ids are "s_001"
+    And the call delivered no events
 
   Scenario: forks outlive the session they were forked from
     # Prevents: delete cascading into forks, or forks sharing storage with their source.

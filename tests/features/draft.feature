@@ -136,6 +136,16 @@ Feature: session::set-draft parks unsent composer text, silently
       """
     And the call delivered no events
     And the data dir is unchanged since the snapshot
+    When the store restarts
+    And I call "session::get" with:
+      """
+      {"session_id": "s_001"}
+      """
+    Then the result contains:
+      """
+      {"meta": {"draft": "same"}}
+      """
+    And the call delivered no events
 
   Scenario: set-draft on an unknown session is not_found and creates nothing
     # Prevents: a draft save materialising a session file for an unknown id.

@@ -241,6 +241,20 @@ Feature: Draft attachments: the chips parked with the unsent composer text
       {"draft": "x", "attachments": []}
       """
     And the call delivered no events
+    And the attachment folder of session "s_001" holds the files:
+      """
+      []
+      """
+    When the store restarts
+    And I call "session::get" with:
+      """
+      {"session_id": "s_001"}
+      """
+    Then the result contains:
+      """
+      {"meta": {"draft": "x", "draft_attachments": "<absent>"}}
+      """
+    And the call delivered no events
 
   Scenario: a fork never inherits the draft or the attachments only the draft holds
     # Prevents: a fork showing the source's half-composed message, or copying uploads no copied message references.

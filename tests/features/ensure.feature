@@ -35,6 +35,18 @@ Feature: session::ensure creates a session under a caller-chosen id, or returns 
       ["chat-42.jsonl", "s_001.jsonl"]
       """
     And the call delivered events "session::on-created"
+    When the store restarts
+    And I call "session::get" with:
+      """
+      {"session_id": "chat-42"}
+      """
+    Then the result is:
+      """
+      {"meta": {"session_id": "chat-42", "title": "TG chat", "description": "", "status": "idle",
+                "metadata": {"telegram_chat_id": 42}, "created_at": 1000000, "updated_at": 1000000,
+                "message_count": 0}}
+      """
+    And the call delivered no events
 
   Scenario: ensuring an existing id is a pure read
     # Prevents: ensure overwriting title/metadata, bumping updated_at, writing, or re-announcing an existing session.

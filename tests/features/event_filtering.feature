@@ -18,7 +18,8 @@ Feature: Observers select session events with filters
       """
       [["session::create", {}], ["session::create", {}]]
       """
-    And I append user messages "for one" to "s_001"
+    Then the call delivered events "session::on-created, session::on-created"
+    When I append user messages "for one" to "s_001"
     Then the call delivered events "session::on-message-added"
     When I append user messages "for two" to "s_002"
     Then observer "chat" received 1 events
@@ -28,6 +29,9 @@ Feature: Observers select session events with filters
       """
     And 2 "session::on-message-added" events were delivered in total
     And the call delivered events "session::on-message-added"
+    When the store restarts
+    Then reading the active path of "s_001" gives "e_001"
+    And reading the active path of "s_002" gives "e_002"
 
   Scenario: a role filter matches messages of that role and never custom entries
     # Prevents: an assistant-only feed waking up for user turns or for bookkeeping records.
@@ -66,6 +70,18 @@ Feature: Observers select session events with filters
       {"entry_id": "e_002", "revision": 1, "message": {"content": [{"type": "text", "text": "hello"}]}}
       """
     And 3 "session::on-message-added" events were delivered in total
+    And the call delivered events "session::on-message-added, session::on-message-updated, session::on-message-updated"
+    When the store restarts
+    Then reading the active path of "s_001" gives "e_001, e_002, e_003"
+    When I call "session::get-message" with:
+      """
+      {"session_id": "s_001", "entry_id": "e_002"}
+      """
+    Then the result contains:
+      """
+      {"entry": {"revision": 1, "message": {"role": "assistant", "content": [{"type": "text", "text": "hello"}]}}}
+      """
+    And the call delivered no events
 
   Scenario: the custom role is a message role; a custom entry is not
     # Prevents: custom-role messages and kind-custom bookkeeping entries being confused by role filters.
@@ -91,6 +107,9 @@ Feature: Observers select session events with filters
       {"entry_id": "e_001", "message": {"role": "custom", "custom_type": "notice"}, "custom": "<absent>"}
       """
     And 2 "session::on-message-added" events were delivered in total
+    And the call delivered events "session::on-message-added, session::on-message-added"
+    When the store restarts
+    Then reading the active path of "s_001" gives "e_001, e_002"
 
   Scenario: a session_metadata filter keeps tenants apart
     # Prevents: one tenant's observer receiving another tenant's (or an unowned session's) messages.
@@ -104,7 +123,8 @@ Feature: Observers select session events with filters
        ["session::create", {"metadata": {"owner": "u_2"}}],
        ["session::create", {}]]
       """
-    And I append user messages "mine" to "s_001"
+    Then the call delivered events "session::on-created, session::on-created, session::on-created"
+    When I append user messages "mine" to "s_001"
     Then the call delivered events "session::on-message-added"
     When I append user messages "theirs" to "s_002"
     Then the call delivered events "session::on-message-added"
@@ -144,7 +164,8 @@ Feature: Observers select session events with filters
       """
       [["session::create", {}], ["session::create", {}]]
       """
-    And I append the assistant reply "wrong session" to "s_002"
+    Then the call delivered events "session::on-created, session::on-created"
+    When I append the assistant reply "wrong session" to "s_002"
     Then the call delivered events "session::on-message-added"
     When I append user messages "wrong role" to "s_001"
     Then observer "both" received 0 events
@@ -156,6 +177,9 @@ Feature: Observers select session events with filters
       {"session_id": "s_001", "entry_id": "e_003"}
       """
     And the call delivered events "session::on-message-added"
+    When the store restarts
+    Then reading the active path of "s_001" gives "e_002, e_003"
+    And reading the active path of "s_002" gives "e_001"
 
   Scenario: two matching observers each get the event
     # Prevents: deliveries being deduplicated across observers that both asked for the event.
@@ -174,6 +198,8 @@ Feature: Observers select session events with filters
     Then observer "everything" received 1 events
     And observer "just-one" received 1 events
     And the call delivered events "session::on-message-added"
+    When the store restarts
+    Then reading the active path of "s_001" gives "e_001"
 
   Scenario: a disposed observer receives nothing more
     # Prevents: a closed view's handler still being called (a leak, and errors on torn-down UI).
@@ -194,6 +220,9 @@ Feature: Observers select session events with filters
     And reading the active path of "s_001" gives "e_001, e_002"
     When the store restarts
     Then reading the active path of "s_001" gives "e_001, e_002"
+    When I append user messages "after restart" to "s_001"
+    Then observer "view" received 1 events
+    And the call delivered events "session::on-message-added"
 
   Scenario: an observer without filters receives every event of its function
     # Prevents: sessions without metadata being invisible to unfiltered observers.
@@ -211,6 +240,18 @@ Feature: Observers select session events with filters
       """
       {"session_id": "s_002", "session_metadata": {"owner": "u_1"}}
       """
+    And the call delivered events "session::on-created, session::on-created"
+    When the store restarts
+    And I call "session::list" with:
+      """
+      {"order": "created_asc"}
+      """
+    Then the listed session ids are "s_001, s_002"
+    And the result contains:
+      """
+      {"sessions": [{"metadata": "<absent>"}, {"metadata": {"owner": "u_1"}}]}
+      """
+    And the call delivered no events
 
   Scenario: meta-updated filters see the metadata after the update
     # Prevents: a session moved to a new owner announcing the move only to its old owner.
@@ -341,3 +382,14 @@ Feature: Observers select session events with filters
       {"meta": {"created_at": 1000000, "description": "", "forked_from": "s_001", "message_count": 1, "metadata": {"owner": "u_1"}, "session_id": "s_002", "status": "idle", "title": "", "updated_at": 1000000}, "session_id": "s_002"}
       """
     And the call delivered events "session::on-created"
+    When the store restarts
+    And I call "session::get" with:
+      """
+      {"session_id": "s_002"}
+      """
+    Then the result contains:
+      """
+      {"meta": {"forked_from": "s_001", "metadata": {"owner": "u_1"}, "message_count": 1}}
+      """
+    And the call delivered no events
+    And reading the active path of "s_002" gives "e_002"

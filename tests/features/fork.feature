@@ -128,7 +128,9 @@ Feature: session::fork copies a root-to-entry path into a new session
        ["session::update-message", {"session_id": "s_001", "entry_id": "e_002", "content": [{"type": "text", "text": "source reply"}]}],
        ["session::set-meta", {"session_id": "s_002", "metadata": {"owner": "u_2"}}]]
       """
-    And the store restarts
+    Then the call delivered events "session::on-message-added, session::on-message-updated, session::on-message-updated, session::on-meta-updated"
+    When the store restarts
+
     And I call "session::messages" with:
       """
       {"session_id": "s_002"}

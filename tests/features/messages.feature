@@ -231,6 +231,8 @@ Feature: session::messages reads the active path oldest first
     Then the call fails with "session/invalid_cursor"
     And the error message contains "base64"
     And the call delivered no events
+    When the store restarts
+    Then reading the active path of "s_001" gives "e_001"
 
   Scenario: after_entry_id resumes after that entry unless a cursor is given
     # Prevents: a client catching up from its last seen entry receiving that entry again.

@@ -88,6 +88,16 @@ Feature: session::set-meta replaces title, description and metadata
       {"title": "only title", "description": "old d"}
       """
     And the call delivered events "session::on-meta-updated"
+    When the store restarts
+    And I call "session::get" with:
+      """
+      {"session_id": "s_001"}
+      """
+    Then the result contains:
+      """
+      {"meta": {"title": "only title", "description": "old d", "metadata": {"owner": "u_1", "tag": "keep"}}}
+      """
+    And the call delivered no events
 
   Scenario Outline: a request with no field to change is a silent no-op
     # Prevents: empty set-meta calls writing, bumping updated_at (re-ordering lists) or waking observers.
@@ -125,6 +135,16 @@ Feature: session::set-meta replaces title, description and metadata
       {"title": "old", "timestamp": 1000250}
       """
     And the call delivered events "session::on-meta-updated"
+    When the store restarts
+    And I call "session::get" with:
+      """
+      {"session_id": "s_001"}
+      """
+    Then the result contains:
+      """
+      {"meta": {"title": "old", "description": "old d", "updated_at": 1000250}}
+      """
+    And the call delivered no events
 
   Scenario: set-meta leaves status, reason, transcript counters and draft alone
     # Prevents: set-meta rebuilding meta from defaults and dropping the draft or status_reason.
@@ -174,6 +194,16 @@ Feature: session::set-meta replaces title, description and metadata
       {"meta": {"metadata": "<absent>"}}
       """
     And the call delivered events "session::on-meta-updated"
+    When the store restarts
+    And I call "session::get" with:
+      """
+      {"session_id": "s_002"}
+      """
+    Then the result contains:
+      """
+      {"meta": {"title": "bare", "description": "still bare", "metadata": "<absent>", "updated_at": 1000250}}
+      """
+    And the call delivered no events
 
   Scenario: set-meta on an unknown session is not_found and creates nothing
     # Prevents: set-meta materialising a session (a file without a create) for an unknown id.

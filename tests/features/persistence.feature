@@ -89,7 +89,8 @@ Feature: The filesystem store keeps one JSONL log per session and replays it on 
       """
       [["session::create", {}], ["session::ensure", {"session_id": "chat-1"}]]
       """
-    Then the data dir holds the files:
+    Then the call delivered events "session::on-created, session::on-created"
+    And the data dir holds the files:
       """
       ["chat-1.jsonl", "s_001.jsonl"]
       """
@@ -107,6 +108,13 @@ Feature: The filesystem store keeps one JSONL log per session and replays it on 
       {"entry_id": "e_001", "parent_id": null, "timestamp": 1000000}
       """
     And the call delivered events "session::on-message-added"
+    When the store restarts
+    Then reading the active path of "chat-1" gives "e_001"
+    And reading the active path of "s_001" gives ""
+    And the data dir holds the files:
+      """
+      ["chat-1.jsonl", "s_001.jsonl"]
+      """
 
   Scenario Outline: a hostile id stays inside data_dir and survives restart and list (<id>)
     # Prevents: path traversal through caller-chosen ids, or ids mangled by the filename encoding.
@@ -114,7 +122,11 @@ Feature: The filesystem store keeps one JSONL log per session and replays it on 
       """
       {"session_id": "<id>", "title": "hostile"}
       """
-    Then the call delivered events "session::on-created"
+    Then the result contains:
+      """
+      {"session_id": "<id>", "created": true, "meta": {"session_id": "<id>", "title": "hostile"}}
+      """
+    And the call delivered events "session::on-created"
     When I call "session::append" with:
       """
       {"session_id": "<id>", "message": {"role": "user", "content": [{"type": "text", "text": "hi"}], "timestamp": 1}}
@@ -159,8 +171,20 @@ Feature: The filesystem store keeps one JSONL log per session and replays it on 
       """
     And nothing was written outside the data dir
     And the call delivered events "session::on-deleted"
+    When the store restarts
+    And I call "session::get" with:
+      """
+      {"session_id": "<id>"}
+      """
+    Then the result is null
+    And the call delivered no events
+    And the data dir holds the files:
+      """
+      []
+      """
 
     Examples:
+
       | id                  | file                              |
       | ../escape/chat 42:? | ..%2Fescape%2Fchat%2042%3A%3F.jsonl |
       | a/b                 | a%2Fb.jsonl                       |

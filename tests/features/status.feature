@@ -50,6 +50,16 @@ Feature: session::set-status moves the coarse status, with an optional reason
       {"previous_status": "idle", "status": "error"}
       """
     And the call delivered events "session::on-status-changed"
+    When the store restarts
+    And I call "session::get" with:
+      """
+      {"session_id": "s_002"}
+      """
+    Then the result contains:
+      """
+      {"meta": {"status": "error", "status_reason": "boom", "metadata": "<absent>", "updated_at": 1000100}}
+      """
+    And the call delivered no events
 
   Scenario Outline: a reason is kept with working, done and error
     # Prevents: the reason being dropped for any non-idle status (older references kept it only for error).

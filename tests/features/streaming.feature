@@ -91,7 +91,9 @@ Feature: Streaming an assistant reply through the store
        ["session::update-message", {"session_id": "s_001", "entry_id": "e_002", "content": [{"type": "text", "text": "It looks sunny."}]}],
        ["session::set-status", {"session_id": "s_001", "status": "done"}]]
       """
-    Then observer "turn" received 8 events
+    Then the call delivered events "session::on-created, session::on-message-added, session::on-status-changed, session::on-message-added, session::on-message-updated, session::on-message-updated, session::on-message-updated, session::on-status-changed"
+    And observer "turn" received 8 events
+
     And observer "turn" event 1 contains:
       """
       {"session_id": "s_001", "title": "Weather question", "status": "idle"}
@@ -130,3 +132,22 @@ Feature: Streaming an assistant reply through the store
       [{"type": "text", "text": "It looks sunny."}]
       """
     And the call delivered no events
+    When the store restarts
+    And I call "session::get-message" with:
+      """
+      {"session_id": "s_001", "entry_id": "e_002"}
+      """
+    Then the result contains:
+      """
+      {"entry": {"revision": 3, "message": {"content": [{"type": "text", "text": "It looks sunny."}]}}}
+      """
+    And the call delivered no events
+    When I call "session::get" with:
+      """
+      {"session_id": "s_001"}
+      """
+    Then the result contains:
+      """
+      {"meta": {"status": "done", "message_count": 2}}
+      """
+    And observer "turn" received 8 events
