@@ -305,8 +305,16 @@ def _result_len(world: World, path: str, n: int) -> None:
 
 @then(parsers.parse('the result has no "{path}"'))
 def _result_absent(world: World, path: str) -> None:
-    with pytest.raises((KeyError, IndexError)):
-        lookup(world.expect_ok(), path)
+    # The parent must exist and be an object or list: a null or scalar
+    # result would otherwise "lack" every key and pass vacuously.
+    head, _, last = path.rpartition(".")
+    parent = lookup(world.expect_ok(), head)
+    assert isinstance(parent, (dict, list)), f"{head or '$'} is {parent!r}, not an object or list"
+    if isinstance(parent, dict):
+        assert last not in parent, f"{path}: expected absent, got {parent[last]!r}"
+    else:
+        assert int(last) >= len(parent), f"{path}: expected absent, got {parent[int(last)]!r}"
+
 
 
 @then(parsers.parse('the entry ids at "{path}" are "{ids}"'))
