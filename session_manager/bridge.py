@@ -135,7 +135,7 @@ class Bridge:
                 if batch is None:
                     return
                 self.client.trigger({"function_id": sp.PUBLISH_EVENTS,
-                                     "payload": {"events": [sp.envelope(e) for e in batch]},
+                                     "payload": {"events": [sp.envelope(e, legacy=True) for e in batch]},
                                      "timeout_ms": self.timeout_ms})
             except Exception as e:
                 log.warning("%d events not published to the main at %s (%s); the mutation stands",

@@ -377,10 +377,17 @@ ON_EVENTS_DESCRIPTION = ("Internal event (fs instances only): called once per se
 # --------------------------------------------------------------------------
 
 
-def envelope(event: Event) -> dict[str, Any]:
-    """The wire envelope of an event: ``payload`` without ``session_metadata``."""
+_TRIGGER_TYPE_OF = {fid: legacy for legacy, fid in LEGACY_TRIGGER_TYPES.items()}
+
+
+def envelope(event: Event, *, legacy: bool = False) -> dict[str, Any]:
+    """The wire envelope of an event: ``payload`` without ``session_metadata``.
+    ``legacy`` adds the stored-era ``trigger_type`` (what publish-events sends,
+    so a main reading either spelling understands it)."""
     payload = {k: v for k, v in event.payload.items() if k != "session_metadata"}
     out: dict[str, Any] = {"function_id": event.function_id, "payload": payload}
+    if legacy:
+        out["trigger_type"] = _TRIGGER_TYPE_OF[event.function_id]
     metadata = event.payload.get("session_metadata")
     if metadata is not None:
         out["session_metadata"] = metadata

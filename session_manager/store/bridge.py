@@ -108,12 +108,21 @@ class BridgeStore(SessionStore):
     def commit(self, session_id: str, commit: Commit) -> None:
         entries = commit.entries
         if (len(entries) == 1 and commit.leaf == entries[0]["id"] and commit.meta is not None
-                and entries[0].get("revision", 0) == 0):
-            # A new entry that becomes the leaf: one atomic append on the main
-            # (entry, leaf and meta together). The service already resolved the
-            # parent under its lock, so it is sent as explicit.
-            self._commit_append(session_id, entries[0])
-            return
+                and entries[0].get("revision", 0) == 0 and commit.meta.get("updated_at") == entries[0]["timestamp"]):
+            # A new entry that becomes the leaf, stamped now: an append, sent as
+            # one atomic commit-append (entry, leaf and meta together). The
+            # service already resolved the parent under its lock: explicit.
+            answer = self._commit_append(session_id, entries[0])
+            if answer is None:
+                pass  # no session there yet (a one-entry fork): written the general way
+            elif answer["committed"]:
+                if answer.get("meta") != commit.meta:
+                    # The main derives the meta (count, updated_at); a commit may
+                    # carry more (or another writer raced us): ours is the contract.
+                    self._ok(sp.PUT_META, {"meta": commit.meta})
+                return
+            # The id exists on the main (another writer got there first): a
+            # commit is last-wins, so write it the general way.
         # Anything else: entries, then the leaf, then the meta, so a failure
         # part-way never leaves a meta pointing at writes that did not happen.
         for entry in entries:
@@ -123,11 +132,17 @@ class BridgeStore(SessionStore):
         if commit.meta is not None:
             self._ok(sp.PUT_META, {"meta": commit.meta})
 
-    def _commit_append(self, session_id: str, entry: Entry) -> None:
-        answer = self._call(sp.COMMIT_APPEND, {"session_id": session_id, "entry": entry,
-                                               "parent_explicit": True})
+    def _commit_append(self, session_id: str, entry: Entry) -> dict[str, Any] | None:
+        try:
+            answer = self._call(sp.COMMIT_APPEND, {"session_id": session_id, "entry": entry,
+                                                   "parent_explicit": True})
+        except StoreError as e:
+            if "session/not_found" in str(e):
+                return None
+            raise
         if not isinstance(answer, dict) or not isinstance(answer.get("committed"), bool):
             raise self._malformed(sp.COMMIT_APPEND, f"expected {{entry, meta, committed}}, got {answer!r:.200}")
+        return answer
 
     def delete_session(self, session_id: str) -> None:
         # Attachments first and the meta last: until the meta goes, a failed
