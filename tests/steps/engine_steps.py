@@ -134,7 +134,9 @@ class Bus:
         config = parse_config({"adapter": {"name": "fs", "config": {"data_dir": str(self.data_dir)}}})
         self.host = IIIHost(self.worker, config)
         self.host.register()
-        wait_for(lambda: len(session_functions(self.caller)) >= 20, what="surface registered")
+        # Every id, not a count: the event and store functions come first, so
+        # a partial count could still lack the session functions.
+        wait_for(lambda: len(session_functions(self.caller)) >= len(self.host.refs), what="surface registered")
 
     def withdraw_surface(self) -> None:
         if self.host is not None:
