@@ -24,6 +24,7 @@ pytest_plugins = [
     "tests.steps.lifecycle_steps",
     "tests.steps.attachment_steps",
     "tests.steps.engine_steps",
+    "tests.steps.bridge_steps",
 ]
 
 _HERE = Path(__file__).parent
