@@ -394,7 +394,7 @@ class IIIHost:
                 service = runtime.service
                 # The main's own per-session lock, shared with its domain calls.
                 with sp.storage_errors():
-                    return sf.handler(runtime.store, service._lock, request, payload)
+                    return sf.handler(runtime.store, service.session_lock, request, payload)
 
         handle.__name__ = f"handle_{sf.id.replace('::', '_').replace('-', '_')}"
         return handle

@@ -116,7 +116,9 @@ class SessionService:
 
     # -- plumbing -------------------------------------------------------------
 
-    def _lock(self, session_id: str) -> threading.Lock:
+    def session_lock(self, session_id: str) -> threading.Lock:
+        """The lock that serializes mutations of one session (the store
+        protocol takes it too, so raw writes never interleave with ours)."""
         # Locks are never dropped: two waiters must never hold different
         # locks for one session.
         with self._locks_guard:
@@ -127,7 +129,7 @@ class SessionService:
 
     @contextmanager
     def _session(self, session_id: str) -> Iterator[None]:
-        with self._lock(session_id), _storage_errors():
+        with self.session_lock(session_id), _storage_errors():
             yield
 
     def _meta_or_raise(self, session_id: str) -> Meta:
@@ -580,7 +582,7 @@ class SessionService:
                 copied = {**found, "session_id": new_id}
                 self.store.put_attachment(copied, [data])
             leaf = id_map[req.entry_id]
-            with self._lock(new_id):
+            with self.session_lock(new_id):
                 self.store.commit(new_id, Commit(entries=tuple(copies), leaf=leaf, meta=meta))
         return {"session_id": new_id, "meta": meta}, [ev.created(meta)]
 
