@@ -19,15 +19,15 @@ instance's observers see each event once.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
-import queue
-import threading
 import time
 import uuid
 from collections.abc import Callable
 from typing import Any
 
 from . import store_protocol as sp
+from .background import SerialWorker
 from .events import Event
 from .store.bridge import BridgeStore
 
@@ -85,9 +85,7 @@ class Bridge:
         self.relay_id = f"{RELAY_PREFIX}{uuid.uuid4()}"
         self._relay = relay
         self._observer: Any = None
-        self._queue: queue.Queue[list[Event] | None] = queue.Queue()
-        self._thread = threading.Thread(target=self._run, name="session-bridge-publish", daemon=True)
-        self._thread.start()
+        self._worker = SerialWorker("session-bridge-publish")
 
     # -- start ------------------------------------------------------------------
 
@@ -126,34 +124,26 @@ class Bridge:
     def publish(self, events: list[Event]) -> None:
         """Hand one mutation's events to the main (one call, in order, later)."""
         if events:
-            self._queue.put(list(events))
+            self._worker.submit(functools.partial(self._send, list(events)))
 
-    def _run(self) -> None:
-        while True:
-            batch = self._queue.get()
-            try:
-                if batch is None:
-                    return
-                self.client.trigger({"function_id": sp.PUBLISH_EVENTS,
-                                     "payload": {"events": [sp.envelope(e, legacy=True) for e in batch]},
-                                     "timeout_ms": self.timeout_ms})
-            except Exception as e:
-                log.warning("%d events not published to the main at %s (%s); the mutation stands",
-                            len(batch or ()), self.url, e)
-            finally:
-                self._queue.task_done()
+    def _send(self, batch: list[Event]) -> None:
+        try:
+            self.client.trigger({"function_id": sp.PUBLISH_EVENTS,
+                                 "payload": {"events": [sp.envelope(e, legacy=True) for e in batch]},
+                                 "timeout_ms": self.timeout_ms})
+        except Exception as e:
+            log.warning("%d events not published to the main at %s (%s); the mutation stands",
+                        len(batch), self.url, e)
 
     def flush(self) -> None:
         """Wait until every queued batch has been sent (or has failed)."""
-        self._queue.join()
+        self._worker.flush()
 
     # -- end ----------------------------------------------------------------------
 
     def close(self) -> None:
         """Send what is queued, detach the relay and disconnect."""
-        if self._thread.is_alive():
-            self._queue.put(None)
-            self._thread.join(timeout=10)
+        self._worker.close()
         if self._observer is not None:
             with contextlib.suppress(Exception):
                 self._observer.dispose()

@@ -26,9 +26,9 @@ either mode and refuse calls while the live runtime is a bridge.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
-import queue
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -41,6 +41,7 @@ from . import bridge as br
 from . import configuration as cfg
 from . import events as ev
 from . import store_protocol as sp
+from .background import SerialWorker
 from .clock import Clock, SystemClock
 from .config import BridgeAdapter, BridgeConfig, WorkerConfig, resolve_data_dir
 from .errors import STORAGE, SessionError
@@ -129,9 +130,7 @@ class Emitter:
         self._client = client
         self._observers: dict[str, set[str]] = {fid: set() for fid in (*ev.EVENT_FUNCTIONS, sp.ON_EVENTS)}
         self._lock = threading.Lock()
-        self._queue: queue.Queue[tuple[Event, bool] | None] = queue.Queue()
-        self._thread = threading.Thread(target=self._run, name="session-events", daemon=True)
-        self._thread.start()
+        self._worker = SerialWorker("session-events")
 
     # -- observer tracking (ObserveHooks) ------------------------------------
 
@@ -161,22 +160,14 @@ class Emitter:
         fanout = fanout and self.is_observed(sp.ON_EVENTS)
         for event in events:
             if fanout or self.is_observed(event.function_id):
-                self._queue.put((event, fanout))
+                self._worker.submit(functools.partial(self._deliver, event, fanout))
 
-    def _run(self) -> None:
-        while True:
-            item = self._queue.get()
-            try:
-                if item is None:
-                    return
-                event, fanout = item
-                # Re-checked: the last observer may have gone meanwhile.
-                if self.is_observed(event.function_id):
-                    self._void(event.function_id, event.payload)
-                if fanout and self.is_observed(sp.ON_EVENTS):
-                    self._void(sp.ON_EVENTS, sp.envelope(event))
-            finally:
-                self._queue.task_done()
+    def _deliver(self, event: Event, fanout: bool) -> None:
+        # Re-checked: the last observer may have gone meanwhile.
+        if self.is_observed(event.function_id):
+            self._void(event.function_id, event.payload)
+        if fanout and self.is_observed(sp.ON_EVENTS):
+            self._void(sp.ON_EVENTS, sp.envelope(event))
 
     def _void(self, function_id: str, payload: dict[str, Any]) -> None:
         try:
@@ -187,12 +178,10 @@ class Emitter:
 
     def flush(self) -> None:
         """Wait until every queued event has been handed to the client."""
-        self._queue.join()
+        self._worker.flush()
 
     def close(self) -> None:
-        if self._thread.is_alive():
-            self._queue.put(None)
-            self._thread.join(timeout=10)
+        self._worker.close()
 
 
 # --------------------------------------------------------------------------
