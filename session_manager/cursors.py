@@ -17,7 +17,9 @@ from .errors import INVALID_CURSOR, SessionError
 
 
 def encode(payload: dict[str, Any]) -> str:
-    return base64.b64encode(json.dumps(payload, separators=(",", ":")).encode()).decode()
+    # Raw UTF-8 like the reference's serde_json, so cursors match byte for byte.
+    text = json.dumps(payload, separators=(",", ":"), ensure_ascii=False)
+    return base64.b64encode(text.encode("utf-8", "surrogatepass")).decode()
 
 
 def decode(raw: str) -> dict[str, Any]:

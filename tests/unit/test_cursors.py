@@ -127,3 +127,11 @@ def test_extra_keys_are_tolerated() -> None:
     list_raw = cursors.list_cursor("created_asc", 1, "s_001")
     assert cursors.decode_entry_cursor(list_raw) == "s_001"
     assert cursors.decode_list_cursor(b64('{"o":"created_asc","k":1,"id":"s_1","x":[]}'), "created_asc") == (1, "s_1")
+
+
+def test_non_ascii_ids_are_raw_utf8_inside_the_cursor() -> None:
+    # Prevents: cursors that differ from the reference's bytes for non-ASCII ids (serde_json
+    # writes raw UTF-8, not \u escapes).
+    raw = cursors.list_cursor("created_asc", 5, "réunion")
+    assert base64.b64decode(raw) == '{"o":"created_asc","k":5,"id":"réunion"}'.encode()
+    assert cursors.decode_list_cursor(raw, "created_asc") == (5, "réunion")
