@@ -517,3 +517,27 @@ def test_written_files_use_only_reference_record_shapes(tmp_path: Path) -> None:
                                                 "message", "custom_type", "data"}
     assert seen == set(shapes)
     assert sorted(os.listdir(where)) == ["chat%2F1.jsonl", "s_001.jsonl"]
+
+
+def test_a_lost_entry_line_leaves_the_rest_of_the_transcript_readable(tmp_path: Path) -> None:
+    # Prevents: one corrupt line in the middle of a log making the whole session unreadable
+    # (the reference answers session/storage for a broken chain; we read what is reachable).
+    where = tmp_path / "d"
+    sm = session_manager.open(where, ids=SequentialIds(), clock=ManualClock(T0))
+    sm.call("session::create", {})
+    for text in ("one", "two", "three"):
+        sm.call("session::append", {"session_id": "s_001", "message": user(text)})
+    sm.close()
+    path = where / "s_001.jsonl"
+    lines = path.read_bytes().split(b"\n")
+    assert b'"id":"e_002"' in lines[2]
+    lines[2] = b'{"type":"append","entry":{garbage'
+    path.write_bytes(b"\n".join(lines))
+    sm = session_manager.open(where, ids=SequentialIds(), clock=ManualClock(T0))
+    page = sm.call("session::messages", {"session_id": "s_001"})
+    assert [m["entry_id"] for m in page["messages"]] == ["e_003"]
+    assert sm.call("session::get-message", {"session_id": "s_001", "entry_id": "e_001"})["entry"]["id"] == "e_001"
+    assert sm.call("session::get", {"session_id": "s_001"})["meta"]["message_count"] == 3
+    # The session keeps taking writes, and they chain from the leaf as before.
+    appended = sm.call("session::append", {"session_id": "s_001", "message": user("four")})
+    assert appended["parent_id"] == "e_003"
