@@ -47,7 +47,7 @@ from .config import BridgeAdapter, BridgeConfig, WorkerConfig, resolve_data_dir
 from .errors import STORAGE, SessionError
 from .events import Event
 from .ids import IdGen, UuidIds
-from .service import SessionService
+from .service import SessionService, storage_errors
 from .settings import LimitsCell
 from .store.base import Meta, SessionStore
 from .store.fs import FsStore
@@ -382,7 +382,7 @@ class IIIHost:
                 request = parse_request(sf.request, payload)
                 service = runtime.service
                 # The main's own per-session lock, shared with its domain calls.
-                with sp.storage_errors():
+                with storage_errors():
                     return sf.handler(runtime.store, service.session_lock, request, payload)
 
         handle.__name__ = f"handle_{sf.id.replace('::', '_').replace('-', '_')}"

@@ -129,7 +129,7 @@ class SessionService:
 
     @contextmanager
     def _session(self, session_id: str) -> Iterator[None]:
-        with self.session_lock(session_id), _storage_errors():
+        with self.session_lock(session_id), storage_errors():
             yield
 
     def _meta_or_raise(self, session_id: str) -> Meta:
@@ -167,14 +167,14 @@ class SessionService:
         return {"session_id": session_id, "meta": meta, "created": True}, [ev.created(meta)]
 
     def get(self, req: api.GetRequest) -> Result:
-        with _storage_errors():
+        with storage_errors():
             meta = self.store.get_meta(req.session_id)
         return ({"meta": meta} if meta is not None else None), []
 
     def list_sessions(self, req: api.ListRequest) -> Result:
         order = req.order or "updated_desc"
         limit = self._limit(req.limit)
-        with _storage_errors():
+        with storage_errors():
             metas = self.store.list_metas()
         if req.status is not None:
             metas = [m for m in metas if m.get("status") == req.status]
@@ -366,7 +366,7 @@ class SessionService:
 
     def messages(self, req: api.MessagesRequest) -> Result:
         session_id = req.session_id
-        with _storage_errors():
+        with storage_errors():
             self._meta_or_raise(session_id)
             if req.from_entry_id is not None:
                 self._entry_or_raise(session_id, req.from_entry_id)
@@ -404,7 +404,7 @@ class SessionService:
 
     def messages_tail(self, req: api.MessagesTailRequest) -> Result:
         session_id = req.session_id
-        with _storage_errors():
+        with storage_errors():
             self._meta_or_raise(session_id)
             path = self._path(session_id, self.store.get_leaf(session_id))
         include_custom = req.include_custom is not False
@@ -486,7 +486,7 @@ class SessionService:
     def messages_range(self, req: api.MessagesRangeRequest) -> Result:
         session_id = req.session_id
         span = req.from_entry_id is not None or req.to_entry_id is not None
-        with _storage_errors():
+        with storage_errors():
             self._meta_or_raise(session_id)
             if span == (req.entry_ids is not None) or (
                 span and (req.from_entry_id is None or req.to_entry_id is None)
@@ -532,7 +532,7 @@ class SessionService:
         return out, []
 
     def get_message(self, req: api.GetMessageRequest) -> Result:
-        with _storage_errors():
+        with storage_errors():
             entry = self.store.get_entry(req.session_id, req.entry_id)
         if entry is None:
             return None, []
@@ -626,7 +626,7 @@ class SessionService:
         return {"attachment": meta, "block": block}, []
 
     def get_attachment(self, req: api.GetAttachmentRequest) -> Result:
-        with _storage_errors():
+        with storage_errors():
             meta = self.store.get_attachment_meta(req.session_id, req.attachment_id)
             if meta is None:
                 return None, []
@@ -638,7 +638,7 @@ class SessionService:
         return {"attachment": meta, "data": base64.b64encode(data).decode("ascii")}, []
 
     def list_attachments(self, req: api.ListAttachmentsRequest) -> Result:
-        with _storage_errors():
+        with storage_errors():
             self._meta_or_raise(req.session_id)
             found = self.store.list_attachments(req.session_id)
         found.sort(key=lambda m: (m.get("created_at", 0), m.get("attachment_id", "")))
@@ -666,7 +666,9 @@ class SessionService:
 
 
 @contextmanager
-def _storage_errors() -> Iterator[None]:
+def storage_errors() -> Iterator[None]:
+    """Store failures as the bus reports them: bad values are the caller's
+    ``session/invalid_request``, everything else ``session/storage``."""
     try:
         yield
     except UnstorableValue as e:

@@ -24,15 +24,14 @@ from __future__ import annotations
 import base64
 import binascii
 import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Optional
 
 from pydantic import BaseModel, Field, TypeAdapter
 
 from . import events as ev
-from .errors import PARENT_NOT_FOUND, STORAGE, SessionError, StoreError, UnstorableValue, invalid_request, not_found
+from .errors import PARENT_NOT_FOUND, SessionError, invalid_request, not_found
 from .events import Event
 from .models import AttachmentMeta, JsonObject, SessionEntry, SessionMeta, Wire
 from .store.base import Commit, SessionStore
@@ -196,16 +195,6 @@ def schema(tp: Any, *, nullable: bool = False) -> dict[str, Any]:
 # Handlers over a live store
 # --------------------------------------------------------------------------
 
-
-@contextmanager
-def storage_errors() -> Iterator[None]:
-    """Store failures as the bus reports them (the service's mapping)."""
-    try:
-        yield
-    except UnstorableValue as e:
-        raise invalid_request(str(e)) from None
-    except (StoreError, OSError) as e:
-        raise SessionError(STORAGE, str(e)) from None
 
 LockFor = Callable[[str], threading.Lock]
 Raw = dict[str, Any]
