@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from iii import ObserveHooks, TriggerAction
-from pydantic import BaseModel
+from pydantic import TypeAdapter
 
 from . import bridge as br
 from . import configuration as cfg
@@ -74,9 +74,9 @@ def strip_caller(payload: Any) -> Any:
     return payload
 
 
-def json_schema(model: type[BaseModel], *, nullable: bool = False) -> dict[str, Any]:
-    """The registered schema of a model (``null`` allowed when ``nullable``)."""
-    schema = model.model_json_schema()
+def json_schema(model: Any, *, nullable: bool = False) -> dict[str, Any]:
+    """The registered schema of a model or type (``null`` allowed when ``nullable``)."""
+    schema = TypeAdapter(model).json_schema()
     if nullable:
         defs = schema.pop("$defs", None)
         schema = {"anyOf": [schema, {"type": "null"}]}
@@ -278,8 +278,8 @@ class IIIHost:
             sp.ON_EVENTS, self._echo,
             description=sp.ON_EVENTS_DESCRIPTION,
             metadata={**sp.REGISTRATION_METADATA, "private": True},
-            request_format=sp.schema(sp.OnEventsEnvelope),
-            response_format=sp.schema(sp.OnEventsEnvelope),
+            request_format=json_schema(sp.OnEventsEnvelope),
+            response_format=json_schema(sp.OnEventsEnvelope),
             observe=self.emitter.hooks(sp.ON_EVENTS),
         )
         for sf in sp.STORE_FUNCTIONS:
@@ -287,15 +287,15 @@ class IIIHost:
                 sf.id, self._store_handler(sf),
                 description=sf.description,
                 metadata=dict(sp.REGISTRATION_METADATA),
-                request_format=sp.schema(sf.request),
-                response_format=sp.schema(sf.response, nullable=sf.nullable),
+                request_format=json_schema(sf.request),
+                response_format=json_schema(sf.response, nullable=sf.nullable),
             )
         self.refs[sp.PUBLISH_EVENTS] = self.client.register_function(
             sp.PUBLISH_EVENTS, self._publish_events,
             description=sp.PUBLISH_DESCRIPTION,
             metadata=dict(sp.REGISTRATION_METADATA),
-            request_format=sp.schema(sp.PublishEventsRequest),
-            response_format=sp.schema(sp.PublishEventsResponse),
+            request_format=json_schema(sp.PublishEventsRequest),
+            response_format=json_schema(sp.PublishEventsResponse),
         )
         for f in FUNCTIONS:
             self._register(f, self._handler(f))

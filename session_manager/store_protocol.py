@@ -28,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from pydantic import BaseModel, Field, TypeAdapter
+from pydantic import BaseModel, Field
 
 from . import events as ev
 from .errors import PARENT_NOT_FOUND, SessionError, invalid_request, not_found
@@ -178,17 +178,6 @@ class CommitAppendResponse(Wire):
 
 class PublishEventsResponse(Wire):
     published: int = Field(ge=0, description="Well-formed envelopes accepted and fanned out.")
-
-
-def schema(tp: Any, *, nullable: bool = False) -> dict[str, Any]:
-    """The registered JSON Schema of a model or type (``null`` allowed when ``nullable``)."""
-    out = TypeAdapter(tp).json_schema()
-    if nullable:
-        defs = out.pop("$defs", None)
-        out = {"anyOf": [out, {"type": "null"}]}
-        if defs:
-            out["$defs"] = defs
-    return {"$schema": "https://json-schema.org/draft/2020-12/schema", **out}
 
 
 # --------------------------------------------------------------------------
