@@ -31,7 +31,7 @@ from typing import Literal
 from ..errors import StoreError, UnstorableValue
 from .base import AttachmentMeta, Commit, Meta
 from .encoding import decode_id, encode_id
-from .records import committed_records, decode_record, encode_commit, last_meta
+from .records import committed_records, decode_record, encode_commit, encode_snapshot, last_meta
 from .state import SessionState, StateBackedStore
 
 log = logging.getLogger("session_manager.store.fs")
@@ -42,6 +42,11 @@ Durability = Literal["flush", "fsync"]
 # an int truncates a torn tail to that length, "newline" terminates a valid
 # but unterminated last record, "check" re-reads the tail after a failed write.
 _TailFix = int | Literal["newline", "check"]
+
+# A log is rewritten as its live state on load once it holds more than
+# COMPACT_RATIO lines per live record (plus some slack for small sessions).
+COMPACT_RATIO = 4
+COMPACT_SLACK = 256
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -124,6 +129,35 @@ class FsStore(StateBackedStore):
             tail = lines[-1]
             valid = decode_record(tail, session_id) is not None
             self._tail_fix[session_id] = "newline" if valid else len(data) - len(tail)
+        live = len(state.entries) + (state.meta is not None) + (state.leaf is not None)
+        if len(lines) > COMPACT_RATIO * live + COMPACT_SLACK:
+            self._compact(session_id, state)
+
+    def _compact(self, session_id: str, state: SessionState) -> None:
+        """Rewrite a log that is mostly superseded records (a streamed reply
+        leaves one entry snapshot per update) as its live state. Temp file,
+        fsync, rename: a crash leaves either the old log or the new one, and a
+        failure only means the log stays long."""
+        path = self.file_path(session_id)
+        tmp = path.with_name(path.name + ".compact.tmp")
+        try:
+            body = encode_snapshot(state.meta, state.entries.values(), state.leaf)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0), 0o644)
+            try:
+                _write_all(fd, body)
+                os.fsync(fd)  # always: a rename over the log must never expose an empty file
+            finally:
+                os.close(fd)
+            os.replace(tmp, path)
+            if self.durability == "fsync":
+                _fsync_dir(self.dir)
+        except (OSError, StoreError) as e:
+            log.warning("%s: compaction skipped (%s); the log stays as it is", path, e)
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+            return
+        self._tail_fix.pop(session_id, None)
+        log.info("%s: compacted to %d live records", path, body.count(b"\n"))
 
     def _state(self, session_id: str, create: bool = False) -> SessionState | None:
         """The loaded state of a session, replayed on first access.

@@ -239,3 +239,19 @@ def encode_commit(commit: Commit) -> bytes:
                 record["tx"] = tx
             records[-1]["tx_n"] = len(records)
     return b"\n".join(_line(r) for r in records) + b"\n"
+
+
+def encode_snapshot(meta: dict[str, Any] | None, entries: Iterable[dict[str, Any]], leaf: str | None) -> bytes:
+    """A whole log rewritten as its live state: the meta, every entry (on any
+    branch), a ``commit`` marker per entry (what the reference's own
+    snapshots carry, so its idempotent append treats them as committed), and
+    the leaf."""
+    records: list[dict[str, Any]] = []
+    if meta is not None:
+        records.append({"type": "meta", "meta": meta})
+    kept = list(entries)
+    records.extend({"type": "entry", "entry": e} for e in kept)
+    records.extend({"type": "commit", "entry_id": e["id"]} for e in kept)
+    if leaf is not None:
+        records.append({"type": "leaf", "entry_id": leaf})
+    return b"".join(_line(r) + b"\n" for r in records)

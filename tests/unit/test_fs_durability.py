@@ -541,3 +541,74 @@ def test_a_lost_entry_line_leaves_the_rest_of_the_transcript_readable(tmp_path: 
     # The session keeps taking writes, and they chain from the leaf as before.
     appended = sm.call("session::append", {"session_id": "s_001", "message": user("four")})
     assert appended["parent_id"] == "e_003"
+
+
+def _stream(where: Path, updates: int) -> Any:
+    sm = session_manager.open(where, ids=SequentialIds(), clock=ManualClock(T0))
+    sm.call("session::create", {"metadata": {"owner": "u_1"}})
+    sm.call("session::append", {"session_id": "s_001", "message": user("q")})
+    sm.call("session::append", {"session_id": "s_001", "message": {
+        "role": "assistant", "content": [], "stop_reason": "end", "model": "m", "provider": "p", "timestamp": 1}})
+    for i in range(updates):
+        sm.call("session::update-message", {"session_id": "s_001", "entry_id": "e_002",
+                                            "content": [{"type": "text", "text": "x" * (i + 1)}]})
+    return sm
+
+
+def _view(sm: Any) -> Any:
+    return (sm.call("session::get", {"session_id": "s_001"}),
+            sm.call("session::messages", {"session_id": "s_001", "include_custom": True}),
+            sm.call("session::get-message", {"session_id": "s_001", "entry_id": "e_002"}))
+
+
+def test_a_streamed_log_is_compacted_on_load_and_reads_back_the_same(tmp_path: Path) -> None:
+    # Prevents: a log growing one snapshot per streamed update forever, and a compaction that
+    # changes what the session reads back or stops it taking writes.
+    where = tmp_path / "d"
+    sm = _stream(where, 400)
+    before = _view(sm)
+    sm.close()
+    path = where / "s_001.jsonl"
+    assert len(path.read_bytes().splitlines()) > 800
+    sm = session_manager.open(where, clock=ManualClock(T0))  # production ids: no reuse of e_001
+    assert _view(sm) == before
+    kinds = [json.loads(line)["type"] for line in path.read_bytes().splitlines()]
+    assert kinds == ["meta", "entry", "entry", "commit", "commit", "leaf"]  # the reference's shapes
+    assert_clean(path, "s_001")
+    assert before[2]["entry"]["revision"] == 400
+    appended = sm.call("session::append", {"session_id": "s_001", "message": user("next")})
+    assert appended["parent_id"] == "e_002"
+    sm.close()
+    sm = session_manager.open(where, ids=SequentialIds(), clock=ManualClock(T0))
+    assert sm.call("session::get", {"session_id": "s_001"})["meta"]["message_count"] == 3
+    assert [m["entry_id"] for m in sm.call("session::messages", {"session_id": "s_001"})["messages"]] == [
+        "e_001", "e_002", appended["entry_id"]]
+
+
+def test_a_short_log_is_left_as_written(tmp_path: Path) -> None:
+    # Prevents: rewriting every file on every start (compaction is for mostly-superseded logs).
+    where = tmp_path / "d"
+    _stream(where, 20).close()
+    path = where / "s_001.jsonl"
+    raw = path.read_bytes()
+    session_manager.open(where).call("session::get", {"session_id": "s_001"})
+    assert path.read_bytes() == raw
+
+
+def test_a_failed_compaction_keeps_the_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Prevents: a rename or disk failure during compaction losing the session or leaving a temp file.
+    where = tmp_path / "d"
+    sm = _stream(where, 400)
+    before = _view(sm)
+    sm.close()
+    path = where / "s_001.jsonl"
+    raw = path.read_bytes()
+
+    def refuse(src: Any, dst: Any) -> None:
+        raise OSError(errno.EIO, "simulated rename failure")
+
+    monkeypatch.setattr(os, "replace", refuse)
+    sm = session_manager.open(where, ids=SequentialIds(), clock=ManualClock(T0))
+    assert _view(sm) == before
+    assert path.read_bytes() == raw
+    assert sorted(p.name for p in where.iterdir()) == ["s_001.jsonl"]
