@@ -18,6 +18,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
@@ -27,6 +28,7 @@ import session_manager
 from session_manager import SessionError, SessionManager
 from session_manager.clock import ManualClock
 from session_manager.ids import SequentialIds
+from session_manager.store import fs as fs_store
 
 T0 = 1_000_000
 CALLER_SESSION_IDS = ("chat-42", "../escape/chat 42:?", "ünï cødé", "..")
@@ -403,6 +405,14 @@ class SessionModel(RuleBasedStateMachine):
     def restart(self) -> None:
         self.sm.close()
         self.sm = self.open()
+
+    @rule()
+    def restart_compacting_every_log(self) -> None:
+        # Replay is lazy: the reads right after the restart load (and so compact) each session.
+        self.sm.close()
+        with mock.patch.object(fs_store, "COMPACT_RATIO", 0), mock.patch.object(fs_store, "COMPACT_SLACK", 0):
+            self.sm = self.open()
+            self.compare(page=2)
 
     # -- comparisons --------------------------------------------------------------------
 
