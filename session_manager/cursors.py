@@ -29,7 +29,7 @@ def decode(raw: str) -> dict[str, Any]:
         raise SessionError(INVALID_CURSOR, f"cursor is not valid base64: {e}") from None
     try:
         value = json.loads(data)
-    except (ValueError, UnicodeDecodeError) as e:
+    except (ValueError, RecursionError) as e:  # ValueError covers UnicodeDecodeError
         raise SessionError(INVALID_CURSOR, f"cursor payload is malformed: {e}") from None
     if not isinstance(value, dict):
         raise SessionError(INVALID_CURSOR, "cursor payload is malformed: not an object")

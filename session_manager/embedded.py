@@ -19,6 +19,7 @@ from typing import Any
 from iii.filter import FilterError, compile_filter
 
 from .clock import Clock
+from .errors import invalid_request
 from .events import EVENT_FUNCTIONS, Event
 from .ids import IdGen
 from .service import SessionService
@@ -85,6 +86,12 @@ class SessionManager:
         function = BY_ID.get(function_id)
         if function is None:
             raise LookupError(f"no function {function_id!r}")
+        # A private copy: what is stored must not change when the caller
+        # later changes the dicts it passed in.
+        try:
+            payload = copy_json(payload)
+        except RecursionError:
+            raise invalid_request("payload: nested too deeply") from None
         request = parse_request(function.request, payload)
         response, events = function.handler(self.service, request)
         result = copy_json(response)

@@ -8,9 +8,12 @@ output reads back in theirs. Models are strict (no silent coercion of
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, ClassVar, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
+from pydantic_core import PydanticSerializationError
+
+from .errors import UnstorableValue
 
 JsonObject = dict[str, Any]
 
@@ -28,9 +31,23 @@ STATUSES: tuple[str, ...] = ("idle", "working", "done", "error")
 
 
 class Wire(BaseModel):
-    """Base of every wire model: strict types, unknown keys ignored."""
+    """Base of every wire model: strict types, unknown keys ignored.
+
+    Serialized, an optional field that is ``None`` is left out (as the
+    reference's ``skip_serializing_if``), except the fields a model names in
+    ``_keep_null``, which the reference always writes (``null`` included).
+    """
 
     model_config = ConfigDict(strict=True, extra="ignore")
+    _keep_null: ClassVar[frozenset[str]] = frozenset()
+
+    @model_serializer(mode="wrap")
+    def _leave_out_absent(self, handler: SerializerFunctionWrapHandler) -> Any:
+        data = handler(self)
+        if isinstance(data, dict):
+            keep = self._keep_null
+            return {k: v for k, v in data.items() if v is not None or k in keep}
+        return data
 
 
 # --------------------------------------------------------------------------
@@ -70,6 +87,7 @@ class ThinkingBlock(Wire):
 
 
 class FunctionCallBlock(Wire):
+    _keep_null = frozenset({"arguments"})
     type: Literal["function_call"]
     id: str = Field(description="Unique per call, echoed by the result.")
     function_id: str
@@ -128,6 +146,7 @@ class AssistantMessage(Wire):
 
 
 class FunctionResultMessage(Wire):
+    _keep_null = frozenset({"details"})
     role: Literal["function_result"]
     function_call_id: str
     function_id: str
@@ -218,5 +237,9 @@ class SessionMeta(Wire):
 
 
 def dump(model: BaseModel) -> JsonObject:
-    """The JSON-compatible form we store and return: absent optionals omitted."""
-    return model.model_dump(mode="json", exclude_none=True)
+    """The JSON-compatible form we store and return (see :class:`Wire` on nulls)."""
+    try:
+        out: JsonObject = model.model_dump(mode="json")
+    except (PydanticSerializationError, RecursionError):
+        raise UnstorableValue("a value is nested too deeply to be stored") from None
+    return out

@@ -211,7 +211,10 @@ class FsStore(StateBackedStore):
                 log.warning("skipping %s: not an encoded session id", name)
                 continue
             state = self._sessions.get(session_id)
-            meta = state.meta if state is not None else self._peek_meta(session_id)
+            # A state still replaying (another thread, under its own lock) holds
+            # a partial meta: only a loaded one is the truth, else the file is.
+            loaded = state is not None and state.loaded
+            meta = state.meta if state is not None and loaded else self._peek_meta(session_id)
             if meta is not None:
                 metas[session_id] = meta
         return metas

@@ -111,7 +111,7 @@ def decode_record(line: bytes, session_id: str | None = None) -> dict[str, Any] 
     """The record a line holds, or ``None`` when the line is not a valid record."""
     try:
         record = loads(line)
-    except ValueError:  # includes UnicodeDecodeError: a line must be strict UTF-8
+    except (ValueError, RecursionError):  # UnicodeDecodeError too: a line must be strict UTF-8
         return None
     if not isinstance(record, dict):
         return None
@@ -207,6 +207,8 @@ def _line(record: dict[str, Any]) -> bytes:
         return json.dumps(record, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
     except UnicodeEncodeError:
         raise UnstorableValue("text contains an unpaired UTF-16 surrogate, which cannot be stored") from None
+    except RecursionError:
+        raise UnstorableValue("a value is nested too deeply to be stored") from None
 
 
 def encode_commit(commit: Commit) -> bytes:

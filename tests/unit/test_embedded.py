@@ -1,0 +1,145 @@
+"""The embedded host's boundary: what callers pass in and get out stays theirs."""
+
+from __future__ import annotations
+
+import base64
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import session_manager
+from session_manager.clock import ManualClock
+from session_manager.errors import INVALID_CURSOR, INVALID_REQUEST
+from session_manager.ids import SequentialIds
+from session_manager.store import fs as fs_store
+
+
+def open_store(where: Path) -> session_manager.SessionManager:
+    return session_manager.open(where, ids=SequentialIds(), clock=ManualClock(1_000_000))
+
+
+def nested(depth: int) -> Any:
+    value: Any = None
+    for _ in range(depth):
+        value = {"x": value}
+    return value
+
+
+def test_changing_a_payload_after_the_call_changes_nothing_stored(tmp_path: Path) -> None:
+    # Prevents: the store keeping references to the caller's dicts (metadata, origin, custom
+    # data, details), so a later change by the caller rewrote history, in memory and on disk.
+    sm = open_store(tmp_path / "d")
+    create = {"metadata": {"owner": {"id": "u_1"}}}
+    sid = sm.call("session::create", create)["session_id"]
+    custom = {"custom_type": "note", "data": {"k": [1]}}
+    origin = {"turn": {"n": 1}}
+    sm.call("session::append", {"session_id": sid, "custom": custom, "origin": origin})
+    result = {"role": "function_result", "function_call_id": "c", "function_id": "f", "content": [],
+              "timestamp": 0}
+    sm.call("session::append", {"session_id": sid, "message": result})
+    details = {"code": 0}
+    sm.call("session::update-message", {"session_id": sid, "entry_id": "e_002", "content": [], "details": details})
+    create["metadata"]["owner"]["id"] = "changed"
+    custom["data"]["k"].append(2)
+    origin["turn"]["n"] = 9
+    details["code"] = 42
+
+    def view(store: session_manager.SessionManager) -> Any:
+        return (store.call("session::get", {"session_id": sid})["meta"]["metadata"],
+                store.call("session::messages", {"session_id": sid, "include_custom": True})["messages"],
+                store.call("session::get-message", {"session_id": sid, "entry_id": "e_001"})["entry"]["origin"])
+
+    expected = ({"owner": {"id": "u_1"}},
+                [{"entry_id": "e_001", "custom": {"custom_type": "note", "data": {"k": [1]}}},
+                 {"entry_id": "e_002", "message": {**result, "details": {"code": 0}, "is_error": False}}],
+                {"turn": {"n": 1}})
+    assert view(sm) == expected
+    sm.call("session::set-status", {"session_id": sid, "status": "working"})  # writes the meta again
+    sm.close()
+    assert view(open_store(tmp_path / "d")) == expected
+
+
+def test_results_are_the_callers_to_change(tmp_path: Path) -> None:
+    # Prevents: a caller editing a returned dict and so editing the store's cache.
+    sm = open_store(tmp_path / "d")
+    sid = sm.call("session::create", {"metadata": {"a": [1]}})["session_id"]
+    got = sm.call("session::get", {"session_id": sid})
+    got["meta"]["metadata"]["a"].append(2)
+    assert sm.call("session::get", {"session_id": sid})["meta"]["metadata"] == {"a": [1]}
+
+
+@pytest.mark.parametrize("depth", [300, 5000])
+def test_values_nested_too_deeply_are_refused_cleanly(tmp_path: Path, depth: int) -> None:
+    # Prevents: a serialization error or RecursionError escaping as a traceback (or half a write).
+    sm = open_store(tmp_path / "d")
+    sid = sm.call("session::create", {})["session_id"]
+    message = {"role": "function_result", "function_call_id": "c", "function_id": "f", "content": [],
+               "details": nested(depth), "timestamp": 0}
+    with pytest.raises(session_manager.SessionError) as caught:
+        sm.call("session::append", {"session_id": sid, "message": message})
+    assert caught.value.code == INVALID_REQUEST
+    assert sm.call("session::get", {"session_id": sid})["meta"]["message_count"] == 0
+    assert sm.call("session::messages", {"session_id": sid}) == {"messages": []}
+
+
+def test_a_deeply_nested_cursor_is_an_invalid_cursor(tmp_path: Path) -> None:
+    # Prevents: a crafted cursor crashing list/messages with RecursionError.
+    sm = open_store(tmp_path / "d")
+    sid = sm.call("session::create", {})["session_id"]
+    sm.call("session::append", {"session_id": sid, "message": {"role": "user", "content": [], "timestamp": 0}})
+    cursor = base64.b64encode(b"[" * 100_000).decode()
+    for fid, payload in (("session::list", {"cursor": cursor}),
+                         ("session::messages", {"session_id": sid, "cursor": cursor})):
+        with pytest.raises(session_manager.SessionError) as caught:
+            sm.call(fid, payload)
+        assert caught.value.code == INVALID_CURSOR
+
+
+def test_a_deeply_nested_line_in_a_log_is_skipped(tmp_path: Path) -> None:
+    # Prevents: one corrupt line making a whole session unreadable (RecursionError on replay).
+    where = tmp_path / "d"
+    sm = open_store(where)
+    sid = sm.call("session::create", {"title": "keep me"})["session_id"]
+    sm.close()
+    with (where / f"{sid}.jsonl").open("ab") as f:
+        f.write(b"[" * 5000 + b"\n")
+    sm = open_store(where)
+    assert sm.call("session::get", {"session_id": sid})["meta"]["title"] == "keep me"
+    sm.call("session::append", {"session_id": sid, "message": {"role": "user", "content": [], "timestamp": 0}})
+    sm.close()
+    assert open_store(where).call("session::get", {"session_id": sid})["meta"]["message_count"] == 1
+
+
+def test_list_during_a_replay_shows_the_loaded_meta(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Prevents: the first list of a process caching the half-replayed meta of a session another
+    # thread is loading (or leaving that session out), until the session is next written.
+    where = tmp_path / "d"
+    sm = open_store(where)
+    sid = sm.call("session::create", {"title": "big"})["session_id"]
+    sm.call("session::append-many", {"session_id": sid, "messages": [
+        {"role": "user", "content": [], "timestamp": 0}] * 5})
+    sm.call("session::set-meta", {"session_id": sid, "title": "final"})
+    sm.close()
+
+    halfway, resume = threading.Event(), threading.Event()
+    real = fs_store.committed_records
+
+    def slow(*args: Any, **kwargs: Any) -> Any:
+        for n, record in enumerate(real(*args, **kwargs)):
+            if n == 1:  # the meta of the create is applied; the rest is not
+                halfway.set()
+                resume.wait(10)
+            yield record
+
+    monkeypatch.setattr(fs_store, "committed_records", slow)
+    sm = open_store(where)
+    loader = threading.Thread(target=lambda: sm.call("session::get", {"session_id": sid}))
+    loader.start()
+    assert halfway.wait(10)
+    listed = sm.call("session::list", {})["sessions"]
+    resume.set()
+    loader.join()
+    assert [(m["title"], m["message_count"]) for m in listed] == [("final", 5)]
+    assert [(m["title"], m["message_count"]) for m in sm.call("session::list", {})["sessions"]] == [("final", 5)]
