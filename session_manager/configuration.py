@@ -240,11 +240,19 @@ class Reloader:
         self.status = status or ReloadStatus()
         self._retry = retry
         self._lock = threading.Lock()
+        self._stopped = False
+
+    def stop(self) -> None:
+        """Wait for a reload in progress, then apply no more (shutdown)."""
+        with self._lock:
+            self._stopped = True
 
     def reload(self) -> dict[str, Any]:
         """Fetch inside the lock, so the last reload to run applies the newest value.
         A fetch failure raises (the caller may retry); a bad value answers ok."""
         with self._lock:
+            if self._stopped:
+                return {"ok": True}
             try:
                 config = fetch(self._client, self._retry)
             except ConfigError as e:

@@ -57,6 +57,7 @@ from .validation import parse_request
 log = logging.getLogger("session_manager.iii")
 
 CALLER_KEY = "_caller_worker_id"
+DRAIN_TIMEOUT_S = 30.0
 SELF_REFERENTIAL = "self-referential bridge"
 
 # Opens the dedicated connection to a bridge's main engine (tests inject fakes).
@@ -205,6 +206,9 @@ class IIIHost:
         self.reloader = cfg.Reloader(client, self.apply_config, retry=reloader_retry)
         self._runtime = self._build(config)  # raises BuildError: fatal at boot
         self._inflight = 0
+        # Calls in flight per store: a swapped-out runtime's link is closed
+        # only once the calls that took it have finished with it.
+        self._users: dict[int, int] = {}
         self._idle = threading.Condition()
         self._closing = False
         self.refs: dict[str, Any] = {}
@@ -336,13 +340,27 @@ class IIIHost:
         with self._idle:
             if self._closing:
                 raise SessionError(STORAGE, "session-manager is shutting down")
+            runtime = self._runtime
+            key = id(runtime.store)
             self._inflight += 1
+            self._users[key] = self._users.get(key, 0) + 1
         try:
-            yield self._runtime
+            yield runtime
         finally:
             with self._idle:
                 self._inflight -= 1
+                self._users[key] -= 1
+                if not self._users[key]:
+                    del self._users[key]
                 self._idle.notify_all()
+
+    def _drain(self, store: SessionStore, timeout_s: float) -> None:
+        """Wait until no call holds ``store`` (it has just been swapped out)."""
+        key = id(store)
+        with self._idle:
+            if not self._idle.wait_for(lambda: key not in self._users, timeout=timeout_s):
+                log.warning("%d calls still use the previous store after %.0f s",
+                            self._users.get(key, 0), timeout_s)
 
     def _handler(self, f: Function) -> Any:
         def handle(data: Any) -> Any:
@@ -350,7 +368,9 @@ class IIIHost:
             with self._call() as runtime:
                 request = parse_request(f.request, payload)
                 response, events = f.handler(runtime.service, request)
-            self.deliver(runtime, events)
+                # Handed on inside the call, so shutdown (which waits for calls)
+                # never stops the emitter before these events are queued.
+                self.deliver(runtime, events)
             return response
 
         handle.__name__ = f"handle_{f.id.replace('::', '_').replace('-', '_')}"
@@ -422,11 +442,15 @@ class IIIHost:
             log.warning("cannot list the previous store's sessions (%s); resync sends no deletes", e)
             old_metas = []
         fresh = self._build(config)
-        self.limits.set(config.limits())
-        self._runtime = fresh
+        with self._idle:
+            self.limits.set(config.limits())
+            self._runtime = fresh
         log.info("configuration reloaded: adapter %s now serves", config.adapter_value())
         if current.bridge is not None:
-            current.bridge.close()  # the old link: its relay and connection end with it
+            # The old link (relay and connection) ends once the calls that
+            # took it are done: closing it under them would hang or fail them.
+            self._drain(current.store, DRAIN_TIMEOUT_S)
+            current.bridge.close()
         try:
             events = resync_events(fresh.store, old_metas, self.clock.now_ms())
         except Exception:
@@ -440,7 +464,9 @@ class IIIHost:
     # -- lifetime ---------------------------------------------------------------
 
     def close(self, timeout_s: float = 10.0) -> None:
-        """Refuse new calls, let in-flight ones finish, deliver queued events."""
+        """Finish a reload in progress and allow no more, refuse new calls, let
+        in-flight ones finish, deliver queued events."""
+        self.reloader.stop()
         with self._idle:
             self._closing = True
             if not self._idle.wait_for(lambda: self._inflight == 0, timeout=timeout_s):

@@ -657,3 +657,84 @@ def test_real_connector_refuses_an_unreachable_main() -> None:
     with pytest.raises(BuildError, match=rf"bridge to ws://127.0.0.1:{port} unavailable: .*unreachable"):
         IIIHost(FakeIII(), parse_config(bridge_value(f"ws://127.0.0.1:{port}", timeout_ms=300)),
                 local_url=MAIN_URL)
+
+
+def test_a_reload_waits_for_calls_on_the_old_link_before_closing_it(topo: Topology) -> None:
+    # Prevents: an adapter reload closing the old bridge link under calls still using it (they
+    # hung, or failed although the main had stored their append, and lost their events).
+    import threading
+
+    host, local = topo.bridged()
+    sid = local.invoke("session::create", {})["session_id"]
+    old_conn = topo.connections[0]
+    store = host.runtime.store
+    assert isinstance(store, BridgeStore)
+    in_call, proceed = threading.Event(), threading.Event()
+    real_call = store._call
+
+    def held(function_id: str, payload: dict[str, Any]) -> Any:
+        if function_id == sp.COMMIT_APPEND:
+            in_call.set()
+            assert proceed.wait(10)
+        return real_call(function_id, payload)
+
+    store._call = held  # type: ignore[method-assign]
+    outcome: dict[str, Any] = {}
+    caller = threading.Thread(target=lambda: outcome.update(r=local.invoke(
+        "session::append", {"session_id": sid, "message": user("mid-reload")})))
+    caller.start()
+    assert in_call.wait(10)
+    reloader = threading.Thread(target=lambda: local.set_config(bridge_value(timeout_ms=900)))
+    reloader.start()
+    reloader.join(0.3)
+    assert not old_conn.closed  # still in use by the held append
+    proceed.set()
+    caller.join(10)
+    reloader.join(10)
+    assert old_conn.closed and host.runtime.bridge is not None and host.runtime.bridge.timeout_ms == 900
+    assert outcome["r"]["entry_id"]
+    topo.settle()
+    assert [m["entry_id"] for m in local.invoke("session::messages", {"session_id": sid})["messages"]] == [
+        outcome["r"]["entry_id"]]
+
+
+def test_no_reload_applies_after_close(topo: Topology) -> None:
+    # Prevents: a reload finishing after shutdown and leaving a fresh bridge link (and its
+    # non-daemon client thread) alive, so the process never exits.
+    host, local = topo.bridged()
+    before = len(topo.connections)
+    host.close()
+    topo.hosts.remove(host)
+    local.config_store["session-manager"]["value"] = bridge_value(timeout_ms=901)
+    assert local.invoke(ON_CONFIG_CHANGE, {}) == {"ok": True}
+    assert len(topo.connections) == before and all(c.closed for c in topo.connections)
+
+
+def test_close_hands_on_the_events_of_answered_calls(tmp_path: Path) -> None:
+    # Prevents: shutdown stopping the event worker between a call's answer and its events.
+    import threading
+
+    fake = FakeIII()
+    host = IIIHost(fake, parse_config(fs_value(tmp_path / "d")), ids=SequentialIds(), clock=ManualClock(START_MS))
+    host.register()
+    observer = fake.add_observer(ev.ON_CREATED)
+    in_deliver, proceed = threading.Event(), threading.Event()
+    real = host.deliver
+
+    def slow(runtime: Any, events: Any) -> None:
+        in_deliver.set()
+        assert proceed.wait(10)
+        real(runtime, events)
+
+    host.deliver = slow  # type: ignore[method-assign]
+    answered: dict[str, Any] = {}
+    caller = threading.Thread(target=lambda: answered.update(r=fake.invoke("session::create", {})))
+    caller.start()
+    assert in_deliver.wait(10)
+    closer = threading.Thread(target=host.close)
+    closer.start()
+    proceed.set()
+    caller.join(10)
+    closer.join(10)
+    assert answered["r"]["session_id"] == "s_001"
+    assert [e["session_id"] for e in observer.delivered] == ["s_001"]
