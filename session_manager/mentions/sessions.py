@@ -19,7 +19,6 @@ Two facts about a session come from its record, as in the reference worker:
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable
 from typing import Any, Literal, TypeVar
 
@@ -27,6 +26,7 @@ from ..errors import STORAGE, SessionError, StoreError
 from ..service import Result, SessionService
 from ..store.base import Meta
 from .provider import MentionDetails, MentionProvider
+from .token import WORDS
 from .wire import (
     MentionField,
     MentionGetRequest,
@@ -49,7 +49,6 @@ _KINDS: frozenset[str] = frozenset({"user", "automation", "e2e"})
 _STATUS_LABEL = {"idle": "Idle", "working": "Working", "done": "Done", "error": "Error"}
 _STATUS_COLOR = {"idle": "neutral", "working": "blue", "done": "green", "error": "rose"}
 _STATUS_TONE = {"idle": "neutral", "working": "info", "done": "success", "error": "danger"}
-_WORDS = re.compile(r"[^\W_]+")  # runs of letters and digits
 _PRIVATE_KEYS = ("draft", "draft_attachments")
 
 PROVIDER = MentionProvider(
@@ -126,7 +125,7 @@ def _tier(meta: Meta, q: str, terms: list[str]) -> int | None:
     if len(q) >= 4 and session_id.startswith(q):
         return 1
     if terms:
-        words = _WORDS.findall(title)
+        words = WORDS.findall(title)
         if all(any(w.startswith(t) for w in words) for t in terms):
             return 1
     if q in title:

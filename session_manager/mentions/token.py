@@ -23,6 +23,8 @@ import json
 import unicodedata
 from dataclasses import dataclass
 
+import regex
+
 MAX_NAME_LEN = 40
 MAX_ID_LEN = 512
 RESERVED_NAMES: frozenset[str] = frozenset({"fn", "file", "skill"})
@@ -93,8 +95,15 @@ def parse_prose_mentions(text: str) -> list[MentionRef]:
 # -- internals -------------------------------------------------------------------
 
 
+# Rust's char::is_alphanumeric (the reference parsers): the Unicode Alphabetic
+# property or a number category. str.isalnum() misses the Other_Alphabetic
+# marks (e.g. Devanagari and Thai vowel signs) and circled letters.
+ALPHANUMERIC = regex.compile(r"[\p{Alphabetic}\p{N}]")
+WORDS = regex.compile(r"[\p{Alphabetic}\p{N}]+")
+
+
 def _is_word_char(c: str) -> bool:
-    return c == "_" or c.isalnum()
+    return c == "_" or ALPHANUMERIC.match(c) is not None
 
 
 def _is_control(c: str) -> bool:

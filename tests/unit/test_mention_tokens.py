@@ -132,3 +132,24 @@ def test_agent_summary_defaults_to_label_hint_description_and_fields() -> None:
 def test_rfc3339(ms: int, text: str) -> None:
     # Prevents: wrong dates around leap days, the epoch and negative times.
     assert rfc3339_from_ms(ms) == text
+
+
+@pytest.mark.parametrize("before", ["\u093f", "\u24b6", "\u0e35", "x", "7", "_"])
+def test_no_token_right_after_a_unicode_alphanumeric(before: str) -> None:
+    # Prevents: a mention read out of the middle of a word in scripts whose vowel signs and
+    # circled letters Rust's is_alphanumeric counts as letters (Devanagari, Thai, Ⓐ).
+    assert parse_mentions(before + '@kanban(id="1")') == []
+    assert [m.id for m in parse_mentions(before + ' @kanban(id="1")')] == ["1"]
+
+
+def test_title_words_split_as_the_reference_splits_them() -> None:
+    # Prevents: word-prefix search missing Indic and Thai titles (vowel signs taken as breaks).
+    from session_manager.mentions.sessions import search_metas
+
+    def meta(sid: str, title: str) -> dict[str, object]:
+        return {"session_id": sid, "title": title, "description": "", "status": "idle",
+                "created_at": 0, "updated_at": 1, "message_count": 0}
+
+    metas = [meta("s_hi", "hello दुनिया"), meta("s_th", "ภาษาไทย ดี")]
+    assert [m["session_id"] for m in search_metas(metas, "hel दुनि", None, 8)] == ["s_hi"]
+    assert [m["session_id"] for m in search_metas(metas, "ดี ภาษา", None, 8)] == ["s_th"]
