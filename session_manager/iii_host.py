@@ -303,22 +303,19 @@ class IIIHost:
         )
         for f in FUNCTIONS:
             self._register(f, self._handler(f))
-        self.refs[cfg.ON_CONFIG_CHANGE] = self.client.register_function(
-            cfg.ON_CONFIG_CHANGE, self._on_config_change,
-            description="Internal: re-reads the session-manager configuration and applies it "
-                        "(target of the configuration::on-updated observer).",
-            metadata={"trace_hidden": True},
-            request_format=json_schema(cfg.OnConfigChangeRequest),
-            response_format=json_schema(cfg.OnConfigChangeResponse),
+        config_pair = (
+            (cfg.ON_CONFIG_CHANGE, self._on_config_change, cfg.OnConfigChangeRequest, cfg.OnConfigChangeResponse,
+             "Internal: re-reads the session-manager configuration and applies it "
+             "(target of the configuration::on-updated observer)."),
+            (cfg.CONFIG_STATUS, self._config_status, cfg.ConfigStatusRequest, cfg.ConfigStatusResponse,
+             "Outcome of the most recent configuration reload (applied / rejected) "
+             "and the number of rejected reloads."),
         )
-        self.refs[cfg.CONFIG_STATUS] = self.client.register_function(
-            cfg.CONFIG_STATUS, self._config_status,
-            description="Outcome of the most recent configuration reload (applied / rejected) "
-                        "and the number of rejected reloads.",
-            metadata={"trace_hidden": True},
-            request_format=json_schema(cfg.ConfigStatusRequest),
-            response_format=json_schema(cfg.ConfigStatusResponse),
-        )
+        for fid, handler, request, response, description in config_pair:
+            self.refs[fid] = self.client.register_function(
+                fid, handler, description=description, metadata={"trace_hidden": True},
+                request_format=json_schema(request), response_format=json_schema(response),
+            )
 
     def _register(self, f: Function, handler: Any, observe: ObserveHooks | None = None) -> None:
         self.refs[f.id] = self.client.register_function(

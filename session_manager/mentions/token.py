@@ -110,39 +110,37 @@ def _is_control(c: str) -> bool:
     return unicodedata.category(c) == "Cc"
 
 
+def _next_run(text: str, i: int) -> tuple[int, int] | None:
+    """``(start, end)`` of the next run of backticks at or after ``i``."""
+    start = text.find("`", i)
+    if start < 0:
+        return None
+    end = start
+    while end < len(text) and text[end] == "`":
+        end += 1
+    return start, end
+
+
 def _prose_segments(text: str) -> list[str]:
     segments: list[str] = []
     prose_from = 0
     i = 0
-    n = len(text)
-    while i < n:
-        if text[i] != "`":
-            i += 1
-            continue
-        run_start = i
-        while i < n and text[i] == "`":
-            i += 1
+    while (run := _next_run(text, i)) is not None:
+        run_start, i = run
         close_end = _run_end(text, i, i - run_start)
         # A run with no partner of its length is ordinary text.
         if close_end is not None:
             segments.append(text[prose_from:run_start])
-            prose_from = close_end
-            i = close_end
+            prose_from = i = close_end
     segments.append(text[prose_from:])
     return segments
 
 
 def _run_end(text: str, i: int, length: int) -> int | None:
     """End of the next run of exactly ``length`` backticks from ``i``."""
-    n = len(text)
-    while i < n:
-        if text[i] != "`":
-            i += 1
-            continue
-        run_start = i
-        while i < n and text[i] == "`":
-            i += 1
-        if i - run_start == length:
+    while (run := _next_run(text, i)) is not None:
+        start, i = run
+        if i - start == length:
             return i
     return None
 
