@@ -9,10 +9,10 @@ Embedded use::
         ...
 """
 
-from .embedded import Observation, SessionManager, open
+from ._hosts.embedded import Observation, SessionManager, open
+from ._service.service import SessionService
+from ._wire.events import EVENT_FUNCTIONS, Event
 from .errors import SessionError
-from .events import EVENT_FUNCTIONS, Event
-from .service import SessionService
 
 __version__ = "1.1.1"
 

@@ -1,5 +1,5 @@
 """``python -m session_manager``: the worker CLI."""
 
-from .cli import main
+from ._worker.cli import main
 
 raise SystemExit(main())

@@ -22,8 +22,8 @@ import json
 from collections.abc import Callable
 from typing import Any, Literal, TypeVar
 
+from .._service.service import Result, SessionService
 from ..errors import STORAGE, SessionError, StoreError
-from ..service import Result, SessionService
 from ..store.base import Meta
 from .provider import MentionDetails, MentionProvider
 from .token import WORDS

@@ -8,7 +8,7 @@ from typing import Annotated, Any, Union
 
 from pydantic import Field
 
-from ..models import Wire
+from .._wire.models import Wire
 
 DEFAULT_SEARCH_LIMIT = 8
 """Rows a search returns when the caller names no limit."""

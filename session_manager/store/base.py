@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from ..transcript import EntryPath
+from .._service.transcript import EntryPath
 
 Entry = dict[str, Any]
 Meta = dict[str, Any]

@@ -20,11 +20,11 @@ from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
-from .. import store_protocol as sp
+from .._service.transcript import EntryPath, walk_to_root
+from .._wire.models import AttachmentMeta as AttachmentMetaModel
+from .._wire.models import SessionEntry, SessionMeta
 from ..errors import StoreError
-from ..models import AttachmentMeta as AttachmentMetaModel
-from ..models import SessionEntry, SessionMeta
-from ..transcript import EntryPath, walk_to_root
+from . import _protocol as sp
 from .base import AttachmentMeta, Commit, Entry, Meta, SessionStore
 
 _META = TypeAdapter(SessionMeta)

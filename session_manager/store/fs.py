@@ -29,10 +29,10 @@ from pathlib import Path
 from typing import Literal
 
 from ..errors import StoreError, UnstorableValue
+from ._encoding import decode_id, encode_id
+from ._records import committed_records, decode_record, encode_commit, encode_snapshot, last_meta
+from ._state import SessionState, StateBackedStore
 from .base import AttachmentMeta, Commit, Meta
-from .encoding import decode_id, encode_id
-from .records import committed_records, decode_record, encode_commit, encode_snapshot, last_meta
-from .state import SessionState, StateBackedStore
 
 log = logging.getLogger("session_manager.store.fs")
 

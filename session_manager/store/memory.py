@@ -9,8 +9,8 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterable
 
+from ._state import SessionState, StateBackedStore
 from .base import AttachmentMeta, Commit, Meta
-from .state import SessionState, StateBackedStore
 
 
 class MemoryStore(StateBackedStore):

@@ -18,7 +18,7 @@ from typing import Any
 
 from pytest_bdd import given, parsers, then, when
 
-from session_manager.store.encoding import encode_id
+from session_manager.store._encoding import encode_id
 from session_manager.store.fs import FsStore
 from tests.steps.common import World
 

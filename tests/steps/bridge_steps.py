@@ -65,8 +65,8 @@ class Bridged:
         self.handles: list[Any] = []
 
     def start(self) -> None:
-        from session_manager.config import parse_config
-        from session_manager.iii_host import IIIHost
+        from session_manager._worker.config_value import parse_config
+        from session_manager._worker.iii_host import IIIHost
 
         running = _standin()
         engine = self.stack.enter_context(running())

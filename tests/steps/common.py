@@ -23,10 +23,10 @@ import pytest
 from pytest_bdd import given, parsers, then, when
 
 import session_manager
+from session_manager._wire.events import EVENT_FUNCTIONS
 from session_manager.clock import ManualClock
-from session_manager.events import EVENT_FUNCTIONS
 from session_manager.ids import SequentialIds
-from session_manager.store.encoding import encode_id
+from session_manager.store._encoding import encode_id
 
 ABSENT = "<absent>"
 ANY = "<any>"

@@ -126,8 +126,8 @@ class Bus:
                         "point III_ENGINE_WS_URL at a bare engine")
 
     def register_surface(self) -> None:
-        from session_manager.config import parse_config
-        from session_manager.iii_host import IIIHost
+        from session_manager._worker.config_value import parse_config
+        from session_manager._worker.iii_host import IIIHost
 
         self.worker = new_client(self.url, f"session-manager-under-test-{self.run}")
         connected(self.worker)
@@ -207,7 +207,7 @@ class Bus:
     # -- JSONL read-back ---------------------------------------------------------
 
     def records(self, session_id: str, data_dir: Path | None = None) -> list[dict[str, Any]]:
-        from session_manager.store.encoding import encode_id
+        from session_manager.store._encoding import encode_id
 
         path = (data_dir or self.data_dir) / f"{encode_id(session_id)}.jsonl"
         assert path.exists(), f"{path} does not exist"

@@ -11,8 +11,8 @@ from typing import Any
 
 from pytest_bdd import given, parsers, then, when
 
+from session_manager._hosts.surface import BY_ID
 from session_manager.mentions import format_mention, parse_mentions, parse_prose_mentions
-from session_manager.surface import BY_ID
 from tests.steps.common import World
 
 TOKEN_FIXTURE = Path(__file__).resolve().parents[2].parent / "shared" / "reference" / "mention-tokens.json"

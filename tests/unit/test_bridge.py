@@ -20,19 +20,19 @@ import pytest
 from iii import InvocationError
 from jsonschema import Draft202012Validator
 
-from session_manager import events as ev
-from session_manager import store_protocol as sp
-from session_manager.bridge import RELAY_PREFIX
+from session_manager._wire import events as ev
+from session_manager._worker.bridge_link import RELAY_PREFIX
+from session_manager._worker.config_client import ON_CONFIG_CHANGE, Retry
+from session_manager._worker.config_value import parse_config
+from session_manager._worker.iii_host import IIIHost
 from session_manager.clock import ManualClock
-from session_manager.config import parse_config
-from session_manager.configuration import ON_CONFIG_CHANGE, Retry
 from session_manager.errors import StoreError
 from session_manager.ids import SequentialIds
-from session_manager.iii_host import IIIHost
 from session_manager.store import FsStore
+from session_manager.store import _protocol as sp
+from session_manager.store._encoding import encode_id
 from session_manager.store.base import Commit
 from session_manager.store.bridge import BridgeStore
-from session_manager.store.encoding import encode_id
 from tests.unit.fake_iii import FakeConnection, FakeIII
 from tests.unit.test_store_conformance import custom as custom_entry
 from tests.unit.test_store_conformance import message as message_entry
@@ -516,7 +516,7 @@ def test_bridge_boot_attaches_a_relay_on_the_main(topo: Topology) -> None:
 def test_main_without_the_protocol_is_fatal(tmp_path: Path) -> None:
     # Prevents: a bridge to an engine without a session-manager main booting and failing every call.
     empty = FakeIII()
-    from session_manager.configuration import BuildError
+    from session_manager._worker.config_client import BuildError
 
     with pytest.raises(BuildError, match="does not serve the store protocol"):
         IIIHost(FakeIII(), parse_config(bridge_value()), bridge_connector=lambda c: empty.connection())
@@ -649,7 +649,7 @@ def test_real_connector_refuses_an_unreachable_main() -> None:
     # nothing: the connector gives up after the configured call timeout (no clock asserted here).
     import socket
 
-    from session_manager.configuration import BuildError
+    from session_manager._worker.config_client import BuildError
 
     with socket.socket() as s:  # a port nobody listens on
         s.bind(("127.0.0.1", 0))

@@ -10,9 +10,15 @@ import pytest
 from iii import InvocationError
 from jsonschema import Draft7Validator
 
-from session_manager import events as ev
-from session_manager.clock import ManualClock
-from session_manager.config import (
+from session_manager._wire import events as ev
+from session_manager._worker.config_client import (
+    ON_CONFIG_CHANGE,
+    UPDATED_FILTERS,
+    BuildError,
+    ConfigurationUnavailable,
+    Retry,
+)
+from session_manager._worker.config_value import (
     ConfigError,
     config_schema,
     default_config_value,
@@ -20,15 +26,9 @@ from session_manager.config import (
     parse_config,
     resolve_data_dir,
 )
-from session_manager.configuration import (
-    ON_CONFIG_CHANGE,
-    UPDATED_FILTERS,
-    BuildError,
-    ConfigurationUnavailable,
-    Retry,
-)
+from session_manager._worker.iii_host import SELF_REFERENTIAL, IIIHost, start
+from session_manager.clock import ManualClock
 from session_manager.ids import SequentialIds
-from session_manager.iii_host import SELF_REFERENTIAL, IIIHost, start
 from tests.unit.fake_iii import FakeIII
 
 START_MS = 1_000_000

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from session_manager import cursors
+from session_manager._wire import cursors
 from session_manager.errors import INVALID_CURSOR, SessionError
 
 ORDERS = ("created_asc", "created_desc", "updated_desc")

@@ -9,13 +9,13 @@ import pytest
 from iii import InvocationError, ObserveHooks, TriggerAction
 from jsonschema import Draft202012Validator
 
-from session_manager import events as ev
+from session_manager._hosts.surface import EVENT_SURFACE, FUNCTIONS
+from session_manager._wire import events as ev
+from session_manager._worker.config_value import WorkerConfig, parse_config
+from session_manager._worker.iii_host import IIIHost, json_schema, strip_caller
 from session_manager.clock import ManualClock
-from session_manager.config import WorkerConfig, parse_config
 from session_manager.ids import SequentialIds
-from session_manager.iii_host import IIIHost, json_schema, strip_caller
-from session_manager.store_protocol import ON_EVENTS, PUBLISH_EVENTS, STORE_FUNCTIONS
-from session_manager.surface import EVENT_SURFACE, FUNCTIONS
+from session_manager.store._protocol import ON_EVENTS, PUBLISH_EVENTS, STORE_FUNCTIONS
 from tests.unit.fake_iii import FakeIII, call_signature_ok
 
 START_MS = 1_000_000
@@ -241,7 +241,7 @@ def test_manifest_from_the_module_entry_point() -> None:
     import subprocess
     import sys
 
-    from session_manager.manifest import manifest
+    from session_manager._worker.manifest import manifest
 
     out = subprocess.run([sys.executable, "-m", "session_manager", "--manifest"], capture_output=True,
                          text=True, timeout=60, check=True)
@@ -256,7 +256,7 @@ def test_domain_errors_are_logged_without_traceback() -> None:
     # Prevents: every not_found answer flooding the worker log with a traceback.
     import logging
 
-    from session_manager.cli import QuietDomainErrors
+    from session_manager._worker.cli import QuietDomainErrors
     from session_manager.errors import not_found
 
     try:

@@ -33,18 +33,18 @@ from jsonschema import Draft7Validator
 from pydantic import BaseModel
 
 import session_manager
-from session_manager.clock import ManualClock
-from session_manager.configuration import (
+from session_manager._hosts.surface import BY_ID
+from session_manager._wire.validation import parse_request
+from session_manager._worker.config_client import (
     ConfigStatusRequest,
     ConfigStatusResponse,
     OnConfigChangeRequest,
     OnConfigChangeResponse,
     ReloadStatus,
 )
+from session_manager.clock import ManualClock
 from session_manager.errors import SessionError
 from session_manager.ids import SequentialIds
-from session_manager.surface import BY_ID
-from session_manager.validation import parse_request
 
 
 def _golden_dir() -> Path:

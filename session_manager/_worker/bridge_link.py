@@ -26,10 +26,10 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from . import store_protocol as sp
+from .._wire.events import Event
+from ..store import _protocol as sp
+from ..store.bridge import BridgeStore
 from .background import SerialWorker
-from .events import Event
-from .store.bridge import BridgeStore
 
 log = logging.getLogger("session_manager.bridge")
 

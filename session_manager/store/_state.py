@@ -11,7 +11,7 @@ import threading
 from abc import abstractmethod
 from typing import Any
 
-from ..transcript import EntryPath, walk_to_root
+from .._service.transcript import EntryPath, walk_to_root
 from .base import Commit, Entry, Meta, SessionStore
 
 

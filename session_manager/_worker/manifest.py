@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import __version__
-from .config import default_config_value
+from .. import __version__
+from .config_value import default_config_value
 
 NAME = "session-manager"
 DESCRIPTION = (

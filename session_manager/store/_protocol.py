@@ -30,11 +30,11 @@ from typing import Any, Optional
 
 from pydantic import BaseModel, Field
 
-from . import events as ev
-from .errors import PARENT_NOT_FOUND, SessionError, invalid_request, not_found
-from .events import Event
-from .models import AttachmentMeta, JsonObject, SessionEntry, SessionMeta, Wire
-from .store.base import Commit, SessionStore
+from .._wire import events as ev
+from .._wire.events import Event
+from .._wire.models import AttachmentMeta, JsonObject, SessionEntry, SessionMeta, Wire
+from ..errors import PARENT_NOT_FOUND, SessionError, invalid_request, not_found
+from .base import Commit, SessionStore
 
 PREFIX = "session::store::"
 GET_META = "session::store::get-meta"

@@ -13,7 +13,7 @@ import binascii
 import json
 from typing import Any
 
-from .errors import INVALID_CURSOR, SessionError
+from ..errors import INVALID_CURSOR, SessionError
 
 
 def encode(payload: dict[str, Any]) -> str:

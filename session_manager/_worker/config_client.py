@@ -24,7 +24,7 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .config import CONFIG_ID, ConfigError, WorkerConfig, config_schema, parse_config
+from .config_value import CONFIG_ID, ConfigError, WorkerConfig, config_schema, parse_config
 
 log = logging.getLogger("session_manager.configuration")
 

@@ -13,7 +13,7 @@ from typing import Annotated, Any, ClassVar, Literal, Union
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 from pydantic_core import PydanticSerializationError
 
-from .errors import UnstorableValue
+from ..errors import UnstorableValue
 
 JsonObject = dict[str, Any]
 

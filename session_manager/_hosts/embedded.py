@@ -18,16 +18,16 @@ from typing import Any
 
 from iii.filter import FilterError, compile_filter
 
-from .clock import Clock
-from .errors import invalid_request
-from .events import EVENT_FUNCTIONS, Event
-from .ids import IdGen
-from .service import SessionService
-from .settings import Limits, LimitsCell
-from .store.base import SessionStore
-from .store.fs import Durability, FsStore
+from .._service.limits import Limits, LimitsCell
+from .._service.service import SessionService
+from .._wire.events import EVENT_FUNCTIONS, Event
+from .._wire.validation import parse_request
+from ..clock import Clock
+from ..errors import invalid_request
+from ..ids import IdGen
+from ..store.base import SessionStore
+from ..store.fs import Durability, FsStore
 from .surface import BY_ID
-from .validation import parse_request
 
 log = logging.getLogger("session_manager.embedded")
 

@@ -22,10 +22,10 @@ from collections.abc import Sequence
 from types import FrameType
 from typing import Any
 
-from . import __version__
-from .config import ConfigError, load_seed
-from .configuration import BuildError, ConfigurationUnavailable
-from .errors import SessionError
+from .. import __version__
+from ..errors import SessionError
+from .config_client import BuildError, ConfigurationUnavailable
+from .config_value import ConfigError, load_seed
 from .manifest import DESCRIPTION, NAME, manifest
 
 log = logging.getLogger("session_manager")

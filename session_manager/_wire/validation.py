@@ -7,7 +7,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from .errors import invalid_request
+from ..errors import invalid_request
 
 M = TypeVar("M", bound=BaseModel)
 

@@ -14,10 +14,11 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from . import api, mentions
-from . import events as ev
-from .mentions import sessions as mention_sessions
-from .service import Result, SessionService
+from .. import mentions
+from .._service.service import Result, SessionService
+from .._wire import api
+from .._wire import events as ev
+from ..mentions import sessions as mention_sessions
 
 
 @dataclass(frozen=True)

@@ -26,8 +26,8 @@ from typing import Any
 
 import orjson
 
+from .._wire.models import ROLES, STATUSES
 from ..errors import UnstorableValue
-from ..models import ROLES, STATUSES
 from .base import Commit
 
 _KINDS = ("meta", "entry", "leaf", "append", "commit")

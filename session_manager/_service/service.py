@@ -24,10 +24,11 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from . import api, cursors
-from . import events as ev
-from .clock import Clock, SystemClock
-from .errors import (
+from .._wire import api, cursors
+from .._wire import events as ev
+from .._wire.models import CustomPayload, dump
+from ..clock import Clock, SystemClock
+from ..errors import (
     ATTACHMENT_IN_USE,
     ATTACHMENT_TOO_LARGE,
     DETAILS_NOT_SUPPORTED,
@@ -43,10 +44,9 @@ from .errors import (
     invalid_request,
     not_found,
 )
-from .ids import IdGen, UuidIds
-from .models import CustomPayload, dump
-from .settings import LimitsCell
-from .store.base import Commit, Entry, Meta, SessionStore
+from ..ids import IdGen, UuidIds
+from ..store.base import Commit, Entry, Meta, SessionStore
+from .limits import LimitsCell
 from .transcript import (
     EntryPath,
     elide_message,

@@ -37,22 +37,22 @@ from typing import Any
 from iii import ObserveHooks, TriggerAction
 from pydantic import TypeAdapter
 
-from . import bridge as br
-from . import configuration as cfg
-from . import events as ev
-from . import store_protocol as sp
+from .._hosts.surface import EVENT_SURFACE, FUNCTIONS, Function
+from .._service.limits import LimitsCell
+from .._service.service import SessionService, storage_errors
+from .._wire import events as ev
+from .._wire.events import Event
+from .._wire.validation import parse_request
+from ..clock import Clock, SystemClock
+from ..errors import STORAGE, SessionError
+from ..ids import IdGen, UuidIds
+from ..store import _protocol as sp
+from ..store.base import Meta, SessionStore
+from ..store.fs import FsStore
+from . import bridge_link as br
+from . import config_client as cfg
 from .background import SerialWorker
-from .clock import Clock, SystemClock
-from .config import BridgeAdapter, BridgeConfig, WorkerConfig, resolve_data_dir
-from .errors import STORAGE, SessionError
-from .events import Event
-from .ids import IdGen, UuidIds
-from .service import SessionService, storage_errors
-from .settings import LimitsCell
-from .store.base import Meta, SessionStore
-from .store.fs import FsStore
-from .surface import EVENT_SURFACE, FUNCTIONS, Function
-from .validation import parse_request
+from .config_value import BridgeAdapter, BridgeConfig, WorkerConfig, resolve_data_dir
 
 log = logging.getLogger("session_manager.iii")
 
