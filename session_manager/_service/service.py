@@ -46,9 +46,9 @@ from ..errors import (
 )
 from ..ids import IdGen, UuidIds
 from ..store.base import Commit, Entry, Meta, SessionStore
+from ..store.path import EntryPath
 from .limits import LimitsCell
 from .transcript import (
-    EntryPath,
     elide_message,
     entry_attachment_ids,
     find_positions,

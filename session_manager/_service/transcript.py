@@ -1,4 +1,4 @@
-"""Read-side shaping of a session's entries: the active path, blocks, elision.
+"""Read-side shaping of a session's entries: transcript items, blocks, elision.
 
 Entries are the stored JSON dicts. Nothing here writes; every function
 returns new objects and never mutates an entry it was given (stored dicts
@@ -7,94 +7,11 @@ are shared with the store's cache).
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable
 from typing import Any
 
-Entry = dict[str, Any]
-
-log = logging.getLogger("session_manager.transcript")
-
-
-class EntryPath:
-    """The root -> leaf chain of one session, oldest first.
-
-    Backed by an id list plus a position map, so looking an entry up on the
-    path is O(1) and a page costs O(page). The view is bounded to the length
-    it had when taken: a store may extend the same list as appends arrive.
-    """
-
-    __slots__ = ("_entries", "_ids", "_len", "_pos")
-
-    def __init__(
-        self,
-        ids: list[str],
-        entries: Mapping[str, Entry],
-        pos: Mapping[str, int] | None = None,
-        length: int | None = None,
-    ):
-        self._ids = ids
-        self._len = len(ids) if length is None else length
-        self._entries = entries
-        self._pos: Mapping[str, int] = pos if pos is not None else {eid: i for i, eid in enumerate(ids)}
-
-    def __len__(self) -> int:
-        return self._len
-
-    def __getitem__(self, index: int) -> Entry:
-        if index < 0:
-            index += self._len
-        if not 0 <= index < self._len:
-            raise IndexError(index)
-        return self._entries[self._ids[index]]
-
-    def __iter__(self) -> Iterator[Entry]:
-        for i in range(self._len):
-            yield self._entries[self._ids[i]]
-
-    def index_of(self, entry_id: str) -> int | None:
-        i = self._pos.get(entry_id)
-        if i is None or i >= self._len or self._ids[i] != entry_id:
-            return None
-        return i
-
-    @property
-    def leaf(self) -> str | None:
-        return self._ids[self._len - 1] if self._len else None
-
-
-def walk_to_root(entries: Mapping[str, Entry], leaf: str) -> list[str]:
-    """Ids from the root to ``leaf``, following parent links.
-
-    A missing link (an entry lost to a corrupt line) or a cycle ends the walk
-    there with a warning: the reachable part of the transcript stays readable
-    instead of the whole session failing.
-    """
-    ids: list[str] = []
-    seen: set[str] = set()
-    cursor: str | None = leaf
-    while cursor is not None:
-        entry = entries.get(cursor)
-        if entry is None:
-            if ids:
-                log.warning("entry %s is missing; the path is read from its child on", cursor)
-            break
-        if cursor in seen:
-            log.warning("parent chain loops at entry %s; the path is cut there", cursor)
-            break
-        seen.add(cursor)
-        ids.append(cursor)
-        parent = entry.get("parent_id")
-        cursor = parent if isinstance(parent, str) else None
-    ids.reverse()
-    return ids
-
-
-def build_path(entries: Mapping[str, Entry], leaf: str | None) -> EntryPath:
-    if leaf is None:
-        return EntryPath([], entries)
-    return EntryPath(walk_to_root(entries, leaf), entries)
-
+from ..store.base import Entry
+from ..store.path import EntryPath
 
 # --------------------------------------------------------------------------
 # Item shaping

@@ -3,5 +3,6 @@
 from .base import Commit, SessionStore
 from .fs import FsStore
 from .memory import MemoryStore
+from .path import EntryPath
 
-__all__ = ["Commit", "FsStore", "MemoryStore", "SessionStore"]
+__all__ = ["Commit", "EntryPath", "FsStore", "MemoryStore", "SessionStore"]

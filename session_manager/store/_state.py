@@ -11,8 +11,8 @@ import threading
 from abc import abstractmethod
 from typing import Any
 
-from .._service.transcript import EntryPath, walk_to_root
 from .base import Commit, Entry, Meta, SessionStore
+from .path import EntryPath, walk_to_root
 
 
 class SessionState:

@@ -14,9 +14,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from .._service.transcript import EntryPath
+from .path import Entry as Entry
+from .path import EntryPath
 
-Entry = dict[str, Any]
 Meta = dict[str, Any]
 AttachmentMeta = dict[str, Any]
 

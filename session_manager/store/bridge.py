@@ -20,12 +20,12 @@ from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
-from .._service.transcript import EntryPath, walk_to_root
 from .._wire.models import AttachmentMeta as AttachmentMetaModel
 from .._wire.models import SessionEntry, SessionMeta
 from ..errors import StoreError
 from . import _protocol as sp
 from .base import AttachmentMeta, Commit, Entry, Meta, SessionStore
+from .path import EntryPath, walk_to_root
 
 _META = TypeAdapter(SessionMeta)
 _ENTRY: TypeAdapter[Any] = TypeAdapter(SessionEntry)
