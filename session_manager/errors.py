@@ -58,8 +58,49 @@ class SessionError(Exception):
         return (SessionError, (self.code, self.detail))
 
 
+# --------------------------------------------------------------------------
+# Failures below the domain: storage and the engine
+# --------------------------------------------------------------------------
+#
+# Stores and the engine edge raise these; the service maps them once
+# (``UnstorableValue`` -> ``session/invalid_request``, any other
+# ``StoreError`` -> ``session/storage``). Retries and the bridge match on
+# these types, never on message text; the one place that reads an engine
+# error's text is :func:`session_manager._bus.classify`.
+
+
 class StoreError(Exception):
-    """A storage adapter failure; surfaces to callers as ``session/storage``."""
+    """A storage or engine failure; surfaces to callers as ``session/storage``.
+
+    ``code`` is the engine's or the remote ``session/*`` code when the failure
+    came over the bus, else ``None``.
+    """
+
+    def __init__(self, message: str, *, code: str | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class Unavailable(StoreError):
+    """Nothing answered: unreachable, timed out, shut down, or no worker serves
+    the function (yet). Retrying may succeed."""
+
+
+class NotFound(StoreError):
+    """The other side answered that what was asked for does not exist (a
+    session the main does not hold, a configuration entry nothing stored).
+    An answer, not a fault: retrying returns the same."""
+
+
+class Conflict(StoreError):
+    """A conditional write lost a race: the state it was computed from has
+    changed (the expected-leaf / compare-and-set seam of the storage
+    interface). Re-reading and recomputing may succeed."""
+
+
+class RemoteError(StoreError):
+    """The other side answered with an error that is none of the above (its
+    handler failed); ``code`` says which."""
 
 
 class UnstorableValue(StoreError):

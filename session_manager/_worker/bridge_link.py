@@ -27,6 +27,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .._wire.events import Event
+from ..errors import Unavailable
 from ..store import _protocol as sp
 from ..store.bridge import BridgeStore
 from .background import SerialWorker
@@ -37,7 +38,7 @@ RELAY_PREFIX = "session::bridge::recv::"
 READY_TIMEOUT_S = 10.0
 
 
-class BridgeUnavailable(RuntimeError):
+class BridgeUnavailable(Unavailable):
     """The main cannot be reached or does not serve the store protocol."""
 
 

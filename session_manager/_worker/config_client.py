@@ -20,10 +20,13 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from .. import _bus as bus
+from .._bus import Bus
+from ..errors import NotFound, RemoteError, StoreError, Unavailable
 from .config_value import CONFIG_ID, ConfigError, WorkerConfig, config_schema, parse_config
 
 log = logging.getLogger("session_manager.configuration")
@@ -40,14 +43,6 @@ UPDATED_FILTERS: dict[str, Any] = {
     "input.id": {"$eq": CONFIG_ID},
     "input.event_type": {"$eq": "configuration:updated"},
 }
-
-
-class Client(Protocol):
-    """The part of the iii client this module uses (``iii.iii.III`` or a fake)."""
-
-    def trigger(self, request: dict[str, Any]) -> Any: ...
-
-    def observe(self, source: dict[str, Any], target: Any, options: Any = None) -> Any: ...
 
 
 # --------------------------------------------------------------------------
@@ -89,8 +84,9 @@ class ConfigStatusResponse(BaseModel):
 # --------------------------------------------------------------------------
 
 
-class ConfigurationUnavailable(RuntimeError):
-    """The configuration worker could not be reached or answered with an error."""
+class ConfigurationUnavailable(Unavailable):
+    """The configuration worker could not be reached or answered with an error
+    (after the retries): fatal at boot."""
 
 
 @dataclass(frozen=True)
@@ -107,16 +103,21 @@ BOOT_RETRY = Retry(attempts=5, delays=(0.25, 0.5, 1.0, 2.0))
 RELOAD_RETRY = Retry()
 
 
-def call(client: Client, function_id: str, payload: dict[str, Any], retry: Retry) -> Any:
-    last: Exception | None = None
+def call(client: Bus, function_id: str, payload: dict[str, Any], retry: Retry) -> Any:
+    """Call a configuration function, retrying what may succeed next time.
+
+    :class:`~session_manager.errors.NotFound` (nothing is stored under the
+    id) is an answer and raised at once; an unavailable worker (not started
+    yet: ``function_not_found``), a timeout or an error answer is retried.
+    """
+    last: StoreError | None = None
     for attempt in range(retry.attempts):
         try:
-            return client.trigger({"function_id": function_id, "payload": payload,
-                                   "timeout_ms": retry.timeout_ms})
-        except Exception as e:  # any transport or engine error is retried
+            return bus.call(client, function_id, payload, retry.timeout_ms)
+        except NotFound:
+            raise
+        except (Unavailable, RemoteError) as e:
             last = e
-            if is_not_found(e) and function_id == "configuration::get":
-                raise  # an answer, not a failure: nothing is stored
             if attempt + 1 < retry.attempts:
                 delay = retry.delays[min(attempt, len(retry.delays) - 1)] if retry.delays else 0.0
                 log.warning("%s failed (attempt %d/%d): %s; retrying in %.2fs",
@@ -125,38 +126,26 @@ def call(client: Client, function_id: str, payload: dict[str, Any], retry: Retry
     raise ConfigurationUnavailable(f"{function_id} failed after {retry.attempts} attempts: {last}")
 
 
-def is_not_found(error: BaseException) -> bool:
-    """The stored entry does not exist (the engines' codes vary in case and spelling)."""
-    text = f"{getattr(error, 'code', '')} {error}".lower()
-    return "not_found" in text
-
-
-def probe(client: Client, retry: Retry) -> bool:
+def probe(client: Bus, retry: Retry) -> bool:
     """Whether a value is stored for our id."""
     try:
         answer = call(client, "configuration::get", {"id": CONFIG_ID}, retry)
-    except ConfigurationUnavailable:
-        raise
-    except Exception as e:
-        if is_not_found(e):
-            return False
-        raise
+    except NotFound:
+        return False
     return isinstance(answer, dict) and answer.get("value") is not None
 
 
-def fetch(client: Client, retry: Retry) -> WorkerConfig:
+def fetch(client: Bus, retry: Retry) -> WorkerConfig:
     """The live (env-expanded) value, parsed; ``ConfigError`` if it does not parse."""
     try:
         answer = call(client, "configuration::get", {"id": CONFIG_ID}, retry)
-    except ConfigurationUnavailable:
-        raise
-    except Exception as e:
+    except NotFound as e:
         raise ConfigurationUnavailable(f"configuration `{CONFIG_ID}` not found: {e}") from e
     value = answer.get("value") if isinstance(answer, dict) else None
     return parse_config(value)
 
 
-def register_and_fetch(client: Client, seed: dict[str, Any] | None = None,
+def register_and_fetch(client: Bus, seed: dict[str, Any] | None = None,
                        retry: Retry = BOOT_RETRY) -> WorkerConfig:
     """Register the schema (+ initial value) and return the live configuration.
 
@@ -179,7 +168,7 @@ def register_and_fetch(client: Client, seed: dict[str, Any] | None = None,
     return config
 
 
-def observe_updates(client: Client, timeout_s: float = 5.0) -> Any:
+def observe_updates(client: Bus, timeout_s: float = 5.0) -> Any:
     """Observe our entry's ``configuration:updated`` events with
     ``session::on-config-change`` as the target (which must be registered)."""
     handle = client.observe(
@@ -233,7 +222,7 @@ class Reloader:
     the previous runtime).
     """
 
-    def __init__(self, client: Client, apply: Callable[[WorkerConfig], None],
+    def __init__(self, client: Bus, apply: Callable[[WorkerConfig], None],
                  status: ReloadStatus | None = None, retry: Retry = RELOAD_RETRY) -> None:
         self._client = client
         self._apply = apply

@@ -20,9 +20,10 @@ from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
+from .. import _bus as bus
 from .._wire.models import AttachmentMeta as AttachmentMetaModel
 from .._wire.models import SessionEntry, SessionMeta
-from ..errors import StoreError
+from ..errors import NotFound, StoreError
 from . import _protocol as sp
 from .base import AttachmentMeta, Commit, Entry, Meta, SessionStore
 from .path import EntryPath, walk_to_root
@@ -42,11 +43,8 @@ class BridgeStore(SessionStore):
     # -- transport ------------------------------------------------------------
 
     def _call(self, function_id: str, payload: dict[str, Any]) -> Any:
-        try:
-            return self.client.trigger({"function_id": function_id, "payload": payload,
-                                        "timeout_ms": self.timeout_ms})
-        except Exception as e:  # transport, timeout, the main's own error: all storage failures here
-            raise StoreError(f"bridge {function_id} failed: {e}") from e
+        # Transport, timeout, the main's own error: all typed StoreErrors here.
+        return bus.call(self.client, function_id, payload, self.timeout_ms, context=f"bridge {function_id} failed")
 
     @staticmethod
     def _malformed(function_id: str, why: str) -> StoreError:
@@ -136,10 +134,8 @@ class BridgeStore(SessionStore):
         try:
             answer = self._call(sp.COMMIT_APPEND, {"session_id": session_id, "entry": entry,
                                                    "parent_explicit": True})
-        except StoreError as e:
-            if "session/not_found" in str(e):
-                return None
-            raise
+        except NotFound:
+            return None
         if not isinstance(answer, dict) or not isinstance(answer.get("committed"), bool):
             raise self._malformed(sp.COMMIT_APPEND, f"expected {{entry, meta, committed}}, got {answer!r:.200}")
         return answer

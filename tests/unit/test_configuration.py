@@ -17,6 +17,8 @@ from session_manager._worker.config_client import (
     BuildError,
     ConfigurationUnavailable,
     Retry,
+    fetch,
+    probe,
 )
 from session_manager._worker.config_value import (
     ConfigError,
@@ -175,6 +177,44 @@ def test_transient_failures_are_retried(tmp_path: Path) -> None:
     fake.config_failures["configuration::register"] = [InvocationError("TIMEOUT", "slow")]
     host = boot(fake, seed=fs(tmp_path / "d"))
     host.close()
+
+
+def test_a_missing_configuration_worker_is_retried_not_read_as_nothing_stored(tmp_path: Path) -> None:
+    # Prevents: `function_not_found` (the configuration worker not up yet) read as "nothing is
+    # stored", which skipped the retry and seeded over a stored value's place in the boot log.
+    fake = FakeIII()
+    fake.config_store["session-manager"] = {"value": fs(tmp_path / "stored")}
+    fake.config_failures["configuration::get"] = [
+        InvocationError("function_not_found", "Function configuration::get not found in namespace default.")]
+    assert probe(fake, NO_WAIT) is True
+    assert [fid for fid, _ in fake.config_calls] == ["configuration::get", "configuration::get"]
+    host = boot(fake, seed=fs(tmp_path / "seed"))
+    try:
+        assert host.runtime.config.adapter_value() == {"name": "fs", "config": {"data_dir": str(tmp_path / "stored")}}
+        assert fake.config_store["session-manager"]["value"] == fs(tmp_path / "stored")
+    finally:
+        host.close()
+
+
+def test_nothing_stored_is_an_answer_and_not_retried(tmp_path: Path) -> None:
+    # Prevents: a "nothing stored" answer retried with backoff (slow first boots) or read as a failure.
+    fake = FakeIII()
+    assert probe(fake, NO_WAIT) is False
+    assert [fid for fid, _ in fake.config_calls] == ["configuration::get"]
+    with pytest.raises(ConfigurationUnavailable, match="not found"):
+        fetch(fake, NO_WAIT)
+    assert [fid for fid, _ in fake.config_calls] == ["configuration::get"] * 2
+    assert fake.functions == {} and fake.config_store == {}
+
+
+def test_a_configuration_worker_that_never_comes_is_unavailable_after_the_retries() -> None:
+    # Prevents: three `function_not_found` answers reported as "not found" instead of unavailable.
+    fake = FakeIII()
+    fake.config_failures["configuration::get"] = [
+        InvocationError("function_not_found", "Function configuration::get not found in namespace default.")] * 3
+    with pytest.raises(ConfigurationUnavailable, match="configuration::get failed after 3 attempts"):
+        fetch(fake, NO_WAIT)
+    assert [fid for fid, _ in fake.config_calls] == ["configuration::get"] * 3
 
 
 def test_configuration_is_a_required_dependency(tmp_path: Path) -> None:
