@@ -21,16 +21,17 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-import time
 import uuid
 from collections.abc import Callable
 from typing import Any
 
+from .._bus import Bus, ObserverHandle
 from .._wire.events import Event
 from ..errors import Unavailable
 from ..store import _protocol as sp
 from ..store.bridge import BridgeStore
 from .background import SerialWorker
+from .sdk import SdkBus
 
 log = logging.getLogger("session_manager.bridge")
 
@@ -48,44 +49,29 @@ def normalize_url(url: str) -> str:
     return out.replace("://localhost:", "://127.0.0.1:").replace("://[::1]:", "://127.0.0.1:")
 
 
-def connect(url: str, timeout_ms: int) -> Any:
+def connect(url: str, timeout_ms: int) -> SdkBus:
     """A client of the main's engine, connected; :class:`BridgeUnavailable`
     when it does not connect within the call timeout (at least 1 s)."""
-    from iii import InitOptions
-    from iii.iii import III
-
     # A name of its own: engines refuse a second worker under one name.
-    client = III(url, InitOptions(worker_name=f"session-manager-bridge-{uuid.uuid4().hex[:8]}",
-                                  worker_description="session-manager bridge link to its main instance",
-                                  otel={"enabled": False}))
-    deadline = time.monotonic() + min(max(timeout_ms / 1000.0, 1.0), 30.0)
-    while client.get_connection_state() != "connected":
-        if client.get_connection_state() == "failed" or time.monotonic() > deadline:
-            shutdown(client)
-            raise BridgeUnavailable(f"the main engine at {url} is unreachable")
-        time.sleep(0.05)
-    return client
-
-
-def shutdown(client: Any) -> None:
-    loop = getattr(client, "_loop", None)
-    if loop is not None and not loop.is_running():
-        return  # already shut down; a second shutdown() would hang
-    with contextlib.suppress(Exception):
+    client = SdkBus(url, worker_name=f"session-manager-bridge-{uuid.uuid4().hex[:8]}",
+                    description="session-manager bridge link to its main instance", telemetry=False)
+    if not client.wait_connected(timeout_s=min(max(timeout_ms / 1000.0, 1.0), 30.0)):
         client.shutdown()
+        raise BridgeUnavailable(f"the main engine at {url} is unreachable")
+    return client
 
 
 class Bridge:
     """The link of one bridge runtime; :meth:`close` ends all of it."""
 
-    def __init__(self, client: Any, url: str, timeout_ms: int, relay: Callable[[Event], None]) -> None:
+    def __init__(self, client: Bus, url: str, timeout_ms: int, relay: Callable[[Event], None]) -> None:
         self.client = client
         self.url = url
         self.timeout_ms = timeout_ms
         self.store = BridgeStore(client, timeout_ms)
         self.relay_id = f"{RELAY_PREFIX}{uuid.uuid4()}"
         self._relay = relay
-        self._observer: Any = None
+        self._observer: ObserverHandle | None = None
         self._worker = SerialWorker("session-bridge-publish")
 
     # -- start ------------------------------------------------------------------
@@ -148,4 +134,4 @@ class Bridge:
         if self._observer is not None:
             with contextlib.suppress(Exception):
                 self._observer.dispose()
-        shutdown(self.client)
+        self.client.shutdown()

@@ -18,15 +18,20 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING
 
 from .. import __version__
+from .._bus import Bus
 from ..errors import SessionError
 from .config_client import BuildError, ConfigurationUnavailable
 from .config_value import ConfigError, load_seed
 from .manifest import DESCRIPTION, NAME, manifest
+from .sdk import SdkBus
+
+if TYPE_CHECKING:
+    from .iii_host import IIIHost
 
 log = logging.getLogger("session_manager")
 
@@ -47,39 +52,18 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def connect(url: str) -> Any:
+def connect(url: str) -> SdkBus:
     """A client that connects (and reconnects) in the background."""
-    from iii import InitOptions
-    from iii.iii import III
-
-    return III(url, InitOptions(worker_name=NAME, worker_description=DESCRIPTION))
+    return SdkBus(url, worker_name=NAME, description=DESCRIPTION)
 
 
-def wait_connected(client: Any, url: str, stop: threading.Event) -> bool:
+def wait_connected(client: SdkBus, url: str, stop: threading.Event) -> bool:
     """Block until connected (True) or stopped / fatally rejected (False)."""
-    connected = threading.Event()
-    failed = threading.Event()
 
-    def on_state(state: str) -> None:
-        if state == "connected":
-            connected.set()
-        elif state == "failed":
-            failed.set()
+    def waiting() -> None:
+        log.warning("waiting for the iii engine at %s: unreachable, retrying (Ctrl+C to stop)", url)
 
-    off = client.add_connection_state_listener(on_state)
-    try:
-        wait_s = 1.0  # a reachable engine answers well within this
-        while not (connected.is_set() or stop.is_set() or failed.is_set()):
-            left = wait_s
-            while left > 0 and not (connected.is_set() or stop.is_set() or failed.is_set()):
-                connected.wait(0.2)
-                left -= 0.2
-            if not (connected.is_set() or stop.is_set() or failed.is_set()):
-                log.warning("waiting for the iii engine at %s: unreachable, retrying (Ctrl+C to stop)", url)
-            wait_s = WAIT_LOG_EVERY_S
-        return connected.is_set()
-    finally:
-        off()
+    return client.wait_connected(stop=stop, on_waiting=waiting, first_note_s=1.0, note_every_s=WAIT_LOG_EVERY_S)
 
 
 def _install_signals(stop: threading.Event) -> None:
@@ -91,7 +75,7 @@ def _install_signals(stop: threading.Event) -> None:
     signal.signal(signal.SIGTERM, handler)
 
 
-def _watch_reconnects(client: Any, url: str, host: Any) -> Any:
+def _watch_reconnects(client: Bus, url: str, host: IIIHost) -> Callable[[], None]:
     """Log connection changes; after a reconnect re-read the configuration
     (it may have changed while we were away)."""
     state = {"last": "connected"}
@@ -111,7 +95,7 @@ def _watch_reconnects(client: Any, url: str, host: Any) -> Any:
     return client.add_connection_state_listener(on_state)
 
 
-def _reload_quietly(host: Any) -> None:
+def _reload_quietly(host: IIIHost) -> None:
     try:
         host.reloader.reload()
     except Exception as e:
@@ -131,12 +115,6 @@ class QuietDomainErrors(logging.Filter):
             record.exc_info, record.exc_text = None, None
             record.levelno, record.levelname = logging.INFO, "INFO"
         return True
-
-
-def _shutdown_client(client: Any) -> None:
-    loop = getattr(client, "_loop", None)
-    if loop is None or loop.is_running():  # a second shutdown hangs on a stopped loop
-        client.shutdown()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -161,8 +139,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not wait_connected(client, args.url, stop):
             if stop.is_set():
                 return 0
-            log.error("the engine at %s refused this worker: %s", args.url,
-                      getattr(client, "_fatal_error", None) or "connection failed")
+            log.error("the engine at %s refused this worker: %s", args.url, client.refusal())
             return 1
         log.info("connected to %s", args.url)
         try:
@@ -183,5 +160,5 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         if host is not None:
             host.close()
-        _shutdown_client(client)
+        client.shutdown()
         log.info("%s stopped", NAME)

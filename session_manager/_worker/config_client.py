@@ -25,7 +25,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from .. import _bus as bus
-from .._bus import Bus
+from .._bus import Bus, ObserverHandle
 from ..errors import NotFound, RemoteError, StoreError, Unavailable
 from .config_value import CONFIG_ID, ConfigError, WorkerConfig, config_schema, parse_config
 
@@ -168,7 +168,7 @@ def register_and_fetch(client: Bus, seed: dict[str, Any] | None = None,
     return config
 
 
-def observe_updates(client: Bus, timeout_s: float = 5.0) -> Any:
+def observe_updates(client: Bus, timeout_s: float = 5.0) -> ObserverHandle:
     """Observe our entry's ``configuration:updated`` events with
     ``session::on-config-change`` as the target (which must be registered)."""
     handle = client.observe(

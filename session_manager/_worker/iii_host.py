@@ -37,6 +37,7 @@ from typing import Any
 from iii import ObserveHooks, TriggerAction
 from pydantic import TypeAdapter
 
+from .._bus import Bus, ObserverHandle
 from .._hosts.surface import EVENT_SURFACE, FUNCTIONS, Function
 from .._service.limits import LimitsCell
 from .._service.service import SessionService, storage_errors
@@ -61,10 +62,10 @@ DRAIN_TIMEOUT_S = 30.0
 SELF_REFERENTIAL = "self-referential bridge"
 
 # Opens the dedicated connection to a bridge's main engine (tests inject fakes).
-BridgeConnector = Callable[[BridgeConfig], Any]
+BridgeConnector = Callable[[BridgeConfig], Bus]
 
 
-def default_bridge_connector(config: BridgeConfig) -> Any:
+def default_bridge_connector(config: BridgeConfig) -> Bus:
     return br.connect(config.url, config.timeout_ms)
 
 
@@ -127,7 +128,7 @@ def build_store(config: WorkerConfig) -> SessionStore:
 class Emitter:
     """Calls event functions while observed, in order, off the caller's thread."""
 
-    def __init__(self, client: Any) -> None:
+    def __init__(self, client: Bus) -> None:
         self._client = client
         self._observers: dict[str, set[str]] = {fid: set() for fid in (*ev.EVENT_FUNCTIONS, sp.ON_EVENTS)}
         self._lock = threading.Lock()
@@ -193,7 +194,7 @@ class Emitter:
 class IIIHost:
     """Registers the surface on an iii client and serves it from the live runtime."""
 
-    def __init__(self, client: Any, config: WorkerConfig, *, ids: IdGen | None = None,
+    def __init__(self, client: Bus, config: WorkerConfig, *, ids: IdGen | None = None,
                  clock: Clock | None = None, reloader_retry: cfg.Retry = cfg.RELOAD_RETRY,
                  local_url: str | None = None, bridge_connector: BridgeConnector | None = None) -> None:
         self.client = client
@@ -212,7 +213,7 @@ class IIIHost:
         self._idle = threading.Condition()
         self._closing = False
         self.refs: dict[str, Any] = {}
-        self.config_observer: Any = None
+        self.config_observer: ObserverHandle | None = None
 
     @property
     def runtime(self) -> Runtime:
@@ -499,7 +500,7 @@ def resync_events(store: SessionStore, old_metas: list[Meta], now_ms: int) -> li
     return out
 
 
-def start(client: Any, seed: dict[str, Any] | None = None, *, retry: cfg.Retry = cfg.BOOT_RETRY,
+def start(client: Bus, seed: dict[str, Any] | None = None, *, retry: cfg.Retry = cfg.BOOT_RETRY,
           ids: IdGen | None = None, clock: Clock | None = None, local_url: str | None = None,
           bridge_connector: BridgeConnector | None = None) -> IIIHost:
     """Boot on a connected client: configuration, runtime, registrations, observer.

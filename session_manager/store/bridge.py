@@ -21,6 +21,7 @@ from typing import Any
 from pydantic import TypeAdapter, ValidationError
 
 from .. import _bus as bus
+from .._bus import Bus
 from .._wire.models import AttachmentMeta as AttachmentMetaModel
 from .._wire.models import SessionEntry, SessionMeta
 from ..errors import NotFound, StoreError
@@ -36,7 +37,7 @@ _ATTACHMENT = TypeAdapter(AttachmentMetaModel)
 class BridgeStore(SessionStore):
     """A :class:`SessionStore` whose every read and write is a call to the main."""
 
-    def __init__(self, client: Any, timeout_ms: int) -> None:
+    def __init__(self, client: Bus, timeout_ms: int) -> None:
         self.client = client
         self.timeout_ms = timeout_ms
 

@@ -29,6 +29,7 @@ from typing import Any
 import pytest
 from pytest_bdd import given, parsers, then, when
 
+from session_manager._worker.sdk import SdkBus
 from tests.steps.common import contains, lookup
 
 DEFAULT_URL = "ws://127.0.0.1:49134"
@@ -54,27 +55,23 @@ def wait_for(predicate: Callable[[], Any], timeout: float = WAIT_S, what: str = 
         time.sleep(0.05)
 
 
-def new_client(url: str, name: str, *, probe: bool = False) -> Any:
-    from iii import InitOptions
-    from iii.iii import III
+def new_client(url: str, name: str, *, probe: bool = False) -> SdkBus:
     from iii_helpers.observability import ReconnectionConfig
 
     retries = ReconnectionConfig(max_retries=1, initial_delay_ms=100) if probe else None
-    return III(url, InitOptions(worker_name=name, otel={"enabled": False}, reconnection_config=retries,
-                                invocation_timeout_ms=CALL_TIMEOUT_MS))
+    return SdkBus(url, worker_name=name, telemetry=False, reconnection_config=retries,
+                  invocation_timeout_ms=CALL_TIMEOUT_MS)
 
 
-def connected(client: Any, timeout: float = 5.0) -> None:
+def connected(client: SdkBus, timeout: float = 5.0) -> None:
     """Wait for ``connected``; raise ConnectionError once the client gives up
     (the SDK's own wait sleeps its full 30 s even after a final failure)."""
-    state = wait_for(lambda: client.get_connection_state() in ("connected", "failed") and
-                     client.get_connection_state(), timeout=timeout, what="engine connection")
-    if state != "connected":
-        raise ConnectionError(f"connection to {client.get_address()} {state}")
+    if not client.wait_connected(timeout_s=timeout):
+        raise ConnectionError(f"connection to {client.url} {client.connection_state()}")
 
 
-def shutdown(client: Any) -> None:
-    if client is not None and client._loop.is_running():  # a second shutdown() hangs
+def shutdown(client: SdkBus | None) -> None:
+    if client is not None:
         client.shutdown()
 
 

@@ -1,9 +1,9 @@
 """The bridge topology over fake engines: the store protocol a main serves,
 the BridgeStore over it, event publish/relay fan-out, modes and reloads.
 
-A main is an fs IIIHost on one FakeIII; each bridged instance is an IIIHost
-on a FakeIII of its own whose bridge connector returns a second client of
-the main's fake engine (``FakeIII.connection``), as a real bridge opens a
+A main is an fs IIIHost on one FakeEngine; each bridged instance is an IIIHost
+on a FakeEngine of its own whose bridge connector returns a second client of
+the main's fake engine (``FakeEngine.connection``), as a real bridge opens a
 dedicated connection to the main's engine.
 """
 
@@ -33,7 +33,7 @@ from session_manager.store import _protocol as sp
 from session_manager.store._encoding import encode_id
 from session_manager.store.base import Commit
 from session_manager.store.bridge import BridgeStore
-from tests.unit.fake_iii import FakeConnection, FakeIII
+from session_manager.testing import FakeConnection, FakeEngine
 from tests.unit.test_store_conformance import custom as custom_entry
 from tests.unit.test_store_conformance import message as message_entry
 from tests.unit.test_store_conformance import meta as meta_of
@@ -102,7 +102,7 @@ class Topology:
         self.tmp = tmp
         self.ids = SequentialIds()
         self.clock = ManualClock(START_MS)
-        self.main_fake = FakeIII()
+        self.main_fake = FakeEngine()
         self.main = IIIHost(self.main_fake, parse_config(fs_value(tmp / "main")), ids=self.ids,
                             clock=self.clock, local_url=MAIN_URL)
         self.main.register()
@@ -116,13 +116,14 @@ class Topology:
         self.connections.append(conn)
         return conn
 
-    def bridged(self, value: dict[str, Any] | None = None) -> tuple[IIIHost, FakeIII]:
-        local = FakeIII()
+    def bridged(self, value: dict[str, Any] | None = None) -> tuple[IIIHost, FakeEngine]:
+        local = FakeEngine()
         host = IIIHost(local, parse_config(value or bridge_value()), ids=self.ids, clock=self.clock,
                        local_url=f"ws://local-{len(self.hosts)}:49134", bridge_connector=self.connect,
                        reloader_retry=NO_WAIT)
         host.register()
         local.config_store["session-manager"] = {"value": value or bridge_value()}
+        host.observe_configuration()  # reloads arrive as on the engine: configuration::set -> on-updated
         self.hosts.append(host)
         return host, local
 
@@ -146,7 +147,7 @@ def topo(tmp_path: Path) -> Iterator[Topology]:
     t.close()
 
 
-def call_error(fake: FakeIII, fid: str, payload: Any) -> InvocationError:
+def call_error(fake: FakeEngine, fid: str, payload: Any) -> InvocationError:
     with pytest.raises(InvocationError) as err:
         fake.invoke(fid, payload)
     return err.value
@@ -163,7 +164,7 @@ def records(data_dir: Path, session_id: str) -> list[dict[str, Any]]:
 @pytest.fixture
 def store(tmp_path: Path) -> Iterator[BridgeStore]:
     """Overrides the conformance suite's adapters: a BridgeStore over an fs main."""
-    fake = FakeIII()
+    fake = FakeEngine()
     main = IIIHost(fake, parse_config(fs_value(tmp_path / "data")), ids=SequentialIds(),
                    clock=ManualClock(START_MS))
     main.register()
@@ -424,7 +425,7 @@ def test_publish_events_fans_out_on_the_main(topo: Topology) -> None:
         {"function_id": ev.ON_DELETED, "payload": {"session_id": "s_2", "timestamp": 8}}]
 
 
-def observe_all(fake: FakeIII) -> dict[str, Any]:
+def observe_all(fake: FakeEngine) -> dict[str, Any]:
     return {
         "added": fake.add_observer(ev.ON_MESSAGE_ADDED),
         "created": fake.add_observer(ev.ON_CREATED),
@@ -515,22 +516,23 @@ def test_bridge_boot_attaches_a_relay_on_the_main(topo: Topology) -> None:
 
 def test_main_without_the_protocol_is_fatal(tmp_path: Path) -> None:
     # Prevents: a bridge to an engine without a session-manager main booting and failing every call.
-    empty = FakeIII()
+    empty = FakeEngine()
     from session_manager._worker.config_client import BuildError
 
     with pytest.raises(BuildError, match="does not serve the store protocol"):
-        IIIHost(FakeIII(), parse_config(bridge_value()), bridge_connector=lambda c: empty.connection())
+        IIIHost(FakeEngine(), parse_config(bridge_value()), bridge_connector=lambda c: empty.connection())
 
 
 def test_reload_fs_to_bridge_and_back(topo: Topology) -> None:
     # Prevents: an fs<->bridge reload that keeps the old store, skips the resync, or leaks the old link.
     sid = topo.main_fake.invoke("session::create", {"title": "on main"})["session_id"]
-    local = FakeIII()
+    local = FakeEngine()
     host = IIIHost(local, parse_config(fs_value(topo.tmp / "own")), ids=topo.ids, clock=topo.clock,
                    local_url="ws://own:1", bridge_connector=topo.connect, reloader_retry=NO_WAIT)
     host.register()
     topo.hosts.append(host)
     local.config_store["session-manager"] = {"value": fs_value(topo.tmp / "own")}
+    host.observe_configuration()
     local.invoke("session::create", {"title": "own"})
     created = local.add_observer(ev.ON_CREATED)
     deleted = local.add_observer(ev.ON_DELETED)
@@ -655,7 +657,7 @@ def test_real_connector_refuses_an_unreachable_main() -> None:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     with pytest.raises(BuildError, match=rf"bridge to ws://127.0.0.1:{port} unavailable: .*unreachable"):
-        IIIHost(FakeIII(), parse_config(bridge_value(f"ws://127.0.0.1:{port}", timeout_ms=300)),
+        IIIHost(FakeEngine(), parse_config(bridge_value(f"ws://127.0.0.1:{port}", timeout_ms=300)),
                 local_url=MAIN_URL)
 
 
@@ -714,7 +716,7 @@ def test_close_hands_on_the_events_of_answered_calls(tmp_path: Path) -> None:
     # Prevents: shutdown stopping the event worker between a call's answer and its events.
     import threading
 
-    fake = FakeIII()
+    fake = FakeEngine()
     host = IIIHost(fake, parse_config(fs_value(tmp_path / "d")), ids=SequentialIds(), clock=ManualClock(START_MS))
     host.register()
     observer = fake.add_observer(ev.ON_CREATED)

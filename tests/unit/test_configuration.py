@@ -31,7 +31,7 @@ from session_manager._worker.config_value import (
 from session_manager._worker.iii_host import SELF_REFERENTIAL, IIIHost, start
 from session_manager.clock import ManualClock
 from session_manager.ids import SequentialIds
-from tests.unit.fake_iii import FakeIII
+from session_manager.testing import FakeEngine
 
 START_MS = 1_000_000
 NO_WAIT = Retry(attempts=3, delays=(0.0,), sleep=lambda s: None)
@@ -45,7 +45,7 @@ def unreachable(config: Any) -> Any:
     raise ConnectionError(f"the main engine at {config.url} is unreachable")
 
 
-def boot(fake: FakeIII, seed: dict[str, Any] | None = None) -> IIIHost:
+def boot(fake: FakeEngine, seed: dict[str, Any] | None = None) -> IIIHost:
     host = start(fake, seed, retry=NO_WAIT, ids=SequentialIds(), clock=ManualClock(START_MS),
                  local_url="ws://127.0.0.1:49134", bridge_connector=unreachable)
     host.reloader._retry = NO_WAIT
@@ -132,7 +132,7 @@ def test_first_boot_registers_defaults_and_observes_updates(tmp_path: Path,
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     # Prevents: a first boot with nothing stored failing, or no observer on config updates.
     monkeypatch.setenv("III_COMPOSE_DIR", str(tmp_path))
-    fake = FakeIII()
+    fake = FakeEngine()
     host = boot(fake)
     try:
         register = [p for f, p in fake.config_calls if f == "configuration::register"]
@@ -150,7 +150,7 @@ def test_first_boot_registers_defaults_and_observes_updates(tmp_path: Path,
 
 def test_stored_value_wins_over_seed(tmp_path: Path) -> None:
     # Prevents: a --config seed overwriting what the operator stored.
-    fake = FakeIII()
+    fake = FakeEngine()
     fake.config_store["session-manager"] = {"value": fs(tmp_path / "stored", max_list_limit=9)}
     host = boot(fake, seed=fs(tmp_path / "seed"))
     try:
@@ -162,7 +162,7 @@ def test_stored_value_wins_over_seed(tmp_path: Path) -> None:
 
 def test_seed_applies_when_nothing_is_stored(tmp_path: Path) -> None:
     # Prevents: the one-time seed being ignored on a first boot.
-    fake = FakeIII()
+    fake = FakeEngine()
     host = boot(fake, seed=fs(tmp_path / "seed", default_list_limit=3))
     try:
         assert host.runtime.config.default_list_limit == 3
@@ -173,7 +173,7 @@ def test_seed_applies_when_nothing_is_stored(tmp_path: Path) -> None:
 
 def test_transient_failures_are_retried(tmp_path: Path) -> None:
     # Prevents: one slow answer from the configuration worker aborting boot.
-    fake = FakeIII()
+    fake = FakeEngine()
     fake.config_failures["configuration::register"] = [InvocationError("TIMEOUT", "slow")]
     host = boot(fake, seed=fs(tmp_path / "d"))
     host.close()
@@ -182,7 +182,7 @@ def test_transient_failures_are_retried(tmp_path: Path) -> None:
 def test_a_missing_configuration_worker_is_retried_not_read_as_nothing_stored(tmp_path: Path) -> None:
     # Prevents: `function_not_found` (the configuration worker not up yet) read as "nothing is
     # stored", which skipped the retry and seeded over a stored value's place in the boot log.
-    fake = FakeIII()
+    fake = FakeEngine()
     fake.config_store["session-manager"] = {"value": fs(tmp_path / "stored")}
     fake.config_failures["configuration::get"] = [
         InvocationError("function_not_found", "Function configuration::get not found in namespace default.")]
@@ -198,7 +198,7 @@ def test_a_missing_configuration_worker_is_retried_not_read_as_nothing_stored(tm
 
 def test_nothing_stored_is_an_answer_and_not_retried(tmp_path: Path) -> None:
     # Prevents: a "nothing stored" answer retried with backoff (slow first boots) or read as a failure.
-    fake = FakeIII()
+    fake = FakeEngine()
     assert probe(fake, NO_WAIT) is False
     assert [fid for fid, _ in fake.config_calls] == ["configuration::get"]
     with pytest.raises(ConfigurationUnavailable, match="not found"):
@@ -209,7 +209,7 @@ def test_nothing_stored_is_an_answer_and_not_retried(tmp_path: Path) -> None:
 
 def test_a_configuration_worker_that_never_comes_is_unavailable_after_the_retries() -> None:
     # Prevents: three `function_not_found` answers reported as "not found" instead of unavailable.
-    fake = FakeIII()
+    fake = FakeEngine()
     fake.config_failures["configuration::get"] = [
         InvocationError("function_not_found", "Function configuration::get not found in namespace default.")] * 3
     with pytest.raises(ConfigurationUnavailable, match="configuration::get failed after 3 attempts"):
@@ -219,7 +219,7 @@ def test_a_configuration_worker_that_never_comes_is_unavailable_after_the_retrie
 
 def test_configuration_is_a_required_dependency(tmp_path: Path) -> None:
     # Prevents: a worker that starts without its configuration and silently uses defaults.
-    fake = FakeIII()
+    fake = FakeEngine()
     fake.config_failures["configuration::register"] = [
         InvocationError("function_not_found", "Function configuration::register not found")] * 3
     with pytest.raises(ConfigurationUnavailable, match="configuration::register failed after 3 attempts"):
@@ -229,7 +229,7 @@ def test_configuration_is_a_required_dependency(tmp_path: Path) -> None:
 
 def test_unreachable_bridge_at_boot_is_fatal_and_clear(tmp_path: Path) -> None:
     # Prevents: a bridge config silently falling back to a local fs store.
-    fake = FakeIII()
+    fake = FakeEngine()
     fake.config_store["session-manager"] = {"value": {"adapter": {"name": "bridge",
                                                                   "config": {"url": "ws://main:1"}}}}
     with pytest.raises(BuildError, match=r"bridge to ws://main:1 unavailable: .*unreachable"):
@@ -239,7 +239,7 @@ def test_unreachable_bridge_at_boot_is_fatal_and_clear(tmp_path: Path) -> None:
 
 def test_self_referential_bridge_at_boot_is_fatal(tmp_path: Path) -> None:
     # Prevents: a bridge pointed at its own engine, which would store through itself.
-    fake = FakeIII()
+    fake = FakeEngine()
     fake.config_store["session-manager"] = {"value": {"adapter": {"name": "bridge",
                                                                   "config": {"url": "ws://LOCALHOST:49134/"}}}}
     with pytest.raises(BuildError, match=SELF_REFERENTIAL):
@@ -249,7 +249,7 @@ def test_self_referential_bridge_at_boot_is_fatal(tmp_path: Path) -> None:
 
 def test_unparseable_stored_value_is_fatal_at_boot() -> None:
     # Prevents: booting on defaults when the stored value has a typo.
-    fake = FakeIII()
+    fake = FakeEngine()
     fake.config_store["session-manager"] = {"value": {"max_list_limt": 5}}
     with pytest.raises(ConfigError, match="max_list_limt"):
         boot(fake)
@@ -260,13 +260,13 @@ def test_unparseable_stored_value_is_fatal_at_boot() -> None:
 
 @pytest.fixture
 def booted(tmp_path: Path) -> Any:
-    fake = FakeIII()
+    fake = FakeEngine()
     host = boot(fake, seed=fs(tmp_path / "a"))
     yield fake, host
     host.close()
 
 
-def test_limits_reload_applies_per_call(booted: tuple[FakeIII, IIIHost], tmp_path: Path) -> None:
+def test_limits_reload_applies_per_call(booted: tuple[FakeEngine, IIIHost], tmp_path: Path) -> None:
     # Prevents: list limits that need a restart to change.
     fake, host = booted
     for _ in range(3):
@@ -280,12 +280,12 @@ def test_limits_reload_applies_per_call(booted: tuple[FakeIII, IIIHost], tmp_pat
     assert fake.invoke("session::config-status", {})["last_outcome"] == "applied"
 
 
-def test_adapter_reload_swaps_store_and_resyncs(booted: tuple[FakeIII, IIIHost], tmp_path: Path) -> None:
+def test_adapter_reload_swaps_store_and_resyncs(booted: tuple[FakeEngine, IIIHost], tmp_path: Path) -> None:
     # Prevents: a data_dir change that keeps serving the old store, or observers left stale after it.
     fake, host = booted
     fake.invoke("session::create", {"title": "old", "metadata": {"owner": "u_1"}})  # s_001 in a/
     # prepare b/ with one session holding a user message and a streamed reply
-    other = IIIHost(FakeIII(), parse_config(fs(tmp_path / "b")), ids=SequentialIds(),
+    other = IIIHost(FakeEngine(), parse_config(fs(tmp_path / "b")), ids=SequentialIds(),
                     clock=ManualClock(START_MS + 5))
     other.register()
     other.client.invoke("session::create", {"title": "new"})
@@ -323,7 +323,7 @@ def test_adapter_reload_swaps_store_and_resyncs(booted: tuple[FakeIII, IIIHost],
         "last_outcome": "applied", "last_error": None, "rejected_reloads": 0}
 
 
-def test_unbuildable_adapter_keeps_last_good(booted: tuple[FakeIII, IIIHost], tmp_path: Path) -> None:
+def test_unbuildable_adapter_keeps_last_good(booted: tuple[FakeEngine, IIIHost], tmp_path: Path) -> None:
     # Prevents: a bad data_dir taking the worker down or half-swapping it.
     fake, host = booted
     fake.invoke("session::create", {"title": "kept"})
@@ -349,7 +349,7 @@ def test_unbuildable_adapter_keeps_last_good(booted: tuple[FakeIII, IIIHost], tm
         "last_outcome": "applied", "last_error": None, "rejected_reloads": 3}
 
 
-def test_fetch_failure_fails_the_reload_and_keeps_status(booted: tuple[FakeIII, IIIHost]) -> None:
+def test_fetch_failure_fails_the_reload_and_keeps_status(booted: tuple[FakeEngine, IIIHost]) -> None:
     # Prevents: an unreachable configuration worker being recorded as a rejected value.
     fake, _ = booted
     fake.config_failures["configuration::get"] = [InvocationError("TIMEOUT", "slow")] * 3
@@ -358,7 +358,7 @@ def test_fetch_failure_fails_the_reload_and_keeps_status(booted: tuple[FakeIII, 
     assert fake.invoke("session::config-status", {})["rejected_reloads"] == 0
 
 
-def test_payload_is_never_trusted(booted: tuple[FakeIII, IIIHost], tmp_path: Path) -> None:
+def test_payload_is_never_trusted(booted: tuple[FakeEngine, IIIHost], tmp_path: Path) -> None:
     # Prevents: any caller injecting configuration through the discoverable hook.
     fake, host = booted
     fake.invoke(ON_CONFIG_CHANGE, {"id": "session-manager", "value": fs(tmp_path / "evil"),
@@ -367,7 +367,7 @@ def test_payload_is_never_trusted(booted: tuple[FakeIII, IIIHost], tmp_path: Pat
     assert host.runtime.config.adapter_value()["config"]["data_dir"] == str(tmp_path / "a")
 
 
-def test_overlapping_reloads_converge_on_the_newest_value(booted: tuple[FakeIII, IIIHost],
+def test_overlapping_reloads_converge_on_the_newest_value(booted: tuple[FakeEngine, IIIHost],
                                                           tmp_path: Path) -> None:
     # Prevents: an older reload finishing last and leaving a stale runtime.
     fake, host = booted

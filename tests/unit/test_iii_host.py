@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,7 @@ from session_manager._worker.iii_host import IIIHost, json_schema, strip_caller
 from session_manager.clock import ManualClock
 from session_manager.ids import SequentialIds
 from session_manager.store._protocol import ON_EVENTS, PUBLISH_EVENTS, STORE_FUNCTIONS
-from tests.unit.fake_iii import FakeIII, call_signature_ok
+from session_manager.testing import FakeEngine
 
 START_MS = 1_000_000
 
@@ -25,13 +26,20 @@ def fs_config(data_dir: Path, **limits: int) -> WorkerConfig:
     return parse_config({"adapter": {"name": "fs", "config": {"data_dir": str(data_dir)}}, **limits})
 
 
-@pytest.fixture
-def fake() -> FakeIII:
-    return FakeIII()
+
+def call_signature_ok(handler: Any) -> bool:
+    """The SDK passes ``data`` (and ``metadata`` only to a parameter of that name)."""
+    params = list(inspect.signature(handler).parameters)
+    return len(params) == 1 or (len(params) == 2 and params[1] == "metadata")
 
 
 @pytest.fixture
-def host(fake: FakeIII, tmp_path: Path) -> Any:
+def fake() -> FakeEngine:
+    return FakeEngine()
+
+
+@pytest.fixture
+def host(fake: FakeEngine, tmp_path: Path) -> Any:
     h = IIIHost(fake, fs_config(tmp_path / "data"), ids=SequentialIds(), clock=ManualClock(START_MS))
     h.register()
     yield h
@@ -47,7 +55,7 @@ def assistant(text: str) -> dict[str, Any]:
             "model": "m", "provider": "p", "timestamp": 6}
 
 
-def events(host: IIIHost, fake: FakeIII) -> list[tuple[str, dict[str, Any]]]:
+def events(host: IIIHost, fake: FakeEngine) -> list[tuple[str, dict[str, Any]]]:
     host.emitter.flush()
     return fake.event_calls()
 
@@ -55,7 +63,7 @@ def events(host: IIIHost, fake: FakeIII) -> list[tuple[str, dict[str, Any]]]:
 # -- registration ---------------------------------------------------------------
 
 
-def test_every_function_is_registered_with_schemas_and_flags(host: IIIHost, fake: FakeIII) -> None:
+def test_every_function_is_registered_with_schemas_and_flags(host: IIIHost, fake: FakeEngine) -> None:
     # Prevents: a surface row the worker forgets to register, or one registered without schemas.
     store_protocol = [ON_EVENTS] + [f.id for f in STORE_FUNCTIONS] + [PUBLISH_EVENTS]
     expected = [f.id for f in EVENT_SURFACE] + store_protocol + [f.id for f in FUNCTIONS] + [
@@ -77,7 +85,7 @@ def test_every_function_is_registered_with_schemas_and_flags(host: IIIHost, fake
         assert fake.functions[fid].response_format is not None
 
 
-def test_visibility_flags(host: IIIHost, fake: FakeIII) -> None:
+def test_visibility_flags(host: IIIHost, fake: FakeEngine) -> None:
     # Prevents: mutating functions discoverable by agents, or event functions hidden from observers.
     assert fake.functions["session::create"].metadata == {"internal": True, "trace_hidden": True}
     assert fake.functions["session::get"].metadata == {"trace_hidden": True}
@@ -86,7 +94,7 @@ def test_visibility_flags(host: IIIHost, fake: FakeIII) -> None:
         assert isinstance(fake.functions[fid].observe, ObserveHooks)
 
 
-def test_nullable_response_schema_accepts_null(host: IIIHost, fake: FakeIII) -> None:
+def test_nullable_response_schema_accepts_null(host: IIIHost, fake: FakeEngine) -> None:
     # Prevents: a registered schema that forbids the documented null of session::get.
     schema = fake.functions["session::get"].response_format
     Draft202012Validator(schema).validate(None)
@@ -96,7 +104,7 @@ def test_nullable_response_schema_accepts_null(host: IIIHost, fake: FakeIII) -> 
 # -- calls and errors --------------------------------------------------------------
 
 
-def test_round_trip_and_caller_key_is_ignored(host: IIIHost, fake: FakeIII, tmp_path: Path) -> None:
+def test_round_trip_and_caller_key_is_ignored(host: IIIHost, fake: FakeEngine, tmp_path: Path) -> None:
     # Prevents: the engine-injected _caller_worker_id leaking into stored data or failing validation.
     created = fake.invoke("session::create", {"title": "t", "metadata": {"owner": "u_1"}})
     assert created["session_id"] == "s_001"
@@ -110,7 +118,7 @@ def test_round_trip_and_caller_key_is_ignored(host: IIIHost, fake: FakeIII, tmp_
     assert fake.invoke("session::get", {"session_id": "nope"}) is None
 
 
-def test_session_error_crosses_with_its_code(host: IIIHost, fake: FakeIII) -> None:
+def test_session_error_crosses_with_its_code(host: IIIHost, fake: FakeEngine) -> None:
     # Prevents: a domain error reaching callers without its stable code first.
     with pytest.raises(InvocationError) as err:
         fake.invoke("session::set-status", {"session_id": "s_x", "status": "working"})
@@ -119,7 +127,7 @@ def test_session_error_crosses_with_its_code(host: IIIHost, fake: FakeIII) -> No
 
 
 @pytest.mark.parametrize("payload", [{"session_id": ""}, {}, {"session_id": 5}, ["not", "an", "object"]])
-def test_validation_failure_is_invalid_request(host: IIIHost, fake: FakeIII, payload: Any) -> None:
+def test_validation_failure_is_invalid_request(host: IIIHost, fake: FakeEngine, payload: Any) -> None:
     # Prevents: a malformed payload surfacing as a traceback instead of session/invalid_request.
     with pytest.raises(InvocationError) as err:
         fake.invoke("session::get", payload)
@@ -136,14 +144,14 @@ def test_strip_caller_only_touches_objects() -> None:
 # -- events ---------------------------------------------------------------------
 
 
-def test_no_event_call_while_unobserved(host: IIIHost, fake: FakeIII) -> None:
+def test_no_event_call_while_unobserved(host: IIIHost, fake: FakeEngine) -> None:
     # Prevents: the worker calling event functions nobody observes (wasted bus traffic).
     fake.invoke("session::create", {"title": "t"})
     fake.invoke("session::append", {"session_id": "s_001", "message": user("hi")})
     assert events(host, fake) == []
 
 
-def test_event_calls_only_while_observed_with_exact_payloads(host: IIIHost, fake: FakeIII) -> None:
+def test_event_calls_only_while_observed_with_exact_payloads(host: IIIHost, fake: FakeEngine) -> None:
     # Prevents: events sent after the last observer left, or payloads missing session_metadata.
     added = fake.add_observer(ev.ON_MESSAGE_ADDED)
     fake.invoke("session::create", {"title": "t", "metadata": {"owner": "u_1"}})
@@ -161,7 +169,7 @@ def test_event_calls_only_while_observed_with_exact_payloads(host: IIIHost, fake
     assert len(events(host, fake)) == 1
 
 
-def test_every_event_kind_and_session_metadata(host: IIIHost, fake: FakeIII) -> None:
+def test_every_event_kind_and_session_metadata(host: IIIHost, fake: FakeEngine) -> None:
     # Prevents: an event kind never emitted, or session_metadata taken at the wrong moment.
     for fid in ev.EVENT_FUNCTIONS:
         fake.add_observer(fid)
@@ -188,7 +196,7 @@ def test_every_event_kind_and_session_metadata(host: IIIHost, fake: FakeIII) -> 
     assert "message" not in calls[7][1]
 
 
-def test_failed_event_delivery_never_fails_the_mutation(host: IIIHost, fake: FakeIII) -> None:
+def test_failed_event_delivery_never_fails_the_mutation(host: IIIHost, fake: FakeEngine) -> None:
     # Prevents: a broken event call turning an acknowledged mutation into an error.
     fake.add_observer(ev.ON_CREATED)
 
@@ -206,7 +214,7 @@ def test_failed_event_delivery_never_fails_the_mutation(host: IIIHost, fake: Fak
     assert fake.invoke("session::get", {"session_id": "s_001"})["meta"]["title"] == "t"
 
 
-def test_draft_and_leaf_moves_are_event_silent(host: IIIHost, fake: FakeIII) -> None:
+def test_draft_and_leaf_moves_are_event_silent(host: IIIHost, fake: FakeEngine) -> None:
     # Prevents: event-silent mutations calling event functions.
     for fid in ev.EVENT_FUNCTIONS:
         fake.add_observer(fid)
@@ -216,13 +224,13 @@ def test_draft_and_leaf_moves_are_event_silent(host: IIIHost, fake: FakeIII) -> 
     assert len(events(host, fake)) == before
 
 
-def test_config_status_at_boot(host: IIIHost, fake: FakeIII) -> None:
+def test_config_status_at_boot(host: IIIHost, fake: FakeEngine) -> None:
     # Prevents: a config-status that does not match the golden shape at boot.
     assert fake.invoke("session::config-status", {}) == {
         "last_outcome": "applied", "last_error": None, "rejected_reloads": 0}
 
 
-def test_close_refuses_new_calls(fake: FakeIII, tmp_path: Path) -> None:
+def test_close_refuses_new_calls(fake: FakeEngine, tmp_path: Path) -> None:
     # Prevents: calls accepted after shutdown began (they could be cut off mid-write).
     h = IIIHost(fake, fs_config(tmp_path / "d"), ids=SequentialIds(), clock=ManualClock(START_MS))
     h.register()

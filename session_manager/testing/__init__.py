@@ -1,0 +1,66 @@
+"""Test doubles for applications that use session-manager (and for its own tests).
+
+* :class:`FakeEngine` — an in-process iii engine that behaves like the wire
+  stand-in: filters evaluated with ``iii.filter``, ``_caller_worker_id``
+  injected into object payloads, no reply to fire-and-forget calls,
+  ``ObserveHooks`` and ``ready()`` as on a real engine, and a built-in
+  configuration worker. :func:`serve` puts session-manager on it, so an
+  application's own observers and callers can be tested against it::
+
+      from session_manager.testing import FakeEngine, ManualClock, SequentialIds, serve
+
+      engine = FakeEngine()
+      host = serve(engine, tmp_path / "data", ids=SequentialIds(), clock=ManualClock())
+      caller = engine.connection("app")
+      caller.register_function("app::on-message", seen.append)
+      caller.observe({"function_id": "session::on-message-added", "deliver": "input"}, "app::on-message").ready(1)
+      sid = caller.trigger({"function_id": "session::create", "payload": {}})["session_id"]
+      ...
+      host.flush(); host.close()
+
+* :class:`~session_manager.ids.SequentialIds` and
+  :class:`~session_manager.clock.ManualClock` — deterministic ids
+  (``s_001``, ``e_001``, ...) and a clock that moves only when told; pass
+  them to :func:`session_manager.open` or :func:`serve` to assert exact values.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+from ..clock import Clock, ManualClock
+from ..ids import IdGen, SequentialIds
+from ._engine import FakeConnection, FakeEngine, FakeHandle, FakeObserver, Registration
+
+if TYPE_CHECKING:
+    from .._worker.iii_host import IIIHost
+
+
+def serve(engine: FakeEngine, data_dir: str | os.PathLike[str], *, ids: IdGen | None = None,
+          clock: Clock | None = None) -> IIIHost:
+    """Register session-manager (fs adapter over ``data_dir``) on ``engine``.
+
+    Events are delivered from a background thread, as in production: call
+    ``host.flush()`` before asserting on what observers received, and
+    ``host.close()`` at the end.
+    """
+    from .._worker.config_value import parse_config
+    from .._worker.iii_host import IIIHost
+
+    config = parse_config({"adapter": {"name": "fs", "config": {"data_dir": os.fspath(data_dir)}}})
+    host = IIIHost(engine, config, ids=ids, clock=clock)
+    host.register()
+    return host
+
+
+__all__ = [
+    "FakeConnection",
+    "FakeEngine",
+    "FakeHandle",
+    "FakeObserver",
+    "ManualClock",
+    "Registration",
+    "SequentialIds",
+    "serve",
+]
