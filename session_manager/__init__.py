@@ -7,22 +7,58 @@ Embedded use::
     with session_manager.open("./data/sessions") as sm:
         created = sm.call("session::create", {"title": "Weather"})
         ...
+
+What ``__all__`` lists is the public API; so are the modules
+:mod:`session_manager.errors`, :mod:`~session_manager.clock`,
+:mod:`~session_manager.ids`, :mod:`~session_manager.store` and
+:mod:`~session_manager.testing`. Modules and packages whose names start
+with ``_`` are implementation and may change in any release.
 """
 
 from ._hosts.embedded import Observation, SessionManager, open
 from ._service.service import SessionService
-from ._wire.events import EVENT_FUNCTIONS, Event
+from ._wire.events import (
+    EVENT_FUNCTIONS,
+    ON_CREATED,
+    ON_DELETED,
+    ON_MESSAGE_ADDED,
+    ON_MESSAGE_UPDATED,
+    ON_META_UPDATED,
+    ON_STATUS_CHANGED,
+    Event,
+)
+from .clock import Clock, ManualClock, SystemClock
 from .errors import SessionError
+from .ids import IdGen, SequentialIds, UuidIds
+from .store import BridgeStore, Commit, EntryPath, FsStore, MemoryStore, SessionStore
 
 __version__ = "1.1.1"
 
 __all__ = [
     "EVENT_FUNCTIONS",
+    "ON_CREATED",
+    "ON_DELETED",
+    "ON_MESSAGE_ADDED",
+    "ON_MESSAGE_UPDATED",
+    "ON_META_UPDATED",
+    "ON_STATUS_CHANGED",
+    "BridgeStore",
+    "Clock",
+    "Commit",
+    "EntryPath",
     "Event",
+    "FsStore",
+    "IdGen",
+    "ManualClock",
+    "MemoryStore",
     "Observation",
+    "SequentialIds",
     "SessionError",
     "SessionManager",
     "SessionService",
+    "SessionStore",
+    "SystemClock",
+    "UuidIds",
     "__version__",
     "open",
 ]
