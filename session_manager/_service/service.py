@@ -111,6 +111,8 @@ class SessionService:
         self.ids: IdGen = ids or UuidIds()
         self.clock: Clock = clock or SystemClock()
         self.limits = limits or LimitsCell()
+        # Optional on duck-typed generators (see IdGen): without it the store picks.
+        self._tx: Callable[[], str] | None = getattr(self.ids, "tx_id", None)
         self._locks: dict[str, threading.Lock] = {}
         self._locks_guard = threading.Lock()
 
@@ -131,6 +133,11 @@ class SessionService:
     def _session(self, session_id: str) -> Iterator[None]:
         with self.session_lock(session_id), storage_errors():
             yield
+
+    def _commit(self, session_id: str, *, entries: tuple[Entry, ...] = (), leaf: str | None = None,
+                meta: Meta | None = None) -> None:
+        """Write one mutation (inside :meth:`_session`)."""
+        self.store.commit(session_id, Commit(entries=entries, leaf=leaf, meta=meta, tx=self._tx))
 
     def _meta_or_raise(self, session_id: str) -> Meta:
         meta = self.store.get_meta(session_id)
@@ -153,7 +160,7 @@ class SessionService:
         session_id = self.ids.session_id()
         with self._session(session_id):
             meta = _meta(session_id, req.title or "", req.description or "", req.metadata, self.clock.now_ms())
-            self.store.commit(session_id, Commit(meta=meta))
+            self._commit(session_id, meta=meta)
         return {"session_id": session_id, "meta": meta}, [ev.created(meta)]
 
     def ensure(self, req: api.EnsureRequest) -> Result:
@@ -163,7 +170,7 @@ class SessionService:
             if existing is not None:
                 return {"session_id": session_id, "meta": existing, "created": False}, []
             meta = _meta(session_id, req.title or "", req.description or "", req.metadata, self.clock.now_ms())
-            self.store.commit(session_id, Commit(meta=meta))
+            self._commit(session_id, meta=meta)
         return {"session_id": session_id, "meta": meta, "created": True}, [ev.created(meta)]
 
     def get(self, req: api.GetRequest) -> Result:
@@ -215,7 +222,7 @@ class SessionService:
             if req.metadata is not None:
                 changes["metadata"] = req.metadata  # wholesale: merging would leak stale tenancy keys
             meta = _with(meta, **changes)
-            self.store.commit(req.session_id, Commit(meta=meta))
+            self._commit(req.session_id, meta=meta)
         return {"meta": meta}, [ev.meta_updated(meta, now)]
 
     def set_status(self, req: api.SetStatusRequest) -> Result:
@@ -227,7 +234,7 @@ class SessionService:
                 return {"status": previous, "previous_status": previous}, []
             now = self.clock.now_ms()
             meta = _with(meta, status=req.status, status_reason=reason, updated_at=now)
-            self.store.commit(req.session_id, Commit(meta=meta))
+            self._commit(req.session_id, meta=meta)
         return {"status": req.status, "previous_status": previous}, [ev.status_changed(meta, previous, now)]
 
     def set_draft(self, req: api.SetDraftRequest) -> Result:
@@ -242,7 +249,7 @@ class SessionService:
                 # No updated_at bump and no event: drafts are saved at keystroke
                 # cadence and must neither re-order list nor wake observers.
                 meta = _with(meta, draft=draft, draft_attachments=parked)
-                self.store.commit(req.session_id, Commit(meta=meta))
+                self._commit(req.session_id, meta=meta)
         return {"draft": meta.get("draft"), "attachments": meta.get("draft_attachments") or []}, []
 
     def _resolve_draft_attachments(self, session_id: str, ids: list[str]) -> list[dict[str, Any]] | None:
@@ -290,7 +297,7 @@ class SessionService:
             entry = _new_entry(entry_id, parent, now, req.origin, req.message, req.custom)
             is_message = entry["kind"] == "message"
             meta = _with(meta, updated_at=now, message_count=meta["message_count"] + int(is_message))
-            self.store.commit(session_id, Commit(entries=(entry,), leaf=entry_id, meta=meta))
+            self._commit(session_id, entries=(entry,), leaf=entry_id, meta=meta)
         return _append_response(entry), [ev.message_added(session_id, entry, meta.get("metadata"))]
 
     def _parent(self, session_id: str, parent_id: str | None) -> str | None:
@@ -316,7 +323,7 @@ class SessionService:
                 entries.append(entry)
                 parent = entry["id"]
             meta = _with(meta, updated_at=now, message_count=meta["message_count"] + len(entries))
-            self.store.commit(session_id, Commit(entries=tuple(entries), leaf=parent, meta=meta))
+            self._commit(session_id, entries=tuple(entries), leaf=parent, meta=meta)
         metadata = meta.get("metadata")
         ids = [e["id"] for e in entries]
         return {"entry_ids": ids, "last_entry_id": ids[-1]}, [
@@ -357,7 +364,7 @@ class SessionService:
             now = self.clock.now_ms()
             updated = {**entry, "revision": revision + 1, "message": message}
             meta = _with(meta, updated_at=now)
-            self.store.commit(session_id, Commit(entries=(updated,), meta=meta))
+            self._commit(session_id, entries=(updated,), meta=meta)
         event = ev.message_updated(session_id, updated, req.origin, now, meta.get("metadata"))
         return {"updated": True, "revision": revision + 1}, [event]
 
@@ -583,7 +590,7 @@ class SessionService:
                 self.store.put_attachment(copied, [data])
             leaf = id_map[req.entry_id]
             with self.session_lock(new_id):
-                self.store.commit(new_id, Commit(entries=tuple(copies), leaf=leaf, meta=meta))
+                self._commit(new_id, entries=tuple(copies), leaf=leaf, meta=meta)
         return {"session_id": new_id, "meta": meta}, [ev.created(meta)]
 
     def set_active_leaf(self, req: api.SetActiveLeafRequest) -> Result:
@@ -592,7 +599,7 @@ class SessionService:
             self._entry_or_raise(req.session_id, req.entry_id)
             # Team rule (the issue): every mutation but set-draft bumps updated_at.
             meta = _with(meta, updated_at=self.clock.now_ms())
-            self.store.commit(req.session_id, Commit(leaf=req.entry_id, meta=meta))
+            self._commit(req.session_id, leaf=req.entry_id, meta=meta)
         return {"active_leaf": req.entry_id}, []
 
     # -- attachments ----------------------------------------------------------------
@@ -658,7 +665,7 @@ class SessionService:
             if parked:
                 kept = [m for m in parked if m.get("attachment_id") != attachment_id]
                 if len(kept) != len(parked):
-                    self.store.commit(session_id, Commit(meta=_with(meta, draft_attachments=kept or None)))
+                    self._commit(session_id, meta=_with(meta, draft_attachments=kept or None))
         return {"deleted": deleted}, []
 
 

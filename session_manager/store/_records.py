@@ -236,7 +236,7 @@ def encode_commit(commit: Commit) -> bytes:
             # Lines that only mean something together (an update's entry and
             # meta, a leaf move and its meta) share a commit id; the last one
             # also counts them, so replay applies all of them or none.
-            tx = uuid.uuid4().hex[:16]
+            tx = commit.tx() if commit.tx is not None else uuid.uuid4().hex[:16]
             for record in records:
                 record["tx"] = tx
             records[-1]["tx_n"] = len(records)

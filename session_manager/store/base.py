@@ -10,7 +10,7 @@ callers pass in after the call.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,11 +25,19 @@ AttachmentMeta = dict[str, Any]
 class Commit:
     """One mutation of one session: entry snapshots to write (new entries or
     new revisions), the active leaf if it moves, and the new meta if it
-    changes. Applied all-or-nothing."""
+    changes. The fs and memory adapters apply it all-or-nothing; the bridge
+    sends it as several calls (entries, leaf, meta, in that order), so a
+    failure part-way leaves the earlier parts written.
+
+    ``tx`` names the commit where an adapter needs an id for it (the fs
+    adapter's multi-line records): called at most once; ``None`` lets the
+    adapter draw a random one.
+    """
 
     entries: tuple[Entry, ...] = ()
     leaf: str | None = None
     meta: Meta | None = None
+    tx: Callable[[], str] | None = None
 
 
 class SessionStore(ABC):
