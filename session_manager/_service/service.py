@@ -26,7 +26,18 @@ from pydantic import BaseModel
 
 from .._wire import api, cursors
 from .._wire import events as ev
-from .._wire.models import CustomPayload, dump
+from .._wire.models import (
+    ENTRY_MODELS,
+    MESSAGE_MODELS,
+    AttachmentMeta,
+    CustomEntry,
+    CustomPayload,
+    FileBlock,
+    MessageEntry,
+    SessionMeta,
+    dump,
+)
+from .._wire.shape import build, edit, shape
 from ..clock import Clock, SystemClock
 from ..errors import (
     ATTACHMENT_IN_USE,
@@ -76,24 +87,14 @@ def _meta(
     forked_from: str | None = None,
     message_count: int = 0,
 ) -> Meta:
-    meta: Meta = {"session_id": session_id, "title": title, "description": description, "status": "idle"}
-    if metadata is not None:
-        meta["metadata"] = metadata
-    if forked_from is not None:
-        meta["forked_from"] = forked_from
-    meta.update(created_at=now, updated_at=now, message_count=message_count)
-    return meta
+    return build[SessionMeta](session_id=session_id, title=title, description=description, status="idle",
+                 metadata=metadata, forked_from=forked_from, created_at=now, updated_at=now,
+                 message_count=message_count)
 
 
 def _with(meta: Meta, **changes: Any) -> Meta:
     """A copy of ``meta`` with changes applied; ``None`` removes a key."""
-    out = dict(meta)
-    for key, value in changes.items():
-        if value is None:
-            out.pop(key, None)
-        else:
-            out[key] = value
-    return out
+    return edit[SessionMeta](meta, **changes)
 
 
 class SessionService:
@@ -161,22 +162,22 @@ class SessionService:
         with self._session(session_id):
             meta = _meta(session_id, req.title or "", req.description or "", req.metadata, self.clock.now_ms())
             self._commit(session_id, meta=meta)
-        return {"session_id": session_id, "meta": meta}, [ev.created(meta)]
+        return build[api.CreateResponse](session_id=session_id, meta=meta), [ev.created(meta)]
 
     def ensure(self, req: api.EnsureRequest) -> Result:
         session_id = req.session_id
         with self._session(session_id):
             existing = self.store.get_meta(session_id)
             if existing is not None:
-                return {"session_id": session_id, "meta": existing, "created": False}, []
+                return build[api.EnsureResponse](session_id=session_id, meta=existing, created=False), []
             meta = _meta(session_id, req.title or "", req.description or "", req.metadata, self.clock.now_ms())
             self._commit(session_id, meta=meta)
-        return {"session_id": session_id, "meta": meta, "created": True}, [ev.created(meta)]
+        return build[api.EnsureResponse](session_id=session_id, meta=meta, created=True), [ev.created(meta)]
 
     def get(self, req: api.GetRequest) -> Result:
         with storage_errors():
             meta = self.store.get_meta(req.session_id)
-        return ({"meta": meta} if meta is not None else None), []
+        return (build[api.GetResponse](meta=meta) if meta is not None else None), []
 
     def list_sessions(self, req: api.ListRequest) -> Result:
         order = req.order or "updated_desc"
@@ -202,17 +203,17 @@ class SessionService:
                     start = i
                     break
         page = keyed[start : start + limit]
-        out: dict[str, Any] = {"sessions": [m for _, m in page]}
+        next_cursor = None
         if start + limit < len(keyed) and page:
             (k, sid), _ = page[-1]
-            out["next_cursor"] = cursors.list_cursor(order, k, sid)
-        return out, []
+            next_cursor = cursors.list_cursor(order, k, sid)
+        return build[api.ListResponse](sessions=[m for _, m in page], next_cursor=next_cursor), []
 
     def set_meta(self, req: api.SetMetaRequest) -> Result:
         with self._session(req.session_id):
             meta = self._meta_or_raise(req.session_id)
             if req.title is None and req.description is None and req.metadata is None:
-                return {"meta": meta}, []
+                return build[api.SetMetaResponse](meta=meta), []
             now = self.clock.now_ms()
             changes: dict[str, Any] = {"updated_at": now}
             if req.title is not None:
@@ -223,7 +224,7 @@ class SessionService:
                 changes["metadata"] = req.metadata  # wholesale: merging would leak stale tenancy keys
             meta = _with(meta, **changes)
             self._commit(req.session_id, meta=meta)
-        return {"meta": meta}, [ev.meta_updated(meta, now)]
+        return build[api.SetMetaResponse](meta=meta), [ev.meta_updated(meta, now)]
 
     def set_status(self, req: api.SetStatusRequest) -> Result:
         with self._session(req.session_id):
@@ -231,11 +232,12 @@ class SessionService:
             reason = req.reason if req.status != "idle" else None
             previous = meta["status"]
             if previous == req.status and meta.get("status_reason") == reason:
-                return {"status": previous, "previous_status": previous}, []
+                return build[api.SetStatusResponse](status=previous, previous_status=previous), []
             now = self.clock.now_ms()
             meta = _with(meta, status=req.status, status_reason=reason, updated_at=now)
             self._commit(req.session_id, meta=meta)
-        return {"status": req.status, "previous_status": previous}, [ev.status_changed(meta, previous, now)]
+        response = build[api.SetStatusResponse](status=req.status, previous_status=previous)
+        return response, [ev.status_changed(meta, previous, now)]
 
     def set_draft(self, req: api.SetDraftRequest) -> Result:
         with self._session(req.session_id):
@@ -250,7 +252,7 @@ class SessionService:
                 # cadence and must neither re-order list nor wake observers.
                 meta = _with(meta, draft=draft, draft_attachments=parked)
                 self._commit(req.session_id, meta=meta)
-        return {"draft": meta.get("draft"), "attachments": meta.get("draft_attachments") or []}, []
+        return build[api.SetDraftResponse](draft=meta.get("draft"), attachments=meta.get("draft_attachments") or []), []
 
     def _resolve_draft_attachments(self, session_id: str, ids: list[str]) -> list[dict[str, Any]] | None:
         resolved: list[dict[str, Any]] = []
@@ -272,11 +274,11 @@ class SessionService:
         with self._session(req.session_id):
             meta = self.store.get_meta(req.session_id)
             if meta is None:
-                return {"deleted": False}, []
+                return build[api.DeleteResponse](deleted=False), []
             self.store.delete_session(req.session_id)
             now = self.clock.now_ms()
         # Observers filter on the tenancy the session had when it went away.
-        return {"deleted": True}, [ev.deleted(req.session_id, now, meta.get("metadata"))]
+        return build[api.DeleteResponse](deleted=True), [ev.deleted(req.session_id, now, meta.get("metadata"))]
 
     # -- messages ---------------------------------------------------------------
 
@@ -326,7 +328,7 @@ class SessionService:
             self._commit(session_id, entries=tuple(entries), leaf=parent, meta=meta)
         metadata = meta.get("metadata")
         ids = [e["id"] for e in entries]
-        return {"entry_ids": ids, "last_entry_id": ids[-1]}, [
+        return build[api.AppendManyResponse](entry_ids=ids, last_entry_id=ids[-1]), [
             ev.message_added(session_id, e, metadata) for e in entries
         ]
 
@@ -342,17 +344,17 @@ class SessionService:
                 )
             revision = int(entry.get("revision", 0))
             if req.expected_revision is not None and req.expected_revision != revision:
-                return {"updated": False, "revision": revision}, []
-            message = dict(entry["message"])
+                return build[api.UpdateMessageResponse](updated=False, revision=revision), []
+            message = entry["message"]
             role = message.get("role")
-            message["content"] = [dump(b) if isinstance(b, BaseModel) else b for b in req.content]
+            changes: dict[str, Any] = {"content": [dump(b) if isinstance(b, BaseModel) else b for b in req.content]}
             if req.usage is not None:
                 if role != "assistant":
                     raise SessionError(
                         INVALID_ENTRY_KIND,
                         f"entry {req.entry_id} has role {role}; `usage` applies only to assistant messages",
                     )
-                message["usage"] = dump(req.usage)
+                changes["usage"] = dump(req.usage)
             if req.details is not None:
                 if role not in ("function_result", "custom"):
                     raise SessionError(
@@ -360,13 +362,14 @@ class SessionService:
                         f"entry {req.entry_id} has role {role}; "
                         "`details` applies to function_result and custom messages",
                     )
-                message["details"] = req.details
+                changes["details"] = req.details
+            message = edit[MESSAGE_MODELS[role]](message, **changes)
             now = self.clock.now_ms()
-            updated = {**entry, "revision": revision + 1, "message": message}
+            updated = edit[MessageEntry](entry, revision=revision + 1, message=message)
             meta = _with(meta, updated_at=now)
             self._commit(session_id, entries=(updated,), meta=meta)
         event = ev.message_updated(session_id, updated, req.origin, now, meta.get("metadata"))
-        return {"updated": True, "revision": revision + 1}, [event]
+        return build[api.UpdateMessageResponse](updated=True, revision=revision + 1), [event]
 
     def _path(self, session_id: str, leaf: str | None) -> EntryPath:
         return self.store.path(session_id, leaf)
@@ -382,7 +385,7 @@ class SessionService:
                 leaf = self.store.get_leaf(session_id)
             path = self._path(session_id, leaf)
         if not len(path):
-            return {"messages": []}, []
+            return build[api.MessagesResponse](messages=[]), []
         roles = set(req.roles) if req.roles is not None else None
         include_custom = bool(req.include_custom) and roles is None
 
@@ -404,10 +407,9 @@ class SessionService:
             start = i + 1
         found, more = find_positions(path, keep, start, self._limit(req.limit))
         image_data = req.include_image_data is not False
-        out: dict[str, Any] = {"messages": [item(path[i], image_data=image_data) for i in found]}
-        if more and found:
-            out["next_cursor"] = cursors.entry_cursor(path[found[-1]]["id"])
-        return out, []
+        next_cursor = cursors.entry_cursor(path[found[-1]]["id"]) if more and found else None
+        items = [item(path[i], image_data=image_data) for i in found]
+        return build[api.MessagesResponse](messages=items, next_cursor=next_cursor), []
 
     def messages_tail(self, req: api.MessagesTailRequest) -> Result:
         session_id = req.session_id
@@ -448,7 +450,7 @@ class SessionService:
             return i
 
         if before(len(path)) < 0:
-            return {"messages": [], "has_more": False}, []
+            return build[api.MessagesTailResponse](messages=[], has_more=False), []
         end = len(path)
         if req.before_entry_id is not None:
             end = block_start(anchor(req.before_entry_id, "before_entry_id"))
@@ -483,12 +485,10 @@ class SessionService:
                 if whole:
                     items.append(item(entry, image_data=image_data))
                 else:
-                    collapsed = {**entry, "message": elide_message(entry["message"])}
-                    items.append({**item(collapsed, image_data=image_data), "elided": True})
-        out: dict[str, Any] = {"messages": items, "has_more": before(start) >= 0}
-        if items:
-            out["oldest_entry_id"] = items[0]["entry_id"]
-        return out, []
+                    collapsed = edit[MessageEntry](entry, message=elide_message(entry["message"]))
+                    items.append(item(collapsed, image_data=image_data, elided=True))
+        oldest = items[0]["entry_id"] if items else None
+        return build[api.MessagesTailResponse](messages=items, has_more=before(start) >= 0, oldest_entry_id=oldest), []
 
     def messages_range(self, req: api.MessagesRangeRequest) -> Result:
         session_id = req.session_id
@@ -533,10 +533,10 @@ class SessionService:
         limit = self._limit(req.limit)
         chosen = selection[start : start + limit]
         image_data = req.include_image_data is not False
-        out: dict[str, Any] = {"messages": [item(path[i], image_data=image_data) for i in chosen]}
-        if start + limit < len(selection) and len(chosen):
-            out["next_cursor"] = cursors.entry_cursor(path[chosen[-1]]["id"])
-        return out, []
+        more = start + limit < len(selection) and len(chosen)
+        next_cursor = cursors.entry_cursor(path[chosen[-1]]["id"]) if more else None
+        items = [item(path[i], image_data=image_data) for i in chosen]
+        return build[api.MessagesRangeResponse](messages=items, next_cursor=next_cursor), []
 
     def get_message(self, req: api.GetMessageRequest) -> Result:
         with storage_errors():
@@ -544,8 +544,8 @@ class SessionService:
         if entry is None:
             return None, []
         if req.include_image_data is False and entry.get("kind") == "message":
-            entry = {**entry, "message": without_image_data(entry["message"])}
-        return {"entry": entry}, []
+            entry = edit[MessageEntry](entry, message=without_image_data(entry["message"]))
+        return build[api.GetMessageResponse](entry=entry), []
 
     # -- branching ----------------------------------------------------------------
 
@@ -563,8 +563,9 @@ class SessionService:
                 new_entry_id = self.ids.entry_id()
                 id_map[entry["id"]] = new_entry_id
                 parent = entry.get("parent_id")
-                copy = {**entry, "id": new_entry_id, "parent_id": id_map.get(parent) if parent else None}
-                copy["revision"] = 0  # a fresh entry starts a fresh revision space
+                # A fresh entry starts a fresh revision space.
+                copy = edit[ENTRY_MODELS[entry["kind"]]](entry, id=new_entry_id,
+                             parent_id=id_map.get(parent) if parent else None, revision=0)
                 copies.append(_remap_compaction(copy, id_map))
             meta = _meta(
                 new_id,
@@ -586,12 +587,11 @@ class SessionService:
                 data = self.store.read_attachment(source_id, attachment_id)
                 if found is None or data is None:
                     continue  # a dangling reference stays dangling; nothing to copy
-                copied = {**found, "session_id": new_id}
-                self.store.put_attachment(copied, [data])
+                self.store.put_attachment(edit[AttachmentMeta](found, session_id=new_id), [data])
             leaf = id_map[req.entry_id]
             with self.session_lock(new_id):
                 self._commit(new_id, entries=tuple(copies), leaf=leaf, meta=meta)
-        return {"session_id": new_id, "meta": meta}, [ev.created(meta)]
+        return build[api.ForkResponse](session_id=new_id, meta=meta), [ev.created(meta)]
 
     def set_active_leaf(self, req: api.SetActiveLeafRequest) -> Result:
         with self._session(req.session_id):
@@ -600,7 +600,7 @@ class SessionService:
             # Team rule (the issue): every mutation but set-draft bumps updated_at.
             meta = _with(meta, updated_at=self.clock.now_ms())
             self._commit(req.session_id, leaf=req.entry_id, meta=meta)
-        return {"active_leaf": req.entry_id}, []
+        return build[api.SetActiveLeafResponse](active_leaf=req.entry_id), []
 
     # -- attachments ----------------------------------------------------------------
 
@@ -617,20 +617,13 @@ class SessionService:
         mime = req.mime.strip() or DEFAULT_MIME
         with self._session(req.session_id):
             self._meta_or_raise(req.session_id)
-            meta: dict[str, Any] = {
-                "attachment_id": self.ids.attachment_id(),
-                "session_id": req.session_id,
-                "name": name,
-                "mime": mime,
-                "size": size,
-                "sha256": "",
-                "created_at": self.clock.now_ms(),
-            }
+            meta = build[AttachmentMeta](attachment_id=self.ids.attachment_id(), session_id=req.session_id,
+                         name=name, mime=mime, size=size, sha256="", created_at=self.clock.now_ms())
             # Decode, hash and write in one pass: the decoded bytes are never
             # held whole, and the metadata (written last) carries the hash.
             self.store.put_attachment(meta, _decode_chunks(req.data, meta))
-        block = {"type": "file", "attachment_id": meta["attachment_id"], "name": name, "mime": mime, "size": size}
-        return {"attachment": meta, "block": block}, []
+        block = shape(FileBlock, meta, type="file")
+        return build[api.PutAttachmentResponse](attachment=meta, block=block), []
 
     def get_attachment(self, req: api.GetAttachmentRequest) -> Result:
         with storage_errors():
@@ -638,18 +631,18 @@ class SessionService:
             if meta is None:
                 return None, []
             if req.include_data is False:
-                return {"attachment": meta, "data": None}, []
+                return build[api.GetAttachmentResponse](attachment=meta, data=None), []
             data = self.store.read_attachment(req.session_id, req.attachment_id)
         if data is None:
             return None, []
-        return {"attachment": meta, "data": base64.b64encode(data).decode("ascii")}, []
+        return build[api.GetAttachmentResponse](attachment=meta, data=base64.b64encode(data).decode("ascii")), []
 
     def list_attachments(self, req: api.ListAttachmentsRequest) -> Result:
         with storage_errors():
             self._meta_or_raise(req.session_id)
             found = self.store.list_attachments(req.session_id)
         found.sort(key=lambda m: (m.get("created_at", 0), m.get("attachment_id", "")))
-        return {"attachments": found}, []
+        return build[api.ListAttachmentsResponse](attachments=found), []
 
     def delete_attachment(self, req: api.DeleteAttachmentRequest) -> Result:
         session_id, attachment_id = req.session_id, req.attachment_id
@@ -666,7 +659,7 @@ class SessionService:
                 kept = [m for m in parked if m.get("attachment_id") != attachment_id]
                 if len(kept) != len(parked):
                     self._commit(session_id, meta=_with(meta, draft_attachments=kept or None))
-        return {"deleted": deleted}, []
+        return build[api.DeleteAttachmentResponse](deleted=deleted), []
 
 
 # -- helpers -------------------------------------------------------------------
@@ -706,7 +699,8 @@ def _json_equal(a: Any, b: Any) -> bool:
 
 
 def _append_response(entry: Entry) -> dict[str, Any]:
-    return {"entry_id": entry["id"], "parent_id": entry.get("parent_id"), "timestamp": entry["timestamp"]}
+    return build[api.AppendResponse](entry_id=entry["id"], parent_id=entry.get("parent_id"),
+                                     timestamp=entry["timestamp"])
 
 
 def _new_entry(
@@ -717,22 +711,12 @@ def _new_entry(
     message: BaseModel | None,
     custom: CustomPayload | None,
 ) -> Entry:
-    entry: Entry = {
-        "kind": "message" if message is not None else "custom",
-        "id": entry_id,
-        "parent_id": parent,
-        "timestamp": now,
-        "revision": 0,
-    }
-    if origin is not None:
-        entry["origin"] = origin
     if message is not None:
-        entry["message"] = dump(message)
-    else:
-        assert custom is not None
-        entry["custom_type"] = custom.custom_type
-        entry["data"] = custom.data
-    return entry
+        return build[MessageEntry](kind="message", id=entry_id, parent_id=parent, timestamp=now, revision=0,
+                     origin=origin, message=dump(message))
+    assert custom is not None
+    return build[CustomEntry](kind="custom", id=entry_id, parent_id=parent, timestamp=now, revision=0, origin=origin,
+                 custom_type=custom.custom_type, data=custom.data)
 
 
 def _remap_compaction(entry: Entry, id_map: dict[str, str]) -> Entry:
@@ -741,7 +725,7 @@ def _remap_compaction(entry: Entry, id_map: dict[str, str]) -> Entry:
     if entry.get("custom_type") == "compaction" and isinstance(data, dict):
         tail = data.get("tail_start_entry_id")
         if isinstance(tail, str) and tail in id_map:
-            return {**entry, "data": {**data, "tail_start_entry_id": id_map[tail]}}
+            return edit[CustomEntry](entry, data={**data, "tail_start_entry_id": id_map[tail]})
     return entry
 
 

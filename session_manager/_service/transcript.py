@@ -10,6 +10,17 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from .._wire.api import MessageItem, TailItem
+from .._wire.models import (
+    MESSAGE_MODELS,
+    AssistantMessage,
+    CustomPayload,
+    FunctionCallBlock,
+    FunctionResultBlock,
+    FunctionResultMessage,
+    ImageBlock,
+)
+from .._wire.shape import build, edit
 from ..store.base import Entry
 from ..store.path import EntryPath
 
@@ -31,9 +42,9 @@ def _blank_linked_images(blocks: list[Any]) -> list[Any]:
         if isinstance(block, dict):
             kind = block.get("type")
             if kind == "image" and block.get("attachment_id"):
-                block = {**block, "data": ""}
+                block = edit[ImageBlock](block, data="")
             elif kind == "function_result" and isinstance(block.get("content"), list):
-                block = {**block, "content": _blank_linked_images(block["content"])}
+                block = edit[FunctionResultBlock](block, content=_blank_linked_images(block["content"]))
         out.append(block)
     return out
 
@@ -41,9 +52,10 @@ def _blank_linked_images(blocks: list[Any]) -> list[Any]:
 def without_image_data(message: dict[str, Any]) -> dict[str, Any]:
     """The message with every image that links a stored original blanked."""
     content = message.get("content")
-    if not isinstance(content, list):
+    model = MESSAGE_MODELS.get(message.get("role"))  # type: ignore[arg-type]
+    if not isinstance(content, list) or model is None:
         return message
-    return {**message, "content": _blank_linked_images(content)}
+    return edit[model](message, content=_blank_linked_images(content))
 
 
 def attachment_ids_in(blocks: Any) -> list[str]:
@@ -69,18 +81,17 @@ def entry_attachment_ids(entry: Entry) -> list[str]:
     return attachment_ids_in(message.get("content")) if isinstance(message, dict) else []
 
 
-def item(entry: Entry, *, image_data: bool = True) -> dict[str, Any]:
-    """A transcript item ``{entry_id, message | custom, origin?}``."""
-    out: dict[str, Any] = {"entry_id": entry["id"]}
-    if entry.get("kind") == "message":
-        message = entry["message"]
-        out["message"] = message if image_data else without_image_data(message)
-        # Items carry provenance for messages only (wire contract); get-message shows a custom entry's origin.
-        if entry.get("origin") is not None:
-            out["origin"] = entry["origin"]
-    else:
-        out["custom"] = {"custom_type": entry.get("custom_type"), "data": entry.get("data")}
-    return out
+def item(entry: Entry, *, image_data: bool = True, elided: bool = False) -> dict[str, Any]:
+    """A transcript item ``{entry_id, message | custom, origin?}``; ``elided``
+    makes it a messages-tail item marked as collapsed (only messages are)."""
+    if entry.get("kind") != "message":
+        custom = build[CustomPayload](custom_type=entry.get("custom_type"), data=entry.get("data"))
+        return build[MessageItem](entry_id=entry["id"], custom=custom)
+    message = entry["message"] if image_data else without_image_data(entry["message"])
+    # Items carry provenance for messages only (wire contract); get-message shows a custom entry's origin.
+    if elided:
+        return build[TailItem](entry_id=entry["id"], message=message, origin=entry.get("origin"), elided=True)
+    return build[MessageItem](entry_id=entry["id"], message=message, origin=entry.get("origin"))
 
 
 # --------------------------------------------------------------------------
@@ -174,11 +185,11 @@ def elide_message(message: dict[str, Any]) -> dict[str, Any]:
             if isinstance(b, dict) and b.get("type") == "thinking":
                 continue
             if isinstance(b, dict) and b.get("type") == "function_call":
-                b = {**b, "arguments": {}}
+                b = edit[FunctionCallBlock](b, arguments={})
             content.append(b)
-        return {**message, "content": content}
+        return edit[AssistantMessage](message, content=content)
     if role == "function_result":
-        return {**message, "content": [], "details": None}
+        return edit[FunctionResultMessage](message, content=[], details=None)
     return message
 
 

@@ -1,8 +1,8 @@
 """Request and response models of every ``session::*`` function.
 
 These are the wire types: the hosts validate payloads against the request
-models and register their JSON Schemas; the response models document (and
-the tests check) what the service returns. Ids supplied by callers must be
+models and register their JSON Schemas; the service builds every response
+from its response model (:func:`~session_manager._wire.shape.shape`). Ids supplied by callers must be
 non-empty, limits non-negative; anything else is ``session/invalid_request``.
 """
 
@@ -117,6 +117,7 @@ class SetDraftRequest(Wire):
 
 
 class SetDraftResponse(Wire):
+    _keep_null = frozenset({"draft"})
     draft: str | None = None
     attachments: list[AttachmentMeta] = Field(default_factory=list)
 
@@ -144,6 +145,7 @@ class AppendRequest(Wire):
 
 
 class AppendResponse(Wire):
+    _keep_null = frozenset({"parent_id"})
     entry_id: str
     parent_id: str | None = None
     timestamp: int
@@ -292,6 +294,7 @@ class GetAttachmentRequest(Wire):
 
 
 class GetAttachmentResponse(Wire):
+    _keep_null = frozenset({"data"})  # null: read with include_data false
     attachment: AttachmentMeta
     data: str | None = None
 

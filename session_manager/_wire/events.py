@@ -4,17 +4,21 @@ The domain never emits: every mutation returns its response together with a
 list of :class:`Event`, and the host (embedded or iii) delivers them after
 the write is durable. ``payload`` is exactly what an observer receives as
 ``input``: the event's fields plus ``session_metadata`` when the session has
-metadata.
+metadata. Each payload model names its event function (``function_id``) and
+is the one definition of its fields: the builders below fill it with
+:func:`~session_manager._wire.shape.shape`, the registered schemas are
+generated from it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from pydantic import Field
 
 from .models import AgentMessage, CustomPayload, Int64, JsonObject, SessionStatus, UInt64, Wire
+from .shape import build, shape
 
 ON_CREATED = "session::on-created"
 ON_MESSAGE_ADDED = "session::on-message-added"
@@ -45,97 +49,6 @@ class Event:
         return str(self.payload["session_id"])
 
 
-def event(function_id: str, fields: dict[str, Any], session_metadata: JsonObject | None) -> Event:
-    """Build an event; ``None`` fields are left out, metadata only when present."""
-    payload = {k: v for k, v in fields.items() if v is not None or k == "parent_id"}
-    if session_metadata is not None:
-        payload["session_metadata"] = session_metadata
-    return Event(function_id, payload)
-
-
-def created(meta: dict[str, Any]) -> Event:
-    return event(
-        ON_CREATED,
-        {
-            "session_id": meta["session_id"],
-            "title": meta["title"],
-            "description": meta["description"],
-            "status": meta["status"],
-            "forked_from": meta.get("forked_from"),
-            "created_at": meta["created_at"],
-        },
-        meta.get("metadata"),
-    )
-
-
-def message_added(session_id: str, entry: dict[str, Any], metadata: JsonObject | None) -> Event:
-    custom = None
-    if entry["kind"] == "custom":
-        custom = {"custom_type": entry["custom_type"], "data": entry.get("data")}
-    return event(
-        ON_MESSAGE_ADDED,
-        {
-            "session_id": session_id,
-            "entry_id": entry["id"],
-            "parent_id": entry.get("parent_id"),
-            "message": entry.get("message"),
-            "custom": custom,
-            "origin": entry.get("origin"),
-            "timestamp": entry["timestamp"],
-        },
-        metadata,
-    )
-
-
-def message_updated(
-    session_id: str, entry: dict[str, Any], origin: JsonObject | None, timestamp: int, metadata: JsonObject | None
-) -> Event:
-    return event(
-        ON_MESSAGE_UPDATED,
-        {
-            "session_id": session_id,
-            "entry_id": entry["id"],
-            "message": entry["message"],
-            "revision": entry.get("revision", 0),
-            "origin": origin,
-            "timestamp": timestamp,
-        },
-        metadata,
-    )
-
-
-def status_changed(meta: dict[str, Any], previous_status: str, timestamp: int) -> Event:
-    return event(
-        ON_STATUS_CHANGED,
-        {
-            "session_id": meta["session_id"],
-            "status": meta["status"],
-            "previous_status": previous_status,
-            "status_reason": meta.get("status_reason"),
-            "timestamp": timestamp,
-        },
-        meta.get("metadata"),
-    )
-
-
-def meta_updated(meta: dict[str, Any], timestamp: int) -> Event:
-    return event(
-        ON_META_UPDATED,
-        {
-            "session_id": meta["session_id"],
-            "title": meta["title"],
-            "description": meta["description"],
-            "metadata": meta.get("metadata"),
-            "timestamp": timestamp,
-        },
-        meta.get("metadata"),
-    )
-
-
-def deleted(session_id: str, timestamp: int, metadata: JsonObject | None) -> Event:
-    return event(ON_DELETED, {"session_id": session_id, "timestamp": timestamp}, metadata)
-
-
 # --------------------------------------------------------------------------
 # Payload models: the schemas the event functions register and observers read
 # --------------------------------------------------------------------------
@@ -143,7 +56,14 @@ def deleted(session_id: str, timestamp: int, metadata: JsonObject | None) -> Eve
 _SESSION_METADATA = Field(default=None, description="The session's metadata as of the mutation.")
 
 
-class CreatedEvent(Wire):
+class EventPayload(Wire):
+    """Base of the six payloads: ``function_id`` is the event function that carries it."""
+
+    function_id: ClassVar[str]
+
+
+class CreatedEvent(EventPayload):
+    function_id = ON_CREATED
     session_id: str
     title: str
     description: str
@@ -153,7 +73,9 @@ class CreatedEvent(Wire):
     session_metadata: JsonObject | None = _SESSION_METADATA
 
 
-class MessageAddedEvent(Wire):
+class MessageAddedEvent(EventPayload):
+    function_id = ON_MESSAGE_ADDED
+    _keep_null = frozenset({"parent_id"})
     session_id: str
     entry_id: str
     parent_id: str | None = None
@@ -164,7 +86,8 @@ class MessageAddedEvent(Wire):
     session_metadata: JsonObject | None = _SESSION_METADATA
 
 
-class MessageUpdatedEvent(Wire):
+class MessageUpdatedEvent(EventPayload):
+    function_id = ON_MESSAGE_UPDATED
     session_id: str
     entry_id: str
     message: AgentMessage
@@ -174,7 +97,8 @@ class MessageUpdatedEvent(Wire):
     session_metadata: JsonObject | None = _SESSION_METADATA
 
 
-class StatusChangedEvent(Wire):
+class StatusChangedEvent(EventPayload):
+    function_id = ON_STATUS_CHANGED
     session_id: str
     status: SessionStatus
     previous_status: SessionStatus
@@ -183,7 +107,8 @@ class StatusChangedEvent(Wire):
     session_metadata: JsonObject | None = _SESSION_METADATA
 
 
-class MetaUpdatedEvent(Wire):
+class MetaUpdatedEvent(EventPayload):
+    function_id = ON_META_UPDATED
     session_id: str
     title: str
     description: str
@@ -192,17 +117,60 @@ class MetaUpdatedEvent(Wire):
     session_metadata: JsonObject | None = _SESSION_METADATA
 
 
-class DeletedEvent(Wire):
+class DeletedEvent(EventPayload):
+    function_id = ON_DELETED
     session_id: str
     timestamp: Int64
     session_metadata: JsonObject | None = _SESSION_METADATA
 
 
-EVENT_MODELS: dict[str, type[Wire]] = {
-    ON_CREATED: CreatedEvent,
-    ON_MESSAGE_ADDED: MessageAddedEvent,
-    ON_MESSAGE_UPDATED: MessageUpdatedEvent,
-    ON_STATUS_CHANGED: StatusChangedEvent,
-    ON_META_UPDATED: MetaUpdatedEvent,
-    ON_DELETED: DeletedEvent,
+EVENT_MODELS: dict[str, type[EventPayload]] = {
+    m.function_id: m
+    for m in (CreatedEvent, MessageAddedEvent, MessageUpdatedEvent, StatusChangedEvent, MetaUpdatedEvent, DeletedEvent)
 }
+
+
+# --------------------------------------------------------------------------
+# Builders: the events the domain returns
+# --------------------------------------------------------------------------
+
+
+def _event_of(model: type[EventPayload], meta: dict[str, Any], /, **fields: Any) -> Event:
+    """An event whose other fields are the meta's own (the model says which)."""
+    return Event(model.function_id, shape(model, meta, **fields))
+
+
+def created(meta: dict[str, Any]) -> Event:
+    return _event_of(CreatedEvent, meta, session_metadata=meta.get("metadata"))
+
+
+def message_added(session_id: str, entry: dict[str, Any], metadata: JsonObject | None) -> Event:
+    custom = None
+    if entry["kind"] == "custom":
+        custom = build[CustomPayload](custom_type=entry["custom_type"], data=entry.get("data"))
+    payload = build[MessageAddedEvent](
+        session_id=session_id, entry_id=entry["id"], parent_id=entry.get("parent_id"), message=entry.get("message"),
+        custom=custom, origin=entry.get("origin"), timestamp=entry["timestamp"], session_metadata=metadata)
+    return Event(ON_MESSAGE_ADDED, payload)
+
+
+def message_updated(
+    session_id: str, entry: dict[str, Any], origin: JsonObject | None, timestamp: int, metadata: JsonObject | None
+) -> Event:
+    payload = build[MessageUpdatedEvent](
+        session_id=session_id, entry_id=entry["id"], message=entry["message"], revision=entry.get("revision", 0),
+        origin=origin, timestamp=timestamp, session_metadata=metadata)
+    return Event(ON_MESSAGE_UPDATED, payload)
+
+
+def status_changed(meta: dict[str, Any], previous_status: str, timestamp: int) -> Event:
+    return _event_of(StatusChangedEvent, meta, previous_status=previous_status, timestamp=timestamp,
+                     session_metadata=meta.get("metadata"))
+
+
+def meta_updated(meta: dict[str, Any], timestamp: int) -> Event:
+    return _event_of(MetaUpdatedEvent, meta, timestamp=timestamp, session_metadata=meta.get("metadata"))
+
+
+def deleted(session_id: str, timestamp: int, metadata: JsonObject | None) -> Event:
+    return Event(ON_DELETED, build[DeletedEvent](session_id=session_id, timestamp=timestamp, session_metadata=metadata))

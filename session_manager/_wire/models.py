@@ -8,7 +8,7 @@ output reads back in theirs. Models are strict (no silent coercion of
 
 from __future__ import annotations
 
-from typing import Annotated, Any, ClassVar, Literal, Union
+from typing import Annotated, Any, ClassVar, Literal, Union, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 from pydantic_core import PydanticSerializationError
@@ -26,8 +26,8 @@ StopReason = Literal["end", "length", "function_call", "aborted", "error"]
 ErrorKind = Literal["auth_expired", "rate_limited", "context_overflow", "transient", "permanent"]
 ListOrder = Literal["created_asc", "created_desc", "updated_desc"]
 
-ROLES: tuple[str, ...] = ("user", "assistant", "function_result", "custom")
-STATUSES: tuple[str, ...] = ("idle", "working", "done", "error")
+ROLES: tuple[str, ...] = get_args(Role)
+STATUSES: tuple[str, ...] = get_args(SessionStatus)
 
 
 class Wire(BaseModel):
@@ -169,11 +169,18 @@ AgentMessage = Annotated[
     Union[UserMessage, AssistantMessage, FunctionResultMessage, CustomMessage],
     Field(discriminator="role"),
 ]
+MESSAGE_MODELS: dict[str, type[Wire]] = {
+    "user": UserMessage,
+    "assistant": AssistantMessage,
+    "function_result": FunctionResultMessage,
+    "custom": CustomMessage,
+}
 
 
 class CustomPayload(Wire):
     """Bookkeeping payload of a ``kind: "custom"`` entry."""
 
+    _keep_null = frozenset({"data"})
     custom_type: str
     data: Any = None
 
@@ -184,6 +191,7 @@ class CustomPayload(Wire):
 
 
 class MessageEntry(Wire):
+    _keep_null = frozenset({"parent_id"})  # null marks a root; stored entries always carry it
     kind: Literal["message"]
     id: str
     parent_id: str | None = None
@@ -194,6 +202,7 @@ class MessageEntry(Wire):
 
 
 class CustomEntry(Wire):
+    _keep_null = frozenset({"parent_id", "data"})
     kind: Literal["custom"]
     id: str
     parent_id: str | None = None
@@ -205,6 +214,7 @@ class CustomEntry(Wire):
 
 
 SessionEntry = Annotated[Union[MessageEntry, CustomEntry], Field(discriminator="kind")]
+ENTRY_MODELS: dict[str, type[Wire]] = {"message": MessageEntry, "custom": CustomEntry}
 
 
 class AttachmentMeta(Wire):

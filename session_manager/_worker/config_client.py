@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from .. import _bus as bus
 from .._bus import Bus, ObserverHandle
+from .._wire.shape import build
 from ..errors import NotFound, RemoteError, StoreError, Unavailable
 from .config_value import CONFIG_ID, ConfigError, WorkerConfig, config_schema, parse_config
 
@@ -207,8 +208,8 @@ class ReloadStatus:
 
     def snapshot(self) -> dict[str, Any]:
         with self._lock:
-            return {"last_outcome": self._outcome, "last_error": self._error,
-                    "rejected_reloads": self._rejected}
+            return build[ConfigStatusResponse](last_outcome=self._outcome, last_error=self._error,
+                         rejected_reloads=self._rejected)
 
 
 class BuildError(RuntimeError):
@@ -241,19 +242,19 @@ class Reloader:
         A fetch failure raises (the caller may retry); a bad value answers ok."""
         with self._lock:
             if self._stopped:
-                return {"ok": True}
+                return build[OnConfigChangeResponse](ok=True)
             try:
                 config = fetch(self._client, self._retry)
             except ConfigError as e:
                 log.error("configuration reload rejected, keeping the running config: %s", e)
                 self.status.rejected(str(e))
-                return {"ok": True}
+                return build[OnConfigChangeResponse](ok=True)
             try:
                 self._apply(config)
             except BuildError as e:
                 # Last-good: re-fetching would only return the same bad value.
                 log.error("configuration reload rejected, keeping the running runtime: %s", e)
                 self.status.rejected(str(e))
-                return {"ok": True}
+                return build[OnConfigChangeResponse](ok=True)
             self.status.applied()
-            return {"ok": True}
+            return build[OnConfigChangeResponse](ok=True)

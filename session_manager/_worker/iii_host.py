@@ -43,6 +43,7 @@ from .._service.limits import LimitsCell
 from .._service.service import SessionService, storage_errors
 from .._wire import events as ev
 from .._wire.events import Event
+from .._wire.shape import build
 from .._wire.validation import parse_request
 from ..clock import Clock, SystemClock
 from ..errors import STORAGE, SessionError
@@ -414,7 +415,7 @@ class IIIHost:
             if len(events) < len(request.events):
                 log.warning("publish-events: %d malformed envelopes skipped", len(request.events) - len(events))
             self.emitter.emit(events, fanout=True)
-        return {"published": len(events)}
+        return build[sp.PublishEventsResponse](published=len(events))
 
     def _on_config_change(self, data: Any) -> Any:
         return self.reloader.reload()

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from typing import Any, Literal, TypeVar
 
 from .._service.service import Result, SessionService
+from .._wire.shape import build
 from ..errors import STORAGE, SessionError, StoreError
 from ..store.base import Meta
 from .provider import MentionDetails, MentionProvider
@@ -32,6 +33,7 @@ from .wire import (
     MentionGetRequest,
     MentionItem,
     MentionSearchRequest,
+    MentionSearchResponse,
     MentionView,
     OpenSession,
     json_text,
@@ -71,7 +73,7 @@ def search(service: SessionService, req: MentionSearchRequest) -> Result:
     metas = _read(service.store.list_metas)
     hits = search_metas(metas, req.trimmed_query(), req.asking_session(), req.effective_limit())
     items = [item(meta).model_dump(mode="json", exclude_none=True) for meta in hits]
-    return {"items": items}, []
+    return build[MentionSearchResponse](items=items), []
 
 
 def get(service: SessionService, req: MentionGetRequest) -> Result:

@@ -33,6 +33,7 @@ from pydantic import BaseModel, Field
 from .._wire import events as ev
 from .._wire.events import Event
 from .._wire.models import AttachmentMeta, JsonObject, SessionEntry, SessionMeta, Wire
+from .._wire.shape import build, edit
 from ..errors import PARENT_NOT_FOUND, SessionError, invalid_request, not_found
 from .base import Commit, SessionStore
 
@@ -150,6 +151,7 @@ class DeletedResponse(Wire):
 
 
 class ActiveLeafResponse(Wire):
+    _keep_null = frozenset({"entry_id"})
     entry_id: Optional[str] = Field(default=None, description="null when the session has no active leaf.")
 
 
@@ -186,6 +188,10 @@ class PublishEventsResponse(Wire):
 
 
 LockFor = Callable[[str], threading.Lock]
+
+
+def _ok() -> dict[str, Any]:
+    return build[OkResponse](ok=True)
 Raw = dict[str, Any]
 
 
@@ -214,7 +220,7 @@ def _put_meta(store: SessionStore, lock: LockFor, req: PutMetaRequest, raw: Raw)
     sid = meta["session_id"]
     with lock(sid):
         store.commit(sid, Commit(meta=meta))
-    return {"ok": True}
+    return _ok()
 
 
 def _delete_log(store: SessionStore, lock: LockFor, req: SessionIdRequest, raw: Raw) -> Any:
@@ -223,11 +229,11 @@ def _delete_log(store: SessionStore, lock: LockFor, req: SessionIdRequest, raw: 
     # deletes drops the session, the first one to arrive doing the work.
     with lock(req.session_id):
         store.delete_session(req.session_id)
-    return {"ok": True}
+    return _ok()
 
 
 def _list_metas(store: SessionStore, lock: LockFor, req: ListMetasRequest, raw: Raw) -> Any:
-    return {"metas": store.list_metas()}
+    return build[ListMetasResponse](metas=store.list_metas())
 
 
 def _get_entry(store: SessionStore, lock: LockFor, req: EntryIdRequest, raw: Raw) -> Any:
@@ -237,21 +243,21 @@ def _get_entry(store: SessionStore, lock: LockFor, req: EntryIdRequest, raw: Raw
 def _put_entry(store: SessionStore, lock: LockFor, req: PutEntryRequest, raw: Raw) -> Any:
     with lock(req.session_id):
         store.commit(req.session_id, Commit(entries=(raw["entry"],)))
-    return {"ok": True}
+    return _ok()
 
 
 def _list_entries(store: SessionStore, lock: LockFor, req: SessionIdRequest, raw: Raw) -> Any:
-    return {"entries": store.entries(req.session_id)}
+    return build[ListEntriesResponse](entries=store.entries(req.session_id))
 
 
 def _get_leaf(store: SessionStore, lock: LockFor, req: SessionIdRequest, raw: Raw) -> Any:
-    return {"entry_id": store.get_leaf(req.session_id)}
+    return build[ActiveLeafResponse](entry_id=store.get_leaf(req.session_id))
 
 
 def _set_leaf(store: SessionStore, lock: LockFor, req: EntryIdRequest, raw: Raw) -> Any:
     with lock(req.session_id):
         store.commit(req.session_id, Commit(leaf=req.entry_id))
-    return {"ok": True}
+    return _ok()
 
 
 def _commit_append(store: SessionStore, lock: LockFor, req: CommitAppendRequest, raw: Raw) -> Any:
@@ -263,16 +269,16 @@ def _commit_append(store: SessionStore, lock: LockFor, req: CommitAppendRequest,
             raise not_found(sid)
         existing = store.get_entry(sid, entry["id"])
         if existing is not None:
-            return {"entry": existing, "meta": meta, "committed": False}
+            return build[CommitAppendResponse](entry=existing, meta=meta, committed=False)
         if not req.parent_explicit:
             entry["parent_id"] = store.get_leaf(sid)
         elif entry.get("parent_id") is not None and store.get_entry(sid, entry["parent_id"]) is None:
             raise SessionError(PARENT_NOT_FOUND,
                                f"parent entry {entry['parent_id']} does not exist in session {sid}")
-        meta = {**meta, "updated_at": entry["timestamp"],
-                "message_count": meta["message_count"] + int(entry["kind"] == "message")}
+        meta = edit[SessionMeta](meta, updated_at=entry["timestamp"],
+                     message_count=meta["message_count"] + int(entry["kind"] == "message"))
         store.commit(sid, Commit(entries=(entry,), leaf=entry["id"], meta=meta))
-    return {"entry": entry, "meta": meta, "committed": True}
+    return build[CommitAppendResponse](entry=entry, meta=meta, committed=True)
 
 
 def _put_attachment(store: SessionStore, lock: LockFor, req: PutAttachmentRequest, raw: Raw) -> Any:
@@ -281,7 +287,7 @@ def _put_attachment(store: SessionStore, lock: LockFor, req: PutAttachmentReques
     except (binascii.Error, ValueError) as e:
         raise invalid_request(f"data: not valid base64: {e}") from None
     store.put_attachment(dict(raw["meta"]), [data])
-    return {"ok": True}
+    return _ok()
 
 
 def _get_attachment(store: SessionStore, lock: LockFor, req: AttachmentIdRequest, raw: Raw) -> Any:
@@ -289,21 +295,21 @@ def _get_attachment(store: SessionStore, lock: LockFor, req: AttachmentIdRequest
     data = store.read_attachment(req.session_id, req.attachment_id) if meta is not None else None
     if meta is None or data is None:
         return None
-    return {"meta": meta, "data": base64.b64encode(data).decode("ascii")}
+    return build[StoredAttachment](meta=meta, data=base64.b64encode(data).decode("ascii"))
 
 
 def _list_attachments(store: SessionStore, lock: LockFor, req: SessionIdRequest, raw: Raw) -> Any:
-    return {"attachments": store.list_attachments(req.session_id)}
+    return build[ListAttachmentsResponse](attachments=store.list_attachments(req.session_id))
 
 
 def _delete_attachment(store: SessionStore, lock: LockFor, req: AttachmentIdRequest, raw: Raw) -> Any:
-    return {"deleted": store.delete_attachment(req.session_id, req.attachment_id)}
+    return build[DeletedResponse](deleted=store.delete_attachment(req.session_id, req.attachment_id))
 
 
 def _delete_attachments(store: SessionStore, lock: LockFor, req: SessionIdRequest, raw: Raw) -> Any:
     for meta in store.list_attachments(req.session_id):
         store.delete_attachment(req.session_id, meta["attachment_id"])
-    return {"ok": True}
+    return _ok()
 
 
 _D = "Internal store protocol (fs instances only): "
