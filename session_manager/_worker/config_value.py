@@ -10,9 +10,11 @@ Shape (same as the reference worker, so a stored value moves between them)::
     max_attachment_bytes: 52428800
 
 Unknown keys are rejected at every level so a typo fails loudly instead of
-silently running on defaults. The JSON Schema registered with the
-configuration worker is written by hand (:func:`config_schema`) so the
-adapter renders as a ``oneOf`` variant picker in the console.
+silently running on defaults. The models below are the one definition of
+the value: the parser validates against them and the JSON Schema
+registered with the configuration worker is generated from them
+(:func:`config_schema`), in the draft-07 shapes the console renders (the
+adapter as a ``oneOf`` variant picker, one-value ``enum`` names).
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ from typing import Annotated, Any, Literal, Union
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
+from pydantic_core import core_schema
 
 from .._service.limits import DEFAULT_LIST_LIMIT, MAX_ATTACHMENT_BYTES, MAX_LIST_LIMIT, Limits
 
@@ -36,44 +40,55 @@ DEFAULT_DATA_DIR = "data/session-manager"
 DEFAULT_BRIDGE_TIMEOUT_MS = 5000
 U64_MAX = 2**64 - 1
 
-_Strict = ConfigDict(extra="forbid", strict=True)
+_Strict = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+# Unsigned counts, with the format the reference's schema gives its usize / u64 fields.
+Count = Annotated[int, Field(ge=0, le=U64_MAX, json_schema_extra={"format": "uint"})]
+Count64 = Annotated[int, Field(ge=0, le=U64_MAX, json_schema_extra={"format": "uint64"})]
 
 
 class FsConfig(BaseModel):
     model_config = _Strict
-    data_dir: str = DEFAULT_DATA_DIR
+    data_dir: str = Field(default=DEFAULT_DATA_DIR,
+                          description="Directory of the session files; relative to III_COMPOSE_DIR.")
 
 
 class BridgeConfig(BaseModel):
     model_config = _Strict
-    url: str
-    timeout_ms: Annotated[int, Field(ge=0, le=U64_MAX)] = DEFAULT_BRIDGE_TIMEOUT_MS
+    url: str = Field(description="The main instance's engine WebSocket URL.")
+    timeout_ms: Count64 = Field(default=DEFAULT_BRIDGE_TIMEOUT_MS, description="Per store/publish call timeout.")
 
 
 class FsAdapter(BaseModel):
+    """One append-only JSONL file per session under data_dir."""
+
     model_config = _Strict
     name: Literal["fs"]
-    config: FsConfig = Field(default_factory=FsConfig)
+    config: FsConfig = FsConfig()
 
 
 class BridgeAdapter(BaseModel):
+    """Store through a main fs-mode session-manager on another engine."""
+
     model_config = _Strict
     name: Literal["bridge"]
     config: BridgeConfig
 
 
 Adapter = Annotated[Union[FsAdapter, BridgeAdapter], Field(discriminator="name")]
-Count = Annotated[int, Field(ge=0, le=U64_MAX)]
 
 
 class WorkerConfig(BaseModel):
-    """The parsed configuration value; every field has a default."""
+    """session-manager runtime settings; every field hot-reloads."""
 
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
-    adapter: Adapter = Field(default_factory=lambda: FsAdapter(name="fs"))
-    default_list_limit: Count = DEFAULT_LIST_LIMIT
-    max_list_limit: Count = MAX_LIST_LIMIT
-    max_attachment_bytes: Count = MAX_ATTACHMENT_BYTES
+    model_config = _Strict
+    adapter: Adapter = Field(default=FsAdapter(name="fs"),
+                             description="Storage adapter: fs (local JSONL files) or bridge (a main instance).")
+    default_list_limit: Count = Field(default=DEFAULT_LIST_LIMIT,
+                                      description="Page size when session::list / session::messages omit `limit`.")
+    max_list_limit: Count = Field(default=MAX_LIST_LIMIT, description="Hard cap on any requested `limit`.")
+    max_attachment_bytes: Count64 = Field(default=MAX_ATTACHMENT_BYTES,
+                                          description="Largest decoded upload session::put-attachment accepts.")
 
     def limits(self) -> Limits:
         return Limits(
@@ -129,92 +144,33 @@ def resolve_data_dir(data_dir: str) -> Path:
 # --------------------------------------------------------------------------
 
 
+class _ConsoleSchema(GenerateJsonSchema):
+    """pydantic's schema in the shapes the console renders: a literal as a
+    one-value ``enum`` (its variant picker keys on it), a tagged union as a
+    plain ``oneOf`` (no OpenAPI ``discriminator``), no per-field titles."""
+
+    def literal_schema(self, schema: core_schema.LiteralSchema) -> JsonSchemaValue:
+        out = super().literal_schema(schema)
+        if "const" in out:
+            out["enum"] = [out.pop("const")]
+        return out
+
+    def tagged_union_schema(self, schema: core_schema.TaggedUnionSchema) -> JsonSchemaValue:
+        out = super().tagged_union_schema(schema)
+        out.pop("discriminator", None)
+        return out
+
+    def field_title_should_be_set(self, schema: Any) -> bool:
+        return False
+
+
 def config_schema() -> dict[str, Any]:
-    """The JSON Schema registered with ``configuration::register``.
-
-    ``definitions.StorageAdapter.oneOf`` holds one object per adapter whose
-    ``name`` is a one-value enum: the console renders a variant picker and
-    only the chosen adapter's fields.
-    """
-    default = default_config_value()
-
-    def count(description: str, default_value: int, fmt: str = "uint") -> dict[str, Any]:
-        return {"description": description, "default": default_value, "type": "integer",
-                "format": fmt, "minimum": 0}
-
-    return {
-        "$schema": "http://json-schema.org/draft-07/schema#",
-        "title": "WorkerConfig",
-        "description": "session-manager runtime settings; every field hot-reloads.",
-        "type": "object",
-        "additionalProperties": False,
-        "properties": {
-            "adapter": {
-                "description": "Storage adapter: fs (local JSONL files) or bridge (a main instance).",
-                "default": default["adapter"],
-                "allOf": [{"$ref": "#/definitions/StorageAdapter"}],
-            },
-            "default_list_limit": count(
-                "Page size when session::list / session::messages omit `limit`.", DEFAULT_LIST_LIMIT),
-            "max_list_limit": count("Hard cap on any requested `limit`.", MAX_LIST_LIMIT),
-            "max_attachment_bytes": count(
-                "Largest decoded upload session::put-attachment accepts.", MAX_ATTACHMENT_BYTES, "uint64"),
-        },
-        "definitions": {
-            "StorageAdapter": {
-                "description": "Where sessions are stored (adjacently tagged: name + config).",
-                "oneOf": [
-                    {
-                        "description": "One append-only JSONL file per session under data_dir.",
-                        "type": "object",
-                        "additionalProperties": False,
-                        "required": ["name"],
-                        "properties": {
-                            "name": {"type": "string", "enum": ["fs"]},
-                            "config": {"$ref": "#/definitions/FsBackendConfig"},
-                        },
-                    },
-                    {
-                        "description": "Store through a main fs-mode session-manager on another engine.",
-                        "type": "object",
-                        "additionalProperties": False,
-                        "required": ["config", "name"],
-                        "properties": {
-                            "name": {"type": "string", "enum": ["bridge"]},
-                            "config": {"$ref": "#/definitions/BridgeBackendConfig"},
-                        },
-                    },
-                ],
-            },
-            "FsBackendConfig": {
-                "type": "object",
-                "additionalProperties": False,
-                "properties": {
-                    "data_dir": {
-                        "description": "Directory of the session files; relative to III_COMPOSE_DIR.",
-                        "type": "string",
-                        "default": DEFAULT_DATA_DIR,
-                    },
-                },
-            },
-            "BridgeBackendConfig": {
-                "type": "object",
-                "additionalProperties": False,
-                "required": ["url"],
-                "properties": {
-                    "url": {"description": "The main instance's engine WebSocket URL.", "type": "string"},
-                    "timeout_ms": {
-                        "description": "Per store/publish call timeout.",
-                        "type": "integer",
-                        "format": "uint64",
-                        "minimum": 0,
-                        "default": DEFAULT_BRIDGE_TIMEOUT_MS,
-                    },
-                },
-            },
-        },
-        "example": default,
-    }
+    """The JSON Schema (draft-07) registered with ``configuration::register``,
+    generated from :class:`WorkerConfig`, with the default value as its example."""
+    schema = WorkerConfig.model_json_schema(ref_template="#/definitions/{model}", schema_generator=_ConsoleSchema)
+    definitions = schema.pop("$defs", {})
+    return {"$schema": "http://json-schema.org/draft-07/schema#", **schema, "definitions": definitions,
+            "example": default_config_value()}
 
 
 # --------------------------------------------------------------------------

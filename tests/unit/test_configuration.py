@@ -66,9 +66,51 @@ def test_defaults_and_schema_example() -> None:
         "default_list_limit": 50, "max_list_limit": 500, "max_attachment_bytes": 52428800}
     schema = config_schema()
     Draft7Validator.check_schema(schema)
+    assert schema["$schema"] == "http://json-schema.org/draft-07/schema#"
     assert schema["example"] == default_config_value()
-    variants = schema["definitions"]["StorageAdapter"]["oneOf"]
-    assert [v["properties"]["name"]["enum"][0] for v in variants] == ["fs", "bridge"]
+
+
+def _resolve(schema: dict[str, Any], node: dict[str, Any]) -> dict[str, Any]:
+    ref = node.get("$ref")
+    if ref is None:
+        return node
+    assert ref.startswith("#/definitions/"), ref
+    return schema["definitions"][ref.removeprefix("#/definitions/")]
+
+
+def test_the_generated_schema_has_the_shape_the_console_renders() -> None:
+    # Prevents: a schema change (generator upgrade, new key) that turns the adapter picker, the
+    # enums, the limits or the defaults of the console form into something it cannot render.
+    schema = config_schema()
+    assert schema["type"] == "object" and schema["additionalProperties"] is False
+    props = schema["properties"]
+    adapter = props["adapter"]
+    assert adapter["default"] == {"name": "fs", "config": {"data_dir": "data/session-manager"}}
+    assert adapter["description"]
+    variants = [_resolve(schema, v) for v in adapter["oneOf"]]  # adjacently tagged: one variant per adapter
+    assert [v["properties"]["name"] for v in variants] == [
+        {"type": "string", "enum": ["fs"]}, {"type": "string", "enum": ["bridge"]}]
+    fs_variant, bridge_variant = variants
+    for variant in variants:
+        assert variant["type"] == "object" and variant["additionalProperties"] is False
+        assert set(variant["properties"]) == {"name", "config"} and variant["description"]
+        config = _resolve(schema, variant["properties"]["config"])
+        assert config["type"] == "object" and config["additionalProperties"] is False
+    assert fs_variant["required"] == ["name"] and sorted(bridge_variant["required"]) == ["config", "name"]
+    fs_config = _resolve(schema, fs_variant["properties"]["config"])
+    assert fs_config["properties"]["data_dir"] == {
+        "type": "string", "default": "data/session-manager", "description": fs_config["properties"]["data_dir"][
+            "description"]}
+    bridge_config = _resolve(schema, bridge_variant["properties"]["config"])
+    assert bridge_config["required"] == ["url"] and bridge_config["properties"]["url"]["type"] == "string"
+    timeout = bridge_config["properties"]["timeout_ms"]
+    assert (timeout["type"], timeout["minimum"], timeout["default"]) == ("integer", 0, 5000)
+    defaults = default_config_value()
+    for key in ("default_list_limit", "max_list_limit", "max_attachment_bytes"):
+        limit = props[key]
+        assert (limit["type"], limit["minimum"], limit["maximum"]) == ("integer", 0, 2**64 - 1), key
+        assert limit["default"] == defaults[key] and limit["description"], key
+    assert set(props) == set(defaults)  # every key of the value is in the form
 
 
 @pytest.mark.parametrize("value", [
