@@ -1,0 +1,135 @@
+"""Writing entries: append (idempotent on a caller's entry id), append-many,
+update-message (streaming revisions)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel
+
+from .._wire import api
+from .._wire import events as ev
+from .._wire.models import MESSAGE_MODELS, CustomEntry, CustomPayload, MessageEntry, dump
+from .._wire.shape import build, edit
+from ..errors import (
+    DETAILS_NOT_SUPPORTED,
+    EMPTY_BATCH,
+    INVALID_ENTRY_KIND,
+    PARENT_NOT_FOUND,
+    SessionError,
+    invalid_request,
+)
+from ..store.base import Entry
+from .core import Result, ServiceCore, changed
+
+
+class Appending(ServiceCore):
+    def append(self, req: api.AppendRequest) -> Result:
+        session_id = req.session_id
+        with self._session(session_id):
+            meta = self._meta_or_raise(session_id)
+            if (req.message is None) == (req.custom is None):
+                raise invalid_request("message, custom: exactly one of `message` / `custom` must be supplied")
+            if req.entry_id is not None:
+                existing = self.store.get_entry(session_id, req.entry_id)
+                if existing is not None:
+                    # Idempotent replay: the original, nothing written, nothing fired.
+                    return _append_response(existing), []
+            parent = self._parent(session_id, req.parent_id)
+            now = self.clock.now_ms()
+            entry_id = req.entry_id or self.ids.entry_id()
+            entry = _new_entry(entry_id, parent, now, req.origin, req.message, req.custom)
+            is_message = entry["kind"] == "message"
+            meta = changed(meta, updated_at=now, message_count=meta["message_count"] + int(is_message))
+            self._commit(session_id, entries=(entry,), leaf=entry_id, meta=meta)
+        return _append_response(entry), [ev.message_added(session_id, entry, meta.get("metadata"))]
+
+    def _parent(self, session_id: str, parent_id: str | None) -> str | None:
+        if parent_id is None:
+            return self.store.get_leaf(session_id)
+        if self.store.get_entry(session_id, parent_id) is None:
+            raise SessionError(
+                PARENT_NOT_FOUND, f"parent entry {parent_id} does not exist in session {session_id}"
+            )
+        return parent_id
+
+    def append_many(self, req: api.AppendManyRequest) -> Result:
+        session_id = req.session_id
+        with self._session(session_id):
+            meta = self._meta_or_raise(session_id)
+            if not req.messages:
+                raise SessionError(EMPTY_BATCH, "messages must contain at least one message")
+            parent = self._parent(session_id, req.parent_id)
+            now = self.clock.now_ms()
+            entries: list[Entry] = []
+            for message in req.messages:
+                entry = _new_entry(self.ids.entry_id(), parent, now, req.origin, message, None)
+                entries.append(entry)
+                parent = entry["id"]
+            meta = changed(meta, updated_at=now, message_count=meta["message_count"] + len(entries))
+            self._commit(session_id, entries=tuple(entries), leaf=parent, meta=meta)
+        metadata = meta.get("metadata")
+        ids = [e["id"] for e in entries]
+        return build[api.AppendManyResponse](entry_ids=ids, last_entry_id=ids[-1]), [
+            ev.message_added(session_id, e, metadata) for e in entries
+        ]
+
+    def update_message(self, req: api.UpdateMessageRequest) -> Result:
+        session_id = req.session_id
+        with self._session(session_id):
+            meta = self._meta_or_raise(session_id)
+            entry = self._entry_or_raise(session_id, req.entry_id)
+            if entry["kind"] != "message":
+                raise SessionError(
+                    INVALID_ENTRY_KIND,
+                    f"entry {req.entry_id} is a custom entry; session::update-message only applies to messages",
+                )
+            revision = int(entry.get("revision", 0))
+            if req.expected_revision is not None and req.expected_revision != revision:
+                return build[api.UpdateMessageResponse](updated=False, revision=revision), []
+            message = entry["message"]
+            role = message.get("role")
+            changes: dict[str, Any] = {"content": [dump(b) if isinstance(b, BaseModel) else b for b in req.content]}
+            if req.usage is not None:
+                if role != "assistant":
+                    raise SessionError(
+                        INVALID_ENTRY_KIND,
+                        f"entry {req.entry_id} has role {role}; `usage` applies only to assistant messages",
+                    )
+                changes["usage"] = dump(req.usage)
+            if req.details is not None:
+                if role not in ("function_result", "custom"):
+                    raise SessionError(
+                        DETAILS_NOT_SUPPORTED,
+                        f"entry {req.entry_id} has role {role}; "
+                        "`details` applies to function_result and custom messages",
+                    )
+                changes["details"] = req.details
+            message = edit[MESSAGE_MODELS[role]](message, **changes)
+            now = self.clock.now_ms()
+            updated = edit[MessageEntry](entry, revision=revision + 1, message=message)
+            meta = changed(meta, updated_at=now)
+            self._commit(session_id, entries=(updated,), meta=meta)
+        event = ev.message_updated(session_id, updated, req.origin, now, meta.get("metadata"))
+        return build[api.UpdateMessageResponse](updated=True, revision=revision + 1), [event]
+
+
+def _append_response(entry: Entry) -> dict[str, Any]:
+    return build[api.AppendResponse](entry_id=entry["id"], parent_id=entry.get("parent_id"),
+                                     timestamp=entry["timestamp"])
+
+
+def _new_entry(
+    entry_id: str,
+    parent: str | None,
+    now: int,
+    origin: dict[str, Any] | None,
+    message: BaseModel | None,
+    custom: CustomPayload | None,
+) -> Entry:
+    if message is not None:
+        return build[MessageEntry](kind="message", id=entry_id, parent_id=parent, timestamp=now, revision=0,
+                     origin=origin, message=dump(message))
+    assert custom is not None
+    return build[CustomEntry](kind="custom", id=entry_id, parent_id=parent, timestamp=now, revision=0, origin=origin,
+                 custom_type=custom.custom_type, data=custom.data)

@@ -1,0 +1,77 @@
+"""Branching: fork a path into a new session (attachments travel along),
+switch the active leaf."""
+
+from __future__ import annotations
+
+from .._wire import api
+from .._wire import events as ev
+from .._wire.models import ENTRY_MODELS, AttachmentMeta, CustomEntry
+from .._wire.shape import build, edit
+from ..store.base import Entry
+from .core import Result, ServiceCore, changed, new_meta
+from .transcript import entry_attachment_ids
+
+
+class Branching(ServiceCore):
+    def fork(self, req: api.ForkRequest) -> Result:
+        source_id = req.session_id
+        with self._session(source_id):
+            source = self._meta_or_raise(source_id)
+            self._entry_or_raise(source_id, req.entry_id)
+            path = self._path(source_id, req.entry_id)
+            new_id = self.ids.session_id()
+            now = self.clock.now_ms()
+            id_map: dict[str, str] = {}
+            copies: list[Entry] = []
+            for entry in path:
+                new_entry_id = self.ids.entry_id()
+                id_map[entry["id"]] = new_entry_id
+                parent = entry.get("parent_id")
+                # A fresh entry starts a fresh revision space.
+                copy = edit[ENTRY_MODELS[entry["kind"]]](entry, id=new_entry_id,
+                             parent_id=id_map.get(parent) if parent else None, revision=0)
+                copies.append(_remap_compaction(copy, id_map))
+            meta = new_meta(
+                new_id,
+                req.title if req.title is not None else source["title"],
+                source["description"],
+                source.get("metadata"),  # tenancy follows the fork
+                now,
+                forked_from=source_id,
+                message_count=sum(1 for c in copies if c["kind"] == "message"),
+            )
+            # Attachments the copied path references travel under the same ids.
+            referenced: list[str] = []
+            for entry in path:
+                for attachment_id in entry_attachment_ids(entry):
+                    if attachment_id not in referenced:
+                        referenced.append(attachment_id)
+            for attachment_id in referenced:
+                found = self.store.get_attachment_meta(source_id, attachment_id)
+                data = self.store.read_attachment(source_id, attachment_id)
+                if found is None or data is None:
+                    continue  # a dangling reference stays dangling; nothing to copy
+                self.store.put_attachment(edit[AttachmentMeta](found, session_id=new_id), [data])
+            leaf = id_map[req.entry_id]
+            with self.session_lock(new_id):
+                self._commit(new_id, entries=tuple(copies), leaf=leaf, meta=meta)
+        return build[api.ForkResponse](session_id=new_id, meta=meta), [ev.created(meta)]
+
+    def set_active_leaf(self, req: api.SetActiveLeafRequest) -> Result:
+        with self._session(req.session_id):
+            meta = self._meta_or_raise(req.session_id)
+            self._entry_or_raise(req.session_id, req.entry_id)
+            # Team rule (the issue): every mutation but set-draft bumps updated_at.
+            meta = changed(meta, updated_at=self.clock.now_ms())
+            self._commit(req.session_id, leaf=req.entry_id, meta=meta)
+        return build[api.SetActiveLeafResponse](active_leaf=req.entry_id), []
+
+
+def _remap_compaction(entry: Entry, id_map: dict[str, str]) -> Entry:
+    """A copied compaction record points at the copy of its tail start."""
+    data = entry.get("data")
+    if entry.get("custom_type") == "compaction" and isinstance(data, dict):
+        tail = data.get("tail_start_entry_id")
+        if isinstance(tail, str) and tail in id_map:
+            return edit[CustomEntry](entry, data={**data, "tail_start_entry_id": id_map[tail]})
+    return entry

@@ -1,0 +1,119 @@
+"""What every capability of the service shares: its state, the mutation
+entry point (:meth:`ServiceCore._session`) and meta construction.
+
+Mutations of one session are serialized by a per-session lock, so the
+read-modify-write invariants (active leaf, message_count, revisions,
+idempotent append) hold; reads take no lock. Ids and time come only from the
+injected :class:`~session_manager.ids.IdGen` and :class:`~session_manager.clock.Clock`.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from .._wire import events as ev
+from .._wire.models import SessionMeta
+from .._wire.shape import build, edit
+from ..clock import Clock, SystemClock
+from ..errors import entry_not_found, not_found
+from ..ids import IdGen, UuidIds
+from ..store.base import Commit, Entry, Meta, SessionStore
+from ..store.path import EntryPath
+from .limits import LimitsCell
+from .storage_errors import storage_errors
+
+Result = tuple[Any, list[ev.Event]]
+
+
+class ServiceCore:
+    """State and plumbing every capability shares: the store, ids, clock,
+    limits, and the per-session lock every mutation runs under."""
+
+    def __init__(
+        self,
+        store: SessionStore,
+        *,
+        ids: IdGen | None = None,
+        clock: Clock | None = None,
+        limits: LimitsCell | None = None,
+    ) -> None:
+        self.store = store
+        self.ids: IdGen = ids or UuidIds()
+        self.clock: Clock = clock or SystemClock()
+        self.limits = limits or LimitsCell()
+        # Optional on duck-typed generators (see IdGen): without it the store picks.
+        self._tx: Callable[[], str] | None = getattr(self.ids, "tx_id", None)
+        self._locks: dict[str, threading.Lock] = {}
+        self._locks_guard = threading.Lock()
+
+    # -- the mutation entry point ---------------------------------------------
+
+    def session_lock(self, session_id: str) -> threading.Lock:
+        """The lock that serializes mutations of one session (the store
+        protocol takes it too, so raw writes never interleave with ours)."""
+        # Locks are never dropped: two waiters must never hold different
+        # locks for one session.
+        with self._locks_guard:
+            lock = self._locks.get(session_id)
+            if lock is None:
+                lock = self._locks[session_id] = threading.Lock()
+            return lock
+
+    @contextmanager
+    def _session(self, session_id: str) -> Iterator[None]:
+        """The one entry point of every mutation of ``session_id``: its
+        read-check-write runs inside, under the session's lock, with store
+        failures mapped once. A per-mutation storage transaction (the seam the
+        provisional :class:`~session_manager.store.SessionStore` leaves for it)
+        is entered here too, so no capability module needs to know of it."""
+        with self.session_lock(session_id), storage_errors():
+            yield
+
+    def _commit(self, session_id: str, *, entries: tuple[Entry, ...] = (), leaf: str | None = None,
+                meta: Meta | None = None) -> None:
+        """Write one mutation (inside :meth:`_session`)."""
+        self.store.commit(session_id, Commit(entries=entries, leaf=leaf, meta=meta, tx=self._tx))
+
+    # -- lookups ----------------------------------------------------------------
+
+    def _meta_or_raise(self, session_id: str) -> Meta:
+        meta = self.store.get_meta(session_id)
+        if meta is None:
+            raise not_found(session_id)
+        return meta
+
+    def _entry_or_raise(self, session_id: str, entry_id: str) -> Entry:
+        entry = self.store.get_entry(session_id, entry_id)
+        if entry is None:
+            raise entry_not_found(session_id, entry_id)
+        return entry
+
+    def _limit(self, requested: int | None) -> int:
+        return self.limits.get().clamp(requested)
+
+    def _path(self, session_id: str, leaf: str | None) -> EntryPath:
+        return self.store.path(session_id, leaf)
+
+
+def new_meta(
+    session_id: str,
+    title: str,
+    description: str,
+    metadata: dict[str, Any] | None,
+    now: int,
+    *,
+    forked_from: str | None = None,
+    message_count: int = 0,
+) -> Meta:
+    """A new session's meta (status idle)."""
+    return build[SessionMeta](session_id=session_id, title=title, description=description, status="idle",
+                              metadata=metadata, forked_from=forked_from, created_at=now, updated_at=now,
+                              message_count=message_count)
+
+
+# ``changed(meta, **changes)``: a copy of a stored meta with changes applied
+# (key order kept; ``None`` removes a key).
+changed = edit[SessionMeta]

@@ -1,0 +1,120 @@
+"""Transcript reads: messages (paged by cursor), messages-range, get-message."""
+
+from __future__ import annotations
+
+from .._wire import api, cursors
+from .._wire.models import MessageEntry
+from .._wire.shape import build, edit
+from ..errors import INVALID_CURSOR, SessionError, invalid_request
+from ..store.base import Entry
+from .core import Result, ServiceCore
+from .storage_errors import storage_errors
+from .transcript import find_positions, item, role_of, without_image_data
+
+
+class Reads(ServiceCore):
+    def messages(self, req: api.MessagesRequest) -> Result:
+        session_id = req.session_id
+        with storage_errors():
+            self._meta_or_raise(session_id)
+            if req.from_entry_id is not None:
+                self._entry_or_raise(session_id, req.from_entry_id)
+                leaf: str | None = req.from_entry_id
+            else:
+                leaf = self.store.get_leaf(session_id)
+            path = self._path(session_id, leaf)
+        if not len(path):
+            return build[api.MessagesResponse](messages=[]), []
+        roles = set(req.roles) if req.roles is not None else None
+        include_custom = bool(req.include_custom) and roles is None
+
+        def keep(entry: Entry) -> bool:
+            if entry.get("kind") == "message":
+                return roles is None or role_of(entry) in roles
+            return include_custom
+
+        start = 0
+        anchor, what = (
+            (cursors.decode_entry_cursor(req.cursor), "cursor entry")
+            if req.cursor is not None
+            else (req.after_entry_id, "after_entry_id")
+        )
+        if anchor is not None:
+            i = path.index_of(anchor)
+            if i is None or not keep(path[i]):
+                raise SessionError(INVALID_CURSOR, f"{what} {anchor} is not on the requested path")
+            start = i + 1
+        found, more = find_positions(path, keep, start, self._limit(req.limit))
+        image_data = req.include_image_data is not False
+        next_cursor = cursors.entry_cursor(path[found[-1]]["id"]) if more and found else None
+        items = [item(path[i], image_data=image_data) for i in found]
+        return build[api.MessagesResponse](messages=items, next_cursor=next_cursor), []
+
+    def messages_range(self, req: api.MessagesRangeRequest) -> Result:
+        session_id = req.session_id
+        span = req.from_entry_id is not None or req.to_entry_id is not None
+        with storage_errors():
+            self._meta_or_raise(session_id)
+            if span == (req.entry_ids is not None) or (
+                span and (req.from_entry_id is None or req.to_entry_id is None)
+            ):
+                raise invalid_request(
+                    "from_entry_id, to_entry_id, entry_ids: exactly one selector is required: "
+                    "from_entry_id + to_entry_id, or entry_ids"
+                )
+            path = self._path(session_id, self.store.get_leaf(session_id))
+
+            def on_path(entry_id: str) -> int:
+                i = path.index_of(entry_id)
+                if i is None:
+                    self._entry_or_raise(session_id, entry_id)
+                    raise SessionError(INVALID_CURSOR, f"entry {entry_id} is not on the active path")
+                return i
+
+            if span:
+                assert req.from_entry_id is not None and req.to_entry_id is not None
+                lo, hi = on_path(req.from_entry_id), on_path(req.to_entry_id)
+                if lo > hi:
+                    raise invalid_request(
+                        f"from_entry_id {req.from_entry_id} comes after to_entry_id "
+                        f"{req.to_entry_id} on the active path"
+                    )
+                selection: list[int] | range = range(lo, hi + 1)
+            else:
+                assert req.entry_ids is not None
+                selection = sorted({on_path(eid) for eid in req.entry_ids})
+        start = 0
+        if req.cursor is not None:
+            after = path.index_of(cursors.decode_entry_cursor(req.cursor))
+            k = _bisect(selection, after) if after is not None else None
+            if k is None:
+                raise SessionError(INVALID_CURSOR, "cursor entry is not in the selection")
+            start = k + 1
+        limit = self._limit(req.limit)
+        chosen = selection[start : start + limit]
+        image_data = req.include_image_data is not False
+        more = start + limit < len(selection) and len(chosen)
+        next_cursor = cursors.entry_cursor(path[chosen[-1]]["id"]) if more else None
+        items = [item(path[i], image_data=image_data) for i in chosen]
+        return build[api.MessagesRangeResponse](messages=items, next_cursor=next_cursor), []
+
+    def get_message(self, req: api.GetMessageRequest) -> Result:
+        with storage_errors():
+            entry = self.store.get_entry(req.session_id, req.entry_id)
+        if entry is None:
+            return None, []
+        if req.include_image_data is False and entry.get("kind") == "message":
+            entry = edit[MessageEntry](entry, message=without_image_data(entry["message"]))
+        return build[api.GetMessageResponse](entry=entry), []
+
+
+def _bisect(seq: list[int] | range, value: int) -> int | None:
+    """Index of ``value`` in the sorted ``seq``, or ``None``."""
+    lo, hi = 0, len(seq)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if seq[mid] < value:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo if lo < len(seq) and seq[lo] == value else None

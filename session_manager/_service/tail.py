@@ -1,0 +1,122 @@
+"""``session::messages-tail``: the newest page of the active path, in blocks.
+
+A block is one entry, or one activity run (consecutive calls, results and
+wakes) collapsed to what a chat view draws. Everything walks the path
+backwards from an end by raw index, so a page costs O(page) however long
+the session: custom entries the request leaves out are stepped over, never
+listed up front.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .._wire import api
+from .._wire.models import MessageEntry
+from .._wire.shape import build, edit
+from ..errors import INVALID_CURSOR, SessionError
+from ..store.base import Entry
+from ..store.path import EntryPath
+from .core import Result, ServiceCore
+from .storage_errors import storage_errors
+from .transcript import elide_message, is_run_member, item, kept_whole_in_run
+
+
+class _Walk:
+    """Index arithmetic over one path: which entries count, where blocks start."""
+
+    def __init__(self, path: EntryPath, include_custom: bool) -> None:
+        self.path = path
+        self.include_custom = include_custom
+
+    def keep(self, i: int) -> bool:
+        return self.include_custom or self.path[i].get("kind") == "message"
+
+    def before(self, i: int) -> int:
+        """The nearest kept index below ``i``, or -1."""
+        i -= 1
+        while i >= 0 and not self.keep(i):
+            i -= 1
+        return i
+
+    def member(self, i: int) -> bool:
+        return is_run_member(self.path[i])
+
+    def block_start(self, i: int) -> int:
+        """The first index of the block ``i`` belongs to."""
+        if not self.member(i):
+            return i
+        while True:
+            p = self.before(i)
+            if p < 0 or not self.member(p):
+                return i
+            i = p
+
+    def anchor(self, entry_id: str, name: str) -> int:
+        i = self.path.index_of(entry_id)
+        if i is None or not self.keep(i):
+            raise SessionError(INVALID_CURSOR, f"{name} {entry_id} is not on the active path")
+        return i
+
+    def page_start(self, end: int, blocks: int, until: int | None) -> int:
+        """Where a page of ``blocks`` blocks ending before ``end`` starts (at
+        the latest ``until``, which extends it)."""
+        start, taken = end, 0
+        while taken < blocks:
+            p = self.before(start)
+            if p < 0:
+                break
+            start, taken = self.block_start(p), taken + 1
+        return until if until is not None and until < start else start
+
+    def items(self, start: int, end: int, image_data: bool) -> list[dict[str, Any]]:
+        """The items of ``[start, end)``: runs collapsed, the rest whole."""
+        out: list[dict[str, Any]] = []
+        i = start
+        while i < end:
+            if not self.keep(i):
+                i += 1
+            elif not self.member(i):
+                out.append(item(self.path[i], image_data=image_data))
+                i += 1
+            else:
+                run: list[Entry] = []
+                while i < end and (not self.keep(i) or self.member(i)):
+                    if self.keep(i):
+                        run.append(self.path[i])
+                    i += 1
+                out.extend(_collapsed(run, image_data))
+        return out
+
+
+def _collapsed(run: list[Entry], image_data: bool) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for entry, whole in zip(run, kept_whole_in_run(run), strict=True):
+        if whole:
+            out.append(item(entry, image_data=image_data))
+        else:
+            collapsed = edit[MessageEntry](entry, message=elide_message(entry["message"]))
+            out.append(item(collapsed, image_data=image_data, elided=True))
+    return out
+
+
+class Tail(ServiceCore):
+    def messages_tail(self, req: api.MessagesTailRequest) -> Result:
+        session_id = req.session_id
+        with storage_errors():
+            self._meta_or_raise(session_id)
+            path = self._path(session_id, self.store.get_leaf(session_id))
+        walk = _Walk(path, include_custom=req.include_custom is not False)
+        if walk.before(len(path)) < 0:
+            return build[api.MessagesTailResponse](messages=[], has_more=False), []
+        end = len(path)
+        if req.before_entry_id is not None:
+            end = walk.block_start(walk.anchor(req.before_entry_id, "before_entry_id"))
+        until = None
+        if req.until_entry_id is not None:
+            until = walk.block_start(walk.anchor(req.until_entry_id, "until_entry_id"))
+        start = walk.page_start(end, self._limit(req.limit), until)
+        items = walk.items(start, end, image_data=req.include_image_data is not False)
+        oldest = items[0]["entry_id"] if items else None
+        return build[api.MessagesTailResponse](messages=items, has_more=walk.before(start) >= 0,
+                                               oldest_entry_id=oldest), []
