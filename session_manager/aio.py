@@ -102,6 +102,7 @@ class EventStream:
                 if self._queue:
                     return self._queue.popleft()
                 if self._overflowed:
+                    self._overflowed = False  # reported once; then the stream is just closed
                     self._close()
                     raise EventStreamOverflow(
                         f"{self.function_id}: the consumer fell more than {self._max} events behind"
