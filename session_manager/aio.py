@@ -33,10 +33,10 @@ from concurrent.futures import ThreadPoolExecutor
 from types import TracebackType
 from typing import Any
 
-from . import embedded
-from ._typed import AsyncTypedMethods
+from ._hosts import embedded
+from ._hosts.embedded import SessionManager, copy_json
+from ._hosts.typed import AsyncTypedMethods
 from .clock import Clock
-from .embedded import SessionManager, copy_json
 from .ids import IdGen
 from .store.base import SessionStore
 from .store.fs import Durability

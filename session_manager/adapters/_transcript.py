@@ -19,9 +19,9 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from ..embedded import SessionManager
+from .._hosts.embedded import SessionManager
+from .._service.transcript import item
 from ..errors import NOT_FOUND, SessionError, invalid_request
-from ..transcript import item
 
 Item = dict[str, Any]  # a transcript item: {entry_id, message | custom, origin?}
 Json = dict[str, Any]

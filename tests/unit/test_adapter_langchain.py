@@ -24,9 +24,9 @@ from langchain_core.prompts import ChatPromptTemplate, MessagesPlaceholder
 from langchain_core.runnables.history import RunnableWithMessageHistory
 
 import session_manager
+from session_manager._wire.events import ON_MESSAGE_ADDED
 from session_manager.adapters.langchain import MESSAGE_TYPE, SessionChatMessageHistory
 from session_manager.clock import ManualClock
-from session_manager.events import ON_MESSAGE_ADDED
 from session_manager.ids import SequentialIds
 
 

@@ -20,10 +20,10 @@ from agents.usage import Usage  # noqa: E402
 from openai.types.responses import ResponseFunctionToolCall, ResponseOutputMessage, ResponseOutputText  # noqa: E402
 
 import session_manager  # noqa: E402
+from session_manager._wire.events import ON_MESSAGE_ADDED  # noqa: E402
 from session_manager.adapters.openai_agents import ITEM_TYPE, AgentsSession  # noqa: E402
 from session_manager.clock import ManualClock  # noqa: E402
 from session_manager.errors import INVALID_REQUEST, SessionError  # noqa: E402
-from session_manager.events import ON_MESSAGE_ADDED  # noqa: E402
 from session_manager.ids import SequentialIds  # noqa: E402
 from session_manager.messages import user_message  # noqa: E402
 

@@ -12,9 +12,9 @@ import pytest
 
 import session_manager
 from session_manager import aio
+from session_manager._wire.events import ON_CREATED, ON_MESSAGE_ADDED
 from session_manager.clock import ManualClock
 from session_manager.errors import INVALID_REQUEST, SessionError
-from session_manager.events import ON_CREATED, ON_MESSAGE_ADDED
 from session_manager.ids import SequentialIds
 from session_manager.messages import user_message
 

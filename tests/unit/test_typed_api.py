@@ -12,11 +12,13 @@ from typing import Any
 import pytest
 
 import session_manager
-from session_manager import _typed_gen, aio, types
-from session_manager._typed import AsyncTypedMethods, TypedMethods
+from session_manager import aio, types
+from session_manager._hosts import typed_gen as _typed_gen
+from session_manager._hosts.surface import FUNCTIONS
+from session_manager._hosts.typed import AsyncTypedMethods, TypedMethods
+from session_manager._wire.events import ON_MESSAGE_ADDED
 from session_manager.clock import ManualClock
 from session_manager.errors import INVALID_REQUEST, NOT_FOUND, SessionError
-from session_manager.events import ON_MESSAGE_ADDED
 from session_manager.ids import SequentialIds
 from session_manager.messages import (
     assistant_message,
@@ -27,7 +29,6 @@ from session_manager.messages import (
     text,
     user_message,
 )
-from session_manager.surface import FUNCTIONS
 from session_manager.types import Usage
 
 START_MS = 1_000_000
@@ -47,7 +48,7 @@ def typed_rows() -> list[Any]:
 
 def test_checked_in_typed_module_is_what_the_generator_writes_from_the_table() -> None:
     # Prevents: a table or model change (new function, new field, renamed response) that the
-    # checked-in typed methods silently miss; fix with `python -m session_manager._typed_gen`.
+    # checked-in typed methods silently miss; fix with `python -m session_manager._hosts.typed_gen`.
     assert _typed_gen.TARGET.read_text(encoding="utf-8") == _typed_gen.render()
     assert _typed_gen.main(["--check"]) == 0
 
@@ -251,8 +252,8 @@ def test_embedded_call_refuses_unknown_top_level_keys_naming_them(tmp_path: Path
 def test_the_wire_host_still_ignores_unknown_top_level_keys(tmp_path: Path) -> None:
     # Prevents: the strictness of the embedded call() leaking onto the wire, where the reference
     # (serde) ignores unknown keys and existing clients rely on it.
-    from session_manager.config import parse_config
-    from session_manager.iii_host import IIIHost
+    from session_manager._worker.config_value import parse_config
+    from session_manager._worker.iii_host import IIIHost
     from tests.unit.fake_iii import FakeIII
 
     fake = FakeIII()
