@@ -7,6 +7,9 @@ are the request model's fields in order, with the annotations written in
 the model's source (so the aliases ``Id``, ``Limit``, ... show in IDEs);
 ``session_id`` is positional, everything else keyword-only; arguments left
 at ``None`` are absent from the payload.
+
+The generator imports the package, which imports ``typed.py``: if that file
+is broken, restore the checked-in one (``git checkout``) before rerunning.
 """
 
 from __future__ import annotations
