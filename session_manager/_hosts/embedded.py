@@ -21,13 +21,14 @@ from iii.filter import FilterError, compile_filter
 from .._service.limits import Limits, LimitsCell
 from .._service.service import SessionService
 from .._wire.events import EVENT_FUNCTIONS, Event
-from .._wire.validation import parse_request
+from .._wire.validation import parse_request, reject_unknown_keys
 from ..clock import Clock
 from ..errors import invalid_request
 from ..ids import IdGen
 from ..store.base import SessionStore
 from ..store.fs import Durability, FsStore
 from .surface import BY_ID
+from .typed import TypedMethods
 
 log = logging.getLogger("session_manager.embedded")
 
@@ -67,8 +68,12 @@ class Observation:
         self._owner._remove(self)
 
 
-class SessionManager:
-    """An open session store: ``call`` functions, ``observe`` events, ``close``."""
+class SessionManager(TypedMethods):
+    """An open session store: ``call`` functions, ``observe`` events, ``close``.
+
+    Every function also has a typed method (``sm.append(session_id, message=...)``
+    returns an :class:`~session_manager.types.AppendResponse`), generated from
+    the same table ``call`` serves."""
 
     def __init__(self, service: SessionService) -> None:
         self.service = service
@@ -92,6 +97,7 @@ class SessionManager:
             payload = copy_json(payload)
         except RecursionError:
             raise invalid_request("payload: nested too deeply") from None
+        reject_unknown_keys(function.request, payload)
         request = parse_request(function.request, payload)
         response, events = function.handler(self.service, request)
         result = copy_json(response)

@@ -37,3 +37,20 @@ def parse_request(model: type[M], payload: Any) -> M:
         return model.model_validate(payload)
     except ValidationError as e:
         raise invalid_request(describe(e)) from None
+
+
+CALLER_KEY = "_caller_worker_id"  # injected by the iii engine into every call's payload
+
+
+def reject_unknown_keys(model: type[BaseModel], payload: Any) -> None:
+    """Refuse top-level keys ``model`` does not define (a misspelt ``limt``
+    would otherwise be dropped silently). The embedded host only: the wire
+    ignores unknown keys, as the reference's serde types do; nested objects
+    keep that handling everywhere. ``_caller_worker_id`` is always allowed."""
+    if not isinstance(payload, dict):
+        return
+    unknown = [k for k in payload if k not in model.model_fields and k != CALLER_KEY]
+    if unknown:
+        names = ", ".join(str(k) for k in unknown)
+        known = ", ".join(model.model_fields) or "no fields"
+        raise invalid_request(f"{names}: unknown field{'s' if len(unknown) > 1 else ''} (expected: {known})")

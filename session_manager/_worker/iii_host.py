@@ -44,7 +44,7 @@ from .._service.service import SessionService, storage_errors
 from .._wire import events as ev
 from .._wire.events import Event
 from .._wire.shape import build
-from .._wire.validation import parse_request
+from .._wire.validation import CALLER_KEY, parse_request
 from ..clock import Clock, SystemClock
 from ..errors import STORAGE, SessionError
 from ..ids import IdGen, UuidIds
@@ -58,7 +58,6 @@ from .config_value import BridgeAdapter, BridgeConfig, WorkerConfig, resolve_dat
 
 log = logging.getLogger("session_manager.iii")
 
-CALLER_KEY = "_caller_worker_id"
 DRAIN_TIMEOUT_S = 30.0
 SELF_REFERENTIAL = "self-referential bridge"
 

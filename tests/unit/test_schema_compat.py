@@ -280,7 +280,7 @@ def scripted_responses(data_dir: Path) -> dict[str, list[Any]]:
         call("session::get", {"session_id": "s_001"})
         call("session::get", {"session_id": "nope"})
         call("session::set-meta", {"session_id": "s_001", "title": "t2", "metadata": {"owner": "u_2"}})
-        call("session::set-status", {"session_id": "s_001", "status": "working", "status_reason": "busy"})
+        call("session::set-status", {"session_id": "s_001", "status": "working", "reason": "busy"})
         call("session::append", {"session_id": "s_001", "message": _user("hi"), "entry_id": "u1"})
         call("session::append", {"session_id": "s_001", "message": _assistant(""), "origin": {"hook": "h"}})
         call("session::append", {"session_id": "s_001", "custom": {"custom_type": "note", "data": {"k": 1}}})

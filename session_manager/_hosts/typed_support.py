@@ -1,0 +1,42 @@
+"""What the generated typed methods (``typed.py``) share: turning keyword
+arguments into the ``call()`` payload and its result into a response model.
+
+A typed call goes through ``call()`` itself, so it is validated once, by the
+same models, and stores exactly the bytes the equivalent dict call stores.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+from pydantic import BaseModel
+
+from .._wire.models import dump
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def to_json(value: Any) -> Any:
+    """``value`` with every model in it replaced by its stored JSON form."""
+    if isinstance(value, BaseModel):
+        return dump(value)
+    if isinstance(value, list | tuple):
+        return [to_json(v) for v in value]
+    if isinstance(value, dict):
+        return {k: to_json(v) for k, v in value.items()}
+    return value
+
+
+def payload(**fields: Any) -> dict[str, Any]:
+    """The request payload: arguments left at ``None`` are absent, as in the JSON form."""
+    return {name: to_json(value) for name, value in fields.items() if value is not None}
+
+
+def response(model: type[M], result: Any) -> M:
+    """The response model of a call's JSON result."""
+    return model.model_validate(result)
+
+
+def optional_response(model: type[M], result: Any) -> M | None:
+    """As :func:`response`, for the functions that answer ``null`` for unknown ids."""
+    return None if result is None else model.model_validate(result)

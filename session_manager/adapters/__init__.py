@@ -1,0 +1,15 @@
+"""Framework adapters over an open :class:`~session_manager.SessionManager`.
+
+Each lives in its own module and needs its framework installed (the
+``openai-agents`` and ``langchain`` extras):
+
+- :mod:`session_manager.adapters.openai_agents`: ``AgentsSession``, the OpenAI
+  Agents SDK ``Session`` protocol;
+- :mod:`session_manager.adapters.langchain`: ``SessionChatMessageHistory``,
+  LangChain's ``BaseChatMessageHistory``.
+
+Both store what they are given as ordinary messages (visible to
+``session::messages``, role filters and the console), one framework item per
+entry, and never destroy history: removing items moves the active leaf back
+along the branch (see :mod:`session_manager.adapters._transcript`).
+"""

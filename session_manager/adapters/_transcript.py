@@ -1,0 +1,175 @@
+"""The branch an adapter reads and writes: a session whose first entry is a
+sentinel root, so "remove the last item" and "clear" are moves of the active
+leaf (``session::set-active-leaf``) and nothing is ever destroyed.
+
+Why a sentinel: the store has no empty active path once a session has
+entries, so popping the very first item needs an entry to move the leaf to.
+The adapter writes a custom entry (``custom_type`` ``<adapter>.root``, fixed
+entry id, so concurrent first writers write it once) as the root when it
+finds the session absent or empty. A session that already had entries
+before an adapter touched it has no such root: reading and appending work,
+but removing its first entry (or clearing it) is refused with
+``session/invalid_request``.
+
+Every read and write goes through the public function surface.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from .._hosts.embedded import SessionManager
+from .._service.transcript import item
+from ..errors import NOT_FOUND, SessionError, invalid_request
+
+Item = dict[str, Any]  # a transcript item: {entry_id, message | custom, origin?}
+Json = dict[str, Any]
+Write = tuple[Json | None, Json | None, Json | None]  # (message, custom, origin) of one new entry
+
+
+def root_entry_id(prefix: str) -> str:
+    return f"{prefix}-root"
+
+
+class Transcript:
+    """One session's active path as adapters see it (synchronous)."""
+
+    def __init__(self, sm: Any, session_id: str, prefix: str) -> None:
+        # An AsyncSessionManager is accepted too: adapters use its store.
+        self.sm: SessionManager = sm if isinstance(sm, SessionManager) else sm.sync
+        self.session_id = session_id
+        self.root_type = f"{prefix}.root"
+        self.root_id = root_entry_id(prefix)
+        self._rooted = False
+        # Serializes this adapter's own read-modify-writes (pop, add) so a batch
+        # stays contiguous and two pops never pop one item twice.
+        self.lock = threading.RLock()
+
+    def is_root(self, item: Item) -> bool:
+        return item.get("entry_id") == self.root_id and (item.get("custom") or {}).get("custom_type") == self.root_type
+
+    def _call(self, function_id: str, payload: dict[str, Any]) -> Any:
+        return self.sm.call(function_id, {"session_id": self.session_id, **payload})
+
+    def ensure_root(self) -> None:
+        """Create the session (and its root) unless it exists."""
+        if self._rooted:
+            return
+        self.sm.call("session::ensure", {"session_id": self.session_id})
+        if not self._tail(1):
+            root = {"custom_type": self.root_type, "data": None}
+            self._call("session::append", {"custom": root, "entry_id": self.root_id})
+        self._rooted = True
+
+    def _tail(self, blocks: int) -> list[Item]:
+        page = self._call("session::messages-tail", {"limit": blocks, "include_custom": True})
+        return list(page["messages"])
+
+    def all_items(self) -> list[Item]:
+        """The whole active path, oldest first, without the root (``[]`` for an unknown session)."""
+        out: list[Item] = []
+        cursor: str | None = None
+        try:
+            while True:
+                payload: dict[str, Any] = {"include_custom": True}
+                if cursor is not None:
+                    payload["cursor"] = cursor
+                page = self._call("session::messages", payload)
+                out += page["messages"]
+                cursor = page.get("next_cursor")
+                if cursor is None:
+                    break
+        except SessionError as e:
+            if e.code == NOT_FOUND:
+                return []
+            raise
+        return [i for i in out if not self.is_root(i)]
+
+    def last_entries(self, count: int) -> list[Item]:
+        """The newest ``count`` entries of the active path (fewer if it is shorter), oldest first.
+
+        ``session::messages-tail`` walks back from the leaf, so this costs
+        O(count) (plus the rest of a tool-call run the oldest one falls in);
+        the entries it collapsed are read whole with one ``messages-range``."""
+        if count <= 0:
+            return []
+        try:
+            page = [i for i in self._tail(count) if not self.is_root(i)][-count:]
+        except SessionError as e:
+            if e.code == NOT_FOUND:
+                return []
+            raise
+        elided = [i["entry_id"] for i in page if i.get("elided")]
+        if elided:
+            whole: dict[str, Item] = {}
+            cursor: str | None = None
+            while True:
+                payload: dict[str, Any] = {"entry_ids": elided, "limit": len(elided)}
+                if cursor is not None:
+                    payload["cursor"] = cursor
+                got = self._call("session::messages-range", payload)
+                whole.update((i["entry_id"], i) for i in got["messages"])
+                cursor = got.get("next_cursor")
+                if cursor is None:
+                    break
+            page = [whole.get(i["entry_id"], i) if i.get("elided") else i for i in page]
+        return [{k: v for k, v in i.items() if k != "elided"} for i in page]
+
+    def pop_last(self) -> Item | None:
+        """Move the active leaf to the parent of the last entry and return that
+        entry as an item, or ``None`` when the path holds nothing but the root."""
+        with self.lock:
+            try:
+                tail = self._tail(1)
+            except SessionError as e:
+                if e.code == NOT_FOUND:
+                    return None
+                raise
+            if not tail or self.is_root(tail[-1]):
+                return None
+            entry_id = tail[-1]["entry_id"]
+            found = self._call("session::get-message", {"entry_id": entry_id})
+            entry = found["entry"]
+            parent = entry.get("parent_id")
+            if parent is None:
+                raise invalid_request(
+                    f"session {self.session_id}: entry {entry_id} is the first of a session this adapter "
+                    "did not start, so there is no earlier point to move the active leaf to"
+                )
+            self._call("session::set-active-leaf", {"entry_id": parent})
+            return item(entry)
+
+    def clear(self) -> None:
+        """Move the active leaf back to the root: the path reads empty, the old
+        items stay in the session as a branch."""
+        with self.lock:
+            found = self.sm.call("session::get-message", {"session_id": self.session_id, "entry_id": self.root_id})
+            if found is None:
+                if self.sm.call("session::get", {"session_id": self.session_id}) is None:
+                    return  # nothing stored, nothing to clear
+                if not self._tail(1):
+                    return
+                raise invalid_request(
+                    f"session {self.session_id} was not started by this adapter (it has no root entry); "
+                    "clearing it would need an earlier point to move the active leaf to"
+                )
+            self._call("session::set-active-leaf", {"entry_id": self.root_id})
+
+    def append(self, messages: list[Write]) -> None:
+        """Append ``(message, custom, origin)`` entries in order, each chained to the one before."""
+        with self.lock:
+            self.ensure_root()
+            parent: str | None = None
+            for message, custom, origin in messages:
+                payload: dict[str, Any] = {}
+                if message is not None:
+                    payload["message"] = message
+                else:
+                    payload["custom"] = custom
+                if origin is not None:
+                    payload["origin"] = origin
+                if parent is not None:
+                    payload["parent_id"] = parent
+                parent = self._call("session::append", payload)["entry_id"]
+

@@ -1,0 +1,258 @@
+"""The OpenAI Agents SDK adapter, driven by the real SDK (Runner.run with a scripted model)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+agents = pytest.importorskip("agents", reason="the openai-agents extra is not installed")
+
+from agents import Agent, Runner, function_tool, set_tracing_disabled  # noqa: E402
+from agents.items import ModelResponse  # noqa: E402
+from agents.memory import Session  # noqa: E402
+from agents.models.interface import Model  # noqa: E402
+from agents.usage import Usage  # noqa: E402
+from openai.types.responses import ResponseFunctionToolCall, ResponseOutputMessage, ResponseOutputText  # noqa: E402
+
+import session_manager  # noqa: E402
+from session_manager._wire.events import ON_MESSAGE_ADDED  # noqa: E402
+from session_manager.adapters.openai_agents import ITEM_TYPE, AgentsSession  # noqa: E402
+from session_manager.clock import ManualClock  # noqa: E402
+from session_manager.errors import INVALID_REQUEST, SessionError  # noqa: E402
+from session_manager.ids import SequentialIds  # noqa: E402
+from session_manager.messages import user_message  # noqa: E402
+
+set_tracing_disabled(True)  # no exporter: the tests never leave the machine
+
+
+def open_store(where: Path) -> session_manager.SessionManager:
+    return session_manager.open(where, ids=SequentialIds(), clock=ManualClock(1_000_000))
+
+
+class ScriptedModel(Model):
+    """A Model that answers from a script and records the input of every turn."""
+
+    def __init__(self, outputs: list[list[Any]]) -> None:
+        self.outputs = list(outputs)
+        self.inputs: list[Any] = []
+
+    async def get_response(self, system_instructions: Any, input: Any, model_settings: Any, tools: Any,
+                           output_schema: Any, handoffs: Any, tracing: Any, *, previous_response_id: Any = None,
+                           conversation_id: Any = None, prompt: Any = None) -> ModelResponse:
+        self.inputs.append(json.loads(json.dumps(input)))
+        return ModelResponse(output=self.outputs.pop(0), usage=Usage(), response_id=None)
+
+    def stream_response(self, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError("the tests run non-streamed")
+
+
+class RecordingSession(AgentsSession):
+    """Remembers exactly what the SDK handed to add_items."""
+
+    added: list[Any]
+
+    async def add_items(self, items: list[Any]) -> None:
+        self.added = [*getattr(self, "added", []), *json.loads(json.dumps(items))]
+        await super().add_items(items)
+
+
+@function_tool
+def get_weather(city: str) -> str:
+    """The weather in a city."""
+    return f"sunny in {city}"
+
+
+def say(text: str, id: str) -> ResponseOutputMessage:
+    return ResponseOutputMessage(id=id, type="message", role="assistant", status="completed",
+                                 content=[ResponseOutputText(type="output_text", text=text, annotations=[])])
+
+
+def test_runner_runs_stored_natively_and_read_back_equal(tmp_path: Path) -> None:
+    # Prevents: items stored opaquely (invisible to session::messages and role filters), items
+    # reading back different from what the SDK added, or memory not reaching the next turn.
+    model = ScriptedModel([
+        [ResponseFunctionToolCall(type="function_call", id="fc_1", call_id="call_1", name="get_weather",
+                                  arguments='{"city":"Paris"}', status="completed")],
+        [say("It is sunny.", "msg_1")],
+        [say("Bye.", "msg_2")],
+    ])
+    agent = Agent(name="weather", model=model, tools=[get_weather])
+    added: list[Any] = []
+    with open_store(tmp_path / "d") as sm:
+        sm.observe({"function_id": ON_MESSAGE_ADDED}, added.append)
+        session = RecordingSession("chat-1", sm, model="scripted", provider="test")
+        assert isinstance(session, Session)
+
+        async def run() -> tuple[Any, Any]:
+            first = await Runner.run(agent, "Weather in Paris?", session=session)
+            second = await Runner.run(agent, "thanks", session=session)
+            return first.final_output, second.final_output
+
+        assert asyncio.run(run()) == ("It is sunny.", "Bye.")
+        # Turn two saw turn one's history, through the adapter.
+        assert model.inputs[-1] == [*session.added[:4], {"content": "thanks", "role": "user"}]
+        assert asyncio.run(session.get_items()) == session.added
+        assert len(session.added) == 6
+        # Native: ordinary messages, one entry per item, role filters work.
+        page = sm.messages("chat-1").messages
+        roles = [m.message.role for m in page if m.message is not None]
+        assert roles == ["user", "assistant", "function_result", "assistant", "user", "assistant"]
+        results = sm.messages("chat-1", roles=["function_result"]).messages
+        assert [(r.message.function_id, r.message.content[0].text) for r in results] == [  # type: ignore[union-attr]
+            ("get_weather", "sunny in Paris")]
+        call = page[1].message
+        assert call is not None and call.stop_reason == "function_call" and call.model == "scripted"  # type: ignore[union-attr]
+        assert call.content[0].arguments == {"city": "Paris"}  # type: ignore[union-attr]
+        assert all(m.custom is None for m in sm.messages("chat-1", include_custom=True).messages[1:])
+        # One event per entry: the sentinel root, then the six items.
+        assert [e.get("custom", {}).get("custom_type") for e in added[:1]] == ["openai_agents.root"]
+        assert len(added) == 7 and [e["entry_id"] for e in added[1:]] == [m.entry_id for m in page]
+        stored = session.added
+    with open_store(tmp_path / "d") as again:  # after a restart
+        assert asyncio.run(AgentsSession("chat-1", again).get_items()) == stored
+        assert asyncio.run(AgentsSession("chat-1", again).get_items(limit=2)) == stored[-2:]
+
+
+ODD_ITEMS: list[Any] = [
+    {"role": "system", "content": "Be brief."},
+    {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]},
+    {"role": "user", "content": [{"type": "input_text", "text": "look"},
+                                 {"type": "input_image", "image_url": "https://x/y.png", "detail": "auto"}]},
+    {"type": "reasoning", "id": "rs_1", "summary": [{"type": "summary_text", "text": "thinking"}]},
+    {"type": "function_call", "call_id": "c2", "name": "f", "arguments": '{"a": 1.0, "b": [1, 2]}'},
+    {"type": "function_call", "call_id": "c3", "name": "g", "arguments": "not json"},
+    {"type": "function_call_output", "call_id": "c2", "output": [{"type": "input_text", "text": "ok"}]},
+    {"type": "function_call_output", "call_id": "c3", "output": ""},
+    {"id": "m1", "type": "message", "role": "assistant", "status": "completed",
+     "content": [{"type": "output_text", "text": "a", "annotations": [], "logprobs": []},
+                 {"type": "refusal", "refusal": "no"}]},
+    {"role": "assistant", "content": ""},
+]
+
+
+def test_every_item_shape_reads_back_equal_and_only_shapeless_ones_are_custom(tmp_path: Path) -> None:
+    # Prevents: lossy storage of ids, statuses, annotations, non-compact argument strings or
+    # list outputs; and items with a native shape hidden in custom entries.
+    with open_store(tmp_path / "d") as sm:
+        session = AgentsSession("s", sm)
+        asyncio.run(session.add_items(json.loads(json.dumps(ODD_ITEMS))))
+        assert asyncio.run(session.get_items()) == ODD_ITEMS
+        for n in (1, 3, len(ODD_ITEMS), 50):
+            assert asyncio.run(session.get_items(limit=n)) == ODD_ITEMS[-n:]
+        assert asyncio.run(session.get_items(limit=0)) == []
+        entries = sm.messages("s", include_custom=True).messages[1:]  # after the root
+        assert len(entries) == len(ODD_ITEMS)
+        custom = [i for i, e in enumerate(entries) if e.custom is not None]
+        assert custom == [0, 2, 3]  # system message, an image part, reasoning
+        assert all(entries[i].custom.custom_type == ITEM_TYPE for i in custom)  # type: ignore[union-attr]
+        by_call = {m.message.function_call_id: m.message.function_id  # type: ignore[union-attr]
+                   for m in sm.messages("s", roles=["function_result"]).messages}
+        assert by_call == {"c2": "f", "c3": "g"}
+
+
+def test_pop_item_is_a_branch_move_down_to_the_first_item(tmp_path: Path) -> None:
+    # Prevents: pop destroying history, failing on the first item (no empty path to move to), or
+    # new items after a pop overwriting instead of branching.
+    items = [{"role": "user", "content": "one"}, {"role": "assistant", "content": "two"},
+             {"role": "user", "content": "three"}]
+    with open_store(tmp_path / "d") as sm:
+        session = AgentsSession("s", sm)
+        assert asyncio.run(session.pop_item()) is None  # nothing stored yet
+        asyncio.run(session.add_items(items))
+        assert asyncio.run(session.pop_item()) == items[2]
+        assert asyncio.run(session.get_items()) == items[:2]
+        assert asyncio.run(session.pop_item()) == items[1]
+        assert asyncio.run(session.pop_item()) == items[0]
+        assert asyncio.run(session.get_items()) == []
+        assert asyncio.run(session.pop_item()) is None
+        asyncio.run(session.add_items([{"role": "user", "content": "again"}]))
+        assert asyncio.run(session.get_items()) == [{"role": "user", "content": "again"}]
+        # Nothing destroyed: the popped entries are still in the session, on the old branch.
+        for entry_id in ("e_001", "e_002", "e_003"):
+            assert sm.get_message("s", entry_id=entry_id) is not None
+        new = sm.get_message("s", entry_id="e_004")
+        assert new is not None and new.entry.parent_id == "openai_agents-root"
+        sm.set_active_leaf("s", entry_id="e_003")  # the old branch comes back whole
+        assert asyncio.run(session.get_items()) == items
+
+
+def test_clear_session_moves_back_to_the_root_and_keeps_everything(tmp_path: Path) -> None:
+    # Prevents: clear_session deleting the session (history lost) or leaving items readable.
+    with open_store(tmp_path / "d") as sm:
+        session = AgentsSession("s", sm)
+        asyncio.run(session.clear_session())  # unknown session: nothing to do
+        assert sm.get("s") is None
+        asyncio.run(session.add_items([{"role": "user", "content": "a"}, {"role": "user", "content": "b"}]))
+        asyncio.run(session.clear_session())
+        assert asyncio.run(session.get_items()) == []
+        assert asyncio.run(session.pop_item()) is None
+        meta = sm.get("s")
+        assert meta is not None and meta.meta.message_count == 2
+        asyncio.run(session.add_items([{"role": "user", "content": "c"}]))
+        assert asyncio.run(session.get_items()) == [{"role": "user", "content": "c"}]
+    with open_store(tmp_path / "d") as again:
+        assert asyncio.run(AgentsSession("s", again).get_items()) == [{"role": "user", "content": "c"}]
+
+
+def test_a_session_the_adapter_did_not_start_reads_natively_and_refuses_popping_its_first_entry(
+    tmp_path: Path,
+) -> None:
+    # Prevents: a foreign session's first entry being "popped" to nowhere (or the leaf left broken).
+    with open_store(tmp_path / "d") as sm:
+        sm.ensure("s")
+        sm.append("s", message=user_message("hello", timestamp=1))
+        session = AgentsSession("s", sm)
+        assert asyncio.run(session.get_items()) == [{"role": "user", "content": "hello"}]
+        asyncio.run(session.add_items([{"role": "assistant", "content": "hi"}]))
+        assert asyncio.run(session.pop_item()) == {"role": "assistant", "content": "hi"}
+        with pytest.raises(SessionError) as refused:
+            asyncio.run(session.pop_item())
+        assert refused.value.code == INVALID_REQUEST
+        with pytest.raises(SessionError):
+            asyncio.run(session.clear_session())
+        assert asyncio.run(session.get_items()) == [{"role": "user", "content": "hello"}]
+
+
+def test_limited_reads_walk_back_from_the_tail(tmp_path: Path) -> None:
+    # Prevents: get_items(limit=N) reading the whole path (O(session)) instead of the tail.
+    with open_store(tmp_path / "d") as sm:
+        session = AgentsSession("s", sm)
+        asyncio.run(session.add_items([{"role": "user", "content": str(i)} for i in range(30)]))
+        called: list[str] = []
+        real = sm.call
+
+        def spy(function_id: str, payload: Any = None) -> Any:
+            called.append(function_id)
+            return real(function_id, payload)
+
+        sm.call = spy  # type: ignore[method-assign]
+        assert asyncio.run(session.get_items(limit=3)) == [{"role": "user", "content": str(i)} for i in (27, 28, 29)]
+        assert called == ["session::messages-tail"]
+
+
+def test_two_adapters_starting_one_session_at_once_write_one_root(tmp_path: Path) -> None:
+    # Prevents: two first writers each writing a root (two roots: a pop to the "root" then
+    # depends on which one the leaf reached).
+    with open_store(tmp_path / "d") as sm:
+        barrier = threading.Barrier(2)
+
+        def writer(n: int) -> None:
+            session = AgentsSession("s", sm)
+            barrier.wait()
+            asyncio.run(session.add_items([{"role": "user", "content": f"w{n}"}]))
+
+        threads = [threading.Thread(target=writer, args=(n,)) for n in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        everything = sm.messages("s", include_custom=True).messages
+        roots = [e for e in everything if e.custom is not None]
+        assert [r.entry_id for r in roots] == ["openai_agents-root"]
+        assert sorted(json.dumps(i) for i in asyncio.run(AgentsSession("s", sm).get_items())) == sorted(
+            json.dumps({"role": "user", "content": f"w{n}"}) for n in range(2))
