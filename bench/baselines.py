@@ -77,6 +77,10 @@ class Sqlite:
                                 (session_id, limit)).fetchall()
         return [json.loads(body) for (body,) in reversed(got)]
 
+    def get(self, seq: int) -> dict[str, Any]:
+        (body,) = self.conn.execute("SELECT body FROM messages WHERE seq = ?", (seq,)).fetchone()
+        return json.loads(body)  # type: ignore[no-any-return]
+
     def recent(self, limit: int) -> list[dict[str, Any]]:
         got = self.conn.execute("SELECT meta FROM sessions ORDER BY updated_at DESC LIMIT ?", (limit,)).fetchall()
         return [json.loads(meta) for (meta,) in got]

@@ -79,13 +79,14 @@ class Context:
         return self.stack.enter_context(session_manager.open(self.dir(name), **options))
 
 
-def fill_session(sm: session_manager.SessionManager, entries: int, batch: int = 1000) -> str:
-    """A new session holding ``entries`` messages, written in large batches."""
+def fill_session(sm: session_manager.SessionManager, entries: int, batch: int = 1000) -> tuple[str, list[str]]:
+    """A new session holding ``entries`` messages, written in large batches; its id and entry ids."""
     sid: str = sm.call("session::create", {"title": "bench"})["session_id"]
+    ids: list[str] = []
     for start in range(0, entries, batch):
         messages = [message(n) for n in range(start, min(entries, start + batch))]
-        sm.call("session::append-many", {"session_id": sid, "messages": messages})
-    return sid
+        ids += sm.call("session::append-many", {"session_id": sid, "messages": messages})["entry_ids"]
+    return sid, ids
 
 
 def owner(n: int) -> str:

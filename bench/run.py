@@ -59,7 +59,7 @@ def environment() -> str:
 
 
 def run(quick: bool, rounds: int | None, only: str | None) -> list[Result]:
-    ctx = Context(QUICK if quick else FULL, rounds or (3 if quick else 5))
+    ctx = Context(QUICK if quick else FULL, rounds or (3 if quick else 7))
     results: list[Result] = []
     try:
         by_module = only is not None and any(only == module for module, _ in MODULES)
@@ -97,7 +97,7 @@ def extras(quick: bool) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller sizes and 3 rounds (about 30 s)")
-    parser.add_argument("--rounds", type=int, help="recorded rounds per workload (default 5, quick 3)")
+    parser.add_argument("--rounds", type=int, help="recorded rounds per workload (default 7, quick 3)")
     parser.add_argument("--only", help="one module (write, read, list, memory) or workloads whose name has this")
     parser.add_argument("--markdown", action="store_true", help="print the table as Markdown")
     parser.add_argument("--show-baselines", action="store_true", help="print the baselines' code and exit")
@@ -109,6 +109,8 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     results = run(args.quick, args.rounds, args.only)
     print(environment())
+    if args.quick:
+        print("--quick: smaller data sets and fewer rounds; the targets hold only for the full run")
     print(table(results, markdown=args.markdown))
     print(f"({time.perf_counter() - started:.0f} s; baselines' code: bench/baselines.py, "
           f"or run with --show-baselines)")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from baselines import Sqlite, raw_tail
@@ -20,11 +21,22 @@ import session_manager
 TAIL = 50
 
 
-def _fixtures(ctx: Context, name: str, entries: int) -> tuple[Path, str, Path, Path]:
+@dataclass(frozen=True)
+class Long:
+    """One long session three ways: our data_dir, a sqlite3 database, a raw JSONL file."""
+
+    ours: Path
+    sid: str
+    entry_ids: list[str]
+    db: Path
+    raw: Path
+
+
+def _fixtures(ctx: Context, name: str, entries: int) -> Long:
     """The same ``entries`` messages as our session, a sqlite3 database and a raw JSONL file."""
     ours = ctx.dir(f"ours-{name}")
     with session_manager.open(ours) as sm:
-        sid = fill_session(sm, entries)
+        sid, entry_ids = fill_session(sm, entries)
     db_path = ctx.dir(f"sqlite-{name}") / "db.sqlite"
     db = Sqlite(db_path)
     with db.conn:
@@ -34,7 +46,7 @@ def _fixtures(ctx: Context, name: str, entries: int) -> tuple[Path, str, Path, P
     raw = ctx.dir(f"raw-{name}") / "log.jsonl"
     with open(raw, "w") as f:
         f.writelines(json.dumps(message(n)) + "\n" for n in range(entries))
-    return ours, sid, db_path, raw
+    return Long(ours, sid, entry_ids, db_path, raw)
 
 
 def _ours_cold(where: Path, sid: str) -> Callable[[], float]:
@@ -55,6 +67,23 @@ def _sqlite_cold(db_path: Path, sid: str) -> Callable[[], float]:
     return lambda: stopwatch(once)
 
 
+def _ours_get_cold(where: Path, sid: str, entry_id: str) -> Callable[[], float]:
+    def once() -> None:
+        with session_manager.open(where) as sm:
+            sm.call("session::get-message", {"session_id": sid, "entry_id": entry_id})
+
+    return lambda: stopwatch(once)
+
+
+def _sqlite_get_cold(db_path: Path, seq: int) -> Callable[[], float]:
+    def once() -> None:
+        db = Sqlite(db_path)
+        db.get(seq)
+        db.close()
+
+    return lambda: stopwatch(once)
+
+
 def _raw(path: Path) -> Callable[[], float]:
     return lambda: stopwatch(lambda: raw_tail(path, TAIL))
 
@@ -65,30 +94,37 @@ def _repeat(fn: Callable[[], object], reps: int) -> Callable[[], float]:
 
 def workloads(ctx: Context) -> Iterator[Workload]:
     s = ctx.sizes
-    ours, sid, db_path, raw = _fixtures(ctx, "tail", s.tail_entries)
+    long = _fixtures(ctx, "tail", s.tail_entries)
     yield Workload(
         f"cold open + messages-tail {TAIL} of a {s.tail_entries:,}-entry session", "time", "raw last lines",
-        [Contender("ours", _ours_cold(ours, sid)),
-         Contender("sqlite3 (new connection)", _sqlite_cold(db_path, sid)),
-         Contender("raw last lines", _raw(raw))],
+        [Contender("ours", _ours_cold(long.ours, long.sid)),
+         Contender("sqlite3 (new connection)", _sqlite_cold(long.db, long.sid)),
+         Contender("raw last lines", _raw(long.raw))],
         [Target("ours", "<= 10x raw", lambda ratio, _: ratio <= 10.0)])
 
+    middle = len(long.entry_ids) // 2
+    yield Workload(
+        f"cold open + get-message (middle entry) of the {s.tail_entries:,}-entry session", "time",
+        "sqlite3 (new connection)",
+        [Contender("ours", _ours_get_cold(long.ours, long.sid, long.entry_ids[middle])),
+         Contender("sqlite3 (new connection)", _sqlite_get_cold(long.db, middle + 1))])
+
     sm = ctx.manager("ours-tail")
-    sm.call("session::messages-tail", {"session_id": sid, "limit": TAIL})
-    db = Sqlite(db_path)
+    sm.call("session::messages-tail", {"session_id": long.sid, "limit": TAIL})
+    db = Sqlite(long.db)
     ctx.stack.callback(db.close)
-    payload = {"session_id": sid, "limit": TAIL}
+    payload = {"session_id": long.sid, "limit": TAIL}
     yield Workload(
         f"warm messages-tail {TAIL}", "time", "sqlite3 (open connection)",
         [Contender("ours", _repeat(lambda: sm.call("session::messages-tail", payload), s.warm_reps)),
-         Contender("sqlite3 (open connection)", _repeat(lambda: db.tail(sid, TAIL), s.warm_reps)),
-         Contender("raw last lines", _repeat(lambda: raw_tail(raw, TAIL), s.warm_reps))])
+         Contender("sqlite3 (open connection)", _repeat(lambda: db.tail(long.sid, TAIL), s.warm_reps)),
+         Contender("raw last lines", _repeat(lambda: raw_tail(long.raw, TAIL), s.warm_reps))])
 
-    ours, sid, db_path, raw = _fixtures(ctx, "big", s.big_entries)
+    big = _fixtures(ctx, "big", s.big_entries)
     yield Workload(
         f"first read (open + messages-tail {TAIL}) of a {s.big_entries:,}-entry session", "time", "raw last lines",
-        [Contender("ours", _ours_cold(ours, sid)),
-         Contender("sqlite3 (new connection)", _sqlite_cold(db_path, sid)),
-         Contender("raw last lines", _raw(raw))],
+        [Contender("ours", _ours_cold(big.ours, big.sid)),
+         Contender("sqlite3 (new connection)", _sqlite_cold(big.db, big.sid)),
+         Contender("raw last lines", _raw(big.raw))],
         [Target("ours", "<= 100 ms", lambda _, median: median <= 0.100)],
         rounds=min(ctx.rounds, 3))
