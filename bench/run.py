@@ -87,8 +87,8 @@ def extras(quick: bool) -> int:
         args = [sys.executable, str(script)]
         if quick and name == "bench_mentions.py":
             args += ["--sessions", "2000", "--repeat", "5"]
-        elif quick:
-            args.append("--quick")
+        elif quick and "--quick" in script.read_text():
+            args.append("--quick")  # only to scripts that take it
         print(f"\n== {name} ==", flush=True)
         failed |= subprocess.run(args, check=False).returncode != 0
     return failed
