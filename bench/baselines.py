@@ -134,6 +134,12 @@ def raw_tail(path: Path, n: int) -> list[dict[str, Any]]:
     return [json.loads(line) for line in last_lines(path, n)]
 
 
+def raw_replay(path: Path) -> list[dict[str, Any]]:
+    """Read a whole log and decode every line: the floor of any replay of it."""
+    with open(path, "rb") as f:
+        return [json.loads(line) for line in f.read().splitlines()]
+
+
 def raw_recent(directory: Path, limit: int) -> list[dict[str, Any]]:
     """The ``limit`` most recently updated sessions when each file's last line is its meta."""
     metas = [json.loads(last_lines(directory / name, 1, chunk=4096)[0]) for name in os.listdir(directory)]

@@ -35,7 +35,8 @@ class Target:
 
     contender: str
     text: str
-    met: Callable[[float, float], bool]  # (ratio to the baseline, median sample) -> met?
+    met: Callable[[float, float], bool]  # (ratio, median sample) -> met?
+    versus: str | None = None  # the ratio is to this contender's median instead of the baseline's
 
 
 @dataclass
@@ -128,7 +129,12 @@ def rows(results: list[Result]) -> list[tuple[str, ...]]:
             verdict = ""
             if target is not None:
                 raw_median = statistics.median(result.samples[contender.name])
+                if target.versus is not None:
+                    versus = _shown(w.unit, result.samples[target.versus])[0]
+                    ratio = median / versus if versus else float("nan")
                 verdict = f"{target.text}: {'met' if target.met(ratio, raw_median) else 'NOT met'}"
+                if target.versus is not None:
+                    verdict += f" ({ratio:.2f}x)"
             out.append((w.name if first else "", contender.name, _fmt(w.unit, median), _fmt(w.unit, low),
                         _fmt(w.unit, high), note, verdict))
             first = False

@@ -104,3 +104,12 @@ def test_sqlite_baseline_round_trips_rows_in_order(tmp_path: Path) -> None:
     assert [m["session_id"] for m in again.page(2, 2)] == ["s_2", "s_3"]
     assert again.conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
     again.close()
+
+
+def test_a_target_versus_another_contender_uses_that_contenders_median() -> None:
+    # Prevents: a "no slower than a full decode" target being checked against the wrong row.
+    w = Workload("first read", "time", "tail",
+                 [Contender("ours", lambda: 0.3), Contender("tail", lambda: 0.001), Contender("all", lambda: 0.2)],
+                 [Target("ours", "<= 1.6x all", lambda ratio, _: ratio <= 1.6, versus="all")], warmup=False)
+    (ours, _, _) = rows([measure(w, rounds=1)])
+    assert ours[5:] == ("300.00x", "<= 1.6x all: met (1.50x)")
