@@ -55,7 +55,7 @@ def environment() -> str:
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     return (f"{now}; session-manager {version}; Python {platform.python_version()}; "
             f"sqlite {sqlite3.sqlite_version}; {os.cpu_count()} CPUs; {platform.system()} {platform.release()}; "
-            f"messages of {MESSAGE_BYTES} bytes as JSON")
+            f"load average {os.getloadavg()[0]:.1f}; messages of {MESSAGE_BYTES} bytes as JSON")
 
 
 def run(quick: bool, rounds: int | None, only: str | None) -> list[Result]:
@@ -107,8 +107,9 @@ def main(argv: list[str] | None = None) -> int:
         print((HERE / "baselines.py").read_text())
         return 0
     started = time.perf_counter()
+    load = os.getloadavg()[0]
     results = run(args.quick, args.rounds, args.only)
-    print(environment())
+    print(f"{environment()} (at the start: {load:.1f})")
     if args.quick:
         print("--quick: smaller data sets and fewer rounds; the targets hold only for the full run")
     print(table(results, markdown=args.markdown))
