@@ -50,6 +50,9 @@ class Workload:
     warmup: bool = True  # an unrecorded first round
 
 
+MIN_ROUNDS = 3
+
+
 @dataclass(frozen=True)
 class Result:
     workload: Workload
@@ -74,18 +77,26 @@ def timing() -> Iterator[list[float]]:
         box.append(time.perf_counter() - start)
 
 
-def measure(workload: Workload, rounds: int) -> Result:
-    rounds = workload.rounds or rounds
-    warmup = workload.warmup
+def measure(workload: Workload, rounds: int, budget: float | None = None) -> Result:
+    """Interleaved rounds of every contender. With a ``budget`` (seconds), a workload
+    whose warm-up round shows it would overrun gets fewer rounds, never under
+    ``MIN_ROUNDS``: a loaded shared machine then stretches the run less."""
+    planned = workload.rounds or rounds
     samples: dict[str, list[float]] = {c.name: [] for c in workload.contenders}
     n = len(workload.contenders)
-    for r in range(-1 if warmup else 0, rounds):
-        start = max(r, 0) % n
-        for contender in workload.contenders[start:] + workload.contenders[:start]:
+    r = -1 if workload.warmup else 0
+    while r < planned:
+        started = time.perf_counter()
+        first = r % n if r > 0 else 0
+        for contender in workload.contenders[first:] + workload.contenders[:first]:
             gc.collect()
             value = contender.run()
             if r >= 0:
                 samples[contender.name].append(value)
+        if r == -1 and budget is not None:
+            per_round = time.perf_counter() - started
+            planned = max(min(planned, MIN_ROUNDS), min(planned, int(budget / max(per_round, 1e-9))))
+        r += 1
     return Result(workload, samples)
 
 
@@ -135,7 +146,8 @@ def rows(results: list[Result]) -> list[tuple[str, ...]]:
                 verdict = f"{target.text}: {'met' if target.met(ratio, raw_median) else 'NOT met'}"
                 if target.versus is not None:
                     verdict += f" ({ratio:.2f}x)"
-            out.append((w.name if first else "", contender.name, _fmt(w.unit, median), _fmt(w.unit, low),
+            label = f"{w.name} [{len(result.samples[contender.name])} rounds]" if first else ""
+            out.append((label, contender.name, _fmt(w.unit, median), _fmt(w.unit, low),
                         _fmt(w.unit, high), note, verdict))
             first = False
     return out

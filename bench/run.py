@@ -45,17 +45,20 @@ MODULES: list[tuple[str, Callable[[Context], Iterator[Workload]]]] = [
     ("memory", workloads_memory.workloads),
 ]
 # Scripts other engineers keep beside this one; --all runs those present, bench_mentions too.
+# Seconds a workload's recorded rounds may take (judged from its warm-up round) before it gets fewer.
+ROUND_BUDGET = 12.0
 EXTRA_SCRIPTS = ("bench_mentions.py", "bench_streaming.py", "bench_postgres.py", "bench_import.py")
 
 
-def environment() -> str:
+def environment(load_at_start: float) -> str:
     import session_manager
 
     version = getattr(session_manager, "__version__", "?")
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     return (f"{now}; session-manager {version}; Python {platform.python_version()}; "
             f"sqlite {sqlite3.sqlite_version}; {os.cpu_count()} CPUs; {platform.system()} {platform.release()}; "
-            f"load average {os.getloadavg()[0]:.1f}; messages of {MESSAGE_BYTES} bytes as JSON")
+            f"load average {load_at_start:.1f} at the start, {os.getloadavg()[0]:.1f} at the end; "
+            f"messages of {MESSAGE_BYTES} bytes as JSON")
 
 
 def run(quick: bool, rounds: int | None, only: str | None) -> list[Result]:
@@ -70,7 +73,7 @@ def run(quick: bool, rounds: int | None, only: str | None) -> list[Result]:
                 if only and not by_module and only not in workload.name:
                     continue
                 start = time.perf_counter()
-                results.append(measure(workload, ctx.rounds))
+                results.append(measure(workload, ctx.rounds, budget=None if quick else ROUND_BUDGET))
                 print(f"  {workload.name}: {time.perf_counter() - start:.1f} s", file=sys.stderr, flush=True)
     finally:
         ctx.stack.close()
@@ -109,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     load = os.getloadavg()[0]
     results = run(args.quick, args.rounds, args.only)
-    print(f"{environment()} (at the start: {load:.1f})")
+    print(environment(load))
     if args.quick:
         print("--quick: smaller data sets and fewer rounds; the targets hold only for the full run")
     print(table(results, markdown=args.markdown))

@@ -36,6 +36,16 @@ def test_workload_rounds_and_warmup_override_the_run() -> None:
     assert len(calls) == 1
 
 
+def test_a_budget_cuts_rounds_of_a_slow_workload_but_never_below_three() -> None:
+    # Prevents: a loaded machine stretching the default run far past its 3 minutes, or a figure from 1 round.
+    import time
+
+    slow = Workload("slow", "time", "x", [Contender("x", lambda: time.sleep(0.02) or 0.02)])
+    assert len(measure(slow, rounds=7, budget=0.001).samples["x"]) == 3
+    assert len(measure(slow, rounds=7, budget=10.0).samples["x"]) == 7
+    assert len(measure(slow, rounds=2, budget=0.001).samples["x"]) == 2
+
+
 def test_ratios_and_verdicts_are_taken_on_medians_in_the_shown_unit() -> None:
     # Prevents: a throughput ratio inverted (seconds instead of ops/s) or a verdict read off one outlier.
     ours_s = iter([0.001, 0.001, 0.001, 0.1])  # seconds per op; one outlier
@@ -46,13 +56,13 @@ def test_ratios_and_verdicts_are_taken_on_medians_in_the_shown_unit() -> None:
     result = measure(w, rounds=4)
     assert result.samples["ours"] == [0.001, 0.001, 0.001, 0.1]
     (ours, base) = rows([result])
-    assert ours == ("appends", "ours", "1.0k/s", "10/s", "1.0k/s", "2.00x", ">= 2x base: met")
+    assert ours == ("appends [4 rounds]", "ours", "1.0k/s", "10/s", "1.0k/s", "2.00x", ">= 2x base: met")
     assert base == ("", "base", "500/s", "500/s", "500/s", "baseline", "")
     text = table([result])
     assert text.splitlines()[0].split() == ["workload", "contender", "median", "min", "max", "vs", "baseline",
                                             "target"]
     assert table([result], markdown=True).splitlines()[2] == (
-        "| appends | ours | 1.0k/s | 10/s | 1.0k/s | 2.00x | >= 2x base: met |")
+        "| appends [4 rounds] | ours | 1.0k/s | 10/s | 1.0k/s | 2.00x | >= 2x base: met |")
 
 
 def test_a_missed_target_says_so() -> None:
