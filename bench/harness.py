@@ -146,7 +146,8 @@ def rows(results: list[Result]) -> list[tuple[str, ...]]:
                 verdict = f"{target.text}: {'met' if target.met(ratio, raw_median) else 'NOT met'}"
                 if target.versus is not None:
                     verdict += f" ({ratio:.2f}x)"
-            label = f"{w.name} [{len(result.samples[contender.name])} rounds]" if first else ""
+            count = len(result.samples[contender.name])
+            label = f"{w.name} [{count} round{'' if count == 1 else 's'}]" if first else ""
             out.append((label, contender.name, _fmt(w.unit, median), _fmt(w.unit, low),
                         _fmt(w.unit, high), note, verdict))
             first = False
