@@ -22,6 +22,9 @@ from iii import InvocationError
 
 from .errors import NotFound, RemoteError, StoreError, Unavailable
 
+# The key engines add to object payloads, naming the calling worker; handlers drop it.
+CALLER_KEY = "_caller_worker_id"
+
 
 class ObserverHandle(Protocol):
     """What ``observe`` returns: wait for the engine's confirmation, stop."""

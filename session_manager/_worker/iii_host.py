@@ -1,16 +1,14 @@
 """The iii host: serves the surface table on an iii engine.
 
-Every row of :data:`~session_manager.surface.FUNCTIONS` and
-:data:`~session_manager.surface.EVENT_SURFACE` is registered with JSON
+Every row of :data:`~session_manager._hosts.surface.FUNCTIONS` and
+:data:`~session_manager._hosts.surface.EVENT_SURFACE` is registered with JSON
 Schemas generated from its pydantic models, then the two configuration
 functions. Handlers are sync (the SDK runs each invocation on a thread of
 its own) and read the live runtime on every call, so a configuration
 reload needs no re-registration.
 
-Events: an event function is called only while something observes it
-(counted through ``ObserveHooks``), fire-and-forget (``Void``), from one
-background thread after the mutation is durable, so a failed or slow
-delivery never fails or delays the call that produced it.
+Events go out through :class:`~session_manager._worker.emitter.Emitter`
+(called only while observed, fire-and-forget, after the write is durable).
 
 Bridge topology: an fs instance also serves the internal
 ``session::store::*`` protocol and, once per event, calls
@@ -19,29 +17,25 @@ it. A bridge-mode instance stores through its main
 (:class:`~session_manager.store.bridge.BridgeStore`), publishes each
 mutation's events to the main instead of calling its event functions, and
 relays the main's ``on-events`` to its local event functions (see
-:mod:`session_manager.bridge`). The protocol functions are registered in
+:mod:`session_manager._worker.bridge_link`). The protocol functions are registered in
 either mode and refuse calls while the live runtime is a bridge.
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
 import logging
-import os
 import threading
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import Any
 
-from iii import ObserveHooks, TriggerAction
+from iii import ObserveHooks
 from pydantic import TypeAdapter
 
-from .._bus import Bus, ObserverHandle
+from .._bus import CALLER_KEY, Bus, ObserverHandle
 from .._hosts.surface import EVENT_SURFACE, FUNCTIONS, Function
 from .._service.limits import LimitsCell
 from .._service.service import SessionService, storage_errors
-from .._wire import events as ev
 from .._wire.events import Event
 from .._wire.shape import build
 from .._wire.validation import CALLER_KEY, parse_request
@@ -49,12 +43,13 @@ from ..clock import Clock, SystemClock
 from ..errors import STORAGE, SessionError
 from ..ids import IdGen, UuidIds
 from ..store import _protocol as sp
-from ..store.base import Meta, SessionStore
-from ..store.fs import FsStore
+from ..store.base import SessionStore
 from . import bridge_link as br
 from . import config_client as cfg
-from .background import SerialWorker
-from .config_value import BridgeAdapter, BridgeConfig, WorkerConfig, resolve_data_dir
+from . import store_server as ss
+from .config_value import BridgeAdapter, BridgeConfig, WorkerConfig
+from .emitter import Emitter
+from .runtime import Runtime, build_store, resync_events
 
 log = logging.getLogger("session_manager.iii")
 
@@ -85,105 +80,6 @@ def json_schema(model: Any, *, nullable: bool = False) -> dict[str, Any]:
         if defs:
             schema["$defs"] = defs
     return {"$schema": "https://json-schema.org/draft/2020-12/schema", **schema}
-
-
-# --------------------------------------------------------------------------
-# Runtime: one store + service built from one adapter value
-# --------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Runtime:
-    config: WorkerConfig
-    store: SessionStore
-    service: SessionService
-    bridge: br.Bridge | None = None  # set in bridge mode: the link to the main
-
-    @property
-    def is_fs(self) -> bool:
-        return self.bridge is None
-
-
-def build_store(config: WorkerConfig) -> SessionStore:
-    """The fs store an adapter value describes; :class:`~.configuration.BuildError` if it cannot be built."""
-    adapter = config.adapter
-    if isinstance(adapter, BridgeAdapter):
-        raise cfg.BuildError("a bridge store is built by the host (it needs the bridge connection)")
-    path = resolve_data_dir(adapter.config.data_dir)
-    try:
-        store = FsStore(path)
-        store.list_metas()  # an unreadable data_dir fails here, not at the first call
-    except Exception as e:
-        raise cfg.BuildError(f"cannot open data_dir {path}: {e}") from e
-    if not os.access(path, os.R_OK | os.W_OK | os.X_OK):
-        raise cfg.BuildError(f"data_dir {path} is not readable and writable")
-    return store
-
-
-# --------------------------------------------------------------------------
-# Event delivery
-# --------------------------------------------------------------------------
-
-
-class Emitter:
-    """Calls event functions while observed, in order, off the caller's thread."""
-
-    def __init__(self, client: Bus) -> None:
-        self._client = client
-        self._observers: dict[str, set[str]] = {fid: set() for fid in (*ev.EVENT_FUNCTIONS, sp.ON_EVENTS)}
-        self._lock = threading.Lock()
-        self._worker = SerialWorker("session-events")
-
-    # -- observer tracking (ObserveHooks) ------------------------------------
-
-    def hooks(self, function_id: str) -> ObserveHooks:
-        def added(observer: Any) -> None:
-            with self._lock:
-                self._observers[function_id].add(str(observer.id))
-            log.debug("observer %s added on %s", observer.id, function_id)
-
-        def removed(observer: Any) -> None:
-            with self._lock:
-                self._observers[function_id].discard(str(observer.id))
-            log.debug("observer %s removed from %s", observer.id, function_id)
-
-        return ObserveHooks(on_observer_added=added, on_observer_removed=removed)
-
-    def is_observed(self, function_id: str) -> bool:
-        with self._lock:
-            return bool(self._observers.get(function_id))
-
-    # -- delivery -------------------------------------------------------------
-
-    def emit(self, events: list[Event], *, fanout: bool = False) -> None:
-        """Queue events for their event functions; with ``fanout`` (an fs
-        instance) each one is also handed to ``session::store::on-events``
-        for the attached bridges."""
-        fanout = fanout and self.is_observed(sp.ON_EVENTS)
-        for event in events:
-            if fanout or self.is_observed(event.function_id):
-                self._worker.submit(functools.partial(self._deliver, event, fanout))
-
-    def _deliver(self, event: Event, fanout: bool) -> None:
-        # Re-checked: the last observer may have gone meanwhile.
-        if self.is_observed(event.function_id):
-            self._void(event.function_id, event.payload)
-        if fanout and self.is_observed(sp.ON_EVENTS):
-            self._void(sp.ON_EVENTS, sp.envelope(event))
-
-    def _void(self, function_id: str, payload: dict[str, Any]) -> None:
-        try:
-            self._client.trigger({"function_id": function_id, "payload": payload,
-                                  "action": TriggerAction.Void()})
-        except Exception:
-            log.warning("event %s not delivered; the mutation stands", function_id, exc_info=True)
-
-    def flush(self) -> None:
-        """Wait until every queued event has been handed to the client."""
-        self._worker.flush()
-
-    def close(self) -> None:
-        self._worker.close()
 
 
 # --------------------------------------------------------------------------
@@ -281,13 +177,13 @@ class IIIHost:
             self._register(f, self._event_handler(f), observe=self.emitter.hooks(f.id))
         self.refs[sp.ON_EVENTS] = self.client.register_function(
             sp.ON_EVENTS, self._echo,
-            description=sp.ON_EVENTS_DESCRIPTION,
+            description=ss.ON_EVENTS_DESCRIPTION,
             metadata={**sp.REGISTRATION_METADATA, "private": True},
             request_format=json_schema(sp.OnEventsEnvelope),
             response_format=json_schema(sp.OnEventsEnvelope),
             observe=self.emitter.hooks(sp.ON_EVENTS),
         )
-        for sf in sp.STORE_FUNCTIONS:
+        for sf in ss.STORE_FUNCTIONS:
             self.refs[sf.id] = self.client.register_function(
                 sf.id, self._store_handler(sf),
                 description=sf.description,
@@ -297,7 +193,7 @@ class IIIHost:
             )
         self.refs[sp.PUBLISH_EVENTS] = self.client.register_function(
             sp.PUBLISH_EVENTS, self._publish_events,
-            description=sp.PUBLISH_DESCRIPTION,
+            description=ss.PUBLISH_DESCRIPTION,
             metadata=dict(sp.REGISTRATION_METADATA),
             request_format=json_schema(sp.PublishEventsRequest),
             response_format=json_schema(sp.PublishEventsResponse),
@@ -393,7 +289,7 @@ class IIIHost:
                 raise SessionError(STORAGE, f"{function_id}: {sp.FS_ONLY}; this instance is in bridge mode")
             yield runtime
 
-    def _store_handler(self, sf: sp.StoreFunction) -> Any:
+    def _store_handler(self, sf: ss.StoreFunction) -> Any:
         def handle(data: Any) -> Any:
             payload = strip_caller(data)
             with self._fs_call(sf.id) as runtime:
@@ -479,35 +375,14 @@ class IIIHost:
         self._runtime.store.close()
 
 
-def resync_events(store: SessionStore, old_metas: list[Meta], now_ms: int) -> list[Event]:
-    """The new store's state as events: deletes for sessions that vanished,
-    then per session its creation, every entry, and each streamed entry's
-    current revision."""
-    metas = store.list_metas()
-    current = {m["session_id"] for m in metas}
-    out: list[Event] = [ev.deleted(m["session_id"], now_ms, m.get("metadata"))
-                        for m in old_metas if m["session_id"] not in current]
-    for meta in metas:
-        sid = meta["session_id"]
-        metadata = meta.get("metadata")
-        out.append(ev.created(meta))
-        for entry in store.entries(sid):
-            # Added for every entry (an observer may never have seen it), then
-            # the current revision for streamed ones, so highest-revision wins.
-            out.append(ev.message_added(sid, entry, metadata))
-            if entry.get("kind") == "message" and entry.get("revision", 0) > 0:
-                out.append(ev.message_updated(sid, entry, entry.get("origin"), entry["timestamp"], metadata))
-    return out
-
-
 def start(client: Bus, seed: dict[str, Any] | None = None, *, retry: cfg.Retry = cfg.BOOT_RETRY,
           ids: IdGen | None = None, clock: Clock | None = None, local_url: str | None = None,
           bridge_connector: BridgeConnector | None = None) -> IIIHost:
     """Boot on a connected client: configuration, runtime, registrations, observer.
 
     ``local_url`` is this instance's engine (a bridge to it is refused as
-    self-referential). Raises :class:`~.configuration.ConfigurationUnavailable`,
-    :class:`~.config.ConfigError` or :class:`~.configuration.BuildError`
+    self-referential). Raises :class:`~.config_client.ConfigurationUnavailable`,
+    :class:`~.config_value.ConfigError` or :class:`~.config_client.BuildError`
     (all fatal, each with a message naming the cause; a bridge whose main is
     unreachable never falls back to a local store).
     """

@@ -5,6 +5,16 @@ whole once it returns: a crash may lose the commit in flight, never part of
 an earlier one. Entries and metas are the JSON dicts of the wire contract;
 callers never mutate what a store hands out and stores never mutate what
 callers pass in after the call.
+
+**Provisional.** This interface is public so adapters can be written
+against it, but it is expected to grow in a minor release, in two known
+ways: a per-mutation transaction hook, which the service enters around
+each mutation's read-check-write (its one entry point is
+``ServiceCore._session``), for stores that need one transaction per
+mutation (a database); and a conditional commit that names the leaf it was
+computed from, refused with :class:`~session_manager.errors.Conflict` when
+another writer moved it (stores shared by several writers: bridges, several
+instances on one database). Adapters written today should expect to follow.
 """
 
 from __future__ import annotations

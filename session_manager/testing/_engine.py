@@ -44,7 +44,8 @@ from iii import InvocationError
 from iii.errors import ObserveRejection
 from iii.filter import CompiledFilter, FilterError, compile_filter
 
-CALLER_KEY = "_caller_worker_id"
+from .._bus import CALLER_KEY
+
 CONFIG_ON_UPDATED = "configuration::on-updated"
 _SINK = "test::sink"  # the target of add_observer's observers: records, never invoked
 

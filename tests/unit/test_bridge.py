@@ -21,6 +21,7 @@ from iii import InvocationError
 from jsonschema import Draft202012Validator
 
 from session_manager._wire import events as ev
+from session_manager._worker import store_server as ss
 from session_manager._worker.bridge_link import RELAY_PREFIX
 from session_manager._worker.config_client import ON_CONFIG_CHANGE, Retry
 from session_manager._worker.config_value import parse_config
@@ -271,7 +272,7 @@ def test_failures_surface_as_session_storage_through_the_service(topo: Topology)
 def test_protocol_registrations(topo: Topology) -> None:
     # Prevents: store plumbing discoverable by agents, or registered without schemas.
     fake = topo.main_fake
-    for fid in [f.id for f in sp.STORE_FUNCTIONS] + [sp.PUBLISH_EVENTS]:
+    for fid in [f.id for f in ss.STORE_FUNCTIONS] + [sp.PUBLISH_EVENTS]:
         reg = fake.functions[fid]
         assert reg.metadata == {"internal": True, "trace_hidden": True}, fid
         Draft202012Validator.check_schema(reg.request_format)
@@ -280,7 +281,7 @@ def test_protocol_registrations(topo: Topology) -> None:
     on_events = fake.functions[sp.ON_EVENTS]
     assert on_events.metadata == {"internal": True, "trace_hidden": True, "private": True}
     assert on_events.observe is not None
-    assert len(sp.STORE_FUNCTIONS) == 17
+    assert len(ss.STORE_FUNCTIONS) == 17
 
 
 def test_raw_reads_and_writes(topo: Topology) -> None:
@@ -373,7 +374,7 @@ def test_commit_append_is_atomic_and_idempotent(topo: Topology) -> None:
 def test_bridge_mode_refuses_the_protocol(topo: Topology) -> None:
     # Prevents: a bridged instance serving raw storage (it would forward to itself or a stale store).
     _host, local = topo.bridged()
-    payloads: dict[str, Any] = {fid: {"session_id": "s_1"} for fid in [f.id for f in sp.STORE_FUNCTIONS]}
+    payloads: dict[str, Any] = {fid: {"session_id": "s_1"} for fid in [f.id for f in ss.STORE_FUNCTIONS]}
     payloads[sp.LIST_METAS] = {}
     payloads[sp.PUBLISH_EVENTS] = {"events": []}
     for fid, payload in payloads.items():
@@ -636,7 +637,7 @@ def test_protocol_traffic_matches_the_golden_schemas(topo: Topology) -> None:
     local.invoke("session::delete", {"session_id": sid})
     topo.settle()
     seen = {fid for fid, _, _ in traffic}
-    assert seen == {f.id for f in sp.STORE_FUNCTIONS} | {sp.PUBLISH_EVENTS}
+    assert seen == {f.id for f in ss.STORE_FUNCTIONS} | {sp.PUBLISH_EVENTS}
     for fid, payload, answer in traffic:
         golden = GOLDEN[fid]
         for what, schema, value in (("request", golden["request_schema"], payload),

@@ -14,9 +14,10 @@ from session_manager._hosts.surface import EVENT_SURFACE, FUNCTIONS
 from session_manager._wire import events as ev
 from session_manager._worker.config_value import WorkerConfig, parse_config
 from session_manager._worker.iii_host import IIIHost, json_schema, strip_caller
+from session_manager._worker.store_server import STORE_FUNCTIONS
 from session_manager.clock import ManualClock
 from session_manager.ids import SequentialIds
-from session_manager.store._protocol import ON_EVENTS, PUBLISH_EVENTS, STORE_FUNCTIONS
+from session_manager.store._protocol import ON_EVENTS, PUBLISH_EVENTS
 from session_manager.testing import FakeEngine
 
 START_MS = 1_000_000

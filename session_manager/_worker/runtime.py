@@ -1,0 +1,67 @@
+"""One runtime: the store and service built from one adapter value, and the
+events that replay a store's state to observers after an adapter swap."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from .._service.service import SessionService
+from .._wire import events as ev
+from .._wire.events import Event
+from ..store.base import Meta, SessionStore
+from ..store.fs import FsStore
+from . import bridge_link as br
+from . import config_client as cfg
+from .config_value import BridgeAdapter, WorkerConfig, resolve_data_dir
+
+
+@dataclass(frozen=True)
+class Runtime:
+    config: WorkerConfig
+    store: SessionStore
+    service: SessionService
+    bridge: br.Bridge | None = None  # set in bridge mode: the link to the main
+
+    @property
+    def is_fs(self) -> bool:
+        return self.bridge is None
+
+
+def build_store(config: WorkerConfig) -> SessionStore:
+    """The fs store an adapter value describes; :class:`~.config_client.BuildError` if it cannot be built."""
+    adapter = config.adapter
+    if isinstance(adapter, BridgeAdapter):
+        raise cfg.BuildError("a bridge store is built by the host (it needs the bridge connection)")
+    path = resolve_data_dir(adapter.config.data_dir)
+    try:
+        store = FsStore(path)
+        store.list_metas()  # an unreadable data_dir fails here, not at the first call
+    except Exception as e:
+        raise cfg.BuildError(f"cannot open data_dir {path}: {e}") from e
+    if not os.access(path, os.R_OK | os.W_OK | os.X_OK):
+        raise cfg.BuildError(f"data_dir {path} is not readable and writable")
+    return store
+
+
+
+
+def resync_events(store: SessionStore, old_metas: list[Meta], now_ms: int) -> list[Event]:
+    """The new store's state as events: deletes for sessions that vanished,
+    then per session its creation, every entry, and each streamed entry's
+    current revision."""
+    metas = store.list_metas()
+    current = {m["session_id"] for m in metas}
+    out: list[Event] = [ev.deleted(m["session_id"], now_ms, m.get("metadata"))
+                        for m in old_metas if m["session_id"] not in current]
+    for meta in metas:
+        sid = meta["session_id"]
+        metadata = meta.get("metadata")
+        out.append(ev.created(meta))
+        for entry in store.entries(sid):
+            # Added for every entry (an observer may never have seen it), then
+            # the current revision for streamed ones, so highest-revision wins.
+            out.append(ev.message_added(sid, entry, metadata))
+            if entry.get("kind") == "message" and entry.get("revision", 0) > 0:
+                out.append(ev.message_updated(sid, entry, entry.get("origin"), entry["timestamp"], metadata))
+    return out
