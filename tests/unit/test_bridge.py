@@ -32,47 +32,13 @@ from session_manager.ids import SequentialIds
 from session_manager.store import FsStore
 from session_manager.store import _protocol as sp
 from session_manager.store._encoding import encode_id
-from session_manager.store.base import Commit
+from session_manager.store.base import Commit, SessionStore
 from session_manager.store.bridge import BridgeStore
 from session_manager.testing import FakeConnection, FakeEngine
-from tests.unit.test_store_conformance import custom as custom_entry
-from tests.unit.test_store_conformance import message as message_entry
-from tests.unit.test_store_conformance import meta as meta_of
-from tests.unit.test_store_conformance import (  # the adapter contract, run over the bridge too
-    test_append_commit_stores_entry_leaf_and_meta,
-    test_attachment_listing_and_delete,
-    test_attachment_meta_is_taken_after_the_chunks,
-    test_attachment_overwrite_is_last_wins,
-    test_attachment_round_trip,
-    test_delete_session_removes_everything,
-    test_delete_unknown_session_is_harmless,
-    test_empty_attachment,
-    test_entry_rewrite_is_last_wins,
-    test_failing_chunks_leave_nothing,
-    test_hostile_session_ids_are_ordinary_keys,
-    test_leaf_may_be_a_custom_entry,
-    test_meta_only_commit_creates_the_session,
-    test_meta_rewrite_is_last_wins,
-    test_multi_entry_commit_chains_in_one_mutation,
-    test_path_follows_a_branch_switch,
-    test_path_to_any_entry_and_to_nothing,
-    test_recreated_session_starts_empty,
-    test_sessions_are_independent,
-    test_unknown_session_reads_as_absent,
-    three,
-)
-
-CONFORMANCE = (
-    test_append_commit_stores_entry_leaf_and_meta, test_attachment_listing_and_delete,
-    test_attachment_meta_is_taken_after_the_chunks, test_attachment_overwrite_is_last_wins,
-    test_attachment_round_trip, test_delete_session_removes_everything, test_delete_unknown_session_is_harmless,
-    test_empty_attachment, test_entry_rewrite_is_last_wins, test_failing_chunks_leave_nothing,
-    test_hostile_session_ids_are_ordinary_keys, test_leaf_may_be_a_custom_entry,
-    test_meta_only_commit_creates_the_session, test_meta_rewrite_is_last_wins,
-    test_multi_entry_commit_chains_in_one_mutation, test_path_follows_a_branch_switch,
-    test_path_to_any_entry_and_to_nothing, test_recreated_session_starts_empty, test_sessions_are_independent,
-    test_unknown_session_reads_as_absent, three,
-)  # imported for collection: each runs here against a BridgeStore
+from tests.unit.store_contract import StoreContract
+from tests.unit.store_contract import custom as custom_entry
+from tests.unit.store_contract import message as message_entry
+from tests.unit.store_contract import meta as meta_of
 
 START_MS = 1_000_000
 MAIN_URL = "ws://main-engine:49134"
@@ -162,15 +128,29 @@ def records(data_dir: Path, session_id: str) -> list[dict[str, Any]]:
 # -- the BridgeStore over a main: the adapter contract -------------------------------------
 
 
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[BridgeStore]:
-    """Overrides the conformance suite's adapters: a BridgeStore over an fs main."""
+def open_bridge_store(tmp_path: Path) -> Iterator[BridgeStore]:
+    """A BridgeStore over an fs main (its files under ``tmp_path/data``) on a fake engine."""
     fake = FakeEngine()
     main = IIIHost(fake, parse_config(fs_value(tmp_path / "data")), ids=SequentialIds(),
                    clock=ManualClock(START_MS))
     main.register()
     yield BridgeStore(fake.connection(), 700)
     main.close()
+
+
+class TestBridgeStore(StoreContract):
+    """The adapter contract, over the bridge."""
+
+    def open_store(self, tmp_path: Path) -> Iterator[SessionStore]:
+        yield from open_bridge_store(tmp_path)
+
+    def reopened(self, tmp_path: Path) -> list[SessionStore]:
+        return [FsStore(tmp_path / "data")]  # what the main wrote
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[BridgeStore]:
+    yield from open_bridge_store(tmp_path)
 
 
 def test_bridge_store_maps_each_method_to_the_protocol(store: BridgeStore, tmp_path: Path) -> None:

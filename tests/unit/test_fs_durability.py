@@ -24,7 +24,7 @@ from session_manager.errors import SessionError, StoreError
 from session_manager.ids import SequentialIds
 from session_manager.store import Commit, FsStore
 from session_manager.store._records import decode_record, encode_commit
-from tests.unit.test_store_conformance import T0, attachment, message, meta
+from tests.unit.store_contract import T0, attachment, message, meta
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ import pytest
 from session_manager.errors import UnstorableValue
 from session_manager.store import Commit
 from session_manager.store._records import decode_record, encode_commit
-from tests.unit.test_store_conformance import custom, message, meta
+from tests.unit.store_contract import custom, message, meta
 
 
 def lines(data: bytes) -> list[dict[str, Any]]:
