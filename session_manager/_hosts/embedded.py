@@ -89,7 +89,7 @@ class SessionManager(TypedMethods):
         if self._closed:
             raise RuntimeError("this session manager is closed")
         function = BY_ID.get(function_id)
-        if function is None:
+        if function is None or function.handler is None:
             raise LookupError(f"no function {function_id!r}")
         # A private copy: what is stored must not change when the caller
         # later changes the dicts it passed in.

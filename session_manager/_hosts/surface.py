@@ -1,6 +1,7 @@
 """The one table describing the function surface.
 
-Each row names a function, the service method that handles it, its request
+Each row names a function, the service method that handles it (none for an
+event function), its request
 and response models, a description, and how it is exposed. Both hosts (the
 embedded one and the iii worker) register from this table; nothing is
 declared twice.
@@ -24,7 +25,9 @@ from ..mentions import sessions as mention_sessions
 @dataclass(frozen=True)
 class Function:
     id: str
-    handler: Callable[[SessionService, Any], Result]
+    # The service method serving it; None for an event function (the host
+    # answers those itself: an event function's output is its input).
+    handler: Callable[[SessionService, Any], Result] | None
     request: type[BaseModel]
     response: type[BaseModel]
     description: str
@@ -134,11 +137,6 @@ FUNCTIONS: tuple[Function, ...] = (
 BY_ID: dict[str, Function] = {f.id: f for f in FUNCTIONS}
 
 
-def _echo(service: SessionService, event: Any) -> Result:
-    """An event function's handler: the event it is called with is its output."""
-    return event, []
-
-
 _EVENT_DESCRIPTIONS: dict[str, str] = {
     ev.ON_CREATED: "A session was created (create / ensure / fork).",
     ev.ON_MESSAGE_ADDED: "An entry was appended.",
@@ -151,7 +149,7 @@ _EVENT_DESCRIPTIONS: dict[str, str] = {
 # The six event functions: private (only this worker calls them), no args;
 # observe them with filters on input.* to receive the events.
 EVENT_SURFACE: tuple[Function, ...] = tuple(
-    Function(fid, _echo, ev.EVENT_MODELS[fid], ev.EVENT_MODELS[fid],
+    Function(fid, None, ev.EVENT_MODELS[fid], ev.EVENT_MODELS[fid],
              f"Event: {_EVENT_DESCRIPTIONS[fid]} Observe it; only session-manager calls it.",
              private=True)
     for fid in ev.EVENT_FUNCTIONS

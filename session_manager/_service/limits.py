@@ -7,8 +7,7 @@ applies to the next call without re-registering anything.
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass, replace
-from typing import Any
+from dataclasses import dataclass
 
 DEFAULT_LIST_LIMIT = 50
 MAX_LIST_LIMIT = 500
@@ -40,8 +39,3 @@ class LimitsCell:
     def set(self, limits: Limits) -> None:
         with self._lock:
             self._limits = limits
-
-    def update(self, **changes: Any) -> Limits:
-        with self._lock:
-            self._limits = replace(self._limits, **changes)
-            return self._limits

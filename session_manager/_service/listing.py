@@ -23,7 +23,7 @@ class Listing(ServiceCore):
             metas = [m for m in metas if _metadata_matches(want, m.get("metadata"))]
         key_field = "updated_at" if order == "updated_desc" else "created_at"
         descending = order != "created_asc"
-        keyed = sorted(((m[key_field], m["session_id"]), m) for m in metas) if metas else []
+        keyed = sorted(((m[key_field], m["session_id"]), m) for m in metas)
         if descending:
             keyed.reverse()
         start = 0
@@ -36,7 +36,7 @@ class Listing(ServiceCore):
                     break
         page = keyed[start : start + limit]
         next_cursor = None
-        if start + limit < len(keyed) and page:
+        if start + limit < len(keyed):  # limit >= 1, so the page is not empty
             (k, sid), _ = page[-1]
             next_cursor = cursors.list_cursor(order, k, sid)
         return build[api.ListResponse](sessions=[m for _, m in page], next_cursor=next_cursor), []

@@ -46,7 +46,7 @@ class Reads(ServiceCore):
             start = i + 1
         found, more = find_positions(path, keep, start, self._limit(req.limit))
         image_data = req.include_image_data is not False
-        next_cursor = cursors.entry_cursor(path[found[-1]]["id"]) if more and found else None
+        next_cursor = cursors.entry_cursor(path[found[-1]]["id"]) if more else None
         items = [item(path[i], image_data=image_data) for i in found]
         return build[api.MessagesResponse](messages=items, next_cursor=next_cursor), []
 
@@ -93,7 +93,7 @@ class Reads(ServiceCore):
         limit = self._limit(req.limit)
         chosen = selection[start : start + limit]
         image_data = req.include_image_data is not False
-        more = start + limit < len(selection) and len(chosen)
+        more = start + limit < len(selection)  # limit >= 1, so chosen is not empty
         next_cursor = cursors.entry_cursor(path[chosen[-1]]["id"]) if more else None
         items = [item(path[i], image_data=image_data) for i in chosen]
         return build[api.MessagesRangeResponse](messages=items, next_cursor=next_cursor), []

@@ -174,7 +174,7 @@ class IIIHost:
         store protocol, session functions, then the configuration pair. All of
         them in either mode, so an fs<->bridge reload needs no registration."""
         for f in EVENT_SURFACE:
-            self._register(f, self._event_handler(f), observe=self.emitter.hooks(f.id))
+            self._register(f, self._echo, observe=self.emitter.hooks(f.id))
         self.refs[sp.ON_EVENTS] = self.client.register_function(
             sp.ON_EVENTS, self._echo,
             description=ss.ON_EVENTS_DESCRIPTION,
@@ -257,11 +257,14 @@ class IIIHost:
                             self._users.get(key, 0), timeout_s)
 
     def _handler(self, f: Function) -> Any:
+        serve = f.handler
+        assert serve is not None, f"{f.id} is an event function"
+
         def handle(data: Any) -> Any:
             payload = strip_caller(data)
             with self._call() as runtime:
                 request = parse_request(f.request, payload)
-                response, events = f.handler(runtime.service, request)
+                response, events = serve(runtime.service, request)
                 # Handed on inside the call, so shutdown (which waits for calls)
                 # never stops the emitter before these events are queued.
                 self.deliver(runtime, events)
@@ -270,14 +273,9 @@ class IIIHost:
         handle.__name__ = f"handle_{f.id.replace('::', '_').replace('-', '_')}"
         return handle
 
-    def _event_handler(self, f: Function) -> Any:
-        def handle(data: Any) -> Any:
-            return strip_caller(data)
-
-        return handle
-
     @staticmethod
     def _echo(data: Any) -> Any:
+        """An event function's handler: the event it is called with is its output."""
         return strip_caller(data)
 
     @contextlib.contextmanager

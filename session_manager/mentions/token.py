@@ -45,10 +45,6 @@ class MentionRef:
     id: str
     token: str
 
-    def key(self) -> tuple[str, str]:
-        """What two tokens share when they name one item, however escaped."""
-        return (self.name, self.id)
-
 
 def is_valid_name(name: str) -> bool:
     """Whether ``name`` may be a token (and provider) name."""

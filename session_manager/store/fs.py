@@ -220,8 +220,8 @@ class FsStore(StateBackedStore):
         return metas
 
     def _peek_meta(self, session_id: str) -> Meta | None:
-        """The last meta a file holds, read from its end: listing never needs
-        the entries, so it never replays them."""
+        """The newest committed meta a file holds: the file is read whole and
+        scanned from its last line back; listing never applies the entries."""
         path = self.file_path(session_id)
         try:
             data = path.read_bytes()
