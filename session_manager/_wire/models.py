@@ -190,25 +190,27 @@ class CustomPayload(Wire):
 # --------------------------------------------------------------------------
 
 
-class MessageEntry(Wire):
+class _EntryHeader(Wire):
+    """What every entry carries; ``kind`` is narrowed by each variant (its
+    position, first, is kept: the stored key order depends on it)."""
+
     _keep_null = frozenset({"parent_id"})  # null marks a root; stored entries always carry it
-    kind: Literal["message"]
+    kind: str
     id: str
     parent_id: str | None = None
     timestamp: Int64
     revision: UInt64 = 0
     origin: JsonObject | None = None
+
+
+class MessageEntry(_EntryHeader):
+    kind: Literal["message"]
     message: AgentMessage
 
 
-class CustomEntry(Wire):
+class CustomEntry(_EntryHeader):
     _keep_null = frozenset({"parent_id", "data"})
     kind: Literal["custom"]
-    id: str
-    parent_id: str | None = None
-    timestamp: Int64
-    revision: UInt64 = 0
-    origin: JsonObject | None = None
     custom_type: str
     data: Any = None
 
