@@ -22,19 +22,13 @@ from iii import InvocationError, ObserveHooks, TriggerAction
 
 from session_manager._bus import Bus
 from session_manager.testing import FakeEngine, ManualClock, SequentialIds, serve
+from tests.steps.engine_steps import wait_for
 
 WAIT_S = 10.0
 
 
 def eventually(predicate: Callable[[], Any], what: str, timeout: float = WAIT_S) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not within {timeout}s")
-        time.sleep(0.02)
+    return wait_for(predicate, timeout=timeout, what=what)
 
 
 @dataclass
