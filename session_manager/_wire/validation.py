@@ -7,6 +7,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from .._bus import CALLER_KEY
 from ..errors import invalid_request
 
 M = TypeVar("M", bound=BaseModel)
@@ -39,7 +40,6 @@ def parse_request(model: type[M], payload: Any) -> M:
         raise invalid_request(describe(e)) from None
 
 
-CALLER_KEY = "_caller_worker_id"  # injected by the iii engine into every call's payload
 
 
 def reject_unknown_keys(model: type[BaseModel], payload: Any) -> None:

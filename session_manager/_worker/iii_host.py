@@ -38,7 +38,7 @@ from .._service.limits import LimitsCell
 from .._service.service import SessionService, storage_errors
 from .._wire.events import Event
 from .._wire.shape import build
-from .._wire.validation import CALLER_KEY, parse_request
+from .._wire.validation import parse_request
 from ..clock import Clock, SystemClock
 from ..errors import STORAGE, SessionError
 from ..ids import IdGen, UuidIds
