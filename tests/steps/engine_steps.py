@@ -215,6 +215,9 @@ class Bus:
     def start_process(self, data_dir: Path) -> None:
         from iii import InvocationError
 
+        from session_manager._bus import classify
+        from session_manager.errors import NotFound, Unavailable
+
         value = {"adapter": {"name": "fs", "config": {"data_dir": str(data_dir)}}}
         try:
             self.caller.trigger({"function_id": "configuration::get", "payload": {"id": "session-manager"},
@@ -224,9 +227,10 @@ class Bus:
                                  "payload": {"id": "session-manager", "value": value},
                                  "timeout_ms": CALL_TIMEOUT_MS})
         except InvocationError as e:
-            if e.code == "function_not_found":
-                pytest.skip(f"the engine at {self.url} has no configuration worker")
-            if "not_found" not in f"{e.code} {e.message}".lower():
+            failure = classify(e)
+            if isinstance(failure, Unavailable):
+                pytest.skip(f"the engine at {self.url} has no configuration worker ({e})")
+            if not isinstance(failure, NotFound):  # nothing stored yet: the seed applies
                 raise
         seed = self.tmp / "seed.yaml"
         seed.write_text(json.dumps(value))  # JSON is YAML
