@@ -18,20 +18,24 @@ def text(t: str) -> list[dict[str, Any]]:
     return [{"type": "text", "text": t}]
 
 
-def run(data_dir: Path) -> list[tuple[str, Any, Any, list[Any]]]:
-    """Runs the script; returns ``(function_id, payload, response, events)`` per call."""
+Call = tuple[str, Any, Any, list[Any], list[str]]
+
+
+def run(data_dir: Path) -> list[Call]:
+    """Runs the script; per call ``(function_id, payload, response, event payloads,
+    the event function of each)``."""
     clock = ManualClock(1_000)
-    calls: list[tuple[str, Any, Any, list[Any]]] = []
+    calls: list[Call] = []
     with session_manager.open(data_dir, ids=SequentialIds(), clock=clock) as sm:
-        events: list[Any] = []
+        events: list[tuple[str, Any]] = []
         for fid in session_manager.EVENT_FUNCTIONS:
-            sm.observe({"function_id": fid}, events.append)
+            sm.observe({"function_id": fid}, lambda event, fid=fid: events.append((fid, event)))
 
         def call(fid: str, payload: dict[str, Any]) -> Any:
             clock.advance(5)
             events.clear()
             out = sm.call(fid, payload)
-            calls.append((fid, payload, out, list(events)))
+            calls.append((fid, payload, out, [e for _, e in events], [f for f, _ in events]))
             return out
 
         sid = call("session::create", {"title": "Weather", "metadata": {"owner": "u_1", "n": 3, "f": 1.5}})[

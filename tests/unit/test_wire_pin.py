@@ -13,16 +13,17 @@ import json
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
 
-from tests.unit.scripted import run
+from session_manager._hosts.surface import BY_ID
+from session_manager._wire.events import EVENT_MODELS
+from tests.unit.scripted import Call, run
 
 GOLDEN = Path(__file__).parent / "golden" / "scripted_calls.jsonl"
 
 
-def lines(calls: list[tuple[str, Any, Any, list[Any]]]) -> list[str]:
+def lines(calls: list[Call]) -> list[str]:
     return [json.dumps({"function_id": fid, "response": out, "events": events}, ensure_ascii=False)
-            for fid, _payload, out, events in calls]
+            for fid, _payload, out, events, _event_functions in calls]
 
 
 def test_every_response_and_event_of_the_script_is_pinned(tmp_path: Path) -> None:
@@ -32,6 +33,16 @@ def test_every_response_and_event_of_the_script_is_pinned(tmp_path: Path) -> Non
     assert len(got) == len(expected)
     for mine, pinned in zip(got, expected, strict=True):
         assert mine == pinned
+
+
+def test_every_response_and_event_is_what_its_model_describes(tmp_path: Path) -> None:
+    # Prevents: a response or event drifting from the model its schema is registered from.
+    for fid, _payload, out, events, event_functions in run(tmp_path / "data"):
+        function = BY_ID[fid]
+        if out is not None or not function.nullable:
+            function.response.model_validate(out)
+        for event_function, event in zip(event_functions, events, strict=True):
+            EVENT_MODELS[event_function].model_validate(event)
 
 
 if __name__ == "__main__":
