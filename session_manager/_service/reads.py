@@ -7,6 +7,7 @@ from .._wire.models import MessageEntry
 from .._wire.shape import build, edit
 from ..errors import INVALID_CURSOR, SessionError, invalid_request
 from ..store.base import Entry
+from ..store.path import EntryPath
 from .core import Result, ServiceCore
 from .storage_errors import storage_errors
 from .transcript import find_positions, item, role_of, without_image_data
@@ -52,37 +53,19 @@ class Reads(ServiceCore):
 
     def messages_range(self, req: api.MessagesRangeRequest) -> Result:
         session_id = req.session_id
-        span = req.from_entry_id is not None or req.to_entry_id is not None
         with storage_errors():
             self._meta_or_raise(session_id)
-            if span == (req.entry_ids is not None) or (
-                span and (req.from_entry_id is None or req.to_entry_id is None)
-            ):
-                raise invalid_request(
-                    "from_entry_id, to_entry_id, entry_ids: exactly one selector is required: "
-                    "from_entry_id + to_entry_id, or entry_ids"
-                )
+            span = _range_span(req)
             path = self._path(session_id, self.store.get_leaf(session_id))
-
-            def on_path(entry_id: str) -> int:
-                i = path.index_of(entry_id)
-                if i is None:
-                    self._entry_or_raise(session_id, entry_id)
-                    raise SessionError(INVALID_CURSOR, f"entry {entry_id} is not on the active path")
-                return i
-
-            if span:
-                assert req.from_entry_id is not None and req.to_entry_id is not None
-                lo, hi = on_path(req.from_entry_id), on_path(req.to_entry_id)
+            if span is not None:
+                lo, hi = (self._on_path(path, session_id, eid) for eid in span)
                 if lo > hi:
                     raise invalid_request(
-                        f"from_entry_id {req.from_entry_id} comes after to_entry_id "
-                        f"{req.to_entry_id} on the active path"
-                    )
+                        f"from_entry_id {span[0]} comes after to_entry_id {span[1]} on the active path")
                 selection: list[int] | range = range(lo, hi + 1)
             else:
                 assert req.entry_ids is not None
-                selection = sorted({on_path(eid) for eid in req.entry_ids})
+                selection = sorted({self._on_path(path, session_id, eid) for eid in req.entry_ids})
         start = 0
         if req.cursor is not None:
             after = path.index_of(cursors.decode_entry_cursor(req.cursor))
@@ -97,6 +80,14 @@ class Reads(ServiceCore):
         next_cursor = cursors.entry_cursor(path[chosen[-1]]["id"]) if more else None
         items = [item(path[i], image_data=image_data) for i in chosen]
         return build[api.MessagesRangeResponse](messages=items, next_cursor=next_cursor), []
+
+    def _on_path(self, path: EntryPath, session_id: str, entry_id: str) -> int:
+        """The entry's index on ``path``; an unknown entry is entry_not_found, an off-path one invalid_cursor."""
+        i = path.index_of(entry_id)
+        if i is None:
+            self._entry_or_raise(session_id, entry_id)
+            raise SessionError(INVALID_CURSOR, f"entry {entry_id} is not on the active path")
+        return i
 
     def get_message(self, req: api.GetMessageRequest) -> Result:
         with storage_errors():
@@ -118,3 +109,16 @@ def _bisect(seq: list[int] | range, value: int) -> int | None:
         else:
             hi = mid
     return lo if lo < len(seq) and seq[lo] == value else None
+
+
+def _range_span(req: api.MessagesRangeRequest) -> tuple[str, str] | None:
+    """``(from, to)`` for a span request, ``None`` for an id list; anything else is invalid."""
+    span = req.from_entry_id is not None or req.to_entry_id is not None
+    if span == (req.entry_ids is not None) or (span and (req.from_entry_id is None or req.to_entry_id is None)):
+        raise invalid_request(
+            "from_entry_id, to_entry_id, entry_ids: exactly one selector is required: "
+            "from_entry_id + to_entry_id, or entry_ids"
+        )
+    if req.from_entry_id is not None and req.to_entry_id is not None:
+        return req.from_entry_id, req.to_entry_id
+    return None
