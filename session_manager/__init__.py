@@ -10,8 +10,10 @@ Embedded use::
 
 What ``__all__`` lists is the public API; so are the modules
 :mod:`session_manager.errors`, :mod:`~session_manager.clock`,
-:mod:`~session_manager.ids`, :mod:`~session_manager.store` and
-:mod:`~session_manager.testing`. Modules and packages whose names start
+:mod:`~session_manager.ids`, :mod:`~session_manager.store`,
+:mod:`~session_manager.testing`, :mod:`~session_manager.types`,
+:mod:`~session_manager.messages`, :mod:`~session_manager.aio` and
+:mod:`~session_manager.adapters`. Modules and packages whose names start
 with ``_`` are implementation and may change in any release.
 """
 
