@@ -196,3 +196,32 @@ def test_serve_puts_session_manager_on_the_fake_for_an_application(tmp_path: Pat
     finally:
         host.close()
         app.shutdown()
+
+
+def test_the_sdk_wrapper_waits_refuses_and_shuts_down_twice() -> None:
+    # Prevents: a second shutdown hanging on the stopped loop, or a refused worker logged without the reason
+    # (both once read from SDK privates).
+    from session_manager._worker.sdk import SdkBus
+
+    url = os.environ.get("III_ENGINE_WS_URL")
+    if not url:
+        pytest.skip("no engine: set III_ENGINE_WS_URL (e.g. the iii stand-in) to run the SDK wrapper's test")
+    name = f"double-tests-twin-{uuid.uuid4().hex[:8]}"
+    first = SdkBus(url, worker_name=name, telemetry=False)
+    try:
+        if not first.wait_connected(timeout_s=5):
+            pytest.skip(f"no iii engine answers at {url}")
+        second = SdkBus(url, worker_name=name, telemetry=False)  # the same name: the engine refuses it
+        try:
+            second.wait_connected(timeout_s=10)  # the rejection may follow the connection
+            eventually(lambda: second.connection_state() == "failed", "the engine refusing the twin")
+            assert second.wait_connected(timeout_s=1) is False  # a failed client never connects
+            assert second.refusal().startswith("WORKER_NAMESPACE_CONFLICT: worker ")
+        finally:
+            second.shutdown()
+        started = time.monotonic()
+        second.shutdown()  # a second call returns at once
+        assert time.monotonic() - started < 1.0
+    finally:
+        first.shutdown()
+        first.shutdown()
