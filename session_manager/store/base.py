@@ -22,8 +22,9 @@ from __future__ import annotations
 import contextlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Collection, Iterable, Iterator
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ContextManager, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .path import Entry as Entry
 from .path import EntryPath
@@ -78,7 +79,7 @@ class SessionStore(ABC):
 
     # -- transactions and events across instances -------------------------------
 
-    def mutation(self, session_ids: Collection[str]) -> ContextManager[None]:
+    def mutation(self, session_ids: Collection[str]) -> AbstractContextManager[None]:
         """One mutation of ``session_ids``: all or nothing, serialized per session."""
         return contextlib.nullcontext()
 

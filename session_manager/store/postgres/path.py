@@ -22,6 +22,7 @@ from ...errors import StoreError
 from ...transcript import EntryPath
 from ..base import Entry
 from ..records import loads
+from .keys import key, unkey
 
 if TYPE_CHECKING:
     from .store import PostgresStore
@@ -86,14 +87,16 @@ class PgPath(EntryPath):
         if depth is None:
             try:
                 rows = self._store._rows(
-                    "SELECT depth FROM entries WHERE session_id = %s AND entry_id = %s", (self._session, entry_id)
+                    "SELECT depth FROM entries WHERE session_id = %s AND entry_id = %s",
+                    (key(self._session), key(entry_id)),
                 )
             except StoreError as e:
                 raise self._store.storage_error(e) from None
             if not rows or rows[0][0] > self._top:
                 return None
             depth = rows[0][0]
-            self[depth]  # noqa: B018 - fetches the window holding the path's entry at that depth
+            if depth not in self._by_depth:
+                self._fetch_around(depth)  # the window holding the path's entry at that depth
         found = self._by_depth.get(depth)
         return depth if found is not None and found[0] == entry_id else None
 
@@ -112,9 +115,10 @@ class PgPath(EntryPath):
         # Walk from the nearest entry already read above the window (else the leaf).
         start = cached[above][0] if above is not None else self._leaf_id
         try:
-            rows = self._store._rows(_WINDOW_SQL, {"s": self._session, "start": start, "a": lo, "b": hi})
+            rows = self._store._rows(_WINDOW_SQL, {"s": key(self._session), "start": key(start), "a": lo, "b": hi})
         except StoreError as e:
             raise self._store.storage_error(e) from None
         for entry_id, depth, body in rows:
-            cached[depth] = (entry_id, loads(body.encode("utf-8")))
-            self._depth_of[entry_id] = depth
+            eid = unkey(entry_id)
+            cached[depth] = (eid, loads(body.encode("utf-8")))
+            self._depth_of[eid] = depth

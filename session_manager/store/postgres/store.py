@@ -40,6 +40,7 @@ from ..base import AttachmentMeta, Commit, Entry, EventSink, Meta, SessionStore
 from ..records import _line as encode_json
 from ..records import loads
 from . import schema
+from .keys import key, unkey
 from .secrets import redact, safe_dsn
 
 log = logging.getLogger("session_manager.store.postgres")
@@ -177,7 +178,7 @@ class PostgresStore(SessionStore):
 
     def _rows(self, query: str | sql.Composed, params: Any = None) -> list[tuple[Any, ...]]:
         with self._conn() as conn:
-            return conn.execute(query, params).fetchall()  # type: ignore[arg-type]
+            return conn.execute(query, params).fetchall()
 
     # -- transactions ---------------------------------------------------------------
 
@@ -218,7 +219,7 @@ class PostgresStore(SessionStore):
         # Sorted, so two mutations taking several locks never deadlock.
         for sid in sorted(set(session_ids) - tx.locked):
             try:
-                tx.conn.execute(f"SELECT pg_advisory_xact_lock({lock_key_sql()})", (sid,))
+                tx.conn.execute(f"SELECT pg_advisory_xact_lock({lock_key_sql()})", (key(sid),))
             except psycopg.Error as e:
                 raise self._fail(e) from None
             tx.locked.add(sid)
@@ -267,8 +268,8 @@ class PostgresStore(SessionStore):
     # -- sessions and entries ------------------------------------------------------
 
     def get_meta(self, session_id: str) -> Meta | None:
-        rows = self._rows("SELECT meta FROM sessions WHERE session_id = %s AND meta IS NOT NULL", (session_id,))
-        return loads(rows[0][0].encode("utf-8")) if rows else None  # type: ignore[no-any-return]
+        rows = self._rows("SELECT meta FROM sessions WHERE session_id = %s AND meta IS NOT NULL", (key(session_id),))
+        return loads(rows[0][0].encode("utf-8")) if rows else None
 
     def list_metas(self) -> list[Meta]:
         rows = self._rows("SELECT meta FROM sessions WHERE meta IS NOT NULL")
@@ -295,27 +296,31 @@ class PostgresStore(SessionStore):
             args = list(params)
             if cursor is not None:
                 query += f" AND ({column}, session_id) {cmp} (%s, %s)"
-                args += [cursor[0], cursor[1]]
+                args += [cursor[0], cursor[1]]  # the stored key, as the row gave it
             query += f" ORDER BY {column} {direction}, session_id {direction} LIMIT {LIST_BATCH}"
             rows = self._rows(query, args)
-            for text, key, sid in rows:
+            for text, sort_key, sid in rows:
                 yield loads(text.encode("utf-8"))
-                cursor = (key, sid)
+                cursor = (sort_key, sid)
             if len(rows) < LIST_BATCH:
                 return
 
     def get_entry(self, session_id: str, entry_id: str) -> Entry | None:
-        rows = self._rows("SELECT body FROM entries WHERE session_id = %s AND entry_id = %s", (session_id, entry_id))
-        return loads(rows[0][0].encode("utf-8")) if rows else None  # type: ignore[no-any-return]
+        rows = self._rows(
+            "SELECT body FROM entries WHERE session_id = %s AND entry_id = %s", (key(session_id), key(entry_id))
+        )
+        return loads(rows[0][0].encode("utf-8")) if rows else None
 
     def get_leaf(self, session_id: str) -> str | None:
-        rows = self._rows("SELECT leaf FROM sessions WHERE session_id = %s", (session_id,))
-        return rows[0][0] if rows else None  # type: ignore[no-any-return]
+        rows = self._rows("SELECT leaf FROM sessions WHERE session_id = %s", (key(session_id),))
+        return unkey(rows[0][0]) if rows and rows[0][0] is not None else None
 
     def path(self, session_id: str, leaf: str | None) -> EntryPath:
         if leaf is None:
             return EntryPath([], {})
-        rows = self._rows("SELECT depth FROM entries WHERE session_id = %s AND entry_id = %s", (session_id, leaf))
+        rows = self._rows(
+            "SELECT depth FROM entries WHERE session_id = %s AND entry_id = %s", (key(session_id), key(leaf))
+        )
         if not rows:
             return EntryPath([], {})
         from .path import PgPath
@@ -323,7 +328,7 @@ class PostgresStore(SessionStore):
         return PgPath(self, session_id, leaf, rows[0][0])
 
     def entries(self, session_id: str) -> list[Entry]:
-        rows = self._rows("SELECT body FROM entries WHERE session_id = %s ORDER BY seq", (session_id,))
+        rows = self._rows("SELECT body FROM entries WHERE session_id = %s ORDER BY seq", (key(session_id),))
         return [loads(r[0].encode("utf-8")) for r in rows]
 
     def commit(self, session_id: str, commit: Commit) -> None:
@@ -341,14 +346,18 @@ class PostgresStore(SessionStore):
                bodies: list[tuple[Entry, str]], meta_text: str | None) -> None:
         try:
             if bodies:
-                rows = _link(conn, session_id, [e for e, _ in bodies])
+                sid = key(session_id)
+                rows = _link(conn, sid, [e for e, _ in bodies])
                 with conn.cursor() as cur:
                     cur.executemany(
                         "INSERT INTO entries (session_id, entry_id, parent_id, depth, jump_id, jump_depth, body)"
                         " VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT (session_id, entry_id) DO UPDATE SET"
                         " parent_id = EXCLUDED.parent_id, depth = EXCLUDED.depth, jump_id = EXCLUDED.jump_id,"
                         " jump_depth = EXCLUDED.jump_depth, body = EXCLUDED.body",
-                        [(session_id, e["id"], e.get("parent_id"), *rows[e["id"]], text) for e, text in bodies],
+                        [
+                            (sid, key(e["id"]), _key_or_none(e.get("parent_id")), *rows[key(e["id"])], text)
+                            for e, text in bodies
+                        ],
                     )
             meta = commit.meta
             metadata = meta.get("metadata") if meta is not None else None
@@ -363,13 +372,13 @@ class PostgresStore(SessionStore):
                 " metadata = CASE WHEN %(has_meta)s THEN EXCLUDED.metadata ELSE s.metadata END,"
                 " leaf = CASE WHEN %(has_leaf)s THEN EXCLUDED.leaf ELSE s.leaf END",
                 {
-                    "sid": session_id,
+                    "sid": key(session_id),
                     "meta": meta_text,
                     "status": meta.get("status") if meta is not None else None,
                     "created": meta.get("created_at") if meta is not None else None,
                     "updated": meta.get("updated_at") if meta is not None else None,
                     "metadata": Jsonb(_sanitize(metadata)) if isinstance(metadata, dict) else None,
-                    "leaf": commit.leaf,
+                    "leaf": _key_or_none(commit.leaf),
                     "has_meta": meta is not None,
                     "has_leaf": commit.leaf is not None,
                 },
@@ -381,7 +390,7 @@ class PostgresStore(SessionStore):
         def run(conn: psycopg.Connection[Any]) -> None:
             for table in ("entries", "attachments", "sessions"):
                 conn.execute(
-                    sql.SQL("DELETE FROM {} WHERE session_id = %s").format(sql.Identifier(table)), (session_id,)
+                    sql.SQL("DELETE FROM {} WHERE session_id = %s").format(sql.Identifier(table)), (key(session_id),)
                 )
 
         self._in_tx(session_id, run)
@@ -406,25 +415,27 @@ class PostgresStore(SessionStore):
             conn.execute(
                 "INSERT INTO attachments (session_id, attachment_id, meta, data) VALUES (%s, %s, %s, %s)"
                 " ON CONFLICT (session_id, attachment_id) DO UPDATE SET meta = EXCLUDED.meta, data = EXCLUDED.data",
-                (meta["session_id"], meta["attachment_id"], text, data),
+                (key(meta["session_id"]), key(meta["attachment_id"]), text, data),
             )
 
         self._in_tx(meta["session_id"], run)
 
     def get_attachment_meta(self, session_id: str, attachment_id: str) -> AttachmentMeta | None:
         rows = self._rows(
-            "SELECT meta FROM attachments WHERE session_id = %s AND attachment_id = %s", (session_id, attachment_id)
+            "SELECT meta FROM attachments WHERE session_id = %s AND attachment_id = %s",
+            (key(session_id), key(attachment_id)),
         )
-        return loads(rows[0][0].encode("utf-8")) if rows else None  # type: ignore[no-any-return]
+        return loads(rows[0][0].encode("utf-8")) if rows else None
 
     def read_attachment(self, session_id: str, attachment_id: str) -> bytes | None:
         rows = self._rows(
-            "SELECT data FROM attachments WHERE session_id = %s AND attachment_id = %s", (session_id, attachment_id)
+            "SELECT data FROM attachments WHERE session_id = %s AND attachment_id = %s",
+            (key(session_id), key(attachment_id)),
         )
         return bytes(rows[0][0]) if rows else None
 
     def list_attachments(self, session_id: str) -> list[AttachmentMeta]:
-        rows = self._rows("SELECT meta FROM attachments WHERE session_id = %s", (session_id,))
+        rows = self._rows("SELECT meta FROM attachments WHERE session_id = %s", (key(session_id),))
         return [loads(r[0].encode("utf-8")) for r in rows]
 
     def delete_attachment(self, session_id: str, attachment_id: str) -> bool:
@@ -432,7 +443,8 @@ class PostgresStore(SessionStore):
 
         def run(conn: psycopg.Connection[Any]) -> None:
             cur = conn.execute(
-                "DELETE FROM attachments WHERE session_id = %s AND attachment_id = %s", (session_id, attachment_id)
+                "DELETE FROM attachments WHERE session_id = %s AND attachment_id = %s",
+                (key(session_id), key(attachment_id)),
             )
             found.append(cur.rowcount > 0)
 
@@ -453,6 +465,10 @@ class PostgresStore(SessionStore):
         return SessionError(STORAGE, str(self._fail(e)) if isinstance(e, psycopg.Error) else str(e))
 
 
+def _key_or_none(value: Any) -> str | None:
+    return key(value) if isinstance(value, str) else None
+
+
 def _link(conn: psycopg.Connection[Any], session_id: str, entries: list[Entry]) -> dict[str, tuple[Any, ...]]:
     """``(depth, jump_id, jump_depth)`` per entry: the skew-binary jump pointers
     (Myers' random-access lists) that find any ancestor in O(log depth) probes.
@@ -468,11 +484,11 @@ def _link(conn: psycopg.Connection[Any], session_id: str, entries: list[Entry]) 
             ).fetchall():
                 info.setdefault(eid, (depth, jump_id, jump_depth))
 
-    batch = {e["id"] for e in entries}
-    lookup([p for e in entries if isinstance(p := e.get("parent_id"), str) and p not in batch])
+    batch = {key(e["id"]) for e in entries}
+    lookup([key(p) for e in entries if isinstance(p := e.get("parent_id"), str) and key(p) not in batch])
     out: dict[str, tuple[Any, ...]] = {}
     for entry in entries:
-        eid, parent = entry["id"], entry.get("parent_id")
+        eid, parent = key(entry["id"]), _key_or_none(entry.get("parent_id"))
         if not isinstance(parent, str) or parent not in info:
             row = (0, eid, 0)  # a root (or an orphan: its path starts here, as walk_to_root has it)
         else:
