@@ -128,10 +128,18 @@ class Outbox:
         return self._listening.is_set()
 
     def close(self) -> None:
+        """Stop the listener (woken by an empty notification, not left to its poll)."""
         self._stop.set()
         thread = self._thread
-        if thread is not None:
-            thread.join(timeout=5.0)
+        if thread is None:
+            return
+        if self._listening.is_set():
+            try:
+                with psycopg.connect(self._store._conninfo, autocommit=True) as conn:
+                    conn.execute("SELECT pg_notify(%s, '')", (self._channel,))
+            except psycopg.Error:
+                pass  # the listener still stops at its next poll
+        thread.join(timeout=5.0)
 
     def _run(self) -> None:
         backoff = 0.1
@@ -147,10 +155,9 @@ class Outbox:
                     self._listening.set()
                     while not self._stop.is_set():
                         ids: list[int] = []
-                        for note in listen.notifies(timeout=POLL_S):
+                        # Back as soon as something arrives (with whatever came in the same packet).
+                        for note in listen.notifies(timeout=POLL_S, stop_after=1):
                             ids.extend(int(x) for x in note.payload.split(",") if x)
-                            if len(ids) >= 1000:
-                                break
                         if ids:
                             self._deliver(fetch, ids)
                         self._maybe_prune(fetch)
