@@ -18,7 +18,8 @@ transactions that took an id before others but committed after them). When
 it was away longer than the retention, those rows may be pruned: it resyncs
 instead (every session's state as events, as after an adapter swap), so
 observers may see duplicates then, never a gap. Rows older than the
-retention are pruned by every listener once a minute.
+retention are pruned by every listener once a minute (or once per
+retention, when that is shorter).
 """
 
 from __future__ import annotations
@@ -228,7 +229,7 @@ class Outbox:
 
     def _maybe_prune(self, fetch: psycopg.Connection[Any]) -> None:
         now = time.monotonic()
-        if now - self._last_prune < PRUNE_EVERY_S:
+        if now - self._last_prune < min(PRUNE_EVERY_S, self._retention_s):
             return
         self._last_prune = now
         fetch.execute(

@@ -75,7 +75,7 @@ class PostgresSettings:
             self.dsn,
             connect_timeout=seconds,
             options=f"-c statement_timeout={self.statement_timeout_ms} -c search_path={_quote_path(self.schema)}",
-            application_name="session-manager",
+            application_name=f"session-manager:{self.schema}"[:63],  # tests find their backends by it
         )
 
 
@@ -253,13 +253,23 @@ class PostgresStore(SessionStore):
         if tx is None:
             if not events:
                 return response, events
-            tx = self._begin()  # events without a mutation (none today): a transaction of their own
+            try:
+                tx = self._begin()  # events without a mutation (none today): a transaction of their own
+            except StoreError as e:
+                raise self.storage_error(e) from None
+        # Past the service's error mapping: failures here are the caller's session/storage.
         try:
             self.outbox.record(tx.conn, events)
+        except psycopg.Error as e:
+            self._end(tx, commit=False)
+            raise self.storage_error(e) from None
         except BaseException:
             self._end(tx, commit=False)
             raise
-        self._end(tx, commit=True)
+        try:
+            self._end(tx, commit=True)
+        except StoreError as e:
+            raise self.storage_error(e) from None
         return response, events
 
     def subscribe(self, sink: EventSink) -> Callable[[], None]:
