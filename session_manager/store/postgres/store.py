@@ -92,10 +92,14 @@ def lock_key_sql() -> str:
 
 def _sanitize(value: Any) -> Any:
     """A jsonb-storable image of a JSON value: NUL (which jsonb refuses) mapped
-    to U+FFFD in strings and keys. Applied to stored metadata and to filters
-    alike, so equal values still contain each other; the service rechecks."""
+    to U+FFFD in strings and keys, integral floats as the exact integer they
+    are (so ``2**70`` and ``1.1805916207174113e+21`` meet, as the service's rule
+    has it). Applied to stored metadata and to filters alike, so values the
+    service calls equal contain each other; the service rechecks the rest."""
     if isinstance(value, str):
         return value.replace("\x00", "\ufffd")
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
     if isinstance(value, dict):
         return {_sanitize(k): _sanitize(v) for k, v in value.items()}
     if isinstance(value, list):
