@@ -160,6 +160,11 @@ def test_an_unreachable_server_fails_cleanly_without_the_password() -> None:
         build_store(parse_config(pg_value("x", dsn)))
     assert SECRET not in str(built.value)
     assert SECRET not in parse_config(pg_value("x", dsn)).adapter_label()
+    for broken in (f"postgresql://app:{SECRET}@127.0.0.1:1/test?bogus=1", f"host=127.0.0.1 password={SECRET} oops"):
+        with pytest.raises(StoreError) as err:
+            PostgresStore(PostgresSettings(dsn=broken))
+        assert SECRET not in str(err.value) and "dsn" in str(err.value)
+        assert SECRET not in parse_config(pg_value("x", broken)).adapter_label()
 
 
 def test_pool_exhaustion_is_a_bounded_wait(schema: str) -> None:

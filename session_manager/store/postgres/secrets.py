@@ -33,7 +33,13 @@ def safe_dsn(dsn: str) -> str:
 
 
 def redact(text: str, dsn: str) -> str:
-    """``text`` with the DSN and its password masked wherever they appear."""
+    """``text`` with the DSN and its password masked wherever they appear
+    (a DSN that does not parse may be quoted in pieces: the text is withheld)."""
+    if dsn:
+        try:
+            conninfo.conninfo_to_dict(dsn)
+        except Exception:
+            return "the configured dsn does not parse (details withheld: they may quote its password)"
     out = text.replace(dsn, safe_dsn(dsn)) if dsn else text
     secret = password_of(dsn)
     if secret:

@@ -132,9 +132,9 @@ class PostgresStore(SessionStore):
         self.instance = uuid.uuid4().hex
         self._local = _Local()
         self._closed = False
-        conninfo = settings.conninfo()
-        self._conninfo = conninfo
         try:
+            conninfo = settings.conninfo()
+            self._conninfo = conninfo
             with psycopg.connect(conninfo, autocommit=True) as conn:
                 schema.migrate(conn, settings.schema)
         except psycopg.Error as e:
