@@ -35,8 +35,8 @@ from psycopg import sql  # noqa: E402
 
 import session_manager  # noqa: E402
 from session_manager.store import Commit, FsStore  # noqa: E402
+from session_manager.store._records import _line  # noqa: E402
 from session_manager.store.postgres import PostgresSettings, PostgresStore  # noqa: E402
-from session_manager.store.records import _line  # noqa: E402
 
 DSN = os.environ.get("SESSION_MANAGER_TEST_POSTGRES", "postgresql://127.0.0.1:5432/test")
 Row = tuple[str, str, str, str]

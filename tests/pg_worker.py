@@ -18,7 +18,7 @@ import time
 from typing import Any
 
 import session_manager
-from session_manager.events import EVENT_FUNCTIONS
+from session_manager._wire.events import EVENT_FUNCTIONS
 from tests import pg_support
 
 

@@ -190,7 +190,7 @@ def open(
         if data_dir is None:
             raise ValueError("open() needs a data_dir or a store")
         if isinstance(data_dir, str) and data_dir.startswith(("postgresql://", "postgres://")):
-            from .store.postgres.build import open_dsn  # the optional extra
+            from ..store.postgres.build import open_dsn  # the optional extra
 
             store = open_dsn(data_dir)
         else:

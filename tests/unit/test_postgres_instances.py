@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 import session_manager
-from session_manager.events import ON_MESSAGE_ADDED
+from session_manager._wire.events import ON_MESSAGE_ADDED
 from tests import pg_support
 
 pytestmark = pytest.mark.postgres

@@ -13,11 +13,11 @@ import orjson
 import pytest
 
 import session_manager
-from session_manager import events as ev
-from session_manager.config import parse_config
-from session_manager.configuration import BuildError
+from session_manager._wire import events as ev
+from session_manager._worker.config_client import BuildError
+from session_manager._worker.config_value import parse_config
+from session_manager._worker.iii_host import build_store
 from session_manager.errors import StoreError
-from session_manager.iii_host import build_store
 from session_manager.store import Commit
 from tests import pg_support
 from tests.unit.fake_iii import FakeIII

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ...configuration import BuildError
+from ..._worker.config_client import BuildError
 from ...errors import StoreError
 
 if TYPE_CHECKING:
-    from ...config import PostgresConfig
+    from ..._worker.config_value import PostgresConfig
     from .store import PostgresStore
 
 

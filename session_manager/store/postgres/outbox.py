@@ -35,10 +35,10 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 from psycopg import sql
 
-from ...events import Event
+from ..._wire.events import Event
+from .._records import _line as encode_json
+from .._records import loads
 from ..base import EventSink
-from ..records import _line as encode_json
-from ..records import loads
 
 if TYPE_CHECKING:
     from .store import PostgresStore
@@ -222,7 +222,7 @@ class Outbox:
                 log.exception("an event subscriber failed; delivery goes on")
 
     def _resync(self) -> None:
-        from ...iii_host import resync_events  # the one definition of "state as events"
+        from ..._worker.iii_host import resync_events  # the one definition of "state as events"
 
         log.warning("event listener was away longer than the outbox retention; resyncing")
         self._publish(resync_events(self._store, [], int(time.time() * 1000)))

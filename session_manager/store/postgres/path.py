@@ -19,9 +19,9 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from ...errors import StoreError
-from ...transcript import EntryPath
+from .._records import loads
 from ..base import Entry
-from ..records import loads
+from ..path import EntryPath
 from .keys import key, unkey
 
 if TYPE_CHECKING:

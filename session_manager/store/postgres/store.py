@@ -33,12 +33,12 @@ from psycopg import sql
 from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
-from ...errors import STORAGE, SessionError, StoreError
-from ...events import Event
-from ...transcript import EntryPath
+from ..._wire.events import Event
+from ...errors import STORAGE, SessionError, StoreError, Unavailable
+from .._records import _line as encode_json
+from .._records import loads
 from ..base import AttachmentMeta, Commit, Entry, EventSink, Meta, SessionStore
-from ..records import _line as encode_json
-from ..records import loads
+from ..path import EntryPath
 from . import schema
 from .keys import key, unkey
 from .secrets import redact, safe_dsn
@@ -160,7 +160,10 @@ class PostgresStore(SessionStore):
         return redact(text, self.settings.dsn)
 
     def _fail(self, e: BaseException) -> StoreError:
-        return StoreError(self._say(f"postgres: {type(e).__name__}: {e}".strip()))
+        # OperationalError: the server is unreachable, went away, or no
+        # connection freed up in time (PoolTimeout): retrying may succeed.
+        kind = Unavailable if isinstance(e, psycopg.OperationalError) else StoreError
+        return kind(self._say(f"postgres: {type(e).__name__}: {e}".strip()))
 
     @contextmanager
     def _conn(self) -> Iterator[psycopg.Connection[Any]]:
