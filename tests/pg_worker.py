@@ -62,6 +62,16 @@ def main() -> None:
     elif job == "set-meta":
         for i in range(args["n"]):
             sm.call("session::set-meta", {"session_id": sid, "title": f"t{i}", "metadata": {"n": i}})
+    elif job == "cas":
+        # Move the entry from revision k to k + 1, for every k in order: of all
+        # instances trying the same k, exactly one may win the compare-and-set.
+        won = 0
+        for k in range(args["n"]):
+            out = sm.call("session::update-message", {
+                "session_id": sid, "entry_id": args["entry_id"], "expected_revision": k,
+                "content": [{"type": "text", "text": f"{args['tag']}@{k}"}]})
+            won += int(out["updated"])
+        say("ack", won)
     elif job == "mix":
         # Every kind of event: created, added, updated, status, meta, deleted.
         created = sm.call("session::create", {"title": args["tag"], "metadata": {"by": args["tag"]}})

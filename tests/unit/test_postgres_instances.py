@@ -135,6 +135,30 @@ def test_set_meta_on_one_instance_while_another_appends(schema: str) -> None:
         sm.close()
 
 
+def test_expected_revision_is_a_compare_and_set_across_instances(schema: str) -> None:
+    # Prevents: two instances both "winning" an update from the same revision (a lost update).
+    sm = open_sm(schema)
+    try:
+        updated: list[int] = []
+        sm.observe({"function_id": "session::on-message-updated"}, lambda e: updated.append(e["revision"]))
+        sm.call("session::ensure", {"session_id": "cas"})
+        sm.call("session::append", {"session_id": "cas", "entry_id": "m", "message": text("v0")})
+        workers = [Worker(schema, "cas", session_id="cas", entry_id="m", n=60, tag=f"w{k}") for k in range(4)]
+        for w in workers:
+            w.go()
+        wins = [w.finish()[0][0] for w in workers]
+        # Each revision k was tried by all four; exactly one moved it (the others were refused).
+        assert sum(wins) == 60
+        entry = sm.call("session::get-message", {"session_id": "cas", "entry_id": "m"})["entry"]
+        assert entry["revision"] == 60 and entry["message"]["content"][0]["text"].endswith("@59")
+        # One update event per win, each revision from 1 to 60 exactly once.
+        assert wait_for(lambda: len(updated) >= 60)
+        time.sleep(0.3)
+        assert sorted(updated) == list(range(1, 61))
+    finally:
+        sm.close()
+
+
 def test_observers_on_one_instance_see_the_others_mutations_exactly_once(schema: str) -> None:
     # Prevents: events staying inside the instance that made them, arriving twice, or
     # a payload over NOTIFY's 8000 bytes arriving cut.
