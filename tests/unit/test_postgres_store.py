@@ -107,6 +107,19 @@ def test_list_pages_in_order_with_status_filter(sm: session_manager.SessionManag
     assert seen == expected
 
 
+def test_a_batch_larger_than_one_notify_reaches_other_instances_whole(schema: str) -> None:
+    # Prevents: events of a big append-many lost past the first NOTIFY's worth of ids.
+    with session_manager.open(store=pg_support.open_store(schema)) as writer, \
+            session_manager.open(store=pg_support.open_store(schema)) as reader:
+        seen: list[str] = []
+        reader.observe({"function_id": ev.ON_MESSAGE_ADDED}, lambda e: seen.append(e["entry_id"]))
+        sid = writer.call("session::create", {})["session_id"]
+        out = writer.call("session::append-many", {"session_id": sid, "messages": [text(str(i)) for i in range(700)]})
+        assert wait_for(lambda: len(seen) >= 700)
+        assert seen == out["entry_ids"]
+        assert reader.call("session::get", {"session_id": sid})["meta"]["message_count"] == 700
+
+
 # -- schema and migrations --------------------------------------------------------------
 
 

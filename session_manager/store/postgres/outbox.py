@@ -45,7 +45,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("session_manager.store.postgres.outbox")
 
-NOTIFY_IDS_BYTES = 7000  # ids per NOTIFY stay well under the server's 8000-byte payload limit
+NOTIFY_BATCH = 300  # events per NOTIFY: 300 ids of up to 19 digits stay under the 8000-byte payload limit
 REPLAY_SLACK = 1000  # ids below the high-water mark replayed after a reconnect
 SEEN_MAX = 100_000
 PRUNE_EVERY_S = 60.0
@@ -76,33 +76,20 @@ class Outbox:
     # -- the writing side (inside the mutation's transaction) -----------------
 
     def record(self, conn: psycopg.Connection[Any], events: list[Event]) -> None:
-        if not events:
-            return
-        rows = [(self._store.instance, e.function_id, encode_json(e.payload).decode("utf-8")) for e in events]
-        ids: list[int] = []
-        with conn.cursor() as cur:
-            cur.executemany(
-                "INSERT INTO outbox (instance, function_id, payload) VALUES (%s, %s, %s) RETURNING id",
-                rows,
-                returning=True,
+        """Insert the events' rows and notify their ids: one statement per batch."""
+        for at in range(0, len(events), NOTIFY_BATCH):
+            batch = events[at : at + NOTIFY_BATCH]
+            conn.execute(
+                "WITH ins AS (INSERT INTO outbox (instance, function_id, payload)"
+                " SELECT %s, f, p FROM unnest(%s::text[], %s::text[]) AS u(f, p) RETURNING id)"
+                " SELECT pg_notify(%s, string_agg(id::text, ',' ORDER BY id)) FROM ins",
+                (
+                    self._store.instance,
+                    [e.function_id for e in batch],
+                    [encode_json(e.payload).decode("utf-8") for e in batch],
+                    self._channel,
+                ),
             )
-            while True:
-                row = cur.fetchone()
-                if row is not None:
-                    ids.append(row[0])
-                if not cur.nextset():
-                    break
-        batch: list[str] = []
-        size = 0
-        for i in ids:
-            text = str(i)
-            if size + len(text) + 1 > NOTIFY_IDS_BYTES:
-                conn.execute("SELECT pg_notify(%s, %s)", (self._channel, ",".join(batch)))
-                batch, size = [], 0
-            batch.append(text)
-            size += len(text) + 1
-        if batch:
-            conn.execute("SELECT pg_notify(%s, %s)", (self._channel, ",".join(batch)))
 
     # -- the reading side -----------------------------------------------------------
 

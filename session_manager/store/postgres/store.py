@@ -20,6 +20,7 @@ call reconnects by itself.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import uuid
@@ -196,9 +197,8 @@ class PostgresStore(SessionStore):
             self._lock(tx, session_ids)
             yield
             return
-        tx = self._begin()
+        tx = self._begin(session_ids)
         try:
-            self._lock(tx, session_ids)
             self._local.tx = tx
             yield
         except BaseException:
@@ -208,19 +208,28 @@ class PostgresStore(SessionStore):
             return  # run_call commits with the call's events
         self._end(tx, commit=True)
 
-    def _begin(self) -> _Tx:
+    def _begin(self, session_ids: Collection[str] = ()) -> _Tx:
+        """A pooled connection in a fresh transaction holding the sessions' locks."""
         if self._closed:
             raise StoreError("postgres: the store is closed")
         try:
             conn = self._pool.getconn()
         except psycopg.Error as e:
             raise self._fail(e) from None
+        tx = _Tx(conn)
         try:
-            conn.execute("BEGIN")
-        except psycopg.Error as e:
+            with conn.pipeline():  # BEGIN and the locks: one round trip
+                conn.execute("BEGIN")
+                self._lock(tx, session_ids)
+        except BaseException as e:
+            with contextlib.suppress(psycopg.Error):
+                if not conn.closed:
+                    conn.execute("ROLLBACK")
             self._pool.putconn(conn)
-            raise self._fail(e) from None
-        return _Tx(conn)
+            if isinstance(e, psycopg.Error):
+                raise self._fail(e) from None
+            raise
+        return tx
 
     def _lock(self, tx: _Tx, session_ids: Collection[str]) -> None:
         # Sorted, so two mutations taking several locks never deadlock.
@@ -361,11 +370,11 @@ class PostgresStore(SessionStore):
 
     def _write(self, conn: psycopg.Connection[Any], session_id: str, commit: Commit,
                bodies: list[tuple[Entry, str]], meta_text: str | None) -> None:
+        sid = key(session_id)
         try:
-            if bodies:
-                sid = key(session_id)
-                rows = _link(conn, sid, [e for e, _ in bodies])
-                with conn.cursor() as cur:
+            rows = _link(conn, sid, [e for e, _ in bodies]) if bodies else {}
+            with conn.pipeline(), conn.cursor() as cur:  # the entries and the session row: one round trip
+                if bodies:
                     cur.executemany(
                         "INSERT INTO entries (session_id, entry_id, parent_id, depth, jump_id, jump_depth, body)"
                         " VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT (session_id, entry_id) DO UPDATE SET"
@@ -376,30 +385,30 @@ class PostgresStore(SessionStore):
                             for e, text in bodies
                         ],
                     )
-            meta = commit.meta
-            metadata = meta.get("metadata") if meta is not None else None
-            conn.execute(
-                "INSERT INTO sessions AS s (session_id, meta, status, created_at, updated_at, metadata, leaf)"
-                " VALUES (%(sid)s, %(meta)s, %(status)s, %(created)s, %(updated)s, %(metadata)s, %(leaf)s)"
-                " ON CONFLICT (session_id) DO UPDATE SET"
-                " meta = CASE WHEN %(has_meta)s THEN EXCLUDED.meta ELSE s.meta END,"
-                " status = CASE WHEN %(has_meta)s THEN EXCLUDED.status ELSE s.status END,"
-                " created_at = CASE WHEN %(has_meta)s THEN EXCLUDED.created_at ELSE s.created_at END,"
-                " updated_at = CASE WHEN %(has_meta)s THEN EXCLUDED.updated_at ELSE s.updated_at END,"
-                " metadata = CASE WHEN %(has_meta)s THEN EXCLUDED.metadata ELSE s.metadata END,"
-                " leaf = CASE WHEN %(has_leaf)s THEN EXCLUDED.leaf ELSE s.leaf END",
-                {
-                    "sid": key(session_id),
-                    "meta": meta_text,
-                    "status": meta.get("status") if meta is not None else None,
-                    "created": meta.get("created_at") if meta is not None else None,
-                    "updated": meta.get("updated_at") if meta is not None else None,
-                    "metadata": Jsonb(_sanitize(metadata)) if isinstance(metadata, dict) else None,
-                    "leaf": _key_or_none(commit.leaf),
-                    "has_meta": meta is not None,
-                    "has_leaf": commit.leaf is not None,
-                },
-            )
+                meta = commit.meta
+                metadata = meta.get("metadata") if meta is not None else None
+                cur.execute(
+                    "INSERT INTO sessions AS s (session_id, meta, status, created_at, updated_at, metadata, leaf)"
+                    " VALUES (%(sid)s, %(meta)s, %(status)s, %(created)s, %(updated)s, %(metadata)s, %(leaf)s)"
+                    " ON CONFLICT (session_id) DO UPDATE SET"
+                    " meta = CASE WHEN %(has_meta)s THEN EXCLUDED.meta ELSE s.meta END,"
+                    " status = CASE WHEN %(has_meta)s THEN EXCLUDED.status ELSE s.status END,"
+                    " created_at = CASE WHEN %(has_meta)s THEN EXCLUDED.created_at ELSE s.created_at END,"
+                    " updated_at = CASE WHEN %(has_meta)s THEN EXCLUDED.updated_at ELSE s.updated_at END,"
+                    " metadata = CASE WHEN %(has_meta)s THEN EXCLUDED.metadata ELSE s.metadata END,"
+                    " leaf = CASE WHEN %(has_leaf)s THEN EXCLUDED.leaf ELSE s.leaf END",
+                    {
+                        "sid": key(session_id),
+                        "meta": meta_text,
+                        "status": meta.get("status") if meta is not None else None,
+                        "created": meta.get("created_at") if meta is not None else None,
+                        "updated": meta.get("updated_at") if meta is not None else None,
+                        "metadata": Jsonb(_sanitize(metadata)) if isinstance(metadata, dict) else None,
+                        "leaf": _key_or_none(commit.leaf),
+                        "has_meta": meta is not None,
+                        "has_leaf": commit.leaf is not None,
+                    },
+                )
         except psycopg.Error as e:
             raise self._fail(e) from None
 
@@ -493,13 +502,18 @@ def _link(conn: psycopg.Connection[Any], session_id: str, entries: list[Entry]) 
     info: dict[str, tuple[int, str, int]] = {}
 
     def lookup(ids: list[str]) -> None:
+        # Each entry with its jump target's pointer: one query serves both probes.
         missing = [i for i in ids if i not in info]
         if missing:
-            for eid, depth, jump_id, jump_depth in conn.execute(
-                "SELECT entry_id, depth, jump_id, jump_depth FROM entries WHERE session_id = %s AND entry_id = ANY(%s)",
+            for eid, depth, jump_id, jump_depth, j_jump_id, j_jump_depth in conn.execute(
+                "SELECT p.entry_id, p.depth, p.jump_id, p.jump_depth, j.jump_id, j.jump_depth FROM entries p"
+                " LEFT JOIN entries j ON j.session_id = p.session_id AND j.entry_id = p.jump_id"
+                " WHERE p.session_id = %s AND p.entry_id = ANY(%s)",
                 (session_id, missing),
             ).fetchall():
                 info.setdefault(eid, (depth, jump_id, jump_depth))
+                if j_jump_id is not None:
+                    info.setdefault(jump_id, (jump_depth, j_jump_id, j_jump_depth))
 
     batch = {key(e["id"]) for e in entries}
     lookup([key(p) for e in entries if isinstance(p := e.get("parent_id"), str) and key(p) not in batch])
