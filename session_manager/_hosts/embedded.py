@@ -81,7 +81,7 @@ class SessionManager(TypedMethods):
         self._lock = threading.Lock()
         self._closed = False
         # A shared store (postgres) delivers other instances' events here.
-        self._unsubscribe = service.store.subscribe(self.publish)
+        self._unsubscribe = service.store.subscribe(self.publish, self.is_observed)
 
     # -- calls ----------------------------------------------------------------
 

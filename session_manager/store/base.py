@@ -87,8 +87,10 @@ class SessionStore(ABC):
         """Run one function call (``(response, events)``); the default just calls it."""
         return call()
 
-    def subscribe(self, sink: EventSink) -> Callable[[], None]:
-        """Deliver other instances' events to ``sink``; returns the unsubscriber."""
+    def subscribe(self, sink: EventSink, wants: Callable[[str], bool] | None = None) -> Callable[[], None]:
+        """Deliver other instances' events to ``sink`` (only of the event functions
+        ``wants`` names, when given: the store need not fetch the rest); returns
+        the unsubscriber."""
         return lambda: None
 
     def ordered_metas(

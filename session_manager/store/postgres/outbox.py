@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 from psycopg import sql
 
-from ..._wire.events import Event
+from ..._wire.events import EVENT_FUNCTIONS, Event
 from .._records import _line as encode_json
 from .._records import loads
 from ..base import EventSink
@@ -45,7 +45,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("session_manager.store.postgres.outbox")
 
-NOTIFY_BATCH = 300  # events per NOTIFY: 300 ids of up to 19 digits stay under the 8000-byte payload limit
+NOTIFY_BATCH = 300  # events per NOTIFY: 300 "<id>:<n>" of up to 19 digits fit the 8000-byte payload limit
 REPLAY_SLACK = 1000  # ids below the high-water mark replayed after a reconnect
 SEEN_MAX = 100_000
 PRUNE_EVERY_S = 60.0
@@ -64,7 +64,7 @@ class Outbox:
         self._store = store
         self._retention_s = retention_s
         self._channel = channel_of(store.settings.schema)
-        self._sinks: list[EventSink] = []
+        self._sinks: list[tuple[EventSink, Callable[[str], bool] | None]] = []
         self._lock = threading.Lock()
         self._seen: OrderedDict[int, None] = OrderedDict()
         self._high = -1  # highest id delivered or skipped; -1 until the first connect
@@ -79,23 +79,29 @@ class Outbox:
         """Insert the events' rows and notify their ids: one statement per batch."""
         for at in range(0, len(events), NOTIFY_BATCH):
             batch = events[at : at + NOTIFY_BATCH]
+            # The payload "<instance>|<id>:<n>,...": listeners skip their own
+            # rows and fetch only rows of event functions someone observes.
             conn.execute(
                 "WITH ins AS (INSERT INTO outbox (instance, function_id, payload)"
-                " SELECT %s, f, p FROM unnest(%s::text[], %s::text[]) AS u(f, p) RETURNING id)"
-                " SELECT pg_notify(%s, string_agg(id::text, ',' ORDER BY id)) FROM ins",
-                (
-                    self._store.instance,
-                    [e.function_id for e in batch],
-                    [encode_json(e.payload).decode("utf-8") for e in batch],
-                    self._channel,
-                ),
+                " SELECT %(instance)s, f, p FROM unnest(%(fids)s::text[], %(payloads)s::text[]) AS u(f, p)"
+                " RETURNING id, function_id)"
+                " SELECT pg_notify(%(channel)s, %(instance)s || '|' || string_agg("
+                "id::text || ':' || array_position(%(all)s::text[], function_id)::text, ',' ORDER BY id)) FROM ins",
+                {
+                    "instance": self._store.instance,
+                    "fids": [e.function_id for e in batch],
+                    "payloads": [encode_json(e.payload).decode("utf-8") for e in batch],
+                    "channel": self._channel,
+                    "all": list(EVENT_FUNCTIONS),
+                },
             )
 
     # -- the reading side -----------------------------------------------------------
 
-    def subscribe(self, sink: EventSink) -> Callable[[], None]:
+    def subscribe(self, sink: EventSink, wants: Callable[[str], bool] | None = None) -> Callable[[], None]:
+        entry = (sink, wants)
         with self._lock:
-            self._sinks.append(sink)
+            self._sinks.append(entry)
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="session-manager-outbox", daemon=True)
                 self._thread.start()
@@ -105,8 +111,8 @@ class Outbox:
 
         def unsubscribe() -> None:
             with self._lock:
-                if sink in self._sinks:
-                    self._sinks.remove(sink)
+                if entry in self._sinks:
+                    self._sinks.remove(entry)
 
         return unsubscribe
 
@@ -145,7 +151,7 @@ class Outbox:
                         ids: list[int] = []
                         # Back as soon as something arrives (with whatever came in the same packet).
                         for note in listen.notifies(timeout=POLL_S, stop_after=1):
-                            ids.extend(int(x) for x in note.payload.split(",") if x)
+                            ids.extend(self._wanted(note.payload))
                         if ids:
                             self._deliver(fetch, ids)
                         self._maybe_prune(fetch)
@@ -179,6 +185,22 @@ class Outbox:
         ).fetchall()
         self._hand_on(rows)
 
+    def _wanted(self, payload: str) -> list[int]:
+        """The notified ids worth fetching: another instance's, of an observed function."""
+        instance, _, items = payload.partition("|")
+        if instance == self._store.instance or not items:
+            return []
+        with self._lock:
+            wants = [w for _, w in self._sinks]
+        out: list[int] = []
+        for item in items.split(","):
+            oid, _, n = item.partition(":")
+            index = int(n) - 1 if n.isdigit() else -1
+            fid = EVENT_FUNCTIONS[index] if 0 <= index < len(EVENT_FUNCTIONS) else None
+            if fid is None or any(w is None or w(fid) for w in wants):
+                out.append(int(oid))
+        return out
+
     def _deliver(self, fetch: psycopg.Connection[Any], ids: list[int]) -> None:
         rows = fetch.execute(
             "SELECT id, instance, function_id, payload FROM outbox WHERE id = ANY(%s) ORDER BY id", (ids,)
@@ -201,7 +223,7 @@ class Outbox:
 
     def _publish(self, events: list[Event]) -> None:
         with self._lock:
-            sinks = list(self._sinks)
+            sinks = [sink for sink, _ in self._sinks]
         for sink in sinks:
             try:
                 sink(events)

@@ -288,8 +288,8 @@ class PostgresStore(SessionStore):
             raise self.storage_error(e) from None
         return response, events
 
-    def subscribe(self, sink: EventSink) -> Callable[[], None]:
-        return self.outbox.subscribe(sink)
+    def subscribe(self, sink: EventSink, wants: Callable[[str], bool] | None = None) -> Callable[[], None]:
+        return self.outbox.subscribe(sink, wants)
 
     # -- sessions and entries ------------------------------------------------------
 
