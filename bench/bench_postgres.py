@@ -263,6 +263,10 @@ EXPLAINS = (
      "SELECT meta, updated_at, session_id FROM sessions WHERE meta IS NOT NULL AND metadata @> %s::jsonb "
      "ORDER BY updated_at DESC, session_id DESC LIMIT 200", ('{"owner": "u7"}',)),
     ("get-message", "SELECT body FROM entries WHERE session_id = %s AND entry_id = %s", ("long", "e0000100")),
+    ("append: the parent and its jump target (all an append reads to link its entry)",
+     "SELECT p.entry_id, p.depth, p.jump_id, p.jump_depth, j.jump_id, j.jump_depth FROM entries p"
+     " LEFT JOIN entries j ON j.session_id = p.session_id AND j.entry_id = p.jump_id"
+     " WHERE p.session_id = %s AND p.entry_id = ANY(%s)", ("long", ["e0000100"])),
 )
 
 
