@@ -291,6 +291,11 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="smaller sizes (a smoke run)")
     parser.add_argument("--explain", action="store_true", help="also print the query plans")
     args = parser.parse_args()
+    try:
+        psycopg.connect(DSN, connect_timeout=3).close()
+    except psycopg.Error as e:
+        print(f"bench_postgres: no PostgreSQL answers at SESSION_MANAGER_TEST_POSTGRES ({type(e).__name__}); skipped")
+        return
     n, length, sessions, parallel = (50, 2000, 5000, 50) if args.quick else (300, 100_000, 100_000, 300)
     schema = f"smbench_{uuid.uuid4().hex[:8]}"
     tmp = Path(tempfile.mkdtemp(prefix="smbench-"))

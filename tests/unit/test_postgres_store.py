@@ -19,8 +19,8 @@ from session_manager._worker.config_value import parse_config
 from session_manager._worker.iii_host import build_store
 from session_manager.errors import StoreError
 from session_manager.store import Commit
+from session_manager.testing import FakeEngine
 from tests import pg_support
-from tests.unit.fake_iii import FakeIII
 from tests.unit.test_configuration import boot, fs
 from tests.unit.test_postgres_instances import wait_for
 
@@ -234,7 +234,7 @@ def test_open_with_a_postgres_uri() -> None:
 def test_iii_host_on_postgres_shares_events_and_refuses_the_store_protocol(schema: str) -> None:
     # Prevents: a postgres instance serving session::store::* (fs mains only), or its engine's
     # observers missing what another instance wrote.
-    fake = FakeIII()
+    fake = FakeEngine()
     host = boot(fake, seed=pg_value(schema))
     neighbour = session_manager.open(store=pg_support.open_store(schema))
     try:
@@ -258,7 +258,7 @@ def test_iii_host_on_postgres_shares_events_and_refuses_the_store_protocol(schem
 def test_hot_reload_fs_to_postgres_and_back(schema: str, tmp_path: Path) -> None:
     # Prevents: an adapter swap to postgres that keeps the old store, resyncs nothing, leaks the
     # password into config-status, or cannot swap back.
-    fake = FakeIII()
+    fake = FakeEngine()
     host = boot(fake, seed=fs(tmp_path / "a"))
     try:
         fake.invoke("session::create", {"title": "on fs"})
