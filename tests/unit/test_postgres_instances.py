@@ -6,6 +6,7 @@ own pool, locks and event listener; they share nothing but the database.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -315,3 +316,131 @@ def test_outbox_rows_are_pruned_after_the_retention(schema: str) -> None:
         assert sm.call("session::get", {"session_id": "p"})["meta"]["message_count"] == 1
     finally:
         sm.close()
+
+
+class Proxy:
+    """A TCP relay to the test server that can go away and come back on the
+    same port: an outage the shared server itself never has to suffer."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.target = (host, port)
+        self.port = 0
+        self._lock = threading.Lock()
+        self._sockets: list[Any] = []
+        self._listener: Any = None
+
+    def start(self) -> None:
+        import socket
+
+        listener = socket.socket()
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", self.port))
+        listener.listen(64)
+        self.port = listener.getsockname()[1]
+        self._listener = listener
+        threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
+
+    def _accept(self, listener: Any) -> None:
+        import socket
+
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return
+            try:
+                upstream = socket.create_connection(self.target)
+            except OSError:
+                client.close()
+                continue
+            with self._lock:
+                self._sockets += [client, upstream]
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pump(src: Any, dst: Any) -> None:
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        for s in (src, dst):
+            with contextlib.suppress(OSError):
+                s.close()
+
+    def stop(self) -> None:
+        """The server 'goes down': no new connections, every open one cut."""
+        import socket
+
+        with contextlib.suppress(OSError):
+            self._listener.shutdown(socket.SHUT_RDWR)  # wakes the accept() blocked on it
+        self._listener.close()
+        with self._lock:
+            sockets, self._sockets = self._sockets, []
+        for s in sockets:
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+                s.close()
+
+
+def test_a_server_outage_fails_calls_within_the_timeout_then_recovers_by_itself(schema: str) -> None:
+    # Prevents: calls hanging while the database is unreachable, a half-applied mutation, or an
+    # instance (pool or event listener) that stays broken after the server returns.
+    import psycopg
+
+    parts = psycopg.conninfo.conninfo_to_dict(pg_support.DSN)
+    proxy = Proxy(str(parts.get("host") or "127.0.0.1"), int(parts.get("port") or 5432))
+    proxy.start()
+    dsn = psycopg.conninfo.make_conninfo(pg_support.DSN, host="127.0.0.1", port=str(proxy.port))
+    from session_manager.store.postgres import PostgresSettings, PostgresStore
+
+    sm = session_manager.open(store=PostgresStore(PostgresSettings(
+        dsn=dsn, schema=schema, pool_timeout_ms=1500, connect_timeout_ms=1000, statement_timeout_ms=5000)))
+    direct = open_sm(schema)
+    try:
+        seen: list[str] = []
+        sm.observe({"function_id": ON_MESSAGE_ADDED}, lambda e: seen.append(e["entry_id"]))
+        sm.call("session::ensure", {"session_id": "o"})
+        sm.call("session::append", {"session_id": "o", "entry_id": "before", "message": text("before")})
+        proxy.stop()
+        outcomes: list[Any] = []
+
+        def attempt() -> None:
+            for call, payload in (
+                ("session::append", {"session_id": "o", "entry_id": "during", "message": text("during")}),
+                ("session::get", {"session_id": "o"}),
+            ):
+                try:
+                    outcomes.append(sm.call(call, payload))
+                except session_manager.SessionError as e:
+                    outcomes.append(e.code)
+                except BaseException as e:
+                    outcomes.append(e)
+
+        worker = threading.Thread(target=attempt)
+        worker.start()
+        worker.join(timeout=60)  # bounded by connect/pool timeouts, never a hang
+        assert not worker.is_alive()
+        assert outcomes == ["session/storage", "session/storage"]
+        proxy.start()  # the server is back, on the same address
+
+        def append_after() -> bool:
+            try:
+                sm.call("session::append", {"session_id": "o", "entry_id": "after", "message": text("after")})
+                return True
+            except session_manager.SessionError as e:
+                assert e.code == "session/storage"
+                return False
+
+        assert wait_for(append_after, timeout=60)
+        assert check_linear(sm, "o") == ["before", "after"]  # nothing of the failed append was applied
+        # The listener reconnected too: another instance's append reaches this one's observer.
+        assert wait_for(lambda: sm.service.store.outbox.listening, timeout=60)
+        direct.call("session::append", {"session_id": "o", "entry_id": "theirs", "message": text("x")})
+        assert wait_for(lambda: "theirs" in seen)
+        assert seen.count("theirs") == 1 and "during" not in seen
+    finally:
+        sm.close()
+        direct.close()
+        proxy.stop()

@@ -146,7 +146,7 @@ class PostgresStore(SessionStore):
             max_size=max(1, settings.pool_size),
             kwargs={"autocommit": True},
             timeout=settings.pool_timeout_ms / 1000,
-            reconnect_timeout=0,  # never give up reconnecting: the server may come back
+            reconnect_timeout=10.0**9,  # keep trying: the server may come back at any time
             name="session-manager",
             open=False,
         )
