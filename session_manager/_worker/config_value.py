@@ -32,17 +32,13 @@ from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
 from pydantic_core import core_schema
 
 from .._service.limits import DEFAULT_LIST_LIMIT, MAX_ATTACHMENT_BYTES, MAX_LIST_LIMIT, Limits
+from ..store import pg_defaults
 
 log = logging.getLogger("session_manager.config")
 
 CONFIG_ID = "session-manager"
 DEFAULT_DATA_DIR = "data/session-manager"
 DEFAULT_BRIDGE_TIMEOUT_MS = 5000
-DEFAULT_PG_POOL_SIZE = 10
-DEFAULT_PG_CONNECT_TIMEOUT_MS = 5000
-DEFAULT_PG_STATEMENT_TIMEOUT_MS = 30000
-DEFAULT_PG_POOL_TIMEOUT_MS = 5000
-DEFAULT_PG_SCHEMA = "public"
 U64_MAX = 2**64 - 1
 
 _Strict = ConfigDict(extra="forbid", strict=True, frozen=True)
@@ -86,15 +82,15 @@ class PostgresConfig(BaseModel):
     # the configuration worker expands; it is masked wherever the DSN is shown.
     dsn: str = Field(description="libpq connection string or postgresql:// URI; keep the password in "
                                  "PGPASSWORD, a passfile or a ${VAR} placeholder (masked when shown).")
-    pool_size: Annotated[int, Field(ge=1, le=1000)] = Field(default=DEFAULT_PG_POOL_SIZE,
+    pool_size: Annotated[int, Field(ge=1, le=1000)] = Field(default=pg_defaults.POOL_SIZE,
                                                             description="Connections per instance.")
-    connect_timeout_ms: Count64 = Field(default=DEFAULT_PG_CONNECT_TIMEOUT_MS,
+    connect_timeout_ms: Count64 = Field(default=pg_defaults.CONNECT_TIMEOUT_MS,
                                         description="Connecting to the server.")
     statement_timeout_ms: Annotated[int, Field(ge=0, le=2**31 - 1)] = Field(
-        default=DEFAULT_PG_STATEMENT_TIMEOUT_MS, description="Any one statement (0: none).")
-    pool_timeout_ms: Count64 = Field(default=DEFAULT_PG_POOL_TIMEOUT_MS,
+        default=pg_defaults.STATEMENT_TIMEOUT_MS, description="Any one statement (0: none).")
+    pool_timeout_ms: Count64 = Field(default=pg_defaults.POOL_TIMEOUT_MS,
                                      description="Waiting for a free connection before session/storage.")
-    schema_: str = Field(default=DEFAULT_PG_SCHEMA, alias="schema", min_length=1, max_length=63,
+    schema_: str = Field(default=pg_defaults.SCHEMA, alias="schema", min_length=1, max_length=63,
                          description="The database schema holding the tables.")
 
 

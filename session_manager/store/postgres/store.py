@@ -36,6 +36,7 @@ from psycopg_pool import ConnectionPool
 
 from ..._wire.events import Event
 from ...errors import STORAGE, SessionError, StoreError, Unavailable
+from .. import pg_defaults as defaults
 from .._records import _line as encode_json
 from .._records import loads
 from ..base import AttachmentMeta, Commit, Entry, EventSink, Meta, SessionStore
@@ -48,11 +49,6 @@ log = logging.getLogger("session_manager.store.postgres")
 
 R = TypeVar("R")
 
-DEFAULT_POOL_SIZE = 10
-DEFAULT_CONNECT_TIMEOUT_MS = 5000
-DEFAULT_STATEMENT_TIMEOUT_MS = 30000
-DEFAULT_POOL_TIMEOUT_MS = 5000
-DEFAULT_SCHEMA = "public"
 OUTBOX_RETENTION_S = 600.0
 LIST_BATCH = 200
 
@@ -62,11 +58,11 @@ class PostgresSettings:
     """How to reach the database (the adapter's ``config``)."""
 
     dsn: str
-    pool_size: int = DEFAULT_POOL_SIZE
-    connect_timeout_ms: int = DEFAULT_CONNECT_TIMEOUT_MS
-    statement_timeout_ms: int = DEFAULT_STATEMENT_TIMEOUT_MS
-    pool_timeout_ms: int = DEFAULT_POOL_TIMEOUT_MS
-    schema: str = DEFAULT_SCHEMA
+    pool_size: int = defaults.POOL_SIZE
+    connect_timeout_ms: int = defaults.CONNECT_TIMEOUT_MS
+    statement_timeout_ms: int = defaults.STATEMENT_TIMEOUT_MS
+    pool_timeout_ms: int = defaults.POOL_TIMEOUT_MS
+    schema: str = defaults.SCHEMA
     outbox_retention_s: float = OUTBOX_RETENTION_S
 
     def conninfo(self) -> str:
