@@ -76,7 +76,8 @@ def test_values_round_trip_exactly(sm: session_manager.SessionManager, schema: s
 
 def test_list_filter_is_equality_not_containment(sm: session_manager.SessionManager) -> None:
     # Prevents: jsonb @> (containment) leaking through as the filter rule.
-    full = sm.call("session::create", {"metadata": {"tags": [1, 2], "o": {"a": 1, "b": 2}}})["session_id"]
+    full = sm.call("session::create", {"metadata": {"tags": [1, 2], "o": {"a": 1, "b": 2},
+                                                    "k\u0000": 1, "k\ufffd": 2}})["session_id"]
     exact = sm.call("session::create", {"metadata": {"tags": [1], "o": {"a": 1}}})["session_id"]
     for want, found in (
         ({"tags": [1]}, [exact]),
@@ -84,6 +85,8 @@ def test_list_filter_is_equality_not_containment(sm: session_manager.SessionMana
         ({"tags": [1, 2]}, [full]),
         ({"tags": [2, 1]}, []),
         ({"o": {"b": 2, "a": 1}}, [full]),
+        ({"k\u0000": 1}, [full]),  # a NUL key and its look-alike stay two keys in the filter column
+        ({"k\u0000": 2}, []),
     ):
         listed = sm.call("session::list", {"metadata": want})["sessions"]
         assert [m["session_id"] for m in listed] == found, want

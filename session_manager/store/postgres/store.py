@@ -88,13 +88,14 @@ def lock_key_sql() -> str:
 
 
 def _sanitize(value: Any) -> Any:
-    """A jsonb-storable image of a JSON value: NUL (which jsonb refuses) mapped
-    to U+FFFD in strings and keys, integral floats as the exact integer they
+    """A jsonb-storable image of a JSON value: NUL (which jsonb refuses) escaped
+    in strings and keys as in ids (:func:`.keys.key`, injective, so distinct
+    keys stay distinct), integral floats as the exact integer they
     are (so ``2**70`` and ``1.1805916207174113e+21`` meet, as the service's rule
     has it). Applied to stored metadata and to filters alike, so values the
     service calls equal contain each other; the service rechecks the rest."""
     if isinstance(value, str):
-        return value.replace("\x00", "\ufffd")
+        return key(value)
     if isinstance(value, float) and value.is_integer():
         return int(value)
     if isinstance(value, dict):
