@@ -101,9 +101,9 @@ class SessionManager(TypedMethods):
             raise invalid_request("payload: nested too deeply") from None
         reject_unknown_keys(function.request, payload)
         request = parse_request(function.request, payload)
-        service = self.service
+        service, serve = self.service, function.handler
         # run_call: a shared store commits the call's events with its writes.
-        response, events = service.store.run_call(lambda: function.handler(service, request))
+        response, events = service.store.run_call(lambda: serve(service, request))
         result = copy_json(response)
         self.publish(events)
         return result

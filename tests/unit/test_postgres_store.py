@@ -16,7 +16,7 @@ import session_manager
 from session_manager._wire import events as ev
 from session_manager._worker.config_client import BuildError
 from session_manager._worker.config_value import parse_config
-from session_manager._worker.iii_host import build_store
+from session_manager._worker.runtime import build_store
 from session_manager.errors import StoreError
 from session_manager.store import Commit
 from session_manager.testing import FakeEngine

@@ -231,7 +231,7 @@ class Outbox:
                 log.exception("an event subscriber failed; delivery goes on")
 
     def _resync(self) -> None:
-        from ..._worker.iii_host import resync_events  # the one definition of "state as events"
+        from ..._worker.runtime import resync_events  # the one definition of "state as events"
 
         log.warning("event listener was away longer than the outbox retention; resyncing")
         self._publish(resync_events(self._store, [], int(time.time() * 1000)))
