@@ -13,9 +13,11 @@ spellings, ``@pure`` and ``pure``, are accepted.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
+from pytest_bdd.scenario import scenario_wrapper_template_registry
 
 pytest_plugins = [
     "tests.steps.common",
@@ -29,6 +31,20 @@ pytest_plugins = [
 
 _HERE = Path(__file__).parent
 _PURE_DIRS = (_HERE / "tests" / "unit", _HERE / "tests" / "property")
+_PG_FEATURES = _HERE / "tests" / "test_features_postgres.py"
+# Steps that read or fake the fs adapter's files: meaningless over postgres.
+_FS_STEP = re.compile(r"\bfiles?\b|data dir|attachment folder|attachments root|crash left|metadata write fails")
+
+
+def _postgres_rerun(item: pytest.Item) -> bool | None:
+    """For a scenario of the postgres re-run: keep it? (``None``: not one.)"""
+    if Path(str(item.fspath)) != _PG_FEATURES:
+        return None
+    template = scenario_wrapper_template_registry.get(getattr(item, "obj", None))  # type: ignore[arg-type]
+    if template is None or item.get_closest_marker("pure") is None:
+        return False
+    steps = list(template.steps)
+    return not any(_FS_STEP.search(step.name) for step in steps)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -41,9 +57,23 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    rerun_dropped: list[pytest.Item] = []
+    kept: list[pytest.Item] = []
+    for item in items:
+        rerun = _postgres_rerun(item)
+        if rerun is False:
+            rerun_dropped.append(item)
+            continue
+        if rerun:  # a @pure scenario over postgres: marked postgres, not pure
+            item.own_markers[:] = [m for m in item.own_markers if m.name != "pure"]
+        kept.append(item)
+    if rerun_dropped:
+        config.hook.pytest_deselected(items=rerun_dropped)
+        items[:] = kept
     for item in items:
         path = Path(str(item.fspath))
-        if any(d in path.parents for d in _PURE_DIRS) and item.get_closest_marker("engine") is None:
+        if (any(d in path.parents for d in _PURE_DIRS) and item.get_closest_marker("engine") is None
+                and item.get_closest_marker("postgres") is None):
             item.add_marker(pytest.mark.pure)
     raw = config.getoption("--tags")
     if not raw:

@@ -80,6 +80,8 @@ class SessionManager(TypedMethods):
         self._observers: list[Observation] = []
         self._lock = threading.Lock()
         self._closed = False
+        # A shared store (postgres) delivers other instances' events here.
+        self._unsubscribe = service.store.subscribe(self.publish, self.is_observed)
 
     # -- calls ----------------------------------------------------------------
 
@@ -99,7 +101,9 @@ class SessionManager(TypedMethods):
             raise invalid_request("payload: nested too deeply") from None
         reject_unknown_keys(function.request, payload)
         request = parse_request(function.request, payload)
-        response, events = function.handler(self.service, request)
+        service, serve = self.service, function.handler
+        # run_call: a shared store commits the call's events with its writes.
+        response, events = service.store.run_call(lambda: serve(service, request))
         result = copy_json(response)
         self.publish(events)
         return result
@@ -149,6 +153,7 @@ class SessionManager(TypedMethods):
     def close(self) -> None:
         if not self._closed:
             self._closed = True
+            self._unsubscribe()
             with self._lock:
                 self._observers.clear()
             self.service.store.close()
@@ -174,14 +179,22 @@ def open(
 ) -> SessionManager:
     """Open a session store in this process.
 
-    ``data_dir`` holds one JSONL file per session (created if missing); pass
-    ``store`` instead to use another adapter. ``ids`` and ``clock`` replace
+    ``data_dir`` holds one JSONL file per session (created if missing); a
+    ``postgresql://`` (or ``postgres://``) URI opens the postgres adapter
+    instead (schema ``public``; pass ``store`` for other settings), whose
+    observers also see other instances' mutations. Pass ``store`` to use
+    any other adapter. ``ids`` and ``clock`` replace
     the production uuid ids and system clock.
     """
     if store is None:
         if data_dir is None:
             raise ValueError("open() needs a data_dir or a store")
-        store = FsStore(data_dir, durability=durability)
+        if isinstance(data_dir, str) and data_dir.startswith(("postgresql://", "postgres://")):
+            from ..store.postgres.build import open_dsn  # the optional extra
+
+            store = open_dsn(data_dir)
+        else:
+            store = FsStore(data_dir, durability=durability)
     defaults = Limits()
     limits = Limits(
         default_list_limit=default_list_limit or defaults.default_list_limit,

@@ -69,7 +69,8 @@ class ServiceCore:
         failures mapped once. A per-mutation storage transaction (the seam the
         provisional :class:`~session_manager.store.SessionStore` leaves for it)
         is entered here too, so no capability module needs to know of it."""
-        with self.session_lock(session_id), storage_errors():
+        # store.mutation: one transaction, serialized across processes too.
+        with self.session_lock(session_id), storage_errors(), self.store.mutation((session_id,)):
             yield
 
     def _commit(self, session_id: str, *, entries: tuple[Entry, ...] = (), leaf: str | None = None,

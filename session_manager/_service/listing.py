@@ -14,32 +14,27 @@ class Listing(ServiceCore):
     def list_sessions(self, req: api.ListRequest) -> Result:
         order = req.order or "updated_desc"
         limit = self._limit(req.limit)
-        with storage_errors():
-            metas = self.store.list_metas()
-        if req.status is not None:
-            metas = [m for m in metas if m.get("status") == req.status]
-        if req.metadata:
-            want = req.metadata
-            metas = [m for m in metas if _metadata_matches(want, m.get("metadata"))]
+        after = cursors.decode_list_cursor(req.cursor, order) if req.cursor is not None else None
         key_field = "updated_at" if order == "updated_desc" else "created_at"
-        descending = order != "created_asc"
-        keyed = sorted(((m[key_field], m["session_id"]), m) for m in metas)
-        if descending:
-            keyed.reverse()
-        start = 0
-        if req.cursor is not None:
-            after = cursors.decode_list_cursor(req.cursor, order)
-            start = len(keyed)
-            for i, (key, _) in enumerate(keyed):
-                if (key < after) if descending else (key > after):
-                    start = i
+        want = req.metadata or None
+        page: list[Any] = []
+        more = False
+        with storage_errors():
+            # The store yields candidates in order (from an index where it has
+            # one); the filter rule is ours, and one extra match tells "more".
+            for m in self.store.ordered_metas(order, after, req.status, want):
+                if req.status is not None and m.get("status") != req.status:
+                    continue
+                if want is not None and not _metadata_matches(want, m.get("metadata")):
+                    continue
+                if len(page) == limit:
+                    more = True
                     break
-        page = keyed[start : start + limit]
+                page.append(m)
         next_cursor = None
-        if start + limit < len(keyed):  # limit >= 1, so the page is not empty
-            (k, sid), _ = page[-1]
-            next_cursor = cursors.list_cursor(order, k, sid)
-        return build[api.ListResponse](sessions=[m for _, m in page], next_cursor=next_cursor), []
+        if more and page:
+            next_cursor = cursors.list_cursor(order, page[-1][key_field], page[-1]["session_id"])
+        return build[api.ListResponse](sessions=page, next_cursor=next_cursor), []
 
 
 def _metadata_matches(want: dict[str, Any], have: Any) -> bool:

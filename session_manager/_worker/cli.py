@@ -152,7 +152,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                       "worker running on %s?)", e, args.url)
             return 1
         off = _watch_reconnects(client, args.url, host)
-        log.info("%s ready: serving %s with adapter %s", NAME, args.url, host.runtime.config.adapter_value())
+        log.info("%s ready: serving %s with adapter %s", NAME, args.url, host.runtime.config.adapter_label())
         while not stop.wait(0.5):
             pass
         off()

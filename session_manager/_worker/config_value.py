@@ -3,7 +3,7 @@
 Shape (same as the reference worker, so a stored value moves between them)::
 
     adapter:                 # adjacently tagged: a name plus that adapter's config
-      name: fs               # fs | bridge
+      name: fs               # fs | bridge | postgres
       config: {data_dir: data/session-manager}
     default_list_limit: 50
     max_list_limit: 500
@@ -32,6 +32,7 @@ from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
 from pydantic_core import core_schema
 
 from .._service.limits import DEFAULT_LIST_LIMIT, MAX_ATTACHMENT_BYTES, MAX_LIST_LIMIT, Limits
+from ..store import pg_defaults
 
 log = logging.getLogger("session_manager.config")
 
@@ -75,7 +76,33 @@ class BridgeAdapter(BaseModel):
     config: BridgeConfig
 
 
-Adapter = Annotated[Union[FsAdapter, BridgeAdapter], Field(discriminator="name")]
+class PostgresConfig(BaseModel):
+    model_config = _Strict
+    # The password belongs in PGPASSWORD, a passfile or a ${VAR} placeholder
+    # the configuration worker expands; it is masked wherever the DSN is shown.
+    dsn: str = Field(description="libpq connection string or postgresql:// URI; keep the password in "
+                                 "PGPASSWORD, a passfile or a ${VAR} placeholder (masked when shown).")
+    pool_size: Annotated[int, Field(ge=1, le=1000)] = Field(default=pg_defaults.POOL_SIZE,
+                                                            description="Connections per instance.")
+    connect_timeout_ms: Count64 = Field(default=pg_defaults.CONNECT_TIMEOUT_MS,
+                                        description="Connecting to the server.")
+    statement_timeout_ms: Annotated[int, Field(ge=0, le=2**31 - 1)] = Field(
+        default=pg_defaults.STATEMENT_TIMEOUT_MS, description="Any one statement (0: none).")
+    pool_timeout_ms: Count64 = Field(default=pg_defaults.POOL_TIMEOUT_MS,
+                                     description="Waiting for a free connection before session/storage.")
+    schema_: str = Field(default=pg_defaults.SCHEMA, alias="schema", min_length=1, max_length=63,
+                         description="The database schema holding the tables.")
+
+
+class PostgresAdapter(BaseModel):
+    """PostgreSQL: any number of instances over one database (Python worker only)."""
+
+    model_config = _Strict
+    name: Literal["postgres"]
+    config: PostgresConfig
+
+
+Adapter = Annotated[Union[FsAdapter, BridgeAdapter, PostgresAdapter], Field(discriminator="name")]
 
 
 class WorkerConfig(BaseModel):
@@ -83,7 +110,8 @@ class WorkerConfig(BaseModel):
 
     model_config = _Strict
     adapter: Adapter = Field(default=FsAdapter(name="fs"),
-                             description="Storage adapter: fs (local JSONL files) or bridge (a main instance).")
+                             description="Storage adapter: fs (local JSONL files), bridge (a main instance) "
+                                         "or postgres (many instances over one database).")
     default_list_limit: Count = Field(default=DEFAULT_LIST_LIMIT,
                                       description="Page size when session::list / session::messages omit `limit`.")
     max_list_limit: Count = Field(default=MAX_LIST_LIMIT, description="Hard cap on any requested `limit`.")
@@ -99,11 +127,20 @@ class WorkerConfig(BaseModel):
 
     def to_value(self) -> dict[str, Any]:
         """The JSON value, as stored by the configuration worker."""
-        return self.model_dump(mode="json")
+        return self.model_dump(mode="json", by_alias=True)
 
     def adapter_value(self) -> dict[str, Any]:
         """The boot signature: two configs with equal adapters differ only in tuning."""
-        return self.adapter.model_dump(mode="json")
+        return self.adapter.model_dump(mode="json", by_alias=True)
+
+    def adapter_label(self) -> str:
+        """The adapter as logs show it: a DSN's password masked."""
+        value = self.adapter_value()
+        if isinstance(self.adapter, PostgresAdapter):
+            from ..store.postgres.secrets import safe_dsn  # only with the postgres extra
+
+            value["config"]["dsn"] = safe_dsn(self.adapter.config.dsn)
+        return str(value)
 
 
 class ConfigError(ValueError):

@@ -126,6 +126,8 @@ class IIIHost:
             service = SessionService(bridge.store, ids=self.ids, clock=self.clock, limits=self.limits)
             return Runtime(config, bridge.store, service, bridge)
         store = build_store(config)
+        # A shared store hands us the events other instances made (no-op otherwise).
+        store.subscribe(lambda events: self.emitter.emit(events), self.emitter.is_observed)
         service = SessionService(store, ids=self.ids, clock=self.clock, limits=self.limits)
         return Runtime(config, store, service)
 
@@ -158,7 +160,7 @@ class IIIHost:
         if runtime.bridge is not None:
             runtime.bridge.publish(events)
         else:
-            self.emitter.emit(events, fanout=True)
+            self.emitter.emit(events, fanout=runtime.is_fs)
 
     def flush(self) -> None:
         """Wait until queued publishes and event calls have been handed on."""
@@ -264,7 +266,8 @@ class IIIHost:
             payload = strip_caller(data)
             with self._call() as runtime:
                 request = parse_request(f.request, payload)
-                response, events = serve(runtime.service, request)
+                # run_call: a shared store commits the call's events with its writes.
+                response, events = runtime.store.run_call(lambda: serve(runtime.service, request))
                 # Handed on inside the call, so shutdown (which waits for calls)
                 # never stops the emitter before these events are queued.
                 self.deliver(runtime, events)
@@ -283,8 +286,9 @@ class IIIHost:
         """The live runtime, if it is an fs one (read per call, so the gate
         follows reloads)."""
         with self._call() as runtime:
-            if runtime.bridge is not None:
-                raise SessionError(STORAGE, f"{function_id}: {sp.FS_ONLY}; this instance is in bridge mode")
+            if not runtime.is_fs:
+                mode = "bridge" if runtime.bridge is not None else "postgres"
+                raise SessionError(STORAGE, f"{function_id}: {sp.FS_ONLY}; this instance is in {mode} mode")
             yield runtime
 
     def _store_handler(self, sf: ss.StoreFunction) -> Any:
@@ -337,7 +341,11 @@ class IIIHost:
         with self._idle:
             self.limits.set(config.limits())
             self._runtime = fresh
-        log.info("configuration reloaded: adapter %s now serves", config.adapter_value())
+        log.info("configuration reloaded: adapter %s now serves", config.adapter_label())
+        if current.store.shared:
+            # A database store holds a pool and a listener: released once idle.
+            self._drain(current.store, DRAIN_TIMEOUT_S)
+            current.store.close()
         if current.bridge is not None:
             # The old link (relay and connection) ends once the calls that
             # took it are done: closing it under them would hang or fail them.

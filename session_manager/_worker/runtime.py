@@ -13,7 +13,7 @@ from ..store.base import Meta, SessionStore
 from ..store.fs import FsStore
 from . import bridge_link as br
 from . import config_client as cfg
-from .config_value import BridgeAdapter, WorkerConfig, resolve_data_dir
+from .config_value import BridgeAdapter, PostgresAdapter, WorkerConfig, resolve_data_dir
 
 
 @dataclass(frozen=True)
@@ -25,7 +25,8 @@ class Runtime:
 
     @property
     def is_fs(self) -> bool:
-        return self.bridge is None
+        """A store this process owns: it serves session::store::* and feeds bridges."""
+        return self.bridge is None and not self.store.shared
 
 
 def build_store(config: WorkerConfig) -> SessionStore:
@@ -33,6 +34,12 @@ def build_store(config: WorkerConfig) -> SessionStore:
     adapter = config.adapter
     if isinstance(adapter, BridgeAdapter):
         raise cfg.BuildError("a bridge store is built by the host (it needs the bridge connection)")
+    if isinstance(adapter, PostgresAdapter):
+        try:
+            from ..store.postgres.build import build_postgres  # the optional extra
+        except ImportError as e:
+            raise cfg.BuildError(f"adapter postgres needs the extra 'session-manager[postgres]' ({e})") from None
+        return build_postgres(adapter.config)
     path = resolve_data_dir(adapter.config.data_dir)
     try:
         store = FsStore(path)

@@ -19,16 +19,23 @@ instances on one database). Adapters written today should expect to follow.
 
 from __future__ import annotations
 
+import contextlib
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable, Iterator
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .path import Entry as Entry
 from .path import EntryPath
 
+if TYPE_CHECKING:
+    from .._wire.events import Event
+
 Meta = dict[str, Any]
 AttachmentMeta = dict[str, Any]
+EventSink = Callable[[list["Event"]], None]
+R = TypeVar("R")
 
 
 @dataclass(frozen=True)
@@ -51,7 +58,56 @@ class Commit:
 
 
 class SessionStore(ABC):
-    """What the domain service needs from storage."""
+    """What the domain service needs from storage.
+
+    Seams for stores shared by several instances (the postgres adapter; every
+    default here is a no-op, right for a store one process owns):
+
+    - :meth:`mutation`: the service enters it where it takes its per-session
+      lock, so one mutation's reads, checks and writes are one transaction
+      that also serializes against other processes.
+    - :meth:`run_call`: a host wraps each function call in it, so the call's
+      events are recorded with its writes (an outbox, committed atomically).
+    - :meth:`subscribe`: a host hands it the function that delivers events to
+      its local observers; the store calls it with the events *other*
+      instances made (the host keeps delivering its own calls' events).
+    - :attr:`shared`: such a store is not a single process's files, so the
+      host neither serves ``session::store::*`` nor fans events out to bridges.
+    """
+
+    shared: bool = False
+
+    # -- transactions and events across instances -------------------------------
+
+    def mutation(self, session_ids: Collection[str]) -> AbstractContextManager[None]:
+        """One mutation of ``session_ids``: all or nothing, serialized per session."""
+        return contextlib.nullcontext()
+
+    def run_call(self, call: Callable[[], tuple[R, list[Event]]]) -> tuple[R, list[Event]]:
+        """Run one function call (``(response, events)``); the default just calls it."""
+        return call()
+
+    def subscribe(self, sink: EventSink, wants: Callable[[str], bool] | None = None) -> Callable[[], None]:
+        """Deliver other instances' events to ``sink`` (only of the event functions
+        ``wants`` names, when given: the store need not fetch the rest); returns
+        the unsubscriber."""
+        return lambda: None
+
+    def ordered_metas(
+        self, order: str, after: tuple[int, str] | None, status: str | None, metadata: Meta | None
+    ) -> Iterator[Meta]:
+        """Metas in ``order`` (``updated_desc`` | ``created_desc`` | ``created_asc``)
+        strictly after the key ``after``: a superset of those matching ``status``
+        and ``metadata`` (the service applies the rule). The default sorts
+        :meth:`list_metas`; a database serves it from an index."""
+        field = "updated_at" if order == "updated_desc" else "created_at"
+        descending = order != "created_asc"
+        keyed = sorted(((m[field], m["session_id"]), m) for m in self.list_metas())
+        if descending:
+            keyed.reverse()
+        for key, m in keyed:
+            if after is None or ((key < after) if descending else (key > after)):
+                yield m
 
     # -- sessions and entries ------------------------------------------------
 

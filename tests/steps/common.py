@@ -27,6 +27,7 @@ from session_manager._wire.events import EVENT_FUNCTIONS
 from session_manager.clock import ManualClock
 from session_manager.ids import SequentialIds
 from session_manager.store._encoding import encode_id
+from tests import pg_support
 
 ABSENT = "<absent>"
 ANY = "<any>"
@@ -36,8 +37,9 @@ START_MS = 1_000_000
 class World:
     """One scenario's store, clock, ids, last call and recorded events."""
 
-    def __init__(self, tmp_path: Path) -> None:
+    def __init__(self, tmp_path: Path, pg_schema: str | None = None) -> None:
         self.data_dir = tmp_path / "data"
+        self.pg_schema = pg_schema  # set: the store is the postgres adapter over this schema
         self.ids = SequentialIds()
         self.clock = ManualClock(START_MS)
         self.options: dict[str, Any] = {}
@@ -57,7 +59,11 @@ class World:
     # -- store lifecycle --------------------------------------------------
 
     def open(self) -> None:
-        self.sm = session_manager.open(self.data_dir, ids=self.ids, clock=self.clock, **self.options)
+        if self.pg_schema is not None:
+            store = pg_support.open_store(self.pg_schema)
+            self.sm = session_manager.open(store=store, ids=self.ids, clock=self.clock, **self.options)
+        else:
+            self.sm = session_manager.open(self.data_dir, ids=self.ids, clock=self.clock, **self.options)
         for fid in EVENT_FUNCTIONS:
             self.sm.observe({"function_id": fid}, lambda e, fid=fid: self._record(fid, e))
         for name, sources in self.observer_sources.items():
@@ -144,7 +150,21 @@ def contains(actual: Any, expected: Any, where: str = "$") -> None:
 
 
 @pytest.fixture
-def world(tmp_path: Path) -> Any:
+def world_store() -> str:
+    """The adapter scenarios run over (tests/test_features_postgres.py overrides it)."""
+    return "fs"
+
+
+@pytest.fixture
+def world(tmp_path: Path, world_store: str) -> Any:
+    if world_store == "postgres":
+        with pg_support.schema() as name:
+            w = World(tmp_path, pg_schema=name)
+            w.open()
+            yield w
+            if w.sm is not None:
+                w.sm.close()
+        return
     w = World(tmp_path)
     w.open()
     yield w

@@ -89,8 +89,9 @@ def test_the_generated_schema_has_the_shape_the_console_renders() -> None:
     assert adapter["description"]
     variants = [_resolve(schema, v) for v in adapter["oneOf"]]  # adjacently tagged: one variant per adapter
     assert [v["properties"]["name"] for v in variants] == [
-        {"type": "string", "enum": ["fs"]}, {"type": "string", "enum": ["bridge"]}]
-    fs_variant, bridge_variant = variants
+        {"type": "string", "enum": ["fs"]}, {"type": "string", "enum": ["bridge"]},
+        {"type": "string", "enum": ["postgres"]}]
+    fs_variant, bridge_variant, pg_variant = variants
     for variant in variants:
         assert variant["type"] == "object" and variant["additionalProperties"] is False
         assert set(variant["properties"]) == {"name", "config"} and variant["description"]
@@ -103,6 +104,12 @@ def test_the_generated_schema_has_the_shape_the_console_renders() -> None:
             "description"]}
     bridge_config = _resolve(schema, bridge_variant["properties"]["config"])
     assert bridge_config["required"] == ["url"] and bridge_config["properties"]["url"]["type"] == "string"
+    assert sorted(pg_variant["required"]) == ["config", "name"]
+    pg_config = _resolve(schema, pg_variant["properties"]["config"])
+    assert pg_config["required"] == ["dsn"] and set(pg_config["properties"]) == {
+        "dsn", "pool_size", "connect_timeout_ms", "statement_timeout_ms", "pool_timeout_ms", "schema"}
+    assert all(p.get("description") for p in pg_config["properties"].values())
+    assert pg_config["properties"]["schema"]["default"] == "public"
     timeout = bridge_config["properties"]["timeout_ms"]
     assert (timeout["type"], timeout["minimum"], timeout["default"]) == ("integer", 0, 5000)
     defaults = default_config_value()
@@ -119,6 +126,9 @@ def test_the_generated_schema_has_the_shape_the_console_renders() -> None:
     {"adapter": {"name": "fs"}},
     {"adapter": {"name": "bridge", "config": {"url": "ws://main:49134"}}},
     {"adapter": {"name": "bridge", "config": {"url": "ws://m", "timeout_ms": 10}}, "max_list_limit": 9},
+    {"adapter": {"name": "postgres", "config": {"dsn": "postgresql://db/sm"}}},
+    {"adapter": {"name": "postgres", "config": {"dsn": "host=db", "pool_size": 4, "connect_timeout_ms": 1000,
+                                                "statement_timeout_ms": 0, "pool_timeout_ms": 50, "schema": "s"}}},
 ])
 def test_schema_and_parser_accept_the_same_values(value: dict[str, Any]) -> None:
     # Prevents: a console form that saves values the worker then refuses.
@@ -130,6 +140,10 @@ def test_schema_and_parser_accept_the_same_values(value: dict[str, Any]) -> None
     {"adapter": {"name": "cloud", "config": {}}},
     {"adapter": {"name": "bridge", "config": {}}},
     {"adapter": {"name": "fs", "config": {"datadir": "x"}}},
+    {"adapter": {"name": "postgres", "config": {}}},
+    {"adapter": {"name": "postgres", "config": {"dsn": "x", "pool_size": 0}}},
+    {"adapter": {"name": "postgres", "config": {"dsn": "x", "schema": ""}}},
+    {"adapter": {"name": "postgres", "config": {"dsn": "x", "password": "p"}}},
     {"default_list_limt": 5},
     {"max_list_limit": -1},
     {"max_list_limit": "5"},

@@ -1,0 +1,8 @@
+"""The postgres adapter's defaults: one definition for the configuration model
+and the adapter (importable without the postgres extra)."""
+
+POOL_SIZE = 10
+CONNECT_TIMEOUT_MS = 5000
+STATEMENT_TIMEOUT_MS = 30000
+POOL_TIMEOUT_MS = 5000
+SCHEMA = "public"

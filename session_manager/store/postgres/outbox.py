@@ -1,0 +1,246 @@
+"""Events across instances: an outbox table plus ``LISTEN``/``NOTIFY``.
+
+Each call's events are inserted as outbox rows in the call's own
+transaction (:meth:`Outbox.record`, from ``run_call``), together with one
+``pg_notify`` per batch of ids. ``NOTIFY`` is delivered at commit, so a
+rolled-back mutation notifies nobody, and it carries only ids: a payload of
+any size is read whole from its row (NOTIFY's own limit is 8000 bytes).
+
+Every instance runs one listener thread (two connections of its own: one
+listens, one reads rows) that hands other instances' events to its
+subscribers; the instance that made a mutation delivered it already, so it
+skips its own rows. Ids already delivered are remembered (bounded), so a
+replay never repeats what this instance saw.
+
+After a lost connection the listener reconnects and replays the rows it
+may have missed (ids above its high-water mark, less a slack for
+transactions that took an id before others but committed after them). When
+it was away longer than the retention, those rows may be pruned: it resyncs
+instead (every session's state as events, as after an adapter swap), so
+observers may see duplicates then, never a gap. Rows older than the
+retention are pruned by every listener once a minute (or once per
+retention, when that is shorter).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+from psycopg import sql
+
+from ..._wire.events import EVENT_FUNCTIONS, Event
+from .._records import _line as encode_json
+from .._records import loads
+from ..base import EventSink
+
+if TYPE_CHECKING:
+    from .store import PostgresStore
+
+log = logging.getLogger("session_manager.store.postgres.outbox")
+
+NOTIFY_BATCH = 300  # events per NOTIFY: 300 "<id>:<n>" of up to 19 digits fit the 8000-byte payload limit
+REPLAY_SLACK = 1000  # ids below the high-water mark replayed after a reconnect
+SEEN_MAX = 100_000
+PRUNE_EVERY_S = 60.0
+POLL_S = 0.5
+
+
+def channel_of(schema: str) -> str:
+    """The NOTIFY channel of one schema (an identifier under 63 bytes)."""
+    return "session_manager_" + hashlib.sha256(schema.encode("utf-8")).hexdigest()[:24]
+
+
+class Outbox:
+    """One instance's side of the outbox: record its events, listen for the others'."""
+
+    def __init__(self, store: PostgresStore, retention_s: float) -> None:
+        self._store = store
+        self._retention_s = retention_s
+        self._channel = channel_of(store.settings.schema)
+        self._sinks: list[tuple[EventSink, Callable[[str], bool] | None]] = []
+        self._lock = threading.Lock()
+        self._seen: OrderedDict[int, None] = OrderedDict()
+        self._high = -1  # highest id delivered or skipped; -1 until the first connect
+        self._stop = threading.Event()
+        self._listening = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._last_prune = 0.0
+
+    # -- the writing side (inside the mutation's transaction) -----------------
+
+    def record(self, conn: psycopg.Connection[Any], events: list[Event]) -> None:
+        """Insert the events' rows and notify their ids: one statement per batch."""
+        for at in range(0, len(events), NOTIFY_BATCH):
+            batch = events[at : at + NOTIFY_BATCH]
+            # The payload "<instance>|<id>:<n>,...": listeners skip their own
+            # rows and fetch only rows of event functions someone observes.
+            conn.execute(
+                "WITH ins AS (INSERT INTO outbox (instance, function_id, payload)"
+                " SELECT %(instance)s, f, p FROM unnest(%(fids)s::text[], %(payloads)s::text[]) AS u(f, p)"
+                " RETURNING id, function_id)"
+                " SELECT pg_notify(%(channel)s, %(instance)s || '|' || string_agg("
+                "id::text || ':' || array_position(%(all)s::text[], function_id)::text, ',' ORDER BY id)) FROM ins",
+                {
+                    "instance": self._store.instance,
+                    "fids": [e.function_id for e in batch],
+                    "payloads": [encode_json(e.payload).decode("utf-8") for e in batch],
+                    "channel": self._channel,
+                    "all": list(EVENT_FUNCTIONS),
+                },
+            )
+
+    # -- the reading side -----------------------------------------------------------
+
+    def subscribe(self, sink: EventSink, wants: Callable[[str], bool] | None = None) -> Callable[[], None]:
+        entry = (sink, wants)
+        with self._lock:
+            self._sinks.append(entry)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="session-manager-outbox", daemon=True)
+                self._thread.start()
+        # Events committed after subscribe returns reach the sink (bounded wait:
+        # an unreachable server leaves the listener retrying in the background).
+        self._listening.wait(timeout=self._store.settings.connect_timeout_ms / 1000 + 1)
+
+        def unsubscribe() -> None:
+            with self._lock:
+                if entry in self._sinks:
+                    self._sinks.remove(entry)
+
+        return unsubscribe
+
+    @property
+    def listening(self) -> bool:
+        """Whether the listener is connected (tests wait on it after an outage)."""
+        return self._listening.is_set()
+
+    def close(self) -> None:
+        """Stop the listener (woken by an empty notification, not left to its poll)."""
+        self._stop.set()
+        thread = self._thread
+        if thread is None:
+            return
+        if self._listening.is_set():
+            try:
+                with psycopg.connect(self._store._conninfo, autocommit=True) as conn:
+                    conn.execute("SELECT pg_notify(%s, '')", (self._channel,))
+            except psycopg.Error:
+                pass  # the listener still stops at its next poll
+        thread.join(timeout=5.0)
+
+    def _run(self) -> None:
+        backoff = 0.1
+        away_since: float | None = None
+        while not self._stop.is_set():
+            try:
+                with psycopg.connect(self._store._conninfo, autocommit=True) as listen, \
+                        psycopg.connect(self._store._conninfo, autocommit=True) as fetch:
+                    listen.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self._channel)))
+                    self._catch_up(fetch, away_since)
+                    away_since = None
+                    backoff = 0.1
+                    self._listening.set()
+                    while not self._stop.is_set():
+                        ids: list[int] = []
+                        # Back as soon as something arrives (with whatever came in the same packet).
+                        for note in listen.notifies(timeout=POLL_S, stop_after=1):
+                            ids.extend(self._wanted(note.payload))
+                        if ids:
+                            self._deliver(fetch, ids)
+                        self._maybe_prune(fetch)
+            except psycopg.Error as e:
+                self._listening.clear()
+                if away_since is None:
+                    away_since = time.monotonic()
+                log.warning("%s", self._store._say(f"event listener disconnected ({e}); reconnecting"))
+            except Exception:
+                self._listening.clear()
+                if away_since is None:
+                    away_since = time.monotonic()
+                log.exception("event listener failed; restarting it")
+            self._stop.wait(backoff)
+            backoff = min(backoff * 2, 2.0)
+        self._listening.clear()
+
+    def _catch_up(self, fetch: psycopg.Connection[Any], away_since: float | None) -> None:
+        if self._high < 0:  # first connect: only what happens from now on
+            row = fetch.execute("SELECT coalesce(max(id), 0) FROM outbox").fetchone()
+            self._high = int(row[0]) if row else 0
+            return
+        if away_since is not None and time.monotonic() - away_since > self._retention_s:
+            self._resync()
+            row = fetch.execute("SELECT coalesce(max(id), 0) FROM outbox").fetchone()
+            self._high = max(self._high, int(row[0]) if row else 0)
+            return
+        rows = fetch.execute(
+            "SELECT id, instance, function_id, payload FROM outbox WHERE id > %s ORDER BY id",
+            (self._high - REPLAY_SLACK,),
+        ).fetchall()
+        self._hand_on(rows)
+
+    def _wanted(self, payload: str) -> list[int]:
+        """The notified ids worth fetching: another instance's, of an observed function."""
+        instance, _, items = payload.partition("|")
+        if instance == self._store.instance or not items:
+            return []
+        with self._lock:
+            wants = [w for _, w in self._sinks]
+        out: list[int] = []
+        for item in items.split(","):
+            oid, _, n = item.partition(":")
+            index = int(n) - 1 if n.isdigit() else -1
+            fid = EVENT_FUNCTIONS[index] if 0 <= index < len(EVENT_FUNCTIONS) else None
+            if fid is None or any(w is None or w(fid) for w in wants):
+                out.append(int(oid))
+        return out
+
+    def _deliver(self, fetch: psycopg.Connection[Any], ids: list[int]) -> None:
+        rows = fetch.execute(
+            "SELECT id, instance, function_id, payload FROM outbox WHERE id = ANY(%s) ORDER BY id", (ids,)
+        ).fetchall()
+        self._hand_on(rows)
+
+    def _hand_on(self, rows: list[tuple[Any, ...]]) -> None:
+        events: list[Event] = []
+        for oid, instance, function_id, payload in rows:
+            if oid in self._seen:
+                continue
+            self._seen[oid] = None
+            if len(self._seen) > SEEN_MAX:
+                self._seen.popitem(last=False)
+            self._high = max(self._high, oid)
+            if instance != self._store.instance:
+                events.append(Event(function_id, loads(payload.encode("utf-8"))))
+        if events:
+            self._publish(events)
+
+    def _publish(self, events: list[Event]) -> None:
+        with self._lock:
+            sinks = [sink for sink, _ in self._sinks]
+        for sink in sinks:
+            try:
+                sink(events)
+            except Exception:
+                log.exception("an event subscriber failed; delivery goes on")
+
+    def _resync(self) -> None:
+        from ..._worker.runtime import resync_events  # the one definition of "state as events"
+
+        log.warning("event listener was away longer than the outbox retention; resyncing")
+        self._publish(resync_events(self._store, [], int(time.time() * 1000)))
+
+    def _maybe_prune(self, fetch: psycopg.Connection[Any]) -> None:
+        now = time.monotonic()
+        if now - self._last_prune < min(PRUNE_EVERY_S, self._retention_s):
+            return
+        self._last_prune = now
+        fetch.execute(
+            "DELETE FROM outbox WHERE created_at < now() - make_interval(secs => %s)", (self._retention_s,)
+        )

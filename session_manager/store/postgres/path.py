@@ -1,0 +1,124 @@
+"""A session's root -> leaf chain, read from the database a window at a time.
+
+The service pages a path by index (``path[i]``, ``index_of``) from its end,
+so this view fetches only the windows it is asked for: each fetch is one
+recursive query that jumps from the nearest entry already read down to the
+window's top (skew-binary jump pointers: O(log distance) index probes) and
+then follows parent links through the window (one probe per entry). A
+``messages-tail`` page therefore reads O(page + log length) rows, plus the
+rows of an activity run it collapses (a run is read whole to elide it).
+
+Parent links never change once written, so windows read at different
+moments still belong to one chain; an entry's body is whatever revision was
+current when its window was read (as with the fs store's shared cache).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from ...errors import StoreError
+from .._records import loads
+from ..base import Entry
+from ..path import EntryPath
+from .keys import key, unkey
+
+if TYPE_CHECKING:
+    from .store import PostgresStore
+
+PATH_WINDOW = 64  # entries per fetch: one round trip serves a typical page
+
+_WINDOW_SQL = """
+WITH RECURSIVE w(entry_id, parent_id, depth, jump_id, jump_depth) AS (
+    SELECT entry_id, parent_id, depth, jump_id, jump_depth
+    FROM entries WHERE session_id = %(s)s AND entry_id = %(start)s
+  UNION ALL
+    SELECT e.entry_id, e.parent_id, e.depth, e.jump_id, e.jump_depth
+    FROM w JOIN entries e ON e.session_id = %(s)s
+     AND e.entry_id = CASE WHEN w.depth > %(b)s AND w.jump_depth >= %(b)s THEN w.jump_id ELSE w.parent_id END
+    WHERE w.depth > %(a)s
+)
+SELECT e.entry_id, e.depth, e.body
+FROM w JOIN entries e ON e.session_id = %(s)s AND e.entry_id = w.entry_id
+WHERE w.depth BETWEEN %(a)s AND %(b)s
+"""
+
+
+class PgPath(EntryPath):
+    """The chain ending at ``leaf`` (at ``depth``), fetched lazily by window."""
+
+    __slots__ = ("_by_depth", "_depth_of", "_leaf_id", "_session", "_store", "_top")
+
+    def __init__(self, store: PostgresStore, session_id: str, leaf: str, depth: int) -> None:
+        super().__init__([], {})
+        self._store = store
+        self._session = session_id
+        self._leaf_id = leaf
+        self._top = depth
+        self._len = depth + 1
+        self._by_depth: dict[int, tuple[str, Entry]] = {}
+        self._depth_of: dict[str, int] = {}
+
+    def __len__(self) -> int:
+        return self._len
+
+    def __getitem__(self, index: int) -> Entry:
+        if index < 0:
+            index += self._len
+        if not 0 <= index < self._len:
+            raise IndexError(index)
+        found = self._by_depth.get(index)
+        if found is None:
+            self._fetch_around(index)
+            found = self._by_depth.get(index)
+            if found is None:
+                raise self._store.storage_error(
+                    StoreError(f"session {self._session} changed while its transcript was read")
+                )
+        return found[1]
+
+    def __iter__(self) -> Iterator[Entry]:
+        for i in range(self._len):
+            yield self[i]
+
+    def index_of(self, entry_id: str) -> int | None:
+        depth = self._depth_of.get(entry_id)
+        if depth is None:
+            try:
+                rows = self._store._rows(
+                    "SELECT depth FROM entries WHERE session_id = %s AND entry_id = %s",
+                    (key(self._session), key(entry_id)),
+                )
+            except StoreError as e:
+                raise self._store.storage_error(e) from None
+            if not rows or rows[0][0] > self._top:
+                return None
+            depth = rows[0][0]
+            if depth not in self._by_depth:
+                self._fetch_around(depth)  # the window holding the path's entry at that depth
+        found = self._by_depth.get(depth)
+        return depth if found is not None and found[0] == entry_id else None
+
+    @property
+    def leaf(self) -> str | None:
+        return self._leaf_id
+
+    def _fetch_around(self, i: int) -> None:
+        cached = self._by_depth
+        below = max((d for d in cached if d < i), default=-1)
+        above = min((d for d in cached if d > i), default=None)
+        if i == self._top or (i + 1) in cached:
+            lo, hi = max(below + 1, i - PATH_WINDOW + 1, 0), i  # paging backwards from the end
+        else:
+            lo, hi = i, min(self._top, i + PATH_WINDOW - 1, (above - 1) if above is not None else self._top)
+        # Walk from the nearest entry already read above the window (else the leaf).
+        start = cached[above][0] if above is not None else self._leaf_id
+        try:
+            rows = self._store._rows(_WINDOW_SQL, {"s": key(self._session), "start": key(start), "a": lo, "b": hi})
+        except StoreError as e:
+            raise self._store.storage_error(e) from None
+        for entry_id, depth, body in rows:
+            eid = unkey(entry_id)
+            cached[depth] = (eid, loads(body.encode("utf-8")))
+            self._depth_of[eid] = depth
