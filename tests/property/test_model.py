@@ -28,7 +28,7 @@ import session_manager
 from session_manager import SessionError, SessionManager
 from session_manager.clock import ManualClock
 from session_manager.ids import SequentialIds
-from session_manager.store import fs as fs_store
+from session_manager.store import _compaction
 
 T0 = 1_000_000
 CALLER_SESSION_IDS = ("chat-42", "../escape/chat 42:?", "ünï cødé", "..")
@@ -410,7 +410,7 @@ class SessionModel(RuleBasedStateMachine):
     def restart_compacting_every_log(self) -> None:
         # Replay is lazy: the reads right after the restart load (and so compact) each session.
         self.sm.close()
-        with mock.patch.object(fs_store, "COMPACT_RATIO", 0), mock.patch.object(fs_store, "COMPACT_SLACK", 0):
+        with mock.patch.object(_compaction, "RATIO", 0), mock.patch.object(_compaction, "SLACK", -1):
             self.sm = self.open()
             self.compare(page=2)
 
