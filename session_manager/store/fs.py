@@ -28,10 +28,10 @@ from ..errors import StoreError, UnstorableValue
 from . import _compaction, _delete
 from ._attachments import AttachmentFiles
 from ._encoding import decode_id, encode_id
+from ._follow import Follower
 from ._fsio import APPEND_FLAGS, NotRegular, Ops, fsync_dir, name_max, open_regular, read_fd, reason, write_all
 from ._lock import LOCK_NAME, DirLock
 from ._records import (
-    Replay,
     committed_records,
     decode_record,
     encode_commit,
@@ -62,17 +62,6 @@ _FOLD_STRIPES = 64
 
 class ReadOnlyStore(StoreError):
     """A mutation of a store opened read-only."""
-
-
-class _Seen:
-    """How far a read-only store has read a log."""
-
-    __slots__ = ("ino", "offset", "replay")
-
-    def __init__(self, ino: int) -> None:
-        self.ino = ino
-        self.offset = 0
-        self.replay = Replay()
 
 
 class FsStore(AttachmentFiles, StateBackedStore):
@@ -114,7 +103,7 @@ class FsStore(AttachmentFiles, StateBackedStore):
         self._scans = 0  # lists reading files right now
         self._changed: dict[str, Meta | None] = {}  # metas written while a list was reading
         self._warned: set[str] = set()
-        self._seen: dict[str, _Seen] = {}  # read-only: how far each log was read
+        self._follow = Follower(self._ops) if read_only else None  # how far each log was read
         self._peeked: dict[str, tuple[tuple[int, int, int], Meta | None]] = {}  # read-only list cache
         # Case-insensitive file systems: the session owning each folded stem.
         self._fold: dict[str, str] = {}
@@ -131,6 +120,8 @@ class FsStore(AttachmentFiles, StateBackedStore):
         """Release the data_dir (its lock); the store takes no calls afterwards."""
         if self._owner is not None:
             self._owner.release()
+        if self._follow is not None:
+            self._follow.close()
 
     def _detect_case_insensitive(self) -> bool:
         # The lock file exists in any data_dir a writer ever opened: if its
@@ -186,8 +177,8 @@ class FsStore(AttachmentFiles, StateBackedStore):
             raise StoreError(f"read {path.name}: {reason(e)}") from None
 
     def _replay(self, session_id: str, state: SessionState) -> None:
-        if self.read_only:
-            self._refresh(session_id, state)
+        if self._follow is not None:
+            self._follow.refresh(session_id, state, self.file_path(session_id), lambda n, w: None)
             return
         data = self._read_log(session_id)
         if data is None:
@@ -227,42 +218,6 @@ class FsStore(AttachmentFiles, StateBackedStore):
         else:
             budget.rewritten(budget.disk + max(budget.disk, _compaction.SLACK))  # retry much later
 
-    def _refresh(self, session_id: str, state: SessionState) -> None:
-        """Read-only: apply what the log gained since the last read; start
-        over when it was replaced (a compaction) or shrank."""
-        path = self.file_path(session_id)
-        try:
-            fd = open_regular(self._ops, path)
-        except NotRegular:
-            raise StoreError(f"the log of session {path.name} is not a regular file") from None
-        except OSError as e:
-            raise StoreError(f"read {path.name}: {reason(e)}") from None
-        if fd is None:
-            state.reset()  # gone (or renamed aside by a delete)
-            self._seen.pop(session_id, None)
-            return
-        try:
-            st = os.fstat(fd)
-            seen = self._seen.get(session_id)
-            if seen is None or seen.ino != st.st_ino or st.st_size < seen.offset:
-                if seen is not None:
-                    state.reset()
-                seen = self._seen[session_id] = _Seen(st.st_ino)
-            if st.st_size == seen.offset:
-                return
-            data = read_fd(fd, seen.offset, st.st_size)
-        except OSError as e:
-            raise StoreError(f"read {path.name}: {reason(e)}") from None
-        finally:
-            os.close(fd)
-        cut = data.rfind(b"\n") + 1  # only whole lines: the writer may be mid-line
-        for record in seen.replay.feed(data[:cut].split(b"\n")[:-1], session_id, lambda n, w: None):
-            state.apply_record(record)
-        seen.offset += cut
-        tail = decode_record(data[cut:], session_id) if cut < len(data) else None
-        if tail is not None and tail.get("tx") is None and seen.replay.idle:
-            state.apply_record(tail)  # a valid unterminated record counts, as on a writable open
-
     def _state(self, session_id: str, create: bool = False) -> SessionState | None:
         """The loaded state of a session, replayed on first access (and, read-only,
         refreshed on every access).
@@ -289,7 +244,8 @@ class FsStore(AttachmentFiles, StateBackedStore):
             with state.lock, self._lock:
                 if state.is_empty and self._sessions.get(session_id) is state:
                     del self._sessions[session_id]
-                    self._seen.pop(session_id, None)
+                    if self._follow is not None:
+                        self._follow.forget(session_id)
             return None
         return state
 

@@ -575,7 +575,8 @@ def test_attachments_through_the_bridge(topo: Topology) -> None:
     got = local.invoke("session::get-attachment", {"session_id": sid,
                                                    "attachment_id": put["attachment"]["attachment_id"]})
     assert got["data"] == data and got["attachment"] == put["attachment"]
-    assert FsStore(topo.tmp / "main", read_only=True).read_attachment(sid, put["attachment"]["attachment_id"]) == b"\x00\x01bytes"
+    main = FsStore(topo.tmp / "main", read_only=True)
+    assert main.read_attachment(sid, put["attachment"]["attachment_id"]) == b"\x00\x01bytes"
 
 
 # -- the reference wire contract (golden-schemas/session.store.*.json) -----------------------------
