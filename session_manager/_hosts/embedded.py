@@ -94,15 +94,16 @@ class SessionManager(TypedMethods):
         function = BY_ID.get(function_id)
         if function is None or function.handler is None:
             raise LookupError(f"no function {function_id!r}")
+        if function.mutates and getattr(self.service.store, "read_only", False):
+            raise SessionError(STORAGE, f"{function_id}: this session store is open read-only")
+        # Before the copy: an oversized batch is refused without copying it.
+        admit(function_id, payload, self.service.limits.get(), mutates=function.mutates)
         # A private copy: what is stored must not change when the caller
         # later changes the dicts it passed in.
         try:
             payload = copy_json(payload)
         except RecursionError:
             raise invalid_request("payload: nested too deeply") from None
-        if function.mutates and getattr(self.service.store, "read_only", False):
-            raise SessionError(STORAGE, f"{function_id}: this session store is open read-only")
-        admit(function_id, payload, self.service.limits.get(), mutates=function.mutates)
         reject_unknown_keys(function.request, payload)
         request = parse_request(function.request, payload)
         service, serve = self.service, function.handler

@@ -21,7 +21,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from pathlib import Path
 
 from ._fsio import CREATE_FLAGS, Ops, fsync_dir, reason, write_all
 
@@ -58,10 +57,10 @@ class LogBudget:
         self.disk = size
 
 
-def rewrite(ops: Ops, path: Path, body: bytes, *, sync_dir: bool) -> bool:
+def rewrite(ops: Ops, path: str, body: bytes, *, sync_dir: bool) -> bool:
     """Replace the log at ``path`` with ``body``; ``False`` (logged) if it
     could not, in which case the log is as it was."""
-    tmp = path.with_name(path.name + TEMP_SUFFIX)
+    tmp = path + TEMP_SUFFIX
     try:
         fd = ops.open(tmp, CREATE_FLAGS, 0o644)
         try:
@@ -71,9 +70,9 @@ def rewrite(ops: Ops, path: Path, body: bytes, *, sync_dir: bool) -> bool:
             os.close(fd)
         ops.replace(tmp, path)
         if sync_dir:
-            fsync_dir(ops, path.parent)
+            fsync_dir(ops, os.path.dirname(path))
     except OSError as e:
-        log.warning("%s: compaction skipped (%s); the log stays as it is", path.name, reason(e))
+        log.warning("%s: compaction skipped (%s); the log stays as it is", os.path.basename(path), reason(e))
         with contextlib.suppress(OSError):
             ops.unlink(tmp)
         return False

@@ -18,7 +18,6 @@ import os
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
-from pathlib import Path
 
 from ..errors import StoreError
 from ._fsio import NotRegular, Ops, open_regular, read_fd, reason
@@ -51,20 +50,20 @@ class Follower:
         # thread reads through it would read a closed (or reused) descriptor.
         self._lock = threading.Lock()
 
-    def refresh(self, session_id: str, state: SessionState, path: Path,
+    def refresh(self, session_id: str, state: SessionState, path: str,
                 skip: Callable[[int, str], None]) -> None:
         """Bring ``state`` (its lock held by the caller) up to the log at ``path``."""
         with self._lock:
             self._refresh(session_id, state, path, skip)
 
-    def _refresh(self, session_id: str, state: SessionState, path: Path,
+    def _refresh(self, session_id: str, state: SessionState, path: str,
                  skip: Callable[[int, str], None]) -> None:
         try:
             fd = open_regular(self._ops, path)
         except NotRegular:
-            raise StoreError(f"the log of session {path.name} is not a regular file") from None
+            raise StoreError(f"the log of session {os.path.basename(path)} is not a regular file") from None
         except OSError as e:
-            raise StoreError(f"read {path.name}: {reason(e)}") from None
+            raise StoreError(f"read {os.path.basename(path)}: {reason(e)}") from None
         if fd is None:
             state.reset()  # gone, or renamed aside by a delete
             self._forget(session_id)
@@ -86,7 +85,7 @@ class Follower:
                     os.close(oldest.fd)
             data = read_fd(seen.fd, seen.offset, st.st_size) if st.st_size > seen.offset else b""
         except OSError as e:
-            raise StoreError(f"read {path.name}: {reason(e)}") from None
+            raise StoreError(f"read {os.path.basename(path)}: {reason(e)}") from None
         finally:
             if fd >= 0:
                 os.close(fd)

@@ -14,8 +14,13 @@ import errno
 import os
 import stat
 from pathlib import Path
+from typing import Union
 
 from ..errors import StoreError
+
+# Plain strings on the hot paths: pathlib interns every component it parses,
+# so a Path per probed id grows the interpreter's intern table for good.
+StrPath = Union[str, "os.PathLike[str]"]
 
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
@@ -31,28 +36,28 @@ CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _NOFOLLOW | _CLOEXEC
 class Ops:
     """The os calls the fs store makes on paths (the real ones)."""
 
-    def open(self, path: Path, flags: int, mode: int = 0o644) -> int:
+    def open(self, path: StrPath, flags: int, mode: int = 0o644) -> int:
         return os.open(path, flags, mode)
 
-    def stat(self, path: Path) -> os.stat_result:
+    def stat(self, path: StrPath) -> os.stat_result:
         return os.stat(path)
 
-    def lstat(self, path: Path) -> os.stat_result:
+    def lstat(self, path: StrPath) -> os.stat_result:
         return os.lstat(path)
 
-    def listdir(self, path: Path) -> list[str]:
+    def listdir(self, path: StrPath) -> list[str]:
         return os.listdir(path)
 
-    def replace(self, src: Path, dst: Path) -> None:
+    def replace(self, src: StrPath, dst: StrPath) -> None:
         os.replace(src, dst)
 
-    def unlink(self, path: Path) -> None:
+    def unlink(self, path: StrPath) -> None:
         os.unlink(path)
 
-    def mkdir(self, path: Path) -> None:
+    def mkdir(self, path: StrPath) -> None:
         os.mkdir(path)
 
-    def rmdir(self, path: Path) -> None:
+    def rmdir(self, path: StrPath) -> None:
         os.rmdir(path)
 
 
@@ -74,7 +79,7 @@ def write_all(fd: int, data: bytes) -> None:
         view = view[written:]
 
 
-def fsync_dir(ops: Ops, path: Path) -> None:
+def fsync_dir(ops: Ops, path: StrPath) -> None:
     fd = ops.open(path, os.O_RDONLY | _CLOEXEC)
     try:
         os.fsync(fd)
@@ -82,7 +87,7 @@ def fsync_dir(ops: Ops, path: Path) -> None:
         os.close(fd)
 
 
-def open_regular(ops: Ops, path: Path, flags: int = READ_FLAGS) -> int | None:
+def open_regular(ops: Ops, path: StrPath, flags: int = READ_FLAGS) -> int | None:
     """A descriptor of ``path`` if it is a regular file, ``None`` if it does
     not exist; :class:`NotRegular` for anything else."""
     try:
@@ -91,7 +96,7 @@ def open_regular(ops: Ops, path: Path, flags: int = READ_FLAGS) -> int | None:
         return None
     except OSError as e:
         if e.errno in (errno.ELOOP, errno.EMLINK, errno.ENXIO, errno.EISDIR):
-            raise NotRegular(f"{path.name} is not a regular file") from None
+            raise NotRegular(f"{os.path.basename(path)} is not a regular file") from None
         raise
     try:
         kind = os.fstat(fd).st_mode
@@ -100,7 +105,7 @@ def open_regular(ops: Ops, path: Path, flags: int = READ_FLAGS) -> int | None:
         raise
     if not stat.S_ISREG(kind):
         os.close(fd)
-        raise NotRegular(f"{path.name} is not a regular file")
+        raise NotRegular(f"{os.path.basename(path)} is not a regular file")
     return fd
 
 
@@ -119,7 +124,7 @@ def read_fd(fd: int, start: int = 0, end: int | None = None) -> bytes:
     return b"".join(chunks)
 
 
-def read_regular(ops: Ops, path: Path) -> bytes | None:
+def read_regular(ops: Ops, path: StrPath) -> bytes | None:
     """A regular file's bytes, ``None`` if it does not exist."""
     fd = open_regular(ops, path)
     if fd is None:
@@ -130,7 +135,7 @@ def read_regular(ops: Ops, path: Path) -> bytes | None:
         os.close(fd)
 
 
-def is_symlink(ops: Ops, path: Path) -> bool:
+def is_symlink(ops: Ops, path: StrPath) -> bool:
     try:
         return stat.S_ISLNK(ops.lstat(path).st_mode)
     except FileNotFoundError:
@@ -154,7 +159,7 @@ def remove_flat_folder(ops: Ops, folder: Path) -> None:
         ops.rmdir(folder)
 
 
-def name_max(path: Path) -> int:
+def name_max(path: StrPath) -> int:
     """The longest file name the file system under ``path`` takes, in bytes."""
     try:
         return int(os.pathconf(path, "PC_NAME_MAX"))

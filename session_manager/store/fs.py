@@ -80,6 +80,7 @@ class FsStore(AttachmentFiles, StateBackedStore):
             raise ValueError(f"durability must be 'flush' or 'fsync', not {durability!r}")
         shown = os.fspath(data_dir)
         self.dir = Path(data_dir)
+        self._dir = os.fspath(self.dir)
         self.durability: Durability = durability
         self.read_only = read_only
         self._ops = ops or Ops()
@@ -146,7 +147,10 @@ class FsStore(AttachmentFiles, StateBackedStore):
         return stem
 
     def file_path(self, session_id: str) -> Path:
-        return self.dir / f"{self.stem(session_id)}{LOG_SUFFIX}"
+        return Path(self._log(session_id))
+
+    def _log(self, session_id: str) -> str:
+        return os.path.join(self._dir, self.stem(session_id) + LOG_SUFFIX)
 
     def _writable(self) -> None:
         if self.read_only:
@@ -162,7 +166,7 @@ class FsStore(AttachmentFiles, StateBackedStore):
     # -- loading -----------------------------------------------------------------
 
     def _read_log(self, session_id: str) -> bytes | None:
-        path = self.file_path(session_id)
+        path = self._log(session_id)
         try:
             fd = open_regular(self._ops, path)
             if fd is None:
@@ -172,18 +176,18 @@ class FsStore(AttachmentFiles, StateBackedStore):
             finally:
                 os.close(fd)
         except NotRegular:
-            raise StoreError(f"the log of session {path.name} is not a regular file") from None
+            raise StoreError(f"the log of session {os.path.basename(path)} is not a regular file") from None
         except OSError as e:
-            raise StoreError(f"read {path.name}: {reason(e)}") from None
+            raise StoreError(f"read {os.path.basename(path)}: {reason(e)}") from None
 
     def _replay(self, session_id: str, state: SessionState) -> None:
         if self._follow is not None:
-            self._follow.refresh(session_id, state, self.file_path(session_id), lambda n, w: None)
+            self._follow.refresh(session_id, state, self._log(session_id), lambda n, w: None)
             return
         data = self._read_log(session_id)
         if data is None:
             return
-        name = self.file_path(session_id).name
+        name = os.path.basename(self._log(session_id))
         lines = data.split(b"\n")
 
         def skip(number: int, why: str) -> None:
@@ -211,8 +215,7 @@ class FsStore(AttachmentFiles, StateBackedStore):
         if budget is None or not budget.wants_compaction():
             return
         body = encode_snapshot(state.meta, state.entries.values(), state.leaf)
-        path = self.file_path(session_id)
-        if _compaction.rewrite(self._ops, path, body, sync_dir=self.durability == "fsync"):
+        if _compaction.rewrite(self._ops, self._log(session_id), body, sync_dir=self.durability == "fsync"):
             budget.rewritten(len(body))
             self._tail_fix.pop(session_id, None)
         else:
@@ -226,7 +229,7 @@ class FsStore(AttachmentFiles, StateBackedStore):
         session never stalls the others. A probe of an unknown id caches
         nothing (the file stays the truth, so dropping an empty state is safe).
         """
-        path = self.file_path(session_id)  # checks the id's length first
+        path = self._log(session_id)  # checks the id's length first
         with self._lock:
             state = self._sessions.get(session_id)
             known = self._metas is None or session_id in self._metas
@@ -249,7 +252,7 @@ class FsStore(AttachmentFiles, StateBackedStore):
             return None
         return state
 
-    def _ops_exists(self, path: Path) -> bool:
+    def _ops_exists(self, path: str) -> bool:
         try:
             self._ops.lstat(path)
         except FileNotFoundError:
@@ -318,7 +321,7 @@ class FsStore(AttachmentFiles, StateBackedStore):
     def _peek_meta(self, name: str, session_id: str) -> Meta | None:
         """The last committed meta of a log, read from its tail (growing the
         window until the replay rule can tell): listing never needs entries."""
-        path = self.dir / name
+        path = os.path.join(self._dir, name)
         try:
             fd = open_regular(self._ops, path)
             if fd is None:
@@ -394,7 +397,7 @@ class FsStore(AttachmentFiles, StateBackedStore):
             budget.set_meta(meta_size(commit.meta))
 
     def _append(self, session_id: str, data: bytes) -> None:
-        path = self.file_path(session_id)
+        path = self._log(session_id)
         fix = self._tail_fix.pop(session_id, None)
         try:
             created = not self._ops_exists(path)
@@ -423,11 +426,11 @@ class FsStore(AttachmentFiles, StateBackedStore):
             if created and self.durability == "fsync":
                 fsync_dir(self._ops, self.dir)
         except NotRegular:
-            raise StoreError(f"the log of session {path.name} is not a regular file") from None
+            raise StoreError(f"the log of session {os.path.basename(path)} is not a regular file") from None
         except OSError as e:
             # The write may have left a torn line: look again before the next one.
             self._tail_fix[session_id] = "check"
-            raise StoreError(f"append to {path.name}: {reason(e)}") from None
+            raise StoreError(f"append to {os.path.basename(path)}: {reason(e)}") from None
 
     def _inspect_tail(self, fd: int, session_id: str) -> _TailFix | None:
         size = os.fstat(fd).st_size
