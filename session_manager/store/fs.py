@@ -27,6 +27,7 @@ from typing import Literal
 from ..errors import StoreError, UnstorableValue
 from . import _compaction, _delete
 from ._attachments import AttachmentFiles
+from ._casefold import FoldIndex, names_fold
 from ._encoding import decode_id, encode_id
 from ._follow import Follower
 from ._fsio import APPEND_FLAGS, NotRegular, Ops, fsync_dir, name_max, open_regular, read_fd, reason, write_all
@@ -36,28 +37,21 @@ from ._records import (
     decode_record,
     encode_commit,
     encode_snapshot,
-    last_meta,
     meta_size,
     snapshot_size,
 )
 from ._state import SessionState, StateBackedStore
+from ._tail import TailFix, inspect_tail, meta_from_tail
 from .base import Commit, Meta
 
 log = logging.getLogger("session_manager.store.fs")
 
 Durability = Literal["flush", "fsync"]
 
-# What the next write must do first about a file's last line:
-# an int truncates a torn tail to that length, "newline" terminates a valid
-# but unterminated last record, "check" re-reads the tail after a failed write.
-_TailFix = int | Literal["newline", "check"]
-
 LOG_SUFFIX = ".jsonl"
 # The longest name the store makes from a session's stem (log, compaction
 # temp, delete aside, attachment folder aside): every accepted id fits them all.
 _LONGEST_SUFFIX = max(len(LOG_SUFFIX + _compaction.TEMP_SUFFIX), len(LOG_SUFFIX + _delete.ASIDE))
-_TAIL_WINDOW = 64 * 1024
-_FOLD_STRIPES = 64
 
 
 class ReadOnlyStore(StoreError):
@@ -95,10 +89,11 @@ class FsStore(AttachmentFiles, StateBackedStore):
         self._owner = None if read_only else DirLock.acquire(self._ops, self.dir, shown)
         self._name_max = name_max(self.dir)
         self._stem_limit = self._name_max - _LONGEST_SUFFIX
-        self.case_insensitive = self._detect_case_insensitive()
+        # Read-only: the lock file exists if a writer ever opened the directory.
+        self.case_insensitive = names_fold(self._ops, self._dir, LOCK_NAME)
         self._lock = threading.Lock()  # store-wide; never held across file I/O
         self._sessions: dict[str, SessionState] = {}
-        self._tail_fix: dict[str, _TailFix] = {}
+        self._tail_fix: dict[str, TailFix] = {}
         self._budgets: dict[str, _compaction.LogBudget] = {}
         self._metas: dict[str, Meta] | None = None  # filled by the first list (writable only)
         self._scans = 0  # lists reading files right now
@@ -106,16 +101,11 @@ class FsStore(AttachmentFiles, StateBackedStore):
         self._warned: set[str] = set()
         self._follow = Follower(self._ops) if read_only else None  # how far each log was read
         self._peeked: dict[str, tuple[tuple[int, int, int], Meta | None]] = {}  # read-only list cache
-        # Case-insensitive file systems: the session owning each folded stem.
-        self._fold: dict[str, str] = {}
-        self._fold_locks = [threading.Lock() for _ in range(_FOLD_STRIPES)] if self.case_insensitive else []
+        self._fold: FoldIndex | None = None
         if self._owner is not None:
             _delete.recover(self._ops, self.dir, lambda stem: self._folder_of_stem(stem))
             if self.case_insensitive:
-                for name in self._log_names():
-                    sid = decode_id(name[: -len(LOG_SUFFIX)])
-                    if sid is not None:
-                        self._fold[encode_id(sid).lower()] = sid
+                self._fold = FoldIndex(self._log_names(), LOG_SUFFIX)
 
     def close(self) -> None:
         """Release the data_dir (its lock); the store takes no calls afterwards."""
@@ -123,16 +113,6 @@ class FsStore(AttachmentFiles, StateBackedStore):
             self._owner.release()
         if self._follow is not None:
             self._follow.close()
-
-    def _detect_case_insensitive(self) -> bool:
-        # The lock file exists in any data_dir a writer ever opened: if its
-        # upper-case name reaches the same file, names fold. No probe file.
-        probe, twin = self.dir / LOCK_NAME, self.dir / LOCK_NAME.upper()
-        try:
-            a, b = self._ops.stat(probe), self._ops.stat(twin)
-        except OSError:
-            return False
-        return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
 
     # -- paths -----------------------------------------------------------------
 
@@ -332,14 +312,7 @@ class FsStore(AttachmentFiles, StateBackedStore):
                 cached = self._peeked.get(session_id) if self.read_only else None
                 if cached is not None and cached[0] == key:
                     return cached[1]
-                size, window = st.st_size, _TAIL_WINDOW
-                while True:
-                    start = max(0, size - window)
-                    meta, certain = last_meta(read_fd(fd, start, size).split(b"\n"), session_id,
-                                              whole=start == 0)
-                    if certain:
-                        break
-                    window *= 4
+                meta = meta_from_tail(fd, st.st_size, session_id)
             finally:
                 os.close(fd)
         except NotRegular:
@@ -352,29 +325,14 @@ class FsStore(AttachmentFiles, StateBackedStore):
 
     # -- writes ------------------------------------------------------------------
 
-    def _claim_name(self, session_id: str) -> None:
-        """On a case-insensitive file system, refuse an id whose file would be
-        another session's; check-and-claim is serialized on the folded name."""
-        if not self.case_insensitive:
-            return
-        folded = encode_id(session_id).lower()
-        if self._fold.get(folded) == session_id:
-            return
-        with self._fold_locks[hash(folded) % _FOLD_STRIPES]:
-            owner = self._fold.get(folded)
-            if owner is not None and owner != session_id:
-                raise UnstorableValue(
-                    "session_id: on this case-insensitive file system it names the same file as an "
-                    "existing session's id (ids that differ only in letter case cannot both be stored)")
-            self._fold[folded] = session_id
-
     def commit(self, session_id: str, commit: Commit) -> None:
         self._writable()
         data = encode_commit(commit)
         state = self._state(session_id, create=True)
         assert state is not None
         with state.lock:
-            self._claim_name(session_id)
+            if self._fold is not None:
+                self._fold.claim(session_id)
             self._append(session_id, data)
             state.apply(commit)
             self._account(session_id, commit, data)
@@ -406,7 +364,7 @@ class FsStore(AttachmentFiles, StateBackedStore):
             assert fd is not None  # O_CREAT
             try:
                 if fix == "check":
-                    fix = self._inspect_tail(fd, session_id)
+                    fix = inspect_tail(fd, session_id)
                 if isinstance(fix, int):
                     os.ftruncate(fd, fix)
                 elif fix == "newline":
@@ -432,20 +390,6 @@ class FsStore(AttachmentFiles, StateBackedStore):
             self._tail_fix[session_id] = "check"
             raise StoreError(f"append to {os.path.basename(path)}: {reason(e)}") from None
 
-    def _inspect_tail(self, fd: int, session_id: str) -> _TailFix | None:
-        size = os.fstat(fd).st_size
-        if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
-            return None
-        end, buf = size, b""
-        while True:
-            start = max(0, end - 65536)
-            buf = os.pread(fd, end - start, start) + buf
-            cut = buf.rfind(b"\n")
-            if cut >= 0 or start == 0:
-                tail = buf[cut + 1 :]
-                return "newline" if decode_record(tail, session_id) is not None else size - len(tail)
-            end = start
-
     def delete_session(self, session_id: str) -> None:
         """Whole or not at all; the commit point is the log's rename aside (:mod:`._delete`)."""
         self._writable()
@@ -462,5 +406,5 @@ class FsStore(AttachmentFiles, StateBackedStore):
                     self._metas.pop(session_id, None)
                 if self._scans:
                     self._changed[session_id] = None
-                if self.case_insensitive:
-                    self._fold.pop(encode_id(session_id).lower(), None)
+                if self._fold is not None:
+                    self._fold.release(session_id)

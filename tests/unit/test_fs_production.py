@@ -23,6 +23,8 @@ from session_manager.ids import SequentialIds
 from session_manager.service import LOCK_STRIPES
 from session_manager.store import FsStore
 from session_manager.store._fsio import Ops
+from tests.unit.fake_iii import FakeIII
+from tests.unit.test_configuration import boot, fs
 
 T0 = 1_000_000
 INVALID, STORAGE = "session/invalid_request", "session/storage"
@@ -341,9 +343,6 @@ def test_an_oversized_batch_or_request_is_refused_before_any_work(tmp_path: Path
 
 def test_the_request_limits_hot_reload_on_the_worker(tmp_path: Path) -> None:
     # Prevents: limits that need a restart, or that the worker's config does not know.
-    from tests.unit.test_configuration import boot, fs
-    from tests.unit.fake_iii import FakeIII
-
     fake = FakeIII()
     host = boot(fake, seed=fs(tmp_path / "a"))
     try:
