@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
@@ -52,15 +51,18 @@ def _finite_float(text: str) -> float:
 
 # orjson reads an integer past 64 bits as a float instead of failing; any run
 # of 19+ digits (i64 ends at 19 digits, u64 at 20) sends the line to the exact
-# decoder. Digits inside a string trigger it too, which only costs time.
-_LONG_DIGITS = re.compile(rb"\d{19}")
+# decoder. Digits inside a string trigger it too, which only costs time. The
+# test is a byte translation (every digit to "0") and a substring search: C
+# speed, where a regular expression cost more than the decoding itself.
+_DIGITS_AS_ZERO = bytes(0x30 if 0x30 <= b <= 0x39 else 0x20 for b in range(256))
+_LONG_RUN = b"0" * 19
 
 
 def loads(line: bytes) -> Any:
     """Parse one line as strict, exact JSON (UTF-8, no NaN, integers of any
     size stay integers). orjson does the work; a line it could misread or
     refuses gets the standard library's exact decoder."""
-    if _LONG_DIGITS.search(line) is None:
+    if _LONG_RUN not in line.translate(_DIGITS_AS_ZERO):
         try:
             return orjson.loads(line)
         except orjson.JSONDecodeError:
