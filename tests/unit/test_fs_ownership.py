@@ -17,10 +17,10 @@ import pytest
 
 import session_manager
 from session_manager import SessionError
+from session_manager._worker.config_client import BuildError
 from session_manager.clock import ManualClock
-from session_manager.configuration import BuildError
 from session_manager.ids import SequentialIds
-from tests.unit.fake_iii import FakeIII
+from session_manager.testing import FakeEngine as FakeIII
 from tests.unit.test_configuration import START_MS, boot, fs
 
 STORAGE = "session/storage"
@@ -119,6 +119,11 @@ _STREAMER = """
             f.write(str(i))
         import os
         os.replace(acked + ".tmp", acked)
+    import time
+    for _ in range(3000):  # stay the owner until the test has looked at the end state
+        if os.path.exists(acked + ".stop"):
+            break
+        time.sleep(0.01)
     sm.close()
     print("done", flush=True)
 """
@@ -142,10 +147,13 @@ def test_readers_and_a_second_writer_beside_a_streaming_writer_lose_nothing(tmp_
                 assert len(users) >= done  # everything acknowledged before the open is there
                 assert [m["message"]["content"][0]["text"] for m in users] == [
                     str(i) for i in range(1, len(users) + 1)]
-            if checks % 5 == 0 and done < 400:  # the writer closes only after acknowledging all 400
+            stop = tmp_path / "acked.stop"
+            if not stop.exists() and (checks % 5 == 0 or done == 400):  # it owns the dir until told to stop
                 with pytest.raises(SessionError, match="already open for writing"):
                     session_manager.open(where)
             checks += 1
+            if done == 400:
+                stop.touch()
         assert writer.stdout is not None and writer.stdout.read().strip() == "done", writer.stderr
     finally:
         if writer.poll() is None:

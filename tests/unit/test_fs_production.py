@@ -18,12 +18,12 @@ import pytest
 
 import session_manager
 from session_manager import SessionError
+from session_manager._service.core import LOCK_STRIPES
 from session_manager.clock import ManualClock
 from session_manager.ids import SequentialIds
-from session_manager.service import LOCK_STRIPES
 from session_manager.store import FsStore
 from session_manager.store._fsio import Ops
-from tests.unit.fake_iii import FakeIII
+from session_manager.testing import FakeEngine as FakeIII
 from tests.unit.test_configuration import boot, fs
 
 T0 = 1_000_000
