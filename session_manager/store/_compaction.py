@@ -34,12 +34,13 @@ TEMP_SUFFIX = ".compact"  # appended to the log's name while the rewrite is writ
 class LogBudget:
     """Bytes on disk vs bytes live, for one session's log."""
 
-    __slots__ = ("disk", "entries", "live", "meta")
+    __slots__ = ("disk", "entries", "live", "meta", "retry_at")
 
     def __init__(self) -> None:
         self.disk = 0
         self.live = 0
         self.meta = 0
+        self.retry_at = 0  # after a failed rewrite: not again before the log doubles
         self.entries: dict[str, int] = {}
 
     def entry(self, entry_id: str, size: int) -> None:
@@ -51,10 +52,14 @@ class LogBudget:
         self.meta = size
 
     def wants_compaction(self) -> bool:
-        return self.disk > RATIO * self.live + SLACK
+        return self.disk > RATIO * self.live + SLACK and self.disk > self.retry_at
 
     def rewritten(self, size: int) -> None:
         self.disk = size
+        self.retry_at = 0
+
+    def failed(self) -> None:
+        self.retry_at = 2 * self.disk + SLACK
 
 
 def rewrite(ops: Ops, path: str, body: bytes, *, sync_dir: bool) -> bool:

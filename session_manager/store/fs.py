@@ -185,21 +185,34 @@ class FsStore(AttachmentFiles, StateBackedStore):
             budget.entry(entry["id"], snapshot_size(entry))
         if state.meta is not None:
             budget.set_meta(meta_size(state.meta))
+        # Not compacted here: a load is a read, and reads never write (the
+        # next commit compacts it if it is long; see :meth:`compact`).
         self._budgets[session_id] = budget
-        self._maybe_compact(session_id, state)
 
-    def _maybe_compact(self, session_id: str, state: SessionState) -> None:
+    def compact(self, session_id: str) -> bool:
+        """Rewrite the session's log as its live state now, however long it
+        is (maintenance; commits compact on their own). ``False`` if there is
+        no such session or the rewrite failed (the log is then unchanged)."""
+        self._writable()
+        state = self._state(session_id)
+        if state is None:
+            return False
+        with state.lock:
+            return self._maybe_compact(session_id, state, force=True)
+
+    def _maybe_compact(self, session_id: str, state: SessionState, *, force: bool = False) -> bool:
         """Rewrite a log whose superseded records outweigh its live state
         (caller holds the session's lock; never in read-only mode or delete)."""
         budget = self._budgets.get(session_id)
-        if budget is None or not budget.wants_compaction():
-            return
+        if budget is None or not (force or budget.wants_compaction()):
+            return False
         body = encode_snapshot(state.meta, state.entries.values(), state.leaf)
         if _compaction.rewrite(self._ops, self._log(session_id), body, sync_dir=self.durability == "fsync"):
             budget.rewritten(len(body))
             self._tail_fix.pop(session_id, None)
-        else:
-            budget.rewritten(budget.disk + max(budget.disk, _compaction.SLACK))  # retry much later
+            return True
+        budget.failed()  # retried once the log has doubled, not on every commit
+        return False
 
     def _state(self, session_id: str, create: bool = False) -> SessionState | None:
         """The loaded state of a session, replayed on first access (and, read-only,
@@ -393,8 +406,11 @@ class FsStore(AttachmentFiles, StateBackedStore):
     def delete_session(self, session_id: str) -> None:
         """Whole or not at all; the commit point is the log's rename aside (:mod:`._delete`)."""
         self._writable()
-        state = self._state(session_id, create=True)
-        assert state is not None
+        self.stem(session_id)  # an over-long id is the caller's error, before anything
+        # The session's lock without loading it: a replay could compact, and
+        # compaction never runs inside a delete (nothing it wrote would survive).
+        with self._lock:
+            state = self._sessions.setdefault(session_id, SessionState())
         with state.lock:
             _delete.delete(self._ops, self.file_path(session_id), self.attachments_dir(session_id),
                            sync=self.durability == "fsync")

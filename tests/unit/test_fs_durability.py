@@ -567,11 +567,12 @@ def _view(sm: Any) -> Any:
             sm.call("session::get-message", {"session_id": "s_001", "entry_id": "e_002"}))
 
 
-def test_a_streamed_log_is_compacted_on_load_and_reads_back_the_same(
+def test_a_long_log_is_compacted_by_its_next_write_and_reads_back_the_same(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Prevents: a long log (written by the reference, or before online compaction) staying
-    # long, and a compaction that changes what the session reads back or stops it taking writes.
+    # long, a load (a read) rewriting files, and a compaction that changes what the session
+    # reads back or stops it taking writes.
     where = tmp_path / "d"
     monkeypatch.setattr(_compaction, "RATIO", 10**9)  # written as a writer without compaction would
     sm = _stream(where, 400)
@@ -579,16 +580,18 @@ def test_a_streamed_log_is_compacted_on_load_and_reads_back_the_same(
     before = _view(sm)
     sm.close()
     path = where / "s_001.jsonl"
-    assert len(path.read_bytes().splitlines()) > 800
+    raw = path.read_bytes()
+    assert len(raw.splitlines()) > 800
     sm = session_manager.open(where, clock=ManualClock(T0))  # production ids: no reuse of e_001
     assert _view(sm) == before
-    kinds = [json.loads(line)["type"] for line in path.read_bytes().splitlines()]
-    # The reference's shapes; the meta once more at the end, for a cold list reading the tail.
-    assert kinds == ["meta", "entry", "entry", "commit", "commit", "leaf", "meta"]
-    assert_clean(path, "s_001")
+    assert path.read_bytes() == raw  # loading is reading
     assert before[2]["entry"]["revision"] == 400
     appended = sm.call("session::append", {"session_id": "s_001", "message": user("next")})
     assert appended["parent_id"] == "e_002"
+    kinds = [json.loads(line)["type"] for line in path.read_bytes().splitlines()]
+    # The reference's shapes; the meta once more at the end, for a cold list reading the tail.
+    assert kinds == ["meta", "entry", "entry", "entry", "commit", "commit", "commit", "leaf", "meta"]
+    assert_clean(path, "s_001")
     sm.close()
     sm = session_manager.open(where, ids=SequentialIds(), clock=ManualClock(T0))
     assert sm.call("session::get", {"session_id": "s_001"})["meta"]["message_count"] == 3
@@ -623,5 +626,18 @@ def test_a_failed_compaction_keeps_the_log(tmp_path: Path, monkeypatch: pytest.M
     monkeypatch.setattr(os, "replace", refuse)
     sm = session_manager.open(where, ids=SequentialIds(), clock=ManualClock(T0))
     assert _view(sm) == before
-    assert path.read_bytes() == raw
+    attempts: list[int] = []
+    real_rewrite = _compaction.rewrite
+    monkeypatch.setattr(_compaction, "rewrite", lambda *a, **k: attempts.append(1) or real_rewrite(*a, **k))
+    sm.call("session::set-status", {"session_id": "s_001", "status": "working"})  # its commit compacts
+    sm.call("session::set-status", {"session_id": "s_001", "status": "idle"})
+    sm.call("session::set-status", {"session_id": "s_001", "status": "working"})
+    assert attempts == [1]  # a failed rewrite is not retried on every commit
+    assert path.read_bytes().startswith(raw) and len(path.read_bytes()) > len(raw)
     assert sorted(p.name for p in where.iterdir()) == [".session-manager.lock", "s_001.jsonl"]
+    sm.close()
+    monkeypatch.undo()
+    again = session_manager.open(where, ids=SequentialIds(), clock=ManualClock(T0))
+    assert again.call("session::get", {"session_id": "s_001"})["meta"]["status"] == "working"
+    assert _view(again)[1:] == before[1:]
+    again.close()

@@ -536,3 +536,26 @@ def test_on_a_case_insensitive_file_system_ids_differing_in_case_never_share_a_f
     again.call("session::ensure", {"session_id": "chat"})  # the name is free once Chat is gone
     assert again.call("session::list-attachments", {"session_id": "chat"})["attachments"] == []
     again.close()
+
+
+def test_a_delete_never_compacts_on_the_way(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Prevents: deleting a long, not yet loaded session first rewriting its whole log.
+    from session_manager.store import _compaction
+
+    where = tmp_path / "d"
+    monkeypatch.setattr(_compaction, "RATIO", 10**9)  # a long log, as an older writer left it
+    with _open(where) as sm:
+        sm.call("session::create", {})
+        sm.call("session::append", {"session_id": "s_001", "message": _assistant()})
+        for i in range(300):
+            sm.call("session::update-message", {"session_id": "s_001", "entry_id": "e_001",
+                                                "content": [{"type": "text", "text": "x" * (i + 200)}]})
+    monkeypatch.undo()
+    rewrites: list[str] = []
+    real = _compaction.rewrite
+    monkeypatch.setattr(_compaction, "rewrite", lambda *a, **k: rewrites.append(a[1]) or real(*a, **k))
+    store = FsStore(where)
+    store.delete_session("s_001")
+    assert rewrites == []
+    assert store.get_meta("s_001") is None and not (where / "s_001.jsonl").exists()
+    store.close()
