@@ -27,7 +27,9 @@ from ._fsio import CREATE_FLAGS, Ops, fsync_dir, reason, write_all
 log = logging.getLogger("session_manager.store.fs")
 
 RATIO = 2
-SLACK = 48 * 1024  # keeps small sessions from being rewritten every few lines
+# Keeps small sessions from being rewritten every few lines; 64 KiB less a
+# margin for the meta lines, so the log stays within 3x live + 64 KiB.
+SLACK = 60 * 1024
 TEMP_SUFFIX = ".compact"  # appended to the log's name while the rewrite is written
 
 

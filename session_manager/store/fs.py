@@ -222,11 +222,11 @@ class FsStore(AttachmentFiles, StateBackedStore):
         session never stalls the others. A probe of an unknown id caches
         nothing (the file stays the truth, so dropping an empty state is safe).
         """
-        path = self._log(session_id)  # checks the id's length first
         with self._lock:
             state = self._sessions.get(session_id)
             known = self._metas is None or session_id in self._metas
         if state is None:
+            path = self._log(session_id)  # checks the id's length (a held state's id passed already)
             if not create and not known and not self._ops_exists(path):
                 return None
             with self._lock:
