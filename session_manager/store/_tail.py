@@ -6,7 +6,8 @@ from __future__ import annotations
 import os
 from typing import Any, Literal
 
-from ._fsio import read_fd
+from ..errors import StoreError
+from ._fsio import NotRegular, Ops, open_regular, read_fd, reason
 from ._records import decode_record, last_meta
 
 # What the next write must do first about a file's last line:
@@ -15,6 +16,35 @@ from ._records import decode_record, last_meta
 TailFix = int | Literal["newline", "check"]
 
 WINDOW = 64 * 1024
+
+Meta = dict[str, Any]
+# Per session: (inode, size, mtime) of the file version read, and its meta.
+MetaCache = dict[str, tuple[tuple[int, int, int], Meta | None]]
+
+
+def meta_of_log(ops: Ops, path: str, session_id: str, cache: MetaCache | None = None) -> Meta | None:
+    """The last committed meta of the log at ``path`` (``None``: no log, or no
+    meta in it); :class:`StoreError` naming why it cannot be read."""
+    try:
+        fd = open_regular(ops, path)
+        if fd is None:
+            return None
+        try:
+            st = os.fstat(fd)
+            key = (st.st_ino, st.st_size, st.st_mtime_ns)
+            cached = cache.get(session_id) if cache is not None else None
+            if cached is not None and cached[0] == key:
+                return cached[1]
+            meta = meta_from_tail(fd, st.st_size, session_id)
+        finally:
+            os.close(fd)
+    except NotRegular:
+        raise StoreError("not a regular file") from None
+    except OSError as e:
+        raise StoreError(reason(e)) from None
+    if cache is not None:
+        cache[session_id] = (key, meta)
+    return meta
 
 
 def meta_from_tail(fd: int, size: int, session_id: str) -> dict[str, Any] | None:

@@ -41,7 +41,7 @@ from ._records import (
     snapshot_size,
 )
 from ._state import SessionState, StateBackedStore
-from ._tail import TailFix, inspect_tail, meta_from_tail
+from ._tail import TailFix, inspect_tail, meta_of_log
 from .base import Commit, Meta
 
 log = logging.getLogger("session_manager.store.fs")
@@ -312,29 +312,10 @@ class FsStore(AttachmentFiles, StateBackedStore):
         return metas
 
     def _peek_meta(self, name: str, session_id: str) -> Meta | None:
-        """The last committed meta of a log, read from its tail (growing the
-        window until the replay rule can tell): listing never needs entries."""
-        path = os.path.join(self._dir, name)
-        try:
-            fd = open_regular(self._ops, path)
-            if fd is None:
-                return None
-            try:
-                st = os.fstat(fd)
-                key = (st.st_ino, st.st_size, st.st_mtime_ns)
-                cached = self._peeked.get(session_id) if self.read_only else None
-                if cached is not None and cached[0] == key:
-                    return cached[1]
-                meta = meta_from_tail(fd, st.st_size, session_id)
-            finally:
-                os.close(fd)
-        except NotRegular:
-            raise StoreError("not a regular file") from None
-        except OSError as e:
-            raise StoreError(reason(e)) from None
-        if self.read_only:
-            self._peeked[session_id] = (key, meta)
-        return meta
+        """The last committed meta of a log, from its tail: listing never
+        needs entries (a read-only store also remembers it per file version)."""
+        return meta_of_log(self._ops, os.path.join(self._dir, name), session_id,
+                           self._peeked if self.read_only else None)
 
     # -- writes ------------------------------------------------------------------
 
