@@ -145,7 +145,7 @@ class TestBridgeStore(StoreContract):
         yield from open_bridge_store(tmp_path)
 
     def reopened(self, tmp_path: Path) -> list[SessionStore]:
-        return [FsStore(tmp_path / "data")]  # what the main wrote
+        return [FsStore(tmp_path / "data", read_only=True)]  # what the main wrote (the main still owns it)
 
 
 @pytest.fixture
