@@ -126,6 +126,11 @@ class FsStore(AttachmentFiles, StateBackedStore):
                 f"allows {self._stem_limit} (the file system's name limit less the store's longest suffix)")
         return stem
 
+    @property
+    def stem_limit(self) -> int:
+        """The longest encoded session id (bytes) this data_dir accepts."""
+        return self._stem_limit
+
     def file_path(self, session_id: str) -> Path:
         return Path(self._log(session_id))
 
