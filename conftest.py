@@ -27,6 +27,7 @@ pytest_plugins = [
     "tests.steps.attachment_steps",
     "tests.steps.engine_steps",
     "tests.steps.bridge_steps",
+    "tests.steps.ownership_steps",
 ]
 
 _HERE = Path(__file__).parent

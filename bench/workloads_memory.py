@@ -28,7 +28,9 @@ def _ours(where: Path) -> Callable[[], float]:
         tracemalloc.start()
         try:
             before = tracemalloc.get_traced_memory()[0]
-            with session_manager.open(where) as sm:
+            # Read-only: the warm list workloads' store still owns this directory
+            # (one writer per data_dir); a read-only store loads the same state.
+            with session_manager.open(where, read_only=True) as sm:
                 ids = []
                 payload: dict[str, object] = {"limit": 500, "order": "created_asc"}
                 while True:

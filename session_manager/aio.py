@@ -218,6 +218,9 @@ def open(
     default_list_limit: int | None = None,
     max_list_limit: int | None = None,
     max_attachment_bytes: int | None = None,
+    max_request_bytes: int | None = None,
+    max_batch_entries: int | None = None,
+    read_only: bool = False,
     max_workers: int = DEFAULT_WORKERS,
 ) -> Opening:
     """Open a session store for asyncio code: ``async with aio.open(dir) as asm``
@@ -232,5 +235,8 @@ def open(
         "default_list_limit": default_list_limit,
         "max_list_limit": max_list_limit,
         "max_attachment_bytes": max_attachment_bytes,
+        "max_request_bytes": max_request_bytes,
+        "max_batch_entries": max_batch_entries,
+        "read_only": read_only,
     }
     return Opening(max_workers, options)

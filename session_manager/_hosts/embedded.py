@@ -18,12 +18,13 @@ from typing import Any
 
 from iii.filter import FilterError, compile_filter
 
+from .._service.admission import admit
 from .._service.limits import Limits, LimitsCell
 from .._service.service import SessionService
 from .._wire.events import EVENT_FUNCTIONS, Event
 from .._wire.validation import parse_request, reject_unknown_keys
 from ..clock import Clock
-from ..errors import invalid_request
+from ..errors import STORAGE, SessionError, StoreError, invalid_request
 from ..ids import IdGen
 from ..store.base import SessionStore
 from ..store.fs import Durability, FsStore
@@ -93,6 +94,10 @@ class SessionManager(TypedMethods):
         function = BY_ID.get(function_id)
         if function is None or function.handler is None:
             raise LookupError(f"no function {function_id!r}")
+        if function.mutates and getattr(self.service.store, "read_only", False):
+            raise SessionError(STORAGE, f"{function_id}: this session store is open read-only")
+        # Before the copy: an oversized batch is refused without copying it.
+        admit(function_id, payload, self.service.limits.get(), mutates=function.mutates)
         # A private copy: what is stored must not change when the caller
         # later changes the dicts it passed in.
         try:
@@ -176,6 +181,9 @@ def open(
     default_list_limit: int | None = None,
     max_list_limit: int | None = None,
     max_attachment_bytes: int | None = None,
+    max_request_bytes: int | None = None,
+    max_batch_entries: int | None = None,
+    read_only: bool = False,
 ) -> SessionManager:
     """Open a session store in this process.
 
@@ -184,7 +192,11 @@ def open(
     instead (schema ``public``; pass ``store`` for other settings), whose
     observers also see other instances' mutations. Pass ``store`` to use
     any other adapter. ``ids`` and ``clock`` replace
-    the production uuid ids and system clock.
+    the production uuid ids and system clock. A writable fs open owns the
+    data_dir until :meth:`SessionManager.close`: a second one (any process)
+    raises ``session/storage`` naming the holder. ``read_only=True`` inspects
+    a data_dir (even one another process owns) without writing anything;
+    every mutating function then answers ``session/storage``.
     """
     if store is None:
         if data_dir is None:
@@ -194,12 +206,19 @@ def open(
 
             store = open_dsn(data_dir)
         else:
-            store = FsStore(data_dir, durability=durability)
+            try:
+                store = FsStore(data_dir, durability=durability, read_only=read_only)
+            except StoreError as e:
+                raise SessionError(STORAGE, str(e)) from None
+            except OSError as e:
+                raise SessionError(STORAGE, f"data_dir {os.fspath(data_dir)}: {e.strerror}") from None
     defaults = Limits()
     limits = Limits(
         default_list_limit=default_list_limit or defaults.default_list_limit,
         max_list_limit=max_list_limit or defaults.max_list_limit,
         max_attachment_bytes=max_attachment_bytes if max_attachment_bytes is not None
         else defaults.max_attachment_bytes,
+        max_request_bytes=max_request_bytes if max_request_bytes is not None else defaults.max_request_bytes,
+        max_batch_entries=max_batch_entries if max_batch_entries is not None else defaults.max_batch_entries,
     )
     return SessionManager(SessionService(store, ids=ids, clock=clock, limits=LimitsCell(limits)))

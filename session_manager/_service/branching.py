@@ -53,8 +53,11 @@ class Branching(ServiceCore):
                     continue  # a dangling reference stays dangling; nothing to copy
                 self.store.put_attachment(edit[AttachmentMeta](found, session_id=new_id), [data])
             leaf = id_map[req.entry_id]
-            with self.session_lock(new_id):
-                self._commit(new_id, entries=tuple(copies), leaf=leaf, meta=meta)
+        # Not nested in the source's lock: two forks whose ids share stripes
+        # in opposite order would deadlock. The copy is a snapshot already,
+        # and nobody else knows the new id yet.
+        with self._session(new_id):
+            self._commit(new_id, entries=tuple(copies), leaf=leaf, meta=meta)
         return build[api.ForkResponse](session_id=new_id, meta=meta), [ev.created(meta)]
 
     def set_active_leaf(self, req: api.SetActiveLeafRequest) -> Result:

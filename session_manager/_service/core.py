@@ -10,6 +10,7 @@ injected :class:`~session_manager.ids.IdGen` and :class:`~session_manager.clock.
 from __future__ import annotations
 
 import threading
+import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -26,6 +27,7 @@ from .limits import LimitsCell
 from .storage_errors import storage_errors
 
 Result = tuple[Any, list[ev.Event]]
+LOCK_STRIPES = 1024
 
 
 class ServiceCore:
@@ -46,21 +48,17 @@ class ServiceCore:
         self.limits = limits or LimitsCell()
         # Optional on duck-typed generators (see IdGen): without it the store picks.
         self._tx: Callable[[], str] | None = getattr(self.ids, "tx_id", None)
-        self._locks: dict[str, threading.Lock] = {}
-        self._locks_guard = threading.Lock()
+        # Striped, so the table stays this size however many ids callers name;
+        # re-entrant, so a nested lock of two ids on one stripe cannot deadlock.
+        self._locks = tuple(threading.RLock() for _ in range(LOCK_STRIPES))
 
     # -- the mutation entry point ---------------------------------------------
 
-    def session_lock(self, session_id: str) -> threading.Lock:
+    def session_lock(self, session_id: str) -> threading.RLock:
         """The lock that serializes mutations of one session (the store
-        protocol takes it too, so raw writes never interleave with ours)."""
-        # Locks are never dropped: two waiters must never hold different
-        # locks for one session.
-        with self._locks_guard:
-            lock = self._locks.get(session_id)
-            if lock is None:
-                lock = self._locks[session_id] = threading.Lock()
-            return lock
+        protocol takes it too, so raw writes never interleave with ours).
+        One of :data:`LOCK_STRIPES` locks: a session always maps to the same one."""
+        return self._locks[zlib.crc32(session_id.encode("utf-8", "surrogatepass")) % LOCK_STRIPES]
 
     @contextmanager
     def _session(self, session_id: str) -> Iterator[None]:

@@ -1,4 +1,4 @@
-"""Per-call tunables (list limits, attachment cap) behind an atomic swap.
+"""Per-call tunables (list limits, attachment and request caps) behind an atomic swap.
 
 Handlers read the current snapshot on every call, so a configuration reload
 applies to the next call without re-registering anything.
@@ -12,6 +12,9 @@ from dataclasses import dataclass
 DEFAULT_LIST_LIMIT = 50
 MAX_LIST_LIMIT = 500
 MAX_ATTACHMENT_BYTES = 50 * 1024 * 1024
+# Above a base64 upload at MAX_ATTACHMENT_BYTES (4/3 of it plus the envelope).
+MAX_REQUEST_BYTES = 64 * 1024 * 1024
+MAX_BATCH_ENTRIES = 10_000
 
 
 @dataclass(frozen=True)
@@ -19,6 +22,8 @@ class Limits:
     default_list_limit: int = DEFAULT_LIST_LIMIT
     max_list_limit: int = MAX_LIST_LIMIT
     max_attachment_bytes: int = MAX_ATTACHMENT_BYTES
+    max_request_bytes: int = MAX_REQUEST_BYTES  # UTF-8 bytes of one mutating request's JSON
+    max_batch_entries: int = MAX_BATCH_ENTRIES  # entries of one batch (append-many, ...)
 
     def clamp(self, limit: int | None) -> int:
         """A requested page size clamped to ``[1, max_list_limit]``."""

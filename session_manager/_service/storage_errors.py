@@ -20,4 +20,4 @@ def storage_errors() -> Iterator[None]:
     except StoreError as e:
         raise SessionError(STORAGE, str(e)) from None
     except OSError as e:
-        raise SessionError(STORAGE, str(e)) from None
+        raise SessionError(STORAGE, e.strerror or type(e).__name__) from None  # never the path

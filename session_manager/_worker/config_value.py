@@ -8,6 +8,8 @@ Shape (same as the reference worker, so a stored value moves between them)::
     default_list_limit: 50
     max_list_limit: 500
     max_attachment_bytes: 52428800
+    max_request_bytes: 67108864
+    max_batch_entries: 10000
 
 Unknown keys are rejected at every level so a typo fails loudly instead of
 silently running on defaults. The models below are the one definition of
@@ -31,7 +33,14 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
 from pydantic_core import core_schema
 
-from .._service.limits import DEFAULT_LIST_LIMIT, MAX_ATTACHMENT_BYTES, MAX_LIST_LIMIT, Limits
+from .._service.limits import (
+    DEFAULT_LIST_LIMIT,
+    MAX_ATTACHMENT_BYTES,
+    MAX_BATCH_ENTRIES,
+    MAX_LIST_LIMIT,
+    MAX_REQUEST_BYTES,
+    Limits,
+)
 from ..store import pg_defaults
 
 log = logging.getLogger("session_manager.config")
@@ -117,12 +126,19 @@ class WorkerConfig(BaseModel):
     max_list_limit: Count = Field(default=MAX_LIST_LIMIT, description="Hard cap on any requested `limit`.")
     max_attachment_bytes: Count64 = Field(default=MAX_ATTACHMENT_BYTES,
                                           description="Largest decoded upload session::put-attachment accepts.")
+    max_request_bytes: Count64 = Field(
+        default=MAX_REQUEST_BYTES,
+        description="Largest request (UTF-8 bytes of its JSON) a mutating function accepts.")
+    max_batch_entries: Count = Field(default=MAX_BATCH_ENTRIES,
+                                     description="Most entries one batch (append-many messages, ...) may carry.")
 
     def limits(self) -> Limits:
         return Limits(
             default_list_limit=self.default_list_limit,
             max_list_limit=self.max_list_limit,
             max_attachment_bytes=self.max_attachment_bytes,
+            max_request_bytes=self.max_request_bytes,
+            max_batch_entries=self.max_batch_entries,
         )
 
     def to_value(self) -> dict[str, Any]:

@@ -34,6 +34,7 @@ from pydantic import TypeAdapter
 
 from .._bus import CALLER_KEY, Bus, ObserverHandle
 from .._hosts.surface import EVENT_SURFACE, FUNCTIONS, Function
+from .._service.admission import admit
 from .._service.limits import LimitsCell
 from .._service.service import SessionService, storage_errors
 from .._wire.events import Event
@@ -49,7 +50,7 @@ from . import config_client as cfg
 from . import store_server as ss
 from .config_value import BridgeAdapter, BridgeConfig, WorkerConfig
 from .emitter import Emitter
-from .runtime import Runtime, build_store, resync_events
+from .runtime import Runtime, build_store, resync_events, same_adapter
 
 log = logging.getLogger("session_manager.iii")
 
@@ -265,6 +266,7 @@ class IIIHost:
         def handle(data: Any) -> Any:
             payload = strip_caller(data)
             with self._call() as runtime:
+                admit(f.id, payload, self.limits.get(), mutates=f.mutates)
                 request = parse_request(f.request, payload)
                 # run_call: a shared store commits the call's events with its writes.
                 response, events = runtime.store.run_call(lambda: serve(runtime.service, request))
@@ -326,7 +328,7 @@ class IIIHost:
         """Swap limits, or (adapter changed) build, swap and resync; called under
         the reloader's lock. Raises BuildError to keep the running runtime."""
         current = self._runtime
-        if config.adapter_value() == current.config.adapter_value():
+        if same_adapter(config, current.config):
             self.limits.set(config.limits())
             self._runtime = Runtime(config, current.store, current.service, current.bridge)
             log.info("configuration reloaded: list limits %d/%d, max attachment %d bytes",
@@ -342,15 +344,15 @@ class IIIHost:
             self.limits.set(config.limits())
             self._runtime = fresh
         log.info("configuration reloaded: adapter %s now serves", config.adapter_label())
-        if current.store.shared:
-            # A database store holds a pool and a listener: released once idle.
-            self._drain(current.store, DRAIN_TIMEOUT_S)
-            current.store.close()
+        # The old store (an fs one's data_dir lock, a database's pool, a
+        # bridge's link) ends once the calls that took it are done: closing it
+        # under them would lose or fail them. The new one was built (an fs
+        # one's lock taken) before the swap.
+        self._drain(current.store, DRAIN_TIMEOUT_S)
         if current.bridge is not None:
-            # The old link (relay and connection) ends once the calls that
-            # took it are done: closing it under them would hang or fail them.
-            self._drain(current.store, DRAIN_TIMEOUT_S)
             current.bridge.close()
+        else:
+            current.store.close()
         try:
             events = resync_events(fresh.store, old_metas, self.clock.now_ms())
         except Exception:

@@ -9,11 +9,12 @@ from dataclasses import dataclass
 from .._service.service import SessionService
 from .._wire import events as ev
 from .._wire.events import Event
+from ..store._lock import DataDirLocked
 from ..store.base import Meta, SessionStore
 from ..store.fs import FsStore
 from . import bridge_link as br
 from . import config_client as cfg
-from .config_value import BridgeAdapter, PostgresAdapter, WorkerConfig, resolve_data_dir
+from .config_value import BridgeAdapter, FsAdapter, PostgresAdapter, WorkerConfig, resolve_data_dir
 
 
 @dataclass(frozen=True)
@@ -27,6 +28,18 @@ class Runtime:
     def is_fs(self) -> bool:
         """A store this process owns: it serves session::store::* and feeds bridges."""
         return self.bridge is None and not self.store.shared
+
+
+def same_adapter(a: WorkerConfig, b: WorkerConfig) -> bool:
+    """Whether two configurations name one store: equal adapters, or fs
+    adapters whose data_dirs resolve to one directory (``X``, ``X/``, ``./X``,
+    a symlink to it), so a reload never opens a second store on a directory."""
+    if a.adapter_value() == b.adapter_value():
+        return True
+    if not (isinstance(a.adapter, FsAdapter) and isinstance(b.adapter, FsAdapter)):
+        return False
+    return os.path.realpath(resolve_data_dir(a.adapter.config.data_dir)) == os.path.realpath(
+        resolve_data_dir(b.adapter.config.data_dir))
 
 
 def build_store(config: WorkerConfig) -> SessionStore:
@@ -44,9 +57,12 @@ def build_store(config: WorkerConfig) -> SessionStore:
     try:
         store = FsStore(path)
         store.list_metas()  # an unreadable data_dir fails here, not at the first call
+    except DataDirLocked as e:
+        raise cfg.BuildError(str(e)) from None
     except Exception as e:
         raise cfg.BuildError(f"cannot open data_dir {path}: {e}") from e
     if not os.access(path, os.R_OK | os.W_OK | os.X_OK):
+        store.close()  # give the data_dir back: this build is abandoned
         raise cfg.BuildError(f"data_dir {path} is not readable and writable")
     return store
 

@@ -59,7 +59,7 @@ from ..store._protocol import (
 )
 from ..store.base import Commit, SessionStore
 
-LockFor = Callable[[str], threading.Lock]
+LockFor = Callable[[str], "threading.Lock | threading.RLock"]
 
 
 def _ok() -> dict[str, Any]:

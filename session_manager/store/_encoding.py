@@ -7,11 +7,18 @@ never name a path outside its folder; ``decode`` is the strict inverse.
 
 from __future__ import annotations
 
+import re
+
 _SAFE = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
 _HEX = frozenset(b"0123456789abcdefABCDEF")
 
 
+_PLAIN = re.compile(r"[A-Za-z0-9._-]*")
+
+
 def encode_id(value: str) -> str:
+    if _PLAIN.fullmatch(value):
+        return value  # the common id needs no escaping (checked at C speed)
     out: list[str] = []
     for byte in value.encode("utf-8", "surrogatepass"):
         out.append(chr(byte) if byte in _SAFE else f"%{byte:02X}")

@@ -20,6 +20,7 @@ type is rejected here so replay can skip it and carry on.
 from __future__ import annotations
 
 import json
+import math
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
@@ -41,13 +42,32 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if value in (math.inf, -math.inf):
+        raise ValueError(f"{text} does not fit a double")
+    return value
+
+
+# orjson reads an integer past 64 bits as a float instead of failing; any run
+# of 19+ digits (i64 ends at 19 digits, u64 at 20) sends the line to the exact
+# decoder. Digits inside a string trigger it too, which only costs time. The
+# test is a byte translation (every digit to "0") and a substring search: C
+# speed, where a regular expression cost more than the decoding itself.
+_DIGITS_AS_ZERO = bytes(0x30 if 0x30 <= b <= 0x39 else 0x20 for b in range(256))
+_LONG_RUN = b"0" * 19
+
+
 def loads(line: bytes) -> Any:
-    """Parse one line as strict JSON (UTF-8, no NaN). orjson does the work;
-    what it refuses but JSON allows (integers past 64 bits) gets a second look."""
-    try:
-        return orjson.loads(line)
-    except orjson.JSONDecodeError:
-        return json.loads(line.decode("utf-8"), parse_constant=_reject_constant)
+    """Parse one line as strict, exact JSON (UTF-8, no NaN, integers of any
+    size stay integers). orjson does the work; a line it could misread or
+    refuses gets the standard library's exact decoder."""
+    if _LONG_RUN not in line.translate(_DIGITS_AS_ZERO):
+        try:
+            return orjson.loads(line)
+        except orjson.JSONDecodeError:
+            pass
+    return json.loads(line.decode("utf-8"), parse_constant=_reject_constant, parse_float=_finite_float)
 
 
 def valid_entry(entry: Any) -> bool:
@@ -135,66 +155,103 @@ def decode_record(line: bytes, session_id: str | None = None) -> dict[str, Any] 
     return record if ok else None
 
 
+class Replay:
+    """The replay rule, the one definition every reader uses (load, list,
+    read-only refresh): valid records in order, a commit group applied whole
+    or not at all, any line that is not a valid record skipped on its own.
+
+    A group is complete when its ``tx_n`` line arrives and as many records of
+    its ``tx`` have been seen since the group began; a malformed line between
+    members is skipped without breaking the group (if it was a member, the
+    count comes up short and the group is left out). Feeding may be split at
+    any line boundary: a group still open stays pending for the next feed.
+    """
+
+    __slots__ = ("number", "pending", "pending_tx")
+
+    def __init__(self) -> None:
+        self.pending: list[dict[str, Any]] = []
+        self.pending_tx: str | None = None
+        self.number = 0
+
+    def feed(
+        self, lines: Iterable[bytes], session_id: str, skip: Callable[[int, str], None]
+    ) -> Iterator[dict[str, Any]]:
+        for line in lines:
+            self.number += 1
+            if not line.strip():
+                continue
+            record = decode_record(line, session_id)
+            if record is None:
+                skip(self.number, "malformed record (possibly a torn tail)")
+                continue
+            tx = record.get("tx")
+            if tx != self.pending_tx and self.pending:
+                skip(self.number, "the commit before this line is incomplete and was left out")
+                self.pending, self.pending_tx = [], None
+            if tx is None:
+                yield record
+                continue
+            self.pending_tx = tx
+            self.pending.append(record)
+            count = record.get("tx_n")
+            if count is not None:
+                if count == len(self.pending):
+                    yield from self.pending
+                else:
+                    skip(self.number, "an incomplete commit was left out")
+                self.pending, self.pending_tx = [], None
+
+    @property
+    def idle(self) -> bool:
+        """No group is open: the next line starts afresh."""
+        return not self.pending
+
+
 def committed_records(
     lines: Iterable[bytes], session_id: str, skip: Callable[[int, str], None]
 ) -> Iterator[dict[str, Any]]:
-    """The valid records of a log, in order, with multi-line commits applied
-    whole or not at all. ``skip(line_number, why)`` hears of every line left out."""
-    pending: list[dict[str, Any]] = []
-    pending_tx: str | None = None
-    number = 0
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        record = decode_record(line, session_id)
-        if record is None:
-            skip(number, "malformed record (possibly a torn tail)")
-            continue
-        tx = record.get("tx")
-        if tx != pending_tx and pending:
-            skip(number, "the commit before this line is incomplete and was left out")
-            pending, pending_tx = [], None
-        if tx is None:
-            yield record
-            continue
-        pending_tx = tx
-        pending.append(record)
-        count = record.get("tx_n")
-        if count is not None:
-            if count == len(pending):
-                yield from pending
-            else:
-                skip(number, "an incomplete commit was left out")
-            pending, pending_tx = [], None
-    if pending:
-        skip(number, "a commit cut short at the end of the log was left out")
+    """The valid records of a whole log, in order (see :class:`Replay`).
+    ``skip(line_number, why)`` hears of every line left out."""
+    replay = Replay()
+    yield from replay.feed(lines, session_id, skip)
+    if not replay.idle:
+        skip(replay.number, "a commit cut short at the end of the log was left out")
 
 
-def last_meta(lines: list[bytes], session_id: str) -> dict[str, Any] | None:
-    """The newest committed meta of a log, read from its end."""
-    for i in range(len(lines) - 1, -1, -1):
-        if b'"meta"' not in lines[i]:
-            continue
-        record = decode_record(lines[i], session_id)
-        if record is None or record["type"] not in ("meta", "append"):
-            continue
-        count = record.get("tx_n")
-        if count is None or _commit_complete(lines, i, record["tx"], count, session_id):
-            meta: dict[str, Any] = record["meta"]
-            return meta
-    return None
+def _ignore(number: int, why: str) -> None:
+    pass
 
 
-def _commit_complete(lines: list[bytes], last: int, tx: str, count: int, session_id: str) -> bool:
-    found, i = 1, last - 1
-    while found < count and i >= 0:
-        if lines[i].strip():
+def last_meta(lines: list[bytes], session_id: str, *, whole: bool = True) -> tuple[dict[str, Any] | None, bool]:
+    """The newest committed meta among ``lines``, by the same rule as replay.
+
+    ``whole=False`` means ``lines`` is a tail window of the log (its first
+    line possibly cut): replay then starts at the first line after which the
+    rule's state cannot depend on what came before (a record outside any
+    group, or the line that closes a group). Returns ``(meta, certain)``;
+    not certain means the window was too short to tell, read a longer one.
+    """
+    start = 0
+    if not whole:
+        start = -1
+        for i in range(1, len(lines)):
             record = decode_record(lines[i], session_id)
-            if record is None or record.get("tx") != tx:
-                return False
-            found += 1
-        i -= 1
-    return found == count
+            if record is None:
+                continue
+            if record.get("tx") is None:
+                start = i
+                break
+            if record.get("tx_n") is not None:
+                start = i + 1
+                break
+        if start < 0:
+            return None, False
+    meta: dict[str, Any] | None = None
+    for record in committed_records(lines[start:], session_id, _ignore):
+        if record["type"] in ("meta", "append"):
+            meta = record["meta"]
+    return meta, meta is not None or whole
 
 
 def _line(record: dict[str, Any]) -> bytes:
@@ -209,6 +266,16 @@ def _line(record: dict[str, Any]) -> bytes:
         raise UnstorableValue("text contains an unpaired UTF-16 surrogate, which cannot be stored") from None
     except RecursionError:
         raise UnstorableValue("a value is nested too deeply to be stored") from None
+
+
+def snapshot_size(entry: dict[str, Any]) -> int:
+    """The bytes an entry takes in a compacted log (its line and its commit marker)."""
+    return len(_line({"type": "entry", "entry": entry})) + len(entry["id"]) + 34
+
+
+def meta_size(meta: dict[str, Any]) -> int:
+    """The bytes a meta takes in a compacted log (written twice there)."""
+    return 2 * (len(_line({"type": "meta", "meta": meta})) + 1)
 
 
 def encode_commit(commit: Commit) -> bytes:
@@ -246,8 +313,8 @@ def encode_commit(commit: Commit) -> bytes:
 def encode_snapshot(meta: dict[str, Any] | None, entries: Iterable[dict[str, Any]], leaf: str | None) -> bytes:
     """A whole log rewritten as its live state: the meta, every entry (on any
     branch), a ``commit`` marker per entry (what the reference's own
-    snapshots carry, so its idempotent append treats them as committed), and
-    the leaf."""
+    snapshots carry, so its idempotent append treats them as committed), the
+    leaf, and the meta once more."""
     records: list[dict[str, Any]] = []
     if meta is not None:
         records.append({"type": "meta", "meta": meta})
@@ -256,4 +323,8 @@ def encode_snapshot(meta: dict[str, Any] | None, entries: Iterable[dict[str, Any
     records.extend({"type": "commit", "entry_id": e["id"]} for e in kept)
     if leaf is not None:
         records.append({"type": "leaf", "entry_id": leaf})
+    if meta is not None and kept:
+        # Again at the end (replay is last-wins): a cold list reads the meta
+        # from the tail instead of the whole file.
+        records.append({"type": "meta", "meta": meta})
     return b"".join(_line(r) + b"\n" for r in records)

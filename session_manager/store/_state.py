@@ -29,6 +29,13 @@ class SessionState:
         self.path_ids: list[str] | None = None
         self.path_pos: dict[str, int] | None = None
 
+    def reset(self) -> None:
+        """Forget what was replayed (a read-only store re-reading a replaced log)."""
+        self.meta = None
+        self.entries = {}
+        self.leaf = None
+        self._drop_path()
+
     @property
     def is_empty(self) -> bool:
         return self.meta is None and not self.entries and self.leaf is None

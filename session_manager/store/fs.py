@@ -3,125 +3,180 @@
 ``<data_dir>/<encoded_session_id>.jsonl`` holds the session's records (see
 :mod:`.records`); a data_dir moves between this worker and the reference in
 both directions. One mutation is one ``write`` of whole lines to a file
-opened in append mode; replay is last-wins per key and skips, with a
-warning, any line that is not a valid record, so a torn tail or one corrupt
-line never hides the lines after it. Deleting a session removes its file.
+opened in append mode; replay (:class:`.records.Replay`, the one rule every
+reader uses) is last-wins per key and skips, with a warning, any line that
+is not a valid record, so a torn tail or one corrupt line never hides the
+lines after it. A log that is mostly superseded records is rewritten as its
+live state (:mod:`._compaction`); deleting a session is whole or not at all
+(:mod:`._delete`). Attachments live under ``attachments/`` (:mod:`._attachments`).
 
-Attachments live beside the logs, under
-``<data_dir>/attachments/<encoded_session_id>/<encoded_attachment_id>.{bin,json}``,
-each file written through a temp file and a rename, bytes first, metadata
-last, so a listed attachment always has its bytes.
-
-A session is replayed on first access and kept in memory, write-through,
-afterwards. This worker is the single writer of its data_dir.
+A writable store owns its data_dir (:mod:`._lock`): it replays a session on
+first access and keeps it in memory, write-through, afterwards. A
+read-only store takes no lock, writes nothing, and re-reads a log that has
+grown (or been replaced by a compaction) since it last read it.
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
 import logging
 import os
-import shutil
 import threading
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Literal
 
 from ..errors import StoreError, UnstorableValue
+from . import _compaction, _delete
+from ._attachments import AttachmentFiles
+from ._casefold import FoldIndex, names_fold
 from ._encoding import decode_id, encode_id
-from ._records import committed_records, decode_record, encode_commit, encode_snapshot, last_meta
+from ._follow import Follower
+from ._fsio import APPEND_FLAGS, NotRegular, Ops, fsync_dir, name_max, open_regular, read_fd, reason, write_all
+from ._lock import LOCK_NAME, DirLock
+from ._records import (
+    committed_records,
+    decode_record,
+    encode_commit,
+    encode_snapshot,
+    meta_size,
+    snapshot_size,
+)
 from ._state import SessionState, StateBackedStore
-from .base import AttachmentMeta, Commit, Meta
+from ._tail import TailFix, inspect_tail, meta_of_log
+from .base import Commit, Meta
 
 log = logging.getLogger("session_manager.store.fs")
 
 Durability = Literal["flush", "fsync"]
 
-# What the next write must do first about a file's last line:
-# an int truncates a torn tail to that length, "newline" terminates a valid
-# but unterminated last record, "check" re-reads the tail after a failed write.
-_TailFix = int | Literal["newline", "check"]
-
-# A log is rewritten as its live state on load once it holds more than
-# COMPACT_RATIO lines per live record (plus some slack for small sessions).
-COMPACT_RATIO = 4
-COMPACT_SLACK = 256
+LOG_SUFFIX = ".jsonl"
+# The longest name the store makes from a session's stem (log, compaction
+# temp, delete aside, attachment folder aside): every accepted id fits them all.
+_LONGEST_SUFFIX = max(len(LOG_SUFFIX + _compaction.TEMP_SUFFIX), len(LOG_SUFFIX + _delete.ASIDE))
 
 
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        written = os.write(fd, view)
-        view = view[written:]
+class ReadOnlyStore(StoreError):
+    """A mutation of a store opened read-only."""
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-class FsStore(StateBackedStore):
+class FsStore(AttachmentFiles, StateBackedStore):
     """JSONL-per-session storage under ``data_dir``.
 
     ``durability="flush"`` (default): every acknowledged mutation has been
     handed to the OS, so it survives a crash of this process.
     ``durability="fsync"``: it has also been forced to the disk, so it
-    survives power loss.
+    survives power loss. ``read_only=True``: inspect a data_dir another
+    process may own; every write raises :class:`ReadOnlyStore`.
     """
 
-    def __init__(self, data_dir: str | os.PathLike[str], durability: Durability = "flush") -> None:
+    def __init__(self, data_dir: str | os.PathLike[str], durability: Durability = "flush", *,
+                 read_only: bool = False, ops: Ops | None = None) -> None:
         if durability not in ("flush", "fsync"):
             raise ValueError(f"durability must be 'flush' or 'fsync', not {durability!r}")
+        shown = os.fspath(data_dir)
         self.dir = Path(data_dir)
+        self._dir = os.fspath(self.dir)
         self.durability: Durability = durability
-        try:
-            self.dir.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise StoreError(f"create data_dir {self.dir}: {e}") from e
+        self.read_only = read_only
+        self._ops = ops or Ops()
+        if not read_only:
+            try:
+                self.dir.mkdir(parents=True, exist_ok=True)
+            except OSError as e:
+                raise StoreError(f"create data_dir {shown}: {reason(e)}") from None
         if not self.dir.is_dir():
-            raise StoreError(f"data_dir {self.dir} is not a directory")
-        self._lock = threading.Lock()
+            raise StoreError(f"data_dir {shown} is not a directory" if self.dir.exists()
+                             else f"data_dir {shown} does not exist")
+        self._owner = None if read_only else DirLock.acquire(self._ops, self.dir, shown)
+        self._name_max = name_max(self.dir)
+        self._stem_limit = self._name_max - _LONGEST_SUFFIX
+        # Read-only: the lock file exists if a writer ever opened the directory.
+        self.case_insensitive = names_fold(self._ops, self._dir, LOCK_NAME)
+        self._lock = threading.Lock()  # store-wide; never held across file I/O
         self._sessions: dict[str, SessionState] = {}
-        self._tail_fix: dict[str, _TailFix] = {}
-        self._metas: dict[str, Meta] | None = None  # filled by the first list
+        self._tail_fix: dict[str, TailFix] = {}
+        self._budgets: dict[str, _compaction.LogBudget] = {}
+        self._metas: dict[str, Meta] | None = None  # filled by the first list (writable only)
+        self._scans = 0  # lists reading files right now
+        self._changed: dict[str, Meta | None] = {}  # metas written while a list was reading
+        self._warned: set[str] = set()
+        self._follow = Follower(self._ops) if read_only else None  # how far each log was read
+        self._peeked: dict[str, tuple[tuple[int, int, int], Meta | None]] = {}  # read-only list cache
+        self._fold: FoldIndex | None = None
+        if self._owner is not None:
+            _delete.recover(self._ops, self.dir, lambda stem: self._folder_of_stem(stem))
+            if self.case_insensitive:
+                self._fold = FoldIndex(self._log_names(), LOG_SUFFIX)
+
+    def close(self) -> None:
+        """Release the data_dir (its lock); the store takes no calls afterwards."""
+        if self._owner is not None:
+            self._owner.release()
+        if self._follow is not None:
+            self._follow.close()
 
     # -- paths -----------------------------------------------------------------
 
-    def file_path(self, session_id: str) -> Path:
-        return self.dir / f"{encode_id(session_id)}.jsonl"
-
-    def attachments_dir(self, session_id: str) -> Path:
+    def stem(self, session_id: str) -> str:
+        """The encoded file stem of a session; ids too long for every name the
+        store makes from it are the caller's error."""
         stem = encode_id(session_id)
-        if stem in (".", ".."):
-            # These would name attachments/ itself or data_dir, so deleting the
-            # session would wipe every session. encode_id never escapes a dot,
-            # so the escaped form cannot collide with another id's folder.
-            stem = stem.replace(".", "%2E")
-        return self.dir / "attachments" / stem
+        if len(stem) > self._stem_limit:
+            raise UnstorableValue(
+                f"session_id is too long: it takes {len(stem)} bytes as a file name and this data_dir "
+                f"allows {self._stem_limit} (the file system's name limit less the store's longest suffix)")
+        return stem
 
-    def _attachment_paths(self, session_id: str, attachment_id: str) -> tuple[Path, Path]:
-        folder = self.attachments_dir(session_id)
-        stem = encode_id(attachment_id)
-        return folder / f"{stem}.json", folder / f"{stem}.bin"
+    @property
+    def stem_limit(self) -> int:
+        """The longest encoded session id (bytes) this data_dir accepts."""
+        return self._stem_limit
+
+    def file_path(self, session_id: str) -> Path:
+        return Path(self._log(session_id))
+
+    def _log(self, session_id: str) -> str:
+        return os.path.join(self._dir, self.stem(session_id) + LOG_SUFFIX)
+
+    def _writable(self) -> None:
+        if self.read_only:
+            raise ReadOnlyStore("this store is open read-only")
+
+    def _warn_once(self, name: str, why: str) -> None:
+        with self._lock:
+            if name in self._warned:
+                return
+            self._warned.add(name)
+        log.warning("skipping %s: %s", name, why)
 
     # -- loading -----------------------------------------------------------------
 
-    def _replay(self, session_id: str, state: SessionState) -> None:
-        path = self.file_path(session_id)
+    def _read_log(self, session_id: str) -> bytes | None:
+        path = self._log(session_id)
         try:
-            data = path.read_bytes()
-        except FileNotFoundError:
-            return
+            fd = open_regular(self._ops, path)
+            if fd is None:
+                return None
+            try:
+                return read_fd(fd)
+            finally:
+                os.close(fd)
+        except NotRegular:
+            raise StoreError(f"the log of session {os.path.basename(path)} is not a regular file") from None
         except OSError as e:
-            raise StoreError(f"read {path}: {e}") from e
+            raise StoreError(f"read {os.path.basename(path)}: {reason(e)}") from None
+
+    def _replay(self, session_id: str, state: SessionState) -> None:
+        if self._follow is not None:
+            self._follow.refresh(session_id, state, self._log(session_id), lambda n, w: None)
+            return
+        data = self._read_log(session_id)
+        if data is None:
+            return
+        name = os.path.basename(self._log(session_id))
         lines = data.split(b"\n")
 
         def skip(number: int, why: str) -> None:
-            log.warning("%s line %d: %s", path, number, why)
+            log.warning("%s line %d: %s", name, number, why)
 
         for record in committed_records(lines, session_id, skip):
             state.apply_record(record)
@@ -129,38 +184,44 @@ class FsStore(StateBackedStore):
             tail = lines[-1]
             valid = decode_record(tail, session_id) is not None
             self._tail_fix[session_id] = "newline" if valid else len(data) - len(tail)
-        live = len(state.entries) + (state.meta is not None) + (state.leaf is not None)
-        if len(lines) > COMPACT_RATIO * live + COMPACT_SLACK:
-            self._compact(session_id, state)
+        budget = _compaction.LogBudget()
+        budget.disk = len(data)
+        for entry in state.entries.values():
+            budget.entry(entry["id"], snapshot_size(entry))
+        if state.meta is not None:
+            budget.set_meta(meta_size(state.meta))
+        # Not compacted here: a load is a read, and reads never write (the
+        # next commit compacts it if it is long; see :meth:`compact`).
+        self._budgets[session_id] = budget
 
-    def _compact(self, session_id: str, state: SessionState) -> None:
-        """Rewrite a log that is mostly superseded records (a streamed reply
-        leaves one entry snapshot per update) as its live state. Temp file,
-        fsync, rename: a crash leaves either the old log or the new one, and a
-        failure only means the log stays long."""
-        path = self.file_path(session_id)
-        tmp = path.with_name(path.name + ".compact.tmp")
-        try:
-            body = encode_snapshot(state.meta, state.entries.values(), state.leaf)
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0), 0o644)
-            try:
-                _write_all(fd, body)
-                os.fsync(fd)  # always: a rename over the log must never expose an empty file
-            finally:
-                os.close(fd)
-            os.replace(tmp, path)
-            if self.durability == "fsync":
-                _fsync_dir(self.dir)
-        except (OSError, StoreError) as e:
-            log.warning("%s: compaction skipped (%s); the log stays as it is", path, e)
-            with contextlib.suppress(OSError):
-                tmp.unlink()
-            return
-        self._tail_fix.pop(session_id, None)
-        log.info("%s: compacted to %d live records", path, body.count(b"\n"))
+    def compact(self, session_id: str) -> bool:
+        """Rewrite the session's log as its live state now, however long it
+        is (maintenance; commits compact on their own). ``False`` if there is
+        no such session or the rewrite failed (the log is then unchanged)."""
+        self._writable()
+        state = self._state(session_id)
+        if state is None:
+            return False
+        with state.lock:
+            return self._maybe_compact(session_id, state, force=True)
+
+    def _maybe_compact(self, session_id: str, state: SessionState, *, force: bool = False) -> bool:
+        """Rewrite a log whose superseded records outweigh its live state
+        (caller holds the session's lock; never in read-only mode or delete)."""
+        budget = self._budgets.get(session_id)
+        if budget is None or not (force or budget.wants_compaction()):
+            return False
+        body = encode_snapshot(state.meta, state.entries.values(), state.leaf)
+        if _compaction.rewrite(self._ops, self._log(session_id), body, sync_dir=self.durability == "fsync"):
+            budget.rewritten(len(body))
+            self._tail_fix.pop(session_id, None)
+            return True
+        budget.failed()  # retried once the log has doubled, not on every commit
+        return False
 
     def _state(self, session_id: str, create: bool = False) -> SessionState | None:
-        """The loaded state of a session, replayed on first access.
+        """The loaded state of a session, replayed on first access (and, read-only,
+        refreshed on every access).
 
         Replay runs under the session's own lock, so loading one large
         session never stalls the others. A probe of an unknown id caches
@@ -168,100 +229,148 @@ class FsStore(StateBackedStore):
         """
         with self._lock:
             state = self._sessions.get(session_id)
-            if state is None:
-                if (
-                    not create
-                    and self._metas is not None
-                    and session_id not in self._metas
-                    and not self.file_path(session_id).exists()
-                ):
-                    return None
-                state = self._sessions[session_id] = SessionState()
-        if not state.loaded:
+            known = self._metas is None or session_id in self._metas
+        if state is None:
+            path = self._log(session_id)  # checks the id's length (a held state's id passed already)
+            if not create and not known and not self._ops_exists(path):
+                return None
+            with self._lock:
+                state = self._sessions.setdefault(session_id, SessionState())
+        if not state.loaded or self.read_only:
             with state.lock:
-                if not state.loaded:
+                if not state.loaded or self.read_only:
                     self._replay(session_id, state)
                     state.loaded = True
         if not create and state.is_empty:
             with state.lock, self._lock:
                 if state.is_empty and self._sessions.get(session_id) is state:
                     del self._sessions[session_id]
+                    if self._follow is not None:
+                        self._follow.forget(session_id)
             return None
         return state
+
+    def _ops_exists(self, path: str) -> bool:
+        try:
+            self._ops.lstat(path)
+        except FileNotFoundError:
+            return False
+        except OSError:
+            return True  # let the read report it
+        return True
 
     # -- reads -----------------------------------------------------------------
 
     def list_metas(self) -> list[Meta]:
+        if self.read_only:
+            return list(self._scan_metas().values())
         with self._lock:
+            if self._metas is not None:
+                return list(self._metas.values())
+            self._scans += 1
+        try:
+            metas = self._scan_metas()  # file I/O: outside the store-wide lock
+        finally:
+            with self._lock:
+                self._scans -= 1
+                changed = dict(self._changed)
+                if not self._scans:
+                    self._changed.clear()
+        with self._lock:
+            for sid, meta in changed.items():
+                if meta is None:
+                    metas.pop(sid, None)
+                else:
+                    metas[sid] = meta
             if self._metas is None:
-                self._metas = self._scan_metas()
+                self._metas = metas
             return list(self._metas.values())
+
+    def _log_names(self) -> list[str]:
+        try:
+            names = self._ops.listdir(self.dir)
+        except OSError as e:
+            raise StoreError(f"read data_dir: {reason(e)}") from None
+        return [n for n in names if n.endswith(LOG_SUFFIX)]
 
     def _scan_metas(self) -> dict[str, Meta]:
         metas: dict[str, Meta] = {}
-        try:
-            names = os.listdir(self.dir)
-        except OSError as e:
-            raise StoreError(f"read data_dir {self.dir}: {e}") from e
-        for name in names:
-            if not name.endswith(".jsonl"):
-                continue
-            session_id = decode_id(name[: -len(".jsonl")])
+        for name in self._log_names():
+            session_id = decode_id(name[: -len(LOG_SUFFIX)])
             if session_id is None:
-                log.warning("skipping %s: not an encoded session id", name)
+                self._warn_once(name, "not an encoded session id")
                 continue
-            state = self._sessions.get(session_id)
+            with self._lock:
+                state = None if self.read_only else self._sessions.get(session_id)
             # A state still replaying (another thread, under its own lock) holds
             # a partial meta: only a loaded one is the truth, else the file is.
-            loaded = state is not None and state.loaded
-            meta = state.meta if state is not None and loaded else self._peek_meta(session_id)
+            if state is not None and state.loaded:
+                meta = state.meta
+            else:
+                try:
+                    meta = self._peek_meta(name, session_id)
+                except StoreError as e:
+                    self._warn_once(name, str(e))
+                    continue
             if meta is not None:
                 metas[session_id] = meta
         return metas
 
-    def _peek_meta(self, session_id: str) -> Meta | None:
-        """The newest committed meta a file holds: the file is read whole and
-        scanned from its last line back; listing never applies the entries."""
-        path = self.file_path(session_id)
-        try:
-            data = path.read_bytes()
-        except FileNotFoundError:
-            return None
-        except OSError as e:
-            raise StoreError(f"read {path}: {e}") from e
-        return last_meta(data.split(b"\n"), session_id)
+    def _peek_meta(self, name: str, session_id: str) -> Meta | None:
+        """The last committed meta of a log, from its tail: listing never
+        needs entries (a read-only store also remembers it per file version)."""
+        return meta_of_log(self._ops, os.path.join(self._dir, name), session_id,
+                           self._peeked if self.read_only else None)
 
     # -- writes ------------------------------------------------------------------
 
     def commit(self, session_id: str, commit: Commit) -> None:
+        self._writable()
         data = encode_commit(commit)
         state = self._state(session_id, create=True)
         assert state is not None
         with state.lock:
+            if self._fold is not None:
+                self._fold.claim(session_id)
             self._append(session_id, data)
             state.apply(commit)
+            self._account(session_id, commit, data)
             if commit.meta is not None:
                 with self._lock:
                     if self._metas is not None:
                         self._metas[session_id] = commit.meta
+                    if self._scans:
+                        self._changed[session_id] = commit.meta
+            self._maybe_compact(session_id, state)
+
+    def _account(self, session_id: str, commit: Commit, data: bytes) -> None:
+        budget = self._budgets.get(session_id)
+        if budget is None:
+            budget = self._budgets[session_id] = _compaction.LogBudget()
+        budget.disk += len(data)
+        for entry in commit.entries:
+            budget.entry(entry["id"], snapshot_size(entry))
+        if commit.meta is not None:
+            budget.set_meta(meta_size(commit.meta))
 
     def _append(self, session_id: str, data: bytes) -> None:
-        path = self.file_path(session_id)
+        path = self._log(session_id)
         fix = self._tail_fix.pop(session_id, None)
         try:
-            created = not path.exists()
+            created = not self._ops_exists(path)
             # Read access too: the tail check after a failed write preads the file.
-            fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
+            fd = open_regular(self._ops, path, APPEND_FLAGS)
+            assert fd is not None  # O_CREAT
             try:
                 if fix == "check":
-                    fix = self._inspect_tail(fd, session_id)
+                    fix = inspect_tail(fd, session_id)
                 if isinstance(fix, int):
                     os.ftruncate(fd, fix)
                 elif fix == "newline":
                     data = b"\n" + data
                 start = os.fstat(fd).st_size
                 try:
-                    _write_all(fd, data)
+                    write_all(fd, data)
                     if self.durability == "fsync":
                         os.fsync(fd)
                 except OSError:
@@ -272,156 +381,32 @@ class FsStore(StateBackedStore):
             finally:
                 os.close(fd)
             if created and self.durability == "fsync":
-                _fsync_dir(self.dir)
+                fsync_dir(self._ops, self.dir)
+        except NotRegular:
+            raise StoreError(f"the log of session {os.path.basename(path)} is not a regular file") from None
         except OSError as e:
             # The write may have left a torn line: look again before the next one.
             self._tail_fix[session_id] = "check"
-            raise StoreError(f"append to {path}: {e}") from e
-
-    def _inspect_tail(self, fd: int, session_id: str) -> _TailFix | None:
-        size = os.fstat(fd).st_size
-        if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
-            return None
-        end, buf = size, b""
-        while True:
-            start = max(0, end - 65536)
-            buf = os.pread(fd, end - start, start) + buf
-            cut = buf.rfind(b"\n")
-            if cut >= 0 or start == 0:
-                tail = buf[cut + 1 :]
-                return "newline" if decode_record(tail, session_id) is not None else size - len(tail)
-            end = start
+            raise StoreError(f"append to {os.path.basename(path)}: {reason(e)}") from None
 
     def delete_session(self, session_id: str) -> None:
-        state = self._state(session_id, create=True)
-        assert state is not None
+        """Whole or not at all; the commit point is the log's rename aside (:mod:`._delete`)."""
+        self._writable()
+        self.stem(session_id)  # an over-long id is the caller's error, before anything
+        # The session's lock without loading it: a replay could compact, and
+        # compaction never runs inside a delete (nothing it wrote would survive).
+        with self._lock:
+            state = self._sessions.setdefault(session_id, SessionState())
         with state.lock:
-            path = self.file_path(session_id)
-            try:
-                path.unlink()
-            except FileNotFoundError:
-                pass
-            except OSError as e:
-                raise StoreError(f"remove {path}: {e}") from e
-            self._remove_tree(self.attachments_dir(session_id))
-            if self.durability == "fsync":
-                with contextlib.suppress(OSError):
-                    _fsync_dir(self.dir)
+            _delete.delete(self._ops, self.file_path(session_id), self.attachments_dir(session_id),
+                           sync=self.durability == "fsync")
             with self._lock:
                 self._sessions.pop(session_id, None)
                 self._tail_fix.pop(session_id, None)
+                self._budgets.pop(session_id, None)
                 if self._metas is not None:
                     self._metas.pop(session_id, None)
-
-    @staticmethod
-    def _remove_tree(folder: Path) -> None:
-        try:
-            shutil.rmtree(folder)
-        except FileNotFoundError:
-            pass
-        except OSError as e:
-            raise StoreError(f"remove {folder}: {e}") from e
-
-    # -- attachments ---------------------------------------------------------------
-
-    def _write_atomically(self, path: Path, chunks: Iterable[bytes]) -> None:
-        tmp = path.with_name(path.name + ".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0), 0o644)
-        try:
-            try:
-                for chunk in chunks:
-                    _write_all(fd, chunk)
-                if self.durability == "fsync":
-                    os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(tmp, path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                tmp.unlink()
-            raise
-
-    def put_attachment(self, meta: AttachmentMeta, chunks: Iterable[bytes]) -> None:
-        meta_path, bin_path = self._attachment_paths(meta["session_id"], meta["attachment_id"])
-        try:
-            meta_path.parent.mkdir(parents=True, exist_ok=True)
-            # Bytes first, metadata last: the metadata makes it visible.
-            self._write_atomically(bin_path, chunks)
-            try:
-                body = json.dumps(meta, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
-            except UnicodeEncodeError:
-                with contextlib.suppress(OSError):
-                    bin_path.unlink()
-                raise UnstorableValue("attachment metadata contains an unpaired UTF-16 surrogate") from None
-            try:
-                self._write_atomically(meta_path, [body])
-            except OSError:
-                # Unlisted bytes would only leak disk: drop them with the failed upload.
-                with contextlib.suppress(OSError):
-                    bin_path.unlink()
-                raise
-            if self.durability == "fsync":
-                _fsync_dir(meta_path.parent)
-        except OSError as e:
-            raise StoreError(f"write attachment {meta['attachment_id']}: {e}") from e
-
-    def get_attachment_meta(self, session_id: str, attachment_id: str) -> AttachmentMeta | None:
-        meta_path, _ = self._attachment_paths(session_id, attachment_id)
-        return self._read_meta_file(meta_path)
-
-    @staticmethod
-    def _read_meta_file(path: Path) -> AttachmentMeta | None:
-        try:
-            raw = path.read_bytes()
-        except FileNotFoundError:
-            return None
-        except OSError as e:
-            raise StoreError(f"read {path}: {e}") from e
-        try:
-            meta = json.loads(raw)
-        except ValueError:
-            log.warning("skipping malformed attachment metadata %s", path)
-            return None
-        return meta if isinstance(meta, dict) and isinstance(meta.get("attachment_id"), str) else None
-
-    def read_attachment(self, session_id: str, attachment_id: str) -> bytes | None:
-        meta_path, bin_path = self._attachment_paths(session_id, attachment_id)
-        if not meta_path.exists():
-            return None
-        try:
-            return bin_path.read_bytes()
-        except FileNotFoundError:
-            raise StoreError(f"attachment {attachment_id} of session {session_id} has no bytes") from None
-        except OSError as e:
-            raise StoreError(f"read {bin_path}: {e}") from e
-
-    def list_attachments(self, session_id: str) -> list[AttachmentMeta]:
-        folder = self.attachments_dir(session_id)
-        try:
-            names = os.listdir(folder)
-        except FileNotFoundError:
-            return []
-        except OSError as e:
-            raise StoreError(f"read {folder}: {e}") from e
-        metas = []
-        for name in names:
-            if name.endswith(".json"):
-                meta = self._read_meta_file(folder / name)
-                if meta is not None:
-                    metas.append(meta)
-        return metas
-
-    def delete_attachment(self, session_id: str, attachment_id: str) -> bool:
-        meta_path, bin_path = self._attachment_paths(session_id, attachment_id)
-        try:
-            # Metadata first: once it is gone nothing lists the attachment.
-            try:
-                meta_path.unlink()
-                existed = True
-            except FileNotFoundError:
-                existed = False
-            with contextlib.suppress(FileNotFoundError):
-                bin_path.unlink()
-        except OSError as e:
-            raise StoreError(f"remove attachment {attachment_id}: {e}") from e
-        return existed
+                if self._scans:
+                    self._changed[session_id] = None
+                if self._fold is not None:
+                    self._fold.release(session_id)

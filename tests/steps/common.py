@@ -27,6 +27,7 @@ from session_manager._wire.events import EVENT_FUNCTIONS
 from session_manager.clock import ManualClock
 from session_manager.ids import SequentialIds
 from session_manager.store._encoding import encode_id
+from session_manager.store._lock import LOCK_NAME
 from tests import pg_support
 
 ABSENT = "<absent>"
@@ -390,7 +391,8 @@ def _observer_event(world: World, name: str, i: int, docstring: str) -> None:
 
 @then("the data dir holds the files:")
 def _files(world: World, docstring: str) -> None:
-    names = sorted(p.name for p in world.data_dir.iterdir() if p.is_file())
+    # The owner's lock file is the store's own, not a session's: scenarios list session files.
+    names = sorted(p.name for p in world.data_dir.iterdir() if p.is_file() and p.name != LOCK_NAME)
     assert names == sorted(json.loads(docstring))
 
 

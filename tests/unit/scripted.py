@@ -10,6 +10,7 @@ from typing import Any
 import session_manager
 from session_manager.clock import ManualClock
 from session_manager.ids import SequentialIds
+from session_manager.store._lock import LOCK_NAME
 
 PNG = base64.b64encode(b"\x89PNG fake bytes").decode()
 
@@ -93,6 +94,7 @@ def _readable(data: bytes) -> str:
 
 
 def data_dir_bytes(data_dir: Path) -> dict[str, str]:
-    """Every file under ``data_dir``, by relative path: its UTF-8 text, or base64 of other bytes."""
+    """Every file under ``data_dir``, by relative path: its UTF-8 text, or base64 of other bytes.
+    The owner's lock file is left out: it holds the pid of whoever owns the directory, no session data."""
     return {str(p.relative_to(data_dir)): _readable(p.read_bytes())
-            for p in sorted(data_dir.rglob("*")) if p.is_file()}
+            for p in sorted(data_dir.rglob("*")) if p.is_file() and p.name != LOCK_NAME}

@@ -145,7 +145,7 @@ class TestBridgeStore(StoreContract):
         yield from open_bridge_store(tmp_path)
 
     def reopened(self, tmp_path: Path) -> list[SessionStore]:
-        return [FsStore(tmp_path / "data")]  # what the main wrote
+        return [FsStore(tmp_path / "data", read_only=True)]  # what the main wrote (the main still owns it)
 
 
 @pytest.fixture
@@ -184,7 +184,7 @@ def test_bridge_writes_land_in_the_main_files(store: BridgeStore, tmp_path: Path
     store.commit("s_1", Commit(meta=meta_of("s_1")))
     store.commit("s_1", Commit(entries=(message_entry("e_1", None),), leaf="e_1",
                                meta=meta_of("s_1", message_count=1)))
-    fresh = FsStore(tmp_path / "data")
+    fresh = FsStore(tmp_path / "data", read_only=True)
     assert fresh.get_entry("s_1", "e_1") == message_entry("e_1", None)  # explicit null parent kept
     assert fresh.get_leaf("s_1") == "e_1"
     assert fresh.get_meta("s_1") == meta_of("s_1", message_count=1)
@@ -290,7 +290,7 @@ def test_raw_reads_and_writes(topo: Topology) -> None:
     assert f.invoke(sp.DELETE_ATTACHMENT, {"session_id": "s_9", "attachment_id": "a_1"}) == {"deleted": False}
     assert f.invoke(sp.GET_ATTACHMENT, {"session_id": "s_9", "attachment_id": "a_1"}) is None
     # read back from disk by a fresh store
-    fresh = FsStore(topo.tmp / "main")
+    fresh = FsStore(topo.tmp / "main", read_only=True)
     assert fresh.get_leaf("s_9") == "c_1" and fresh.get_meta("s_9") == meta_of("s_9")
     for fid in (sp.DELETE_ATTACHMENTS, sp.DELETE_ACTIVE_LEAF, sp.DELETE_ENTRIES, sp.DELETE_META):
         assert f.invoke(fid, {"session_id": "s_9"}) == {"ok": True}
@@ -339,7 +339,7 @@ def test_commit_append_is_atomic_and_idempotent(topo: Topology) -> None:
     assert answer == {"committed": False, "entry": first,
                       "meta": meta_of("s_1", message_count=2, updated_at=START_MS + 30)}
     assert (topo.tmp / "main" / "s_1.jsonl").read_bytes() == before
-    fresh = FsStore(topo.tmp / "main")
+    fresh = FsStore(topo.tmp / "main", read_only=True)
     assert fresh.get_leaf("s_1") == "e_2"
     assert (fresh.get_meta("s_1") or {}).get("message_count") == 2
     # unknown session, unknown explicit parent
@@ -575,7 +575,8 @@ def test_attachments_through_the_bridge(topo: Topology) -> None:
     got = local.invoke("session::get-attachment", {"session_id": sid,
                                                    "attachment_id": put["attachment"]["attachment_id"]})
     assert got["data"] == data and got["attachment"] == put["attachment"]
-    assert FsStore(topo.tmp / "main").read_attachment(sid, put["attachment"]["attachment_id"]) == b"\x00\x01bytes"
+    main = FsStore(topo.tmp / "main", read_only=True)
+    assert main.read_attachment(sid, put["attachment"]["attachment_id"]) == b"\x00\x01bytes"
 
 
 # -- the reference wire contract (golden-schemas/session.store.*.json) -----------------------------

@@ -63,7 +63,8 @@ def test_defaults_and_schema_example() -> None:
     # Prevents: a manifest/default config drifting from the documented defaults.
     assert default_config_value() == {
         "adapter": {"name": "fs", "config": {"data_dir": "data/session-manager"}},
-        "default_list_limit": 50, "max_list_limit": 500, "max_attachment_bytes": 52428800}
+        "default_list_limit": 50, "max_list_limit": 500, "max_attachment_bytes": 52428800,
+        "max_request_bytes": 67108864, "max_batch_entries": 10000}
     schema = config_schema()
     Draft7Validator.check_schema(schema)
     assert schema["$schema"] == "http://json-schema.org/draft-07/schema#"

@@ -15,6 +15,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from session_manager.errors import UnstorableValue
 from session_manager.store import FsStore
 from session_manager.store._encoding import decode_id, encode_id
 
@@ -87,7 +88,12 @@ def fs_store(tmp_path_factory: pytest.TempPathFactory) -> FsStore:
 
 @given(value=ids)
 def test_file_path_stays_in_data_dir(fs_store: FsStore, value: str) -> None:
-    # Prevents: path traversal through a caller-chosen session id.
+    # Prevents: path traversal through a caller-chosen session id, and an id too long for a
+    # file name reaching the file system (it is the caller's error, stating the limit).
+    if len(encode_id(value)) > fs_store.stem_limit:
+        with pytest.raises(UnstorableValue, match="session_id is too long"):
+            fs_store.file_path(value)
+        return
     path: Path = fs_store.file_path(value)
     assert path.resolve().parent == fs_store.dir.resolve()
     assert path.name == encode_id(value) + ".jsonl"
@@ -96,6 +102,8 @@ def test_file_path_stays_in_data_dir(fs_store: FsStore, value: str) -> None:
 @given(value=ids.filter(bool))  # the API refuses an empty session id
 def test_attachment_folder_is_a_child_of_attachments(fs_store: FsStore, value: str) -> None:
     # Prevents: deleting session ".." (or ".") removing data_dir (or every attachment).
+    if len(encode_id(value)) > fs_store.stem_limit:
+        return  # refused before any path is made (test_file_path_stays_in_data_dir)
     folder = fs_store.attachments_dir(value)
     assert folder.resolve().parent == (fs_store.dir / "attachments").resolve()
     meta_path, bin_path = fs_store._attachment_paths(value, value)

@@ -22,7 +22,7 @@ import session_manager
 from session_manager.clock import ManualClock
 from session_manager.errors import SessionError, StoreError
 from session_manager.ids import SequentialIds
-from session_manager.store import Commit, FsStore
+from session_manager.store import Commit, FsStore, _compaction
 from session_manager.store._records import decode_record, encode_commit
 from tests.unit.store_contract import T0, attachment, message, meta
 
@@ -39,6 +39,11 @@ def seeded(data: Path) -> FsStore:
     store.commit("s_1", Commit(entries=(message("e_1", None),), leaf="e_1", meta=meta("s_1", message_count=1)))
     store.commit("s_1", Commit(entries=(message("e_2", "e_1"),), leaf="e_2", meta=meta("s_1", message_count=2)))
     return store
+
+
+def reread(data: Path) -> FsStore:
+    """What a restart would replay, read while the writer still owns the directory."""
+    return FsStore(data, read_only=True)
 
 
 def state(store: FsStore, session_id: str = "s_1") -> dict[str, Any]:
@@ -81,7 +86,7 @@ def test_torn_tail_is_truncated_by_the_next_commit(data: Path, torn: bytes) -> N
         Commit(entries=(message("e_3", "e_2"),), leaf="e_3", meta=meta("s_1", message_count=3))
     )
     assert_clean(path)
-    assert state(FsStore(data))["path"] == ["e_1", "e_2", "e_3"]
+    assert state(reread(data))["path"] == ["e_1", "e_2", "e_3"]
 
 
 def test_valid_unterminated_last_line_gets_a_newline(data: Path) -> None:
@@ -94,7 +99,7 @@ def test_valid_unterminated_last_line_gets_a_newline(data: Path) -> None:
     store.commit("s_1", Commit(entries=(message("e_3", "e_1"),), leaf="e_3", meta=meta("s_1", message_count=3)))
     assert b'{"type":"leaf","entry_id":"e_1"}\n{"type":"append"' in path.read_bytes()
     assert_clean(path)
-    assert state(FsStore(data))["path"] == ["e_1", "e_3"]
+    assert state(reread(data))["path"] == ["e_1", "e_3"]
 
 
 def test_tail_repair_on_a_long_unterminated_line(data: Path) -> None:
@@ -103,11 +108,12 @@ def test_tail_repair_on_a_long_unterminated_line(data: Path) -> None:
     big = message("e_3", "e_2", "x" * 200_000)
     path = data / "s_1.jsonl"
     path.write_bytes(path.read_bytes() + json.dumps({"type": "entry", "entry": big}).encode())
+    store.close()
     store = FsStore(data)
     assert store.get_entry("s_1", "e_3") == big
     store.commit("s_1", Commit(leaf="e_3"))
     assert_clean(path)
-    assert state(FsStore(data))["path"] == ["e_1", "e_2", "e_3"]
+    assert state(reread(data))["path"] == ["e_1", "e_2", "e_3"]
 
 
 def test_invalid_utf8_line_is_skipped(data: Path, caplog: pytest.LogCaptureFixture) -> None:
@@ -132,7 +138,7 @@ def test_garbage_lines_anywhere_are_skipped(data: Path) -> None:
     noisy = [b"\x00\x01", b"[]", b'{"type":"nope"}', b"   "]
     mixed = [x for pair in zip(noisy, lines, strict=False) for x in pair] + lines[len(noisy) :]
     path.write_bytes(b"\n".join(mixed))
-    assert state(FsStore(data))["path"] == ["e_1", "e_2"]
+    assert state(reread(data))["path"] == ["e_1", "e_2"]
 
 
 # -- failed writes ------------------------------------------------------------------------
@@ -173,7 +179,7 @@ def test_failed_write_changes_nothing_and_is_repaired(
     store.commit("s_1", Commit(entries=(message("e_4", "e_2"),), leaf="e_4", meta=meta("s_1", message_count=3)))
     assert_clean(data / "s_1.jsonl")
     with caplog.at_level(logging.WARNING, logger="session_manager.store.fs"):
-        again = FsStore(data)
+        again = reread(data)
         after = state(again)
     assert not caplog.records
     assert after == state(store)
@@ -192,7 +198,7 @@ def test_failed_write_leaves_no_record_to_replay(data: Path, monkeypatch: pytest
     monkeypatch.undo()
     store.commit("s_1", Commit(meta=meta("s_1", message_count=2, title="later")))
     assert store.get_leaf("s_1") == "e_2"
-    again = FsStore(data)
+    again = reread(data)
     assert state(again) == state(store)
     assert again.get_leaf("s_1") == "e_2"
 
@@ -212,7 +218,7 @@ def test_failed_write_on_an_unterminated_file_keeps_the_older_record(
     assert path.read_bytes().endswith(b'{"type":"leaf","entry_id":"e_1"}')
     store.commit("s_1", Commit(entries=(message("e_3", "e_1"),), leaf="e_3", meta=meta("s_1", message_count=3)))
     assert_clean(path)
-    assert state(FsStore(data)) == state(store)
+    assert state(reread(data)) == state(store)
     assert state(store)["path"] == ["e_1", "e_3"]
 
 
@@ -327,13 +333,13 @@ def test_commit_cut_short_reads_as_not_happened(data: Path, make: Callable[[], C
     assert path.read_bytes() == base + payload
     for cut in cut_points(payload):
         path.write_bytes(base + payload[:cut])
-        got = state(FsStore(data))
+        got = state(reread(data))
         assert (got["meta"], got["leaf"], got["path"]) == (before["meta"], before["leaf"], before["path"]), cut
         assert got["meta"]["message_count"] == 2
     path.write_bytes(base + payload[:-1])
-    assert state(FsStore(data)) == after
+    assert state(reread(data)) == after
     path.write_bytes(base + payload)
-    assert state(FsStore(data)) == after
+    assert state(reread(data)) == after
 
 
 @pytest.mark.parametrize(
@@ -360,11 +366,11 @@ def test_two_line_commit_is_all_or_nothing(data: Path, make: Callable[[], Commit
     assert len(full[len(base):].splitlines()) == 2
     for cut in cut_points(full[len(base):]):
         path.write_bytes(full[: len(base) + cut])
-        assert state(FsStore(data)) == before, cut
-        assert FsStore(data).list_metas() == [before["meta"]], cut
+        assert state(reread(data)) == before, cut
+        assert reread(data).list_metas() == [before["meta"]], cut
     path.write_bytes(full)
-    assert state(FsStore(data)) == after
-    assert FsStore(data).list_metas() == [after["meta"]]
+    assert state(reread(data)) == after
+    assert reread(data).list_metas() == [after["meta"]]
 
 
 def test_a_torn_commit_stays_out_when_later_commits_follow(data: Path) -> None:
@@ -381,7 +387,7 @@ def test_a_torn_commit_stays_out_when_later_commits_follow(data: Path) -> None:
     later = Commit(entries=(message("e_1", None, "kept", revision=1),),
                    meta=meta("s_1", message_count=2, updated_at=T0 + 7))
     reopened.commit("s_1", later)
-    got = state(FsStore(data))
+    got = state(reread(data))
     assert [e["message"]["content"][0]["text"] for e in got["entries"]] == ["kept", "hi"]
     assert got["meta"]["updated_at"] == T0 + 7
 
@@ -516,7 +522,7 @@ def test_written_files_use_only_reference_record_shapes(tmp_path: Path) -> None:
                 assert set(record["entry"]) <= {"kind", "id", "parent_id", "timestamp", "revision", "origin",
                                                 "message", "custom_type", "data"}
     assert seen == set(shapes)
-    assert sorted(os.listdir(where)) == ["chat%2F1.jsonl", "s_001.jsonl"]
+    assert sorted(os.listdir(where)) == [".session-manager.lock", "chat%2F1.jsonl", "s_001.jsonl"]
 
 
 def test_a_lost_entry_line_leaves_the_rest_of_the_transcript_readable(tmp_path: Path) -> None:
@@ -561,23 +567,31 @@ def _view(sm: Any) -> Any:
             sm.call("session::get-message", {"session_id": "s_001", "entry_id": "e_002"}))
 
 
-def test_a_streamed_log_is_compacted_on_load_and_reads_back_the_same(tmp_path: Path) -> None:
-    # Prevents: a log growing one snapshot per streamed update forever, and a compaction that
-    # changes what the session reads back or stops it taking writes.
+def test_a_long_log_is_compacted_by_its_next_write_and_reads_back_the_same(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Prevents: a long log (written by the reference, or before online compaction) staying
+    # long, a load (a read) rewriting files, and a compaction that changes what the session
+    # reads back or stops it taking writes.
     where = tmp_path / "d"
+    monkeypatch.setattr(_compaction, "RATIO", 10**9)  # written as a writer without compaction would
     sm = _stream(where, 400)
+    monkeypatch.undo()
     before = _view(sm)
     sm.close()
     path = where / "s_001.jsonl"
-    assert len(path.read_bytes().splitlines()) > 800
+    raw = path.read_bytes()
+    assert len(raw.splitlines()) > 800
     sm = session_manager.open(where, clock=ManualClock(T0))  # production ids: no reuse of e_001
     assert _view(sm) == before
-    kinds = [json.loads(line)["type"] for line in path.read_bytes().splitlines()]
-    assert kinds == ["meta", "entry", "entry", "commit", "commit", "leaf"]  # the reference's shapes
-    assert_clean(path, "s_001")
+    assert path.read_bytes() == raw  # loading is reading
     assert before[2]["entry"]["revision"] == 400
     appended = sm.call("session::append", {"session_id": "s_001", "message": user("next")})
     assert appended["parent_id"] == "e_002"
+    kinds = [json.loads(line)["type"] for line in path.read_bytes().splitlines()]
+    # The reference's shapes; the meta once more at the end, for a cold list reading the tail.
+    assert kinds == ["meta", "entry", "entry", "entry", "commit", "commit", "commit", "leaf", "meta"]
+    assert_clean(path, "s_001")
     sm.close()
     sm = session_manager.open(where, ids=SequentialIds(), clock=ManualClock(T0))
     assert sm.call("session::get", {"session_id": "s_001"})["meta"]["message_count"] == 3
@@ -598,7 +612,9 @@ def test_a_short_log_is_left_as_written(tmp_path: Path) -> None:
 def test_a_failed_compaction_keeps_the_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # Prevents: a rename or disk failure during compaction losing the session or leaving a temp file.
     where = tmp_path / "d"
+    monkeypatch.setattr(_compaction, "RATIO", 10**9)
     sm = _stream(where, 400)
+    monkeypatch.undo()
     before = _view(sm)
     sm.close()
     path = where / "s_001.jsonl"
@@ -610,5 +626,18 @@ def test_a_failed_compaction_keeps_the_log(tmp_path: Path, monkeypatch: pytest.M
     monkeypatch.setattr(os, "replace", refuse)
     sm = session_manager.open(where, ids=SequentialIds(), clock=ManualClock(T0))
     assert _view(sm) == before
-    assert path.read_bytes() == raw
-    assert sorted(p.name for p in where.iterdir()) == ["s_001.jsonl"]
+    attempts: list[int] = []
+    real_rewrite = _compaction.rewrite
+    monkeypatch.setattr(_compaction, "rewrite", lambda *a, **k: attempts.append(1) or real_rewrite(*a, **k))
+    sm.call("session::set-status", {"session_id": "s_001", "status": "working"})  # its commit compacts
+    sm.call("session::set-status", {"session_id": "s_001", "status": "idle"})
+    sm.call("session::set-status", {"session_id": "s_001", "status": "working"})
+    assert attempts == [1]  # a failed rewrite is not retried on every commit
+    assert path.read_bytes().startswith(raw) and len(path.read_bytes()) > len(raw)
+    assert sorted(p.name for p in where.iterdir()) == [".session-manager.lock", "s_001.jsonl"]
+    sm.close()
+    monkeypatch.undo()
+    again = session_manager.open(where, ids=SequentialIds(), clock=ManualClock(T0))
+    assert again.call("session::get", {"session_id": "s_001"})["meta"]["status"] == "working"
+    assert _view(again)[1:] == before[1:]
+    again.close()

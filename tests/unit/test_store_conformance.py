@@ -25,7 +25,8 @@ class TestFsStore(StoreContract):
         store.close()
 
     def reopened(self, tmp_path: Path) -> list[SessionStore]:
-        return [FsStore(tmp_path / "data")]
+        # Read-only: the open store still owns the directory (one writer per data_dir).
+        return [FsStore(tmp_path / "data", read_only=True)]
 
 
 class TestMemoryStore(StoreContract):
@@ -91,6 +92,7 @@ def test_fresh_fs_store_lists_from_disk(tmp_path: Path) -> None:
     first = FsStore(tmp_path / "data")
     populate(first)
     expected = sorted(first.list_metas(), key=lambda m: m["session_id"])
+    first.close()
     again = FsStore(tmp_path / "data")
     assert sorted(again.list_metas(), key=lambda m: m["session_id"]) == expected
 
@@ -134,6 +136,7 @@ def test_files_stay_inside_data_dir(fs: FsStore, tmp_path: Path) -> None:
     files = sorted(p.relative_to(data).as_posix() for p in data.rglob("*") if p.is_file())
     assert files == [
         "..%2Fodd%20id.jsonl",
+        ".session-manager.lock",
         "attachments/..%2Fodd%20id/..%2F..%2Fx.bin",
         "attachments/..%2Fodd%20id/..%2F..%2Fx.json",
         "attachments/s_1/a_1.bin",
@@ -150,6 +153,7 @@ def test_undecodable_file_names_are_ignored(fs: FsStore, tmp_path: Path) -> None
     (data / "%ZZ.jsonl").write_bytes(b"")
     (data / "notes.txt").write_bytes(b"x")
     (data / "empty.jsonl").write_bytes(b"")
+    fs.close()
     assert sorted(m["session_id"] for m in FsStore(data).list_metas()) == ["../odd id", "s_1"]
 
 
@@ -157,4 +161,4 @@ def test_store_creates_missing_data_dir(tmp_path: Path) -> None:
     # Prevents: a first start on a fresh machine failing for want of the directory.
     target = tmp_path / "a" / "b"
     FsStore(target).commit("s_1", Commit(meta=meta("s_1")))
-    assert os.listdir(target) == ["s_1.jsonl"]
+    assert sorted(os.listdir(target)) == [".session-manager.lock", "s_1.jsonl"]

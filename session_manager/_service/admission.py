@@ -1,0 +1,137 @@
+"""What a request must be before any work is done on it: exact JSON, and
+within the size limits. Both hosts run :func:`admit` on the raw payload,
+before validation, so a refused request costs O(its size) and nothing else.
+
+Exact JSON: integers of any size and floats are kept as they are (see
+:func:`session_manager.store._records.loads` for the way back); what JSON cannot carry --
+``NaN``, ``±Infinity``, text with an unpaired UTF-16 surrogate (it has no
+UTF-8 form) -- is ``session/invalid_request`` naming the field, so it is
+never stored as something else.
+
+The fast path is one ``orjson.dumps``, which also measures the request
+(the UTF-8 length of its compact JSON); a value it cannot encode, or an
+encoding containing ``null`` (where orjson would have written a NaN), sends
+the payload to an exact walk that names the field. A bulk field (an
+upload's base64 ``data``) is measured by its length and never encoded: an
+ASCII string's length is known without reading it, so a 64 MiB upload costs
+nothing to measure.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+
+from ..errors import invalid_request
+from .limits import Limits
+
+# A field carrying bulk bytes (base64), measured by its length, never copied.
+BULK_FIELDS: Mapping[str, str] = {"session::put-attachment": "data"}
+
+# The batch a mutation carries, per function: what max_batch_entries caps.
+BATCH_FIELDS: Mapping[str, str] = {
+    "session::append-many": "messages",
+    "session::set-draft": "attachment_ids",
+    "session::messages-range": "entry_ids",
+}
+
+
+def admit(function_id: str, payload: Any, limits: Limits, *, mutates: bool) -> None:
+    """Raise ``session/invalid_request`` unless ``payload`` may be served."""
+    if not isinstance(payload, dict):
+        return  # the request model reports a payload of the wrong shape
+    batch = BATCH_FIELDS.get(function_id)
+    if batch is not None:
+        items = payload.get(batch)
+        if isinstance(items, list) and len(items) > limits.max_batch_entries:
+            raise invalid_request(
+                f"{batch}: {len(items)} entries exceed max_batch_entries ({limits.max_batch_entries})")
+    bulk = BULK_FIELDS.get(function_id)
+    rest, extra = payload, 0
+    if bulk is not None and isinstance(payload.get(bulk), str):
+        rest = {k: v for k, v in payload.items() if k != bulk}
+        extra = _text_size(payload[bulk]) + len(bulk) + 4
+    try:
+        size = _fast_size(rest) + extra
+    except Unrepresentable as bad:
+        where = ".".join(reversed(bad.path)) or "payload"
+        raise invalid_request(f"{where}: {bad.why}") from None
+    except RecursionError:
+        raise invalid_request("payload: nested too deeply") from None
+    if mutates and size > limits.max_request_bytes:
+        raise invalid_request(
+            f"payload: {size} bytes of JSON exceed max_request_bytes ({limits.max_request_bytes})")
+
+
+def _fast_size(payload: Any) -> int:
+    """orjson measures (and refuses surrogates and integers past 64 bits, then
+    the exact walk decides); it writes NaN as ``null`` without complaint, so
+    the walk also runs whenever the encoding contains ``null`` at all."""
+    try:
+        body = orjson.dumps(payload)
+    except TypeError:
+        return json_size(payload)
+    except orjson.JSONEncodeError:  # e.g. nested past orjson's depth limit
+        return json_size(payload)
+    if b"null" in body:
+        json_size(payload)
+    return len(body)
+
+
+class Unrepresentable(Exception):
+    """A value JSON cannot carry exactly; ``path`` is its field, innermost first."""
+
+    def __init__(self, why: str) -> None:
+        super().__init__(why)
+        self.why = why
+        self.path: list[str] = []
+
+
+def _text_size(text: str) -> int:
+    if text.isascii():  # O(1): CPython keeps the flag
+        n = len(text)
+    else:
+        try:
+            n = len(text.encode("utf-8"))
+        except UnicodeEncodeError:
+            raise Unrepresentable("text contains an unpaired UTF-16 surrogate, which cannot be stored") from None
+    return n + 2 + text.count('"') + text.count("\\")
+
+
+def json_size(value: Any) -> int:
+    """The UTF-8 size of ``value`` as compact JSON; :class:`Unrepresentable`
+    for NaN, ±Infinity, unpaired surrogates, non-string keys and non-JSON types."""
+    if isinstance(value, str):
+        return _text_size(value)
+    if isinstance(value, bool) or value is None:
+        return 5
+    if isinstance(value, int):
+        return 20 if -(2**63) <= value < 2**64 else value.bit_length() * 3 // 10 + 2
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise Unrepresentable(f"{value} is not a JSON number (NaN and Infinity are refused)")
+        return 24
+    if isinstance(value, dict):
+        n = 1 + max(len(value), 1)
+        for key, child in value.items():
+            if not isinstance(key, str):
+                raise Unrepresentable("object keys must be strings")
+            try:
+                n += _text_size(key) + 1 + json_size(child)
+            except Unrepresentable as bad:
+                bad.path.append(key)
+                raise
+        return n
+    if isinstance(value, list | tuple):
+        n = 1 + max(len(value), 1)
+        for i, child in enumerate(value):
+            try:
+                n += json_size(child)
+            except Unrepresentable as bad:
+                bad.path.append(str(i))
+                raise
+        return n
+    raise Unrepresentable(f"a {type(value).__name__} is not a JSON value")

@@ -1,0 +1,182 @@
+"""The fs store's attachment files.
+
+``<data_dir>/attachments/<encoded_session_id>/<encoded_attachment_id>.{bin,json}``,
+each file written through a temp file and a rename, bytes first, metadata
+last, so a listed attachment always has its bytes. Writes and deletes never
+go through a symlink: a symlinked ``attachments/`` or session folder is
+refused, files are opened with ``O_NOFOLLOW``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+from abc import abstractmethod
+from collections.abc import Iterable
+from pathlib import Path
+
+from ..errors import StoreError, UnstorableValue
+from ._encoding import encode_id
+from ._fsio import CREATE_FLAGS, NotRegular, Ops, fsync_dir, is_symlink, read_regular, reason, write_all
+from .base import AttachmentMeta
+
+log = logging.getLogger("session_manager.store.fs")
+
+_TMP = ".tmp"
+_LONGEST = len(".json" + _TMP)
+
+
+class AttachmentFiles:
+    """Attachment storage for :class:`~.fs.FsStore` (which supplies the fields)."""
+
+    dir: Path
+    durability: str
+    _ops: Ops
+    _name_max: int
+
+    @abstractmethod
+    def stem(self, session_id: str) -> str: ...
+
+    @abstractmethod
+    def _writable(self) -> None: ...
+
+    def attachments_dir(self, session_id: str) -> Path:
+        stem = self.stem(session_id)
+        if stem in (".", ".."):
+            # These would name attachments/ itself or data_dir, so deleting the
+            # session would wipe every session. encode_id never escapes a dot,
+            # so the escaped form cannot collide with another id's folder.
+            stem = stem.replace(".", "%2E")
+        return self.dir / "attachments" / stem
+
+    def _folder_of_stem(self, stem: str) -> Path:
+        name = stem.replace(".", "%2E") if stem in (".", "..") else stem
+        return self.dir / "attachments" / name
+
+    def _attachment_paths(self, session_id: str, attachment_id: str) -> tuple[Path, Path]:
+        folder = self.attachments_dir(session_id)
+        stem = encode_id(attachment_id)
+        if len(stem) + _LONGEST > self._name_max:
+            raise UnstorableValue(f"attachment_id is too long: it takes {len(stem)} bytes as a file name")
+        return folder / f"{stem}.json", folder / f"{stem}.bin"
+
+    def _safe_folder(self, folder: Path) -> None:
+        if is_symlink(self._ops, folder.parent) or is_symlink(self._ops, folder):
+            raise StoreError("attachments folder is a symbolic link; refusing to write through it")
+
+    def _write_atomically(self, path: Path, chunks: Iterable[bytes]) -> None:
+        tmp = path.with_name(path.name + _TMP)
+        fd = self._ops.open(tmp, CREATE_FLAGS, 0o644)
+        try:
+            try:
+                for chunk in chunks:
+                    write_all(fd, chunk)
+                if self.durability == "fsync":
+                    os.fsync(fd)
+            finally:
+                os.close(fd)
+            self._ops.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                self._ops.unlink(tmp)
+            raise
+
+    def _mkdirs(self, folder: Path) -> None:
+        for path in (folder.parent, folder):
+            with contextlib.suppress(FileExistsError):
+                self._ops.mkdir(path)
+
+    def put_attachment(self, meta: AttachmentMeta, chunks: Iterable[bytes]) -> None:
+        self._writable()
+        meta_path, bin_path = self._attachment_paths(meta["session_id"], meta["attachment_id"])
+        try:
+            self._safe_folder(meta_path.parent)
+            self._mkdirs(meta_path.parent)
+            self._safe_folder(meta_path.parent)  # nothing swapped a link in meanwhile
+            # Bytes first, metadata last: the metadata makes it visible.
+            self._write_atomically(bin_path, chunks)
+            try:
+                body = json.dumps(meta, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+            except UnicodeEncodeError:
+                with contextlib.suppress(OSError):
+                    self._ops.unlink(bin_path)
+                raise UnstorableValue("attachment metadata contains an unpaired UTF-16 surrogate") from None
+            try:
+                self._write_atomically(meta_path, [body])
+            except OSError:
+                # Unlisted bytes would only leak disk: drop them with the failed upload.
+                with contextlib.suppress(OSError):
+                    self._ops.unlink(bin_path)
+                raise
+            if self.durability == "fsync":
+                fsync_dir(self._ops, meta_path.parent)
+        except OSError as e:
+            raise StoreError(f"write attachment {meta['attachment_id']}: {reason(e)}") from None
+
+    def get_attachment_meta(self, session_id: str, attachment_id: str) -> AttachmentMeta | None:
+        meta_path, _ = self._attachment_paths(session_id, attachment_id)
+        return self._read_meta_file(meta_path)
+
+    def _read_meta_file(self, path: Path) -> AttachmentMeta | None:
+        try:
+            raw = read_regular(self._ops, path)
+        except NotRegular:
+            log.warning("skipping attachment metadata %s: not a regular file", path.name)
+            return None
+        except OSError as e:
+            raise StoreError(f"read attachment metadata {path.name}: {reason(e)}") from None
+        if raw is None:
+            return None
+        try:
+            meta = json.loads(raw)
+        except ValueError:
+            log.warning("skipping malformed attachment metadata %s", path.name)
+            return None
+        return meta if isinstance(meta, dict) and isinstance(meta.get("attachment_id"), str) else None
+
+    def read_attachment(self, session_id: str, attachment_id: str) -> bytes | None:
+        meta_path, bin_path = self._attachment_paths(session_id, attachment_id)
+        if self._read_meta_file(meta_path) is None:
+            return None
+        try:
+            data = read_regular(self._ops, bin_path)
+        except OSError as e:
+            raise StoreError(f"read attachment {attachment_id}: {reason(e)}") from None
+        if data is None:
+            raise StoreError(f"attachment {attachment_id} has no bytes")
+        return data
+
+    def list_attachments(self, session_id: str) -> list[AttachmentMeta]:
+        folder = self.attachments_dir(session_id)
+        try:
+            names = self._ops.listdir(folder)
+        except FileNotFoundError:
+            return []
+        except OSError as e:
+            raise StoreError(f"read the attachments folder: {reason(e)}") from None
+        metas = []
+        for name in names:
+            if name.endswith(".json"):
+                meta = self._read_meta_file(folder / name)
+                if meta is not None:
+                    metas.append(meta)
+        return metas
+
+    def delete_attachment(self, session_id: str, attachment_id: str) -> bool:
+        self._writable()
+        meta_path, bin_path = self._attachment_paths(session_id, attachment_id)
+        try:
+            self._safe_folder(meta_path.parent)
+            # Metadata first: once it is gone nothing lists the attachment.
+            try:
+                self._ops.unlink(meta_path)
+                existed = True
+            except FileNotFoundError:
+                existed = False
+            with contextlib.suppress(FileNotFoundError):
+                self._ops.unlink(bin_path)
+        except OSError as e:
+            raise StoreError(f"remove attachment {attachment_id}: {reason(e)}") from None
+        return existed

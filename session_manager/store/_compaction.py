@@ -1,0 +1,86 @@
+"""Online compaction of a session log: when superseded records outweigh the
+live state, the log is rewritten as that state.
+
+A streamed reply writes one whole entry snapshot per update, so without
+this a log grows quadratically in the reply's length. :class:`LogBudget`
+keeps, per session, the bytes on disk and an estimate of the bytes the live
+state needs (each live entry's last line, the meta); a rewrite happens once
+the log exceeds ``RATIO`` times the live bytes plus ``SLACK``. The rewrite
+costs O(live bytes) and at least ``(RATIO - 1) * live + SLACK`` bytes were
+written since the last one, so compaction adds O(1) amortized work per byte
+appended. With RATIO 2 the log never exceeds 2 * live + SLACK plus the one
+commit that crossed the line: at most 3x the live state + 64 KiB.
+
+The rewrite is a temp file, fsync, rename over the log, then (durability
+``fsync``) an fsync of the directory: a crash leaves the old log or the new
+one, never a mix; a failure leaves the old log and a warning.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+
+from ._fsio import CREATE_FLAGS, Ops, fsync_dir, reason, write_all
+
+log = logging.getLogger("session_manager.store.fs")
+
+RATIO = 2
+# Keeps small sessions from being rewritten every few lines; 64 KiB less a
+# margin for the meta lines, so the log stays within 3x live + 64 KiB.
+SLACK = 60 * 1024
+TEMP_SUFFIX = ".compact"  # appended to the log's name while the rewrite is written
+
+
+class LogBudget:
+    """Bytes on disk vs bytes live, for one session's log."""
+
+    __slots__ = ("disk", "entries", "live", "meta", "retry_at")
+
+    def __init__(self) -> None:
+        self.disk = 0
+        self.live = 0
+        self.meta = 0
+        self.retry_at = 0  # after a failed rewrite: not again before the log doubles
+        self.entries: dict[str, int] = {}
+
+    def entry(self, entry_id: str, size: int) -> None:
+        self.live += size - self.entries.get(entry_id, 0)
+        self.entries[entry_id] = size
+
+    def set_meta(self, size: int) -> None:
+        self.live += size - self.meta
+        self.meta = size
+
+    def wants_compaction(self) -> bool:
+        return self.disk > RATIO * self.live + SLACK and self.disk > self.retry_at
+
+    def rewritten(self, size: int) -> None:
+        self.disk = size
+        self.retry_at = 0
+
+    def failed(self) -> None:
+        self.retry_at = 2 * self.disk + SLACK
+
+
+def rewrite(ops: Ops, path: str, body: bytes, *, sync_dir: bool) -> bool:
+    """Replace the log at ``path`` with ``body``; ``False`` (logged) if it
+    could not, in which case the log is as it was."""
+    tmp = path + TEMP_SUFFIX
+    try:
+        fd = ops.open(tmp, CREATE_FLAGS, 0o644)
+        try:
+            write_all(fd, body)
+            os.fsync(fd)  # always: a rename over the log must never expose an empty file
+        finally:
+            os.close(fd)
+        ops.replace(tmp, path)
+        if sync_dir:
+            fsync_dir(ops, os.path.dirname(path))
+    except OSError as e:
+        log.warning("%s: compaction skipped (%s); the log stays as it is", os.path.basename(path), reason(e))
+        with contextlib.suppress(OSError):
+            ops.unlink(tmp)
+        return False
+    return True

@@ -1,0 +1,109 @@
+"""Deleting a session whole or not at all.
+
+Steps, for log ``<stem>.jsonl`` and attachment folder ``attachments/<stem>``:
+
+1. rename the attachment folder aside to ``attachments/<stem>~deleted``;
+2. rename the log aside to ``<stem>.jsonl~deleted`` -- **the commit point**:
+   from here the session is gone for every reader (only ``*.jsonl`` files
+   are logs), and (durability ``fsync``) the directory is synced;
+3. remove the folder aside, then the log aside (last: it marks the delete).
+
+A failure before the commit point undoes step 1 and answers
+``session/storage``: the session is fully readable, nothing was removed. A
+failure after it is logged; the delete stands. The next writable open
+finishes whatever it finds (:func:`recover`): a log aside means the delete
+committed, so both asides go; a folder aside without a log aside means it
+did not, so the folder goes back. ``encode_id`` never emits ``~``, so no id's
+log or folder can be mistaken for an aside.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable
+from pathlib import Path
+
+from ..errors import StoreError
+from ._fsio import Ops, fsync_dir, is_symlink, reason, remove_flat_folder
+
+log = logging.getLogger("session_manager.store.fs")
+
+ASIDE = "~deleted"
+LOG_SUFFIX = ".jsonl"
+
+
+def _aside(path: Path) -> Path:
+    return path.with_name(path.name + ASIDE)
+
+
+def _exists(ops: Ops, path: Path) -> bool:
+    try:
+        ops.lstat(path)
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def delete(ops: Ops, log_path: Path, folder: Path, *, sync: bool) -> None:
+    """Delete one session's log and attachment folder (see the module doc)."""
+    if is_symlink(ops, folder.parent) or is_symlink(ops, folder):
+        raise StoreError("attachments folder is a symbolic link; refusing to delete through it")
+    _finish(ops, log_path, folder)  # an earlier delete of this id that stopped half way
+    moved = False
+    try:
+        if _exists(ops, folder):
+            ops.replace(folder, _aside(folder))
+            moved = True
+        # The commit point; no log (e.g. a meta-less probe) means nothing to commit.
+        with contextlib.suppress(FileNotFoundError):
+            ops.replace(log_path, _aside(log_path))
+        if sync:
+            fsync_dir(ops, log_path.parent)
+    except OSError as e:
+        if moved:
+            try:
+                ops.replace(_aside(folder), folder)
+            except OSError as undo:
+                log.error("delete of %s failed and its attachments could not be put back (%s); "
+                          "the next open restores them", log_path.name, reason(undo))
+        raise StoreError(f"delete {log_path.name}: {reason(e)}") from None
+    try:
+        _finish(ops, log_path, folder)
+    except (OSError, StoreError) as e:
+        log.warning("%s is deleted; removing its files failed (%s), the next open finishes it",
+                    log_path.name, e if isinstance(e, StoreError) else reason(e))
+
+
+def _finish(ops: Ops, log_path: Path, folder: Path) -> None:
+    """Complete a delete that passed its commit point; undo one that did not."""
+    log_aside, folder_aside = _aside(log_path), _aside(folder)
+    if _exists(ops, log_aside):
+        remove_flat_folder(ops, folder_aside)
+        ops.unlink(log_aside)
+    elif _exists(ops, folder_aside) and not _exists(ops, folder):
+        ops.replace(folder_aside, folder)
+
+
+def recover(ops: Ops, data_dir: Path, folder_for: Callable[[str], Path]) -> None:
+    """At a writable open: finish or undo every delete left half done.
+    ``folder_for`` maps a log stem to its attachment folder."""
+    try:
+        names = ops.listdir(data_dir)
+    except OSError:
+        return
+    attachments = data_dir / "attachments"
+    stems = {n[: -len(LOG_SUFFIX + ASIDE)] for n in names if n.endswith(LOG_SUFFIX + ASIDE)}
+    if not is_symlink(ops, attachments):
+        with contextlib.suppress(OSError):
+            for n in ops.listdir(attachments):
+                if n.endswith(ASIDE):
+                    stem = n[: -len(ASIDE)]
+                    stems.add(stem.replace("%2E", ".") if stem in ("%2E", "%2E%2E") else stem)
+    for stem in stems:
+        log_path = data_dir / f"{stem}{LOG_SUFFIX}"
+        try:
+            _finish(ops, log_path, folder_for(stem))
+        except (OSError, StoreError) as e:
+            log.warning("%s: cannot finish an earlier delete (%s)", log_path.name,
+                        e if isinstance(e, StoreError) else reason(e))

@@ -1,0 +1,167 @@
+"""The fs store's file operations: one seam over the os calls, and the
+careful forms of read, write and remove that never follow a symlink, never
+block on a FIFO and never put an absolute path into an error text.
+
+Every call the fs store makes on a path goes through an :class:`Ops`, so a
+test can stand in a different file system (e.g. a case-insensitive one) at
+the level of the os calls.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import stat
+from pathlib import Path
+from typing import Union
+
+from ..errors import StoreError
+
+# Plain strings on the hot paths: pathlib interns every component it parses,
+# so a Path per probed id grows the interpreter's intern table for good.
+StrPath = Union[str, "os.PathLike[str]"]
+
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
+
+# Opening a log or attachment for reading: a symlink fails (ELOOP), a FIFO
+# opens without waiting for a writer (and is then refused by type).
+READ_FLAGS = os.O_RDONLY | _NOFOLLOW | _NONBLOCK | _CLOEXEC
+APPEND_FLAGS = os.O_RDWR | os.O_APPEND | os.O_CREAT | _NOFOLLOW | _NONBLOCK | _CLOEXEC
+CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _NOFOLLOW | _CLOEXEC
+
+
+class Ops:
+    """The os calls the fs store makes on paths (the real ones)."""
+
+    def open(self, path: StrPath, flags: int, mode: int = 0o644) -> int:
+        return os.open(path, flags, mode)
+
+    def stat(self, path: StrPath) -> os.stat_result:
+        return os.stat(path)
+
+    def lstat(self, path: StrPath) -> os.stat_result:
+        return os.lstat(path)
+
+    def listdir(self, path: StrPath) -> list[str]:
+        return os.listdir(path)
+
+    def replace(self, src: StrPath, dst: StrPath) -> None:
+        os.replace(src, dst)
+
+    def unlink(self, path: StrPath) -> None:
+        os.unlink(path)
+
+    def mkdir(self, path: StrPath) -> None:
+        os.mkdir(path)
+
+    def rmdir(self, path: StrPath) -> None:
+        os.rmdir(path)
+
+
+class NotRegular(StoreError):
+    """A name that should be a regular file is something else (a FIFO, a
+    directory, a symlink, a device)."""
+
+
+def reason(e: OSError) -> str:
+    """An OSError without the path it carries (error texts name files
+    relative to data_dir, never absolutely)."""
+    return e.strerror or type(e).__name__
+
+
+def write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
+
+
+def fsync_dir(ops: Ops, path: StrPath) -> None:
+    fd = ops.open(path, os.O_RDONLY | _CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def open_regular(ops: Ops, path: StrPath, flags: int = READ_FLAGS) -> int | None:
+    """A descriptor of ``path`` if it is a regular file, ``None`` if it does
+    not exist; :class:`NotRegular` for anything else."""
+    try:
+        fd = ops.open(path, flags)
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        if e.errno in (errno.ELOOP, errno.EMLINK, errno.ENXIO, errno.EISDIR):
+            raise NotRegular(f"{os.path.basename(path)} is not a regular file") from None
+        raise
+    try:
+        kind = os.fstat(fd).st_mode
+    except OSError:
+        os.close(fd)
+        raise
+    if not stat.S_ISREG(kind):
+        os.close(fd)
+        raise NotRegular(f"{os.path.basename(path)} is not a regular file")
+    return fd
+
+
+def read_fd(fd: int, start: int = 0, end: int | None = None) -> bytes:
+    """The bytes of ``fd`` from ``start`` to ``end`` (default: its size now)."""
+    if end is None:
+        end = os.fstat(fd).st_size
+    chunks: list[bytes] = []
+    pos = start
+    while pos < end:
+        chunk = os.pread(fd, min(end - pos, 1 << 24), pos)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        pos += len(chunk)
+    return b"".join(chunks)
+
+
+def read_regular(ops: Ops, path: StrPath) -> bytes | None:
+    """A regular file's bytes, ``None`` if it does not exist."""
+    fd = open_regular(ops, path)
+    if fd is None:
+        return None
+    try:
+        return read_fd(fd)
+    finally:
+        os.close(fd)
+
+
+def is_symlink(ops: Ops, path: StrPath) -> bool:
+    try:
+        return stat.S_ISLNK(ops.lstat(path).st_mode)
+    except FileNotFoundError:
+        return False
+
+
+def remove_flat_folder(ops: Ops, folder: Path) -> None:
+    """Remove a folder of plain files (an attachment folder) without ever
+    following a symlink: a link inside is unlinked itself, a link as the
+    folder is refused. Missing is fine."""
+    try:
+        mode = ops.lstat(folder).st_mode
+    except FileNotFoundError:
+        return
+    if not stat.S_ISDIR(mode):
+        raise NotRegular(f"{folder.name} is not a folder")
+    for name in ops.listdir(folder):
+        with contextlib.suppress(FileNotFoundError):
+            ops.unlink(folder / name)
+    with contextlib.suppress(FileNotFoundError):
+        ops.rmdir(folder)
+
+
+def name_max(path: StrPath) -> int:
+    """The longest file name the file system under ``path`` takes, in bytes."""
+    try:
+        return int(os.pathconf(path, "PC_NAME_MAX"))
+    except (OSError, ValueError, AttributeError):
+        return 255

@@ -1,0 +1,91 @@
+"""One owner per data_dir: an exclusive ``flock`` on ``<data_dir>/.session-manager.lock``.
+
+Every writable fs store takes it at open and keeps it until ``close`` (or
+until the process dies: the kernel releases it, so a SIGKILLed owner never
+leaves a stale lock). ``flock`` locks belong to an open file description, so
+a second open in the same process conflicts exactly like one in another
+process, however the path is spelled. The file holds the owner's pid for
+the error text; it is never removed (removing it would let two owners lock
+two different files of the same name).
+
+POSIX only (Linux, macOS). On NFS, ``flock`` is emulated with per-process
+byte-range locks on some clients and not at all on others: do not share a
+data_dir over NFS. The Rust reference takes no lock.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import os
+from pathlib import Path
+
+from ..errors import StoreError
+from ._fsio import Ops, reason
+
+LOCK_NAME = ".session-manager.lock"
+_FLAGS = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+
+
+class DataDirLocked(StoreError):
+    """Another owner holds the data_dir."""
+
+
+class DirLock:
+    """The held lock; :meth:`release` gives it up (idempotent)."""
+
+    def __init__(self, fd: int) -> None:
+        self._fd: int | None = fd
+
+    @classmethod
+    def acquire(cls, ops: Ops, data_dir: Path, shown: str) -> DirLock:
+        """Take the lock or raise :class:`DataDirLocked` naming ``shown`` (the
+        data_dir as the caller spelled it) and the holder's pid. A refused
+        open writes nothing: the file already exists, opening it changes no byte."""
+        path = data_dir / LOCK_NAME
+        try:
+            fd = ops.open(path, _FLAGS, 0o644)
+        except OSError as e:
+            raise StoreError(f"data_dir {shown}: cannot open its lock file {LOCK_NAME}: {reason(e)}") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            holder = _holder(fd)
+            os.close(fd)
+            if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                who = f"process {holder}" if holder else "another process"
+                raise DataDirLocked(
+                    f"data_dir {shown} is already open for writing by {who}; "
+                    "one writer per data_dir (open it with read_only=True to inspect it)"
+                ) from None
+            raise StoreError(f"data_dir {shown}: cannot lock {LOCK_NAME}: {reason(e)}") from None
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        except OSError:
+            pass  # the pid is only for error texts; the lock is what counts
+        return cls(fd)
+
+    def release(self) -> None:
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(fd)  # closing the last descriptor releases the flock
+
+    def __del__(self) -> None:
+        # A store dropped without close (a script, a test) frees its data_dir
+        # the way a dropped file object closes.
+        self.release()
+
+    @property
+    def held(self) -> bool:
+        return self._fd is not None
+
+
+def _holder(fd: int) -> int | None:
+    try:
+        text = os.pread(fd, 32, 0).decode("ascii").strip()
+        return int(text) if text.isdigit() else None
+    except (OSError, UnicodeDecodeError):
+        return None
