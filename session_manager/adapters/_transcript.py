@@ -63,8 +63,13 @@ class Transcript:
         self._rooted = True
 
     def _tail(self, blocks: int) -> list[Item]:
-        page = self._call("session::messages-tail", {"limit": blocks, "include_custom": True})
-        return list(page["messages"])
+        return list(self._tail_page(blocks, None)["messages"])
+
+    def _tail_page(self, blocks: int, before: str | None) -> Any:
+        payload: dict[str, Any] = {"limit": blocks, "include_custom": True}
+        if before is not None:
+            payload["before_entry_id"] = before
+        return self._call("session::messages-tail", payload)
 
     def all_items(self) -> list[Item]:
         """The whole active path, oldest first, without the root (``[]`` for an unknown session)."""
@@ -94,12 +99,21 @@ class Transcript:
         the entries it collapsed are read whole with one ``messages-range``."""
         if count <= 0:
             return []
+        page: list[Item] = []
+        before: str | None = None
         try:
-            page = [i for i in self._tail(count) if not self.is_root(i)][-count:]
+            # Pages are clamped to max_list_limit: walk on back until ``count`` are in.
+            while len(page) < count:
+                got = self._tail_page(count - len(page), before)
+                page = [i for i in got["messages"] if not self.is_root(i)] + page
+                before = got.get("oldest_entry_id")
+                if not got["has_more"] or before is None:
+                    break
         except SessionError as e:
             if e.code == NOT_FOUND:
                 return []
             raise
+        page = page[-count:]
         elided = [i["entry_id"] for i in page if i.get("elided")]
         if elided:
             whole: dict[str, Item] = {}

@@ -256,3 +256,18 @@ def test_two_adapters_starting_one_session_at_once_write_one_root(tmp_path: Path
         assert [r.entry_id for r in roots] == ["openai_agents-root"]
         assert sorted(json.dumps(i) for i in asyncio.run(AgentsSession("s", sm).get_items())) == sorted(
             json.dumps({"role": "user", "content": f"w{n}"}) for n in range(2))
+
+
+def test_a_limit_beyond_the_page_cap_still_returns_that_many_items(tmp_path: Path) -> None:
+    # Prevents: get_items(limit=N) silently returning max_list_limit items when N is larger
+    # (messages-tail clamps its page; the adapter must page on back from the tail).
+    items = [{"role": "user", "content": str(i)} for i in range(23)]
+    with session_manager.open(tmp_path / "d", ids=SequentialIds(), clock=ManualClock(1_000_000),
+                              max_list_limit=5) as sm:
+        session = AgentsSession("s", sm)
+        asyncio.run(session.add_items(items))
+        for n in (4, 5, 6, 11, 22, 23, 24, 1000):
+            assert asyncio.run(session.get_items(limit=n)) == items[-n:]
+        assert asyncio.run(session.get_items()) == items
+    with open_store(tmp_path / "d") as again:  # the read changed nothing
+        assert asyncio.run(AgentsSession("s", again).get_items(limit=100)) == items
