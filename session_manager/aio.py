@@ -37,6 +37,7 @@ from ._hosts import embedded
 from ._hosts.embedded import SessionManager, copy_json
 from ._hosts.typed import AsyncTypedMethods
 from .clock import Clock
+from .errors import invalid_request
 from .ids import IdGen
 from .store.base import SessionStore
 from .store.fs import Durability
@@ -148,8 +149,15 @@ class AsyncSessionManager(AsyncTypedMethods):
             raise RuntimeError("this session manager is closed")
         # Copied here, on the caller's side: the caller's dicts may change
         # while the call waits for a worker thread.
-        private = copy_json(payload)
-        return await asyncio.get_running_loop().run_in_executor(self._executor, self.sync.call, function_id, private)
+        try:
+            private = copy_json(payload)
+        except RecursionError:
+            raise invalid_request("payload: nested too deeply") from None
+        running = asyncio.get_running_loop().run_in_executor(self._executor, self.sync.call, function_id, private)
+        # Shielded: cancelling the wait must not cancel a call still queued for a
+        # worker (the write would silently never happen).
+        running.add_done_callback(_retrieve)
+        return await asyncio.shield(running)
 
     def events(self, function_id: str, *, filters: dict[str, Any] | None = None,
                max_queued: int = DEFAULT_MAX_QUEUED) -> EventStream:
@@ -180,6 +188,13 @@ class AsyncSessionManager(AsyncTypedMethods):
     async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                         tb: TracebackType | None) -> None:
         await self.close()
+
+
+def _retrieve(future: asyncio.Future[Any]) -> None:
+    # A shielded call's outcome when nobody awaits it any more (it was
+    # cancelled): read it so asyncio does not log "never retrieved".
+    if not future.cancelled():
+        future.exception()
 
 
 class Opening:
