@@ -17,6 +17,7 @@ Every read and write goes through the public function surface.
 from __future__ import annotations
 
 import threading
+import weakref
 from typing import Any
 
 from .._hosts.embedded import SessionManager
@@ -26,6 +27,16 @@ from ..errors import NOT_FOUND, SessionError, invalid_request
 Item = dict[str, Any]  # a transcript item: {entry_id, message | custom, origin?}
 Json = dict[str, Any]
 Write = tuple[Json | None, Json | None, Json | None]  # (message, custom, origin) of one new entry
+
+
+_locks_guard = threading.Lock()
+_locks: weakref.WeakKeyDictionary[SessionManager, dict[str, threading.RLock]] = weakref.WeakKeyDictionary()
+
+
+def _session_lock(sm: SessionManager, session_id: str) -> threading.RLock:
+    """The one lock of ``session_id`` in ``sm``, shared by every adapter object."""
+    with _locks_guard:
+        return _locks.setdefault(sm, {}).setdefault(session_id, threading.RLock())
 
 
 def root_entry_id(prefix: str) -> str:
@@ -42,9 +53,10 @@ class Transcript:
         self.root_type = f"{prefix}.root"
         self.root_id = root_entry_id(prefix)
         self._rooted = False
-        # Serializes this adapter's own read-modify-writes (pop, add) so a batch
-        # stays contiguous and two pops never pop one item twice.
-        self.lock = threading.RLock()
+        # Serializes read-modify-writes (pop, add) of every adapter object on this
+        # session in this process, so a batch stays contiguous and two pops never
+        # pop one item twice (apps make one adapter object per request).
+        self.lock = _session_lock(self.sm, session_id)
 
     def is_root(self, item: Item) -> bool:
         return item.get("entry_id") == self.root_id and (item.get("custom") or {}).get("custom_type") == self.root_type

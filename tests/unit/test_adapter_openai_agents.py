@@ -271,3 +271,31 @@ def test_a_limit_beyond_the_page_cap_still_returns_that_many_items(tmp_path: Pat
         assert asyncio.run(session.get_items()) == items
     with open_store(tmp_path / "d") as again:  # the read changed nothing
         assert asyncio.run(AgentsSession("s", again).get_items(limit=100)) == items
+
+
+def test_two_adapter_objects_on_one_session_keep_every_batch_on_the_path(tmp_path: Path) -> None:
+    # Prevents: a per-object lock letting two AgentsSession objects for one conversation (one per
+    # request, as the SDK's own sessions are used) interleave their chained batches, so one batch
+    # forks off and drops out of get_items.
+    with open_store(tmp_path / "d") as sm:
+        barrier = threading.Barrier(3)
+
+        def writer(tag: str) -> None:
+            session = AgentsSession("s", sm)
+            barrier.wait()
+            for i in range(15):
+                asyncio.run(session.add_items([{"role": "user", "content": f"{tag}{i}a"},
+                                               {"role": "assistant", "content": f"{tag}{i}b"}]))
+
+        threads = [threading.Thread(target=writer, args=(tag,)) for tag in "XYZ"]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        items = asyncio.run(AgentsSession("s", sm).get_items())
+        assert len(items) == 90
+        pairs = [(a["content"], b["content"]) for a, b in zip(items[::2], items[1::2], strict=True)]
+        assert sorted(pairs) == sorted((f"{t}{i}a", f"{t}{i}b") for t in "XYZ" for i in range(15))
+        meta = sm.get("s")
+        assert meta is not None and meta.meta.message_count == 90  # no stray branch either
+        assert len(sm.messages("s", include_custom=True, limit=500).messages) == 91  # + the root
