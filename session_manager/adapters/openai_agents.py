@@ -40,6 +40,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import math
 from typing import TYPE_CHECKING, Any
 
 from ..messages import now_ms
@@ -140,7 +141,7 @@ class AgentsSession:
             arguments: Any = raw
             kept = _without(item, "call_id", "name", "arguments")
             with contextlib.suppress(ValueError):
-                arguments = json.loads(raw) if isinstance(raw, str) else raw
+                arguments = _strict_json(raw) if isinstance(raw, str) else raw
             if not isinstance(raw, str) or _compact(arguments) != raw:
                 kept["arguments"] = raw
             block = {"type": "function_call", "id": item["call_id"], "function_id": item["name"],
@@ -182,6 +183,23 @@ class AgentsSession:
 
 def _without(item: Item, *keys: str) -> Item:
     return {k: v for k, v in item.items() if k not in keys}
+
+
+def _not_json(token: str) -> Any:
+    raise ValueError(f"{token} is not JSON")
+
+
+def _finite(token: str) -> float:
+    value = float(token)
+    if math.isinf(value):  # 1e400: JSON, but no float holds it
+        raise ValueError(f"{token} overflows a float")
+    return value
+
+
+def _strict_json(raw: str) -> Any:
+    """``raw`` parsed as JSON proper: Python's NaN / Infinity extensions (and
+    numbers too large for a float) raise, so such arguments stay a string."""
+    return json.loads(raw, parse_constant=_not_json, parse_float=_finite)
 
 
 def _compact(value: Any) -> str:

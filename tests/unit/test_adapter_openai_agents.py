@@ -299,3 +299,17 @@ def test_two_adapter_objects_on_one_session_keep_every_batch_on_the_path(tmp_pat
         meta = sm.get("s")
         assert meta is not None and meta.meta.message_count == 90  # no stray branch either
         assert len(sm.messages("s", include_custom=True, limit=500).messages) == 91  # + the root
+
+
+def test_arguments_json_only_python_parses_read_back_as_written(tmp_path: Path) -> None:
+    # Prevents: model-produced argument strings such as "NaN" or {"x": 1e400} parsing to float
+    # nan/inf, which JSON cannot hold: stored as null, they read back as "null" (item changed).
+    odd = ["NaN", '{"x": Infinity}', '{"x": -Infinity}', '{"x": 1e400}', '[NaN]']
+    items = [{"type": "function_call", "call_id": f"c{i}", "name": "f", "arguments": a} for i, a in enumerate(odd)]
+    with open_store(tmp_path / "d") as sm:
+        asyncio.run(AgentsSession("s", sm).add_items(json.loads(json.dumps(items))))
+        assert asyncio.run(AgentsSession("s", sm).get_items()) == items
+        blocks = [m.message.content[0] for m in sm.messages("s").messages]  # type: ignore[union-attr]
+        assert [b.arguments for b in blocks] == odd  # type: ignore[union-attr]  # kept as the string
+    with open_store(tmp_path / "d") as again:
+        assert asyncio.run(AgentsSession("s", again).get_items()) == items
