@@ -34,10 +34,10 @@ from types import TracebackType
 from typing import Any
 
 from ._hosts import embedded
-from ._hosts.embedded import SessionManager, copy_json
+from ._hosts.embedded import SessionManager
 from ._hosts.typed import AsyncTypedMethods
+from ._wire.validation import json_payload
 from .clock import Clock
-from .errors import invalid_request
 from .ids import IdGen
 from .store.base import SessionStore
 from .store.fs import Durability
@@ -149,10 +149,7 @@ class AsyncSessionManager(AsyncTypedMethods):
             raise RuntimeError("this session manager is closed")
         # Copied here, on the caller's side: the caller's dicts may change
         # while the call waits for a worker thread.
-        try:
-            private = copy_json(payload)
-        except RecursionError:
-            raise invalid_request("payload: nested too deeply") from None
+        private = json_payload(payload)
         running = asyncio.get_running_loop().run_in_executor(self._executor, self.sync.call, function_id, private)
         # Shielded: cancelling the wait must not cancel a call still queued for a
         # worker (the write would silently never happen).

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
@@ -54,3 +55,34 @@ def reject_unknown_keys(model: type[BaseModel], payload: Any) -> None:
         names = ", ".join(str(k) for k in unknown)
         known = ", ".join(model.model_fields) or "no fields"
         raise invalid_request(f"{names}: unknown field{'s' if len(unknown) > 1 else ''} (expected: {known})")
+
+
+def json_payload(value: Any) -> Any:
+    """A private deep copy of an in-process caller's payload, refusing what
+    JSON cannot hold: NaN and infinities (they would be stored as null),
+    non-string keys, and any other Python object (datetimes, sets, bytes, ...),
+    each with ``session/invalid_request`` naming where it is. Tuples are JSON
+    arrays and become lists. The wire needs none of this: it carries JSON."""
+    try:
+        return _json_copy(value, ())
+    except RecursionError:
+        raise invalid_request("payload: nested too deeply") from None
+
+
+def _json_copy(value: Any, loc: tuple[Any, ...]) -> Any:
+    if isinstance(value, str) or value is None or isinstance(value, bool | int):
+        return value
+    if isinstance(value, dict):
+        out = {}
+        for k, v in value.items():
+            if not isinstance(k, str):
+                raise invalid_request(f"{_where(loc)}: object keys must be strings, got {type(k).__name__} {k!r}")
+            out[k] = _json_copy(v, (*loc, k))
+        return out
+    if isinstance(value, list | tuple):
+        return [_json_copy(v, (*loc, i)) for i, v in enumerate(value)]
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise invalid_request(f"{_where(loc)}: {value} is not a JSON number")
+        return value
+    raise invalid_request(f"{_where(loc)}: a {type(value).__name__} is not a JSON value")
