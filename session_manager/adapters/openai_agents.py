@@ -77,7 +77,10 @@ class AgentsSession:
         self._call_names: dict[str, str] = {}
 
     async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
-        """The items of the active path, oldest first; with ``limit``, the newest ``limit`` (read from the tail)."""
+        """The items of the active path, oldest first; with ``limit`` (default:
+        ``session_settings.limit``), the newest ``limit`` (read from the tail)."""
+        if limit is None and self.session_settings is not None:
+            limit = self.session_settings.limit
         return await asyncio.to_thread(self._get_items, limit)
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:

@@ -313,3 +313,17 @@ def test_arguments_json_only_python_parses_read_back_as_written(tmp_path: Path) 
         assert [b.arguments for b in blocks] == odd  # type: ignore[union-attr]  # kept as the string
     with open_store(tmp_path / "d") as again:
         assert asyncio.run(AgentsSession("s", again).get_items()) == items
+
+
+def test_get_items_without_a_limit_uses_the_session_settings_limit(tmp_path: Path) -> None:
+    # Prevents: session_settings=SessionSettings(limit=N) being accepted and then ignored by
+    # get_items() (the SDK's own sessions read the newest N when no limit is passed).
+    from agents.memory import SessionSettings
+
+    items = [{"role": "user", "content": str(i)} for i in range(5)]
+    with open_store(tmp_path / "d") as sm:
+        session = AgentsSession("s", sm, session_settings=SessionSettings(limit=2))
+        asyncio.run(session.add_items(items))
+        assert asyncio.run(session.get_items()) == items[-2:]
+        assert asyncio.run(session.get_items(limit=4)) == items[-4:]  # an explicit limit wins
+        assert asyncio.run(AgentsSession("s", sm).get_items()) == items  # no settings: everything
