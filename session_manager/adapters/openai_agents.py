@@ -29,7 +29,8 @@ What the native shape does not hold (the item's ``id``, ``status``,
 ``origin.openai_agents``, so ``get_items`` returns items equal to those added.
 
 ``pop_item`` moves the active leaf to the parent of the last entry and
-returns it as an item; ``clear_session`` moves the leaf back to the
+returns it as an item (stepping over entries that are no item, such as another
+writer's custom entries); ``clear_session`` moves the leaf back to the
 session's sentinel root. Neither deletes: the items stay as a branch
 (``session::set-active-leaf`` brings them back). New items after either go
 on a new branch. See :mod:`session_manager.adapters._transcript`.
@@ -110,11 +111,16 @@ class AgentsSession:
         self._transcript.append([self._encode(item) for item in items])
 
     def _pop_item(self) -> Any:
-        popped = self._transcript.pop_last()
-        if popped is None:
-            return None
-        items = self._items_of(popped)
-        return items[-1] if items else None
+        # Entries that stand for no item (another writer's bookkeeping) are
+        # stepped over with the item, so "None" still means "empty".
+        with self._transcript.lock:
+            while True:
+                popped = self._transcript.pop_last()
+                if popped is None:
+                    return None
+                items = self._items_of(popped)
+                if items:
+                    return items[-1]
 
     # -- items <-> entries ----------------------------------------------------------
 

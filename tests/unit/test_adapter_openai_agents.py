@@ -25,7 +25,7 @@ from session_manager.adapters.openai_agents import ITEM_TYPE, AgentsSession  # n
 from session_manager.clock import ManualClock  # noqa: E402
 from session_manager.errors import INVALID_REQUEST, SessionError  # noqa: E402
 from session_manager.ids import SequentialIds  # noqa: E402
-from session_manager.messages import user_message  # noqa: E402
+from session_manager.messages import custom, user_message  # noqa: E402
 
 set_tracing_disabled(True)  # no exporter: the tests never leave the machine
 
@@ -327,3 +327,21 @@ def test_get_items_without_a_limit_uses_the_session_settings_limit(tmp_path: Pat
         assert asyncio.run(session.get_items()) == items[-2:]
         assert asyncio.run(session.get_items(limit=4)) == items[-4:]  # an explicit limit wins
         assert asyncio.run(AgentsSession("s", sm).get_items()) == items  # no settings: everything
+
+
+def test_pop_item_steps_over_other_writers_bookkeeping_to_the_newest_item(tmp_path: Path) -> None:
+    # Prevents: pop_item answering None ("empty") while items remain, because the newest entry is
+    # a custom entry another writer appended (it is no item, so nothing was returned).
+    items = [{"role": "user", "content": "one"}, {"role": "assistant", "content": "two"}]
+    with open_store(tmp_path / "d") as sm:
+        session = AgentsSession("s", sm)
+        asyncio.run(session.add_items(items))
+        sm.append("s", custom=custom("app.note", {"seen": True}))
+        assert asyncio.run(session.pop_item()) == items[1]
+        assert asyncio.run(session.get_items()) == items[:1]
+        assert asyncio.run(session.pop_item()) == items[0]
+        assert asyncio.run(session.pop_item()) is None
+        note = sm.get_message("s", entry_id="e_003")  # moved off the path with the popped item, not lost
+        assert note is not None and note.entry.custom_type == "app.note"  # type: ignore[union-attr]
+    with open_store(tmp_path / "d") as again:
+        assert asyncio.run(AgentsSession("s", again).get_items()) == []
