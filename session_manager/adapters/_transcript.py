@@ -185,6 +185,19 @@ class Transcript:
     def append(self, messages: list[Write]) -> None:
         """Append ``(message, custom, origin)`` entries in order, each chained to the one before."""
         with self.lock:
+            rooted = self._rooted
+            try:
+                self._append(messages)
+            except SessionError as e:
+                if e.code != NOT_FOUND or not rooted:
+                    raise
+                # Deleted since this object rooted it (console delete, an app's
+                # reset): start it afresh, as a first write would.
+                self._rooted = False
+                self._append(messages)
+
+    def _append(self, messages: list[Write]) -> None:
+        with self.lock:
             self.ensure_root()
             parent: str | None = None
             for message, custom, origin in messages:

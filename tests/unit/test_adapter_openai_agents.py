@@ -345,3 +345,21 @@ def test_pop_item_steps_over_other_writers_bookkeeping_to_the_newest_item(tmp_pa
         assert note is not None and note.entry.custom_type == "app.note"  # type: ignore[union-attr]
     with open_store(tmp_path / "d") as again:
         assert asyncio.run(AgentsSession("s", again).get_items()) == []
+
+
+def test_a_session_deleted_under_the_adapter_starts_afresh_on_the_next_write(tmp_path: Path) -> None:
+    # Prevents: an AgentsSession (or chat history) that outlives a session::delete of its session
+    # (the console's delete, an app's reset) failing every later add_items with session/not_found.
+    with open_store(tmp_path / "d") as sm:
+        session = AgentsSession("s", sm)
+        asyncio.run(session.add_items([{"role": "user", "content": "old"}]))
+        assert sm.delete("s").deleted
+        assert asyncio.run(session.get_items()) == []
+        asyncio.run(session.add_items([{"role": "user", "content": "new"}, {"role": "assistant", "content": "hi"}]))
+        assert asyncio.run(session.get_items()) == [{"role": "user", "content": "new"},
+                                                     {"role": "assistant", "content": "hi"}]
+        assert asyncio.run(session.pop_item()) == {"role": "assistant", "content": "hi"}
+        assert asyncio.run(session.pop_item()) == {"role": "user", "content": "new"}  # the new root is there
+    with open_store(tmp_path / "d") as again:
+        entries = again.messages("s", include_custom=True).messages
+        assert [e.entry_id for e in entries] == ["openai_agents-root"]
