@@ -100,9 +100,19 @@ class AgentsSession:
 
     def _get_items(self, limit: int | None) -> list[Any]:
         transcript = self._transcript
-        entries = transcript.all_items() if limit is None else transcript.last_entries(limit)
-        items = [i for entry in entries for i in self._items_of(entry)]
-        return items if limit is None else items[-limit:] if limit > 0 else []
+        if limit is None:
+            return [i for entry in transcript.all_items() for i in self._items_of(entry)]
+        if limit <= 0:
+            return []
+        wanted = limit
+        while True:
+            entries = transcript.last_entries(wanted)
+            items = [i for entry in entries for i in self._items_of(entry)]
+            # Entries that stand for no item (another writer's bookkeeping) do
+            # not count: read further back until ``limit`` items or the root.
+            if len(items) >= limit or len(entries) < wanted:
+                return items[-limit:]
+            wanted += limit - len(items)
 
     def _add_items(self, items: list[Item]) -> None:
         for item in items:

@@ -363,3 +363,19 @@ def test_a_session_deleted_under_the_adapter_starts_afresh_on_the_next_write(tmp
     with open_store(tmp_path / "d") as again:
         entries = again.messages("s", include_custom=True).messages
         assert [e.entry_id for e in entries] == ["openai_agents-root"]
+
+
+def test_a_limited_read_counts_items_not_entries_that_hold_none(tmp_path: Path) -> None:
+    # Prevents: get_items(limit=N) returning fewer than N items while more exist, because some
+    # of the newest N entries are another writer's custom entries (they stand for no item).
+    items = [{"role": "user", "content": str(i)} for i in range(4)]
+    with open_store(tmp_path / "d") as sm:
+        session = AgentsSession("s", sm)
+        asyncio.run(session.add_items(items[:2]))
+        sm.append("s", custom=custom("app.note", 1))
+        asyncio.run(session.add_items(items[2:3]))
+        sm.append("s", custom=custom("app.note", 2))
+        sm.append("s", custom=custom("app.note", 3))
+        asyncio.run(session.add_items(items[3:]))
+        for n in (1, 2, 3, 4, 5):
+            assert asyncio.run(session.get_items(limit=n)) == items[-n:]
