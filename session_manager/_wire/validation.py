@@ -64,25 +64,47 @@ def json_payload(value: Any) -> Any:
     each with ``session/invalid_request`` naming where it is. Tuples are JSON
     arrays and become lists. The wire needs none of this: it carries JSON."""
     try:
-        return _json_copy(value, ())
+        return _json_copy(value)
     except RecursionError:
         raise invalid_request("payload: nested too deeply") from None
+    except _NotJson as e:
+        raise invalid_request(f"{_where(tuple(reversed(e.path)))}: {e.reason}") from None
 
 
-def _json_copy(value: Any, loc: tuple[Any, ...]) -> Any:
-    if isinstance(value, str) or value is None or isinstance(value, bool | int):
+class _NotJson(Exception):
+    """Raised where a value is not JSON; the path is collected on the way out
+    (so the copy itself builds no paths)."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        self.path: list[Any] = []
+
+
+def _json_copy(value: Any) -> Any:
+    if isinstance(value, str | int) or value is None:  # bool is an int
         return value
     if isinstance(value, dict):
         out = {}
         for k, v in value.items():
             if not isinstance(k, str):
-                raise invalid_request(f"{_where(loc)}: object keys must be strings, got {type(k).__name__} {k!r}")
-            out[k] = _json_copy(v, (*loc, k))
+                raise _NotJson(f"object keys must be strings, got {type(k).__name__} {k!r}")
+            try:
+                out[k] = _json_copy(v)
+            except _NotJson as e:
+                e.path.append(k)
+                raise
         return out
     if isinstance(value, list | tuple):
-        return [_json_copy(v, (*loc, i)) for i, v in enumerate(value)]
+        copied = []
+        for i, v in enumerate(value):
+            try:
+                copied.append(_json_copy(v))
+            except _NotJson as e:
+                e.path.append(i)
+                raise
+        return copied
     if isinstance(value, float):
         if not math.isfinite(value):
-            raise invalid_request(f"{_where(loc)}: {value} is not a JSON number")
+            raise _NotJson(f"{value} is not a JSON number")
         return value
-    raise invalid_request(f"{_where(loc)}: a {type(value).__name__} is not a JSON value")
+    raise _NotJson(f"a {type(value).__name__} is not a JSON value")
