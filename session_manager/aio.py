@@ -75,7 +75,15 @@ class EventStream:
         source: dict[str, Any] = {"function_id": function_id}
         if filters:
             source["filters"] = filters
-        self._observation = owner.sync.observe(source, self._deliver)
+        # A publisher may deliver (and overflow) before observe() returns: the
+        # handle is set under the lock, and a stop that came first applied here.
+        self._observation: embedded.Observation | None = None
+        observation = owner.sync.observe(source, self._deliver)
+        with self._lock:
+            self._observation = observation
+            stopped = self._overflowed
+        if stopped:
+            observation.dispose()
 
     def _deliver(self, payload: dict[str, Any]) -> None:
         # Runs on the publishing thread, after the mutation is durable.
@@ -87,10 +95,14 @@ class EventStream:
             else:
                 self._queue.append(payload)
         if self._overflowed:
-            self._observation.dispose()
+            self._dispose()
         try:
             self._loop.call_soon_threadsafe(self._ready.set)
         except RuntimeError:  # the loop is gone: nobody will ever read this stream
+            self._dispose()
+
+    def _dispose(self) -> None:
+        if self._observation is not None:
             self._observation.dispose()
 
     def __aiter__(self) -> EventStream:
@@ -114,7 +126,7 @@ class EventStream:
 
     def _close(self) -> None:
         self._closed = True
-        self._observation.dispose()
+        self._dispose()
         self._owner._streams.discard(self)
         self._ready.set()
 

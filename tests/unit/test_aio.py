@@ -213,3 +213,28 @@ def test_a_payload_nested_too_deeply_is_an_invalid_request(tmp_path: Path) -> No
             assert (await asm.messages(sid, include_custom=True)).messages == []
 
     asyncio.run(main())
+
+
+def test_an_overflow_delivered_while_the_stream_is_being_opened_still_stops_delivery(tmp_path: Path) -> None:
+    # Prevents: a publisher thread overflowing a new stream between its observer's registration
+    # and the stream keeping the handle (AttributeError in the publisher, observer never removed).
+    async def main() -> None:
+        async with opening(tmp_path / "d") as asm:
+            real = asm.sync.observe
+
+            def racing(source: dict[str, Any], handler: Any) -> Any:
+                observation = real(source, handler)
+                handler({"entry_id": "e_1"})  # what a publisher on another thread delivers first
+                handler({"entry_id": "e_2"})
+                return observation
+
+            asm.sync.observe = racing  # type: ignore[method-assign]
+            stream = asm.events(ON_MESSAGE_ADDED, max_queued=1)
+            assert not asm.sync.is_observed(ON_MESSAGE_ADDED)
+            assert (await anext(stream))["entry_id"] == "e_1"
+            with pytest.raises(aio.EventStreamOverflow):
+                await anext(stream)
+            with pytest.raises(StopAsyncIteration):
+                await anext(stream)
+
+    asyncio.run(main())
