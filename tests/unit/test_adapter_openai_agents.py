@@ -379,3 +379,42 @@ def test_a_limited_read_counts_items_not_entries_that_hold_none(tmp_path: Path) 
         asyncio.run(session.add_items(items[3:]))
         for n in (1, 2, 3, 4, 5):
             assert asyncio.run(session.get_items(limit=n)) == items[-n:]
+
+
+def test_runner_turns_see_what_the_sdks_own_sqlite_session_gives(tmp_path: Path) -> None:
+    # Prevents: history that differs from the SDK's reference session once a turn holds a
+    # reasoning item and parallel function calls (the model would be fed another conversation).
+    from agents import SQLiteSession
+    from openai.types.responses import ResponseReasoningItem
+    from openai.types.responses.response_reasoning_item import Summary
+
+    def script() -> list[list[Any]]:
+        return [
+            [ResponseReasoningItem(id="rs_1", type="reasoning", summary=[Summary(type="summary_text", text="plan")]),
+             ResponseFunctionToolCall(type="function_call", id="fc_1", call_id="c1", name="get_weather",
+                                      arguments='{"city": "Paris"}', status="completed"),
+             ResponseFunctionToolCall(type="function_call", id="fc_2", call_id="c2", name="get_weather",
+                                      arguments='{"city":"Rome"}', status="completed")],
+            [say("Both sunny.", "msg_1")],
+            [say("Still.", "msg_2")],
+        ]
+
+    async def converse(session: Any) -> tuple[list[Any], list[Any]]:
+        model = ScriptedModel(script())
+        agent = Agent(name="weather", model=model, tools=[get_weather])
+        await Runner.run(agent, "Paris and Rome?", session=session)
+        await Runner.run(agent, [{"role": "user", "content": [{"type": "input_text", "text": "now?"}]}],
+                         session=session)
+        return model.inputs, await session.get_items()
+
+    reference = asyncio.run(converse(SQLiteSession("chat", str(tmp_path / "ref.sqlite"))))
+    with open_store(tmp_path / "d") as sm:
+        ours = asyncio.run(converse(AgentsSession("chat", sm)))
+        kinds = [e.message.role if e.message else e.custom.custom_type  # type: ignore[union-attr]
+                 for e in sm.messages("chat", include_custom=True).messages]
+    assert ours == reference
+    assert len(reference[1]) == 9
+    assert kinds == ["openai_agents.root", "user", ITEM_TYPE, "assistant", "assistant", "function_result",
+                     "function_result", "assistant", "user", "assistant"]
+    with open_store(tmp_path / "d") as again:
+        assert asyncio.run(AgentsSession("chat", again).get_items()) == reference[1]
