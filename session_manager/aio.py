@@ -34,8 +34,9 @@ from types import TracebackType
 from typing import Any
 
 from ._hosts import embedded
-from ._hosts.embedded import SessionManager, copy_json
+from ._hosts.embedded import SessionManager
 from ._hosts.typed import AsyncTypedMethods
+from ._wire.validation import json_payload
 from .clock import Clock
 from .ids import IdGen
 from .store.base import SessionStore
@@ -74,7 +75,15 @@ class EventStream:
         source: dict[str, Any] = {"function_id": function_id}
         if filters:
             source["filters"] = filters
-        self._observation = owner.sync.observe(source, self._deliver)
+        # A publisher may deliver (and overflow) before observe() returns: the
+        # handle is set under the lock, and a stop that came first applied here.
+        self._observation: embedded.Observation | None = None
+        observation = owner.sync.observe(source, self._deliver)
+        with self._lock:
+            self._observation = observation
+            stopped = self._overflowed
+        if stopped:
+            observation.dispose()
 
     def _deliver(self, payload: dict[str, Any]) -> None:
         # Runs on the publishing thread, after the mutation is durable.
@@ -86,10 +95,14 @@ class EventStream:
             else:
                 self._queue.append(payload)
         if self._overflowed:
-            self._observation.dispose()
+            self._dispose()
         try:
             self._loop.call_soon_threadsafe(self._ready.set)
         except RuntimeError:  # the loop is gone: nobody will ever read this stream
+            self._dispose()
+
+    def _dispose(self) -> None:
+        if self._observation is not None:
             self._observation.dispose()
 
     def __aiter__(self) -> EventStream:
@@ -113,7 +126,7 @@ class EventStream:
 
     def _close(self) -> None:
         self._closed = True
-        self._observation.dispose()
+        self._dispose()
         self._owner._streams.discard(self)
         self._ready.set()
 
@@ -148,8 +161,12 @@ class AsyncSessionManager(AsyncTypedMethods):
             raise RuntimeError("this session manager is closed")
         # Copied here, on the caller's side: the caller's dicts may change
         # while the call waits for a worker thread.
-        private = copy_json(payload)
-        return await asyncio.get_running_loop().run_in_executor(self._executor, self.sync.call, function_id, private)
+        private = json_payload(payload)
+        running = asyncio.get_running_loop().run_in_executor(self._executor, self.sync.call, function_id, private)
+        # Shielded: cancelling the wait must not cancel a call still queued for a
+        # worker (the write would silently never happen).
+        running.add_done_callback(_retrieve)
+        return await asyncio.shield(running)
 
     def events(self, function_id: str, *, filters: dict[str, Any] | None = None,
                max_queued: int = DEFAULT_MAX_QUEUED) -> EventStream:
@@ -180,6 +197,13 @@ class AsyncSessionManager(AsyncTypedMethods):
     async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                         tb: TracebackType | None) -> None:
         await self.close()
+
+
+def _retrieve(future: asyncio.Future[Any]) -> None:
+    # A shielded call's outcome when nobody awaits it any more (it was
+    # cancelled): read it so asyncio does not log "never retrieved".
+    if not future.cancelled():
+        future.exception()
 
 
 class Opening:

@@ -22,9 +22,9 @@ from .._service.admission import admit
 from .._service.limits import Limits, LimitsCell
 from .._service.service import SessionService
 from .._wire.events import EVENT_FUNCTIONS, Event
-from .._wire.validation import parse_request, reject_unknown_keys
+from .._wire.validation import json_payload, parse_request, reject_unknown_keys
 from ..clock import Clock
-from ..errors import STORAGE, SessionError, StoreError, invalid_request
+from ..errors import STORAGE, SessionError, StoreError
 from ..ids import IdGen
 from ..store.base import SessionStore
 from ..store.fs import Durability, FsStore
@@ -100,10 +100,7 @@ class SessionManager(TypedMethods):
         admit(function_id, payload, self.service.limits.get(), mutates=function.mutates)
         # A private copy: what is stored must not change when the caller
         # later changes the dicts it passed in.
-        try:
-            payload = copy_json(payload)
-        except RecursionError:
-            raise invalid_request("payload: nested too deeply") from None
+        payload = json_payload(payload)
         reject_unknown_keys(function.request, payload)
         request = parse_request(function.request, payload)
         service, serve = self.service, function.handler

@@ -10,16 +10,22 @@ from __future__ import annotations
 from typing import Any, TypeVar
 
 from pydantic import BaseModel
+from pydantic_core import PydanticSerializationError
 
-from .._wire.models import dump
+from ..errors import invalid_request
 
 M = TypeVar("M", bound=BaseModel)
 
 
 def to_json(value: Any) -> Any:
-    """``value`` with every model in it replaced by its stored JSON form."""
+    """``value`` with every model in it replaced by its plain form (dicts and
+    lists). Not the JSON dump: that would turn NaN into null and a datetime
+    into a string, where call() refuses both; call() checks what this gives."""
     if isinstance(value, BaseModel):
-        return dump(value)
+        try:
+            return value.model_dump(mode="python")
+        except (PydanticSerializationError, RecursionError):
+            raise invalid_request("payload: nested too deeply") from None
     if isinstance(value, list | tuple):
         return [to_json(v) for v in value]
     if isinstance(value, dict):

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
@@ -54,3 +55,56 @@ def reject_unknown_keys(model: type[BaseModel], payload: Any) -> None:
         names = ", ".join(str(k) for k in unknown)
         known = ", ".join(model.model_fields) or "no fields"
         raise invalid_request(f"{names}: unknown field{'s' if len(unknown) > 1 else ''} (expected: {known})")
+
+
+def json_payload(value: Any) -> Any:
+    """A private deep copy of an in-process caller's payload, refusing what
+    JSON cannot hold: NaN and infinities (they would be stored as null),
+    non-string keys, and any other Python object (datetimes, sets, bytes, ...),
+    each with ``session/invalid_request`` naming where it is. Tuples are JSON
+    arrays and become lists. The wire needs none of this: it carries JSON."""
+    try:
+        return _json_copy(value)
+    except RecursionError:
+        raise invalid_request("payload: nested too deeply") from None
+    except _NotJson as e:
+        raise invalid_request(f"{_where(tuple(reversed(e.path)))}: {e.reason}") from None
+
+
+class _NotJson(Exception):
+    """Raised where a value is not JSON; the path is collected on the way out
+    (so the copy itself builds no paths)."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        self.path: list[Any] = []
+
+
+def _json_copy(value: Any) -> Any:
+    if isinstance(value, str | int) or value is None:  # bool is an int
+        return value
+    if isinstance(value, dict):
+        out = {}
+        for k, v in value.items():
+            if not isinstance(k, str):
+                raise _NotJson(f"object keys must be strings, got {type(k).__name__} {k!r}")
+            try:
+                out[k] = _json_copy(v)
+            except _NotJson as e:
+                e.path.append(k)
+                raise
+        return out
+    if isinstance(value, list | tuple):
+        copied = []
+        for i, v in enumerate(value):
+            try:
+                copied.append(_json_copy(v))
+            except _NotJson as e:
+                e.path.append(i)
+                raise
+        return copied
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise _NotJson(f"{value} is not a JSON number")
+        return value
+    raise _NotJson(f"a {type(value).__name__} is not a JSON value")

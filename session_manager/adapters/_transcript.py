@@ -17,6 +17,7 @@ Every read and write goes through the public function surface.
 from __future__ import annotations
 
 import threading
+import weakref
 from typing import Any
 
 from .._hosts.embedded import SessionManager
@@ -26,6 +27,16 @@ from ..errors import NOT_FOUND, SessionError, invalid_request
 Item = dict[str, Any]  # a transcript item: {entry_id, message | custom, origin?}
 Json = dict[str, Any]
 Write = tuple[Json | None, Json | None, Json | None]  # (message, custom, origin) of one new entry
+
+
+_locks_guard = threading.Lock()
+_locks: weakref.WeakKeyDictionary[SessionManager, dict[str, threading.RLock]] = weakref.WeakKeyDictionary()
+
+
+def _session_lock(sm: SessionManager, session_id: str) -> threading.RLock:
+    """The one lock of ``session_id`` in ``sm``, shared by every adapter object."""
+    with _locks_guard:
+        return _locks.setdefault(sm, {}).setdefault(session_id, threading.RLock())
 
 
 def root_entry_id(prefix: str) -> str:
@@ -42,9 +53,10 @@ class Transcript:
         self.root_type = f"{prefix}.root"
         self.root_id = root_entry_id(prefix)
         self._rooted = False
-        # Serializes this adapter's own read-modify-writes (pop, add) so a batch
-        # stays contiguous and two pops never pop one item twice.
-        self.lock = threading.RLock()
+        # Serializes read-modify-writes (pop, add) of every adapter object on this
+        # session in this process, so a batch stays contiguous and two pops never
+        # pop one item twice (apps make one adapter object per request).
+        self.lock = _session_lock(self.sm, session_id)
 
     def is_root(self, item: Item) -> bool:
         return item.get("entry_id") == self.root_id and (item.get("custom") or {}).get("custom_type") == self.root_type
@@ -63,8 +75,13 @@ class Transcript:
         self._rooted = True
 
     def _tail(self, blocks: int) -> list[Item]:
-        page = self._call("session::messages-tail", {"limit": blocks, "include_custom": True})
-        return list(page["messages"])
+        return list(self._tail_page(blocks, None)["messages"])
+
+    def _tail_page(self, blocks: int, before: str | None) -> Any:
+        payload: dict[str, Any] = {"limit": blocks, "include_custom": True}
+        if before is not None:
+            payload["before_entry_id"] = before
+        return self._call("session::messages-tail", payload)
 
     def all_items(self) -> list[Item]:
         """The whole active path, oldest first, without the root (``[]`` for an unknown session)."""
@@ -94,12 +111,21 @@ class Transcript:
         the entries it collapsed are read whole with one ``messages-range``."""
         if count <= 0:
             return []
+        page: list[Item] = []
+        before: str | None = None
         try:
-            page = [i for i in self._tail(count) if not self.is_root(i)][-count:]
+            # Pages are clamped to max_list_limit: walk on back until ``count`` are in.
+            while len(page) < count:
+                got = self._tail_page(count - len(page), before)
+                page = [i for i in got["messages"] if not self.is_root(i)] + page
+                before = got.get("oldest_entry_id")
+                if not got["has_more"] or before is None:
+                    break
         except SessionError as e:
             if e.code == NOT_FOUND:
                 return []
             raise
+        page = page[-count:]
         elided = [i["entry_id"] for i in page if i.get("elided")]
         if elided:
             whole: dict[str, Item] = {}
@@ -158,6 +184,19 @@ class Transcript:
 
     def append(self, messages: list[Write]) -> None:
         """Append ``(message, custom, origin)`` entries in order, each chained to the one before."""
+        with self.lock:
+            rooted = self._rooted
+            try:
+                self._append(messages)
+            except SessionError as e:
+                if e.code != NOT_FOUND or not rooted:
+                    raise
+                # Deleted since this object rooted it (console delete, an app's
+                # reset): start it afresh, as a first write would.
+                self._rooted = False
+                self._append(messages)
+
+    def _append(self, messages: list[Write]) -> None:
         with self.lock:
             self.ensure_root()
             parent: str | None = None

@@ -29,7 +29,8 @@ What the native shape does not hold (the item's ``id``, ``status``,
 ``origin.openai_agents``, so ``get_items`` returns items equal to those added.
 
 ``pop_item`` moves the active leaf to the parent of the last entry and
-returns it as an item; ``clear_session`` moves the leaf back to the
+returns it as an item (stepping over entries that are no item, such as another
+writer's custom entries); ``clear_session`` moves the leaf back to the
 session's sentinel root. Neither deletes: the items stay as a branch
 (``session::set-active-leaf`` brings them back). New items after either go
 on a new branch. See :mod:`session_manager.adapters._transcript`.
@@ -40,6 +41,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import math
 from typing import TYPE_CHECKING, Any
 
 from ..messages import now_ms
@@ -76,7 +78,10 @@ class AgentsSession:
         self._call_names: dict[str, str] = {}
 
     async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
-        """The items of the active path, oldest first; with ``limit``, the newest ``limit`` (read from the tail)."""
+        """The items of the active path, oldest first; with ``limit`` (default:
+        ``session_settings.limit``), the newest ``limit`` (read from the tail)."""
+        if limit is None and self.session_settings is not None:
+            limit = self.session_settings.limit
         return await asyncio.to_thread(self._get_items, limit)
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
@@ -95,9 +100,19 @@ class AgentsSession:
 
     def _get_items(self, limit: int | None) -> list[Any]:
         transcript = self._transcript
-        entries = transcript.all_items() if limit is None else transcript.last_entries(limit)
-        items = [i for entry in entries for i in self._items_of(entry)]
-        return items if limit is None else items[-limit:] if limit > 0 else []
+        if limit is None:
+            return [i for entry in transcript.all_items() for i in self._items_of(entry)]
+        if limit <= 0:
+            return []
+        wanted = limit
+        while True:
+            entries = transcript.last_entries(wanted)
+            items = [i for entry in entries for i in self._items_of(entry)]
+            # Entries that stand for no item (another writer's bookkeeping) do
+            # not count: read further back until ``limit`` items or the root.
+            if len(items) >= limit or len(entries) < wanted:
+                return items[-limit:]
+            wanted += limit - len(items)
 
     def _add_items(self, items: list[Item]) -> None:
         for item in items:
@@ -106,11 +121,16 @@ class AgentsSession:
         self._transcript.append([self._encode(item) for item in items])
 
     def _pop_item(self) -> Any:
-        popped = self._transcript.pop_last()
-        if popped is None:
-            return None
-        items = self._items_of(popped)
-        return items[-1] if items else None
+        # Entries that stand for no item (another writer's bookkeeping) are
+        # stepped over with the item, so "None" still means "empty".
+        with self._transcript.lock:
+            while True:
+                popped = self._transcript.pop_last()
+                if popped is None:
+                    return None
+                items = self._items_of(popped)
+                if items:
+                    return items[-1]
 
     # -- items <-> entries ----------------------------------------------------------
 
@@ -140,7 +160,7 @@ class AgentsSession:
             arguments: Any = raw
             kept = _without(item, "call_id", "name", "arguments")
             with contextlib.suppress(ValueError):
-                arguments = json.loads(raw) if isinstance(raw, str) else raw
+                arguments = _strict_json(raw) if isinstance(raw, str) else raw
             if not isinstance(raw, str) or _compact(arguments) != raw:
                 kept["arguments"] = raw
             block = {"type": "function_call", "id": item["call_id"], "function_id": item["name"],
@@ -182,6 +202,23 @@ class AgentsSession:
 
 def _without(item: Item, *keys: str) -> Item:
     return {k: v for k, v in item.items() if k not in keys}
+
+
+def _not_json(token: str) -> Any:
+    raise ValueError(f"{token} is not JSON")
+
+
+def _finite(token: str) -> float:
+    value = float(token)
+    if math.isinf(value):  # 1e400: JSON, but no float holds it
+        raise ValueError(f"{token} overflows a float")
+    return value
+
+
+def _strict_json(raw: str) -> Any:
+    """``raw`` parsed as JSON proper: Python's NaN / Infinity extensions (and
+    numbers too large for a float) raise, so such arguments stay a string."""
+    return json.loads(raw, parse_constant=_not_json, parse_float=_finite)
 
 
 def _compact(value: Any) -> str:

@@ -118,3 +118,31 @@ def test_runnable_with_message_history_keeps_the_conversation(tmp_path: Path) ->
                          ("assistant", "You are Ada.")]
         assert [m.content for m in SessionChatMessageHistory("ada", sm).messages] == [
             "I am Ada.", "Hello, Ada.", "Who am I?", "You are Ada."]
+
+
+def test_two_history_objects_on_one_session_keep_every_batch_on_the_path(tmp_path: Path) -> None:
+    # Prevents: two SessionChatMessageHistory objects for one session (one per request, as
+    # RunnableWithMessageHistory's factory makes them) interleaving chained batches so that a
+    # batch forks off the active path and vanishes from .messages.
+    import threading
+
+    with open_store(tmp_path / "d") as sm:
+        barrier = threading.Barrier(3)
+
+        def writer(tag: str) -> None:
+            history = SessionChatMessageHistory("s", sm)
+            barrier.wait()
+            for i in range(15):
+                history.add_messages([HumanMessage(f"{tag}{i}q"), AIMessage(f"{tag}{i}a")])
+
+        threads = [threading.Thread(target=writer, args=(tag,)) for tag in "XYZ"]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        messages = SessionChatMessageHistory("s", sm).messages
+        assert len(messages) == 90
+        pairs = [(q.content, a.content) for q, a in zip(messages[::2], messages[1::2], strict=True)]
+        assert sorted(pairs) == sorted((f"{t}{i}q", f"{t}{i}a") for t in "XYZ" for i in range(15))
+        assert [type(m) for m in messages[:2]] == [HumanMessage, AIMessage]
+        assert len(sm.messages("s", include_custom=True, limit=500).messages) == 91  # + the root

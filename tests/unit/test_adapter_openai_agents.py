@@ -25,7 +25,7 @@ from session_manager.adapters.openai_agents import ITEM_TYPE, AgentsSession  # n
 from session_manager.clock import ManualClock  # noqa: E402
 from session_manager.errors import INVALID_REQUEST, SessionError  # noqa: E402
 from session_manager.ids import SequentialIds  # noqa: E402
-from session_manager.messages import user_message  # noqa: E402
+from session_manager.messages import custom, user_message  # noqa: E402
 
 set_tracing_disabled(True)  # no exporter: the tests never leave the machine
 
@@ -256,3 +256,165 @@ def test_two_adapters_starting_one_session_at_once_write_one_root(tmp_path: Path
         assert [r.entry_id for r in roots] == ["openai_agents-root"]
         assert sorted(json.dumps(i) for i in asyncio.run(AgentsSession("s", sm).get_items())) == sorted(
             json.dumps({"role": "user", "content": f"w{n}"}) for n in range(2))
+
+
+def test_a_limit_beyond_the_page_cap_still_returns_that_many_items(tmp_path: Path) -> None:
+    # Prevents: get_items(limit=N) silently returning max_list_limit items when N is larger
+    # (messages-tail clamps its page; the adapter must page on back from the tail).
+    items = [{"role": "user", "content": str(i)} for i in range(23)]
+    with session_manager.open(tmp_path / "d", ids=SequentialIds(), clock=ManualClock(1_000_000),
+                              max_list_limit=5) as sm:
+        session = AgentsSession("s", sm)
+        asyncio.run(session.add_items(items))
+        for n in (4, 5, 6, 11, 22, 23, 24, 1000):
+            assert asyncio.run(session.get_items(limit=n)) == items[-n:]
+        assert asyncio.run(session.get_items()) == items
+    with open_store(tmp_path / "d") as again:  # the read changed nothing
+        assert asyncio.run(AgentsSession("s", again).get_items(limit=100)) == items
+
+
+def test_two_adapter_objects_on_one_session_keep_every_batch_on_the_path(tmp_path: Path) -> None:
+    # Prevents: a per-object lock letting two AgentsSession objects for one conversation (one per
+    # request, as the SDK's own sessions are used) interleave their chained batches, so one batch
+    # forks off and drops out of get_items.
+    with open_store(tmp_path / "d") as sm:
+        barrier = threading.Barrier(3)
+
+        def writer(tag: str) -> None:
+            session = AgentsSession("s", sm)
+            barrier.wait()
+            for i in range(15):
+                asyncio.run(session.add_items([{"role": "user", "content": f"{tag}{i}a"},
+                                               {"role": "assistant", "content": f"{tag}{i}b"}]))
+
+        threads = [threading.Thread(target=writer, args=(tag,)) for tag in "XYZ"]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        items = asyncio.run(AgentsSession("s", sm).get_items())
+        assert len(items) == 90
+        pairs = [(a["content"], b["content"]) for a, b in zip(items[::2], items[1::2], strict=True)]
+        assert sorted(pairs) == sorted((f"{t}{i}a", f"{t}{i}b") for t in "XYZ" for i in range(15))
+        meta = sm.get("s")
+        assert meta is not None and meta.meta.message_count == 90  # no stray branch either
+        assert len(sm.messages("s", include_custom=True, limit=500).messages) == 91  # + the root
+
+
+def test_arguments_json_only_python_parses_read_back_as_written(tmp_path: Path) -> None:
+    # Prevents: model-produced argument strings such as "NaN" or {"x": 1e400} parsing to float
+    # nan/inf, which JSON cannot hold: stored as null, they read back as "null" (item changed).
+    odd = ["NaN", '{"x": Infinity}', '{"x": -Infinity}', '{"x": 1e400}', '[NaN]']
+    items = [{"type": "function_call", "call_id": f"c{i}", "name": "f", "arguments": a} for i, a in enumerate(odd)]
+    with open_store(tmp_path / "d") as sm:
+        asyncio.run(AgentsSession("s", sm).add_items(json.loads(json.dumps(items))))
+        assert asyncio.run(AgentsSession("s", sm).get_items()) == items
+        blocks = [m.message.content[0] for m in sm.messages("s").messages]  # type: ignore[union-attr]
+        assert [b.arguments for b in blocks] == odd  # type: ignore[union-attr]  # kept as the string
+    with open_store(tmp_path / "d") as again:
+        assert asyncio.run(AgentsSession("s", again).get_items()) == items
+
+
+def test_get_items_without_a_limit_uses_the_session_settings_limit(tmp_path: Path) -> None:
+    # Prevents: session_settings=SessionSettings(limit=N) being accepted and then ignored by
+    # get_items() (the SDK's own sessions read the newest N when no limit is passed).
+    from agents.memory import SessionSettings
+
+    items = [{"role": "user", "content": str(i)} for i in range(5)]
+    with open_store(tmp_path / "d") as sm:
+        session = AgentsSession("s", sm, session_settings=SessionSettings(limit=2))
+        asyncio.run(session.add_items(items))
+        assert asyncio.run(session.get_items()) == items[-2:]
+        assert asyncio.run(session.get_items(limit=4)) == items[-4:]  # an explicit limit wins
+        assert asyncio.run(AgentsSession("s", sm).get_items()) == items  # no settings: everything
+
+
+def test_pop_item_steps_over_other_writers_bookkeeping_to_the_newest_item(tmp_path: Path) -> None:
+    # Prevents: pop_item answering None ("empty") while items remain, because the newest entry is
+    # a custom entry another writer appended (it is no item, so nothing was returned).
+    items = [{"role": "user", "content": "one"}, {"role": "assistant", "content": "two"}]
+    with open_store(tmp_path / "d") as sm:
+        session = AgentsSession("s", sm)
+        asyncio.run(session.add_items(items))
+        sm.append("s", custom=custom("app.note", {"seen": True}))
+        assert asyncio.run(session.pop_item()) == items[1]
+        assert asyncio.run(session.get_items()) == items[:1]
+        assert asyncio.run(session.pop_item()) == items[0]
+        assert asyncio.run(session.pop_item()) is None
+        note = sm.get_message("s", entry_id="e_003")  # moved off the path with the popped item, not lost
+        assert note is not None and note.entry.custom_type == "app.note"  # type: ignore[union-attr]
+    with open_store(tmp_path / "d") as again:
+        assert asyncio.run(AgentsSession("s", again).get_items()) == []
+
+
+def test_a_session_deleted_under_the_adapter_starts_afresh_on_the_next_write(tmp_path: Path) -> None:
+    # Prevents: an AgentsSession (or chat history) that outlives a session::delete of its session
+    # (the console's delete, an app's reset) failing every later add_items with session/not_found.
+    with open_store(tmp_path / "d") as sm:
+        session = AgentsSession("s", sm)
+        asyncio.run(session.add_items([{"role": "user", "content": "old"}]))
+        assert sm.delete("s").deleted
+        assert asyncio.run(session.get_items()) == []
+        asyncio.run(session.add_items([{"role": "user", "content": "new"}, {"role": "assistant", "content": "hi"}]))
+        assert asyncio.run(session.get_items()) == [{"role": "user", "content": "new"},
+                                                     {"role": "assistant", "content": "hi"}]
+        assert asyncio.run(session.pop_item()) == {"role": "assistant", "content": "hi"}
+        assert asyncio.run(session.pop_item()) == {"role": "user", "content": "new"}  # the new root is there
+    with open_store(tmp_path / "d") as again:
+        entries = again.messages("s", include_custom=True).messages
+        assert [e.entry_id for e in entries] == ["openai_agents-root"]
+
+
+def test_a_limited_read_counts_items_not_entries_that_hold_none(tmp_path: Path) -> None:
+    # Prevents: get_items(limit=N) returning fewer than N items while more exist, because some
+    # of the newest N entries are another writer's custom entries (they stand for no item).
+    items = [{"role": "user", "content": str(i)} for i in range(4)]
+    with open_store(tmp_path / "d") as sm:
+        session = AgentsSession("s", sm)
+        asyncio.run(session.add_items(items[:2]))
+        sm.append("s", custom=custom("app.note", 1))
+        asyncio.run(session.add_items(items[2:3]))
+        sm.append("s", custom=custom("app.note", 2))
+        sm.append("s", custom=custom("app.note", 3))
+        asyncio.run(session.add_items(items[3:]))
+        for n in (1, 2, 3, 4, 5):
+            assert asyncio.run(session.get_items(limit=n)) == items[-n:]
+
+
+def test_runner_turns_see_what_the_sdks_own_sqlite_session_gives(tmp_path: Path) -> None:
+    # Prevents: history that differs from the SDK's reference session once a turn holds a
+    # reasoning item and parallel function calls (the model would be fed another conversation).
+    from agents import SQLiteSession
+    from openai.types.responses import ResponseReasoningItem
+    from openai.types.responses.response_reasoning_item import Summary
+
+    def script() -> list[list[Any]]:
+        return [
+            [ResponseReasoningItem(id="rs_1", type="reasoning", summary=[Summary(type="summary_text", text="plan")]),
+             ResponseFunctionToolCall(type="function_call", id="fc_1", call_id="c1", name="get_weather",
+                                      arguments='{"city": "Paris"}', status="completed"),
+             ResponseFunctionToolCall(type="function_call", id="fc_2", call_id="c2", name="get_weather",
+                                      arguments='{"city":"Rome"}', status="completed")],
+            [say("Both sunny.", "msg_1")],
+            [say("Still.", "msg_2")],
+        ]
+
+    async def converse(session: Any) -> tuple[list[Any], list[Any]]:
+        model = ScriptedModel(script())
+        agent = Agent(name="weather", model=model, tools=[get_weather])
+        await Runner.run(agent, "Paris and Rome?", session=session)
+        await Runner.run(agent, [{"role": "user", "content": [{"type": "input_text", "text": "now?"}]}],
+                         session=session)
+        return model.inputs, await session.get_items()
+
+    reference = asyncio.run(converse(SQLiteSession("chat", str(tmp_path / "ref.sqlite"))))
+    with open_store(tmp_path / "d") as sm:
+        ours = asyncio.run(converse(AgentsSession("chat", sm)))
+        kinds = [e.message.role if e.message else e.custom.custom_type  # type: ignore[union-attr]
+                 for e in sm.messages("chat", include_custom=True).messages]
+    assert ours == reference
+    assert len(reference[1]) == 9
+    assert kinds == ["openai_agents.root", "user", ITEM_TYPE, "assistant", "assistant", "function_result",
+                     "function_result", "assistant", "user", "assistant"]
+    with open_store(tmp_path / "d") as again:
+        assert asyncio.run(AgentsSession("chat", again).get_items()) == reference[1]

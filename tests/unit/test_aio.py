@@ -159,3 +159,82 @@ def test_closing_the_manager_ends_streams_and_refuses_calls(tmp_path: Path) -> N
     asyncio.run(main())
     with session_manager.open(tmp_path / "d") as sm:  # the lock was released
         assert sm.messages("s_001").messages == []
+
+
+def test_a_call_cancelled_while_queued_for_a_worker_still_completes_its_write(tmp_path: Path) -> None:
+    # Prevents: cancelling a call that waits behind busy pool threads dropping its write (the
+    # module promises cancellation only stops the wait), so the caller cannot know what stands.
+    async def main() -> None:
+        async with opening(tmp_path / "d", max_workers=1) as asm:
+            sid = (await asm.create()).session_id
+            entered, release = threading.Event(), threading.Event()
+
+            def hold(event: Any) -> None:  # runs on the only worker thread, after the write
+                entered.set()
+                release.wait(10)
+
+            held = asm.sync.observe({"function_id": ON_CREATED}, hold)
+            blocker = asyncio.ensure_future(asm.create(title="blocker"))
+            while not entered.is_set():
+                await asyncio.sleep(0.005)
+            queued = asyncio.ensure_future(asm.append(sid, message=user_message("queued", timestamp=7)))
+            await asyncio.sleep(0.02)  # submitted, but the worker is busy
+            queued.cancel()
+            release.set()
+            await blocker
+            with pytest.raises(asyncio.CancelledError):
+                await queued
+            held.dispose()
+
+    asyncio.run(main())
+    with session_manager.open(tmp_path / "d") as sm:  # after a restart, the cancelled write stands
+        page = sm.call("session::messages", {"session_id": "s_001"})
+        assert page == {"messages": [{"entry_id": "e_001", "message": {
+            "role": "user", "content": [{"type": "text", "text": "queued"}], "timestamp": 7}}]}
+
+
+def test_a_payload_nested_too_deeply_is_an_invalid_request(tmp_path: Path) -> None:
+    # Prevents: the async API's own payload copy raising RecursionError (a traceback) where the
+    # sync call() answers session/invalid_request.
+    deep: Any = None
+    for _ in range(5000):
+        deep = {"x": deep}
+
+    async def main() -> None:
+        async with opening(tmp_path / "d") as asm:
+            sid = (await asm.create()).session_id
+            events = asm.events(ON_MESSAGE_ADDED)
+            with pytest.raises(SessionError) as refused:
+                await asm.call("session::append", {"session_id": sid, "custom": {"custom_type": "x", "data": deep}})
+            assert refused.value.code == INVALID_REQUEST
+            with pytest.raises(asyncio.TimeoutError):
+                await asyncio.wait_for(anext(events), 0.05)  # nothing announced
+            await events.aclose()
+            assert (await asm.messages(sid, include_custom=True)).messages == []
+
+    asyncio.run(main())
+
+
+def test_an_overflow_delivered_while_the_stream_is_being_opened_still_stops_delivery(tmp_path: Path) -> None:
+    # Prevents: a publisher thread overflowing a new stream between its observer's registration
+    # and the stream keeping the handle (AttributeError in the publisher, observer never removed).
+    async def main() -> None:
+        async with opening(tmp_path / "d") as asm:
+            real = asm.sync.observe
+
+            def racing(source: dict[str, Any], handler: Any) -> Any:
+                observation = real(source, handler)
+                handler({"entry_id": "e_1"})  # what a publisher on another thread delivers first
+                handler({"entry_id": "e_2"})
+                return observation
+
+            asm.sync.observe = racing  # type: ignore[method-assign]
+            stream = asm.events(ON_MESSAGE_ADDED, max_queued=1)
+            assert not asm.sync.is_observed(ON_MESSAGE_ADDED)
+            assert (await anext(stream))["entry_id"] == "e_1"
+            with pytest.raises(aio.EventStreamOverflow):
+                await anext(stream)
+            with pytest.raises(StopAsyncIteration):
+                await anext(stream)
+
+    asyncio.run(main())

@@ -143,3 +143,48 @@ def test_list_during_a_replay_shows_the_loaded_meta(tmp_path: Path, monkeypatch:
     loader.join()
     assert [(m["title"], m["message_count"]) for m in listed] == [("final", 5)]
     assert [(m["title"], m["message_count"]) for m in sm.call("session::list", {})["sessions"]] == [("final", 5)]
+
+
+class _Opaque:
+    pass
+
+
+@pytest.mark.parametrize(("value", "where"), [
+    (float("nan"), "custom.data"),
+    ({"x": float("inf")}, "custom.data.x"),
+    ([1, -float("inf")], "custom.data.1"),
+    ({1: "a"}, "custom.data"),
+    ({"when": __import__("datetime").datetime(2020, 1, 1)}, "custom.data.when"),
+    ({"tags": {"a", "b"}}, "custom.data.tags"),
+    (b"bytes", "custom.data"),
+    (_Opaque(), "custom.data"),
+])
+def test_values_json_cannot_hold_are_refused_naming_where(tmp_path: Path, value: Any, where: str) -> None:
+    # Prevents: NaN/inf silently stored as null, datetimes/tuples stored as Python objects (read
+    # back as such until a restart turns them into strings/lists), int keys becoming strings, and
+    # sets/bytes escaping as a TypeError traceback from the log writer.
+    with open_store(tmp_path / "d") as sm:
+        sid = sm.call("session::create", {})["session_id"]
+        seen: list[Any] = []
+        sm.observe({"function_id": "session::on-message-added"}, seen.append)
+        with pytest.raises(session_manager.SessionError) as caught:
+            sm.call("session::append", {"session_id": sid, "custom": {"custom_type": "x", "data": value}})
+        assert caught.value.code == INVALID_REQUEST
+        assert str(caught.value).startswith(f"{INVALID_REQUEST}: {where}: ")
+        assert seen == []
+        assert sm.call("session::messages", {"session_id": sid, "include_custom": True}) == {"messages": []}
+    with open_store(tmp_path / "d") as again:
+        assert again.call("session::messages", {"session_id": sid, "include_custom": True}) == {"messages": []}
+
+
+def test_tuples_are_json_arrays_and_read_back_as_lists(tmp_path: Path) -> None:
+    # Prevents: a tuple stored as a Python tuple (reads back a tuple, then a list after a restart).
+    with open_store(tmp_path / "d") as sm:
+        sid = sm.call("session::create", {})["session_id"]
+        data = {"pair": (1, (2.5, None))}
+        sm.call("session::append", {"session_id": sid, "custom": {"custom_type": "x", "data": data}})
+        stored = {"custom_type": "x", "data": {"pair": [1, [2.5, None]]}}
+        expected = {"messages": [{"entry_id": "e_001", "custom": stored}]}
+        assert sm.call("session::messages", {"session_id": sid, "include_custom": True}) == expected
+    with open_store(tmp_path / "d") as again:
+        assert again.call("session::messages", {"session_id": sid, "include_custom": True}) == expected

@@ -270,3 +270,36 @@ def test_the_wire_host_still_ignores_unknown_top_level_keys(tmp_path: Path) -> N
         assert fake.invoke("session::get", {"session_id": sid})["meta"]["title"] == "t"
     finally:
         host.close()
+
+
+@pytest.mark.parametrize(("make", "where"), [
+    (lambda: {"custom": custom("k", float("nan"))}, "custom.data"),
+    (lambda: {"custom": custom("k", {"x": [1, float("inf")]})}, "custom.data.x.1"),
+    (lambda: {"message": assistant_message("hi", usage=Usage(cost_usd=float("nan")))}, "message.usage.cost_usd"),
+    (lambda: {"message": function_result_message(function_call("f", id="c"), "r", details={"at": {1, 2}})},
+     "message.details.at"),
+    (lambda: {"custom": custom("k", _nested(5000))}, "payload"),
+])
+def test_typed_calls_refuse_what_the_dict_call_refuses(tmp_path: Path, make: Any, where: str) -> None:
+    # Prevents: the typed path's model dump turning NaN/inf into null (stored silently changed)
+    # where the equivalent dict call is refused naming the field, or a too-deep value raising
+    # UnstorableValue (not a SessionError) from a typed method.
+    with open_store(tmp_path / "d") as sm:
+        sid = sm.create().session_id
+        seen: list[Any] = []
+        sm.observe({"function_id": ON_MESSAGE_ADDED}, seen.append)
+        with pytest.raises(SessionError) as typed:
+            sm.append(sid, **make())
+        with pytest.raises(SessionError) as raw:
+            sm.call("session::append", {"session_id": sid, **{k: v.model_dump() for k, v in make().items()}})
+        assert typed.value.code == raw.value.code == INVALID_REQUEST
+        assert typed.value.detail.startswith(f"{where}: ") and raw.value.detail.startswith(f"{where}: ")
+        assert seen == []
+        assert sm.messages(sid, include_custom=True).messages == []
+
+
+def _nested(depth: int) -> Any:
+    value: Any = None
+    for _ in range(depth):
+        value = {"x": value}
+    return value
