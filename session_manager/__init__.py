@@ -19,6 +19,7 @@ with ``_`` are implementation and may change in any release.
 
 from ._hosts.embedded import Observation, SessionManager, open
 from ._service.service import SessionService
+from ._version import __version__
 from ._wire.events import (
     EVENT_FUNCTIONS,
     ON_CREATED,
@@ -33,8 +34,6 @@ from .clock import Clock, ManualClock, SystemClock
 from .errors import SessionError
 from .ids import IdGen, SequentialIds, UuidIds
 from .store import BridgeStore, Commit, EntryPath, FsStore, MemoryStore, SessionStore
-
-__version__ = "1.1.1"
 
 __all__ = [
     "EVENT_FUNCTIONS",
