@@ -86,6 +86,15 @@ class ThinkingBlock(Wire):
     signature: str | None = None
 
 
+class RedactedThinkingBlock(Wire):
+    """Reasoning the provider returned encrypted (Anthropic's ``redacted_thinking``):
+    opaque ``data`` that must go back to the provider unchanged. The golden
+    schemas predate it; real clients (the harness) write it."""
+
+    type: Literal["redacted_thinking"]
+    data: str = Field(description="Opaque provider payload, stored and returned byte for byte.")
+
+
 class FunctionCallBlock(Wire):
     _keep_null = frozenset({"arguments"})
     type: Literal["function_call"]
@@ -102,7 +111,8 @@ class FunctionResultBlock(Wire):
 
 
 ContentBlock = Annotated[
-    Union[TextBlock, ImageBlock, FileBlock, ThinkingBlock, FunctionCallBlock, FunctionResultBlock],
+    Union[TextBlock, ImageBlock, FileBlock, ThinkingBlock, RedactedThinkingBlock, FunctionCallBlock,
+          FunctionResultBlock],
     Field(discriminator="type"),
 ]
 FunctionResultBlock.model_rebuild()
