@@ -330,9 +330,12 @@ class IIIHost:
         current = self._runtime
         if same_adapter(config, current.config):
             self.limits.set(config.limits())
+            if isinstance(current.store, FsStore):
+                current.store.durability = config.durability  # read on every write: no rebuild
             self._runtime = Runtime(config, current.store, current.service, current.bridge)
-            log.info("configuration reloaded: list limits %d/%d, max attachment %d bytes",
-                     config.default_list_limit, config.max_list_limit, config.max_attachment_bytes)
+            log.info("configuration reloaded: list limits %d/%d, max attachment %d bytes, durability %s",
+                     config.default_list_limit, config.max_list_limit, config.max_attachment_bytes,
+                     config.durability)
             return
         try:
             old_metas = current.store.list_metas()
