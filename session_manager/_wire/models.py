@@ -38,7 +38,9 @@ class Wire(BaseModel):
     ``_keep_null``, which the reference always writes (``null`` included).
     """
 
-    model_config = ConfigDict(strict=True, extra="ignore")
+    # defer_build: validators are built on a model's first use, not at import,
+    # so `import session_manager` stays cheap (most programs touch a few models).
+    model_config = ConfigDict(strict=True, extra="ignore", defer_build=True)
     _keep_null: ClassVar[frozenset[str]] = frozenset()
 
     @model_serializer(mode="wrap")
@@ -115,7 +117,7 @@ ContentBlock = Annotated[
           FunctionResultBlock],
     Field(discriminator="type"),
 ]
-FunctionResultBlock.model_rebuild()
+# FunctionResultBlock refers to ContentBlock before it exists: resolved at its deferred first build.
 
 
 # --------------------------------------------------------------------------
