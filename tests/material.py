@@ -9,8 +9,10 @@ root; a test that needs it skips, with the reason, when it is absent.
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -33,3 +35,10 @@ def require_reference(name: str) -> Path:
         pytest.skip(f"optional reference material {name!r} not beside the repository "
                     "(../shared/reference; or set SESSION_MANAGER_REFERENCE)")
     return base / name
+
+
+def golden_schemas() -> dict[str, dict[str, Any]]:
+    """The reference's golden schemas by function id, or skip the calling test."""
+    folder = require_reference("golden-schemas")
+    docs = (json.loads(p.read_text(encoding="utf-8")) for p in sorted(folder.glob("*.json")))
+    return {d["function_id"]: d for d in docs}

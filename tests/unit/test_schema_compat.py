@@ -18,7 +18,6 @@ refused with ``session/invalid_request``, never accepted differently.
 from __future__ import annotations
 
 import base64
-import json
 import types
 from collections.abc import Callable
 from pathlib import Path
@@ -45,7 +44,7 @@ from session_manager._worker.config_client import (
 from session_manager.clock import ManualClock
 from session_manager.errors import SessionError
 from session_manager.ids import SequentialIds
-from tests.material import require_reference
+from tests.material import golden_schemas
 
 # Optional material: listed (the `reference` marker) so CI can subtract these from a fresh clone's count.
 pytestmark = pytest.mark.reference
@@ -56,8 +55,7 @@ Golden = dict[str, dict[str, Any]]
 @pytest.fixture(scope="session")
 def golden() -> Golden:
     """The reference's golden schemas by function id (skips the test without them)."""
-    folder = require_reference("golden-schemas")
-    return {d["function_id"]: d for d in (json.loads(p.read_text()) for p in sorted(folder.glob("*.json")))}
+    return golden_schemas()
 
 
 # Functions served outside the surface table (the iii host's configuration pair).
