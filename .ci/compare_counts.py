@@ -25,9 +25,10 @@ def passed(report: Path) -> set[str]:
 
 def node_key(node_id: str) -> str:
     """``tests/unit/test_x.py::Class::test_y[p]`` -> ``tests.unit.test_x.Class::test_y[p]`` (the JUnit form)."""
-    path, *parts = node_id.split("::")
-    module = path.removesuffix(".py").replace("/", ".")
-    return ".".join([module, *parts[:-1]]) + "::" + parts[-1]
+    path, _, rest = node_id.partition(".py::")
+    head, bracket, params = rest.partition("[")  # parameters may hold "::" themselves
+    *classes, name = head.split("::")
+    return ".".join([path.replace("/", "."), *classes]) + "::" + name + bracket + params
 
 
 def main(full_xml: str, fresh_xml: str, optional_txt: str) -> int:
