@@ -14,11 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .._hosts.surface import BY_ID
+from .._wire.models import STATUSES
 from ..cliargs import OneLineParser
 from ..errors import SessionError, StoreError, invalid_request, not_found
-from .._wire.models import STATUSES
 from ..store.fs import FsStore
-from .._hosts.surface import BY_ID
 from . import fsck, maintenance, reading, render, transfer
 from .opening import DataDirError, open_for
 from .progress import progress
@@ -32,7 +32,7 @@ def is_read_function(function_id: str) -> bool:
 
 @dataclass
 class Outcome:
-    data: Any
+    data: Any  # None: nothing more to print
     text: str
     code: int = 0
 
@@ -102,7 +102,7 @@ def cmd_export(args: argparse.Namespace) -> Outcome:
     if target in (None, "-"):
         sys.stdout.write(body)
         sys.stdout.flush()
-        return Outcome({"sessions": count, "output": "-"}, "", 0)
+        return Outcome(None, "")  # stdout is the export itself: no summary mixed into it
     Path(target).write_text(body, encoding="utf-8")
     return Outcome({"sessions": count, "output": target}, f"exported {count} session(s) to {target}")
 
@@ -309,8 +309,8 @@ def run(argv: Sequence[str]) -> int:
         else:
             sys.stderr.write(f"session-manager data {args.command}: error: {code + ': ' if code else ''}{message}\n")
         return 1
-    if args.json:
+    if args.json and outcome.data is not None:
         print(json.dumps(outcome.data, ensure_ascii=False))
-    elif outcome.text:
+    elif not args.json and outcome.text:
         print(outcome.text)
     return int(outcome.code)

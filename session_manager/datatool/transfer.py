@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import invalid_request
-from ..store.base import Commit, SessionStore
 from ..store._records import valid_entry, valid_meta
+from ..store.base import Commit, SessionStore
 
 FORMAT = "session-manager/session"
 VERSION = 1

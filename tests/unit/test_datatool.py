@@ -14,12 +14,12 @@ from typing import Any
 import pytest
 
 import session_manager
+from session_manager._hosts.surface import BY_ID
+from session_manager._worker.iii_host import json_schema
 from session_manager.clock import ManualClock
 from session_manager.datatool import main
 from session_manager.ids import SequentialIds
-from session_manager.iii_host import json_schema
 from session_manager.store.fs import FsStore
-from session_manager.surface import BY_ID
 
 
 def user(text: str, ts: int = 1) -> dict[str, Any]:
@@ -181,6 +181,7 @@ def test_export_to_stdout_and_without_bytes(data_dir: Path, tmp_path: Path,
     # Prevents: attachment bytes leaking into a metadata-only export, or an import inventing attachments.
     code, out, err = run(capsys, "export", data_dir, "s_001")
     assert code == 0 and err == ""
+    assert run(capsys, "export", data_dir, "s_001", "--json") == (0, out, "")  # no summary inside the stream
     (doc,) = [json.loads(line) for line in out.splitlines()]
     assert "data" not in doc["attachments"][0] and doc["attachments"][0]["name"] == "a.txt"
     (tmp_path / "one.jsonl").write_text(out, encoding="utf-8")
@@ -324,3 +325,40 @@ def test_console_script_dispatches_data(data_dir: Path) -> None:
                          capture_output=True, text=True, timeout=60, env={**os.environ})
     assert out.returncode == 0, out.stderr
     assert [m["session_id"] for m in json.loads(out.stdout)["sessions"]] == ["s_003", "s_002", "s_001"]
+
+
+def test_progress_bar_only_on_a_terminal(tmp_path: Path) -> None:
+    # Prevents: bar redraws in piped output, or no feedback at all on a long interactive run.
+    import fcntl
+    import pty
+    import struct
+    import termios
+
+    d = tmp_path / "many"
+    with session_manager.open(d, ids=SequentialIds(), clock=ManualClock(1)) as sm:
+        for i in range(60):
+            sm.call("session::create", {"title": f"t{i}"})
+    command = [sys.executable, "-m", "session_manager", "data", "export", str(d), "-o", str(tmp_path / "x.jsonl")]
+    piped = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert piped.returncode == 0 and piped.stderr == ""
+    assert piped.stdout.strip() == f"exported 60 session(s) to {tmp_path / 'x.jsonl'}"
+
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))  # a terminal has a width
+    try:
+        on_tty = subprocess.run(command, stdout=subprocess.PIPE, stderr=slave, timeout=60)
+        os.close(slave)
+        shown = b""
+        while True:
+            try:
+                chunk = os.read(master, 4096)
+            except OSError:  # EIO: the terminal's other end is closed and drained
+                break
+            if not chunk:
+                break
+            shown += chunk
+    finally:
+        os.close(master)
+    assert on_tty.returncode == 0
+    assert b"export:" in shown and b"/60 [" in shown  # the bar (cleared at the end: leave=False)
+    assert len((tmp_path / "x.jsonl").read_text(encoding="utf-8").splitlines()) == 60

@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 from jsonschema import Draft7Validator
 
+from session_manager._worker.config_client import Retry
+from session_manager._worker.config_value import ConfigError, config_schema, parse_config
+from session_manager._worker.iii_host import IIIHost, start
 from session_manager.clock import ManualClock
-from session_manager.config import ConfigError, config_schema, parse_config
-from session_manager.configuration import Retry
 from session_manager.ids import SequentialIds
-from session_manager.iii_host import IIIHost, start
 from session_manager.store.fs import FsStore
 from tests.unit.fake_iii import FakeIII
 

@@ -16,8 +16,8 @@ import sys
 import tempfile
 from typing import Any
 
-from session_manager.config import parse_config
-from session_manager.iii_host import IIIHost
+from session_manager._worker.config_value import parse_config
+from session_manager._worker.iii_host import IIIHost
 from tests.material import SNAPSHOTS
 from tests.unit.fake_iii import FakeIII
 
