@@ -2,7 +2,7 @@
 
     session-manager [--url ws://127.0.0.1:49134] [--config seed.yaml]
     session-manager --manifest | --version
-    session-manager data SUBCOMMAND DATA_DIR ...   (see session_manager.datatool)
+    session-manager data SUBCOMMAND DATA_DIR ...   (see session_manager._cli.data)
 
 Connects (waiting, with a log line, while the engine is unreachable), boots
 from the configuration worker, serves until SIGINT/SIGTERM, then refuses new
@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 from .. import __version__
 from .._bus import Bus
-from ..cliargs import OneLineParser, environment_epilog, log_level
+from .._cli.args import OneLineParser, environment_epilog, log_level
 from ..errors import SessionError
 from .config_client import BuildError, ConfigurationUnavailable
 from .config_value import ConfigError, load_seed
@@ -126,7 +126,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``session-manager`` console script."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["data"]:
-        from ..datatool import main as data_main
+        from .._cli.data import main as data_main
 
         return data_main(argv[1:])
     args = parse_args(argv)

@@ -11,8 +11,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from .._hosts.embedded import SessionManager
-from .._hosts.embedded import open as open_store
+from ..._hosts.embedded import SessionManager
+from ..._hosts.embedded import open as open_store
 
 
 class DataDirError(Exception):

@@ -20,9 +20,9 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import invalid_request
-from ..store._records import valid_entry, valid_meta
-from ..store.base import Commit, SessionStore
+from ...errors import invalid_request
+from ...store._records import valid_entry, valid_meta
+from ...store.base import Commit, SessionStore
 
 FORMAT = "session-manager/session"
 VERSION = 1

@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..store._records import encode_snapshot
-from ..store.fs import FsStore
+from ...store._records import encode_snapshot
+from ...store.fs import FsStore
 
 
 @dataclass(frozen=True)

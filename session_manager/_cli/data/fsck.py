@@ -15,9 +15,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from ..store._encoding import decode_id
-from ..store._records import committed_records, decode_record
-from ..store._state import SessionState
+from ...store._encoding import decode_id
+from ...store._records import committed_records, decode_record
+from ...store._state import SessionState
 
 LOG_SUFFIX = ".jsonl"
 ATTACHMENTS = "attachments"

@@ -14,11 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .._hosts.surface import BY_ID
-from .._wire.models import STATUSES
-from ..cliargs import OneLineParser
-from ..errors import SessionError, StoreError, invalid_request, not_found
-from ..store.fs import FsStore
+from ..._hosts.surface import BY_ID
+from ..._wire.models import STATUSES
+from ...errors import SessionError, StoreError, invalid_request, not_found
+from ...store.fs import FsStore
+from ..args import OneLineParser
 from . import fsck, maintenance, reading, render, transfer
 from .opening import DataDirError, open_for
 from .progress import progress
@@ -229,7 +229,7 @@ def _fields(schema: dict[str, Any]) -> list[list[str]]:
 
 
 def cmd_schema(args: argparse.Namespace) -> Outcome:
-    from .._worker.iii_host import json_schema  # the registered form (imports the iii SDK: only here)
+    from ..._worker.iii_host import json_schema  # the registered form (imports the iii SDK: only here)
 
     function = _function(args.function)
     request = json_schema(function.request)
