@@ -18,7 +18,7 @@ from session_manager._worker.iii_host import IIIHost, start
 from session_manager.clock import ManualClock
 from session_manager.ids import SequentialIds
 from session_manager.store.fs import FsStore
-from tests.unit.fake_iii import FakeIII
+from session_manager.testing import FakeEngine
 
 NO_WAIT = Retry(attempts=3, delays=(0.0,), sleep=lambda s: None)
 
@@ -46,8 +46,8 @@ class FsyncCounter:
 
 
 @pytest.fixture
-def booted(tmp_path: Path) -> Iterator[tuple[FakeIII, IIIHost]]:
-    fake = FakeIII()
+def booted(tmp_path: Path) -> Iterator[tuple[FakeEngine, IIIHost]]:
+    fake = FakeEngine()
     host = start(fake, fs(tmp_path / "d"), retry=NO_WAIT, ids=SequentialIds(), clock=ManualClock(1_000))
     host.reloader._retry = NO_WAIT
     yield fake, host
@@ -77,7 +77,7 @@ def test_written_only_when_not_the_default() -> None:
 
 def test_boot_with_fsync_syncs_every_append(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # Prevents: `durability: fsync` in the worker configuration being accepted and then ignored.
-    fake = FakeIII()
+    fake = FakeEngine()
     host = start(fake, fs(tmp_path / "d", durability="fsync"), retry=NO_WAIT, ids=SequentialIds(),
                  clock=ManualClock(1_000))
     try:
@@ -92,7 +92,7 @@ def test_boot_with_fsync_syncs_every_append(tmp_path: Path, monkeypatch: pytest.
         host.close()
 
 
-def test_reload_switches_durability_without_a_rebuild(booted: tuple[FakeIII, IIIHost], tmp_path: Path,
+def test_reload_switches_durability_without_a_rebuild(booted: tuple[FakeEngine, IIIHost], tmp_path: Path,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     # Prevents: a durability change needing a restart, or rebuilding (and replaying) the store to apply it.
     fake, host = booted

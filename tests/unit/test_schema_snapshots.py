@@ -18,8 +18,8 @@ from typing import Any
 
 from session_manager._worker.config_value import parse_config
 from session_manager._worker.iii_host import IIIHost
+from session_manager.testing import FakeEngine
 from tests.material import SNAPSHOTS
-from tests.unit.fake_iii import FakeIII
 
 FOLDER = SNAPSHOTS / "schemas"
 
@@ -30,7 +30,7 @@ def file_name(function_id: str) -> str:
 
 def registered_schemas() -> dict[str, dict[str, Any]]:
     """What the host registers, by function id, as a snapshot document."""
-    fake = FakeIII()
+    fake = FakeEngine()
     with tempfile.TemporaryDirectory() as data_dir:
         host = IIIHost(fake, parse_config({"adapter": {"name": "fs", "config": {"data_dir": data_dir}}}))
         try:
