@@ -213,6 +213,17 @@ def test_import_refuses_bad_or_clashing_files_and_writes_nothing(data_dir: Path,
     assert snapshot(data_dir) == before
 
 
+def test_export_of_an_unknown_session_writes_nothing(data_dir: Path, tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    # Prevents: a half-written export file that looks complete, or a missing session silently left out.
+    target = tmp_path / "out.jsonl"
+    code, out, err = run(capsys, "export", data_dir, "s_001", "s_404", "-o", target)
+    assert code == 1 and out == "" and "session/not_found" in err and "s_404" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data"]
+    code, out, err = run(capsys, "export", data_dir, "s_404")
+    assert code == 1 and out == ""
+
+
 def test_export_markdown_transcript(data_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # Prevents: a Markdown export of the wrong branch or of several sessions glued together.
     code, out, _ = run(capsys, "export", data_dir, "s_001", "--markdown")

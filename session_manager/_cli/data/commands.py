@@ -7,12 +7,14 @@ prints, the text printed otherwise, and the exit status.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from ..._hosts.surface import BY_ID
 from ..._wire.models import STATUSES
@@ -82,29 +84,47 @@ def cmd_show(args: argparse.Namespace) -> Outcome:
 
 
 def cmd_export(args: argparse.Namespace) -> Outcome:
-    with open_for(args.data_dir, writable=False) as sm:
+    to_stdout = args.output in (None, "-")
+    with open_for(args.data_dir, writable=False) as sm, _export_target(args.output) as out:
         if args.markdown:
             if len(args.sessions) != 1:
                 raise invalid_request("--markdown exports one transcript: name exactly one SESSION")
             meta = reading.session_meta(sm, args.sessions[0])
-            body = render.markdown(meta, reading.active_transcript(sm, args.sessions[0]))
+            out.write(render.markdown(meta, reading.active_transcript(sm, args.sessions[0])))
             count = 1
         else:
             ids = list(args.sessions) or [m["session_id"] for m in reading.all_sessions(sm, order="created_asc")]
-            lines = []
+            for sid in ids:  # unknown ids fail before anything is written
+                if sm.service.store.get_meta(sid) is None:
+                    raise not_found(sid)
+            count = 0
             for sid in progress(ids, len(ids), "export"):
                 document = transfer.export_document(sm.service.store, sid, with_bytes=args.attachments)
-                if document is None:
-                    raise not_found(sid)
-                lines.append(transfer.dumps(document) + "\n")
-            body, count = "".join(lines), len(lines)
-    target = args.output
-    if target in (None, "-"):
-        sys.stdout.write(body)
-        sys.stdout.flush()
+                if document is not None:  # deleted by a live writer meanwhile
+                    out.write(transfer.dumps(document) + "\n")
+                    count += 1
+    if to_stdout:
         return Outcome(None, "")  # stdout is the export itself: no summary mixed into it
-    Path(target).write_text(body, encoding="utf-8")
-    return Outcome({"sessions": count, "output": target}, f"exported {count} session(s) to {target}")
+    return Outcome({"sessions": count, "output": args.output}, f"exported {count} session(s) to {args.output}")
+
+
+@contextlib.contextmanager
+def _export_target(output: str | None) -> Iterator[TextIO]:
+    """stdout, or a file written as a temp file renamed into place once the export is complete
+    (a failed export leaves no half file)."""
+    if output in (None, "-"):
+        yield sys.stdout
+        sys.stdout.flush()
+        return
+    path = Path(output)
+    tmp = path.with_name(path.name + ".partial")
+    try:
+        with tmp.open("w", encoding="utf-8") as f:
+            yield f
+        os.replace(tmp, path)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
 
 
 def _read_lines(source: str) -> list[str]:
