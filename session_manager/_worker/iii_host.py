@@ -45,6 +45,7 @@ from ..errors import STORAGE, SessionError
 from ..ids import IdGen, UuidIds
 from ..store import _protocol as sp
 from ..store.base import SessionStore
+from ..store.fs import FsStore
 from . import bridge_link as br
 from . import config_client as cfg
 from . import store_server as ss
