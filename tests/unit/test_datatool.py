@@ -265,6 +265,22 @@ def test_fsck_reports_damage_with_line_numbers(data_dir: Path, capsys: pytest.Ca
     assert doc["healthy"] is False and len(doc["problems"]) == 4
 
 
+def test_fsck_names_crash_leftovers_as_warnings(data_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Prevents: leftovers the store recovers from by design turning a healthy data_dir "not healthy".
+    (data_dir / "s_009.jsonl~deleted").write_bytes(b"")
+    (data_dir / "attachments" / "s_009~deleted").mkdir()
+    (data_dir / "s_001.jsonl.compact").write_bytes(b"partial")
+    (data_dir / "notes.txt").write_text("mine")
+    doc = run_json(capsys, "fsck", data_dir)
+    assert doc["healthy"] is True
+    assert sorted((p["severity"], p["kind"], p["file"]) for p in doc["problems"]) == [
+        ("warning", "interrupted_delete", "attachments/s_009~deleted"),
+        ("warning", "interrupted_delete", "s_009.jsonl~deleted"),
+        ("warning", "leftover_temp", "s_001.jsonl.compact"),
+        ("warning", "unexpected_file", "notes.txt"),
+    ]
+
+
 def test_fsck_repair_cuts_only_the_torn_tail(data_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # Prevents: a repair that cuts good records, or leaves a tail that hides the next append.
     log = data_dir / "s_001.jsonl"

@@ -23,6 +23,18 @@ LOG_SUFFIX = ".jsonl"
 ATTACHMENTS = "attachments"
 # Files the stores keep beside the logs that are not sessions.
 HOUSEKEEPING = frozenset({".session-manager.lock"})
+# Leftovers of a write or rewrite cut short (temp files are renamed into place when complete).
+TEMP_SUFFIXES = (".tmp", ".compact", ".partial")
+# A delete cut short leaves its log and folder renamed aside; the next writable open finishes it.
+ASIDE = "~deleted"
+
+
+def leftover_kind(name: str) -> str | None:
+    if name.endswith(TEMP_SUFFIXES):
+        return "leftover_temp"
+    if name.endswith(ASIDE):
+        return "interrupted_delete"
+    return None
 
 Severity = Literal["error", "warning"]
 
@@ -137,6 +149,10 @@ def check_attachments(data_dir: Path, stems: set[str]) -> list[Problem]:
     problems: list[Problem] = []
     for folder in sorted(os.listdir(root)):
         where = f"{ATTACHMENTS}/{folder}"
+        if folder.endswith(ASIDE):
+            problems.append(Problem("warning", "interrupted_delete", where,
+                                    "a delete cut short; the next writable open finishes or undoes it"))
+            continue
         if folder not in owned:
             count = len(os.listdir(root / folder)) if (root / folder).is_dir() else 0
             problems.append(Problem("warning", "orphaned_attachments", where,
@@ -144,7 +160,7 @@ def check_attachments(data_dir: Path, stems: set[str]) -> list[Problem]:
             continue
         names = set(os.listdir(root / folder))
         for file in sorted(names):
-            if file.endswith(".tmp"):
+            if file.endswith(TEMP_SUFFIXES):
                 problems.append(Problem("warning", "leftover_temp", f"{where}/{file}", "an interrupted write"))
             elif file.endswith(".json") and file[: -len(".json")] + ".bin" not in names:
                 problems.append(Problem("error", "attachment_without_bytes", f"{where}/{file}",
@@ -167,8 +183,11 @@ def check(data_dir: Path, names: Iterable[str] | None = None) -> Report:
     for name in sorted(os.listdir(data_dir)):
         if name in HOUSEKEEPING or name == ATTACHMENTS or name.endswith(LOG_SUFFIX):
             continue
-        problems = "leftover_temp" if name.endswith(".tmp") else "unexpected_file"
-        report.problems.append(Problem("warning", problems, name, "not part of the session layout; stores skip it"))
+        kind = leftover_kind(name)
+        detail = {"leftover_temp": "an interrupted write or rewrite; stores skip it",
+                  "interrupted_delete": "a delete cut short; the next writable open finishes it"}.get(
+            kind or "", "not part of the session layout; stores skip it")
+        report.problems.append(Problem("warning", kind or "unexpected_file", name, detail))
     return report
 
 
