@@ -22,7 +22,7 @@ from ...errors import SessionError, StoreError, invalid_request, not_found
 from ...store.fs import FsStore
 from ..args import OneLineParser
 from . import fsck, maintenance, reading, render, transfer
-from .opening import DataDirError, open_for
+from .opening import DataDirError, is_uri, open_for
 from .progress import progress
 
 ORDERS = ("created_asc", "created_desc", "updated_desc")
@@ -165,6 +165,8 @@ def cmd_import(args: argparse.Namespace) -> Outcome:
 
 def cmd_fsck(args: argparse.Namespace) -> Outcome:
     data_dir = Path(args.data_dir)
+    if is_uri(args.data_dir):
+        raise DataDirError("fsck checks the files of an fs data_dir; a database checks itself")
     if not data_dir.is_dir():
         raise DataDirError(f"data_dir {args.data_dir} does not exist or is not a directory")
     repaired: list[fsck.Problem] = []
@@ -193,7 +195,7 @@ def cmd_compact(args: argparse.Namespace) -> Outcome:
     with open_for(args.data_dir, writable=True) as sm:
         store = sm.service.store
         if not isinstance(store, FsStore):
-            raise DataDirError("compact needs an fs data_dir")
+            raise DataDirError("compact rewrites the logs of an fs data_dir; other adapters need no compaction")
         ids = [m["session_id"] for m in store.list_metas()]
         done = [c for sid in progress(sorted(ids), len(ids), "compact")
                 if (c := maintenance.compact_session(store, sid)) is not None]
@@ -279,7 +281,8 @@ def build_parser() -> argparse.ArgumentParser:
     def command(name: str, handler: Handler, help_text: str, *, data_dir: bool = True) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_text, description=help_text)
         if data_dir:
-            p.add_argument("data_dir", metavar="DATA_DIR", help="the session store's directory")
+            p.add_argument("data_dir", metavar="DATA_DIR",
+                           help="the session store's directory (or a postgresql:// URI: the postgres adapter)")
         p.add_argument("--json", action="store_true", help="print JSON for scripts instead of text")
         p.set_defaults(handler=handler)
         return p

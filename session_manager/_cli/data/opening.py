@@ -3,7 +3,9 @@
 Reads open the store read-only (safe beside a running worker once the fs
 store offers ``read_only``); writes open it writable, which takes the
 data_dir's owner lock where the store has one, so they fail beside a live
-writer instead of racing it.
+writer instead of racing it. A ``postgresql://`` URI in place of the
+data_dir opens the postgres adapter (schema ``public``), so ``export`` and
+``import`` move sessions between adapters.
 """
 
 from __future__ import annotations
@@ -26,7 +28,14 @@ def open_for(data_dir: str | os.PathLike[str], writable: bool) -> SessionManager
     Until the fs store has a read-only mode this opens writable either way;
     switching is this function's one line.
     """
+    if is_uri(data_dir):
+        return open_store(os.fspath(data_dir))
     path = Path(data_dir)
     if not writable and not path.is_dir():
         raise DataDirError(f"data_dir {os.fspath(data_dir)} does not exist or is not a directory")
     return open_store(path)
+
+
+def is_uri(data_dir: str | os.PathLike[str]) -> bool:
+    """A database URI (the postgres adapter), not a directory."""
+    return os.fspath(data_dir).startswith(("postgresql://", "postgres://"))
