@@ -5,7 +5,9 @@ needing an engine or the reference material beside the repository).
     python .ci/compare_counts.py FULL.xml FRESH.xml OPTIONAL.txt
 
 FULL/FRESH are pytest JUnit XML reports; OPTIONAL is `pytest --collect-only -q`
-output of the optional tests (`-m "engine or reference"`).
+output of the optional tests (`-m "not pure or reference"`: what the @pure
+selection leaves out, i.e. @engine and the postgres re-runs of the scenarios, and
+what needs the reference material beside the repository).
 """
 
 from __future__ import annotations
