@@ -68,7 +68,7 @@ def run_json(capsys: pytest.CaptureFixture[str], *args: str | Path) -> Any:
 
 def snapshot(d: Path) -> dict[str, Any]:
     """Everything a fresh store reads back from a data_dir."""
-    store = FsStore(d)
+    store = FsStore(d, read_only=True)
     try:
         out = {}
         for meta in store.list_metas():
@@ -389,3 +389,53 @@ def test_progress_bar_only_on_a_terminal(tmp_path: Path) -> None:
     assert on_tty.returncode == 0
     assert b"export:" in shown and b"/60 [" in shown  # the bar (cleared at the end: leave=False)
     assert len((tmp_path / "x.jsonl").read_text(encoding="utf-8").splitlines()) == 60
+
+
+# -- beside a live writer (the data_dir's owner lock) ------------------------------------------------------
+
+
+@pytest.fixture
+def live_writer(data_dir: Path) -> Any:
+    """A writable open holding the data_dir, as a running worker does (the lock is per open file
+    description, so an owner in this process conflicts exactly like one in another process)."""
+    with session_manager.open(data_dir) as sm:
+        yield sm
+
+
+def test_reads_work_beside_a_live_writer(data_dir: Path, live_writer: Any,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    # Prevents: inspection tools that need the worker stopped, or that write into its data_dir.
+    live_writer.call("session::append", {"session_id": "s_002", "message": user("while inspecting")})
+    files = {p: p.read_bytes() for p in data_dir.rglob("*") if p.is_file() and p.suffix == ".jsonl"}
+    assert [m["session_id"] for m in run_json(capsys, "ls", data_dir)["sessions"]] == ["s_002", "s_003", "s_001"]
+    assert [m["message"]["content"][0]["text"] for m in run_json(capsys, "show", data_dir, "s_002")["messages"]] \
+        == ["while inspecting"]
+    assert run_json(capsys, "show", data_dir, "s_001", "--tree")["leaf"] == "e_005"
+    assert run_json(capsys, "fsck", data_dir)["healthy"] is True
+    assert run_json(capsys, "call", data_dir, "session::get", '{"session_id": "s_003"}')["meta"]["title"] == "Third"
+    code, out, _ = run(capsys, "export", data_dir)
+    assert code == 0 and len(out.splitlines()) == 3
+    assert {p: p.read_bytes() for p in files} == files  # nothing written by the readers
+    live_writer.call("session::append", {"session_id": "s_002", "message": user("still mine")})  # the owner goes on
+
+
+@pytest.mark.parametrize("args", [
+    ["compact"],
+    ["fsck", "--repair"],
+    ["call", "session::append", json.dumps({"session_id": "s_002", "message": user("x")})],
+    ["import", "FILE"],
+])
+def test_writers_refuse_a_data_dir_a_writer_holds(data_dir: Path, tmp_path: Path, live_writer: Any, args: list[str],
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    # Prevents: a maintenance command rewriting or truncating logs under a running worker.
+    export = tmp_path / "other.jsonl"
+    other = tmp_path / "other"
+    with session_manager.open(other) as sm:
+        sm.call("session::create", {"title": "elsewhere"})
+    run(capsys, "export", other, "-o", export)
+    args = [str(export) if a == "FILE" else a for a in args]
+    before = {p: p.read_bytes() for p in data_dir.rglob("*") if p.is_file()}
+    code, out, err = run(capsys, args[0], data_dir, *args[1:])
+    assert code == 1 and out == ""
+    assert len(err.splitlines()) == 1 and "session/storage" in err and "already open for writing" in err, err
+    assert {p: p.read_bytes() for p in data_dir.rglob("*") if p.is_file()} == before

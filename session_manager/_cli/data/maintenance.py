@@ -1,9 +1,10 @@
 """``compact``: rewrite each session log as its live state.
 
-The fs store already compacts a mostly-superseded log when it loads it; this
-forces the rewrite for every log that would shrink, through the store's own
-compaction (temp file, fsync, rename), on a store opened writable, so it runs
-only where no other writer holds the data_dir.
+The fs store compacts a log online once superseded records outweigh its live
+state; this forces the rewrite of every log that would shrink, through the
+store's own :meth:`~session_manager.store.fs.FsStore.compact` (temp file,
+fsync, rename), on a store opened writable: it takes the data_dir's owner
+lock, so it runs only where no other writer holds the directory.
 """
 
 from __future__ import annotations
@@ -28,13 +29,12 @@ class Compacted:
 def compact_session(store: FsStore, session_id: str) -> Compacted | None:
     """Rewrite one log when its live state is smaller; ``None`` when it is already as small."""
     path = store.file_path(session_id)
-    state = store._state(session_id)  # the seam into the fs store's own compaction
-    if state is None or not path.exists():
-        return None
-    with state.lock:
+    try:
         before = path.stat().st_size
-        if len(encode_snapshot(state.meta, state.entries.values(), state.leaf)) >= before:
-            return None
-        store._compact(session_id, state)
-        after = path.stat().st_size
+    except FileNotFoundError:
+        return None
+    live = encode_snapshot(store.get_meta(session_id), store.entries(session_id), store.get_leaf(session_id))
+    if len(live) >= before or not store.compact(session_id):
+        return None
+    after = path.stat().st_size
     return Compacted(session_id, before, after) if after < before else None
