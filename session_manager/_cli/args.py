@@ -18,6 +18,8 @@ ENVIRONMENT = (
     ("III_WORKER_NAME", "overrides the registered worker name (iii SDK; Compose expects session-manager)"),
     ("III_ENGINE_WS_URL", "test suite only: the engine the @engine scenarios use"),
     ("III_STANDIN_DIR", "test suite only: where the iii stand-in engine lives"),
+    ("SESSION_MANAGER_REFERENCE", "test suite only: the reference material (default ../shared/reference)"),
+    ("SESSION_MANAGER_TEST_POSTGRES", "test suite only: the PostgreSQL server the postgres tests use"),
 )
 
 
