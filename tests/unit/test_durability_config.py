@@ -116,6 +116,6 @@ def test_reload_switches_durability_without_a_rebuild(booted: tuple[FakeEngine, 
     assert counter.count == synced
 
     # Every mode wrote the same format: a fresh store reads all three back.
-    reread = FsStore(tmp_path / "d")
+    reread = FsStore(tmp_path / "d", read_only=True)  # the host still owns the data_dir
     texts = [m["message"]["content"][0]["text"] for m in reread.path(sid, reread.get_leaf(sid))]
     assert texts == ["flushed", "synced", "flushed again"]
