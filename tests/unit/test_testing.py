@@ -200,6 +200,7 @@ def test_serve_puts_session_manager_on_the_fake_for_an_application(tmp_path: Pat
         app.shutdown()
 
 
+@pytest.mark.engine  # needs an engine at III_ENGINE_WS_URL: not @pure
 def test_the_sdk_wrapper_waits_refuses_and_shuts_down_twice() -> None:
     # Prevents: a second shutdown hanging on the stopped loop, or a refused worker logged without the reason
     # (both once read from SDK privates).
