@@ -5,10 +5,12 @@ Gherkin scenarios tagged @pure plus the unit and property tests, which need
 nothing but a temp dir. @engine scenarios need an engine at
 ``III_ENGINE_WS_URL`` and skip cleanly without one.
 
-pytest reads an argument starting with ``@`` as "arguments from this file",
-so ``--tags @pure`` reaches us as the contents of the file ``pure`` at the
-repository root (which holds the word ``pure``); ``engine`` likewise. Both
-spellings, ``@pure`` and ``pure``, are accepted.
+pytest reads an argument starting with ``@`` as "arguments from this file"
+(one argument per line), so ``--tags @pure`` reaches us as the line of the
+file ``pure`` at the repository root: the word ``pure``, then a ``#`` note
+saying why the file exists, which :func:`wanted_tags` drops; ``engine``
+likewise. ``--tags=@pure`` is never expanded and works from any directory.
+Both spellings, ``@pure`` and ``pure``, are accepted.
 """
 
 from __future__ import annotations
@@ -57,6 +59,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+def wanted_tags(raw: str) -> set[str]:
+    """The tags a ``--tags`` value names; text after ``#`` is a note."""
+    raw = raw.split("#", 1)[0]
+    return {t.strip().lstrip("@") for t in raw.replace(",", " ").split() if t.strip().lstrip("@")}
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     rerun_dropped: list[pytest.Item] = []
     kept: list[pytest.Item] = []
@@ -79,7 +87,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     raw = config.getoption("--tags")
     if not raw:
         return
-    wanted = {t.strip().lstrip("@") for t in raw.replace(",", " ").split() if t.strip()}
+    wanted = wanted_tags(raw)
     keep, drop = [], []
     for item in items:
         (keep if any(item.get_closest_marker(t) for t in wanted) else drop).append(item)

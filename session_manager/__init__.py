@@ -17,8 +17,11 @@ What ``__all__`` lists is the public API; so are the modules
 with ``_`` are implementation and may change in any release.
 """
 
+from typing import TYPE_CHECKING, Any
+
 from ._hosts.embedded import Observation, SessionManager, open
 from ._service.service import SessionService
+from ._version import __version__
 from ._wire.events import (
     EVENT_FUNCTIONS,
     ON_CREATED,
@@ -32,9 +35,19 @@ from ._wire.events import (
 from .clock import Clock, ManualClock, SystemClock
 from .errors import SessionError
 from .ids import IdGen, SequentialIds, UuidIds
-from .store import BridgeStore, Commit, EntryPath, FsStore, MemoryStore, SessionStore
+from .store import Commit, EntryPath, FsStore, MemoryStore, SessionStore
 
-__version__ = "1.1.1"
+if TYPE_CHECKING:
+    from .store import BridgeStore
+
+
+def __getattr__(name: str) -> Any:
+    # BridgeStore loads on first use (see session_manager.store).
+    if name == "BridgeStore":
+        from .store.bridge import BridgeStore
+
+        return BridgeStore
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = [
     "EVENT_FUNCTIONS",

@@ -18,8 +18,6 @@ import re
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from iii import InvocationError
-
 from .errors import NotFound, RemoteError, StoreError, Unavailable
 
 # The key engines add to object payloads, naming the calling worker; handlers drop it.
@@ -73,11 +71,21 @@ _UNAVAILABLE = frozenset({"function_not_found", "timeout", "shutdown", "invocati
 _SESSION_CODE = re.compile(r"(session/[a-z_]+):")
 
 
+def _invocation_error(error: BaseException) -> Any:
+    """``error`` if it is the SDK's ``InvocationError``, else ``None``. The SDK
+    is imported here, on first use: ``import session_manager`` (the embedded
+    host, the stores) must not pay for it."""
+    from iii import InvocationError
+
+    return error if isinstance(error, InvocationError) else None
+
+
 def remote_session_code(error: BaseException) -> str | None:
     """The ``session/*`` code a remote handler's failure carries, if any."""
-    if not isinstance(error, InvocationError):
+    invocation = _invocation_error(error)
+    if invocation is None:
         return None
-    found = _SESSION_CODE.match(str(error.message))
+    found = _SESSION_CODE.match(str(invocation.message))
     return found.group(1) if found else None
 
 
@@ -93,9 +101,10 @@ def classify(error: BaseException, context: str | None = None) -> StoreError:
     if isinstance(error, StoreError):
         return error
     message = f"{context}: {error}" if context else str(error)
-    if not isinstance(error, InvocationError):
+    invocation = _invocation_error(error)
+    if invocation is None:
         return Unavailable(message)
-    code = str(error.code)
+    code = str(invocation.code)
     session_code = remote_session_code(error)
     if session_code == "session/not_found" or code.lower() == "not_found":
         return NotFound(message, code=session_code or code)

@@ -16,8 +16,6 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
-from iii.filter import FilterError, compile_filter
-
 from .._service.admission import admit
 from .._service.limits import Limits, LimitsCell
 from .._service.service import SessionService
@@ -122,6 +120,9 @@ class SessionManager(TypedMethods):
             raise ValueError(f"{function_id!r} is not an observable session event function")
         if source.get("args") is not None:
             raise ValueError("event functions take no args; select events with filters")
+        # Imported on first use: the iii SDK costs most of `import session_manager` otherwise.
+        from iii.filter import FilterError, compile_filter
+
         try:
             compiled = compile_filter(source.get("filters") or {})
         except FilterError as e:

@@ -38,7 +38,9 @@ class Wire(BaseModel):
     ``_keep_null``, which the reference always writes (``null`` included).
     """
 
-    model_config = ConfigDict(strict=True, extra="ignore")
+    # defer_build: validators are built on a model's first use, not at import,
+    # so `import session_manager` stays cheap (most programs touch a few models).
+    model_config = ConfigDict(strict=True, extra="ignore", defer_build=True)
     _keep_null: ClassVar[frozenset[str]] = frozenset()
 
     @model_serializer(mode="wrap")
@@ -86,6 +88,15 @@ class ThinkingBlock(Wire):
     signature: str | None = None
 
 
+class RedactedThinkingBlock(Wire):
+    """Reasoning the provider returned encrypted (Anthropic's ``redacted_thinking``):
+    opaque ``data`` that must go back to the provider unchanged. The golden
+    schemas predate it; real clients (the harness) write it."""
+
+    type: Literal["redacted_thinking"]
+    data: str = Field(description="Opaque provider payload, stored and returned byte for byte.")
+
+
 class FunctionCallBlock(Wire):
     _keep_null = frozenset({"arguments"})
     type: Literal["function_call"]
@@ -102,10 +113,11 @@ class FunctionResultBlock(Wire):
 
 
 ContentBlock = Annotated[
-    Union[TextBlock, ImageBlock, FileBlock, ThinkingBlock, FunctionCallBlock, FunctionResultBlock],
+    Union[TextBlock, ImageBlock, FileBlock, ThinkingBlock, RedactedThinkingBlock, FunctionCallBlock,
+          FunctionResultBlock],
     Field(discriminator="type"),
 ]
-FunctionResultBlock.model_rebuild()
+# FunctionResultBlock refers to ContentBlock before it exists: resolved at its deferred first build.
 
 
 # --------------------------------------------------------------------------

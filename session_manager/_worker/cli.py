@@ -2,6 +2,7 @@
 
     session-manager [--url ws://127.0.0.1:49134] [--config seed.yaml]
     session-manager --manifest | --version
+    session-manager data SUBCOMMAND DATA_DIR ...   (see session_manager._cli.data)
 
 Connects (waiting, with a log line, while the engine is unreachable), boots
 from the configuration worker, serves until SIGINT/SIGTERM, then refuses new
@@ -24,6 +25,7 @@ from typing import TYPE_CHECKING
 
 from .. import __version__
 from .._bus import Bus
+from .._cli.args import OneLineParser, environment_epilog, log_level
 from ..errors import SessionError
 from .config_client import BuildError, ConfigurationUnavailable
 from .config_value import ConfigError, load_seed
@@ -40,15 +42,18 @@ WAIT_LOG_EVERY_S = 10.0
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog=NAME, description=DESCRIPTION)
+    parser = OneLineParser(
+        prog=NAME, description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="inspect or repair a data_dir without an engine: session-manager data --help\n\n"
+               + environment_epilog())
     parser.add_argument("--url", default=os.environ.get("III_URL") or DEFAULT_URL,
                         help="engine WebSocket URL (default: $III_URL or %(default)s)")
     parser.add_argument("--config", metavar="PATH",
                         help="YAML seed for the configuration entry; applied only when none is stored")
     parser.add_argument("--manifest", action="store_true", help="print the registry manifest JSON and exit")
     parser.add_argument("--version", action="version", version=f"{NAME} {__version__}")
-    parser.add_argument("--log-level", default=os.environ.get("SESSION_MANAGER_LOG", "INFO"),
-                        help="logging level (default: INFO)")
+    parser.add_argument("--log-level", type=log_level, default=os.environ.get("SESSION_MANAGER_LOG") or "INFO",
+                        help="logging level (default: $SESSION_MANAGER_LOG or INFO)")
     return parser.parse_args(argv)
 
 
@@ -119,11 +124,16 @@ class QuietDomainErrors(logging.Filter):
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``session-manager`` console script."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["data"]:
+        from .._cli.data import main as data_main
+
+        return data_main(argv[1:])
     args = parse_args(argv)
     if args.manifest:
         print(json.dumps(manifest(), indent=2))
         return 0
-    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
+    logging.basicConfig(level=args.log_level, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("iii.iii").addFilter(QuietDomainErrors())
     seed = load_seed(args.config) if args.config else None

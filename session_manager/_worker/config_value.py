@@ -10,6 +10,7 @@ Shape (same as the reference worker, so a stored value moves between them)::
     max_attachment_bytes: 52428800
     max_request_bytes: 67108864
     max_batch_entries: 10000
+    durability: flush        # ours (flush | fsync); left out of the value while it is flush
 
 Unknown keys are rejected at every level so a typo fails loudly instead of
 silently running on defaults. The models below are the one definition of
@@ -42,12 +43,14 @@ from .._service.limits import (
     Limits,
 )
 from ..store import pg_defaults
+from ..store.fs import Durability
 
 log = logging.getLogger("session_manager.config")
 
 CONFIG_ID = "session-manager"
 DEFAULT_DATA_DIR = "data/session-manager"
 DEFAULT_BRIDGE_TIMEOUT_MS = 5000
+DEFAULT_DURABILITY: Durability = "flush"
 U64_MAX = 2**64 - 1
 
 _Strict = ConfigDict(extra="forbid", strict=True, frozen=True)
@@ -131,6 +134,13 @@ class WorkerConfig(BaseModel):
         description="Largest request (UTF-8 bytes of its JSON) a mutating function accepts.")
     max_batch_entries: Count = Field(default=MAX_BATCH_ENTRIES,
                                      description="Most entries one batch (append-many messages, ...) may carry.")
+    # Top-level (not fs-adapter config) so changing it hot-reloads without a
+    # store rebuild; a bridge instance stores through its main, whose own
+    # setting applies.
+    durability: Durability = Field(
+        default=DEFAULT_DURABILITY,
+        description="fs writes: flush (survives a crash of the worker) or fsync (also survives power loss; "
+                    "slower). Not known to the Rust worker: remove it before switching back.")
 
     def limits(self) -> Limits:
         return Limits(
@@ -142,8 +152,13 @@ class WorkerConfig(BaseModel):
         )
 
     def to_value(self) -> dict[str, Any]:
-        """The JSON value, as stored by the configuration worker."""
-        return self.model_dump(mode="json", by_alias=True)
+        """The JSON value, as stored by the configuration worker. ``durability``
+        is written only when it is not the default: the reference worker
+        refuses keys it does not know, so a default value stays readable there."""
+        value = self.model_dump(mode="json", by_alias=True)
+        if value["durability"] == DEFAULT_DURABILITY:
+            del value["durability"]
+        return value
 
     def adapter_value(self) -> dict[str, Any]:
         """The boot signature: two configs with equal adapters differ only in tuning."""

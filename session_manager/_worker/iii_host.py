@@ -45,6 +45,7 @@ from ..errors import STORAGE, SessionError
 from ..ids import IdGen, UuidIds
 from ..store import _protocol as sp
 from ..store.base import SessionStore
+from ..store.fs import FsStore
 from . import bridge_link as br
 from . import config_client as cfg
 from . import store_server as ss
@@ -330,9 +331,12 @@ class IIIHost:
         current = self._runtime
         if same_adapter(config, current.config):
             self.limits.set(config.limits())
+            if isinstance(current.store, FsStore):
+                current.store.durability = config.durability  # read on every write: no rebuild
             self._runtime = Runtime(config, current.store, current.service, current.bridge)
-            log.info("configuration reloaded: list limits %d/%d, max attachment %d bytes",
-                     config.default_list_limit, config.max_list_limit, config.max_attachment_bytes)
+            log.info("configuration reloaded: list limits %d/%d, max attachment %d bytes, durability %s",
+                     config.default_list_limit, config.max_list_limit, config.max_attachment_bytes,
+                     config.durability)
             return
         try:
             old_metas = current.store.list_metas()

@@ -27,7 +27,7 @@ from .._wire.shape import build
 from ..errors import STORAGE, SessionError, StoreError
 from ..store.base import Meta
 from .provider import MentionDetails, MentionProvider
-from .token import WORDS
+from .token import words as _words
 from .wire import (
     MentionField,
     MentionGetRequest,
@@ -127,7 +127,7 @@ def _tier(meta: Meta, q: str, terms: list[str]) -> int | None:
     if len(q) >= 4 and session_id.startswith(q):
         return 1
     if terms:
-        words = WORDS.findall(title)
+        words = _words(title)
         if all(any(w.startswith(t) for w in words) for t in terms):
             return 1
     if q in title:

@@ -19,11 +19,11 @@ Grammar (shared with every other implementation through the fixture
 
 from __future__ import annotations
 
+import functools
 import json
 import unicodedata
 from dataclasses import dataclass
-
-import regex
+from typing import Any
 
 MAX_NAME_LEN = 40
 MAX_ID_LEN = 512
@@ -94,12 +94,25 @@ def parse_prose_mentions(text: str) -> list[MentionRef]:
 # Rust's char::is_alphanumeric (the reference parsers): the Unicode Alphabetic
 # property or a number category. str.isalnum() misses the Other_Alphabetic
 # marks (e.g. Devanagari and Thai vowel signs) and circled letters.
-ALPHANUMERIC = regex.compile(r"[\p{Alphabetic}\p{N}]")
-WORDS = regex.compile(r"[\p{Alphabetic}\p{N}]+")
+# Compiled on first use: the regex module is a noticeable part of import time.
+@functools.cache
+def _pattern(source: str) -> Any:
+    import regex
+
+    return regex.compile(source)
+
+
+_ALPHANUMERIC = r"[\p{Alphabetic}\p{N}]"
+
+
+def words(text: str) -> list[str]:
+    """The runs of alphanumerics (as Rust counts them) in ``text``."""
+    found: list[str] = _pattern(_ALPHANUMERIC + "+").findall(text)
+    return found
 
 
 def _is_word_char(c: str) -> bool:
-    return c == "_" or ALPHANUMERIC.match(c) is not None
+    return c == "_" or _pattern(_ALPHANUMERIC).match(c) is not None
 
 
 def _is_control(c: str) -> bool:

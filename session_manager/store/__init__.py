@@ -8,10 +8,24 @@ main instance's ``session::store::*``). Modules starting with ``_`` are the
 adapters' private helpers.
 """
 
+from typing import TYPE_CHECKING, Any
+
 from .base import Commit, SessionStore
-from .bridge import BridgeStore
 from .fs import FsStore
 from .memory import MemoryStore
 from .path import EntryPath
+
+if TYPE_CHECKING:
+    from .bridge import BridgeStore
+
+
+def __getattr__(name: str) -> Any:
+    # The bridge client (and the store protocol it speaks) loads on first use:
+    # only a bridge-mode worker needs it, and `import session_manager` stays cheap.
+    if name == "BridgeStore":
+        from .bridge import BridgeStore
+
+        return BridgeStore
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = ["BridgeStore", "Commit", "EntryPath", "FsStore", "MemoryStore", "SessionStore"]

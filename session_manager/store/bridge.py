@@ -18,7 +18,7 @@ import binascii
 from collections.abc import Iterable
 from typing import Any
 
-from pydantic import TypeAdapter, ValidationError
+from pydantic import ConfigDict, TypeAdapter, ValidationError
 
 from .. import _bus as bus
 from .._bus import Bus
@@ -30,7 +30,8 @@ from .base import AttachmentMeta, Commit, Entry, Meta, SessionStore
 from .path import EntryPath, walk_to_root
 
 _META = TypeAdapter(SessionMeta)
-_ENTRY: TypeAdapter[Any] = TypeAdapter(SessionEntry)
+# Built on first use, like the models: `import session_manager` must stay cheap.
+_ENTRY: TypeAdapter[Any] = TypeAdapter(SessionEntry, config=ConfigDict(defer_build=True))
 _ATTACHMENT = TypeAdapter(AttachmentMetaModel)
 
 

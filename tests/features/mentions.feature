@@ -313,7 +313,7 @@ Feature: Session mentions (session::mention::search and session::mention::get)
                    "details": {"function_id": "session::get", "id_field": "session_id"}}}
       """
 
-  Scenario: every token grammar case of the shared fixture
+  Scenario: every token grammar case of the project fixture
     # Prevents: our parser or writer drifting from the console's and the Rust reference's.
-    When every case of the shared mention token fixture is run
+    When every case of the mention token fixture is run
     Then no grammar case fails

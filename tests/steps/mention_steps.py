@@ -1,22 +1,22 @@
 """Steps for the mention feature: seed sessions with chosen ids, parents,
 kinds and update times; read search results as id lists; prove a text
 (the parked draft) appears nowhere in a result; read registration metadata;
-run the shared token-grammar fixture."""
+run the project's token-grammar fixture."""
 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 from pytest_bdd import given, parsers, then, when
 
 from session_manager._hosts.surface import BY_ID
 from session_manager.mentions import format_mention, parse_mentions, parse_prose_mentions
+from tests.material import FIXTURES
 from tests.steps.common import World
 
-TOKEN_FIXTURE = Path(__file__).resolve().parents[2].parent / "shared" / "reference" / "mention-tokens.json"
-"""The grammar cases every implementation runs (``../shared`` from the repo root)."""
+TOKEN_FIXTURE = FIXTURES / "mention_tokens.json"
+"""The project's own grammar cases (read on use, never at import)."""
 
 
 def load_token_fixture() -> dict[str, Any]:
@@ -24,9 +24,10 @@ def load_token_fixture() -> dict[str, Any]:
     return data
 
 
-def run_parse_case(case: dict[str, Any]) -> list[dict[str, str]]:
-    parse = parse_prose_mentions if case.get("prose") else parse_mentions
-    return [{"name": m.name, "id": m.id, "token": m.token} for m in parse(case["text"])]
+def run_parse_case(case: dict[str, Any]) -> list[list[str]]:
+    """``[name, id, token]`` of every mention the case's reader finds in its text."""
+    parse = parse_prose_mentions if case["reader"] == "code_aware" else parse_mentions
+    return [[m.name, m.id, m.token] for m in parse(case["text"])]
 
 
 @given("the mention sessions:")
@@ -79,14 +80,14 @@ def _registration_metadata(world: World, fid: str, docstring: str) -> None:
     assert BY_ID[fid].registration_metadata() == json.loads(docstring)
 
 
-@when("every case of the shared mention token fixture is run", target_fixture="token_failures")
+@when("every case of the mention token fixture is run", target_fixture="token_failures")
 def _run_fixture() -> list[str]:
     fixture = load_token_fixture()
     failures = []
     for case in fixture["parse"]:
         got = run_parse_case(case)
-        if got != case["mentions"]:
-            failures.append(f"parse {case['name']!r}: {got!r}")
+        if got != case["found"]:
+            failures.append(f"parse ({case['why']}): {got!r}")
     for case in fixture["format"]:
         got_token = format_mention(case["name"], case["id"])
         if got_token != case["token"]:

@@ -582,11 +582,14 @@ def test_attachments_through_the_bridge(topo: Topology) -> None:
 # -- the reference wire contract (golden-schemas/session.store.*.json) -----------------------------
 
 
+@pytest.mark.reference
 def test_protocol_traffic_matches_the_golden_schemas(topo: Topology) -> None:
     # Prevents: a bridge or a main of ours that a reference main or bridge cannot talk to.
     from jsonschema import Draft7Validator
 
-    from tests.unit.test_schema_compat import GOLDEN
+    from tests.material import golden_schemas
+
+    GOLDEN = golden_schemas()
 
     _, local = topo.bridged()
     conn = topo.connections[0]

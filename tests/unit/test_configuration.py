@@ -118,7 +118,10 @@ def test_the_generated_schema_has_the_shape_the_console_renders() -> None:
         limit = props[key]
         assert (limit["type"], limit["minimum"], limit["maximum"]) == ("integer", 0, 2**64 - 1), key
         assert limit["default"] == defaults[key] and limit["description"], key
-    assert set(props) == set(defaults)  # every key of the value is in the form
+    # Every key of the value is in the form; `durability` too, though the default value leaves it
+    # out (it is written only when not flush, so a default value stays readable by the Rust worker).
+    assert set(props) == set(defaults) | {"durability"}
+    assert props["durability"]["enum"] == ["flush", "fsync"] and props["durability"]["default"] == "flush"
 
 
 @pytest.mark.parametrize("value", [

@@ -250,13 +250,14 @@ def test_manifest_from_the_module_entry_point() -> None:
     import subprocess
     import sys
 
+    import session_manager
     from session_manager._worker.manifest import manifest
 
     out = subprocess.run([sys.executable, "-m", "session_manager", "--manifest"], capture_output=True,
                          text=True, timeout=60, check=True)
     printed = json.loads(out.stdout)
     assert printed == manifest()
-    assert printed["name"] == "session-manager" and printed["version"] == "1.1.1"
+    assert printed["name"] == "session-manager" and printed["version"] == "1.2.0" == session_manager.__version__
     assert printed["default_config"]["adapter"] == {"name": "fs", "config": {"data_dir": "data/session-manager"}}
     assert printed["supported_targets"]
 

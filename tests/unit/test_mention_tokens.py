@@ -1,9 +1,11 @@
-"""The mention token grammar against the shared fixture (every parse and
-format case), plus the provider descriptor, the wire defaults and the
+"""The mention token grammar against the project's fixture (every parse and
+format case; the fixture is checked against the reference's cases when they
+sit beside the repository), plus the provider descriptor, the wire defaults and the
 timestamp format the session provider relies on."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -20,15 +22,27 @@ from session_manager.mentions import (
     parse_prose_mentions,
 )
 from session_manager.mentions.sessions import PROVIDER, rfc3339_from_ms
+from tests.material import require_reference
 from tests.steps.mention_steps import load_token_fixture, run_parse_case
 
-FIXTURE = load_token_fixture()
+FIXTURE = load_token_fixture()  # the repository's own file: a fresh clone has it
 
 
-@pytest.mark.parametrize("case", FIXTURE["parse"], ids=lambda c: c["name"])
+@pytest.mark.parametrize("case", FIXTURE["parse"], ids=lambda c: c["why"])
 def test_parse_case(case: dict[str, Any]) -> None:
     # Prevents: a token the console renders as a pill that we miss, or the reverse.
-    assert run_parse_case(case) == case["mentions"]
+    assert run_parse_case(case) == case["found"]
+
+
+@pytest.mark.reference
+def test_fixture_holds_every_reference_case() -> None:
+    # Prevents: our fixture drifting from the reference's shared grammar cases (skips without them).
+    shared = json.loads(require_reference("mention-tokens.json").read_text(encoding="utf-8"))
+    theirs = [(c["text"], bool(c.get("prose")), [[m["name"], m["id"], m["token"]] for m in c["mentions"]])
+              for c in shared["parse"]]
+    ours = [(c["text"], c["reader"] == "code_aware", c["found"]) for c in FIXTURE["parse"]]
+    assert sorted(map(repr, theirs)) == sorted(map(repr, ours))
+    assert sorted(map(repr, shared["format"])) == sorted(map(repr, FIXTURE["format"]))
 
 
 @pytest.mark.parametrize("case", FIXTURE["format"], ids=lambda c: c["token"])

@@ -1,7 +1,8 @@
 """Wire compatibility with the reference worker's registered schemas.
 
-For every golden schema (``shared/reference/golden-schemas``) of a function
-our surface registers:
+For every golden schema (``golden-schemas`` of the reference material beside
+the repository; every test here skips, with the reason, without it) of a
+function our surface registers:
 
 * requests: instances generated from the golden request schema are accepted
   by our request model with the same meaning (every value we keep equals the
@@ -17,8 +18,6 @@ refused with ``session/invalid_request``, never accepted differently.
 from __future__ import annotations
 
 import base64
-import json
-import os
 import types
 from collections.abc import Callable
 from pathlib import Path
@@ -45,20 +44,19 @@ from session_manager._worker.config_client import (
 from session_manager.clock import ManualClock
 from session_manager.errors import SessionError
 from session_manager.ids import SequentialIds
+from tests.material import golden_schemas
+
+# Optional material: listed (the `reference` marker) so CI can subtract these from a fresh clone's count.
+pytestmark = pytest.mark.reference
+
+Golden = dict[str, dict[str, Any]]
 
 
-def _golden_dir() -> Path:
-    here = Path(__file__).resolve()
-    for candidate in (os.environ.get("GOLDEN_SCHEMAS"),
-                      here.parents[3] / "shared" / "reference" / "golden-schemas",
-                      Path("/work/shared/reference/golden-schemas")):
-        if candidate and Path(candidate).is_dir():
-            return Path(candidate)
-    pytest.skip("golden schemas not found (set GOLDEN_SCHEMAS)", allow_module_level=True)
-    raise AssertionError  # unreachable
+@pytest.fixture(scope="session")
+def golden() -> Golden:
+    """The reference's golden schemas by function id (skips the test without them)."""
+    return golden_schemas()
 
-
-GOLDEN = {d["function_id"]: d for d in (json.loads(p.read_text()) for p in sorted(_golden_dir().glob("*.json")))}
 
 # Functions served outside the surface table (the iii host's configuration pair).
 EXTRA_MODELS: dict[str, tuple[type[BaseModel], type[BaseModel]]] = {
@@ -71,8 +69,8 @@ def request_model(fid: str) -> type[BaseModel]:
     return BY_ID[fid].request if fid in BY_ID else EXTRA_MODELS[fid][0]
 
 
-OURS = sorted(fid for fid in GOLDEN if fid in BY_ID or fid in EXTRA_MODELS)
-NOT_OURS = sorted(fid for fid in GOLDEN if fid not in OURS)
+# Known without the golden files, so a fresh clone collects the same tests (and skips them).
+OURS = sorted({*BY_ID, *EXTRA_MODELS})
 
 
 # -- deliberate differences -----------------------------------------------------------
@@ -149,18 +147,19 @@ def kept_subset(kept: Any, sent: Any, where: str) -> None:
         assert kept == sent and (type(kept) is bool) == (type(sent) is bool), f"{where}: {sent!r} -> {kept!r}"
 
 
-def test_every_golden_function_is_checked_or_out_of_scope() -> None:
+def test_every_golden_function_is_checked_or_out_of_scope(golden: Golden) -> None:
     # Prevents: a function silently dropped from the compatibility check.
-    assert set(NOT_OURS) <= {fid for fid in GOLDEN if fid.startswith(("session::store::", "session::mention::"))}
-    assert len(OURS) >= 22
+    not_ours = set(golden) - set(OURS)
+    assert not_ours <= {fid for fid in golden if fid.startswith("session::store::")}
+    assert set(OURS) <= set(golden) and len(OURS) >= 22
 
 
 @pytest.mark.parametrize("fid", OURS)
-def test_golden_properties_are_known(fid: str) -> None:
+def test_golden_properties_are_known(fid: str, golden: Golden) -> None:
     # Prevents: a reference request field our model would silently drop.
-    golden = GOLDEN[fid]["request_schema"].get("properties", {})
+    theirs = golden[fid]["request_schema"].get("properties", {})
     ours = request_model(fid).model_fields
-    assert sorted(set(golden) - set(ours)) == []
+    assert sorted(set(theirs) - set(ours)) == []
 
 
 class _LegacyMany:
@@ -219,10 +218,10 @@ def unrolled(schema: dict[str, Any], depth: int = 1) -> Any:
 
 
 @pytest.mark.parametrize("fid", OURS)
-def test_golden_requests_are_accepted_with_the_same_meaning(fid: str) -> None:
+def test_golden_requests_are_accepted_with_the_same_meaning(fid: str, golden: Golden) -> None:
     # Prevents: a caller of the reference worker's contract being refused or misread by ours.
     model = request_model(fid)
-    schema = unrolled(GOLDEN[fid]["request_schema"])
+    schema = unrolled(golden[fid]["request_schema"])
 
     @settings(max_examples=20, deadline=None, database=None, derandomize=True,
               suppress_health_check=list(HealthCheck))
@@ -240,9 +239,9 @@ def test_golden_requests_are_accepted_with_the_same_meaning(fid: str) -> None:
 
 
 @pytest.mark.parametrize("fid", OURS)
-def test_minimal_golden_request_is_accepted(fid: str) -> None:
+def test_minimal_golden_request_is_accepted(fid: str, golden: Golden) -> None:
     # Prevents: a required field of ours that the reference treats as optional.
-    schema = GOLDEN[fid]["request_schema"]
+    schema = golden[fid]["request_schema"]
     required = set(schema.get("required", []))
     model = request_model(fid)
     ours_required = {name for name, f in model.model_fields.items() if f.is_required()}
@@ -342,22 +341,21 @@ def responses(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[Any]]:
 
 
 @pytest.mark.parametrize("fid", OURS)
-def test_our_responses_validate_against_golden(fid: str, responses: dict[str, list[Any]]) -> None:
+def test_our_responses_validate_against_golden(fid: str, golden: Golden, responses: dict[str, list[Any]]) -> None:
     # Prevents: an answer a client of the reference contract cannot read.
-    if fid not in responses:
-        pytest.skip(f"{fid} has no scripted call yet")
-    validator = Draft7Validator(GOLDEN[fid]["response_schema"])
+    assert fid in responses, f"{fid} has no scripted call"
+    validator = Draft7Validator(golden[fid]["response_schema"])
     for response in responses[fid]:
         errors = [f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in validator.iter_errors(response)]
         assert errors == [], f"{fid}: {response!r}"
 
 
-def test_differences_are_real(responses: dict[str, list[Any]]) -> None:
+def test_differences_are_real(golden: Golden, responses: dict[str, list[Any]]) -> None:
     # Prevents: a stale entry in the list of deliberate differences.
     with pytest.raises(SessionError) as err:
         parse_request(BY_ID["session::get"].request, {"session_id": ""})
     assert err.value.code == "session/invalid_request"
     assert any("attachments" in r for r in responses["session::set-draft"])
-    assert "attachments" not in GOLDEN["session::set-draft"]["response_schema"].get("properties", {})
+    assert "attachments" not in golden["session::set-draft"]["response_schema"].get("properties", {})
     assert RESPONSE_DIFFERENCES
 

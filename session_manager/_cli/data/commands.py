@@ -1,0 +1,339 @@
+"""The ``session-manager data`` subcommands: argument parsing and one handler each.
+
+Every handler returns an :class:`Outcome`: the JSON document ``--json``
+prints, the text printed otherwise, and the exit status.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+from ..._hosts.surface import BY_ID
+from ..._wire.models import STATUSES
+from ...errors import SessionError, StoreError, invalid_request, not_found
+from ...store.fs import FsStore
+from ..args import OneLineParser
+from . import fsck, maintenance, reading, render, transfer
+from .opening import DataDirError, is_uri, open_for
+from .progress import progress
+
+ORDERS = ("created_asc", "created_desc", "updated_desc")
+
+def is_read_function(function_id: str) -> bool:
+    """What ``data call`` may run on a read-only open: the surface marks every writer."""
+    return not BY_ID[function_id].mutates
+
+
+@dataclass
+class Outcome:
+    data: Any  # None: nothing more to print
+    text: str
+    code: int = 0
+
+
+Handler = Callable[[argparse.Namespace], Outcome]
+
+
+# -- ls / show ------------------------------------------------------------------------------------------
+
+
+def metadata_filter(pairs: Sequence[str]) -> dict[str, Any]:
+    """``KEY=VALUE`` pairs; a value that parses as JSON is that JSON (``n=3`` is the number 3)."""
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        if not sep or not key:
+            raise invalid_request(f"--meta {pair!r}: expected KEY=VALUE")
+        try:
+            out[key] = json.loads(raw)
+        except ValueError:
+            out[key] = raw
+    return out
+
+
+def cmd_ls(args: argparse.Namespace) -> Outcome:
+    with open_for(args.data_dir, writable=False) as sm:
+        metas = reading.all_sessions(sm, status=args.status, metadata=metadata_filter(args.meta), order=args.sort)
+    rows = [[m["session_id"], m["status"], str(m["message_count"]), render.when(m["updated_at"]),
+             render.one_line(m.get("title") or "", 60)] for m in metas]
+    text = render.table(["SESSION", "STATUS", "MESSAGES", "UPDATED (UTC)", "TITLE"], rows) if rows else "no sessions"
+    return Outcome({"sessions": metas}, text)
+
+
+def cmd_show(args: argparse.Namespace) -> Outcome:
+    with open_for(args.data_dir, writable=False) as sm:
+        meta = reading.session_meta(sm, args.session)
+        if args.tree:
+            tree = reading.branch_tree(sm, args.session)
+            ordered = sorted(tree.entries.values(), key=lambda e: (e["timestamp"], e["id"]))
+            nodes = [{"entry": e, "active": e["id"] in tree.active} for e in ordered]
+            return Outcome({"meta": meta, "leaf": tree.leaf, "entries": nodes}, render.tree(meta, tree))
+        items = reading.active_transcript(sm, args.session)
+    return Outcome({"meta": meta, "messages": items}, render.transcript(meta, items))
+
+
+# -- export / import ------------------------------------------------------------------------------------
+
+
+def cmd_export(args: argparse.Namespace) -> Outcome:
+    to_stdout = args.output in (None, "-")
+    with open_for(args.data_dir, writable=False) as sm, _export_target(args.output) as out:
+        if args.markdown:
+            if len(args.sessions) != 1:
+                raise invalid_request("--markdown exports one transcript: name exactly one SESSION")
+            meta = reading.session_meta(sm, args.sessions[0])
+            out.write(render.markdown(meta, reading.active_transcript(sm, args.sessions[0])))
+            count = 1
+        else:
+            ids = list(args.sessions) or [m["session_id"] for m in reading.all_sessions(sm, order="created_asc")]
+            for sid in ids:  # unknown ids fail before anything is written
+                if sm.service.store.get_meta(sid) is None:
+                    raise not_found(sid)
+            count = 0
+            for sid in progress(ids, len(ids), "export"):
+                document = transfer.export_document(sm.service.store, sid, with_bytes=args.attachments)
+                if document is not None:  # deleted by a live writer meanwhile
+                    out.write(transfer.dumps(document) + "\n")
+                    count += 1
+    if to_stdout:
+        return Outcome(None, "")  # stdout is the export itself: no summary mixed into it
+    return Outcome({"sessions": count, "output": args.output}, f"exported {count} session(s) to {args.output}")
+
+
+@contextlib.contextmanager
+def _export_target(output: str | None) -> Iterator[TextIO]:
+    """stdout, or a file written as a temp file renamed into place once the export is complete
+    (a failed export leaves no half file)."""
+    if output in (None, "-"):
+        yield sys.stdout
+        sys.stdout.flush()
+        return
+    path = Path(output)
+    tmp = path.with_name(path.name + ".partial")
+    try:
+        with tmp.open("w", encoding="utf-8") as f:
+            yield f
+        os.replace(tmp, path)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+
+
+def _read_lines(source: str) -> list[str]:
+    if source == "-":
+        return sys.stdin.read().splitlines()
+    try:
+        return Path(source).read_text(encoding="utf-8").splitlines()
+    except OSError as e:
+        raise DataDirError(f"cannot read {source}: {e}") from None
+
+
+def cmd_import(args: argparse.Namespace) -> Outcome:
+    # Check every line first: a bad document imports nothing.
+    parsed = [transfer.parse_document(line, n) for n, line in enumerate(_read_lines(args.file), 1) if line.strip()]
+    ids = [p.session_id for p in parsed]
+    duplicates = sorted({i for i in ids if ids.count(i) > 1})
+    if duplicates:
+        raise invalid_request(f"the file holds session {duplicates[0]!r} more than once")
+    with open_for(args.data_dir, writable=True) as sm:
+        store = sm.service.store
+        existing = [sid for sid in ids if store.get_meta(sid) is not None]
+        if existing:
+            raise invalid_request(f"session {existing[0]!r} already exists in {args.data_dir}; nothing was imported")
+        loaded = transfer.Loaded()
+        for doc in progress(parsed, len(parsed), "import"):
+            transfer.load(store, doc, loaded)
+    data = {"sessions": loaded.sessions, "entries": loaded.entries, "attachments": loaded.attachments,
+            "attachments_without_bytes": loaded.attachments_without_bytes}
+    text = f"imported {loaded.sessions} session(s), {loaded.entries} entries, {loaded.attachments} attachment(s)"
+    if loaded.attachments_without_bytes:
+        text += (f"; {loaded.attachments_without_bytes} attachment(s) had no bytes in the file and were left out "
+                 "(export with --attachments)")
+    return Outcome(data, text)
+
+
+# -- fsck / compact ---------------------------------------------------------------------------------------
+
+
+def cmd_fsck(args: argparse.Namespace) -> Outcome:
+    data_dir = Path(args.data_dir)
+    if is_uri(args.data_dir):
+        raise DataDirError("fsck checks the files of an fs data_dir; a database checks itself")
+    if not data_dir.is_dir():
+        raise DataDirError(f"data_dir {args.data_dir} does not exist or is not a directory")
+    repaired: list[fsck.Problem] = []
+    if args.repair:
+        # Writable open: only where no writer holds the data_dir; checked again under it.
+        with open_for(data_dir, writable=True):
+            report = fsck.check(data_dir)
+            repaired = fsck.cut_torn_tails(data_dir, report.problems)
+        if repaired:
+            report = fsck.check(data_dir)
+    else:
+        names = fsck.log_names(data_dir)
+        report = fsck.check(data_dir, progress(names, len(names), "fsck"))
+    data = {**report.to_json(), "repaired": [{"file": p.file, "line": p.line, "cut_to_bytes": p.offset}
+                                             for p in repaired]}
+    lines = [p.text() for p in report.problems]
+    lines += [f"repaired {p.file}: cut the torn tail at line {p.line} (now {p.offset} bytes)" for p in repaired]
+    errors = sum(p.severity == "error" for p in report.problems)
+    warnings = len(report.problems) - errors
+    verdict = "healthy" if report.healthy else "NOT healthy"
+    lines.append(f"{verdict}: {report.sessions} session log(s), {errors} error(s), {warnings} warning(s)")
+    return Outcome(data, "\n".join(lines), 0 if report.healthy else 1)
+
+
+def cmd_compact(args: argparse.Namespace) -> Outcome:
+    with open_for(args.data_dir, writable=True) as sm:
+        store = sm.service.store
+        if not isinstance(store, FsStore):
+            raise DataDirError("compact rewrites the logs of an fs data_dir; other adapters need no compaction")
+        ids = [m["session_id"] for m in store.list_metas()]
+        done = [c for sid in progress(sorted(ids), len(ids), "compact")
+                if (c := maintenance.compact_session(store, sid)) is not None]
+    saved = sum(c.bytes_before - c.bytes_after for c in done)
+    lines = [f"{c.session_id}: {c.bytes_before} -> {c.bytes_after} bytes" for c in done]
+    lines.append(f"compacted {len(done)} of {len(ids)} session log(s), {saved} bytes saved")
+    return Outcome({"sessions": len(ids), "compacted": [c.to_json() for c in done], "bytes_saved": saved},
+                   "\n".join(lines))
+
+
+# -- call / schema -----------------------------------------------------------------------------------------
+
+
+def _function(function_id: str) -> Any:
+    function = BY_ID.get(function_id)
+    if function is None:
+        raise invalid_request(f"no function {function_id!r} (known: {', '.join(sorted(BY_ID))})")
+    return function
+
+
+def cmd_call(args: argparse.Namespace) -> Outcome:
+    _function(args.function)
+    try:
+        payload = json.loads(args.payload)
+    except ValueError as e:
+        raise invalid_request(f"JSON: {e}") from None
+    with open_for(args.data_dir, writable=not is_read_function(args.function)) as sm:
+        result = sm.call(args.function, payload)
+    return Outcome(result, json.dumps(result, ensure_ascii=False, indent=2))
+
+
+def type_name(prop: Any) -> str:
+    """A short name for a JSON Schema node: its type, the model it references, or a union of those."""
+    if not isinstance(prop, dict):
+        return "any"
+    if "$ref" in prop:
+        return str(prop["$ref"]).rsplit("/", 1)[-1]
+    for key in ("anyOf", "oneOf"):
+        if key in prop:
+            return "|".join(type_name(p) for p in prop[key])
+    kind = prop.get("type")
+    if kind == "array":
+        return f"list[{type_name(prop.get('items'))}]"
+    if isinstance(kind, list):
+        return "|".join(map(str, kind))
+    return str(kind) if kind else "any"
+
+
+def _fields(schema: dict[str, Any]) -> list[list[str]]:
+    required = set(schema.get("required", []))
+    return [[name, type_name(prop), "yes" if name in required else "", render.one_line(prop.get("description", ""))]
+            for name, prop in (schema.get("properties") or {}).items()]
+
+
+def cmd_schema(args: argparse.Namespace) -> Outcome:
+    from ..._worker.iii_host import json_schema  # the registered form (imports the iii SDK: only here)
+
+    function = _function(args.function)
+    request = json_schema(function.request)
+    response = json_schema(function.response, nullable=function.nullable)
+    data = {"function_id": function.id, "description": function.description, "mutates": function.mutates,
+            "request_schema": request, "response_schema": response}
+    header = ["FIELD", "TYPE", "REQUIRED", "DESCRIPTION"]
+    text = "\n".join([
+        f"{function.id}: {function.description}", "",
+        "request", render.table(header, _fields(request)) if request.get("properties") else "(no fields)", "",
+        f"response{' (or null)' if function.nullable else ''}",
+        render.table(header, _fields(json_schema(function.response))), "",
+        "full JSON Schemas: session-manager data schema " + function.id + " --json",
+    ])
+    return Outcome(data, text)
+
+
+# -- parser -------------------------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = OneLineParser(prog="session-manager data", description=(
+        "Inspect, export, import, check and repair a data_dir without an engine. Reads are safe beside a "
+        "running worker; compact, fsck --repair, import and writing calls need the data_dir to themselves."))
+    sub = parser.add_subparsers(dest="command", required=True, metavar="SUBCOMMAND", parser_class=OneLineParser)
+
+    def command(name: str, handler: Handler, help_text: str, *, data_dir: bool = True) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        if data_dir:
+            p.add_argument("data_dir", metavar="DATA_DIR",
+                           help="the session store's directory (or a postgresql:// URI: the postgres adapter)")
+        p.add_argument("--json", action="store_true", help="print JSON for scripts instead of text")
+        p.set_defaults(handler=handler)
+        return p
+
+    p = command("ls", cmd_ls, "list sessions")
+    p.add_argument("--status", choices=STATUSES, help="only sessions with this status")
+    p.add_argument("--meta", action="append", default=[], metavar="KEY=VALUE",
+                   help="only sessions whose metadata has KEY equal to VALUE (JSON or text); repeatable")
+    p.add_argument("--sort", choices=ORDERS, default="updated_desc", help="order (default: %(default)s)")
+
+    p = command("show", cmd_show, "print a session's active transcript, or with --tree every branch")
+    p.add_argument("session", metavar="SESSION", help="session id")
+    p.add_argument("--tree", action="store_true", help="every branch, the active path marked with *")
+
+    p = command("export", cmd_export, "write sessions as JSON Lines (one document each), or one as Markdown")
+    p.add_argument("sessions", metavar="SESSION", nargs="*", help="session ids (default: every session)")
+    p.add_argument("-o", "--output", metavar="FILE", help="write here instead of stdout")
+    p.add_argument("--attachments", action="store_true", help="include attachment bytes (base64)")
+    p.add_argument("--markdown", action="store_true", help="one session's active transcript as Markdown")
+
+    p = command("import", cmd_import, "load an export file (JSON Lines) into a data_dir")
+    p.add_argument("file", metavar="FILE", help="the export file, or - for stdin")
+
+    p = command("fsck", cmd_fsck, "check every log and attachment; exit 1 when not healthy")
+    p.add_argument("--repair", action="store_true", help="cut torn tails (needs the data_dir to itself)")
+
+    command("compact", cmd_compact, "rewrite every log as its live state (needs the data_dir to itself)")
+
+    p = command("call", cmd_call, "run one session function (read-only open for reads)")
+    p.add_argument("function", metavar="FUNCTION", help="e.g. session::messages")
+    p.add_argument("payload", metavar="JSON", help="the request object")
+
+    p = command("schema", cmd_schema, "a function's request and response fields", data_dir=False)
+    p.add_argument("function", metavar="FUNCTION")
+    return parser
+
+
+def run(argv: Sequence[str]) -> int:
+    args = build_parser().parse_args(list(argv))
+    try:
+        outcome: Outcome = args.handler(args)
+    except (SessionError, StoreError, DataDirError, OSError) as e:
+        code = e.code if isinstance(e, SessionError) else "session/storage" if isinstance(e, StoreError) else None
+        message = e.detail if isinstance(e, SessionError) else str(e)
+        if args.json:
+            print(json.dumps({"error": {"code": code, "message": message}}, ensure_ascii=False))
+        else:
+            sys.stderr.write(f"session-manager data {args.command}: error: {code + ': ' if code else ''}{message}\n")
+        return 1
+    if args.json and outcome.data is not None:
+        print(json.dumps(outcome.data, ensure_ascii=False))
+    elif not args.json and outcome.text:
+        print(outcome.text)
+    return int(outcome.code)

@@ -1,0 +1,37 @@
+"""How every ``data`` subcommand opens a data_dir: the one seam.
+
+Reads open the store read-only: safe beside a running worker (no lock, no
+write, no compaction). Writes open it writable, which takes the data_dir's
+owner lock, so they fail with ``session/storage`` beside a live writer
+instead of racing it. A ``postgresql://`` URI in place of the
+data_dir opens the postgres adapter (schema ``public``), so ``export`` and
+``import`` move sessions between adapters.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from ..._hosts.embedded import SessionManager
+from ..._hosts.embedded import open as open_store
+
+
+class DataDirError(Exception):
+    """A data_dir the command cannot use (missing, not a directory, held by a writer)."""
+
+
+def open_for(data_dir: str | os.PathLike[str], writable: bool) -> SessionManager:
+    """The data_dir as a :class:`SessionManager`: writable (creating it if
+    missing, holding its owner lock until closed) or read-only (it must exist)."""
+    if is_uri(data_dir):
+        return open_store(os.fspath(data_dir))
+    path = Path(data_dir)
+    if not writable and not path.is_dir():
+        raise DataDirError(f"data_dir {os.fspath(data_dir)} does not exist or is not a directory")
+    return open_store(path, read_only=not writable)
+
+
+def is_uri(data_dir: str | os.PathLike[str]) -> bool:
+    """A database URI (the postgres adapter), not a directory."""
+    return os.fspath(data_dir).startswith(("postgresql://", "postgres://"))
