@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 import threading
 import uuid
 from collections.abc import Callable, Collection, Iterable, Iterator
@@ -77,9 +78,10 @@ class PostgresSettings:
 
 
 def _quote_path(schema_name: str) -> str:
-    # A search_path value inside libpq's options: quoted, spaces escaped.
+    # A search_path value inside libpq's options: quoted, backslashes and any
+    # whitespace escaped (the server splits options on every isspace()).
     quoted = '"' + schema_name.replace('"', '""') + '"'
-    return quoted.replace("\\", "\\\\").replace(" ", "\\ ")
+    return re.sub(r"([\\ \t\n\r\v\f])", r"\\\1", quoted)
 
 
 def lock_key_sql() -> str:
@@ -130,6 +132,9 @@ class PostgresStore(SessionStore):
         self.instance = uuid.uuid4().hex
         self._local = _Local()
         self._closed = False
+        problem = schema.name_problem(settings.schema)
+        if problem is not None:
+            raise StoreError(f"postgres: {problem}")
         try:
             conninfo = settings.conninfo()
             self._conninfo = conninfo
