@@ -1,4 +1,4 @@
-"""Values the postgres adapter cannot index are the caller's error, refused before writing."""
+"""Ids at the edges of what the postgres adapter stores: too long to index, or holding NUL."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import pytest
 
 import session_manager
 from session_manager._wire import events as ev
+from session_manager.clock import ManualClock
 from session_manager.store.postgres.store import ID_BYTES
 from tests import pg_support
 
@@ -49,3 +50,23 @@ def test_an_entry_id_too_long_to_index_is_invalid_request_and_writes_nothing(sch
         assert meta["message_count"] == 1 and seen == [longest]
         tail = sm.call("session::messages-tail", {"session_id": sid, "limit": 10})["messages"]
         assert len(tail) == 1
+
+
+@pytest.mark.parametrize("order", ["created_asc", "created_desc", "updated_desc"])
+def test_list_pages_through_session_ids_holding_nul_and_its_escape(schema: str, order: str) -> None:
+    # Prevents: the client's list cursor compared raw against the stored (escaped) ids:
+    # a NUL in the cursor's id failing the next page as session/storage, and ids holding
+    # U+0001 skipped or repeated among sessions created in the same millisecond.
+    ids = ["n", "n\x00", "n\x00\x00", "n\x01", "n\x01\x01", "n\x01\x02", "n\x02", "o"]
+    with session_manager.open(store=pg_support.open_store(schema), clock=ManualClock(1_000)) as sm:
+        for sid in ids:
+            sm.call("session::ensure", {"session_id": sid})
+        seen: list[str] = []
+        cursor = None
+        while True:
+            page = sm.call("session::list", {"limit": 1, "order": order, **({"cursor": cursor} if cursor else {})})
+            seen += [m["session_id"] for m in page["sessions"]]
+            cursor = page.get("next_cursor")
+            if cursor is None:
+                break
+        assert seen == sorted(ids, reverse=order != "created_asc")

@@ -322,7 +322,8 @@ class PostgresStore(SessionStore):
             where.append("metadata @> %s")
             params.append(Jsonb(_sanitize(metadata)))
         base = " AND ".join(where)
-        cursor = after
+        # The caller's cursor names the session by its id; rows compare by stored key.
+        cursor = (after[0], key(after[1])) if after is not None else None
         while True:
             query = f"SELECT meta, {column}, session_id FROM sessions WHERE {base}"
             args = list(params)
