@@ -104,3 +104,24 @@ def test_a_schema_name_of_exactly_63_bytes_works() -> None:
         round_trip(name)
     finally:
         pg_support.drop_schema(name)
+
+
+def test_a_schema_migrated_by_a_newer_release_is_refused_not_written() -> None:
+    # Prevents: an older instance (a rollback, a lagging host) silently serving a schema a newer
+    # release migrated past what it knows, writing rows the newer layout does not expect.
+    import psycopg
+    from psycopg import sql
+
+    from session_manager.store.postgres.schema import MIGRATIONS
+
+    with odd_schema("") as name:
+        pg_support.open_store(name).close()
+        with psycopg.connect(pg_support.DSN, autocommit=True) as conn:
+            conn.execute(sql.SQL("UPDATE {}.schema_version SET version = {}").format(
+                sql.Identifier(name), sql.Literal(len(MIGRATIONS) + 1)))
+        with pytest.raises(StoreError) as err:
+            pg_support.open_store(name)
+        assert "schema" in str(err.value) and str(len(MIGRATIONS) + 1) in str(err.value)
+        with psycopg.connect(pg_support.DSN, autocommit=True) as conn:
+            row = conn.execute(sql.SQL("SELECT version FROM {}.schema_version").format(sql.Identifier(name))).fetchone()
+        assert row == (len(MIGRATIONS) + 1,)

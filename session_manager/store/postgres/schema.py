@@ -25,6 +25,8 @@ from typing import Any
 
 from psycopg import Connection, sql
 
+from ...errors import StoreError
+
 # Each step is applied once, in order, inside one transaction with the
 # version bump. Never edit a released step: add one.
 MIGRATIONS: tuple[str, ...] = (
@@ -105,6 +107,10 @@ def migrate(conn: Connection[Any], schema: str) -> int:
         )
         row = conn.execute(sql.SQL("SELECT version FROM {}.schema_version").format(ident)).fetchone()
         version = row[0] if row else 0
+        if version > len(MIGRATIONS):
+            raise StoreError(
+                f"postgres: schema {schema!r} is at version {version}, newer than this session-manager's "
+                f"{len(MIGRATIONS)}: a newer release migrated it; run that release (nothing was written)")
         if row is None:
             conn.execute(sql.SQL("INSERT INTO {}.schema_version VALUES (0)").format(ident))
         conn.execute(sql.SQL("SET LOCAL search_path TO {}").format(ident))
