@@ -69,9 +69,11 @@ def test_a_schema_name_with_a_percent_sign_is_taken_literally(suffix: str) -> No
         assert schemas_like(name) == [name]
 
 
-@pytest.mark.parametrize("suffix", ["\tx", "\nx", " x"], ids=["tab", "newline", "space"])
-def test_a_schema_name_with_whitespace_reaches_the_search_path_whole(suffix: str) -> None:
-    # Prevents: whitespace other than a space splitting libpq's options (every connection refused).
+@pytest.mark.parametrize("suffix", ["\tx", "\nx", " x", "\\x", '";drop schema public cascade;--', "'x", "É,x"],
+                         ids=["tab", "newline", "space", "backslash", "injection", "quote", "comma-upper"])
+def test_a_schema_name_with_whitespace_or_quotes_reaches_the_search_path_whole(suffix: str) -> None:
+    # Prevents: whitespace other than a space splitting libpq's options (every connection refused),
+    # or a quote, backslash or comma in the name escaping its identifier.
     with odd_schema(suffix) as name:
         round_trip(name)
 
