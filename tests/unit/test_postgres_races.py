@@ -35,6 +35,14 @@ def role(schema_name: str, job: str, sids: dict[str, str], start: Any, out: Any)
     sm = session_manager.open(store=pg_support.open_store(schema_name))
     results: list[Any] = []
     start.wait()
+
+    def wait_for_messages(name: str, n: int) -> None:
+        # Race the appends, not the process start-up of a busy machine.
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and len(
+                sm.call("session::messages-tail", {"session_id": sids[name], "limit": n})["messages"]) < n:
+            time.sleep(0.01)
+
     try:
         if job == "append":
             for i in range(60):
@@ -46,6 +54,7 @@ def role(schema_name: str, job: str, sids: dict[str, str], start: Any, out: Any)
                     except session_manager.SessionError as e:
                         results.append([name, e.code, f"{name}{i}"])
         elif job == "fork":
+            wait_for_messages("S", 1)
             for _ in range(20):
                 tail = sm.call("session::messages-tail", {"session_id": sids["S"], "limit": 1})["messages"]
                 if tail:
@@ -54,6 +63,7 @@ def role(schema_name: str, job: str, sids: dict[str, str], start: Any, out: Any)
                                     ["session_id"], eid])
                 time.sleep(0.01)
         elif job == "leaf":
+            wait_for_messages("L", 3)
             for _ in range(30):
                 tail = sm.call("session::messages-tail", {"session_id": sids["L"], "limit": 4})["messages"]
                 if len(tail) >= 3:
@@ -61,8 +71,7 @@ def role(schema_name: str, job: str, sids: dict[str, str], start: Any, out: Any)
                     results.append(tail[0]["entry_id"])
                 time.sleep(0.01)
         elif job == "delete":
-            while not sm.call("session::messages-tail", {"session_id": sids["D"], "limit": 10})["messages"][9:]:
-                time.sleep(0.01)
+            wait_for_messages("D", 10)
             results.append(sm.call("session::delete", {"session_id": sids["D"]})["deleted"])
     except BaseException as e:  # reported, so the test fails naming it instead of timing out
         results = [f"{job} failed: {type(e).__name__}: {e}"]
