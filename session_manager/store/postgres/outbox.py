@@ -10,7 +10,8 @@ Every instance runs one listener thread (two connections of its own: one
 listens, one reads rows) that hands other instances' events to its
 subscribers; the instance that made a mutation delivered it already, so it
 skips its own rows. Ids already delivered are remembered (bounded), so a
-replay never repeats what this instance saw.
+replay never repeats what this instance saw (nor what was committed
+before it first listened).
 
 After a lost connection the listener reconnects and replays the rows it
 may have missed (ids above its high-water mark, less a slack for
@@ -173,6 +174,13 @@ class Outbox:
         if self._high < 0:  # first connect: only what happens from now on
             row = fetch.execute("SELECT coalesce(max(id), 0) FROM outbox").fetchone()
             self._high = int(row[0]) if row else 0
+            # The rows already committed within a later replay's reach happened
+            # before we listened: never ours to deliver. (Rows still in flight
+            # are not visible yet, so they stay deliverable.)
+            for (oid,) in fetch.execute(
+                "SELECT id FROM outbox WHERE id > %s AND id <= %s", (self._high - REPLAY_SLACK, self._high)
+            ):
+                self._mark_seen(int(oid))
             return
         if away_since is not None and time.monotonic() - away_since > self._retention_s:
             self._resync()
@@ -212,14 +220,17 @@ class Outbox:
         for oid, instance, function_id, payload in rows:
             if oid in self._seen:
                 continue
-            self._seen[oid] = None
-            if len(self._seen) > SEEN_MAX:
-                self._seen.popitem(last=False)
+            self._mark_seen(oid)
             self._high = max(self._high, oid)
             if instance != self._store.instance:
                 events.append(Event(function_id, loads(payload.encode("utf-8"))))
         if events:
             self._publish(events)
+
+    def _mark_seen(self, oid: int) -> None:
+        self._seen[oid] = None
+        if len(self._seen) > SEEN_MAX:
+            self._seen.popitem(last=False)
 
     def _publish(self, events: list[Event]) -> None:
         with self._lock:

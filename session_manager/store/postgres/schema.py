@@ -25,6 +25,8 @@ from typing import Any
 
 from psycopg import Connection, sql
 
+from ...errors import StoreError
+
 # Each step is applied once, in order, inside one transaction with the
 # version bump. Never edit a released step: add one.
 MIGRATIONS: tuple[str, ...] = (
@@ -79,6 +81,21 @@ MIGRATIONS: tuple[str, ...] = (
 )
 
 
+NAME_BYTES = 63  # NAMEDATALEN - 1: PostgreSQL silently truncates longer identifiers
+
+
+def name_problem(schema: str) -> str | None:
+    """Why ``schema`` cannot name the adapter's schema, or ``None``.
+
+    A longer name would be truncated by the server while the NOTIFY channel
+    and the migration lock are keyed by the whole name: two such names would
+    share tables but not events."""
+    size = len(schema.encode("utf-8"))
+    if size > NAME_BYTES:
+        return f"adapter config schema: {size} bytes in UTF-8, PostgreSQL keeps at most {NAME_BYTES}"
+    return None
+
+
 def migrate(conn: Connection[Any], schema: str) -> int:
     """Create ``schema`` if needed and apply the missing migrations; returns the version."""
     ident = sql.Identifier(schema)
@@ -90,11 +107,18 @@ def migrate(conn: Connection[Any], schema: str) -> int:
         )
         row = conn.execute(sql.SQL("SELECT version FROM {}.schema_version").format(ident)).fetchone()
         version = row[0] if row else 0
+        if version > len(MIGRATIONS):
+            raise StoreError(
+                f"postgres: schema {schema!r} is at version {version}, newer than this session-manager's "
+                f"{len(MIGRATIONS)}: a newer release migrated it; run that release (nothing was written)")
         if row is None:
             conn.execute(sql.SQL("INSERT INTO {}.schema_version VALUES (0)").format(ident))
         conn.execute(sql.SQL("SET LOCAL search_path TO {}").format(ident))
         for step in MIGRATIONS[version:]:
             conn.execute(step.encode("utf-8"))
         if version < len(MIGRATIONS):
-            conn.execute(sql.SQL("UPDATE {}.schema_version SET version = %s").format(ident), (len(MIGRATIONS),))
+            # No parameters beside the identifier: it may hold '%', which a
+            # parameterized query would read as a placeholder.
+            bump = sql.SQL("UPDATE {}.schema_version SET version = {}").format(ident, sql.Literal(len(MIGRATIONS)))
+            conn.execute(bump)
     return len(MIGRATIONS)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 import threading
 import uuid
 from collections.abc import Callable, Collection, Iterable, Iterator
@@ -35,7 +36,7 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
 from ..._wire.events import Event
-from ...errors import STORAGE, SessionError, StoreError, Unavailable
+from ...errors import STORAGE, SessionError, StoreError, Unavailable, UnstorableValue
 from .. import pg_defaults as defaults
 from .._records import _line as encode_json
 from .._records import loads
@@ -51,6 +52,10 @@ R = TypeVar("R")
 
 OUTBOX_RETENTION_S = 600.0
 LIST_BATCH = 200
+# The longest id (UTF-8 bytes of its stored key) an entry may carry: a
+# (session_id, entry_id) pair must fit PostgreSQL's btree row limit (2704
+# bytes), whatever the id's compressibility.
+ID_BYTES = 1024
 
 
 @dataclass(frozen=True)
@@ -77,9 +82,10 @@ class PostgresSettings:
 
 
 def _quote_path(schema_name: str) -> str:
-    # A search_path value inside libpq's options: quoted, spaces escaped.
+    # A search_path value inside libpq's options: quoted, backslashes and any
+    # whitespace escaped (the server splits options on every isspace()).
     quoted = '"' + schema_name.replace('"', '""') + '"'
-    return quoted.replace("\\", "\\\\").replace(" ", "\\ ")
+    return re.sub(r"([\\ \t\n\r\v\f])", r"\\\1", quoted)
 
 
 def lock_key_sql() -> str:
@@ -130,6 +136,9 @@ class PostgresStore(SessionStore):
         self.instance = uuid.uuid4().hex
         self._local = _Local()
         self._closed = False
+        problem = schema.name_problem(settings.schema)
+        if problem is not None:
+            raise StoreError(f"postgres: {problem}")
         try:
             conninfo = settings.conninfo()
             self._conninfo = conninfo
@@ -313,7 +322,8 @@ class PostgresStore(SessionStore):
             where.append("metadata @> %s")
             params.append(Jsonb(_sanitize(metadata)))
         base = " AND ".join(where)
-        cursor = after
+        # The caller's cursor names the session by its id; rows compare by stored key.
+        cursor = (after[0], key(after[1])) if after is not None else None
         while True:
             query = f"SELECT meta, {column}, session_id FROM sessions WHERE {base}"
             args = list(params)
@@ -356,6 +366,9 @@ class PostgresStore(SessionStore):
 
     def commit(self, session_id: str, commit: Commit) -> None:
         # Encode everything first: a value that cannot be stored writes nothing.
+        _check_id("session_id", session_id)
+        for e in commit.entries:
+            _check_id("entry_id", e["id"])
         bodies = [(e, _text(e)) for e in commit.entries]
         meta_text = _text(commit.meta) if commit.meta is not None else None
         if self._local.tx is not None:
@@ -486,6 +499,13 @@ class PostgresStore(SessionStore):
     def storage_error(self, e: BaseException) -> SessionError:
         """A lazy read's failure, as callers see it (it happens outside the service's mapping)."""
         return SessionError(STORAGE, str(self._fail(e)) if isinstance(e, psycopg.Error) else str(e))
+
+
+def _check_id(field: str, value: str) -> None:
+    size = len(key(value).encode("utf-8"))
+    if size > ID_BYTES:
+        raise UnstorableValue(f"{field} is too long: it takes {size} bytes and the postgres adapter "
+                              f"allows {ID_BYTES} (PostgreSQL's index row limit)")
 
 
 def _key_or_none(value: Any) -> str | None:
