@@ -11,6 +11,7 @@ import threading
 from abc import abstractmethod
 from typing import Any
 
+from . import _cas as cas
 from .base import Commit, Entry, Meta, SessionStore
 from .path import EntryPath, walk_to_root
 
@@ -66,6 +67,11 @@ class SessionState:
         else:
             self._drop_path()
         self.leaf = leaf
+
+    def resolve(self, commit: Commit) -> Commit:
+        """The commit checked against (and resolved on) this state; call
+        under :attr:`lock`, then :meth:`apply` the result."""
+        return cas.resolve(commit, self.meta, self.leaf, self.entries.get)
 
     def apply(self, commit: Commit) -> None:
         for entry in commit.entries:

@@ -324,12 +324,13 @@ class FsStore(AttachmentFiles, StateBackedStore):
 
     # -- writes ------------------------------------------------------------------
 
-    def commit(self, session_id: str, commit: Commit) -> None:
+    def commit(self, session_id: str, commit: Commit) -> Commit:
         self._writable()
-        data = encode_commit(commit)
         state = self._state(session_id, create=True)
         assert state is not None
         with state.lock:
+            commit = state.resolve(commit)
+            data = encode_commit(commit)
             if self._fold is not None:
                 self._fold.claim(session_id)
             self._append(session_id, data)
@@ -342,6 +343,7 @@ class FsStore(AttachmentFiles, StateBackedStore):
                     if self._scans:
                         self._changed[session_id] = commit.meta
             self._maybe_compact(session_id, state)
+        return commit
 
     def _account(self, session_id: str, commit: Commit, data: bytes) -> None:
         budget = self._budgets.get(session_id)
