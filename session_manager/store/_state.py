@@ -68,6 +68,14 @@ class SessionState:
             self._drop_path()
         self.leaf = leaf
 
+    def clear(self) -> None:
+        """The session was deleted: a writer still holding this state (it
+        waited on :attr:`lock`) must see it absent, not resurrect it."""
+        self.meta = None
+        self.entries = {}
+        self.leaf = None
+        self._drop_path()
+
     def resolve(self, commit: Commit) -> Commit:
         """The commit checked against (and resolved on) this state; call
         under :attr:`lock`, then :meth:`apply` the result."""

@@ -402,6 +402,7 @@ class FsStore(AttachmentFiles, StateBackedStore):
         with state.lock:
             _delete.delete(self._ops, self.file_path(session_id), self.attachments_dir(session_id),
                            sync=self.durability == "fsync")
+            state.clear()  # a writer waiting on this state must see the session gone
             with self._lock:
                 self._sessions.pop(session_id, None)
                 self._tail_fix.pop(session_id, None)

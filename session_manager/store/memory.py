@@ -41,8 +41,11 @@ class MemoryStore(StateBackedStore):
 
     def delete_session(self, session_id: str) -> None:
         with self._lock:
-            self._sessions.pop(session_id, None)
+            state = self._sessions.pop(session_id, None)
             self._attachments.pop(session_id, None)
+        if state is not None:
+            with state.lock:
+                state.clear()
 
     def put_attachment(self, meta: AttachmentMeta, chunks: Iterable[bytes]) -> None:
         data = b"".join(chunks)
