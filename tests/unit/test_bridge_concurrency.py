@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-from session_manager import events as ev
-from session_manager import store_protocol as sp
-from session_manager import store_protocol_cas as atomic
+from session_manager._wire import events as ev
 from session_manager.store import FsStore
-from session_manager.store.remote_path import CHUNK
+from session_manager.store import _protocol as sp
+from session_manager.store import _protocol_cas as atomic
+from session_manager.store._remote_path import CHUNK
 from tests.unit.test_bridge import Topology, assistant, records, user
 
 

@@ -18,11 +18,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from session_manager.config import parse_config
-from session_manager.iii_host import IIIHost
-from session_manager.service import SessionService
 
-from session_manager import api
+from session_manager._service.service import SessionService
+from session_manager._wire import api
+from session_manager._worker.config_value import parse_config
+from session_manager._worker.iii_host import IIIHost
 from session_manager.errors import SessionError
 from session_manager.ids import SequentialIds
 from session_manager.store import FsStore, MemoryStore, SessionStore
