@@ -30,7 +30,7 @@ from session_manager._worker.config_value import parse_config
 from session_manager._worker.iii_host import IIIHost
 
 try:  # where the fake engine lives depends on the revision
-    from session_manager.testing import FakeIII  # type: ignore[attr-defined, unused-ignore]
+    from session_manager.testing import FakeEngine as FakeIII
 except ImportError:
     from tests.unit.fake_iii import FakeIII  # type: ignore[no-redef, unused-ignore]
 

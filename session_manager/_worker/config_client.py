@@ -78,6 +78,15 @@ class ConfigStatusResponse(BaseModel):
         "rejected: the newest value could not be built and an older runtime still serves.")
     last_error: str | None = Field(description="Why the most recent rejected reload was refused.")
     rejected_reloads: int = Field(ge=0, description="Rejected reloads since start (never reset).")
+    # Counters of contention and background work since start (see _service/stats.py).
+    cas_retries: int = Field(default=0, ge=0, description="Mutations re-decided after a compare-and-set "
+                             "conflict with another writer of the session.")
+    events_coalesced: int = Field(default=0, ge=0, description="session::on-message-updated events merged "
+                                  "into a newer revision of the same entry while the event queue was full.")
+    events_dropped: int = Field(default=0, ge=0, description="Events dropped while the event queue was full "
+                                "(never on-created, on-message-added or on-deleted).")
+    publish_timeouts: int = Field(default=0, ge=0, description="Bridged calls that answered session/storage "
+                                  "because publishing their events to the main stayed full for timeout_ms.")
 
 
 # --------------------------------------------------------------------------

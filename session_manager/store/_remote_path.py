@@ -72,7 +72,7 @@ class RemotePath(EntryPath):
         i = self._where.get(entry_id)
         if i is not None:
             return i
-        return self._load(around=entry_id, start=-(CHUNK // 2), count=CHUNK)["index"]  # type: ignore[no-any-return]
+        return self._load(around=entry_id, start=-(CHUNK // 2), count=CHUNK).get("index")  # null is left out
 
     @property
     def leaf(self) -> str | None:

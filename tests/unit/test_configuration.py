@@ -36,6 +36,8 @@ from session_manager.testing import FakeEngine
 START_MS = 1_000_000
 NO_WAIT = Retry(attempts=3, delays=(0.0,), sleep=lambda s: None)
 
+NO_COUNTS = {"cas_retries": 0, "events_coalesced": 0, "events_dropped": 0, "publish_timeouts": 0}
+
 
 def fs(data_dir: Path | str, **extra: Any) -> dict[str, Any]:
     return {"adapter": {"name": "fs", "config": {"data_dir": str(data_dir)}}, **extra}
@@ -377,7 +379,7 @@ def test_adapter_reload_swaps_store_and_resyncs(booted: tuple[FakeEngine, IIIHos
     assert fake.invoke("session::get", {"session_id": "s_001"})["meta"]["title"] == "new"
     assert fake.invoke("session::get", {"session_id": "s_002"}) is None
     assert fake.invoke("session::config-status", {}) == {
-        "last_outcome": "applied", "last_error": None, "rejected_reloads": 0}
+        "last_outcome": "applied", "last_error": None, "rejected_reloads": 0, **NO_COUNTS}
 
 
 def test_unbuildable_adapter_keeps_last_good(booted: tuple[FakeEngine, IIIHost], tmp_path: Path) -> None:
@@ -403,7 +405,7 @@ def test_unbuildable_adapter_keeps_last_good(booted: tuple[FakeEngine, IIIHost],
     assert fake.invoke("session::get", {"session_id": "s_001"})["meta"]["title"] == "kept"
     fake.set_config(fs(tmp_path / "a", max_list_limit=4))
     assert fake.invoke("session::config-status", {}) == {
-        "last_outcome": "applied", "last_error": None, "rejected_reloads": 3}
+        "last_outcome": "applied", "last_error": None, "rejected_reloads": 3, **NO_COUNTS}
 
 
 def test_fetch_failure_fails_the_reload_and_keeps_status(booted: tuple[FakeEngine, IIIHost]) -> None:

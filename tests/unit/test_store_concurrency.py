@@ -27,7 +27,7 @@ from session_manager.errors import SessionError
 from session_manager.ids import SequentialIds
 from session_manager.store import FsStore, MemoryStore, SessionStore
 from session_manager.store.bridge import BridgeStore
-from tests.unit.fake_iii import FakeIII
+from session_manager.testing import FakeEngine
 
 ADAPTERS = ["fs", "memory", "bridge"]
 PER_WRITER = 100
@@ -70,7 +70,7 @@ def writers(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Writers]
         mem = MemoryStore()
         yield Writers([mem, mem], lambda: mem)
     else:
-        fake = FakeIII()
+        fake = FakeEngine()
         main = IIIHost(fake, parse_config({"adapter": {"name": "fs", "config": {"data_dir": str(tmp_path / "m")}}}))
         main.register()
         yield Writers([BridgeStore(fake.connection(f"b{n}"), 5000) for n in range(2)],
