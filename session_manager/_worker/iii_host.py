@@ -52,6 +52,7 @@ from . import store_server as ss
 from .config_value import BridgeAdapter, BridgeConfig, WorkerConfig
 from .emitter import Emitter
 from .runtime import Runtime, build_store, resync_batches, same_adapter
+from .seed import Seed
 
 log = logging.getLogger("session_manager.iii")
 
@@ -390,7 +391,7 @@ class IIIHost:
         self._runtime.store.close()
 
 
-def start(client: Bus, seed: dict[str, Any] | None = None, *, retry: cfg.Retry = cfg.BOOT_RETRY,
+def start(client: Bus, seed: Seed | dict[str, Any] | None = None, *, retry: cfg.Retry | None = None,
           ids: IdGen | None = None, clock: Clock | None = None, local_url: str | None = None,
           bridge_connector: BridgeConnector | None = None) -> IIIHost:
     """Boot on a connected client: configuration, runtime, registrations, observer.
@@ -401,7 +402,7 @@ def start(client: Bus, seed: dict[str, Any] | None = None, *, retry: cfg.Retry =
     (all fatal, each with a message naming the cause; a bridge whose main is
     unreachable never falls back to a local store).
     """
-    config = cfg.register_and_fetch(client, seed, retry)
+    config = cfg.register_and_fetch(client, seed, retry or cfg.BOOT_RETRY)
     host = IIIHost(client, config, ids=ids, clock=clock, local_url=local_url, bridge_connector=bridge_connector)
     host.register()
     host.observe_configuration()
