@@ -53,8 +53,10 @@ _ENTRY: TypeAdapter[Any] = TypeAdapter(SessionEntry)
 _ATTACHMENT = TypeAdapter(AttachmentMetaModel)
 
 
-class _NotServed(Exception):
-    """The main does not serve one of our atomic calls (a Rust main)."""
+class _NotServed(Unavailable):
+    """The main does not serve one of our atomic calls (a Rust main). Caught
+    where the fallback applies; anywhere else (a main that stopped serving
+    mid-read) it is a storage failure like any other."""
 
 
 class BridgeStore(SessionStore):

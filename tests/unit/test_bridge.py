@@ -211,6 +211,9 @@ def test_a_main_without_the_atomic_calls_gets_the_reference_calls(tmp_path: Path
     assert caplog.text.count("falling back to multi-call writes") == 1
     assert not store.atomic
     store._legacy_until = 0.0  # the re-check interval has passed: the main is asked again
+    assert store.atomic
+    store.commit("s_2", Commit(meta=meta_of("s_2")))
+    assert [t["function_id"] for t in conn.triggers[-2:]] == [atomic.COMMIT, sp.PUT_META]
     main.close()
 
 
