@@ -52,7 +52,10 @@ def meta_version(meta: Meta | None) -> str | None:
 def derive_append_meta(meta: Meta, entries: tuple[Entry, ...]) -> Meta:
     """The meta after appending ``entries``: ``updated_at`` is the last
     entry's timestamp, ``message_count`` grows by the messages among them."""
-    added = sum(1 for e in entries if e.get("kind") == "message")
+    added = 0
+    for e in entries:  # a loop, not sum(genexpr): this runs twice on every append
+        if e.get("kind") == "message":
+            added += 1
     return edit[SessionMeta](meta, updated_at=entries[-1]["timestamp"], message_count=meta["message_count"] + added)
 
 
@@ -82,4 +85,7 @@ def resolve(commit: Commit, meta: Meta | None, leaf: str | None,
     entries = commit.entries
     if commit.chain and entries[0].get("parent_id") != leaf:
         entries = ({**entries[0], "parent_id": leaf}, *entries[1:])
-    return replace(commit, entries=entries, leaf=entries[-1]["id"], meta=derive_append_meta(meta, entries))
+    derived = derive_append_meta(meta, entries)
+    if entries is commit.entries and commit.leaf == entries[-1]["id"] and commit.meta == derived:
+        return commit  # decided on the current state (the single-writer case): nothing to redo
+    return replace(commit, entries=entries, leaf=entries[-1]["id"], meta=derived)
