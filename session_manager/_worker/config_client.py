@@ -86,6 +86,8 @@ class ConfigStatusResponse(BaseModel):
                                   "into a newer revision of the same entry while the event queue was full.")
     events_dropped: int = Field(default=0, ge=0, description="Events dropped while the event queue was full "
                                 "(never on-created, on-message-added or on-deleted).")
+    compactions: int = Field(default=0, ge=0, description="Session logs the live fs store rewrote as their "
+                             "live state (0 in bridge mode).")
     publish_timeouts: int = Field(default=0, ge=0, description="Bridged calls that answered session/storage "
                                   "because publishing their events to the main stayed full for timeout_ms.")
 

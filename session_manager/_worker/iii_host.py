@@ -325,7 +325,8 @@ class IIIHost:
         return self.reloader.reload()
 
     def _config_status(self, data: Any) -> Any:
-        return {**self.status.snapshot(), **self.stats.snapshot()}
+        compactions = getattr(self._runtime.store, "compactions", 0)  # an fs store counts its own
+        return {**self.status.snapshot(), **self.stats.snapshot(), "compactions": compactions}
 
     # -- reload -----------------------------------------------------------------
 

@@ -102,6 +102,7 @@ class FsStore(AttachmentFiles, StateBackedStore):
         self._follow = Follower(self._ops) if read_only else None  # how far each log was read
         self._peeked: dict[str, tuple[tuple[int, int, int], Meta | None]] = {}  # read-only list cache
         self._fold: FoldIndex | None = None
+        self.compactions = 0  # logs rewritten as their live state since this store opened (config-status)
         if self._owner is not None:
             _delete.recover(self._ops, self.dir, lambda stem: self._folder_of_stem(stem))
             if self.case_insensitive:
@@ -215,6 +216,8 @@ class FsStore(AttachmentFiles, StateBackedStore):
         if _compaction.rewrite(self._ops, self._log(session_id), body, sync_dir=self.durability == "fsync"):
             budget.rewritten(len(body))
             self._tail_fix.pop(session_id, None)
+            with self._lock:
+                self.compactions += 1
             return True
         budget.failed()  # retried once the log has doubled, not on every commit
         return False

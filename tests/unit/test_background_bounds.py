@@ -187,3 +187,25 @@ def test_resync_streams_one_session_at_a_time() -> None:
     assert [e.function_id for e in first] == [ev.ON_CREATED, ev.ON_MESSAGE_ADDED, ev.ON_MESSAGE_UPDATED]
     assert {e.payload["session_id"] for e in first} == {first[0].payload["session_id"]}
     assert len(list(batches)) == 1
+
+
+def test_compactions_are_counted_in_config_status(tmp_path: Path) -> None:
+    # Prevents: logs rewritten as their live state that no operator can see.
+    from session_manager._worker.config_value import parse_config
+    from session_manager._worker.iii_host import IIIHost
+    from session_manager.testing import FakeEngine
+
+    fake = FakeEngine()
+    host = IIIHost(fake, parse_config({"adapter": {"name": "fs", "config": {"data_dir": str(tmp_path / "d")}}}))
+    host.register()
+    try:
+        sid = fake.invoke("session::create", {})["session_id"]
+        eid = fake.invoke("session::append", {"session_id": sid, "message": user("v0")})["entry_id"]
+        assert fake.invoke("session::config-status", {})["compactions"] == 0
+        for n in range(400):  # a streamed reply: one snapshot per update
+            fake.invoke("session::update-message", {"session_id": sid, "entry_id": eid,
+                                                    "content": [{"type": "text", "text": f"v{n + 1}"}]})
+        assert fake.invoke("session::config-status", {})["compactions"] >= 1
+        assert fake.invoke("session::get-message", {"session_id": sid, "entry_id": eid})["entry"]["revision"] == 400
+    finally:
+        host.close()

@@ -36,7 +36,8 @@ from session_manager.testing import FakeEngine
 START_MS = 1_000_000
 NO_WAIT = Retry(attempts=3, delays=(0.0,), sleep=lambda s: None)
 
-NO_COUNTS = {"cas_retries": 0, "events_coalesced": 0, "events_dropped": 0, "publish_timeouts": 0}
+NO_COUNTS = {"cas_retries": 0, "events_coalesced": 0, "events_dropped": 0, "publish_timeouts": 0,
+             "compactions": 0}
 
 
 def fs(data_dir: Path | str, **extra: Any) -> dict[str, Any]:
