@@ -148,6 +148,11 @@ class TestBridgeStore(StoreContract):
     def reopened(self, tmp_path: Path) -> list[SessionStore]:
         return [FsStore(tmp_path / "data", read_only=True)]  # what the main wrote (the main still owns it)
 
+    def second_writer(self, store: SessionStore) -> SessionStore:
+        """A second bridged instance's link: its own connection to the same main."""
+        assert isinstance(store, BridgeStore)
+        return BridgeStore(store.client.engine.connection("second-bridge"), store.timeout_ms)
+
 
 @pytest.fixture
 def store(tmp_path: Path) -> Iterator[BridgeStore]:
