@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from ..errors import STORAGE, SessionError, StoreError
 from .path import EntryPath
 
 Entry = dict[str, Any]
@@ -34,7 +35,15 @@ class RemotePath(EntryPath):
         self._where: dict[str, int] = {}
 
     def _load(self, **window: Any) -> dict[str, Any]:
-        answer = self._fetch(**window)
+        try:
+            answer = self._fetch(**window)
+        except StoreError as e:
+            if self._length is None:
+                raise  # the first window: fetched inside the store's path(), where store errors are mapped
+            # Later windows are read after the readers' storage_errors() block
+            # (a local path cannot fail then): a failing one is the
+            # session/storage answer itself, never a half page.
+            raise SessionError(STORAGE, str(e)) from None
         self._length = answer["length"]
         for offset, entry in enumerate(answer["entries"]):
             i = answer["start"] + offset

@@ -217,6 +217,12 @@ def test_a_main_without_the_atomic_calls_gets_the_reference_calls(tmp_path: Path
     assert not store.atomic
     store._legacy_until = 0.0  # the re-check interval has passed: the main is asked again
     assert store.atomic
+    store.commit("s_3", Commit(meta=meta_of("s_3")))
+    store.commit("s_3", Commit(entries=(message_entry("e_9", None),), leaf="e_9", meta=meta_of("s_3", message_count=1)))
+    store._legacy_until = 0.0  # a read first, this time
+    assert [e["id"] for e in store.path("s_3", "e_9")] == ["e_9"]
+    assert [t["function_id"] for t in conn.triggers[-2:]] == [atomic.READ_PATH, sp.LIST_ENTRIES]
+    store._legacy_until = 0.0
     store.commit("s_2", Commit(meta=meta_of("s_2")))
     assert [t["function_id"] for t in conn.triggers[-2:]] == [atomic.COMMIT, sp.PUT_META]
     main.close()

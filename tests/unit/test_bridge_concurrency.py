@@ -185,3 +185,29 @@ def test_a_bridged_page_fetches_windows_not_the_session(topo: Topology) -> None:
         windows = [c for c in calls if c["function_id"] == atomic.READ_PATH]
         assert len(windows) <= 4, (fid, len(windows))
         assert all(c["payload"]["count"] <= CHUNK for c in windows)
+
+
+def test_a_main_failing_between_two_windows_answers_session_storage(topo: Topology) -> None:
+    # Prevents: a read that half-succeeded (first window fetched, then the main gone) answering a short
+    # page as if it were the whole answer, or escaping as a traceback.
+    from iii import InvocationError
+
+    _h1, l1 = topo.bridged()
+    sid = long_session(topo, l1, 200)
+    conn = topo.connections[0]
+    original, windows = conn.trigger, {"n": 0}
+
+    def second_window_fails(request: dict[str, Any]) -> Any:
+        if request["function_id"] == atomic.READ_PATH:
+            windows["n"] += 1
+            if windows["n"] == 2:
+                raise InvocationError("TIMEOUT", "invocation timed out after 700ms")
+        return original(request)
+
+    conn.trigger = second_window_fails  # type: ignore[method-assign]
+    with pytest.raises(InvocationError) as err:
+        l1.invoke("session::messages", {"session_id": sid, "limit": 20})
+    assert err.value.message.startswith("session/storage: bridge session::store::read-path failed")
+    assert windows["n"] == 2
+    conn.trigger = original  # type: ignore[method-assign]
+    assert len(l1.invoke("session::messages", {"session_id": sid, "limit": 20})["messages"]) == 20
