@@ -363,6 +363,55 @@ def test_bad_requests_are_invalid_request(topo: Topology) -> None:
     assert f.invoke(sp.LIST_METAS, {}) == {"metas": []}
 
 
+def test_store_commit_is_whole_compare_and_set_and_replay_safe(topo: Topology) -> None:
+    # Prevents: a stale or replayed commit written (a reverted title, a doubled append), or a batch
+    # applied in part; the refusals are typed answers, not errors to parse.
+    from session_manager.store._cas import meta_version
+
+    f = topo.main_fake
+    log = topo.tmp / "main" / "s_1.jsonl"
+    assert f.invoke(atomic.COMMIT, {"session_id": "s_1", "meta": meta_of("s_1"), "expect_meta_version": None})[
+        "committed"] is True
+    # null: the session must not exist -- it does now
+    again = f.invoke(atomic.COMMIT, {"session_id": "s_1", "meta": meta_of("s_1", title="x"),
+                                     "expect_meta_version": None})
+    assert again == {"committed": False, "conflict": "the session meta changed since the commit was decided"}
+    # an append: parent and counts from the main, whatever was sent
+    first = {**message_entry("e_1", "stale"), "timestamp": START_MS + 5}
+    answer = f.invoke(atomic.COMMIT, {"session_id": "s_1", "entries": [first], "leaf": "e_1",
+                                      "meta": meta_of("s_1", title="bridge copy", message_count=9),
+                                      "append": True, "chain": True})
+    assert answer["committed"] is True and answer["entries"][0]["parent_id"] is None
+    assert answer["meta"] == meta_of("s_1", message_count=1, updated_at=START_MS + 5)
+    before = log.read_bytes()
+    replay = f.invoke(atomic.COMMIT, {"session_id": "s_1", "entries": [first], "leaf": "e_1", "append": True,
+                                      "chain": True})
+    assert replay["committed"] is False and "already exists" in replay["conflict"]
+    # a stale meta version, and a stale revision: refused, nothing written
+    stale = f.invoke(atomic.COMMIT, {"session_id": "s_1", "meta": meta_of("s_1", title="late"),
+                                     "expect_meta_version": meta_version(meta_of("s_1"))})
+    assert stale["committed"] is False
+    rewrite = {**message_entry("e_1", None, "v2", revision=1), "timestamp": START_MS + 5}
+    old_revision = f.invoke(atomic.COMMIT, {"session_id": "s_1", "entries": [rewrite],
+                                            "expect_revisions": {"e_1": 3}})
+    assert old_revision["committed"] is False and "entry e_1 changed" in old_revision["conflict"]
+    # a batch with one bad entry: invalid_request, none of it written
+    bad = call_error(f, atomic.COMMIT, {"session_id": "s_1", "entries": [message_entry("e_2", "e_1"), {"kind": "x"}],
+                                        "leaf": "e_2", "append": True})
+    assert bad.message.startswith("session/invalid_request: entries.1")
+    assert log.read_bytes() == before
+    fresh = FsStore(topo.tmp / "main")
+    assert fresh.get_meta("s_1") == meta_of("s_1", message_count=1, updated_at=START_MS + 5)
+    assert [e["id"] for e in fresh.entries("s_1")] == ["e_1"] and fresh.get_leaf("s_1") == "e_1"
+    # one call deletes everything; a second finds nothing
+    assert f.invoke(atomic.DELETE_SESSION, {"session_id": "s_1"}) == {"deleted": True}
+    assert f.invoke(atomic.DELETE_SESSION, {"session_id": "s_1"}) == {"deleted": False}
+    assert not log.exists()
+    # an append to a session that is gone is a conflict (the bridge re-reads: not found), never a headless log
+    gone = f.invoke(atomic.COMMIT, {"session_id": "s_1", "entries": [first], "leaf": "e_1", "append": True})
+    assert gone["committed"] is False and not log.exists()
+
+
 def test_commit_append_is_atomic_and_idempotent(topo: Topology) -> None:
     # Prevents: a bridged append that double-counts on replay, loses the leaf, or misplaces its parent.
     f = topo.main_fake
