@@ -220,7 +220,7 @@ def _one_chain(bridged: Bridged, sid: str) -> None:
 
     bus = bridged.bus
     session_id = bus.substitute(json.dumps(sid))
-    fresh = FsStore(bus.data_dir)  # a reader of the main's files, replayed from disk
+    fresh = FsStore(bus.data_dir, read_only=True)  # a reader of the main's files, replayed from disk
     path = [e["id"] for e in fresh.path(session_id, fresh.get_leaf(session_id))]
     assert len(fresh.entries(session_id)) == len(path), "an entry is off the active path: the session forked"
     assert sorted(path) == sorted(bus.saved["ACKED"])

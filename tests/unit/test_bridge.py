@@ -400,7 +400,7 @@ def test_store_commit_is_whole_compare_and_set_and_replay_safe(topo: Topology) -
                                         "leaf": "e_2", "append": True})
     assert bad.message.startswith("session/invalid_request: entries.1")
     assert log.read_bytes() == before
-    fresh = FsStore(topo.tmp / "main")
+    fresh = FsStore(topo.tmp / "main", read_only=True)
     assert fresh.get_meta("s_1") == meta_of("s_1", message_count=1, updated_at=START_MS + 5)
     assert [e["id"] for e in fresh.entries("s_1")] == ["e_1"] and fresh.get_leaf("s_1") == "e_1"
     # one call deletes everything; a second finds nothing

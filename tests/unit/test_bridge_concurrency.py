@@ -64,7 +64,7 @@ def test_two_bridges_appending_at_once_keep_one_chain_and_fire_each_event_once(t
 
     concurrently(appender("b1", l1), appender("b2", l2))
     topo.settle()
-    fresh = FsStore(topo.tmp / "main")
+    fresh = FsStore(topo.tmp / "main", read_only=True)
     path = [e["id"] for e in fresh.path(sid, fresh.get_leaf(sid))]
     assert sorted(path) == sorted(acked["b1"] + acked["b2"])  # one chain, every acknowledged append on it
     assert len(fresh.entries(sid)) == 2 * per_bridge
@@ -90,7 +90,7 @@ def test_a_title_set_on_the_main_survives_bridged_appends_in_flight(topo: Topolo
             l1.invoke("session::append", {"session_id": sid, "message": user(str(i))})
 
     concurrently(titles, appends)
-    meta = FsStore(topo.tmp / "main").get_meta(sid) or {}
+    meta = FsStore(topo.tmp / "main", read_only=True).get_meta(sid) or {}
     assert meta["title"] == "new-59" and meta["message_count"] == 60
     assert l1.invoke("session::get", {"session_id": sid})["meta"] == meta
 
