@@ -30,6 +30,7 @@ pytest_plugins = [
     "tests.steps.engine_steps",
     "tests.steps.bridge_steps",
     "tests.steps.ownership_steps",
+    "tests.steps.seed_steps",
 ]
 
 _HERE = Path(__file__).parent

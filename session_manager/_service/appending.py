@@ -20,10 +20,12 @@ from ..errors import (
     invalid_request,
 )
 from ..store.base import Entry
+from .contention import retry_conflicts
 from .core import Result, ServiceCore, changed
 
 
 class Appending(ServiceCore):
+    @retry_conflicts
     def append(self, req: api.AppendRequest) -> Result:
         session_id = req.session_id
         with self._session(session_id):
@@ -39,9 +41,8 @@ class Appending(ServiceCore):
             now = self.clock.now_ms()
             entry_id = req.entry_id or self.ids.entry_id()
             entry = _new_entry(entry_id, parent, now, req.origin, req.message, req.custom)
-            is_message = entry["kind"] == "message"
-            meta = changed(meta, updated_at=now, message_count=meta["message_count"] + int(is_message))
-            self._commit(session_id, entries=(entry,), leaf=entry_id, meta=meta)
+            applied = self._commit_append(session_id, meta, (entry,), chain=req.parent_id is None)
+            entry, meta = applied.entries[0], applied.meta or meta
         return _append_response(entry), [ev.message_added(session_id, entry, meta.get("metadata"))]
 
     def _parent(self, session_id: str, parent_id: str | None) -> str | None:
@@ -53,6 +54,7 @@ class Appending(ServiceCore):
             )
         return parent_id
 
+    @retry_conflicts
     def append_many(self, req: api.AppendManyRequest) -> Result:
         session_id = req.session_id
         with self._session(session_id):
@@ -66,18 +68,19 @@ class Appending(ServiceCore):
                 entry = _new_entry(self.ids.entry_id(), parent, now, req.origin, message, None)
                 entries.append(entry)
                 parent = entry["id"]
-            meta = changed(meta, updated_at=now, message_count=meta["message_count"] + len(entries))
-            self._commit(session_id, entries=tuple(entries), leaf=parent, meta=meta)
+            applied = self._commit_append(session_id, meta, tuple(entries), chain=req.parent_id is None)
+            entries, meta = list(applied.entries), applied.meta or meta
         metadata = meta.get("metadata")
         ids = [e["id"] for e in entries]
         return build[api.AppendManyResponse](entry_ids=ids, last_entry_id=ids[-1]), [
             ev.message_added(session_id, e, metadata) for e in entries
         ]
 
+    @retry_conflicts
     def update_message(self, req: api.UpdateMessageRequest) -> Result:
         session_id = req.session_id
         with self._session(session_id):
-            meta = self._meta_or_raise(session_id)
+            meta = meta_read = self._meta_or_raise(session_id)
             entry = self._entry_or_raise(session_id, req.entry_id)
             if entry["kind"] != "message":
                 raise SessionError(
@@ -109,7 +112,8 @@ class Appending(ServiceCore):
             now = self.clock.now_ms()
             updated = edit[MessageEntry](entry, revision=revision + 1, message=message)
             meta = changed(meta, updated_at=now)
-            self._commit(session_id, entries=(updated,), meta=meta)
+            self._commit(session_id, entries=(updated,), meta=meta, expect_meta=meta_read,
+                         expect_revisions=((req.entry_id, revision),))
         event = ev.message_updated(session_id, updated, req.origin, now, meta.get("metadata"))
         return build[api.UpdateMessageResponse](updated=True, revision=revision + 1), [event]
 

@@ -9,6 +9,7 @@ from .._wire.models import AttachmentMeta, FileBlock
 from .._wire.shape import build, shape
 from ..errors import ATTACHMENT_IN_USE, ATTACHMENT_TOO_LARGE, SessionError, invalid_request
 from .base64_codec import decode_chunks, decoded_size
+from .contention import retry_conflicts
 from .core import Result, ServiceCore, changed
 from .storage_errors import storage_errors
 from .transcript import entry_attachment_ids
@@ -57,6 +58,7 @@ class Attachments(ServiceCore):
         found.sort(key=lambda m: (m.get("created_at", 0), m.get("attachment_id", "")))
         return build[api.ListAttachmentsResponse](attachments=found), []
 
+    @retry_conflicts
     def delete_attachment(self, req: api.DeleteAttachmentRequest) -> Result:
         session_id, attachment_id = req.session_id, req.attachment_id
         with self._session(session_id):
@@ -71,5 +73,5 @@ class Attachments(ServiceCore):
             if parked:
                 kept = [m for m in parked if m.get("attachment_id") != attachment_id]
                 if len(kept) != len(parked):
-                    self._commit(session_id, meta=changed(meta, draft_attachments=kept or None))
+                    self._commit(session_id, meta=changed(meta, draft_attachments=kept or None), expect_meta=meta)
         return build[api.DeleteAttachmentResponse](deleted=deleted), []

@@ -8,11 +8,13 @@ from .._wire import events as ev
 from .._wire.models import ENTRY_MODELS, AttachmentMeta, CustomEntry
 from .._wire.shape import build, edit
 from ..store.base import Entry
+from .contention import retry_conflicts
 from .core import Result, ServiceCore, changed, new_meta
 from .transcript import entry_attachment_ids
 
 
 class Branching(ServiceCore):
+    @retry_conflicts
     def fork(self, req: api.ForkRequest) -> Result:
         source_id = req.session_id
         with self._session(source_id):
@@ -57,16 +59,17 @@ class Branching(ServiceCore):
         # in opposite order would deadlock. The copy is a snapshot already,
         # and nobody else knows the new id yet.
         with self._session(new_id):
-            self._commit(new_id, entries=tuple(copies), leaf=leaf, meta=meta)
+            self._commit(new_id, entries=tuple(copies), leaf=leaf, meta=meta, expect_meta=None)
         return build[api.ForkResponse](session_id=new_id, meta=meta), [ev.created(meta)]
 
+    @retry_conflicts
     def set_active_leaf(self, req: api.SetActiveLeafRequest) -> Result:
         with self._session(req.session_id):
             meta = self._meta_or_raise(req.session_id)
             self._entry_or_raise(req.session_id, req.entry_id)
             # Team rule (the issue): every mutation but set-draft bumps updated_at.
-            meta = changed(meta, updated_at=self.clock.now_ms())
-            self._commit(req.session_id, leaf=req.entry_id, meta=meta)
+            moved = changed(meta, updated_at=self.clock.now_ms())
+            self._commit(req.session_id, leaf=req.entry_id, meta=moved, expect_meta=meta)
         return build[api.SetActiveLeafResponse](active_leaf=req.entry_id), []
 
 

@@ -21,9 +21,11 @@ from .._wire.shape import build, edit
 from ..clock import Clock, SystemClock
 from ..errors import entry_not_found, not_found
 from ..ids import IdGen, UuidIds
+from ..store._cas import derive_append_meta
 from ..store.base import Commit, Entry, Meta, SessionStore
 from ..store.path import EntryPath
 from .limits import LimitsCell
+from .stats import Stats
 from .storage_errors import storage_errors
 
 Result = tuple[Any, list[ev.Event]]
@@ -41,8 +43,10 @@ class ServiceCore:
         ids: IdGen | None = None,
         clock: Clock | None = None,
         limits: LimitsCell | None = None,
+        stats: Stats | None = None,
     ) -> None:
         self.store = store
+        self.stats = stats or Stats()  # cas_retries (see .contention)
         self.ids: IdGen = ids or UuidIds()
         self.clock: Clock = clock or SystemClock()
         self.limits = limits or LimitsCell()
@@ -72,9 +76,20 @@ class ServiceCore:
             yield
 
     def _commit(self, session_id: str, *, entries: tuple[Entry, ...] = (), leaf: str | None = None,
-                meta: Meta | None = None) -> None:
-        """Write one mutation (inside :meth:`_session`)."""
-        self.store.commit(session_id, Commit(entries=entries, leaf=leaf, meta=meta, tx=self._tx))
+                meta: Meta | None = None, **decided_on: Any) -> Commit:
+        """Write one mutation (inside :meth:`_session`); ``decided_on`` are the
+        compare-and-set fields of :class:`Commit` (``expect_meta``, ``append`` ...).
+        Returns the commit as the store applied it. A method that commits is
+        wrapped in :func:`.contention.retry_conflicts`."""
+        return self.store.commit(session_id, Commit(entries=entries, leaf=leaf, meta=meta, tx=self._tx,
+                                                    **decided_on))
+
+    def _commit_append(self, session_id: str, meta: Meta, entries: tuple[Entry, ...], *, chain: bool) -> Commit:
+        """Append new entries; the store derives the meta from its own (and,
+        with ``chain``, parents the first entry on its current leaf), so
+        concurrent appends neither fork the session nor lose a count."""
+        return self._commit(session_id, entries=entries, leaf=entries[-1]["id"],
+                            meta=derive_append_meta(meta, entries), append=True, chain=chain)
 
     # -- lookups ----------------------------------------------------------------
 

@@ -8,18 +8,21 @@ from .._wire import api
 from .._wire import events as ev
 from .._wire.shape import build
 from ..errors import invalid_request
+from .contention import retry_conflicts
 from .core import Result, ServiceCore, changed, new_meta
 from .storage_errors import storage_errors
 
 
 class Lifecycle(ServiceCore):
+    @retry_conflicts
     def create(self, req: api.CreateRequest) -> Result:
         session_id = self.ids.session_id()
         with self._session(session_id):
             meta = new_meta(session_id, req.title or "", req.description or "", req.metadata, self.clock.now_ms())
-            self._commit(session_id, meta=meta)
+            self._commit(session_id, meta=meta, expect_meta=None)
         return build[api.CreateResponse](session_id=session_id, meta=meta), [ev.created(meta)]
 
+    @retry_conflicts
     def ensure(self, req: api.EnsureRequest) -> Result:
         session_id = req.session_id
         with self._session(session_id):
@@ -27,7 +30,7 @@ class Lifecycle(ServiceCore):
             if existing is not None:
                 return build[api.EnsureResponse](session_id=session_id, meta=existing, created=False), []
             meta = new_meta(session_id, req.title or "", req.description or "", req.metadata, self.clock.now_ms())
-            self._commit(session_id, meta=meta)
+            self._commit(session_id, meta=meta, expect_meta=None)
         return build[api.EnsureResponse](session_id=session_id, meta=meta, created=True), [ev.created(meta)]
 
     def get(self, req: api.GetRequest) -> Result:
@@ -35,6 +38,7 @@ class Lifecycle(ServiceCore):
             meta = self.store.get_meta(req.session_id)
         return (build[api.GetResponse](meta=meta) if meta is not None else None), []
 
+    @retry_conflicts
     def set_meta(self, req: api.SetMetaRequest) -> Result:
         with self._session(req.session_id):
             meta = self._meta_or_raise(req.session_id)
@@ -48,10 +52,11 @@ class Lifecycle(ServiceCore):
                 changes["description"] = req.description
             if req.metadata is not None:
                 changes["metadata"] = req.metadata  # wholesale: merging would leak stale tenancy keys
-            meta = changed(meta, **changes)
-            self._commit(req.session_id, meta=meta)
+            read, meta = meta, changed(meta, **changes)
+            self._commit(req.session_id, meta=meta, expect_meta=read)
         return build[api.SetMetaResponse](meta=meta), [ev.meta_updated(meta, now)]
 
+    @retry_conflicts
     def set_status(self, req: api.SetStatusRequest) -> Result:
         with self._session(req.session_id):
             meta = self._meta_or_raise(req.session_id)
@@ -60,11 +65,12 @@ class Lifecycle(ServiceCore):
             if previous == req.status and meta.get("status_reason") == reason:
                 return build[api.SetStatusResponse](status=previous, previous_status=previous), []
             now = self.clock.now_ms()
-            meta = changed(meta, status=req.status, status_reason=reason, updated_at=now)
-            self._commit(req.session_id, meta=meta)
+            read, meta = meta, changed(meta, status=req.status, status_reason=reason, updated_at=now)
+            self._commit(req.session_id, meta=meta, expect_meta=read)
         response = build[api.SetStatusResponse](status=req.status, previous_status=previous)
         return response, [ev.status_changed(meta, previous, now)]
 
+    @retry_conflicts
     def set_draft(self, req: api.SetDraftRequest) -> Result:
         with self._session(req.session_id):
             meta = self._meta_or_raise(req.session_id)
@@ -76,8 +82,8 @@ class Lifecycle(ServiceCore):
             if meta.get("draft") != draft or meta.get("draft_attachments") != parked:
                 # No updated_at bump and no event: drafts are saved at keystroke
                 # cadence and must neither re-order list nor wake observers.
-                meta = changed(meta, draft=draft, draft_attachments=parked)
-                self._commit(req.session_id, meta=meta)
+                read, meta = meta, changed(meta, draft=draft, draft_attachments=parked)
+                self._commit(req.session_id, meta=meta, expect_meta=read)
         return build[api.SetDraftResponse](draft=meta.get("draft"), attachments=meta.get("draft_attachments") or []), []
 
     def _resolve_draft_attachments(self, session_id: str, ids: list[str]) -> list[dict[str, Any]] | None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from ..errors import STORAGE, SessionError, StoreError, UnstorableValue, invalid_request
+from ..errors import STORAGE, Conflict, SessionError, StoreError, UnstorableValue, invalid_request
 
 
 @contextmanager
@@ -15,6 +15,8 @@ def storage_errors() -> Iterator[None]:
     ``session/invalid_request``, everything else ``session/storage``."""
     try:
         yield
+    except Conflict:
+        raise  # re-decided by contention.retry_conflicts, which reports exhaustion as session/storage
     except UnstorableValue as e:
         raise invalid_request(str(e)) from None
     except StoreError as e:

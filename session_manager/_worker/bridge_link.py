@@ -26,8 +26,9 @@ from collections.abc import Callable
 from typing import Any
 
 from .._bus import Bus, ObserverHandle
+from .._service.stats import Stats
 from .._wire.events import Event
-from ..errors import Unavailable
+from ..errors import STORAGE, SessionError, Unavailable
 from ..store import _protocol as sp
 from ..store.bridge import BridgeStore
 from .background import SerialWorker
@@ -37,6 +38,7 @@ log = logging.getLogger("session_manager.bridge")
 
 RELAY_PREFIX = "session::bridge::recv::"
 READY_TIMEOUT_S = 10.0
+PUBLISH_QUEUE_LIMIT = 1000  # mutations' event batches waiting to go to the main
 
 
 class BridgeUnavailable(Unavailable):
@@ -64,7 +66,8 @@ def connect(url: str, timeout_ms: int) -> SdkBus:
 class Bridge:
     """The link of one bridge runtime; :meth:`close` ends all of it."""
 
-    def __init__(self, client: Bus, url: str, timeout_ms: int, relay: Callable[[Event], None]) -> None:
+    def __init__(self, client: Bus, url: str, timeout_ms: int, relay: Callable[[Event], None],
+                 stats: Stats | None = None) -> None:
         self.client = client
         self.url = url
         self.timeout_ms = timeout_ms
@@ -72,7 +75,8 @@ class Bridge:
         self.relay_id = f"{RELAY_PREFIX}{uuid.uuid4()}"
         self._relay = relay
         self._observer: ObserverHandle | None = None
-        self._worker = SerialWorker("session-bridge-publish")
+        self.stats = stats or Stats()
+        self._worker = SerialWorker("session-bridge-publish", bound=PUBLISH_QUEUE_LIMIT)
 
     # -- start ------------------------------------------------------------------
 
@@ -109,9 +113,19 @@ class Bridge:
     # -- publish ------------------------------------------------------------------
 
     def publish(self, events: list[Event]) -> None:
-        """Hand one mutation's events to the main (one call, in order, later)."""
-        if events:
-            self._worker.submit(functools.partial(self._send, list(events)))
+        """Hand one mutation's events to the main (one call, in order, later).
+
+        Backpressure: with :data:`PUBLISH_QUEUE_LIMIT` batches waiting, wait
+        for room at most ``timeout_ms``, then answer ``session/storage`` (the
+        mutation itself is already stored; its events are not published)."""
+        if not events:
+            return
+        if not self._worker.submit(functools.partial(self._send, list(events)), timeout_s=self.timeout_ms / 1000):
+            total = self.stats.add("publish_timeouts")
+            log.warning("publish queue to the main at %s full for %d ms: %d events not published "
+                        "(%d such timeouts so far)", self.url, self.timeout_ms, len(events), total)
+            raise SessionError(STORAGE, f"publishing events to the main at {self.url}: {PUBLISH_QUEUE_LIMIT} "
+                               f"batches still waiting after {self.timeout_ms} ms")
 
     def _send(self, batch: list[Event]) -> None:
         try:
@@ -122,9 +136,10 @@ class Bridge:
             log.warning("%d events not published to the main at %s (%s); the mutation stands",
                         len(batch), self.url, e)
 
-    def flush(self) -> None:
-        """Wait until every queued batch has been sent (or has failed)."""
-        self._worker.flush()
+    def flush(self, timeout_s: float | None = None) -> bool:
+        """Wait until every queued batch has been sent (or has failed);
+        False if ``timeout_s`` passed first."""
+        return self._worker.flush(timeout_s)
 
     # -- end ----------------------------------------------------------------------
 

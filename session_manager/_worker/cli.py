@@ -27,10 +27,11 @@ from .. import __version__
 from .._bus import Bus
 from .._cli.args import OneLineParser, environment_epilog, log_level
 from ..errors import SessionError
-from .config_client import BuildError, ConfigurationUnavailable
-from .config_value import ConfigError, load_seed
+from .config_client import BuildError, ConfigurationRefused, ConfigurationUnavailable
+from .config_value import ConfigError
 from .manifest import DESCRIPTION, NAME, manifest
 from .sdk import SdkBus
+from .seed import SeedError, read_seed
 
 if TYPE_CHECKING:
     from .iii_host import IIIHost
@@ -136,7 +137,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=args.log_level, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("iii.iii").addFilter(QuietDomainErrors())
-    seed = load_seed(args.config) if args.config else None
+    seed = read_seed(args.config) if args.config else None
     stop = threading.Event()
     _install_signals(stop)
 
@@ -154,8 +155,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         log.info("connected to %s", args.url)
         try:
             host = start(client, seed, local_url=args.url)
-        except BuildError as e:
-            log.error("cannot start: %s", e)  # e.g. an unreachable bridge main: never a silent fallback
+        except (BuildError, SeedError, ConfigurationRefused) as e:
+            # e.g. an unreachable bridge main or an unusable seed: never a silent fallback
+            log.error("cannot start: %s", e)
             return 1
         except (ConfigurationUnavailable, ConfigError) as e:
             log.error("cannot start: %s (configuration is a required dependency: is the configuration "

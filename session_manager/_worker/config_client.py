@@ -29,6 +29,7 @@ from .._bus import Bus, ObserverHandle
 from .._wire.shape import build
 from ..errors import NotFound, RemoteError, StoreError, Unavailable
 from .config_value import CONFIG_ID, ConfigError, WorkerConfig, config_schema, parse_config
+from .seed import Seed, SeedError
 
 log = logging.getLogger("session_manager.configuration")
 
@@ -78,6 +79,17 @@ class ConfigStatusResponse(BaseModel):
         "rejected: the newest value could not be built and an older runtime still serves.")
     last_error: str | None = Field(description="Why the most recent rejected reload was refused.")
     rejected_reloads: int = Field(ge=0, description="Rejected reloads since start (never reset).")
+    # Counters of contention and background work since start (see _service/stats.py).
+    cas_retries: int = Field(default=0, ge=0, description="Mutations re-decided after a compare-and-set "
+                             "conflict with another writer of the session.")
+    events_coalesced: int = Field(default=0, ge=0, description="session::on-message-updated events merged "
+                                  "into a newer revision of the same entry while the event queue was full.")
+    events_dropped: int = Field(default=0, ge=0, description="Events dropped while the event queue was full "
+                                "(never on-created, on-message-added or on-deleted).")
+    compactions: int = Field(default=0, ge=0, description="Session logs the live fs store rewrote as their "
+                             "live state (0 in bridge mode).")
+    publish_timeouts: int = Field(default=0, ge=0, description="Bridged calls that answered session/storage "
+                                  "because publishing their events to the main stayed full for timeout_ms.")
 
 
 # --------------------------------------------------------------------------
@@ -100,7 +112,14 @@ class Retry:
     sleep: Callable[[float], None] = time.sleep
 
 
-BOOT_RETRY = Retry(attempts=5, delays=(0.25, 0.5, 1.0, 2.0))
+class ConfigurationRefused(RuntimeError):
+    """The configuration worker answered with a permanent error (a schema it
+    rejects, invalid arguments, a value it cannot expand): never retried."""
+
+
+# Boot waits for a configuration worker that is (re)starting ~40 s in all,
+# the backoff capped at 5 s, one log line per wait; then the worker exits.
+BOOT_RETRY = Retry(attempts=12, delays=(0.25, 0.5, 1.0, 2.0, 4.0, 5.0))
 RELOAD_RETRY = Retry()
 
 
@@ -108,8 +127,9 @@ def call(client: Bus, function_id: str, payload: dict[str, Any], retry: Retry) -
     """Call a configuration function, retrying what may succeed next time.
 
     :class:`~session_manager.errors.NotFound` (nothing is stored under the
-    id) is an answer and raised at once; an unavailable worker (not started
-    yet: ``function_not_found``), a timeout or an error answer is retried.
+    id) is an answer and raised at once; only a transient failure (the
+    worker not up yet: ``function_not_found``, a timeout, a lost link) is
+    retried; any other error answer is permanent: :class:`ConfigurationRefused`.
     """
     last: StoreError | None = None
     for attempt in range(retry.attempts):
@@ -117,7 +137,9 @@ def call(client: Bus, function_id: str, payload: dict[str, Any], retry: Retry) -
             return bus.call(client, function_id, payload, retry.timeout_ms)
         except NotFound:
             raise
-        except (Unavailable, RemoteError) as e:
+        except RemoteError as e:
+            raise ConfigurationRefused(f"{function_id} refused: {e}") from e
+        except Unavailable as e:
             last = e
             if attempt + 1 < retry.attempts:
                 delay = retry.delays[min(attempt, len(retry.delays) - 1)] if retry.delays else 0.0
@@ -146,16 +168,26 @@ def fetch(client: Bus, retry: Retry) -> WorkerConfig:
     return parse_config(value)
 
 
-def register_and_fetch(client: Bus, seed: dict[str, Any] | None = None,
+def register_and_fetch(client: Bus, seed: Seed | dict[str, Any] | None = None,
                        retry: Retry = BOOT_RETRY) -> WorkerConfig:
     """Register the schema (+ initial value) and return the live configuration.
 
-    Raises :class:`ConfigurationUnavailable` or :class:`ConfigError` with a
-    message naming the cause; both are fatal at boot.
+    Raises :class:`ConfigurationUnavailable`, :class:`ConfigurationRefused`
+    or :class:`ConfigError` (:class:`~.seed.SeedError` for a seed that cannot
+    be used while nothing is stored) with a message naming the cause; all
+    are fatal at boot.
     """
     payload: dict[str, Any] = {"id": CONFIG_ID, "name": CONFIG_NAME, "description": CONFIG_DESCRIPTION,
                                "schema": config_schema()}
     stored = probe(client, retry)
+    if isinstance(seed, Seed):
+        if seed.problem is not None and not stored:
+            raise SeedError(f"config seed {seed.path} {seed.problem}; nothing is stored for `{CONFIG_ID}`, "
+                            "so there is no configuration to start from")
+        if seed.problem is not None:
+            log.warning("config seed %s ignored: it %s (a value is stored for `%s`, which is used)",
+                        seed.path, seed.problem, CONFIG_ID)
+        seed = seed.value
     if seed is not None:
         # The configuration worker applies initial_value only when nothing is stored.
         payload["initial_value"] = seed
@@ -239,12 +271,19 @@ class Reloader:
 
     def reload(self) -> dict[str, Any]:
         """Fetch inside the lock, so the last reload to run applies the newest value.
-        A fetch failure raises (the caller may retry); a bad value answers ok."""
+        A configuration worker that stays unavailable (or refuses) fails the
+        reload and keeps the running runtime; a bad value answers ok."""
         with self._lock:
             if self._stopped:
                 return build[OnConfigChangeResponse](ok=True)
             try:
                 config = fetch(self._client, self._retry)
+            except (ConfigurationUnavailable, ConfigurationRefused) as e:
+                # Not a rejected value: the running runtime keeps serving and
+                # the next update or reconnect reads again.
+                log.error("configuration reload failed, keeping the running runtime until the next update "
+                          "or reconnect: %s", e)
+                raise
             except ConfigError as e:
                 log.error("configuration reload rejected, keeping the running config: %s", e)
                 self.status.rejected(str(e))

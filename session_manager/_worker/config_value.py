@@ -22,14 +22,11 @@ adapter as a ``oneOf`` variant picker, one-value ``enum`` names).
 
 from __future__ import annotations
 
-import copy
 import logging
 import os
-import re
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
 from pydantic_core import core_schema
@@ -239,56 +236,3 @@ def config_schema() -> dict[str, Any]:
     definitions = schema.pop("$defs", {})
     return {"$schema": "http://json-schema.org/draft-07/schema#", **schema, "definitions": definitions,
             "example": default_config_value()}
-
-
-# --------------------------------------------------------------------------
-# The --config seed file
-# --------------------------------------------------------------------------
-
-# ${NAME} is ours to expand; ${NAME:default} is left for the configuration
-# worker, which expands it on every read.
-_PLACEHOLDER = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
-
-
-def expand_env(text: str) -> str:
-    def value(match: re.Match[str]) -> str:
-        name = match.group(1)
-        if name not in os.environ:
-            log.warning("config seed: ${%s} is not set; using an empty string", name)
-            return ""
-        return os.environ[name]
-
-    return _PLACEHOLDER.sub(value, text)
-
-
-def _expand(value: Any) -> Any:
-    if isinstance(value, str):
-        return expand_env(value)
-    if isinstance(value, dict):
-        return {k: _expand(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_expand(v) for v in value]
-    return value
-
-
-def load_seed(path: str | os.PathLike[str]) -> dict[str, Any] | None:
-    """The ``--config`` YAML seed, env-expanded, or ``None`` (with a warning)
-    when it cannot be read or is not a valid configuration."""
-    try:
-        raw = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as e:
-        log.warning("config seed %s ignored: %s", path, e)
-        return None
-    value = _expand(copy.deepcopy(raw if raw is not None else {}))
-    if not isinstance(value, dict):
-        log.warning("config seed %s ignored: not a mapping", path)
-        return None
-    # A value still holding ${VAR:default} placeholders is only checked once
-    # the configuration worker has expanded it (at fetch).
-    if "${" not in repr(value):
-        try:
-            parse_config(value)
-        except ConfigError as e:
-            log.warning("config seed %s ignored: %s", path, e)
-            return None
-    return value

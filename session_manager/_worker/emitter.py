@@ -1,11 +1,11 @@
 """Event delivery on an iii engine: an event function is called only while
 something observes it (counted through ``ObserveHooks``), fire-and-forget,
 from one background thread after the mutation is durable, so a failed or
-slow delivery never fails or delays the call that produced it."""
+slow delivery never fails or delays the call that produced it. The queue
+between them is bounded (:mod:`.event_queue`)."""
 
 from __future__ import annotations
 
-import functools
 import logging
 import threading
 from typing import Any
@@ -13,10 +13,11 @@ from typing import Any
 from iii import ObserveHooks, TriggerAction
 
 from .._bus import Bus
+from .._service.stats import Stats
 from .._wire import events as ev
 from .._wire.events import Event
 from ..store import _protocol as sp
-from .background import SerialWorker
+from .event_queue import EventQueue
 
 log = logging.getLogger("session_manager.iii")
 
@@ -24,11 +25,11 @@ log = logging.getLogger("session_manager.iii")
 class Emitter:
     """Calls event functions while observed, in order, off the caller's thread."""
 
-    def __init__(self, client: Bus) -> None:
+    def __init__(self, client: Bus, stats: Stats | None = None) -> None:
         self._client = client
         self._observers: dict[str, set[str]] = {fid: set() for fid in (*ev.EVENT_FUNCTIONS, sp.ON_EVENTS)}
         self._lock = threading.Lock()
-        self._worker = SerialWorker("session-events")
+        self._queue = EventQueue(self._deliver, stats or Stats())
 
     # -- observer tracking (ObserveHooks) ------------------------------------
 
@@ -51,14 +52,15 @@ class Emitter:
 
     # -- delivery -------------------------------------------------------------
 
-    def emit(self, events: list[Event], *, fanout: bool = False) -> None:
+    def emit(self, events: list[Event], *, fanout: bool = False, wait_s: float = 0.0) -> None:
         """Queue events for their event functions; with ``fanout`` (an fs
         instance) each one is also handed to ``session::store::on-events``
-        for the attached bridges."""
+        for the attached bridges. The queue is bounded (see
+        :mod:`.event_queue`); ``wait_s`` waits for room first (a resync)."""
         fanout = fanout and self.is_observed(sp.ON_EVENTS)
         for event in events:
             if fanout or self.is_observed(event.function_id):
-                self._worker.submit(functools.partial(self._deliver, event, fanout))
+                self._queue.put(event, fanout, wait_s=wait_s)
 
     def _deliver(self, event: Event, fanout: bool) -> None:
         # Re-checked: the last observer may have gone meanwhile.
@@ -74,9 +76,10 @@ class Emitter:
         except Exception:
             log.warning("event %s not delivered; the mutation stands", function_id, exc_info=True)
 
-    def flush(self) -> None:
-        """Wait until every queued event has been handed to the client."""
-        self._worker.flush()
+    def flush(self, timeout_s: float | None = None) -> bool:
+        """Wait until every queued event has been handed to the client;
+        False if ``timeout_s`` passed first."""
+        return self._queue.flush(timeout_s)
 
     def close(self) -> None:
-        self._worker.close()
+        self._queue.close()

@@ -37,6 +37,7 @@ from .._hosts.surface import EVENT_SURFACE, FUNCTIONS, Function
 from .._service.admission import admit
 from .._service.limits import LimitsCell
 from .._service.service import SessionService, storage_errors
+from .._service.stats import Stats
 from .._wire.events import Event
 from .._wire.shape import build
 from .._wire.validation import parse_request
@@ -51,11 +52,13 @@ from . import config_client as cfg
 from . import store_server as ss
 from .config_value import BridgeAdapter, BridgeConfig, WorkerConfig
 from .emitter import Emitter
-from .runtime import Runtime, build_store, resync_events, same_adapter
+from .runtime import Runtime, build_store, resync_batches, same_adapter
+from .seed import Seed
 
 log = logging.getLogger("session_manager.iii")
 
 DRAIN_TIMEOUT_S = 30.0
+RESYNC_WAIT_S = 5.0  # per event, for room in the event queue; then its usual policy applies
 SELF_REFERENTIAL = "self-referential bridge"
 
 # Opens the dedicated connection to a bridge's main engine (tests inject fakes).
@@ -101,7 +104,8 @@ class IIIHost:
         self.limits = LimitsCell(config.limits())
         self.local_url = local_url
         self.bridge_connector: BridgeConnector = bridge_connector or default_bridge_connector
-        self.emitter = Emitter(client)
+        self.stats = Stats()  # shared by the services, the emitter and the bridge link
+        self.emitter = Emitter(client, self.stats)
         self.reloader = cfg.Reloader(client, self.apply_config, retry=reloader_retry)
         self._runtime = self._build(config)  # raises BuildError: fatal at boot
         self._inflight = 0
@@ -125,12 +129,13 @@ class IIIHost:
         adapter = config.adapter
         if isinstance(adapter, BridgeAdapter):
             bridge = self._connect_bridge(adapter.config)
-            service = SessionService(bridge.store, ids=self.ids, clock=self.clock, limits=self.limits)
+            service = SessionService(bridge.store, ids=self.ids, clock=self.clock, limits=self.limits,
+                                     stats=self.stats)
             return Runtime(config, bridge.store, service, bridge)
         store = build_store(config)
         # A shared store hands us the events other instances made (no-op otherwise).
         store.subscribe(lambda events: self.emitter.emit(events), self.emitter.is_observed)
-        service = SessionService(store, ids=self.ids, clock=self.clock, limits=self.limits)
+        service = SessionService(store, ids=self.ids, clock=self.clock, limits=self.limits, stats=self.stats)
         return Runtime(config, store, service)
 
     def _connect_bridge(self, config: BridgeConfig) -> br.Bridge:
@@ -142,7 +147,7 @@ class IIIHost:
             client = self.bridge_connector(config)
         except Exception as e:
             raise cfg.BuildError(f"bridge to {config.url} unavailable: {e}") from e
-        bridge = br.Bridge(client, config.url, config.timeout_ms, self._relay)
+        bridge = br.Bridge(client, config.url, config.timeout_ms, self._relay, self.stats)
         try:
             bridge.start()
         except Exception as e:
@@ -164,12 +169,12 @@ class IIIHost:
         else:
             self.emitter.emit(events, fanout=runtime.is_fs)
 
-    def flush(self) -> None:
-        """Wait until queued publishes and event calls have been handed on."""
+    def flush(self, timeout_s: float | None = None) -> bool:
+        """Wait until queued publishes and event calls have been handed on;
+        False if ``timeout_s`` (for each of the two queues) passed first."""
         bridge = self._runtime.bridge
-        if bridge is not None:
-            bridge.flush()
-        self.emitter.flush()
+        published = bridge.flush(timeout_s) if bridge is not None else True
+        return self.emitter.flush(timeout_s) and published
 
     # -- registration -----------------------------------------------------------
 
@@ -321,7 +326,8 @@ class IIIHost:
         return self.reloader.reload()
 
     def _config_status(self, data: Any) -> Any:
-        return self.status.snapshot()
+        compactions = getattr(self._runtime.store, "compactions", 0)  # an fs store counts its own
+        return {**self.status.snapshot(), **self.stats.snapshot(), "compactions": compactions}
 
     # -- reload -----------------------------------------------------------------
 
@@ -357,15 +363,18 @@ class IIIHost:
             current.bridge.close()
         else:
             current.store.close()
+        sent = 0
         try:
-            events = resync_events(fresh.store, old_metas, self.clock.now_ms())
+            for batch in resync_batches(fresh.store, old_metas, self.clock.now_ms()):
+                # Local only, never published: on an fs instance the feed also
+                # reaches the attached bridges, so they resync as well.
+                self.emitter.emit(batch, fanout=fresh.is_fs, wait_s=RESYNC_WAIT_S)
+                sent += len(batch)
         except Exception:
-            log.warning("resync after the adapter swap failed; observers may be stale", exc_info=True)
+            log.warning("resync after the adapter swap failed after %d events; observers may be stale", sent,
+                        exc_info=True)
             return
-        # Local only, never published: on an fs instance the feed also
-        # reaches the attached bridges, so they resync as well.
-        self.emitter.emit(events, fanout=fresh.is_fs)
-        log.info("resync: %d events", len(events))
+        log.info("resync: %d events", sent)
 
     # -- lifetime ---------------------------------------------------------------
 
@@ -387,7 +396,7 @@ class IIIHost:
         self._runtime.store.close()
 
 
-def start(client: Bus, seed: dict[str, Any] | None = None, *, retry: cfg.Retry = cfg.BOOT_RETRY,
+def start(client: Bus, seed: Seed | dict[str, Any] | None = None, *, retry: cfg.Retry | None = None,
           ids: IdGen | None = None, clock: Clock | None = None, local_url: str | None = None,
           bridge_connector: BridgeConnector | None = None) -> IIIHost:
     """Boot on a connected client: configuration, runtime, registrations, observer.
@@ -398,7 +407,7 @@ def start(client: Bus, seed: dict[str, Any] | None = None, *, retry: cfg.Retry =
     (all fatal, each with a message naming the cause; a bridge whose main is
     unreachable never falls back to a local store).
     """
-    config = cfg.register_and_fetch(client, seed, retry)
+    config = cfg.register_and_fetch(client, seed, retry or cfg.BOOT_RETRY)
     host = IIIHost(client, config, ids=ids, clock=clock, local_url=local_url, bridge_connector=bridge_connector)
     host.register()
     host.observe_configuration()

@@ -1,9 +1,12 @@
 """One runtime: the store and service built from one adapter value, and the
-events that replay a store's state to observers after an adapter swap."""
+events that replay a store's state to observers after an adapter swap
+(streamed one session at a time, so a large store is never held as one
+list of events)."""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from .._service.service import SessionService
@@ -69,22 +72,22 @@ def build_store(config: WorkerConfig) -> SessionStore:
 
 
 
-def resync_events(store: SessionStore, old_metas: list[Meta], now_ms: int) -> list[Event]:
-    """The new store's state as events: deletes for sessions that vanished,
-    then per session its creation, every entry, and each streamed entry's
-    current revision."""
+def resync_batches(store: SessionStore, old_metas: list[Meta], now_ms: int) -> Iterator[list[Event]]:
+    """The new store's state as events, one list per session (deletes first)."""
     metas = store.list_metas()
     current = {m["session_id"] for m in metas}
-    out: list[Event] = [ev.deleted(m["session_id"], now_ms, m.get("metadata"))
-                        for m in old_metas if m["session_id"] not in current]
+    gone = [ev.deleted(m["session_id"], now_ms, m.get("metadata")) for m in old_metas
+            if m["session_id"] not in current]
+    if gone:
+        yield gone
     for meta in metas:
         sid = meta["session_id"]
         metadata = meta.get("metadata")
-        out.append(ev.created(meta))
+        batch = [ev.created(meta)]
         for entry in store.entries(sid):
             # Added for every entry (an observer may never have seen it), then
             # the current revision for streamed ones, so highest-revision wins.
-            out.append(ev.message_added(sid, entry, metadata))
+            batch.append(ev.message_added(sid, entry, metadata))
             if entry.get("kind") == "message" and entry.get("revision", 0) > 0:
-                out.append(ev.message_updated(sid, entry, entry.get("origin"), entry["timestamp"], metadata))
-    return out
+                batch.append(ev.message_updated(sid, entry, entry.get("origin"), entry["timestamp"], metadata))
+        yield batch

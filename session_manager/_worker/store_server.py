@@ -20,8 +20,10 @@ from typing import Any
 from pydantic import BaseModel
 
 from .._wire.models import SessionEntry, SessionMeta
-from .._wire.shape import build, edit
+from .._wire.shape import build
 from ..errors import PARENT_NOT_FOUND, SessionError, invalid_request, not_found
+from ..store import _protocol_cas as atomic
+from ..store._cas import derive_append_meta
 from ..store._protocol import (
     COMMIT_APPEND,
     DELETE_ACTIVE_LEAF,
@@ -58,6 +60,7 @@ from ..store._protocol import (
     StoredAttachment,
 )
 from ..store.base import Commit, SessionStore
+from . import store_server_atomic as served
 
 LockFor = Callable[[str], "threading.Lock | threading.RLock"]
 
@@ -147,8 +150,7 @@ def _commit_append(store: SessionStore, lock: LockFor, req: CommitAppendRequest,
         elif entry.get("parent_id") is not None and store.get_entry(sid, entry["parent_id"]) is None:
             raise SessionError(PARENT_NOT_FOUND,
                                f"parent entry {entry['parent_id']} does not exist in session {sid}")
-        meta = edit[SessionMeta](meta, updated_at=entry["timestamp"],
-                     message_count=meta["message_count"] + int(entry["kind"] == "message"))
+        meta = derive_append_meta(meta, (entry,))
         store.commit(sid, Commit(entries=(entry,), leaf=entry["id"], meta=meta))
     return build[CommitAppendResponse](entry=entry, meta=meta, committed=True)
 
@@ -187,6 +189,17 @@ def _delete_attachments(store: SessionStore, lock: LockFor, req: SessionIdReques
 _D = "Internal store protocol (fs instances only): "
 
 STORE_FUNCTIONS: tuple[StoreFunction, ...] = (
+    # Ours (store_server_atomic), registered first: a main that serves any
+    # reference call already serves these, so a bridge never mistakes a
+    # main still registering for a Rust one.
+    StoreFunction(atomic.COMMIT, served.commit, atomic.CommitRequest, atomic.CommitResponse,
+                  _D + "apply one commit (entries, leaf, meta) atomically under the session lock, with "
+                  "compare-and-set; a stale commit writes nothing and answers committed: false."),
+    StoreFunction(atomic.DELETE_SESSION, served.delete_session, atomic.SessionIdOnly,
+                  atomic.DeleteSessionResponse, _D + "delete a whole session (meta, entries, leaf, "
+                  "attachments) in one call."),
+    StoreFunction(atomic.READ_PATH, served.read_path, atomic.ReadPathRequest, atomic.ReadPathResponse,
+                  _D + "a window of a session's root -> leaf path, walked on the main."),
     StoreFunction(GET_META, _get_meta, SessionIdRequest, SessionMeta, _D + "one SessionMeta, or null.",
                   nullable=True),
     StoreFunction(PUT_META, _put_meta, PutMetaRequest, OkResponse, _D + "write one SessionMeta."),

@@ -11,6 +11,7 @@ import threading
 from abc import abstractmethod
 from typing import Any
 
+from . import _cas as cas
 from .base import Commit, Entry, Meta, SessionStore
 from .path import EntryPath, walk_to_root
 
@@ -66,6 +67,19 @@ class SessionState:
         else:
             self._drop_path()
         self.leaf = leaf
+
+    def clear(self) -> None:
+        """The session was deleted: a writer still holding this state (it
+        waited on :attr:`lock`) must see it absent, not resurrect it."""
+        self.meta = None
+        self.entries = {}
+        self.leaf = None
+        self._drop_path()
+
+    def resolve(self, commit: Commit) -> Commit:
+        """The commit checked against (and resolved on) this state; call
+        under :attr:`lock`, then :meth:`apply` the result."""
+        return cas.resolve(commit, self.meta, self.leaf, self.entries.get)
 
     def apply(self, commit: Commit) -> None:
         for entry in commit.entries:

@@ -26,6 +26,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from ._cas import UNSET, Unset
 from .path import Entry as Entry
 from .path import EntryPath
 
@@ -42,9 +43,17 @@ R = TypeVar("R")
 class Commit:
     """One mutation of one session: entry snapshots to write (new entries or
     new revisions), the active leaf if it moves, and the new meta if it
-    changes. The fs and memory adapters apply it all-or-nothing; the bridge
-    sends it as several calls (entries, leaf, meta, in that order), so a
+    changes. The fs and memory adapters apply it all-or-nothing, and so does
+    the bridge over our main (one ``session::store::commit`` call); over a
+    Rust main it is several calls (entries, leaf, meta, in that order), so a
     failure part-way leaves the earlier parts written.
+
+    Compare-and-set (see :mod:`._cas`): ``expect_meta`` is the meta the
+    decision read (``None``: the session must not exist), ``expect_revisions``
+    the revisions of entries it rewrites; ``append`` marks new entries whose
+    meta the store derives from its current one (``chain``: the first entry's
+    parent becomes the store's current leaf). A stale commit raises
+    :class:`~session_manager.errors.Conflict` and writes nothing.
 
     ``tx`` names the commit where an adapter needs an id for it (the fs
     adapter's multi-line records): called at most once; ``None`` lets the
@@ -55,6 +64,10 @@ class Commit:
     leaf: str | None = None
     meta: Meta | None = None
     tx: Callable[[], str] | None = None
+    expect_meta: Meta | Unset | None = UNSET
+    expect_revisions: tuple[tuple[str, int], ...] = ()
+    append: bool = False
+    chain: bool = False
 
 
 class SessionStore(ABC):
@@ -132,7 +145,10 @@ class SessionStore(ABC):
         """Every stored entry of the session, on any branch."""
 
     @abstractmethod
-    def commit(self, session_id: str, commit: Commit) -> None: ...
+    def commit(self, session_id: str, commit: Commit) -> Commit:
+        """Apply ``commit`` whole or not at all and return it as applied
+        (an append re-parented and its meta derived by :func:`.cas.resolve`,
+        which every adapter calls inside the critical section that writes)."""
 
     @abstractmethod
     def delete_session(self, session_id: str) -> None:

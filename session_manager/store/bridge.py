@@ -2,9 +2,17 @@
 
 The bridged instance keeps all domain logic; the main (an fs-mode
 session-manager on another engine) is its durable storage. Every method is
-one or a few calls over a dedicated iii client connected to the main's
-engine, each bounded by ``timeout_ms``. Nothing is cached here: the main is
-the only truth, so two bridges on one main never read stale state.
+one call over a dedicated iii client connected to the main's engine, each
+bounded by ``timeout_ms``: a commit is one ``session::store::commit`` applied
+whole or not at all with compare-and-set (a stale one raises
+:class:`~session_manager.errors.Conflict`), a delete one ``delete-session``, and a path
+is read window by window (``read-path``), so a page costs O(page). Nothing
+is cached here: the main is the only truth, so two bridges on one main
+never read stale state.
+
+A main without those calls (a Rust main answers ``function_not_found``) is
+served the reference's multi-call writes instead: no atomicity, no
+compare-and-set, O(session) path reads (see the README).
 
 Any failure (unreachable main, timeout, an error answer, a reply of the
 wrong shape) is a :class:`~session_manager.errors.StoreError`, which the
@@ -15,7 +23,10 @@ from __future__ import annotations
 
 import base64
 import binascii
+import logging
+import time
 from collections.abc import Iterable
+from dataclasses import replace
 from typing import Any
 
 from pydantic import ConfigDict, TypeAdapter, ValidationError
@@ -24,15 +35,29 @@ from .. import _bus as bus
 from .._bus import Bus
 from .._wire.models import AttachmentMeta as AttachmentMetaModel
 from .._wire.models import SessionEntry, SessionMeta
-from ..errors import NotFound, StoreError
+from ..errors import Conflict, NotFound, StoreError, Unavailable
 from . import _protocol as sp
+from . import _protocol_cas as atomic
+from ._cas import UNSET, meta_version
+from ._remote_path import RemotePath
 from .base import AttachmentMeta, Commit, Entry, Meta, SessionStore
 from .path import EntryPath, walk_to_root
+
+log = logging.getLogger("session_manager.store.bridge")
+
+FUNCTION_NOT_FOUND = "function_not_found"  # the engine's code for a function nobody serves
+LEGACY_RECHECK_S = 60.0
 
 _META = TypeAdapter(SessionMeta)
 # Built on first use, like the models: `import session_manager` must stay cheap.
 _ENTRY: TypeAdapter[Any] = TypeAdapter(SessionEntry, config=ConfigDict(defer_build=True))
 _ATTACHMENT = TypeAdapter(AttachmentMetaModel)
+
+
+class _NotServed(Unavailable):
+    """The main does not serve one of our atomic calls (a Rust main). Caught
+    where the fallback applies; anywhere else (a main that stopped serving
+    mid-read) it is a storage failure like any other."""
 
 
 class BridgeStore(SessionStore):
@@ -41,6 +66,33 @@ class BridgeStore(SessionStore):
     def __init__(self, client: Bus, timeout_ms: int) -> None:
         self.client = client
         self.timeout_ms = timeout_ms
+        # Until when the main is known not to serve our atomic calls (a Rust
+        # main): looked at again afterwards, so a main that was only
+        # restarting is not treated as a Rust one for good.
+        self._legacy_until = 0.0
+
+    def _legacy_main(self) -> bool:
+        return time.monotonic() < self._legacy_until
+
+    @property
+    def atomic(self) -> bool:
+        """Whether writes currently go through the atomic, compare-and-set calls."""
+        return not self._legacy_main()
+
+    def _new_call(self, function_id: str, payload: dict[str, Any]) -> Any:
+        """A call of ours (:mod:`._protocol_cas`); :class:`_NotServed`
+        when the main does not know it."""
+        try:
+            return self._call(function_id, payload)
+        except Unavailable as e:
+            if e.code != FUNCTION_NOT_FOUND:
+                raise
+            if not self._legacy_main():
+                log.warning("the main does not serve %s (a Rust main?): falling back to multi-call "
+                            "writes without atomicity or compare-and-set for %.0f s", function_id,
+                            LEGACY_RECHECK_S)
+            self._legacy_until = time.monotonic() + LEGACY_RECHECK_S
+            raise _NotServed(function_id) from e
 
     # -- transport ------------------------------------------------------------
 
@@ -102,47 +154,92 @@ class BridgeStore(SessionStore):
     def path(self, session_id: str, leaf: str | None) -> EntryPath:
         if leaf is None:
             return EntryPath([], {})
+        if not self._legacy_main():
+            def fetch(**window: Any) -> dict[str, Any]:
+                return self._window(session_id, leaf, window)
+
+            try:
+                path = RemotePath(fetch, leaf)
+                len(path)  # the first window; a Rust main answers function_not_found here
+                return path
+            except _NotServed:
+                pass
         by_id = {e["id"]: e for e in self.entries(session_id)}
         return EntryPath(walk_to_root(by_id, leaf), by_id)
 
-    def commit(self, session_id: str, commit: Commit) -> None:
+    def _window(self, session_id: str, leaf: str, window: dict[str, Any]) -> dict[str, Any]:
+        answer = self._new_call(atomic.READ_PATH, {"session_id": session_id, "leaf": leaf, **window})
+        self._field(atomic.READ_PATH, answer, "length", int)
+        self._field(atomic.READ_PATH, answer, "start", int)
+        self._items(atomic.READ_PATH, answer, "entries", _ENTRY)
+        return answer  # type: ignore[no-any-return]
+
+    def commit(self, session_id: str, commit: Commit) -> Commit:
+        if not self._legacy_main():
+            try:
+                return self._commit(session_id, commit)
+            except _NotServed:
+                pass
+        return self._legacy_commit(session_id, commit)
+
+    def _commit(self, session_id: str, commit: Commit) -> Commit:
+        payload: dict[str, Any] = {"session_id": session_id, "entries": list(commit.entries), "leaf": commit.leaf,
+                                   "meta": commit.meta, "append": commit.append, "chain": commit.chain,
+                                   "expect_revisions": dict(commit.expect_revisions)}
+        if commit.expect_meta is not UNSET:
+            payload["expect_meta_version"] = meta_version(commit.expect_meta)
+        answer = self._new_call(atomic.COMMIT, payload)
+        committed = self._field(atomic.COMMIT, answer, "committed", bool)
+        if not committed:
+            raise Conflict(f"the main refused a stale commit: {answer.get('conflict')}")
+        entries = tuple(self._items(atomic.COMMIT, answer, "entries", _ENTRY))
+        meta = answer.get("meta")
+        if meta is not None:
+            self._checked(atomic.COMMIT, _META, meta)
+        return replace(commit, entries=entries, leaf=answer.get("leaf"), meta=meta)
+
+    def _legacy_commit(self, session_id: str, commit: Commit) -> Commit:
+        """Today's multi-call writes for a main without ``session::store::commit``
+        (a Rust main): not atomic, no compare-and-set (see the README)."""
         entries = commit.entries
-        if (len(entries) == 1 and commit.leaf == entries[0]["id"] and commit.meta is not None
-                and entries[0].get("revision", 0) == 0 and commit.meta.get("updated_at") == entries[0]["timestamp"]):
-            # A new entry that becomes the leaf, stamped now: an append, sent as
-            # one atomic commit-append (entry, leaf and meta together). The
-            # service already resolved the parent under its lock: explicit.
-            answer = self._commit_append(session_id, entries[0])
+        if commit.append and len(entries) == 1:
+            # One atomic call on any main: idempotent, parent and meta derived there.
+            answer = self._commit_append(session_id, entries[0], explicit=not commit.chain)
             if answer is None:
-                pass  # no session there yet (a one-entry fork): written the general way
-            elif answer["committed"]:
-                if answer.get("meta") != commit.meta:
-                    # The main derives the meta (count, updated_at); a commit may
-                    # carry more (or another writer raced us): ours is the contract.
-                    self._ok(sp.PUT_META, {"meta": commit.meta})
-                return
-            # The id exists on the main (another writer got there first): a
-            # commit is last-wins, so write it the general way.
-        # Anything else: entries, then the leaf, then the meta, so a failure
-        # part-way never leaves a meta pointing at writes that did not happen.
+                raise Conflict(f"session {session_id} no longer exists on the main")
+            if not answer["committed"]:
+                raise Conflict(f"entry {entries[0]['id']} already exists on the main")
+            return replace(commit, entries=(answer["entry"],), leaf=answer["entry"]["id"], meta=answer["meta"])
+        # Entries, then the leaf, then the meta, so a failure part-way never
+        # leaves a meta pointing at writes that did not happen.
         for entry in entries:
             self._ok(sp.PUT_ENTRY, {"session_id": session_id, "entry": entry})
         if commit.leaf is not None:
             self._ok(sp.SET_ACTIVE_LEAF, {"session_id": session_id, "entry_id": commit.leaf})
         if commit.meta is not None:
             self._ok(sp.PUT_META, {"meta": commit.meta})
+        return commit
 
-    def _commit_append(self, session_id: str, entry: Entry) -> dict[str, Any] | None:
+    def _commit_append(self, session_id: str, entry: Entry, *, explicit: bool) -> dict[str, Any] | None:
         try:
             answer = self._call(sp.COMMIT_APPEND, {"session_id": session_id, "entry": entry,
-                                                   "parent_explicit": True})
+                                                   "parent_explicit": explicit})
         except NotFound:
             return None
         if not isinstance(answer, dict) or not isinstance(answer.get("committed"), bool):
             raise self._malformed(sp.COMMIT_APPEND, f"expected {{entry, meta, committed}}, got {answer!r:.200}")
+        self._checked(sp.COMMIT_APPEND, _ENTRY, answer.get("entry"))
+        self._checked(sp.COMMIT_APPEND, _META, answer.get("meta"))
         return answer
 
     def delete_session(self, session_id: str) -> None:
+        if not self._legacy_main():
+            try:
+                answer = self._new_call(atomic.DELETE_SESSION, {"session_id": session_id})
+                self._field(atomic.DELETE_SESSION, answer, "deleted", bool)
+                return
+            except _NotServed:
+                pass
         # Attachments first and the meta last: until the meta goes, a failed
         # delete leaves a visible session that a retry removes.
         ids = {"session_id": session_id}

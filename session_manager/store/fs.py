@@ -102,6 +102,7 @@ class FsStore(AttachmentFiles, StateBackedStore):
         self._follow = Follower(self._ops) if read_only else None  # how far each log was read
         self._peeked: dict[str, tuple[tuple[int, int, int], Meta | None]] = {}  # read-only list cache
         self._fold: FoldIndex | None = None
+        self.compactions = 0  # logs rewritten as their live state since this store opened (config-status)
         if self._owner is not None:
             _delete.recover(self._ops, self.dir, lambda stem: self._folder_of_stem(stem))
             if self.case_insensitive:
@@ -215,6 +216,8 @@ class FsStore(AttachmentFiles, StateBackedStore):
         if _compaction.rewrite(self._ops, self._log(session_id), body, sync_dir=self.durability == "fsync"):
             budget.rewritten(len(body))
             self._tail_fix.pop(session_id, None)
+            with self._lock:
+                self.compactions += 1
             return True
         budget.failed()  # retried once the log has doubled, not on every commit
         return False
@@ -324,12 +327,13 @@ class FsStore(AttachmentFiles, StateBackedStore):
 
     # -- writes ------------------------------------------------------------------
 
-    def commit(self, session_id: str, commit: Commit) -> None:
+    def commit(self, session_id: str, commit: Commit) -> Commit:
         self._writable()
-        data = encode_commit(commit)
         state = self._state(session_id, create=True)
         assert state is not None
         with state.lock:
+            commit = state.resolve(commit)
+            data = encode_commit(commit)
             if self._fold is not None:
                 self._fold.claim(session_id)
             self._append(session_id, data)
@@ -342,6 +346,7 @@ class FsStore(AttachmentFiles, StateBackedStore):
                     if self._scans:
                         self._changed[session_id] = commit.meta
             self._maybe_compact(session_id, state)
+        return commit
 
     def _account(self, session_id: str, commit: Commit, data: bytes) -> None:
         budget = self._budgets.get(session_id)
@@ -400,6 +405,7 @@ class FsStore(AttachmentFiles, StateBackedStore):
         with state.lock:
             _delete.delete(self._ops, self.file_path(session_id), self.attachments_dir(session_id),
                            sync=self.durability == "fsync")
+            state.clear()  # a writer waiting on this state must see the session gone
             with self._lock:
                 self._sessions.pop(session_id, None)
                 self._tail_fix.pop(session_id, None)

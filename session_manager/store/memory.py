@@ -31,16 +31,21 @@ class MemoryStore(StateBackedStore):
         with self._lock:
             return [s.meta for s in self._sessions.values() if s.meta is not None]
 
-    def commit(self, session_id: str, commit: Commit) -> None:
+    def commit(self, session_id: str, commit: Commit) -> Commit:
         state = self._state(session_id, create=True)
         assert state is not None
         with state.lock:
+            commit = state.resolve(commit)
             state.apply(commit)
+        return commit
 
     def delete_session(self, session_id: str) -> None:
         with self._lock:
-            self._sessions.pop(session_id, None)
+            state = self._sessions.pop(session_id, None)
             self._attachments.pop(session_id, None)
+        if state is not None:
+            with state.lock:
+                state.clear()
 
     def put_attachment(self, meta: AttachmentMeta, chunks: Iterable[bytes]) -> None:
         data = b"".join(chunks)

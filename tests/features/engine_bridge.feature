@@ -147,3 +147,38 @@ Feature: A bridged session-manager stores through a main fs instance
       {}
       """
     Then the bus call fails with "session/storage"
+
+  Scenario: two bridged instances appending to one session at once keep one chain on the main
+    # Prevents: two bridges forking one session (acknowledged appends off the active path, a short
+    # message_count), or an instance's event functions called twice or never for a bridged append.
+    Given another bridged session-manager on a third engine stores through the main
+    And an observer "main-added" on "session::on-message-added" with filters:
+      """
+      {"input.session_metadata.test_run": {"$eq": "${RUN}"}}
+      """
+    And an observer "first-added" on the bridged instance on "session::on-message-added" with filters:
+      """
+      {"input.session_metadata.test_run": {"$eq": "${RUN}"}}
+      """
+    And an observer "second-added" on the other bridged instance on "session::on-message-added" with filters:
+      """
+      {"input.session_metadata.test_run": {"$eq": "${RUN}"}}
+      """
+    When I call "session::create" on the bridged instance with:
+      """
+      {"title": "shared", "metadata": {"test_run": "${RUN}"}}
+      """
+    Then the bus call succeeds with:
+      """
+      {"meta": {"title": "shared", "message_count": 0}}
+      """
+    And I remember the bus result "session_id" as "S1"
+    When both bridged instances append 200 messages each to session "${S1}" at once
+    Then the main's JSONL of session "${S1}" holds one linear chain of every acknowledged append
+    And the latest "meta" record of session "${S1}" contains:
+      """
+      {"title": "shared", "message_count": 400}
+      """
+    And observer "main-added" saw each acknowledged append exactly once
+    And observer "first-added" saw each acknowledged append exactly once
+    And observer "second-added" saw each acknowledged append exactly once

@@ -15,8 +15,10 @@ engine is unavailable.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -110,19 +112,31 @@ class Bridged:
         for handle in self.handles:  # while their client still runs
             with contextlib.suppress(Exception):
                 handle.dispose()
+        relay = None
         if self.host is not None:
+            link = self.host.runtime.bridge
+            relay = link.relay_id if link is not None else None
             self.host.close()  # ends the bridge connection: its relay leaves the main's engine
         shutdown(self.worker)
         shutdown(self.caller)
         self.stack.close()
-        if self.bus.caller is not None:
-            wait_for(lambda: not any(f["function_id"].startswith("session::bridge::")
-                                     for f in session_functions(self.bus.caller)),
+        if self.bus.caller is not None and relay is not None:
+            wait_for(lambda: not any(f["function_id"] == relay for f in session_functions(self.bus.caller)),
                      what="the relay leaving the main's engine")
 
 
 @pytest.fixture
 def bridged(bus: Bus) -> Iterator[Bridged]:
+    b = Bridged(bus)
+    try:
+        yield b
+    finally:
+        b.close()
+
+
+@pytest.fixture
+def other_bridged(bus: Bus, bridged: Bridged) -> Iterator[Bridged]:
+    """A second bridged instance, on a third engine, over the same main."""
     b = Bridged(bus)
     try:
         yield b
@@ -157,6 +171,69 @@ def _main_gone(bridged: Bridged) -> None:
     bus.worker = None
     wait_for(lambda: not any(f["function_id"].startswith("session::store::")
                              for f in session_functions(bus.caller)), what="the main leaving its engine")
+
+
+@given("another bridged session-manager on a third engine stores through the main")
+def _other_bridged(other_bridged: Bridged) -> None:
+    other_bridged.start()
+
+
+@given(parsers.parse('an observer "{name}" on the other bridged instance on "{fid}" with filters:'))
+def _other_observer(other_bridged: Bridged, name: str, fid: str, docstring: str) -> None:
+    other_bridged.observe(name, fid, other_bridged.bus.substitute(docstring))
+
+
+@when(parsers.parse('both bridged instances append {n:d} messages each to session "{sid}" at once'))
+def _both_append(bridged: Bridged, other_bridged: Bridged, n: int, sid: str) -> None:
+    bus = bridged.bus
+    session_id = bus.substitute(json.dumps(sid))
+    acked: list[str] = []
+    errors: list[BaseException] = []
+    start = threading.Barrier(2)
+
+    def run(instance: Bridged, name: str) -> None:
+        try:
+            start.wait()
+            for i in range(n):
+                answer = instance.caller.trigger({"function_id": "session::append", "timeout_ms": CALL_TIMEOUT_MS,
+                                                  "payload": {"session_id": session_id, "message": {
+                                                      "role": "user", "timestamp": 1,
+                                                      "content": [{"type": "text", "text": f"{name}-{i}"}]}}})
+                with bus._lock:
+                    acked.append(answer["entry_id"])
+        except BaseException as e:  # reported below
+            errors.append(e)
+
+    pool = [threading.Thread(target=run, args=(b, name)) for b, name in ((bridged, "first"), (other_bridged, "second"))]
+    for t in pool:
+        t.start()
+    for t in pool:
+        t.join(300)
+    assert errors == [], errors
+    assert len(acked) == 2 * n and len(set(acked)) == 2 * n
+    bus.saved["ACKED"] = acked
+
+
+@then(parsers.parse('the main\'s JSONL of session "{sid}" holds one linear chain of every acknowledged append'))
+def _one_chain(bridged: Bridged, sid: str) -> None:
+    from session_manager.store import FsStore
+
+    bus = bridged.bus
+    session_id = bus.substitute(json.dumps(sid))
+    fresh = FsStore(bus.data_dir, read_only=True)  # a reader of the main's files, replayed from disk
+    path = [e["id"] for e in fresh.path(session_id, fresh.get_leaf(session_id))]
+    assert len(fresh.entries(session_id)) == len(path), "an entry is off the active path: the session forked"
+    assert sorted(path) == sorted(bus.saved["ACKED"])
+    appends = [r for r in bus.records(session_id) if r["type"] == "append"]
+    assert len(appends) == len(path)  # one atomic record per acknowledged append
+
+
+@then(parsers.parse('observer "{name}" saw each acknowledged append exactly once'))
+def _each_once(bridged: Bridged, name: str) -> None:
+    bus = bridged.bus
+    acked = bus.saved["ACKED"]
+    events = bus.received(name, len(acked))
+    assert sorted(e["entry_id"] for e in events) == sorted(acked)
 
 
 @then(parsers.parse('the bus error names "{text}"'))

@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 from session_manager.store import Commit, SessionStore
+from tests.unit.store_contract_concurrency import ConcurrentWriters
 
 T0 = 1_000_000
 
@@ -89,8 +90,9 @@ def chunks_then_hash(target: dict[str, Any], parts: list[bytes]) -> Iterator[byt
     target["sha256"] = "done"
 
 
-class StoreContract(ABC):
-    """The contract; subclasses name the adapter."""
+class StoreContract(ConcurrentWriters, ABC):
+    """The contract; subclasses name the adapter (the concurrent-writer part
+    is :class:`~tests.unit.store_contract_concurrency.ConcurrentWriters`)."""
 
     @abstractmethod
     def open_store(self, tmp_path: Path) -> Iterator[SessionStore]:

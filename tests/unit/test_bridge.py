@@ -31,6 +31,7 @@ from session_manager.errors import StoreError
 from session_manager.ids import SequentialIds
 from session_manager.store import FsStore
 from session_manager.store import _protocol as sp
+from session_manager.store import _protocol_cas as atomic
 from session_manager.store._encoding import encode_id
 from session_manager.store.base import Commit, SessionStore
 from session_manager.store.bridge import BridgeStore
@@ -147,6 +148,11 @@ class TestBridgeStore(StoreContract):
     def reopened(self, tmp_path: Path) -> list[SessionStore]:
         return [FsStore(tmp_path / "data", read_only=True)]  # what the main wrote (the main still owns it)
 
+    def second_writer(self, store: SessionStore) -> SessionStore:
+        """A second bridged instance's link: its own connection to the same main."""
+        assert isinstance(store, BridgeStore)
+        return BridgeStore(store.client.engine.connection("second-bridge"), store.timeout_ms)
+
 
 @pytest.fixture
 def store(tmp_path: Path) -> Iterator[BridgeStore]:
@@ -169,14 +175,57 @@ def test_bridge_store_maps_each_method_to_the_protocol(store: BridgeStore, tmp_p
                           "size": 2, "sha256": "", "created_at": 1}, [b"h", b"i"])
     assert store.read_attachment("s_1", "a_1") == b"hi"
     store.delete_session("s_1")
+    # one call per commit and per delete, whatever they carry
     assert [t["function_id"] for t in conn.triggers] == [
-        sp.PUT_META, sp.COMMIT_APPEND, sp.PUT_ENTRY, sp.PUT_META,
-        sp.PUT_ENTRY, sp.PUT_ENTRY, sp.SET_ACTIVE_LEAF, sp.PUT_META,
-        sp.GET_META, sp.GET_META, sp.PUT_ATTACHMENT, sp.GET_ATTACHMENT,
-        sp.DELETE_ATTACHMENTS, sp.DELETE_ACTIVE_LEAF, sp.DELETE_ENTRIES, sp.DELETE_META]
+        atomic.COMMIT, atomic.COMMIT, atomic.COMMIT, atomic.COMMIT,
+        sp.GET_META, sp.GET_META, sp.PUT_ATTACHMENT, sp.GET_ATTACHMENT, atomic.DELETE_SESSION]
     assert {t["timeout_ms"] for t in conn.triggers} == {700}
-    assert conn.triggers[1]["payload"]["parent_explicit"] is True
     assert list((tmp_path / "data").glob("*.jsonl")) == []
+
+
+def rust_like(fake: FakeEngine) -> None:
+    """A main without our atomic calls, as a Rust main is."""
+    for fid in (atomic.COMMIT, atomic.DELETE_SESSION, atomic.READ_PATH):
+        fake.unregister(fid)
+
+
+def test_a_main_without_the_atomic_calls_gets_the_reference_calls(tmp_path: Path,
+                                                                  caplog: pytest.LogCaptureFixture) -> None:
+    # Prevents: a bridge that cannot store on a Rust main (no session::store::commit there), or that
+    # stops using the atomic calls for good after one function_not_found.
+    fake = FakeEngine()
+    main = IIIHost(fake, parse_config(fs_value(tmp_path / "data")), ids=SequentialIds(),
+                   clock=ManualClock(START_MS))
+    main.register()
+    rust_like(fake)
+    store = BridgeStore(fake.connection(), 700)
+    conn = store.client
+    with caplog.at_level(logging.WARNING, logger="session_manager.store.bridge"):
+        store.commit("s_1", Commit(meta=meta_of("s_1")))
+        applied = store.commit("s_1", Commit(entries=(message_entry("e_1", None),), leaf="e_1",
+                                             meta=meta_of("s_1", message_count=1), append=True, chain=True))
+        store.commit("s_1", Commit(entries=(custom_entry("c_1", "e_1"), custom_entry("c_2", "c_1")), leaf="c_2",
+                                   meta=meta_of("s_1", message_count=1)))
+        assert [e["id"] for e in store.path("s_1", "c_2")] == ["e_1", "c_1", "c_2"]
+        store.delete_session("s_1")
+    assert applied.meta == meta_of("s_1", message_count=1) and applied.entries[0]["parent_id"] is None
+    assert [t["function_id"] for t in conn.triggers] == [
+        atomic.COMMIT, sp.PUT_META, sp.COMMIT_APPEND, sp.PUT_ENTRY, sp.PUT_ENTRY, sp.SET_ACTIVE_LEAF, sp.PUT_META,
+        sp.LIST_ENTRIES, sp.DELETE_ATTACHMENTS, sp.DELETE_ACTIVE_LEAF, sp.DELETE_ENTRIES, sp.DELETE_META]
+    assert conn.triggers[2]["payload"]["parent_explicit"] is False
+    assert caplog.text.count("falling back to multi-call writes") == 1
+    assert not store.atomic
+    store._legacy_until = 0.0  # the re-check interval has passed: the main is asked again
+    assert store.atomic
+    store.commit("s_3", Commit(meta=meta_of("s_3")))
+    store.commit("s_3", Commit(entries=(message_entry("e_9", None),), leaf="e_9", meta=meta_of("s_3", message_count=1)))
+    store._legacy_until = 0.0  # a read first, this time
+    assert [e["id"] for e in store.path("s_3", "e_9")] == ["e_9"]
+    assert [t["function_id"] for t in conn.triggers[-2:]] == [atomic.READ_PATH, sp.LIST_ENTRIES]
+    store._legacy_until = 0.0
+    store.commit("s_2", Commit(meta=meta_of("s_2")))
+    assert [t["function_id"] for t in conn.triggers[-2:]] == [atomic.COMMIT, sp.PUT_META]
+    main.close()
 
 
 def test_bridge_writes_land_in_the_main_files(store: BridgeStore, tmp_path: Path) -> None:
@@ -261,7 +310,7 @@ def test_protocol_registrations(topo: Topology) -> None:
     on_events = fake.functions[sp.ON_EVENTS]
     assert on_events.metadata == {"internal": True, "trace_hidden": True, "private": True}
     assert on_events.observe is not None
-    assert len(ss.STORE_FUNCTIONS) == 17
+    assert len(ss.STORE_FUNCTIONS) == 20
 
 
 def test_raw_reads_and_writes(topo: Topology) -> None:
@@ -312,6 +361,55 @@ def test_bad_requests_are_invalid_request(topo: Topology) -> None:
     assert call_error(f, sp.PUT_ATTACHMENT, {"meta": a, "data": "***"}).message.startswith(
         "session/invalid_request: data")
     assert f.invoke(sp.LIST_METAS, {}) == {"metas": []}
+
+
+def test_store_commit_is_whole_compare_and_set_and_replay_safe(topo: Topology) -> None:
+    # Prevents: a stale or replayed commit written (a reverted title, a doubled append), or a batch
+    # applied in part; the refusals are typed answers, not errors to parse.
+    from session_manager.store._cas import meta_version
+
+    f = topo.main_fake
+    log = topo.tmp / "main" / "s_1.jsonl"
+    assert f.invoke(atomic.COMMIT, {"session_id": "s_1", "meta": meta_of("s_1"), "expect_meta_version": None})[
+        "committed"] is True
+    # null: the session must not exist -- it does now
+    again = f.invoke(atomic.COMMIT, {"session_id": "s_1", "meta": meta_of("s_1", title="x"),
+                                     "expect_meta_version": None})
+    assert again == {"committed": False, "conflict": "the session meta changed since the commit was decided"}
+    # an append: parent and counts from the main, whatever was sent
+    first = {**message_entry("e_1", "stale"), "timestamp": START_MS + 5}
+    answer = f.invoke(atomic.COMMIT, {"session_id": "s_1", "entries": [first], "leaf": "e_1",
+                                      "meta": meta_of("s_1", title="bridge copy", message_count=9),
+                                      "append": True, "chain": True})
+    assert answer["committed"] is True and answer["entries"][0]["parent_id"] is None
+    assert answer["meta"] == meta_of("s_1", message_count=1, updated_at=START_MS + 5)
+    before = log.read_bytes()
+    replay = f.invoke(atomic.COMMIT, {"session_id": "s_1", "entries": [first], "leaf": "e_1", "append": True,
+                                      "chain": True})
+    assert replay["committed"] is False and "already exists" in replay["conflict"]
+    # a stale meta version, and a stale revision: refused, nothing written
+    stale = f.invoke(atomic.COMMIT, {"session_id": "s_1", "meta": meta_of("s_1", title="late"),
+                                     "expect_meta_version": meta_version(meta_of("s_1"))})
+    assert stale["committed"] is False
+    rewrite = {**message_entry("e_1", None, "v2", revision=1), "timestamp": START_MS + 5}
+    old_revision = f.invoke(atomic.COMMIT, {"session_id": "s_1", "entries": [rewrite],
+                                            "expect_revisions": {"e_1": 3}})
+    assert old_revision["committed"] is False and "entry e_1 changed" in old_revision["conflict"]
+    # a batch with one bad entry: invalid_request, none of it written
+    bad = call_error(f, atomic.COMMIT, {"session_id": "s_1", "entries": [message_entry("e_2", "e_1"), {"kind": "x"}],
+                                        "leaf": "e_2", "append": True})
+    assert bad.message.startswith("session/invalid_request: entries.1")
+    assert log.read_bytes() == before
+    fresh = FsStore(topo.tmp / "main", read_only=True)
+    assert fresh.get_meta("s_1") == meta_of("s_1", message_count=1, updated_at=START_MS + 5)
+    assert [e["id"] for e in fresh.entries("s_1")] == ["e_1"] and fresh.get_leaf("s_1") == "e_1"
+    # one call deletes everything; a second finds nothing
+    assert f.invoke(atomic.DELETE_SESSION, {"session_id": "s_1"}) == {"deleted": True}
+    assert f.invoke(atomic.DELETE_SESSION, {"session_id": "s_1"}) == {"deleted": False}
+    assert not log.exists()
+    # an append to a session that is gone is a conflict (the bridge re-reads: not found), never a headless log
+    gone = f.invoke(atomic.COMMIT, {"session_id": "s_1", "entries": [first], "leaf": "e_1", "append": True})
+    assert gone["committed"] is False and not log.exists()
 
 
 def test_commit_append_is_atomic_and_idempotent(topo: Topology) -> None:
@@ -583,14 +681,18 @@ def test_attachments_through_the_bridge(topo: Topology) -> None:
 
 
 @pytest.mark.reference
-def test_protocol_traffic_matches_the_golden_schemas(topo: Topology) -> None:
-    # Prevents: a bridge or a main of ours that a reference main or bridge cannot talk to.
-    from jsonschema import Draft7Validator
+@pytest.mark.parametrize("reference_main", [False, True])
+def test_protocol_traffic_matches_the_golden_schemas(topo: Topology, reference_main: bool) -> None:
+    # Prevents: a bridge or a main of ours that a reference main or bridge cannot talk to, or
+    # traffic of our own calls that does not match the schemas the main registers for them.
+    from jsonschema import Draft7Validator, Draft202012Validator
 
     from tests.material import golden_schemas
 
     GOLDEN = golden_schemas()
 
+    if reference_main:
+        rust_like(topo.main_fake)
     _, local = topo.bridged()
     conn = topo.connections[0]
     traffic: list[tuple[str, Any, Any]] = []
@@ -621,13 +723,25 @@ def test_protocol_traffic_matches_the_golden_schemas(topo: Topology) -> None:
     local.invoke("session::delete", {"session_id": sid})
     topo.settle()
     seen = {fid for fid, _, _ in traffic}
-    assert seen == {f.id for f in ss.STORE_FUNCTIONS} | {sp.PUBLISH_EVENTS}
+    ours = {atomic.COMMIT, atomic.DELETE_SESSION, atomic.READ_PATH}
+    if reference_main:
+        assert seen == {f.id for f in ss.STORE_FUNCTIONS} - ours | {sp.PUBLISH_EVENTS}
+    else:
+        legacy_writes = {sp.PUT_META, sp.PUT_ENTRY, sp.SET_ACTIVE_LEAF, sp.COMMIT_APPEND, sp.DELETE_META,
+                         sp.DELETE_ENTRIES, sp.DELETE_ACTIVE_LEAF, sp.DELETE_ATTACHMENTS}
+        assert seen == {f.id for f in ss.STORE_FUNCTIONS} - legacy_writes | {sp.PUBLISH_EVENTS}
     for fid, payload, answer in traffic:
-        golden = GOLDEN[fid]
-        for what, schema, value in (("request", golden["request_schema"], payload),
-                                    ("response", golden["response_schema"], answer)):
+        if fid in ours:
+            reg = topo.main_fake.functions[fid]
+            checks = ((Draft202012Validator, "request", reg.request_format, payload),
+                      (Draft202012Validator, "response", reg.response_format, answer))
+        else:
+            golden = GOLDEN[fid]
+            checks = ((Draft7Validator, "request", golden["request_schema"], payload),
+                      (Draft7Validator, "response", golden["response_schema"], answer))
+        for validator, what, schema, value in checks:
             errors = [f"{'/'.join(map(str, e.absolute_path))}: {e.message}"
-                      for e in Draft7Validator(schema).iter_errors(value)]
+                      for e in validator(schema).iter_errors(value)]
             assert errors == [], f"{fid} {what}: {value!r:.300}"
 
 
@@ -657,15 +771,15 @@ def test_a_reload_waits_for_calls_on_the_old_link_before_closing_it(topo: Topolo
     store = host.runtime.store
     assert isinstance(store, BridgeStore)
     in_call, proceed = threading.Event(), threading.Event()
-    real_call = store._call
+    real_call = store._new_call
 
     def held(function_id: str, payload: dict[str, Any]) -> Any:
-        if function_id == sp.COMMIT_APPEND:
+        if function_id == atomic.COMMIT:
             in_call.set()
             assert proceed.wait(10)
         return real_call(function_id, payload)
 
-    store._call = held  # type: ignore[method-assign]
+    store._new_call = held  # type: ignore[method-assign]
     outcome: dict[str, Any] = {}
     caller = threading.Thread(target=lambda: outcome.update(r=local.invoke(
         "session::append", {"session_id": sid, "message": user("mid-reload")})))

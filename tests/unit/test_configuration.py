@@ -24,17 +24,20 @@ from session_manager._worker.config_value import (
     ConfigError,
     config_schema,
     default_config_value,
-    load_seed,
     parse_config,
     resolve_data_dir,
 )
 from session_manager._worker.iii_host import SELF_REFERENTIAL, IIIHost, start
+from session_manager._worker.seed import Seed, read_seed
 from session_manager.clock import ManualClock
 from session_manager.ids import SequentialIds
 from session_manager.testing import FakeEngine
 
 START_MS = 1_000_000
 NO_WAIT = Retry(attempts=3, delays=(0.0,), sleep=lambda s: None)
+
+NO_COUNTS = {"cas_retries": 0, "events_coalesced": 0, "events_dropped": 0, "publish_timeouts": 0,
+             "compactions": 0}
 
 
 def fs(data_dir: Path | str, **extra: Any) -> dict[str, Any]:
@@ -169,20 +172,38 @@ def test_data_dir_resolution(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) ->
 
 
 def test_seed_expands_plain_vars_and_keeps_defaults(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    # Prevents: the seed expanding ${VAR:default} that belongs to the configuration worker.
+    # Prevents: the seed expanding ${VAR:default} that belongs to the configuration worker, or an
+    # unusable seed silently dropped (it is reported with the file and the reason).
     monkeypatch.setenv("SM_DIR", "/srv/sm")
     monkeypatch.delenv("SM_UNSET", raising=False)
+    monkeypatch.delenv("SM_DIR_DEFAULTED", raising=False)
     path = tmp_path / "seed.yaml"
     path.write_text("adapter:\n  name: fs\n  config:\n    data_dir: ${SM_DIR}/x${SM_UNSET}\n"
                     "max_list_limit: 7\n")
-    assert load_seed(path) == {**fs("/srv/sm/x"), "max_list_limit": 7}
+    assert read_seed(path) == Seed(str(path), {**fs("/srv/sm/x"), "max_list_limit": 7})
     path.write_text("adapter:\n  name: fs\n  config:\n    data_dir: ${SM_DIR_DEFAULTED:data/y}\n")
-    assert load_seed(path) == fs("${SM_DIR_DEFAULTED:data/y}")
+    assert read_seed(path) == Seed(str(path), fs("${SM_DIR_DEFAULTED:data/y}"))
     path.write_text("adapter: [unclosed\n")
-    assert load_seed(path) is None
+    assert read_seed(path).value is None and "is not valid YAML" in (read_seed(path).problem or "")
     path.write_text("bogus_key: 1\n")
-    assert load_seed(path) is None
-    assert load_seed(tmp_path / "missing.yaml") is None
+    assert read_seed(path).value is None and "bogus_key" in (read_seed(path).problem or "")
+    missing = read_seed(tmp_path / "missing.yaml")
+    assert missing.value is None and (missing.problem or "").startswith("cannot be read")
+
+
+def test_a_seed_is_validated_after_placeholder_expansion(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    # Prevents: a ${VAR:default} placeholder smuggling an invalid value past the check (registered,
+    # then breaking every later boot).
+    monkeypatch.delenv("SM_LIMIT", raising=False)
+    path = tmp_path / "seed.yaml"
+    path.write_text("max_list_limit: ${SM_LIMIT:lots}\n")
+    seed = read_seed(path)
+    assert seed.value is None
+    assert "after ${VAR:default} expansion" in (seed.problem or "") and "max_list_limit" in (seed.problem or "")
+    path.write_text("max_list_limit: ${SM_LIMIT:70}\n")  # a lone placeholder reads as a number
+    assert read_seed(path) == Seed(str(path), {"max_list_limit": "${SM_LIMIT:70}"})
+    monkeypatch.setenv("SM_LIMIT", "-1")  # validated in this environment, as the worker will expand it
+    assert "max_list_limit" in (read_seed(path).problem or "")
 
 
 # -- boot ---------------------------------------------------------------------------
@@ -380,7 +401,7 @@ def test_adapter_reload_swaps_store_and_resyncs(booted: tuple[FakeEngine, IIIHos
     assert fake.invoke("session::get", {"session_id": "s_001"})["meta"]["title"] == "new"
     assert fake.invoke("session::get", {"session_id": "s_002"}) is None
     assert fake.invoke("session::config-status", {}) == {
-        "last_outcome": "applied", "last_error": None, "rejected_reloads": 0}
+        "last_outcome": "applied", "last_error": None, "rejected_reloads": 0, **NO_COUNTS}
 
 
 def test_unbuildable_adapter_keeps_last_good(booted: tuple[FakeEngine, IIIHost], tmp_path: Path) -> None:
@@ -406,7 +427,7 @@ def test_unbuildable_adapter_keeps_last_good(booted: tuple[FakeEngine, IIIHost],
     assert fake.invoke("session::get", {"session_id": "s_001"})["meta"]["title"] == "kept"
     fake.set_config(fs(tmp_path / "a", max_list_limit=4))
     assert fake.invoke("session::config-status", {}) == {
-        "last_outcome": "applied", "last_error": None, "rejected_reloads": 3}
+        "last_outcome": "applied", "last_error": None, "rejected_reloads": 3, **NO_COUNTS}
 
 
 def test_fetch_failure_fails_the_reload_and_keeps_status(booted: tuple[FakeEngine, IIIHost]) -> None:

@@ -22,6 +22,9 @@ from session_manager.testing import FakeEngine
 
 START_MS = 1_000_000
 
+NO_COUNTS = {"cas_retries": 0, "events_coalesced": 0, "events_dropped": 0, "publish_timeouts": 0,
+             "compactions": 0}
+
 
 def fs_config(data_dir: Path, **limits: int) -> WorkerConfig:
     return parse_config({"adapter": {"name": "fs", "config": {"data_dir": str(data_dir)}}, **limits})
@@ -228,7 +231,7 @@ def test_draft_and_leaf_moves_are_event_silent(host: IIIHost, fake: FakeEngine) 
 def test_config_status_at_boot(host: IIIHost, fake: FakeEngine) -> None:
     # Prevents: a config-status that does not match the golden shape at boot.
     assert fake.invoke("session::config-status", {}) == {
-        "last_outcome": "applied", "last_error": None, "rejected_reloads": 0}
+        "last_outcome": "applied", "last_error": None, "rejected_reloads": 0, **NO_COUNTS}
 
 
 def test_close_refuses_new_calls(fake: FakeEngine, tmp_path: Path) -> None:

@@ -244,7 +244,7 @@ def test_iii_host_on_postgres_shares_events_and_refuses_the_store_protocol(schem
         added = fake.add_observer(ev.ON_CREATED)
         own = fake.invoke("session::create", {"title": "mine"})["session_id"]
         theirs = neighbour.call("session::create", {"title": "theirs"})["session_id"]
-        assert wait_for(lambda: host.emitter.flush() or len(fake.event_calls()) >= 2)
+        assert wait_for(lambda: host.emitter.flush(5) and len(fake.event_calls()) >= 2)
         host.emitter.flush()
         assert sorted(p["session_id"] for _, p in fake.event_calls()) == sorted([own, theirs])
         assert len(added.delivered) == 2

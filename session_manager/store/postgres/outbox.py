@@ -242,10 +242,11 @@ class Outbox:
                 log.exception("an event subscriber failed; delivery goes on")
 
     def _resync(self) -> None:
-        from ..._worker.runtime import resync_events  # the one definition of "state as events"
+        from ..._worker.runtime import resync_batches  # the one definition of "state as events"
 
         log.warning("event listener was away longer than the outbox retention; resyncing")
-        self._publish(resync_events(self._store, [], int(time.time() * 1000)))
+        for batch in resync_batches(self._store, [], int(time.time() * 1000)):  # one session at a time
+            self._publish(batch)
 
     def _maybe_prune(self, fetch: psycopg.Connection[Any]) -> None:
         now = time.monotonic()

@@ -38,6 +38,7 @@ from psycopg_pool import ConnectionPool
 from ..._wire.events import Event
 from ...errors import STORAGE, SessionError, StoreError, Unavailable, UnstorableValue
 from .. import pg_defaults as defaults
+from .._cas import resolve
 from .._records import _line as encode_json
 from .._records import loads
 from ..base import AttachmentMeta, Commit, Entry, EventSink, Meta, SessionStore
@@ -364,19 +365,30 @@ class PostgresStore(SessionStore):
         rows = self._rows("SELECT body FROM entries WHERE session_id = %s ORDER BY seq", (key(session_id),))
         return [loads(r[0].encode("utf-8")) for r in rows]
 
-    def commit(self, session_id: str, commit: Commit) -> None:
+    def commit(self, session_id: str, commit: Commit) -> Commit:
+        if self._local.tx is not None:
+            # Inside a mutation the decision was read in this transaction under
+            # the session's advisory lock: it is current, so the compare-and-set
+            # check (and an append's re-parenting / derived meta) is a no-op.
+            self._encode_and_write(self._local.tx.conn, session_id, commit)
+            return commit
+        with self.mutation((session_id,)):
+            assert self._local.tx is not None
+            # A commit from outside a mutation is checked against what is
+            # stored now, under the lock, like every adapter's (store._cas).
+            commit = resolve(commit, self.get_meta(session_id), self.get_leaf(session_id),
+                             lambda entry_id: self.get_entry(session_id, entry_id))
+            self._encode_and_write(self._local.tx.conn, session_id, commit)
+        return commit
+
+    def _encode_and_write(self, conn: psycopg.Connection[Any], session_id: str, commit: Commit) -> None:
         # Encode everything first: a value that cannot be stored writes nothing.
         _check_id("session_id", session_id)
         for e in commit.entries:
             _check_id("entry_id", e["id"])
         bodies = [(e, _text(e)) for e in commit.entries]
         meta_text = _text(commit.meta) if commit.meta is not None else None
-        if self._local.tx is not None:
-            self._write(self._local.tx.conn, session_id, commit, bodies, meta_text)
-            return
-        with self.mutation((session_id,)):
-            assert self._local.tx is not None
-            self._write(self._local.tx.conn, session_id, commit, bodies, meta_text)
+        self._write(conn, session_id, commit, bodies, meta_text)
 
     def _write(self, conn: psycopg.Connection[Any], session_id: str, commit: Commit,
                bodies: list[tuple[Entry, str]], meta_text: str | None) -> None:

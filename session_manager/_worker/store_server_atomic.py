@@ -1,0 +1,70 @@
+"""The server side of the atomic ``session::store::*`` calls (ids and wire
+models: :mod:`session_manager.store._protocol_cas`).
+
+Each runs under the main's own session lock, shared with its domain calls,
+so a commit's compare-and-set check and its write are one critical section;
+the store's :func:`~session_manager.store._cas.resolve` chains and counts
+appends inside the adapter's own.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .._wire.shape import build
+from ..errors import Conflict
+from ..store._cas import meta_version
+from ..store._protocol_cas import (
+    CommitRequest,
+    CommitResponse,
+    DeleteSessionResponse,
+    ReadPathRequest,
+    ReadPathResponse,
+    SessionIdOnly,
+)
+from ..store.base import Commit, SessionStore
+
+
+def commit(store: SessionStore, lock: Any, req: CommitRequest, raw: dict[str, Any]) -> Any:
+    sid = req.session_id
+    with lock(sid):
+        if "expect_meta_version" in req.model_fields_set:
+            current = store.get_meta(sid)
+            if meta_version(current) != req.expect_meta_version:
+                why = "the session meta changed since the commit was decided" if current is not None else (
+                    "the session does not exist")
+                return build[CommitResponse](committed=False, conflict=why)
+        # What is written is the payload as sent (a model re-dump would drop the explicit nulls).
+        change = Commit(entries=tuple(raw.get("entries") or ()), leaf=req.leaf, meta=raw.get("meta"),
+                        expect_revisions=tuple(req.expect_revisions.items()), append=req.append,
+                        chain=req.chain)
+        try:
+            applied = store.commit(sid, change)
+        except Conflict as e:
+            return build[CommitResponse](committed=False, conflict=str(e))
+        meta = applied.meta if applied.meta is not None else store.get_meta(sid)
+    return build[CommitResponse](committed=True, entries=list(applied.entries), leaf=applied.leaf, meta=meta)
+
+
+def delete_session(store: SessionStore, lock: Any, req: SessionIdOnly, raw: dict[str, Any]) -> Any:
+    with lock(req.session_id):
+        existed = store.get_meta(req.session_id) is not None or store.get_leaf(req.session_id) is not None
+        store.delete_session(req.session_id)
+    return build[DeleteSessionResponse](deleted=existed)
+
+
+def read_path(store: SessionStore, lock: Any, req: ReadPathRequest, raw: dict[str, Any]) -> Any:
+    path = store.path(req.session_id, req.leaf)
+    length = len(path)
+    index = None
+    if req.around is not None:
+        index = path.index_of(req.around)
+        if index is None:
+            return build[ReadPathResponse](length=length, start=0, index=None, entries=[])
+        start = index + req.start
+    else:
+        start = req.start if req.start >= 0 else length + req.start
+    start = max(0, min(start, length))
+    end = min(length, start + req.count)
+    return build[ReadPathResponse](length=length, start=start, index=index,
+                                   entries=[path[i] for i in range(start, end)])

@@ -1,0 +1,91 @@
+"""Compare-and-set for commits: what a commit was decided on, checked at apply.
+
+A :class:`~.base.Commit` may carry the meta its decision read
+(``expect_meta``), the revisions of entries it rewrites
+(``expect_revisions``), or be an *append* (``append=True``): new entries
+whose meta the store derives from its own current meta, optionally chained
+onto the store's current leaf (``chain=True``). Every adapter checks and
+resolves a commit with :func:`resolve` inside the same critical section
+that writes it, so several writers on one session (threads over one store,
+or several bridged instances over one main) never interleave a decision
+with another writer's write: a stale commit is refused with
+:class:`~session_manager.errors.Conflict` and the domain re-reads and decides again.
+
+"Prior version" is the meta itself (or :func:`meta_version`, its hash, on
+the wire): nothing new is stored on disk.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import json
+from collections.abc import Callable
+from dataclasses import replace
+from typing import TYPE_CHECKING, Literal
+
+from .._wire.models import SessionMeta
+from .._wire.shape import edit
+from ..errors import Conflict, StoreError
+
+if TYPE_CHECKING:
+    from .base import Commit, Entry, Meta
+
+
+class Unset(enum.Enum):
+    """The type of :data:`UNSET`: "no expectation" (``None`` means "absent")."""
+
+    UNSET = "unset"
+
+
+UNSET: Literal[Unset.UNSET] = Unset.UNSET
+
+
+def meta_version(meta: Meta | None) -> str | None:
+    """A stable hash of a meta (canonical JSON), ``None`` for an absent one."""
+    if meta is None:
+        return None
+    text = json.dumps(meta, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def derive_append_meta(meta: Meta, entries: tuple[Entry, ...]) -> Meta:
+    """The meta after appending ``entries``: ``updated_at`` is the last
+    entry's timestamp, ``message_count`` grows by the messages among them."""
+    added = 0
+    for e in entries:  # a loop, not sum(genexpr): this runs twice on every append
+        if e.get("kind") == "message":
+            added += 1
+    return edit[SessionMeta](meta, updated_at=entries[-1]["timestamp"], message_count=meta["message_count"] + added)
+
+
+def _same_meta(current: Meta | None, expected: Meta | None) -> bool:
+    return current is expected or meta_version(current) == meta_version(expected)
+
+
+def resolve(commit: Commit, meta: Meta | None, leaf: str | None,
+            get_entry: Callable[[str], Entry | None]) -> Commit:
+    """The commit as it applies to the current state (``meta``, ``leaf``,
+    entries by id), or :class:`~session_manager.errors.Conflict` when its expectations fail.
+    Call it inside the critical section that then writes the result."""
+    if commit.expect_meta is not UNSET and not _same_meta(meta, commit.expect_meta):
+        raise Conflict("the session meta changed since the commit was decided")
+    for entry_id, revision in commit.expect_revisions:
+        found = get_entry(entry_id)
+        if found is None or int(found.get("revision", 0)) != revision:
+            raise Conflict(f"entry {entry_id} changed since the commit was decided")
+    if not commit.append:
+        return commit
+    if meta is None:
+        raise Conflict("the session no longer exists")
+    if not commit.entries:
+        raise StoreError("an append commit needs at least one entry")
+    if get_entry(commit.entries[0]["id"]) is not None:
+        raise Conflict(f"entry {commit.entries[0]['id']} already exists")
+    entries = commit.entries
+    if commit.chain and entries[0].get("parent_id") != leaf:
+        entries = ({**entries[0], "parent_id": leaf}, *entries[1:])
+    derived = derive_append_meta(meta, entries)
+    if entries is commit.entries and commit.leaf == entries[-1]["id"] and commit.meta == derived:
+        return commit  # decided on the current state (the single-writer case): nothing to redo
+    return replace(commit, entries=entries, leaf=entries[-1]["id"], meta=derived)
