@@ -34,7 +34,6 @@ from array import array
 from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import accumulate
-from pathlib import Path
 from typing import Any, Literal
 
 import orjson
@@ -57,9 +56,10 @@ _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 TailFix = int | Literal["newline"] | None
 
 
-def index_path(data_dir: Path, encoded_id: str) -> Path:
-    """Where the sidecar of the session with file stem ``encoded_id`` lives."""
-    return data_dir / INDEX_DIR / f"{encoded_id}.idx"
+def index_path(data_dir: str | os.PathLike[str], encoded_id: str) -> str:
+    """Where the sidecar of the session with file stem ``encoded_id`` lives (a
+    string: pathlib would intern every id's name for the life of the process)."""
+    return os.path.join(data_dir, INDEX_DIR, encoded_id + ".idx")
 
 
 def _checksum(body: bytes) -> bytes:
@@ -170,10 +170,10 @@ def decode_index(raw: bytes, session_id: str) -> IndexBody | None:
     return IndexBody(header, ids, parents, orphans, offsets, lengths)
 
 
-def write_index(path: Path, data: bytes) -> None:
+def write_index(path: str, data: bytes) -> None:
     """Replace the sidecar at ``path`` atomically (temp file, rename)."""
-    path.parent.mkdir(exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = path + ".tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _O_CLOEXEC, 0o644)
     try:
         try:
@@ -185,13 +185,13 @@ def write_index(path: Path, data: bytes) -> None:
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
-            tmp.unlink()
+            os.unlink(tmp)
         raise
 
 
-def remove_index(path: Path) -> None:
+def remove_index(path: str) -> None:
     with contextlib.suppress(FileNotFoundError):
-        path.unlink()
+        os.unlink(path)
 
 
 # -- loading -------------------------------------------------------------------------
@@ -256,7 +256,7 @@ def _open_log(path: str) -> int | None:
         return None
 
 
-def load(log_path: str, idx_path: Path, session_id: str, read: ReadAt, *, use_index: bool = True,
+def load(log_path: str, idx_path: str, session_id: str, read: ReadAt, *, use_index: bool = True,
          open_log: Callable[[str], int | None] = _open_log) -> Loaded:
     """Read a session from ``log_path`` (opened by ``open_log``: a descriptor,
     or ``None`` when there is no log), through its sidecar when that still
@@ -305,9 +305,10 @@ def load(log_path: str, idx_path: Path, session_id: str, read: ReadAt, *, use_in
                   obj is not None and covered == obj["covered"])
 
 
-def _read_index(path: Path, session_id: str) -> IndexBody | None:
+def _read_index(path: str, session_id: str) -> IndexBody | None:
     try:
-        raw = path.read_bytes()
+        with open(path, "rb") as f:
+            raw = f.read()
     except FileNotFoundError:
         return None
     except OSError as e:
@@ -319,7 +320,7 @@ def _read_index(path: Path, session_id: str) -> IndexBody | None:
     return obj
 
 
-def save(log_path: str, idx_path: Path, session_id: str, state: SessionState, entries: LazyEntries,
+def save(log_path: str, idx_path: str, session_id: str, state: SessionState, entries: LazyEntries,
          covered: int) -> bool:
     """Write the sidecar for the first ``covered`` bytes of the log (a clean
     boundary the state reflects). ``False`` when it could not be written

@@ -37,7 +37,7 @@ SAVE_MIN_BYTES = 256 * 1024
 @dataclass
 class _Files:
     log: str
-    index: Path
+    index: str
     covered: int = 0  # the clean prefix the in-memory state reflects
     saved: int = -1  # the prefix the index on disk describes (-1: none)
     ino: int | None = None
@@ -59,7 +59,7 @@ class LogFiles:
         files = self._files.get(session_id)
         if files is None:
             stem = self._stem(session_id)
-            files = _Files(str(self.dir / f"{stem}.jsonl"), _index.index_path(self.dir, stem))
+            files = _Files(os.path.join(self.dir, stem + ".jsonl"), _index.index_path(self.dir, stem))
             with self._lock:
                 files = self._files.setdefault(session_id, files)
         return files
@@ -141,12 +141,12 @@ class LogFiles:
         replaced: close its descriptor, optionally drop its index."""
         with self._lock:
             files = self._files.pop(session_id, None)
-        if files is None:
-            return
-        self.fds.forget(files.log)
+        if files is not None:
+            self.fds.forget(files.log)
         if remove_index and not self.read_only:
+            index = files.index if files is not None else _index.index_path(self.dir, self._stem(session_id))
             with contextlib.suppress(OSError):
-                _index.remove_index(files.index)
+                _index.remove_index(index)
 
     def close(self, states: dict[str, SessionState]) -> None:
         for session_id, state in list(states.items()):

@@ -210,8 +210,10 @@ class FsStore(AttachmentFiles, StateBackedStore):
             raise StoreError(f"read {os.path.basename(self._log(session_id))}: {reason(e)}") from None
         if fix is not None:
             self._tail_fix[session_id] = fix
-        budget = _compaction.LogBudget()
         files = self._files.files(session_id)
+        if files.ino is None:
+            return  # no log: nothing to account for (and nothing kept per unknown id)
+        budget = _compaction.LogBudget()
         budget.disk = files.covered
         entries = state.entries
         if isinstance(entries, LazyEntries):
@@ -282,6 +284,7 @@ class FsStore(AttachmentFiles, StateBackedStore):
             with state.lock, self._lock:
                 if state.is_empty and self._sessions.get(session_id) is state:
                     del self._sessions[session_id]
+                    self._files.forget(session_id)  # a probe of an unknown id keeps nothing
                     if self._follow is not None:
                         self._follow.forget(session_id)
             return None
@@ -506,9 +509,10 @@ class FsStore(AttachmentFiles, StateBackedStore):
                 break
             state.lock.release()  # dropped from the cache meanwhile: take the current one
         try:
-            self._files.forget(session_id, remove_index=True)  # no descriptor into the log set aside
+            self._fds.forget(self._log(session_id))  # no descriptor into the log set aside
             _delete.delete(self._ops, self.file_path(session_id), self.attachments_dir(session_id),
                            sync=self.durability == "fsync")
+            self._files.forget(session_id, remove_index=True)  # after the commit point: a failed delete keeps it
             with self._lock:
                 self._sessions.pop(session_id, None)
                 self._tail_fix.pop(session_id, None)

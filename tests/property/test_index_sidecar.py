@@ -81,14 +81,14 @@ TAILS = [
 def write_loaded_index(folder: Path, raw: bytes) -> tuple[str, Path, Loaded]:
     log_path = folder / f"{SID}.jsonl"
     log_path.write_bytes(raw)
-    idx = index_path(folder, SID)
-    loaded = load(str(log_path), idx, SID, pread_file(str(log_path)))
-    assert save(str(log_path), idx, SID, loaded.state, loaded.entries, loaded.covered)
+    idx = Path(index_path(folder, SID))
+    loaded = load(str(log_path), str(idx), SID, pread_file(str(log_path)))
+    assert save(str(log_path), str(idx), SID, loaded.state, loaded.entries, loaded.covered)
     return str(log_path), idx, loaded
 
 
 def reload(log_path: str, idx: Path) -> Loaded:
-    return load(log_path, idx, SID, pread_file(log_path))
+    return load(log_path, str(idx), SID, pread_file(log_path))
 
 
 def test_a_log_without_an_index_loads_and_gains_one(tmp_path: Path) -> None:
@@ -182,5 +182,5 @@ def test_appends_behind_the_index_replay_on_top(before: list[bytes], after: list
         loaded = reload(log_path, idx)
         assert snapshot(loaded.state) == oracle(grown)
         # And an index saved from that state resumes correctly too.
-        assert save(log_path, idx, SID, loaded.state, loaded.entries, loaded.covered)
+        assert save(log_path, str(idx), SID, loaded.state, loaded.entries, loaded.covered)
         assert snapshot(reload(log_path, idx).state) == oracle(grown)

@@ -59,7 +59,7 @@ def test_a_reference_written_dir_opens_and_gains_an_index(tmp_path: Path) -> Non
     assert log.read_bytes() == reference_log(30)  # the log itself is never touched by indexing
     store.close()
     again = FsStore(tmp_path)
-    loaded = _index.load(str(log), idx, "s_1", _lazy.pread_file(str(log)))
+    loaded = _index.load(str(log), str(idx), "s_1", _lazy.pread_file(str(log)))
     assert loaded.from_index and loaded.index_current
     assert view(again, "s_1") == oracle(log, "s_1")
     again.close()
@@ -92,9 +92,9 @@ def test_an_index_write_that_fails_loses_nothing(tmp_path: Path, monkeypatch: py
     store = FsStore(tmp_path)
     store.commit("s_1", Commit(meta=meta("s_1")))
 
-    def broken(path: Path, data: bytes) -> None:
-        path.parent.mkdir(exist_ok=True)
-        path.with_name(path.name + ".tmp").write_bytes(data[: len(data) // 2])  # torn, never renamed
+    def broken(path: str, data: bytes) -> None:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        Path(path + ".tmp").write_bytes(data[: len(data) // 2])  # torn, never renamed
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(_index, "write_index", broken)
