@@ -39,6 +39,7 @@ from ._hosts.typed import AsyncTypedMethods
 from ._wire.validation import json_payload
 from .clock import Clock
 from .ids import IdGen
+from .store._cache import DEFAULT_CACHE_BYTES
 from .store.base import SessionStore
 from .store.fs import Durability
 
@@ -245,6 +246,7 @@ def open(
     max_request_bytes: int | None = None,
     max_batch_entries: int | None = None,
     read_only: bool = False,
+    cache_bytes: int = DEFAULT_CACHE_BYTES,
     max_workers: int = DEFAULT_WORKERS,
 ) -> Opening:
     """Open a session store for asyncio code: ``async with aio.open(dir) as asm``
@@ -262,5 +264,6 @@ def open(
         "max_request_bytes": max_request_bytes,
         "max_batch_entries": max_batch_entries,
         "read_only": read_only,
+        "cache_bytes": cache_bytes,
     }
     return Opening(max_workers, options)

@@ -24,6 +24,7 @@ from .._wire.validation import json_payload, parse_request, reject_unknown_keys
 from ..clock import Clock
 from ..errors import STORAGE, SessionError, StoreError
 from ..ids import IdGen
+from ..store._cache import DEFAULT_CACHE_BYTES
 from ..store.base import SessionStore
 from ..store.fs import Durability, FsStore
 from .surface import BY_ID
@@ -182,6 +183,7 @@ def open(
     max_request_bytes: int | None = None,
     max_batch_entries: int | None = None,
     read_only: bool = False,
+    cache_bytes: int = DEFAULT_CACHE_BYTES,
 ) -> SessionManager:
     """Open a session store in this process.
 
@@ -194,7 +196,9 @@ def open(
     data_dir until :meth:`SessionManager.close`: a second one (any process)
     raises ``session/storage`` naming the holder. ``read_only=True`` inspects
     a data_dir (even one another process owns) without writing anything;
-    every mutating function then answers ``session/storage``.
+    every mutating function then answers ``session/storage``. ``cache_bytes``
+    bounds the memory of the fs adapter's loaded sessions (default 256 MiB;
+    least recently used ones are dropped and read again from disk when touched).
     """
     if store is None:
         if data_dir is None:
@@ -205,7 +209,7 @@ def open(
             store = open_dsn(data_dir)
         else:
             try:
-                store = FsStore(data_dir, durability=durability, read_only=read_only)
+                store = FsStore(data_dir, durability=durability, read_only=read_only, cache_bytes=cache_bytes)
             except StoreError as e:
                 raise SessionError(STORAGE, str(e)) from None
             except OSError as e:

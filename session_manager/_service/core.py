@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import threading
 import zlib
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any
 
 from .._wire import events as ev
@@ -26,7 +25,7 @@ from ..store.base import Commit, Entry, Meta, SessionStore
 from ..store.path import EntryPath
 from .limits import LimitsCell
 from .stats import Stats
-from .storage_errors import storage_errors
+from .storage_errors import locked_storage_errors
 
 Result = tuple[Any, list[ev.Event]]
 LOCK_STRIPES = 1024
@@ -64,16 +63,14 @@ class ServiceCore:
         One of :data:`LOCK_STRIPES` locks: a session always maps to the same one."""
         return self._locks[zlib.crc32(session_id.encode("utf-8", "surrogatepass")) % LOCK_STRIPES]
 
-    @contextmanager
-    def _session(self, session_id: str) -> Iterator[None]:
+    def _session(self, session_id: str) -> locked_storage_errors:
         """The one entry point of every mutation of ``session_id``: its
         read-check-write runs inside, under the session's lock, with store
         failures mapped once. A per-mutation storage transaction (the seam the
         provisional :class:`~session_manager.store.SessionStore` leaves for it)
         is entered here too, so no capability module needs to know of it."""
         # store.mutation: one transaction, serialized across processes too.
-        with self.session_lock(session_id), storage_errors(), self.store.mutation((session_id,)):
-            yield
+        return locked_storage_errors(self.session_lock(session_id), self.store.mutation((session_id,)))
 
     def _commit(self, session_id: str, *, entries: tuple[Entry, ...] = (), leaf: str | None = None,
                 meta: Meta | None = None, **decided_on: Any) -> Commit:

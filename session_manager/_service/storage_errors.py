@@ -3,23 +3,75 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+import threading
+from contextlib import AbstractContextManager
+from types import TracebackType
 
 from ..errors import STORAGE, Conflict, SessionError, StoreError, UnstorableValue, invalid_request
 
 
-@contextmanager
-def storage_errors() -> Iterator[None]:
+def mapped(e: BaseException) -> SessionError | None:
+    """The ``session/*`` error a store failure is reported as (``None``: not one)."""
+    if isinstance(e, Conflict):
+        return None  # re-decided by contention.retry_conflicts, which reports exhaustion as session/storage
+    if isinstance(e, UnstorableValue):
+        return invalid_request(str(e))
+    if isinstance(e, StoreError):
+        return SessionError(STORAGE, str(e))
+    if isinstance(e, OSError):
+        return SessionError(STORAGE, e.strerror or type(e).__name__)  # never the path
+    return None
+
+
+class storage_errors:
     """Store failures as the bus reports them: bad values are the caller's
-    ``session/invalid_request``, everything else ``session/storage``."""
-    try:
-        yield
-    except Conflict:
-        raise  # re-decided by contention.retry_conflicts, which reports exhaustion as session/storage
-    except UnstorableValue as e:
-        raise invalid_request(str(e)) from None
-    except StoreError as e:
-        raise SessionError(STORAGE, str(e)) from None
-    except OSError as e:
-        raise SessionError(STORAGE, e.strerror or type(e).__name__) from None  # never the path
+    ``session/invalid_request``, everything else ``session/storage``.
+
+    A class, not a generator context manager: it wraps every call, and the
+    generator machinery cost more than the mapping."""
+
+    __slots__ = ()
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
+        if e is not None:
+            error = mapped(e)
+            if error is not None:
+                raise error from None
+
+
+class locked_storage_errors(storage_errors):
+    """``with lock, storage_errors(), inner:`` as one object (a mutation's
+    entry point): the lock held around the store's transaction ``inner``,
+    failures of either mapped."""
+
+    __slots__ = ("_inner", "_lock")
+
+    def __init__(self, lock: threading.Lock | threading.RLock, inner: AbstractContextManager[None]) -> None:
+        self._lock = lock
+        self._inner = inner
+
+    def __enter__(self) -> None:
+        self._lock.acquire()
+        try:
+            self._inner.__enter__()
+        except BaseException as e:
+            self._lock.release()
+            error = mapped(e)
+            if error is not None:
+                raise error from None
+            raise
+
+    def __exit__(self, kind: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
+        raised = e
+        try:
+            self._inner.__exit__(kind, e, tb)
+        except BaseException as inner_error:
+            raised = inner_error  # the transaction's own failure (a commit that did not hold)
+        finally:
+            self._lock.release()
+        super().__exit__(kind, raised, tb)
+        if raised is not e and raised is not None:
+            raise raised

@@ -40,6 +40,7 @@ from .._service.limits import (
     Limits,
 )
 from ..store import pg_defaults
+from ..store._cache import DEFAULT_CACHE_BYTES
 from ..store.fs import Durability
 
 log = logging.getLogger("session_manager.config")
@@ -114,6 +115,10 @@ class PostgresAdapter(BaseModel):
 Adapter = Annotated[Union[FsAdapter, BridgeAdapter, PostgresAdapter], Field(discriminator="name")]
 
 
+# Keys this worker adds to the reference's configuration value (see to_value).
+EXTENSION_KEYS = ("durability", "cache_bytes")
+
+
 class WorkerConfig(BaseModel):
     """session-manager runtime settings; every field hot-reloads."""
 
@@ -138,6 +143,10 @@ class WorkerConfig(BaseModel):
         default=DEFAULT_DURABILITY,
         description="fs writes: flush (survives a crash of the worker) or fsync (also survives power loss; "
                     "slower). Not known to the Rust worker: remove it before switching back.")
+    # Not a reference key: a value that sets it must drop it before switching back (see README).
+    cache_bytes: Count64 = Field(default=DEFAULT_CACHE_BYTES,
+                                 description="Memory budget for loaded sessions of the fs adapter; least "
+                                             "recently used ones are dropped past it and read again when touched.")
 
     def limits(self) -> Limits:
         return Limits(
@@ -149,12 +158,14 @@ class WorkerConfig(BaseModel):
         )
 
     def to_value(self) -> dict[str, Any]:
-        """The JSON value, as stored by the configuration worker. ``durability``
-        is written only when it is not the default: the reference worker
-        refuses keys it does not know, so a default value stays readable there."""
+        """The JSON value, as stored by the configuration worker. Our own keys
+        (:data:`EXTENSION_KEYS`, unknown to the reference) appear only when set
+        away from their default: the reference worker refuses keys it does not
+        know, so a default value stays readable there."""
         value = self.model_dump(mode="json", by_alias=True)
-        if value["durability"] == DEFAULT_DURABILITY:
-            del value["durability"]
+        for key in EXTENSION_KEYS:
+            if value[key] == type(self).model_fields[key].default:
+                del value[key]
         return value
 
     def adapter_value(self) -> dict[str, Any]:

@@ -339,6 +339,7 @@ class IIIHost:
             self.limits.set(config.limits())
             if isinstance(current.store, FsStore):
                 current.store.durability = config.durability  # read on every write: no rebuild
+                current.store.cache_bytes = config.cache_bytes
             self._runtime = Runtime(config, current.store, current.service, current.bridge)
             log.info("configuration reloaded: list limits %d/%d, max attachment %d bytes, durability %s",
                      config.default_list_limit, config.max_list_limit, config.max_attachment_bytes,

@@ -58,7 +58,7 @@ def build_store(config: WorkerConfig) -> SessionStore:
         return build_postgres(adapter.config)
     path = resolve_data_dir(adapter.config.data_dir)
     try:
-        store = FsStore(path, durability=config.durability)
+        store = FsStore(path, durability=config.durability, cache_bytes=config.cache_bytes)
         store.list_metas()  # an unreadable data_dir fails here, not at the first call
     except DataDirLocked as e:
         raise cfg.BuildError(str(e)) from None

@@ -27,6 +27,8 @@ def encode_id(value: str) -> str:
 
 def decode_id(stem: str) -> str | None:
     """The id an encoded stem names, or ``None`` when it is not a valid encoding."""
+    if "%" not in stem and stem.isascii():
+        return stem  # nothing escaped (most ids): every character stands for itself
     raw = bytearray()
     i = 0
     data = stem.encode("utf-8", "surrogateescape")

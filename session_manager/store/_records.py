@@ -170,13 +170,22 @@ class Replay:
     __slots__ = ("number", "pending", "pending_tx")
 
     def __init__(self) -> None:
-        self.pending: list[dict[str, Any]] = []
+        self.pending: list[tuple[int, dict[str, Any]]] = []  # (line number, record)
         self.pending_tx: str | None = None
         self.number = 0
 
     def feed(
         self, lines: Iterable[bytes], session_id: str, skip: Callable[[int, str], None]
     ) -> Iterator[dict[str, Any]]:
+        for _, record in self.feed_numbered(lines, session_id, skip):
+            yield record
+
+    def feed_numbered(
+        self, lines: Iterable[bytes], session_id: str, skip: Callable[[int, str], None]
+    ) -> Iterator[tuple[int, dict[str, Any]]]:
+        """:meth:`feed` with the (1-based, counted across feeds) number of the
+        line each record came from: the index sidecar keeps where each entry's
+        newest line is."""
         for line in lines:
             self.number += 1
             if not line.strip():
@@ -190,10 +199,10 @@ class Replay:
                 skip(self.number, "the commit before this line is incomplete and was left out")
                 self.pending, self.pending_tx = [], None
             if tx is None:
-                yield record
+                yield self.number, record
                 continue
             self.pending_tx = tx
-            self.pending.append(record)
+            self.pending.append((self.number, record))
             count = record.get("tx_n")
             if count is not None:
                 if count == len(self.pending):
@@ -201,6 +210,12 @@ class Replay:
                 else:
                     skip(self.number, "an incomplete commit was left out")
                 self.pending, self.pending_tx = [], None
+
+    @property
+    def open_since(self) -> int | None:
+        """The number of the first line of the group still open, if any: a
+        replay resumed at that line reads exactly what a whole one would."""
+        return self.pending[0][0] if self.pending else None
 
     @property
     def idle(self) -> bool:
@@ -308,6 +323,19 @@ def encode_commit(commit: Commit) -> bytes:
                 record["tx"] = tx
             records[-1]["tx_n"] = len(records)
     return b"\n".join(_line(r) for r in records) + b"\n"
+
+
+def entry_line_spans(data: bytes, start: int) -> Iterator[tuple[int, int]]:
+    """(offset, length) of each line of ``data`` written at log offset
+    ``start``: :func:`encode_commit` puts a commit's entries first, in order,
+    one per line, so the first ``len(commit.entries)`` spans are theirs."""
+    pos = 0
+    while True:
+        end = data.find(b"\n", pos)
+        if end < 0:
+            return
+        yield start + pos, end - pos
+        pos = end + 1
 
 
 def encode_snapshot(meta: dict[str, Any] | None, entries: Iterable[dict[str, Any]], leaf: str | None) -> bytes:

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import threading
 from abc import abstractmethod
+from collections.abc import MutableMapping
 from typing import Any
 
 from . import _cas as cas
 from .base import Commit, Entry, Meta, SessionStore
-from .path import EntryPath, walk_to_root
+from .path import EntryPath, parent_of, walk_to_root
 
 
 class SessionState:
@@ -23,7 +24,8 @@ class SessionState:
         self.lock = threading.RLock()
         self.loaded = False  # set once the store has replayed what it holds
         self.meta: Meta | None = None
-        self.entries: dict[str, Entry] = {}
+        # A plain dict, or the fs store's lazy mapping (bodies read on demand).
+        self.entries: MutableMapping[str, Entry] = {}
         self.leaf: str | None = None
         # The active path (root -> leaf), built lazily, extended in place on
         # appends that chain from the leaf, dropped when the leaf jumps.
@@ -45,8 +47,7 @@ class SessionState:
 
     def put_entry(self, entry: Entry) -> None:
         eid = entry["id"]
-        old = self.entries.get(eid)
-        if old is not None and old.get("parent_id") != entry.get("parent_id"):
+        if eid in self.entries and parent_of(self.entries, eid) != entry.get("parent_id"):
             self._drop_path()
         self.entries[eid] = entry
 
@@ -59,7 +60,8 @@ class SessionState:
             and pos is not None
             and leaf is not None
             and leaf not in pos
-            and (self.entries.get(leaf) or {}).get("parent_id") == self.leaf
+            and leaf in self.entries
+            and parent_of(self.entries, leaf) == self.leaf
             and (self.leaf is not None or not ids)
         ):
             pos[leaf] = len(ids)
@@ -114,8 +116,13 @@ class SessionState:
         if leaf is None:
             return EntryPath([], self.entries)
         if self.path_ids is None and self.leaf is not None:
-            walked = walk_to_root(self.entries, self.leaf)
-            self.path_ids, self.path_pos = walked, {eid: i for i, eid in enumerate(walked)}
+            linear = getattr(self.entries, "linear_path", None)
+            found = linear(self.leaf) if linear is not None else None
+            if found is not None:
+                self.path_ids, self.path_pos = found
+            else:
+                walked = walk_to_root(self.entries, self.leaf)
+                self.path_ids, self.path_pos = walked, {eid: i for i, eid in enumerate(walked)}
         ids, pos = self.path_ids, self.path_pos
         if ids is not None and pos is not None:
             i = pos.get(leaf)

@@ -18,23 +18,29 @@ grown (or been replaced by a compaction) since it last read it.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Literal
 
 from ..errors import StoreError, UnstorableValue
-from . import _compaction, _delete
+from . import _compaction, _delete, _sessions_index
 from ._attachments import AttachmentFiles
+from ._cache import DEFAULT_CACHE_BYTES, StateCache
 from ._casefold import FoldIndex, names_fold
+from ._catalog import MetaCatalog
 from ._encoding import decode_id, encode_id
+from ._fds import FdCache
 from ._follow import Follower
 from ._fsio import APPEND_FLAGS, NotRegular, Ops, fsync_dir, name_max, open_regular, read_fd, reason, write_all
+from ._index import INDEX_DIR
+from ._lazy import LazyEntries
 from ._lock import LOCK_NAME, DirLock
+from ._logfiles import LogFiles
 from ._records import (
-    committed_records,
-    decode_record,
     encode_commit,
     encode_snapshot,
     meta_size,
@@ -69,7 +75,7 @@ class FsStore(AttachmentFiles, StateBackedStore):
     """
 
     def __init__(self, data_dir: str | os.PathLike[str], durability: Durability = "flush", *,
-                 read_only: bool = False, ops: Ops | None = None) -> None:
+                 read_only: bool = False, ops: Ops | None = None, cache_bytes: int = DEFAULT_CACHE_BYTES) -> None:
         if durability not in ("flush", "fsync"):
             raise ValueError(f"durability must be 'flush' or 'fsync', not {durability!r}")
         shown = os.fspath(data_dir)
@@ -92,10 +98,10 @@ class FsStore(AttachmentFiles, StateBackedStore):
         # Read-only: the lock file exists if a writer ever opened the directory.
         self.case_insensitive = names_fold(self._ops, self._dir, LOCK_NAME)
         self._lock = threading.Lock()  # store-wide; never held across file I/O
-        self._sessions: dict[str, SessionState] = {}
+        self._sessions = StateCache(cache_bytes)
         self._tail_fix: dict[str, TailFix] = {}
         self._budgets: dict[str, _compaction.LogBudget] = {}
-        self._metas: dict[str, Meta] | None = None  # filled by the first list (writable only)
+        self._metas: MetaCatalog | None = None  # filled by the first list (writable only)
         self._scans = 0  # lists reading files right now
         self._changed: dict[str, Meta | None] = {}  # metas written while a list was reading
         self._warned: set[str] = set()
@@ -103,29 +109,58 @@ class FsStore(AttachmentFiles, StateBackedStore):
         self._peeked: dict[str, tuple[tuple[int, int, int], Meta | None]] = {}  # read-only list cache
         self._fold: FoldIndex | None = None
         self.compactions = 0  # logs rewritten as their live state since this store opened (config-status)
+        # Kept descriptors, paths computed once, index sidecars (:mod:`._logfiles`).
+        # Module functions bound to ops (not methods): the store holds no cycle,
+        # so dropping the last reference releases the data_dir at once.
+        self._fds = FdCache(opener=functools.partial(_open_append, self._ops))
+        self._files = LogFiles(self.dir, self._fds, read_only=read_only,
+                               stem=functools.partial(_checked_stem, self._stem_limit),
+                               open_log=functools.partial(_open_read, self._ops))
+        self._sessions_file = self.dir / INDEX_DIR / _sessions_index.FILE
+        self._list_dirty: set[str] = set()  # metas changed since the sessions index was written
         if self._owner is not None:
             _delete.recover(self._ops, self.dir, lambda stem: self._folder_of_stem(stem))
             if self.case_insensitive:
                 self._fold = FoldIndex(self._log_names(), LOG_SUFFIX)
 
     def close(self) -> None:
-        """Release the data_dir (its lock); the store takes no calls afterwards."""
+        """Write the indexes of sessions appended to since their last one, close
+        the kept descriptors, release the data_dir (its lock); the store takes
+        no calls afterwards."""
         if self._owner is not None:
+            with self._lock:
+                states = dict(self._sessions)
+                if self._metas is not None and self._list_dirty:
+                    self._save_sessions_index()
+            self._files.close(states)
             self._owner.release()
         if self._follow is not None:
             self._follow.close()
+
+    @property
+    def cache_bytes(self) -> int:
+        """The memory budget for loaded sessions (least recently used ones are
+        dropped past it; they are read again, through their index, when touched)."""
+        return self._sessions.budget
+
+    @cache_bytes.setter
+    def cache_bytes(self, value: int) -> None:
+        if value < 0:
+            raise ValueError("cache_bytes must not be negative")
+        with self._lock:
+            self._sessions.budget = value
+            self._sessions.evict("", self._drop)
+
+    def _drop(self, session_id: str, state: SessionState) -> None:
+        """A session leaves the cache (under its lock): keep its index current."""
+        self._files.save(session_id, state)
 
     # -- paths -----------------------------------------------------------------
 
     def stem(self, session_id: str) -> str:
         """The encoded file stem of a session; ids too long for every name the
         store makes from it are the caller's error."""
-        stem = encode_id(session_id)
-        if len(stem) > self._stem_limit:
-            raise UnstorableValue(
-                f"session_id is too long: it takes {len(stem)} bytes as a file name and this data_dir "
-                f"allows {self._stem_limit} (the file system's name limit less the store's longest suffix)")
-        return stem
+        return _checked_stem(self._stem_limit, session_id)
 
     @property
     def stem_limit(self) -> int:
@@ -170,25 +205,23 @@ class FsStore(AttachmentFiles, StateBackedStore):
         if self._follow is not None:
             self._follow.refresh(session_id, state, self._log(session_id), lambda n, w: None)
             return
-        data = self._read_log(session_id)
-        if data is None:
-            return
-        name = os.path.basename(self._log(session_id))
-        lines = data.split(b"\n")
-
-        def skip(number: int, why: str) -> None:
-            log.warning("%s line %d: %s", name, number, why)
-
-        for record in committed_records(lines, session_id, skip):
-            state.apply_record(record)
-        if data and not data.endswith(b"\n"):
-            tail = lines[-1]
-            valid = decode_record(tail, session_id) is not None
-            self._tail_fix[session_id] = "newline" if valid else len(data) - len(tail)
+        try:
+            fix = self._files.load(session_id, state)
+        except OSError as e:
+            raise StoreError(f"read {os.path.basename(self._log(session_id))}: {reason(e)}") from None
+        if fix is not None:
+            self._tail_fix[session_id] = fix
+        files = self._files.files(session_id)
+        if files.ino is None:
+            return  # no log: nothing to account for (and nothing kept per unknown id)
         budget = _compaction.LogBudget()
-        budget.disk = len(data)
-        for entry in state.entries.values():
-            budget.entry(entry["id"], snapshot_size(entry))
+        budget.disk = files.covered
+        entries = state.entries
+        if isinstance(entries, LazyEntries):
+            # The live entries' newest lines, from the index: no body is decoded for this (an
+            # estimate on the high side, an append line also carrying a meta: compaction comes
+            # no earlier than it would have).
+            budget.live = entries.live_bytes()
         if state.meta is not None:
             budget.set_meta(meta_size(state.meta))
         # Not compacted here: a load is a read, and reads never write (the
@@ -218,6 +251,7 @@ class FsStore(AttachmentFiles, StateBackedStore):
             self._tail_fix.pop(session_id, None)
             with self._lock:
                 self.compactions += 1
+            self._files.rewritten(session_id, state, body)  # new lines, new index, new descriptor
             return True
         budget.failed()  # retried once the log has doubled, not on every commit
         return False
@@ -232,6 +266,8 @@ class FsStore(AttachmentFiles, StateBackedStore):
         """
         with self._lock:
             state = self._sessions.get(session_id)
+            if state is not None and state.loaded:
+                self._sessions.move_to_end(session_id)
             known = self._metas is None or session_id in self._metas
         if state is None:
             path = self._log(session_id)  # checks the id's length (a held state's id passed already)
@@ -244,23 +280,21 @@ class FsStore(AttachmentFiles, StateBackedStore):
                 if not state.loaded or self.read_only:
                     self._replay(session_id, state)
                     state.loaded = True
+            with self._lock:
+                self._sessions.charge(session_id, state)
+                self._sessions.evict(session_id, self._drop)
         if not create and state.is_empty:
             with state.lock, self._lock:
                 if state.is_empty and self._sessions.get(session_id) is state:
                     del self._sessions[session_id]
+                    self._files.forget(session_id)  # a probe of an unknown id keeps nothing
                     if self._follow is not None:
                         self._follow.forget(session_id)
             return None
         return state
 
     def _ops_exists(self, path: str) -> bool:
-        try:
-            self._ops.lstat(path)
-        except FileNotFoundError:
-            return False
-        except OSError:
-            return True  # let the read report it
-        return True
+        return _exists(self._ops, path)
 
     # -- reads -----------------------------------------------------------------
 
@@ -269,7 +303,7 @@ class FsStore(AttachmentFiles, StateBackedStore):
             return list(self._scan_metas().values())
         with self._lock:
             if self._metas is not None:
-                return list(self._metas.values())
+                return self._metas.values()
             self._scans += 1
         try:
             metas = self._scan_metas()  # file I/O: outside the store-wide lock
@@ -286,8 +320,24 @@ class FsStore(AttachmentFiles, StateBackedStore):
                 else:
                     metas[sid] = meta
             if self._metas is None:
-                self._metas = metas
-            return list(self._metas.values())
+                self._metas = MetaCatalog(metas.values())
+            return self._metas.values()
+
+    def ordered_metas(
+        self, order: str, after: tuple[int, str] | None, status: str | None, metadata: Meta | None
+    ) -> Iterator[Meta]:
+        """From the catalog (writable): a bisect to the cursor, then candidates
+        in order, narrowed by the status and metadata-key indexes; never a
+        sort of the store. A read-only store sorts what it reads."""
+        if self.read_only:
+            return super().ordered_metas(order, after, status, metadata)
+        with self._lock:
+            catalog = self._metas
+        if catalog is None:
+            self.list_metas()
+        with self._lock:
+            assert self._metas is not None
+            return self._metas.ordered(order, after, status, metadata)
 
     def _log_names(self) -> list[str]:
         try:
@@ -297,6 +347,8 @@ class FsStore(AttachmentFiles, StateBackedStore):
         return [n for n in names if n.endswith(LOG_SUFFIX)]
 
     def _scan_metas(self) -> dict[str, Meta]:
+        if not self.read_only:
+            return self._scan_with_index()
         metas: dict[str, Meta] = {}
         for name in self._log_names():
             session_id = decode_id(name[: -len(LOG_SUFFIX)])
@@ -319,6 +371,40 @@ class FsStore(AttachmentFiles, StateBackedStore):
                 metas[session_id] = meta
         return metas
 
+    def _scan_with_index(self) -> dict[str, Meta]:
+        """A writable store's scan: through the sessions index (a stat per log;
+        only logs changed since it was written are read)."""
+        def loaded_meta(session_id: str) -> tuple[bool, Meta | None]:
+            with self._lock:
+                state = self._sessions.get(session_id)
+            # A state still replaying (another thread, under its own lock) holds
+            # a partial meta: only a loaded one is the truth, else the file is.
+            if state is not None and state.loaded:
+                return True, state.meta
+            return False, None
+
+        metas = _sessions_index.scan(
+            self._log_names(), self._sessions_file, lambda name: self._ops.lstat(os.path.join(self._dir, name)),
+            loaded_meta, self._peek_meta, self._warn_once, write_back=True)
+        with self._lock:
+            self._list_dirty.clear()
+        return metas
+
+    def _save_sessions_index(self) -> None:
+        """Record the metas written since the last scan (under the store lock)."""
+        records = _sessions_index.read(self._sessions_file)
+        for session_id in self._list_dirty:
+            path = self._files.log_path(session_id)
+            name = os.path.basename(path)
+            try:
+                key = _sessions_index.file_key(self._ops.lstat(path))
+            except OSError:
+                records.pop(name, None)
+                continue
+            records[name] = [*key, self._metas.get(session_id) if self._metas is not None else None]
+        _sessions_index.write(self._sessions_file, records)
+        self._list_dirty.clear()
+
     def _peek_meta(self, name: str, session_id: str) -> Meta | None:
         """The last committed meta of a log, from its tail: listing never
         needs entries (a read-only store also remembers it per file version)."""
@@ -329,24 +415,41 @@ class FsStore(AttachmentFiles, StateBackedStore):
 
     def commit(self, session_id: str, commit: Commit) -> Commit:
         self._writable()
-        state = self._state(session_id, create=True)
-        assert state is not None
-        with state.lock:
-            commit = state.resolve(commit)
+        state = self._current_state(session_id)
+        try:
+            commit = state.resolve(commit)  # compare-and-set, inside the write's critical section
             data = encode_commit(commit)
             if self._fold is not None:
                 self._fold.claim(session_id)
-            self._append(session_id, data)
+            start = self._append(session_id, data)
             state.apply(commit)
+            self._files.note_commit(session_id, state, start, data, commit)
             self._account(session_id, commit, data)
-            if commit.meta is not None:
-                with self._lock:
+            with self._lock:
+                if commit.meta is not None:
                     if self._metas is not None:
-                        self._metas[session_id] = commit.meta
+                        self._metas.put(commit.meta)
+                        self._list_dirty.add(session_id)
                     if self._scans:
                         self._changed[session_id] = commit.meta
+                if self._sessions.total > self._sessions.budget:
+                    self._sessions.charge(session_id, state)
+                    self._sessions.evict(session_id, self._drop)
             self._maybe_compact(session_id, state)
-        return commit
+            return commit
+        finally:
+            state.lock.release()
+
+    def _current_state(self, session_id: str) -> SessionState:
+        """The session's cached state, its lock held: one the cache dropped
+        meanwhile is never written to (a newer load would not see the write)."""
+        while True:
+            state = self._state(session_id, create=True)
+            assert state is not None
+            state.lock.acquire()
+            if self._sessions.get(session_id) is state:
+                return state
+            state.lock.release()
 
     def _account(self, session_id: str, commit: Commit, data: bytes) -> None:
         budget = self._budgets.get(session_id)
@@ -358,22 +461,24 @@ class FsStore(AttachmentFiles, StateBackedStore):
         if commit.meta is not None:
             budget.set_meta(meta_size(commit.meta))
 
-    def _append(self, session_id: str, data: bytes) -> None:
-        path = self._log(session_id)
+    def _append(self, session_id: str, data: bytes) -> int:
+        """Write one commit's lines through the kept descriptor; returns the
+        log offset they start at."""
+        path = self._files.log_path(session_id)
         fix = self._tail_fix.pop(session_id, None)
         try:
-            created = not self._ops_exists(path)
             # Read access too: the tail check after a failed write preads the file.
-            fd = open_regular(self._ops, path, APPEND_FLAGS)
-            assert fd is not None  # O_CREAT
+            slot, created = self._fds.acquire(path)
+            fd = slot.fd
             try:
                 if fix == "check":
                     fix = inspect_tail(fd, session_id)
                 if isinstance(fix, int):
                     os.ftruncate(fd, fix)
-                elif fix == "newline":
-                    data = b"\n" + data
                 start = os.fstat(fd).st_size
+                lead = 0
+                if fix == "newline":
+                    data, lead = b"\n" + data, 1
                 try:
                     write_all(fd, data)
                     if self.durability == "fsync":
@@ -384,7 +489,7 @@ class FsStore(AttachmentFiles, StateBackedStore):
                     os.ftruncate(fd, start)
                     raise
             finally:
-                os.close(fd)
+                self._fds.release(path, slot)
             if created and self.durability == "fsync":
                 fsync_dir(self._ops, self.dir)
         except NotRegular:
@@ -393,6 +498,7 @@ class FsStore(AttachmentFiles, StateBackedStore):
             # The write may have left a torn line: look again before the next one.
             self._tail_fix[session_id] = "check"
             raise StoreError(f"append to {os.path.basename(path)}: {reason(e)}") from None
+        return start + lead
 
     def delete_session(self, session_id: str) -> None:
         """Whole or not at all; the commit point is the log's rename aside (:mod:`._delete`)."""
@@ -400,19 +506,63 @@ class FsStore(AttachmentFiles, StateBackedStore):
         self.stem(session_id)  # an over-long id is the caller's error, before anything
         # The session's lock without loading it: a replay could compact, and
         # compaction never runs inside a delete (nothing it wrote would survive).
-        with self._lock:
-            state = self._sessions.setdefault(session_id, SessionState())
-        with state.lock:
+        while True:
+            with self._lock:
+                state = self._sessions.setdefault(session_id, SessionState())
+            state.lock.acquire()
+            if self._sessions.get(session_id) is state:
+                break
+            state.lock.release()  # dropped from the cache meanwhile: take the current one
+        try:
+            self._fds.forget(self._log(session_id))  # no descriptor into the log set aside
             _delete.delete(self._ops, self.file_path(session_id), self.attachments_dir(session_id),
                            sync=self.durability == "fsync")
             state.clear()  # a writer waiting on this state must see the session gone
+            self._files.forget(session_id, remove_index=True)  # after the commit point: a failed delete keeps it
             with self._lock:
                 self._sessions.pop(session_id, None)
                 self._tail_fix.pop(session_id, None)
                 self._budgets.pop(session_id, None)
                 if self._metas is not None:
-                    self._metas.pop(session_id, None)
+                    self._metas.remove(session_id)
                 if self._scans:
                     self._changed[session_id] = None
                 if self._fold is not None:
                     self._fold.release(session_id)
+        finally:
+            state.lock.release()
+
+
+def _checked_stem(limit: int, session_id: str) -> str:
+    stem = encode_id(session_id)
+    if len(stem) > limit:
+        raise UnstorableValue(
+            f"session_id is too long: it takes {len(stem)} bytes as a file name and this data_dir "
+            f"allows {limit} (the file system's name limit less the store's longest suffix)")
+    return stem
+
+
+def _exists(ops: Ops, path: str) -> bool:
+    try:
+        ops.lstat(path)
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True  # let the read report it
+    return True
+
+
+def _open_append(ops: Ops, path: str, create: bool) -> tuple[int, bool]:
+    """The kept descriptor's opener: a regular file only, created if asked."""
+    created = create and not _exists(ops, path)
+    fd = open_regular(ops, path, APPEND_FLAGS if create else APPEND_FLAGS & ~os.O_CREAT)
+    if fd is None:
+        raise FileNotFoundError(path)
+    return fd, created
+
+
+def _open_read(ops: Ops, path: str) -> int | None:
+    try:
+        return open_regular(ops, path)
+    except NotRegular:
+        raise StoreError(f"the log of session {os.path.basename(path)} is not a regular file") from None

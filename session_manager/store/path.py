@@ -62,6 +62,16 @@ class EntryPath:
         return self._ids[self._len - 1] if self._len else None
 
 
+def parent_of(entries: Mapping[str, Entry], entry_id: str) -> str | None:
+    """The parent id of a stored entry, without decoding a lazily held body."""
+    link = getattr(entries, "parent_of", None)
+    if link is not None:
+        parent: Any = link(entry_id)
+    else:
+        parent = entries[entry_id].get("parent_id")
+    return parent if isinstance(parent, str) else None
+
+
 def walk_to_root(entries: Mapping[str, Entry], leaf: str) -> list[str]:
     """Ids from the root to ``leaf``, following parent links.
 
@@ -69,12 +79,15 @@ def walk_to_root(entries: Mapping[str, Entry], leaf: str) -> list[str]:
     there with a warning: the reachable part of the transcript stays readable
     instead of the whole session failing.
     """
+    fast = getattr(entries, "walk", None)
+    walked: list[str] | None = fast(leaf) if fast is not None else None
+    if walked is not None:
+        return walked
     ids: list[str] = []
     seen: set[str] = set()
     cursor: str | None = leaf
     while cursor is not None:
-        entry = entries.get(cursor)
-        if entry is None:
+        if cursor not in entries:
             if ids:
                 log.warning("entry %s is missing; the path is read from its child on", cursor)
             break
@@ -83,7 +96,6 @@ def walk_to_root(entries: Mapping[str, Entry], leaf: str) -> list[str]:
             break
         seen.add(cursor)
         ids.append(cursor)
-        parent = entry.get("parent_id")
-        cursor = parent if isinstance(parent, str) else None
+        cursor = parent_of(entries, cursor)
     ids.reverse()
     return ids

@@ -95,6 +95,9 @@ def _readable(data: bytes) -> str:
 
 def data_dir_bytes(data_dir: Path) -> dict[str, str]:
     """Every file under ``data_dir``, by relative path: its UTF-8 text, or base64 of other bytes.
-    The owner's lock file is left out: it holds the pid of whoever owns the directory, no session data."""
+    The owner's lock file is left out: it holds the pid of whoever owns the directory, no session data;
+    so are the ``.index`` sidecars: a cache that names inode numbers, not data
+    (tests/property/test_index_sidecar.py pins what they may and may not do)."""
     return {str(p.relative_to(data_dir)): _readable(p.read_bytes())
-            for p in sorted(data_dir.rglob("*")) if p.is_file() and p.name != LOCK_NAME}
+            for p in sorted(data_dir.rglob("*"))
+            if p.is_file() and p.name != LOCK_NAME and ".index" not in p.relative_to(data_dir).parts}

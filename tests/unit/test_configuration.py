@@ -21,6 +21,7 @@ from session_manager._worker.config_client import (
     probe,
 )
 from session_manager._worker.config_value import (
+    EXTENSION_KEYS,
     ConfigError,
     config_schema,
     default_config_value,
@@ -31,6 +32,7 @@ from session_manager._worker.iii_host import SELF_REFERENTIAL, IIIHost, start
 from session_manager._worker.seed import Seed, read_seed
 from session_manager.clock import ManualClock
 from session_manager.ids import SequentialIds
+from session_manager.store import FsStore
 from session_manager.testing import FakeEngine
 
 START_MS = 1_000_000
@@ -121,10 +123,11 @@ def test_the_generated_schema_has_the_shape_the_console_renders() -> None:
         limit = props[key]
         assert (limit["type"], limit["minimum"], limit["maximum"]) == ("integer", 0, 2**64 - 1), key
         assert limit["default"] == defaults[key] and limit["description"], key
-    # Every key of the value is in the form; `durability` too, though the default value leaves it
-    # out (it is written only when not flush, so a default value stays readable by the Rust worker).
-    assert set(props) == set(defaults) | {"durability"}
+    # Every key of the value is in the form; our own keys too (durability, cache_bytes), though a
+    # default value leaves them out (written only when not at their default, so the Rust worker reads it).
+    assert set(props) == set(defaults) | set(EXTENSION_KEYS)
     assert props["durability"]["enum"] == ["flush", "fsync"] and props["durability"]["default"] == "flush"
+    assert props["cache_bytes"]["default"] == 256 * 1024 * 1024 and "cache_bytes" not in defaults
 
 
 @pytest.mark.parametrize("value", [
@@ -358,6 +361,20 @@ def test_limits_reload_applies_per_call(booted: tuple[FakeEngine, IIIHost], tmp_
     assert host.runtime.store is store_before  # no rebuild for tuning
     assert len(fake.invoke("session::list", {})["sessions"]) == 2
     assert len(fake.invoke("session::list", {"limit": 100})["sessions"]) == 2
+    assert fake.invoke("session::config-status", {})["last_outcome"] == "applied"
+
+
+def test_cache_bytes_hot_reloads(booted: tuple[FakeEngine, IIIHost], tmp_path: Path) -> None:
+    # Prevents: a memory budget that needs a restart to change, or a reload that rebuilds the store for it.
+    fake, host = booted
+    store = host.runtime.store
+    assert isinstance(store, FsStore) and store.cache_bytes == 256 * 1024 * 1024
+    for _ in range(5):
+        fake.invoke("session::create", {})
+    fake.set_config({**fs(tmp_path / "a"), "cache_bytes": 0})
+    assert host.runtime.store is store and store.cache_bytes == 0
+    assert len(store._sessions) == 0  # all dropped at once
+    assert len(fake.invoke("session::list", {})["sessions"]) == 5  # and still all there
     assert fake.invoke("session::config-status", {})["last_outcome"] == "applied"
 
 

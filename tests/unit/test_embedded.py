@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import shutil
 import threading
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,7 @@ import session_manager
 from session_manager.clock import ManualClock
 from session_manager.errors import INVALID_CURSOR, INVALID_REQUEST
 from session_manager.ids import SequentialIds
-from session_manager.store import fs as fs_store
+from session_manager.store._records import Replay
 
 
 def open_store(where: Path) -> session_manager.SessionManager:
@@ -124,16 +125,17 @@ def test_list_during_a_replay_shows_the_loaded_meta(tmp_path: Path, monkeypatch:
     sm.close()
 
     halfway, resume = threading.Event(), threading.Event()
-    real = fs_store.committed_records
+    real = Replay.feed_numbered
 
-    def slow(*args: Any, **kwargs: Any) -> Any:
-        for n, record in enumerate(real(*args, **kwargs)):
+    def slow(self: Replay, *args: Any, **kwargs: Any) -> Any:
+        for n, item in enumerate(real(self, *args, **kwargs)):
             if n == 1:  # the meta of the create is applied; the rest is not
                 halfway.set()
                 resume.wait(10)
-            yield record
+            yield item
 
-    monkeypatch.setattr(fs_store, "committed_records", slow)
+    shutil.rmtree(where / ".index")  # as the reference leaves it: the log is replayed line by line
+    monkeypatch.setattr(Replay, "feed_numbered", slow)
     sm = open_store(where)
     loader = threading.Thread(target=lambda: sm.call("session::get", {"session_id": sid}))
     loader.start()

@@ -314,7 +314,8 @@ def test_60000_calls_on_unknown_ids_retain_under_1_mib(tmp_path: Path) -> None:
     finally:
         tracemalloc.stop()
     assert now - base < 1024 * 1024, now - base
-    assert sorted(p.name for p in (tmp_path / "d").iterdir()) == [".session-manager.lock", "s_001.jsonl"]
+    assert sorted(p.name for p in (tmp_path / "d").iterdir()) == [".index", ".session-manager.lock", "s_001.jsonl"]
+    assert sorted(p.name for p in (tmp_path / "d" / ".index").iterdir()) == ["s_001.idx"]  # none per unknown id
     sm.close()
 
 
@@ -440,8 +441,10 @@ def test_ids_too_long_for_a_file_name_are_invalid_requests_stating_the_limit(tmp
     sm.call("session::ensure", {"session_id": fits})
     sm.call("session::append", {"session_id": fits, "message": _user("x")})
     assert sm.call("session::delete", {"session_id": fits}) == {"deleted": True}
-    assert sorted(p.name for p in where.iterdir()) == [".session-manager.lock", "attachments"] or sorted(
-        p.name for p in where.iterdir()) == [".session-manager.lock"]
+    # Nothing of it is left: the .index folder (its sidecar included) holds nothing more.
+    assert not list((where / ".index").iterdir())
+    names = sorted(p.name for p in where.iterdir() if p.name != ".index")
+    assert names == [".session-manager.lock", "attachments"] or names == [".session-manager.lock"]
     sm.close()
 
 

@@ -134,6 +134,9 @@ def test_files_stay_inside_data_dir(fs: FsStore, tmp_path: Path) -> None:
     fs.put_attachment(attachment("../odd id", "../../x", 1), [b"x"])
     data = (tmp_path / "data").resolve()
     files = sorted(p.relative_to(data).as_posix() for p in data.rglob("*") if p.is_file())
+    # The index sidecars (one per session, named by the same encoding) sit in .index/.
+    assert [f for f in files if f.startswith(".index/")] == [".index/..%2Fodd%20id.idx", ".index/s_1.idx"]
+    files = [f for f in files if not f.startswith(".index/")]
     assert files == [
         "..%2Fodd%20id.jsonl",
         ".session-manager.lock",
@@ -161,4 +164,4 @@ def test_store_creates_missing_data_dir(tmp_path: Path) -> None:
     # Prevents: a first start on a fresh machine failing for want of the directory.
     target = tmp_path / "a" / "b"
     FsStore(target).commit("s_1", Commit(meta=meta("s_1")))
-    assert sorted(os.listdir(target)) == [".session-manager.lock", "s_1.jsonl"]
+    assert sorted(os.listdir(target)) == [".index", ".session-manager.lock", "s_1.jsonl"]

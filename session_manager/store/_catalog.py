@@ -1,0 +1,194 @@
+"""Every session's last meta, kept in list order, with an equality index on
+status and on each top-level metadata key.
+
+``session::list`` pages through it without sorting the store: a page is a
+bisect to the cursor and a walk of ``limit`` items (or, under a selective
+filter, a sort of the candidates only). The index only narrows: the
+caller's own predicate (the service's equality rule) decides every item.
+Updates keep the newest sessions at the end of the ``updated_at`` order, so
+the common update (the session just written) moves few pointers.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+Meta = dict[str, Any]
+Key = tuple[int, str]
+ORDERS = {"updated_desc": ("updated_at", True), "created_desc": ("created_at", True),
+          "created_asc": ("created_at", False)}
+
+
+def bucket(value: Any) -> tuple[Any, ...]:
+    """A hashable stand-in equal for values JSON equality may call equal:
+    numbers by value (1 and 1.0 together, true apart), containers by shape."""
+    if value is None:
+        return ("null",)
+    if isinstance(value, bool):
+        return ("bool", value)
+    if isinstance(value, int | float):
+        return ("num", value)
+    if isinstance(value, str):
+        return ("str", value)
+    if isinstance(value, list):
+        return ("list", len(value))
+    if isinstance(value, dict):
+        return ("obj", tuple(sorted(value)))
+    return ("other", type(value).__name__)
+
+
+class MetaCatalog:
+    """Not thread-safe on its own: the store calls it under its lock."""
+
+    def __init__(self, metas: Iterable[Meta] = ()) -> None:
+        self._metas: dict[str, Meta] = {m["session_id"]: m for m in metas}
+        self._sorted: dict[str, list[Key]] = {
+            field: sorted((m[field], sid) for sid, m in self._metas.items()) for field in ("updated_at", "created_at")}
+        # The equality indexes are built by the first filtered page, then kept up to date.
+        self._status: dict[Any, set[str]] | None = None
+        self._keys: dict[str, dict[tuple[Any, ...], set[str]]] | None = None
+
+    # -- the mapping ---------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return len(self._metas)
+
+    def __contains__(self, session_id: object) -> bool:
+        return session_id in self._metas
+
+    def get(self, session_id: str) -> Meta | None:
+        return self._metas.get(session_id)
+
+    def values(self) -> list[Meta]:
+        return list(self._metas.values())
+
+    def put(self, meta: Meta) -> None:
+        sid = meta["session_id"]
+        old = self._metas.get(sid)
+        if old is meta:
+            return
+        self._metas[sid] = meta
+        for field, keys in self._sorted.items():
+            new_key = (meta[field], sid)
+            if old is not None:
+                old_key = (old[field], sid)
+                if old_key == new_key:
+                    continue
+                _remove(keys, old_key)
+            if not keys or keys[-1] < new_key:
+                keys.append(new_key)
+            else:
+                bisect.insort(keys, new_key)
+        if self._status is not None and (old is None or old.get("status") != meta.get("status")):
+            if old is not None:
+                self._status[old.get("status")].discard(sid)
+            self._status.setdefault(meta.get("status"), set()).add(sid)
+        old_md, new_md = (old or {}).get("metadata"), meta.get("metadata")
+        if self._keys is not None and (old is None or (old_md is not new_md and old_md != new_md)):
+            if old is not None:
+                self._unindex_metadata(sid, old_md)
+            self._index_metadata(sid, new_md)
+
+    def remove(self, session_id: str) -> None:
+        old = self._metas.pop(session_id, None)
+        if old is None:
+            return
+        for field, keys in self._sorted.items():
+            _remove(keys, (old[field], session_id))
+        if self._status is not None:
+            self._status[old.get("status")].discard(session_id)
+        if self._keys is not None:
+            self._unindex_metadata(session_id, old.get("metadata"))
+
+    # -- pages -------------------------------------------------------------------
+
+    def ordered(self, order: str, after: Key | None, status: str | None = None,
+                metadata: dict[str, Any] | None = None) -> Iterator[Meta]:
+        """Metas in ``order`` strictly after the cursor key ``after``: every
+        one matching ``status`` and ``metadata`` (and maybe others: the
+        caller applies its rule). The keys are snapshot here (call it under
+        the store's lock); the caller may consume the iterator without it."""
+        field, descending = ORDERS[order]
+        candidates = self._candidates(status, metadata)
+        if candidates is not None and len(candidates) * 8 < len(self._metas):
+            keys = sorted((m[field], sid) for sid in candidates if (m := self._metas.get(sid)) is not None)
+            candidates = None  # already narrowed
+        else:
+            keys = list(self._sorted[field])  # a C-level copy: cheap next to a page
+        if descending:
+            end = bisect.bisect_left(keys, after) if after is not None else len(keys)
+            positions: range = range(end - 1, -1, -1)
+        else:
+            start = bisect.bisect_right(keys, after) if after is not None else 0
+            positions = range(start, len(keys))
+        return self._walk(keys, positions, candidates)
+
+    def _walk(self, keys: list[Key], positions: range, candidates: set[str] | None) -> Iterator[Meta]:
+        metas = self._metas
+        for i in positions:
+            sid = keys[i][1]
+            if candidates is not None and sid not in candidates:
+                continue
+            meta = metas.get(sid)
+            if meta is not None:
+                yield meta
+
+    def page(self, order: str, after: Key | None, limit: int, match: Callable[[Meta], bool], *,
+             status: str | None = None, metadata: dict[str, Any] | None = None) -> tuple[list[Meta], bool]:
+        """Up to ``limit`` metas that ``match`` from :meth:`ordered`, and whether another follows."""
+        out: list[Meta] = []
+        for meta in self.ordered(order, after, status, metadata):
+            if match(meta):
+                if len(out) == limit:
+                    return out, True
+                out.append(meta)
+        return out, False
+
+    def _candidates(self, status: str | None, metadata: dict[str, Any] | None) -> set[str] | None:
+        sets: list[set[str]] = []
+        if status is not None:
+            if self._status is None:
+                self._status = {}
+                for sid, m in self._metas.items():
+                    self._status.setdefault(m.get("status"), set()).add(sid)
+            sets.append(self._status.get(status, set()))
+        if metadata and self._keys is None:
+            self._keys = {}
+            for sid, m in self._metas.items():
+                self._index_metadata(sid, m.get("metadata"))
+        for key, value in (metadata or {}).items():
+            assert self._keys is not None
+            sets.append(self._keys.get(key, {}).get(bucket(value), set()))
+        if not sets:
+            return None
+        sets.sort(key=len)
+        out = set(sets[0])
+        for other in sets[1:]:
+            out &= other
+        return out
+
+    # -- indexing ------------------------------------------------------------------
+
+    def _index_metadata(self, sid: str, metadata: Any) -> None:
+        if isinstance(metadata, dict) and self._keys is not None:
+            for key, value in metadata.items():
+                self._keys.setdefault(key, {}).setdefault(bucket(value), set()).add(sid)
+
+    def _unindex_metadata(self, sid: str, metadata: Any) -> None:
+        if isinstance(metadata, dict) and self._keys is not None:
+            for key, value in metadata.items():
+                by_value = self._keys.get(key)
+                if by_value is not None:
+                    holders = by_value.get(bucket(value))
+                    if holders is not None:
+                        holders.discard(sid)
+                        if not holders:
+                            del by_value[bucket(value)]
+
+
+def _remove(keys: list[Key], key: Key) -> None:
+    i = bisect.bisect_left(keys, key)
+    if i < len(keys) and keys[i] == key:
+        del keys[i]

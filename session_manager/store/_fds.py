@@ -1,0 +1,190 @@
+"""Open log descriptors kept between writes, and fsyncs shared by waiters.
+
+:class:`FdCache` is a bounded LRU of append descriptors keyed by path: a
+write costs one ``write`` instead of ``stat``/``open``/``fstat``/``close``
+around it. A descriptor in use is pinned and never closed under its user;
+``forget`` (before a log is unlinked or renamed over) closes it as soon as
+it is unpinned, so no write can land in a file that is no longer the log.
+
+:class:`GroupSync` lets every writer that has written to one descriptor
+wait for a single ``fsync`` that covers all of them: the first waiter
+syncs (with the GIL released, as ``os.fsync`` always is), the ones that
+wrote while it ran share the next one.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+_O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+# Read access too: the tail check after a failed write and lazy bodies pread it.
+_FLAGS = os.O_RDWR | os.O_APPEND | _O_CLOEXEC
+DEFAULT_CAPACITY = 256
+# Opens ``path`` for appending (creating it when asked): ``(fd, created)``.
+Opener = Callable[[str, bool], tuple[int, bool]]
+
+
+class _Slot:
+    __slots__ = ("doomed", "fd", "pins", "sync")
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.pins = 0
+        self.doomed = False
+        self.sync = GroupSync()
+
+
+class FdCache:
+    """At most ``capacity`` idle descriptors (pinned ones may exceed it briefly)."""
+
+    def __init__(self, capacity: int = DEFAULT_CAPACITY, opener: Opener | None = None) -> None:
+        if capacity < 1:
+            raise ValueError("capacity must be at least 1")
+        self.capacity = capacity
+        self._opener: Opener = opener or _open
+        self._lock = threading.Lock()
+        self._slots: OrderedDict[str, _Slot] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._slots)
+
+    @contextmanager
+    def use(self, path: str, *, create: bool = True) -> Iterator[tuple[int, bool, GroupSync]]:
+        """``(fd, created, sync)`` of ``path``, pinned for the block; ``created``
+        is true when this call created the file (its directory entry needs an
+        fsync in fsync mode)."""
+        slot, created = self.acquire(path, create=create)
+        try:
+            yield slot.fd, created, slot.sync
+        finally:
+            self.release(path, slot)
+
+    def acquire(self, path: str, *, create: bool = True) -> tuple[_Slot, bool]:
+        """:meth:`use` without the generator (the append path): pin ``path``'s
+        slot; the caller must :meth:`release` it."""
+        with self._lock:
+            slot = self._slots.get(path)
+            if slot is not None:
+                self._slots.move_to_end(path)
+                slot.pins += 1
+                return slot, False
+        fd, created = self._opener(path, create)
+        with self._lock:
+            slot = self._slots.get(path)
+            if slot is None:
+                slot = self._slots[path] = _Slot(fd)
+                fd = -1
+            else:  # another thread opened it meanwhile: use theirs
+                self._slots.move_to_end(path)
+            slot.pins += 1
+            self._evict()
+        if fd >= 0:
+            os.close(fd)
+        return slot, created
+
+    def release(self, path: str, slot: _Slot) -> None:
+        with self._lock:
+            slot.pins -= 1
+            if slot.pins == 0 and (slot.doomed or len(self._slots) > self.capacity):
+                self._close(path, slot)
+
+    def forget(self, path: str) -> None:
+        """Close ``path``'s descriptor (now, or when its last user is done)."""
+        with self._lock:
+            slot = self._slots.get(path)
+            if slot is None:
+                return
+            del self._slots[path]
+            slot.doomed = True
+            if slot.pins == 0:
+                os.close(slot.fd)
+
+    def close_all(self) -> None:
+        with self._lock:
+            for path in list(self._slots):
+                self._close(path, self._slots[path])
+
+    def _evict(self) -> None:
+        if len(self._slots) <= self.capacity:
+            return
+        for path in list(self._slots):
+            if len(self._slots) <= self.capacity:
+                break
+            slot = self._slots[path]
+            if slot.pins == 0:
+                self._close(path, slot)
+
+    def _close(self, path: str, slot: _Slot) -> None:
+        """Drop ``slot`` (if still cached) and close its fd unless pinned."""
+        if self._slots.get(path) is slot:
+            del self._slots[path]
+        slot.doomed = True
+        if slot.pins == 0:
+            os.close(slot.fd)
+
+
+def _open(path: str, create: bool) -> tuple[int, bool]:
+    if create:
+        try:
+            return os.open(path, _FLAGS | os.O_CREAT | os.O_EXCL, 0o644), True
+        except FileExistsError:
+            pass
+    return os.open(path, _FLAGS), False
+
+
+class GroupSync:
+    """One ``fsync`` for every write made before it started.
+
+    A writer calls :meth:`written` right after its ``write`` returns (getting
+    a ticket), then :meth:`wait` with that ticket. Whoever finds no sync in
+    progress runs one; a writer whose write was made while one ran waits for
+    it and then, if still uncovered, for the next. A failed fsync fails every
+    writer it was meant to cover.
+    """
+
+    __slots__ = ("_cond", "_durable", "_error", "_running", "_written")
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition(threading.Lock())
+        self._written = 0  # tickets handed out
+        self._durable = 0  # every ticket <= this is on disk
+        self._running = False
+        self._error: tuple[int, OSError] | None = None  # (highest ticket it covered, error)
+
+    def written(self) -> int:
+        with self._cond:
+            self._written += 1
+            return self._written
+
+    def wait(self, fd: int, ticket: int) -> None:
+        cond = self._cond
+        with cond:
+            while True:
+                if self._error is not None and self._durable < ticket <= self._error[0]:
+                    raise self._error[1]
+                if self._durable >= ticket:
+                    return
+                if not self._running:
+                    break
+                cond.wait()
+            self._running = True
+            upto = self._written
+        error: OSError | None = None
+        try:
+            os.fsync(fd)
+        except OSError as e:
+            error = e
+        with cond:
+            self._running = False
+            if error is None:
+                self._durable = max(self._durable, upto)
+                self._error = None
+            else:
+                self._error = (upto, error)
+            cond.notify_all()
+        if error is not None:
+            raise error

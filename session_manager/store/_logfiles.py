@@ -1,0 +1,168 @@
+"""The fs store's per-session files: log path, open descriptor, index sidecar.
+
+One :class:`LogFiles` per store computes each session's paths once, keeps
+its append descriptor in the shared :class:`~._fds.FdCache`, loads sessions
+through their index (:mod:`._index`), notes where each write put its
+entries, and rewrites the index when enough was appended since the last one
+(amortized: once half as much again was appended), when the session leaves the cache,
+after a compaction, and at close. The log is written first, always; the
+index only ever describes a prefix of it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import _index
+from ._encoding import encode_id
+from ._fds import FdCache
+from ._lazy import LazyEntries, ReadAt
+from ._records import entry_line_spans
+from ._state import SessionState
+from .base import Commit
+
+log = logging.getLogger("session_manager.store.fs")
+
+# Rewrite a session's index once this many bytes were appended after it,
+# or half of what it covers, whichever is more.
+SAVE_MIN_BYTES = 256 * 1024
+
+
+@dataclass
+class _Files:
+    log: str
+    index: str
+    covered: int = 0  # the clean prefix the in-memory state reflects
+    saved: int = -1  # the prefix the index on disk describes (-1: none)
+    ino: int | None = None
+
+
+class LogFiles:
+    def __init__(self, data_dir: Path, fds: FdCache, *, read_only: bool = False,
+                 stem: Callable[[str], str] = encode_id,
+                 open_log: Callable[[str], int | None] | None = None) -> None:
+        self.dir = data_dir
+        self.fds = fds
+        self.read_only = read_only
+        self._stem = stem
+        self._open_log = open_log
+        self._lock = threading.Lock()
+        self._files: dict[str, _Files] = {}
+
+    def files(self, session_id: str) -> _Files:
+        files = self._files.get(session_id)
+        if files is None:
+            stem = self._stem(session_id)
+            files = _Files(os.path.join(self.dir, stem + ".jsonl"), _index.index_path(self.dir, stem))
+            with self._lock:
+                files = self._files.setdefault(session_id, files)
+        return files
+
+    def log_path(self, session_id: str) -> str:
+        return self.files(session_id).log
+
+    def reader(self, session_id: str, lock: threading.RLock) -> ReadAt:
+        """Reads of the session's current log through the cached descriptor,
+        under the session's lock (so a compaction never swaps the file mid-read)."""
+        path = self.files(session_id).log
+
+        def read(offset: int, length: int) -> bytes:
+            with lock, self.fds.use(path, create=False) as (fd, _, _):
+                return os.pread(fd, length, offset)
+
+        return read
+
+    # -- loading -------------------------------------------------------------------
+
+    def load(self, session_id: str, state: SessionState) -> _index.TailFix:
+        """Fill ``state`` (empty, under its lock) from the log, through the
+        index when it matches; writes a new index when it did not (unless
+        read-only). Returns what the next write must fix about the tail."""
+        files = self.files(session_id)
+        reader = self.reader(session_id, state.lock)
+        if self._open_log is None:
+            loaded = _index.load(files.log, files.index, session_id, reader)
+        else:
+            loaded = _index.load(files.log, files.index, session_id, reader, open_log=self._open_log)
+        state.entries = loaded.entries
+        state.meta, state.leaf = loaded.state.meta, loaded.state.leaf
+        state.path_ids = state.path_pos = None
+        files.covered, files.ino = loaded.covered, loaded.ino
+        files.saved = loaded.covered if loaded.index_current else -1
+        if loaded.ino is not None and not loaded.index_current and not self.read_only:
+            self.save(session_id, state)
+        return loaded.tail_fix
+
+    # -- writing -------------------------------------------------------------------
+
+    def note_commit(self, session_id: str, state: SessionState, start: int, data: bytes, commit: Commit) -> None:
+        """After ``data`` (one commit's whole lines) landed at ``start``: where
+        its entries are, and (amortized) a fresh index."""
+        files = self.files(session_id)
+        entries = state.entries
+        if isinstance(entries, LazyEntries):
+            for entry, (offset, length) in zip(commit.entries, entry_line_spans(data, start), strict=False):
+                entries.note_location(entry["id"], offset, length)
+        files.covered = start + len(data)
+        if files.saved < 0 or files.covered - files.saved > max(SAVE_MIN_BYTES, files.saved // 2):
+            self.save(session_id, state)
+
+    def save(self, session_id: str, state: SessionState) -> None:
+        """Write the index for what the state reflects (under the state's lock)."""
+        files = self.files(session_id)
+        entries = state.entries
+        if self.read_only or not isinstance(entries, LazyEntries) or files.saved == files.covered:
+            return
+        if _index.save(files.log, files.index, session_id, state, entries, files.covered):
+            files.saved = files.covered
+        else:
+            files.saved = -1
+
+    def rewritten(self, session_id: str, state: SessionState, body: bytes) -> None:
+        """The log was replaced by ``body`` (a compaction snapshot): point the
+        entries at their new lines and replace the index."""
+        files = self.files(session_id)
+        self.fds.forget(files.log)
+        entries = state.entries
+        if isinstance(entries, LazyEntries):
+            spans = dict(_snapshot_spans(body, state.meta is not None, list(entries)))
+            entries.rebase(self.reader(session_id, state.lock), spans)
+        files.covered, files.saved = len(body), -1
+        self.save(session_id, state)
+
+    def forget(self, session_id: str, *, remove_index: bool = False) -> None:
+        """The session left the store (delete) or its log is about to be
+        replaced: close its descriptor, optionally drop its index."""
+        with self._lock:
+            files = self._files.pop(session_id, None)
+        if files is not None:
+            self.fds.forget(files.log)
+        if remove_index and not self.read_only:
+            index = files.index if files is not None else _index.index_path(self.dir, self._stem(session_id))
+            with contextlib.suppress(OSError):
+                _index.remove_index(index)
+
+    def close(self, states: dict[str, SessionState]) -> None:
+        for session_id, state in list(states.items()):
+            if session_id in self._files and state.loaded:
+                with state.lock:
+                    self.save(session_id, state)
+        self.fds.close_all()
+
+
+def _snapshot_spans(body: bytes, has_meta: bool, ids: list[str]) -> list[tuple[str, tuple[int, int]]]:
+    """Where :func:`._records.encode_snapshot` put each entry line: after the
+    meta line, one line per entry in order."""
+    out: list[tuple[str, tuple[int, int]]] = []
+    pos = body.index(b"\n") + 1 if has_meta else 0
+    for eid in ids:
+        end = body.index(b"\n", pos)
+        out.append((eid, (pos, end - pos)))
+        pos = end + 1
+    return out

@@ -1,0 +1,133 @@
+"""The descriptor LRU and the shared fsync, with real files and real threads."""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+import pytest
+
+from session_manager.store import _fds
+from session_manager.store._fds import FdCache, GroupSync
+
+
+def test_descriptors_are_reused_and_bounded(tmp_path: Path) -> None:
+    # Prevents: an open/close per write, or descriptors growing with every session touched.
+    cache = FdCache(capacity=3)
+    paths = [str(tmp_path / f"{i}.jsonl") for i in range(10)]
+    with cache.use(paths[0]) as (fd0, created, _):
+        os.write(fd0, b"a\n")
+        assert created
+    with cache.use(paths[0]) as (again, created, _):
+        os.write(again, b"b\n")
+        assert again == fd0 and not created
+    for p in paths:
+        with cache.use(p) as (fd, _, _):
+            os.write(fd, b"x\n")
+    assert len(cache) == 3
+    assert Path(paths[0]).read_bytes() == b"a\nb\nx\n"
+    assert all(Path(p).read_bytes() == b"x\n" for p in paths[1:])
+    cache.close_all()
+    assert len(cache) == 0
+
+
+def test_a_pinned_descriptor_is_never_closed_under_its_user(tmp_path: Path) -> None:
+    # Prevents: eviction closing (and the OS reusing) a descriptor another thread is writing to.
+    cache = FdCache(capacity=1)
+    first = str(tmp_path / "a.jsonl")
+    with cache.use(first) as (fd, _, _):
+        for i in range(5):
+            with cache.use(str(tmp_path / f"{i}.jsonl")):
+                pass
+        os.write(fd, b"still mine\n")
+    assert Path(first).read_bytes() == b"still mine\n"
+    assert len(cache) <= 1
+
+
+def test_forget_before_a_rename_sends_later_writes_to_the_new_file(tmp_path: Path) -> None:
+    # Prevents: a cached descriptor writing into a log that compaction or delete replaced.
+    cache = FdCache()
+    path = str(tmp_path / "s.jsonl")
+    with cache.use(path) as (fd, _, _):
+        os.write(fd, b"old\n")
+    Path(path + ".tmp").write_bytes(b"new\n")
+    cache.forget(path)
+    os.replace(path + ".tmp", path)
+    with cache.use(path) as (fd, created, _):
+        os.write(fd, b"more\n")
+        assert not created
+    assert Path(path).read_bytes() == b"new\nmore\n"
+
+
+def test_no_create_does_not_create(tmp_path: Path) -> None:
+    # Prevents: a read of an unknown session leaving an empty log behind.
+    with pytest.raises(FileNotFoundError), FdCache().use(str(tmp_path / "none.jsonl"), create=False):
+        pass
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_waiting_writers_share_fsyncs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Prevents: one fsync per append when several appends are waiting on one file (or a writer
+    # acknowledged before an fsync that started after its write).
+    calls: list[int] = []
+    started = threading.Event()
+    release = threading.Event()
+    real_fsync = os.fsync
+
+    def slow_fsync(fd: int) -> None:
+        calls.append(fd)
+        started.set()
+        release.wait(5)
+        real_fsync(fd)
+
+    monkeypatch.setattr(_fds.os, "fsync", slow_fsync)
+    path = tmp_path / "s.jsonl"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    sync = GroupSync()
+    done: list[int] = []
+    tickets = threading.Semaphore(0)
+
+    def writer(i: int) -> None:
+        os.write(fd, f"{i}\n".encode())
+        ticket = sync.written()
+        tickets.release()
+        sync.wait(fd, ticket)
+        done.append(i)
+
+    first = threading.Thread(target=writer, args=(0,))
+    first.start()
+    assert started.wait(5)
+    rest = [threading.Thread(target=writer, args=(i,)) for i in range(1, 8)]
+    for t in rest:
+        t.start()
+    for _ in range(8):
+        assert tickets.acquire(timeout=5)  # every write made while the first sync runs
+    release.set()
+    for t in [first, *rest]:
+        t.join(10)
+    os.close(fd)
+    assert sorted(done) == list(range(8))
+    # The first sync covers writer 0; the seven that wrote while it ran share the second.
+    assert len(calls) == 2
+    assert sorted(path.read_bytes().split()) == sorted(str(i).encode() for i in range(8))
+
+
+def test_a_failed_fsync_fails_every_writer_it_covered(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Prevents: a writer acknowledged when the fsync meant to cover its bytes failed.
+    def failing(fd: int) -> None:
+        raise OSError(5, "EIO")
+
+    monkeypatch.setattr(_fds.os, "fsync", failing)
+    sync = GroupSync()
+    fd = os.open(tmp_path / "s", os.O_WRONLY | os.O_CREAT, 0o644)
+    ticket = sync.written()
+    with pytest.raises(OSError):
+        sync.wait(fd, ticket)
+    with pytest.raises(OSError):
+        sync.wait(fd, ticket)  # still not durable: a retry must not report success
+    monkeypatch.setattr(_fds.os, "fsync", lambda fd: None)
+    later = sync.written()
+    sync.wait(fd, later)  # a later successful sync covers everything before it
+    sync.wait(fd, ticket)
+    os.close(fd)
