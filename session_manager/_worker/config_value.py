@@ -116,7 +116,7 @@ Adapter = Annotated[Union[FsAdapter, BridgeAdapter, PostgresAdapter], Field(disc
 
 
 # Keys this worker adds to the reference's configuration value (see to_value).
-EXTENSION_KEYS = ("durability", "cache_bytes")
+EXTENSION_KEYS = ("max_request_bytes", "max_batch_entries", "durability", "cache_bytes")
 
 
 class WorkerConfig(BaseModel):

@@ -65,11 +65,15 @@ def user(text: str) -> dict[str, Any]:
 
 
 def test_defaults_and_schema_example() -> None:
-    # Prevents: a manifest/default config drifting from the documented defaults.
+    # Prevents: a manifest/default config drifting from the documented defaults, and a default
+    # value carrying keys of ours that the Rust worker (which denies unknown fields) would refuse.
     assert default_config_value() == {
         "adapter": {"name": "fs", "config": {"data_dir": "data/session-manager"}},
-        "default_list_limit": 50, "max_list_limit": 500, "max_attachment_bytes": 52428800,
-        "max_request_bytes": 67108864, "max_batch_entries": 10000}
+        "default_list_limit": 50, "max_list_limit": 500, "max_attachment_bytes": 52428800}
+    # Set away from their defaults, our own keys are written and read back.
+    tuned = parse_config({"max_request_bytes": 1024, "max_batch_entries": 7}).to_value()
+    assert (tuned["max_request_bytes"], tuned["max_batch_entries"]) == (1024, 7)
+    assert parse_config(tuned).to_value() == tuned
     schema = config_schema()
     Draft7Validator.check_schema(schema)
     assert schema["$schema"] == "http://json-schema.org/draft-07/schema#"
