@@ -81,3 +81,8 @@ def open_store(schema_name: str, **overrides: Any) -> Any:
     from session_manager.store.postgres import PostgresStore
 
     return PostgresStore(settings(schema_name, **overrides))
+
+
+def text(s: str) -> dict[str, Any]:
+    """A user message with one text block (the postgres tests' payload)."""
+    return {"role": "user", "content": [{"type": "text", "text": s}], "timestamp": 1}

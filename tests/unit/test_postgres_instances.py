@@ -15,7 +15,6 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,16 +23,11 @@ import pytest
 import session_manager
 from session_manager._wire.events import ON_MESSAGE_ADDED
 from tests import pg_support
+from tests.pg_support import text
 
 pytestmark = pytest.mark.postgres
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture
-def schema() -> Iterator[str]:
-    with pg_support.schema() as name:
-        yield name
 
 
 class Worker:
@@ -59,10 +53,6 @@ class Worker:
         acks = [line[4:] for line in out.splitlines() if line.startswith("ack ")]
         events = [json.loads(line[7:]) for line in out.splitlines() if line.startswith("events ")]
         return [json.loads(a) for a in acks], events[0] if events else []
-
-
-def text(s: str) -> dict[str, Any]:
-    return {"role": "user", "content": [{"type": "text", "text": s}], "timestamp": 1}
 
 
 def open_sm(schema_name: str, **overrides: Any) -> session_manager.SessionManager:

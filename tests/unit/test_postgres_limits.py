@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
-from typing import Any
 
 import pytest
 
@@ -13,18 +11,9 @@ from session_manager._wire import events as ev
 from session_manager.clock import ManualClock
 from session_manager.store.postgres.store import ID_BYTES
 from tests import pg_support
+from tests.pg_support import text
 
 pytestmark = pytest.mark.postgres
-
-
-@pytest.fixture
-def schema() -> Iterator[str]:
-    with pg_support.schema() as name:
-        yield name
-
-
-def text(s: str) -> dict[str, Any]:
-    return {"role": "user", "content": [{"type": "text", "text": s}], "timestamp": 1}
 
 
 def test_an_entry_id_too_long_to_index_is_invalid_request_and_writes_nothing(schema: str) -> None:

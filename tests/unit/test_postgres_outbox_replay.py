@@ -3,26 +3,15 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from typing import Any
 
 import pytest
 
 from session_manager._wire.events import ON_MESSAGE_ADDED
 from tests import pg_support
+from tests.pg_support import text
 from tests.unit.test_postgres_instances import open_sm, wait_for
 
 pytestmark = pytest.mark.postgres
-
-
-@pytest.fixture
-def schema() -> Iterator[str]:
-    with pg_support.schema() as name:
-        yield name
-
-
-def text(s: str) -> dict[str, Any]:
-    return {"role": "user", "content": [{"type": "text", "text": s}], "timestamp": 1}
 
 
 def terminate_listeners(schema_name: str) -> int:

@@ -9,25 +9,15 @@ from __future__ import annotations
 import multiprocessing
 import time
 from collections import Counter
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 import session_manager
 from tests import pg_support
+from tests.pg_support import text
 
 pytestmark = pytest.mark.postgres
-
-
-@pytest.fixture
-def schema() -> Iterator[str]:
-    with pg_support.schema() as name:
-        yield name
-
-
-def text(s: str) -> dict[str, Any]:
-    return {"role": "user", "content": [{"type": "text", "text": s}], "timestamp": 1}
 
 
 def role(schema_name: str, job: str, sids: dict[str, str], start: Any, out: Any) -> None:

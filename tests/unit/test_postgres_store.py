@@ -21,6 +21,7 @@ from session_manager.errors import StoreError
 from session_manager.store import Commit
 from session_manager.testing import FakeEngine
 from tests import pg_support
+from tests.pg_support import text
 from tests.unit.test_configuration import boot, fs
 from tests.unit.test_postgres_instances import wait_for
 
@@ -30,20 +31,10 @@ SECRET = "s3cret-Pw-" + uuid.uuid4().hex[:6]
 
 
 @pytest.fixture
-def schema() -> Iterator[str]:
-    with pg_support.schema() as name:
-        yield name
-
-
-@pytest.fixture
 def sm(schema: str) -> Iterator[session_manager.SessionManager]:
     manager = session_manager.open(store=pg_support.open_store(schema))
     yield manager
     manager.close()
-
-
-def text(s: str) -> dict[str, Any]:
-    return {"role": "user", "content": [{"type": "text", "text": s}], "timestamp": 1}
 
 
 def pg_value(schema_name: str, dsn: str = pg_support.DSN, **extra: Any) -> dict[str, Any]:
