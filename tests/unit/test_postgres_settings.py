@@ -1,5 +1,7 @@
 """The postgres adapter's connection settings: TCP keepalives and a user
-timeout on both sides of every socket (a DSN's own values win)."""
+timeout on both sides of every socket (a DSN's own values win), and the
+outbox retention as an adapter option that pruning honours and a reload
+changes."""
 
 from __future__ import annotations
 
@@ -11,7 +13,11 @@ from typing import Any
 import pytest
 
 from session_manager.store.postgres.settings import KEEPALIVES, PostgresSettings
+from session_manager.testing import FakeEngine
 from tests import pg_support
+from tests.unit.test_configuration import boot
+from tests.unit.test_postgres_instances import wait_for
+from tests.unit.test_postgres_store import pg_value
 
 pytestmark = pytest.mark.postgres
 
@@ -101,3 +107,40 @@ def test_keepalives_off_in_the_dsn_stay_off() -> None:
     options = str(given["options"])
     assert "tcp_keepalives" not in options and "-c tcp_user_timeout=30000" in options
     assert "-c statement_timeout=30000" in options
+
+
+def _outbox(schema_name: str, query: str, params: Any = None) -> list[tuple[Any, ...]]:
+    import psycopg
+    from psycopg import sql
+
+    with psycopg.connect(pg_support.DSN, autocommit=True) as conn:
+        conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(schema_name)))
+        cur = conn.execute(query, params)
+        return cur.fetchall() if cur.description else []
+
+
+def test_the_outbox_retention_is_an_adapter_option_that_pruning_honours(schema: str) -> None:
+    # Prevents: a retention fixed at 10 minutes whatever the configuration says, or one a
+    # reload does not change.
+    pg_support.open_store(schema).close()  # the tables, before any listener prunes
+    for age in ("2 hours", "30 minutes"):
+        _outbox(schema, "INSERT INTO outbox (instance, function_id, payload, created_at)"
+                " VALUES ('elsewhere', %s, '{}', now() - %s::interval)", (age, age))
+
+    def ages() -> list[str]:
+        return sorted(r[0] for r in _outbox(schema, "SELECT function_id FROM outbox WHERE instance = 'elsewhere'"))
+
+    fake = FakeEngine()
+    host = boot(fake, seed=pg_value(schema, outbox_retention_ms=3_600_000))
+    try:
+        first = host.runtime.store
+        assert first.settings.outbox_retention_s == 3600
+        # One hour: the two-hour-old row goes, the half-hour-old one stays (the default would prune it).
+        assert wait_for(lambda: ages() == ["30 minutes"])
+        fake.set_config(pg_value(schema, outbox_retention_ms=1000))
+        assert fake.invoke("session::config-status", {})["last_outcome"] == "applied"
+        assert host.runtime.store is not first
+        assert host.runtime.store.settings.outbox_retention_s == 1.0
+        assert wait_for(lambda: ages() == [])
+    finally:
+        host.close()

@@ -11,7 +11,7 @@ import psycopg
 
 from .. import pg_defaults as defaults
 
-OUTBOX_RETENTION_S = 600.0
+OUTBOX_RETENTION_S = defaults.OUTBOX_RETENTION_MS / 1000
 
 # libpq waits on its socket without a deadline, and statement_timeout is
 # the server's (its answer cannot cross a partition): without keepalives a
