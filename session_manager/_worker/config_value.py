@@ -102,6 +102,12 @@ class PostgresConfig(BaseModel):
                                      description="Waiting for a free connection before session/storage.")
     schema_: str = Field(default=pg_defaults.SCHEMA, alias="schema", min_length=1, max_length=63,
                          description="The database schema holding the tables.")
+    # At least a second: a row pruned before a listener fetched it would be
+    # an event lost without a resync. At most ~24 days: far larger values
+    # overflow PostgreSQL's interval in the prune.
+    outbox_retention_ms: Annotated[int, Field(ge=1000, le=2**31 - 1)] = Field(
+        default=pg_defaults.OUTBOX_RETENTION_MS,
+        description="How long event rows stay in the outbox; a listener away longer resyncs.")
 
 
 class PostgresAdapter(BaseModel):

@@ -1,8 +1,11 @@
 """The postgres storage adapter (optional extra ``postgres``: psycopg 3 + psycopg_pool).
 
-Modules: ``schema`` (versioned migrations), ``store`` (the adapter and its
-transaction seam), ``path`` (the lazily read active path), ``outbox``
-(events across instances), ``secrets`` (password redaction).
+Modules: ``store`` (assembles :class:`PostgresStore` from ``core``,
+``transactions``, ``reads`` and ``writes``), ``settings`` (how to connect),
+``links`` (jump pointers of new entries), ``path`` (the lazily read active
+path), ``outbox`` (events across instances), ``schema`` (versioned
+migrations), ``keys`` and ``values`` (how ids and values are stored),
+``secrets`` (password redaction), ``build`` (from a configuration value).
 """
 
 from .store import PostgresSettings, PostgresStore

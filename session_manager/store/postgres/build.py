@@ -23,6 +23,7 @@ def build_postgres(config: PostgresConfig) -> PostgresStore:
         statement_timeout_ms=config.statement_timeout_ms,
         pool_timeout_ms=config.pool_timeout_ms,
         schema=config.schema_,
+        outbox_retention_s=config.outbox_retention_ms / 1000,
     )
     try:
         return PostgresStore(settings)

@@ -42,7 +42,7 @@ from .._records import loads
 from ..base import EventSink
 
 if TYPE_CHECKING:
-    from .store import PostgresStore
+    from .core import PgCore
 
 log = logging.getLogger("session_manager.store.postgres.outbox")
 
@@ -61,7 +61,7 @@ def channel_of(schema: str) -> str:
 class Outbox:
     """One instance's side of the outbox: record its events, listen for the others'."""
 
-    def __init__(self, store: PostgresStore, retention_s: float) -> None:
+    def __init__(self, store: PgCore, retention_s: float) -> None:
         self._store = store
         self._retention_s = retention_s
         self._channel = channel_of(store.settings.schema)

@@ -25,7 +25,7 @@ from ..path import EntryPath
 from .keys import key, unkey
 
 if TYPE_CHECKING:
-    from .store import PostgresStore
+    from .core import PgCore
 
 PATH_WINDOW = 64  # entries per fetch: one round trip serves a typical page
 
@@ -50,7 +50,7 @@ class PgPath(EntryPath):
 
     __slots__ = ("_by_depth", "_depth_of", "_leaf_id", "_session", "_store", "_top")
 
-    def __init__(self, store: PostgresStore, session_id: str, leaf: str, depth: int) -> None:
+    def __init__(self, store: PgCore, session_id: str, leaf: str, depth: int) -> None:
         super().__init__([], {})
         self._store = store
         self._session = session_id

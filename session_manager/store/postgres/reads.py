@@ -1,0 +1,105 @@
+"""The postgres adapter's read queries: sessions (one, all, listed in order
+by keyset pages), entries, the active path, attachments. Outside a mutation
+they run in autocommit on a pooled connection; inside one, in its
+transaction."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from psycopg.types.json import Jsonb
+
+from .._records import loads
+from ..base import AttachmentMeta, Entry, Meta
+from ..path import EntryPath
+from .core import PgCore
+from .keys import key, unkey
+from .values import sanitize
+
+LIST_BATCH = 200
+
+
+class Reads(PgCore):
+    def get_meta(self, session_id: str) -> Meta | None:
+        rows = self._rows("SELECT meta FROM sessions WHERE session_id = %s AND meta IS NOT NULL", (key(session_id),))
+        return loads(rows[0][0].encode("utf-8")) if rows else None
+
+    def list_metas(self) -> list[Meta]:
+        rows = self._rows("SELECT meta FROM sessions WHERE meta IS NOT NULL")
+        return [loads(r[0].encode("utf-8")) for r in rows]
+
+    def ordered_metas(
+        self, order: str, after: tuple[int, str] | None, status: str | None, metadata: Meta | None
+    ) -> Iterator[Meta]:
+        column = "updated_at" if order == "updated_desc" else "created_at"
+        descending = order != "created_asc"
+        cmp, direction = ("<", "DESC") if descending else (">", "ASC")
+        where = ["meta IS NOT NULL"]
+        params: list[Any] = []
+        if status is not None:
+            where.append("status = %s")
+            params.append(status)
+        if metadata:
+            where.append("metadata @> %s")
+            params.append(Jsonb(sanitize(metadata)))
+        base = " AND ".join(where)
+        # The caller's cursor names the session by its id; rows compare by stored key.
+        cursor = (after[0], key(after[1])) if after is not None else None
+        while True:
+            query = f"SELECT meta, {column}, session_id FROM sessions WHERE {base}"
+            args = list(params)
+            if cursor is not None:
+                query += f" AND ({column}, session_id) {cmp} (%s, %s)"
+                args += [cursor[0], cursor[1]]  # the stored key, as the row gave it
+            query += f" ORDER BY {column} {direction}, session_id {direction} LIMIT {LIST_BATCH}"
+            rows = self._rows(query, args)
+            for text, sort_key, sid in rows:
+                yield loads(text.encode("utf-8"))
+                cursor = (sort_key, sid)
+            if len(rows) < LIST_BATCH:
+                return
+
+    def get_entry(self, session_id: str, entry_id: str) -> Entry | None:
+        rows = self._rows(
+            "SELECT body FROM entries WHERE session_id = %s AND entry_id = %s", (key(session_id), key(entry_id))
+        )
+        return loads(rows[0][0].encode("utf-8")) if rows else None
+
+    def get_leaf(self, session_id: str) -> str | None:
+        rows = self._rows("SELECT leaf FROM sessions WHERE session_id = %s", (key(session_id),))
+        return unkey(rows[0][0]) if rows and rows[0][0] is not None else None
+
+    def path(self, session_id: str, leaf: str | None) -> EntryPath:
+        if leaf is None:
+            return EntryPath([], {})
+        rows = self._rows(
+            "SELECT depth FROM entries WHERE session_id = %s AND entry_id = %s", (key(session_id), key(leaf))
+        )
+        if not rows:
+            return EntryPath([], {})
+        from .path import PgPath
+
+        return PgPath(self, session_id, leaf, rows[0][0])
+
+    def entries(self, session_id: str) -> list[Entry]:
+        rows = self._rows("SELECT body FROM entries WHERE session_id = %s ORDER BY seq", (key(session_id),))
+        return [loads(r[0].encode("utf-8")) for r in rows]
+
+    def get_attachment_meta(self, session_id: str, attachment_id: str) -> AttachmentMeta | None:
+        rows = self._rows(
+            "SELECT meta FROM attachments WHERE session_id = %s AND attachment_id = %s",
+            (key(session_id), key(attachment_id)),
+        )
+        return loads(rows[0][0].encode("utf-8")) if rows else None
+
+    def read_attachment(self, session_id: str, attachment_id: str) -> bytes | None:
+        rows = self._rows(
+            "SELECT data FROM attachments WHERE session_id = %s AND attachment_id = %s",
+            (key(session_id), key(attachment_id)),
+        )
+        return bytes(rows[0][0]) if rows else None
+
+    def list_attachments(self, session_id: str) -> list[AttachmentMeta]:
+        rows = self._rows("SELECT meta FROM attachments WHERE session_id = %s", (key(session_id),))
+        return [loads(r[0].encode("utf-8")) for r in rows]

@@ -1,0 +1,86 @@
+"""How the postgres adapter reaches its database: :class:`PostgresSettings`
+and the libpq connection string every connection (pool, migration,
+listener) is opened with."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import psycopg
+
+from .. import pg_defaults as defaults
+
+OUTBOX_RETENTION_S = defaults.OUTBOX_RETENTION_MS / 1000
+
+# libpq waits on its socket without a deadline, and statement_timeout is
+# the server's (its answer cannot cross a partition): without keepalives a
+# silent network partition hangs the call, or leaves a pooled or listening
+# connection dead, until the OS gives up (hours). An idle connection is
+# probed after 10 s, every 5 s, and dropped after 3 unanswered probes;
+# data left unacknowledged for 30 s drops it too. A DSN's own values win.
+KEEPALIVES = {
+    "keepalives": "1",
+    "keepalives_idle": "10",
+    "keepalives_interval": "5",
+    "keepalives_count": "3",
+    "tcp_user_timeout": "30000",  # ms
+}
+# The same limits on the server's side of the socket (session settings any
+# role may set), so a vanished instance's backend ends and its
+# transaction's advisory locks free up instead of blocking that session
+# on every other instance.
+_SERVER_SIDE = {
+    "keepalives_idle": "tcp_keepalives_idle",
+    "keepalives_interval": "tcp_keepalives_interval",
+    "keepalives_count": "tcp_keepalives_count",
+    "tcp_user_timeout": "tcp_user_timeout",
+}
+
+
+@dataclass(frozen=True)
+class PostgresSettings:
+    """How to reach the database (the adapter's ``config``)."""
+
+    dsn: str
+    pool_size: int = defaults.POOL_SIZE
+    connect_timeout_ms: int = defaults.CONNECT_TIMEOUT_MS
+    statement_timeout_ms: int = defaults.STATEMENT_TIMEOUT_MS
+    pool_timeout_ms: int = defaults.POOL_TIMEOUT_MS
+    schema: str = defaults.SCHEMA
+    outbox_retention_s: float = OUTBOX_RETENTION_S
+
+    def conninfo(self) -> str:
+        # libpq counts connect_timeout in whole seconds (and treats 1 as 2).
+        seconds = max(2, -(-self.connect_timeout_ms // 1000))
+        given = psycopg.conninfo.conninfo_to_dict(self.dsn)
+        keepalives = {k: str(given.get(k, default)) for k, default in KEEPALIVES.items()}
+        options = [f"statement_timeout={self.statement_timeout_ms}", f"search_path={_quote_path(self.schema)}"]
+        for client, server in _SERVER_SIDE.items():
+            if server == "tcp_user_timeout" or _on(keepalives["keepalives"]):
+                options.append(f"{server}={_quote_option(keepalives[client])}")
+        return psycopg.conninfo.make_conninfo(
+            self.dsn,
+            connect_timeout=seconds,
+            options=" ".join(f"-c {o}" for o in options),
+            application_name=f"session-manager:{self.schema}"[:63],  # tests find their backends by it
+            **{k: v for k, v in keepalives.items() if k not in given},
+        )
+
+
+def _on(flag: str) -> bool:
+    # libpq reads keepalives as an integer, 0 meaning off (a non-integer it refuses itself).
+    try:
+        return int(flag) != 0
+    except ValueError:
+        return True
+
+
+def _quote_path(schema_name: str) -> str:
+    # A search_path value inside libpq's options: quoted, backslashes and any
+    # whitespace escaped (the server splits options on every isspace()).
+    return _quote_option('"' + schema_name.replace('"', '""') + '"')
+
+
+def _quote_option(value: str) -> str:
+    return re.sub(r"([\\ \t\n\r\v\f])", r"\\\1", value)

@@ -1,0 +1,139 @@
+"""The postgres adapter's transaction seam.
+
+:meth:`Transactions.mutation` (entered by the service around one mutation)
+takes a pooled connection, opens a transaction and takes a
+transaction-scoped advisory lock per session, then binds the connection to
+the calling thread: every store call the mutation makes (its reads, checks
+and its commit) runs in that transaction, serialized against every other
+process on the same schema. Inside :meth:`Transactions.run_call` the commit
+waits until the call's events are in the outbox, so writes and events
+commit together.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable, Collection, Iterator
+from contextlib import contextmanager
+from typing import TypeVar
+
+import psycopg
+
+from ..._wire.events import Event
+from ...errors import StoreError
+from ..base import EventSink
+from .core import PgCore, Tx
+from .keys import key
+
+log = logging.getLogger("session_manager.store.postgres")
+
+R = TypeVar("R")
+
+
+def lock_key_sql() -> str:
+    """The advisory-lock key of one session (per schema, so schemas never contend)."""
+    return "hashtextextended(current_schema() || ':' || %s, 0)"
+
+
+class Transactions(PgCore):
+    @contextmanager
+    def mutation(self, session_ids: Collection[str]) -> Iterator[None]:
+        tx = self._local.tx
+        if tx is not None:  # nested (fork locks its new session inside the source's)
+            self._lock(tx, session_ids)
+            yield
+            return
+        tx = self._begin(session_ids)
+        try:
+            self._local.tx = tx
+            yield
+        except BaseException:
+            self._end(tx, commit=False)
+            raise
+        if self._local.deferring:
+            return  # run_call commits with the call's events
+        self._end(tx, commit=True)
+
+    def _begin(self, session_ids: Collection[str] = ()) -> Tx:
+        """A pooled connection in a fresh transaction holding the sessions' locks."""
+        if self._closed:
+            raise StoreError("postgres: the store is closed")
+        try:
+            conn = self._pool.getconn()
+        except psycopg.Error as e:
+            raise self._fail(e) from None
+        tx = Tx(conn)
+        try:
+            with conn.pipeline():  # BEGIN and the locks: one round trip
+                conn.execute("BEGIN")
+                self._lock(tx, session_ids)
+        except BaseException as e:
+            with contextlib.suppress(psycopg.Error):
+                if not conn.closed:
+                    conn.execute("ROLLBACK")
+            self._pool.putconn(conn)
+            if isinstance(e, psycopg.Error):
+                raise self._fail(e) from None
+            raise
+        return tx
+
+    def _lock(self, tx: Tx, session_ids: Collection[str]) -> None:
+        # Sorted, so two mutations taking several locks never deadlock.
+        for sid in sorted(set(session_ids) - tx.locked):
+            try:
+                tx.conn.execute(f"SELECT pg_advisory_xact_lock({lock_key_sql()})", (key(sid),))
+            except psycopg.Error as e:
+                raise self._fail(e) from None
+            tx.locked.add(sid)
+
+    def _end(self, tx: Tx, *, commit: bool) -> None:
+        self._local.tx = None
+        try:
+            tx.conn.execute("COMMIT" if commit else "ROLLBACK")
+        except psycopg.Error as e:
+            if commit:
+                raise self._fail(e) from None
+            log.warning("%s", self._say(f"postgres: rollback failed: {e}"))
+        finally:
+            self._pool.putconn(tx.conn)  # a broken connection is discarded by the pool
+
+    def run_call(self, call: Callable[[], tuple[R, list[Event]]]) -> tuple[R, list[Event]]:
+        """Run one call; its mutation commits together with its outbox rows."""
+        if self._local.deferring:  # re-entrant: the outer call commits
+            return call()
+        self._local.deferring = True
+        try:
+            response, events = call()
+        except BaseException:
+            self._local.deferring = False
+            tx = self._local.tx
+            if tx is not None:
+                self._end(tx, commit=False)
+            raise
+        self._local.deferring = False
+        tx = self._local.tx
+        if tx is None:
+            if not events:
+                return response, events
+            try:
+                tx = self._begin()  # events without a mutation (none today): a transaction of their own
+            except StoreError as e:
+                raise self.storage_error(e) from None
+        # Past the service's error mapping: failures here are the caller's session/storage.
+        try:
+            self.outbox.record(tx.conn, events)
+        except psycopg.Error as e:
+            self._end(tx, commit=False)
+            raise self.storage_error(e) from None
+        except BaseException:
+            self._end(tx, commit=False)
+            raise
+        try:
+            self._end(tx, commit=True)
+        except StoreError as e:
+            raise self.storage_error(e) from None
+        return response, events
+
+    def subscribe(self, sink: EventSink, wants: Callable[[str], bool] | None = None) -> Callable[[], None]:
+        return self.outbox.subscribe(sink, wants)

@@ -1,0 +1,33 @@
+"""Values as the postgres adapter stores them: the exact JSON text (the fs
+store's encoder, so a value round-trips byte for byte) and the jsonb image
+that serves list filters."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .._records import _line as encode_json
+from .keys import key
+
+
+def json_text(value: Any) -> str:
+    """The exact JSON text stored for a value (a body, a meta)."""
+    return encode_json(value).decode("utf-8")
+
+
+def sanitize(value: Any) -> Any:
+    """A jsonb-storable image of a JSON value: NUL (which jsonb refuses) escaped
+    in strings and keys as in ids (:func:`.keys.key`, injective, so distinct
+    keys stay distinct), integral floats as the exact integer they
+    are (so ``2**70`` and ``1.1805916207174113e+21`` meet, as the service's rule
+    has it). Applied to stored metadata and to filters alike, so values the
+    service calls equal contain each other; the service rechecks the rest."""
+    if isinstance(value, str):
+        return key(value)
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        return {sanitize(k): sanitize(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [sanitize(v) for v in value]
+    return value

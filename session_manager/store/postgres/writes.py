@@ -1,0 +1,135 @@
+"""The postgres adapter's write path: a commit's entries and session row
+(one round trip), session deletion, attachments. Each runs in the calling
+mutation's transaction, or in one of its own under the session's lock."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import psycopg
+from psycopg import sql
+from psycopg.types.json import Jsonb
+
+from .._cas import resolve
+from ..base import AttachmentMeta, Commit, Entry
+from .keys import check_id, key, key_or_none
+from .links import link
+from .transactions import Transactions
+from .values import json_text, sanitize
+
+
+class Writes(Transactions):
+    def commit(self, session_id: str, commit: Commit) -> Commit:
+        if self._local.tx is not None:
+            # Inside a mutation the decision was read in this transaction under
+            # the session's advisory lock: it is current, so the compare-and-set
+            # check (and an append's re-parenting / derived meta) is a no-op.
+            self._encode_and_write(self._local.tx.conn, session_id, commit)
+            return commit
+        with self.mutation((session_id,)):
+            assert self._local.tx is not None
+            # A commit from outside a mutation is checked against what is
+            # stored now, under the lock, like every adapter's (store._cas).
+            commit = resolve(commit, self.get_meta(session_id), self.get_leaf(session_id),
+                             lambda entry_id: self.get_entry(session_id, entry_id))
+            self._encode_and_write(self._local.tx.conn, session_id, commit)
+        return commit
+
+    def _encode_and_write(self, conn: psycopg.Connection[Any], session_id: str, commit: Commit) -> None:
+        # Encode everything first: a value that cannot be stored writes nothing.
+        check_id("session_id", session_id)
+        for e in commit.entries:
+            check_id("entry_id", e["id"])
+        bodies = [(e, json_text(e)) for e in commit.entries]
+        meta_text = json_text(commit.meta) if commit.meta is not None else None
+        self._write(conn, session_id, commit, bodies, meta_text)
+
+    def _write(self, conn: psycopg.Connection[Any], session_id: str, commit: Commit,
+               bodies: list[tuple[Entry, str]], meta_text: str | None) -> None:
+        sid = key(session_id)
+        try:
+            rows = link(conn, sid, [e for e, _ in bodies]) if bodies else {}
+            with conn.pipeline(), conn.cursor() as cur:  # the entries and the session row: one round trip
+                if bodies:
+                    cur.executemany(
+                        "INSERT INTO entries (session_id, entry_id, parent_id, depth, jump_id, jump_depth, body)"
+                        " VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT (session_id, entry_id) DO UPDATE SET"
+                        " parent_id = EXCLUDED.parent_id, depth = EXCLUDED.depth, jump_id = EXCLUDED.jump_id,"
+                        " jump_depth = EXCLUDED.jump_depth, body = EXCLUDED.body",
+                        [
+                            (sid, key(e["id"]), key_or_none(e.get("parent_id")), *rows[key(e["id"])], text)
+                            for e, text in bodies
+                        ],
+                    )
+                meta = commit.meta
+                metadata = meta.get("metadata") if meta is not None else None
+                cur.execute(
+                    "INSERT INTO sessions AS s (session_id, meta, status, created_at, updated_at, metadata, leaf)"
+                    " VALUES (%(sid)s, %(meta)s, %(status)s, %(created)s, %(updated)s, %(metadata)s, %(leaf)s)"
+                    " ON CONFLICT (session_id) DO UPDATE SET"
+                    " meta = CASE WHEN %(has_meta)s THEN EXCLUDED.meta ELSE s.meta END,"
+                    " status = CASE WHEN %(has_meta)s THEN EXCLUDED.status ELSE s.status END,"
+                    " created_at = CASE WHEN %(has_meta)s THEN EXCLUDED.created_at ELSE s.created_at END,"
+                    " updated_at = CASE WHEN %(has_meta)s THEN EXCLUDED.updated_at ELSE s.updated_at END,"
+                    " metadata = CASE WHEN %(has_meta)s THEN EXCLUDED.metadata ELSE s.metadata END,"
+                    " leaf = CASE WHEN %(has_leaf)s THEN EXCLUDED.leaf ELSE s.leaf END",
+                    {
+                        "sid": key(session_id),
+                        "meta": meta_text,
+                        "status": meta.get("status") if meta is not None else None,
+                        "created": meta.get("created_at") if meta is not None else None,
+                        "updated": meta.get("updated_at") if meta is not None else None,
+                        "metadata": Jsonb(sanitize(metadata)) if isinstance(metadata, dict) else None,
+                        "leaf": key_or_none(commit.leaf),
+                        "has_meta": meta is not None,
+                        "has_leaf": commit.leaf is not None,
+                    },
+                )
+        except psycopg.Error as e:
+            raise self._fail(e) from None
+
+    def delete_session(self, session_id: str) -> None:
+        def run(conn: psycopg.Connection[Any]) -> None:
+            for table in ("entries", "attachments", "sessions"):
+                conn.execute(
+                    sql.SQL("DELETE FROM {} WHERE session_id = %s").format(sql.Identifier(table)), (key(session_id),)
+                )
+
+        self._in_tx(session_id, run)
+
+    def _in_tx(self, session_id: str, run: Callable[[psycopg.Connection[Any]], None]) -> None:
+        if self._local.tx is not None:
+            with self._conn() as conn:
+                run(conn)
+            return
+        with self.mutation((session_id,)), self._conn() as conn:
+            run(conn)
+
+    def put_attachment(self, meta: AttachmentMeta, chunks: Iterable[bytes]) -> None:
+        # bytea, not large objects: transactional with the session (deleted
+        # with it, no orphans to vacuum), and bounded by max_attachment_bytes.
+        data = b"".join(chunks)
+        text = json_text(meta)
+
+        def run(conn: psycopg.Connection[Any]) -> None:
+            conn.execute(
+                "INSERT INTO attachments (session_id, attachment_id, meta, data) VALUES (%s, %s, %s, %s)"
+                " ON CONFLICT (session_id, attachment_id) DO UPDATE SET meta = EXCLUDED.meta, data = EXCLUDED.data",
+                (key(meta["session_id"]), key(meta["attachment_id"]), text, data),
+            )
+
+        self._in_tx(meta["session_id"], run)
+
+    def delete_attachment(self, session_id: str, attachment_id: str) -> bool:
+        found: list[bool] = []
+
+        def run(conn: psycopg.Connection[Any]) -> None:
+            cur = conn.execute(
+                "DELETE FROM attachments WHERE session_id = %s AND attachment_id = %s",
+                (key(session_id), key(attachment_id)),
+            )
+            found.append(cur.rowcount > 0)
+
+        self._in_tx(session_id, run)
+        return found[0]
