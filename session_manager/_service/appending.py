@@ -9,7 +9,8 @@ from pydantic import BaseModel
 
 from .._wire import api
 from .._wire import events as ev
-from .._wire.models import MESSAGE_MODELS, CustomEntry, CustomPayload, MessageEntry, dump
+from .._wire.dumping import fast_dump
+from .._wire.models import MESSAGE_MODELS, CustomEntry, CustomPayload, MessageEntry
 from .._wire.shape import build, edit
 from ..errors import (
     DETAILS_NOT_SUPPORTED,
@@ -92,14 +93,15 @@ class Appending(ServiceCore):
                 return build[api.UpdateMessageResponse](updated=False, revision=revision), []
             message = entry["message"]
             role = message.get("role")
-            changes: dict[str, Any] = {"content": [dump(b) if isinstance(b, BaseModel) else b for b in req.content]}
+            changes: dict[str, Any] = {"content": [fast_dump(b) if isinstance(b, BaseModel) else b
+                                                   for b in req.content]}
             if req.usage is not None:
                 if role != "assistant":
                     raise SessionError(
                         INVALID_ENTRY_KIND,
                         f"entry {req.entry_id} has role {role}; `usage` applies only to assistant messages",
                     )
-                changes["usage"] = dump(req.usage)
+                changes["usage"] = fast_dump(req.usage)
             if req.details is not None:
                 if role not in ("function_result", "custom"):
                     raise SessionError(
@@ -133,7 +135,7 @@ def _new_entry(
 ) -> Entry:
     if message is not None:
         return build[MessageEntry](kind="message", id=entry_id, parent_id=parent, timestamp=now, revision=0,
-                     origin=origin, message=dump(message))
+                     origin=origin, message=fast_dump(message))
     assert custom is not None
     return build[CustomEntry](kind="custom", id=entry_id, parent_id=parent, timestamp=now, revision=0, origin=origin,
                  custom_type=custom.custom_type, data=custom.data)
