@@ -13,7 +13,7 @@ nothing with the model.
 It only takes the shapes a model validated from JSON holds: exact ``str``,
 ``int``, ``float``, ``bool``, ``None``, ``list`` and ``dict`` with string keys.
 Anything else (a model some code built with a tuple or a ``datetime``, a
-model with its own serializers, nesting deep enough to recurse out) goes to
+model with its own serializers, values nested past :data:`MAX_DEPTH`) goes to
 :func:`dump`, so the answer is always the one it gives.
 """
 
@@ -26,30 +26,35 @@ from pydantic import BaseModel
 
 from .models import JsonObject, Wire, dump
 
-Dumper = Callable[[Any], JsonObject]
+Dumper = Callable[[Any, int], JsonObject]
 
 _SCALARS = frozenset({str, int, float, bool})
+# Deeper values go to dump, whose serializer has its own depth limit (refusals included).
+MAX_DEPTH = 64
 
 
 class _Unusual(Exception):
     """A value :func:`fast_dump` does not take: :func:`dump` decides."""
 
 
-def _value(v: Any) -> Any:
+def _value(v: Any, depth: int) -> Any:
     """A copy of a field's value: nested models dumped, JSON copied."""
     t = type(v)
     if t in _SCALARS or v is None:
         return v
+    if depth > MAX_DEPTH:
+        raise _Unusual
+    depth += 1
     if t is list:
-        return [_value(x) for x in v]
+        return [_value(x, depth) for x in v]
     if t is dict:
         out = {}
         for k, x in v.items():
             if type(k) is not str:
                 raise _Unusual
-            out[k] = _value(x)
+            out[k] = _value(x, depth)
         return out
-    return _DUMPERS[t](v)
+    return _DUMPERS[t](v, depth)
 
 
 def _plain_wire(model: type) -> bool:
@@ -72,19 +77,19 @@ def _scalar(annotation: Any) -> bool:
 
 def _generate(model: type[BaseModel]) -> Dumper:
     if not _plain_wire(model):
-        def unusual(_m: Any) -> JsonObject:
+        def unusual(_m: Any, _depth: int) -> JsonObject:
             raise _Unusual
         return unusual
     keep = model._keep_null  # type: ignore[attr-defined]
-    lines = [f"def dump_{model.__name__}(_m):", "    _out = {}"]
+    lines = [f"def dump_{model.__name__}(_m, _depth):", "    _out = {}"]
     for n, field in model.model_fields.items():
         lines.append(f"    v = _m.{n}")
         if _scalar(field.annotation):
             lines += ["    if type(v) not in _SCALARS:", "        raise _Unusual", f"    _out[{n!r}] = v"]
         elif n in keep:
-            lines.append(f"    _out[{n!r}] = _value(v)")
+            lines.append(f"    _out[{n!r}] = _value(v, _depth)")
         else:
-            lines += ["    if v is not None:", f"        _out[{n!r}] = _value(v)"]
+            lines += ["    if v is not None:", f"        _out[{n!r}] = _value(v, _depth)"]
     lines.append("    return _out")
     scope: dict[str, Any] = {"_SCALARS": _SCALARS, "_Unusual": _Unusual, "_value": _value}
     name = f"dump_{model.__name__}"
@@ -105,7 +110,7 @@ _DUMPERS = _PerType()
 def fast_dump(model: BaseModel) -> JsonObject:
     """What :func:`dump` returns for ``model``, built without its serializer."""
     try:
-        out: JsonObject = _DUMPERS[type(model)](model)
+        out: JsonObject = _DUMPERS[type(model)](model, 0)
         return out
     except (_Unusual, RecursionError):
         return dump(model)

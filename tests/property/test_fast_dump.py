@@ -6,13 +6,15 @@ import datetime
 from typing import Any
 
 import orjson
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from session_manager._wire import api
-from session_manager._wire.dumping import fast_dump
+from session_manager._wire.dumping import MAX_DEPTH, fast_dump
 from session_manager._wire.models import CustomMessage, UserMessage, dump
 from session_manager._wire.validation import parse_request
+from session_manager.errors import UnstorableValue
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers(-(2**63), 2**64 - 1) | st.floats(allow_nan=False, allow_infinity=False)
@@ -95,3 +97,22 @@ def test_values_no_json_payload_holds_go_to_model_dump() -> None:
         assert fast_dump(custom) == dump(custom)
     built = UserMessage.model_construct(role="user", content=[], timestamp=None)  # type: ignore[arg-type]  # a required field unset
     assert fast_dump(built) == dump(built)
+
+
+def test_deep_values_get_what_model_dump_gives_refusals_included() -> None:
+    # Prevents: a value nested past pydantic's serializer limit being stored by the fast path when the
+    # model_dump path (and so the contract) refuses it as nested too deeply.
+    for depth in (MAX_DEPTH - 1, MAX_DEPTH, MAX_DEPTH + 2, 300):
+        details: Any = 1
+        for _ in range(depth):
+            details = {"x": [details]}
+        custom = CustomMessage(role="custom", custom_type="t", content=[], details=details, timestamp=1)
+        try:
+            expected: Any = dump(custom)
+        except UnstorableValue as e:
+            expected = e
+        if isinstance(expected, UnstorableValue):
+            with pytest.raises(UnstorableValue):
+                fast_dump(custom)
+        else:
+            assert fast_dump(custom) == expected
