@@ -29,13 +29,17 @@ Opener = Callable[[str, bool], tuple[int, bool]]
 
 
 class _Slot:
-    __slots__ = ("doomed", "fd", "pins", "sync")
+    __slots__ = ("doomed", "end", "fd", "pins", "sync")
 
     def __init__(self, fd: int) -> None:
         self.fd = fd
         self.pins = 0
         self.doomed = False
         self.sync = GroupSync()
+        # Where the file ends, as its writer (FsStore._append, the only one writing
+        # through a slot) last left it; None: ask fstat. The store owns its
+        # data_dir, so only its own writes move it.
+        self.end: int | None = None
 
 
 class FdCache:

@@ -40,12 +40,8 @@ from ._index import INDEX_DIR
 from ._lazy import LazyEntries
 from ._lock import LOCK_NAME, DirLock
 from ._logfiles import LogFiles
-from ._records import (
-    encode_commit,
-    encode_snapshot,
-    meta_size,
-    snapshot_size,
-)
+from ._records import encode_snapshot, meta_size
+from ._sized import Sizes, encode_sized
 from ._state import SessionState, StateBackedStore
 from ._tail import TailFix, inspect_tail, meta_of_log
 from .base import Commit, Meta
@@ -418,13 +414,13 @@ class FsStore(AttachmentFiles, StateBackedStore):
         state = self._current_state(session_id)
         try:
             commit = state.resolve(commit)  # compare-and-set, inside the write's critical section
-            data = encode_commit(commit)
+            data, sizes = encode_sized(commit)
             if self._fold is not None:
                 self._fold.claim(session_id)
             start = self._append(session_id, data)
             state.apply(commit)
             self._files.note_commit(session_id, state, start, data, commit)
-            self._account(session_id, commit, data)
+            self._account(session_id, commit, data, sizes)
             with self._lock:
                 if commit.meta is not None:
                     if self._metas is not None:
@@ -451,15 +447,16 @@ class FsStore(AttachmentFiles, StateBackedStore):
                 return state
             state.lock.release()
 
-    def _account(self, session_id: str, commit: Commit, data: bytes) -> None:
+    def _account(self, session_id: str, commit: Commit, data: bytes, sizes: Sizes) -> None:
         budget = self._budgets.get(session_id)
         if budget is None:
             budget = self._budgets[session_id] = _compaction.LogBudget()
         budget.disk += len(data)
-        for entry in commit.entries:
-            budget.entry(entry["id"], snapshot_size(entry))
-        if commit.meta is not None:
-            budget.set_meta(meta_size(commit.meta))
+        entry_sizes, meta_bytes = sizes
+        for entry, size in zip(commit.entries, entry_sizes, strict=True):
+            budget.entry(entry["id"], size)
+        if meta_bytes is not None:
+            budget.set_meta(meta_bytes)
 
     def _append(self, session_id: str, data: bytes) -> int:
         """Write one commit's lines through the kept descriptor; returns the
@@ -475,7 +472,9 @@ class FsStore(AttachmentFiles, StateBackedStore):
                     fix = inspect_tail(fd, session_id)
                 if isinstance(fix, int):
                     os.ftruncate(fd, fix)
-                start = os.fstat(fd).st_size
+                # The kept end saves an fstat per write; a tail fix asks the file.
+                start = slot.end if slot.end is not None and fix is None else os.fstat(fd).st_size
+                slot.end = None  # unknown until this write is whole
                 lead = 0
                 if fix == "newline":
                     data, lead = b"\n" + data, 1
@@ -488,6 +487,7 @@ class FsStore(AttachmentFiles, StateBackedStore):
                     # not even a whole record that only lacks its newline.
                     os.ftruncate(fd, start)
                     raise
+                slot.end = start + len(data)
             finally:
                 self._fds.release(path, slot)
             if created and self.durability == "fsync":
