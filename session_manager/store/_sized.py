@@ -33,7 +33,17 @@ def encode_sized(commit: Commit) -> tuple[bytes, Sizes]:
     """``encode_commit(commit)`` and, for :meth:`LogBudget` accounting, each
     entry's :func:`snapshot_size` and the meta's :func:`meta_size`."""
     entries, meta = commit.entries, commit.meta
-    if entries and meta is not None and commit.leaf == entries[-1]["id"]:
+    if len(entries) == 1 and meta is not None and commit.leaf == entries[0]["id"]:  # an append
+        entry = entries[0]
+        try:
+            entry_json, meta_json = orjson.dumps(entry), orjson.dumps(meta)
+        except TypeError:
+            pass
+        else:
+            return (_APPEND_HEAD + entry_json + _META_KEY + meta_json + b"}\n",
+                    ((len(_ENTRY_HEAD) + len(entry_json) + 1 + len(entry["id"]) + _MARKER,),
+                     2 * (len(_META_HEAD) + len(meta_json) + 2)))
+    elif entries and meta is not None and commit.leaf == entries[-1]["id"]:
         try:
             pieces = [orjson.dumps(e) for e in entries]
             meta_json = orjson.dumps(meta)
