@@ -19,6 +19,7 @@ from ..errors import (
     PARENT_NOT_FOUND,
     SessionError,
     invalid_request,
+    not_found,
 )
 from ..store.base import Entry
 from .contention import retry_conflicts
@@ -30,7 +31,9 @@ class Appending(ServiceCore):
     def append(self, req: api.AppendRequest) -> Result:
         session_id = req.session_id
         with self._session(session_id):
-            meta = self._meta_or_raise(session_id)
+            meta, leaf = self.store.meta_and_leaf(session_id)  # one lookup: the hot path reads both
+            if meta is None:
+                raise not_found(session_id)
             if (req.message is None) == (req.custom is None):
                 raise invalid_request("message, custom: exactly one of `message` / `custom` must be supplied")
             if req.entry_id is not None:
@@ -38,7 +41,7 @@ class Appending(ServiceCore):
                 if existing is not None:
                     # Idempotent replay: the original, nothing written, nothing fired.
                     return _append_response(existing), []
-            parent = self._parent(session_id, req.parent_id)
+            parent = leaf if req.parent_id is None else self._parent(session_id, req.parent_id)
             now = self.clock.now_ms()
             entry_id = req.entry_id or self.ids.entry_id()
             entry = _new_entry(entry_id, parent, now, req.origin, req.message, req.custom)
