@@ -14,28 +14,27 @@ _BATCH = 256  # ids per os.urandom call
 
 
 class _RandomPool:
-    """Random uuid4s from one ``os.urandom`` call per :data:`_BATCH` of them:
+    """Random uuid4s made :data:`_BATCH` at a time from one ``os.urandom`` call:
     ``uuid.uuid4()`` costs a system call and a UUID object per id, more than
-    the rest of an id-drawing append together."""
+    the rest of an id-drawing append together. ``list.pop`` is atomic, so
+    threads draw without a lock; two refilling at once both add fresh ids."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._pool = b""
-        self._pos = 0
+        self._pool: list[str] = []
 
     def hex(self) -> str:
-        with self._lock:
-            pos = self._pos
-            if pos >= len(self._pool):
-                self._pool, pos = os.urandom(16 * _BATCH), 0
-            self._pos = pos + 16
-            raw = self._pool[pos:pos + 16]
-        return f"{int.from_bytes(raw, 'big') & _CLEAR | _SET:032x}"
+        try:
+            return self._pool.pop()
+        except IndexError:
+            raw = os.urandom(16 * _BATCH)
+            fresh = [f"{int.from_bytes(raw[i:i + 16], 'big') & _CLEAR | _SET:032x}" for i in range(0, len(raw), 16)]
+            value = fresh.pop()
+            self._pool.extend(fresh)
+            return value
 
     def reset(self) -> None:
         # A forked child must not hand out the ids its parent has still to draw.
-        self._lock = threading.Lock()
-        self._pool, self._pos = b"", 0
+        self._pool = []
 
 
 _RANDOM = _RandomPool()
