@@ -38,7 +38,7 @@ AttachmentMeta = dict[str, Any]
 EventSink = Callable[[list["Event"]], None]
 R = TypeVar("R")
 # No transaction (a store one process owns): one shared object, entered by every mutation.
-_NO_TRANSACTION: AbstractContextManager[None] = contextlib.nullcontext()
+NO_TRANSACTION: AbstractContextManager[None] = contextlib.nullcontext()
 
 
 @dataclass(frozen=True)
@@ -96,7 +96,16 @@ class SessionStore(ABC):
 
     def mutation(self, session_ids: Collection[str]) -> AbstractContextManager[None]:
         """One mutation of ``session_ids``: all or nothing, serialized per session."""
-        return _NO_TRANSACTION
+        return NO_TRANSACTION
+
+    def settle(self) -> None:
+        """Wait until the commits this thread made inside :meth:`mutation`
+        blocks are durable. The service calls it after letting go of the
+        session's lock and before answering, so a store may leave that wait
+        out of ``commit`` and let the writers queued on the lock share it
+        (the fs store's group commit in fsync mode); the default has nothing
+        to wait for."""
+        return None
 
     def run_call(self, call: Callable[[], tuple[R, list[Event]]]) -> tuple[R, list[Event]]:
         """Run one function call (``(response, events)``); the default just calls it."""

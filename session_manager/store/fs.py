@@ -36,6 +36,7 @@ from ._encoding import decode_id, encode_id
 from ._fds import FdCache
 from ._follow import Follower
 from ._fsio import APPEND_FLAGS, NotRegular, Ops, fsync_dir, name_max, open_regular, read_fd, reason, write_all
+from ._group import GroupCommit
 from ._index import INDEX_DIR
 from ._lazy import LazyEntries
 from ._lock import LOCK_NAME, DirLock
@@ -60,7 +61,7 @@ class ReadOnlyStore(StoreError):
     """A mutation of a store opened read-only."""
 
 
-class FsStore(AttachmentFiles, StateBackedStore):
+class FsStore(AttachmentFiles, GroupCommit, StateBackedStore):
     """JSONL-per-session storage under ``data_dir``.
 
     ``durability="flush"`` (default): every acknowledged mutation has been
@@ -114,6 +115,7 @@ class FsStore(AttachmentFiles, StateBackedStore):
                                open_log=functools.partial(_open_read, self._ops))
         self._sessions_file = self.dir / INDEX_DIR / _sessions_index.FILE
         self._list_dirty: set[str] = set()  # metas changed since the sessions index was written
+        self._init_group_commit()  # fsync mode: appends queued on a session share an fsync (:mod:`._group`)
         if self._owner is not None:
             _delete.recover(self._ops, self.dir, lambda stem: self._folder_of_stem(stem))
             if self.case_insensitive:
@@ -240,6 +242,8 @@ class FsStore(AttachmentFiles, StateBackedStore):
         (caller holds the session's lock; never in read-only mode or delete)."""
         budget = self._budgets.get(session_id)
         if budget is None or not (force or budget.wants_compaction()):
+            return False
+        if not self._synced_before_rewrite(session_id):
             return False
         body = encode_snapshot(state.meta, state.entries.values(), state.leaf)
         if _compaction.rewrite(self._ops, self._log(session_id), body, sync_dir=self.durability == "fsync"):
@@ -466,7 +470,7 @@ class FsStore(AttachmentFiles, StateBackedStore):
         try:
             # Read access too: the tail check after a failed write preads the file.
             slot, created = self._fds.acquire(path)
-            fd = slot.fd
+            fd, owed = slot.fd, False
             try:
                 if fix == "check":
                     fix = inspect_tail(fd, session_id)
@@ -481,15 +485,17 @@ class FsStore(AttachmentFiles, StateBackedStore):
                 try:
                     write_all(fd, data)
                     if self.durability == "fsync":
-                        os.fsync(fd)
+                        owed = self._sync_write(session_id, path, slot, start, start + len(data))
                 except OSError:
                     # The caller hears "failed", so no part of it may replay later,
                     # not even a whole record that only lacks its newline.
                     os.ftruncate(fd, start)
+                    self._failed_write(session_id, path, slot)
                     raise
                 slot.end = start + len(data)
             finally:
-                self._fds.release(path, slot)
+                if not owed:  # an owed fsync keeps the descriptor pinned until settle()
+                    self._fds.release(path, slot)
             if created and self.durability == "fsync":
                 fsync_dir(self._ops, self.dir)
         except NotRegular:
