@@ -169,20 +169,17 @@ class GroupCommit:
             try:
                 if sync.durable_end >= 0:
                     os.ftruncate(slot.fd, sync.durable_end)
-                fix = None
             except OSError as e:
                 log.warning("cannot undo unsynced writes to %s: %s", os.path.basename(path), reason(e))
-                fix = "check"  # the next write inspects the tail first
             self._fds.forget(path)
             self._files.forget(session_id)
             with self._lock:
                 if state is not None and self._sessions.get(session_id) is state:
                     self._sessions.pop(session_id, None)
                 self._budgets.pop(session_id, None)
-                if fix is None:
-                    self._tail_fix.pop(session_id, None)
-                else:
-                    self._tail_fix[session_id] = fix
+                # The next write inspects the tail first: the undone bytes may have begun with the
+                # newline a valid unterminated last record was owed (or the truncation failed).
+                self._tail_fix[session_id] = "check"
                 catalog = self._metas is not None
         if catalog:
             self._recatalog(session_id)

@@ -16,6 +16,7 @@ import pytest
 import session_manager
 from session_manager.errors import STORAGE, SessionError, StoreError
 from session_manager.store import Commit, FsStore
+from session_manager.store._records import decode_record
 from tests.unit.store_contract import message as entry
 from tests.unit.store_contract import meta
 
@@ -198,3 +199,34 @@ def test_a_compaction_waits_for_owed_fsyncs_and_never_outlives_a_failed_one(
         assert [e["id"] for e in again.entries("s_1")] == expected
         again.close()
 
+
+
+def test_an_undone_write_that_owed_a_newline_leaves_the_tail_for_the_next_write_to_fix(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Prevents: undoing a write that began with the newline a valid unterminated last record was owed,
+    # then appending straight after that record (two records on one line: both lost to replay).
+    store = FsStore(tmp_path / "d", durability="fsync")
+    store.commit("s_1", Commit(meta=meta("s_1")))
+    store.close()
+    log = tmp_path / "d" / "s_1.jsonl"
+    log.write_bytes(log.read_bytes().rstrip(b"\n"))  # a valid last record without its newline
+    before = log.read_bytes()
+    store = FsStore(tmp_path / "d", durability="fsync")
+
+    def eio(fd: int) -> None:
+        raise OSError(errno.EIO, "Input/output error")
+
+    with store.mutation(("s_1",)):
+        store.commit("s_1", Commit(entries=(entry("e_1", None),), leaf="e_1", meta=meta("s_1", message_count=1)))
+    monkeypatch.setattr(os, "fsync", eio)
+    with pytest.raises(StoreError):
+        store.settle()
+    monkeypatch.undo()
+    assert log.read_bytes() == before
+    store.commit("s_1", Commit(entries=(entry("e_2", None),), leaf="e_2", meta=meta("s_1", message_count=1)))
+    lines = log.read_bytes().split(b"\n")
+    assert lines[-1] == b"" and all(decode_record(line, "s_1") is not None for line in lines[:-1])
+    store.close()
+    again = FsStore(tmp_path / "d")
+    assert [e["id"] for e in again.entries("s_1")] == ["e_2"]
+    again.close()
