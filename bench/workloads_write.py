@@ -70,12 +70,13 @@ def _threads(count: int, per_thread: int, work: Callable[[int], None]) -> float:
     return elapsed[0] / (count * per_thread)
 
 
-def _ours_threads(ctx: Context, count: int, n: int) -> Callable[[], float]:
-    sm = ctx.manager(f"ours-threads-{count}", durability="fsync")
+def _ours_threads(ctx: Context, count: int, n: int, one_session: bool = False) -> Callable[[], float]:
+    sm = ctx.manager(f"ours-threads-{count}{'-one' if one_session else ''}", durability="fsync")
     msg = message()
 
     def run() -> float:
-        sids = [sm.call("session::create", {"title": "t"})["session_id"] for _ in range(count)]
+        sids = [sm.call("session::create", {"title": "t"})["session_id"] for _ in range(1 if one_session else count)]
+        sids *= count // len(sids)  # one session: every thread appends to it (group commit shares fsyncs)
         return _threads(count, n, lambda i: sm.call("session::append", {"session_id": sids[i], "message": msg}))
 
     return run
@@ -156,6 +157,7 @@ def workloads(ctx: Context) -> Iterator[Workload]:
         f"append, fsync, 8 threads x 8 sessions ({s.thread_fsyncs}/thread)", "rate", "ours, 1 thread",
         [Contender("ours, 8 threads", _ours_threads(ctx, 8, s.thread_fsyncs)),
          Contender("ours, 1 thread", _ours_threads(ctx, 1, s.thread_fsyncs * 2)),
+         Contender("ours, 8 threads, 1 session", _ours_threads(ctx, 8, s.thread_fsyncs, one_session=True)),
          Contender("raw fsync, 8 threads", _raw_threads(ctx, 8, s.thread_fsyncs)),
          Contender("raw fsync, 1 thread", _raw_threads(ctx, 1, s.thread_fsyncs * 2))],
         [Target("ours, 8 threads", ">= 1.5x ours 1 thread", lambda ratio, _: ratio >= 1.5)])

@@ -35,12 +35,16 @@ log = logging.getLogger("session_manager.embedded")
 EventHandler = Callable[[dict[str, Any]], Any]
 
 
+_LEAVES = frozenset({str, int, float, bool, type(None)})
+
+
 def copy_json(value: Any) -> Any:
-    """A deep copy of a JSON value (strings and numbers are shared)."""
+    """A deep copy of a JSON value (strings and numbers are shared; taken
+    inline, without a call per value: every response is copied)."""
     if isinstance(value, dict):
-        return {k: copy_json(v) for k, v in value.items()}
+        return {k: v if type(v) in _LEAVES else copy_json(v) for k, v in value.items()}
     if isinstance(value, list):
-        return [copy_json(v) for v in value]
+        return [v if type(v) in _LEAVES else copy_json(v) for v in value]
     return value
 
 
@@ -143,7 +147,8 @@ class SessionManager(TypedMethods):
             return any(o.function_id == function_id for o in self._observers)
 
     def publish(self, events: list[Event]) -> None:
-        if not events:
+        # Unlocked emptiness check: an observer registered during a call has no claim on its events.
+        if not events or not self._observers:
             return
         with self._lock:
             observers = list(self._observers)

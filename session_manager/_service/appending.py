@@ -9,7 +9,8 @@ from pydantic import BaseModel
 
 from .._wire import api
 from .._wire import events as ev
-from .._wire.models import MESSAGE_MODELS, CustomEntry, CustomPayload, MessageEntry, dump
+from .._wire.dumping import fast_dump
+from .._wire.models import MESSAGE_MODELS, CustomEntry, CustomPayload, MessageEntry
 from .._wire.shape import build, edit
 from ..errors import (
     DETAILS_NOT_SUPPORTED,
@@ -18,6 +19,7 @@ from ..errors import (
     PARENT_NOT_FOUND,
     SessionError,
     invalid_request,
+    not_found,
 )
 from ..store.base import Entry
 from .contention import retry_conflicts
@@ -29,7 +31,9 @@ class Appending(ServiceCore):
     def append(self, req: api.AppendRequest) -> Result:
         session_id = req.session_id
         with self._session(session_id):
-            meta = self._meta_or_raise(session_id)
+            meta, leaf = self.store.meta_and_leaf(session_id)  # one lookup: the hot path reads both
+            if meta is None:
+                raise not_found(session_id)
             if (req.message is None) == (req.custom is None):
                 raise invalid_request("message, custom: exactly one of `message` / `custom` must be supplied")
             if req.entry_id is not None:
@@ -37,7 +41,7 @@ class Appending(ServiceCore):
                 if existing is not None:
                     # Idempotent replay: the original, nothing written, nothing fired.
                     return _append_response(existing), []
-            parent = self._parent(session_id, req.parent_id)
+            parent = leaf if req.parent_id is None else self._parent(session_id, req.parent_id)
             now = self.clock.now_ms()
             entry_id = req.entry_id or self.ids.entry_id()
             entry = _new_entry(entry_id, parent, now, req.origin, req.message, req.custom)
@@ -92,14 +96,15 @@ class Appending(ServiceCore):
                 return build[api.UpdateMessageResponse](updated=False, revision=revision), []
             message = entry["message"]
             role = message.get("role")
-            changes: dict[str, Any] = {"content": [dump(b) if isinstance(b, BaseModel) else b for b in req.content]}
+            changes: dict[str, Any] = {"content": [fast_dump(b) if isinstance(b, BaseModel) else b
+                                                   for b in req.content]}
             if req.usage is not None:
                 if role != "assistant":
                     raise SessionError(
                         INVALID_ENTRY_KIND,
                         f"entry {req.entry_id} has role {role}; `usage` applies only to assistant messages",
                     )
-                changes["usage"] = dump(req.usage)
+                changes["usage"] = fast_dump(req.usage)
             if req.details is not None:
                 if role not in ("function_result", "custom"):
                     raise SessionError(
@@ -133,7 +138,7 @@ def _new_entry(
 ) -> Entry:
     if message is not None:
         return build[MessageEntry](kind="message", id=entry_id, parent_id=parent, timestamp=now, revision=0,
-                     origin=origin, message=dump(message))
+                     origin=origin, message=fast_dump(message))
     assert custom is not None
     return build[CustomEntry](kind="custom", id=entry_id, parent_id=parent, timestamp=now, revision=0, origin=origin,
                  custom_type=custom.custom_type, data=custom.data)

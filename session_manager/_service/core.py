@@ -70,7 +70,8 @@ class ServiceCore:
         provisional :class:`~session_manager.store.SessionStore` leaves for it)
         is entered here too, so no capability module needs to know of it."""
         # store.mutation: one transaction, serialized across processes too.
-        return locked_storage_errors(self.session_lock(session_id), self.store.mutation((session_id,)))
+        store = self.store
+        return locked_storage_errors(self.session_lock(session_id), store.mutation((session_id,)), store.settle)
 
     def _commit(self, session_id: str, *, entries: tuple[Entry, ...] = (), leaf: str | None = None,
                 meta: Meta | None = None, **decided_on: Any) -> Commit:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from types import TracebackType
 
@@ -47,11 +48,13 @@ class locked_storage_errors(storage_errors):
     entry point): the lock held around the store's transaction ``inner``,
     failures of either mapped."""
 
-    __slots__ = ("_inner", "_lock")
+    __slots__ = ("_inner", "_lock", "_settle")
 
-    def __init__(self, lock: threading.Lock | threading.RLock, inner: AbstractContextManager[None]) -> None:
+    def __init__(self, lock: threading.Lock | threading.RLock, inner: AbstractContextManager[None],
+                 settle: Callable[[], None]) -> None:
         self._lock = lock
         self._inner = inner
+        self._settle = settle  # the store's wait for durability, once the lock is let go
 
     def __enter__(self) -> None:
         self._lock.acquire()
@@ -72,6 +75,13 @@ class locked_storage_errors(storage_errors):
             raised = inner_error  # the transaction's own failure (a commit that did not hold)
         finally:
             self._lock.release()
+        try:
+            # Outside the lock, so the writers queued on it can share the wait (group
+            # commit); before the answer, which must only tell of durable writes.
+            self._settle()
+        except BaseException as settle_error:
+            if raised is None:
+                raised = settle_error
         super().__exit__(kind, raised, tb)
         if raised is not e and raised is not None:
             raise raised

@@ -43,6 +43,10 @@ def parse_request(model: type[M], payload: Any) -> M:
 
 
 
+# The top-level keys each request model accepts (computed once per model).
+_ALLOWED_KEYS: dict[type[BaseModel], frozenset[str]] = {}
+
+
 def reject_unknown_keys(model: type[BaseModel], payload: Any) -> None:
     """Refuse top-level keys ``model`` does not define (a misspelt ``limt``
     would otherwise be dropped silently). The embedded host only: the wire
@@ -50,7 +54,12 @@ def reject_unknown_keys(model: type[BaseModel], payload: Any) -> None:
     keep that handling everywhere. ``_caller_worker_id`` is always allowed."""
     if not isinstance(payload, dict):
         return
-    unknown = [k for k in payload if k not in model.model_fields and k != CALLER_KEY]
+    allowed = _ALLOWED_KEYS.get(model)
+    if allowed is None:
+        allowed = _ALLOWED_KEYS[model] = frozenset([*model.model_fields, CALLER_KEY])
+    if payload.keys() <= allowed:  # one set comparison: this runs on every embedded call
+        return
+    unknown = [k for k in payload if k not in allowed]
     if unknown:
         names = ", ".join(str(k) for k in unknown)
         known = ", ".join(model.model_fields) or "no fields"
@@ -80,7 +89,46 @@ class _NotJson(Exception):
         self.path: list[Any] = []
 
 
+# Exact types copied as they are (a str or int subclass takes the general path below).
+_LEAVES = frozenset({str, int, bool, type(None)})
+
+
 def _json_copy(value: Any) -> Any:
+    """The copy, exact JSON types first: leaves are taken inline, without a
+    call per value (this walk runs on every embedded call)."""
+    t = type(value)
+    if t in _LEAVES:
+        return value
+    if t is dict:
+        out = {}
+        for k, v in value.items():
+            if type(k) is not str and not isinstance(k, str):
+                raise _NotJson(f"object keys must be strings, got {type(k).__name__} {k!r}")
+            if type(v) in _LEAVES:
+                out[k] = v
+                continue
+            try:
+                out[k] = _json_copy(v)
+            except _NotJson as e:
+                e.path.append(k)
+                raise
+        return out
+    if t is list:
+        copied = []
+        for i, v in enumerate(value):
+            if type(v) in _LEAVES:
+                copied.append(v)
+                continue
+            try:
+                copied.append(_json_copy(v))
+            except _NotJson as e:
+                e.path.append(i)
+                raise
+        return copied
+    return _json_copy_general(value)
+
+
+def _json_copy_general(value: Any) -> Any:
     if isinstance(value, str | int) or value is None:  # bool is an int
         return value
     if isinstance(value, dict):

@@ -24,8 +24,6 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Literal
 
-from .._wire.models import SessionMeta
-from .._wire.shape import edit
 from ..errors import Conflict, StoreError
 
 if TYPE_CHECKING:
@@ -56,7 +54,11 @@ def derive_append_meta(meta: Meta, entries: tuple[Entry, ...]) -> Meta:
     for e in entries:  # a loop, not sum(genexpr): this runs twice on every append
         if e.get("kind") == "message":
             added += 1
-    return edit[SessionMeta](meta, updated_at=entries[-1]["timestamp"], message_count=meta["message_count"] + added)
+    # edit[SessionMeta] with two non-null changes, without its pass over every field.
+    out = dict(meta)
+    out["updated_at"] = entries[-1]["timestamp"]
+    out["message_count"] = meta["message_count"] + added
+    return out
 
 
 def _same_meta(current: Meta | None, expected: Meta | None) -> bool:

@@ -29,13 +29,17 @@ Opener = Callable[[str, bool], tuple[int, bool]]
 
 
 class _Slot:
-    __slots__ = ("doomed", "fd", "pins", "sync")
+    __slots__ = ("doomed", "end", "fd", "pins", "sync")
 
     def __init__(self, fd: int) -> None:
         self.fd = fd
         self.pins = 0
         self.doomed = False
         self.sync = GroupSync()
+        # Where the file ends, as its writer (FsStore._append, the only one writing
+        # through a slot) last left it; None: ask fstat. The store owns its
+        # data_dir, so only its own writes move it.
+        self.end: int | None = None
 
 
 class FdCache:
@@ -92,6 +96,11 @@ class FdCache:
             if slot.pins == 0 and (slot.doomed or len(self._slots) > self.capacity):
                 self._close(path, slot)
 
+    def holds(self, path: str, slot: _Slot) -> bool:
+        """Whether ``slot`` is still ``path``'s descriptor (not replaced or forgotten)."""
+        with self._lock:
+            return self._slots.get(path) is slot
+
     def forget(self, path: str) -> None:
         """Close ``path``'s descriptor (now, or when its last user is done)."""
         with self._lock:
@@ -140,39 +149,72 @@ class GroupSync:
     """One ``fsync`` for every write made before it started.
 
     A writer calls :meth:`written` right after its ``write`` returns (getting
-    a ticket), then :meth:`wait` with that ticket. Whoever finds no sync in
-    progress runs one; a writer whose write was made while one ran waits for
-    it and then, if still uncovered, for the next. A failed fsync fails every
-    writer it was meant to cover.
+    a ticket, and saying where its bytes end), then :meth:`wait` with that
+    ticket. Whoever finds no sync in progress runs one; a writer whose write
+    was made while one ran waits for it and then, if still uncovered, for the
+    next. A failed fsync fails every writer not yet durable, then and for
+    good: after a failed fsync the kernel may have dropped the dirty pages,
+    so a later fsync's success would prove nothing about them. The file's
+    owner undoes those writes (back to :attr:`durable_end`) and replaces the
+    descriptor.
     """
 
-    __slots__ = ("_cond", "_durable", "_error", "_running", "_written")
+    __slots__ = ("_cond", "_durable", "_end", "_failed", "_running", "_undone", "_written", "durable_end")
 
     def __init__(self) -> None:
         self._cond = threading.Condition(threading.Lock())
         self._written = 0  # tickets handed out
         self._durable = 0  # every ticket <= this is on disk
         self._running = False
-        self._error: tuple[int, OSError] | None = None  # (highest ticket it covered, error)
+        self._failed: OSError | None = None
+        self._end = -1  # where the last written ticket's bytes end (-1: not said)
+        self._undone = False
+        # Where the durable bytes end: the start of the first write made through
+        # this object, then the end of the last write a successful sync covered.
+        self.durable_end = -1
 
-    def written(self) -> int:
+    def written(self, start: int = -1, end: int = -1) -> int:
         with self._cond:
             self._written += 1
+            if self.durable_end < 0:
+                self.durable_end = start
+            self._end = end
             return self._written
+
+    @property
+    def pending(self) -> bool:
+        """Tickets handed out that no successful sync covers yet."""
+        return self._written > self._durable
+
+    @property
+    def failed(self) -> bool:
+        return self._failed is not None
+
+    def claim_undo(self) -> bool:
+        """True once after a failed sync: the caller undoes the unsynced writes."""
+        with self._cond:
+            if self._failed is None or self._undone:
+                return False
+            self._undone = True
+            return True
+
+    def last(self) -> int:
+        """The newest ticket (waiting on it covers every write so far)."""
+        return self._written
 
     def wait(self, fd: int, ticket: int) -> None:
         cond = self._cond
         with cond:
             while True:
-                if self._error is not None and self._durable < ticket <= self._error[0]:
-                    raise self._error[1]
                 if self._durable >= ticket:
                     return
+                if self._failed is not None:
+                    raise self._failed
                 if not self._running:
                     break
                 cond.wait()
             self._running = True
-            upto = self._written
+            upto, end = self._written, self._end
         error: OSError | None = None
         try:
             os.fsync(fd)
@@ -182,9 +224,9 @@ class GroupSync:
             self._running = False
             if error is None:
                 self._durable = max(self._durable, upto)
-                self._error = None
+                self.durable_end = max(self.durable_end, end)
             else:
-                self._error = (upto, error)
+                self._failed = error
             cond.notify_all()
         if error is not None:
             raise error

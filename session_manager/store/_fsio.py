@@ -73,7 +73,10 @@ def reason(e: OSError) -> str:
 
 
 def write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
+    written = os.write(fd, data)
+    if written == len(data):  # the usual case: one call, no view
+        return
+    view = memoryview(data)[written:]
     while view:
         written = os.write(fd, view)
         view = view[written:]

@@ -107,8 +107,11 @@ class LogFiles:
         files = self.files(session_id)
         entries = state.entries
         if isinstance(entries, LazyEntries):
-            for entry, (offset, length) in zip(commit.entries, entry_line_spans(data, start), strict=False):
-                entries.note_location(entry["id"], offset, length)
+            if len(commit.entries) == 1:  # an append: its entry is the first line
+                entries.note_location(commit.entries[0]["id"], start, data.find(b"\n"))
+            else:
+                for entry, (offset, length) in zip(commit.entries, entry_line_spans(data, start), strict=False):
+                    entries.note_location(entry["id"], offset, length)
         files.covered = start + len(data)
         if files.saved < 0 or files.covered - files.saved > max(SAVE_MIN_BYTES, files.saved // 2):
             self.save(session_id, state)

@@ -150,6 +150,10 @@ class StateBackedStore(SessionStore):
         state = self._state(session_id)
         return state.leaf if state else None
 
+    def meta_and_leaf(self, session_id: str) -> tuple[Meta | None, str | None]:
+        state = self._state(session_id)
+        return (state.meta, state.leaf) if state else (None, None)
+
     def path(self, session_id: str, leaf: str | None) -> EntryPath:
         state = self._state(session_id)
         if state is None:

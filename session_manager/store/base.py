@@ -37,6 +37,8 @@ Meta = dict[str, Any]
 AttachmentMeta = dict[str, Any]
 EventSink = Callable[[list["Event"]], None]
 R = TypeVar("R")
+# No transaction (a store one process owns): one shared object, entered by every mutation.
+NO_TRANSACTION: AbstractContextManager[None] = contextlib.nullcontext()
 
 
 @dataclass(frozen=True)
@@ -94,7 +96,16 @@ class SessionStore(ABC):
 
     def mutation(self, session_ids: Collection[str]) -> AbstractContextManager[None]:
         """One mutation of ``session_ids``: all or nothing, serialized per session."""
-        return contextlib.nullcontext()
+        return NO_TRANSACTION
+
+    def settle(self) -> None:
+        """Wait until the commits this thread made inside :meth:`mutation`
+        blocks are durable. The service calls it after letting go of the
+        session's lock and before answering, so a store may leave that wait
+        out of ``commit`` and let the writers queued on the lock share it
+        (the fs store's group commit in fsync mode); the default has nothing
+        to wait for."""
+        return None
 
     def run_call(self, call: Callable[[], tuple[R, list[Event]]]) -> tuple[R, list[Event]]:
         """Run one function call (``(response, events)``); the default just calls it."""
@@ -135,6 +146,11 @@ class SessionStore(ABC):
 
     @abstractmethod
     def get_leaf(self, session_id: str) -> str | None: ...
+
+    def meta_and_leaf(self, session_id: str) -> tuple[Meta | None, str | None]:
+        """``(get_meta, get_leaf)`` in one call (an append reads both; a store
+        may answer them from one lookup)."""
+        return self.get_meta(session_id), self.get_leaf(session_id)
 
     @abstractmethod
     def path(self, session_id: str, leaf: str | None) -> EntryPath:

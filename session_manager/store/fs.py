@@ -36,16 +36,13 @@ from ._encoding import decode_id, encode_id
 from ._fds import FdCache
 from ._follow import Follower
 from ._fsio import APPEND_FLAGS, NotRegular, Ops, fsync_dir, name_max, open_regular, read_fd, reason, write_all
+from ._group import GroupCommit
 from ._index import INDEX_DIR
 from ._lazy import LazyEntries
 from ._lock import LOCK_NAME, DirLock
 from ._logfiles import LogFiles
-from ._records import (
-    encode_commit,
-    encode_snapshot,
-    meta_size,
-    snapshot_size,
-)
+from ._records import encode_snapshot, meta_size
+from ._sized import Sizes, encode_sized
 from ._state import SessionState, StateBackedStore
 from ._tail import TailFix, inspect_tail, meta_of_log
 from .base import Commit, Meta
@@ -64,7 +61,7 @@ class ReadOnlyStore(StoreError):
     """A mutation of a store opened read-only."""
 
 
-class FsStore(AttachmentFiles, StateBackedStore):
+class FsStore(AttachmentFiles, GroupCommit, StateBackedStore):
     """JSONL-per-session storage under ``data_dir``.
 
     ``durability="flush"`` (default): every acknowledged mutation has been
@@ -118,6 +115,7 @@ class FsStore(AttachmentFiles, StateBackedStore):
                                open_log=functools.partial(_open_read, self._ops))
         self._sessions_file = self.dir / INDEX_DIR / _sessions_index.FILE
         self._list_dirty: set[str] = set()  # metas changed since the sessions index was written
+        self._init_group_commit()  # fsync mode: appends queued on a session share an fsync (:mod:`._group`)
         if self._owner is not None:
             _delete.recover(self._ops, self.dir, lambda stem: self._folder_of_stem(stem))
             if self.case_insensitive:
@@ -244,6 +242,8 @@ class FsStore(AttachmentFiles, StateBackedStore):
         (caller holds the session's lock; never in read-only mode or delete)."""
         budget = self._budgets.get(session_id)
         if budget is None or not (force or budget.wants_compaction()):
+            return False
+        if not self._synced_before_rewrite(session_id):
             return False
         body = encode_snapshot(state.meta, state.entries.values(), state.leaf)
         if _compaction.rewrite(self._ops, self._log(session_id), body, sync_dir=self.durability == "fsync"):
@@ -418,13 +418,13 @@ class FsStore(AttachmentFiles, StateBackedStore):
         state = self._current_state(session_id)
         try:
             commit = state.resolve(commit)  # compare-and-set, inside the write's critical section
-            data = encode_commit(commit)
+            data, sizes = encode_sized(commit)
             if self._fold is not None:
                 self._fold.claim(session_id)
             start = self._append(session_id, data)
             state.apply(commit)
             self._files.note_commit(session_id, state, start, data, commit)
-            self._account(session_id, commit, data)
+            self._account(session_id, commit, data, sizes)
             with self._lock:
                 if commit.meta is not None:
                     if self._metas is not None:
@@ -451,15 +451,16 @@ class FsStore(AttachmentFiles, StateBackedStore):
                 return state
             state.lock.release()
 
-    def _account(self, session_id: str, commit: Commit, data: bytes) -> None:
+    def _account(self, session_id: str, commit: Commit, data: bytes, sizes: Sizes) -> None:
         budget = self._budgets.get(session_id)
         if budget is None:
             budget = self._budgets[session_id] = _compaction.LogBudget()
         budget.disk += len(data)
-        for entry in commit.entries:
-            budget.entry(entry["id"], snapshot_size(entry))
-        if commit.meta is not None:
-            budget.set_meta(meta_size(commit.meta))
+        entry_sizes, meta_bytes = sizes
+        for entry, size in zip(commit.entries, entry_sizes, strict=True):
+            budget.entry(entry["id"], size)
+        if meta_bytes is not None:
+            budget.set_meta(meta_bytes)
 
     def _append(self, session_id: str, data: bytes) -> int:
         """Write one commit's lines through the kept descriptor; returns the
@@ -469,27 +470,32 @@ class FsStore(AttachmentFiles, StateBackedStore):
         try:
             # Read access too: the tail check after a failed write preads the file.
             slot, created = self._fds.acquire(path)
-            fd = slot.fd
+            fd, owed = slot.fd, False
             try:
                 if fix == "check":
                     fix = inspect_tail(fd, session_id)
                 if isinstance(fix, int):
                     os.ftruncate(fd, fix)
-                start = os.fstat(fd).st_size
+                # The kept end saves an fstat per write; a tail fix asks the file.
+                start = slot.end if slot.end is not None and fix is None else os.fstat(fd).st_size
+                slot.end = None  # unknown until this write is whole
                 lead = 0
                 if fix == "newline":
                     data, lead = b"\n" + data, 1
                 try:
                     write_all(fd, data)
                     if self.durability == "fsync":
-                        os.fsync(fd)
+                        owed = self._sync_write(session_id, path, slot, start, start + len(data))
                 except OSError:
                     # The caller hears "failed", so no part of it may replay later,
                     # not even a whole record that only lacks its newline.
                     os.ftruncate(fd, start)
+                    self._failed_write(session_id, path, slot)
                     raise
+                slot.end = start + len(data)
             finally:
-                self._fds.release(path, slot)
+                if not owed:  # an owed fsync keeps the descriptor pinned until settle()
+                    self._fds.release(path, slot)
             if created and self.durability == "fsync":
                 fsync_dir(self._ops, self.dir)
         except NotRegular:

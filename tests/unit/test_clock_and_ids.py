@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import re
+import sys
 import threading
+import uuid
 from pathlib import Path
 
+import pytest
 from freezegun import freeze_time
 
 import session_manager
@@ -34,6 +38,49 @@ def test_production_ids_are_prefixed_uuid_hex() -> None:
         value = make()
         assert re.fullmatch(prefix + "[0-9a-f]{32}", value), value
         assert make() != value
+
+
+def test_production_ids_are_random_version_4_uuids_across_threads() -> None:
+    # Prevents: batched random ids that are not valid UUIDv4 (version, variant) or repeat under threads.
+    ids = UuidIds()
+    seen: list[str] = []
+    lock = threading.Lock()
+
+    def take() -> None:
+        drawn = [ids.entry_id() for _ in range(700)]  # past a batch of random bytes, several times
+        with lock:
+            seen.extend(drawn)
+
+    pool = [threading.Thread(target=take) for _ in range(4)]
+    for t in pool:
+        t.start()
+    for t in pool:
+        t.join()
+    assert len(set(seen)) == len(seen) == 2800
+    for value in seen:
+        parsed = uuid.UUID(hex=value[2:])
+        assert parsed.version == 4 and parsed.variant == uuid.RFC_4122 and parsed.hex == value[2:]
+    # Every random bit varies: no digit position is stuck (the version digit excepted).
+    assert all(len({v[2 + i] for v in seen}) > 1 for i in range(32) if i != 12)
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="os.fork")
+def test_a_forked_child_never_draws_its_parents_ids() -> None:
+    # Prevents: a child process handing out the ids left in the parent's random batch (duplicate entry ids).
+    ids = UuidIds()
+    ids.entry_id()  # the parent holds a batch with ids still to draw
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report its next ids, then leave without running the parent's teardown
+        os.close(read)
+        os.write(write, " ".join(ids.entry_id() for _ in range(5)).encode())
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as pipe:
+        child = set(pipe.read().split())
+    os.waitpid(pid, 0)
+    parent = {ids.entry_id() for _ in range(5)}
+    assert len(child) == 5 and not child & parent
 
 
 def test_sequential_ids_count_per_kind_and_are_thread_safe() -> None:

@@ -113,21 +113,32 @@ def test_waiting_writers_share_fsyncs(tmp_path: Path, monkeypatch: pytest.Monkey
     assert sorted(path.read_bytes().split()) == sorted(str(i).encode() for i in range(8))
 
 
-def test_a_failed_fsync_fails_every_writer_it_covered(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # Prevents: a writer acknowledged when the fsync meant to cover its bytes failed.
+def test_a_failed_fsync_fails_every_writer_not_yet_durable_for_good(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Prevents: a writer acknowledged when the fsync meant to cover its bytes failed -- including by a
+    # later fsync that succeeds (the kernel may have dropped the failed pages: that success proves nothing).
+    synced: list[int] = []
+    monkeypatch.setattr(_fds.os, "fsync", synced.append)
+    sync = GroupSync()
+    fd = os.open(tmp_path / "s", os.O_WRONLY | os.O_CREAT, 0o644)
+    first = sync.written(0, 10)
+    sync.wait(fd, first)
+    assert (sync.durable_end, sync.pending) == (10, False)
+
     def failing(fd: int) -> None:
         raise OSError(5, "EIO")
 
     monkeypatch.setattr(_fds.os, "fsync", failing)
-    sync = GroupSync()
-    fd = os.open(tmp_path / "s", os.O_WRONLY | os.O_CREAT, 0o644)
-    ticket = sync.written()
+    ticket = sync.written(10, 25)
     with pytest.raises(OSError):
         sync.wait(fd, ticket)
     with pytest.raises(OSError):
         sync.wait(fd, ticket)  # still not durable: a retry must not report success
-    monkeypatch.setattr(_fds.os, "fsync", lambda fd: None)
-    later = sync.written()
-    sync.wait(fd, later)  # a later successful sync covers everything before it
-    sync.wait(fd, ticket)
+    monkeypatch.setattr(_fds.os, "fsync", synced.append)
+    later = sync.written(25, 40)
+    with pytest.raises(OSError):
+        sync.wait(fd, later)  # nor a later write's sync: this file's unsynced tail is to be undone
+    sync.wait(fd, first)  # what was durable stays so
+    assert sync.failed and sync.pending and sync.durable_end == 10  # the owner truncates back to here
+    assert len(synced) == 1
     os.close(fd)

@@ -1,0 +1,203 @@
+"""Group commit for ``durability="fsync"``: appends waiting on one session share an fsync.
+
+The service runs every mutation inside ``store.mutation(...)`` under the
+session's lock and calls ``store.settle()`` once it has let go of that lock,
+before it answers. In fsync mode a commit made inside such a scope writes
+its lines and takes a ticket from the descriptor's
+:class:`~._fds.GroupSync`, but leaves the fsync to :meth:`GroupCommit.settle`:
+the writers that queued on the lock meanwhile write theirs, and the first
+of them to wait syncs for all (the GIL is released in ``fsync``). No one is
+answered, and no event leaves, before an fsync covering its bytes returned.
+A commit made outside a scope (a direct ``store.commit``) still syncs before
+it returns.
+
+Readers of the same store may see an entry whose fsync is still running
+(as every reader does in flush mode). If that fsync fails, every write it
+or a later one on the descriptor was to cover is undone: the log is
+truncated back to the end of what was durable, the session is dropped from
+memory (its next access replays the log) and the catalog takes the log's
+meta again, so each of those writers hears ``session/storage`` and nothing
+they wrote replays.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import threading
+from collections.abc import Collection
+from contextlib import AbstractContextManager
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+from ..errors import StoreError
+from ._fds import FdCache, _Slot
+from ._fsio import reason
+from .base import NO_TRANSACTION
+
+if TYPE_CHECKING:
+    from ._cache import StateCache
+    from ._catalog import MetaCatalog
+    from ._logfiles import LogFiles
+    from .base import Meta
+
+log = logging.getLogger("session_manager.store.fs")
+
+# (session_id, log path, pinned slot, ticket): an fsync a thread still owes its caller.
+_Owed = tuple[str, str, _Slot, int]
+
+
+class _Scope:
+    """``FsStore.mutation()`` in fsync mode: commits inside it owe their fsync
+    to :meth:`GroupCommit.settle` (nested scopes count)."""
+
+    __slots__ = ("_local",)
+
+    def __init__(self, local: threading.local) -> None:
+        self._local = local
+
+    def __enter__(self) -> None:
+        self._local.depth = getattr(self._local, "depth", 0) + 1
+
+    def __exit__(self, kind: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
+        self._local.depth -= 1
+
+
+class GroupCommit:
+    """The fsync-mode half of :class:`~.fs.FsStore`'s writes (which supplies the fields)."""
+
+    durability: str
+    _fds: FdCache
+    _files: LogFiles
+    _lock: threading.Lock
+    _sessions: StateCache
+    _budgets: dict[str, Any]
+    _tail_fix: dict[str, Any]
+    _metas: MetaCatalog | None
+    _list_dirty: set[str]
+    _scans: int
+    _changed: dict[str, Meta | None]
+    _owed: threading.local
+    _scope: _Scope
+
+    def _state(self, session_id: str, create: bool = False) -> Any: ...
+
+    def _init_group_commit(self) -> None:
+        self._owed = threading.local()
+        self._scope = _Scope(self._owed)
+
+    def mutation(self, session_ids: Collection[str]) -> AbstractContextManager[None]:
+        return self._scope if self.durability == "fsync" else NO_TRANSACTION
+
+    def _sync_write(self, session_id: str, path: str, slot: _Slot, start: int, end: int) -> bool:
+        """After a write in fsync mode (under the session's lock): sync it now,
+        or, inside a mutation scope, owe it to :meth:`settle`. True: owed (the
+        slot stays pinned until then)."""
+        ticket = slot.sync.written(start, end)
+        local = self._owed
+        if getattr(local, "depth", 0) > 0:
+            owed: list[_Owed] | None = getattr(local, "owed", None)
+            if owed is None:
+                owed = local.owed = []
+            owed.append((session_id, path, slot, ticket))
+            return True
+        slot.sync.wait(slot.fd, ticket)
+        return False
+
+    def _failed_write(self, session_id: str, path: str, slot: _Slot) -> None:
+        """A write or its fsync failed under the session's lock: if other
+        writes on the descriptor are still owed an fsync that can no longer
+        be trusted, undo them too (before any later write can follow them)."""
+        if slot.sync.failed:
+            self._undo_unsynced(session_id, path, slot)
+
+    def settle(self) -> None:
+        """Wait until every commit this thread made in a mutation scope is on
+        disk; :class:`StoreError` if an fsync failed (those writes are undone)."""
+        if self.durability != "fsync":
+            return  # nothing is ever owed (and a thread-local miss costs more than this)
+        owed: list[_Owed] | None = getattr(self._owed, "owed", None)
+        if not owed:
+            return
+        self._owed.owed = []
+        error: StoreError | None = None
+        for session_id, path, slot, ticket in owed:
+            try:
+                slot.sync.wait(slot.fd, ticket)
+            except OSError as e:
+                self._undo_unsynced(session_id, path, slot)
+                error = error or StoreError(f"fsync {os.path.basename(path)}: {reason(e)}")
+            finally:
+                self._fds.release(path, slot)
+        if error is not None:
+            raise error
+
+    def _synced_before_rewrite(self, session_id: str) -> bool:
+        """A compaction replaces the log with what memory holds: the writes
+        still owed an fsync are made durable first, or undone (then no
+        rewrite), so a snapshot never outlives a write reported failed."""
+        if self.durability != "fsync":
+            return True
+        path = self._files.log_path(session_id)
+        try:
+            slot, _ = self._fds.acquire(path, create=False)
+        except OSError:
+            return True  # no log to replace
+        try:
+            if slot.sync.pending:
+                slot.sync.wait(slot.fd, slot.sync.last())
+            return True
+        except OSError:
+            self._undo_unsynced(session_id, path, slot)
+            return False
+        finally:
+            self._fds.release(path, slot)
+
+    def _undo_unsynced(self, session_id: str, path: str, slot: _Slot) -> None:
+        """Truncate the log back to what the descriptor's syncs made durable,
+        forget the descriptor and the session's memory; once per failed sync."""
+        sync = slot.sync
+        with self._lock:
+            state = self._sessions.get(session_id)
+        with state.lock if state is not None else contextlib.nullcontext():
+            if not sync.claim_undo():
+                return  # another writer it failed did this already
+            if not self._fds.holds(path, slot):
+                return  # the log was deleted since: nothing of it is left to undo
+            slot.end = None
+            try:
+                if sync.durable_end >= 0:
+                    os.ftruncate(slot.fd, sync.durable_end)
+            except OSError as e:
+                log.warning("cannot undo unsynced writes to %s: %s", os.path.basename(path), reason(e))
+            self._fds.forget(path)
+            self._files.forget(session_id)
+            with self._lock:
+                if state is not None and self._sessions.get(session_id) is state:
+                    self._sessions.pop(session_id, None)
+                self._budgets.pop(session_id, None)
+                # The next write inspects the tail first: the undone bytes may have begun with the
+                # newline a valid unterminated last record was owed (or the truncation failed).
+                self._tail_fix[session_id] = "check"
+                catalog = self._metas is not None
+        if catalog:
+            self._recatalog(session_id)
+
+    def _recatalog(self, session_id: str) -> None:
+        """The catalog holds a meta that was undone: take the log's again."""
+        try:
+            state = self._state(session_id)
+        except StoreError as e:
+            log.warning("session %s unreadable after undoing unsynced writes: %s", session_id, e)
+            return
+        meta = state.meta if state is not None else None
+        with self._lock:
+            if self._metas is not None:
+                if meta is None:
+                    self._metas.remove(session_id)
+                else:
+                    self._metas.put(meta)
+                self._list_dirty.add(session_id)
+            if self._scans:
+                self._changed[session_id] = meta

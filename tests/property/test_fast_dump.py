@@ -1,0 +1,118 @@
+"""The append path's generated dump gives exactly what pydantic's ``model_dump`` gives."""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from session_manager._wire import api
+from session_manager._wire.dumping import MAX_DEPTH, fast_dump
+from session_manager._wire.models import CustomMessage, UserMessage, dump
+from session_manager._wire.validation import parse_request
+from session_manager.errors import UnstorableValue
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**63), 2**64 - 1) | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=5),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=3),
+    max_leaves=8)
+# Each optional field: left out, an explicit null, or a value.
+MISSING: Any = object()
+
+
+def maybe(values: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    return st.one_of(st.just(MISSING), st.none(), values)
+
+
+def obj(**fields: st.SearchStrategy[Any]) -> st.SearchStrategy[dict[str, Any]]:
+    def drop(d: dict[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in d.items() if v is not MISSING}
+    # An unknown key too, now and then: models ignore it, so the dump must not carry it.
+    return st.fixed_dictionaries({**fields, "unknown_key": st.just(MISSING) | json_values}).map(drop)
+
+
+texts = st.text(max_size=4)
+blocks: st.SearchStrategy[dict[str, Any]] = st.deferred(lambda: st.one_of(
+    obj(type=st.just("text"), text=texts),
+    obj(type=st.just("image"), mime=texts, data=texts, attachment_id=maybe(texts)),
+    obj(type=st.just("file"), attachment_id=texts, name=texts, mime=texts, size=st.integers(0, 2**64 - 1)),
+    obj(type=st.just("thinking"), text=texts, signature=maybe(texts)),
+    obj(type=st.just("redacted_thinking"), data=texts),
+    obj(type=st.just("function_call"), id=texts, function_id=texts, arguments=maybe(json_values)),
+    obj(type=st.just("function_result"), function_call_id=texts, content=st.lists(blocks, max_size=2),
+        is_error=maybe(st.booleans())),
+))
+contents = st.lists(blocks, max_size=3)
+stamps = st.integers(-(2**63), 2**63 - 1)
+usage = obj(input=maybe(st.integers(0, 2**64 - 1)), output=maybe(st.integers(0, 9)),
+            cache_read=maybe(st.integers(0, 9)), cache_write=maybe(st.integers(0, 9)),
+            reasoning=maybe(st.integers(0, 9)), cost_usd=maybe(st.floats(0, 10) | st.integers(0, 10)))
+messages = st.one_of(
+    obj(role=st.just("user"), content=contents, timestamp=stamps),
+    obj(role=st.just("assistant"), content=contents, stop_reason=st.sampled_from(["end", "length", "error"]),
+        native_stop_reason=maybe(texts), error_message=maybe(texts),
+        error_kind=maybe(st.sampled_from(["transient", "permanent"])), warnings=maybe(st.lists(texts, max_size=2)),
+        usage=maybe(usage), agent=maybe(texts), model=texts, provider=texts, timestamp=stamps),
+    obj(role=st.just("function_result"), function_call_id=texts, function_id=texts, content=contents,
+        details=maybe(json_values), is_error=st.just(MISSING) | st.booleans(), timestamp=stamps),
+    obj(role=st.just("custom"), custom_type=texts, content=contents, display=maybe(texts),
+        details=maybe(json_values), timestamp=stamps),
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(messages)
+def test_the_fast_dump_is_model_dump_byte_for_byte(message: dict[str, Any]) -> None:
+    # Prevents: an append storing other bytes than model_dump would (key order, a kept or dropped null,
+    # a default left out, an unknown key kept, 3 for a float field) -- the log must not change.
+    req = parse_request(api.AppendRequest, {"session_id": "s", "message": message})
+    assert req.message is not None
+    fast, slow = fast_dump(req.message), dump(req.message)
+    assert orjson.dumps(fast) == orjson.dumps(slow)
+    assert fast == slow
+
+
+def test_a_dump_shares_nothing_with_the_model() -> None:
+    # Prevents: a stored entry aliasing the request's JSON values (a later change to one shows in the other).
+    req = parse_request(api.AppendRequest, {"session_id": "s", "message": {
+        "role": "function_result", "function_call_id": "c", "function_id": "f", "content": [],
+        "details": {"rows": [1, {"a": 2}]}, "timestamp": 1}})
+    assert req.message is not None
+    out = fast_dump(req.message)
+    assert out["details"] == req.message.details  # type: ignore[union-attr]
+    assert out["details"] is not req.message.details  # type: ignore[union-attr]
+    assert out["details"]["rows"][1] is not req.message.details["rows"][1]  # type: ignore[union-attr]
+
+
+def test_values_no_json_payload_holds_go_to_model_dump() -> None:
+    # Prevents: a model built in code with a tuple or a datetime in a JSON field being stored unconverted.
+    when = datetime.datetime(2024, 1, 2, tzinfo=datetime.timezone.utc)
+    for details in ((1, 2), when, {"at": when}, {1: "non-string key"}):
+        custom = CustomMessage(role="custom", custom_type="t", content=[], details=details, timestamp=1)
+        assert fast_dump(custom) == dump(custom)
+    built = UserMessage.model_construct(role="user", content=[], timestamp=None)  # type: ignore[arg-type]  # a required field unset
+    assert fast_dump(built) == dump(built)
+
+
+def test_deep_values_get_what_model_dump_gives_refusals_included() -> None:
+    # Prevents: a value nested past pydantic's serializer limit being stored by the fast path when the
+    # model_dump path (and so the contract) refuses it as nested too deeply.
+    for depth in (MAX_DEPTH - 1, MAX_DEPTH, MAX_DEPTH + 2, 300):
+        details: Any = 1
+        for _ in range(depth):
+            details = {"x": [details]}
+        custom = CustomMessage(role="custom", custom_type="t", content=[], details=details, timestamp=1)
+        try:
+            expected: Any = dump(custom)
+        except UnstorableValue as e:
+            expected = e
+        if isinstance(expected, UnstorableValue):
+            with pytest.raises(UnstorableValue):
+                fast_dump(custom)
+        else:
+            assert fast_dump(custom) == expected
