@@ -18,7 +18,12 @@ may have missed (ids above its high-water mark, less a slack for
 transactions that took an id before others but committed after them). When
 it was away longer than the retention, those rows may be pruned: it resyncs
 instead (every session's state as events, as after an adapter swap), so
-observers may see duplicates then, never a gap. Rows older than the
+observers may see duplicates then, never a gap. The resync also announces
+the deletions it missed: the listener remembers the sessions its observers
+know of (:class:`~session_manager.store._known.KnownSessions`: those that
+existed when it first connected, then every event it or its own instance
+handed on), and each one gone from the database gets one
+``session::on-deleted``. Rows older than the
 retention are pruned by every listener once a minute (or once per
 retention, when that is shorter).
 """
@@ -37,6 +42,7 @@ import psycopg
 from psycopg import sql
 
 from ..._wire.events import EVENT_FUNCTIONS, Event
+from .._known import KnownSessions
 from .._records import _line as encode_json
 from .._records import loads
 from ..base import EventSink
@@ -73,6 +79,7 @@ class Outbox:
         self._listening = threading.Event()
         self._thread: threading.Thread | None = None
         self._last_prune = 0.0
+        self.known = KnownSessions()  # what this instance's observers were told exists
 
     # -- the writing side (inside the mutation's transaction) -----------------
 
@@ -96,6 +103,12 @@ class Outbox:
                     "all": list(EVENT_FUNCTIONS),
                 },
             )
+
+    def committed(self, events: list[Event]) -> None:
+        """This instance's own events, once committed (it delivers them itself,
+        so the listener never sees them): the record of known sessions follows."""
+        if self._thread is not None:
+            self.known.note(events)
 
     # -- the reading side -----------------------------------------------------------
 
@@ -181,6 +194,10 @@ class Outbox:
                 "SELECT id FROM outbox WHERE id > %s AND id <= %s", (self._high - REPLAY_SLACK, self._high)
             ):
                 self._mark_seen(int(oid))
+            # Listed after the high-water mark: a session created or deleted
+            # since is either in this listing or in a row still to deliver.
+            metas = fetch.execute("SELECT meta FROM sessions WHERE meta IS NOT NULL").fetchall()
+            self.known.load(loads(m.encode("utf-8")) for (m,) in metas)
             return
         if away_since is not None and time.monotonic() - away_since > self._retention_s:
             self._resync()
@@ -233,6 +250,7 @@ class Outbox:
             self._seen.popitem(last=False)
 
     def _publish(self, events: list[Event]) -> None:
+        self.known.note(events)
         with self._lock:
             sinks = [sink for sink, _ in self._sinks]
         for sink in sinks:
@@ -245,7 +263,9 @@ class Outbox:
         from ..._worker.runtime import resync_batches  # the one definition of "state as events"
 
         log.warning("event listener was away longer than the outbox retention; resyncing")
-        for batch in resync_batches(self._store, [], int(time.time() * 1000)):  # one session at a time
+        # Known sessions taken before the resync lists the store (see KnownSessions.snapshot).
+        known = self.known.snapshot()
+        for batch in resync_batches(self._store, known, int(time.time() * 1000)):  # one session at a time
             self._publish(batch)
 
     def _maybe_prune(self, fetch: psycopg.Connection[Any]) -> None:
