@@ -175,3 +175,26 @@ def test_a_resync_spares_sessions_created_while_it_runs(schema: str, proxy: Prox
     finally:
         away.close()
         writer.close()
+
+
+def test_a_deletion_is_announced_even_if_its_creation_was_not_observed(schema: str, proxy: Proxy) -> None:
+    # Prevents: the record of known sessions following only observed event functions, so an
+    # instance observing nothing but session::on-deleted misses the deletion of a session
+    # another instance created after it started listening.
+    writer = open_sm(schema)
+    away = open_through(proxy, schema)
+    try:
+        deleted: list[dict[str, Any]] = []
+        away.observe({"function_id": ev.ON_DELETED}, deleted.append)
+        writer.call("session::ensure", {"session_id": "later"})
+        writer.call("session::set-meta", {"session_id": "later", "metadata": {"owner": "u_3"}})
+        outbox = away.service.store.outbox
+        assert wait_for(lambda: "later" in outbox.known)
+        outage(proxy, away, lambda: writer.call("session::delete", {"session_id": "later"}))
+        assert wait_for(lambda: len(deleted) >= 1)
+        time.sleep(0.5)
+        assert [(e["session_id"], e.get("session_metadata")) for e in deleted] == [("later", {"owner": "u_3"})]
+        assert away.call("session::get", {"session_id": "later"}) is None and "later" not in outbox.known
+    finally:
+        away.close()
+        writer.close()

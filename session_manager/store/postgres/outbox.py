@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 from psycopg import sql
 
-from ..._wire.events import EVENT_FUNCTIONS, Event
+from ..._wire.events import EVENT_FUNCTIONS, ON_CREATED, ON_DELETED, ON_META_UPDATED, Event
 from .._known import KnownSessions
 from .._records import _line as encode_json
 from .._records import loads
@@ -57,6 +57,10 @@ REPLAY_SLACK = 1000  # ids below the high-water mark replayed after a reconnect
 SEEN_MAX = 100_000
 PRUNE_EVERY_S = 60.0
 POLL_S = 0.5
+# Fetched even when unobserved (rare next to appends): they keep the record of
+# known sessions, so a resync can announce the deletions it missed to
+# whoever observes session::on-deleted by then.
+TRACKED = frozenset({ON_CREATED, ON_DELETED, ON_META_UPDATED})
 
 
 def channel_of(schema: str) -> str:
@@ -211,7 +215,7 @@ class Outbox:
         self._hand_on(rows)
 
     def _wanted(self, payload: str) -> list[int]:
-        """The notified ids worth fetching: another instance's, of an observed function."""
+        """The notified ids worth fetching: another instance's, of an observed (or tracked) function."""
         instance, _, items = payload.partition("|")
         if instance == self._store.instance or not items:
             return []
@@ -222,7 +226,7 @@ class Outbox:
             oid, _, n = item.partition(":")
             index = int(n) - 1 if n.isdigit() else -1
             fid = EVENT_FUNCTIONS[index] if 0 <= index < len(EVENT_FUNCTIONS) else None
-            if fid is None or any(w is None or w(fid) for w in wants):
+            if fid is None or fid in TRACKED or any(w is None or w(fid) for w in wants):
                 out.append(int(oid))
         return out
 
