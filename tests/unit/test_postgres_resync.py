@@ -4,6 +4,7 @@ the observing one reaches the server through a TCP relay that can go away)."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections import Counter
@@ -24,18 +25,42 @@ RETENTION_S = 0.5
 WATCHED = (ev.ON_CREATED, ev.ON_DELETED, ev.ON_MESSAGE_ADDED)
 
 
+class SilentProxy(Proxy):
+    """A relay that can also fall silent: bytes go nowhere, no connection is
+    closed (a partition that only keepalives would notice), until :meth:`stop`."""
+
+    def __init__(self, host: str, port: int) -> None:
+        super().__init__(host, port)
+        self.silent = False
+
+    def _pump(self, src: Any, dst: Any) -> None:  # type: ignore[override]
+        try:
+            while data := src.recv(65536):
+                if not self.silent:
+                    dst.sendall(data)
+        except OSError:
+            pass
+        for s in (src, dst):
+            with contextlib.suppress(OSError):
+                s.close()
+
+    def start(self) -> None:
+        self.silent = False
+        super().start()
+
+
 @pytest.fixture
-def proxy() -> Iterator[Proxy]:
+def proxy() -> Iterator[SilentProxy]:
     import psycopg
 
     parts = psycopg.conninfo.conninfo_to_dict(pg_support.DSN)
-    relay = Proxy(str(parts.get("host") or "127.0.0.1"), int(parts.get("port") or 5432))
+    relay = SilentProxy(str(parts.get("host") or "127.0.0.1"), int(parts.get("port") or 5432))
     relay.start()
     yield relay
     relay.stop()
 
 
-def open_through(proxy: Proxy, schema: str) -> session_manager.SessionManager:
+def open_through(proxy: Proxy, schema: str, retention_s: float = RETENTION_S) -> session_manager.SessionManager:
     import psycopg
 
     from session_manager.store.postgres import PostgresSettings, PostgresStore
@@ -43,7 +68,7 @@ def open_through(proxy: Proxy, schema: str) -> session_manager.SessionManager:
     dsn = psycopg.conninfo.make_conninfo(pg_support.DSN, host="127.0.0.1", port=str(proxy.port))
     return session_manager.open(store=PostgresStore(PostgresSettings(
         dsn=dsn, schema=schema, connect_timeout_ms=1000, pool_timeout_ms=1500, statement_timeout_ms=5000,
-        outbox_retention_s=RETENTION_S)))
+        outbox_retention_s=retention_s)))
 
 
 def watch(sm: session_manager.SessionManager) -> list[tuple[str, dict[str, Any]]]:
@@ -189,12 +214,40 @@ def test_a_deletion_is_announced_even_if_its_creation_was_not_observed(schema: s
         writer.call("session::ensure", {"session_id": "later"})
         writer.call("session::set-meta", {"session_id": "later", "metadata": {"owner": "u_3"}})
         outbox = away.service.store.outbox
-        assert wait_for(lambda: "later" in outbox.known)
+        # Both rows read (neither observed here): the record has the session and its new metadata.
+        assert wait_for(lambda: {"session_id": "later", "metadata": {"owner": "u_3"}} in outbox.known.snapshot())
         outage(proxy, away, lambda: writer.call("session::delete", {"session_id": "later"}))
         assert wait_for(lambda: len(deleted) >= 1)
         time.sleep(0.5)
         assert [(e["session_id"], e.get("session_metadata")) for e in deleted] == [("later", {"owner": "u_3"})]
         assert away.call("session::get", {"session_id": "later"}) is None and "later" not in outbox.known
+    finally:
+        away.close()
+        writer.close()
+
+
+def test_a_silent_partition_is_counted_from_the_last_exchange(schema: str, proxy: SilentProxy) -> None:
+    # Prevents: the time away counted from when the failure was noticed, so a partition that
+    # stayed silent past the retention (rows pruned meanwhile by another instance) ends in a
+    # replay of rows that are gone instead of a resync, and the deletion is never announced.
+    retention_s = 2.0
+    writer = open_sm(schema, outbox_retention_s=retention_s)  # its listener prunes what `away` misses
+    away = open_through(proxy, schema, retention_s=retention_s)
+    try:
+        deleted: list[str] = []
+        away.observe({"function_id": ev.ON_DELETED}, lambda e: deleted.append(e["session_id"]))
+        writer.call("session::ensure", {"session_id": "quiet"})
+        outbox = away.service.store.outbox
+        assert wait_for(lambda: "quiet" in outbox.known)
+        proxy.silent = True
+        writer.call("session::delete", {"session_id": "quiet"})
+        time.sleep(retention_s * 3)  # the writer's listener prunes the row `away` never read
+        assert outbox.listening  # nothing noticed: the partition was silent
+        proxy.stop()  # now it fails, and the server is back at once
+        proxy.start()
+        assert wait_for(lambda: deleted == ["quiet"], timeout=60)
+        time.sleep(0.5)
+        assert deleted == ["quiet"] and away.call("session::get", {"session_id": "quiet"}) is None
     finally:
         away.close()
         writer.close()

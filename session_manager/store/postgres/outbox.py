@@ -16,7 +16,8 @@ before it first listened).
 After a lost connection the listener reconnects and replays the rows it
 may have missed (ids above its high-water mark, less a slack for
 transactions that took an id before others but committed after them). When
-it was away longer than the retention, those rows may be pruned: it resyncs
+it was away longer than the retention (counted from its last confirmed
+exchange with the server), those rows may be pruned: it resyncs
 instead (every session's state as events, as after an adapter swap), so
 observers may see duplicates then, never a gap. The resync also announces
 the deletions it missed: the listener remembers the sessions its observers
@@ -155,39 +156,42 @@ class Outbox:
 
     def _run(self) -> None:
         backoff = 0.1
-        away_since: float | None = None
+        # The last exchange the server confirmed (a notification, a fetch, a
+        # prune): the time away is counted from it, not from when the failure
+        # was noticed, so a silent partition (noticed only when keepalives
+        # give up) counts whole.
+        contact: float | None = None
         while not self._stop.is_set():
             try:
                 with psycopg.connect(self._store._conninfo, autocommit=True) as listen, \
                         psycopg.connect(self._store._conninfo, autocommit=True) as fetch:
                     listen.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self._channel)))
-                    self._catch_up(fetch, away_since)
-                    away_since = None
+                    self._catch_up(fetch, None if contact is None else time.monotonic() - contact)
+                    contact = time.monotonic()
                     backoff = 0.1
                     self._listening.set()
                     while not self._stop.is_set():
                         ids: list[int] = []
+                        heard = False
                         # Back as soon as something arrives (with whatever came in the same packet).
                         for note in listen.notifies(timeout=POLL_S, stop_after=1):
+                            heard = True
                             ids.extend(self._wanted(note.payload))
                         if ids:
                             self._deliver(fetch, ids)
-                        self._maybe_prune(fetch)
+                        if self._maybe_prune(fetch) or heard:
+                            contact = time.monotonic()
             except psycopg.Error as e:
                 self._listening.clear()
-                if away_since is None:
-                    away_since = time.monotonic()
                 log.warning("%s", self._store._say(f"event listener disconnected ({e}); reconnecting"))
             except Exception:
                 self._listening.clear()
-                if away_since is None:
-                    away_since = time.monotonic()
                 log.exception("event listener failed; restarting it")
             self._stop.wait(backoff)
             backoff = min(backoff * 2, 2.0)
         self._listening.clear()
 
-    def _catch_up(self, fetch: psycopg.Connection[Any], away_since: float | None) -> None:
+    def _catch_up(self, fetch: psycopg.Connection[Any], away_s: float | None) -> None:
         if self._high < 0:  # first connect: only what happens from now on
             row = fetch.execute("SELECT coalesce(max(id), 0) FROM outbox").fetchone()
             self._high = int(row[0]) if row else 0
@@ -203,7 +207,7 @@ class Outbox:
             metas = fetch.execute("SELECT meta FROM sessions WHERE meta IS NOT NULL").fetchall()
             self.known.load(loads(m.encode("utf-8")) for (m,) in metas)
             return
-        if away_since is not None and time.monotonic() - away_since > self._retention_s:
+        if away_s is not None and away_s > self._retention_s:
             self._resync()
             row = fetch.execute("SELECT coalesce(max(id), 0) FROM outbox").fetchone()
             self._high = max(self._high, int(row[0]) if row else 0)
@@ -272,11 +276,13 @@ class Outbox:
         for batch in resync_batches(self._store, known, int(time.time() * 1000)):  # one session at a time
             self._publish(batch)
 
-    def _maybe_prune(self, fetch: psycopg.Connection[Any]) -> None:
+    def _maybe_prune(self, fetch: psycopg.Connection[Any]) -> bool:
+        """Prune when due; True if it did (the server answered)."""
         now = time.monotonic()
         if now - self._last_prune < min(PRUNE_EVERY_S, self._retention_s):
-            return
+            return False
         self._last_prune = now
         fetch.execute(
             "DELETE FROM outbox WHERE created_at < now() - make_interval(secs => %s)", (self._retention_s,)
         )
+        return True
