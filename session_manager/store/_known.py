@@ -35,9 +35,9 @@ class KnownSessions:
 
     def load(self, metas: Iterable[Meta]) -> None:
         """Sessions that exist as the listener starts (its observers can list them)."""
+        fresh = {str(meta["session_id"]): meta.get("metadata") for meta in metas}  # parsed outside the lock
         with self._lock:
-            for meta in metas:
-                self._metadata[str(meta["session_id"])] = meta.get("metadata")
+            self._metadata.update(fresh)
 
     def note(self, events: Iterable[Event]) -> None:
         """Follow the events handed to observers: created adds, deleted removes,
@@ -59,8 +59,9 @@ class KnownSessions:
         Take it *before* the resync lists the store: every session in it was
         committed before the listing began, so one missing from the listing
         was deleted (never merely created too late to be listed)."""
-        with self._lock:
-            return [{"session_id": sid, "metadata": md} for sid, md in self._metadata.items()]
+        with self._lock:  # only the copy under the lock: mutations note their events through it
+            known = dict(self._metadata)
+        return [{"session_id": sid, "metadata": md} for sid, md in known.items()]
 
     def __contains__(self, session_id: object) -> bool:
         with self._lock:
