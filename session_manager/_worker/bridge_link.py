@@ -14,6 +14,13 @@ to the main's engine and uses it three ways:
 A bridged instance never calls its event functions at mutation time: its
 own events come back through the main like everyone else's, so every
 instance's observers see each event once.
+
+While the link is down every event the main fans out (and every publish)
+is lost, so when the client reconnects the bridge resyncs its local
+observers, off the SDK's thread: each session the main holds as events
+(as after an adapter swap), preceded by one ``session::on-deleted`` for
+each session its observers knew of that the main no longer holds
+(:class:`~session_manager.store._known.KnownSessions`).
 """
 
 from __future__ import annotations
@@ -28,8 +35,10 @@ from typing import Any
 from .._bus import Bus, ObserverHandle
 from .._service.stats import Stats
 from .._wire.events import Event
+from ..clock import Clock, SystemClock
 from ..errors import STORAGE, SessionError, Unavailable
 from ..store import _protocol as sp
+from ..store._known import KnownSessions
 from ..store.bridge import BridgeStore
 from .background import SerialWorker
 from .sdk import SdkBus
@@ -67,7 +76,10 @@ class Bridge:
     """The link of one bridge runtime; :meth:`close` ends all of it."""
 
     def __init__(self, client: Bus, url: str, timeout_ms: int, relay: Callable[[Event], None],
-                 stats: Stats | None = None) -> None:
+                 stats: Stats | None = None, *, resync: Callable[[list[Event]], None] | None = None,
+                 clock: Clock | None = None) -> None:
+        """``relay`` takes each event the main fans out; ``resync`` each batch
+        of a resync (default: every event to ``relay``)."""
         self.client = client
         self.url = url
         self.timeout_ms = timeout_ms
@@ -77,6 +89,14 @@ class Bridge:
         self._observer: ObserverHandle | None = None
         self.stats = stats or Stats()
         self._worker = SerialWorker("session-bridge-publish", bound=PUBLISH_QUEUE_LIMIT)
+        self._resync_sink = resync or self._relay_each
+        self._clock: Clock = clock or SystemClock()
+        self.known = KnownSessions()  # what this instance's observers were told exists
+        # One resync running and at most one waiting: a waiting one covers any later reconnect.
+        self._resyncer = SerialWorker("session-bridge-resync", bound=1)
+        self._link_lost = False
+        self._closing = False
+        self._off_state: Callable[[], None] | None = None
 
     # -- start ------------------------------------------------------------------
 
@@ -84,7 +104,7 @@ class Bridge:
         """Check the main serves the store protocol, then attach the relay.
         Raises :class:`BridgeUnavailable` naming the cause."""
         try:
-            self.store.list_metas()
+            self.known.load(self.store.list_metas())
         except Exception as e:
             raise BridgeUnavailable(f"the main at {self.url} does not serve the store protocol: {e}") from e
         self.client.register_function(
@@ -98,15 +118,53 @@ class Bridge:
             handle.ready(timeout=ready_timeout_s)
         except Exception as e:
             raise BridgeUnavailable(f"cannot observe {sp.ON_EVENTS} on the main at {self.url}: {e}") from e
+        self._off_state = self.client.add_connection_state_listener(self._on_state)
         log.info("bridge to %s attached (relay %s)", self.url, self.relay_id)
 
+    # -- resync after a lost link ---------------------------------------------------
+
+    def _on_state(self, state: str) -> None:
+        # Called on the client's own thread: never block it with calls to the main.
+        if state != "connected":
+            self._link_lost = True
+            return
+        if self._link_lost and not self._closing:
+            self._link_lost = False
+            self._resyncer.submit(self._resync, timeout_s=0)
+
+    def _resync(self) -> None:
+        from .runtime import resync_batches  # the one definition of "state as events" (it imports us)
+
+        if self._closing:
+            return
+        log.warning("link to the main at %s was lost; resyncing local observers", self.url)
+        known = self.known.snapshot()  # before the listing: see KnownSessions.snapshot
+        sent = 0
+        try:
+            for batch in resync_batches(self.store, known, self._clock.now_ms()):
+                if self._closing:
+                    return
+                self.known.note(batch)
+                self._resync_sink(batch)
+                sent += len(batch)
+        except Exception as e:
+            log.warning("resync from the main at %s failed after %d events (%s); observers may be stale "
+                        "until the next reconnect", self.url, sent, e)
+            return
+        log.info("resync from the main at %s: %d events", self.url, sent)
+
     # -- relay --------------------------------------------------------------------
+
+    def _relay_each(self, batch: list[Event]) -> None:
+        for event in batch:
+            self._relay(event)
 
     def _receive(self, data: Any) -> Any:
         event = sp.event_of(data)
         if event is None:
             log.warning("bridge relay: malformed envelope ignored: %.200r", data)
             return {"ok": False}
+        self.known.note([event])
         self._relay(event)
         return {"ok": True}
 
@@ -139,12 +197,16 @@ class Bridge:
     def flush(self, timeout_s: float | None = None) -> bool:
         """Wait until every queued batch has been sent (or has failed);
         False if ``timeout_s`` passed first."""
-        return self._worker.flush(timeout_s)
+        return self._worker.flush(timeout_s) and self._resyncer.flush(timeout_s)
 
     # -- end ----------------------------------------------------------------------
 
     def close(self) -> None:
         """Send what is queued, detach the relay and disconnect."""
+        self._closing = True
+        if self._off_state is not None:
+            self._off_state()
+        self._resyncer.close()
         self._worker.close()
         if self._observer is not None:
             with contextlib.suppress(Exception):

@@ -147,7 +147,8 @@ class IIIHost:
             client = self.bridge_connector(config)
         except Exception as e:
             raise cfg.BuildError(f"bridge to {config.url} unavailable: {e}") from e
-        bridge = br.Bridge(client, config.url, config.timeout_ms, self._relay, self.stats)
+        bridge = br.Bridge(client, config.url, config.timeout_ms, self._relay, self.stats, clock=self.clock,
+                           resync=lambda batch: self.emitter.emit(batch, wait_s=RESYNC_WAIT_S))
         try:
             bridge.start()
         except Exception as e:

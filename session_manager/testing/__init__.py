@@ -31,7 +31,8 @@ from typing import TYPE_CHECKING
 
 from ..clock import Clock, ManualClock
 from ..ids import IdGen, SequentialIds
-from ._engine import FakeConnection, FakeEngine, FakeHandle, FakeObserver, Registration
+from ._connection import FakeConnection
+from ._engine import FakeEngine, FakeHandle, FakeObserver, Registration
 
 if TYPE_CHECKING:
     from .._worker.iii_host import IIIHost

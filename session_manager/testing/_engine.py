@@ -26,8 +26,11 @@ What it does as the stand-in (``iii-standin``) does:
 
 Test controls beyond the stand-in: :meth:`FakeEngine.add_observer` (an
 outside observer that records what it receives), ``config_failures`` (errors
-the next configuration calls raise), ``observe_failure``, and
-:meth:`FakeEngine.unregister`.
+the next configuration calls raise), ``observe_failure``,
+:meth:`FakeEngine.unregister`, and :meth:`FakeConnection.drop` /
+:meth:`FakeConnection.restore` (a worker's link lost and regained, as the
+SDK reconnects: calls to and from it fail meanwhile, and the calls its
+observers would have received are lost).
 """
 
 from __future__ import annotations
@@ -35,16 +38,18 @@ from __future__ import annotations
 import contextlib
 import itertools
 import threading
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from iii import InvocationError
 from iii.errors import ObserveRejection
 from iii.filter import CompiledFilter, FilterError, compile_filter
 
 from .._bus import CALLER_KEY
+
+if TYPE_CHECKING:
+    from ._connection import FakeConnection
 
 CONFIG_ON_UPDATED = "configuration::on-updated"
 _SINK = "test::sink"  # the target of add_observer's observers: records, never invoked
@@ -127,6 +132,7 @@ class FakeEngine:
         self.config_calls: list[tuple[str, Any]] = []
         self.config_failures: dict[str, list[Exception]] = {}
         self.observe_failure: Exception | None = None
+        self.offline: set[str] = set()  # workers whose link is down (FakeConnection.drop)
         self.changed = threading.Condition(threading.RLock())
         self._ids = itertools.count(1)
         self._builtins: dict[str, Callable[[Any], Any]] = {
@@ -190,6 +196,8 @@ class FakeEngine:
             result = builtin(payload)  # raises InvocationError itself
         else:
             assert reg is not None
+            if reg.owner in self.offline:
+                raise InvocationError("timeout", f"the worker serving {function_id} is unreachable")
             data = payload
             if self.inject_caller and isinstance(data, dict) and not activation:
                 data = {**data, CALLER_KEY: caller}
@@ -299,6 +307,8 @@ class FakeEngine:
 
     def connection(self, name: str = "bridge") -> FakeConnection:
         """Another worker's client on this engine."""
+        from ._connection import FakeConnection  # it builds on this module
+
         return FakeConnection(self, name)
 
     def event_calls(self) -> list[tuple[str, dict[str, Any]]]:
@@ -343,52 +353,3 @@ class FakeEngine:
                  "value": entry["value"], "old_value": old, "new_value": entry["value"]}
         self.invoke(CONFIG_ON_UPDATED, event, caller="w-configuration")
         return {"id": cid, "value": entry["value"]}
-
-
-class FakeConnection:
-    """Another worker on a :class:`FakeEngine`: its registrations and observers
-    go when it shuts down, after which every call fails with ``SHUTDOWN``."""
-
-    def __init__(self, engine: FakeEngine, name: str) -> None:
-        self.engine = engine
-        self.name = name
-        self.worker_id = f"w-{name}-{uuid.uuid4().hex[:6]}"
-        self.registered: list[str] = []
-        self.handles: list[FakeHandle] = []
-        self.triggers: list[dict[str, Any]] = []
-        self.failure: Exception | None = None  # raised by every call (an unreachable engine)
-        self.closed = False
-
-    def register_function(self, function_id: str, handler: Callable[..., Any], **options: Any) -> Any:
-        ref = self.engine.register_function(function_id, handler, owner=self.worker_id, **options)
-        self.registered.append(function_id)
-        return ref
-
-    def trigger(self, request: dict[str, Any]) -> Any:
-        self.triggers.append(request)
-        if self.closed:
-            raise InvocationError("SHUTDOWN", "the client is shut down")
-        if self.failure is not None:
-            raise self.failure
-        return self.engine.call(request, caller=self.worker_id)
-
-    def observe(self, source: dict[str, Any], target: str, options: Any = None) -> FakeHandle:
-        handle = self.engine._observe(source, target, self.worker_id)
-        self.handles.append(handle)
-        return handle
-
-    def add_connection_state_listener(self, listener: Callable[[str], None]) -> Callable[[], None]:
-        listener(self.get_connection_state())
-        return lambda: None
-
-    def get_connection_state(self) -> str:
-        return "disconnected" if self.closed else "connected"
-
-    def shutdown(self) -> None:
-        if self.closed:
-            return
-        self.closed = True
-        for handle in self.handles:
-            handle.dispose()
-        for function_id in self.registered:
-            self.engine.unregister(function_id)

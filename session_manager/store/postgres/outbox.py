@@ -16,9 +16,15 @@ before it first listened).
 After a lost connection the listener reconnects and replays the rows it
 may have missed (ids above its high-water mark, less a slack for
 transactions that took an id before others but committed after them). When
-it was away longer than the retention, those rows may be pruned: it resyncs
+it was away longer than the retention (counted from its last confirmed
+exchange with the server), those rows may be pruned: it resyncs
 instead (every session's state as events, as after an adapter swap), so
-observers may see duplicates then, never a gap. Rows older than the
+observers may see duplicates then, never a gap. The resync also announces
+the deletions it missed: the listener remembers the sessions its observers
+know of (:class:`~session_manager.store._known.KnownSessions`: those that
+existed when it first connected, then every event it or its own instance
+handed on), and each one gone from the database gets one
+``session::on-deleted``. Rows older than the
 retention are pruned by every listener once a minute (or once per
 retention, when that is shorter).
 """
@@ -36,7 +42,8 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 from psycopg import sql
 
-from ..._wire.events import EVENT_FUNCTIONS, Event
+from ..._wire.events import EVENT_FUNCTIONS, ON_CREATED, ON_DELETED, ON_META_UPDATED, Event
+from .._known import KnownSessions
 from .._records import _line as encode_json
 from .._records import loads
 from ..base import EventSink
@@ -51,6 +58,10 @@ REPLAY_SLACK = 1000  # ids below the high-water mark replayed after a reconnect
 SEEN_MAX = 100_000
 PRUNE_EVERY_S = 60.0
 POLL_S = 0.5
+# Fetched even when unobserved (rare next to appends): they keep the record of
+# known sessions, so a resync can announce the deletions it missed to
+# whoever observes session::on-deleted by then.
+TRACKED = frozenset({ON_CREATED, ON_DELETED, ON_META_UPDATED})
 
 
 def channel_of(schema: str) -> str:
@@ -73,6 +84,7 @@ class Outbox:
         self._listening = threading.Event()
         self._thread: threading.Thread | None = None
         self._last_prune = 0.0
+        self.known = KnownSessions()  # what this instance's observers were told exists
 
     # -- the writing side (inside the mutation's transaction) -----------------
 
@@ -96,6 +108,12 @@ class Outbox:
                     "all": list(EVENT_FUNCTIONS),
                 },
             )
+
+    def committed(self, events: list[Event]) -> None:
+        """This instance's own events, once committed (it delivers them itself,
+        so the listener never sees them): the record of known sessions follows."""
+        if self._thread is not None:
+            self.known.note(events)
 
     # -- the reading side -----------------------------------------------------------
 
@@ -138,39 +156,42 @@ class Outbox:
 
     def _run(self) -> None:
         backoff = 0.1
-        away_since: float | None = None
+        # The last exchange the server confirmed (a notification, a fetch, a
+        # prune): the time away is counted from it, not from when the failure
+        # was noticed, so a silent partition (noticed only when keepalives
+        # give up) counts whole.
+        contact: float | None = None
         while not self._stop.is_set():
             try:
                 with psycopg.connect(self._store._conninfo, autocommit=True) as listen, \
                         psycopg.connect(self._store._conninfo, autocommit=True) as fetch:
                     listen.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self._channel)))
-                    self._catch_up(fetch, away_since)
-                    away_since = None
+                    self._catch_up(fetch, None if contact is None else time.monotonic() - contact)
+                    contact = time.monotonic()
                     backoff = 0.1
                     self._listening.set()
                     while not self._stop.is_set():
                         ids: list[int] = []
+                        heard = False
                         # Back as soon as something arrives (with whatever came in the same packet).
                         for note in listen.notifies(timeout=POLL_S, stop_after=1):
+                            heard = True
                             ids.extend(self._wanted(note.payload))
                         if ids:
                             self._deliver(fetch, ids)
-                        self._maybe_prune(fetch)
+                        if self._maybe_prune(fetch) or heard:
+                            contact = time.monotonic()
             except psycopg.Error as e:
                 self._listening.clear()
-                if away_since is None:
-                    away_since = time.monotonic()
                 log.warning("%s", self._store._say(f"event listener disconnected ({e}); reconnecting"))
             except Exception:
                 self._listening.clear()
-                if away_since is None:
-                    away_since = time.monotonic()
                 log.exception("event listener failed; restarting it")
             self._stop.wait(backoff)
             backoff = min(backoff * 2, 2.0)
         self._listening.clear()
 
-    def _catch_up(self, fetch: psycopg.Connection[Any], away_since: float | None) -> None:
+    def _catch_up(self, fetch: psycopg.Connection[Any], away_s: float | None) -> None:
         if self._high < 0:  # first connect: only what happens from now on
             row = fetch.execute("SELECT coalesce(max(id), 0) FROM outbox").fetchone()
             self._high = int(row[0]) if row else 0
@@ -181,8 +202,12 @@ class Outbox:
                 "SELECT id FROM outbox WHERE id > %s AND id <= %s", (self._high - REPLAY_SLACK, self._high)
             ):
                 self._mark_seen(int(oid))
+            # Listed after the high-water mark: a session created or deleted
+            # since is either in this listing or in a row still to deliver.
+            metas = fetch.execute("SELECT meta FROM sessions WHERE meta IS NOT NULL").fetchall()
+            self.known.load(loads(m.encode("utf-8")) for (m,) in metas)
             return
-        if away_since is not None and time.monotonic() - away_since > self._retention_s:
+        if away_s is not None and away_s > self._retention_s:
             self._resync()
             row = fetch.execute("SELECT coalesce(max(id), 0) FROM outbox").fetchone()
             self._high = max(self._high, int(row[0]) if row else 0)
@@ -194,7 +219,7 @@ class Outbox:
         self._hand_on(rows)
 
     def _wanted(self, payload: str) -> list[int]:
-        """The notified ids worth fetching: another instance's, of an observed function."""
+        """The notified ids worth fetching: another instance's, of an observed (or tracked) function."""
         instance, _, items = payload.partition("|")
         if instance == self._store.instance or not items:
             return []
@@ -205,7 +230,7 @@ class Outbox:
             oid, _, n = item.partition(":")
             index = int(n) - 1 if n.isdigit() else -1
             fid = EVENT_FUNCTIONS[index] if 0 <= index < len(EVENT_FUNCTIONS) else None
-            if fid is None or any(w is None or w(fid) for w in wants):
+            if fid is None or fid in TRACKED or any(w is None or w(fid) for w in wants):
                 out.append(int(oid))
         return out
 
@@ -233,6 +258,7 @@ class Outbox:
             self._seen.popitem(last=False)
 
     def _publish(self, events: list[Event]) -> None:
+        self.known.note(events)
         with self._lock:
             sinks = [sink for sink, _ in self._sinks]
         for sink in sinks:
@@ -245,14 +271,18 @@ class Outbox:
         from ..._worker.runtime import resync_batches  # the one definition of "state as events"
 
         log.warning("event listener was away longer than the outbox retention; resyncing")
-        for batch in resync_batches(self._store, [], int(time.time() * 1000)):  # one session at a time
+        # Known sessions taken before the resync lists the store (see KnownSessions.snapshot).
+        known = self.known.snapshot()
+        for batch in resync_batches(self._store, known, int(time.time() * 1000)):  # one session at a time
             self._publish(batch)
 
-    def _maybe_prune(self, fetch: psycopg.Connection[Any]) -> None:
+    def _maybe_prune(self, fetch: psycopg.Connection[Any]) -> bool:
+        """Prune when due; True if it did (the server answered)."""
         now = time.monotonic()
         if now - self._last_prune < min(PRUNE_EVERY_S, self._retention_s):
-            return
+            return False
         self._last_prune = now
         fetch.execute(
             "DELETE FROM outbox WHERE created_at < now() - make_interval(secs => %s)", (self._retention_s,)
         )
+        return True

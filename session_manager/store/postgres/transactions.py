@@ -133,6 +133,7 @@ class Transactions(PgCore):
             self._end(tx, commit=True)
         except StoreError as e:
             raise self.storage_error(e) from None
+        self.outbox.committed(events)
         return response, events
 
     def subscribe(self, sink: EventSink, wants: Callable[[str], bool] | None = None) -> Callable[[], None]:
