@@ -7,13 +7,20 @@ filter, a sort of the candidates only). The index only narrows: the
 caller's own predicate (the service's equality rule) decides every item.
 Updates keep the newest sessions at the end of the ``updated_at`` order, so
 the common update (the session just written) moves few pointers.
+
+A catalog built from the sessions index holds most metas as their recorded
+JSON (``pending``) and decodes one when it is first returned or changed: a
+cold page of 50 decodes 50, whatever the store holds.
 """
 
 from __future__ import annotations
 
 import bisect
+import threading
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
+
+from ._records import loads
 
 Meta = dict[str, Any]
 Key = tuple[int, str]
@@ -49,24 +56,62 @@ class MetaCatalog:
         # The equality indexes are built by the first filtered page, then kept up to date.
         self._status: dict[Any, set[str]] | None = None
         self._keys: dict[str, dict[tuple[Any, ...], set[str]]] | None = None
+        # Metas not decoded yet: session id -> its JSON. Pages decode outside the
+        # store's lock, so decoding (and anything taking from pending) holds this one.
+        self._pending: dict[str, int] = {}
+        self._raw: Callable[[int], bytes] = _no_raw
+        self._decoding = threading.Lock()
+
+    @classmethod
+    def assemble(cls, metas: dict[str, Meta], pending: dict[str, int], raw: Callable[[int], bytes],
+                 by_updated: list[Key], by_created: list[Key]) -> MetaCatalog:
+        """``metas`` decoded, plus the sessions of ``pending`` (id -> ``i``), whose
+        meta is the JSON ``raw(i)``; ``by_updated``/``by_created`` are every one's
+        sort keys, sorted (the caller vouches they agree with the metas)."""
+        catalog = cls()
+        catalog._metas, catalog._pending, catalog._raw = dict(metas), pending, raw
+        catalog._sorted = {"updated_at": by_updated, "created_at": by_created}
+        return catalog
+
+    def _decoded(self, session_id: str) -> Meta | None:
+        """A meta, decoded now if it was pending (safe without the store's lock)."""
+        meta = self._metas.get(session_id)
+        if meta is None and self._pending:
+            with self._decoding:
+                meta = self._metas.get(session_id)
+                i = self._pending.pop(session_id, None) if meta is None else None
+                if i is not None:
+                    meta = self._metas[session_id] = loads(self._raw(i))
+        return meta
+
+    def _decode_all(self) -> None:
+        """Every pending meta, in one decode."""
+        if self._pending:
+            with self._decoding:
+                pending, self._pending = self._pending, {}
+                raw = self._raw
+                self._metas.update(zip(pending, loads(b"[" + b",".join(map(raw, pending.values())) + b"]"),
+                                       strict=True))
+                self._raw = _no_raw  # the index's bytes are no longer needed
 
     # -- the mapping ---------------------------------------------------------------
 
     def __len__(self) -> int:
-        return len(self._metas)
+        return len(self._metas) + len(self._pending)
 
     def __contains__(self, session_id: object) -> bool:
-        return session_id in self._metas
+        return session_id in self._metas or session_id in self._pending
 
     def get(self, session_id: str) -> Meta | None:
-        return self._metas.get(session_id)
+        return self._decoded(session_id)
 
     def values(self) -> list[Meta]:
+        self._decode_all()
         return list(self._metas.values())
 
     def put(self, meta: Meta) -> None:
         sid = meta["session_id"]
-        old = self._metas.get(sid)
+        old = self._decoded(sid)
         if old is meta:
             return
         self._metas[sid] = meta
@@ -92,6 +137,7 @@ class MetaCatalog:
             self._index_metadata(sid, new_md)
 
     def remove(self, session_id: str) -> None:
+        self._decoded(session_id)
         old = self._metas.pop(session_id, None)
         if old is None:
             return
@@ -112,7 +158,7 @@ class MetaCatalog:
         the store's lock); the caller may consume the iterator without it."""
         field, descending = ORDERS[order]
         candidates = self._candidates(status, metadata)
-        if candidates is not None and len(candidates) * 8 < len(self._metas):
+        if candidates is not None and len(candidates) * 8 < len(self):
             keys = sorted((m[field], sid) for sid in candidates if (m := self._metas.get(sid)) is not None)
             candidates = None  # already narrowed
         else:
@@ -126,12 +172,12 @@ class MetaCatalog:
         return self._walk(keys, positions, candidates)
 
     def _walk(self, keys: list[Key], positions: range, candidates: set[str] | None) -> Iterator[Meta]:
-        metas = self._metas
+        metas, decoded = self._metas, self._decoded
         for i in positions:
             sid = keys[i][1]
             if candidates is not None and sid not in candidates:
                 continue
-            meta = metas.get(sid)
+            meta = metas.get(sid) or decoded(sid)
             if meta is not None:
                 yield meta
 
@@ -148,6 +194,8 @@ class MetaCatalog:
 
     def _candidates(self, status: str | None, metadata: dict[str, Any] | None) -> set[str] | None:
         sets: list[set[str]] = []
+        if status is not None or metadata:
+            self._decode_all()  # the equality indexes see every meta
         if status is not None:
             if self._status is None:
                 self._status = {}
@@ -186,6 +234,10 @@ class MetaCatalog:
                         holders.discard(sid)
                         if not holders:
                             del by_value[bucket(value)]
+
+
+def _no_raw(i: int) -> bytes:
+    raise KeyError(i)
 
 
 def _remove(keys: list[Key], key: Key) -> None:

@@ -48,6 +48,21 @@ class Ops:
     def listdir(self, path: StrPath) -> list[str]:
         return os.listdir(path)
 
+    def scandir_logs(self, path: StrPath, suffix: str) -> list[tuple[str, os.stat_result | OSError]]:
+        """Each entry of the directory ``path`` named ``*suffix``, with its
+        ``lstat`` (or why there is none): one scan, each stat relative to the
+        open directory."""
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | _CLOEXEC)
+        try:
+            with os.scandir(fd) as it:
+                entries = [entry for entry in it if entry.name.endswith(suffix)]
+            try:
+                return [(entry.name, entry.stat(follow_symlinks=False)) for entry in entries]
+            except OSError:  # one vanished or is unreadable: say which
+                return [(entry.name, _lstat(entry)) for entry in entries]
+        finally:
+            os.close(fd)
+
     def replace(self, src: StrPath, dst: StrPath) -> None:
         os.replace(src, dst)
 
@@ -59,6 +74,13 @@ class Ops:
 
     def rmdir(self, path: StrPath) -> None:
         os.rmdir(path)
+
+
+def _lstat(entry: os.DirEntry[str]) -> os.stat_result | OSError:
+    try:
+        return entry.stat(follow_symlinks=False)
+    except OSError as e:
+        return e
 
 
 class NotRegular(StoreError):
