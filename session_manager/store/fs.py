@@ -32,7 +32,7 @@ from ._attachments import AttachmentFiles
 from ._cache import DEFAULT_CACHE_BYTES, StateCache
 from ._casefold import FoldIndex, names_fold
 from ._catalog import MetaCatalog
-from ._encoding import decode_id, encode_id
+from ._encoding import encode_id
 from ._fds import FdCache
 from ._follow import Follower
 from ._fsio import APPEND_FLAGS, NotRegular, Ops, fsync_dir, name_max, open_regular, read_fd, reason, write_all
@@ -344,21 +344,11 @@ class FsStore(AttachmentFiles, GroupCommit, StateBackedStore):
         return [n for n in names if n.endswith(LOG_SUFFIX)]
 
     def _scan_metas(self) -> dict[str, Meta]:
-        """A read-only store's scan: every log's last meta (re-read only when it changed)."""
-        metas: dict[str, Meta] = {}
-        for name in self._log_names():
-            session_id = decode_id(name[: -len(LOG_SUFFIX)])
-            if session_id is None:
-                self._warn_once(name, "not an encoded session id")
-                continue
-            try:
-                meta = self._peek_meta(name, session_id)
-            except StoreError as e:
-                self._warn_once(name, str(e))
-                continue
-            if meta is not None:
-                metas[session_id] = meta
-        return metas
+        """A read-only store's scan: the sessions index where it matches a log
+        (never written here), every other log's last meta from its tail."""
+        logs = _coldlist.log_stats(self._ops, self._dir, self._warn_once)
+        return _coldlist.metas(_coldlist.scan(logs, self._sessions_file, lambda sid: (False, None),
+                                              self._peek_meta, self._warn_once, write_back=False))
 
     def _scan_with_index(self) -> _coldlist.ColdList:
         """A writable store's scan: through the sessions index (a stat per log;

@@ -33,9 +33,9 @@ def walk(sm: session_manager.SessionManager, order: str, **filters: Any) -> list
         payload["cursor"] = got["next_cursor"]
 
 
-def listing(where: Path) -> dict[str, Any]:
+def listing(where: Path, *, read_only: bool = False) -> dict[str, Any]:
     """What a new store lists, in every order and under two filters."""
-    with session_manager.open(where) as sm:
+    with session_manager.open(where, read_only=read_only) as sm:
         return {"orders": {order: walk(sm, order) for order in ORDERS},
                 "owner": walk(sm, "updated_desc", metadata={"owner": "a"}),
                 "status": walk(sm, "created_asc", status="idle")}
@@ -104,8 +104,10 @@ def test_a_deleted_truncated_or_corrupted_index_never_changes_the_list(
         index.write_bytes(good[:at] + bytes([good[at] ^ data.draw(st.integers(1, 255))]) + good[at + 1 :])
     else:
         index.write_bytes(data.draw(st.binary(max_size=64)))
+    assert listing(where, read_only=True) == expected
     assert listing(where) == expected
     assert listing(where) == expected  # and through the index the first list wrote again
+    assert listing(where, read_only=True) == expected
     index.write_bytes(good)
 
 
@@ -144,9 +146,13 @@ def test_a_log_changed_behind_the_index_is_listed_as_the_log_says(
         else:
             new = meta(f"s_new{k}", title=f"added {k}", created_at=10 + k, updated_at=10 + k)
             (where / f"s_new{k}.jsonl").write_bytes(encode_commit(Commit(meta=new)))
+    index = where / ".index" / "sessions.list"
+    stale = index.read_bytes()
+    reader = listing(where, read_only=True)  # trusts only the records that still match
+    assert index.read_bytes() == stale  # and writes nothing
     first = listing(where)
     again = listing(where)  # through the index the first list rewrote
-    assert first == again == _truth(where)
+    assert reader == first == again == _truth(where)
 
 
 def _paths(where: Path) -> FsStore:
