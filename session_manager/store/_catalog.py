@@ -16,9 +16,10 @@ cold page of 50 decodes 50, whatever the store holds.
 from __future__ import annotations
 
 import bisect
+import operator
 import threading
-from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any, overload
 
 from ._records import loads
 
@@ -51,7 +52,7 @@ class MetaCatalog:
 
     def __init__(self, metas: Iterable[Meta] = ()) -> None:
         self._metas: dict[str, Meta] = {m["session_id"]: m for m in metas}
-        self._sorted: dict[str, list[Key]] = {
+        self._sorted: dict[str, list[Key] | Picked] = {
             field: sorted((m[field], sid) for sid, m in self._metas.items()) for field in ("updated_at", "created_at")}
         # The equality indexes are built by the first filtered page, then kept up to date.
         self._status: dict[Any, set[str]] | None = None
@@ -64,7 +65,7 @@ class MetaCatalog:
 
     @classmethod
     def assemble(cls, metas: dict[str, Meta], pending: dict[str, int], raw: Callable[[int], bytes],
-                 by_updated: list[Key], by_created: list[Key]) -> MetaCatalog:
+                 by_updated: list[Key] | Picked, by_created: list[Key] | Picked) -> MetaCatalog:
         """``metas`` decoded, plus the sessions of ``pending`` (id -> ``i``), whose
         meta is the JSON ``raw(i)``; ``by_updated``/``by_created`` are every one's
         sort keys, sorted (the caller vouches they agree with the metas)."""
@@ -72,6 +73,12 @@ class MetaCatalog:
         catalog._metas, catalog._pending, catalog._raw = dict(metas), pending, raw
         catalog._sorted = {"updated_at": by_updated, "created_at": by_created}
         return catalog
+
+    def _writable_keys(self, field: str) -> list[Key]:
+        keys = self._sorted[field]
+        if not isinstance(keys, list):
+            keys = self._sorted[field] = keys.materialize()
+        return keys
 
     def _decoded(self, session_id: str) -> Meta | None:
         """A meta, decoded now if it was pending (safe without the store's lock)."""
@@ -115,7 +122,8 @@ class MetaCatalog:
         if old is meta:
             return
         self._metas[sid] = meta
-        for field, keys in self._sorted.items():
+        for field in self._sorted:
+            keys = self._writable_keys(field)
             new_key = (meta[field], sid)
             if old is not None:
                 old_key = (old[field], sid)
@@ -141,8 +149,8 @@ class MetaCatalog:
         old = self._metas.pop(session_id, None)
         if old is None:
             return
-        for field, keys in self._sorted.items():
-            _remove(keys, (old[field], session_id))
+        for field in self._sorted:
+            _remove(self._writable_keys(field), (old[field], session_id))
         if self._status is not None:
             self._status[old.get("status")].discard(session_id)
         if self._keys is not None:
@@ -158,11 +166,14 @@ class MetaCatalog:
         the store's lock); the caller may consume the iterator without it."""
         field, descending = ORDERS[order]
         candidates = self._candidates(status, metadata)
+        keys: Sequence[Key]
         if candidates is not None and len(candidates) * 8 < len(self):
             keys = sorted((m[field], sid) for sid in candidates if (m := self._metas.get(sid)) is not None)
             candidates = None  # already narrowed
         else:
-            keys = list(self._sorted[field])  # a C-level copy: cheap next to a page
+            sorted_keys = self._sorted[field]
+            # A snapshot: a C-level copy (cheap next to a page), or the recorded order itself (immutable)
+            keys = list(sorted_keys) if isinstance(sorted_keys, list) else sorted_keys
         if descending:
             end = bisect.bisect_left(keys, after) if after is not None else len(keys)
             positions: range = range(end - 1, -1, -1)
@@ -171,7 +182,7 @@ class MetaCatalog:
             positions = range(start, len(keys))
         return self._walk(keys, positions, candidates)
 
-    def _walk(self, keys: list[Key], positions: range, candidates: set[str] | None) -> Iterator[Meta]:
+    def _walk(self, keys: Sequence[Key], positions: range, candidates: set[str] | None) -> Iterator[Meta]:
         metas, decoded = self._metas, self._decoded
         for i in positions:
             sid = keys[i][1]
@@ -234,6 +245,35 @@ class MetaCatalog:
                         holders.discard(sid)
                         if not holders:
                             del by_value[bucket(value)]
+
+
+class Picked(Sequence[Key]):
+    """The sort keys ``(column[i], ids[i])`` for ``i`` in ``positions``, made
+    one at a time as a bisect or a page reads them (a cold page reads a few
+    dozen of them); :meth:`materialize` lists them all, for a write."""
+
+    def __init__(self, column: Sequence[int], ids: Sequence[str], positions: Sequence[int]) -> None:
+        self._column, self._ids, self._positions = column, ids, positions
+
+    def __len__(self) -> int:
+        return len(self._positions)
+
+    @overload
+    def __getitem__(self, i: int) -> Key: ...
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[Key]: ...
+    def __getitem__(self, i: int | slice) -> Key | Sequence[Key]:
+        if isinstance(i, slice):
+            return self.materialize()[i]
+        p = self._positions[i]
+        return self._column[p], self._ids[p]
+
+    def materialize(self) -> list[Key]:
+        positions = self._positions
+        if len(positions) < 2:  # itemgetter of one position returns the item, not a tuple
+            return [(self._column[p], self._ids[p]) for p in positions]
+        pick = operator.itemgetter(*positions)
+        return list(zip(pick(self._column), pick(self._ids), strict=True))
 
 
 def _no_raw(i: int) -> bytes:

@@ -17,14 +17,14 @@ import operator
 import os
 import stat
 from array import array
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..errors import StoreError
 from . import _sessions_index as index
-from ._catalog import MetaCatalog
+from ._catalog import MetaCatalog, Picked
 from ._encoding import decode_id
 from ._fsio import Ops, reason
 from ._records import loads
@@ -87,7 +87,7 @@ def scan(
     Rewrites the index when it differed and ``write_back``."""
     names, stats = logs
     recorded = index.read(index_file)
-    if recorded is not None and names == recorded.names:
+    if recorded is not None and index.joined(names) == recorded.names_text:
         try:
             if array("q", itertools.chain.from_iterable(map(_KEY, stats))) == recorded.keys:
                 return ColdList(recorded)  # the common case: nothing changed, compared at C speed
@@ -143,10 +143,14 @@ def catalog(cold: ColdList) -> MetaCatalog:
     """The list catalog of a scan; the trusted metas stay JSON until a page returns them."""
     rec, trusted = cold.recorded, cold.trusted
     sids, updated, created = rec.sids, rec.updated, rec.created
-    if trusted is None:  # the recorded list orders are this listing's: no sort
-        by_updated = _pick(updated, sids, rec.by_updated)
-        pending = dict(zip([sid for _, sid in by_updated], rec.by_updated, strict=True))
-        return MetaCatalog.assemble({}, pending, rec.raw, by_updated, _pick(created, sids, rec.by_created))
+    if trusted is None:  # the recorded list orders are this listing's: no sort, no keys made yet
+        with_meta = rec.by_updated
+        if len(with_meta) == len(sids):
+            pending = dict(zip(sids, range(len(sids)), strict=True))
+        else:
+            pending = {sids[i]: i for i in with_meta}
+        return MetaCatalog.assemble({}, pending, rec.raw, Picked(updated, sids, with_meta),
+                                    Picked(created, sids, rec.by_created))
     pending = {sids[i]: i for i in trusted}
     metas = cold.fresh
     by_updated = [(updated[i], sids[i]) for i in trusted] + [(m["updated_at"], s) for s, m in metas.items()]
@@ -167,10 +171,3 @@ def metas(cold: ColdList) -> dict[str, Meta]:
     out.update(cold.fresh)
     return out
 
-
-def _pick(column: Sequence[int], sids: Sequence[str], positions: Sequence[int]) -> list[tuple[int, str]]:
-    """``(column[i], sids[i])`` for each of ``positions``, in that order (C loops)."""
-    if len(positions) < 2:  # itemgetter of one position returns the item, not a tuple
-        return [(column[i], sids[i]) for i in positions]
-    pick = operator.itemgetter(*positions)
-    return list(zip(pick(column), pick(sids), strict=True))

@@ -19,6 +19,7 @@ from the arrays; a meta is decoded only when a page returns it.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -63,7 +64,6 @@ class Recorded:
     (from 0 for the first). ``by_updated``/``by_created``: the positions of
     the logs holding a meta, in (updated_at, id) / (created_at, id) order."""
 
-    names: list[str] = field(default_factory=list)
     sids: list[str] = field(default_factory=list)
     keys: Sequence[int] = field(default_factory=list)
     updated: Sequence[int] = field(default_factory=list)
@@ -71,13 +71,18 @@ class Recorded:
     ends: Sequence[int] = field(default_factory=list)
     by_updated: Sequence[int] = field(default_factory=list)
     by_created: Sequence[int] = field(default_factory=list)
-    blob: bytes = b""
+    blob: bytes | memoryview = b""
+    names_text: str = ""  # the names joined: a listing compares to it without splitting it
+
+    @functools.cached_property
+    def names(self) -> list[str]:
+        return self.names_text.split("/") if self.sids else []
 
     def key(self, i: int) -> tuple[int, ...]:
         return tuple(self.keys[KEY_LEN * i : KEY_LEN * i + KEY_LEN])
 
     def raw(self, i: int) -> bytes:
-        return self.blob[self.ends[i - 1] if i else 0 : self.ends[i]]
+        return bytes(self.blob[self.ends[i - 1] if i else 0 : self.ends[i]])
 
     def has_meta(self, i: int) -> bool:
         return self.ends[i] > (self.ends[i - 1] if i else 0)
@@ -115,30 +120,34 @@ def read(path: Path) -> Recorded | None:
 
 
 def _decode(body: memoryview) -> Recorded:
+    # Views into the file's bytes, not copies: a cold list touches few of them.
     n, m, names_len, odd_len, blob_len = _COUNTS.unpack_from(body)
     at = _COUNTS.size
-    columns: list[array[int]] = []
+    columns: list[memoryview] = []
     for count in (KEY_LEN * n, n, n, n, m, m):
-        column = array("q")
-        column.frombytes(body[at : at + 8 * count])
-        if len(column) != count:
+        column = body[at : at + 8 * count]
+        if len(column) != 8 * count:
             raise ValueError("truncated")
-        columns.append(column)
+        columns.append(column.cast("q"))
         at += 8 * count
-    text = bytes(body[at : at + names_len]).decode("utf-8", "surrogateescape")
+    text = str(body[at : at + names_len], "utf-8", "surrogateescape")
     at += names_len
     odd = loads(bytes(body[at : at + odd_len])) if odd_len else {}
     at += odd_len
-    blob = bytes(body[at:])
-    names = text.split("/") if n else []
+    blob = body[at:]
     # A log's stem is its session id unless the id needed escaping (those are kept apart).
     sids = text.replace(SUFFIX + "/", "/")[: -len(SUFFIX)].split("/") if n else []
     for i, sid in odd.items():
         sids[int(i)] = sid
     keys, updated, created, ends, by_updated, by_created = columns
-    if len(names) != n or len(blob) != blob_len or (ends[-1] if n else 0) != blob_len:
+    if len(sids) != n or len(blob) != blob_len or (ends[-1] if n else 0) != blob_len:
         raise ValueError("counts disagree")
-    return Recorded(names, sids, keys, updated, created, ends, by_updated, by_created, blob)
+    return Recorded(sids, keys, updated, created, ends, by_updated, by_created, blob, text)
+
+
+def joined(names: list[str]) -> str:
+    """Log names as an index records them (no file name holds a ``/``)."""
+    return "/".join(names)
 
 
 def dump_meta(meta: Meta | dict[str, str]) -> bytes:
@@ -177,7 +186,7 @@ def write(path: Path, rows: Sequence[tuple[str, Row]]) -> None:
         ends.append(end)
     with_meta = [i for i, (_, r) in enumerate(rows) if r[2]]
     odd = {str(i): sid for i, sid in enumerate(sids) if names[i] != sid + SUFFIX}
-    text = "/".join(names).encode("utf-8", "surrogateescape")
+    text = joined(names).encode("utf-8", "surrogateescape")
     odd_bytes = dump_meta(odd) if odd else b""
     try:
         columns = [array("q", column) for column in (
