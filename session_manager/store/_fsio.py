@@ -52,16 +52,22 @@ class Ops:
         """Each entry of the directory ``path`` named ``*suffix``, with its
         ``lstat`` (or why there is none): one scan, each stat relative to the
         open directory."""
+        if os.scandir not in os.supports_fd:
+            return self._scan(path, suffix)
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | _CLOEXEC)
         try:
-            with os.scandir(fd) as it:
-                entries = [entry for entry in it if entry.name.endswith(suffix)]
-            try:
-                return [(entry.name, entry.stat(follow_symlinks=False)) for entry in entries]
-            except OSError:  # one vanished or is unreadable: say which
-                return [(entry.name, _lstat(entry)) for entry in entries]
+            return self._scan(fd, suffix)
         finally:
             os.close(fd)
+
+    @staticmethod
+    def _scan(where: StrPath | int, suffix: str) -> list[tuple[str, os.stat_result | OSError]]:
+        with os.scandir(where) as it:
+            entries = [entry for entry in it if entry.name.endswith(suffix)]
+        try:
+            return [(entry.name, entry.stat(follow_symlinks=False)) for entry in entries]
+        except OSError:  # one vanished or is unreadable: say which
+            return [(entry.name, _lstat(entry)) for entry in entries]
 
     def replace(self, src: StrPath, dst: StrPath) -> None:
         os.replace(src, dst)
