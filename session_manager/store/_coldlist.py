@@ -126,9 +126,12 @@ def scan(
     return out
 
 
-def update(index_file: Path, changed: dict[str, tuple[str, index.Key, Meta | None] | None]) -> None:
+def update(index_file: Path, changed: dict[str, tuple[str, index.Key, Meta | None] | None],
+           listed: list[str] | None) -> None:
     """Rewrite the index with ``changed`` (log name -> its session id, key and
-    meta, or ``None``: no such log now) over what it recorded."""
+    meta, or ``None``: no such log now) over what it recorded, in the order
+    ``listed`` (data_dir's names now, so the next cold list compares at C
+    speed; names not in it have no log and are dropped)."""
     rec = index.read(index_file)
     rows = {name: rec.row(i) for i, name in enumerate(rec.names)} if rec is not None else {}
     for name, what in changed.items():
@@ -136,6 +139,8 @@ def update(index_file: Path, changed: dict[str, tuple[str, index.Key, Meta | Non
             rows.pop(name, None)
         else:
             rows[name] = index.row(*what)
+    if listed is not None:
+        rows = {name: rows[name] for name in listed if name in rows}
     index.write(index_file, list(rows.items()))
 
 

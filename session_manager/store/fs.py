@@ -381,7 +381,11 @@ class FsStore(AttachmentFiles, GroupCommit, StateBackedStore):
                 continue
             changed[os.path.basename(path)] = (
                 session_id, key, self._metas.get(session_id) if self._metas is not None else None)
-        _coldlist.update(self._sessions_file, changed)
+        try:
+            listed: list[str] | None = self._ops.listdir(self.dir)
+        except OSError:
+            listed = None
+        _coldlist.update(self._sessions_file, changed, listed)
         self._list_dirty.clear()
 
     def _peek_meta(self, name: str, session_id: str) -> Meta | None:

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import session_manager
-from session_manager.store import Commit, FsStore
+from session_manager.store import Commit, FsStore, _coldlist
 from session_manager.store._records import encode_commit
 from tests.unit.store_contract import meta
 
@@ -207,3 +207,21 @@ def test_pages_read_while_writers_change_a_cold_catalog_stay_consistent(tmp_path
     assert all(m["title"] == f"new {ids.index(m['session_id'])}" for m in final)
     sm.close()
     assert listing(tmp_path)["orders"]["created_asc"] == final
+
+
+def test_an_index_saved_at_close_matches_the_next_listing_whole(tmp_path: Path) -> None:
+    # Prevents: every restart after sessions were created or deleted re-reading the index one
+    # record at a time (the close wrote it in an order the directory does not list).
+    build(tmp_path)
+    with session_manager.open(tmp_path) as sm:
+        sm.call("session::list", {})
+        gone = sm.call("session::list", {"limit": 1})["sessions"][0]["session_id"]
+        sm.call("session::delete", {"session_id": gone})
+        for i in range(3):
+            sm.call("session::create", {"title": f"later {i}"})
+    store = FsStore(tmp_path, read_only=True)
+    logs = _coldlist.log_stats(store._ops, store._dir, lambda n, w: None)
+    cold = _coldlist.scan(logs, tmp_path / ".index" / "sessions.list", lambda sid: (False, None),
+                          lambda name, sid: None, lambda n, w: None, write_back=False)
+    assert cold.trusted is None and not cold.fresh  # every record trusted, compared whole
+    assert listing(tmp_path) == _truth(tmp_path)
