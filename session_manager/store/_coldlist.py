@@ -52,24 +52,23 @@ def log_stats(ops: Ops, data_dir: str, warn: Callable[[str, str], None]) -> tupl
     """The regular ``*.jsonl`` files of data_dir and their ``lstat``, in
     directory order; anything else named so is warned about and left out."""
     try:
-        entries = ops.scandir_logs(data_dir, SUFFIX)
+        names, stats = ops.scandir_logs(data_dir, SUFFIX)
     except OSError as e:
         raise StoreError(f"read data_dir: {reason(e)}") from None
-    names = [name for name, _ in entries]
-    stats: list[Any] = [st for _, st in entries]
     with contextlib.suppress(AttributeError):  # an OSError among them
         if all(map(stat.S_ISREG, map(_MODE, stats))):
-            return names, stats
-    names, stats = [], []
-    for name, st in entries:
+            return names, stats  # type: ignore[return-value]  # (every one a stat result)
+    kept_names: list[str] = []
+    kept: list[os.stat_result] = []
+    for name, st in zip(names, stats, strict=True):
         if isinstance(st, OSError):
             warn(name, reason(st))
         elif not stat.S_ISREG(st.st_mode):
             warn(name, "not a regular file")
         else:
-            names.append(name)
-            stats.append(st)
-    return names, stats
+            kept_names.append(name)
+            kept.append(st)
+    return kept_names, kept
 
 
 def scan(

@@ -48,26 +48,23 @@ class Ops:
     def listdir(self, path: StrPath) -> list[str]:
         return os.listdir(path)
 
-    def scandir_logs(self, path: StrPath, suffix: str) -> list[tuple[str, os.stat_result | OSError]]:
-        """Each entry of the directory ``path`` named ``*suffix``, with its
-        ``lstat`` (or why there is none): one scan, each stat relative to the
-        open directory."""
-        if os.scandir not in os.supports_fd:
-            return self._scan(path, suffix)
+    def scandir_logs(self, path: StrPath, suffix: str) -> tuple[list[str], list[os.stat_result | OSError]]:
+        """The entries of the directory ``path`` named ``*suffix`` and, for
+        each, its ``lstat`` (or why there is none): one listing, each stat
+        relative to the open directory (no path joined or walked per entry)."""
+        if os.stat not in os.supports_dir_fd or os.listdir not in os.supports_fd:
+            names = [n for n in os.listdir(path) if n.endswith(suffix)]
+            return names, [_lstat_or_error(os.path.join(path, n)) for n in names]
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | _CLOEXEC)
         try:
-            return self._scan(fd, suffix)
+            names = [n for n in os.listdir(fd) if n.endswith(suffix)]
+            lstat = os.stat
+            try:
+                return names, [lstat(n, dir_fd=fd, follow_symlinks=False) for n in names]
+            except OSError:  # one vanished or is unreadable: say which
+                return names, [_lstat_or_error(n, fd) for n in names]
         finally:
             os.close(fd)
-
-    @staticmethod
-    def _scan(where: StrPath | int, suffix: str) -> list[tuple[str, os.stat_result | OSError]]:
-        with os.scandir(where) as it:
-            entries = [entry for entry in it if entry.name.endswith(suffix)]
-        try:
-            return [(entry.name, entry.stat(follow_symlinks=False)) for entry in entries]
-        except OSError:  # one vanished or is unreadable: say which
-            return [(entry.name, _lstat(entry)) for entry in entries]
 
     def replace(self, src: StrPath, dst: StrPath) -> None:
         os.replace(src, dst)
@@ -82,9 +79,9 @@ class Ops:
         os.rmdir(path)
 
 
-def _lstat(entry: os.DirEntry[str]) -> os.stat_result | OSError:
+def _lstat_or_error(path: str, dir_fd: int | None = None) -> os.stat_result | OSError:
     try:
-        return entry.stat(follow_symlinks=False)
+        return os.stat(path, dir_fd=dir_fd, follow_symlinks=False)
     except OSError as e:
         return e
 
