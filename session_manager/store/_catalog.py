@@ -7,13 +7,21 @@ filter, a sort of the candidates only). The index only narrows: the
 caller's own predicate (the service's equality rule) decides every item.
 Updates keep the newest sessions at the end of the ``updated_at`` order, so
 the common update (the session just written) moves few pointers.
+
+A catalog built from the sessions index holds most metas as their recorded
+JSON (``pending``) and decodes one when it is first returned or changed: a
+cold page of 50 decodes 50, whatever the store holds.
 """
 
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+import operator
+import threading
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any, overload
+
+from ._records import loads
 
 Meta = dict[str, Any]
 Key = tuple[int, str]
@@ -44,33 +52,78 @@ class MetaCatalog:
 
     def __init__(self, metas: Iterable[Meta] = ()) -> None:
         self._metas: dict[str, Meta] = {m["session_id"]: m for m in metas}
-        self._sorted: dict[str, list[Key]] = {
+        self._sorted: dict[str, list[Key] | Picked] = {
             field: sorted((m[field], sid) for sid, m in self._metas.items()) for field in ("updated_at", "created_at")}
         # The equality indexes are built by the first filtered page, then kept up to date.
         self._status: dict[Any, set[str]] | None = None
         self._keys: dict[str, dict[tuple[Any, ...], set[str]]] | None = None
+        # Metas not decoded yet: session id -> its JSON. Pages decode outside the
+        # store's lock, so decoding (and anything taking from pending) holds this one.
+        self._pending: dict[str, int] = {}
+        self._raw: Callable[[int], bytes] = _no_raw
+        self._decoding = threading.Lock()
+
+    @classmethod
+    def assemble(cls, metas: dict[str, Meta], pending: dict[str, int], raw: Callable[[int], bytes],
+                 by_updated: list[Key] | Picked, by_created: list[Key] | Picked) -> MetaCatalog:
+        """``metas`` decoded, plus the sessions of ``pending`` (id -> ``i``), whose
+        meta is the JSON ``raw(i)``; ``by_updated``/``by_created`` are every one's
+        sort keys, sorted (the caller vouches they agree with the metas)."""
+        catalog = cls()
+        catalog._metas, catalog._pending, catalog._raw = dict(metas), pending, raw
+        catalog._sorted = {"updated_at": by_updated, "created_at": by_created}
+        return catalog
+
+    def _writable_keys(self, field: str) -> list[Key]:
+        keys = self._sorted[field]
+        if not isinstance(keys, list):
+            keys = self._sorted[field] = keys.materialize()
+        return keys
+
+    def _decoded(self, session_id: str) -> Meta | None:
+        """A meta, decoded now if it was pending (safe without the store's lock)."""
+        meta = self._metas.get(session_id)
+        if meta is None and self._pending:
+            with self._decoding:
+                meta = self._metas.get(session_id)
+                i = self._pending.pop(session_id, None) if meta is None else None
+                if i is not None:
+                    meta = self._metas[session_id] = loads(self._raw(i))
+        return meta
+
+    def _decode_all(self) -> None:
+        """Every pending meta, in one decode."""
+        if self._pending:
+            with self._decoding:
+                pending, self._pending = self._pending, {}
+                raw = self._raw
+                self._metas.update(zip(pending, loads(b"[" + b",".join(map(raw, pending.values())) + b"]"),
+                                       strict=True))
+                self._raw = _no_raw  # the index's bytes are no longer needed
 
     # -- the mapping ---------------------------------------------------------------
 
     def __len__(self) -> int:
-        return len(self._metas)
+        return len(self._metas) + len(self._pending)
 
     def __contains__(self, session_id: object) -> bool:
-        return session_id in self._metas
+        return session_id in self._metas or session_id in self._pending
 
     def get(self, session_id: str) -> Meta | None:
-        return self._metas.get(session_id)
+        return self._decoded(session_id)
 
     def values(self) -> list[Meta]:
+        self._decode_all()
         return list(self._metas.values())
 
     def put(self, meta: Meta) -> None:
         sid = meta["session_id"]
-        old = self._metas.get(sid)
+        old = self._decoded(sid)
         if old is meta:
             return
         self._metas[sid] = meta
-        for field, keys in self._sorted.items():
+        for field in self._sorted:
+            keys = self._writable_keys(field)
             new_key = (meta[field], sid)
             if old is not None:
                 old_key = (old[field], sid)
@@ -92,11 +145,12 @@ class MetaCatalog:
             self._index_metadata(sid, new_md)
 
     def remove(self, session_id: str) -> None:
+        self._decoded(session_id)
         old = self._metas.pop(session_id, None)
         if old is None:
             return
-        for field, keys in self._sorted.items():
-            _remove(keys, (old[field], session_id))
+        for field in self._sorted:
+            _remove(self._writable_keys(field), (old[field], session_id))
         if self._status is not None:
             self._status[old.get("status")].discard(session_id)
         if self._keys is not None:
@@ -112,11 +166,14 @@ class MetaCatalog:
         the store's lock); the caller may consume the iterator without it."""
         field, descending = ORDERS[order]
         candidates = self._candidates(status, metadata)
-        if candidates is not None and len(candidates) * 8 < len(self._metas):
+        keys: Sequence[Key]
+        if candidates is not None and len(candidates) * 8 < len(self):
             keys = sorted((m[field], sid) for sid in candidates if (m := self._metas.get(sid)) is not None)
             candidates = None  # already narrowed
         else:
-            keys = list(self._sorted[field])  # a C-level copy: cheap next to a page
+            sorted_keys = self._sorted[field]
+            # A snapshot: a C-level copy (cheap next to a page), or the recorded order itself (immutable)
+            keys = list(sorted_keys) if isinstance(sorted_keys, list) else sorted_keys
         if descending:
             end = bisect.bisect_left(keys, after) if after is not None else len(keys)
             positions: range = range(end - 1, -1, -1)
@@ -125,13 +182,13 @@ class MetaCatalog:
             positions = range(start, len(keys))
         return self._walk(keys, positions, candidates)
 
-    def _walk(self, keys: list[Key], positions: range, candidates: set[str] | None) -> Iterator[Meta]:
-        metas = self._metas
+    def _walk(self, keys: Sequence[Key], positions: range, candidates: set[str] | None) -> Iterator[Meta]:
+        metas, decoded = self._metas, self._decoded
         for i in positions:
             sid = keys[i][1]
             if candidates is not None and sid not in candidates:
                 continue
-            meta = metas.get(sid)
+            meta = metas.get(sid) or decoded(sid)
             if meta is not None:
                 yield meta
 
@@ -148,6 +205,8 @@ class MetaCatalog:
 
     def _candidates(self, status: str | None, metadata: dict[str, Any] | None) -> set[str] | None:
         sets: list[set[str]] = []
+        if status is not None or metadata:
+            self._decode_all()  # the equality indexes see every meta
         if status is not None:
             if self._status is None:
                 self._status = {}
@@ -186,6 +245,39 @@ class MetaCatalog:
                         holders.discard(sid)
                         if not holders:
                             del by_value[bucket(value)]
+
+
+class Picked(Sequence[Key]):
+    """The sort keys ``(column[i], ids[i])`` for ``i`` in ``positions``, made
+    one at a time as a bisect or a page reads them (a cold page reads a few
+    dozen of them); :meth:`materialize` lists them all, for a write."""
+
+    def __init__(self, column: Sequence[int], ids: Sequence[str], positions: Sequence[int]) -> None:
+        self._column, self._ids, self._positions = column, ids, positions
+
+    def __len__(self) -> int:
+        return len(self._positions)
+
+    @overload
+    def __getitem__(self, i: int) -> Key: ...
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[Key]: ...
+    def __getitem__(self, i: int | slice) -> Key | Sequence[Key]:
+        if isinstance(i, slice):
+            return self.materialize()[i]
+        p = self._positions[i]
+        return self._column[p], self._ids[p]
+
+    def materialize(self) -> list[Key]:
+        positions = self._positions
+        if len(positions) < 2:  # itemgetter of one position returns the item, not a tuple
+            return [(self._column[p], self._ids[p]) for p in positions]
+        pick = operator.itemgetter(*positions)
+        return list(zip(pick(self._column), pick(self._ids), strict=True))
+
+
+def _no_raw(i: int) -> bytes:
+    raise KeyError(i)
 
 
 def _remove(keys: list[Key], key: Key) -> None:

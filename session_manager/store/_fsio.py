@@ -48,6 +48,24 @@ class Ops:
     def listdir(self, path: StrPath) -> list[str]:
         return os.listdir(path)
 
+    def scandir_logs(self, path: StrPath, suffix: str) -> tuple[list[str], list[os.stat_result | OSError]]:
+        """The entries of the directory ``path`` named ``*suffix`` and, for
+        each, its ``lstat`` (or why there is none): one listing, each stat
+        relative to the open directory (no path joined or walked per entry)."""
+        if os.stat not in os.supports_dir_fd or os.listdir not in os.supports_fd:
+            names = [n for n in os.listdir(path) if n.endswith(suffix)]
+            return names, [_lstat_or_error(os.path.join(path, n)) for n in names]
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | _CLOEXEC)
+        try:
+            names = [n for n in os.listdir(fd) if n.endswith(suffix)]
+            lstat = os.stat
+            try:
+                return names, [lstat(n, dir_fd=fd, follow_symlinks=False) for n in names]
+            except OSError:  # one vanished or is unreadable: say which
+                return names, [_lstat_or_error(n, fd) for n in names]
+        finally:
+            os.close(fd)
+
     def replace(self, src: StrPath, dst: StrPath) -> None:
         os.replace(src, dst)
 
@@ -59,6 +77,13 @@ class Ops:
 
     def rmdir(self, path: StrPath) -> None:
         os.rmdir(path)
+
+
+def _lstat_or_error(path: str, dir_fd: int | None = None) -> os.stat_result | OSError:
+    try:
+        return os.stat(path, dir_fd=dir_fd, follow_symlinks=False)
+    except OSError as e:
+        return e
 
 
 class NotRegular(StoreError):

@@ -1,73 +1,203 @@
 """The sessions index: every log's last meta, so a cold ``list`` reads one file.
 
-``<data_dir>/.index/sessions.list`` maps each log's file name to the
-(inode, size, mtime_ns) it had and the last meta it held then. A cold scan
-still lists data_dir and stats every log (a stat is cheap; reading 10k logs
-is not) and trusts a recorded meta only while those three still match; any
-other log is read (its last meta, from the tail) and recorded anew. Like the
-per-session sidecar it is ``MAGIC`` + one JSON body + the body's CRC-32,
-replaced by rename, never fsynced: damaged or missing means a full scan.
+``<data_dir>/.index/sessions.list`` records, per log file name, the
+(inode, size, mtime_ns, ctime_ns) the log had and the last meta it held
+then. It is a cache the reference ignores: a recorded meta is trusted only
+while its log's identity still matches, damaged or missing means every log
+is read, and it is replaced by rename, never fsynced.
+
+The layout is packed so that a cold list decodes it at C speed and defers
+every meta: ``MAGIC``, the counts, the file keys, ``updated_at``,
+``created_at``, the metas' end offsets and the positions in each list order
+as native int64 arrays, the log names (in the order they were listed) joined
+by ``/`` (which no file name holds), the session ids that are not their
+log's stem (JSON), the metas' JSON back to back (an empty one: the log holds
+no meta), then the CRC-32 of everything after ``MAGIC``. The sort keys come
+from the arrays; a meta is decoded only when a page returns it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import os
-import stat
+import struct
+import sys
 import zlib
-from collections.abc import Callable
+from array import array
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import orjson
 
-from ..errors import StoreError
-from ._encoding import decode_id
 from ._records import loads
 
 log = logging.getLogger("session_manager.store.fs")
 
 FILE = "sessions.list"
-MAGIC = b"SMLST2\n"
-_UNKNOWN: Any = object()  # no usable record for a log
+# The arrays are native int64: the byte order is part of the format.
+MAGIC = b"SMLST3" + (b"L" if sys.byteorder == "little" else b"B") + b"\n"
+SUFFIX = ".jsonl"
+_COUNTS = struct.Struct("<5Q")  # logs, logs with a meta, bytes of names, of odd ids, of metas
+_TRAILER = 10  # b"\n" + 8 hex digits + b"\n"
+KEY_LEN = 4
 
 Meta = dict[str, Any]
-# file name -> [inode, size, mtime_ns, last meta or None]
-Records = dict[str, list[Any]]
+Key = tuple[int, int, int, int]  # inode, size, mtime_ns, ctime_ns
+# What a log contributes when an index is written: its session id, key, last
+# meta as JSON (None: the log holds no meta), and that meta's sort keys.
+Row = tuple[str, Key, bytes | None, int, int]
 
 
-def _checksum(body: bytes) -> bytes:
+def file_key(st: os.stat_result) -> Key:
+    return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+@dataclass
+class Recorded:
+    """A decoded index. Position ``i`` describes log ``names[i]``, whose key
+    is ``keys[4 * i : 4 * i + 4]`` and meta's JSON ``blob[ends[i - 1]:ends[i]]``
+    (from 0 for the first). ``by_updated``/``by_created``: the positions of
+    the logs holding a meta, in (updated_at, id) / (created_at, id) order."""
+
+    sids: list[str] = field(default_factory=list)
+    keys: Sequence[int] = field(default_factory=list)
+    updated: Sequence[int] = field(default_factory=list)
+    created: Sequence[int] = field(default_factory=list)
+    ends: Sequence[int] = field(default_factory=list)
+    by_updated: Sequence[int] = field(default_factory=list)
+    by_created: Sequence[int] = field(default_factory=list)
+    blob: bytes | memoryview = b""
+    names_text: str = ""  # the names joined: a listing compares to it without splitting it
+
+    @functools.cached_property
+    def names(self) -> list[str]:
+        return self.names_text.split("/") if self.sids else []
+
+    def key(self, i: int) -> tuple[int, ...]:
+        return tuple(self.keys[KEY_LEN * i : KEY_LEN * i + KEY_LEN])
+
+    def raw(self, i: int) -> bytes:
+        return bytes(self.blob[self.ends[i - 1] if i else 0 : self.ends[i]])
+
+    def has_meta(self, i: int) -> bool:
+        return self.ends[i] > (self.ends[i - 1] if i else 0)
+
+    def row(self, i: int) -> Row:
+        key: Any = self.key(i)
+        return self.sids[i], key, self.raw(i) or None, self.updated[i], self.created[i]
+
+
+def _checksum(body: bytes | memoryview) -> bytes:
     return b"%08x" % zlib.crc32(body)
 
 
-def read(path: Path) -> Records:
-    """The recorded logs, or nothing when the file is missing or damaged
-    (records are checked where they are used: a CRC-32 guards the whole)."""
+def read(path: Path) -> Recorded | None:
+    """The index at ``path``, or ``None`` when it is missing or damaged. The
+    checksum proves the file is one this store wrote, whole; the shape is
+    then checked cheaply (lengths, offsets), never per meta."""
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
-        return {}
+        return None
     except OSError as e:
         log.warning("%s: unreadable (%s); listing reads every log", path, e)
-        return {}
-    body = raw[len(MAGIC) : -10]
-    if not raw.startswith(MAGIC) or raw[-10:-9] != b"\n" or raw[-1:] != b"\n" or raw[-9:-1] != _checksum(body):
-        log.warning("%s: damaged; listing reads every log", path)
-        return {}
+        return None
+    body = memoryview(raw)[len(MAGIC) : -_TRAILER]
+    if (not raw.startswith(MAGIC) or len(raw) < len(MAGIC) + _COUNTS.size + _TRAILER
+            or raw[-_TRAILER:-9] != b"\n" or raw[-1:] != b"\n" or raw[-9:-1] != _checksum(body)):
+        log.warning("%s: damaged or from another version; listing reads every log", path)
+        return None
     try:
-        obj = loads(body)
-    except (ValueError, RecursionError):
-        return {}
-    return obj if isinstance(obj, dict) else {}
+        return _decode(body)
+    except (ValueError, TypeError, KeyError, IndexError, RecursionError, UnicodeError):
+        log.warning("%s: not understood; listing reads every log", path)
+        return None
 
 
-def write(path: Path, records: Records) -> None:
+def _decode(body: memoryview) -> Recorded:
+    # Views into the file's bytes, not copies: a cold list touches few of them.
+    n, m, names_len, odd_len, blob_len = _COUNTS.unpack_from(body)
+    at = _COUNTS.size
+    columns: list[memoryview] = []
+    for count in (KEY_LEN * n, n, n, n, m, m):
+        column = body[at : at + 8 * count]
+        if len(column) != 8 * count:
+            raise ValueError("truncated")
+        columns.append(column.cast("q"))
+        at += 8 * count
+    text = str(body[at : at + names_len], "utf-8", "surrogateescape")
+    at += names_len
+    odd = loads(bytes(body[at : at + odd_len])) if odd_len else {}
+    at += odd_len
+    blob = body[at:]
+    # A log's stem is its session id unless the id needed escaping (those are kept apart).
+    sids = text.replace(SUFFIX + "/", "/")[: -len(SUFFIX)].split("/") if n else []
+    for i, sid in odd.items():
+        sids[int(i)] = sid
+    keys, updated, created, ends, by_updated, by_created = columns
+    if len(sids) != n or len(blob) != blob_len or (ends[-1] if n else 0) != blob_len:
+        raise ValueError("counts disagree")
+    return Recorded(sids, keys, updated, created, ends, by_updated, by_created, blob, text)
+
+
+def joined(names: list[str]) -> str:
+    """Log names as an index records them (no file name holds a ``/``)."""
+    return "/".join(names)
+
+
+def dump_meta(meta: Meta | dict[str, str]) -> bytes:
     try:
-        body = orjson.dumps(records)
-    except TypeError:  # integers past 64 bits in a meta
-        body = json.dumps(records, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "surrogatepass")
+        return orjson.dumps(meta)
+    except TypeError:  # an integer past 64 bits, a lone surrogate: the exact encoder
+        return json.dumps(meta, separators=(",", ":")).encode("ascii")
+
+
+def row(session_id: str, key: Key, meta: Meta | None) -> Row:
+    if meta is None:
+        return session_id, key, None, 0, 0
+    return session_id, key, dump_meta(meta), meta["updated_at"], meta["created_at"]
+
+
+def write(path: Path, rows: Sequence[tuple[str, Row]]) -> None:
+    """Replace the index with ``(name, row)`` for each log, in the order the
+    logs were listed (rename; a failure only costs speed)."""
+    names: list[str] = []
+    sids: list[str] = []
+    keys: list[int] = []
+    updated: list[int] = []
+    created: list[int] = []
+    ends: list[int] = []
+    parts: list[bytes] = []
+    end = 0
+    for name, (sid, key, data, up, cr) in rows:
+        if data:
+            end += len(data)
+            parts.append(data)
+        names.append(name)
+        sids.append(sid)
+        keys += key
+        updated.append(up)
+        created.append(cr)
+        ends.append(end)
+    with_meta = [i for i, (_, r) in enumerate(rows) if r[2]]
+    odd = {str(i): sid for i, sid in enumerate(sids) if names[i] != sid + SUFFIX}
+    text = joined(names).encode("utf-8", "surrogateescape")
+    odd_bytes = dump_meta(odd) if odd else b""
+    try:
+        columns = [array("q", column) for column in (
+            keys, updated, created, ends, sorted(with_meta, key=lambda i: (updated[i], sids[i])),
+            sorted(with_meta, key=lambda i: (created[i], sids[i])))]
+    except OverflowError:  # past int64 (a 64-bit unsigned inode): no index, every log is read
+        log.warning("%s not written (a file key out of range)", path)
+        return
+    blob = b"".join(parts)
+    body = b"".join([_COUNTS.pack(len(names), len(with_meta), len(text), len(odd_bytes), len(blob)),
+                     *(column.tobytes() for column in columns), text, odd_bytes, blob])
     data = MAGIC + body + b"\n" + _checksum(body) + b"\n"
     tmp = path.with_name(path.name + ".tmp")
     try:
@@ -78,63 +208,3 @@ def write(path: Path, records: Records) -> None:
         log.warning("%s not written (%s); the next cold list reads the logs again", path, e)
         with contextlib.suppress(OSError):
             tmp.unlink()
-
-
-def file_key(st: os.stat_result) -> list[int]:
-    return [st.st_ino, st.st_size, st.st_mtime_ns]
-
-
-def scan(
-    names: list[str],
-    index_file: Path,
-    stat_log: Callable[[str], os.stat_result],
-    loaded_meta: Callable[[str], tuple[bool, Meta | None]],
-    peek: Callable[[str, str], Meta | None],
-    warn: Callable[[str, str], None],
-    *,
-    write_back: bool,
-) -> dict[str, Meta]:
-    """Every session's last meta, for the log file ``names`` of data_dir: from
-    the loaded state when there is one (``loaded_meta`` -> ``(True, meta)``),
-    else from the record when its log is unchanged, else ``peek(name, id)``
-    (a :class:`StoreError` from it skips that log, warned). Rewrites the
-    index when anything changed and ``write_back``."""
-    old = read(index_file)
-    fresh: Records = {}
-    metas: dict[str, Meta] = {}
-    is_reg = stat.S_ISREG
-    for name in names:
-        try:
-            st = stat_log(name)
-        except OSError as e:
-            warn(name, e.strerror or type(e).__name__)
-            continue
-        if not is_reg(st.st_mode):
-            warn(name, "not a regular file")
-            continue
-        key = [st.st_ino, st.st_size, st.st_mtime_ns]
-        rec = old.get(name)
-        recorded = rec[3] if type(rec) is list and len(rec) == 4 and rec[:3] == key else _UNKNOWN
-        sid = recorded.get("session_id") if type(recorded) is dict else None
-        if type(sid) is not str:
-            sid = decode_id(name[: -len(".jsonl")])
-            if sid is None:
-                warn(name, "not an encoded session id")
-                continue
-        session_id: str = sid
-        have, meta = loaded_meta(session_id)
-        if not have:
-            if recorded is not _UNKNOWN:
-                meta = recorded
-            else:
-                try:
-                    meta = peek(name, session_id)
-                except StoreError as e:
-                    warn(name, str(e))
-                    continue
-        fresh[name] = [*key, meta]
-        if meta is not None:
-            metas[session_id] = meta
-    if write_back and fresh != old:
-        write(index_file, fresh)
-    return metas

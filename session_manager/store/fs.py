@@ -27,12 +27,12 @@ from pathlib import Path
 from typing import Literal
 
 from ..errors import StoreError, UnstorableValue
-from . import _compaction, _delete, _sessions_index
+from . import _coldlist, _compaction, _delete, _sessions_index
 from ._attachments import AttachmentFiles
 from ._cache import DEFAULT_CACHE_BYTES, StateCache
 from ._casefold import FoldIndex, names_fold
 from ._catalog import MetaCatalog
-from ._encoding import decode_id, encode_id
+from ._encoding import encode_id
 from ._fds import FdCache
 from ._follow import Follower
 from ._fsio import APPEND_FLAGS, NotRegular, Ops, fsync_dir, name_max, open_regular, read_fd, reason, write_all
@@ -301,12 +301,16 @@ class FsStore(AttachmentFiles, GroupCommit, StateBackedStore):
     def list_metas(self) -> list[Meta]:
         if self.read_only:
             return list(self._scan_metas().values())
+        return self._catalog().values()
+
+    def _catalog(self) -> MetaCatalog:
+        """The list catalog (writable), built by the first list from the sessions index."""
         with self._lock:
             if self._metas is not None:
-                return self._metas.values()
+                return self._metas
             self._scans += 1
         try:
-            metas = self._scan_metas()  # file I/O: outside the store-wide lock
+            catalog = _coldlist.catalog(self._scan_with_index())  # file I/O: outside the store-wide lock
         finally:
             with self._lock:
                 self._scans -= 1
@@ -314,14 +318,11 @@ class FsStore(AttachmentFiles, GroupCommit, StateBackedStore):
                 if not self._scans:
                     self._changed.clear()
         with self._lock:
-            for sid, meta in changed.items():
-                if meta is None:
-                    metas.pop(sid, None)
-                else:
-                    metas[sid] = meta
             if self._metas is None:
-                self._metas = MetaCatalog(metas.values())
-            return self._metas.values()
+                for sid, meta in changed.items():  # written while the scan read the files
+                    catalog.remove(sid) if meta is None else catalog.put(meta)
+                self._metas = catalog
+            return self._metas
 
     def ordered_metas(
         self, order: str, after: tuple[int, str] | None, status: str | None, metadata: Meta | None
@@ -331,13 +332,9 @@ class FsStore(AttachmentFiles, GroupCommit, StateBackedStore):
         sort of the store. A read-only store sorts what it reads."""
         if self.read_only:
             return super().ordered_metas(order, after, status, metadata)
+        catalog = self._catalog()
         with self._lock:
-            catalog = self._metas
-        if catalog is None:
-            self.list_metas()
-        with self._lock:
-            assert self._metas is not None
-            return self._metas.ordered(order, after, status, metadata)
+            return catalog.ordered(order, after, status, metadata)
 
     def _log_names(self) -> list[str]:
         try:
@@ -347,31 +344,13 @@ class FsStore(AttachmentFiles, GroupCommit, StateBackedStore):
         return [n for n in names if n.endswith(LOG_SUFFIX)]
 
     def _scan_metas(self) -> dict[str, Meta]:
-        if not self.read_only:
-            return self._scan_with_index()
-        metas: dict[str, Meta] = {}
-        for name in self._log_names():
-            session_id = decode_id(name[: -len(LOG_SUFFIX)])
-            if session_id is None:
-                self._warn_once(name, "not an encoded session id")
-                continue
-            with self._lock:
-                state = None if self.read_only else self._sessions.get(session_id)
-            # A state still replaying (another thread, under its own lock) holds
-            # a partial meta: only a loaded one is the truth, else the file is.
-            if state is not None and state.loaded:
-                meta = state.meta
-            else:
-                try:
-                    meta = self._peek_meta(name, session_id)
-                except StoreError as e:
-                    self._warn_once(name, str(e))
-                    continue
-            if meta is not None:
-                metas[session_id] = meta
-        return metas
+        """A read-only store's scan: the sessions index where it matches a log
+        (never written here), every other log's last meta from its tail."""
+        logs = _coldlist.log_stats(self._ops, self._dir, self._warn_once)
+        return _coldlist.metas(_coldlist.scan(logs, self._sessions_file, lambda sid: (False, None),
+                                              self._peek_meta, self._warn_once, write_back=False))
 
-    def _scan_with_index(self) -> dict[str, Meta]:
+    def _scan_with_index(self) -> _coldlist.ColdList:
         """A writable store's scan: through the sessions index (a stat per log;
         only logs changed since it was written are read)."""
         def loaded_meta(session_id: str) -> tuple[bool, Meta | None]:
@@ -383,26 +362,30 @@ class FsStore(AttachmentFiles, GroupCommit, StateBackedStore):
                 return True, state.meta
             return False, None
 
-        metas = _sessions_index.scan(
-            self._log_names(), self._sessions_file, lambda name: self._ops.lstat(os.path.join(self._dir, name)),
-            loaded_meta, self._peek_meta, self._warn_once, write_back=True)
+        logs = _coldlist.log_stats(self._ops, self._dir, self._warn_once)
+        cold = _coldlist.scan(logs, self._sessions_file, loaded_meta, self._peek_meta, self._warn_once,
+                              write_back=True)
         with self._lock:
             self._list_dirty.clear()
-        return metas
+        return cold
 
     def _save_sessions_index(self) -> None:
         """Record the metas written since the last scan (under the store lock)."""
-        records = _sessions_index.read(self._sessions_file)
+        changed: dict[str, tuple[str, _sessions_index.Key, Meta | None] | None] = {}
         for session_id in self._list_dirty:
             path = self._files.log_path(session_id)
-            name = os.path.basename(path)
             try:
                 key = _sessions_index.file_key(self._ops.lstat(path))
             except OSError:
-                records.pop(name, None)
+                changed[os.path.basename(path)] = None
                 continue
-            records[name] = [*key, self._metas.get(session_id) if self._metas is not None else None]
-        _sessions_index.write(self._sessions_file, records)
+            changed[os.path.basename(path)] = (
+                session_id, key, self._metas.get(session_id) if self._metas is not None else None)
+        try:
+            listed: list[str] | None = self._ops.listdir(self.dir)
+        except OSError:
+            listed = None
+        _coldlist.update(self._sessions_file, changed, listed)
         self._list_dirty.clear()
 
     def _peek_meta(self, name: str, session_id: str) -> Meta | None:
