@@ -164,10 +164,18 @@ def replay_into(state: SessionState, entries: LazyEntries, data: bytes, base: in
     return covered, fix
 
 
-def _from_index(obj: IndexBody, state: SessionState, entries: LazyEntries) -> None:
+def adopt(obj: IndexBody, state: SessionState, entries: LazyEntries) -> None:
+    """Start ``state`` (its entries held by ``entries``) from a matching index."""
     entries.load_index(obj)
     state.meta = obj["meta"]
     state.leaf = obj["leaf"]
+
+
+def matching_index(idx_path: str, session_id: str, fd: int, ino: int, size: int) -> IndexBody | None:
+    """The sidecar at ``idx_path`` if it is whole and describes a prefix of
+    the log open at ``fd`` (inode ``ino``, ``size`` bytes); never writes."""
+    obj = _read_index(idx_path, session_id)
+    return obj if obj is not None and _matches(obj, fd, ino, size) else None
 
 
 def _matches(obj: IndexBody, fd: int, ino: int, size: int) -> bool:
@@ -220,7 +228,7 @@ def load(log_path: str, idx_path: str, session_id: str, read: ReadAt, *, use_ind
     finally:
         os.close(fd)
     if obj is not None:
-        _from_index(obj, state, entries)
+        adopt(obj, state, entries)
     covered, fix = replay_into(state, entries, suffix, base, session_id, skip)
     if boundary_open and not suffix:
         fix = "newline"  # the index ends on a valid unterminated line

@@ -7,7 +7,8 @@ O(what the read needs).
     offsets         int64[n]   where each entry's newest line starts in the log
     lengths         int32[n]   and its length
     bounds          int32[n+1] where, in the id blob, the "\\n" before each id is
-    ids             the id blob: "\\n" + "\\n".join(ids) + "\\n" (UTF-8, surrogates passed)
+    ids             the id blob: "\\n" + "\\n".join(ids) + "\\n" (UTF-8, surrogates
+                    passed; just "\\n" when there are none)
     "\\n" CRC-32 of everything between MAGIC and it (8 hex digits) "\\n"
 
 The arrays are in this machine's byte order (``order`` in the header; an
@@ -99,7 +100,7 @@ class PackedIds:
 def pack_ids(ids: list[str]) -> PackedIds:
     """The blob and bounds of ``ids`` (raises ``OverflowError`` past 2 GiB of ids)."""
     joined = "\n".join(ids)
-    blob = b"\n" + joined.encode("utf-8", "surrogatepass") + b"\n"
+    blob = b"\n" + joined.encode("utf-8", "surrogatepass") + b"\n" if ids else b"\n"
     plain = joined.count("\n") == max(0, len(ids) - 1)
     ascii_only = len(blob) == len(joined) + 2  # characters are bytes
     sizes = map(len, ids) if ascii_only else (len(i.encode("utf-8", "surrogatepass")) for i in ids)
@@ -162,7 +163,7 @@ def decode(raw: bytes, session_id: str) -> IndexBody | None:
     if not isinstance(header, dict) or header.get("session_id") != session_id or header.get("order") != sys.byteorder:
         return None
     n, size = header.get("n"), header.get("blob")
-    if (type(n) is not int or type(size) is not int or n < 0 or size < 2
+    if (type(n) is not int or type(size) is not int or n < 0 or size < 1
             or not all(type(header.get(k)) is int for k in ("ino", "covered"))
             or not isinstance(header.get("tail"), str) or not isinstance(header.get("orphans"), dict)
             or type(header.get("plain")) is not bool or type(header.get("linear")) is not bool):
