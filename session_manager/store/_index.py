@@ -91,7 +91,7 @@ def encode_index(session_id: str, ino: int, covered: int, tail: str, state: Sess
     """The sidecar bytes of a session whose entries are all located."""
     ids, parents, orphans, offsets, lengths = entries.arrays()
     header = {"session_id": session_id, "ino": ino, "covered": covered, "tail": tail, "leaf": state.leaf,
-              "meta": state.meta, "orphans": {str(k): v for k, v in orphans.items()}}
+              "meta": state.meta, "orphans": {str(k): v for k, v in orphans.items()}, "live": entries.live_bytes()}
     return _format.encode(header, ids, parents, offsets, lengths)
 
 

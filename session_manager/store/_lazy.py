@@ -62,8 +62,8 @@ class LazyEntries(MutableMapping[str, Entry]):
     over the plain dict.
     """
 
-    __slots__ = ("_bodies", "_ids", "_lens", "_linear", "_offs", "_orphans", "_packed", "_parents", "_path",
-                 "_pos", "_read", "_scans", "_session_id", "_unlocated", "body_bytes")
+    __slots__ = ("_bodies", "_ids", "_lens", "_linear", "_live", "_offs", "_orphans", "_packed", "_parents",
+                 "_path", "_pos", "_read", "_scans", "_session_id", "_unlocated", "body_bytes")
 
     def __init__(self, session_id: str, read: ReadAt | None = None) -> None:
         self._session_id = session_id
@@ -78,6 +78,7 @@ class LazyEntries(MutableMapping[str, Entry]):
         self._orphans: dict[int, str] = {}
         self._offs = array("q")
         self._lens = array("i")
+        self._live: int | None = 0  # the sum :meth:`live_bytes` reports (None: to be summed)
         self._unlocated = 0
         self._bodies: dict[str, Entry] = {}
         # Every parent link is "the entry put just before" (None: not known yet).
@@ -94,6 +95,8 @@ class LazyEntries(MutableMapping[str, Entry]):
         self._ids, self._packed, self._pos, self._scans = None, body.ids, None, 0
         self._parents, self._orphans, self._offs, self._lens = body.parents, body.orphans, body.offsets, body.lengths
         self._linear = bool(body["linear"])
+        live = body.header.get("live")
+        self._live = live if type(live) is int else None
         self._path = None
         self._unlocated = 0
         self._bodies = {}
@@ -117,6 +120,7 @@ class LazyEntries(MutableMapping[str, Entry]):
         for eid, i in self._positions().items():
             self._offs[i], self._lens[i] = locations[eid]
         self._unlocated = 0
+        self._live = None
 
     def note_location(self, entry_id: str, offset: int, length: int) -> None:
         """Where the body just written for ``entry_id`` now lives in the log."""
@@ -125,6 +129,7 @@ class LazyEntries(MutableMapping[str, Entry]):
             if self._offs[i] < 0:
                 self._unlocated -= 1
             self._offs[i], self._lens[i] = offset, length
+            self._live = None
 
     def location(self, entry_id: str) -> tuple[int, int] | None:
         i = self._index_of(entry_id)
@@ -241,8 +246,11 @@ class LazyEntries(MutableMapping[str, Entry]):
         return self._unlocated == 0
 
     def live_bytes(self) -> int:
-        """The log bytes the live entries' newest lines take."""
-        return sum(self._lens) + len(self._lens)
+        """The log bytes the live entries' newest lines take (kept in the index:
+        summing 100k lengths costs more than the rest of a load)."""
+        if self._live is None:
+            self._live = sum(self._lens) + len(self._lens)
+        return self._live
 
     def footprint(self) -> int:
         """Approximate bytes this mapping holds in memory (the cache budget)."""
@@ -337,6 +345,7 @@ class LazyEntries(MutableMapping[str, Entry]):
             self._offs.append(-1)
             self._lens.append(0)
             self._unlocated += 1
+            self._live = None
         elif self._offs[i] >= 0:
             self._unlocated += 1
             self._offs[i] = -1  # the new body's line is noted by the writer
@@ -358,10 +367,12 @@ class LazyEntries(MutableMapping[str, Entry]):
             self._parents.append(NO_PARENT)
             self._offs.append(offset)
             self._lens.append(length)
+            self._live = None
         else:
             if self._offs[i] < 0:
                 self._unlocated -= 1
             self._offs[i], self._lens[i] = offset, length
+            self._live = None
             if self._bodies:
                 self._bodies.pop(entry_id, None)
         self._link(i, entry.get("parent_id"), new)

@@ -230,7 +230,7 @@ def test_a_packed_index_answers_what_a_replay_answers(raw: bytes, extra: list[st
     # Prevents: the lazily read ids, the blob scan or the position walk answering differently from a
     # replay (a substring taken for an id, a "\n" inside an id, an orphan's path, an empty session).
     with tempfile.TemporaryDirectory() as folder:
-        log_path, idx, _ = write_loaded_index(Path(folder), raw)
+        log_path, idx, first = write_loaded_index(Path(folder), raw)
         plain = SessionState()
         for record in committed_records(raw.split(b"\n"), SID, lambda n, w: None):
             plain.apply_record(record)
@@ -239,6 +239,7 @@ def test_a_packed_index_answers_what_a_replay_answers(raw: bytes, extra: list[st
         loaded = reload(log_path, idx)
         assert loaded.from_index
         assert lookups(loaded.state, probes) == lookups(plain, probes)
+        assert loaded.entries.live_bytes() == first.entries.live_bytes()  # kept in the header
         assert snapshot(loaded.state) == oracle(raw)
         # The map built once lookups are many, and paths of every stored entry.
         again = reload(log_path, idx).state
