@@ -285,7 +285,10 @@ class LazyEntries(MutableMapping[str, Entry]):
 
     def body_at(self, i: int) -> Entry:
         """The body of the entry at position ``i`` (no lookup by id)."""
-        entry_id = self.id_at(i)
+        return self.body_of(i, self.id_at(i))
+
+    def body_of(self, i: int, entry_id: str) -> Entry:
+        """:meth:`body_at` when the caller knows the id at ``i``."""
         body = self._bodies.get(entry_id)
         if body is not None:
             return body

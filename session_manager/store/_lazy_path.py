@@ -23,19 +23,27 @@ class LazyPath(EntryPath):
     """An :class:`EntryPath` over entry positions, bounded to the length it
     had when taken (the positions may be extended in place by later appends)."""
 
-    __slots__ = ("_at", "_lazy")
+    __slots__ = ("_at", "_id_at", "_lazy")
 
     def __init__(self, entries: LazyEntries, positions: Positions) -> None:
         super().__init__([], entries, {}, length=len(positions))
         self._lazy = entries
         self._at = positions
+        # Readers ask for the same few indexes several times (is it kept? a run member?):
+        # their ids are decoded once per view (positions are stable: only ``del``, which
+        # no store path uses, renumbers them).
+        self._id_at: dict[int, str] = {}
 
     def __getitem__(self, index: int) -> Entry:
         if index < 0:
             index += self._len
         if not 0 <= index < self._len:
             raise IndexError(index)
-        return self._lazy.body_at(self._at[index])
+        p = self._at[index]
+        entry_id = self._id_at.get(p)
+        if entry_id is None:
+            entry_id = self._id_at[p] = self._lazy.id_at(p)
+        return self._lazy.body_of(p, entry_id)
 
     def __iter__(self) -> Iterator[Entry]:
         body_at, at = self._lazy.body_at, self._at
