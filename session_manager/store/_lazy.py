@@ -363,22 +363,31 @@ class LazyEntries(MutableMapping[str, Entry]):
         entry_id = entry["id"]
         pos = self._positions()
         i = pos.get(entry_id)
-        new = i is None
-        if i is None:
+        if i is None:  # a new entry (nearly every line of a replay): inline, once per line
             i = pos[entry_id] = len(self._parents)
             self._id_list().append(entry_id)
-            self._parents.append(NO_PARENT)
+            parent = entry.get("parent_id")
+            j = NO_PARENT
+            if isinstance(parent, str):
+                j = pos.get(parent, ORPHAN)
+                if j == ORPHAN:
+                    self._orphans[i] = parent
+            self._parents.append(j)
             self._offs.append(offset)
             self._lens.append(length)
             self._live = None
-        else:
-            if self._offs[i] < 0:
-                self._unlocated -= 1
-            self._offs[i], self._lens[i] = offset, length
-            self._live = None
-            if self._bodies:
-                self._bodies.pop(entry_id, None)
-        self._link(i, entry.get("parent_id"), new)
+            if self._linear and j != i - 1:
+                self._linear = False
+            if self._orphans and entry_id in self._orphans.values():
+                self._adopted(entry_id, i)
+            return
+        if self._offs[i] < 0:
+            self._unlocated -= 1
+        self._offs[i], self._lens[i] = offset, length
+        self._live = None
+        if self._bodies:
+            self._bodies.pop(entry_id, None)
+        self._link(i, entry.get("parent_id"), False)
         if self._orphans and entry_id in self._orphans.values():
             self._adopted(entry_id, i)
 
