@@ -17,6 +17,7 @@ from the leaf through the parent array (:class:`~._lazy_path.LazyPath`).
 from __future__ import annotations
 
 import os
+import threading
 from array import array
 from collections.abc import Callable, Iterator, MutableMapping
 from typing import Any, TypeAlias
@@ -44,6 +45,10 @@ def pread_file(path: str) -> ReadAt:
 
     return read
 
+
+# Guards the one-time builds of a mapping's id list and position map (rare,
+# brief: one lock for every mapping).
+_BUILD = threading.RLock()
 
 NO_PARENT = -1
 ORPHAN = -2  # a parent id that names no stored entry (kept in ``orphans``)
@@ -137,24 +142,39 @@ class LazyEntries(MutableMapping[str, Entry]):
 
     # -- ids and positions -------------------------------------------------------
 
+    # Readers (outside the session's lock) may build the list or the map while
+    # a writer waits to add to it: built under _BUILD, the list published
+    # before the blob is dropped, so a reader holding either sees every id.
+
     def id_at(self, i: int) -> str:
+        packed = self._packed
+        if packed is not None and i < packed.n:
+            return packed.at(i)
         ids = self._ids
-        if ids is not None:
-            return ids[i]
-        assert self._packed is not None
-        return self._packed.at(i)
+        assert ids is not None
+        return ids[i]
 
     def _id_list(self) -> list[str]:
-        """The ids as a list (decoding the blob once: an id is being added)."""
-        if self._ids is None:
-            assert self._packed is not None
-            self._ids, self._packed = self._packed.all(), None
-        return self._ids
+        """The ids as a list (decoding the blob once: an id is being added, or all are listed)."""
+        ids = self._ids
+        if ids is None:
+            with _BUILD:
+                ids = self._ids
+                if ids is None:
+                    assert self._packed is not None
+                    ids = self._ids = self._packed.all()
+                    self._packed = None
+        return ids
 
     def _positions(self) -> dict[str, int]:
-        if self._pos is None:
-            self._pos = dict(zip(self._id_list(), range(len(self._parents)), strict=True))
-        return self._pos
+        pos = self._pos
+        if pos is None:
+            with _BUILD:
+                pos = self._pos
+                if pos is None:
+                    ids = self._id_list()
+                    pos = self._pos = dict(zip(ids, range(len(ids)), strict=True))
+        return pos
 
     def _index_of(self, entry_id: object) -> int | None:
         """The position of ``entry_id``: from the map, or (a few times, before
