@@ -71,7 +71,6 @@ class LogFiles:
         """Reads of the session's current log through the cached descriptor,
         under the session's lock (so a compaction never swaps the file mid-read)."""
         path = self.files(session_id).log
-
         fds = self.fds
 
         def read(offset: int, length: int) -> bytes:
