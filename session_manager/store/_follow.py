@@ -10,6 +10,12 @@ read: while it is open its inode cannot be freed and handed to the next
 compaction's file, which a bare inode number comparison would mistake for
 the old one. Descriptors are bounded (least recently read are closed; their
 logs are read whole next time).
+
+A log read from its start first looks for its index sidecar: one that is
+whole and matches the file (inode, size, tail hash: :mod:`._index`) stands
+for the prefix it covers, whose entries are then read on demand through the
+kept descriptor, and only the bytes after it are replayed. A follower never
+writes an index and never trusts one that does not match.
 """
 
 from __future__ import annotations
@@ -18,9 +24,12 @@ import os
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
+from itertools import accumulate
 
 from ..errors import StoreError
+from . import _index
 from ._fsio import NotRegular, Ops, open_regular, read_fd, reason
+from ._lazy import LazyEntries, ReadAt
 from ._records import Replay, decode_record
 from ._state import SessionState
 
@@ -28,12 +37,18 @@ MAX_OPEN = 128
 
 
 class _Seen:
-    __slots__ = ("fd", "offset", "replay")
+    __slots__ = ("fd", "first", "offset", "replay")
 
     def __init__(self, fd: int) -> None:
         self.fd = fd
         self.offset = 0
+        self.first = 0  # lines fed to ``replay`` before this read
         self.replay = Replay()
+
+    def close(self) -> None:
+        fd, self.fd = self.fd, -1
+        if fd >= 0:
+            os.close(fd)
 
 
 def _same_file(a: os.stat_result, b: os.stat_result) -> bool:
@@ -51,13 +66,14 @@ class Follower:
         self._lock = threading.Lock()
 
     def refresh(self, session_id: str, state: SessionState, path: str,
-                skip: Callable[[int, str], None]) -> None:
-        """Bring ``state`` (its lock held by the caller) up to the log at ``path``."""
+                skip: Callable[[int, str], None], index: str | None = None) -> None:
+        """Bring ``state`` (its lock held by the caller) up to the log at
+        ``path``, through the sidecar at ``index`` when it matches the log."""
         with self._lock:
-            self._refresh(session_id, state, path, skip)
+            self._refresh(session_id, state, path, skip, index)
 
     def _refresh(self, session_id: str, state: SessionState, path: str,
-                 skip: Callable[[int, str], None]) -> None:
+                 skip: Callable[[int, str], None], index: str | None) -> None:
         try:
             fd = open_regular(self._ops, path)
         except NotRegular:
@@ -82,7 +98,9 @@ class Follower:
                 fd = -1
                 while len(self._seen) > MAX_OPEN:
                     _, oldest = self._seen.popitem(last=False)
-                    os.close(oldest.fd)
+                    oldest.close()
+                if index is not None:
+                    self._adopt(session_id, state, seen, path, index, st)
             data = read_fd(seen.fd, seen.offset, st.st_size) if st.st_size > seen.offset else b""
         except OSError as e:
             raise StoreError(f"read {os.path.basename(path)}: {reason(e)}") from None
@@ -90,14 +108,52 @@ class Follower:
             if fd >= 0:
                 os.close(fd)
         cut = data.rfind(b"\n") + 1  # whole lines only: the writer may be mid-line
-        for record in seen.replay.feed(data[:cut].split(b"\n")[:-1], session_id, skip):
-            state.apply_record(record)
+        lines = data[:cut].split(b"\n")[:-1]
+        start = seen.offset
+        starts = list(accumulate((len(line) + 1 for line in lines), initial=start))
+        for number, record in seen.replay.feed_numbered(lines, session_id, skip):
+            # Line numbers count from where this follower started reading the
+            # log; a commit group begun in an earlier read has no line here.
+            k = number - seen.first - 1
+            state.apply_record(record, (starts[k], len(lines[k])) if k >= 0 else None)
+        seen.first += len(lines)
         seen.offset += cut
         tail = decode_record(data[cut:], session_id) if cut < len(data) else None
         if tail is not None and tail.get("tx") is None and seen.replay.idle:
             # A valid unterminated record counts, as on a writable open; applying
             # it again once its line is complete changes nothing (last-wins).
             state.apply_record(tail)
+
+    def _adopt(self, session_id: str, state: SessionState, seen: _Seen, path: str, index: str,
+               st: os.stat_result) -> None:
+        """Start a log read from its start at its index, if that matches the file."""
+        obj = _index.matching_index(index, session_id, seen.fd, st.st_ino, st.st_size)
+        if obj is None:
+            return
+        covered = obj["covered"]
+        if covered and os.pread(seen.fd, 1, covered - 1) != b"\n":
+            return  # it ends on an unterminated line: whole lines only, as below
+        entries = LazyEntries(session_id, self._reader(seen, path))
+        state.entries = entries
+        _index.adopt(obj, state, entries)
+        seen.offset = covered
+
+    def _reader(self, seen: _Seen, path: str) -> ReadAt:
+        """Body reads of an adopted log: through its kept descriptor, or (once
+        that was closed) by name; a log replaced meanwhile fails the lazy
+        mapping's id check instead of handing out another file's entry."""
+
+        def read(offset: int, length: int) -> bytes:
+            with self._lock:
+                if seen.fd >= 0:
+                    return os.pread(seen.fd, length, offset)
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+            try:
+                return os.pread(fd, length, offset)
+            finally:
+                os.close(fd)
+
+        return read
 
     def forget(self, session_id: str) -> None:
         """Start over for ``session_id`` next time (its state was dropped)."""
@@ -107,7 +163,7 @@ class Follower:
     def _forget(self, session_id: str) -> None:
         seen = self._seen.pop(session_id, None)
         if seen is not None:
-            os.close(seen.fd)
+            seen.close()
 
     def close(self) -> None:
         with self._lock:
@@ -116,4 +172,4 @@ class Follower:
     def _close_all(self) -> None:
         while self._seen:
             _, seen = self._seen.popitem()
-            os.close(seen.fd)
+            seen.close()

@@ -3,10 +3,11 @@
 ``<data_dir>/.index/<encoded_session_id>.idx`` (the reference lists only
 ``*.jsonl`` names in data_dir, so it never sees the folder) holds, for the
 first ``covered`` bytes of the log: every live entry's id, parent and the
-(offset, length) of its newest line, the leaf and the last meta. The JSONL
+(offset, length) of its newest line, the leaf and the last meta, packed so
+a load reads what the request needs and builds nothing per entry. The JSONL
 log stays the only source of truth; the index is a cache of its replay:
 
-* **Integrity.** The file is ``MAGIC``, a body (see :func:`encode_index`)
+* **Integrity.** The file is a magic line, a body (see :mod:`._index_format`)
   and the CRC-32 of that body. The body names its log by (inode, ``covered``, blake2b of the
   last :data:`TAIL` bytes before ``covered``). Any mismatch (checksum,
   inode, a log shorter than ``covered``, a different tail) and the index is
@@ -25,27 +26,22 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import logging
 import os
-import sys
-import zlib
-from array import array
 from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import accumulate
-from typing import Any, Literal
+from typing import Literal
 
-import orjson
-
+from . import _index_format as _format
+from ._index_format import IndexBody
 from ._lazy import LazyEntries, ReadAt
-from ._records import Replay, decode_record, loads
+from ._records import Replay, decode_record
 from ._state import SessionState
 
 log = logging.getLogger("session_manager.store.fs")
 
 INDEX_DIR = ".index"
-MAGIC = b"SMIDX2\n"
 TAIL = 4096
 _DIGEST = 16  # blake2b bytes: 32 hex characters
 _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
@@ -60,13 +56,6 @@ def index_path(data_dir: str | os.PathLike[str], encoded_id: str) -> str:
     """Where the sidecar of the session with file stem ``encoded_id`` lives (a
     string: pathlib would intern every id's name for the life of the process)."""
     return os.path.join(data_dir, INDEX_DIR, encoded_id + ".idx")
-
-
-def _checksum(body: bytes) -> bytes:
-    """The sidecar's own checksum: CRC-32 catches the torn, truncated and
-    flipped files it guards against at a tenth of a cryptographic hash's cost
-    (the index is a cache, never a security boundary)."""
-    return b"%08x" % zlib.crc32(body)
 
 
 def _digest(data: bytes) -> str:
@@ -94,80 +83,21 @@ class Loaded:
     index_current: bool  # the sidecar on disk describes exactly ``covered``
 
 
-# -- encoding ------------------------------------------------------------------------
-
-
-def _json(value: Any) -> bytes:
-    try:
-        return orjson.dumps(value)
-    except TypeError:  # integers past 64 bits in the meta: let json write them exactly
-        return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "surrogatepass")
+# -- encoding (the layout: :mod:`._index_format`) -----------------------------------
 
 
 def encode_index(session_id: str, ino: int, covered: int, tail: str, state: SessionState,
                  entries: LazyEntries) -> bytes:
-    """The sidecar bytes of a session whose entries are all located.
-
-    Layout: ``MAGIC``, a JSON header line, a JSON line of the entry ids, the
-    parent positions (int32), offsets (int64) and lengths (int32) as raw
-    arrays in this machine's byte order, then ``\n``, the CRC-32 of all
-    between ``MAGIC`` and it (8 hex digits), ``\n``."""
+    """The sidecar bytes of a session whose entries are all located."""
     ids, parents, orphans, offsets, lengths = entries.arrays()
     header = {"session_id": session_id, "ino": ino, "covered": covered, "tail": tail, "leaf": state.leaf,
-              "meta": state.meta, "n": len(ids), "orphans": {str(k): v for k, v in orphans.items()},
-              "order": sys.byteorder}
-    body = b"".join((_json(header), b"\n", _json(ids), b"\n", parents.tobytes(), offsets.tobytes(),
-                     lengths.tobytes()))
-    return MAGIC + body + b"\n" + _checksum(body) + b"\n"
-
-
-@dataclass
-class IndexBody:
-    header: dict[str, Any]
-    ids: list[str]
-    parents: array[int]
-    orphans: dict[int, str]
-    offsets: array[int]
-    lengths: array[int]
-
-    def __getitem__(self, key: str) -> Any:
-        return self.header[key]
+              "meta": state.meta, "orphans": {str(k): v for k, v in orphans.items()}, "live": entries.live_bytes()}
+    return _format.encode(header, ids, parents, offsets, lengths)
 
 
 def decode_index(raw: bytes, session_id: str) -> IndexBody | None:
     """The body of a sidecar, or ``None`` when it is not a whole, self-consistent one."""
-    if not raw.startswith(MAGIC) or len(raw) < len(MAGIC) + 10 or raw[-10:-9] != b"\n" or raw[-1:] != b"\n":
-        return None
-    body = raw[len(MAGIC) : -10]
-    if raw[-9:-1] != _checksum(body):
-        return None
-    first = body.find(b"\n")
-    second = body.find(b"\n", first + 1)
-    if first < 0 or second < 0:
-        return None
-    try:
-        header, ids = loads(body[:first]), loads(body[first + 1 : second])
-    except (ValueError, RecursionError):
-        return None
-    if not isinstance(header, dict) or header.get("session_id") != session_id or header.get("order") != sys.byteorder:
-        return None
-    n = header.get("n")
-    if (not isinstance(ids, list) or type(n) is not int or len(ids) != n
-            or not all(type(header.get(k)) is int for k in ("ino", "covered"))
-            or not isinstance(header.get("tail"), str) or not isinstance(header.get("orphans"), dict)):
-        return None
-    blob = memoryview(body)[second + 1 :]
-    if len(blob) != 16 * n:
-        return None
-    parents, offsets, lengths = array("i"), array("q"), array("i")
-    parents.frombytes(blob[: 4 * n])
-    offsets.frombytes(blob[4 * n : 12 * n])
-    lengths.frombytes(blob[12 * n :])
-    try:
-        orphans = {int(k): v for k, v in header["orphans"].items()}
-    except ValueError:
-        return None
-    return IndexBody(header, ids, parents, orphans, offsets, lengths)
+    return _format.decode(raw, session_id)
 
 
 def write_index(path: str, data: bytes) -> None:
@@ -217,13 +147,9 @@ def replay_into(state: SessionState, entries: LazyEntries, data: bytes, base: in
     lines = data.split(b"\n")
     starts = list(accumulate((len(line) + 1 for line in lines), initial=base))
     replay = Replay()
-    note = entries.note_location
     apply = state.apply_record
     for number, record in replay.feed_numbered(lines, session_id, skip):
-        apply(record)
-        entry = record.get("entry")
-        if entry is not None:
-            note(entry["id"], starts[number - 1], len(lines[number - 1]))
+        apply(record, (starts[number - 1], len(lines[number - 1])))
     if replay.open_since is not None:
         skip(replay.number, "a commit cut short at the end of the log was left out")
     covered = base + len(data)
@@ -238,10 +164,18 @@ def replay_into(state: SessionState, entries: LazyEntries, data: bytes, base: in
     return covered, fix
 
 
-def _from_index(obj: IndexBody, state: SessionState, entries: LazyEntries) -> None:
-    entries.load_arrays(obj.ids, obj.parents, obj.orphans, obj.offsets, obj.lengths)
+def adopt(obj: IndexBody, state: SessionState, entries: LazyEntries) -> None:
+    """Start ``state`` (its entries held by ``entries``) from a matching index."""
+    entries.load_index(obj)
     state.meta = obj["meta"]
     state.leaf = obj["leaf"]
+
+
+def matching_index(idx_path: str, session_id: str, fd: int, ino: int, size: int) -> IndexBody | None:
+    """The sidecar at ``idx_path`` if it is whole and describes a prefix of
+    the log open at ``fd`` (inode ``ino``, ``size`` bytes); never writes."""
+    obj = _read_index(idx_path, session_id)
+    return obj if obj is not None and _matches(obj, fd, ino, size) else None
 
 
 def _matches(obj: IndexBody, fd: int, ino: int, size: int) -> bool:
@@ -294,7 +228,7 @@ def load(log_path: str, idx_path: str, session_id: str, read: ReadAt, *, use_ind
     finally:
         os.close(fd)
     if obj is not None:
-        _from_index(obj, state, entries)
+        adopt(obj, state, entries)
     covered, fix = replay_into(state, entries, suffix, base, session_id, skip)
     if boundary_open and not suffix:
         fix = "newline"  # the index ends on a valid unterminated line
@@ -337,7 +271,7 @@ def save(log_path: str, idx_path: str, session_id: str, state: SessionState, ent
         finally:
             os.close(fd)
         write_index(idx_path, encode_index(session_id, st.st_ino, covered, tail, state, entries))
-    except OSError as e:
+    except (OSError, OverflowError) as e:  # OverflowError: more than 2 GiB of ids
         log.warning("%s: index not written (%s); the next open replays the log", idx_path, e)
         return False
     return True

@@ -6,16 +6,25 @@ body read here only re-parses bytes known to be a valid record. The mapping
 behaves like the ``dict`` :class:`~._state.SessionState` used before:
 insertion order is first-put order, ``entries[id] = entry`` replaces a
 body (and forgets its old location until the writer notes the new one).
+
+Loaded from an index, nothing is built per entry: ids stay in the index's
+blob (:class:`~._index_format.PackedIds`) and the id -> position map is
+made only when a by-id lookup needs it more than a few times (a lookup
+before that is a scan of the blob); the active path is positions, walked
+from the leaf through the parent array (:class:`~._lazy_path.LazyPath`).
 """
 
 from __future__ import annotations
 
 import os
+import threading
 from array import array
 from collections.abc import Callable, Iterator, MutableMapping
-from typing import Any
+from typing import Any, TypeAlias
 
 from ..errors import StoreError
+from ._index_format import SCANS_BEFORE_MAP, IndexBody, PackedIds, pack_ids
+from ._lazy_path import LazyPath
 from ._records import decode_record
 
 Entry = dict[str, Any]
@@ -37,8 +46,13 @@ def pread_file(path: str) -> ReadAt:
     return read
 
 
+# Guards the one-time builds of a mapping's id list and position map (rare,
+# brief: one lock for every mapping).
+_BUILD = threading.RLock()
+
 NO_PARENT = -1
 ORPHAN = -2  # a parent id that names no stored entry (kept in ``orphans``)
+Positions: TypeAlias = "range | array[int]"  # an active path as entry positions, root first
 
 
 class LazyEntries(MutableMapping[str, Entry]):
@@ -53,114 +67,222 @@ class LazyEntries(MutableMapping[str, Entry]):
     over the plain dict.
     """
 
-    __slots__ = ("_bodies", "_ids", "_lens", "_offs", "_orphans", "_parents", "_pos", "_read", "_session_id",
-                 "_unlocated", "body_bytes")
+    __slots__ = ("_bodies", "_ids", "_lens", "_linear", "_live", "_offs", "_orphans", "_packed", "_parents",
+                 "_path", "_pos", "_read", "_scans", "_session_id", "_unlocated", "body_bytes")
 
     def __init__(self, session_id: str, read: ReadAt | None = None) -> None:
         self._session_id = session_id
         self._read = read
-        self._pos: dict[str, int] = {}
-        self._ids: list[str] = []
+        # Ids: a list, or (loaded from an index, until an id is added) the
+        # index's blob; the position map only once a lookup needs it.
+        self._ids: list[str] | None = []
+        self._packed: PackedIds | None = None
+        self._pos: dict[str, int] | None = {}
+        self._scans = 0
         self._parents = array("i")
         self._orphans: dict[int, str] = {}
         self._offs = array("q")
         self._lens = array("i")
+        self._live: int | None = 0  # the sum :meth:`live_bytes` reports (None: to be summed)
         self._unlocated = 0
         self._bodies: dict[str, Entry] = {}
+        # Every parent link is "the entry put just before" (None: not known yet).
+        self._linear: bool | None = True
+        # The last active path handed out: (leaf position, positions).
+        self._path: tuple[int, Positions] | None = None
         # Log bytes behind the decoded bodies: the cache budget's estimate.
         self.body_bytes = 0
 
     # -- building ----------------------------------------------------------------
 
-    def load_arrays(self, ids: list[str], parents: array[int], orphans: dict[int, str], offsets: array[int],
-                    lengths: array[int]) -> None:
+    def load_index(self, body: IndexBody) -> None:
         """Start from an index's arrays (which this mapping then owns)."""
-        self._ids, self._parents, self._orphans, self._offs, self._lens = ids, parents, orphans, offsets, lengths
-        self._pos = dict(zip(ids, range(len(ids)), strict=True))
+        self._ids, self._packed, self._pos, self._scans = None, body.ids, None, 0
+        self._parents, self._orphans, self._offs, self._lens = body.parents, body.orphans, body.offsets, body.lengths
+        self._linear = bool(body["linear"])
+        live = body.header.get("live")
+        self._live = live if type(live) is int else None
+        self._path = None
         self._unlocated = 0
         self._bodies = {}
         self.body_bytes = 0
 
-    def arrays(self) -> tuple[list[str], array[int], dict[int, str], array[int], array[int]]:
+    def arrays(self) -> tuple[PackedIds, array[int], dict[int, str], array[int], array[int]]:
         """ids, parent positions, orphaned parents, offsets, lengths (every
         entry located: see :meth:`fully_located`)."""
-        return self._ids, self._parents, self._orphans, self._offs, self._lens
+        packed = self._packed if self._packed is not None else pack_ids(self._id_list())
+        return packed, self._parents, self._orphans, self._offs, self._lens
+
+    def linear(self) -> bool:
+        """Every entry's parent is the one put before it (an unbranched session)."""
+        if self._linear is None:
+            self._linear = self._parents == array("i", range(-1, len(self._parents) - 1))
+        return self._linear
 
     def rebase(self, read: ReadAt, locations: dict[str, tuple[int, int]]) -> None:
         """Point at a rewritten log (compaction): new locations, same bodies."""
         self._read = read
-        for eid, i in self._pos.items():
+        for eid, i in self._positions().items():
             self._offs[i], self._lens[i] = locations[eid]
         self._unlocated = 0
+        self._live = None
 
     def note_location(self, entry_id: str, offset: int, length: int) -> None:
         """Where the body just written for ``entry_id`` now lives in the log."""
-        i = self._pos.get(entry_id)
+        i = self._index_of(entry_id)
         if i is not None:
             if self._offs[i] < 0:
                 self._unlocated -= 1
             self._offs[i], self._lens[i] = offset, length
+            self._live = None
 
     def location(self, entry_id: str) -> tuple[int, int] | None:
-        i = self._pos.get(entry_id)
+        i = self._index_of(entry_id)
         return None if i is None or self._offs[i] < 0 else (self._offs[i], self._lens[i])
+
+    # -- ids and positions -------------------------------------------------------
+
+    # Readers (outside the session's lock) may build the list or the map while
+    # a writer waits to add to it: built under _BUILD, the list published
+    # before the blob is dropped, so a reader holding either sees every id.
+
+    def id_at(self, i: int) -> str:
+        packed = self._packed
+        if packed is not None and i < packed.n:
+            return packed.at(i)
+        ids = self._ids
+        assert ids is not None
+        return ids[i]
+
+    def _id_list(self) -> list[str]:
+        """The ids as a list (decoding the blob once: an id is being added, or all are listed)."""
+        ids = self._ids
+        if ids is None:
+            with _BUILD:
+                ids = self._ids
+                if ids is None:
+                    assert self._packed is not None
+                    ids = self._ids = self._packed.all()
+                    self._packed = None
+        return ids
+
+    def _positions(self) -> dict[str, int]:
+        pos = self._pos
+        if pos is None:
+            with _BUILD:
+                pos = self._pos
+                if pos is None:
+                    ids = self._id_list()
+                    pos = self._pos = dict(zip(ids, range(len(ids)), strict=True))
+        return pos
+
+    def _index_of(self, entry_id: object) -> int | None:
+        """The position of ``entry_id``: from the map, or (a few times, before
+        the map is worth building) by a scan of the index's id blob."""
+        if not isinstance(entry_id, str):
+            return None
+        pos = self._pos
+        if pos is not None:
+            return pos.get(entry_id)
+        packed = self._packed
+        if packed is not None and packed.plain and self._scans < SCANS_BEFORE_MAP:
+            self._scans += 1
+            return packed.find(entry_id)
+        return self._positions().get(entry_id)
+
+    def position(self, entry_id: str) -> int | None:
+        return self._index_of(entry_id)
 
     def _parent_at(self, i: int) -> str | None:
         j = self._parents[i]
         if j >= 0:
-            return self._ids[j]
+            return self.id_at(j)
         return self._orphans.get(i) if j == ORPHAN else None
 
     def parent_of(self, entry_id: str) -> str | None:
-        i = self._pos.get(entry_id)
+        i = self._index_of(entry_id)
         return None if i is None else self._parent_at(i)
 
-    def linear_path(self, leaf: str) -> tuple[list[str], dict[str, int]] | None:
-        """The active path when it is every entry in put order (an unbranched
-        session, the common case): copies of the id list and position map,
-        no walk. ``None`` when the session has branched."""
-        ids, parents = self._ids, self._parents
-        if not ids or ids[-1] != leaf or parents != array("i", range(-1, len(ids) - 1)):
-            return None
-        return list(ids), dict(self._pos)
+    def _leaf_position(self, leaf: str) -> int | None:
+        n = len(self._parents)
+        if n and self.id_at(n - 1) == leaf:  # the usual leaf: no lookup by id
+            return n - 1
+        return self._index_of(leaf)
 
-    def walk(self, leaf: str) -> list[str] | None:
-        """Ids from the root to ``leaf`` along parent links; ``None`` when a
-        link is missing or loops (the caller's generic walk says where)."""
-        i = self._pos.get(leaf)
-        if i is None:
+    def path_positions(self, leaf: str) -> Positions | None:
+        """Positions from the root to ``leaf`` along parent links; ``None``
+        when a link is missing or loops (the caller's generic walk says where).
+        An unbranched session's path is a ``range``: nothing is walked."""
+        p = self._leaf_position(leaf)
+        if p is None:
             return None
-        ids, parents = self._ids, self._parents
-        out: list[str] = []
-        limit = len(ids)
+        cached = self._path
+        if cached is not None:
+            q, seq = cached
+            if q == p:
+                return seq
+            if self._parents[p] == q:  # one step on from the last path (an append)
+                if isinstance(seq, range) and p == seq.stop:
+                    seq = range(p + 1)
+                else:
+                    if isinstance(seq, range):
+                        seq = array("i", seq)
+                    seq.append(p)  # in place: the views handed out are bounded by their length
+                self._path = (p, seq)
+                return seq
+        found = range(p + 1) if self.linear() else self._walk(p)
+        if found is not None:
+            self._path = (p, found)
+        return found
+
+    def _walk(self, p: int) -> array[int] | None:
+        parents = self._parents
+        out = array("i")
+        limit = len(parents)
+        i = p
         while i >= 0:
             if len(out) > limit:
                 return None
-            out.append(ids[i])
+            out.append(i)
             i = parents[i]
         if i == ORPHAN:
             return None
         out.reverse()
         return out
 
+    def path_view(self, leaf: str) -> LazyPath | None:
+        """The active path ending at ``leaf``, read by position."""
+        positions = self.path_positions(leaf)
+        return None if positions is None else LazyPath(self, positions)
+
+    def walk(self, leaf: str) -> list[str] | None:
+        """Ids from the root to ``leaf`` along parent links; ``None`` when a
+        link is missing or loops (the caller's generic walk says where)."""
+        positions = self.path_positions(leaf)
+        return None if positions is None else [self.id_at(i) for i in positions]
+
     def fully_located(self) -> bool:
         """Every live entry has a known log line (an index can be written)."""
         return self._unlocated == 0
 
     def live_bytes(self) -> int:
-        """The log bytes the live entries' newest lines take."""
-        return sum(self._lens) + len(self._lens)
+        """The log bytes the live entries' newest lines take (kept in the index:
+        summing 100k lengths costs more than the rest of a load)."""
+        if self._live is None:
+            self._live = sum(self._lens) + len(self._lens)
+        return self._live
 
     def footprint(self) -> int:
         """Approximate bytes this mapping holds in memory (the cache budget)."""
-        ids = len(self._ids)
+        ids = len(self._parents)
         return ids * 120 + 3 * self.body_bytes + 64 * len(self._bodies)
 
     def drop_bodies(self) -> int:
         """Forget every decoded body that can be read back; the bytes freed."""
         freed = self.body_bytes
-        offs, pos = self._offs, self._pos
-        self._bodies = {eid: b for eid, b in self._bodies.items() if offs[pos[eid]] < 0}
+        if self._bodies:
+            offs, at = self._offs, self._index_of
+            self._bodies = {eid: b for eid, b in self._bodies.items() if offs[at(eid)] < 0}  # type: ignore[index]
         self.body_bytes = 0
         return freed
 
@@ -176,9 +298,22 @@ class LazyEntries(MutableMapping[str, Entry]):
         body = self._bodies.get(entry_id)
         if body is not None:
             return body
-        i = self._pos.get(entry_id)
+        i = self._index_of(entry_id)
         if i is None or self._offs[i] < 0:
             return default
+        return self._decode(entry_id, self._offs[i], self._lens[i])
+
+    def body_at(self, i: int) -> Entry:
+        """The body of the entry at position ``i`` (no lookup by id)."""
+        return self.body_of(i, self.id_at(i))
+
+    def body_of(self, i: int, entry_id: str) -> Entry:
+        """:meth:`body_at` when the caller knows the id at ``i``."""
+        body = self._bodies.get(entry_id)
+        if body is not None:
+            return body
+        if self._offs[i] < 0:
+            raise KeyError(entry_id)
         return self._decode(entry_id, self._offs[i], self._lens[i])
 
     def _decode(self, entry_id: str, offset: int, length: int) -> Entry:
@@ -198,44 +333,97 @@ class LazyEntries(MutableMapping[str, Entry]):
         self.body_bytes += length
         return entry
 
-    def _link(self, i: int, parent: Any) -> None:
+    def _link(self, i: int, parent: Any, new: bool) -> None:
         """Set entry ``i``'s parent link (``parents[i]`` exists)."""
+        old = self._parents[i]
         self._orphans.pop(i, None)
         if not isinstance(parent, str):
             self._parents[i] = NO_PARENT
-            return
-        j = self._pos.get(parent)
-        if j is None:
-            self._parents[i] = ORPHAN
-            self._orphans[i] = parent
         else:
-            self._parents[i] = j
+            j = self._index_of(parent)
+            if j is None:
+                self._parents[i] = ORPHAN
+                self._orphans[i] = parent
+            else:
+                self._parents[i] = j
+        if new:
+            if self._linear and self._parents[i] != i - 1:
+                self._linear = False
+        elif self._parents[i] != old or old == ORPHAN:
+            self._relinked()
+
+    def _relinked(self) -> None:
+        """An existing entry's parent changed: paths and linearity are re-derived."""
+        self._linear = None
+        self._path = None
 
     def __setitem__(self, entry_id: str, entry: Entry) -> None:
-        i = self._pos.get(entry_id)
+        i = self._index_of(entry_id)
+        new = i is None
         if i is None:
-            i = self._pos[entry_id] = len(self._ids)
-            self._ids.append(entry_id)
+            pos = self._positions()
+            i = pos[entry_id] = len(self._parents)
+            self._id_list().append(entry_id)
             self._parents.append(NO_PARENT)
             self._offs.append(-1)
             self._lens.append(0)
             self._unlocated += 1
+            self._live = None
         elif self._offs[i] >= 0:
             self._unlocated += 1
             self._offs[i] = -1  # the new body's line is noted by the writer
-        self._link(i, entry.get("parent_id"))
-        # An entry that was some earlier entry's missing parent is one no more.
+        self._link(i, entry.get("parent_id"), new)
         if self._orphans and entry_id in self._orphans.values():
-            for k in [k for k, p in self._orphans.items() if p == entry_id]:
-                del self._orphans[k]
-                self._parents[k] = i
+            self._adopted(entry_id, i)
         self._bodies[entry_id] = entry
+
+    def put_located(self, entry: Entry, offset: int, length: int) -> None:
+        """``self[id] = entry`` for a body replay just read from the log line
+        at (``offset``, ``length``): only its location is kept, no body."""
+        entry_id = entry["id"]
+        pos = self._positions()
+        i = pos.get(entry_id)
+        if i is None:  # a new entry (nearly every line of a replay): inline, once per line
+            i = pos[entry_id] = len(self._parents)
+            self._id_list().append(entry_id)
+            parent = entry.get("parent_id")
+            j = NO_PARENT
+            if isinstance(parent, str):
+                j = pos.get(parent, ORPHAN)
+                if j == ORPHAN:
+                    self._orphans[i] = parent
+            self._parents.append(j)
+            self._offs.append(offset)
+            self._lens.append(length)
+            self._live = None
+            if self._linear and j != i - 1:
+                self._linear = False
+            if self._orphans and entry_id in self._orphans.values():
+                self._adopted(entry_id, i)
+            return
+        if self._offs[i] < 0:
+            self._unlocated -= 1
+        self._offs[i], self._lens[i] = offset, length
+        self._live = None
+        if self._bodies:
+            self._bodies.pop(entry_id, None)
+        self._link(i, entry.get("parent_id"), False)
+        if self._orphans and entry_id in self._orphans.values():
+            self._adopted(entry_id, i)
+
+    def _adopted(self, entry_id: str, i: int) -> None:
+        """``entry_id`` (at ``i``) was some earlier entries' missing parent: it is one no more."""
+        for k in [k for k, p in self._orphans.items() if p == entry_id]:
+            del self._orphans[k]
+            self._parents[k] = i
+        self._relinked()
 
     def __delitem__(self, entry_id: str) -> None:
         # Rare (no store path deletes one entry): rebuild from what stays.
+        ids = list(self._id_list())
         keep = [(eid, self.parent_of(eid), self.location(eid), self._bodies.get(eid))
-                for eid in self._ids if eid != entry_id]
-        if len(keep) == len(self._ids):
+                for eid in ids if eid != entry_id]
+        if len(keep) == len(ids):
             raise KeyError(entry_id)
         self.__init__(self._session_id, self._read)  # type: ignore[misc]
         for eid, parent, loc, body in keep:
@@ -246,10 +434,10 @@ class LazyEntries(MutableMapping[str, Entry]):
                 self.note_location(eid, *loc)
 
     def __contains__(self, entry_id: object) -> bool:
-        return entry_id in self._pos
+        return self._index_of(entry_id) is not None
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self._ids)
+        return iter(self._id_list())
 
     def __len__(self) -> int:
-        return len(self._ids)
+        return len(self._parents)

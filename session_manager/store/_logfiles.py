@@ -71,10 +71,15 @@ class LogFiles:
         """Reads of the session's current log through the cached descriptor,
         under the session's lock (so a compaction never swaps the file mid-read)."""
         path = self.files(session_id).log
+        fds = self.fds
 
         def read(offset: int, length: int) -> bytes:
-            with lock, self.fds.use(path, create=False) as (fd, _, _):
-                return os.pread(fd, length, offset)
+            with lock:
+                slot, _ = fds.acquire(path, create=False)  # (not ``use``: a generator per body read)
+                try:
+                    return os.pread(slot.fd, length, offset)
+                finally:
+                    fds.release(path, slot)
 
         return read
 

@@ -13,6 +13,7 @@ from collections.abc import MutableMapping
 from typing import Any
 
 from . import _cas as cas
+from ._lazy import LazyEntries
 from .base import Commit, Entry, Meta, SessionStore
 from .path import EntryPath, parent_of, walk_to_root
 
@@ -45,11 +46,19 @@ class SessionState:
 
     # -- replay records ------------------------------------------------------
 
-    def put_entry(self, entry: Entry) -> None:
+    def put_entry(self, entry: Entry, at: tuple[int, int] | None = None) -> None:
+        """Store ``entry``; ``at``: the (offset, length) of the log line replay
+        read it from, when the entries are held lazily (the body is read back
+        from there on demand instead of being kept)."""
         eid = entry["id"]
-        if eid in self.entries and parent_of(self.entries, eid) != entry.get("parent_id"):
+        # (No path held, nothing to drop: a lazily held session keeps its own.)
+        if self.path_ids is not None and eid in self.entries and parent_of(self.entries, eid) != entry.get("parent_id"):
             self._drop_path()
-        self.entries[eid] = entry
+        entries = self.entries
+        if at is not None and isinstance(entries, LazyEntries):
+            entries.put_located(entry, *at)
+        else:
+            entries[eid] = entry
 
     def set_leaf(self, leaf: str | None) -> None:
         if leaf == self.leaf:
@@ -91,17 +100,18 @@ class SessionState:
         if commit.meta is not None:
             self.meta = commit.meta
 
-    def apply_record(self, record: dict[str, Any]) -> None:
-        """Apply one decoded, validated JSONL record."""
+    def apply_record(self, record: dict[str, Any], at: tuple[int, int] | None = None) -> None:
+        """Apply one decoded, validated JSONL record (read from the log line at
+        ``at``, when known: see :meth:`put_entry`)."""
         kind = record["type"]
         if kind == "meta":
             self.meta = record["meta"]
         elif kind == "entry":
-            self.put_entry(record["entry"])
+            self.put_entry(record["entry"], at)
         elif kind == "leaf":
             self.set_leaf(record.get("entry_id"))
         elif kind == "append":
-            self.put_entry(record["entry"])
+            self.put_entry(record["entry"], at)
             self.set_leaf(record["entry"]["id"])
             self.meta = record["meta"]
         # "commit" markers only matter to the reference's legacy recovery.
@@ -115,14 +125,14 @@ class SessionState:
     def path(self, leaf: str | None) -> EntryPath:
         if leaf is None:
             return EntryPath([], self.entries)
+        view = getattr(self.entries, "path_view", None)
+        if view is not None:
+            # Lazily held entries keep (and extend) their own path, by position.
+            found: EntryPath | None = view(leaf)
+            return found if found is not None else EntryPath(walk_to_root(self.entries, leaf), self.entries)
         if self.path_ids is None and self.leaf is not None:
-            linear = getattr(self.entries, "linear_path", None)
-            found = linear(self.leaf) if linear is not None else None
-            if found is not None:
-                self.path_ids, self.path_pos = found
-            else:
-                walked = walk_to_root(self.entries, self.leaf)
-                self.path_ids, self.path_pos = walked, {eid: i for i, eid in enumerate(walked)}
+            walked = walk_to_root(self.entries, self.leaf)
+            self.path_ids, self.path_pos = walked, {eid: i for i, eid in enumerate(walked)}
         ids, pos = self.path_ids, self.path_pos
         if ids is not None and pos is not None:
             i = pos.get(leaf)

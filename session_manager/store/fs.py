@@ -201,7 +201,8 @@ class FsStore(AttachmentFiles, GroupCommit, StateBackedStore):
 
     def _replay(self, session_id: str, state: SessionState) -> None:
         if self._follow is not None:
-            self._follow.refresh(session_id, state, self._log(session_id), lambda n, w: None)
+            files = self._files.files(session_id)
+            self._follow.refresh(session_id, state, files.log, lambda n, w: None, files.index)
             return
         try:
             fix = self._files.load(session_id, state)

@@ -1,0 +1,67 @@
+"""The active path of a lazily held session, by entry position.
+
+:class:`~._lazy.LazyEntries` hands out the root -> leaf chain as positions
+(a ``range`` when the session never branched), so taking the path of a
+20k-entry session builds no id list and no id -> index map: ``path[i]``
+decodes one id and one body, ``index_of`` looks one id up.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from .path import EntryPath
+
+if TYPE_CHECKING:
+    from ._lazy import LazyEntries, Positions
+
+Entry = dict[str, Any]
+
+
+class LazyPath(EntryPath):
+    """An :class:`EntryPath` over entry positions, bounded to the length it
+    had when taken (the positions may be extended in place by later appends)."""
+
+    __slots__ = ("_at", "_id_at", "_lazy")
+
+    def __init__(self, entries: LazyEntries, positions: Positions) -> None:
+        super().__init__([], entries, {}, length=len(positions))
+        self._lazy = entries
+        self._at = positions
+        # Readers ask for the same few indexes several times (is it kept? a run member?):
+        # their ids are decoded once per view (positions are stable: only ``del``, which
+        # no store path uses, renumbers them).
+        self._id_at: dict[int, str] = {}
+
+    def __getitem__(self, index: int) -> Entry:
+        if index < 0:
+            index += self._len
+        if not 0 <= index < self._len:
+            raise IndexError(index)
+        p = self._at[index]
+        entry_id = self._id_at.get(p)
+        if entry_id is None:
+            entry_id = self._id_at[p] = self._lazy.id_at(p)
+        return self._lazy.body_of(p, entry_id)
+
+    def __iter__(self) -> Iterator[Entry]:
+        body_at, at = self._lazy.body_at, self._at
+        for i in range(self._len):
+            yield body_at(at[i])
+
+    def index_of(self, entry_id: str) -> int | None:
+        p = self._lazy.position(entry_id)
+        if p is None:
+            return None
+        at = self._at
+        if isinstance(at, range):
+            return p if p < self._len else None  # a path that is a range starts at 0
+        try:
+            return at.index(p, 0, self._len)
+        except ValueError:
+            return None
+
+    @property
+    def leaf(self) -> str | None:
+        return self._lazy.id_at(self._at[self._len - 1]) if self._len else None
