@@ -34,9 +34,9 @@ RATIO = 2
 # Keeps small sessions from being rewritten every few lines; 64 KiB less a
 # margin for the meta lines, so the log stays within 3x live + 64 KiB.
 SLACK = 60 * 1024
-# A background rewrite starts this far past RATIO * live: the half of SLACK
+# A background rewrite starts this far past RATIO * live: the rest of SLACK
 # above it is what commits may append while its fsync runs.
-SOFT_SLACK = 15360
+SOFT_SLACK = SLACK // 4
 TEMP_SUFFIX = ".compact"  # appended to the log's name while the rewrite is written
 
 

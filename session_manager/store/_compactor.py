@@ -10,7 +10,9 @@ journal to the temp file (and fsyncs it again in ``fsync`` mode: those commits
 were promised durable), renames it over the log and lets the store point its
 descriptor, lazy bodies and budget at the new file (the job's ``land``).
 Closing the replaced log's descriptor and writing the new index sidecar (both
-can take milliseconds on ext4) run afterwards on a second thread.
+can take milliseconds on ext4) run afterwards on a second thread. When the
+commits carried over already put the new log past the soft line, the next job
+is snapshotted in the same critical section (no wake-up in between).
 
 The new log is the snapshot plus every commit made since, byte for byte: the
 same replay as the old one. A crash at any instant leaves the old log (the
@@ -68,6 +70,9 @@ class Job:
     land: Callable[[Job, int], Callable[[], None]]
     # Under the session's lock: the rewrite failed (an OSError), the log is as it was.
     failed: Callable[[Job], None]
+    # Under the session's lock, right after landing: the next job if the log is
+    # past the soft line already (commits made meanwhile): no wake-up between the two.
+    again: Callable[[Job], Job | None]
     sync: bool  # durability "fsync": the journal is fsynced too, and the directory
     journal: list[tuple[bytes, tuple[str, ...]]] = field(default_factory=list)  # commits since the snapshot
     cancelled: bool = False
@@ -104,7 +109,10 @@ class _Worker:
                     self._thread = None
                     return
                 task = self._tasks.popleft()
-            task()
+            try:
+                task()
+            except Exception:  # a bug in one task must not strand the ones queued behind it
+                log.exception("%s: a background task failed", self._name)
 
 
 class Compactor:
@@ -151,13 +159,19 @@ class Compactor:
         if job is not None:
             job.cancelled = True
 
-    def wait(self, session_id: str, *, landed_only: bool = False) -> None:
-        """Until nothing of ``session_id`` is in flight (``landed_only``: until its
-        job landed or was abandoned). The caller must not hold the session's lock
-        (the job needs it to land)."""
-        pending = self._jobs if landed_only else self._busy
+    def wait(self, session_id: str) -> None:
+        """Until nothing of ``session_id`` is in flight. The caller must not hold
+        the session's lock (a job needs it to land)."""
         with self._cond:
-            while session_id in pending:
+            while session_id in self._busy:
+                self._cond.wait()
+
+    def wait_landed(self, session_id: str) -> None:
+        """Until the job of ``session_id`` in flight now has landed or was
+        abandoned (not the one that may follow it). No session lock held."""
+        with self._cond:
+            job = self._jobs.get(session_id)
+            while job is not None and self._jobs.get(session_id) is job:
                 self._cond.wait()
 
     def close(self) -> None:
@@ -183,6 +197,7 @@ class Compactor:
     def _rewrite(self, job: Job) -> None:
         tmp = job.path + TEMP_SUFFIX
         cleanup: Callable[[], None] | None = None
+        after: Job | None = None
         fd = -1
         try:
             try:
@@ -190,7 +205,9 @@ class Compactor:
                 write_all(fd, job.body)
                 os.fsync(fd)  # always: a rename over the log must never expose an unsynced file
                 if not job.cancelled:
-                    cleanup = self._land(job, fd, tmp)
+                    landed = self._land(job, fd, tmp)
+                    if landed is not None:
+                        cleanup, after = landed
             except OSError as e:
                 log.warning("%s: compaction skipped (%s); the log stays as it is",
                             os.path.basename(job.path), reason(e))
@@ -210,8 +227,10 @@ class Compactor:
                     self._busy[job.session_id] += 1  # the cleanup's own count: delete waits for it too
                 self._done(job.session_id)
                 self._cleaner.submit(lambda: self._clean(job.session_id, cleanup))
+                if after is not None:
+                    self._rewriter.submit(lambda: self._rewrite(after))
 
-    def _land(self, job: Job, fd: int, tmp: str) -> Callable[[], None] | None:
+    def _land(self, job: Job, fd: int, tmp: str) -> tuple[Callable[[], None], Job | None] | None:
         """Under the session's lock: carry the journal over, rename, refresh the store."""
         with job.state.lock:
             if job.cancelled or not job.current(job):
@@ -227,10 +246,18 @@ class Compactor:
             self._ops.replace(tmp, job.path)
             # From here on the new log is the log: nothing may abandon it.
             cleanup = job.land(job, fd)
+            after = job.again(job)
             with self._cond:
-                del self._jobs[job.session_id]  # before the lock is released: the next commit sees it landed
+                # Before the lock is released: the next commit sees it landed (and
+                # journals into the next job, if any).
+                del self._jobs[job.session_id]
+                if after is not None and not self._closed:
+                    self._jobs[job.session_id] = after
+                    self._busy[job.session_id] += 1
+                else:
+                    after = None
                 self._cond.notify_all()
-            return cleanup
+            return cleanup, after
 
     def _clean(self, session_id: str, cleanup: Callable[[], None]) -> None:
         try:

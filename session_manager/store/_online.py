@@ -85,12 +85,15 @@ class OnlineCompaction:
                 compactor.wait(session_id)  # an earlier job's cleanup (it never takes this lock)
             return self._rewrite_inline(session_id, state, budget)
         if compactor is not None and budget.wants_background():
-            entries = state.entries
-            compactor.start(Job(
-                session_id, state, self._log(session_id), encode_snapshot(state.meta, entries.values(), state.leaf),
-                list(entries), state.meta is not None, current=self._job_current, land=self._job_landed,
-                failed=self._job_failed, sync=self.durability == "fsync"))
+            compactor.start(self._job(session_id, state))
         return False
+
+    def _job(self, session_id: str, state: SessionState) -> Job:
+        """A background rewrite of the state as it is now (under its lock)."""
+        entries = state.entries
+        return Job(session_id, state, self._log(session_id), encode_snapshot(state.meta, entries.values(), state.leaf),
+                   list(entries), state.meta is not None, current=self._job_current, land=self._job_landed,
+                   failed=self._job_failed, again=self._job_again, sync=self.durability == "fsync")
 
     def _rewrite_inline(self, session_id: str, state: SessionState, budget: _compaction.LogBudget) -> bool:
         if not self._synced_before_rewrite(session_id):
@@ -125,6 +128,10 @@ class OnlineCompaction:
         budget = self._budgets.get(job.session_id)
         if budget is not None:
             budget.failed()
+
+    def _job_again(self, job: Job) -> Job | None:
+        budget = self._budgets.get(job.session_id)
+        return self._job(job.session_id, job.state) if budget is not None and budget.wants_background() else None
 
     def _job_landed(self, job: Job, fd: int) -> Callable[[], None]:
         session_id = job.session_id

@@ -381,10 +381,10 @@ class FsStore(OnlineCompaction, AttachmentFiles, GroupCommit, StateBackedStore):
             if self._fold is not None:
                 self._fold.claim(session_id)
             start = self._append(session_id, data)
+            if self._compactor is not None:  # in the log now: a rewrite in flight must carry it over
+                self._compactor.appended(session_id, data, tuple(e["id"] for e in commit.entries))
             state.apply(commit)
             self._files.note_commit(session_id, state, start, data, commit)
-            if self._compactor is not None:  # a rewrite in flight must carry this commit over
-                self._compactor.appended(session_id, data, tuple(e["id"] for e in commit.entries))
             self._account(session_id, commit, data, sizes)
             with self._lock:
                 if commit.meta is not None:
@@ -413,7 +413,7 @@ class FsStore(OnlineCompaction, AttachmentFiles, GroupCommit, StateBackedStore):
                     return state
                 state.lock.release()
                 assert self._compactor is not None
-                self._compactor.wait(session_id, landed_only=True)  # the log is past the hard line
+                self._compactor.wait_landed(session_id)  # the log is past the hard line
                 continue
             state.lock.release()
 
