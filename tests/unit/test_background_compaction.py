@@ -281,11 +281,13 @@ def test_past_the_hard_line_a_commit_waits_for_the_rewrite_in_flight(tmp_path: P
     store.close()
 
 
-def test_threads_streaming_while_rewrites_land_read_back_after_a_reopen(tmp_path: Path) -> None:
+@pytest.mark.parametrize("durability", ["flush", "fsync"])
+def test_threads_streaming_while_rewrites_land_read_back_after_a_reopen(tmp_path: Path, durability: Any) -> None:
     # Prevents: a rewrite landing between two commits of concurrent streams (same session and
-    # others) losing one, or pointing a lazy body at the wrong line of the new log.
+    # others) losing one, or pointing a lazy body at the wrong line of the new log; in fsync
+    # mode, a rewrite landing while those commits still owe their (group) fsync.
     where = tmp_path / "d"
-    sm = session_manager.open(where, ids=SequentialIds())
+    sm = session_manager.open(where, ids=SequentialIds(), durability=durability)
     sessions = [sm.call("session::create", {})["session_id"] for _ in range(3)]
     replies = {sid: sm.call("session::append", {"session_id": sid, "message": {
         "role": "assistant", "content": [], "stop_reason": "end", "model": "m", "provider": "p",
