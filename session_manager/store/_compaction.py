@@ -13,7 +13,11 @@ commit that crossed the line: at most 3x the live state + 64 KiB.
 
 The rewrite is a temp file, fsync, rename over the log, then (durability
 ``fsync``) an fsync of the directory: a crash leaves the old log or the new
-one, never a mix; a failure leaves the old log and a warning.
+one, never a mix; a failure leaves the old log and a warning. Past the soft
+line (``SOFT_SLACK`` instead of ``SLACK``) it starts in the background
+(:mod:`._compactor`), so the fsync is off the caller's path; :func:`rewrite`,
+inline, is for a log past the hard line with no rewrite in flight (a long log
+just loaded, a background rewrite that failed) and for maintenance.
 """
 
 from __future__ import annotations
@@ -30,6 +34,9 @@ RATIO = 2
 # Keeps small sessions from being rewritten every few lines; 64 KiB less a
 # margin for the meta lines, so the log stays within 3x live + 64 KiB.
 SLACK = 60 * 1024
+# A background rewrite starts this far past RATIO * live: the rest of SLACK
+# above it is what commits may append while its fsync runs.
+SOFT_SLACK = SLACK // 4
 TEMP_SUFFIX = ".compact"  # appended to the log's name while the rewrite is written
 
 
@@ -54,7 +61,12 @@ class LogBudget:
         self.meta = size
 
     def wants_compaction(self) -> bool:
+        """Past the hard line: rewrite now (or wait for the rewrite in flight)."""
         return self.disk > RATIO * self.live + SLACK and self.disk > self.retry_at
+
+    def wants_background(self) -> bool:
+        """Past the soft line: time to start a background rewrite."""
+        return self.disk > RATIO * self.live + SOFT_SLACK and self.disk > self.retry_at
 
     def rewritten(self, size: int) -> None:
         self.disk = size

@@ -112,6 +112,20 @@ class FdCache:
             if slot.pins == 0:
                 os.close(slot.fd)
 
+    def swap(self, path: str, fd: int) -> int | None:
+        """Make ``fd`` the descriptor of ``path`` (a log renamed over the old one);
+        returns the old descriptor for the caller to close (it may take a while:
+        the replaced file's blocks are freed then), or ``None`` when there was
+        none or a user still holds it (its release closes it)."""
+        with self._lock:
+            old = self._slots.pop(path, None)
+            self._slots[path] = _Slot(fd)
+            self._evict()
+            if old is None:
+                return None
+            old.doomed = True
+            return old.fd if old.pins == 0 else None
+
     def close_all(self) -> None:
         with self._lock:
             for path in list(self._slots):

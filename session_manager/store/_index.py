@@ -100,10 +100,11 @@ def decode_index(raw: bytes, session_id: str) -> IndexBody | None:
     return _format.decode(raw, session_id)
 
 
-def write_index(path: str, data: bytes) -> None:
-    """Replace the sidecar at ``path`` atomically (temp file, rename)."""
+def write_index(path: str, data: bytes, tmp_suffix: str = ".tmp") -> None:
+    """Replace the sidecar at ``path`` atomically (temp file, rename); a second
+    writer of the same sidecar (the background compactor) uses its own ``tmp_suffix``."""
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = path + ".tmp"
+    tmp = path + tmp_suffix
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _O_CLOEXEC, 0o644)
     try:
         try:

@@ -32,6 +32,8 @@ log = logging.getLogger("session_manager.store.fs")
 # Rewrite a session's index once this many bytes were appended after it,
 # or half of what it covers, whichever is more.
 SAVE_MIN_BYTES = 256 * 1024
+# A background rewrite's index, written after it landed: log path, index path, log inode, bytes.
+LandedIndex = tuple[str, str, int, bytes]
 
 
 @dataclass
@@ -143,6 +145,50 @@ class LogFiles:
             entries.rebase(self.reader(session_id, state.lock), spans)
         files.covered, files.saved = len(body), -1
         self.save(session_id, state)
+
+    def landed(self, session_id: str, state: SessionState, body: bytes, ids: list[str], has_meta: bool,
+               journal: list[tuple[bytes, tuple[str, ...]]], fd: int) -> tuple[int | None, LandedIndex | None]:
+        """A background rewrite renamed its file over the log (under the state's
+        lock): ``body`` (the snapshot of ``ids``) then the ``journal`` of commits
+        made since, each with its entry ids. ``fd`` becomes the kept descriptor;
+        the entries point at their new lines. Returns the old descriptor to
+        close and the new index to write (log path, index path, log inode, bytes), both
+        without the lock."""
+        files = self.files(session_id)
+        old = self.fds.swap(files.log, fd)
+        size = len(body) + sum(len(data) for data, _ in journal)
+        ino = os.fstat(fd).st_ino
+        files.covered, files.ino, files.saved = size, ino, -1
+        entries = state.entries
+        if not isinstance(entries, LazyEntries):
+            return old, None
+        spans = dict(_snapshot_spans(body, has_meta, ids))
+        pos = len(body)
+        for data, entry_ids in journal:  # a later line of an entry wins, as in replay
+            spans.update(zip(entry_ids, entry_line_spans(data, pos), strict=False))
+            pos += len(data)
+        entries.rebase(self.reader(session_id, state.lock), spans)
+        if self.read_only or not entries.fully_located():
+            return old, None
+        try:
+            tail = _index.tail_digest(fd, size)
+        except OSError:
+            return old, None  # no index now: the next save or open writes one
+        index = _index.encode_index(session_id, ino, size, tail, state, entries)
+        files.saved = size  # written by the caller (a lost one costs a rebuild, never an entry)
+        return old, (files.log, files.index, ino, index)
+
+    @staticmethod
+    def write_landed_index(log_path: str, path: str, ino: int, index: bytes) -> None:
+        """The index :meth:`landed` returned (no lock held; its own temp name, so a
+        concurrent :meth:`save` of the same session never shares one). Skipped when
+        the log was replaced again meanwhile: it would only describe a gone file."""
+        try:
+            if os.stat(log_path).st_ino != ino:
+                return
+            _index.write_index(path, index, tmp_suffix=".compact.tmp")
+        except OSError as e:
+            log.warning("%s: index not written (%s); the next open replays the log", path, e)
 
     def forget(self, session_id: str, *, remove_index: bool = False) -> None:
         """The session left the store (delete) or its log is about to be

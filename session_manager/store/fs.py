@@ -32,6 +32,7 @@ from ._attachments import AttachmentFiles
 from ._cache import DEFAULT_CACHE_BYTES, StateCache
 from ._casefold import FoldIndex, names_fold
 from ._catalog import MetaCatalog
+from ._compactor import Compactor
 from ._encoding import encode_id
 from ._fds import FdCache
 from ._follow import Follower
@@ -41,7 +42,8 @@ from ._index import INDEX_DIR
 from ._lazy import LazyEntries
 from ._lock import LOCK_NAME, DirLock
 from ._logfiles import LogFiles
-from ._records import encode_snapshot, meta_size
+from ._online import OnlineCompaction
+from ._records import meta_size
 from ._sized import Sizes, encode_sized
 from ._state import SessionState, StateBackedStore
 from ._tail import TailFix, inspect_tail, meta_of_log
@@ -61,7 +63,7 @@ class ReadOnlyStore(StoreError):
     """A mutation of a store opened read-only."""
 
 
-class FsStore(AttachmentFiles, GroupCommit, StateBackedStore):
+class FsStore(OnlineCompaction, AttachmentFiles, GroupCommit, StateBackedStore):
     """JSONL-per-session storage under ``data_dir``.
 
     ``durability="flush"`` (default): every acknowledged mutation has been
@@ -106,6 +108,7 @@ class FsStore(AttachmentFiles, GroupCommit, StateBackedStore):
         self._peeked: dict[str, tuple[tuple[int, int, int], Meta | None]] = {}  # read-only list cache
         self._fold: FoldIndex | None = None
         self.compactions = 0  # logs rewritten as their live state since this store opened (config-status)
+        self._compactor = None if read_only else Compactor(self._ops)  # background rewrites (:mod:`._online`)
         # Kept descriptors, paths computed once, index sidecars (:mod:`._logfiles`).
         # Module functions bound to ops (not methods): the store holds no cycle,
         # so dropping the last reference releases the data_dir at once.
@@ -125,6 +128,8 @@ class FsStore(AttachmentFiles, GroupCommit, StateBackedStore):
         """Write the indexes of sessions appended to since their last one, close
         the kept descriptors, release the data_dir (its lock); the store takes
         no calls afterwards."""
+        if self._compactor is not None:
+            self._compactor.close()  # before anything it would touch: a rewrite in flight is abandoned
         if self._owner is not None:
             with self._lock:
                 states = dict(self._sessions)
@@ -226,36 +231,6 @@ class FsStore(AttachmentFiles, GroupCommit, StateBackedStore):
         # Not compacted here: a load is a read, and reads never write (the
         # next commit compacts it if it is long; see :meth:`compact`).
         self._budgets[session_id] = budget
-
-    def compact(self, session_id: str) -> bool:
-        """Rewrite the session's log as its live state now, however long it
-        is (maintenance; commits compact on their own). ``False`` if there is
-        no such session or the rewrite failed (the log is then unchanged)."""
-        self._writable()
-        state = self._state(session_id)
-        if state is None:
-            return False
-        with state.lock:
-            return self._maybe_compact(session_id, state, force=True)
-
-    def _maybe_compact(self, session_id: str, state: SessionState, *, force: bool = False) -> bool:
-        """Rewrite a log whose superseded records outweigh its live state
-        (caller holds the session's lock; never in read-only mode or delete)."""
-        budget = self._budgets.get(session_id)
-        if budget is None or not (force or budget.wants_compaction()):
-            return False
-        if not self._synced_before_rewrite(session_id):
-            return False
-        body = encode_snapshot(state.meta, state.entries.values(), state.leaf)
-        if _compaction.rewrite(self._ops, self._log(session_id), body, sync_dir=self.durability == "fsync"):
-            budget.rewritten(len(body))
-            self._tail_fix.pop(session_id, None)
-            with self._lock:
-                self.compactions += 1
-            self._files.rewritten(session_id, state, body)  # new lines, new index, new descriptor
-            return True
-        budget.failed()  # retried once the log has doubled, not on every commit
-        return False
 
     def _state(self, session_id: str, create: bool = False) -> SessionState | None:
         """The loaded state of a session, replayed on first access (and, read-only,
@@ -406,6 +381,8 @@ class FsStore(AttachmentFiles, GroupCommit, StateBackedStore):
             if self._fold is not None:
                 self._fold.claim(session_id)
             start = self._append(session_id, data)
+            if self._compactor is not None:  # in the log now: a rewrite in flight must carry it over
+                self._compactor.appended(session_id, data, tuple(e["id"] for e in commit.entries))
             state.apply(commit)
             self._files.note_commit(session_id, state, start, data, commit)
             self._account(session_id, commit, data, sizes)
@@ -432,7 +409,12 @@ class FsStore(AttachmentFiles, GroupCommit, StateBackedStore):
             assert state is not None
             state.lock.acquire()
             if self._sessions.get(session_id) is state:
-                return state
+                if not self._must_wait(session_id):
+                    return state
+                state.lock.release()
+                assert self._compactor is not None
+                self._compactor.wait_landed(session_id)  # the log is past the hard line
+                continue
             state.lock.release()
 
     def _account(self, session_id: str, commit: Commit, data: bytes, sizes: Sizes) -> None:
@@ -501,9 +483,15 @@ class FsStore(AttachmentFiles, GroupCommit, StateBackedStore):
                 state = self._sessions.setdefault(session_id, SessionState())
             state.lock.acquire()
             if self._sessions.get(session_id) is state:
-                break
-            state.lock.release()  # dropped from the cache meanwhile: take the current one
+                if self._compactor is None or not self._compactor.rewriting(session_id):
+                    break
+                self._compactor.cancel(session_id)  # its rewrite must not land over the delete
+            state.lock.release()  # dropped from the cache meanwhile, or a rewrite in flight: again
+            if self._compactor is not None:
+                self._compactor.wait(session_id)
         try:
+            if self._compactor is not None:
+                self._compactor.wait(session_id)  # a landed rewrite's cleanup (it never takes this lock)
             self._fds.forget(self._log(session_id))  # no descriptor into the log set aside
             _delete.delete(self._ops, self.file_path(session_id), self.attachments_dir(session_id),
                            sync=self.durability == "fsync")
