@@ -155,8 +155,13 @@ class FsStore(OnlineCompaction, AttachmentFiles, GroupCommit, StateBackedStore):
             self._sessions.evict("", self._drop)
 
     def _drop(self, session_id: str, state: SessionState) -> None:
-        """A session leaves the cache (under its lock): keep its index current."""
+        """A session leaves the cache (under its lock): keep its index current,
+        then forget what was kept for it (the next load derives it all again)."""
         self._files.save(session_id, state)
+        self._files.evicted(session_id)
+        self._budgets.pop(session_id, None)
+        if self._follow is not None:
+            self._follow.forget(session_id)  # or a reload would apply only the bytes read since
 
     # -- paths -----------------------------------------------------------------
 
@@ -243,7 +248,7 @@ class FsStore(OnlineCompaction, AttachmentFiles, GroupCommit, StateBackedStore):
         with self._lock:
             state = self._sessions.get(session_id)
             if state is not None and state.loaded:
-                self._sessions.move_to_end(session_id)
+                self._sessions.touch(session_id, state, self._drop)
             known = self._metas is None or session_id in self._metas
         if state is None:
             path = self._log(session_id)  # checks the id's length (a held state's id passed already)
@@ -258,7 +263,7 @@ class FsStore(OnlineCompaction, AttachmentFiles, GroupCommit, StateBackedStore):
                     state.loaded = True
             with self._lock:
                 self._sessions.charge(session_id, state)
-                self._sessions.evict(session_id, self._drop)
+                self._sessions.touch(session_id, state, self._drop)
         if not create and state.is_empty:
             with state.lock, self._lock:
                 if state.is_empty and self._sessions.get(session_id) is state:
