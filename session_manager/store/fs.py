@@ -398,9 +398,8 @@ class FsStore(OnlineCompaction, AttachmentFiles, GroupCommit, StateBackedStore):
                         self._list_dirty.add(session_id)
                     if self._scans:
                         self._changed[session_id] = commit.meta
-                if self._sessions.total > self._sessions.budget:
-                    self._sessions.charge(session_id, state)
-                    self._sessions.evict(session_id, self._drop)
+                self._sessions.charge(session_id, state)  # O(1): the bodies just written count
+                self._sessions.evict(session_id, self._drop)
             self._maybe_compact(session_id, state)
             return commit
         finally:
