@@ -27,9 +27,15 @@ DEFAULT_CACHE_BYTES = 256 * 1024 * 1024
 # mapping's arrays and dicts, the meta dict, the cache's own slots.
 SESSION_OVERHEAD = 2560
 _PLAIN_ENTRY = 1024
-# Sessions handed out since their last charge; more pending than this (many
-# threads reading at once) and the oldest are charged early.
-_PENDING = 64
+# The stated bound (README, tests/unit/test_memory_bound.py, bench/bench_memory.py):
+# after touching any number of sessions, what a writable store holds is at most
+#   cache_bytes + FIXED_OVERHEAD + sessions * CATALOG_PER_META_BYTE * (a meta's JSON bytes)
+# plus the sessions in use right then. FIXED_OVERHEAD covers what does not grow with
+# the sessions: the descriptor LRU (256 kept files, ~1.4 KiB each), the service's lock
+# stripes, the budget's own bookkeeping. The catalog (every session's last meta, for
+# ``list``) is outside the budget: measured 4.2-4.5x the meta's JSON, sort keys included.
+FIXED_OVERHEAD = 4 * 1024 * 1024
+CATALOG_PER_META_BYTE = 5
 
 Drop = Callable[[str, SessionState], None]
 
@@ -65,21 +71,19 @@ class StateCache(OrderedDict[str, SessionState]):
         if self.get(session_id) is not state:
             return  # dropped meanwhile by another thread's eviction
         self.move_to_end(session_id)
-        self._pending[session_id] = state
-        if len(self._pending) > _PENDING:
-            old = next(iter(self._pending))
-            self.charge(old, self._pending.pop(old))
+        self._pending[session_id] = state  # charged at the next touch (its reads are done by then)
         if self.total > self.budget:
             self.evict(session_id, drop)
 
     def settle(self) -> None:
         """Charge every session handed out since its last charge."""
-        pending, self._pending = self._pending, {}
+        pending = self._pending
         for session_id, state in pending.items():
             if self.get(session_id) is state:
                 new = footprint(state)
                 self.total += new - self._charges.get(session_id, 0)
                 self._charges[session_id] = new
+        pending.clear()
 
     def __delitem__(self, session_id: str) -> None:
         super().__delitem__(session_id)
