@@ -34,10 +34,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(1, str(Path(__file__).resolve().parents[1]))
 
-from memory_fixture import write_sessions  # noqa: E402
+from memory_fixture import write_sessions
 
-import session_manager  # noqa: E402
-from session_manager.store._cache import CATALOG_PER_META_BYTE, FIXED_OVERHEAD  # noqa: E402
+import session_manager
+from session_manager.store._cache import CATALOG_PER_META_BYTE, FIXED_OVERHEAD
 
 MiB = 2**20
 PAGE = 500
