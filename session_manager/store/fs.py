@@ -32,6 +32,7 @@ from ._attachments import AttachmentFiles
 from ._cache import DEFAULT_CACHE_BYTES, StateCache
 from ._casefold import FoldIndex, names_fold
 from ._catalog import MetaCatalog
+from ._compact import shared_keys
 from ._compactor import Compactor
 from ._encoding import encode_id
 from ._fds import FdCache
@@ -354,7 +355,7 @@ class FsStore(OnlineCompaction, AttachmentFiles, GroupCommit, StateBackedStore):
         """Record the metas written since the last scan (under the store lock)."""
         changed: dict[str, tuple[str, _sessions_index.Key, Meta | None] | None] = {}
         for session_id in self._list_dirty:
-            path = self._files.log_path(session_id)
+            path = self._log(session_id)  # not through LogFiles: that would keep a record per evicted session
             try:
                 key = _sessions_index.file_key(self._ops.lstat(path))
             except OSError:
@@ -372,8 +373,8 @@ class FsStore(OnlineCompaction, AttachmentFiles, GroupCommit, StateBackedStore):
     def _peek_meta(self, name: str, session_id: str) -> Meta | None:
         """The last committed meta of a log, from its tail: listing never
         needs entries (a read-only store also remembers it per file version)."""
-        return meta_of_log(self._ops, os.path.join(self._dir, name), session_id,
-                           self._peeked if self.read_only else None)
+        return shared_keys(meta_of_log(self._ops, os.path.join(self._dir, name), session_id,
+                                       self._peeked if self.read_only else None))
 
     # -- writes ------------------------------------------------------------------
 
