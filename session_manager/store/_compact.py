@@ -5,7 +5,8 @@ string objects each time (the decoder shares keys within one call only), so
 10k peeked metas would hold 10k copies of ``"session_id"``, ``"updated_at"``
 and the rest, about 40 % of each meta's memory (measured: ~1,300 bytes per
 meta against ~780 with shared keys). The catalog keeps one meta per session
-for the life of the store, so its keys are shared here.
+for the life of the store, so the metas it decodes one at a time (peeked
+tails, pending records of the sessions index) share their keys here.
 """
 
 from __future__ import annotations
@@ -16,11 +17,9 @@ from typing import Any
 Meta = dict[str, Any]
 
 
-def shared_keys(meta: Meta | None) -> Meta | None:
+def shared_keys(meta: Meta) -> Meta:
     """``meta`` with its keys, its metadata's keys and its status interned
     (same items, same order: what is written or answered never changes)."""
-    if meta is None:
-        return None
     out = {intern(k): v for k, v in meta.items()}
     metadata = out.get("metadata")
     if type(metadata) is dict:

@@ -373,8 +373,9 @@ class FsStore(OnlineCompaction, AttachmentFiles, GroupCommit, StateBackedStore):
     def _peek_meta(self, name: str, session_id: str) -> Meta | None:
         """The last committed meta of a log, from its tail: listing never
         needs entries (a read-only store also remembers it per file version)."""
-        return shared_keys(meta_of_log(self._ops, os.path.join(self._dir, name), session_id,
-                                       self._peeked if self.read_only else None))
+        meta = meta_of_log(self._ops, os.path.join(self._dir, name), session_id,
+                           self._peeked if self.read_only else None)
+        return None if meta is None else shared_keys(meta)
 
     # -- writes ------------------------------------------------------------------
 
