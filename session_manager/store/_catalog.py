@@ -90,6 +90,8 @@ class MetaCatalog:
                 i = self._pending.pop(session_id, None) if meta is None else None
                 if i is not None:
                     meta = self._metas[session_id] = shared_keys(loads(self._raw(i)))  # kept for good: keys shared
+                    if not self._pending:
+                        self._raw = _no_raw  # the last one: the index's bytes are no longer needed
         return meta
 
     def _decode_all(self) -> None:
