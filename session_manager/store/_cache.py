@@ -33,9 +33,10 @@ _PLAIN_ENTRY = 1024
 # plus the sessions in use right then. FIXED_OVERHEAD covers what does not grow with
 # the sessions: the descriptor LRU (256 kept files, ~1.4 KiB each), the service's lock
 # stripes, the budget's own bookkeeping. The catalog (every session's last meta, for
-# ``list``) is outside the budget: measured 4.2-4.5x the meta's JSON, sort keys included.
+# ``list``) is outside the budget: measured 4.2-4.5x the meta's JSON, sort keys included,
+# ~5x with the sessions index's per-log keys the cold list keeps.
 FIXED_OVERHEAD = 4 * 1024 * 1024
-CATALOG_PER_META_BYTE = 5
+CATALOG_PER_META_BYTE = 6
 
 Drop = Callable[[str, SessionState], None]
 
