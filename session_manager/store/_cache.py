@@ -25,7 +25,7 @@ DEFAULT_CACHE_BYTES = 256 * 1024 * 1024
 # What a loaded session holds beyond its entries, measured with tracemalloc
 # (tests/unit/test_memory_bound.py): the state and its lock, the lazy
 # mapping's arrays and dicts, the meta dict, the cache's own slots.
-SESSION_OVERHEAD = 2560
+SESSION_OVERHEAD = 3072
 _PLAIN_ENTRY = 1024
 # The stated bound (README, tests/unit/test_memory_bound.py, bench/bench_memory.py):
 # after touching any number of sessions, what a writable store holds is at most

@@ -276,11 +276,12 @@ class LazyEntries(MutableMapping[str, Entry]):
 
     def footprint(self) -> int:
         """Approximate bytes this mapping holds in memory (the cache budget).
-        Measured with tracemalloc (tests/unit/test_memory_bound.py): an entry
-        costs ~170-220 bytes undecoded (its id, the position map, the arrays,
-        the active path's copies), a decoded body 2-2.5x its line."""
+        Measured with tracemalloc (tests/unit/test_memory_bound.py) on the
+        packed index: an entry costs ~50-60 bytes while its id stays packed and
+        ~100 once reads decode the ids, a decoded body ~2.5x its line plus
+        ~100 bytes of its own; 120 per entry keeps the estimate above both."""
         ids = len(self._parents)
-        return ids * 224 + 5 * self.body_bytes // 2 + 64 * len(self._bodies)
+        return ids * 120 + 5 * self.body_bytes // 2 + 128 * len(self._bodies)
 
     def drop_bodies(self) -> int:
         """Forget every decoded body that can be read back; the bytes freed."""
