@@ -1,25 +1,44 @@
 """The loaded sessions of a store, least recently used first, within a byte budget.
 
 Each loaded session is charged an estimate of the memory it holds (see
-:meth:`~._lazy.LazyEntries.footprint`; plain-dict states a flat estimate per
-entry); once the total passes ``budget`` the least recently used sessions
-that no one is writing are dropped. Dropping loses nothing: the log is the
-truth, and a dropped session is read again (through its index) when next
-touched. The store calls every method under its own lock.
+:func:`footprint`); once the total passes ``budget`` the least recently used
+sessions that no one is writing are dropped. Dropping loses nothing: the log
+is the truth, and a dropped session is read again (through its index) when
+next touched. The store calls every method under its own lock.
+
+A read decodes bodies after the store handed the state out, so a session is
+re-charged on the next touch of any session (:meth:`StateCache.touch`): the
+estimate lags only by what the calls in flight decoded. Eviction walks from
+the oldest end and stops as soon as the total fits, so a touch costs
+O(sessions dropped), never O(sessions cached).
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 from ._lazy import LazyEntries
 from ._state import SessionState
 
 DEFAULT_CACHE_BYTES = 256 * 1024 * 1024
-# What a session costs beyond its entries: the state object, meta, paths, locks.
-SESSION_OVERHEAD = 2048
+# What a loaded session holds beyond its entries, measured with tracemalloc
+# (tests/unit/test_memory_bound.py): the state and its lock, the lazy
+# mapping's arrays and dicts, the meta dict, the cache's own slots.
+SESSION_OVERHEAD = 3072
 _PLAIN_ENTRY = 1024
+# The stated bound (README, tests/unit/test_memory_bound.py, bench/bench_memory.py):
+# after touching any number of sessions, what a writable store holds is at most
+#   cache_bytes + FIXED_OVERHEAD + sessions * CATALOG_PER_META_BYTE * (a meta's JSON bytes)
+# plus the sessions in use right then. FIXED_OVERHEAD covers what does not grow with
+# the sessions: the descriptor LRU (256 kept files, ~1.4 KiB each), the service's lock
+# stripes, the budget's own bookkeeping. The catalog (every session's last meta, for
+# ``list``) is outside the budget: measured 4.2-4.5x the meta's JSON, sort keys included,
+# ~5x with the sessions index's per-log keys the cold list keeps.
+FIXED_OVERHEAD = 4 * 1024 * 1024
+CATALOG_PER_META_BYTE = 6
+
+Drop = Callable[[str, SessionState], None]
 
 
 def footprint(state: SessionState) -> int:
@@ -35,6 +54,7 @@ class StateCache(OrderedDict[str, SessionState]):
         self.budget = budget
         self.total = 0
         self._charges: dict[str, int] = {}
+        self._pending: dict[str, SessionState] = {}
 
     def charge(self, session_id: str, state: SessionState) -> None:
         """Re-estimate ``session_id`` (just used) and mark it most recent."""
@@ -45,9 +65,31 @@ class StateCache(OrderedDict[str, SessionState]):
         self._charges[session_id] = new
         self.move_to_end(session_id)
 
+    def touch(self, session_id: str, state: SessionState, drop: Drop) -> None:
+        """``state`` (cached, loaded) is handed out again: charge what the
+        reads since the last touch decoded, mark it most recent, and evict."""
+        self.settle()
+        if self.get(session_id) is not state:
+            return  # dropped meanwhile by another thread's eviction
+        self.move_to_end(session_id)
+        self._pending[session_id] = state  # charged at the next touch (its reads are done by then)
+        if self.total > self.budget:
+            self.evict(session_id, drop)
+
+    def settle(self) -> None:
+        """Charge every session handed out since its last charge."""
+        pending = self._pending
+        for session_id, state in pending.items():
+            if self.get(session_id) is state:
+                new = footprint(state)
+                self.total += new - self._charges.get(session_id, 0)
+                self._charges[session_id] = new
+        pending.clear()
+
     def __delitem__(self, session_id: str) -> None:
         super().__delitem__(session_id)
         self.total -= self._charges.pop(session_id, 0)
+        self._pending.pop(session_id, None)
 
     def pop(self, session_id: str, default: SessionState | None = None) -> SessionState | None:  # type: ignore[override]
         if session_id in self:
@@ -56,24 +98,29 @@ class StateCache(OrderedDict[str, SessionState]):
             return state
         return default
 
-    def over_budget(self) -> Iterator[str]:
-        """Session ids to try dropping, oldest first, while over budget."""
-        for session_id in list(self):
-            if self.total <= self.budget:
-                return
-            yield session_id
-
-    def evict(self, keep: str, drop: Callable[[str, SessionState], None]) -> None:
+    def evict(self, keep: str, drop: Drop) -> None:
         """Drop least recently used sessions until within budget; never ``keep``
         nor a session whose lock is held (a write in progress)."""
-        for session_id in self.over_budget():
-            if session_id == keep:
-                continue
-            state = self[session_id]
+        if self.total <= self.budget:
+            return
+        victims: list[tuple[str, SessionState]] = []
+        excess = self.total - self.budget
+        # Only the oldest few are looked at: enough to cover the excess, plus
+        # any skipped because they are in use.
+        for session_id, state in self.items():
+            if excess <= 0:
+                break
+            if session_id != keep:
+                victims.append((session_id, state))
+                excess -= self._charges.get(session_id, 0)
+        for session_id, state in victims:
+            if self.total <= self.budget:
+                return
             if not state.lock.acquire(blocking=False):
                 continue
             try:
                 drop(session_id, state)
-                del self[session_id]
+                if self.get(session_id) is state:
+                    del self[session_id]
             finally:
                 state.lock.release()

@@ -21,6 +21,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, overload
 
+from ._compact import shared_keys
 from ._records import loads
 
 Meta = dict[str, Any]
@@ -88,7 +89,9 @@ class MetaCatalog:
                 meta = self._metas.get(session_id)
                 i = self._pending.pop(session_id, None) if meta is None else None
                 if i is not None:
-                    meta = self._metas[session_id] = loads(self._raw(i))
+                    meta = self._metas[session_id] = shared_keys(loads(self._raw(i)))  # kept for good: keys shared
+                    if not self._pending:
+                        self._raw = _no_raw  # the last one: the index's bytes are no longer needed
         return meta
 
     def _decode_all(self) -> None:

@@ -132,14 +132,12 @@ class FdCache:
                 self._close(path, self._slots[path])
 
     def _evict(self) -> None:
-        if len(self._slots) <= self.capacity:
-            return
-        for path in list(self._slots):
-            if len(self._slots) <= self.capacity:
-                break
-            slot = self._slots[path]
-            if slot.pins == 0:
-                self._close(path, slot)
+        # The oldest idle slot is nearly always first: no copy of every path per open.
+        while len(self._slots) > self.capacity:
+            idle = next(((path, slot) for path, slot in self._slots.items() if slot.pins == 0), None)
+            if idle is None:
+                return
+            self._close(*idle)
 
     def _close(self, path: str, slot: _Slot) -> None:
         """Drop ``slot`` (if still cached) and close its fd unless pinned."""

@@ -135,6 +135,8 @@ class LazyEntries(MutableMapping[str, Entry]):
                 self._unlocated -= 1
             self._offs[i], self._lens[i] = offset, length
             self._live = None
+            if entry_id in self._bodies:
+                self.body_bytes += length  # a written body stays decoded: the budget counts it
 
     def location(self, entry_id: str) -> tuple[int, int] | None:
         i = self._index_of(entry_id)
@@ -273,9 +275,13 @@ class LazyEntries(MutableMapping[str, Entry]):
         return self._live
 
     def footprint(self) -> int:
-        """Approximate bytes this mapping holds in memory (the cache budget)."""
+        """Approximate bytes this mapping holds in memory (the cache budget).
+        Measured with tracemalloc (tests/unit/test_memory_bound.py) on the
+        packed index: an entry costs ~50-60 bytes while its id stays packed and
+        ~100 once reads decode the ids, a decoded body ~2.5x its line plus
+        ~100 bytes of its own; 120 per entry keeps the estimate above both."""
         ids = len(self._parents)
-        return ids * 120 + 3 * self.body_bytes + 64 * len(self._bodies)
+        return ids * 120 + 5 * self.body_bytes // 2 + 128 * len(self._bodies)
 
     def drop_bodies(self) -> int:
         """Forget every decoded body that can be read back; the bytes freed."""
@@ -371,6 +377,8 @@ class LazyEntries(MutableMapping[str, Entry]):
             self._live = None
         elif self._offs[i] >= 0:
             self._unlocated += 1
+            if entry_id in self._bodies:
+                self.body_bytes -= self._lens[i]  # the body it replaces
             self._offs[i] = -1  # the new body's line is noted by the writer
         self._link(i, entry.get("parent_id"), new)
         if self._orphans and entry_id in self._orphans.values():

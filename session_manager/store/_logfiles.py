@@ -36,7 +36,7 @@ SAVE_MIN_BYTES = 256 * 1024
 LandedIndex = tuple[str, str, int, bytes]
 
 
-@dataclass
+@dataclass(slots=True)
 class _Files:
     log: str
     index: str
@@ -201,6 +201,12 @@ class LogFiles:
             index = files.index if files is not None else _index.index_path(self.dir, self._stem(session_id))
             with contextlib.suppress(OSError):
                 _index.remove_index(index)
+
+    def evicted(self, session_id: str) -> None:
+        """The session left the cache (its index saved): keep nothing for it;
+        its descriptor stays in the bounded :class:`FdCache` until pushed out."""
+        with self._lock:
+            self._files.pop(session_id, None)
 
     def close(self, states: dict[str, SessionState]) -> None:
         for session_id, state in list(states.items()):

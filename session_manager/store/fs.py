@@ -32,6 +32,7 @@ from ._attachments import AttachmentFiles
 from ._cache import DEFAULT_CACHE_BYTES, StateCache
 from ._casefold import FoldIndex, names_fold
 from ._catalog import MetaCatalog
+from ._compact import shared_keys
 from ._compactor import Compactor
 from ._encoding import encode_id
 from ._fds import FdCache
@@ -155,8 +156,13 @@ class FsStore(OnlineCompaction, AttachmentFiles, GroupCommit, StateBackedStore):
             self._sessions.evict("", self._drop)
 
     def _drop(self, session_id: str, state: SessionState) -> None:
-        """A session leaves the cache (under its lock): keep its index current."""
+        """A session leaves the cache (under its lock): keep its index current,
+        then forget what was kept for it (the next load derives it all again)."""
         self._files.save(session_id, state)
+        self._files.evicted(session_id)
+        self._budgets.pop(session_id, None)
+        if self._follow is not None:
+            self._follow.forget(session_id)  # or a reload would apply only the bytes read since
 
     # -- paths -----------------------------------------------------------------
 
@@ -243,7 +249,7 @@ class FsStore(OnlineCompaction, AttachmentFiles, GroupCommit, StateBackedStore):
         with self._lock:
             state = self._sessions.get(session_id)
             if state is not None and state.loaded:
-                self._sessions.move_to_end(session_id)
+                self._sessions.touch(session_id, state, self._drop)
             known = self._metas is None or session_id in self._metas
         if state is None:
             path = self._log(session_id)  # checks the id's length (a held state's id passed already)
@@ -258,7 +264,7 @@ class FsStore(OnlineCompaction, AttachmentFiles, GroupCommit, StateBackedStore):
                     state.loaded = True
             with self._lock:
                 self._sessions.charge(session_id, state)
-                self._sessions.evict(session_id, self._drop)
+                self._sessions.touch(session_id, state, self._drop)
         if not create and state.is_empty:
             with state.lock, self._lock:
                 if state.is_empty and self._sessions.get(session_id) is state:
@@ -349,7 +355,7 @@ class FsStore(OnlineCompaction, AttachmentFiles, GroupCommit, StateBackedStore):
         """Record the metas written since the last scan (under the store lock)."""
         changed: dict[str, tuple[str, _sessions_index.Key, Meta | None] | None] = {}
         for session_id in self._list_dirty:
-            path = self._files.log_path(session_id)
+            path = self._log(session_id)  # not through LogFiles: that would keep a record per evicted session
             try:
                 key = _sessions_index.file_key(self._ops.lstat(path))
             except OSError:
@@ -367,8 +373,9 @@ class FsStore(OnlineCompaction, AttachmentFiles, GroupCommit, StateBackedStore):
     def _peek_meta(self, name: str, session_id: str) -> Meta | None:
         """The last committed meta of a log, from its tail: listing never
         needs entries (a read-only store also remembers it per file version)."""
-        return meta_of_log(self._ops, os.path.join(self._dir, name), session_id,
+        meta = meta_of_log(self._ops, os.path.join(self._dir, name), session_id,
                            self._peeked if self.read_only else None)
+        return None if meta is None else shared_keys(meta)
 
     # -- writes ------------------------------------------------------------------
 
@@ -393,9 +400,8 @@ class FsStore(OnlineCompaction, AttachmentFiles, GroupCommit, StateBackedStore):
                         self._list_dirty.add(session_id)
                     if self._scans:
                         self._changed[session_id] = commit.meta
-                if self._sessions.total > self._sessions.budget:
-                    self._sessions.charge(session_id, state)
-                    self._sessions.evict(session_id, self._drop)
+                self._sessions.charge(session_id, state)  # O(1): the bodies just written count
+                self._sessions.evict(session_id, self._drop)
             self._maybe_compact(session_id, state)
             return commit
         finally:

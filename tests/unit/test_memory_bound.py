@@ -1,0 +1,123 @@
+"""What a store holds after touching many sessions, counted by tracemalloc
+(memory, not time): at most ``cache_bytes`` + the stated fixed overhead + the
+catalog's stated bound per session; evicted sessions read back identically.
+The cache estimate itself is held to tracemalloc too (test_cache_budget.py
+holds the estimate to the budget)."""
+
+from __future__ import annotations
+
+import gc
+import json
+import tracemalloc
+from pathlib import Path
+from typing import Any
+
+from session_manager.store import Commit, FsStore
+from session_manager.store._cache import CATALOG_PER_META_BYTE, FIXED_OVERHEAD
+from tests.unit.store_contract import message, meta
+
+SESSIONS = 3000
+BUDGET = 256 * 1024  # a few dozen sessions: nearly every touch evicts one
+KEPT_FILES = 256 * 1536
+
+
+def sid_of(n: int) -> str:
+    return f"s_{n:05d}"
+
+
+def build(where: Path, count: int, entries: int = 3) -> None:
+    store = FsStore(where)
+    for n in range(count):
+        sid, parent = sid_of(n), None
+        batch = []
+        for i in range(entries):
+            eid = f"{sid}-e{i}"
+            batch.append(message(eid, parent, f"{n}/{i} " + "x" * 400))
+            parent = eid
+        store.commit(sid, Commit(entries=tuple(batch), leaf=parent,
+                                 meta=meta(sid, message_count=entries, owner=f"u_{n % 20}")))
+    store.close()
+
+
+def touch(store: FsStore, sid: str) -> dict[str, Any]:
+    """What a reader sees of a session: meta, active path, every body."""
+    leaf = store.get_leaf(sid)
+    return {"meta": store.get_meta(sid), "leaf": leaf, "path": [dict(e) for e in store.path(sid, leaf)]}
+
+
+def test_touching_thousands_of_sessions_stays_within_the_stated_bound(tmp_path: Path) -> None:
+    # Prevents: memory growing with every session ever touched (per-session objects kept after
+    # eviction, bodies decoded by reads or kept by writes and never charged, an estimate below
+    # what tracemalloc sees).
+    build(tmp_path, SESSIONS)
+    meta_bytes = max(len(json.dumps(touch_meta, separators=(",", ":")))
+                     for touch_meta in FsStore(tmp_path, read_only=True).list_metas())
+    reference = FsStore(tmp_path, read_only=True)  # unbounded: the truth to compare against
+    expected = {sid_of(n): touch(reference, sid_of(n)) for n in range(0, SESSIONS, 97)}
+    reference.close()
+    del reference
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        store = FsStore(tmp_path, cache_bytes=BUDGET)
+        assert len(store.list_metas()) == SESSIONS  # the catalog: every session's meta
+        for n in range(SESSIONS):
+            got = touch(store, sid_of(n))
+            assert len(got["path"]) == 3
+            assert store._sessions.total <= BUDGET + 32 * 1024  # the budget, give or take the one in use
+        store.get_meta(sid_of(0))  # settles the last touch's charge
+        gc.collect()
+        held = tracemalloc.get_traced_memory()[0] - before
+        bound = BUDGET + FIXED_OVERHEAD + SESSIONS * CATALOG_PER_META_BYTE * meta_bytes
+        assert held <= bound, (held, bound)
+        # Nothing is kept per evicted session beside the catalog.
+        cached = len(store._sessions)
+        assert cached < SESSIONS // 10
+        assert len(store._files._files) <= cached and len(store._budgets) <= cached
+        # Evicted sessions read back identically (through their index).
+        for sid, seen in expected.items():
+            assert touch(store, sid) == seen
+        store.close()
+    finally:
+        tracemalloc.stop()
+
+
+def test_the_estimate_is_not_below_what_tracemalloc_counts(tmp_path: Path) -> None:
+    # Prevents: a budget that holds on paper while real memory is larger (the constants of
+    # _cache.footprint and LazyEntries.footprint drifting below what sessions really take).
+    for entries, count in ((3, 600), (60, 40)):
+        where = tmp_path / f"e{entries}"
+        build(where, count, entries)
+        for read_bodies in (False, True):
+            gc.collect()
+            tracemalloc.start()
+            try:
+                store = FsStore(where)  # the default budget: nothing is evicted
+                before = tracemalloc.get_traced_memory()[0]
+                for n in range(count):
+                    sid = sid_of(n)
+                    path = store.path(sid, store.get_leaf(sid))
+                    if read_bodies:
+                        assert all(e["kind"] == "message" for e in path)
+                store._sessions.settle()
+                gc.collect()
+                held = tracemalloc.get_traced_memory()[0] - before
+            finally:
+                tracemalloc.stop()
+            estimate = store._sessions.total
+            store.close()
+            # The descriptor LRU (256 kept files) is part of FIXED_OVERHEAD, not of a session.
+            assert held <= estimate + KEPT_FILES, (entries, read_bodies, held, estimate)
+            assert estimate <= 2 * held, (entries, read_bodies, held, estimate)  # not wildly pessimistic
+
+
+def test_a_read_only_store_reloads_an_evicted_session_whole(tmp_path: Path) -> None:
+    # Prevents: the follower's read position outliving the evicted state, so a reload applied only
+    # the bytes appended since and the session read as missing.
+    build(tmp_path, 4)
+    store = FsStore(tmp_path, read_only=True, cache_bytes=1)
+    first = [touch(store, sid_of(n)) for n in range(4)]
+    assert [touch(store, sid_of(n)) for n in range(4)] == first
+    assert all(view["meta"] is not None and len(view["path"]) == 3 for view in first)
+    store.close()
