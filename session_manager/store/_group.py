@@ -9,7 +9,9 @@ the writers that queued on the lock meanwhile write theirs, and the first
 of them to wait syncs for all (the GIL is released in ``fsync``). No one is
 answered, and no event leaves, before an fsync covering its bytes returned.
 A commit made outside a scope (a direct ``store.commit``) still syncs before
-it returns.
+it returns. A scope that wrote nothing to a session it named (an idempotent
+replay, ``ensure`` of an existing session, a fork's read of its source) waits
+in ``settle`` for that session's pending writes: its answer rests on them.
 
 Readers of the same store may see an entry whose fsync is still running
 (as every reader does in flush mode). If that fsync fails, every write it
@@ -26,7 +28,7 @@ import contextlib
 import logging
 import os
 import threading
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from contextlib import AbstractContextManager
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -88,7 +90,14 @@ class GroupCommit:
         self._scope = _Scope(self._owed)
 
     def mutation(self, session_ids: Collection[str]) -> AbstractContextManager[None]:
-        return self._scope if self.durability == "fsync" else NO_TRANSACTION
+        if self.durability != "fsync":
+            return NO_TRANSACTION
+        local = self._owed
+        named: list[str] | None = getattr(local, "named", None)
+        if named is None:
+            named = local.named = []
+        named.extend(session_ids)
+        return self._scope
 
     def _sync_write(self, session_id: str, path: str, slot: _Slot, start: int, end: int) -> bool:
         """After a write in fsync mode (under the session's lock): sync it now,
@@ -117,11 +126,23 @@ class GroupCommit:
         disk; :class:`StoreError` if an fsync failed (those writes are undone)."""
         if self.durability != "fsync":
             return  # nothing is ever owed (and a thread-local miss costs more than this)
-        owed: list[_Owed] | None = getattr(self._owed, "owed", None)
-        if not owed:
+        local = self._owed
+        owed: list[_Owed] = getattr(local, "owed", None) or []
+        named: list[str] = getattr(local, "named", None) or []
+        if not owed and not named:
             return
-        self._owed.owed = []
+        local.owed, local.named = [], []
         error: StoreError | None = None
+        if named:
+            # What the caller read of a session it did not write may be another thread's
+            # unsynced write: it is answered only once that is durable (or failed and undone).
+            wrote = {session_id for session_id, _, _, _ in owed}
+            for session_id in named:
+                path = None if session_id in wrote else self._files.known_log_path(session_id)
+                if path is not None:  # (no files known: no write of it can be pending)
+                    failed = self._sync_pending(session_id, path, self._fds.acquire_cached)
+                    if failed is not None and error is None:
+                        error = StoreError(f"fsync {os.path.basename(path)}: {reason(failed)}")
         for session_id, path, slot, ticket in owed:
             try:
                 slot.sync.wait(slot.fd, ticket)
@@ -139,18 +160,28 @@ class GroupCommit:
         rewrite), so a snapshot never outlives a write reported failed."""
         if self.durability != "fsync":
             return True
-        path = self._files.log_path(session_id)
-        try:
-            slot, _ = self._fds.acquire(path, create=False)
-        except OSError:
-            return True  # no log to replace
+
+        def acquire(path: str) -> _Slot | None:
+            try:
+                return self._fds.acquire(path, create=False)[0]
+            except OSError:
+                return None  # no log to replace
+
+        return self._sync_pending(session_id, self._files.log_path(session_id), acquire) is None
+
+    def _sync_pending(self, session_id: str, path: str, acquire: Callable[[str], _Slot | None]) -> OSError | None:
+        """Make every write so far on the log's descriptor durable, or undo
+        them (returning the failure)."""
+        slot = acquire(path)
+        if slot is None:
+            return None  # no descriptor: nothing is owed (an owed write keeps its slot pinned)
         try:
             if slot.sync.pending:
                 slot.sync.wait(slot.fd, slot.sync.last())
-            return True
-        except OSError:
+            return None
+        except OSError as e:
             self._undo_unsynced(session_id, path, slot)
-            return False
+            return e
         finally:
             self._fds.release(path, slot)
 
