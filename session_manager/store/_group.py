@@ -222,13 +222,18 @@ class GroupCommit:
         except StoreError as e:
             log.warning("session %s unreadable after undoing unsynced writes: %s", session_id, e)
             return
-        meta = state.meta if state is not None else None
-        with self._lock:
-            if self._metas is not None:
-                if meta is None:
-                    self._metas.remove(session_id)
-                else:
-                    self._metas.put(meta)
-                self._list_dirty.add(session_id)
-            if self._scans:
-                self._changed[session_id] = meta
+        # Under the session's lock, as a commit catalogs its meta: a commit made since the
+        # replay must not have its newer meta overwritten by this one.
+        with state.lock if state is not None else contextlib.nullcontext():
+            if state is not None and self._sessions.get(session_id) is not state:
+                return  # dropped again (deleted, undone): whoever dropped it catalogs it
+            meta = state.meta if state is not None else None
+            with self._lock:
+                if self._metas is not None:
+                    if meta is None:
+                        self._metas.remove(session_id)
+                    else:
+                        self._metas.put(meta)
+                    self._list_dirty.add(session_id)
+                if self._scans:
+                    self._changed[session_id] = meta

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import errno
 import os
+import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -193,3 +194,68 @@ def test_ensure_answers_for_a_created_session_only_once_its_creation_is_durable(
     reopened = session_manager.open(tmp_path / "d")
     assert reopened.call("session::list", {})["sessions"] == []
     reopened.close()
+
+
+class HookedLock:
+    """The store-wide lock, running ``hook`` once before the first acquisition made from ``frame``."""
+
+    def __init__(self, real: Any, frame: str, hook: Callable[[], None]) -> None:
+        self.real, self.frame, self.hook, self.hooked = real, frame, hook, False
+
+    def __enter__(self) -> bool:
+        self._maybe_hook()
+        return bool(self.real.__enter__())
+
+    def __exit__(self, *exc: Any) -> None:
+        self.real.__exit__(*exc)
+
+    def acquire(self, *args: Any) -> bool:
+        self._maybe_hook()
+        return bool(self.real.acquire(*args))
+
+    def release(self) -> None:
+        self.real.release()
+
+    def _maybe_hook(self) -> None:
+        if not self.hooked and sys._getframe(2).f_code.co_name == self.frame:
+            self.hooked = True
+            self.hook()
+
+
+def test_the_catalog_corrected_after_an_undo_never_overwrites_a_newer_commit(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Prevents: the catalog correction after an undo reading the log's meta, another append committing
+    # (and cataloguing its newer meta) meanwhile, then the correction writing the older meta over it:
+    # session::list showing a stale message_count until the session's next write.
+    sm = session_manager.open(tmp_path / "d", durability="fsync")
+    sid = sm.call("session::create", {"title": "r"})["session_id"]
+    sm.call("session::append", {"session_id": sid, "message": message(0)})
+    sm.call("session::list", {})  # the catalog is built
+    store: Any = sm.service.store
+    real = os.fsync
+    failures = [1]
+
+    def fsync(fd: int) -> None:
+        if failures and os.path.samestat(os.fstat(fd), os.stat(store.file_path(sid))):
+            failures.pop()
+            raise OSError(errno.EIO, "Input/output error")
+        real(fd)
+
+    later = Call(sm, "session::append", {"session_id": sid, "message": message(2)})
+
+    def append_meanwhile() -> None:
+        # The later append runs to its end, unless the correction holds the session's lock (the fix):
+        # then it waits, and the bounded join lets the correction go first.
+        later.start()
+        later.join(2)
+
+    monkeypatch.setattr(store, "_lock", HookedLock(store._lock, "_recatalog", append_meanwhile))
+    monkeypatch.setattr(os, "fsync", fsync)
+    with pytest.raises(SessionError):
+        sm.call("session::append", {"session_id": sid, "message": message(1)})
+    later.join(10)
+    assert isinstance(later.outcome, dict)  # the later append was stored
+    assert sm.call("session::get", {"session_id": sid})["meta"]["message_count"] == 2
+    listed = {s["session_id"]: s["message_count"] for s in sm.call("session::list", {})["sessions"]}
+    assert listed[sid] == 2
+    sm.close()
