@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import StoreError
 from ._fds import FdCache, _Slot
 from ._fsio import reason
+from ._state import SessionState
 from .base import NO_TRANSACTION
 
 if TYPE_CHECKING:
@@ -189,13 +190,14 @@ class GroupCommit:
         """Truncate the log back to what the descriptor's syncs made durable,
         forget the descriptor and the session's memory; once per failed sync."""
         sync = slot.sync
-        with self._lock:
-            state = self._sessions.get(session_id)
-        with state.lock if state is not None else contextlib.nullcontext():
-            if not sync.claim_undo():
-                return  # another writer it failed did this already
-            if not self._fds.holds(path, slot):
-                return  # the log was deleted since: nothing of it is left to undo
+        state = self._cached_state_locked(session_id)
+        try:
+            if not sync.claim_undo() or not self._fds.holds(path, slot):
+                # Another writer it failed did this already, or the log was deleted since.
+                with self._lock:
+                    if not state.loaded and self._sessions.get(session_id) is state:
+                        self._sessions.pop(session_id, None)  # the placeholder taken below
+                return
             slot.end = None
             try:
                 if sync.durable_end >= 0:
@@ -205,15 +207,32 @@ class GroupCommit:
             self._fds.forget(path)
             self._files.forget(session_id)
             with self._lock:
-                if state is not None and self._sessions.get(session_id) is state:
+                if self._sessions.get(session_id) is state:
                     self._sessions.pop(session_id, None)
                 self._budgets.pop(session_id, None)
                 # The next write inspects the tail first: the undone bytes may have begun with the
                 # newline a valid unterminated last record was owed (or the truncation failed).
                 self._tail_fix[session_id] = "check"
                 catalog = self._metas is not None
+        finally:
+            state.lock.release()
         if catalog:
             self._recatalog(session_id)
+
+    def _cached_state_locked(self, session_id: str) -> SessionState:
+        """The session's cached state with its lock held; if none is cached (evicted while
+        its write awaited the fsync), an unloaded placeholder: a reader loading the session
+        meanwhile waits on its lock, so no state replayed from the bytes being undone is
+        left in memory."""
+        while True:
+            with self._lock:
+                state = self._sessions.get(session_id)
+                if state is None:
+                    state = self._sessions.setdefault(session_id, SessionState())
+            state.lock.acquire()
+            if self._sessions.get(session_id) is state:
+                return state
+            state.lock.release()  # replaced meanwhile: take the current one
 
     def _recatalog(self, session_id: str) -> None:
         """The catalog holds a meta that was undone: take the log's again."""

@@ -259,3 +259,35 @@ def test_the_catalog_corrected_after_an_undo_never_overwrites_a_newer_commit(
     listed = {s["session_id"]: s["message_count"] for s in sm.call("session::list", {})["sessions"]}
     assert listed[sid] == 2
     sm.close()
+
+
+def test_a_session_reloaded_while_its_evicted_write_is_undone_never_keeps_the_undone_entry(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Prevents: the undo finding the session evicted from memory (so holding no lock of it), a reader
+    # replaying the log meanwhile (e_x still in it) and caching that state after the truncation: e_x
+    # shown for good, and the next append chained onto it (an orphan on disk).
+    sm, sid, kept, disk, first = blocked_append(tmp_path, monkeypatch)
+    store: Any = sm.service.store
+    budget = store.cache_bytes
+    store.cache_bytes = 0  # the session leaves memory while its write awaits the fsync
+    real_truncate = os.ftruncate
+    reader = Call(sm, "session::messages", {"session_id": sid})
+
+    def ftruncate(fd: int, length: int) -> None:
+        if sys._getframe(1).f_code.co_name == "_undo_unsynced" and not reader.is_alive() and reader.outcome is None:
+            store.cache_bytes = budget
+            reader.start()
+            reader.join(2)  # (the fix makes it wait for the undo: bounded, then the undo goes on)
+        real_truncate(fd, length)
+
+    monkeypatch.setattr(os, "ftruncate", ftruncate)
+    finish(disk, first)
+    reader.join(10)
+    assert first.outcome == STORAGE
+    monkeypatch.setattr(os, "fsync", disk.real)
+    ids = [m["entry_id"] for m in sm.call("session::messages", {"session_id": sid})["messages"]]
+    assert ids == [kept]
+    later = sm.call("session::append", {"session_id": sid, "message": message(2)})
+    assert later["parent_id"] == kept
+    sm.close()
+    assert reopened_ids(tmp_path, sid) == [kept, later["entry_id"]]
