@@ -61,8 +61,10 @@ def _value(v: Any, depth: int) -> Any:
 
 
 def _plain_wire(model: type) -> bool:
-    """A Wire model whose only serializer is Wire's own (None left out)."""
-    if not (isinstance(model, type) and issubclass(model, Wire)):
+    """A Wire model whose only serializer is Wire's own (None left out), declared
+    with the wire models: pydantic dumps a subclass instance some code put in a
+    field as the field's declared type, so a subclass goes to model_dump."""
+    if not (isinstance(model, type) and issubclass(model, Wire)) or model.__module__ != Wire.__module__:
         return False
     decorators = model.__pydantic_decorators__
     return (set(decorators.model_serializers) <= {"_leave_out_absent"} and not decorators.field_serializers

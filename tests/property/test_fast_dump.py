@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from session_manager._wire import api
 from session_manager._wire.dumping import MAX_DEPTH, fast_dump
-from session_manager._wire.models import CustomMessage, UserMessage, dump
+from session_manager._wire.models import AssistantMessage, CustomMessage, TextBlock, Usage, UserMessage, dump
 from session_manager._wire.validation import parse_request
 from session_manager.errors import UnstorableValue
 
@@ -139,3 +139,19 @@ def test_non_finite_floats_in_json_fields_of_a_model_built_in_code_dump_as_model
     for value in (float("inf"), float("-inf"), float("nan"), {"x": [float("nan")]}):
         custom = CustomMessage(role="custom", custom_type="t", content=[], details=value, timestamp=1)
         assert repr(fast_dump(custom)) == repr(dump(custom))
+
+
+class _NotedText(TextBlock):
+    note: str = "n"
+
+
+class _BilledUsage(Usage):
+    invoice: str = "i"
+
+
+def test_a_subclass_of_a_wire_model_built_in_code_dumps_as_its_declared_type_does() -> None:
+    # Prevents: a model some code built holding a subclass instance (fields the declared type lacks)
+    # stored with those extra fields, where model_dump serializes the declared type's fields only.
+    built = AssistantMessage(role="assistant", content=[_NotedText(type="text", text="x")], stop_reason="end",
+                             model="m", provider="p", timestamp=1, usage=_BilledUsage(input=1))
+    assert fast_dump(built) == dump(built)
