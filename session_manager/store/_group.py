@@ -236,23 +236,25 @@ class GroupCommit:
 
     def _recatalog(self, session_id: str) -> None:
         """The catalog holds a meta that was undone: take the log's again."""
-        try:
-            state = self._state(session_id)
-        except StoreError as e:
-            log.warning("session %s unreadable after undoing unsynced writes: %s", session_id, e)
-            return
-        # Under the session's lock, as a commit catalogs its meta: a commit made since the
-        # replay must not have its newer meta overwritten by this one.
-        with state.lock if state is not None else contextlib.nullcontext():
-            if state is not None and self._sessions.get(session_id) is not state:
-                return  # dropped again (deleted, undone): whoever dropped it catalogs it
-            meta = state.meta if state is not None else None
-            with self._lock:
-                if self._metas is not None:
-                    if meta is None:
-                        self._metas.remove(session_id)
-                    else:
-                        self._metas.put(meta)
-                    self._list_dirty.add(session_id)
-                if self._scans:
-                    self._changed[session_id] = meta
+        while True:
+            try:
+                state = self._state(session_id)
+            except StoreError as e:
+                log.warning("session %s unreadable after undoing unsynced writes: %s", session_id, e)
+                return
+            # Under the session's lock, as a commit catalogs its meta: a commit made since the
+            # replay must not have its newer meta overwritten by this one.
+            with state.lock if state is not None else contextlib.nullcontext():
+                if state is not None and self._sessions.get(session_id) is not state:
+                    continue  # dropped meanwhile (evicted, deleted, undone again): read it afresh
+                meta = state.meta if state is not None else None
+                with self._lock:
+                    if self._metas is not None:
+                        if meta is None:
+                            self._metas.remove(session_id)
+                        else:
+                            self._metas.put(meta)
+                        self._list_dirty.add(session_id)
+                    if self._scans:
+                        self._changed[session_id] = meta
+                return
