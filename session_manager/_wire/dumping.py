@@ -41,6 +41,9 @@ def _value(v: Any, depth: int) -> Any:
     """A copy of a field's value: nested models dumped, JSON copied."""
     t = type(v)
     if t in _SCALARS or v is None:
+        # inf and nan (a lax float parses "inf"; code may build them): model_dump's JSON mode makes them null.
+        if t is float and v - v != 0.0:
+            raise _Unusual
         return v
     if depth > MAX_DEPTH:
         raise _Unusual
@@ -58,8 +61,10 @@ def _value(v: Any, depth: int) -> Any:
 
 
 def _plain_wire(model: type) -> bool:
-    """A Wire model whose only serializer is Wire's own (None left out)."""
-    if not (isinstance(model, type) and issubclass(model, Wire)):
+    """A Wire model whose only serializer is Wire's own (None left out), declared
+    with the wire models: pydantic dumps a subclass instance some code put in a
+    field as the field's declared type, so a subclass goes to model_dump."""
+    if not (isinstance(model, type) and issubclass(model, Wire)) or model.__module__ != Wire.__module__:
         return False
     decorators = model.__pydantic_decorators__
     return (set(decorators.model_serializers) <= {"_leave_out_absent"} and not decorators.field_serializers
@@ -85,7 +90,8 @@ def _generate(model: type[BaseModel]) -> Dumper:
     for n, field in model.model_fields.items():
         lines.append(f"    v = _m.{n}")
         if _scalar(field.annotation):
-            lines += ["    if type(v) not in _SCALARS:", "        raise _Unusual", f"    _out[{n!r}] = v"]
+            lines += ["    if type(v) not in _SCALARS or type(v) is float and v - v != 0.0:", "        raise _Unusual",
+                      f"    _out[{n!r}] = v"]
         elif n in keep:
             lines.append(f"    _out[{n!r}] = _value(v, _depth)")
         else:

@@ -66,10 +66,13 @@ def _same_meta(current: Meta | None, expected: Meta | None) -> bool:
 
 
 def resolve(commit: Commit, meta: Meta | None, leaf: str | None,
-            get_entry: Callable[[str], Entry | None]) -> Commit:
+            get_entry: Callable[[str], Entry | None], has_entry: Callable[[str], bool] | None = None) -> Commit:
     """The commit as it applies to the current state (``meta``, ``leaf``,
     entries by id), or :class:`~session_manager.errors.Conflict` when its expectations fail.
-    Call it inside the critical section that then writes the result."""
+    Call it inside the critical section that then writes the result. With
+    ``has_entry``, an append onto a named parent is refused if the parent is
+    gone (an fs store in fsync mode undoes a write whose shared fsync failed,
+    outside the session's lock: a parent checked a moment ago may be gone)."""
     if commit.expect_meta is not UNSET and not _same_meta(meta, commit.expect_meta):
         raise Conflict("the session meta changed since the commit was decided")
     for entry_id, revision in commit.expect_revisions:
@@ -85,6 +88,10 @@ def resolve(commit: Commit, meta: Meta | None, leaf: str | None,
     if get_entry(commit.entries[0]["id"]) is not None:
         raise Conflict(f"entry {commit.entries[0]['id']} already exists")
     entries = commit.entries
+    if not commit.chain and has_entry is not None:
+        parent = entries[0].get("parent_id")
+        if parent is not None and not has_entry(parent):
+            raise Conflict(f"parent entry {parent} is no longer in the session")
     if commit.chain and entries[0].get("parent_id") != leaf:
         entries = ({**entries[0], "parent_id": leaf}, *entries[1:])
     derived = derive_append_meta(meta, entries)

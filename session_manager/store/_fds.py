@@ -90,6 +90,14 @@ class FdCache:
             os.close(fd)
         return slot, created
 
+    def acquire_cached(self, path: str) -> _Slot | None:
+        """:meth:`acquire` if ``path`` has a descriptor already (nothing is opened)."""
+        with self._lock:
+            slot = self._slots.get(path)
+            if slot is not None:
+                slot.pins += 1
+            return slot
+
     def release(self, path: str, slot: _Slot) -> None:
         with self._lock:
             slot.pins -= 1

@@ -9,7 +9,9 @@ the writers that queued on the lock meanwhile write theirs, and the first
 of them to wait syncs for all (the GIL is released in ``fsync``). No one is
 answered, and no event leaves, before an fsync covering its bytes returned.
 A commit made outside a scope (a direct ``store.commit``) still syncs before
-it returns.
+it returns. A scope that wrote nothing to a session it named (an idempotent
+replay, ``ensure`` of an existing session, a fork's read of its source) waits
+in ``settle`` for that session's pending writes: its answer rests on them.
 
 Readers of the same store may see an entry whose fsync is still running
 (as every reader does in flush mode). If that fsync fails, every write it
@@ -26,7 +28,7 @@ import contextlib
 import logging
 import os
 import threading
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from contextlib import AbstractContextManager
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -34,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import StoreError
 from ._fds import FdCache, _Slot
 from ._fsio import reason
+from ._state import SessionState
 from .base import NO_TRANSACTION
 
 if TYPE_CHECKING:
@@ -88,7 +91,14 @@ class GroupCommit:
         self._scope = _Scope(self._owed)
 
     def mutation(self, session_ids: Collection[str]) -> AbstractContextManager[None]:
-        return self._scope if self.durability == "fsync" else NO_TRANSACTION
+        if self.durability != "fsync":
+            return NO_TRANSACTION
+        local = self._owed
+        named: list[str] | None = getattr(local, "named", None)
+        if named is None:
+            named = local.named = []
+        named.extend(session_ids)
+        return self._scope
 
     def _sync_write(self, session_id: str, path: str, slot: _Slot, start: int, end: int) -> bool:
         """After a write in fsync mode (under the session's lock): sync it now,
@@ -117,11 +127,23 @@ class GroupCommit:
         disk; :class:`StoreError` if an fsync failed (those writes are undone)."""
         if self.durability != "fsync":
             return  # nothing is ever owed (and a thread-local miss costs more than this)
-        owed: list[_Owed] | None = getattr(self._owed, "owed", None)
-        if not owed:
+        local = self._owed
+        owed: list[_Owed] = getattr(local, "owed", None) or []
+        named: list[str] = getattr(local, "named", None) or []
+        if not owed and not named:
             return
-        self._owed.owed = []
+        local.owed, local.named = [], []
         error: StoreError | None = None
+        if named:
+            # What the caller read of a session it did not write may be another thread's
+            # unsynced write: it is answered only once that is durable (or failed and undone).
+            wrote = {session_id for session_id, _, _, _ in owed}
+            for session_id in named:
+                path = None if session_id in wrote else self._files.known_log_path(session_id)
+                if path is not None:  # (no files known: no write of it can be pending)
+                    failed = self._sync_pending(session_id, path, self._fds.acquire_cached)
+                    if failed is not None and error is None:
+                        error = StoreError(f"fsync {os.path.basename(path)}: {reason(failed)}")
         for session_id, path, slot, ticket in owed:
             try:
                 slot.sync.wait(slot.fd, ticket)
@@ -139,18 +161,28 @@ class GroupCommit:
         rewrite), so a snapshot never outlives a write reported failed."""
         if self.durability != "fsync":
             return True
-        path = self._files.log_path(session_id)
-        try:
-            slot, _ = self._fds.acquire(path, create=False)
-        except OSError:
-            return True  # no log to replace
+
+        def acquire(path: str) -> _Slot | None:
+            try:
+                return self._fds.acquire(path, create=False)[0]
+            except OSError:
+                return None  # no log to replace
+
+        return self._sync_pending(session_id, self._files.log_path(session_id), acquire) is None
+
+    def _sync_pending(self, session_id: str, path: str, acquire: Callable[[str], _Slot | None]) -> OSError | None:
+        """Make every write so far on the log's descriptor durable, or undo
+        them (returning the failure)."""
+        slot = acquire(path)
+        if slot is None:
+            return None  # no descriptor: nothing is owed (an owed write keeps its slot pinned)
         try:
             if slot.sync.pending:
                 slot.sync.wait(slot.fd, slot.sync.last())
-            return True
-        except OSError:
+            return None
+        except OSError as e:
             self._undo_unsynced(session_id, path, slot)
-            return False
+            return e
         finally:
             self._fds.release(path, slot)
 
@@ -158,13 +190,14 @@ class GroupCommit:
         """Truncate the log back to what the descriptor's syncs made durable,
         forget the descriptor and the session's memory; once per failed sync."""
         sync = slot.sync
-        with self._lock:
-            state = self._sessions.get(session_id)
-        with state.lock if state is not None else contextlib.nullcontext():
-            if not sync.claim_undo():
-                return  # another writer it failed did this already
-            if not self._fds.holds(path, slot):
-                return  # the log was deleted since: nothing of it is left to undo
+        state = self._cached_state_locked(session_id)
+        try:
+            if not sync.claim_undo() or not self._fds.holds(path, slot):
+                # Another writer it failed did this already, or the log was deleted since.
+                with self._lock:
+                    if not state.loaded and self._sessions.get(session_id) is state:
+                        self._sessions.pop(session_id, None)  # the placeholder taken below
+                return
             slot.end = None
             try:
                 if sync.durable_end >= 0:
@@ -174,30 +207,54 @@ class GroupCommit:
             self._fds.forget(path)
             self._files.forget(session_id)
             with self._lock:
-                if state is not None and self._sessions.get(session_id) is state:
+                if self._sessions.get(session_id) is state:
                     self._sessions.pop(session_id, None)
                 self._budgets.pop(session_id, None)
                 # The next write inspects the tail first: the undone bytes may have begun with the
                 # newline a valid unterminated last record was owed (or the truncation failed).
                 self._tail_fix[session_id] = "check"
                 catalog = self._metas is not None
+        finally:
+            state.lock.release()
         if catalog:
             self._recatalog(session_id)
 
+    def _cached_state_locked(self, session_id: str) -> SessionState:
+        """The session's cached state with its lock held; if none is cached (evicted while
+        its write awaited the fsync), an unloaded placeholder: a reader loading the session
+        meanwhile waits on its lock, so no state replayed from the bytes being undone is
+        left in memory."""
+        while True:
+            with self._lock:
+                state = self._sessions.get(session_id)
+                if state is None:
+                    state = self._sessions.setdefault(session_id, SessionState())
+            state.lock.acquire()
+            if self._sessions.get(session_id) is state:
+                return state
+            state.lock.release()  # replaced meanwhile: take the current one
+
     def _recatalog(self, session_id: str) -> None:
         """The catalog holds a meta that was undone: take the log's again."""
-        try:
-            state = self._state(session_id)
-        except StoreError as e:
-            log.warning("session %s unreadable after undoing unsynced writes: %s", session_id, e)
-            return
-        meta = state.meta if state is not None else None
-        with self._lock:
-            if self._metas is not None:
-                if meta is None:
-                    self._metas.remove(session_id)
-                else:
-                    self._metas.put(meta)
-                self._list_dirty.add(session_id)
-            if self._scans:
-                self._changed[session_id] = meta
+        while True:
+            try:
+                state = self._state(session_id)
+            except StoreError as e:
+                log.warning("session %s unreadable after undoing unsynced writes: %s", session_id, e)
+                return
+            # Under the session's lock, as a commit catalogs its meta: a commit made since the
+            # replay must not have its newer meta overwritten by this one.
+            with state.lock if state is not None else contextlib.nullcontext():
+                if state is not None and self._sessions.get(session_id) is not state:
+                    continue  # dropped meanwhile (evicted, deleted, undone again): read it afresh
+                meta = state.meta if state is not None else None
+                with self._lock:
+                    if self._metas is not None:
+                        if meta is None:
+                            self._metas.remove(session_id)
+                        else:
+                            self._metas.put(meta)
+                        self._list_dirty.add(session_id)
+                    if self._scans:
+                        self._changed[session_id] = meta
+                return

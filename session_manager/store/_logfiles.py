@@ -69,6 +69,11 @@ class LogFiles:
     def log_path(self, session_id: str) -> str:
         return self.files(session_id).log
 
+    def known_log_path(self, session_id: str) -> str | None:
+        """:meth:`log_path` of a session this store has files for (keeps nothing for others)."""
+        files = self._files.get(session_id)
+        return None if files is None else files.log
+
     def reader(self, session_id: str, lock: threading.RLock) -> ReadAt:
         """Reads of the session's current log through the cached descriptor,
         under the session's lock (so a compaction never swaps the file mid-read)."""

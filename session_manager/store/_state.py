@@ -90,7 +90,7 @@ class SessionState:
     def resolve(self, commit: Commit) -> Commit:
         """The commit checked against (and resolved on) this state; call
         under :attr:`lock`, then :meth:`apply` the result."""
-        return cas.resolve(commit, self.meta, self.leaf, self.entries.get)
+        return cas.resolve(commit, self.meta, self.leaf, self.entries.get, self.entries.__contains__)
 
     def apply(self, commit: Commit) -> None:
         for entry in commit.entries:

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from session_manager._wire import api
 from session_manager._wire.dumping import MAX_DEPTH, fast_dump
-from session_manager._wire.models import CustomMessage, UserMessage, dump
+from session_manager._wire.models import AssistantMessage, CustomMessage, TextBlock, Usage, UserMessage, dump
 from session_manager._wire.validation import parse_request
 from session_manager.errors import UnstorableValue
 
@@ -116,3 +116,42 @@ def test_deep_values_get_what_model_dump_gives_refusals_included() -> None:
                 fast_dump(custom)
         else:
             assert fast_dump(custom) == expected
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.sampled_from(["inf", "-inf", "nan", "1e400", "Infinity", "-1e999", "1.5", "-0"]))
+def test_a_lax_float_that_parses_to_a_non_finite_value_dumps_as_model_dump_does(cost: str) -> None:
+    # Prevents: usage.cost_usd (a lax float, so the string "inf" or "1e400" validates) kept in memory
+    # and returned as inf/nan while model_dump -- and so the log, and the session after a restart --
+    # holds null.
+    message = {"role": "assistant", "content": [], "stop_reason": "end", "model": "m", "provider": "p",
+               "timestamp": 1, "usage": {"cost_usd": cost, "input": 1}}
+    req = parse_request(api.AppendRequest, {"session_id": "s", "message": message})
+    assert req.message is not None
+    fast, slow = fast_dump(req.message), dump(req.message)
+    assert orjson.dumps(fast) == orjson.dumps(slow)
+    assert repr(fast) == repr(slow)  # repr: nan != nan, and None != nan
+
+
+def test_non_finite_floats_in_json_fields_of_a_model_built_in_code_dump_as_model_dump_does() -> None:
+    # Prevents: a model some code built holding inf/nan in an Any field stored as inf/nan in memory
+    # while model_dump (the contract) turns them into null.
+    for value in (float("inf"), float("-inf"), float("nan"), {"x": [float("nan")]}):
+        custom = CustomMessage(role="custom", custom_type="t", content=[], details=value, timestamp=1)
+        assert repr(fast_dump(custom)) == repr(dump(custom))
+
+
+class _NotedText(TextBlock):
+    note: str = "n"
+
+
+class _BilledUsage(Usage):
+    invoice: str = "i"
+
+
+def test_a_subclass_of_a_wire_model_built_in_code_dumps_as_its_declared_type_does() -> None:
+    # Prevents: a model some code built holding a subclass instance (fields the declared type lacks)
+    # stored with those extra fields, where model_dump serializes the declared type's fields only.
+    built = AssistantMessage(role="assistant", content=[_NotedText(type="text", text="x")], stop_reason="end",
+                             model="m", provider="p", timestamp=1, usage=_BilledUsage(input=1))
+    assert fast_dump(built) == dump(built)
