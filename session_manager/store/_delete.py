@@ -25,12 +25,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ..errors import StoreError
+from ._fs_open import LOG_SUFFIX
 from ._fsio import Ops, fsync_dir, is_symlink, reason, remove_flat_folder
 
 log = logging.getLogger("session_manager.store.fs")
 
 ASIDE = "~deleted"
-LOG_SUFFIX = ".jsonl"
 
 
 def _aside(path: Path) -> Path:

@@ -26,18 +26,19 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Literal
 
-from ..errors import StoreError, UnstorableValue
-from . import _coldlist, _compaction, _delete, _sessions_index
+from ..errors import StoreError
+from . import _compaction, _delete, _sessions_index
 from ._attachments import AttachmentFiles
 from ._cache import DEFAULT_CACHE_BYTES, StateCache
 from ._casefold import FoldIndex, names_fold
 from ._catalog import MetaCatalog
-from ._compact import shared_keys
 from ._compactor import Compactor
-from ._encoding import encode_id
 from ._fds import FdCache
 from ._follow import Follower
-from ._fsio import APPEND_FLAGS, NotRegular, Ops, fsync_dir, name_max, open_regular, read_fd, reason, write_all
+from ._fs_delete import SessionDeletion
+from ._fs_listing import CatalogListing
+from ._fs_open import LOG_SUFFIX, checked_stem, log_exists, open_append, open_read
+from ._fsio import NotRegular, Ops, fsync_dir, name_max, open_regular, read_fd, reason, write_all
 from ._group import GroupCommit
 from ._index import INDEX_DIR
 from ._lazy import LazyEntries
@@ -47,14 +48,13 @@ from ._online import OnlineCompaction
 from ._records import meta_size
 from ._sized import Sizes, encode_sized
 from ._state import SessionState, StateBackedStore
-from ._tail import TailFix, inspect_tail, meta_of_log
+from ._tail import TailFix, inspect_tail
 from .base import Commit, Meta
 
 log = logging.getLogger("session_manager.store.fs")
 
 Durability = Literal["flush", "fsync"]
 
-LOG_SUFFIX = ".jsonl"
 # The longest name the store makes from a session's stem (log, compaction
 # temp, delete aside, attachment folder aside): every accepted id fits them all.
 _LONGEST_SUFFIX = max(len(LOG_SUFFIX + _compaction.TEMP_SUFFIX), len(LOG_SUFFIX + _delete.ASIDE))
@@ -64,7 +64,7 @@ class ReadOnlyStore(StoreError):
     """A mutation of a store opened read-only."""
 
 
-class FsStore(OnlineCompaction, AttachmentFiles, GroupCommit, StateBackedStore):
+class FsStore(CatalogListing, SessionDeletion, OnlineCompaction, AttachmentFiles, GroupCommit, StateBackedStore):
     """JSONL-per-session storage under ``data_dir``.
 
     ``durability="flush"`` (default): every acknowledged mutation has been
@@ -113,10 +113,10 @@ class FsStore(OnlineCompaction, AttachmentFiles, GroupCommit, StateBackedStore):
         # Kept descriptors, paths computed once, index sidecars (:mod:`._logfiles`).
         # Module functions bound to ops (not methods): the store holds no cycle,
         # so dropping the last reference releases the data_dir at once.
-        self._fds = FdCache(opener=functools.partial(_open_append, self._ops))
+        self._fds = FdCache(opener=functools.partial(open_append, self._ops))
         self._files = LogFiles(self.dir, self._fds, read_only=read_only,
-                               stem=functools.partial(_checked_stem, self._stem_limit),
-                               open_log=functools.partial(_open_read, self._ops))
+                               stem=functools.partial(checked_stem, self._stem_limit),
+                               open_log=functools.partial(open_read, self._ops))
         self._sessions_file = self.dir / INDEX_DIR / _sessions_index.FILE
         self._list_dirty: set[str] = set()  # metas changed since the sessions index was written
         self._init_group_commit()  # fsync mode: appends queued on a session share an fsync (:mod:`._group`)
@@ -169,7 +169,7 @@ class FsStore(OnlineCompaction, AttachmentFiles, GroupCommit, StateBackedStore):
     def stem(self, session_id: str) -> str:
         """The encoded file stem of a session; ids too long for every name the
         store makes from it are the caller's error."""
-        return _checked_stem(self._stem_limit, session_id)
+        return checked_stem(self._stem_limit, session_id)
 
     @property
     def stem_limit(self) -> int:
@@ -276,7 +276,7 @@ class FsStore(OnlineCompaction, AttachmentFiles, GroupCommit, StateBackedStore):
         return state
 
     def _ops_exists(self, path: str) -> bool:
-        return _exists(self._ops, path)
+        return log_exists(self._ops, path)
 
     # -- reads -----------------------------------------------------------------
 
@@ -284,27 +284,6 @@ class FsStore(OnlineCompaction, AttachmentFiles, GroupCommit, StateBackedStore):
         if self.read_only:
             return list(self._scan_metas().values())
         return self._catalog().values()
-
-    def _catalog(self) -> MetaCatalog:
-        """The list catalog (writable), built by the first list from the sessions index."""
-        with self._lock:
-            if self._metas is not None:
-                return self._metas
-            self._scans += 1
-        try:
-            catalog = _coldlist.catalog(self._scan_with_index())  # file I/O: outside the store-wide lock
-        finally:
-            with self._lock:
-                self._scans -= 1
-                changed = dict(self._changed)
-                if not self._scans:
-                    self._changed.clear()
-        with self._lock:
-            if self._metas is None:
-                for sid, meta in changed.items():  # written while the scan read the files
-                    catalog.remove(sid) if meta is None else catalog.put(meta)
-                self._metas = catalog
-            return self._metas
 
     def ordered_metas(
         self, order: str, after: tuple[int, str] | None, status: str | None, metadata: Meta | None
@@ -317,65 +296,6 @@ class FsStore(OnlineCompaction, AttachmentFiles, GroupCommit, StateBackedStore):
         catalog = self._catalog()
         with self._lock:
             return catalog.ordered(order, after, status, metadata)
-
-    def _log_names(self) -> list[str]:
-        try:
-            names = self._ops.listdir(self.dir)
-        except OSError as e:
-            raise StoreError(f"read data_dir: {reason(e)}") from None
-        return [n for n in names if n.endswith(LOG_SUFFIX)]
-
-    def _scan_metas(self) -> dict[str, Meta]:
-        """A read-only store's scan: the sessions index where it matches a log
-        (never written here), every other log's last meta from its tail."""
-        logs = _coldlist.log_stats(self._ops, self._dir, self._warn_once)
-        return _coldlist.metas(_coldlist.scan(logs, self._sessions_file, lambda sid: (False, None),
-                                              self._peek_meta, self._warn_once, write_back=False))
-
-    def _scan_with_index(self) -> _coldlist.ColdList:
-        """A writable store's scan: through the sessions index (a stat per log;
-        only logs changed since it was written are read)."""
-        def loaded_meta(session_id: str) -> tuple[bool, Meta | None]:
-            with self._lock:
-                state = self._sessions.get(session_id)
-            # A state still replaying (another thread, under its own lock) holds
-            # a partial meta: only a loaded one is the truth, else the file is.
-            if state is not None and state.loaded:
-                return True, state.meta
-            return False, None
-
-        logs = _coldlist.log_stats(self._ops, self._dir, self._warn_once)
-        cold = _coldlist.scan(logs, self._sessions_file, loaded_meta, self._peek_meta, self._warn_once,
-                              write_back=True)
-        with self._lock:
-            self._list_dirty.clear()
-        return cold
-
-    def _save_sessions_index(self) -> None:
-        """Record the metas written since the last scan (under the store lock)."""
-        changed: dict[str, tuple[str, _sessions_index.Key, Meta | None] | None] = {}
-        for session_id in self._list_dirty:
-            path = self._log(session_id)  # not through LogFiles: that would keep a record per evicted session
-            try:
-                key = _sessions_index.file_key(self._ops.lstat(path))
-            except OSError:
-                changed[os.path.basename(path)] = None
-                continue
-            changed[os.path.basename(path)] = (
-                session_id, key, self._metas.get(session_id) if self._metas is not None else None)
-        try:
-            listed: list[str] | None = self._ops.listdir(self.dir)
-        except OSError:
-            listed = None
-        _coldlist.update(self._sessions_file, changed, listed)
-        self._list_dirty.clear()
-
-    def _peek_meta(self, name: str, session_id: str) -> Meta | None:
-        """The last committed meta of a log, from its tail: listing never
-        needs entries (a read-only store also remembers it per file version)."""
-        meta = meta_of_log(self._ops, os.path.join(self._dir, name), session_id,
-                           self._peeked if self.read_only else None)
-        return None if meta is None else shared_keys(meta)
 
     # -- writes ------------------------------------------------------------------
 
@@ -477,76 +397,3 @@ class FsStore(OnlineCompaction, AttachmentFiles, GroupCommit, StateBackedStore):
             self._tail_fix[session_id] = "check"
             raise StoreError(f"append to {os.path.basename(path)}: {reason(e)}") from None
         return start + lead
-
-    def delete_session(self, session_id: str) -> None:
-        """Whole or not at all; the commit point is the log's rename aside (:mod:`._delete`)."""
-        self._writable()
-        self.stem(session_id)  # an over-long id is the caller's error, before anything
-        # The session's lock without loading it: a replay could compact, and
-        # compaction never runs inside a delete (nothing it wrote would survive).
-        while True:
-            with self._lock:
-                state = self._sessions.setdefault(session_id, SessionState())
-            state.lock.acquire()
-            if self._sessions.get(session_id) is state:
-                if self._compactor is None or not self._compactor.rewriting(session_id):
-                    break
-                self._compactor.cancel(session_id)  # its rewrite must not land over the delete
-            state.lock.release()  # dropped from the cache meanwhile, or a rewrite in flight: again
-            if self._compactor is not None:
-                self._compactor.wait(session_id)
-        try:
-            if self._compactor is not None:
-                self._compactor.wait(session_id)  # a landed rewrite's cleanup (it never takes this lock)
-            self._fds.forget(self._log(session_id))  # no descriptor into the log set aside
-            _delete.delete(self._ops, self.file_path(session_id), self.attachments_dir(session_id),
-                           sync=self.durability == "fsync")
-            state.clear()  # a writer waiting on this state must see the session gone
-            self._files.forget(session_id, remove_index=True)  # after the commit point: a failed delete keeps it
-            with self._lock:
-                self._sessions.pop(session_id, None)
-                self._tail_fix.pop(session_id, None)
-                self._budgets.pop(session_id, None)
-                if self._metas is not None:
-                    self._metas.remove(session_id)
-                if self._scans:
-                    self._changed[session_id] = None
-                if self._fold is not None:
-                    self._fold.release(session_id)
-        finally:
-            state.lock.release()
-
-
-def _checked_stem(limit: int, session_id: str) -> str:
-    stem = encode_id(session_id)
-    if len(stem) > limit:
-        raise UnstorableValue(
-            f"session_id is too long: it takes {len(stem)} bytes as a file name and this data_dir "
-            f"allows {limit} (the file system's name limit less the store's longest suffix)")
-    return stem
-
-
-def _exists(ops: Ops, path: str) -> bool:
-    try:
-        ops.lstat(path)
-    except FileNotFoundError:
-        return False
-    except OSError:
-        return True  # let the read report it
-    return True
-
-
-def _open_append(ops: Ops, path: str, create: bool) -> tuple[int, bool]:
-    """The kept descriptor's opener: a regular file only, created if asked."""
-    created = create and not _exists(ops, path)
-    fd = open_regular(ops, path, APPEND_FLAGS if create else APPEND_FLAGS & ~os.O_CREAT)
-    if fd is None:
-        raise FileNotFoundError(path)
-    return fd, created
-
-
-def _open_read(ops: Ops, path: str) -> int | None:
-    try:
-        return open_regular(ops, path)
-    except NotRegular:
-        raise StoreError(f"the log of session {os.path.basename(path)} is not a regular file") from None

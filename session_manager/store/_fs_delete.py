@@ -1,0 +1,84 @@
+"""Deleting a session from the fs store: whole or not at all (the commit
+point is the log's rename aside, :mod:`._delete`), after any background
+rewrite of its log was cancelled. Mixed into :class:`~.fs.FsStore`."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from . import _compaction, _delete
+from ._cache import StateCache
+from ._casefold import FoldIndex
+from ._catalog import MetaCatalog
+from ._compactor import Compactor
+from ._fds import FdCache
+from ._fsio import Ops
+from ._logfiles import LogFiles
+from ._state import SessionState
+from ._tail import TailFix
+from .base import Meta
+
+
+class SessionDeletion:
+    """What :class:`~.fs.FsStore` deletes with (its attributes, declared here for the checker)."""
+
+    durability: str
+    _ops: Ops
+    _lock: threading.Lock
+    _sessions: StateCache
+    _compactor: Compactor | None
+    _fds: FdCache
+    _files: LogFiles
+    _tail_fix: dict[str, TailFix]
+    _budgets: dict[str, _compaction.LogBudget]
+    _metas: MetaCatalog | None
+    _scans: int
+    _changed: dict[str, Meta | None]
+    _fold: FoldIndex | None
+
+    if TYPE_CHECKING:
+        def _writable(self) -> None: ...
+        def _log(self, session_id: str) -> str: ...
+        def stem(self, session_id: str) -> str: ...
+        def file_path(self, session_id: str) -> Path: ...
+        def attachments_dir(self, session_id: str) -> Path: ...
+
+    def delete_session(self, session_id: str) -> None:
+        """Whole or not at all; the commit point is the log's rename aside (:mod:`._delete`)."""
+        self._writable()
+        self.stem(session_id)  # an over-long id is the caller's error, before anything
+        # The session's lock without loading it: a replay could compact, and
+        # compaction never runs inside a delete (nothing it wrote would survive).
+        while True:
+            with self._lock:
+                state = self._sessions.setdefault(session_id, SessionState())
+            state.lock.acquire()
+            if self._sessions.get(session_id) is state:
+                if self._compactor is None or not self._compactor.rewriting(session_id):
+                    break
+                self._compactor.cancel(session_id)  # its rewrite must not land over the delete
+            state.lock.release()  # dropped from the cache meanwhile, or a rewrite in flight: again
+            if self._compactor is not None:
+                self._compactor.wait(session_id)
+        try:
+            if self._compactor is not None:
+                self._compactor.wait(session_id)  # a landed rewrite's cleanup (it never takes this lock)
+            self._fds.forget(self._log(session_id))  # no descriptor into the log set aside
+            _delete.delete(self._ops, self.file_path(session_id), self.attachments_dir(session_id),
+                           sync=self.durability == "fsync")
+            state.clear()  # a writer waiting on this state must see the session gone
+            self._files.forget(session_id, remove_index=True)  # after the commit point: a failed delete keeps it
+            with self._lock:
+                self._sessions.pop(session_id, None)
+                self._tail_fix.pop(session_id, None)
+                self._budgets.pop(session_id, None)
+                if self._metas is not None:
+                    self._metas.remove(session_id)
+                if self._scans:
+                    self._changed[session_id] = None
+                if self._fold is not None:
+                    self._fold.release(session_id)
+        finally:
+            state.lock.release()

@@ -1,0 +1,121 @@
+"""The fs store's list path: the catalog of every session's meta, built by
+the first list from the sessions index (:mod:`._coldlist`), and the index
+written back. Mixed into :class:`~.fs.FsStore`."""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ..errors import StoreError
+from . import _coldlist, _sessions_index
+from ._cache import StateCache
+from ._catalog import MetaCatalog
+from ._compact import shared_keys
+from ._fs_open import LOG_SUFFIX
+from ._fsio import Ops, reason
+from ._tail import meta_of_log
+from .base import Meta
+
+
+class CatalogListing:
+    """What :class:`~.fs.FsStore` lists with (its attributes, declared here for the checker)."""
+
+    dir: Path
+    read_only: bool
+    _ops: Ops
+    _dir: str
+    _lock: threading.Lock
+    _sessions: StateCache
+    _metas: MetaCatalog | None
+    _scans: int
+    _changed: dict[str, Meta | None]
+    _sessions_file: Path
+    _list_dirty: set[str]
+    _peeked: dict[str, tuple[tuple[int, int, int], Meta | None]]
+
+    if TYPE_CHECKING:
+        def _log(self, session_id: str) -> str: ...
+        def _warn_once(self, name: str, why: str) -> None: ...
+
+    def _catalog(self) -> MetaCatalog:
+        """The list catalog (writable), built by the first list from the sessions index."""
+        with self._lock:
+            if self._metas is not None:
+                return self._metas
+            self._scans += 1
+        try:
+            catalog = _coldlist.catalog(self._scan_with_index())  # file I/O: outside the store-wide lock
+        finally:
+            with self._lock:
+                self._scans -= 1
+                changed = dict(self._changed)
+                if not self._scans:
+                    self._changed.clear()
+        with self._lock:
+            if self._metas is None:
+                for sid, meta in changed.items():  # written while the scan read the files
+                    catalog.remove(sid) if meta is None else catalog.put(meta)
+                self._metas = catalog
+            return self._metas
+
+    def _log_names(self) -> list[str]:
+        try:
+            names = self._ops.listdir(self.dir)
+        except OSError as e:
+            raise StoreError(f"read data_dir: {reason(e)}") from None
+        return [n for n in names if n.endswith(LOG_SUFFIX)]
+
+    def _scan_metas(self) -> dict[str, Meta]:
+        """A read-only store's scan: the sessions index where it matches a log
+        (never written here), every other log's last meta from its tail."""
+        logs = _coldlist.log_stats(self._ops, self._dir, self._warn_once)
+        return _coldlist.metas(_coldlist.scan(logs, self._sessions_file, lambda sid: (False, None),
+                                              self._peek_meta, self._warn_once, write_back=False))
+
+    def _scan_with_index(self) -> _coldlist.ColdList:
+        """A writable store's scan: through the sessions index (a stat per log;
+        only logs changed since it was written are read)."""
+        def loaded_meta(session_id: str) -> tuple[bool, Meta | None]:
+            with self._lock:
+                state = self._sessions.get(session_id)
+            # A state still replaying (another thread, under its own lock) holds
+            # a partial meta: only a loaded one is the truth, else the file is.
+            if state is not None and state.loaded:
+                return True, state.meta
+            return False, None
+
+        logs = _coldlist.log_stats(self._ops, self._dir, self._warn_once)
+        cold = _coldlist.scan(logs, self._sessions_file, loaded_meta, self._peek_meta, self._warn_once,
+                              write_back=True)
+        with self._lock:
+            self._list_dirty.clear()
+        return cold
+
+    def _save_sessions_index(self) -> None:
+        """Record the metas written since the last scan (under the store lock)."""
+        changed: dict[str, tuple[str, _sessions_index.Key, Meta | None] | None] = {}
+        for session_id in self._list_dirty:
+            path = self._log(session_id)  # not through LogFiles: that would keep a record per evicted session
+            try:
+                key = _sessions_index.file_key(self._ops.lstat(path))
+            except OSError:
+                changed[os.path.basename(path)] = None
+                continue
+            changed[os.path.basename(path)] = (
+                session_id, key, self._metas.get(session_id) if self._metas is not None else None)
+        try:
+            listed: list[str] | None = self._ops.listdir(self.dir)
+        except OSError:
+            listed = None
+        _coldlist.update(self._sessions_file, changed, listed)
+        self._list_dirty.clear()
+
+    def _peek_meta(self, name: str, session_id: str) -> Meta | None:
+        """The last committed meta of a log, from its tail: listing never
+        needs entries (a read-only store also remembers it per file version)."""
+        meta = meta_of_log(self._ops, os.path.join(self._dir, name), session_id,
+                           self._peeked if self.read_only else None)
+        return None if meta is None else shared_keys(meta)
