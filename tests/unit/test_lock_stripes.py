@@ -17,22 +17,26 @@ def test_threads_racing_for_one_stripe_all_get_the_same_lock() -> None:
     sys.setswitchinterval(1e-6)
     try:
         for round_ in range(20):
-            service = SessionService(MemoryStore())
-            got: list[threading.RLock] = []
-            start = threading.Barrier(8)
-
-            def take(service: SessionService = service) -> None:
-                start.wait()
-                got.append(service.session_lock(f"s_{round_}"))
-
-            threads = [threading.Thread(target=take) for _ in range(8)]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
+            got = _race(SessionService(MemoryStore()), f"s_{round_}", 8)
             assert len(got) == 8 and all(lock is got[0] for lock in got)
     finally:
         sys.setswitchinterval(old)
+
+
+def _race(service: SessionService, session_id: str, threads: int) -> list[threading.RLock]:
+    got: list[threading.RLock] = []
+    start = threading.Barrier(threads)
+
+    def take() -> None:
+        start.wait()
+        got.append(service.session_lock(session_id))
+
+    running = [threading.Thread(target=take) for _ in range(threads)]
+    for t in running:
+        t.start()
+    for t in running:
+        t.join()
+    return got
 
 
 def test_a_session_keeps_its_stripe_and_the_table_stays_bounded() -> None:
