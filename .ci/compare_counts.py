@@ -1,13 +1,14 @@
-"""Fresh-clone check: the @pure run of a clone with nothing beside it must pass
-exactly the tests the full run passes, less the listed optional ones (those
-needing an engine or the reference material beside the repository).
+"""The split run's verdict: the fresh clone's plain `pytest` (nothing beside it)
+and this lane's optional tests (engine, reference material, PostgreSQL) must
+together have passed every collected test, each exactly where it belongs.
 
-    python .ci/compare_counts.py FULL.xml FRESH.xml OPTIONAL.txt
+    python .ci/compare_counts.py COLLECTED.txt OPTIONAL.txt FRESH.xml OPTIONAL.xml
 
-FULL/FRESH are pytest JUnit XML reports; OPTIONAL is `pytest --collect-only -q`
-output of the optional tests (`-m "not pure or reference"`: what the @pure
-selection leaves out, i.e. @engine and the postgres re-runs of the scenarios, and
-what needs the reference material beside the repository).
+COLLECTED/OPTIONAL are `pytest --collect-only -q` output of the whole suite and of
+the optional tests (`-m "not pure or reference"`: what needs an engine, PostgreSQL
+or the reference material beside the repository); FRESH/OPTIONAL.xml are the two
+runs' JUnit reports. A fresh clone must pass everything but the optional tests
+(which skip there); this lane runs the optional tests (a failure fails it).
 """
 
 from __future__ import annotations
@@ -33,20 +34,25 @@ def node_key(node_id: str) -> str:
     return ".".join([path.replace("/", "."), *classes]) + "::" + name + bracket + params
 
 
-def main(full_xml: str, fresh_xml: str, optional_txt: str) -> int:
-    full, fresh = passed(Path(full_xml)), passed(Path(fresh_xml))
-    optional = {node_key(line.strip()) for line in Path(optional_txt).read_text().splitlines() if "::" in line}
-    expected = full - optional
-    print(f"full run passed {len(full)}; optional tests listed {len(optional)} "
-          f"({len(full & optional)} of them passed in the full run); expected on a fresh clone {len(expected)}; "
-          f"fresh clone @pure passed {len(fresh)}")
-    if fresh == expected:
-        return 0
-    for name in sorted(expected - fresh)[:20]:
-        print(f"  passes in the full run but not on a fresh clone: {name}")
-    for name in sorted(fresh - expected)[:20]:
-        print(f"  passes on a fresh clone but is not expected: {name}")
-    return 1
+def listed(collect_txt: str) -> set[str]:
+    return {node_key(line.strip()) for line in Path(collect_txt).read_text().splitlines() if "::" in line}
+
+
+def main(collected_txt: str, optional_txt: str, fresh_xml: str, optional_xml: str) -> int:
+    collected, optional = listed(collected_txt), listed(optional_txt)
+    fresh, here = passed(Path(fresh_xml)), passed(Path(optional_xml))
+    expected = collected - optional
+    print(f"collected {len(collected)}; optional {len(optional)}, passed here {len(here)}; "
+          f"expected on a fresh clone {len(expected)}, passed there {len(fresh)}")
+    problems = [f"  should pass on a fresh clone but did not: {n}" for n in sorted(expected - fresh)]
+    problems += [f"  passed on a fresh clone but is optional or not collected: {n}" for n in sorted(fresh - expected)]
+    # Optional tests that did not pass here were skipped or xfailed (a failure already failed the run):
+    # shown, not judged, as the stand-in's known faults are xfail.
+    for name in sorted(optional - here)[:20]:
+        print(f"  optional, not passed here (skip or xfail): {name}")
+    for line in problems[:40]:
+        print(line)
+    return 1 if problems else 0
 
 
 if __name__ == "__main__":
