@@ -20,6 +20,17 @@ METAS = st.fixed_dictionaries({
 })
 
 
+
+def apply_ops(catalog: MetaCatalog, metas: dict[str, dict[str, Any]], ops: list[Any]) -> None:
+    """Apply puts (a meta) and removes (a session id) to the catalog and to the plain dict it is checked against."""
+    for op in ops:
+        if isinstance(op, str):
+            catalog.remove(op)
+            metas.pop(op, None)
+        else:
+            catalog.put(op)
+            metas[op["session_id"]] = op
+
 def naive(metas: dict[str, dict[str, Any]], order: str, after: tuple[int, str] | None, limit: int,
           status: str | None, want: dict[str, Any] | None) -> tuple[list[str], bool]:
     """The rule the service applied before the catalog: filter, sort everything, cut."""
@@ -49,13 +60,7 @@ def test_pages_match_a_full_sort(ops: list[Any], order: str, after: tuple[int, s
     # or a filter bucket dropping a match the equality rule accepts (1 == 1.0, true != 1).
     catalog = MetaCatalog()
     metas: dict[str, dict[str, Any]] = {}
-    for op in ops:
-        if isinstance(op, str):
-            catalog.remove(op)
-            metas.pop(op, None)
-        else:
-            catalog.put(op)
-            metas[op["session_id"]] = op
+    apply_ops(catalog, metas, ops)
     assert len(catalog) == len(metas)
 
     def match(m: dict[str, Any]) -> bool:

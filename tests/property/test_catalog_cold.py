@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from session_manager._service.listing import _metadata_matches
 from session_manager.store import _coldlist, _sessions_index
 from session_manager.store._catalog import ORDERS
-from tests.property.test_catalog import METAS, VALUES, naive
+from tests.property.test_catalog import METAS, VALUES, apply_ops, naive
 
 IDS = [f"s{i}" for i in range(12)]
 
@@ -49,13 +49,7 @@ def test_a_catalog_from_the_index_pages_like_a_full_sort(
 
     cold, more = catalog.page(order, after, limit, lambda m: True)  # decodes a few, leaves the rest pending
     assert ([m["session_id"] for m in cold], more) == naive(metas, order, after, limit, None, None)
-    for op in ops:
-        if isinstance(op, str):
-            catalog.remove(op)
-            metas.pop(op, None)
-        else:
-            catalog.put(op)
-            metas[op["session_id"]] = op
+    apply_ops(catalog, metas, ops)
     assert len(catalog) == len(metas)
     page, more = catalog.page(order, after, limit, match, status=status, metadata=want)
     assert ([m["session_id"] for m in page], more) == naive(metas, order, after, limit, status, want)

@@ -10,30 +10,14 @@ import sys
 import textwrap
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 import session_manager
 from session_manager.store import Commit, FsStore, _index, _lazy
-from session_manager.store._records import committed_records, encode_commit
-from session_manager.store._state import SessionState
+from session_manager.store._records import encode_commit
+from tests.unit.index_views import oracle, view
 from tests.unit.store_contract import message, meta
-
-
-def oracle(path: Path, session_id: str) -> dict[str, Any]:
-    state = SessionState()
-    for record in committed_records(path.read_bytes().split(b"\n"), session_id, lambda n, w: None):
-        state.apply_record(record)
-    return {"meta": state.meta, "leaf": state.leaf, "entries": dict(state.entries),
-            "path": [e["id"] for e in state.path(state.leaf)]}
-
-
-def view(store: FsStore, session_id: str) -> dict[str, Any]:
-    leaf = store.get_leaf(session_id)
-    return {"meta": store.get_meta(session_id), "leaf": leaf,
-            "entries": {e["id"]: e for e in store.entries(session_id)},
-            "path": [e["id"] for e in store.path(session_id, leaf)]}
 
 
 def reference_log(n: int) -> bytes:
