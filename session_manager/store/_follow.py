@@ -29,7 +29,7 @@ from itertools import accumulate
 from ..errors import StoreError
 from . import _index
 from ._fsio import NotRegular, Ops, open_regular, read_fd, reason
-from ._lazy import LazyEntries, ReadAt
+from ._lazy import LazyEntries, ReadAt, pread_file
 from ._records import Replay, decode_record
 from ._state import SessionState
 
@@ -147,12 +147,9 @@ class Follower:
             with self._lock:
                 if seen.fd >= 0:
                     return os.pread(seen.fd, length, offset)
-            fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-            try:
-                return os.pread(fd, length, offset)
-            finally:
-                os.close(fd)
+            return by_name(offset, length)  # the kept descriptor was evicted: open by name
 
+        by_name = pread_file(path)
         return read
 
     def forget(self, session_id: str) -> None:
