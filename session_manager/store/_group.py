@@ -85,16 +85,21 @@ class GroupCommit:
     _changed: dict[str, Meta | None]
     _owed: threading.local
     _scope: _Scope
+    _scoped: bool
 
     def _state(self, session_id: str, create: bool = False) -> Any: ...
 
     def _init_group_commit(self) -> None:
         self._owed = threading.local()
         self._scope = _Scope(self._owed)
+        # Set by the first fsync-mode scope: from then on settle() looks for what is owed even
+        # in flush mode (durability hot-reloads; a write owed before the switch is still synced).
+        self._scoped = False
 
     def mutation(self, session_ids: Collection[str]) -> AbstractContextManager[None]:
         if self.durability != "fsync":
             return NO_TRANSACTION
+        self._scoped = True
         local = self._owed
         named: list[str] | None = getattr(local, "named", None)
         if named is None:
@@ -130,8 +135,8 @@ class GroupCommit:
     def settle(self) -> None:
         """Wait until every commit this thread made in a mutation scope is on
         disk; :class:`StoreError` if an fsync failed (those writes are undone)."""
-        if self.durability != "fsync":
-            return  # nothing is ever owed (and a thread-local miss costs more than this)
+        if not self._scoped:
+            return  # nothing was ever owed (and a thread-local miss costs more than this)
         local = self._owed
         owed: list[_Owed] = getattr(local, "owed", None) or []
         named: list[str] = getattr(local, "named", None) or []

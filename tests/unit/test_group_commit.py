@@ -235,3 +235,33 @@ def test_an_undone_write_that_owed_a_newline_leaves_the_tail_for_the_next_write_
     again = FsStore(tmp_path / "d")
     assert [e["id"] for e in again.entries("s_1")] == ["e_2"]
     again.close()
+
+
+def test_a_write_owed_an_fsync_when_durability_turns_to_flush_is_still_synced(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Prevents: a hot reload from fsync to flush, landing between an append's write and its wait,
+    # answering that append without the fsync it was promised (and leaving its descriptor pinned).
+    store = FsStore(tmp_path / "d", durability="fsync")
+    store.commit("s_1", Commit(meta=meta("s_1")))
+    log = str(store.file_path("s_1"))
+    synced: list[int] = []
+    real = os.fsync
+
+    def fsync(fd: int) -> None:
+        synced.append(os.fstat(fd).st_size)
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    with store.mutation(("s_1",)):
+        store.commit("s_1", Commit(entries=(entry("e_1", None),), leaf="e_1", meta=meta("s_1", message_count=1)))
+    store.durability = "flush"  # the reload
+    store.settle()
+    size = os.path.getsize(log)
+    assert synced == [size]  # one sync, covering the owed write
+    assert store._fds._slots[log].pins == 0
+    store.settle()  # nothing is owed twice
+    assert synced == [size]
+    store.close()
+    again = FsStore(tmp_path / "d")
+    assert [e["id"] for e in again.entries("s_1")] == ["e_1"]
+    again.close()
