@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import gc
 import json
+import shutil
 import tracemalloc
 from pathlib import Path
 from typing import Any
 
 from session_manager.store import Commit, FsStore
-from session_manager.store._cache import CATALOG_PER_META_BYTE, FIXED_OVERHEAD
+from session_manager.store._cache import CATALOG_PER_META_BYTE, FIXED_OVERHEAD, SCAN_PER_LOG
 from tests.unit.store_contract import message, meta
 
 SESSIONS = 3000
@@ -121,3 +122,27 @@ def test_a_read_only_store_reloads_an_evicted_session_whole(tmp_path: Path) -> N
     assert [touch(store, sid_of(n)) for n in range(4)] == first
     assert all(view["meta"] is not None and len(view["path"]) == 3 for view in first)
     store.close()
+
+
+def test_the_first_list_of_a_directory_without_indexes_stays_within_its_stated_peak(tmp_path: Path) -> None:
+    # Prevents: the first list of a reference-written data_dir holding a row per log whose meta
+    # JSON keeps orjson's ~4 KiB buffer until the sessions index is written (400 MiB at 100k logs).
+    build(tmp_path, SESSIONS)
+    shutil.rmtree(tmp_path / ".index")  # as the reference leaves a data_dir: no sidecars at all
+    meta_bytes = max(len(json.dumps(m, separators=(",", ":"))) for m in FsStore(tmp_path, read_only=True).list_metas())
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        store = FsStore(tmp_path)
+        tracemalloc.reset_peak()
+        assert len(store.list_metas()) == SESSIONS
+        peak = tracemalloc.get_traced_memory()[1] - before
+        bound = SESSIONS * (SCAN_PER_LOG + CATALOG_PER_META_BYTE * meta_bytes)
+        assert peak <= bound, (peak, bound)
+        store.close()
+    finally:
+        tracemalloc.stop()
+    again = FsStore(tmp_path)  # the index it wrote lists the same sessions
+    assert len(again.list_metas()) == SESSIONS
+    again.close()
