@@ -20,8 +20,6 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from . import _aio_fsync
-
 _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 # Read access too: the tail check after a failed write and lazy bodies pread it.
 _FLAGS = os.O_RDWR | os.O_APPEND | _O_CLOEXEC
@@ -174,25 +172,20 @@ class GroupSync:
     a ticket, and saying where its bytes end), then :meth:`wait` with that
     ticket. Whoever finds no sync in progress runs one; a writer whose write
     was made while one ran waits for it and then, if still uncovered, for the
-    next. A writer with more to do before it waits may :meth:`start` the sync
-    first (see :mod:`._aio_fsync`): it runs meanwhile, and the first waiter
-    reaps it. A failed fsync fails every writer not yet durable, then and for
+    next. A failed fsync fails every writer not yet durable, then and for
     good: after a failed fsync the kernel may have dropped the dirty pages,
     so a later fsync's success would prove nothing about them. The file's
     owner undoes those writes (back to :attr:`durable_end`) and replaces the
     descriptor.
     """
 
-    __slots__ = ("_cond", "_durable", "_end", "_failed", "_op", "_op_end", "_op_upto", "_running", "_undone",
-                 "_written", "durable_end")
+    __slots__ = ("_cond", "_durable", "_end", "_failed", "_running", "_undone", "_written", "durable_end")
 
     def __init__(self) -> None:
         self._cond = threading.Condition(threading.Lock())
         self._written = 0  # tickets handed out
         self._durable = 0  # every ticket <= this is on disk
-        self._running = False  # a sync is in flight (run by a waiter, or started and not yet reaped)
-        self._op: _aio_fsync.Pending | None = None  # a started sync no waiter reaps yet
-        self._op_upto = self._op_end = 0  # the ticket and end it covers
+        self._running = False
         self._failed: OSError | None = None
         self._end = -1  # where the last written ticket's bytes end (-1: not said)
         self._undone = False
@@ -229,19 +222,6 @@ class GroupSync:
         """The newest ticket (waiting on it covers every write so far)."""
         return self._written
 
-    def start(self, fd: int) -> None:
-        """Begin a sync of every write so far in the background, unless one is
-        in flight (the writes made meanwhile share the next one) or none is
-        possible here; :meth:`wait` reaps it."""
-        with self._cond:
-            if self._running or self._failed is not None or self._durable >= self._written:
-                return
-            # Submitting is one quick system call: under the lock, so no two start at once.
-            op = _aio_fsync.start(fd)
-            if op is not None:
-                self._running, self._op = True, op
-                self._op_upto, self._op_end = self._written, self._end
-
     def wait(self, fd: int, ticket: int) -> None:
         cond = self._cond
         with cond:
@@ -251,30 +231,15 @@ class GroupSync:
                 if self._failed is not None:
                     raise self._failed
                 if not self._running:
-                    op: _aio_fsync.Pending | None = None
-                    self._running = True
-                    upto, end = self._written, self._end
-                    break
-                if self._op is not None:  # started, and nobody reaps it yet: this waiter does
-                    op, self._op = self._op, None
-                    upto, end = self._op_upto, self._op_end
                     break
                 cond.wait()
+            self._running = True
+            upto, end = self._written, self._end
         error: OSError | None = None
         try:
-            if op is None:
-                os.fsync(fd)
-            else:
-                op.result()
+            os.fsync(fd)
         except OSError as e:
             error = e
-        except BaseException:
-            # Interrupted (a signal's exception) with no verdict: nothing is marked
-            # durable, and the next waiter syncs again.
-            with cond:
-                self._running = False
-                cond.notify_all()
-            raise
         with cond:
             self._running = False
             if error is None:

@@ -6,9 +6,7 @@ before it answers. In fsync mode a commit made inside such a scope writes
 its lines and takes a ticket from the descriptor's
 :class:`~._fds.GroupSync`, but leaves the fsync to :meth:`GroupCommit.settle`:
 the writers that queued on the lock meanwhile write theirs, and the first
-of them to wait syncs for all (the GIL is released in ``fsync``). The
-commit starts that sync in the background where the system allows
-(:mod:`._aio_fsync`), so it overlaps the rest of the commit. No one is
+of them to wait syncs for all (the GIL is released in ``fsync``). No one is
 answered, and no event leaves, before an fsync covering its bytes returned.
 A commit made outside a scope (a direct ``store.commit``) still syncs before
 it returns. A scope that wrote nothing to a session it named (an idempotent
@@ -118,9 +116,6 @@ class GroupCommit:
             if owed is None:
                 owed = local.owed = []
             owed.append((session_id, path, slot, ticket))
-            # Started now, the sync runs while this writer finishes its commit and lets go of
-            # the lock; settle() reaps it (or shares the next one with later writers).
-            slot.sync.start(slot.fd)
             return True
         slot.sync.wait(slot.fd, ticket)
         return False

@@ -20,8 +20,6 @@ from session_manager.store._records import decode_record
 from tests.unit.store_contract import message as entry
 from tests.unit.store_contract import meta
 
-pytestmark = pytest.mark.usefixtures("fsync_backend")  # each test under both ways of syncing
-
 WRITERS = 8
 
 
@@ -176,24 +174,19 @@ def test_a_failed_shared_fsync_fails_every_writer_it_was_to_cover_and_nothing_of
     again.close()
 
 
-def eio(fd: int) -> None:
-    raise OSError(errno.EIO, "Input/output error")
-
-
 def test_a_compaction_waits_for_owed_fsyncs_and_never_outlives_a_failed_one(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fsync_backend: str) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # Prevents: a compaction snapshot (fsynced, renamed over the log) carrying an entry whose own fsync
     # then fails -- reported failed yet replayed after a restart.
     for fails in (False, True):
         store = FsStore(tmp_path / f"d{fails}", durability="fsync")
         store.commit("s_1", Commit(meta=meta("s_1")))
-        # The fsync fails whenever it runs: started by the write, or run by the first waiter.
-        early = fails and fsync_backend == "started-at-write"
-        if early:
-            monkeypatch.setattr(os, "fsync", eio)
         with store.mutation(("s_1",)):  # what the service does: the fsync is owed to settle()
             store.commit("s_1", Commit(entries=(entry("e_1", None),), leaf="e_1", meta=meta("s_1", message_count=1)))
-        if fails and not early:
+        if fails:
+            def eio(fd: int) -> None:
+                raise OSError(errno.EIO, "Input/output error")
+
             monkeypatch.setattr(os, "fsync", eio)
         assert store.compact("s_1") is not fails
         with pytest.raises(StoreError) if fails else contextlib.nullcontext():
@@ -209,7 +202,7 @@ def test_a_compaction_waits_for_owed_fsyncs_and_never_outlives_a_failed_one(
 
 
 def test_an_undone_write_that_owed_a_newline_leaves_the_tail_for_the_next_write_to_fix(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fsync_backend: str) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # Prevents: undoing a write that began with the newline a valid unterminated last record was owed,
     # then appending straight after that record (two records on one line: both lost to replay).
     store = FsStore(tmp_path / "d", durability="fsync")
@@ -219,8 +212,10 @@ def test_an_undone_write_that_owed_a_newline_leaves_the_tail_for_the_next_write_
     log.write_bytes(log.read_bytes().rstrip(b"\n"))  # a valid last record without its newline
     before = log.read_bytes()
     store = FsStore(tmp_path / "d", durability="fsync")
-    if fsync_backend == "started-at-write":  # the sync starts with the write
-        monkeypatch.setattr(os, "fsync", eio)
+
+    def eio(fd: int) -> None:
+        raise OSError(errno.EIO, "Input/output error")
+
     with store.mutation(("s_1",)):
         store.commit("s_1", Commit(entries=(entry("e_1", None),), leaf="e_1", meta=meta("s_1", message_count=1)))
     monkeypatch.setattr(os, "fsync", eio)

@@ -17,8 +17,6 @@ import pytest
 import session_manager
 from session_manager.errors import PARENT_NOT_FOUND, STORAGE, SessionError
 
-pytestmark = pytest.mark.usefixtures("fsync_backend")  # each test under both ways of syncing
-
 
 def message(i: int) -> dict[str, Any]:
     return {"role": "user", "content": [{"type": "text", "text": f"m{i}"}], "timestamp": i}
