@@ -240,6 +240,13 @@ class GroupSync:
             os.fsync(fd)
         except OSError as e:
             error = e
+        except BaseException:
+            # Interrupted (a signal's exception) with no verdict: nothing is marked durable,
+            # and the next waiter syncs again instead of waiting forever on this one.
+            with cond:
+                self._running = False
+                cond.notify_all()
+            raise
         with cond:
             self._running = False
             if error is None:

@@ -142,3 +142,30 @@ def test_a_failed_fsync_fails_every_writer_not_yet_durable_for_good(
     assert sync.failed and sync.pending and sync.durable_end == 10  # the owner truncates back to here
     assert len(synced) == 1
     os.close(fd)
+
+
+def test_an_fsync_interrupted_by_a_signal_leaves_the_next_waiter_free_to_sync(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Prevents: a KeyboardInterrupt (or any signal handler's exception) raised in the thread running
+    # the shared fsync leaving "a sync is running" set, so every later writer to the file waits forever.
+    def interrupted(fd: int) -> None:
+        raise KeyboardInterrupt
+
+    sync = GroupSync()
+    fd = os.open(tmp_path / "s", os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        first = sync.written(0, 10)
+        monkeypatch.setattr(_fds.os, "fsync", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            sync.wait(fd, first)
+        assert sync.pending and sync.durable_end == 0 and not sync.failed  # no verdict either way
+        synced: list[int] = []
+        monkeypatch.setattr(_fds.os, "fsync", synced.append)
+        done = threading.Event()
+        waiter = threading.Thread(target=lambda: (sync.wait(fd, first), done.set()))
+        waiter.start()
+        waiter.join(5)
+        assert done.is_set() and synced == [fd]
+        assert (sync.pending, sync.durable_end) == (False, 10)
+    finally:
+        os.close(fd)
