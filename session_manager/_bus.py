@@ -24,6 +24,13 @@ from .errors import NotFound, RemoteError, StoreError, Unavailable
 CALLER_KEY = "_caller_worker_id"
 
 
+def strip_caller(payload: Any) -> Any:
+    """The payload without the engine-injected ``_caller_worker_id``."""
+    if isinstance(payload, dict) and CALLER_KEY in payload:
+        return {k: v for k, v in payload.items() if k != CALLER_KEY}
+    return payload
+
+
 class ObserverHandle(Protocol):
     """What ``observe`` returns: wait for the engine's confirmation, stop."""
 

@@ -30,15 +30,15 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from iii import ObserveHooks
-from pydantic import TypeAdapter
 
-from .._bus import CALLER_KEY, Bus, ObserverHandle
+from .._bus import Bus, ObserverHandle, strip_caller
 from .._hosts.surface import EVENT_SURFACE, FUNCTIONS, Function
 from .._service.admission import admit
 from .._service.limits import LimitsCell
 from .._service.service import SessionService, storage_errors
 from .._service.stats import Stats
 from .._wire.events import Event
+from .._wire.schemas import json_schema
 from .._wire.shape import build
 from .._wire.validation import parse_request
 from ..clock import Clock, SystemClock
@@ -67,24 +67,6 @@ BridgeConnector = Callable[[BridgeConfig], Bus]
 
 def default_bridge_connector(config: BridgeConfig) -> Bus:
     return br.connect(config.url, config.timeout_ms)
-
-
-def strip_caller(payload: Any) -> Any:
-    """The payload without the engine-injected ``_caller_worker_id``."""
-    if isinstance(payload, dict) and CALLER_KEY in payload:
-        return {k: v for k, v in payload.items() if k != CALLER_KEY}
-    return payload
-
-
-def json_schema(model: Any, *, nullable: bool = False) -> dict[str, Any]:
-    """The registered schema of a model or type (``null`` allowed when ``nullable``)."""
-    schema = TypeAdapter(model).json_schema()
-    if nullable:
-        defs = schema.pop("$defs", None)
-        schema = {"anyOf": [schema, {"type": "null"}]}
-        if defs:
-            schema["$defs"] = defs
-    return {"$schema": "https://json-schema.org/draft/2020-12/schema", **schema}
 
 
 # --------------------------------------------------------------------------

@@ -16,7 +16,7 @@ import pytest
 import session_manager
 from session_manager._cli.data import main
 from session_manager._hosts.surface import BY_ID
-from session_manager._worker.iii_host import json_schema
+from session_manager._wire.schemas import json_schema
 from session_manager.clock import ManualClock
 from session_manager.ids import SequentialIds
 from session_manager.store.fs import FsStore

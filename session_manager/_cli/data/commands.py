@@ -251,7 +251,7 @@ def _fields(schema: dict[str, Any]) -> list[list[str]]:
 
 
 def cmd_schema(args: argparse.Namespace) -> Outcome:
-    from ..._worker.iii_host import json_schema  # the registered form (imports the iii SDK: only here)
+    from ..._wire.schemas import json_schema  # the registered form
 
     function = _function(args.function)
     request = json_schema(function.request)
