@@ -12,9 +12,11 @@ from typing import Any
 
 import pytest
 
+from session_manager.store import Commit
 from session_manager.store.postgres.settings import KEEPALIVES, PostgresSettings
 from session_manager.testing import FakeEngine
 from tests import pg_support
+from tests.unit.store_contract import meta
 from tests.unit.test_configuration import boot
 from tests.unit.test_postgres_instances import wait_for
 from tests.unit.test_postgres_store import pg_value
@@ -144,3 +146,23 @@ def test_the_outbox_retention_is_an_adapter_option_that_pruning_honours(schema: 
         assert wait_for(lambda: ages() == [])
     finally:
         host.close()
+
+
+def test_a_dsn_s_own_server_options_are_kept_beside_the_adapter_s(store_factory: Any, schema: str) -> None:
+    # Prevents: the adapter's `options` (search_path, statement_timeout, keepalives) replacing a DSN's
+    # own `options`, silently dropping an operator's lock_timeout or timezone; and a DSN's search_path
+    # sending the store to another schema than its configured one.
+    import psycopg
+
+    dsn = psycopg.conninfo.make_conninfo(pg_support.DSN, options="-c lock_timeout=1234 -c search_path=public")
+    store = store_factory(dsn)
+    with store._conn() as conn:
+        assert conn.execute("SHOW lock_timeout").fetchone()[0] == "1234ms"
+        assert conn.execute("SHOW search_path").fetchone()[0] == f'"{schema}"'
+        assert conn.execute("SHOW statement_timeout").fetchone()[0] == "30s"
+    given = psycopg.conninfo.conninfo_to_dict(store._conninfo)  # the listener's and migration's too
+    assert str(given["options"]).startswith("-c lock_timeout=1234 -c search_path=public -c ")
+    # What it writes lands in its schema: a store on the plain DSN and the same schema reads it back.
+    store.commit("s_1", Commit(meta=meta("s_1")))
+    plain = store_factory()
+    assert plain.get_meta("s_1") == meta("s_1")

@@ -59,10 +59,13 @@ class PostgresSettings:
         for client, server in _SERVER_SIDE.items():
             if server == "tcp_user_timeout" or _on(keepalives["keepalives"]):
                 options.append(f"{server}={_quote_option(keepalives[client])}")
+        # The DSN's own options first: kept (lock_timeout, timezone, ...), and where both set
+        # one (search_path, statement_timeout) the adapter's, later on the line, wins.
+        own = str(given.get("options") or "").strip()
         return psycopg.conninfo.make_conninfo(
             self.dsn,
             connect_timeout=seconds,
-            options=" ".join(f"-c {o}" for o in options),
+            options=" ".join([own] * bool(own) + [f"-c {o}" for o in options]),
             application_name=f"session-manager:{self.schema}"[:63],  # tests find their backends by it
             **{k: v for k, v in keepalives.items() if k not in given},
         )
