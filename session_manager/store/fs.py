@@ -300,7 +300,8 @@ class FsStore(CatalogListing, SessionDeletion, OnlineCompaction, AttachmentFiles
     # -- writes ------------------------------------------------------------------
 
     def commit(self, session_id: str, commit: Commit) -> Commit:
-        self._writable()
+        if self.read_only:  # (:meth:`_writable`, inline: every write passes here)
+            raise ReadOnlyStore("this store is open read-only")
         state = self._current_state(session_id)
         try:
             commit = state.resolve(commit)  # compare-and-set, inside the write's critical section
