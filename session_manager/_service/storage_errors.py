@@ -82,6 +82,8 @@ class locked_storage_errors(storage_errors):
         except BaseException as settle_error:
             if raised is None:
                 raised = settle_error
+        if raised is None:
+            return
         super().__exit__(kind, raised, tb)
-        if raised is not e and raised is not None:
+        if raised is not e:
             raise raised
