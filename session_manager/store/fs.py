@@ -250,6 +250,8 @@ class FsStore(CatalogListing, SessionDeletion, OnlineCompaction, AttachmentFiles
             state = self._sessions.get(session_id)
             if state is not None and state.loaded:
                 self._sessions.touch(session_id, state, self._drop)
+                if state.meta is not None and not self.read_only:
+                    return state  # the usual case: nothing to load, not empty
             known = self._metas is None or session_id in self._metas
         if state is None:
             path = self._log(session_id)  # checks the id's length (a held state's id passed already)
