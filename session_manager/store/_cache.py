@@ -71,17 +71,18 @@ class StateCache(OrderedDict[str, SessionState]):
         self._charges[session_id] = new
         self.move_to_end(session_id)
 
-    def committed(self, session_id: str, state: SessionState) -> None:
+    def committed(self, session_id: str, state: SessionState, drop: Drop) -> None:
         """A commit wrote to ``session_id`` (just used): settle every session
         handed out since its last charge, this one with them (the bodies just
-        written count), mark it most recent. It stays pending, as a touch
-        leaves it: a reader handed it before the write may still be decoding."""
-        if self.get(session_id) is not state:
-            return
-        self._pending[session_id] = state
-        self.settle()
-        self._pending[session_id] = state
-        self.move_to_end(session_id)
+        written count), mark it most recent, and evict. It stays pending, as a
+        touch leaves it: a reader handed it before the write may still be decoding."""
+        if self.get(session_id) is state:
+            self._pending[session_id] = state
+            self.settle()
+            self._pending[session_id] = state
+            self.move_to_end(session_id)
+        if self.total > self.budget:
+            self.evict(session_id, drop)
 
     def touch(self, session_id: str, state: SessionState, drop: Drop) -> None:
         """``state`` (cached, loaded) is handed out again: charge what the

@@ -364,9 +364,10 @@ class LazyEntries(MutableMapping[str, Entry]):
         self._path = None
 
     def __setitem__(self, entry_id: str, entry: Entry) -> None:
-        i = self._index_of(entry_id)
+        pos = self._pos
+        i = pos.get(entry_id) if pos is not None and type(entry_id) is str else self._index_of(entry_id)
         if i is None:  # a new entry (every append)
-            self._put_new(self._positions(), entry_id, entry, -1, 0)
+            self._put_new(self._positions() if pos is None else pos, entry_id, entry, -1, 0)
             self._unlocated += 1  # its line is noted by the writer
             self._bodies[entry_id] = entry
             return
@@ -384,7 +385,7 @@ class LazyEntries(MutableMapping[str, Entry]):
         """Add ``entry_id`` (not in ``pos``, the position map) at the next position,
         linked to its parent, located at (``offset``, ``length``; ``-1``: not yet noted)."""
         i = pos[entry_id] = len(self._parents)
-        self._id_list().append(entry_id)
+        (self._ids if self._ids is not None else self._id_list()).append(entry_id)
         parent = entry.get("parent_id")
         j = NO_PARENT
         if isinstance(parent, str):

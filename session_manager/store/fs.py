@@ -323,8 +323,7 @@ class FsStore(CatalogListing, SessionDeletion, OnlineCompaction, AttachmentFiles
                         self._list_dirty.add(session_id)
                     if self._scans:
                         self._changed[session_id] = commit.meta
-                self._sessions.committed(session_id, state)  # O(1): the bodies just written count
-                self._sessions.evict(session_id, self._drop)
+                self._sessions.committed(session_id, state, self._drop)  # O(1): the bodies just written count
             self._maybe_compact(session_id, state)
             return commit
         finally:
