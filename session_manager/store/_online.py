@@ -78,7 +78,7 @@ class OnlineCompaction:
         soft line. ``True`` when an inline rewrite replaced the log."""
         budget = self._budgets.get(session_id)
         if budget is None or not (force or budget.wants_background()):
-            return False  # below the soft line (nearly every commit), so below the hard one too
+            return False  # below the soft line (nearly every commit), so below the hard one too (SOFT_SLACK <= SLACK)
         compactor = self._compactor
         if compactor is not None and compactor.rewriting(session_id):
             return False  # one in flight: it lands soon, and commits past the hard line wait for it
