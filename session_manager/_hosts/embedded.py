@@ -84,6 +84,8 @@ class SessionManager(TypedMethods):
         self._observers: list[Observation] = []
         self._lock = threading.Lock()
         self._closed = False
+        # The default run_call only calls: skipped (and its closure) on every call of such a store.
+        self._wraps_calls = getattr(type(service.store), "run_call", None) is not SessionStore.run_call
         # A shared store (postgres) delivers other instances' events here.
         self._unsubscribe = service.store.subscribe(self.publish, self.is_observed)
 
@@ -107,8 +109,11 @@ class SessionManager(TypedMethods):
         reject_unknown_keys(function.request, payload)
         request = parse_request(function.request, payload)
         service, serve = self.service, function.handler
-        # run_call: a shared store commits the call's events with its writes.
-        response, events = service.store.run_call(lambda: serve(service, request))
+        if self._wraps_calls:
+            # run_call: a shared store commits the call's events with its writes.
+            response, events = service.store.run_call(lambda: serve(service, request))
+        else:
+            response, events = serve(service, request)
         result = copy_json(response)
         self.publish(events)
         return result

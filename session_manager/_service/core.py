@@ -95,8 +95,10 @@ class ServiceCore:
         """Append new entries; the store derives the meta from its own (and,
         with ``chain``, parents the first entry on its current leaf), so
         concurrent appends neither fork the session nor lose a count."""
-        return self._commit(session_id, entries=entries, leaf=entries[-1]["id"],
-                            meta=derive_append_meta(meta, entries), append=True, chain=chain)
+        # Built here, not through _commit's keyword pass-through: this runs on every append.
+        return self.store.commit(session_id, Commit(entries=entries, leaf=entries[-1]["id"],
+                                                    meta=derive_append_meta(meta, entries), tx=self._tx,
+                                                    append=True, chain=chain))
 
     # -- lookups ----------------------------------------------------------------
 

@@ -9,6 +9,7 @@ from contextlib import AbstractContextManager
 from types import TracebackType
 
 from ..errors import STORAGE, Conflict, SessionError, StoreError, UnstorableValue, invalid_request
+from ..store.base import NO_TRANSACTION
 
 
 def mapped(e: BaseException) -> SessionError | None:
@@ -49,15 +50,19 @@ class locked_storage_errors(storage_errors):
     failures of either mapped."""
 
     __slots__ = ("_inner", "_lock", "_settle")
+    _inner: AbstractContextManager[None] | None
 
     def __init__(self, lock: threading.Lock | threading.RLock, inner: AbstractContextManager[None],
                  settle: Callable[[], None]) -> None:
         self._lock = lock
-        self._inner = inner
+        # A store with no transactions (the fs one) hands out a shared no-op: not entered at all.
+        self._inner = None if inner is NO_TRANSACTION else inner
         self._settle = settle  # the store's wait for durability, once the lock is let go
 
     def __enter__(self) -> None:
         self._lock.acquire()
+        if self._inner is None:
+            return
         try:
             self._inner.__enter__()
         except BaseException as e:
@@ -70,7 +75,8 @@ class locked_storage_errors(storage_errors):
     def __exit__(self, kind: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
         raised = e
         try:
-            self._inner.__exit__(kind, e, tb)
+            if self._inner is not None:
+                self._inner.__exit__(kind, e, tb)
         except BaseException as inner_error:
             raised = inner_error  # the transaction's own failure (a commit that did not hold)
         finally:
@@ -82,6 +88,8 @@ class locked_storage_errors(storage_errors):
         except BaseException as settle_error:
             if raised is None:
                 raised = settle_error
+        if raised is None:
+            return
         super().__exit__(kind, raised, tb)
-        if raised is not e and raised is not None:
+        if raised is not e:
             raise raised

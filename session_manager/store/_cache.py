@@ -8,7 +8,9 @@ next touched. The store calls every method under its own lock.
 
 A read decodes bodies after the store handed the state out, so a session is
 re-charged on the next touch of any session (:meth:`StateCache.touch`): the
-estimate lags only by what the calls in flight decoded. Eviction walks from
+estimate lags only by what the calls in flight decoded. A commit does not
+touch the state it writes: it charges it, settling the others with it, once
+written (:meth:`StateCache.committed`), then evicts. Eviction walks from
 the oldest end and stops as soon as the total fits, so a touch costs
 O(sessions dropped), never O(sessions cached).
 """
@@ -68,6 +70,19 @@ class StateCache(OrderedDict[str, SessionState]):
         self.total += new - self._charges.get(session_id, 0)
         self._charges[session_id] = new
         self.move_to_end(session_id)
+
+    def committed(self, session_id: str, state: SessionState, drop: Drop) -> None:
+        """A commit wrote to ``session_id`` (just used): settle every session
+        handed out since its last charge, this one with them (the bodies just
+        written count), mark it most recent, and evict. It stays pending, as a
+        touch leaves it: a reader handed it before the write may still be decoding."""
+        if self.get(session_id) is state:
+            self._pending[session_id] = state
+            self.settle()
+            self._pending[session_id] = state
+            self.move_to_end(session_id)
+        if self.total > self.budget:
+            self.evict(session_id, drop)
 
     def touch(self, session_id: str, state: SessionState, drop: Drop) -> None:
         """``state`` (cached, loaded) is handed out again: charge what the

@@ -44,6 +44,7 @@ from typing import Any
 
 from ._compaction import TEMP_SUFFIX
 from ._fsio import CREATE_FLAGS, Ops, reason, write_all
+from .path import Entry
 
 log = logging.getLogger("session_manager.store.fs")
 
@@ -147,11 +148,12 @@ class Compactor:
         self._rewriter.submit(lambda: self._rewrite(job))
         return True
 
-    def appended(self, session_id: str, data: bytes, entry_ids: tuple[str, ...]) -> None:
-        """A commit's bytes just landed in the log: the new log must carry them too."""
+    def appended(self, session_id: str, data: bytes, entries: tuple[Entry, ...]) -> None:
+        """A commit's bytes (of ``entries``) just landed in the log: the new log must
+        carry them too. The ids are taken only when a job is in flight (every commit calls this)."""
         job = self._jobs.get(session_id)
         if job is not None:
-            job.journal.append((data, entry_ids))
+            job.journal.append((data, tuple(e["id"] for e in entries)))
 
     def cancel(self, session_id: str) -> None:
         """The job in flight (if any) must not land (the session is being deleted)."""

@@ -364,26 +364,42 @@ class LazyEntries(MutableMapping[str, Entry]):
         self._path = None
 
     def __setitem__(self, entry_id: str, entry: Entry) -> None:
-        i = self._index_of(entry_id)
-        new = i is None
-        if i is None:
-            pos = self._positions()
-            i = pos[entry_id] = len(self._parents)
-            self._id_list().append(entry_id)
-            self._parents.append(NO_PARENT)
-            self._offs.append(-1)
-            self._lens.append(0)
-            self._unlocated += 1
-            self._live = None
-        elif self._offs[i] >= 0:
+        pos = self._pos
+        i = pos.get(entry_id) if pos is not None and type(entry_id) is str else self._index_of(entry_id)
+        if i is None:  # a new entry (every append)
+            self._put_new(self._positions() if pos is None else pos, entry_id, entry, -1, 0)
+            self._unlocated += 1  # its line is noted by the writer
+            self._bodies[entry_id] = entry
+            return
+        if self._offs[i] >= 0:
             self._unlocated += 1
             if entry_id in self._bodies:
                 self.body_bytes -= self._lens[i]  # the body it replaces
             self._offs[i] = -1  # the new body's line is noted by the writer
-        self._link(i, entry.get("parent_id"), new)
+        self._link(i, entry.get("parent_id"), False)
         if self._orphans and entry_id in self._orphans.values():
             self._adopted(entry_id, i)
         self._bodies[entry_id] = entry
+
+    def _put_new(self, pos: dict[str, int], entry_id: str, entry: Entry, offset: int, length: int) -> None:
+        """Add ``entry_id`` (not in ``pos``, the position map) at the next position,
+        linked to its parent, located at (``offset``, ``length``; ``-1``: not yet noted)."""
+        i = pos[entry_id] = len(self._parents)
+        (self._ids if self._ids is not None else self._id_list()).append(entry_id)
+        parent = entry.get("parent_id")
+        j = NO_PARENT
+        if isinstance(parent, str):
+            j = pos.get(parent, ORPHAN)
+            if j == ORPHAN:
+                self._orphans[i] = parent
+        self._parents.append(j)
+        self._offs.append(offset)
+        self._lens.append(length)
+        self._live = None
+        if self._linear and j != i - 1:
+            self._linear = False
+        if self._orphans and entry_id in self._orphans.values():
+            self._adopted(entry_id, i)
 
     def put_located(self, entry: Entry, offset: int, length: int) -> None:
         """``self[id] = entry`` for a body replay just read from the log line
@@ -391,23 +407,8 @@ class LazyEntries(MutableMapping[str, Entry]):
         entry_id = entry["id"]
         pos = self._positions()
         i = pos.get(entry_id)
-        if i is None:  # a new entry (nearly every line of a replay): inline, once per line
-            i = pos[entry_id] = len(self._parents)
-            self._id_list().append(entry_id)
-            parent = entry.get("parent_id")
-            j = NO_PARENT
-            if isinstance(parent, str):
-                j = pos.get(parent, ORPHAN)
-                if j == ORPHAN:
-                    self._orphans[i] = parent
-            self._parents.append(j)
-            self._offs.append(offset)
-            self._lens.append(length)
-            self._live = None
-            if self._linear and j != i - 1:
-                self._linear = False
-            if self._orphans and entry_id in self._orphans.values():
-                self._adopted(entry_id, i)
+        if i is None:  # a new entry (nearly every line of a replay)
+            self._put_new(pos, entry_id, entry, offset, length)
             return
         if self._offs[i] < 0:
             self._unlocated -= 1

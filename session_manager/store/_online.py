@@ -77,8 +77,10 @@ class OnlineCompaction:
         rewrite inline past the hard line, start one in the background past the
         soft line. ``True`` when an inline rewrite replaced the log."""
         budget = self._budgets.get(session_id)
+        if budget is None or not (force or budget.wants_background()):
+            return False  # below the soft line (nearly every commit), so below the hard one too (SOFT_SLACK <= SLACK)
         compactor = self._compactor
-        if budget is None or (compactor is not None and compactor.rewriting(session_id)):
+        if compactor is not None and compactor.rewriting(session_id):
             return False  # one in flight: it lands soon, and commits past the hard line wait for it
         if force or budget.wants_compaction():
             if compactor is not None:

@@ -40,7 +40,7 @@ def encode_sized(commit: Commit) -> tuple[bytes, Sizes]:
         except TypeError:
             pass
         else:
-            return (_APPEND_HEAD + entry_json + _META_KEY + meta_json + b"}\n",
+            return (b"".join((_APPEND_HEAD, entry_json, _META_KEY, meta_json, b"}\n")),  # one copy, not four
                     ((len(_ENTRY_HEAD) + len(entry_json) + 1 + len(entry["id"]) + _MARKER,),
                      2 * (len(_META_HEAD) + len(meta_json) + 2)))
     elif entries and meta is not None and commit.leaf == entries[-1]["id"]:

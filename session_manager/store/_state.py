@@ -64,6 +64,9 @@ class SessionState:
         if leaf == self.leaf:
             return
         ids, pos = self.path_ids, self.path_pos
+        if ids is None:  # no path held (always so when entries are held lazily): nothing to extend
+            self.leaf = leaf
+            return
         if (
             ids is not None
             and pos is not None

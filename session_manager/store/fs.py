@@ -250,6 +250,8 @@ class FsStore(CatalogListing, SessionDeletion, OnlineCompaction, AttachmentFiles
             state = self._sessions.get(session_id)
             if state is not None and state.loaded:
                 self._sessions.touch(session_id, state, self._drop)
+                if state.meta is not None and not self.read_only:
+                    return state  # the usual case: nothing to load, not empty
             known = self._metas is None or session_id in self._metas
         if state is None:
             path = self._log(session_id)  # checks the id's length (a held state's id passed already)
@@ -300,7 +302,8 @@ class FsStore(CatalogListing, SessionDeletion, OnlineCompaction, AttachmentFiles
     # -- writes ------------------------------------------------------------------
 
     def commit(self, session_id: str, commit: Commit) -> Commit:
-        self._writable()
+        if self.read_only:  # (:meth:`_writable`, inline: every write passes here)
+            raise ReadOnlyStore("this store is open read-only")
         state = self._current_state(session_id)
         try:
             commit = state.resolve(commit)  # compare-and-set, inside the write's critical section
@@ -309,7 +312,7 @@ class FsStore(CatalogListing, SessionDeletion, OnlineCompaction, AttachmentFiles
                 self._fold.claim(session_id)
             start = self._append(session_id, data)
             if self._compactor is not None:  # in the log now: a rewrite in flight must carry it over
-                self._compactor.appended(session_id, data, tuple(e["id"] for e in commit.entries))
+                self._compactor.appended(session_id, data, commit.entries)
             state.apply(commit)
             self._files.note_commit(session_id, state, start, data, commit)
             self._account(session_id, commit, data, sizes)
@@ -320,8 +323,7 @@ class FsStore(CatalogListing, SessionDeletion, OnlineCompaction, AttachmentFiles
                         self._list_dirty.add(session_id)
                     if self._scans:
                         self._changed[session_id] = commit.meta
-                self._sessions.charge(session_id, state)  # O(1): the bodies just written count
-                self._sessions.evict(session_id, self._drop)
+                self._sessions.committed(session_id, state, self._drop)  # O(1): the bodies just written count
             self._maybe_compact(session_id, state)
             return commit
         finally:
@@ -331,8 +333,7 @@ class FsStore(CatalogListing, SessionDeletion, OnlineCompaction, AttachmentFiles
         """The session's cached state, its lock held: one the cache dropped
         meanwhile is never written to (a newer load would not see the write)."""
         while True:
-            state = self._state(session_id, create=True)
-            assert state is not None
+            state = self._held(session_id)
             state.lock.acquire()
             if self._sessions.get(session_id) is state:
                 if not self._must_wait(session_id):
@@ -342,6 +343,20 @@ class FsStore(CatalogListing, SessionDeletion, OnlineCompaction, AttachmentFiles
                 self._compactor.wait_landed(session_id)  # the log is past the hard line
                 continue
             state.lock.release()
+
+    def _held(self, session_id: str) -> SessionState:
+        """The state a commit writes to: a loaded one in the cache is only marked
+        most recent (the commit re-charges it, settles the others and evicts
+        once it has written: :meth:`StateCache.committed`); any other is
+        loaded (or created) as a read would."""
+        with self._lock:
+            state = self._sessions.get(session_id)
+            if state is not None and state.loaded:
+                self._sessions.move_to_end(session_id)
+                return state
+        state = self._state(session_id, create=True)
+        assert state is not None
+        return state
 
     def _account(self, session_id: str, commit: Commit, data: bytes, sizes: Sizes) -> None:
         budget = self._budgets.get(session_id)

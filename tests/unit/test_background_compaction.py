@@ -350,3 +350,14 @@ def test_a_rewrite_whose_session_left_the_cache_is_abandoned(tmp_path: Path) -> 
     again = FsStore(tmp_path / "d")
     assert _view(again) == want
     again.close()
+
+
+def test_past_the_hard_line_is_past_the_soft_line_too() -> None:
+    # Prevents: the commit path's early return below the soft line (_online._maybe_compact)
+    # skipping an inline rewrite, were the soft line ever moved past the hard one.
+    assert _compaction.SOFT_SLACK <= _compaction.SLACK
+    budget = _compaction.LogBudget()
+    budget.live = 1000
+    for disk in range(0, 2 * budget.live + _compaction.SLACK + 2):
+        budget.disk = disk
+        assert not budget.wants_compaction() or budget.wants_background()

@@ -3,18 +3,24 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import shutil
 import threading
+from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
 import session_manager
+from session_manager._wire.events import Event
 from session_manager.clock import ManualClock
 from session_manager.errors import INVALID_CURSOR, INVALID_REQUEST
 from session_manager.ids import SequentialIds
 from session_manager.store._records import Replay
+from session_manager.store.memory import MemoryStore
+
+R = TypeVar("R")
 
 
 def open_store(where: Path) -> session_manager.SessionManager:
@@ -190,3 +196,35 @@ def test_tuples_are_json_arrays_and_read_back_as_lists(tmp_path: Path) -> None:
         assert sm.call("session::messages", {"session_id": sid, "include_custom": True}) == expected
     with open_store(tmp_path / "d") as again:
         assert again.call("session::messages", {"session_id": sid, "include_custom": True}) == expected
+
+
+class _TransactionalStore(MemoryStore):
+    """A store with its own call wrapper and mutation transaction (as postgres has), recording both."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[list[str]] = []
+        self.transactions: list[tuple[str, ...]] = []
+
+    def run_call(self, call: Callable[[], tuple[R, list[Event]]]) -> tuple[R, list[Event]]:
+        response, events = call()
+        self.calls.append([e.function_id for e in events])
+        return response, events
+
+    @contextlib.contextmanager
+    def mutation(self, session_ids: Collection[str]) -> Iterator[None]:
+        yield
+        self.transactions.append(tuple(session_ids))
+
+
+def test_a_store_wrapping_calls_and_mutations_still_gets_both() -> None:
+    # Prevents: the embedded host's shortcut past the default (do-nothing) run_call and
+    # transaction skipping a store that overrides them: its events would not be recorded
+    # with its writes, and its mutations would run outside a transaction.
+    store = _TransactionalStore()
+    sm = session_manager.open(store=store, ids=SequentialIds())
+    sid = sm.call("session::create", {})["session_id"]
+    message = {"role": "user", "content": [{"type": "text", "text": "hi"}], "timestamp": 1}
+    sm.call("session::append", {"session_id": sid, "message": message})
+    assert store.calls == [["session::on-created"], ["session::on-message-added"]]
+    assert store.transactions == [(sid,), (sid,)]
