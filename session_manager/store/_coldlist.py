@@ -17,7 +17,7 @@ import operator
 import os
 import stat
 from array import array
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,16 +48,19 @@ class ColdList:
     fresh: dict[str, Meta] = field(default_factory=dict)
 
 
-def log_stats(ops: Ops, data_dir: str, warn: Callable[[str, str], None]) -> tuple[list[str], list[os.stat_result]]:
-    """The regular ``*.jsonl`` files of data_dir and their ``lstat``, in
-    directory order; anything else named so is warned about and left out."""
+def log_stats(ops: Ops, data_dir: str, warn: Callable[[str, str], None]) -> tuple[list[str], Sequence[int]]:
+    """The regular ``*.jsonl`` files of data_dir, in directory order, and their
+    ``lstat`` keys (inode, size, mtime_ns, ctime_ns), flat, four per log: an
+    ``array`` (a list if one is past int64). Anything else named so is warned
+    about and left out. The stat results themselves are not kept: at 100k logs
+    they would hold ~70 MiB for the whole of a first list."""
     try:
         names, stats = ops.scandir_logs(data_dir, SUFFIX)
     except OSError as e:
         raise StoreError(f"read data_dir: {reason(e)}") from None
     with contextlib.suppress(AttributeError):  # an OSError among them
         if all(map(stat.S_ISREG, map(_MODE, stats))):
-            return names, stats  # type: ignore[return-value]  # (every one a stat result)
+            return names, _flat_keys(stats)  # type: ignore[arg-type]  # (every one a stat result)
     kept_names: list[str] = []
     kept: list[os.stat_result] = []
     for name, st in zip(names, stats, strict=True):
@@ -68,11 +71,18 @@ def log_stats(ops: Ops, data_dir: str, warn: Callable[[str, str], None]) -> tupl
         else:
             kept_names.append(name)
             kept.append(st)
-    return kept_names, kept
+    return kept_names, _flat_keys(kept)
+
+
+def _flat_keys(stats: list[os.stat_result]) -> Sequence[int]:
+    try:
+        return array("q", itertools.chain.from_iterable(map(_KEY, stats)))
+    except OverflowError:  # a key past int64 (none is recorded: every log is compared one by one)
+        return list(itertools.chain.from_iterable(map(_KEY, stats)))
 
 
 def scan(
-    logs: tuple[list[str], list[os.stat_result]],
+    logs: tuple[list[str], Sequence[int]],
     index_file: Path,
     loaded_meta: Callable[[str], tuple[bool, Meta | None]],
     peek: Callable[[str, str], Meta | None],
@@ -84,14 +94,10 @@ def scan(
     rest (``loaded_meta(id)`` -> ``(True, meta)`` when a loaded state knows it,
     else ``peek(name, id)``; a :class:`StoreError` skips that log, warned).
     Rewrites the index when it differed and ``write_back``."""
-    names, stats = logs
+    names, keys = logs
     recorded = index.read(index_file)
-    if recorded is not None and index.joined(names) == recorded.names_text:
-        try:
-            if array("q", itertools.chain.from_iterable(map(_KEY, stats))) == recorded.keys:
-                return ColdList(recorded)  # the common case: nothing changed, compared at C speed
-        except OverflowError:
-            pass  # a key past int64 (none is recorded): compared one by one below
+    if recorded is not None and index.joined(names) == recorded.names_text and keys == recorded.keys:
+        return ColdList(recorded)  # the common case: nothing changed, compared at C speed
     rec = recorded or index.Recorded()
     out = ColdList(rec, [])
     assert out.trusted is not None
@@ -99,7 +105,7 @@ def scan(
     trusted, fresh = out.trusted, out.fresh
     rows: list[tuple[str, index.Row]] = []
     for n, name in enumerate(names):
-        key: index.Key = _KEY(stats[n])
+        key: index.Key = tuple(keys[index.KEY_LEN * n : index.KEY_LEN * (n + 1)])  # type: ignore[assignment]
         i = position.get(name)
         if i is not None and rec.key(i) == key:
             if rec.has_meta(i):
