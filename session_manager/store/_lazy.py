@@ -67,8 +67,8 @@ class LazyEntries(MutableMapping[str, Entry]):
     over the plain dict.
     """
 
-    __slots__ = ("_bodies", "_ids", "_lens", "_linear", "_live", "_offs", "_orphans", "_packed", "_parents",
-                 "_path", "_pos", "_read", "_scans", "_session_id", "_unlocated", "body_bytes")
+    __slots__ = ("_bodies", "_current", "_ids", "_lens", "_linear", "_live", "_offs", "_orphans", "_packed",
+                 "_parents", "_path", "_pos", "_read", "_scans", "_session_id", "_unlocated", "body_bytes")
 
     def __init__(self, session_id: str, read: ReadAt | None = None) -> None:
         self._session_id = session_id
@@ -92,6 +92,8 @@ class LazyEntries(MutableMapping[str, Entry]):
         self._path: tuple[int, Positions] | None = None
         # Log bytes behind the decoded bodies: the cache budget's estimate.
         self.body_bytes = 0
+        # Set once the store dropped this mapping from its cache (:meth:`detach`).
+        self._current: Callable[[str], Entry | None] | None = None
 
     # -- building ----------------------------------------------------------------
 
@@ -126,6 +128,12 @@ class LazyEntries(MutableMapping[str, Entry]):
             self._offs[i], self._lens[i] = locations[eid]
         self._unlocated = 0
         self._live = None
+
+    def detach(self, current: Callable[[str], Entry | None]) -> None:
+        """The store no longer keeps these arrays current (the session left its
+        cache; a later load may compact the log under them): a body whose line
+        moved is asked of ``current`` (the session's entry now, or ``None``)."""
+        self._current = current
 
     def note_location(self, entry_id: str, offset: int, length: int) -> None:
         """Where the body just written for ``entry_id`` now lives in the log."""
@@ -343,6 +351,9 @@ class LazyEntries(MutableMapping[str, Entry]):
                 return body
             moved = (self._offs[i], self._lens[i]) if i < len(self._offs) else (offset, length)
             if moved == (offset, length) or moved[0] < 0:
+                current = self._current(entry_id) if self._current is not None else None
+                if current is not None:
+                    return current  # a reader still holding a dropped session: the entry as stored now
                 # The log changed under an index that matched it when loaded: not
                 # ours to guess, so say so instead of handing out a wrong entry.
                 raise StoreError(f"log of session {self._session_id} changed under its index (entry {entry_id})")

@@ -66,3 +66,15 @@ def test_readers_racing_a_compaction_get_every_entry(tmp_path: Path) -> None:
     # preading the new file there and failing "log changed under its index" on a healthy session.
     for k in range(12):
         assert one_round(tmp_path / f"r{k}", k) == []
+
+
+def test_a_reader_of_a_session_the_cache_dropped_reads_on_after_a_compaction(tmp_path: Path) -> None:
+    # Prevents: a reader still iterating a path of a state another thread's eviction dropped
+    # failing "log changed under its index" once a newer load of the session compacted its log.
+    ids = seeded(tmp_path)
+    store = FsStore(tmp_path, cache_bytes=1)  # every other session is dropped on each touch
+    view = store.path(SID, ids[-1])  # handed out; no body decoded yet
+    store.commit("s_2", Commit(meta=meta("s_2")))  # drops s_1
+    assert store.compact(SID)  # a new load of s_1 rewrites the log under the old arrays
+    assert [(e["id"], e["revision"]) for e in view] == [(eid, 1) for eid in ids]
+    store.close()
