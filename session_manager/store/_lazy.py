@@ -67,8 +67,8 @@ class LazyEntries(MutableMapping[str, Entry]):
     over the plain dict.
     """
 
-    __slots__ = ("_bodies", "_ids", "_lens", "_linear", "_live", "_offs", "_orphans", "_packed", "_parents",
-                 "_path", "_pos", "_read", "_scans", "_session_id", "_unlocated", "body_bytes")
+    __slots__ = ("_bodies", "_current", "_ids", "_lens", "_linear", "_live", "_offs", "_orphans", "_packed",
+                 "_parents", "_path", "_pos", "_read", "_scans", "_session_id", "_unlocated", "body_bytes")
 
     def __init__(self, session_id: str, read: ReadAt | None = None) -> None:
         self._session_id = session_id
@@ -92,6 +92,8 @@ class LazyEntries(MutableMapping[str, Entry]):
         self._path: tuple[int, Positions] | None = None
         # Log bytes behind the decoded bodies: the cache budget's estimate.
         self.body_bytes = 0
+        # Set once the store dropped this mapping from its cache (:meth:`detach`).
+        self._current: Callable[[str], Entry | None] | None = None
 
     # -- building ----------------------------------------------------------------
 
@@ -126,6 +128,12 @@ class LazyEntries(MutableMapping[str, Entry]):
             self._offs[i], self._lens[i] = locations[eid]
         self._unlocated = 0
         self._live = None
+
+    def detach(self, current: Callable[[str], Entry | None]) -> None:
+        """The store no longer keeps these arrays current (the session left its
+        cache; a later load may compact the log under them): a body whose line
+        moved is asked of ``current`` (the session's entry now, or ``None``)."""
+        self._current = current
 
     def note_location(self, entry_id: str, offset: int, length: int) -> None:
         """Where the body just written for ``entry_id`` now lives in the log."""
@@ -307,7 +315,7 @@ class LazyEntries(MutableMapping[str, Entry]):
         i = self._index_of(entry_id)
         if i is None or self._offs[i] < 0:
             return default
-        return self._decode(entry_id, self._offs[i], self._lens[i])
+        return self._decode(i, entry_id, self._offs[i], self._lens[i])
 
     def body_at(self, i: int) -> Entry:
         """The body of the entry at position ``i`` (no lookup by id)."""
@@ -320,21 +328,36 @@ class LazyEntries(MutableMapping[str, Entry]):
             return body
         if self._offs[i] < 0:
             raise KeyError(entry_id)
-        return self._decode(entry_id, self._offs[i], self._lens[i])
+        return self._decode(i, entry_id, self._offs[i], self._lens[i])
 
-    def _decode(self, entry_id: str, offset: int, length: int) -> Entry:
-        if self._read is None:
-            raise StoreError(f"entry {entry_id} of session {self._session_id} has no readable log")
-        try:
-            line = self._read(offset, length)
-        except OSError as e:
-            raise StoreError(f"read entry {entry_id} of session {self._session_id}: {e}") from e
-        record = decode_record(line, self._session_id)
-        entry = record.get("entry") if record is not None else None
-        if not isinstance(entry, dict) or entry.get("id") != entry_id:
-            # The log changed under an index that matched it when loaded: not
-            # ours to guess, so say so instead of handing out a wrong entry.
-            raise StoreError(f"log of session {self._session_id} changed under its index (entry {entry_id})")
+    def _decode(self, i: int, entry_id: str, offset: int, length: int) -> Entry:
+        """The body of ``entry_id`` (at position ``i``) from its line at (``offset``, ``length``)."""
+        while True:
+            read = self._read
+            if read is None:
+                raise StoreError(f"entry {entry_id} of session {self._session_id} has no readable log")
+            try:
+                line = read(offset, length)
+            except OSError as e:
+                raise StoreError(f"read entry {entry_id} of session {self._session_id}: {e}") from e
+            record = decode_record(line, self._session_id)
+            entry = record.get("entry") if record is not None else None
+            if isinstance(entry, dict) and entry.get("id") == entry_id:
+                break
+            # The location was taken outside the session's lock: a compaction may have replaced
+            # the log (and moved the line) since. Read where the entry lives now, or its new body.
+            body = self._bodies.get(entry_id)
+            if body is not None:
+                return body
+            moved = (self._offs[i], self._lens[i]) if i < len(self._offs) else (offset, length)
+            if moved == (offset, length) or moved[0] < 0:
+                current = self._current(entry_id) if self._current is not None else None
+                if current is not None:
+                    return current  # a reader still holding a dropped session: the entry as stored now
+                # The log changed under an index that matched it when loaded: not
+                # ours to guess, so say so instead of handing out a wrong entry.
+                raise StoreError(f"log of session {self._session_id} changed under its index (entry {entry_id})")
+            offset, length = moved
         self._bodies[entry_id] = entry
         self.body_bytes += length
         return entry

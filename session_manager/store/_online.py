@@ -53,13 +53,15 @@ class OnlineCompaction:
         is (maintenance; commits compact on their own). ``False`` if there is
         no such session or the rewrite failed (the log is then unchanged)."""
         self._writable()
-        state = self._state(session_id)
-        if state is None:
-            return False
         while True:
+            state = self._state(session_id)
+            if state is None:
+                return False
             if self._compactor is not None:
                 self._compactor.wait(session_id)
             with state.lock:
+                if self._sessions.get(session_id) is not state:
+                    continue  # dropped while we waited: a newer load holds the writes since (a rewrite would lose them)
                 if self._compactor is None or not self._compactor.rewriting(session_id):
                     return self._maybe_compact(session_id, state, force=True)
 

@@ -49,7 +49,7 @@ from ._records import meta_size
 from ._sized import Sizes, encode_sized
 from ._state import SessionState, StateBackedStore
 from ._tail import TailFix, inspect_tail
-from .base import Commit, Meta
+from .base import Commit, Entry, Meta
 
 log = logging.getLogger("session_manager.store.fs")
 
@@ -159,10 +159,18 @@ class FsStore(CatalogListing, SessionDeletion, OnlineCompaction, AttachmentFiles
         """A session leaves the cache (under its lock): keep its index current,
         then forget what was kept for it (the next load derives it all again)."""
         self._files.save(session_id, state)
+        if isinstance(state.entries, LazyEntries):
+            # A reader handed this state may still decode bodies; a later load can compact the log.
+            state.entries.detach(functools.partial(self._entry_now, session_id))
         self._files.evicted(session_id)
         self._budgets.pop(session_id, None)
         if self._follow is not None:
             self._follow.forget(session_id)  # or a reload would apply only the bytes read since
+
+    def _entry_now(self, session_id: str, entry_id: str) -> Entry | None:
+        """The entry as the session holds it now (for a dropped state's reader)."""
+        state = self._state(session_id)
+        return None if state is None else state.entries.get(entry_id)
 
     # -- paths -----------------------------------------------------------------
 
