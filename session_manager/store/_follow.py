@@ -28,8 +28,8 @@ from itertools import accumulate
 
 from ..errors import StoreError
 from . import _index
-from ._fsio import NotRegular, Ops, open_regular, read_fd, reason
-from ._lazy import LazyEntries, ReadAt, pread_file
+from ._fsio import NotRegular, Ops, ReadAt, open_regular, pread_file, read_fd, reason
+from ._lazy import LazyEntries
 from ._records import Replay, decode_record
 from ._state import SessionState
 

@@ -13,6 +13,7 @@ import contextlib
 import errno
 import os
 import stat
+from collections.abc import Callable
 from pathlib import Path
 from typing import Union
 
@@ -21,6 +22,8 @@ from ..errors import StoreError
 # Plain strings on the hot paths: pathlib interns every component it parses,
 # so a Path per probed id grows the interpreter's intern table for good.
 StrPath = Union[str, "os.PathLike[str]"]
+# Reads ``length`` bytes at ``offset`` of a session's current log.
+ReadAt = Callable[[int, int], bytes]
 
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
@@ -193,3 +196,17 @@ def name_max(path: StrPath) -> int:
         return int(os.pathconf(path, "PC_NAME_MAX"))
     except (OSError, ValueError, AttributeError):
         return 255
+
+
+def pread_file(path: str) -> ReadAt:
+    """A :data:`ReadAt` that opens ``path`` for each read (the fallback
+    when no descriptor cache is wired in)."""
+
+    def read(offset: int, length: int) -> bytes:
+        fd = os.open(path, os.O_RDONLY | _CLOEXEC)
+        try:
+            return os.pread(fd, length, offset)
+        finally:
+            os.close(fd)
+
+    return read

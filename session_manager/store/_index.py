@@ -34,8 +34,9 @@ from itertools import accumulate
 from typing import Literal
 
 from . import _index_format as _format
+from ._fsio import ReadAt
 from ._index_format import IndexBody
-from ._lazy import LazyEntries, ReadAt
+from ._lazy import LazyEntries
 from ._records import Replay, decode_record
 from ._state import SessionState
 

@@ -16,44 +16,23 @@ from the leaf through the parent array (:class:`~._lazy_path.LazyPath`).
 
 from __future__ import annotations
 
-import os
 import threading
 from array import array
 from collections.abc import Callable, Iterator, MutableMapping
-from typing import Any, TypeAlias
+from typing import Any
 
 from ..errors import StoreError
+from ._fsio import ReadAt
 from ._index_format import SCANS_BEFORE_MAP, IndexBody, PackedIds, pack_ids
-from ._lazy_path import LazyPath
+from ._lazy_path import NO_PARENT, ORPHAN, LazyPath, Positions, walk_up
 from ._records import decode_record
 
 Entry = dict[str, Any]
-# Reads ``length`` bytes at ``offset`` of the session's current log.
-ReadAt = Callable[[int, int], bytes]
-
-
-def pread_file(path: str) -> ReadAt:
-    """A :data:`ReadAt` that opens ``path`` for each read (the fallback
-    when no descriptor cache is wired in)."""
-
-    def read(offset: int, length: int) -> bytes:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-        try:
-            return os.pread(fd, length, offset)
-        finally:
-            os.close(fd)
-
-    return read
 
 
 # Guards the one-time builds of a mapping's id list and position map (rare,
 # brief: one lock for every mapping).
 _BUILD = threading.RLock()
-
-NO_PARENT = -1
-ORPHAN = -2  # a parent id that names no stored entry (kept in ``orphans``)
-Positions: TypeAlias = "range | array[int]"  # an active path as entry positions, root first
-
 
 class LazyEntries(MutableMapping[str, Entry]):
     """``id -> entry`` with bodies decoded on demand.
@@ -240,25 +219,10 @@ class LazyEntries(MutableMapping[str, Entry]):
                     seq.append(p)  # in place: the views handed out are bounded by their length
                 self._path = (p, seq)
                 return seq
-        found = range(p + 1) if self.linear() else self._walk(p)
+        found = range(p + 1) if self.linear() else walk_up(self._parents, p)
         if found is not None:
             self._path = (p, found)
         return found
-
-    def _walk(self, p: int) -> array[int] | None:
-        parents = self._parents
-        out = array("i")
-        limit = len(parents)
-        i = p
-        while i >= 0:
-            if len(out) > limit:
-                return None
-            out.append(i)
-            i = parents[i]
-        if i == ORPHAN:
-            return None
-        out.reverse()
-        return out
 
     def path_view(self, leaf: str) -> LazyPath | None:
         """The active path ending at ``leaf``, read by position."""

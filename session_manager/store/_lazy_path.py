@@ -8,15 +8,36 @@ decodes one id and one body, ``index_of`` looks one id up.
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from .path import EntryPath
 
 if TYPE_CHECKING:
-    from ._lazy import LazyEntries, Positions
+    from ._lazy import LazyEntries
 
 Entry = dict[str, Any]
+NO_PARENT = -1
+ORPHAN = -2  # a parent id that names no stored entry (the mapping keeps it aside)
+Positions: TypeAlias = "range | array[int]"  # an active path as entry positions, root first
+
+
+def walk_up(parents: array[int], p: int) -> array[int] | None:
+    """Positions from the root to ``p`` through ``parents``; ``None`` when a
+    link names no stored entry or the links loop."""
+    out = array("i")
+    limit = len(parents)
+    i = p
+    while i >= 0:
+        if len(out) > limit:
+            return None
+        out.append(i)
+        i = parents[i]
+    if i == ORPHAN:
+        return None
+    out.reverse()
+    return out
 
 
 class LazyPath(EntryPath):

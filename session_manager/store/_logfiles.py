@@ -22,7 +22,8 @@ from pathlib import Path
 from . import _index
 from ._encoding import encode_id
 from ._fds import FdCache
-from ._lazy import LazyEntries, ReadAt
+from ._fsio import ReadAt
+from ._lazy import LazyEntries
 from ._records import entry_line_spans
 from ._state import SessionState
 from .base import Commit

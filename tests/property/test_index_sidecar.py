@@ -17,8 +17,8 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from session_manager.store import Commit
+from session_manager.store._fsio import pread_file
 from session_manager.store._index import Loaded, index_path, load, save
-from session_manager.store._lazy import pread_file
 from session_manager.store._records import committed_records, encode_commit
 from session_manager.store._state import SessionState
 from tests.unit.store_contract import message, meta

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import session_manager
-from session_manager.store import Commit, FsStore, _index, _lazy
+from session_manager.store import Commit, FsStore, _fsio, _index
 from session_manager.store._records import encode_commit
 from tests.unit.index_views import oracle, view
 from tests.unit.store_contract import message, meta
@@ -43,7 +43,7 @@ def test_a_reference_written_dir_opens_and_gains_an_index(tmp_path: Path) -> Non
     assert log.read_bytes() == reference_log(30)  # the log itself is never touched by indexing
     store.close()
     again = FsStore(tmp_path)
-    loaded = _index.load(str(log), str(idx), "s_1", _lazy.pread_file(str(log)))
+    loaded = _index.load(str(log), str(idx), "s_1", _fsio.pread_file(str(log)))
     assert loaded.from_index and loaded.index_current
     assert view(again, "s_1") == oracle(log, "s_1")
     again.close()
