@@ -86,6 +86,15 @@ class Unavailable(StoreError):
     the function (yet). Retrying may succeed."""
 
 
+class Vanished(StoreError):
+    """The session was deleted while a call was reading it (its log is gone):
+    the caller hears ``session/not_found``, as if the read came after the delete."""
+
+    def __init__(self, session_id: str, message: str) -> None:
+        super().__init__(message)
+        self.session_id = session_id
+
+
 class NotFound(StoreError):
     """The other side answered that what was asked for does not exist (a
     session the main does not hold, a configuration entry nothing stored).

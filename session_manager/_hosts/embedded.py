@@ -19,6 +19,7 @@ from typing import Any
 from .._service.admission import admit
 from .._service.limits import Limits, LimitsCell
 from .._service.service import SessionService
+from .._service.storage_errors import at_edge
 from .._wire.events import EVENT_FUNCTIONS, Event
 from .._wire.validation import json_payload, parse_request, reject_unknown_keys
 from ..clock import Clock
@@ -109,11 +110,14 @@ class SessionManager(TypedMethods):
         reject_unknown_keys(function.request, payload)
         request = parse_request(function.request, payload)
         service, serve = self.service, function.handler
-        if self._wraps_calls:
-            # run_call: a shared store commits the call's events with its writes.
-            response, events = service.store.run_call(lambda: serve(service, request))
-        else:
-            response, events = serve(service, request)
+        try:
+            if self._wraps_calls:
+                # run_call: a shared store commits the call's events with its writes.
+                response, events = service.store.run_call(lambda: serve(service, request))
+            else:
+                response, events = serve(service, request)
+        except StoreError as e:
+            raise at_edge(e) from None
         result = copy_json(response)
         self.publish(events)
         return result

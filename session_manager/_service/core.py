@@ -108,6 +108,11 @@ class ServiceCore:
             raise not_found(session_id)
         return meta
 
+    def _still_there(self, session_id: str) -> None:
+        """An empty answer is only given for a session that exists: one deleted while the
+        call read it (its meta seen, then its entries cleared) is ``not_found``."""
+        self._meta_or_raise(session_id)
+
     def _entry_or_raise(self, session_id: str, entry_id: str) -> Entry:
         entry = self.store.get_entry(session_id, entry_id)
         if entry is None:

@@ -24,8 +24,9 @@ class Reads(ServiceCore):
             else:
                 leaf = self.store.get_leaf(session_id)
             path = self._path(session_id, leaf)
-        if not len(path):
-            return build[api.MessagesResponse](messages=[]), []
+            if not len(path):
+                self._still_there(session_id)
+                return build[api.MessagesResponse](messages=[]), []
         roles = set(req.roles) if req.roles is not None else None
         include_custom = bool(req.include_custom) and roles is None
 

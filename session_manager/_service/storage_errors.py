@@ -8,7 +8,16 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from types import TracebackType
 
-from ..errors import STORAGE, Conflict, SessionError, StoreError, UnstorableValue, invalid_request
+from ..errors import (
+    STORAGE,
+    Conflict,
+    SessionError,
+    StoreError,
+    UnstorableValue,
+    Vanished,
+    invalid_request,
+    not_found,
+)
 from ..store.base import NO_TRANSACTION
 
 
@@ -18,11 +27,20 @@ def mapped(e: BaseException) -> SessionError | None:
         return None  # re-decided by contention.retry_conflicts, which reports exhaustion as session/storage
     if isinstance(e, UnstorableValue):
         return invalid_request(str(e))
+    if isinstance(e, Vanished):
+        return not_found(e.session_id)
     if isinstance(e, StoreError):
         return SessionError(STORAGE, str(e))
     if isinstance(e, OSError):
         return SessionError(STORAGE, e.strerror or type(e).__name__)  # never the path
     return None
+
+
+def at_edge(e: StoreError) -> SessionError:
+    """A store failure that reached a host's edge unmapped: a reader iterating a
+    path after its handler's mapped block (lazy bodies are read from the log as
+    they are iterated) is answered as the block would have answered it."""
+    return mapped(e) or SessionError(STORAGE, str(e))
 
 
 class storage_errors:

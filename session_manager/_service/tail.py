@@ -108,6 +108,8 @@ class Tail(ServiceCore):
             path = self._path(session_id, self.store.get_leaf(session_id))
         walk = _Walk(path, include_custom=req.include_custom is not False)
         if walk.before(len(path)) < 0:
+            with storage_errors():
+                self._still_there(session_id)
             return build[api.MessagesTailResponse](messages=[], has_more=False), []
         end = len(path)
         if req.before_entry_id is not None:

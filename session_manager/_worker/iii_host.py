@@ -37,12 +37,13 @@ from .._service.admission import admit
 from .._service.limits import LimitsCell
 from .._service.service import SessionService, storage_errors
 from .._service.stats import Stats
+from .._service.storage_errors import at_edge
 from .._wire.events import Event
 from .._wire.schemas import json_schema
 from .._wire.shape import build
 from .._wire.validation import parse_request
 from ..clock import Clock, SystemClock
-from ..errors import STORAGE, SessionError
+from ..errors import STORAGE, SessionError, StoreError
 from ..ids import IdGen, UuidIds
 from ..store import _protocol as sp
 from ..store.base import SessionStore
@@ -258,7 +259,10 @@ class IIIHost:
                 admit(f.id, payload, self.limits.get(), mutates=f.mutates)
                 request = parse_request(f.request, payload)
                 # run_call: a shared store commits the call's events with its writes.
-                response, events = runtime.store.run_call(lambda: serve(runtime.service, request))
+                try:
+                    response, events = runtime.store.run_call(lambda: serve(runtime.service, request))
+                except StoreError as e:
+                    raise at_edge(e) from None
                 # Handed on inside the call, so shutdown (which waits for calls)
                 # never stops the emitter before these events are queued.
                 self.deliver(runtime, events)

@@ -21,7 +21,7 @@ from array import array
 from collections.abc import Callable, Iterator, MutableMapping
 from typing import Any
 
-from ..errors import StoreError
+from ..errors import StoreError, Vanished
 from ._fsio import ReadAt
 from ._index_format import SCANS_BEFORE_MAP, IndexBody, PackedIds, pack_ids
 from ._lazy_path import NO_PARENT, ORPHAN, LazyPath, Positions, walk_up
@@ -302,6 +302,9 @@ class LazyEntries(MutableMapping[str, Entry]):
                 raise StoreError(f"entry {entry_id} of session {self._session_id} has no readable log")
             try:
                 line = read(offset, length)
+            except FileNotFoundError:
+                # Deleted since this reader took its path (the log is renamed aside first).
+                raise Vanished(self._session_id, f"session {self._session_id} was deleted during the read") from None
             except OSError as e:
                 raise StoreError(f"read entry {entry_id} of session {self._session_id}: {e}") from e
             record = decode_record(line, self._session_id)

@@ -1,0 +1,99 @@
+"""A read that a delete overtakes: the reader hears that the session no longer exists
+(session/not_found), never session/storage, which would report a disk fault for a healthy store."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import session_manager
+from session_manager.errors import NOT_FOUND, SessionError, Vanished
+from session_manager.store import Commit, FsStore
+from tests.unit.store_contract import message, meta
+
+
+def build(where: Path, entries: int) -> None:
+    store = FsStore(where)
+    parent = None
+    batch = []
+    for i in range(entries):
+        batch.append(message(f"e_{i}", parent, f"text {i} " + "x" * 200))
+        parent = f"e_{i}"
+    store.commit("s_1", Commit(entries=tuple(batch), leaf=parent, meta=meta("s_1", message_count=entries)))
+    store.close()
+
+
+def test_a_path_taken_before_a_delete_reads_as_vanished(tmp_path: Path) -> None:
+    # Prevents: the bodies of a path taken just before a delete failing as a storage fault
+    # ("read entry ...: No such file") once the delete removed the log under the reader.
+    build(tmp_path, 50)
+    store = FsStore(tmp_path)  # reopened: bodies are read from the log on demand
+    path = store.path("s_1", store.get_leaf("s_1"))
+    store.delete_session("s_1")
+    with pytest.raises(Vanished) as gone:
+        list(path)
+    assert gone.value.session_id == "s_1"
+    assert store.get_meta("s_1") is None and store.entries("s_1") == []
+    store.close()
+
+
+def test_readers_racing_a_delete_hear_not_found_or_a_whole_page(tmp_path: Path) -> None:
+    # Prevents: the same through the service, with real threads: a chat UI reading a conversation
+    # another client deletes is told session/storage (a disk fault) instead of session/not_found.
+    outcomes: list[Any] = []
+    for attempt in range(12):
+        where = tmp_path / str(attempt)
+        build(where, 400)
+        sm = session_manager.open(where)
+        start = threading.Barrier(5)
+
+        def read(sm: session_manager.SessionManager = sm, start: threading.Barrier = start) -> None:
+            start.wait(5)
+            for _ in range(20):
+                try:
+                    page = sm.call("session::messages", {"session_id": "s_1", "limit": 400})
+                except SessionError as e:
+                    outcomes.append(e.code)
+                    return
+                outcomes.append(len(page["messages"]))
+
+        readers = [threading.Thread(target=read) for _ in range(4)]
+        for t in readers:
+            t.start()
+        start.wait(5)
+        sm.call("session::delete", {"session_id": "s_1"})
+        for t in readers:
+            t.join(10)
+        with pytest.raises(SessionError) as after:
+            sm.call("session::messages", {"session_id": "s_1"})
+        assert after.value.code == NOT_FOUND
+        sm.close()
+    assert set(outcomes) <= {400, NOT_FOUND}, sorted(set(map(str, outcomes)))
+
+
+def test_a_body_that_cannot_be_read_after_the_handler_is_session_storage_not_a_raw_store_error(
+        tmp_path: Path) -> None:
+    # Prevents: the embedded call raising the store's own StoreError (no session/* code; over iii an
+    # error the caller cannot classify) when a lazy body fails as the reader iterates its path.
+    build(tmp_path, 50)
+    sm = session_manager.open(tmp_path)
+    sm.call("session::get", {"session_id": "s_1"})  # loaded from the index: bodies stay on disk
+    log = sm.service.store.file_path("s_1")  # type: ignore[attr-defined]
+    data = bytearray(log.read_bytes())
+    data[2000:2100] = b"z" * 100  # changed behind the owner's back, same size
+    log.write_bytes(bytes(data))
+    with pytest.raises(SessionError) as failed:
+        sm.call("session::messages", {"session_id": "s_1", "limit": 50})
+    assert failed.value.code == "session/storage" and "changed under its index" in str(failed.value)
+    sm.close()
+
+
+def test_a_vanished_session_is_answered_not_found_at_the_edge() -> None:
+    # Prevents: the one mapping of store failures reporting a deleted session as a disk fault.
+    from session_manager._service.storage_errors import at_edge
+
+    error = at_edge(Vanished("s_9", "session s_9 was deleted during the read"))
+    assert (error.code, str(error)) == (NOT_FOUND, f"{NOT_FOUND}: session s_9 does not exist")
