@@ -179,10 +179,15 @@ class GroupSync:
     descriptor.
     """
 
-    __slots__ = ("_cond", "_durable", "_end", "_failed", "_running", "_undone", "_written", "durable_end")
+    __slots__ = ("_cond", "_durable", "_end", "_failed", "_lock", "_running", "_undone", "_waiting", "_written",
+                 "durable_end")
 
     def __init__(self) -> None:
-        self._cond = threading.Condition(threading.Lock())
+        # State changes take the plain lock (a C-level ``with``: every append in fsync mode
+        # passes here twice); the condition over it is used only by a writer that must wait.
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
+        self._waiting = 0  # writers inside cond.wait(): nobody to notify when 0
         self._written = 0  # tickets handed out
         self._durable = 0  # every ticket <= this is on disk
         self._running = False
@@ -194,7 +199,7 @@ class GroupSync:
         self.durable_end = -1
 
     def written(self, start: int = -1, end: int = -1) -> int:
-        with self._cond:
+        with self._lock:
             self._written += 1
             if self.durable_end < 0:
                 self.durable_end = start
@@ -212,7 +217,7 @@ class GroupSync:
 
     def claim_undo(self) -> bool:
         """True once after a failed sync: the caller undoes the unsynced writes."""
-        with self._cond:
+        with self._lock:
             if self._failed is None or self._undone:
                 return False
             self._undone = True
@@ -224,7 +229,7 @@ class GroupSync:
 
     def wait(self, fd: int, ticket: int) -> None:
         cond = self._cond
-        with cond:
+        with self._lock:
             while True:
                 if self._durable >= ticket:
                     return
@@ -232,7 +237,11 @@ class GroupSync:
                     raise self._failed
                 if not self._running:
                     break
-                cond.wait()
+                self._waiting += 1
+                try:
+                    cond.wait()
+                finally:
+                    self._waiting -= 1
             self._running = True
             upto, end = self._written, self._end
         error: OSError | None = None
@@ -243,17 +252,19 @@ class GroupSync:
         except BaseException:
             # Interrupted (a signal's exception) with no verdict: nothing is marked durable,
             # and the next waiter syncs again instead of waiting forever on this one.
-            with cond:
+            with self._lock:
                 self._running = False
-                cond.notify_all()
+                if self._waiting:
+                    cond.notify_all()
             raise
-        with cond:
+        with self._lock:
             self._running = False
             if error is None:
                 self._durable = max(self._durable, upto)
                 self.durable_end = max(self.durable_end, end)
             else:
                 self._failed = error
-            cond.notify_all()
+            if self._waiting:
+                cond.notify_all()
         if error is not None:
             raise error

@@ -139,7 +139,8 @@ class GroupCommit:
             return
         local.owed, local.named = [], []
         error: StoreError | None = None
-        if named:
+        # (The usual call: it named one session and wrote it; nothing else to wait for.)
+        if named and not (len(named) == 1 and owed and owed[0][0] == named[0]):
             # What the caller read of a session it did not write may be another thread's
             # unsynced write: it is answered only once that is durable (or failed and undone).
             wrote = {session_id for session_id, _, _, _ in owed}
