@@ -167,3 +167,35 @@ def test_a_dropped_state_s_path_read_after_a_delete_and_a_re_create_reads_as_van
     with pytest.raises(Vanished):
         list(path)
     store.close()
+
+
+@pytest.mark.parametrize(("function", "payload"), [
+    ("session::messages-range", {"session_id": "s_1", "from_entry_id": "e_0", "to_entry_id": "e_9"}),
+    ("session::messages", {"session_id": "s_1", "from_entry_id": "e_9"}),
+])
+def test_an_entry_looked_up_after_a_delete_is_not_found_not_entry_not_found(
+        tmp_path: Path, function: str, payload: dict[str, Any]) -> None:
+    # Prevents: a read whose session was deleted between its meta check and its entry lookup answered
+    # session/entry_not_found (the entry is gone because the session is): the caller would retry with
+    # another entry of a conversation that no longer exists. Seen with real threads on messages-range.
+    build(tmp_path, 10)
+    sm = session_manager.open(tmp_path)
+    store = sm.service.store
+    real_get_meta = store.get_meta
+    calls = 0
+
+    def get_meta_then_delete(session_id: str) -> Any:
+        nonlocal calls
+        calls += 1
+        meta_now = real_get_meta(session_id)
+        if calls == 1:
+            worker = threading.Thread(target=sm.call, args=("session::delete", {"session_id": "s_1"}))
+            worker.start()
+            worker.join(10)  # another client's delete lands right after this call's meta check
+        return meta_now
+
+    store.get_meta = get_meta_then_delete  # type: ignore[method-assign]
+    with pytest.raises(SessionError) as failed:
+        sm.call(function, payload)
+    assert failed.value.code == NOT_FOUND, failed.value
+    sm.close()
