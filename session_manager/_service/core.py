@@ -116,6 +116,7 @@ class ServiceCore:
     def _entry_or_raise(self, session_id: str, entry_id: str) -> Entry:
         entry = self.store.get_entry(session_id, entry_id)
         if entry is None:
+            self._still_there(session_id)  # deleted since the caller saw its meta: not_found
             raise entry_not_found(session_id, entry_id)
         return entry
 

@@ -9,7 +9,8 @@ Steps, for log ``<stem>.jsonl`` and attachment folder ``attachments/<stem>``:
 3. remove the folder aside, then the log aside (last: it marks the delete).
 
 A failure before the commit point undoes step 1 and answers
-``session/storage``: the session is fully readable, nothing was removed. A
+``session/storage``: the session is fully readable, nothing was removed.
+So does a failed directory sync of step 2 (``fsync``), which undoes step 2 first. A
 failure after it is logged; the delete stands. The next writable open
 finishes whatever it finds (:func:`recover`): a log aside means the delete
 committed, so both asides go; a folder aside without a log aside means it
@@ -50,7 +51,7 @@ def delete(ops: Ops, log_path: Path, folder: Path, *, sync: bool) -> None:
     if is_symlink(ops, folder.parent) or is_symlink(ops, folder):
         raise StoreError("attachments folder is a symbolic link; refusing to delete through it")
     _finish(ops, log_path, folder)  # an earlier delete of this id that stopped half way
-    moved = False
+    moved = renamed = False
     try:
         if _exists(ops, folder):
             ops.replace(folder, _aside(folder))
@@ -58,9 +59,21 @@ def delete(ops: Ops, log_path: Path, folder: Path, *, sync: bool) -> None:
         # The commit point; no log (e.g. a meta-less probe) means nothing to commit.
         with contextlib.suppress(FileNotFoundError):
             ops.replace(log_path, _aside(log_path))
+            renamed = True
         if sync:
             fsync_dir(ops, log_path.parent)
     except OSError as e:
+        if renamed:
+            # The directory sync failed (e.g. EMFILE opening it): the delete is not durable, so it is
+            # answered as failed, and then the log must be back (left aside, the next open would
+            # finish the delete, losing the session and every write the store still accepts).
+            try:
+                ops.replace(_aside(log_path), log_path)
+            except OSError as undo:
+                log.error("delete of %s could not be synced nor undone (%s); it stands", log_path.name,
+                          reason(undo))
+                _finish_quietly(ops, log_path, folder)
+                return
         if moved:
             try:
                 ops.replace(_aside(folder), folder)
@@ -68,6 +81,11 @@ def delete(ops: Ops, log_path: Path, folder: Path, *, sync: bool) -> None:
                 log.error("delete of %s failed and its attachments could not be put back (%s); "
                           "the next open restores them", log_path.name, reason(undo))
         raise StoreError(f"delete {log_path.name}: {reason(e)}") from None
+    _finish_quietly(ops, log_path, folder)
+
+
+def _finish_quietly(ops: Ops, log_path: Path, folder: Path) -> None:
+    """:func:`_finish` of a delete that stands: a failure is logged (the next open finishes it)."""
     try:
         _finish(ops, log_path, folder)
     except (OSError, StoreError) as e:

@@ -15,6 +15,7 @@ from ._catalog import MetaCatalog
 from ._compactor import Compactor
 from ._fds import FdCache
 from ._fsio import Ops
+from ._lazy import LazyEntries
 from ._logfiles import LogFiles
 from ._state import SessionState
 from ._tail import TailFix
@@ -68,6 +69,8 @@ class SessionDeletion:
             self._fds.forget(self._log(session_id))  # no descriptor into the log set aside
             _delete.delete(self._ops, self.file_path(session_id), self.attachments_dir(session_id),
                            sync=self.durability == "fsync")
+            if isinstance(state.entries, LazyEntries):
+                state.entries.vanish()  # a reader holding its path must not read a re-created log
             state.clear()  # a writer waiting on this state must see the session gone
             self._files.forget(session_id, remove_index=True)  # after the commit point: a failed delete keeps it
             with self._lock:

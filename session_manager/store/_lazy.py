@@ -34,6 +34,11 @@ Entry = dict[str, Any]
 # brief: one lock for every mapping).
 _BUILD = threading.RLock()
 
+def _deleted(offset: int, length: int) -> bytes:
+    """The reader of a deleted session's arrays (:meth:`LazyEntries.vanish`)."""
+    raise FileNotFoundError("the session's log was deleted")
+
+
 class LazyEntries(MutableMapping[str, Entry]):
     """``id -> entry`` with bodies decoded on demand.
 
@@ -107,6 +112,12 @@ class LazyEntries(MutableMapping[str, Entry]):
             self._offs[i], self._lens[i] = locations[eid]
         self._unlocated = 0
         self._live = None
+
+    def vanish(self) -> None:
+        """The session was deleted (under its lock): a reader still holding these
+        arrays hears so (:class:`Vanished`) instead of reading a log created
+        since under the same name at their offsets."""
+        self._read = _deleted
 
     def detach(self, current: Callable[[str], Entry | None]) -> None:
         """The store no longer keeps these arrays current (the session left its
@@ -311,6 +322,8 @@ class LazyEntries(MutableMapping[str, Entry]):
             entry = record.get("entry") if record is not None else None
             if isinstance(entry, dict) and entry.get("id") == entry_id:
                 break
+            if self._read is _deleted:  # deleted while this read waited for the session's lock
+                raise Vanished(self._session_id, f"session {self._session_id} was deleted during the read")
             # The location was taken outside the session's lock: a compaction may have replaced
             # the log (and moved the line) since. Read where the entry lives now, or its new body.
             body = self._bodies.get(entry_id)

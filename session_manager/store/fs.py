@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Literal
 
-from ..errors import StoreError
+from ..errors import StoreError, Vanished
 from . import _compaction, _delete, _sessions_index
 from ._attachments import AttachmentFiles
 from ._cache import DEFAULT_CACHE_BYTES, StateCache
@@ -161,16 +161,22 @@ class FsStore(CatalogListing, SessionDeletion, OnlineCompaction, AttachmentFiles
         self._files.save(session_id, state)
         if isinstance(state.entries, LazyEntries):
             # A reader handed this state may still decode bodies; a later load can compact the log.
-            state.entries.detach(functools.partial(self._entry_now, session_id))
+            state.entries.detach(functools.partial(self._entry_now, session_id, state.meta))
         self._files.evicted(session_id)
         self._budgets.pop(session_id, None)
         if self._follow is not None:
             self._follow.forget(session_id)  # or a reload would apply only the bytes read since
 
-    def _entry_now(self, session_id: str, entry_id: str) -> Entry | None:
-        """The entry as the session holds it now (for a dropped state's reader)."""
+    def _entry_now(self, session_id: str, held: Meta | None, entry_id: str) -> Entry | None:
+        """The entry as the session holds it now (for a dropped state's reader,
+        whose meta was ``held``): :class:`Vanished` when the session was deleted
+        since (and maybe created again: another ``created_at``)."""
         state = self._state(session_id)
-        return None if state is None else state.entries.get(entry_id)
+        meta = None if state is None else state.meta
+        if state is None or (meta is not None and held is not None
+                             and meta.get("created_at") != held.get("created_at")):
+            raise Vanished(session_id, f"session {session_id} was deleted during the read")
+        return state.entries.get(entry_id)
 
     # -- paths -----------------------------------------------------------------
 

@@ -22,7 +22,7 @@ from session_manager._service.core import LOCK_STRIPES
 from session_manager.clock import ManualClock
 from session_manager.ids import SequentialIds
 from session_manager.store import FsStore
-from session_manager.store._fsio import Ops
+from session_manager.store._fsio import Ops, StrPath
 from session_manager.testing import FakeEngine as FakeIII
 from tests.unit.test_configuration import boot, fs
 
@@ -191,6 +191,49 @@ def test_a_delete_failing_after_its_commit_point_stands_and_the_next_open_finish
     session_manager.open(where).close()
     assert sorted(_tree(where)) == [".session-manager.lock"]
     assert [p.name for p in (where / "attachments").iterdir()] == []
+
+
+class DirSyncFailingOps(Ops):
+    """Real os calls, except that opening ``fail_dir`` (the directory fsync's open) fails."""
+
+    def __init__(self) -> None:
+        self.fail_dir: str | None = None
+
+    def open(self, path: StrPath, flags: int, mode: int = 0o644) -> int:
+        if self.fail_dir is not None and os.fspath(path) == self.fail_dir:
+            raise OSError(errno.EMFILE, "Too many open files")
+        return super().open(path, flags, mode)
+
+
+def test_a_delete_whose_directory_sync_fails_leaves_the_session_whole(tmp_path: Path) -> None:
+    # Prevents: durability "fsync", the directory fsync after the log's rename aside failing (EMFILE):
+    # the delete answered session/storage with the log left aside, the session still served from the
+    # cache, the next append creating a fresh log (its index pointing at the old log's offsets), and
+    # the next open finishing the "failed" delete: every earlier entry lost, the session unreadable.
+    where, ops = tmp_path / "d", DirSyncFailingOps()
+    sm = session_manager.open(store=FsStore(where, ops=ops, durability="fsync"), ids=SequentialIds(),
+                              clock=ManualClock(T0))
+    sm.call("session::create", {})
+    sm.call("session::append", {"session_id": "s_001", "message": _user("hi")})
+    sm.call("session::put-attachment", {"session_id": "s_001", "name": "a.txt", "mime": "text/plain",
+                                        "data": "aGk="})
+    before = _tree(where)
+    ops.fail_dir = os.fspath(where)
+    error = _code(lambda: sm.call("session::delete", {"session_id": "s_001"}))
+    ops.fail_dir = None
+    assert error.code == STORAGE
+    assert _tree(where) == before
+    _readable(sm)
+    sm.call("session::append", {"session_id": "s_001", "message": _user("again")})
+    sm.close()
+    with session_manager.open(where) as again:
+        _readable_with(again, 2)
+
+
+def _readable_with(sm: session_manager.SessionManager, messages: int) -> None:
+    assert [m["session_id"] for m in sm.call("session::list", {})["sessions"]] == ["s_001"]
+    assert sm.call("session::get-attachment", {"session_id": "s_001", "attachment_id": "a_001"})["data"] == "aGk="
+    assert len(sm.call("session::messages", {"session_id": "s_001"})["messages"]) == messages
 
 
 def test_a_crash_between_the_two_renames_is_undone_at_the_next_open(tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ import pytest
 import session_manager
 from session_manager.errors import NOT_FOUND, SessionError, Vanished
 from session_manager.store import Commit, FsStore
-from tests.unit.store_contract import message, meta
+from tests.unit.store_contract import T0, message, meta
 
 
 def build(where: Path, entries: int) -> None:
@@ -97,3 +97,105 @@ def test_a_vanished_session_is_answered_not_found_at_the_edge() -> None:
 
     error = at_edge(Vanished("s_9", "session s_9 was deleted during the read"))
     assert (error.code, str(error)) == (NOT_FOUND, f"{NOT_FOUND}: session s_9 does not exist")
+
+
+def test_a_path_taken_before_a_delete_and_a_re_create_reads_as_vanished(tmp_path: Path) -> None:
+    # Prevents: a session deleted and created again under the same id (session::ensure) while a reader
+    # held its old path: the old bodies were read at their offsets in the new log and failed as
+    # "log changed under its index" (session/storage, a disk fault, for a healthy store).
+    build(tmp_path, 50)
+    store = FsStore(tmp_path)
+    path = store.path("s_1", store.get_leaf("s_1"))
+    store.delete_session("s_1")
+    store.commit("s_1", Commit(entries=(message("n_0", None, "new " * 300),), leaf="n_0",
+                               meta=meta("s_1", message_count=1)))
+    with pytest.raises(Vanished):
+        list(path)
+    assert [e["id"] for e in store.path("s_1", store.get_leaf("s_1"))] == ["n_0"]
+    store.close()
+
+
+def test_readers_racing_a_delete_and_a_re_create_hear_not_found_or_a_whole_page(tmp_path: Path) -> None:
+    # Prevents: the same through the service, with real threads: a chat UI paging a conversation that
+    # another client resets (delete, then ensure under the same id) told session/storage.
+    outcomes: list[Any] = []
+    for attempt in range(8):
+        where = tmp_path / str(attempt)
+        build(where, 400)
+        sm = session_manager.open(where)
+        start = threading.Barrier(5)
+
+        def read(sm: session_manager.SessionManager = sm, start: threading.Barrier = start) -> None:
+            start.wait(5)
+            for _ in range(20):
+                try:
+                    page = sm.call("session::messages", {"session_id": "s_1", "limit": 400})
+                except SessionError as e:
+                    outcomes.append(e.code)
+                    continue
+                outcomes.append(len(page["messages"]))
+
+        readers = [threading.Thread(target=read) for _ in range(4)]
+        for t in readers:
+            t.start()
+        start.wait(5)
+        sm.call("session::delete", {"session_id": "s_1"})
+        sm.call("session::ensure", {"session_id": "s_1"})
+        for i in range(3):
+            sm.call("session::append", {"session_id": "s_1", "message": {
+                "role": "user", "content": [{"type": "text", "text": f"again {i} " + "y" * 300}],
+                "timestamp": 1}})
+        for t in readers:
+            t.join(10)
+        sm.close()
+    assert set(outcomes) <= {400, 0, 1, 2, 3, NOT_FOUND}, sorted(set(map(str, outcomes)))
+
+
+def test_a_dropped_state_s_path_read_after_a_delete_and_a_re_create_reads_as_vanished(tmp_path: Path) -> None:
+    # Prevents: the same for a reader whose session left the cache before the delete (its arrays are
+    # detached; a body that did not match was asked of the re-created session, which has no such entry).
+    build(tmp_path, 50)
+    other = FsStore(tmp_path)
+    other.commit("s_2", Commit(meta=meta("s_2")))
+    other.close()
+    store = FsStore(tmp_path, cache_bytes=1)
+    path = store.path("s_1", store.get_leaf("s_1"))
+    store.get_meta("s_2")  # s_1 leaves the cache
+    store.delete_session("s_1")
+    store.commit("s_1", Commit(entries=(message("n_0", None, "new " * 300),), leaf="n_0",
+                               meta={**meta("s_1", message_count=1), "created_at": T0 + 1}))
+    with pytest.raises(Vanished):
+        list(path)
+    store.close()
+
+
+@pytest.mark.parametrize(("function", "payload"), [
+    ("session::messages-range", {"session_id": "s_1", "from_entry_id": "e_0", "to_entry_id": "e_9"}),
+    ("session::messages", {"session_id": "s_1", "from_entry_id": "e_9"}),
+])
+def test_an_entry_looked_up_after_a_delete_is_not_found_not_entry_not_found(
+        tmp_path: Path, function: str, payload: dict[str, Any]) -> None:
+    # Prevents: a read whose session was deleted between its meta check and its entry lookup answered
+    # session/entry_not_found (the entry is gone because the session is): the caller would retry with
+    # another entry of a conversation that no longer exists. Seen with real threads on messages-range.
+    build(tmp_path, 10)
+    sm = session_manager.open(tmp_path)
+    store = sm.service.store
+    real_get_meta = store.get_meta
+    calls = 0
+
+    def get_meta_then_delete(session_id: str) -> Any:
+        nonlocal calls
+        calls += 1
+        meta_now = real_get_meta(session_id)
+        if calls == 1:
+            worker = threading.Thread(target=sm.call, args=("session::delete", {"session_id": "s_1"}))
+            worker.start()
+            worker.join(10)  # another client's delete lands right after this call's meta check
+        return meta_now
+
+    store.get_meta = get_meta_then_delete  # type: ignore[method-assign]
+    with pytest.raises(SessionError) as failed:
+        sm.call(function, payload)
+    assert failed.value.code == NOT_FOUND, failed.value
+    sm.close()
