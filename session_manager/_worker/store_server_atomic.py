@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from .._wire.shape import build
-from ..errors import Conflict
+from ..errors import Conflict, not_found
 from ..store._cas import meta_version
 from ..store._protocol_cas import (
     CommitRequest,
@@ -56,6 +56,8 @@ def delete_session(store: SessionStore, lock: Any, req: SessionIdOnly, raw: dict
 def read_path(store: SessionStore, lock: Any, req: ReadPathRequest, raw: dict[str, Any]) -> Any:
     path = store.path(req.session_id, req.leaf)
     length = len(path)
+    if not length and store.get_meta(req.session_id) is None:
+        raise not_found(req.session_id)  # deleted (a bridge reading it window by window hears so)
     index = None
     if req.around is not None:
         index = path.index_of(req.around)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from ..errors import STORAGE, SessionError, StoreError
+from ..errors import STORAGE, SessionError, StoreError, Vanished
 from .path import EntryPath
 
 Entry = dict[str, Any]
@@ -38,11 +38,12 @@ class RemotePath(EntryPath):
         try:
             answer = self._fetch(**window)
         except StoreError as e:
-            if self._length is None:
-                raise  # the first window: fetched inside the store's path(), where store errors are mapped
-            # Later windows are read after the readers' storage_errors() block
-            # (a local path cannot fail then): a failing one is the
-            # session/storage answer itself, never a half page.
+            if self._length is None or isinstance(e, Vanished):
+                # The first window is fetched inside the store's path(), where store errors are
+                # mapped; a session deleted meanwhile is mapped at the host's edge (not_found).
+                raise
+            # Later windows are read after the readers' storage_errors() block: a failing
+            # one is the session/storage answer itself, never a half page.
             raise SessionError(STORAGE, str(e)) from None
         self._length = answer["length"]
         for offset, entry in enumerate(answer["entries"]):

@@ -35,7 +35,7 @@ from .. import _bus as bus
 from .._bus import Bus
 from .._wire.models import AttachmentMeta as AttachmentMetaModel
 from .._wire.models import SessionEntry, SessionMeta
-from ..errors import Conflict, NotFound, StoreError, Unavailable
+from ..errors import Conflict, NotFound, StoreError, Unavailable, Vanished
 from . import _protocol as sp
 from . import _protocol_cas as atomic
 from ._cas import UNSET, meta_version
@@ -162,13 +162,18 @@ class BridgeStore(SessionStore):
                 path = RemotePath(fetch, leaf)
                 len(path)  # the first window; a Rust main answers function_not_found here
                 return path
+            except Vanished:
+                return EntryPath([], {})  # no such session: reads as absent
             except _NotServed:
                 pass
         by_id = {e["id"]: e for e in self.entries(session_id)}
         return EntryPath(walk_to_root(by_id, leaf), by_id)
 
     def _window(self, session_id: str, leaf: str, window: dict[str, Any]) -> dict[str, Any]:
-        answer = self._new_call(atomic.READ_PATH, {"session_id": session_id, "leaf": leaf, **window})
+        try:
+            answer = self._new_call(atomic.READ_PATH, {"session_id": session_id, "leaf": leaf, **window})
+        except NotFound as e:  # deleted on the main while this path was being read
+            raise Vanished(session_id, str(e)) from None
         self._field(atomic.READ_PATH, answer, "length", int)
         self._field(atomic.READ_PATH, answer, "start", int)
         self._items(atomic.READ_PATH, answer, "entries", _ENTRY)

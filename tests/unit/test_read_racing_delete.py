@@ -199,3 +199,29 @@ def test_an_entry_looked_up_after_a_delete_is_not_found_not_entry_not_found(
         sm.call(function, payload)
     assert failed.value.code == NOT_FOUND, failed.value
     sm.close()
+
+
+def test_a_bridged_path_read_across_a_delete_on_the_main_is_vanished(tmp_path: Path) -> None:
+    # Prevents: a bridge-mode reader whose session the main deleted between two windows of its
+    # path answered session/storage (the main answered an empty window, or not_found as a fault).
+    from tests.unit.test_bridge import open_bridge_store
+
+    opened = open_bridge_store(tmp_path)
+    store = next(opened)
+    try:
+        parent = None
+        batch = []
+        for i in range(200):  # past one window (64): the root is fetched after the tail
+            batch.append(message(f"e_{i}", parent, f"text {i}"))
+            parent = f"e_{i}"
+        store.commit("s_1", Commit(entries=tuple(batch), leaf=parent, meta=meta("s_1", message_count=200)))
+        path = store.path("s_1", parent)
+        assert len(path) == 200 and path[199]["id"] == "e_199"  # the tail window
+        store.delete_session("s_1")
+        with pytest.raises(Vanished) as gone:
+            path[0]  # a later window, after the delete
+        assert gone.value.session_id == "s_1"
+        assert len(store.path("s_1", parent)) == 0  # taken after the delete: absent, as any store reads it
+        assert store.get_meta("s_1") is None
+    finally:
+        next(opened, None)
