@@ -134,6 +134,7 @@ class Follower:
         if covered and os.pread(seen.fd, 1, covered - 1) != b"\n":
             return  # it ends on an unterminated line: whole lines only, as below
         entries = LazyEntries(session_id, self._reader(seen, path))
+        entries.guard(state.lock)  # a refresh replaces entries under it, as a writer does
         state.entries = entries
         _index.adopt(obj, state, entries)
         seen.offset = covered

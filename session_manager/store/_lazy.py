@@ -51,12 +51,15 @@ class LazyEntries(MutableMapping[str, Entry]):
     over the plain dict.
     """
 
-    __slots__ = ("_bodies", "_current", "_ids", "_lens", "_linear", "_live", "_offs", "_orphans", "_packed",
-                 "_parents", "_path", "_pos", "_read", "_scans", "_session_id", "_unlocated", "body_bytes")
+    __slots__ = ("_bodies", "_current", "_guard", "_ids", "_lens", "_linear", "_live", "_offs", "_orphans",
+                 "_packed", "_parents", "_path", "_pos", "_read", "_scans", "_session_id", "_unlocated", "body_bytes")
 
     def __init__(self, session_id: str, read: ReadAt | None = None) -> None:
         self._session_id = session_id
         self._read = read
+        # The session's lock, once a store holds these arrays (:meth:`guard`): a decoded body
+        # is cached under it, and only while its line is still the entry's newest.
+        self._guard: threading.RLock | None = None
         # Ids: a list, or (loaded from an index, until an id is added) the
         # index's blob; the position map only once a lookup needs it.
         self._ids: list[str] | None = []
@@ -112,6 +115,11 @@ class LazyEntries(MutableMapping[str, Entry]):
             self._offs[i], self._lens[i] = locations[eid]
         self._unlocated = 0
         self._live = None
+
+    def guard(self, lock: threading.RLock) -> None:
+        """Bodies decoded from now on are cached under ``lock`` (the session's:
+        its writers replace entries holding it)."""
+        self._guard = lock
 
     def vanish(self) -> None:
         """The session was deleted (under its lock): a reader still holding these
@@ -338,9 +346,22 @@ class LazyEntries(MutableMapping[str, Entry]):
                 # ours to guess, so say so instead of handing out a wrong entry.
                 raise StoreError(f"log of session {self._session_id} changed under its index (entry {entry_id})")
             offset, length = moved
+        guard = self._guard
+        if guard is None:
+            self._cache(i, entry_id, entry, offset, length)
+        else:
+            with guard:  # the line was read under it, but a writer may have replaced the entry since
+                self._cache(i, entry_id, entry, offset, length)
+        return entry
+
+    def _cache(self, i: int, entry_id: str, entry: Entry, offset: int, length: int) -> None:
+        """Keep a body just decoded from (``offset``, ``length``) unless the entry was replaced
+        meanwhile (a newer body, or a new line): the reader answers with what it read, which
+        came first, and the next reader gets the newer one."""
+        if entry_id in self._bodies or i >= len(self._offs) or self._offs[i] != offset or self._lens[i] != length:
+            return
         self._bodies[entry_id] = entry
         self.body_bytes += length
-        return entry
 
     def _link(self, i: int, parent: Any, new: bool) -> None:
         """Set entry ``i``'s parent link (``parents[i]`` exists)."""

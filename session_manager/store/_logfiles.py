@@ -104,6 +104,8 @@ class LogFiles:
         else:
             loaded = _index.load(files.log, files.index, session_id, reader, open_log=self._open_log)
         state.entries = loaded.entries
+        if isinstance(loaded.entries, LazyEntries):
+            loaded.entries.guard(state.lock)
         state.meta, state.leaf = loaded.state.meta, loaded.state.leaf
         state.path_ids = state.path_pos = None
         files.covered, files.ino = loaded.covered, loaded.ino
