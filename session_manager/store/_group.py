@@ -87,6 +87,9 @@ class GroupCommit:
 
     def _state(self, session_id: str, create: bool = False) -> Any: ...
 
+    if TYPE_CHECKING:
+        def _detach(self, session_id: str, state: SessionState) -> None: ...
+
     def _init_group_commit(self) -> None:
         self._owed = threading.local()
         self._scope = _Scope(self._owed)
@@ -215,6 +218,7 @@ class GroupCommit:
             with self._lock:
                 if self._sessions.get(session_id) is state:
                     self._sessions.pop(session_id, None)
+                    self._detach(session_id, state)  # as an eviction: a reader may still hold it
                 self._budgets.pop(session_id, None)
                 # The next write inspects the tail first: the undone bytes may have begun with the
                 # newline a valid unterminated last record was owed (or the truncation failed).

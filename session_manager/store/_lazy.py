@@ -296,9 +296,12 @@ class LazyEntries(MutableMapping[str, Entry]):
         if body is not None:
             return body
         i = self._index_of(entry_id)
-        if i is None or self._offs[i] < 0:
+        if i is None:
             return default
-        return self._decode(i, entry_id, self._offs[i], self._lens[i])
+        offset = self._offs[i]
+        if offset < 0:  # replaced since the look above (its body is held before its line is forgotten)
+            return self._bodies.get(entry_id, default)
+        return self._decode(i, entry_id, offset, self._lens[i])
 
     def body_at(self, i: int) -> Entry:
         """The body of the entry at position ``i`` (no lookup by id)."""
@@ -309,9 +312,13 @@ class LazyEntries(MutableMapping[str, Entry]):
         body = self._bodies.get(entry_id)
         if body is not None:
             return body
-        if self._offs[i] < 0:
-            raise KeyError(entry_id)
-        return self._decode(i, entry_id, self._offs[i], self._lens[i])
+        offset = self._offs[i]
+        if offset < 0:  # replaced since the look above (its body is held before its line is forgotten)
+            body = self._bodies.get(entry_id)
+            if body is None:
+                raise KeyError(entry_id)
+            return body
+        return self._decode(i, entry_id, offset, self._lens[i])
 
     def _decode(self, i: int, entry_id: str, offset: int, length: int) -> Entry:
         """The body of ``entry_id`` (at position ``i``) from its line at (``offset``, ``length``)."""
@@ -395,15 +402,17 @@ class LazyEntries(MutableMapping[str, Entry]):
             self._unlocated += 1  # its line is noted by the writer
             self._bodies[entry_id] = entry
             return
-        if self._offs[i] >= 0:
+        located = self._offs[i] >= 0
+        if located and entry_id in self._bodies:
+            self.body_bytes -= self._lens[i]  # the body it replaces
+        # The new body before the old line is forgotten: a reader outside the lock finds one or the other.
+        self._bodies[entry_id] = entry
+        if located:
             self._unlocated += 1
-            if entry_id in self._bodies:
-                self.body_bytes -= self._lens[i]  # the body it replaces
             self._offs[i] = -1  # the new body's line is noted by the writer
         self._link(i, entry.get("parent_id"), False)
         if self._orphans and entry_id in self._orphans.values():
             self._adopted(entry_id, i)
-        self._bodies[entry_id] = entry
 
     def _put_new(self, pos: dict[str, int], entry_id: str, entry: Entry, offset: int, length: int) -> None:
         """Add ``entry_id`` (not in ``pos``, the position map) at the next position,

@@ -24,11 +24,12 @@ CHUNK = 64
 class RemotePath(EntryPath):
     """An :class:`EntryPath` whose entries are fetched on first use."""
 
-    __slots__ = ("_at", "_fetch", "_leaf", "_length", "_where")
+    __slots__ = ("_at", "_fetch", "_leaf", "_length", "_session_id", "_where")
 
-    def __init__(self, fetch: Fetch, leaf: str) -> None:
+    def __init__(self, fetch: Fetch, session_id: str, leaf: str) -> None:
         super().__init__([], {})
         self._fetch = fetch
+        self._session_id = session_id
         self._leaf = leaf
         self._length: int | None = None
         self._at: dict[int, Entry] = {}
@@ -45,6 +46,10 @@ class RemotePath(EntryPath):
             # Later windows are read after the readers' storage_errors() block: a failing
             # one is the session/storage answer itself, never a half page.
             raise SessionError(STORAGE, str(e)) from None
+        if self._length is not None and answer["length"] != self._length:
+            # A pinned leaf's chain keeps its length: this is another session under the same id
+            # (deleted and created again on the main since the first window), as a local reader hears.
+            raise Vanished(self._session_id, f"session {self._session_id} was deleted during the read")
         self._length = answer["length"]
         for offset, entry in enumerate(answer["entries"]):
             i = answer["start"] + offset

@@ -159,7 +159,7 @@ class BridgeStore(SessionStore):
                 return self._window(session_id, leaf, window)
 
             try:
-                path = RemotePath(fetch, leaf)
+                path = RemotePath(fetch, session_id, leaf)
                 len(path)  # the first window; a Rust main answers function_not_found here
                 return path
             except Vanished:

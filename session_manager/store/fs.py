@@ -159,13 +159,17 @@ class FsStore(CatalogListing, SessionDeletion, OnlineCompaction, AttachmentFiles
         """A session leaves the cache (under its lock): keep its index current,
         then forget what was kept for it (the next load derives it all again)."""
         self._files.save(session_id, state)
-        if isinstance(state.entries, LazyEntries):
-            # A reader handed this state may still decode bodies; a later load can compact the log.
-            state.entries.detach(functools.partial(self._entry_now, session_id, state.meta))
+        self._detach(session_id, state)
         self._files.evicted(session_id)
         self._budgets.pop(session_id, None)
         if self._follow is not None:
             self._follow.forget(session_id)  # or a reload would apply only the bytes read since
+
+    def _detach(self, session_id: str, state: SessionState) -> None:
+        """``state`` leaves the cache (under its lock): a reader handed it may still decode
+        bodies, and a later load can compact the log under its arrays."""
+        if isinstance(state.entries, LazyEntries):
+            state.entries.detach(functools.partial(self._entry_now, session_id, state.meta))
 
     def _entry_now(self, session_id: str, held: Meta | None, entry_id: str) -> Entry | None:
         """The entry as the session holds it now (for a dropped state's reader,

@@ -225,3 +225,34 @@ def test_a_bridged_path_read_across_a_delete_on_the_main_is_vanished(tmp_path: P
         assert store.get_meta("s_1") is None
     finally:
         next(opened, None)
+
+
+def test_a_bridged_path_read_across_a_delete_and_a_re_create_on_the_main_is_vanished(tmp_path: Path) -> None:
+    # Prevents: a bridge-mode reader whose session the main deleted and created again (session::ensure)
+    # between two windows of its path: the main answered the pinned leaf's path in the new session
+    # (empty), and the reader failed with a raw KeyError (an internal error) instead of hearing the
+    # session vanished, as a local store's reader does.
+    from tests.unit.test_bridge import open_bridge_store
+
+    opened = open_bridge_store(tmp_path)
+    store = next(opened)
+    try:
+        parent = None
+        batch = []
+        for i in range(200):  # past one window (64): the root is fetched after the tail
+            batch.append(message(f"e_{i}", parent, f"text {i}"))
+            parent = f"e_{i}"
+        store.commit("s_1", Commit(entries=tuple(batch), leaf=parent, meta=meta("s_1", message_count=200)))
+        path = store.path("s_1", parent)
+        assert len(path) == 200 and path[199]["id"] == "e_199"  # the tail window
+        store.delete_session("s_1")
+        store.commit("s_1", Commit(entries=(message("n_0", None, "new"),), leaf="n_0",
+                                   meta={**meta("s_1", message_count=1), "created_at": T0 + 1}))
+        with pytest.raises(Vanished) as gone:
+            path[0]  # a later window, after the delete and the re-create
+        assert gone.value.session_id == "s_1"
+        with pytest.raises(Vanished):
+            path.index_of("e_3")
+        assert [e["id"] for e in store.path("s_1", "n_0")] == ["n_0"]
+    finally:
+        next(opened, None)
