@@ -35,10 +35,11 @@ from ._catalog import MetaCatalog
 from ._compactor import Compactor
 from ._fds import FdCache
 from ._follow import Follower
+from ._fs_append import LogAppends
 from ._fs_delete import SessionDeletion
 from ._fs_listing import CatalogListing
 from ._fs_open import LOG_SUFFIX, checked_stem, log_exists, open_append, open_read
-from ._fsio import NotRegular, Ops, fsync_dir, name_max, open_regular, read_fd, reason, write_all
+from ._fsio import NotRegular, Ops, name_max, open_regular, read_fd, reason
 from ._group import GroupCommit
 from ._index import INDEX_DIR
 from ._lazy import LazyEntries
@@ -46,9 +47,9 @@ from ._lock import LOCK_NAME, DirLock
 from ._logfiles import LogFiles
 from ._online import OnlineCompaction
 from ._records import meta_size
-from ._sized import Sizes, encode_sized
+from ._sized import encode_sized
 from ._state import SessionState, StateBackedStore
-from ._tail import TailFix, inspect_tail
+from ._tail import TailFix
 from .base import Commit, Entry, Meta
 
 log = logging.getLogger("session_manager.store.fs")
@@ -64,7 +65,8 @@ class ReadOnlyStore(StoreError):
     """A mutation of a store opened read-only."""
 
 
-class FsStore(CatalogListing, SessionDeletion, OnlineCompaction, AttachmentFiles, GroupCommit, StateBackedStore):
+class FsStore(CatalogListing, SessionDeletion, OnlineCompaction, AttachmentFiles, GroupCommit, LogAppends,
+              StateBackedStore):
     """JSONL-per-session storage under ``data_dir``.
 
     ``durability="flush"`` (default): every acknowledged mutation has been
@@ -375,58 +377,3 @@ class FsStore(CatalogListing, SessionDeletion, OnlineCompaction, AttachmentFiles
         state = self._state(session_id, create=True)
         assert state is not None
         return state
-
-    def _account(self, session_id: str, commit: Commit, data: bytes, sizes: Sizes) -> None:
-        budget = self._budgets.get(session_id)
-        if budget is None:
-            budget = self._budgets[session_id] = _compaction.LogBudget()
-        budget.disk += len(data)
-        entry_sizes, meta_bytes = sizes
-        for entry, size in zip(commit.entries, entry_sizes, strict=True):
-            budget.entry(entry["id"], size)
-        if meta_bytes is not None:
-            budget.set_meta(meta_bytes)
-
-    def _append(self, session_id: str, data: bytes) -> int:
-        """Write one commit's lines through the kept descriptor; returns the
-        log offset they start at."""
-        path = self._files.log_path(session_id)
-        fix = self._tail_fix.pop(session_id, None)
-        try:
-            # Read access too: the tail check after a failed write preads the file.
-            slot, created = self._fds.acquire(path)
-            fd, owed = slot.fd, False
-            try:
-                if fix == "check":
-                    fix = inspect_tail(fd, session_id)
-                if isinstance(fix, int):
-                    os.ftruncate(fd, fix)
-                # The kept end saves an fstat per write; a tail fix asks the file.
-                start = slot.end if slot.end is not None and fix is None else os.fstat(fd).st_size
-                slot.end = None  # unknown until this write is whole
-                lead = 0
-                if fix == "newline":
-                    data, lead = b"\n" + data, 1
-                try:
-                    write_all(fd, data)
-                    if self.durability == "fsync":
-                        owed = self._sync_write(session_id, path, slot, start, start + len(data))
-                except OSError:
-                    # The caller hears "failed", so no part of it may replay later,
-                    # not even a whole record that only lacks its newline.
-                    os.ftruncate(fd, start)
-                    self._failed_write(session_id, path, slot)
-                    raise
-                slot.end = start + len(data)
-            finally:
-                if not owed:  # an owed fsync keeps the descriptor pinned until settle()
-                    self._fds.release(path, slot)
-            if created and self.durability == "fsync":
-                fsync_dir(self._ops, self.dir)
-        except NotRegular:
-            raise StoreError(f"the log of session {os.path.basename(path)} is not a regular file") from None
-        except OSError as e:
-            # The write may have left a torn line: look again before the next one.
-            self._tail_fix[session_id] = "check"
-            raise StoreError(f"append to {os.path.basename(path)}: {reason(e)}") from None
-        return start + lead

@@ -1,0 +1,89 @@
+"""The fs store's write of one commit: its lines appended through the kept
+descriptor (a torn or unterminated tail fixed first), and the log budget that
+decides compaction. Mixed into :class:`~.fs.FsStore`."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ..errors import StoreError
+from . import _compaction
+from ._fds import FdCache, _Slot
+from ._fsio import NotRegular, Ops, fsync_dir, reason, write_all
+from ._logfiles import LogFiles
+from ._sized import Sizes
+from ._tail import TailFix, inspect_tail
+from .base import Commit
+
+
+class LogAppends:
+    """What :class:`~.fs.FsStore` appends with (its attributes, declared here for the checker)."""
+
+    dir: Path
+    durability: str
+    _ops: Ops
+    _fds: FdCache
+    _files: LogFiles
+    _tail_fix: dict[str, TailFix]
+    _budgets: dict[str, _compaction.LogBudget]
+
+    if TYPE_CHECKING:
+        def _sync_write(self, session_id: str, path: str, slot: _Slot, start: int, end: int) -> bool: ...
+        def _failed_write(self, session_id: str, path: str, slot: _Slot) -> None: ...
+
+    def _account(self, session_id: str, commit: Commit, data: bytes, sizes: Sizes) -> None:
+        budget = self._budgets.get(session_id)
+        if budget is None:
+            budget = self._budgets[session_id] = _compaction.LogBudget()
+        budget.disk += len(data)
+        entry_sizes, meta_bytes = sizes
+        for entry, size in zip(commit.entries, entry_sizes, strict=True):
+            budget.entry(entry["id"], size)
+        if meta_bytes is not None:
+            budget.set_meta(meta_bytes)
+
+    def _append(self, session_id: str, data: bytes) -> int:
+        """Write one commit's lines through the kept descriptor; returns the
+        log offset they start at."""
+        path = self._files.log_path(session_id)
+        fix = self._tail_fix.pop(session_id, None)
+        try:
+            # Read access too: the tail check after a failed write preads the file.
+            slot, created = self._fds.acquire(path)
+            fd, owed = slot.fd, False
+            try:
+                if fix == "check":
+                    fix = inspect_tail(fd, session_id)
+                if isinstance(fix, int):
+                    os.ftruncate(fd, fix)
+                # The kept end saves an fstat per write; a tail fix asks the file.
+                start = slot.end if slot.end is not None and fix is None else os.fstat(fd).st_size
+                slot.end = None  # unknown until this write is whole
+                lead = 0
+                if fix == "newline":
+                    data, lead = b"\n" + data, 1
+                try:
+                    write_all(fd, data)
+                    if self.durability == "fsync":
+                        owed = self._sync_write(session_id, path, slot, start, start + len(data))
+                except OSError:
+                    # The caller hears "failed", so no part of it may replay later,
+                    # not even a whole record that only lacks its newline.
+                    os.ftruncate(fd, start)
+                    self._failed_write(session_id, path, slot)
+                    raise
+                slot.end = start + len(data)
+            finally:
+                if not owed:  # an owed fsync keeps the descriptor pinned until settle()
+                    self._fds.release(path, slot)
+            if created and self.durability == "fsync":
+                fsync_dir(self._ops, self.dir)
+        except NotRegular:
+            raise StoreError(f"the log of session {os.path.basename(path)} is not a regular file") from None
+        except OSError as e:
+            # The write may have left a torn line: look again before the next one.
+            self._tail_fix[session_id] = "check"
+            raise StoreError(f"append to {os.path.basename(path)}: {reason(e)}") from None
+        return start + lead
