@@ -21,11 +21,10 @@ from array import array
 from collections.abc import Callable, Iterator, MutableMapping
 from typing import Any
 
-from ..errors import StoreError, Vanished
 from ._fsio import ReadAt
 from ._index_format import SCANS_BEFORE_MAP, IndexBody, PackedIds, pack_ids
+from ._lazy_bodies import BodyReads
 from ._lazy_path import NO_PARENT, ORPHAN, LazyPath, Positions, walk_up
-from ._records import decode_record
 
 Entry = dict[str, Any]
 
@@ -34,12 +33,7 @@ Entry = dict[str, Any]
 # brief: one lock for every mapping).
 _BUILD = threading.RLock()
 
-def _deleted(offset: int, length: int) -> bytes:
-    """The reader of a deleted session's arrays (:meth:`LazyEntries.vanish`)."""
-    raise FileNotFoundError("the session's log was deleted")
-
-
-class LazyEntries(MutableMapping[str, Entry]):
+class LazyEntries(BodyReads, MutableMapping[str, Entry]):
     """``id -> entry`` with bodies decoded on demand.
 
     In first-put order: every live id, the position of its parent
@@ -115,23 +109,6 @@ class LazyEntries(MutableMapping[str, Entry]):
             self._offs[i], self._lens[i] = locations[eid]
         self._unlocated = 0
         self._live = None
-
-    def guard(self, lock: threading.RLock) -> None:
-        """Bodies decoded from now on are cached under ``lock`` (the session's:
-        its writers replace entries holding it)."""
-        self._guard = lock
-
-    def vanish(self) -> None:
-        """The session was deleted (under its lock): a reader still holding these
-        arrays hears so (:class:`Vanished`) instead of reading a log created
-        since under the same name at their offsets."""
-        self._read = _deleted
-
-    def detach(self, current: Callable[[str], Entry | None]) -> None:
-        """The store no longer keeps these arrays current (the session left its
-        cache; a later load may compact the log under them): a body whose line
-        moved is asked of ``current`` (the session's entry now, or ``None``)."""
-        self._current = current
 
     def note_location(self, entry_id: str, offset: int, length: int) -> None:
         """Where the body just written for ``entry_id`` now lives in the log."""
@@ -319,56 +296,6 @@ class LazyEntries(MutableMapping[str, Entry]):
                 raise KeyError(entry_id)
             return body
         return self._decode(i, entry_id, offset, self._lens[i])
-
-    def _decode(self, i: int, entry_id: str, offset: int, length: int) -> Entry:
-        """The body of ``entry_id`` (at position ``i``) from its line at (``offset``, ``length``)."""
-        while True:
-            read = self._read
-            if read is None:
-                raise StoreError(f"entry {entry_id} of session {self._session_id} has no readable log")
-            try:
-                line = read(offset, length)
-            except FileNotFoundError:
-                # Deleted since this reader took its path (the log is renamed aside first).
-                raise Vanished(self._session_id, f"session {self._session_id} was deleted during the read") from None
-            except OSError as e:
-                raise StoreError(f"read entry {entry_id} of session {self._session_id}: {e}") from e
-            record = decode_record(line, self._session_id)
-            entry = record.get("entry") if record is not None else None
-            if isinstance(entry, dict) and entry.get("id") == entry_id:
-                break
-            if self._read is _deleted:  # deleted while this read waited for the session's lock
-                raise Vanished(self._session_id, f"session {self._session_id} was deleted during the read")
-            # The location was taken outside the session's lock: a compaction may have replaced
-            # the log (and moved the line) since. Read where the entry lives now, or its new body.
-            body = self._bodies.get(entry_id)
-            if body is not None:
-                return body
-            moved = (self._offs[i], self._lens[i]) if i < len(self._offs) else (offset, length)
-            if moved == (offset, length) or moved[0] < 0:
-                current = self._current(entry_id) if self._current is not None else None
-                if current is not None:
-                    return current  # a reader still holding a dropped session: the entry as stored now
-                # The log changed under an index that matched it when loaded: not
-                # ours to guess, so say so instead of handing out a wrong entry.
-                raise StoreError(f"log of session {self._session_id} changed under its index (entry {entry_id})")
-            offset, length = moved
-        guard = self._guard
-        if guard is None:
-            self._cache(i, entry_id, entry, offset, length)
-        else:
-            with guard:  # the line was read under it, but a writer may have replaced the entry since
-                self._cache(i, entry_id, entry, offset, length)
-        return entry
-
-    def _cache(self, i: int, entry_id: str, entry: Entry, offset: int, length: int) -> None:
-        """Keep a body just decoded from (``offset``, ``length``) unless the entry was replaced
-        meanwhile (a newer body, or a new line): the reader answers with what it read, which
-        came first, and the next reader gets the newer one."""
-        if entry_id in self._bodies or i >= len(self._offs) or self._offs[i] != offset or self._lens[i] != length:
-            return
-        self._bodies[entry_id] = entry
-        self.body_bytes += length
 
     def _link(self, i: int, parent: Any, new: bool) -> None:
         """Set entry ``i``'s parent link (``parents[i]`` exists)."""
