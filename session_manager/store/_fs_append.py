@@ -4,6 +4,7 @@ decides compaction. Mixed into :class:`~.fs.FsStore`."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -44,6 +45,18 @@ class LogAppends:
         if meta_bytes is not None:
             budget.set_meta(meta_bytes)
 
+    def _name_durable(self, path: str) -> None:
+        """A log just created (fsync mode): sync its name before any line goes in. If that
+        fails, the caller hears so; the empty file is removed, so nothing of its mutation
+        replays and the next write creates (and syncs) the name again."""
+        try:
+            fsync_dir(self._ops, self.dir)
+        except OSError:
+            self._fds.forget(path)  # closed once the caller releases it
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+            raise
+
     def _append(self, session_id: str, data: bytes) -> int:
         """Write one commit's lines through the kept descriptor; returns the
         log offset they start at."""
@@ -54,6 +67,8 @@ class LogAppends:
             slot, created = self._fds.acquire(path)
             fd, owed = slot.fd, False
             try:
+                if created and self.durability == "fsync":
+                    self._name_durable(path)
                 if fix == "check":
                     fix = inspect_tail(fd, session_id)
                 if isinstance(fix, int):
@@ -78,8 +93,6 @@ class LogAppends:
             finally:
                 if not owed:  # an owed fsync keeps the descriptor pinned until settle()
                     self._fds.release(path, slot)
-            if created and self.durability == "fsync":
-                fsync_dir(self._ops, self.dir)
         except NotRegular:
             raise StoreError(f"the log of session {os.path.basename(path)} is not a regular file") from None
         except OSError as e:

@@ -233,7 +233,12 @@ class FsStore(CatalogListing, SessionDeletion, OnlineCompaction, AttachmentFiles
     def _replay(self, session_id: str, state: SessionState) -> None:
         if self._follow is not None:
             files = self._files.files(session_id)
+            held, held_meta = state.entries, state.meta
             self._follow.refresh(session_id, state, files.log, lambda n, w: None, files.index)
+            if state.entries is not held and isinstance(held, LazyEntries):
+                # The log was replaced (compacted, or deleted and created again): a reader
+                # still holding a path into the old arrays asks for each entry as it is now.
+                held.detach(functools.partial(self._entry_now, session_id, held_meta))
             return
         try:
             fix = self._files.load(session_id, state)
