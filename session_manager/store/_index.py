@@ -264,7 +264,10 @@ def save(log_path: str, idx_path: str, session_id: str, state: SessionState, ent
     if not entries.fully_located():
         return False
     try:
-        fd = os.open(log_path, os.O_RDONLY | _O_CLOEXEC)
+        try:
+            fd = os.open(log_path, os.O_RDONLY | _O_CLOEXEC)
+        except FileNotFoundError:
+            return False  # no log (yet, or any more): nothing to index, and nothing to warn about
         try:
             st = os.fstat(fd)
             if st.st_size < covered:

@@ -3,6 +3,7 @@ between the log write and the index write, lazy bodies, the sessions index."""
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
@@ -166,3 +167,23 @@ def test_the_sessions_index_never_changes_what_list_says(tmp_path: Path) -> None
         sessions_file.write_bytes(damaged)
         with session_manager.open(tmp_path) as sm:
             assert sm.call("session::list", {})["sessions"] == listed
+
+
+def test_saving_the_index_of_a_session_without_a_log_is_quietly_nothing(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    # Prevents: "index not written (No such file)" warnings each time a session whose log does not
+    # exist (a fork dropped from memory mid-commit, a failed first write) leaves the cache: noise
+    # that buries the warnings that matter.
+    store = FsStore(tmp_path)
+    store.commit("s_1", Commit(entries=(message("e_1", None),), leaf="e_1", meta=meta("s_1", message_count=1)))
+    store.close()
+    store = FsStore(tmp_path)
+    assert store.get_leaf("s_1") == "e_1"  # loaded lazily from its index
+    state = store._sessions["s_1"]
+    (tmp_path / "s_1.jsonl").unlink()  # the log gone from under it
+    files = store._files.files("s_1")
+    files.saved = -1
+    with caplog.at_level(logging.WARNING, logger="session_manager.store.fs"):
+        store._files.save("s_1", state)
+    assert files.saved == -1 and "index not written" not in caplog.text
+    store.close()
