@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -40,37 +41,51 @@ def test_a_path_taken_before_a_delete_reads_as_vanished(tmp_path: Path) -> None:
     store.close()
 
 
+def readers_during(where: Path, act: Callable[[session_manager.SessionManager], None], *,
+                   after_an_error: str) -> list[Any]:
+    """Four threads page ``s_1`` of a 400-entry session (``build``) while ``act`` runs; each
+    page's length or error code. A reader ``"stop"``s or ``"continue"``s after an error."""
+    outcomes: list[Any] = []
+    build(where, 400)
+    sm = session_manager.open(where)
+    start = threading.Barrier(5)
+
+    def read() -> None:
+        start.wait(5)
+        for _ in range(20):
+            try:
+                page = sm.call("session::messages", {"session_id": "s_1", "limit": 400})
+            except SessionError as e:
+                outcomes.append(e.code)
+                if after_an_error == "stop":
+                    return
+                continue
+            outcomes.append(len(page["messages"]))
+
+    readers = [threading.Thread(target=read) for _ in range(4)]
+    for t in readers:
+        t.start()
+    start.wait(5)
+    act(sm)
+    for t in readers:
+        t.join(10)
+        assert not t.is_alive()
+    sm.close()
+    return outcomes
+
+
 def test_readers_racing_a_delete_hear_not_found_or_a_whole_page(tmp_path: Path) -> None:
     # Prevents: the same through the service, with real threads: a chat UI reading a conversation
     # another client deletes is told session/storage (a disk fault) instead of session/not_found.
-    outcomes: list[Any] = []
-    for attempt in range(12):
-        where = tmp_path / str(attempt)
-        build(where, 400)
-        sm = session_manager.open(where)
-        start = threading.Barrier(5)
-
-        def read(sm: session_manager.SessionManager = sm, start: threading.Barrier = start) -> None:
-            start.wait(5)
-            for _ in range(20):
-                try:
-                    page = sm.call("session::messages", {"session_id": "s_1", "limit": 400})
-                except SessionError as e:
-                    outcomes.append(e.code)
-                    return
-                outcomes.append(len(page["messages"]))
-
-        readers = [threading.Thread(target=read) for _ in range(4)]
-        for t in readers:
-            t.start()
-        start.wait(5)
+    def delete(sm: session_manager.SessionManager) -> None:
         sm.call("session::delete", {"session_id": "s_1"})
-        for t in readers:
-            t.join(10)
         with pytest.raises(SessionError) as after:
             sm.call("session::messages", {"session_id": "s_1"})
         assert after.value.code == NOT_FOUND
-        sm.close()
+
+    outcomes: list[Any] = []
+    for attempt in range(12):
+        outcomes += readers_during(tmp_path / str(attempt), delete, after_an_error="stop")
     assert set(outcomes) <= {400, NOT_FOUND}, sorted(set(map(str, outcomes)))
 
 
@@ -118,36 +133,17 @@ def test_a_path_taken_before_a_delete_and_a_re_create_reads_as_vanished(tmp_path
 def test_readers_racing_a_delete_and_a_re_create_hear_not_found_or_a_whole_page(tmp_path: Path) -> None:
     # Prevents: the same through the service, with real threads: a chat UI paging a conversation that
     # another client resets (delete, then ensure under the same id) told session/storage.
-    outcomes: list[Any] = []
-    for attempt in range(8):
-        where = tmp_path / str(attempt)
-        build(where, 400)
-        sm = session_manager.open(where)
-        start = threading.Barrier(5)
-
-        def read(sm: session_manager.SessionManager = sm, start: threading.Barrier = start) -> None:
-            start.wait(5)
-            for _ in range(20):
-                try:
-                    page = sm.call("session::messages", {"session_id": "s_1", "limit": 400})
-                except SessionError as e:
-                    outcomes.append(e.code)
-                    continue
-                outcomes.append(len(page["messages"]))
-
-        readers = [threading.Thread(target=read) for _ in range(4)]
-        for t in readers:
-            t.start()
-        start.wait(5)
+    def reset(sm: session_manager.SessionManager) -> None:
         sm.call("session::delete", {"session_id": "s_1"})
         sm.call("session::ensure", {"session_id": "s_1"})
         for i in range(3):
             sm.call("session::append", {"session_id": "s_1", "message": {
                 "role": "user", "content": [{"type": "text", "text": f"again {i} " + "y" * 300}],
                 "timestamp": 1}})
-        for t in readers:
-            t.join(10)
-        sm.close()
+
+    outcomes: list[Any] = []
+    for attempt in range(8):
+        outcomes += readers_during(tmp_path / str(attempt), reset, after_an_error="continue")
     assert set(outcomes) <= {400, 0, 1, 2, 3, NOT_FOUND}, sorted(set(map(str, outcomes)))
 
 
