@@ -54,7 +54,7 @@ class LogAppends:
         except OSError:
             self._fds.forget(path)  # closed once the caller releases it
             with contextlib.suppress(OSError):
-                os.unlink(path)
+                self._ops.unlink(path)
             raise
 
     def _append(self, session_id: str, data: bytes) -> int:

@@ -170,8 +170,13 @@ class FsStore(CatalogListing, SessionDeletion, OnlineCompaction, AttachmentFiles
     def _detach(self, session_id: str, state: SessionState) -> None:
         """``state`` leaves the cache (under its lock): a reader handed it may still decode
         bodies, and a later load can compact the log under its arrays."""
-        if isinstance(state.entries, LazyEntries):
-            state.entries.detach(functools.partial(self._entry_now, session_id, state.meta))
+        self._detach_entries(session_id, state.entries, state.meta)
+
+    def _detach_entries(self, session_id: str, entries: object, meta: Meta | None) -> None:
+        """A reader still holding ``entries`` (the session's once ``meta`` was its meta) asks
+        for each moved entry as the session holds it now."""
+        if isinstance(entries, LazyEntries):
+            entries.detach(functools.partial(self._entry_now, session_id, meta))
 
     def _entry_now(self, session_id: str, held: Meta | None, entry_id: str) -> Entry | None:
         """The entry as the session holds it now (for a dropped state's reader,
@@ -235,10 +240,10 @@ class FsStore(CatalogListing, SessionDeletion, OnlineCompaction, AttachmentFiles
             files = self._files.files(session_id)
             held, held_meta = state.entries, state.meta
             self._follow.refresh(session_id, state, files.log, lambda n, w: None, files.index)
-            if state.entries is not held and isinstance(held, LazyEntries):
+            if state.entries is not held:
                 # The log was replaced (compacted, or deleted and created again): a reader
                 # still holding a path into the old arrays asks for each entry as it is now.
-                held.detach(functools.partial(self._entry_now, session_id, held_meta))
+                self._detach_entries(session_id, held, held_meta)
             return
         try:
             fix = self._files.load(session_id, state)
