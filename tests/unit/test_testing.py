@@ -214,6 +214,10 @@ def test_the_sdk_wrapper_waits_refuses_and_shuts_down_twice() -> None:
     try:
         if not first.wait_connected(timeout_s=5):
             pytest.skip(f"no iii engine answers at {url}")
+        # "connected" comes before the SDK sends the worker's name: were the twin's name to reach the engine
+        # first, the engine would refuse the first worker instead (a flake seen once in CI).
+        eventually(lambda: any(w.get("name") == name for w in first.trigger(
+            {"function_id": "engine::workers::list", "payload": {}})["workers"]), "the first worker named")
         second = SdkBus(url, worker_name=name, telemetry=False)  # the same name: the engine refuses it
         try:
             second.wait_connected(timeout_s=10)  # the rejection may follow the connection
