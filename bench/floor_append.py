@@ -6,16 +6,7 @@ Side by side, interleaved in one process, on the same message (CPU time per
 append, so a busy neighbour on the 2-core box inflates everyone alike):
 
 * **ours**: ``session_manager.open(dir).call("session::append", ...)``, as a user calls it;
-* **floor**: the irreducible steps written out inline, with ours' own pieces where the
-  contract names them: refuse what JSON cannot hold and measure it (``admit``), take a
-  private copy and validate it strictly (``json_payload`` + the pydantic request model:
-  bad input must become ``session/invalid_request`` naming the field), draw a random
-  UUIDv4 id and the time, build the entry and the meta in the field order the bytes on
-  disk pin, encode the ``append`` line (orjson), one ``os.write`` on a descriptor kept
-  open, remember the entry, the leaf and the meta in memory, build the response and the
-  ``on-message-added`` event payload, copy the response for the caller. No lock, no
-  compare-and-set, no index, no compaction accounting, no catalog: a single-threaded
-  store that cannot fail would need none of them, ours needs all of them;
+* **floor**: the irreducible steps written out inline (``bench/floor.py`` says which);
 * **sqlite3 NORMAL** and **raw os.write**: the baselines of ``bench/run.py`` (``bench/baselines.py``).
 
 Then the cost of each floor step alone, and a cProfile top of our call.
@@ -43,47 +34,13 @@ sys.path.insert(1, str(HERE.parent))
 import orjson  # noqa: E402
 from baselines import RawLog, Sqlite  # noqa: E402
 from fixtures import message  # noqa: E402
+from floor import Floor  # noqa: E402
 
 import session_manager  # noqa: E402
 from session_manager._service.admission import admit  # noqa: E402
-from session_manager._service.limits import Limits  # noqa: E402
 from session_manager._wire import api  # noqa: E402
 from session_manager._wire.dumping import fast_dump  # noqa: E402
 from session_manager._wire.validation import json_payload, parse_request  # noqa: E402
-from session_manager.clock import SystemClock  # noqa: E402
-from session_manager.ids import UuidIds  # noqa: E402
-
-
-class Floor:
-    """The minimum an append must do, for one session, on one kept descriptor."""
-
-    def __init__(self, path: Path, session_id: str) -> None:
-        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        self.limits, self.ids, self.clock = Limits(), UuidIds(), SystemClock()
-        self.entries: dict[str, dict[str, Any]] = {}
-        self.leaf: str | None = None
-        self.meta: dict[str, Any] = {"session_id": session_id, "title": "floor", "description": "",
-                                     "status": "idle", "created_at": 0, "updated_at": 0, "message_count": 0}
-
-    def append(self, payload: dict[str, Any]) -> dict[str, Any]:
-        admit("session::append", payload, self.limits, mutates=True)
-        req = parse_request(api.AppendRequest, json_payload(payload))
-        assert req.message is not None
-        entry_id, now, parent = self.ids.entry_id(), self.clock.now_ms(), self.leaf
-        entry = {"kind": "message", "id": entry_id, "parent_id": parent, "timestamp": now, "revision": 0,
-                 "message": fast_dump(req.message)}
-        meta = dict(self.meta)
-        meta["updated_at"], meta["message_count"] = now, meta["message_count"] + 1
-        os.write(self.fd, b'{"type":"append","entry":' + orjson.dumps(entry) + b',"meta":' + orjson.dumps(meta)
-                 + b"}\n")
-        self.entries[entry_id], self.leaf, self.meta = entry, entry_id, meta
-        response = {"entry_id": entry_id, "parent_id": parent, "timestamp": now}
-        _event = {"session_id": req.session_id, "entry_id": entry_id, "parent_id": parent,
-                  "message": entry["message"], "timestamp": now}
-        return dict(response)
-
-    def close(self) -> None:
-        os.close(self.fd)
 
 
 def per_call(fn: Callable[[], Any], n: int) -> float:
