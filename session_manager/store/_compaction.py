@@ -81,7 +81,8 @@ class LogBudget:
 
 def rewrite(ops: Ops, path: str, body: bytes, *, sync_dir: bool) -> bool:
     """Replace the log at ``path`` with ``body``; ``False`` (logged) if it
-    could not, in which case the log is as it was."""
+    could not, in which case the log is as it was. ``True`` once the rename
+    happened, even if the directory sync after it failed (logged)."""
     tmp = path + TEMP_SUFFIX
     try:
         fd = ops.open(tmp, CREATE_FLAGS, 0o644)
@@ -91,11 +92,18 @@ def rewrite(ops: Ops, path: str, body: bytes, *, sync_dir: bool) -> bool:
         finally:
             os.close(fd)
         ops.replace(tmp, path)
-        if sync_dir:
-            fsync_dir(ops, os.path.dirname(path))
     except OSError as e:
         log.warning("%s: compaction skipped (%s); the log stays as it is", os.path.basename(path), reason(e))
         with contextlib.suppress(OSError):
             ops.unlink(tmp)
         return False
+    # Past the rename the new file is the log, whatever follows: reporting failure here would
+    # leave the caller appending to the replaced file. An unsynced name loses nothing acknowledged
+    # (the old log held the same state, every byte of it synced), as for a background rewrite.
+    if sync_dir:
+        try:
+            fsync_dir(ops, os.path.dirname(path))
+        except OSError as e:
+            log.warning("%s: the directory entry of a compacted log may not be on disk (%s)",
+                        os.path.basename(path), reason(e))
     return True

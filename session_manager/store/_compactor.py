@@ -74,7 +74,7 @@ class Job:
     # Under the session's lock, right after landing: the next job if the log is
     # past the soft line already (commits made meanwhile): no wake-up between the two.
     again: Callable[[Job], Job | None]
-    sync: bool  # durability "fsync": the journal is fsynced too, and the directory
+    sync: bool  # durability "fsync" (then or since, set by ``current``): the journal is fsynced too, and the directory
     journal: list[tuple[bytes, tuple[str, ...]]] = field(default_factory=list)  # commits since the snapshot
     cancelled: bool = False
 

@@ -3,7 +3,9 @@
 Each refresh applies only what a log gained since the last read, fed to the
 same :class:`~.records.Replay` (so a group split across two reads is decided
 as a whole-file replay would). A log replaced by a compaction (a new file
-under the same name) or cut shorter is read again from the start.
+under the same name), cut shorter, or no longer holding what was read last
+(the bytes before the read position, an unterminated record counted: its
+writer undid a write and wrote on) is read again from the start.
 
 "The same file" is decided against a descriptor kept open on the file last
 read: while it is open its inode cannot be freed and handed to the next
@@ -20,6 +22,7 @@ writes an index and never trusts one that does not match.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import threading
 from collections import OrderedDict
@@ -34,16 +37,24 @@ from ._records import Replay, decode_record
 from ._state import SessionState
 
 MAX_OPEN = 128
+# How much of what was read last is checked to still be there before a read resumes after it.
+MARK = 4096
+
+
+def _mark(data: bytes) -> bytes:
+    return hashlib.blake2b(data, digest_size=16).digest()
 
 
 class _Seen:
-    __slots__ = ("fd", "first", "offset", "replay")
+    __slots__ = ("fd", "first", "mark", "offset", "replay", "tail")
 
     def __init__(self, fd: int) -> None:
         self.fd = fd
         self.offset = 0
         self.first = 0  # lines fed to ``replay`` before this read
         self.replay = Replay()
+        self.mark = b""  # digest of the (up to MARK) bytes before ``offset`` (b"": offset 0)
+        self.tail = b""  # an unterminated record after ``offset`` that was applied
 
     def close(self) -> None:
         fd, self.fd = self.fd, -1
@@ -53,6 +64,24 @@ class _Seen:
 
 def _same_file(a: os.stat_result, b: os.stat_result) -> bool:
     return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
+
+
+def _remark(seen: _Seen) -> None:
+    """Note what now lies just before ``seen.offset``."""
+    start = max(0, seen.offset - MARK)
+    seen.mark = _mark(os.pread(seen.fd, seen.offset - start, start)) if seen.offset else b""
+
+
+def _continues(seen: _Seen, size: int) -> bool:
+    """The file (``size`` bytes now) still holds what was read of it: a writer that cut the
+    log back (an undone write) and wrote on may have regrown it past ``offset`` with other
+    lines, so a size check alone would resume mid-line and keep the undone records."""
+    if size < seen.offset + len(seen.tail):
+        return False
+    start = max(0, seen.offset - MARK)
+    got = os.pread(seen.fd, seen.offset + len(seen.tail) - start, start)
+    before, after = got[: seen.offset - start], got[seen.offset - start :]
+    return after == seen.tail and (_mark(before) if seen.offset else b"") == seen.mark
 
 
 class Follower:
@@ -87,7 +116,7 @@ class Follower:
         try:
             st = os.fstat(fd)
             seen = self._seen.get(session_id)
-            if seen is not None and _same_file(os.fstat(seen.fd), st) and st.st_size >= seen.offset:
+            if seen is not None and _same_file(os.fstat(seen.fd), st) and _continues(seen, st.st_size):
                 os.close(fd)
                 fd = -1
                 self._seen.move_to_end(session_id)
@@ -118,11 +147,15 @@ class Follower:
             state.apply_record(record, (starts[k], len(lines[k])) if k >= 0 else None)
         seen.first += len(lines)
         seen.offset += cut
+        if cut:
+            _remark(seen)
+        seen.tail = b""
         tail = decode_record(data[cut:], session_id) if cut < len(data) else None
         if tail is not None and tail.get("tx") is None and seen.replay.idle:
             # A valid unterminated record counts, as on a writable open; applying
             # it again once its line is complete changes nothing (last-wins).
             state.apply_record(tail)
+            seen.tail = data[cut:]  # its writer may still cut it (a failed write): then read afresh
 
     def _adopt(self, session_id: str, state: SessionState, seen: _Seen, path: str, index: str,
                st: os.stat_result) -> None:
@@ -138,6 +171,7 @@ class Follower:
         state.entries = entries
         _index.adopt(obj, state, entries)
         seen.offset = covered
+        _remark(seen)
 
     def _reader(self, seen: _Seen, path: str) -> ReadAt:
         """Body reads of an adopted log: through its kept descriptor, or (once

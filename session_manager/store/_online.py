@@ -123,6 +123,10 @@ class OnlineCompaction:
         with self._lock:
             if self._sessions.get(job.session_id) is not job.state:
                 return False
+        # Durability hot-reloads: commits carried over since a switch to fsync were answered as
+        # synced, so the journal (and the new name) is synced as well (once fsync, always: the
+        # commits from before a switch back were promised it too).
+        job.sync = job.sync or self.durability == "fsync"
         if not self._synced_before_rewrite(job.session_id):
             return False
         with self._lock:
