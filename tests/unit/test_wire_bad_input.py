@@ -189,3 +189,31 @@ def test_the_wire_refuses_an_upload_holding_an_unpaired_surrogate(tmp_path: Path
         assert engine.invoke("session::list-attachments", {"session_id": "s_001"}) == {"attachments": []}
     finally:
         host.close()
+
+
+OPEN_COUNTS = ("default_list_limit", "max_list_limit", "max_attachment_bytes", "max_request_bytes",
+               "max_batch_entries", "cache_bytes")
+
+
+@pytest.mark.parametrize("name", OPEN_COUNTS)
+@pytest.mark.parametrize("bad", ["5", -1, 1.5, True, 2**64, [5]])
+def test_open_refuses_a_limit_that_is_not_a_count(tmp_path: Path, name: str, bad: Any) -> None:
+    # Prevents: open() taking any value for a limit (the configuration model refuses them), so a
+    # string or float failed every later call with a TypeError from deep inside the service, and
+    # -1 quietly refused every write; and a refused open() keeping the data_dir locked.
+    where = tmp_path / "d"
+    with pytest.raises(ValueError) as caught:
+        session_manager.open(where, **{name: bad})
+    assert str(caught.value).startswith(f"{name}: ")
+    with open_store(where) as sm:  # nothing was left holding the data_dir
+        sm.call("session::create", {"title": "after"})
+        assert [m["title"] for m in sm.call("session::list", {})["sessions"]] == ["after"]
+
+
+def test_open_takes_every_count_the_configuration_takes(tmp_path: Path) -> None:
+    # Prevents: the check refusing a value the worker's configuration accepts (0, the u64 top).
+    values = {name: 0 for name in OPEN_COUNTS} | {name: 2**64 - 1 for name in OPEN_COUNTS[2:4]}
+    with session_manager.open(tmp_path / "d", **values) as sm:
+        sid = sm.call("session::create", {})["session_id"]
+        put = {"session_id": sid, "name": "n", "mime": "m", "data": "aGk="}
+        assert sm.call("session::put-attachment", put)["attachment"]["size"] == 2
