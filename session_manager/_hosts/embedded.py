@@ -184,6 +184,15 @@ class SessionManager(TypedMethods):
         self.close()
 
 
+def _check_count(name: str, value: object) -> None:
+    """What the worker's configuration takes for the same key: an integer in
+    ``[0, 2**64 - 1]``, never a bool (``None``: the default)."""
+    if value is None:
+        return
+    if type(value) is bool or not isinstance(value, int) or not 0 <= value <= 2**64 - 1:
+        raise ValueError(f"{name}: expected an integer from 0 to 2**64 - 1, got {value!r}")
+
+
 def open(
     data_dir: str | os.PathLike[str] | None = None,
     *,
@@ -214,6 +223,11 @@ def open(
     bounds the memory of the fs adapter's loaded sessions (default 256 MiB;
     least recently used ones are dropped and read again from disk when touched).
     """
+    # Checked before anything is opened (a refused open must not keep the data_dir).
+    for name, value in (("default_list_limit", default_list_limit), ("max_list_limit", max_list_limit),
+                        ("max_attachment_bytes", max_attachment_bytes), ("max_request_bytes", max_request_bytes),
+                        ("max_batch_entries", max_batch_entries), ("cache_bytes", cache_bytes)):
+        _check_count(name, value)
     if store is None:
         if data_dir is None:
             raise ValueError("open() needs a data_dir or a store")

@@ -28,6 +28,12 @@ import orjson
 from ..errors import invalid_request
 from .limits import Limits
 
+# The deepest nesting of arrays and objects a request may have, the payload
+# object included: orjson's own bound, so the fast path and the exact walk
+# agree. Every later stage (the request copy, the store, the response and
+# event copies, the wire's encoder) handles a value this deep with room to spare.
+MAX_DEPTH = 254
+
 # A field carrying bulk bytes (base64), measured by its length, never copied.
 BULK_FIELDS: Mapping[str, str] = {"session::put-attachment": "data"}
 
@@ -50,12 +56,20 @@ def admit(function_id: str, payload: Any, limits: Limits, *, mutates: bool) -> N
             raise invalid_request(
                 f"{batch}: {len(items)} entries exceed max_batch_entries ({limits.max_batch_entries})")
     bulk = BULK_FIELDS.get(function_id)
-    rest, extra = payload, 0
-    if bulk is not None and isinstance(payload.get(bulk), str):
-        rest = {k: v for k, v in payload.items() if k != bulk}
-        extra = _text_size(payload[bulk]) + len(bulk) + 4
+    rest = payload
     try:
+        extra = 0
+        if bulk is not None and isinstance(payload.get(bulk), str):
+            rest = {k: v for k, v in payload.items() if k != bulk}
+            try:
+                extra = _text_size(payload[bulk]) + len(bulk) + 4
+            except Unrepresentable as bad:
+                bad.path.append(bulk)
+                raise
         size = _fast_size(rest) + extra
+    except TooDeep as bad:
+        # The field it is in, not a path hundreds of levels long.
+        raise invalid_request(f"{bad.path[-1] if bad.path else 'payload'}: {bad.why}") from None
     except Unrepresentable as bad:
         where = ".".join(reversed(bad.path)) or "payload"
         raise invalid_request(f"{where}: {bad.why}") from None
@@ -90,6 +104,10 @@ class Unrepresentable(Exception):
         self.path: list[str] = []
 
 
+class TooDeep(Unrepresentable):
+    """Arrays and objects nested past :data:`MAX_DEPTH`."""
+
+
 def _text_size(text: str) -> int:
     if text.isascii():  # O(1): CPython keeps the flag
         n = len(text)
@@ -101,9 +119,11 @@ def _text_size(text: str) -> int:
     return n + 2 + text.count('"') + text.count("\\")
 
 
-def json_size(value: Any) -> int:
+def json_size(value: Any, depth: int = 1) -> int:
     """The UTF-8 size of ``value`` as compact JSON; :class:`Unrepresentable`
-    for NaN, ±Infinity, unpaired surrogates, non-string keys and non-JSON types."""
+    for NaN, ±Infinity, unpaired surrogates, non-string keys and non-JSON types,
+    :class:`TooDeep` for containers nested past :data:`MAX_DEPTH` (``value``
+    is at ``depth``)."""
     if isinstance(value, str):
         return _text_size(value)
     if isinstance(value, bool) or value is None:
@@ -114,13 +134,15 @@ def json_size(value: Any) -> int:
         if not math.isfinite(value):
             raise Unrepresentable(f"{value} is not a JSON number (NaN and Infinity are refused)")
         return 24
+    if isinstance(value, dict | list | tuple) and depth > MAX_DEPTH:
+        raise TooDeep(f"nested more than {MAX_DEPTH} levels deep")
     if isinstance(value, dict):
         n = 1 + max(len(value), 1)
         for key, child in value.items():
             if not isinstance(key, str):
                 raise Unrepresentable("object keys must be strings")
             try:
-                n += _text_size(key) + 1 + json_size(child)
+                n += _text_size(key) + 1 + json_size(child, depth + 1)
             except Unrepresentable as bad:
                 bad.path.append(key)
                 raise
@@ -129,7 +151,7 @@ def json_size(value: Any) -> int:
         n = 1 + max(len(value), 1)
         for i, child in enumerate(value):
             try:
-                n += json_size(child)
+                n += json_size(child, depth + 1)
             except Unrepresentable as bad:
                 bad.path.append(str(i))
                 raise
