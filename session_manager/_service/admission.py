@@ -29,10 +29,12 @@ from ..errors import invalid_request
 from .limits import Limits
 
 # The deepest nesting of arrays and objects a request may have, the payload
-# object included: orjson's own bound, so the fast path and the exact walk
-# agree. Every later stage (the request copy, the store, the response and
-# event copies, the wire's encoder) handles a value this deep with room to spare.
-MAX_DEPTH = 254
+# object included. The Rust reference and the iii engine parse JSON with
+# serde_json, which refuses nesting past 128 levels: a log line or a response
+# nests a request's values one to three levels deeper than the request, so
+# every line we write stays readable to the reference (and below orjson's own
+# bound of 254). Every later stage here handles a value this deep with room to spare.
+MAX_DEPTH = 120
 
 # A field carrying bulk bytes (base64), measured by its length, never copied.
 BULK_FIELDS: Mapping[str, str] = {"session::put-attachment": "data"}
@@ -83,14 +85,16 @@ def admit(function_id: str, payload: Any, limits: Limits, *, mutates: bool) -> N
 def _fast_size(payload: Any) -> int:
     """orjson measures (and refuses surrogates and integers past 64 bits, then
     the exact walk decides); it writes NaN as ``null`` without complaint, so
-    the walk also runs whenever the encoding contains ``null`` at all."""
+    the walk also runs whenever the encoding contains ``null`` at all, and
+    when it holds more brackets than :data:`MAX_DEPTH` (a cheap upper bound
+    of the nesting: brackets inside strings count too, and only cost the walk)."""
     try:
         body = orjson.dumps(payload)
     except TypeError:
         return json_size(payload)
     except orjson.JSONEncodeError:  # e.g. nested past orjson's depth limit
         return json_size(payload)
-    if b"null" in body:
+    if b"null" in body or body.count(b"{") + body.count(b"[") > MAX_DEPTH:
         json_size(payload)
     return len(body)
 

@@ -129,6 +129,22 @@ def test_a_value_at_the_depth_bound_round_trips(store: session_manager.SessionMa
     assert view(reopened) == state
 
 
+def test_brackets_inside_text_are_not_nesting(store: session_manager.SessionManager, tmp_path: Path) -> None:
+    # Prevents: the fast depth check (a count of the encoding's brackets, an upper bound of the
+    # nesting) refusing a message whose text holds more brackets than MAX_DEPTH, e.g. pasted code.
+    events = record_events(store)
+    code = "fn main() { " + "{[" * (3 * MAX_DEPTH) + "]}" * (3 * MAX_DEPTH) + " }"
+    message = {"role": "user", "content": [{"type": "text", "text": code}], "timestamp": 0}
+    got = store.call("session::append", {"session_id": "s_001", "message": message})
+    assert [name for name, _ in events] == ["session::on-message-added"]
+    assert store.call("session::get-message", {"session_id": "s_001", "entry_id": got["entry_id"]})[
+        "entry"]["message"]["content"][0]["text"] == code
+    store.close()
+    reopened = open_store(tmp_path / "d")
+    assert reopened.call("session::get-message", {"session_id": "s_001", "entry_id": got["entry_id"]})[
+        "entry"]["message"]["content"][0]["text"] == code
+
+
 def test_the_depth_bound_holds_on_the_exact_walk_too(store: session_manager.SessionManager) -> None:
     # Prevents: a payload the fast encoder cannot take for another reason (an integer past 64 bits)
     # skipping the depth bound: the exact walk must count levels as the encoder does.
