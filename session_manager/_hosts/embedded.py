@@ -244,8 +244,9 @@ def open(
                 raise SessionError(STORAGE, f"data_dir {os.fspath(data_dir)}: {e.strerror}") from None
     defaults = Limits()
     limits = Limits(
-        default_list_limit=default_list_limit or defaults.default_list_limit,
-        max_list_limit=max_list_limit or defaults.max_list_limit,
+        # 0 means what it means in the configuration (a page of one), not "the default".
+        default_list_limit=default_list_limit if default_list_limit is not None else defaults.default_list_limit,
+        max_list_limit=max_list_limit if max_list_limit is not None else defaults.max_list_limit,
         max_attachment_bytes=max_attachment_bytes if max_attachment_bytes is not None
         else defaults.max_attachment_bytes,
         max_request_bytes=max_request_bytes if max_request_bytes is not None else defaults.max_request_bytes,

@@ -233,3 +233,16 @@ def test_open_takes_every_count_the_configuration_takes(tmp_path: Path) -> None:
         sid = sm.call("session::create", {})["session_id"]
         put = {"session_id": sid, "name": "n", "mime": "m", "data": "aGk="}
         assert sm.call("session::put-attachment", put)["attachment"]["size"] == 2
+
+
+def test_a_zero_list_limit_in_open_means_what_the_configuration_means(tmp_path: Path) -> None:
+    # Prevents: open(max_list_limit=0) silently taking the default page of 500 (an `or` on the
+    # argument) while the same value in the worker's configuration clamps pages to one.
+    sm = session_manager.open(tmp_path / "d", ids=SequentialIds(), clock=ManualClock(1_000_000),
+                              default_list_limit=0, max_list_limit=0)
+    for _ in range(3):
+        sm.call("session::create", {})
+    page = sm.call("session::list", {})
+    assert len(page["sessions"]) == 1 and page["next_cursor"] is not None
+    assert len(sm.call("session::list", {"limit": 50})["sessions"]) == 1
+    sm.close()
