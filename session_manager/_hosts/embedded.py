@@ -265,13 +265,22 @@ def open(
                         ("max_attachment_bytes", max_attachment_bytes), ("max_request_bytes", max_request_bytes),
                         ("max_batch_entries", max_batch_entries), ("cache_bytes", cache_bytes)):
         _check_count(name, value)
-    if store is None:
+    if store is not None:
+        if read_only and not getattr(store, "read_only", False):
+            raise ValueError("read_only=True opens a data_dir read-only; the given store is writable")
+    else:
         if data_dir is None:
             raise ValueError("open() needs a data_dir or a store")
         if isinstance(data_dir, str) and data_dir.startswith(("postgresql://", "postgres://")):
+            if read_only:
+                # Ignoring it would hand an inspection open every mutation.
+                raise ValueError("read_only=True opens a data_dir read-only; a postgres store has no such mode")
             from ..store.postgres.build import open_dsn  # the optional extra
 
-            store = open_dsn(data_dir)
+            try:
+                store = open_dsn(data_dir)
+            except StoreError as e:  # as the fs open: the text masks the password
+                raise SessionError(STORAGE, str(e)) from None
         else:
             try:
                 store = FsStore(data_dir, durability=durability, read_only=read_only, cache_bytes=cache_bytes)
