@@ -155,6 +155,7 @@ class AsyncSessionManager(AsyncTypedMethods):
         self._executor = ThreadPoolExecutor(max_workers, thread_name_prefix="session-manager-aio")
         self._streams: set[EventStream] = set()
         self._closed = False
+        self._closing: asyncio.Future[None] | None = None  # the shutdown every closer waits for
 
     async def call(self, function_id: str, payload: Any = None) -> Any:
         """Run one function on the thread pool; as :meth:`SessionManager.call`."""
@@ -180,10 +181,15 @@ class AsyncSessionManager(AsyncTypedMethods):
         return stream
 
     async def close(self) -> None:
-        """End every event stream, wait for calls in flight, close the store."""
-        if self._closed:
-            return
-        self._closed = True
+        """End every event stream, wait for calls in flight, close the store.
+        Every closer returns once the store is released (the data_dir may be
+        reopened then); a cancelled close still completes."""
+        if self._closing is None:
+            self._closed = True
+            self._closing = asyncio.ensure_future(self._close())
+        await asyncio.shield(self._closing)
+
+    async def _close(self) -> None:
         for stream in builtins.list(self._streams):
             await stream.aclose()
         await asyncio.to_thread(self._shutdown)

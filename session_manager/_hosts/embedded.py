@@ -85,6 +85,12 @@ class SessionManager(TypedMethods):
         self._observers: list[Observation] = []
         self._lock = threading.Lock()
         self._closed = False
+        # Calls in flight, so close() releases the store only once they are done;
+        # _depth counts this thread's own (close() from an observer must not wait for itself).
+        self._idle = threading.Condition(threading.Lock())
+        self._in_flight = 0
+        self._depth = threading.local()
+        self._released = False
         # The default run_call only calls: skipped (and its closure) on every call of such a store.
         self._wraps_calls = getattr(type(service.store), "run_call", None) is not SessionStore.run_call
         # A shared store (postgres) delivers other instances' events here.
@@ -95,8 +101,22 @@ class SessionManager(TypedMethods):
     def call(self, function_id: str, payload: Any = None) -> Any:
         """Run one function; returns its JSON-compatible result or raises
         :class:`~session_manager.SessionError`."""
-        if self._closed:
-            raise RuntimeError("this session manager is closed")
+        with self._idle:
+            if self._closed:
+                raise RuntimeError("this session manager is closed")
+            self._in_flight += 1
+        depth = getattr(self._depth, "n", 0)
+        self._depth.n = depth + 1
+        try:
+            return self._call(function_id, payload)
+        finally:
+            self._depth.n = depth
+            with self._idle:
+                self._in_flight -= 1
+                if self._closed:
+                    self._idle.notify_all()
+
+    def _call(self, function_id: str, payload: Any) -> Any:
         function = BY_ID.get(function_id)
         if function is None or function.handler is None:
             raise LookupError(f"no function {function_id!r}")
@@ -169,12 +189,29 @@ class SessionManager(TypedMethods):
     # -- lifetime -------------------------------------------------------------
 
     def close(self) -> None:
-        if not self._closed:
+        """Refuse new calls, wait for the ones in flight on other threads (and
+        their events), then close the store. A store released mid-call would
+        take that write after its data_dir's lock was gone."""
+        own = getattr(self._depth, "n", 0)
+        with self._idle:
+            if self._closed:
+                # A second closer returns once the store is released (so it may reopen
+                # the data_dir), unless it is inside a call the first one waits for.
+                while not self._released and own == 0:
+                    self._idle.wait()
+                return
             self._closed = True
+            while self._in_flight > own:
+                self._idle.wait()
+        try:
             self._unsubscribe()
             with self._lock:
                 self._observers.clear()
             self.service.store.close()
+        finally:
+            with self._idle:
+                self._released = True
+                self._idle.notify_all()
 
     def __enter__(self) -> SessionManager:
         return self
@@ -228,13 +265,22 @@ def open(
                         ("max_attachment_bytes", max_attachment_bytes), ("max_request_bytes", max_request_bytes),
                         ("max_batch_entries", max_batch_entries), ("cache_bytes", cache_bytes)):
         _check_count(name, value)
-    if store is None:
+    if store is not None:
+        if read_only and not getattr(store, "read_only", False):
+            raise ValueError("read_only=True opens a data_dir read-only; the given store is writable")
+    else:
         if data_dir is None:
             raise ValueError("open() needs a data_dir or a store")
         if isinstance(data_dir, str) and data_dir.startswith(("postgresql://", "postgres://")):
+            if read_only:
+                # Ignoring it would hand an inspection open every mutation.
+                raise ValueError("read_only=True opens a data_dir read-only; a postgres store has no such mode")
             from ..store.postgres.build import open_dsn  # the optional extra
 
-            store = open_dsn(data_dir)
+            try:
+                store = open_dsn(data_dir)
+            except StoreError as e:  # as the fs open: the text masks the password
+                raise SessionError(STORAGE, str(e)) from None
         else:
             try:
                 store = FsStore(data_dir, durability=durability, read_only=read_only, cache_bytes=cache_bytes)

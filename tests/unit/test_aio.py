@@ -238,3 +238,36 @@ def test_an_overflow_delivered_while_the_stream_is_being_opened_still_stops_deli
                 await anext(stream)
 
     asyncio.run(main())
+
+
+def test_a_second_close_returns_only_once_the_store_is_released(tmp_path: Path) -> None:
+    # Prevents: a second `await asm.close()` (an explicit close inside `async with`, another
+    # task's cleanup) returning while the first still waited for a call in flight, so a reopen
+    # of the data_dir right after it failed as held by this very process.
+    async def main() -> None:
+        asm = await opening(tmp_path / "d")
+        sid = (await asm.create()).session_id
+        entered, release = threading.Event(), threading.Event()
+
+        def hold(event: Any) -> None:  # on a worker thread, after the write
+            entered.set()
+            release.wait(10)
+
+        asm.sync.observe({"function_id": ON_MESSAGE_ADDED}, hold)
+        writing = asyncio.ensure_future(asm.append(sid, message=user_message("in flight", timestamp=5)))
+        while not entered.is_set():
+            await asyncio.sleep(0.005)
+        first = asyncio.ensure_future(asm.close())
+        await asyncio.sleep(0.02)
+        second = asyncio.ensure_future(asm.close())
+        await asyncio.sleep(0.2)
+        assert not second.done(), "the second close() returned before the store was released"
+        release.set()
+        await asyncio.wait_for(asyncio.gather(first, second), 10)
+        assert (await writing).entry_id == "e_001"
+        with session_manager.open(tmp_path / "d") as again:  # released: reopens at once
+            assert again.call("session::messages", {"session_id": sid})["messages"] == [
+                {"entry_id": "e_001", "message": {"role": "user", "content": [{"type": "text", "text": "in flight"}],
+                                                  "timestamp": 5}}]
+
+    asyncio.run(main())
