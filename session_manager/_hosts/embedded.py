@@ -86,7 +86,8 @@ class SessionManager(TypedMethods):
         self._lock = threading.Lock()
         self._closed = False
         # Calls in flight, so close() releases the store only once they are done;
-        # _depth counts this thread's own (close() from an observer must not wait for itself).
+        # _depth counts this thread's own calls delivering events (close() from an
+        # observer must not wait for the call that runs it).
         self._idle = threading.Condition(threading.Lock())
         self._in_flight = 0
         self._depth = threading.local()
@@ -105,12 +106,9 @@ class SessionManager(TypedMethods):
             if self._closed:
                 raise RuntimeError("this session manager is closed")
             self._in_flight += 1
-        depth = getattr(self._depth, "n", 0)
-        self._depth.n = depth + 1
         try:
             return self._call(function_id, payload)
         finally:
-            self._depth.n = depth
             with self._idle:
                 self._in_flight -= 1
                 if self._closed:
@@ -139,7 +137,15 @@ class SessionManager(TypedMethods):
         except StoreError as e:
             raise at_edge(e) from None
         result = copy_json(response)
-        self.publish(events)
+        if events and self._observers:
+            # User code runs only in observers: a close() from one must not wait for this
+            # call (counted only here, off the path of a call nobody observes).
+            depth = getattr(self._depth, "n", 0)
+            self._depth.n = depth + 1
+            try:
+                self.publish(events)
+            finally:
+                self._depth.n = depth
         return result
 
     # -- events ---------------------------------------------------------------
