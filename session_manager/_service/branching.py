@@ -55,10 +55,11 @@ class Branching(ServiceCore):
                     continue  # a dangling reference stays dangling; nothing to copy
                 self.store.put_attachment(edit[AttachmentMeta](found, session_id=new_id), [data])
             leaf = id_map[req.entry_id]
-        # Not nested in the source's lock: two forks whose ids share stripes
-        # in opposite order would deadlock. The copy is a snapshot already,
-        # and nobody else knows the new id yet.
-        with self._session(new_id):
+        # Not nested in the source's block: its settle must confirm what was
+        # copied is durable before the copy is written, and two forks whose ids
+        # share stripes in opposite order would deadlock. The copy is a snapshot
+        # already, and nobody else knows the new id yet: no lock of it to take.
+        with self._new_session(new_id):
             self._commit(new_id, entries=tuple(copies), leaf=leaf, meta=meta, expect_meta=None)
         return build[api.ForkResponse](session_id=new_id, meta=meta), [ev.created(meta)]
 

@@ -25,7 +25,7 @@ from ..store.base import Commit, Entry, Meta, SessionStore
 from ..store.path import EntryPath
 from .limits import LimitsCell
 from .stats import Stats
-from .storage_errors import locked_storage_errors
+from .storage_errors import UNSHARED, locked_storage_errors
 
 Result = tuple[Any, list[ev.Event]]
 LOCK_STRIPES = 1024
@@ -81,6 +81,16 @@ class ServiceCore:
         # store.mutation: one transaction, serialized across processes too.
         store = self.store
         return locked_storage_errors(self.session_lock(session_id), store.mutation((session_id,)), store.settle)
+
+    def _new_session(self, session_id: str) -> locked_storage_errors:
+        """:meth:`_session` for an id this call just drew, which no other call can
+        name yet: the store's transaction and failure mapping, without the lock.
+        A fork takes it while a shared store's transaction may still hold its
+        source's lock (postgres keeps it until the call's events are recorded):
+        waiting there for the new id's stripe, held by a writer of the source
+        that waits for that lock, would stall both until a timeout."""
+        store = self.store
+        return locked_storage_errors(UNSHARED, store.mutation((session_id,)), store.settle)
 
     def _commit(self, session_id: str, *, entries: tuple[Entry, ...] = (), leaf: str | None = None,
                 meta: Meta | None = None, **decided_on: Any) -> Commit:

@@ -62,6 +62,22 @@ class storage_errors:
                 raise error from None
 
 
+class Unshared:
+    """The lock of a session id no other call can know yet (a fork's new
+    session): nothing to wait for, so nothing to take."""
+
+    __slots__ = ()
+
+    def acquire(self) -> bool:
+        return True
+
+    def release(self) -> None:
+        return None
+
+
+UNSHARED = Unshared()
+
+
 class locked_storage_errors(storage_errors):
     """``with lock, storage_errors(), inner:`` as one object (a mutation's
     entry point): the lock held around the store's transaction ``inner``,
@@ -70,7 +86,7 @@ class locked_storage_errors(storage_errors):
     __slots__ = ("_inner", "_lock", "_settle")
     _inner: AbstractContextManager[None] | None
 
-    def __init__(self, lock: threading.Lock | threading.RLock, inner: AbstractContextManager[None],
+    def __init__(self, lock: threading.Lock | threading.RLock | Unshared, inner: AbstractContextManager[None],
                  settle: Callable[[], None]) -> None:
         self._lock = lock
         # A store with no transactions (the fs one) hands out a shared no-op: not entered at all.

@@ -11,7 +11,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from typing import Any
+from typing import Any, TypeGuard
 
 from ..errors import INVALID_CURSOR, SessionError
 
@@ -43,7 +43,7 @@ def list_cursor(order: str, key: int, session_id: str) -> str:
 def decode_list_cursor(raw: str, order: str) -> tuple[int, str]:
     value = decode(raw)
     o, k, sid = value.get("o"), value.get("k"), value.get("id")
-    if not isinstance(o, str) or not isinstance(k, int) or isinstance(k, bool) or not isinstance(sid, str):
+    if not isinstance(o, str) or not isinstance(k, int) or isinstance(k, bool) or not _storable(sid):
         raise SessionError(INVALID_CURSOR, "cursor payload is malformed: expected o, k and id")
     if o != order:
         raise SessionError(
@@ -58,6 +58,19 @@ def entry_cursor(entry_id: str) -> str:
 
 def decode_entry_cursor(raw: str) -> str:
     entry_id = decode(raw).get("id")
-    if not isinstance(entry_id, str):
+    if not _storable(entry_id):
         raise SessionError(INVALID_CURSOR, "cursor payload is malformed: expected id")
     return entry_id
+
+
+def _storable(value: Any) -> TypeGuard[str]:
+    """An id some stored session or entry may hold: text without unpaired
+    surrogates (which no store accepts, the reference's parser refuses, and a
+    database driver cannot even send)."""
+    if not isinstance(value, str):
+        return False
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True

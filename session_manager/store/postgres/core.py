@@ -98,8 +98,31 @@ class PgCore(SessionStore):
             raise self._fail(e) from None
 
     def _rows(self, query: str | sql.Composed, params: Any = None) -> list[tuple[Any, ...]]:
-        with self._conn() as conn:
-            return conn.execute(query, params).fetchall()
+        if self._local.tx is not None or self._closed:
+            with self._conn() as conn:
+                return conn.execute(query, params).fetchall()
+        for attempt in (1, 2):
+            used: psycopg.Connection[Any] | None = None
+            try:
+                with self._pool.connection() as conn:
+                    used = conn
+                    return conn.execute(query, params).fetchall()
+            except psycopg.Error as e:
+                if attempt == 1 and used is not None and self._stale(used):
+                    continue  # a read: run it again on a live connection
+                raise self._fail(e) from None
+        raise AssertionError("unreachable")
+
+    def _stale(self, conn: psycopg.Connection[Any]) -> bool:
+        """Whether a statement failed because ``conn`` was lost (the server ended
+        it, or it went away, while it sat idle in the pool). Then every idle
+        connection is checked, so the pool drops those lost with it (a restart
+        or failover ends them all) and the retry gets a live one, instead of
+        the next pool_size calls failing one by one on the dead ones."""
+        if not conn.broken:
+            return False
+        self._pool.check()
+        return True
 
     def close(self) -> None:
         if self._closed:

@@ -59,24 +59,28 @@ class Transactions(PgCore):
         """A pooled connection in a fresh transaction holding the sessions' locks."""
         if self._closed:
             raise StoreError("postgres: the store is closed")
-        try:
-            conn = self._pool.getconn()
-        except psycopg.Error as e:
-            raise self._fail(e) from None
-        tx = Tx(conn)
-        try:
-            with conn.pipeline():  # BEGIN and the locks: one round trip
-                conn.execute("BEGIN")
-                self._lock(tx, session_ids)
-        except BaseException as e:
-            with contextlib.suppress(psycopg.Error):
-                if not conn.closed:
-                    conn.execute("ROLLBACK")
-            self._pool.putconn(conn)
-            if isinstance(e, psycopg.Error):
+        for attempt in (1, 2):
+            try:
+                conn = self._pool.getconn()
+            except psycopg.Error as e:
                 raise self._fail(e) from None
-            raise
-        return tx
+            tx = Tx(conn)
+            try:
+                with conn.pipeline():  # BEGIN and the locks: one round trip
+                    conn.execute("BEGIN")
+                    self._lock(tx, session_ids)
+            except BaseException as e:
+                with contextlib.suppress(psycopg.Error):
+                    if not conn.closed:
+                        conn.execute("ROLLBACK")
+                self._pool.putconn(conn)
+                if attempt == 1 and self._stale(conn):
+                    continue  # nothing ran: begin again on a live connection
+                if isinstance(e, psycopg.Error):
+                    raise self._fail(e) from None
+                raise
+            return tx
+        raise AssertionError("unreachable")
 
     def _lock(self, tx: Tx, session_ids: Collection[str]) -> None:
         # Sorted, so two mutations taking several locks never deadlock.
