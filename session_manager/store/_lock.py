@@ -11,6 +11,12 @@ two different files of the same name).
 POSIX only (Linux, macOS). On NFS, ``flock`` is emulated with per-process
 byte-range locks on some clients and not at all on others: do not share a
 data_dir over NFS. The Rust reference takes no lock.
+
+``fork()`` copies the descriptor, and with it the lock: a forked child (a
+multiprocessing helper) closes its copy at once (:func:`_after_fork_in_child`),
+so the owner's close still frees the data_dir, and the lock it inherited
+answers :attr:`DirLock.inherited_from` so the store it inherited refuses
+every call instead of becoming a second writer.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import contextlib
 import errno
 import fcntl
 import os
+import weakref
 from pathlib import Path
 
 from ..errors import StoreError
@@ -37,6 +44,9 @@ class DirLock:
 
     def __init__(self, fd: int) -> None:
         self._fd: int | None = fd
+        self._pid = os.getpid()
+        self.inherited_from: int | None = None  # the owner's pid, in a process forked from it
+        _HELD.add(self)
 
     @classmethod
     def acquire(cls, ops: Ops, data_dir: Path, shown: str) -> DirLock:
@@ -86,6 +96,26 @@ class DirLock:
     @property
     def held(self) -> bool:
         return self._fd is not None
+
+    def _forked(self) -> None:
+        """In a forked child: drop the copied descriptor (the parent's lock stays:
+        it is the parent's descriptor that holds it until the parent closes)."""
+        if self._fd is not None and self._pid != os.getpid():
+            self.inherited_from = self._pid
+            self.release()
+
+
+# Every lock this process holds, for the fork hook (weak: a dropped store frees its lock).
+_HELD: weakref.WeakSet[DirLock] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for lock in list(_HELD):
+        lock._forked()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _holder(fd: int) -> int | None:
