@@ -124,7 +124,7 @@ class FsStore(CatalogListing, SessionDeletion, OnlineCompaction, AttachmentFiles
         self._list_dirty: set[str] = set()  # metas changed since the sessions index was written
         self._init_group_commit()  # fsync mode: appends queued on a session share an fsync (:mod:`._group`)
         if self._owner is not None:
-            _delete.recover(self._ops, self.dir, lambda stem: self._folder_of_stem(stem))
+            _delete.recover(self._ops, self.dir, lambda stem: self._folder_of_stem(stem), _compaction.TEMP_SUFFIX)
             if self.case_insensitive:
                 self._fold = FoldIndex(self._log_names(), LOG_SUFFIX)
 
