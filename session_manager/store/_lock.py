@@ -119,8 +119,31 @@ if hasattr(os, "register_at_fork"):
 
 
 def _holder(fd: int) -> int | None:
+    """Who holds the lock: the kernel's answer where it gives one (Linux), else the
+    pid in the file. The file alone can be stale: a winner has taken the lock a
+    moment before it writes its pid over the previous owner's."""
+    held = _locker(fd)
+    if held is not None:
+        return held
     try:
         text = os.pread(fd, 32, 0).decode("ascii").strip()
         return int(text) if text.isdigit() else None
     except (OSError, UnicodeDecodeError):
         return None
+
+
+def _locker(fd: int) -> int | None:
+    """The pid ``/proc/locks`` records for the flock on ``fd``'s file (its
+    ``major:minor:inode`` in hex, hex, decimal); None where there is no such file."""
+    try:
+        st = os.fstat(fd)
+        wanted = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+        with open("/proc/locks", encoding="ascii", errors="replace") as f:
+            for line in f:
+                fields = line.split()
+                # "1: FLOCK ADVISORY WRITE <pid> <dev:ino> 0 EOF"; a waiter's line has "->" second
+                if len(fields) >= 6 and fields[1] == "FLOCK" and fields[5] == wanted and fields[4].isdigit():
+                    return int(fields[4]) or None  # 0: a holder outside this pid namespace
+    except OSError:
+        pass
+    return None
