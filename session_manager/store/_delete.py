@@ -103,13 +103,23 @@ def _finish(ops: Ops, log_path: Path, folder: Path) -> None:
         ops.replace(folder_aside, folder)
 
 
-def recover(ops: Ops, data_dir: Path, folder_for: Callable[[str], Path]) -> None:
-    """At a writable open: finish or undo every delete left half done.
+def recover(ops: Ops, data_dir: Path, folder_for: Callable[[str], Path], temp_suffix: str) -> None:
+    """At a writable open: finish or undo every delete left half done, and remove
+    the rewrite temps (``<log><temp_suffix>``) a killed owner left: the new owner
+    has no rewrite in flight, and nothing else ever truncates a deleted log's temp.
     ``folder_for`` maps a log stem to its attachment folder."""
     try:
         names = ops.listdir(data_dir)
     except OSError:
         return
+    for n in names:
+        if n.endswith(LOG_SUFFIX + temp_suffix):
+            try:
+                ops.unlink(data_dir / n)
+            except FileNotFoundError:
+                pass
+            except OSError as e:
+                log.warning("%s: cannot remove a rewrite temp left by an earlier owner (%s)", n, reason(e))
     attachments = data_dir / "attachments"
     stems = {n[: -len(LOG_SUFFIX + ASIDE)] for n in names if n.endswith(LOG_SUFFIX + ASIDE)}
     if not is_symlink(ops, attachments):

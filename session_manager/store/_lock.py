@@ -11,6 +11,12 @@ two different files of the same name).
 POSIX only (Linux, macOS). On NFS, ``flock`` is emulated with per-process
 byte-range locks on some clients and not at all on others: do not share a
 data_dir over NFS. The Rust reference takes no lock.
+
+``fork()`` copies the descriptor, and with it the lock: a forked child (a
+multiprocessing helper) closes its copy at once (:func:`_after_fork_in_child`),
+so the owner's close still frees the data_dir, and the lock it inherited
+answers :attr:`DirLock.inherited_from` so the store it inherited refuses
+every call instead of becoming a second writer.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import contextlib
 import errno
 import fcntl
 import os
+import weakref
 from pathlib import Path
 
 from ..errors import StoreError
@@ -37,6 +44,9 @@ class DirLock:
 
     def __init__(self, fd: int) -> None:
         self._fd: int | None = fd
+        self._pid = os.getpid()
+        self.inherited_from: int | None = None  # the owner's pid, in a process forked from it
+        _HELD.add(self)
 
     @classmethod
     def acquire(cls, ops: Ops, data_dir: Path, shown: str) -> DirLock:
@@ -87,10 +97,53 @@ class DirLock:
     def held(self) -> bool:
         return self._fd is not None
 
+    def _forked(self) -> None:
+        """In a forked child: drop the copied descriptor (the parent's lock stays:
+        it is the parent's descriptor that holds it until the parent closes)."""
+        if self._fd is not None and self._pid != os.getpid():
+            self.inherited_from = self._pid
+            self.release()
+
+
+# Every lock this process holds, for the fork hook (weak: a dropped store frees its lock).
+_HELD: weakref.WeakSet[DirLock] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for lock in list(_HELD):
+        lock._forked()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
 
 def _holder(fd: int) -> int | None:
+    """Who holds the lock: the kernel's answer where it gives one (Linux), else the
+    pid in the file. The file alone can be stale: a winner has taken the lock a
+    moment before it writes its pid over the previous owner's."""
+    held = _locker(fd)
+    if held is not None:
+        return held
     try:
         text = os.pread(fd, 32, 0).decode("ascii").strip()
         return int(text) if text.isdigit() else None
     except (OSError, UnicodeDecodeError):
         return None
+
+
+def _locker(fd: int) -> int | None:
+    """The pid ``/proc/locks`` records for the flock on ``fd``'s file (its
+    ``major:minor:inode`` in hex, hex, decimal); None where there is no such file."""
+    try:
+        st = os.fstat(fd)
+        wanted = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+        with open("/proc/locks", encoding="ascii", errors="replace") as f:
+            for line in f:
+                fields = line.split()
+                # "1: FLOCK ADVISORY WRITE <pid> <dev:ino> 0 EOF"; a waiter's line has "->" second
+                if len(fields) >= 6 and fields[1] == "FLOCK" and fields[5] == wanted and fields[4].isdigit():
+                    return int(fields[4]) or None  # 0: a holder outside this pid namespace
+    except OSError:
+        pass
+    return None

@@ -94,6 +94,7 @@ class FsStore(CatalogListing, SessionDeletion, OnlineCompaction, AttachmentFiles
         if not self.dir.is_dir():
             raise StoreError(f"data_dir {shown} is not a directory" if self.dir.exists()
                              else f"data_dir {shown} does not exist")
+        self._shown = shown
         self._owner = None if read_only else DirLock.acquire(self._ops, self.dir, shown)
         self._name_max = name_max(self.dir)
         self._stem_limit = self._name_max - _LONGEST_SUFFIX
@@ -123,7 +124,7 @@ class FsStore(CatalogListing, SessionDeletion, OnlineCompaction, AttachmentFiles
         self._list_dirty: set[str] = set()  # metas changed since the sessions index was written
         self._init_group_commit()  # fsync mode: appends queued on a session share an fsync (:mod:`._group`)
         if self._owner is not None:
-            _delete.recover(self._ops, self.dir, lambda stem: self._folder_of_stem(stem))
+            _delete.recover(self._ops, self.dir, lambda stem: self._folder_of_stem(stem), _compaction.TEMP_SUFFIX)
             if self.case_insensitive:
                 self._fold = FoldIndex(self._log_names(), LOG_SUFFIX)
 
@@ -131,6 +132,11 @@ class FsStore(CatalogListing, SessionDeletion, OnlineCompaction, AttachmentFiles
         """Write the indexes of sessions appended to since their last one, close
         the kept descriptors, release the data_dir (its lock); the store takes
         no calls afterwards."""
+        if self._owner is not None and self._owner.inherited_from is not None:
+            # A forked child's copy: its indexes are the owner's to write, and the
+            # compactor's thread (and any lock held across the fork) stayed in the owner.
+            self._fds.close_all()
+            return
         if self._compactor is not None:
             self._compactor.close()  # before anything it would touch: a rewrite in flight is abandoned
         if self._owner is not None:
@@ -210,6 +216,17 @@ class FsStore(CatalogListing, SessionDeletion, OnlineCompaction, AttachmentFiles
     def _writable(self) -> None:
         if self.read_only:
             raise ReadOnlyStore("this store is open read-only")
+        self._not_inherited()
+
+    def _not_inherited(self) -> None:
+        """Refuse a call in a process forked from the owner: the store's cache and
+        kept descriptors are the owner's, so a write here would be a second writer
+        the owner never sees, and a read would answer the state at the fork."""
+        owner = self._owner
+        if owner is not None and owner.inherited_from is not None:
+            raise StoreError(
+                f"data_dir {self._shown} is open for writing by process {owner.inherited_from}, which "
+                "forked this process: open the data_dir here (read_only=True beside the owner)")
 
     def _warn_once(self, name: str, why: str) -> None:
         with self._lock:
@@ -276,6 +293,7 @@ class FsStore(CatalogListing, SessionDeletion, OnlineCompaction, AttachmentFiles
         session never stalls the others. A probe of an unknown id caches
         nothing (the file stays the truth, so dropping an empty state is safe).
         """
+        self._not_inherited()  # before any lock: one held across the fork is never released here
         with self._lock:
             state = self._sessions.get(session_id)
             if state is not None and state.loaded:
@@ -313,6 +331,7 @@ class FsStore(CatalogListing, SessionDeletion, OnlineCompaction, AttachmentFiles
     # -- reads -----------------------------------------------------------------
 
     def list_metas(self) -> list[Meta]:
+        self._not_inherited()
         if self.read_only:
             return list(self._scan_metas().values())
         return self._catalog().values()
@@ -325,6 +344,7 @@ class FsStore(CatalogListing, SessionDeletion, OnlineCompaction, AttachmentFiles
         sort of the store. A read-only store sorts what it reads."""
         if self.read_only:
             return super().ordered_metas(order, after, status, metadata)
+        self._not_inherited()
         catalog = self._catalog()
         with self._lock:
             return catalog.ordered(order, after, status, metadata)
@@ -334,6 +354,7 @@ class FsStore(CatalogListing, SessionDeletion, OnlineCompaction, AttachmentFiles
     def commit(self, session_id: str, commit: Commit) -> Commit:
         if self.read_only:  # (:meth:`_writable`, inline: every write passes here)
             raise ReadOnlyStore("this store is open read-only")
+        self._not_inherited()
         state = self._current_state(session_id)
         try:
             commit = state.resolve(commit)  # compare-and-set, inside the write's critical section

@@ -292,3 +292,36 @@ def test_booting_on_a_held_directory_fails_naming_the_holder(tmp_path: Path) -> 
         assert "session::create" not in fake.functions
     finally:
         holder.close()
+
+
+_LOCKED_BEFORE_ITS_PID = """
+    import fcntl, os, sys, time
+    fd = os.open(os.path.join(sys.argv[1], ".session-manager.lock"), os.O_RDWR)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # an owner that has not written its pid yet
+    print("ready", flush=True)
+    time.sleep(60)
+"""
+
+
+def test_a_refused_open_names_the_process_holding_the_lock_not_the_file_text(tmp_path: Path) -> None:
+    # Prevents: a writer that lost the race to open a data_dir naming the previous (dead) owner, or
+    # "another process", because the winner had taken the flock but not yet written its pid.
+    where = tmp_path / "data"
+    session_manager.open(where).close()
+    stale = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                           capture_output=True, text=True, check=True).stdout.strip()
+    (where / ".session-manager.lock").write_text(f"{stale}\n")  # the earlier owner's pid, now gone
+    holder = _spawn(_LOCKED_BEFORE_ITS_PID, str(where))
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "ready"
+        before = _files(where)
+        with pytest.raises(SessionError) as info:
+            session_manager.open(where)
+        assert info.value.code == STORAGE
+        assert f"data_dir {where} is already open for writing by process {holder.pid};" in str(info.value)
+        assert _files(where) == before  # the refused open touched no file
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait(10)
+    with session_manager.open(where) as sm:  # free again once the holder is gone
+        assert sm.call("session::list", {})["sessions"] == []
