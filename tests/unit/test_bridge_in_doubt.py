@@ -1,0 +1,152 @@
+"""A bridged mutation whose answer is lost after the main applied it (the call
+timed out on the way back): the caller's retry must see neither a duplicate
+nor a lost write, and the mutation's events must fire exactly once."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from iii import InvocationError
+
+from session_manager._wire import events as ev
+from session_manager.store import _protocol_cas as atomic
+from session_manager.testing import FakeConnection
+from tests.unit.test_bridge import Topology, records, user
+
+
+@pytest.fixture
+def topo(tmp_path: Path) -> Iterator[Topology]:
+    t = Topology(tmp_path)
+    yield t
+    t.close()
+
+
+def lose_answers(conn: FakeConnection, function_id: str, times: int = 1) -> list[int]:
+    """The next ``times`` calls of ``function_id`` reach the main and are applied
+    there, but their answer never comes back (a timeout on the return leg)."""
+    original = conn.trigger
+    lost = [0]
+
+    def trigger(request: dict[str, Any]) -> Any:
+        answer = original(request)
+        if request["function_id"] == function_id and lost[0] < times:
+            lost[0] += 1
+            raise InvocationError("timeout", "invocation timed out after 700ms")
+        return answer
+
+    conn.trigger = trigger  # type: ignore[method-assign]
+    return lost
+
+
+def test_an_append_applied_on_the_main_whose_answer_was_lost_fires_its_event_once(topo: Topology) -> None:
+    # Prevents: a bridged append that the main stored but whose answer timed out answering
+    # session/storage and never publishing its event; the caller's retry (same entry_id) was then
+    # an idempotent replay that fires nothing, so no observer anywhere ever heard of the message.
+    _b1, l1 = topo.bridged()
+    sid = l1.invoke("session::create", {"metadata": {"owner": "u_1"}})["session_id"]
+    topo.settle()
+    main_added = topo.main_fake.add_observer(ev.ON_MESSAGE_ADDED)
+    local_added = l1.add_observer(ev.ON_MESSAGE_ADDED)
+    lost = lose_answers(topo.connections[0], atomic.COMMIT)
+    request = {"session_id": sid, "message": user("once"), "entry_id": "u-1"}
+    try:
+        first: Any = l1.invoke("session::append", request)
+    except InvocationError as e:  # an honest "in doubt" is allowed; the retry below must settle it
+        first = e
+    retry = l1.invoke("session::append", request)
+    topo.settle()
+    assert lost == [1]
+    assert retry == {"entry_id": "u-1", "parent_id": None, "timestamp": 1_000_000}
+    if not isinstance(first, InvocationError):
+        assert first == retry
+    # exactly one write: on the main's disk and through every instance's reads
+    assert [r["entry"]["id"] for r in records(topo.tmp / "main", sid) if "entry" in r] == ["u-1"]
+    for fake in (l1, topo.main_fake):
+        assert [m["entry_id"] for m in fake.invoke("session::messages", {"session_id": sid})["messages"]] == ["u-1"]
+        assert fake.invoke("session::get", {"session_id": sid})["meta"]["message_count"] == 1
+    # exactly one event, at the main and at the originating bridge, with its tenancy
+    for obs in (main_added, local_added):
+        assert [(e["entry_id"], e["session_metadata"]) for e in obs.delivered] == [("u-1", {"owner": "u_1"})]
+
+
+def test_a_delete_applied_on_the_main_whose_answer_was_lost_fires_on_deleted_once(topo: Topology) -> None:
+    # Prevents: a bridged delete that the main carried out but whose answer timed out answering
+    # session/storage; the retry then found nothing (deleted: false) and on-deleted never fired.
+    _b1, l1 = topo.bridged()
+    sid = l1.invoke("session::create", {"metadata": {"owner": "u_1"}})["session_id"]
+    topo.settle()
+    main_deleted = topo.main_fake.add_observer(ev.ON_DELETED)
+    local_deleted = l1.add_observer(ev.ON_DELETED)
+    lost = lose_answers(topo.connections[0], atomic.DELETE_SESSION)
+    try:
+        first: Any = l1.invoke("session::delete", {"session_id": sid})
+    except InvocationError as e:
+        first = e
+    retry = l1.invoke("session::delete", {"session_id": sid})
+    topo.settle()
+    assert lost == [1]
+    # one of the two answers says it deleted the session, never both
+    answers = [a["deleted"] for a in (first, retry) if not isinstance(a, InvocationError)]
+    assert answers.count(True) == 1 and answers[-1] is False
+    assert not (topo.tmp / "main" / f"{sid}.jsonl").exists()
+    assert l1.invoke("session::get", {"session_id": sid}) is None
+    for obs in (main_deleted, local_deleted):
+        assert [(e["session_id"], e["session_metadata"]) for e in obs.delivered] == [(sid, {"owner": "u_1"})]
+
+
+def test_an_update_and_a_set_meta_whose_answers_were_lost_answer_as_applied(topo: Topology) -> None:
+    # Prevents: a revision bump or a meta write that the main stored answering session/storage with
+    # no event; a retry of update-message with expected_revision then answered updated: false.
+    _b1, l1 = topo.bridged()
+    sid = l1.invoke("session::create", {})["session_id"]
+    l1.invoke("session::append", {"session_id": sid, "message": user("v0"), "entry_id": "u-1"})
+    topo.settle()
+    updated = l1.add_observer(ev.ON_MESSAGE_UPDATED)
+    meta_updated = topo.main_fake.add_observer(ev.ON_META_UPDATED)
+    lost = lose_answers(topo.connections[0], atomic.COMMIT)
+    content = [{"type": "text", "text": "v1"}]
+    answer = l1.invoke("session::update-message", {"session_id": sid, "entry_id": "u-1", "content": content,
+                                                   "expected_revision": 0})
+    assert answer == {"updated": True, "revision": 1}
+    lost_meta = lose_answers(topo.connections[0], atomic.COMMIT)
+    assert l1.invoke("session::set-meta", {"session_id": sid, "title": "kept"})["meta"]["title"] == "kept"
+    topo.settle()
+    assert lost == [1] and lost_meta == [1]
+    message = topo.main_fake.invoke("session::get-message", {"session_id": sid, "entry_id": "u-1"})["entry"]
+    assert message["revision"] == 1 and message["message"]["content"] == content
+    assert topo.main_fake.invoke("session::get", {"session_id": sid})["meta"]["title"] == "kept"
+    assert [(e["entry_id"], e["revision"]) for e in updated.delivered] == [("u-1", 1)]
+    assert [e["title"] for e in meta_updated.delivered] == ["kept"]
+
+
+def test_a_commit_lost_on_the_way_applies_once_and_a_dead_main_still_answers_storage(topo: Topology) -> None:
+    # Prevents: the settling replay of a commit the main never received writing nothing (or twice),
+    # and a main that stays unreachable being reported as anything but session/storage.
+    _b1, l1 = topo.bridged()
+    sid = l1.invoke("session::create", {})["session_id"]
+    conn = topo.connections[0]
+    original = conn.trigger
+    dropped = [0]
+
+    def drop_first_commit(request: dict[str, Any]) -> Any:
+        if request["function_id"] == atomic.COMMIT and not dropped[0]:
+            dropped[0] += 1
+            raise InvocationError("timeout", "invocation timed out after 700ms")
+        return original(request)
+
+    conn.trigger = drop_first_commit  # type: ignore[method-assign]
+    added = l1.add_observer(ev.ON_MESSAGE_ADDED)
+    assert l1.invoke("session::append", {"session_id": sid, "message": user("a")})["entry_id"] == "e_001"
+    conn.trigger = original  # type: ignore[method-assign]
+    conn.failure = InvocationError("timeout", "invocation timed out after 700ms")  # every call, both legs
+    with pytest.raises(InvocationError) as err:
+        l1.invoke("session::append", {"session_id": sid, "message": user("b"), "entry_id": "u-2"})
+    assert str(err.value.message).startswith("session/storage")
+    conn.failure = None
+    topo.settle()
+    assert [r["entry"]["id"] for r in records(topo.tmp / "main", sid) if "entry" in r] == ["e_001"]
+    assert topo.main_fake.invoke("session::get", {"session_id": sid})["meta"]["message_count"] == 1
+    assert [e["entry_id"] for e in added.delivered] == ["e_001"]
