@@ -332,11 +332,6 @@ class IIIHost:
                      config.default_list_limit, config.max_list_limit, config.max_attachment_bytes,
                      config.durability)
             return
-        try:
-            old_metas = current.store.list_metas()
-        except Exception as e:
-            log.warning("cannot list the previous store's sessions (%s); resync sends no deletes", e)
-            old_metas = []
         fresh = self._build(config)
         with self._idle:
             self.limits.set(config.limits())
@@ -347,6 +342,13 @@ class IIIHost:
         # under them would lose or fail them. The new one was built (an fs
         # one's lock taken) before the swap.
         self._drain(current.store, DRAIN_TIMEOUT_S)
+        # Listed only now, once no call writes to it any more: a session created in the old store
+        # while the new one was being built would otherwise never be announced as gone.
+        try:
+            old_metas = current.store.list_metas()
+        except Exception as e:
+            log.warning("cannot list the previous store's sessions (%s); resync sends no deletes", e)
+            old_metas = []
         if current.bridge is not None:
             current.bridge.close()
         else:

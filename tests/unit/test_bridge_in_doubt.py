@@ -12,6 +12,7 @@ import pytest
 from iii import InvocationError
 
 from session_manager._wire import events as ev
+from session_manager.store import FsStore
 from session_manager.store import _protocol_cas as atomic
 from session_manager.testing import FakeConnection
 from tests.unit.test_bridge import Topology, records, user
@@ -150,3 +151,47 @@ def test_a_commit_lost_on_the_way_applies_once_and_a_dead_main_still_answers_sto
     assert [r["entry"]["id"] for r in records(topo.tmp / "main", sid) if "entry" in r] == ["e_001"]
     assert topo.main_fake.invoke("session::get", {"session_id": sid})["meta"]["message_count"] == 1
     assert [e["entry_id"] for e in added.delivered] == ["e_001"]
+
+
+def test_a_session_created_while_a_reload_builds_the_new_store_is_announced_deleted(tmp_path: Path) -> None:
+    # Prevents: a reload listing the old store's sessions before building the new one, so a session
+    # created in the old data_dir meanwhile (its on-created already fired) was never announced as
+    # gone when the new data_dir, which lacks it, took over; observers kept a phantom session.
+    from session_manager._worker.config_value import parse_config
+    from session_manager._worker.iii_host import IIIHost
+    from session_manager.clock import ManualClock
+    from session_manager.ids import SequentialIds
+    from session_manager.testing import FakeEngine
+    from tests.unit.test_bridge import NO_WAIT, fs_value
+
+    fake = FakeEngine()
+    host = IIIHost(fake, parse_config(fs_value(tmp_path / "a")), ids=SequentialIds(), clock=ManualClock(1_000),
+                   reloader_retry=NO_WAIT)
+    host.register()
+    fake.config_store["session-manager"] = {"value": fs_value(tmp_path / "a")}
+    host.observe_configuration()
+    created, deleted = fake.add_observer(ev.ON_CREATED), fake.add_observer(ev.ON_DELETED)
+    before = fake.invoke("session::create", {"metadata": {"owner": "u_1"}})["session_id"]
+    real_build = host._build
+    during: list[str] = []
+
+    def build(config: Any) -> Any:
+        # A call served by the running (old) store while the new one is being built.
+        during.append(fake.invoke("session::create", {"metadata": {"owner": "u_2"}})["session_id"])
+        return real_build(config)
+
+    host._build = build  # type: ignore[method-assign]
+    try:
+        fake.set_config(fs_value(tmp_path / "b"))
+        host.flush()
+        assert host.runtime.config.adapter_value() == fs_value(tmp_path / "b")["adapter"]
+        assert fake.invoke("session::list", {})["sessions"] == []
+        assert [e["session_id"] for e in created.delivered] == [before, *during]
+        assert sorted((e["session_id"], e["session_metadata"]["owner"]) for e in deleted.delivered) == sorted(
+            [(before, "u_1"), (during[0], "u_2")])
+        # the old data_dir keeps both (nothing is removed from it), readable by its next owner
+        old = FsStore(tmp_path / "a")
+        assert sorted(m["session_id"] for m in old.list_metas()) == sorted([before, *during])
+        old.close()
+    finally:
+        host.close()
