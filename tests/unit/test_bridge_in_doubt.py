@@ -195,3 +195,71 @@ def test_a_session_created_while_a_reload_builds_the_new_store_is_announced_dele
         old.close()
     finally:
         host.close()
+
+
+def test_a_call_outlasting_the_reload_drain_keeps_the_old_data_dir_owned_until_it_ends(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Prevents: a reload whose drain timed out closing the old fs store under a call still writing
+    # to it: the data_dir's lock was released, so the late write landed in a directory a second
+    # owner (another worker, or this one reloading back) could already hold.
+    import threading
+
+    from session_manager._worker import iii_host
+    from session_manager._worker.config_value import parse_config
+    from session_manager._worker.iii_host import IIIHost
+    from session_manager.clock import ManualClock
+    from session_manager.ids import SequentialIds
+    from session_manager.store._lock import DataDirLocked
+    from session_manager.testing import FakeEngine
+    from tests.unit.test_bridge import NO_WAIT, fs_value
+
+    monkeypatch.setattr(iii_host, "DRAIN_TIMEOUT_S", 0.2)
+    fake = FakeEngine()
+    host = IIIHost(fake, parse_config(fs_value(tmp_path / "a")), ids=SequentialIds(), clock=ManualClock(1_000),
+                   reloader_retry=NO_WAIT)
+    host.register()
+    fake.config_store["session-manager"] = {"value": fs_value(tmp_path / "a")}
+    host.observe_configuration()
+    sid = fake.invoke("session::create", {})["session_id"]
+    added = fake.add_observer(ev.ON_MESSAGE_ADDED)
+    old = host.runtime.store
+    in_commit, proceed = threading.Event(), threading.Event()
+    real_commit = old.commit
+
+    def slow_commit(session_id: str, commit: Any) -> Any:
+        in_commit.set()
+        assert proceed.wait(10)
+        return real_commit(session_id, commit)
+
+    old.commit = slow_commit  # type: ignore[method-assign]
+    outcome: dict[str, Any] = {}
+
+    def append() -> None:
+        try:
+            outcome["r"] = fake.invoke("session::append", {"session_id": sid, "message": user("late")})
+        except Exception as e:  # reported by the asserts below
+            outcome["e"] = e
+
+    caller = threading.Thread(target=append)
+    caller.start()
+    try:
+        assert in_commit.wait(10)
+        fake.set_config(fs_value(tmp_path / "b"))  # acknowledged after the (short) drain gave up
+        assert host.runtime.config.adapter_value() == fs_value(tmp_path / "b")["adapter"]
+        # the late call still owns the old data_dir: no second owner can take it meanwhile
+        with pytest.raises(DataDirLocked):
+            FsStore(tmp_path / "a")
+    finally:
+        proceed.set()
+        caller.join(10)
+    try:
+        assert "e" not in outcome and outcome["r"]["entry_id"] == "e_001"
+        host.flush()
+        assert [e["entry_id"] for e in added.delivered] == ["e_001"]
+        # once it ended the old data_dir was released, with the late write in it
+        reopened = FsStore(tmp_path / "a")
+        assert [e["id"] for e in reopened.entries(sid)] == ["e_001"]
+        assert reopened.get_meta(sid)["message_count"] == 1  # type: ignore[index]
+        reopened.close()
+    finally:
+        host.close()
