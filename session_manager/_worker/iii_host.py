@@ -95,6 +95,8 @@ class IIIHost:
         # Calls in flight per store: a swapped-out runtime's link is closed
         # only once the calls that took it have finished with it.
         self._users: dict[int, int] = {}
+        # Swapped-out stores whose drain gave up: each closes when its last call ends.
+        self._retired: dict[int, Callable[[], None]] = {}
         self._idle = threading.Condition()
         self._closing = False
         self.refs: dict[str, Any] = {}
@@ -234,20 +236,36 @@ class IIIHost:
         try:
             yield runtime
         finally:
+            retired = None
             with self._idle:
                 self._inflight -= 1
                 self._users[key] -= 1
                 if not self._users[key]:
                     del self._users[key]
+                    retired = self._retired.pop(key, None)
                 self._idle.notify_all()
+            if retired is not None:
+                retired()  # the last call on a store swapped out under it: now nothing uses it
 
     def _drain(self, store: SessionStore, timeout_s: float) -> None:
         """Wait until no call holds ``store`` (it has just been swapped out)."""
         key = id(store)
         with self._idle:
             if not self._idle.wait_for(lambda: key not in self._users, timeout=timeout_s):
-                log.warning("%d calls still use the previous store after %.0f s",
+                log.warning("%d calls still use the previous store after %.0f s; it is closed when they end",
                             self._users.get(key, 0), timeout_s)
+
+    def _retire(self, runtime: Runtime) -> None:
+        """Close a swapped-out runtime's store (or bridge link) once no call uses it.
+        Closing it under a call would release an fs data_dir while that call still
+        writes there (another owner could hold it by then), or cut a bridge call."""
+        end = runtime.bridge.close if runtime.bridge is not None else runtime.store.close
+        key = id(runtime.store)
+        with self._idle:
+            if key in self._users:
+                self._retired[key] = end
+                return
+        end()
 
     def _handler(self, f: Function) -> Any:
         serve = f.handler
@@ -332,11 +350,6 @@ class IIIHost:
                      config.default_list_limit, config.max_list_limit, config.max_attachment_bytes,
                      config.durability)
             return
-        try:
-            old_metas = current.store.list_metas()
-        except Exception as e:
-            log.warning("cannot list the previous store's sessions (%s); resync sends no deletes", e)
-            old_metas = []
         fresh = self._build(config)
         with self._idle:
             self.limits.set(config.limits())
@@ -347,10 +360,14 @@ class IIIHost:
         # under them would lose or fail them. The new one was built (an fs
         # one's lock taken) before the swap.
         self._drain(current.store, DRAIN_TIMEOUT_S)
-        if current.bridge is not None:
-            current.bridge.close()
-        else:
-            current.store.close()
+        # Listed only now, once no call writes to it any more: a session created in the old store
+        # while the new one was being built would otherwise never be announced as gone.
+        try:
+            old_metas = current.store.list_metas()
+        except Exception as e:
+            log.warning("cannot list the previous store's sessions (%s); resync sends no deletes", e)
+            old_metas = []
+        self._retire(current)
         sent = 0
         try:
             for batch in resync_batches(fresh.store, old_metas, self.clock.now_ms()):

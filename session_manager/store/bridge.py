@@ -6,7 +6,9 @@ one call over a dedicated iii client connected to the main's engine, each
 bounded by ``timeout_ms``: a commit is one ``session::store::commit`` applied
 whole or not at all with compare-and-set (a stale one raises
 :class:`~session_manager.errors.Conflict`), a delete one ``delete-session``, and a path
-is read window by window (``read-path``), so a page costs O(page). Nothing
+is read window by window (``read-path``), so a page costs O(page). A commit
+or delete whose answer is lost is settled (sent again, then read back) rather
+than left in doubt, so an applied mutation fires its events. Nothing
 is cached here: the main is the only truth, so two bridges on one main
 never read stale state.
 
@@ -193,15 +195,74 @@ class BridgeStore(SessionStore):
                                    "expect_revisions": dict(commit.expect_revisions)}
         if commit.expect_meta is not UNSET:
             payload["expect_meta_version"] = meta_version(commit.expect_meta)
-        answer = self._new_call(atomic.COMMIT, payload)
+        try:
+            answer = self._new_call(atomic.COMMIT, payload)
+        except _NotServed:
+            raise
+        except Unavailable as lost:
+            # Only the answer may have been lost: the main can have applied the commit. Without
+            # knowing, the caller's retry is an idempotent replay that fires no event (or a
+            # "nothing to delete"), so the mutation's events would never fire anywhere.
+            return self._settle_commit(session_id, commit, payload, lost)
         committed = self._field(atomic.COMMIT, answer, "committed", bool)
         if not committed:
             raise Conflict(f"the main refused a stale commit: {answer.get('conflict')}")
+        return self._applied(commit, answer)
+
+    def _applied(self, commit: Commit, answer: Any) -> Commit:
         entries = tuple(self._items(atomic.COMMIT, answer, "entries", _ENTRY))
         meta = answer.get("meta")
         if meta is not None:
             self._checked(atomic.COMMIT, _META, meta)
         return replace(commit, entries=entries, leaf=answer.get("leaf"), meta=meta)
+
+    def _settle_commit(self, session_id: str, commit: Commit, payload: dict[str, Any],
+                       lost: Unavailable) -> Commit:
+        """The outcome of a commit whose answer was lost: sent once more (a
+        replay never applies twice, and it is serialized with the first one
+        under the main's session lock), and when the replay is refused, read
+        back. Applied means applied; still unknown stays the first failure
+        (never a Conflict, whose re-decision could apply it a second time)."""
+        try:
+            answer = self._call(atomic.COMMIT, payload)
+            committed = self._field(atomic.COMMIT, answer, "committed", bool)
+            if committed:
+                return self._applied(commit, answer)
+            landed = self._landed(session_id, commit)
+        except StoreError:
+            raise lost from None
+        if landed is None:
+            raise lost
+        return landed
+
+    def _landed(self, session_id: str, commit: Commit) -> Commit | None:
+        """``commit`` as the main holds it, if it is there; else ``None``. New
+        entries (fresh ids, or the next revision under ``expect_revisions``)
+        prove it; without entries the meta and leaf must read as written."""
+        stored: list[Entry] = []
+        for i, entry in enumerate(commit.entries):
+            found = self.get_entry(session_id, entry["id"])
+            if found is None:
+                return None
+            # A chained append's first parent is the main's choice.
+            ignore = ("parent_id",) if commit.chain and i == 0 else ()
+            if {k: v for k, v in found.items() if k not in ignore} != {
+                    k: v for k, v in entry.items() if k not in ignore}:
+                return None
+            stored.append(found)
+        if commit.append:
+            meta = self.get_meta(session_id)
+            if meta is None or not stored:
+                return None
+            return replace(commit, entries=tuple(stored), leaf=stored[-1]["id"], meta=meta)
+        if not stored:
+            if commit.meta is not None and self.get_meta(session_id) != commit.meta:
+                return None
+            if commit.leaf is not None and self.get_leaf(session_id) != commit.leaf:
+                return None
+            if commit.meta is None and commit.leaf is None:
+                return None  # nothing to recognize it by
+        return replace(commit, entries=tuple(stored))
 
     def _legacy_commit(self, session_id: str, commit: Commit) -> Commit:
         """Today's multi-call writes for a main without ``session::store::commit``
@@ -239,12 +300,21 @@ class BridgeStore(SessionStore):
 
     def delete_session(self, session_id: str) -> None:
         if not self._legacy_main():
+            ids = {"session_id": session_id}
             try:
-                answer = self._new_call(atomic.DELETE_SESSION, {"session_id": session_id})
+                answer = self._new_call(atomic.DELETE_SESSION, ids)
                 self._field(atomic.DELETE_SESSION, answer, "deleted", bool)
                 return
             except _NotServed:
                 pass
+            except Unavailable as lost:
+                # The main may have deleted it and only the answer was lost: deleting again is
+                # harmless, and it lets the caller's on-deleted fire (its retry would find nothing).
+                try:
+                    self._field(atomic.DELETE_SESSION, self._call(atomic.DELETE_SESSION, ids), "deleted", bool)
+                except StoreError:
+                    raise lost from None
+                return
         # Attachments first and the meta last: until the meta goes, a failed
         # delete leaves a visible session that a retry removes.
         ids = {"session_id": session_id}
