@@ -77,9 +77,20 @@ def admit(function_id: str, payload: Any, limits: Limits, *, mutates: bool) -> N
         raise invalid_request(f"{where}: {bad.why}") from None
     except RecursionError:
         raise invalid_request("payload: nested too deeply") from None
+    if extra:
+        # The upload's data is bounded by max_attachment_bytes (decoded), so its base64 up to that cap
+        # is not counted here: an upload at the cap is always admitted, and one a little past it gets
+        # the handler's attachment_too_large. Beyond the allowance it counts, so a huge string is still
+        # refused before any work.
+        size -= min(extra, _bulk_allowance(limits.max_attachment_bytes, bulk or ""))
     if mutates and size > limits.max_request_bytes:
         raise invalid_request(
             f"payload: {size} bytes of JSON exceed max_request_bytes ({limits.max_request_bytes})")
+
+
+def _bulk_allowance(max_bytes: int, field: str) -> int:
+    """The JSON size of ``"field": "<base64 of max_bytes bytes>"`` (as ``extra`` measures it)."""
+    return 4 * -(-max_bytes // 3) + 2 + len(field) + 4
 
 
 def _fast_size(payload: Any) -> int:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 DEFAULT_LIST_LIMIT = 50
 MAX_LIST_LIMIT = 500
 MAX_ATTACHMENT_BYTES = 50 * 1024 * 1024
-# Above a base64 upload at MAX_ATTACHMENT_BYTES (4/3 of it plus the envelope).
+# An upload's base64 data up to max_attachment_bytes is not counted against it (see admission.admit).
 MAX_REQUEST_BYTES = 64 * 1024 * 1024
 MAX_BATCH_ENTRIES = 10_000
 

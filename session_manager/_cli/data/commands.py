@@ -192,6 +192,9 @@ def cmd_fsck(args: argparse.Namespace) -> Outcome:
 
 
 def cmd_compact(args: argparse.Namespace) -> Outcome:
+    # A writable open would create a missing directory: a mistyped path must fail, not "compact" a new one.
+    if not is_uri(args.data_dir) and not Path(args.data_dir).is_dir():
+        raise DataDirError(f"data_dir {args.data_dir} does not exist or is not a directory")
     with open_for(args.data_dir, writable=True) as sm:
         store = sm.service.store
         if not isinstance(store, FsStore):
@@ -323,7 +326,22 @@ def build_parser() -> argparse.ArgumentParser:
 def run(argv: Sequence[str]) -> int:
     args = build_parser().parse_args(list(argv))
     try:
+        return _run(args)
+    except BrokenPipeError:
+        # The reader went away (`| head -1`): stop quietly, as other Unix tools do, and point stdout at
+        # /dev/null so the interpreter's final flush does not report the same broken pipe again.
+        with contextlib.suppress(OSError, ValueError):
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            os.close(devnull)
+        return 1
+
+
+def _run(args: argparse.Namespace) -> int:
+    try:
         outcome: Outcome = args.handler(args)
+    except BrokenPipeError:
+        raise  # not the command's failure: the reader of its output left (see run)
     except (SessionError, StoreError, DataDirError, OSError) as e:
         code = e.code if isinstance(e, SessionError) else "session/storage" if isinstance(e, StoreError) else None
         message = e.detail if isinstance(e, SessionError) else str(e)
@@ -336,4 +354,5 @@ def run(argv: Sequence[str]) -> int:
         print(json.dumps(outcome.data, ensure_ascii=False))
     elif not args.json and outcome.text:
         print(outcome.text)
+    sys.stdout.flush()  # a closed pipe surfaces here, inside run's handler, not at interpreter exit
     return int(outcome.code)
