@@ -95,9 +95,24 @@ class Reads(ServiceCore):
             entry = self.store.get_entry(req.session_id, req.entry_id)
         if entry is None:
             return None, []
+        if "revision" not in entry:
+            entry = _with_revision_0(entry)
         if req.include_image_data is False and entry.get("kind") == "message":
             entry = edit[MessageEntry](entry, message=without_image_data(entry["message"]))
         return build[api.GetMessageResponse](entry=entry), []
+
+
+def _with_revision_0(entry: Entry) -> Entry:
+    """An entry an older writer stored without ``revision``, with the 0 it means, placed where a
+    writer of today puts it (after ``timestamp``): the reference worker answers it so, and a reader
+    doing ``entry["revision"]`` must not fail on an old log."""
+    out: Entry = {}
+    for key, value in entry.items():
+        out[key] = value
+        if key == "timestamp":
+            out["revision"] = 0
+    out.setdefault("revision", 0)
+    return out
 
 
 def _bisect(seq: list[int] | range, value: int) -> int | None:

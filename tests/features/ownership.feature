@@ -57,7 +57,17 @@ Feature: One owner per data dir, read-only inspection, exact values
       {"session_id": "s_001", "metadata": {"big": 1180591620717411303425, "neg": -18446744073709551619,
                                            "float": 3.0, "text": "é\u2028"}}
       """
-    Then the call succeeds
+    Then the result at "meta.metadata" is:
+      """
+      {"big": 1180591620717411303425, "neg": -18446744073709551619, "float": 3.0, "text": "é\u2028"}
+      """
+    And the call delivered exactly "session::on-meta-updated":
+      """
+      {"session_id": "s_001", "title": "owned", "description": "", "timestamp": 1000000,
+       "metadata": {"big": 1180591620717411303425, "neg": -18446744073709551619, "float": 3.0, "text": "é\u2028"},
+       "session_metadata": {"big": 1180591620717411303425, "neg": -18446744073709551619, "float": 3.0, "text": "é\u2028"}}
+      """
+    And the call delivered events "session::on-meta-updated"
     When the store restarts
     And I call "session::get" with:
       """

@@ -66,6 +66,7 @@ Feature: redacted_thinking content blocks round-trip untouched
       {"session_id": "s_001", "entry_id": "e_001", "revision": 1,
        "message": {"content": [{"type": "redacted_thinking", "data": "b3BhcXVl"}]}}
       """
+    And the call delivered events "session::on-message-updated"
     When the store restarts
     And I call "session::get-message" with:
       """

@@ -2,7 +2,8 @@
 
 Hypothesis drives the embedded session store (fs adapter, deterministic ids
 and clock) through random sequences of mutations, including failing ones,
-and after every step compares everything a caller can read with a small
+and after every step compares everything a caller can read, and the events each
+call delivered (none for a failed call, a replay or a read), with a small
 reference model written here from the contract: metas, transcripts (paged
 with small limits, forwards through session::messages and backwards
 through session::messages-tail), single entries and the session list.
@@ -25,6 +26,15 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 import session_manager
 from session_manager import SessionError, SessionManager
+from session_manager._wire.events import (
+    EVENT_FUNCTIONS,
+    ON_CREATED,
+    ON_DELETED,
+    ON_MESSAGE_ADDED,
+    ON_MESSAGE_UPDATED,
+    ON_META_UPDATED,
+    ON_STATUS_CHANGED,
+)
 from session_manager.clock import ManualClock
 from session_manager.ids import SequentialIds
 from session_manager.store import FsStore
@@ -119,6 +129,7 @@ class SessionModel(RuleBasedStateMachine):
         self.dir = Path(tempfile.mkdtemp(prefix="sm-model-"))
         self.ids = SequentialIds()
         self.clock = ManualClock(T0)
+        self.fired: list[str] = []  # the event functions the last call delivered, in order
         self.sm: SessionManager = self.open()
         self.sessions: dict[str, ModelSession] = {}
         self.next_session = 1
@@ -128,7 +139,10 @@ class SessionModel(RuleBasedStateMachine):
 
     def open(self) -> SessionManager:
         # The id generator and clock survive restarts, as they would in a test host.
-        return session_manager.open(self.dir, ids=self.ids, clock=self.clock)
+        sm = session_manager.open(self.dir, ids=self.ids, clock=self.clock)
+        for fid in EVENT_FUNCTIONS:
+            sm.observe({"function_id": fid}, lambda _e, fid=fid: self.fired.append(fid))
+        return sm
 
     def take_session_id(self) -> str:
         sid = f"s_{self.next_session:03d}"
@@ -140,14 +154,21 @@ class SessionModel(RuleBasedStateMachine):
         self.next_entry += 1
         return eid
 
-    def call(self, function_id: str, payload: dict[str, Any]) -> Any:
-        return self.sm.call(function_id, payload)
+    def call(self, function_id: str, payload: dict[str, Any], fires: tuple[str, ...] = ()) -> Any:
+        """The call's response, once it delivered exactly the events ``fires`` (a read: none)."""
+        self.fired = []
+        got = self.sm.call(function_id, payload)
+        assert self.fired == list(fires), f"{function_id} {payload} fired {self.fired}, expected {list(fires)}"
+        return got
 
     def expect_error(self, code: str, function_id: str, payload: dict[str, Any]) -> None:
+        # Prevents: a refused call that still announced (or half-applied) a mutation.
+        self.fired = []
         try:
             result = self.sm.call(function_id, payload)
         except SessionError as e:
             assert e.code == code, f"{function_id}: {e}"
+            assert self.fired == [], f"{function_id} {payload} failed with {code} but fired {self.fired}"
         else:
             raise AssertionError(f"{function_id} {payload} succeeded with {result}; expected {code}")
 
@@ -177,7 +198,7 @@ class SessionModel(RuleBasedStateMachine):
     @rule(title=st.one_of(st.none(), texts), description=st.one_of(st.none(), texts), meta_data=metadata)
     def create(self, title: str | None, description: str | None, meta_data: Any) -> None:
         payload: dict[str, Any] = {"title": title, "description": description, "metadata": meta_data}
-        got = self.call("session::create", {k: v for k, v in payload.items() if v is not None})
+        got = self.call("session::create", {k: v for k, v in payload.items() if v is not None}, (ON_CREATED,))
         sid = self.take_session_id()
         self.sessions[sid] = ModelSession(fresh_meta(sid, title, description, meta_data, self.now()))
         assert got == {"session_id": sid, "meta": self.sessions[sid].meta}
@@ -185,8 +206,9 @@ class SessionModel(RuleBasedStateMachine):
     @rule(session_id=st.sampled_from(CALLER_SESSION_IDS), title=st.one_of(st.none(), texts), meta_data=metadata)
     def ensure(self, session_id: str, title: str | None, meta_data: Any) -> None:
         payload: dict[str, Any] = {"session_id": session_id, "title": title, "metadata": meta_data}
-        got = self.call("session::ensure", {k: v for k, v in payload.items() if v is not None})
         created = session_id not in self.sessions
+        got = self.call("session::ensure", {k: v for k, v in payload.items() if v is not None},
+                        (ON_CREATED,) if created else ())
         if created:
             self.sessions[session_id] = ModelSession(fresh_meta(session_id, title, None, meta_data, self.now()))
         assert got == {"session_id": session_id, "meta": self.sessions[session_id].meta, "created": created}
@@ -195,7 +217,7 @@ class SessionModel(RuleBasedStateMachine):
     @rule(data=st.data())
     def delete(self, data: st.DataObject) -> None:
         sid = self.pick_session(data)
-        got = self.call("session::delete", {"session_id": sid})
+        got = self.call("session::delete", {"session_id": sid}, (ON_DELETED,) if sid in self.sessions else ())
         assert got == {"deleted": sid in self.sessions}
         self.sessions.pop(sid, None)
 
@@ -211,9 +233,11 @@ class SessionModel(RuleBasedStateMachine):
             return
         previous = model.meta["status"]
         kept = reason if status != "idle" else None
-        if previous != status or model.meta.get("status_reason") != kept:
+        moved = previous != status or model.meta.get("status_reason") != kept
+        if moved:
             model.touch(self.now(), status=status, status_reason=kept)
-        assert self.call("session::set-status", payload) == {"status": status, "previous_status": previous}
+        got = self.call("session::set-status", payload, (ON_STATUS_CHANGED,) if moved else ())
+        assert got == {"status": status, "previous_status": previous}
 
     @precondition(lambda self: bool(self.sessions))
     @rule(data=st.data(), title=st.one_of(st.none(), texts), description=st.one_of(st.none(), texts),
@@ -228,7 +252,9 @@ class SessionModel(RuleBasedStateMachine):
             return
         if len(payload) > 1:
             model.touch(self.now(), **{k: v for k, v in payload.items() if k != "session_id"})
-        assert self.call("session::set-meta", payload) == {"meta": model.meta}
+        # A supplied field counts as a change even when equal to the stored value (meta.feature).
+        fires = (ON_META_UPDATED,) if len(payload) > 1 else ()
+        assert self.call("session::set-meta", payload, fires) == {"meta": model.meta}
 
     # -- message rules ---------------------------------------------------------------
 
@@ -278,7 +304,7 @@ class SessionModel(RuleBasedStateMachine):
         model.entries[eid] = entry
         model.leaf = eid
         model.touch(self.now(), message_count=model.meta["message_count"] + int(is_message))
-        got = self.call("session::append", payload)
+        got = self.call("session::append", payload, (ON_MESSAGE_ADDED,))
         assert got == {"entry_id": eid, "parent_id": entry["parent_id"], "timestamp": self.now()}
 
     @precondition(lambda self: bool(self.sessions))
@@ -319,7 +345,8 @@ class SessionModel(RuleBasedStateMachine):
             chain = eid
         model.leaf = chain
         model.touch(self.now(), message_count=model.meta["message_count"] + len(batch))
-        assert self.call("session::append-many", payload) == {"entry_ids": ids, "last_entry_id": ids[-1]}
+        got = self.call("session::append-many", payload, (ON_MESSAGE_ADDED,) * len(ids))
+        assert got == {"entry_ids": ids, "last_entry_id": ids[-1]}
 
     @precondition(lambda self: bool(self.sessions))
     @rule(data=st.data(), text=texts, expectation=st.sampled_from(["none", "right", "wrong"]))
@@ -349,7 +376,8 @@ class SessionModel(RuleBasedStateMachine):
         revision = entry["revision"] + 1
         model.entries[eid] = {**entry, "revision": revision, "message": {**entry["message"], "content": content}}
         model.touch(self.now())
-        assert self.call("session::update-message", payload) == {"updated": True, "revision": revision}
+        got = self.call("session::update-message", payload, (ON_MESSAGE_UPDATED,))
+        assert got == {"updated": True, "revision": revision}
 
     @precondition(lambda self: bool(self.sessions))
     @rule(data=st.data())
@@ -396,7 +424,7 @@ class SessionModel(RuleBasedStateMachine):
         copy_of.leaf = mapping[eid]
         copy_of.meta["message_count"] = sum(1 for e in copy_of.entries.values() if e["kind"] == "message")
         self.sessions[new_id] = copy_of
-        assert self.call("session::fork", payload) == {"session_id": new_id, "meta": copy_of.meta}
+        assert self.call("session::fork", payload, (ON_CREATED,)) == {"session_id": new_id, "meta": copy_of.meta}
 
     # -- restarts ---------------------------------------------------------------------
 

@@ -20,7 +20,7 @@ from pytest_bdd import given, parsers, then, when
 
 from session_manager.store._encoding import encode_id
 from session_manager.store.fs import FsStore
-from tests.steps.common import World
+from tests.steps.common import World, same
 
 
 def attachments_root(world: World) -> Path:
@@ -70,7 +70,7 @@ def _file_empty(world: World, name: str, sid: str) -> None:
 @then(parsers.parse('the attachment file "{name}" of session "{sid}" holds the JSON:'))
 def _file_json(world: World, name: str, sid: str, docstring: str) -> None:
     raw = (attachment_folder(world, sid) / name).read_bytes()
-    assert json.loads(raw) == world.substitute(docstring)
+    same(json.loads(raw), world.substitute(docstring))
 
 
 # -- crashes ---------------------------------------------------------------------

@@ -150,6 +150,25 @@ def contains(actual: Any, expected: Any, where: str = "$") -> None:
         assert type(actual) is type(expected) and actual == expected, f"{where}: {actual!r} != {expected!r}"
 
 
+def same(actual: Any, expected: Any, where: str = "$") -> None:
+    """Assert ``actual`` is exactly ``expected`` as JSON: the same keys, the
+    same lengths, and scalars of the same JSON type. Python's ``==`` holds
+    ``3 == 3.0 == True``, so it cannot see a float read back as an integer or
+    a count that became a boolean."""
+    if isinstance(expected, dict):
+        assert isinstance(actual, dict), f"{where}: expected an object, got {actual!r}"
+        assert sorted(actual) == sorted(expected), f"{where}: keys {sorted(actual)} != {sorted(expected)}"
+        for key, want in expected.items():
+            same(actual[key], want, f"{where}.{key}")
+    elif isinstance(expected, list):
+        assert isinstance(actual, list), f"{where}: expected a list, got {actual!r}"
+        assert len(actual) == len(expected), f"{where}: expected {len(expected)} items, got {actual!r}"
+        for i, (a, e) in enumerate(zip(actual, expected, strict=True)):
+            same(a, e, f"{where}[{i}]")
+    else:
+        assert type(actual) is type(expected) and actual == expected, f"{where}: {actual!r} != {expected!r}"
+
+
 @pytest.fixture
 def world_store() -> str:
     """The adapter scenarios run over (tests/test_features_postgres.py overrides it)."""
@@ -301,7 +320,7 @@ def _error_text(world: World, text: str) -> None:
 
 @then("the result is:")
 def _result_is(world: World, docstring: str) -> None:
-    assert world.expect_ok() == world.substitute(docstring)
+    same(world.expect_ok(), world.substitute(docstring))
 
 
 @then("the result contains:")
@@ -316,7 +335,7 @@ def _result_null(world: World) -> None:
 
 @then(parsers.parse('the result at "{path}" is:'))
 def _result_at(world: World, path: str, docstring: str) -> None:
-    assert lookup(world.expect_ok(), path) == world.substitute(docstring)
+    same(lookup(world.expect_ok(), path), world.substitute(docstring), f"$.{path}")
 
 
 @then(parsers.parse('the result at "{path}" has {n:d} items'))
@@ -368,7 +387,7 @@ def _event_with(world: World, fid: str, docstring: str) -> None:
 def _event_exact(world: World, fid: str, docstring: str) -> None:
     matching = [p for f, p in world.last_events if f == fid]
     assert len(matching) == 1, f"expected one {fid}, got {world.last_events!r}"
-    assert matching[0] == world.substitute(docstring)
+    same(matching[0], world.substitute(docstring))
 
 
 @then(parsers.parse('{n:d} "{fid}" events were delivered in total'))

@@ -14,7 +14,7 @@ from pytest_bdd import given, parsers, then, when
 from session_manager._hosts.surface import BY_ID
 from session_manager.mentions import format_mention, parse_mentions, parse_prose_mentions
 from tests.material import FIXTURES
-from tests.steps.common import World
+from tests.steps.common import World, same
 
 TOKEN_FIXTURE = FIXTURES / "mention_tokens.json"
 """The project's own grammar cases (read on use, never at import)."""
@@ -82,7 +82,7 @@ def _no_text(world: World, text: str) -> None:
 
 @then(parsers.parse('the registration metadata of "{fid}" is:'))
 def _registration_metadata(world: World, fid: str, docstring: str) -> None:
-    assert BY_ID[fid].registration_metadata() == json.loads(docstring)
+    same(BY_ID[fid].registration_metadata(), json.loads(docstring))
 
 
 @when("every case of the mention token fixture is run", target_fixture="token_failures")

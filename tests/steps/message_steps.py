@@ -13,7 +13,7 @@ from typing import Any
 
 from pytest_bdd import given, parsers, then, when
 
-from tests.steps.common import World, contains, lookup
+from tests.steps.common import World, contains, lookup, same
 
 # A fixed message timestamp, deliberately unlike the worker clock, so a test
 # can tell the entry's timestamp (worker clock) from the message's own.
@@ -78,8 +78,7 @@ def _nth_event(world: World, i: int, fid: str, docstring: str) -> None:
 def _observer_values(world: World, name: str, path: str, docstring: str) -> None:
     # A typo'd observer name must fail, not read as "received nothing".
     got = [lookup(e, path) for e in world.observed[name]]
-
-    assert got == world.substitute(docstring), got
+    same(got, world.substitute(docstring))
 
 
 @when(parsers.parse('entry "{eid}" of "{sid}" is streamed in {n:d} updates of the text "{text}"'))

@@ -9,11 +9,17 @@ can skip it.
 from __future__ import annotations
 
 import json
+import shutil
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+import session_manager
+from session_manager._wire.events import EVENT_FUNCTIONS
+from session_manager.clock import ManualClock
 from session_manager.errors import UnstorableValue
+from session_manager.ids import SequentialIds
 from session_manager.store import Commit
 from session_manager.store._records import decode_record, encode_commit
 from tests.unit.store_contract import custom, message, meta
@@ -131,10 +137,42 @@ def test_reference_record_kinds_decode() -> None:
 
 
 def test_absent_revision_defaults() -> None:
-    # Prevents: older entries written without a revision being dropped.
+    # Prevents: older entries written without a revision being dropped, or decoded with a field
+    # lost or invented (the decoder keeps the record as written; the store supplies the default).
     e = message("e_1", None)
     del e["revision"]
-    assert decode_record(line({"type": "entry", "entry": e})) is not None
+    assert decode_record(line({"type": "entry", "entry": e})) == {"type": "entry", "entry": e}
+
+
+def test_an_entry_written_without_a_revision_is_served_as_revision_0(tmp_path: Path) -> None:
+    # Prevents: an older log's entry without "revision" being skipped on replay, served without the
+    # revision the wire requires, or refusing the update guarded by revision 0 its reader would send.
+    data = tmp_path / "d"
+    with session_manager.open(data, ids=SequentialIds(), clock=ManualClock(1000)) as sm:
+        sm.call("session::create", {})
+        sm.call("session::append", {"session_id": "s_001", "message": {
+            "role": "user", "content": [{"type": "text", "text": "old"}], "timestamp": 1}})
+    log = data / "s_001.jsonl"
+    text = log.read_text(encoding="utf-8")
+    assert text.count('"revision":0,') == 1
+    log.write_text(text.replace('"revision":0,', ""), encoding="utf-8")
+    shutil.rmtree(data / ".index")  # the sidecar indexed the old bytes; the store rebuilds it from the log
+    seen: list[tuple[str, Any]] = []
+    with session_manager.open(data, ids=SequentialIds(), clock=ManualClock(2000)) as sm:
+        for fid in EVENT_FUNCTIONS:
+            sm.observe({"function_id": fid}, lambda e, fid=fid: seen.append((fid, e)))
+        got = sm.call("session::get-message", {"session_id": "s_001", "entry_id": "e_001"})["entry"]
+        assert list(got) == ["kind", "id", "parent_id", "timestamp", "revision", "message"]  # as today's writer
+        assert (got["revision"], got["message"]["content"]) == (0, [{"type": "text", "text": "old"}])
+        assert sm.call("session::get", {"session_id": "s_001"})["meta"]["message_count"] == 1
+        assert seen == []
+        out = sm.call("session::update-message", {"session_id": "s_001", "entry_id": "e_001", "expected_revision": 0,
+                                                  "content": [{"type": "text", "text": "new"}]})
+        assert out == {"updated": True, "revision": 1}
+        assert [(fid, e["entry_id"], e["revision"]) for fid, e in seen] == [("session::on-message-updated", "e_001", 1)]
+    with session_manager.open(data, read_only=True) as again:
+        got = again.call("session::get-message", {"session_id": "s_001", "entry_id": "e_001"})["entry"]
+        assert (got["revision"], got["message"]["content"]) == (1, [{"type": "text", "text": "new"}])
 
 
 def bad_entries() -> list[dict[str, Any]]:
