@@ -418,3 +418,36 @@ def test_runner_turns_see_what_the_sdks_own_sqlite_session_gives(tmp_path: Path)
                      "function_result", "assistant", "user", "assistant"]
     with open_store(tmp_path / "d") as again:
         assert asyncio.run(AgentsSession("chat", again).get_items()) == reference[1]
+
+
+@pytest.mark.parametrize("bad", [
+    {"role": "user", "content": "x" * 30_000},  # past max_request_bytes
+    {"role": "user", "content": "lone \ud800 surrogate"},  # text no store can hold
+], ids=["oversized", "surrogate"])
+def test_a_batch_the_store_refuses_part_of_leaves_the_path_as_it_was(tmp_path: Path, bad: Any) -> None:
+    # Prevents: add_items half-applying a batch: the items before the refused one stayed on the
+    # active path, so the history read on (and the SDK replayed) a turn that was never saved.
+    before = [{"role": "user", "content": "before"}]
+    batch = [{"role": "user", "content": "one"},
+             {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"}, bad]
+    with session_manager.open(tmp_path / "d", ids=SequentialIds(), clock=ManualClock(1_000_000),
+                              max_request_bytes=20_000) as sm:
+        session = AgentsSession("s", sm)
+        asyncio.run(session.add_items(before))
+        added: list[Any] = []
+        sm.observe({"function_id": ON_MESSAGE_ADDED}, added.append)
+        with pytest.raises(SessionError) as refused:
+            asyncio.run(session.add_items(batch))
+        assert refused.value.code == INVALID_REQUEST
+        assert asyncio.run(session.get_items()) == before
+        assert asyncio.run(session.get_items(limit=2)) == before
+        # The two written entries stay in the session, off the path (nothing is destroyed).
+        assert [e["entry_id"] for e in added] == ["e_002", "e_003"]
+        assert all(sm.get_message("s", entry_id=e) is not None for e in ("e_002", "e_003"))
+        asyncio.run(session.add_items([{"role": "user", "content": "two"}]))
+        assert asyncio.run(session.get_items()) == [*before, {"role": "user", "content": "two"}]
+        assert asyncio.run(session.pop_item()) == {"role": "user", "content": "two"}
+        assert asyncio.run(session.pop_item()) == before[0]
+    with open_store(tmp_path / "d") as again:  # after a restart
+        assert asyncio.run(AgentsSession("s", again).get_items()) == []
+
