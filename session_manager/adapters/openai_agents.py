@@ -44,6 +44,7 @@ import json
 import math
 from typing import TYPE_CHECKING, Any
 
+from .._service.admission import Unrepresentable, json_size
 from ..messages import now_ms
 from ._transcript import Item, Transcript, Write
 
@@ -54,6 +55,10 @@ if TYPE_CHECKING:
 PREFIX = "openai_agents"
 ITEM_TYPE = "openai_agents.item"  # custom entries holding an item with no native shape
 ORIGIN_KEY = "openai_agents"
+
+# How deep a function call block's ``arguments`` sits in an append request:
+# payload > message > content > block > arguments (the store counts from 1).
+_ARGUMENTS_DEPTH = 5
 
 _TEXT_KEY = {"input_text": "text", "output_text": "text", "refusal": "refusal"}
 
@@ -217,8 +222,19 @@ def _finite(token: str) -> float:
 
 def _strict_json(raw: str) -> Any:
     """``raw`` parsed as JSON proper: Python's NaN / Infinity extensions (and
-    numbers too large for a float) raise, so such arguments stay a string."""
-    return json.loads(raw, parse_constant=_not_json, parse_float=_finite)
+    numbers too large for a float) raise, so such arguments stay a string; so
+    does a value the store could not hold as a block's ``arguments`` (an
+    escaped lone surrogate, nesting past the store's depth) while the string
+    itself is storable."""
+    try:
+        value = json.loads(raw, parse_constant=_not_json, parse_float=_finite)
+    except RecursionError:  # nested past what Python's parser recurses
+        raise ValueError("arguments nest too deeply to parse") from None
+    try:
+        json_size(value, _ARGUMENTS_DEPTH)
+    except Unrepresentable as bad:
+        raise ValueError(bad.why) from None
+    return value
 
 
 def _compact(value: Any) -> str:

@@ -451,3 +451,24 @@ def test_a_batch_the_store_refuses_part_of_leaves_the_path_as_it_was(tmp_path: P
     with open_store(tmp_path / "d") as again:  # after a restart
         assert asyncio.run(AgentsSession("s", again).get_items()) == []
 
+
+@pytest.mark.parametrize("arguments", [
+    '{"s":"\\ud800"}',  # ASCII JSON whose value is a lone surrogate
+    "[" * 117 + "]" * 117,  # one level deeper than a block's arguments may nest (116 stays native)
+    "[" * 5000 + "]" * 5000,  # deeper than Python's JSON parser recurses
+], ids=["escaped-surrogate", "just-too-deep", "very-deep"])
+def test_arguments_whose_parse_cannot_be_stored_are_kept_as_the_string(tmp_path: Path, arguments: str) -> None:
+    # Prevents: a function_call whose arguments string is storable as-is being refused (or
+    # failing with a RecursionError traceback) because the adapter stored the parsed value,
+    # which the store cannot hold; the SDK's own sessions keep any such item.
+    items = [{"type": "function_call", "call_id": "c1", "name": "f", "arguments": arguments},
+             {"type": "function_call_output", "call_id": "c1", "output": "ok"}]
+    with open_store(tmp_path / "d") as sm:
+        asyncio.run(AgentsSession("s", sm).add_items(items))
+        assert asyncio.run(AgentsSession("s", sm).get_items()) == items
+        call = sm.messages("s").messages[0].message
+        assert call is not None and call.content[0].arguments == arguments  # type: ignore[union-attr]
+        results = sm.messages("s", roles=["function_result"]).messages
+        assert [r.message.function_id for r in results] == ["f"]  # type: ignore[union-attr]
+    with open_store(tmp_path / "d") as again:
+        assert asyncio.run(AgentsSession("s", again).get_items(limit=2)) == items
