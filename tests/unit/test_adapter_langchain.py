@@ -169,3 +169,19 @@ def test_a_batch_the_store_refuses_part_of_leaves_the_history_as_it_was(tmp_path
     with open_store(tmp_path / "d") as again:
         assert SessionChatMessageHistory("chat", again).messages == [HumanMessage("before"), HumanMessage("after")]
 
+
+def test_a_tool_result_names_the_call_a_new_history_object_read(tmp_path: Path) -> None:
+    # Prevents: a ToolMessage stored with function_id "" when the history object writing it is
+    # not the one that wrote its call (RunnableWithMessageHistory makes one per invocation):
+    # the call was right there in the .messages it had just read.
+    with open_store(tmp_path / "d") as sm:
+        SessionChatMessageHistory("chat", sm).add_messages([
+            HumanMessage("Weather?"),
+            AIMessage("", tool_calls=[{"name": "get_weather", "args": {}, "id": "call_1"}])])
+        history = SessionChatMessageHistory("chat", sm)
+        assert history.messages[1].tool_calls[0]["name"] == "get_weather"  # type: ignore[attr-defined]
+        history.add_messages([ToolMessage("sunny", tool_call_id="call_1"), AIMessage("Sunny.")])
+        results = [e.message for e in sm.messages("chat", roles=["function_result"]).messages]
+        assert [(r.function_call_id, r.function_id) for r in results] == [  # type: ignore[union-attr]
+            ("call_1", "get_weather")]
+        assert history.messages[2] == ToolMessage("sunny", tool_call_id="call_1")  # reads back as added
