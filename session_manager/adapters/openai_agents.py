@@ -45,6 +45,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from .._service.admission import Unrepresentable, json_size
+from ..errors import SessionError
 from ..messages import now_ms
 from ._transcript import Item, Transcript, Write
 
@@ -134,8 +135,23 @@ class AgentsSession:
                 if popped is None:
                     return None
                 items = self._items_of(popped)
+                if len(items) > 1:
+                    self._put_back(popped["entry_id"], items[:-1])
                 if items:
                     return items[-1]
+
+    def _put_back(self, entry_id: str, items: list[Item]) -> None:
+        """Append ``items`` where the leaf now is: an entry that stood for several
+        items (another writer's message with text and calls) was stepped over,
+        and a pop removes one item. Should that fail, the leaf goes back to the
+        entry, so the pop changed nothing."""
+        try:
+            self._transcript.append([self._encode(item) for item in items])
+        except SessionError:
+            with contextlib.suppress(SessionError):
+                self._transcript.sm.call("session::set-active-leaf",
+                                         {"session_id": self.session_id, "entry_id": entry_id})
+            raise
 
     # -- items <-> entries ----------------------------------------------------------
 

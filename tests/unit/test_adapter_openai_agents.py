@@ -472,3 +472,29 @@ def test_arguments_whose_parse_cannot_be_stored_are_kept_as_the_string(tmp_path:
         assert [r.message.function_id for r in results] == ["f"]  # type: ignore[union-attr]
     with open_store(tmp_path / "d") as again:
         assert asyncio.run(AgentsSession("s", again).get_items(limit=2)) == items
+
+
+def test_pop_item_of_another_writers_multi_item_message_removes_one_item(tmp_path: Path) -> None:
+    # Prevents: pop_item on a message another writer stored (text plus parallel calls: three
+    # items) moving the leaf past the whole entry: one item returned, three gone from get_items
+    # (and the SDK's retry rewind, which pops one item per expected item, losing history).
+    call = {"role": "assistant", "stop_reason": "function_call", "model": "m", "provider": "p", "timestamp": 1,
+            "content": [{"type": "text", "text": "Checking."},
+                        {"type": "function_call", "id": "c1", "function_id": "get_weather", "arguments": {"c": "P"}},
+                        {"type": "function_call", "id": "c2", "function_id": "get_weather", "arguments": {"c": "R"}}]}
+    with open_store(tmp_path / "d") as sm:
+        session = AgentsSession("s", sm)
+        asyncio.run(session.add_items([{"role": "user", "content": "w?"}]))
+        sm.call("session::append", {"session_id": "s", "message": call})
+        items = asyncio.run(session.get_items())
+        assert len(items) == 4
+        assert asyncio.run(session.pop_item()) == items[3]
+        assert asyncio.run(session.get_items()) == items[:3]
+        assert asyncio.run(session.get_items(limit=2)) == items[1:3]
+        assert asyncio.run(session.pop_item()) == items[2]
+        assert asyncio.run(session.pop_item()) == items[1]
+        assert asyncio.run(session.get_items()) == items[:1]
+        original = sm.get_message("s", entry_id="e_002")  # the other writer's entry: untouched, off the path
+        assert original is not None and len(original.entry.message.content) == 3  # type: ignore[union-attr]
+    with open_store(tmp_path / "d") as again:
+        assert asyncio.run(AgentsSession("s", again).get_items()) == items[:1]
