@@ -75,10 +75,15 @@ class AgentsSession:
     session_settings: SessionSettings | None = None
 
     def __init__(self, session_id: str, sm: Any, *, model: str = "", provider: str = "",
-                 session_settings: SessionSettings | None = None) -> None:
+                 session_settings: SessionSettings | dict[str, Any] | None = None) -> None:
         self.session_id = session_id
         self.model = model
         self.provider = provider
+        if isinstance(session_settings, dict):
+            # As the SDK's own sessions take them; the Runner reads the attribute as SessionSettings.
+            from agents.memory.session_settings import coerce_session_settings
+
+            session_settings = coerce_session_settings(session_settings)
         self.session_settings = session_settings
         self._transcript = Transcript(sm, session_id, PREFIX)
         self._call_names: dict[str, str] = {}

@@ -498,3 +498,19 @@ def test_pop_item_of_another_writers_multi_item_message_removes_one_item(tmp_pat
         assert original is not None and len(original.entry.message.content) == 3  # type: ignore[union-attr]
     with open_store(tmp_path / "d") as again:
         assert asyncio.run(AgentsSession("s", again).get_items()) == items[:1]
+
+
+def test_session_settings_given_as_a_dict_work_as_the_sdks_own_sessions_take_them(tmp_path: Path) -> None:
+    # Prevents: AgentsSession(session_settings={"limit": 2}) (the SDK's SQLiteSession accepts a
+    # dict) failing every get_items, and Runner.run, with AttributeError: 'dict' has no 'limit'.
+    from agents.memory import SessionSettings
+
+    items = [{"role": "user", "content": str(i)} for i in range(4)]
+    with open_store(tmp_path / "d") as sm:
+        session = AgentsSession("s", sm, session_settings={"limit": 2})
+        assert session.session_settings == SessionSettings(limit=2)
+        asyncio.run(session.add_items(items))
+        assert asyncio.run(session.get_items()) == items[-2:]
+        model = ScriptedModel([[say("ok", "msg_1")]])
+        asyncio.run(Runner.run(Agent(name="a", model=model), "next", session=session))
+        assert model.inputs[0] == [*items[-2:], {"content": "next", "role": "user"}]
