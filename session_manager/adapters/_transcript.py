@@ -16,6 +16,7 @@ Every read and write goes through the public function surface.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import weakref
 from typing import Any
@@ -199,6 +200,7 @@ class Transcript:
     def _append(self, messages: list[Write]) -> None:
         with self.lock:
             self.ensure_root()
+            start: str | None = None  # the leaf the batch hangs from
             parent: str | None = None
             for message, custom, origin in messages:
                 payload: dict[str, Any] = {}
@@ -210,5 +212,23 @@ class Transcript:
                     payload["origin"] = origin
                 if parent is not None:
                     payload["parent_id"] = parent
-                parent = self._call("session::append", payload)["entry_id"]
+                try:
+                    written = self._call("session::append", payload)
+                except SessionError:
+                    if parent is not None and start is not None:
+                        self._undo_batch(start, parent)
+                    raise
+                if parent is None:
+                    start = written.get("parent_id")
+                parent = written["entry_id"]
+
+    def _undo_batch(self, start: str, last: str) -> None:
+        """Move the leaf back to ``start`` after a batch failed part way, so the
+        path reads as before it (the entries written stay, as a branch off it).
+        Only while the leaf is still the batch's last entry: another writer's
+        later entry is never cut off. The batch's own error is what surfaces."""
+        with contextlib.suppress(SessionError):
+            tail = self._tail(1)
+            if tail and tail[-1]["entry_id"] == last:
+                self._call("session::set-active-leaf", {"entry_id": start})
 

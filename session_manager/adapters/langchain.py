@@ -16,7 +16,8 @@ How messages are stored (one message, one entry):
   stop reason ``function_call`` when it calls tools, else ``end``;
   ``ToolMessage`` -> a ``function_result`` message (``tool_call_id`` ->
   ``function_call_id``, ``status="error"`` -> ``is_error``, ``function_id``
-  from its ``name`` or the call it answers);
+  from its ``name`` or the call it answers, when this object added or read
+  that call, else ``""``);
 - every other type (``SystemMessage``, ``ChatMessage``, ``FunctionMessage``,
   ...) -> a custom entry ``langchain.message`` holding ``message_to_dict``.
 
@@ -68,19 +69,25 @@ class SessionChatMessageHistory(BaseChatMessageHistory):
             message = self._message_of(entry)
             if message is not None:
                 out.append(message)
+        # The calls read name the results written next (RunnableWithMessageHistory
+        # makes a new history object per invocation, and reads before it writes).
+        self._remember_calls(out)
         return out
 
     def add_messages(self, messages: Sequence[BaseMessage]) -> None:
         """Append the messages in order, one entry each, on the active branch."""
-        for m in messages:
-            for call in m.tool_calls if isinstance(m, AIMessage) else []:
-                if call["id"]:
-                    self._call_names[call["id"]] = call["name"]
+        self._remember_calls(messages)
         self._transcript.append([self._encode(m) for m in messages])
 
     def clear(self) -> None:
         """Move the active leaf back to the root: reads empty, nothing is deleted."""
         self._transcript.clear()
+
+    def _remember_calls(self, messages: Sequence[BaseMessage]) -> None:
+        for m in messages:
+            for call in m.tool_calls if isinstance(m, AIMessage) else []:
+                if call["id"]:
+                    self._call_names[call["id"]] = call["name"]
 
     # -- messages <-> entries ---------------------------------------------------------
 

@@ -44,6 +44,8 @@ import json
 import math
 from typing import TYPE_CHECKING, Any
 
+from .._service.admission import Unrepresentable, json_size
+from ..errors import SessionError
 from ..messages import now_ms
 from ._transcript import Item, Transcript, Write
 
@@ -54,6 +56,10 @@ if TYPE_CHECKING:
 PREFIX = "openai_agents"
 ITEM_TYPE = "openai_agents.item"  # custom entries holding an item with no native shape
 ORIGIN_KEY = "openai_agents"
+
+# How deep a function call block's ``arguments`` sits in an append request:
+# payload > message > content > block > arguments (the store counts from 1).
+_ARGUMENTS_DEPTH = 5
 
 _TEXT_KEY = {"input_text": "text", "output_text": "text", "refusal": "refusal"}
 
@@ -69,10 +75,15 @@ class AgentsSession:
     session_settings: SessionSettings | None = None
 
     def __init__(self, session_id: str, sm: Any, *, model: str = "", provider: str = "",
-                 session_settings: SessionSettings | None = None) -> None:
+                 session_settings: SessionSettings | dict[str, Any] | None = None) -> None:
         self.session_id = session_id
         self.model = model
         self.provider = provider
+        if isinstance(session_settings, dict):
+            # As the SDK's own sessions take them; the Runner reads the attribute as SessionSettings.
+            from agents.memory.session_settings import coerce_session_settings
+
+            session_settings = coerce_session_settings(session_settings)
         self.session_settings = session_settings
         self._transcript = Transcript(sm, session_id, PREFIX)
         self._call_names: dict[str, str] = {}
@@ -129,8 +140,23 @@ class AgentsSession:
                 if popped is None:
                     return None
                 items = self._items_of(popped)
+                if len(items) > 1:
+                    self._put_back(popped["entry_id"], items[:-1])
                 if items:
                     return items[-1]
+
+    def _put_back(self, entry_id: str, items: list[Item]) -> None:
+        """Append ``items`` where the leaf now is: an entry that stood for several
+        items (another writer's message with text and calls) was stepped over,
+        and a pop removes one item. Should that fail, the leaf goes back to the
+        entry, so the pop changed nothing."""
+        try:
+            self._transcript.append([self._encode(item) for item in items])
+        except SessionError:
+            with contextlib.suppress(SessionError):
+                self._transcript.sm.call("session::set-active-leaf",
+                                         {"session_id": self.session_id, "entry_id": entry_id})
+            raise
 
     # -- items <-> entries ----------------------------------------------------------
 
@@ -217,8 +243,19 @@ def _finite(token: str) -> float:
 
 def _strict_json(raw: str) -> Any:
     """``raw`` parsed as JSON proper: Python's NaN / Infinity extensions (and
-    numbers too large for a float) raise, so such arguments stay a string."""
-    return json.loads(raw, parse_constant=_not_json, parse_float=_finite)
+    numbers too large for a float) raise, so such arguments stay a string; so
+    does a value the store could not hold as a block's ``arguments`` (an
+    escaped lone surrogate, nesting past the store's depth) while the string
+    itself is storable."""
+    try:
+        value = json.loads(raw, parse_constant=_not_json, parse_float=_finite)
+    except RecursionError:  # nested past what Python's parser recurses
+        raise ValueError("arguments nest too deeply to parse") from None
+    try:
+        json_size(value, _ARGUMENTS_DEPTH)
+    except Unrepresentable as bad:
+        raise ValueError(bad.why) from None
+    return value
 
 
 def _compact(value: Any) -> str:

@@ -146,3 +146,42 @@ def test_two_history_objects_on_one_session_keep_every_batch_on_the_path(tmp_pat
         assert sorted(pairs) == sorted((f"{t}{i}q", f"{t}{i}a") for t in "XYZ" for i in range(15))
         assert [type(m) for m in messages[:2]] == [HumanMessage, AIMessage]
         assert len(sm.messages("s", include_custom=True, limit=500).messages) == 91  # + the root
+
+
+def test_a_batch_the_store_refuses_part_of_leaves_the_history_as_it_was(tmp_path: Path) -> None:
+    # Prevents: add_messages half-applying a batch: the messages before the refused one stayed
+    # on the active path, so .messages showed a turn that was never saved.
+    from session_manager.errors import INVALID_REQUEST, SessionError
+
+    with open_store(tmp_path / "d") as sm:
+        history = SessionChatMessageHistory("chat", sm)
+        history.add_messages([HumanMessage("before")])
+        added: list[Any] = []
+        sm.observe({"function_id": ON_MESSAGE_ADDED}, added.append)
+        with pytest.raises(SessionError) as refused:
+            history.add_messages([HumanMessage("one"), AIMessage("two"), AIMessage(
+                "", tool_calls=[{"name": "f", "args": {"x": float("nan")}, "id": "c1"}])])
+        assert refused.value.code == INVALID_REQUEST
+        assert history.messages == [HumanMessage("before")]
+        assert [e["entry_id"] for e in added] == ["e_002", "e_003"]  # written, then left off the path
+        history.add_messages([HumanMessage("after")])
+        assert history.messages == [HumanMessage("before"), HumanMessage("after")]
+    with open_store(tmp_path / "d") as again:
+        assert SessionChatMessageHistory("chat", again).messages == [HumanMessage("before"), HumanMessage("after")]
+
+
+def test_a_tool_result_names_the_call_a_new_history_object_read(tmp_path: Path) -> None:
+    # Prevents: a ToolMessage stored with function_id "" when the history object writing it is
+    # not the one that wrote its call (RunnableWithMessageHistory makes one per invocation):
+    # the call was right there in the .messages it had just read.
+    with open_store(tmp_path / "d") as sm:
+        SessionChatMessageHistory("chat", sm).add_messages([
+            HumanMessage("Weather?"),
+            AIMessage("", tool_calls=[{"name": "get_weather", "args": {}, "id": "call_1"}])])
+        history = SessionChatMessageHistory("chat", sm)
+        assert history.messages[1].tool_calls[0]["name"] == "get_weather"  # type: ignore[attr-defined]
+        history.add_messages([ToolMessage("sunny", tool_call_id="call_1"), AIMessage("Sunny.")])
+        results = [e.message for e in sm.messages("chat", roles=["function_result"]).messages]
+        assert [(r.function_call_id, r.function_id) for r in results] == [  # type: ignore[union-attr]
+            ("call_1", "get_weather")]
+        assert history.messages[2] == ToolMessage("sunny", tool_call_id="call_1")  # reads back as added

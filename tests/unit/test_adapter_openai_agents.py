@@ -418,3 +418,99 @@ def test_runner_turns_see_what_the_sdks_own_sqlite_session_gives(tmp_path: Path)
                      "function_result", "assistant", "user", "assistant"]
     with open_store(tmp_path / "d") as again:
         assert asyncio.run(AgentsSession("chat", again).get_items()) == reference[1]
+
+
+@pytest.mark.parametrize("bad", [
+    {"role": "user", "content": "x" * 30_000},  # past max_request_bytes
+    {"role": "user", "content": "lone \ud800 surrogate"},  # text no store can hold
+], ids=["oversized", "surrogate"])
+def test_a_batch_the_store_refuses_part_of_leaves_the_path_as_it_was(tmp_path: Path, bad: Any) -> None:
+    # Prevents: add_items half-applying a batch: the items before the refused one stayed on the
+    # active path, so the history read on (and the SDK replayed) a turn that was never saved.
+    before = [{"role": "user", "content": "before"}]
+    batch = [{"role": "user", "content": "one"},
+             {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"}, bad]
+    with session_manager.open(tmp_path / "d", ids=SequentialIds(), clock=ManualClock(1_000_000),
+                              max_request_bytes=20_000) as sm:
+        session = AgentsSession("s", sm)
+        asyncio.run(session.add_items(before))
+        added: list[Any] = []
+        sm.observe({"function_id": ON_MESSAGE_ADDED}, added.append)
+        with pytest.raises(SessionError) as refused:
+            asyncio.run(session.add_items(batch))
+        assert refused.value.code == INVALID_REQUEST
+        assert asyncio.run(session.get_items()) == before
+        assert asyncio.run(session.get_items(limit=2)) == before
+        # The two written entries stay in the session, off the path (nothing is destroyed).
+        assert [e["entry_id"] for e in added] == ["e_002", "e_003"]
+        assert all(sm.get_message("s", entry_id=e) is not None for e in ("e_002", "e_003"))
+        asyncio.run(session.add_items([{"role": "user", "content": "two"}]))
+        assert asyncio.run(session.get_items()) == [*before, {"role": "user", "content": "two"}]
+        assert asyncio.run(session.pop_item()) == {"role": "user", "content": "two"}
+        assert asyncio.run(session.pop_item()) == before[0]
+    with open_store(tmp_path / "d") as again:  # after a restart
+        assert asyncio.run(AgentsSession("s", again).get_items()) == []
+
+
+@pytest.mark.parametrize("arguments", [
+    '{"s":"\\ud800"}',  # ASCII JSON whose value is a lone surrogate
+    "[" * 117 + "]" * 117,  # one level deeper than a block's arguments may nest (116 stays native)
+    "[" * 5000 + "]" * 5000,  # deeper than Python's JSON parser recurses
+], ids=["escaped-surrogate", "just-too-deep", "very-deep"])
+def test_arguments_whose_parse_cannot_be_stored_are_kept_as_the_string(tmp_path: Path, arguments: str) -> None:
+    # Prevents: a function_call whose arguments string is storable as-is being refused (or
+    # failing with a RecursionError traceback) because the adapter stored the parsed value,
+    # which the store cannot hold; the SDK's own sessions keep any such item.
+    items = [{"type": "function_call", "call_id": "c1", "name": "f", "arguments": arguments},
+             {"type": "function_call_output", "call_id": "c1", "output": "ok"}]
+    with open_store(tmp_path / "d") as sm:
+        asyncio.run(AgentsSession("s", sm).add_items(items))
+        assert asyncio.run(AgentsSession("s", sm).get_items()) == items
+        call = sm.messages("s").messages[0].message
+        assert call is not None and call.content[0].arguments == arguments  # type: ignore[union-attr]
+        results = sm.messages("s", roles=["function_result"]).messages
+        assert [r.message.function_id for r in results] == ["f"]  # type: ignore[union-attr]
+    with open_store(tmp_path / "d") as again:
+        assert asyncio.run(AgentsSession("s", again).get_items(limit=2)) == items
+
+
+def test_pop_item_of_another_writers_multi_item_message_removes_one_item(tmp_path: Path) -> None:
+    # Prevents: pop_item on a message another writer stored (text plus parallel calls: three
+    # items) moving the leaf past the whole entry: one item returned, three gone from get_items
+    # (and the SDK's retry rewind, which pops one item per expected item, losing history).
+    call = {"role": "assistant", "stop_reason": "function_call", "model": "m", "provider": "p", "timestamp": 1,
+            "content": [{"type": "text", "text": "Checking."},
+                        {"type": "function_call", "id": "c1", "function_id": "get_weather", "arguments": {"c": "P"}},
+                        {"type": "function_call", "id": "c2", "function_id": "get_weather", "arguments": {"c": "R"}}]}
+    with open_store(tmp_path / "d") as sm:
+        session = AgentsSession("s", sm)
+        asyncio.run(session.add_items([{"role": "user", "content": "w?"}]))
+        sm.call("session::append", {"session_id": "s", "message": call})
+        items = asyncio.run(session.get_items())
+        assert len(items) == 4
+        assert asyncio.run(session.pop_item()) == items[3]
+        assert asyncio.run(session.get_items()) == items[:3]
+        assert asyncio.run(session.get_items(limit=2)) == items[1:3]
+        assert asyncio.run(session.pop_item()) == items[2]
+        assert asyncio.run(session.pop_item()) == items[1]
+        assert asyncio.run(session.get_items()) == items[:1]
+        original = sm.get_message("s", entry_id="e_002")  # the other writer's entry: untouched, off the path
+        assert original is not None and len(original.entry.message.content) == 3  # type: ignore[union-attr]
+    with open_store(tmp_path / "d") as again:
+        assert asyncio.run(AgentsSession("s", again).get_items()) == items[:1]
+
+
+def test_session_settings_given_as_a_dict_work_as_the_sdks_own_sessions_take_them(tmp_path: Path) -> None:
+    # Prevents: AgentsSession(session_settings={"limit": 2}) (the SDK's SQLiteSession accepts a
+    # dict) failing every get_items, and Runner.run, with AttributeError: 'dict' has no 'limit'.
+    from agents.memory import SessionSettings
+
+    items = [{"role": "user", "content": str(i)} for i in range(4)]
+    with open_store(tmp_path / "d") as sm:
+        session = AgentsSession("s", sm, session_settings={"limit": 2})
+        assert session.session_settings == SessionSettings(limit=2)
+        asyncio.run(session.add_items(items))
+        assert asyncio.run(session.get_items()) == items[-2:]
+        model = ScriptedModel([[say("ok", "msg_1")]])
+        asyncio.run(Runner.run(Agent(name="a", model=model), "next", session=session))
+        assert model.inputs[0] == [*items[-2:], {"content": "next", "role": "user"}]
