@@ -24,7 +24,7 @@ from typing import Any, Literal, TypeVar
 
 from .._service.service import Result, SessionService
 from .._wire.shape import build
-from ..errors import STORAGE, SessionError, StoreError
+from ..errors import STORAGE, SessionError, StoreError, UnstorableValue
 from ..store.base import Meta
 from .provider import MentionDetails, MentionProvider
 from .token import words as _words
@@ -80,13 +80,20 @@ def get(service: SessionService, req: MentionGetRequest) -> Result:
     """``session::mention::get``: the view of one session, or null when unknown."""
     if not req.id:
         return None, []
-    meta = _read(lambda: service.store.get_meta(req.id))
+    try:
+        meta = _read(lambda: service.store.get_meta(req.id))
+    except UnstorableValue:
+        # An id this store cannot hold (longer than an fs data_dir's file names, which the
+        # token grammar's 512 characters can be) names no session it knows: null, as for any.
+        return None, []
     return (view(meta).to_json() if meta is not None else None), []
 
 
 def _read(fetch: Callable[[], T]) -> T:
     try:
         return fetch()
+    except UnstorableValue:
+        raise  # the caller's value, not a storage fault
     except (StoreError, OSError) as e:
         raise SessionError(STORAGE, str(e)) from None
 

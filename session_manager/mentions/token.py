@@ -19,6 +19,7 @@ Grammar (shared with every other implementation through the fixture
 
 from __future__ import annotations
 
+import bisect
 import functools
 import json
 import unicodedata
@@ -119,39 +120,32 @@ def _is_control(c: str) -> bool:
     return unicodedata.category(c) == "Cc"
 
 
-def _next_run(text: str, i: int) -> tuple[int, int] | None:
-    """``(start, end)`` of the next run of backticks at or after ``i``."""
-    start = text.find("`", i)
-    if start < 0:
-        return None
-    end = start
-    while end < len(text) and text[end] == "`":
-        end += 1
-    return start, end
-
-
 def _prose_segments(text: str) -> list[str]:
+    """The text outside code: a run of backticks opens code that the next run
+    of the same length closes; a run with no such partner is ordinary text.
+
+    The maximal runs are listed once, with each length's runs in order, so
+    finding a partner is a bisect, not a walk of the rest of the text (a text
+    of many unpartnered runs of distinct lengths made that O(n^1.5))."""
+    runs = [(m.start(), m.end()) for m in _pattern("`+").finditer(text)]
+    by_length: dict[int, list[int]] = {}
+    for j, (start, end) in enumerate(runs):
+        by_length.setdefault(end - start, []).append(j)
     segments: list[str] = []
     prose_from = 0
-    i = 0
-    while (run := _next_run(text, i)) is not None:
-        run_start, i = run
-        close_end = _run_end(text, i, i - run_start)
-        # A run with no partner of its length is ordinary text.
-        if close_end is not None:
-            segments.append(text[prose_from:run_start])
-            prose_from = i = close_end
+    j = 0
+    while j < len(runs):
+        start, end = runs[j]
+        same = by_length[end - start]
+        k = bisect.bisect_right(same, j)
+        if k == len(same):
+            j += 1  # no partner: ordinary text
+            continue
+        segments.append(text[prose_from:start])
+        j = same[k] + 1
+        prose_from = runs[same[k]][1]
     segments.append(text[prose_from:])
     return segments
-
-
-def _run_end(text: str, i: int, length: int) -> int | None:
-    """End of the next run of exactly ``length`` backticks from ``i``."""
-    while (run := _next_run(text, i)) is not None:
-        start, i = run
-        if i - start == length:
-            return i
-    return None
 
 
 def _token_at(text: str, at: int) -> tuple[MentionRef, int] | None:
@@ -189,7 +183,9 @@ def _strict_id(text: str, body: int) -> tuple[str, int] | None:
 
 def _unclosed_id(text: str, body: int) -> tuple[str, int] | None:
     """The tolerated ``<id>)``: nothing that would need escaping."""
-    close = text.find(")", body)
+    # An id is at most MAX_ID_LEN characters: no need to look further for its `)`
+    # (a search to the end from every token start made many of them quadratic).
+    close = text.find(")", body, body + MAX_ID_LEN + 1)
     if close < 0:
         return None
     value = text[body:close]

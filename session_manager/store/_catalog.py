@@ -82,14 +82,20 @@ class MetaCatalog:
         return keys
 
     def _decoded(self, session_id: str) -> Meta | None:
-        """A meta, decoded now if it was pending (safe without the store's lock)."""
+        """A meta, decoded now if it was pending (safe without the store's lock).
+
+        A miss always takes the decoding lock: a decode on another thread may
+        have taken the meta out of ``pending`` without having put it into
+        ``_metas`` yet, and a writer that then saw it nowhere would put its
+        new meta only to have the decode write the old one over it."""
         meta = self._metas.get(session_id)
-        if meta is None and self._pending:
+        if meta is None:
             with self._decoding:
                 meta = self._metas.get(session_id)
-                i = self._pending.pop(session_id, None) if meta is None else None
+                i = self._pending.get(session_id) if meta is None else None
                 if i is not None:
                     meta = self._metas[session_id] = shared_keys(loads(self._raw(i)))  # kept for good: keys shared
+                    del self._pending[session_id]  # after it is in _metas: a reader always finds it in one
                     if not self._pending:
                         self._raw = _no_raw  # the last one: the index's bytes are no longer needed
         return meta
@@ -98,10 +104,10 @@ class MetaCatalog:
         """Every pending meta, in one decode."""
         if self._pending:
             with self._decoding:
-                pending, self._pending = self._pending, {}
-                raw = self._raw
-                self._metas.update(zip(pending, loads(b"[" + b",".join(map(raw, pending.values())) + b"]"),
-                                       strict=True))
+                pending = self._pending
+                decoded = loads(b"[" + b",".join(map(self._raw, pending.values())) + b"]")
+                self._metas.update(zip(pending, decoded, strict=True))
+                self._pending = {}  # emptied only once they are in _metas (see _decoded)
                 self._raw = _no_raw  # the index's bytes are no longer needed
 
     # -- the mapping ---------------------------------------------------------------
@@ -110,7 +116,8 @@ class MetaCatalog:
         return len(self._metas) + len(self._pending)
 
     def __contains__(self, session_id: object) -> bool:
-        return session_id in self._metas or session_id in self._pending
+        # pending first: a decode puts a meta into _metas before taking it out of pending
+        return session_id in self._pending or session_id in self._metas
 
     def get(self, session_id: str) -> Meta | None:
         return self._decoded(session_id)

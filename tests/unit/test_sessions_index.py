@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -225,3 +226,82 @@ def test_an_index_saved_at_close_matches_the_next_listing_whole(tmp_path: Path) 
                           lambda name, sid: None, lambda n, w: None, write_back=False)
     assert cold.trusted is None and not cold.fresh  # every record trusted, compared whole
     assert listing(tmp_path) == _truth(tmp_path)
+
+
+def _write_inside_the_decode(monkeypatch: pytest.MonkeyPatch, write: Any) -> None:
+    """Make the catalog's next decode of recorded metas run ``write`` on another thread first,
+    giving it 2 s (a writer that waits for the decode finishes after it instead)."""
+    from session_manager.store import _catalog
+
+    real = _catalog.loads
+    finished: list[bool] = []
+
+    def decode(raw: bytes) -> Any:
+        if not finished:
+            t = threading.Thread(target=write)
+            t.start()
+            t.join(2)
+            finished.append(not t.is_alive())
+        return real(raw)
+
+    monkeypatch.setattr(_catalog, "loads", decode)
+
+
+def _events_of(sm: session_manager.SessionManager) -> list[str]:
+    fired: list[str] = []
+    for fid in session_manager.EVENT_FUNCTIONS:
+        sm.observe({"function_id": fid}, lambda _e, fid=fid: fired.append(fid))
+    return fired
+
+
+@pytest.mark.parametrize("reader", ["mention-search", "last-pending-page"])
+def test_a_write_while_a_reader_decodes_a_cold_catalog_is_never_lost(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, reader: str) -> None:
+    # Prevents: a rename during the catalog's decode of recorded metas (the whole catalog, for a
+    # session::mention::search or any list_metas; or the last pending meta, for a page) lost: the
+    # decode, outside the store's lock, put the old meta back over the writer's, and the writer,
+    # seeing the meta neither decoded nor pending, added a second sort key. The session was listed
+    # twice under its old title, its new title never found, and the close saved that stale meta
+    # into the sessions index, which the next open trusted.
+    with session_manager.open(tmp_path) as sm:
+        for i in range(3):
+            sm.call("session::ensure", {"session_id": f"s{i}", "title": f"old title {i}"})
+        sm.call("session::list", {})  # the close saves the sessions index
+    store = FsStore(tmp_path)
+    sm = session_manager.open(store=store)
+    fired = _events_of(sm)
+    writer_result: list[Any] = []
+
+    def rename() -> None:
+        writer_result.append(sm.call("session::set-meta", {"session_id": "s0", "title": "fresh name"}))
+
+    if reader == "mention-search":
+        _write_inside_the_decode(monkeypatch, rename)
+        got = sm.call("session::mention::search", {"query": "title"})
+        assert {row["id"] for row in got["items"]} <= {"s0", "s1", "s2"}
+    else:
+        sm.call("session::list", {"limit": 1})  # decodes s2 and s1: s0 (the oldest) alone is pending
+        assert store._metas is not None and list(store._metas._pending) == ["s0"]
+        _write_inside_the_decode(monkeypatch, rename)
+        got = sm.call("session::list", {"limit": 1, "order": "created_asc"})
+        assert [m["session_id"] for m in got["sessions"]] == ["s0"]
+    monkeypatch.undo()
+    deadline = time.monotonic() + 10
+    while not writer_result and time.monotonic() < deadline:  # a writer that waited ends right after
+        time.sleep(0.01)
+    assert writer_result and writer_result[0]["meta"]["title"] == "fresh name"
+    assert fired == ["session::on-meta-updated"]  # the rename's event, nothing from the reads
+
+    def check(sm: session_manager.SessionManager) -> None:
+        rows = sm.call("session::mention::search", {"query": "fresh"})["items"]
+        assert [(r["id"], r["label"]) for r in rows] == [("s0", "fresh name")]
+        assert sm.call("session::mention::search", {"query": "old title 0"})["items"] == []
+        listed = walk(sm, "updated_desc")
+        assert [(m["session_id"], m["title"]) for m in listed] == [
+            ("s0", "fresh name"), ("s2", "old title 2"), ("s1", "old title 1")]
+        assert sm.call("session::get", {"session_id": "s0"})["meta"]["title"] == "fresh name"
+
+    check(sm)
+    sm.close()
+    with session_manager.open(tmp_path) as again:  # through the index the close saved
+        check(again)
