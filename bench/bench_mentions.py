@@ -20,6 +20,7 @@ from pathlib import Path
 
 import session_manager
 from session_manager.ids import SequentialIds
+from session_manager.mentions.token import parse_mentions, parse_prose_mentions
 
 WORDS = [
     "fix", "login", "redirect", "page", "polish", "database", "migration", "deploy", "staging", "review",
@@ -73,6 +74,13 @@ def main() -> None:
         budget = 2500.0
         print(f"worst warm search over {args.sessions} sessions: {worst:.1f} ms "
               f"({worst / budget:.1%} of the console's {budget:.0f} ms budget)")  # fmt: skip
+    # The token parsers on hostile texts (each was super-linear once: about a minute and 20 s).
+    for name, parse, text in (
+            ("1 MB of unpartnered backtick runs", parse_prose_mentions, " ".join("`" * k for k in range(1, 1415))),
+            ("2 MB of unclosed token starts", parse_mentions, '@a(id="' * 300_000 + ")")):
+        started = time.process_time()
+        parse(text)
+        print(f"parse {name}: {(time.process_time() - started) * 1000:.0f} ms of CPU")
 
 
 if __name__ == "__main__":

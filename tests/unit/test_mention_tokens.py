@@ -6,7 +6,6 @@ timestamp format the session provider relies on."""
 from __future__ import annotations
 
 import json
-import time
 from typing import Any
 
 import pytest
@@ -170,26 +169,20 @@ def test_title_words_split_as_the_reference_splits_them() -> None:
     assert [m["session_id"] for m in search_metas(metas, "ดี ภาษา", None, 8)] == ["s_th"]
 
 
-def _cpu_seconds(parse: Any, text: str) -> float:
-    started = time.process_time()
-    parse(text)
-    return time.process_time() - started
-
-
-def test_backtick_runs_without_partners_are_read_in_bounded_time() -> None:
-    # Prevents: parse_prose_mentions taking a minute on a 1 MB text of unpartnered backtick runs of
-    # distinct lengths (each run searched the rest of the text for its partner: O(n^1.5) steps).
+def test_backtick_runs_without_partners_are_read_right() -> None:
+    # Prevents: parse_prose_mentions misreading a 1 MB text of unpartnered backtick runs of distinct
+    # lengths once their partners are found by bisect (each run used to search the rest of the text,
+    # a minute of CPU: `python bench/bench_mentions.py` prints what it costs now; tests time nothing).
     text = " ".join("`" * k for k in range(1, 1415)) + ' @kanban(id="1")'
     assert len(text) > 1_000_000
     assert [m.id for m in parse_prose_mentions(text)] == ["1"]
-    assert _cpu_seconds(parse_prose_mentions, text) < 5
 
 
-def test_many_unclosed_token_starts_are_read_in_bounded_time() -> None:
-    # Prevents: parse_mentions taking ~20 s on 2 MB of `@a(id="` repeats: each looked for the `)`
-    # of the tolerated form through the rest of the text, though an id is at most 512 characters.
+def test_many_unclosed_token_starts_are_read_right() -> None:
+    # Prevents: the `)` search of the tolerated unclosed form, now stopped 512 characters on (the
+    # longest id; it searched the rest of the text from every token start, ~20 s on 2 MB), accepting
+    # less or more than before (the bench prints its cost).
     text = '@a(id="' * 300_000 + ")"
     assert [(m.id, m.token) for m in parse_mentions(text)] == [("@a(id=", '@a(id="@a(id=")')]
-    assert _cpu_seconds(parse_mentions, text) < 5
     far = '@a(id="' + "x" * 512 + ")" + ' @a(id="' + "y" * 513 + ")"
     assert [m.id for m in parse_mentions(far)] == ["x" * 512]  # the bound is the id's, no tighter
