@@ -22,11 +22,13 @@ from session_manager._wire import events as ev
 from session_manager._worker.config_client import Retry
 from session_manager._worker.config_value import (
     EXTENSION_KEYS,
+    NOT_IN_RUST,
     BridgeConfig,
     ConfigError,
     FsConfig,
     PostgresConfig,
     WorkerConfig,
+    config_schema,
     parse_config,
 )
 from session_manager._worker.iii_host import IIIHost, start
@@ -96,6 +98,9 @@ def test_the_extra_keys_are_the_models_and_the_readme_names_exactly_them() -> No
     assert set(rows) - REFERENCE_TOP == extra
     assert set(rows) >= REFERENCE_TOP
     assert switch_back_keys() == extra
+    # The console form (the registered schema) says the same of each, and of no reference key.
+    props = config_schema()["properties"]
+    assert {k for k, p in props.items() if p["description"].endswith(NOT_IN_RUST)} == extra
     # "none of the four": the count in the note follows the list.
     words = {2: "two", 3: "three", 4: "four", 5: "five", 6: "six"}
     assert f"names none of the {words[len(extra)]}" in readme_section("### Configuration")
