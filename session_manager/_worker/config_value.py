@@ -123,6 +123,8 @@ Adapter = Annotated[Union[FsAdapter, BridgeAdapter, PostgresAdapter], Field(disc
 
 # Keys this worker adds to the reference's configuration value (see to_value).
 EXTENSION_KEYS = ("max_request_bytes", "max_batch_entries", "durability", "cache_bytes")
+# Ends each of their descriptions: the console form is where an operator meets them.
+NOT_IN_RUST = " Not known to the Rust worker: remove it before switching back."
 
 
 class WorkerConfig(BaseModel):
@@ -139,20 +141,21 @@ class WorkerConfig(BaseModel):
                                           description="Largest decoded upload session::put-attachment accepts.")
     max_request_bytes: Count64 = Field(
         default=MAX_REQUEST_BYTES,
-        description="Largest request (UTF-8 bytes of its JSON) a mutating function accepts.")
+        description="Largest request (UTF-8 bytes of its JSON) a mutating function accepts." + NOT_IN_RUST)
     max_batch_entries: Count = Field(default=MAX_BATCH_ENTRIES,
-                                     description="Most entries one batch (append-many messages, ...) may carry.")
+                                     description="Most entries one batch (append-many messages, ...) may carry."
+                                                 + NOT_IN_RUST)
     # Top-level (not fs-adapter config) so changing it hot-reloads without a
     # store rebuild; a bridge instance stores through its main, whose own
     # setting applies.
     durability: Durability = Field(
         default=DEFAULT_DURABILITY,
         description="fs writes: flush (survives a crash of the worker) or fsync (also survives power loss; "
-                    "slower). Not known to the Rust worker: remove it before switching back.")
-    # Not a reference key: a value that sets it must drop it before switching back (see README).
+                    "slower)." + NOT_IN_RUST)
     cache_bytes: Count64 = Field(default=DEFAULT_CACHE_BYTES,
                                  description="Memory budget for loaded sessions of the fs adapter; least "
-                                             "recently used ones are dropped past it and read again when touched.")
+                                             "recently used ones are dropped past it and read again when touched."
+                                             + NOT_IN_RUST)
 
     def limits(self) -> Limits:
         return Limits(
