@@ -55,11 +55,24 @@ class PausingStore(PostgresStore):
         self.forking: threading.Thread | None = None
         self.between = threading.Event()
         self.resume = threading.Event()
+        self.forker_backend: int | None = None  # the backend of the fork's still-open transaction
 
     def settle(self) -> None:
         if threading.current_thread() is self.forking and not self.between.is_set():
+            tx = self._local.tx
+            self.forker_backend = None if tx is None else tx.conn.info.backend_pid
             self.between.set()
             self.resume.wait(10)
+
+
+def waits_on(backend: int) -> bool:
+    """Whether some backend waits for an advisory lock that ``backend`` holds."""
+    import psycopg
+
+    with psycopg.connect(pg_support.DSN, autocommit=True) as conn:
+        row = conn.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+                           " AND %s = ANY(pg_blocking_pids(pid))", (backend,)).fetchone()
+    return bool(row and row[0])
 
 
 def test_a_fork_onto_its_source_s_stripe_does_not_deadlock_a_writer_of_the_source(schema: str) -> None:
@@ -94,9 +107,16 @@ def test_a_fork_onto_its_source_s_stripe_does_not_deadlock_a_writer_of_the_sourc
         store.forking = forker
         forker.start()
         assert store.between.wait(10)
+        backend = store.forker_backend
+        assert backend is not None, "the fork's transaction is no longer open at settle()"
         writer = threading.Thread(target=append)
         writer.start()
-        time.sleep(0.5)  # the writer now holds the source's stripe and waits for its advisory lock
+        # Not a sleep: on a loaded box the writer may not reach the lock in any fixed time, and the
+        # fork resumed before it takes the stripe passes without the deadlock being possible.
+        deadline = time.monotonic() + 10
+        while not waits_on(backend):  # the writer holds the source's stripe and waits on its advisory lock
+            assert writer.is_alive() and time.monotonic() < deadline, "the writer never waited on the fork's lock"
+            time.sleep(0.01)
         store.resume.set()
         forker.join(30)
         writer.join(30)
