@@ -47,6 +47,16 @@ def _temps(where: Path) -> list[str]:
     return [p.name for p in where.iterdir() if p.name.endswith(_compaction.TEMP_SUFFIX)]
 
 
+def _reads_back_after_reopen(store: FsStore, where: Path, revision: int) -> None:
+    """e_1 is at ``revision``, and a reopen reads back exactly what ``store`` held."""
+    want = _view(store)
+    assert want[3][0]["revision"] == revision
+    store.close()
+    again = FsStore(where)
+    assert _view(again) == want
+    again.close()
+
+
 class GatedOps(Ops):
     """Real os calls; once ``held``, opening a compaction temp file waits for ``gate``."""
 
@@ -344,12 +354,7 @@ def test_a_rewrite_whose_session_left_the_cache_is_abandoned(tmp_path: Path) -> 
     assert store.compactions == 0 and _temps(tmp_path / "d") == []
     k += 1
     store.commit(SID, _update(k))
-    want = _view(store)
-    assert want[3][0]["revision"] == k
-    store.close()
-    again = FsStore(tmp_path / "d")
-    assert _view(again) == want
-    again.close()
+    _reads_back_after_reopen(store, tmp_path / "d", k)
 
 
 def test_past_the_hard_line_is_past_the_soft_line_too() -> None:

@@ -12,7 +12,15 @@ import pytest
 
 from session_manager.store import FsStore, _compaction
 from session_manager.store._fsio import StrPath
-from tests.unit.test_background_compaction import SID, GatedOps, _hold_a_rewrite, _ino, _seed, _update, _view
+from tests.unit.test_background_compaction import (
+    SID,
+    GatedOps,
+    _hold_a_rewrite,
+    _ino,
+    _reads_back_after_reopen,
+    _seed,
+    _update,
+)
 
 
 def test_commits_acknowledged_after_a_switch_to_fsync_are_synced_in_the_new_log(
@@ -61,9 +69,4 @@ def test_commits_acknowledged_after_a_switch_to_fsync_are_synced_in_the_new_log(
     store._compactor.wait(SID)
     assert checked and store.compactions == 1
     assert dirs_synced  # the new log's name too, as a rewrite started in fsync mode does
-    want = _view(store)
-    assert want[3][0]["revision"] == k
-    store.close()
-    again = FsStore(tmp_path / "d")
-    assert _view(again) == want
-    again.close()
+    _reads_back_after_reopen(store, tmp_path / "d", k)

@@ -42,6 +42,15 @@ def lose_answers(conn: FakeConnection, function_id: str, times: int = 1) -> list
     return lost
 
 
+def _first_attempt(fake: Any, function: str, payload: dict[str, Any]) -> Any:
+    """The call whose answer is lost: its result, or the honest "in doubt" error it may
+    answer instead (the retry that follows must settle it)."""
+    try:
+        return fake.invoke(function, payload)
+    except InvocationError as e:
+        return e
+
+
 def test_an_append_applied_on_the_main_whose_answer_was_lost_fires_its_event_once(topo: Topology) -> None:
     # Prevents: a bridged append that the main stored but whose answer timed out answering
     # session/storage and never publishing its event; the caller's retry (same entry_id) was then
@@ -53,10 +62,7 @@ def test_an_append_applied_on_the_main_whose_answer_was_lost_fires_its_event_onc
     local_added = l1.add_observer(ev.ON_MESSAGE_ADDED)
     lost = lose_answers(topo.connections[0], atomic.COMMIT)
     request = {"session_id": sid, "message": user("once"), "entry_id": "u-1"}
-    try:
-        first: Any = l1.invoke("session::append", request)
-    except InvocationError as e:  # an honest "in doubt" is allowed; the retry below must settle it
-        first = e
+    first = _first_attempt(l1, "session::append", request)
     retry = l1.invoke("session::append", request)
     topo.settle()
     assert lost == [1]
@@ -82,10 +88,7 @@ def test_a_delete_applied_on_the_main_whose_answer_was_lost_fires_on_deleted_onc
     main_deleted = topo.main_fake.add_observer(ev.ON_DELETED)
     local_deleted = l1.add_observer(ev.ON_DELETED)
     lost = lose_answers(topo.connections[0], atomic.DELETE_SESSION)
-    try:
-        first: Any = l1.invoke("session::delete", {"session_id": sid})
-    except InvocationError as e:
-        first = e
+    first = _first_attempt(l1, "session::delete", {"session_id": sid})
     retry = l1.invoke("session::delete", {"session_id": sid})
     topo.settle()
     assert lost == [1]

@@ -15,24 +15,11 @@ import pytest
 
 import session_manager
 from session_manager import SessionError
+from tests.unit.test_fs_ownership import _files, _user
 
 STORAGE = "session/storage"
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="fork() only")
-
-
-def _user(text: str) -> dict[str, Any]:
-    return {"role": "user", "content": [{"type": "text", "text": text}], "timestamp": 1}
-
-
-def _files(where: Path) -> dict[str, tuple[int, int, bytes]]:
-    """Every file under ``where``: inode, mtime and bytes (what "writes nothing" compares)."""
-    out = {}
-    for p in sorted(where.rglob("*")):
-        if p.is_file():
-            st = p.stat()
-            out[p.relative_to(where).as_posix()] = (st.st_ino, st.st_mtime_ns, p.read_bytes())
-    return out
 
 
 def _attempt(sm: Any, function: str, payload: dict[str, Any]) -> tuple[str, str]:

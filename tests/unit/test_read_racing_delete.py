@@ -197,6 +197,20 @@ def test_an_entry_looked_up_after_a_delete_is_not_found_not_entry_not_found(
     sm.close()
 
 
+def _bridged_path_of_200(store: Any) -> tuple[str, Any]:
+    """Session s_1 with 200 entries in one chain (past one window of 64: the root is fetched
+    after the tail), and its path, read through the tail window; the leaf and the path."""
+    parent = None
+    batch = []
+    for i in range(200):
+        batch.append(message(f"e_{i}", parent, f"text {i}"))
+        parent = f"e_{i}"
+    store.commit("s_1", Commit(entries=tuple(batch), leaf=parent, meta=meta("s_1", message_count=200)))
+    path = store.path("s_1", parent)
+    assert len(path) == 200 and path[199]["id"] == "e_199"  # the tail window
+    return "e_199", path
+
+
 def test_a_bridged_path_read_across_a_delete_on_the_main_is_vanished(tmp_path: Path) -> None:
     # Prevents: a bridge-mode reader whose session the main deleted between two windows of its
     # path answered session/storage (the main answered an empty window, or not_found as a fault).
@@ -205,14 +219,7 @@ def test_a_bridged_path_read_across_a_delete_on_the_main_is_vanished(tmp_path: P
     opened = open_bridge_store(tmp_path)
     store = next(opened)
     try:
-        parent = None
-        batch = []
-        for i in range(200):  # past one window (64): the root is fetched after the tail
-            batch.append(message(f"e_{i}", parent, f"text {i}"))
-            parent = f"e_{i}"
-        store.commit("s_1", Commit(entries=tuple(batch), leaf=parent, meta=meta("s_1", message_count=200)))
-        path = store.path("s_1", parent)
-        assert len(path) == 200 and path[199]["id"] == "e_199"  # the tail window
+        parent, path = _bridged_path_of_200(store)
         store.delete_session("s_1")
         with pytest.raises(Vanished) as gone:
             path[0]  # a later window, after the delete
@@ -233,14 +240,7 @@ def test_a_bridged_path_read_across_a_delete_and_a_re_create_on_the_main_is_vani
     opened = open_bridge_store(tmp_path)
     store = next(opened)
     try:
-        parent = None
-        batch = []
-        for i in range(200):  # past one window (64): the root is fetched after the tail
-            batch.append(message(f"e_{i}", parent, f"text {i}"))
-            parent = f"e_{i}"
-        store.commit("s_1", Commit(entries=tuple(batch), leaf=parent, meta=meta("s_1", message_count=200)))
-        path = store.path("s_1", parent)
-        assert len(path) == 200 and path[199]["id"] == "e_199"  # the tail window
+        _leaf, path = _bridged_path_of_200(store)
         store.delete_session("s_1")
         store.commit("s_1", Commit(entries=(message("n_0", None, "new"),), leaf="n_0",
                                    meta={**meta("s_1", message_count=1), "created_at": T0 + 1}))
