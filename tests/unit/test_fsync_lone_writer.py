@@ -1,0 +1,92 @@
+"""A lone writer in ``durability="fsync"``: each append costs the log one ``write`` and one
+``fsync`` and no other file call (no reopen, no stat, no directory sync), and it is answered,
+and its event delivered, only after the fsync covering its bytes returned."""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import session_manager
+
+APPENDS = 20
+# The file calls an append could add on the path (each would be a regression for a lone writer).
+WATCHED = ("open", "stat", "lstat", "fstat", "ftruncate", "pread", "replace", "rename", "unlink")
+
+
+def message(i: int) -> dict[str, Any]:
+    return {"role": "user", "content": [{"type": "text", "text": f"m{i}"}], "timestamp": i}
+
+
+def test_a_lone_fsync_mode_append_pays_one_write_and_one_fsync_and_answers_after_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Prevents: a lone writer in fsync mode paying more than the one write and one fsync the contract
+    # needs (a directory fsync, an fstat or a reopen per append, a second sync of a sidecar), and an
+    # answer or an event reaching the caller before the fsync of its bytes returned.
+    sm = session_manager.open(tmp_path / "d", durability="fsync")
+    sid = sm.call("session::create", {"title": "lone"})["session_id"]
+    first = sm.call("session::append", {"session_id": sid, "message": message(0)})["entry_id"]
+    log = sm.service.store.file_path(sid)  # type: ignore[attr-defined]
+    history: list[tuple[str, Any]] = []
+    lock = threading.Lock()
+
+    def note(what: str, value: Any) -> None:
+        with lock:
+            history.append((what, value))
+
+    real_write, real_fsync, real_fstat = os.write, os.fsync, os.fstat
+
+    def write(fd: int, data: Any) -> int:
+        note("write", fd)
+        return real_write(fd, data)
+
+    def fsync(fd: int) -> None:
+        real_fsync(fd)
+        note("durable", (fd, real_fstat(fd).st_size))  # what this sync covered
+
+    sm.observe({"function_id": "session::on-message-added"}, lambda ev: note("event", ev["entry_id"]))
+    for name in WATCHED:
+        real = getattr(os, name)
+        monkeypatch.setattr(os, name, lambda *a, _n=name, _r=real, **k: (note(_n, a[:1]), _r(*a, **k))[1])
+    monkeypatch.setattr(os, "write", write)
+    monkeypatch.setattr(os, "fsync", fsync)
+    answers = []
+    for i in range(1, APPENDS + 1):
+        answers.append(sm.call("session::append", {"session_id": sid, "message": message(i)})["entry_id"])
+        note("answer", answers[-1])
+    monkeypatch.undo()
+
+    calls = {what for what, _ in history if what not in ("answer", "event", "durable")}
+    assert calls == {"write"}
+    syncs = [v for what, v in history if what == "durable"]
+    fd = os.open(log, os.O_RDONLY)
+    try:
+        assert [v for what, v in history if what == "write"] == [syncs[0][0]] * APPENDS  # all to the log
+        assert len(syncs) == APPENDS and {s[0] for s in syncs} == {syncs[0][0]}  # no directory, no sidecar
+        assert os.path.samestat(os.fstat(syncs[0][0]), os.fstat(fd))
+    finally:
+        os.close(fd)
+    # Each answer and each event comes after a sync covering its entry's line.
+    ends: dict[str, int] = {}
+    offset = 0
+    for line in log.read_bytes().splitlines(keepends=True):
+        offset += len(line)
+        if b'"type":"append"' in line:
+            ends[line.split(b'"id":"')[1].split(b'"')[0].decode()] = offset
+    durable = 0
+    for what, value in history:
+        if what == "durable":
+            durable = max(durable, value[1])
+        elif what in ("answer", "event"):
+            assert ends[value] <= durable, f"{what} for {value} before its bytes were synced"
+    assert [v for what, v in history if what == "event"] == answers  # one each, none for another
+    expected = [first, *answers]
+    assert [m["entry_id"] for m in sm.call("session::messages", {"session_id": sid})["messages"]] == expected
+    sm.close()
+    again = session_manager.open(tmp_path / "d")
+    assert [m["entry_id"] for m in again.call("session::messages", {"session_id": sid})["messages"]] == expected
+    again.close()
