@@ -11,7 +11,8 @@ remember the entry, the leaf and the meta in memory, build the response and the
 ``on-message-added`` event payload, copy the response for the caller. No lock,
 no compare-and-set, no index, no compaction accounting, no catalog: a
 single-threaded store that cannot fail would need none of them, ours needs all
-of them. Used by ``floor_append.py`` and by the append workloads of ``run.py``.
+of them. :meth:`Floor.update` is the same for ``session::update-message``. Used by
+``floor_append.py`` and by the append and update workloads of ``run.py``.
 """
 
 from __future__ import annotations
@@ -60,6 +61,40 @@ class Floor:
         response = {"entry_id": entry_id, "parent_id": parent, "timestamp": now}
         _event = {"session_id": req.session_id, "entry_id": entry_id, "parent_id": parent,
                   "message": entry["message"], "timestamp": now}
+        return dict(response)
+
+    def update(self, payload: dict[str, Any]) -> dict[str, Any]:
+        """The floor of ``session::update-message`` (a streamed token): admit and
+        validate strictly, find the entry and check what the contract checks, build
+        the new revision and the meta, encode the two lines of an update exactly as
+        the fs store writes them (entry then meta, sharing one commit id), one
+        ``os.write``, remember both, build the response and the ``on-message-updated``
+        payload. No lock, no compare-and-set, no cache, no compaction."""
+        admit("session::update-message", payload, self.limits, mutates=True)
+        req = parse_request(api.UpdateMessageRequest, json_payload(payload))
+        entry = self.entries.get(req.entry_id)
+        if entry is None or entry["kind"] != "message":
+            raise KeyError(req.entry_id)
+        revision = entry["revision"]
+        if req.expected_revision is not None and req.expected_revision != revision:
+            return {"updated": False, "revision": revision}
+        now = self.clock.now_ms()
+        message = dict(entry["message"])
+        message["content"] = [fast_dump(b) for b in req.content]
+        updated = dict(entry)
+        updated["revision"], updated["message"] = revision + 1, message
+        meta = dict(self.meta)
+        meta["updated_at"] = now
+        tx = b',"tx":' + orjson.dumps(self.ids.tx_id())
+        os.write(self.fd, b"".join((b'{"type":"entry","entry":', orjson.dumps(updated), tx,
+                                    b'}\n{"type":"meta","meta":', orjson.dumps(meta), tx, b',"tx_n":2}\n')))
+        if self.fsync:
+            os.fsync(self.fd)
+        self.entries[req.entry_id], self.meta = updated, meta
+        response = {"updated": True, "revision": revision + 1}
+        _event = {"session_id": req.session_id, "entry_id": req.entry_id, "message": message,
+                  "revision": revision + 1, "origin": req.origin, "timestamp": now,
+                  "session_metadata": meta.get("metadata")}
         return dict(response)
 
     def close(self) -> None:

@@ -18,6 +18,7 @@ from ..errors import (
     INVALID_ENTRY_KIND,
     PARENT_NOT_FOUND,
     SessionError,
+    entry_not_found,
     invalid_request,
     not_found,
 )
@@ -84,8 +85,13 @@ class Appending(ServiceCore):
     def update_message(self, req: api.UpdateMessageRequest) -> Result:
         session_id = req.session_id
         with self._session(session_id):
-            meta = meta_read = self._meta_or_raise(session_id)
-            entry = self._entry_or_raise(session_id, req.entry_id)
+            meta, entry = self.store.meta_and_entry(session_id, req.entry_id)  # one lookup per streamed token
+            if meta is None:
+                raise not_found(session_id)
+            if entry is None:
+                self._still_there(session_id)  # deleted between the two reads of a shared store: not_found
+                raise entry_not_found(session_id, req.entry_id)
+            meta_read = meta
             if entry["kind"] != "message":
                 raise SessionError(
                     INVALID_ENTRY_KIND,

@@ -33,8 +33,9 @@ log = logging.getLogger("session_manager.store.fs")
 # Rewrite a session's index once this many bytes were appended after it,
 # or half of what it covers, whichever is more.
 SAVE_MIN_BYTES = 256 * 1024
-# A background rewrite's index, written after it landed: log path, index path, log inode, bytes.
-LandedIndex = tuple[str, str, int, bytes]
+# A background rewrite's index, written after it landed: log path, index path, log inode, bytes
+# (``None``: remove the replaced log's index instead).
+LandedIndex = tuple[str, str, int, bytes | None]
 
 
 @dataclass(slots=True)
@@ -178,6 +179,13 @@ class LogFiles:
         entries.rebase(self.reader(session_id, state.lock), spans)
         if self.read_only or not entries.fully_located():
             return old, None
+        if size < SAVE_MIN_BYTES:
+            # Small enough to replay as fast as an index loads: a stream's every rewrite paid a file
+            # create and a rename for one. "Saved at 0" defers the next index as for a new log (past
+            # SAVE_MIN_BYTES, or at eviction and close); the replaced log's goes, once, since a later
+            # file may get its inode back.
+            stale, files.saved = files.saved != 0, 0
+            return old, ((files.log, files.index, ino, None) if stale else None)
         try:
             tail = _index.tail_digest(fd, size)
         except OSError:
@@ -187,10 +195,15 @@ class LogFiles:
         return old, (files.log, files.index, ino, index)
 
     @staticmethod
-    def write_landed_index(log_path: str, path: str, ino: int, index: bytes) -> None:
+    def write_landed_index(log_path: str, path: str, ino: int, index: bytes | None) -> None:
         """The index :meth:`landed` returned (no lock held; its own temp name, so a
         concurrent :meth:`save` of the same session never shares one). Skipped when
-        the log was replaced again meanwhile: it would only describe a gone file."""
+        the log was replaced again meanwhile: it would only describe a gone file.
+        ``None``: remove the index (at worst one a save just wrote: a replay then)."""
+        if index is None:
+            with contextlib.suppress(OSError):
+                _index.remove_index(path)
+            return
         try:
             if os.stat(log_path).st_ino != ino:
                 return

@@ -319,11 +319,16 @@ def encode_commit(commit: Commit) -> bytes:
             # Lines that only mean something together (an update's entry and
             # meta, a leaf move and its meta) share a commit id; the last one
             # also counts them, so replay applies all of them or none.
-            tx = commit.tx() if commit.tx is not None else uuid.uuid4().hex[:16]
+            tx = tx_id(commit)
             for record in records:
                 record["tx"] = tx
             records[-1]["tx_n"] = len(records)
     return b"\n".join(_line(r) for r in records) + b"\n"
+
+
+def tx_id(commit: Commit) -> str:
+    """The commit id shared by the lines of a multi-line commit (drawn once)."""
+    return commit.tx() if commit.tx is not None else uuid.uuid4().hex[:16]
 
 
 def entry_line_spans(data: bytes, start: int) -> Iterator[tuple[int, int]]:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import orjson
 
-from ._records import encode_commit, meta_size, snapshot_size
+from ._records import encode_commit, meta_size, snapshot_size, tx_id
 from .base import Commit
 
 _ENTRY_HEAD = b'{"type":"entry","entry":'
@@ -52,6 +52,19 @@ def encode_sized(commit: Commit) -> tuple[bytes, Sizes]:
         else:
             lines = [_ENTRY_HEAD + p + b"}\n" for p in pieces[:-1]]
             lines.append(_APPEND_HEAD + pieces[-1] + _META_KEY + meta_json + b"}\n")
+            sizes = tuple(len(_ENTRY_HEAD) + len(p) + 1 + len(e["id"]) + _MARKER
+                          for p, e in zip(pieces, entries, strict=True))
+            return b"".join(lines), (sizes, 2 * (len(_META_HEAD) + len(meta_json) + 2))
+    elif entries and meta is not None and commit.leaf is None:  # an update (update-message, a label ...)
+        try:
+            pieces = [orjson.dumps(e) for e in entries]
+            meta_json = orjson.dumps(meta)
+        except TypeError:
+            pass
+        else:
+            tx = b',"tx":' + orjson.dumps(tx_id(commit))  # drawn only now: encode_commit would draw its own
+            lines = [_ENTRY_HEAD + p + tx + b"}\n" for p in pieces]
+            lines.append(b"".join((_META_HEAD, meta_json, tx, b',"tx_n":', str(len(pieces) + 1).encode(), b"}\n")))
             sizes = tuple(len(_ENTRY_HEAD) + len(p) + 1 + len(e["id"]) + _MARKER
                           for p, e in zip(pieces, entries, strict=True))
             return b"".join(lines), (sizes, 2 * (len(_META_HEAD) + len(meta_json) + 2))

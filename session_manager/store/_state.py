@@ -167,6 +167,10 @@ class StateBackedStore(SessionStore):
         state = self._state(session_id)
         return (state.meta, state.leaf) if state else (None, None)
 
+    def meta_and_entry(self, session_id: str, entry_id: str) -> tuple[Meta | None, Entry | None]:
+        state = self._state(session_id)
+        return (state.meta, state.entries.get(entry_id)) if state else (None, None)
+
     def path(self, session_id: str, leaf: str | None) -> EntryPath:
         state = self._state(session_id)
         if state is None:

@@ -152,6 +152,10 @@ class SessionStore(ABC):
         may answer them from one lookup)."""
         return self.get_meta(session_id), self.get_leaf(session_id)
 
+    def meta_and_entry(self, session_id: str, entry_id: str) -> tuple[Meta | None, Entry | None]:
+        """``(get_meta, get_entry)`` in one call (every streamed update reads both)."""
+        return self.get_meta(session_id), self.get_entry(session_id, entry_id)
+
     @abstractmethod
     def path(self, session_id: str, leaf: str | None) -> EntryPath:
         """The root -> ``leaf`` chain (empty for ``None`` or an unknown leaf)."""

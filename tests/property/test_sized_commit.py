@@ -7,9 +7,11 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from session_manager.store._records import encode_commit, meta_size, snapshot_size
+from session_manager.store._records import committed_records, encode_commit, meta_size, snapshot_size
 from session_manager.store._sized import encode_sized
 from session_manager.store.base import Commit
+from tests.unit.store_contract import message
+from tests.unit.store_contract import meta as session_meta
 
 values = st.recursive(
     st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats(allow_nan=False, allow_infinity=False)
@@ -48,3 +50,23 @@ def test_the_pieces_make_encode_commits_bytes_and_sizes(commit: Commit) -> None:
     assert data == expected
     assert entry_sizes == tuple(snapshot_size(e) for e in commit.entries)
     assert meta_bytes == (None if commit.meta is None else meta_size(commit.meta))
+
+
+def test_an_update_draws_its_commit_id_once_and_replays_whole() -> None:
+    # Prevents: the update shape (entries and a meta, no leaf) drawing a second commit id, or its
+    # lines not sharing one (replay would leave the update out as an incomplete commit).
+    drawn: list[str] = []
+
+    def tx() -> str:
+        drawn.append(f"t_{len(drawn)}")
+        return drawn[-1]
+
+    entry, meta = message("e_1", None, "tok tok", revision=3), session_meta("s", message_count=1)
+    data, _ = encode_sized(Commit(entries=(entry,), meta=meta, tx=tx))
+    assert drawn == ["t_0"]
+    assert list(committed_records(data.splitlines(), "s", _no_skip)) == [
+        {"type": "entry", "entry": entry, "tx": "t_0"}, {"type": "meta", "meta": meta, "tx": "t_0", "tx_n": 2}]
+
+
+def _no_skip(number: int, why: str) -> None:
+    raise AssertionError(f"line {number}: {why}")

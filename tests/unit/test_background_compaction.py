@@ -19,7 +19,7 @@ import pytest
 
 import session_manager
 from session_manager.ids import SequentialIds
-from session_manager.store import Commit, FsStore, _compaction
+from session_manager.store import Commit, FsStore, _compaction, _index
 from session_manager.store._fsio import Ops, StrPath
 from tests.unit.store_contract import message, meta
 
@@ -366,3 +366,34 @@ def test_past_the_hard_line_is_past_the_soft_line_too() -> None:
     for disk in range(0, 2 * budget.live + _compaction.SLACK + 2):
         budget.disk = disk
         assert not budget.wants_compaction() or budget.wants_background()
+
+
+@pytest.mark.parametrize("durability", ["flush", "fsync"])
+def test_rewrites_of_a_small_log_write_no_index_and_close_writes_one(tmp_path: Path, monkeypatch: Any,
+                                                                     durability: Any) -> None:
+    # Prevents: every background rewrite of a streamed reply's small log paying an index file create
+    # and rename (milliseconds of a 2-core box each), the replaced log's index staying behind (a later
+    # log that got its inode back could match it), or the session left without an index at close.
+    where = tmp_path / "d"
+    store = FsStore(where, durability)
+    _seed(store)
+    index = store._files.files(SID).index
+    assert os.path.exists(index)  # the first commit wrote one
+    written: list[str] = []
+    real = _index.write_index
+    monkeypatch.setattr(_index, "write_index", lambda path, *a, **k: (written.append(path), real(path, *a, **k)))
+    k = 0
+    assert store._compactor is not None
+    while store.compactions < 3:
+        k += 1
+        store.commit(SID, _update(k))
+        assert k < 10_000
+    store._compactor.wait(SID)
+    assert written == [] and not os.path.exists(index)
+    assert os.path.getsize(where / f"{SID}.jsonl") < 256 * 1024
+    want = _view(store)
+    store.close()
+    assert written == [index] and os.path.exists(index)
+    again = FsStore(where)
+    assert _view(again) == want and want[3][0]["revision"] == k
+    again.close()

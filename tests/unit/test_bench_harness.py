@@ -11,8 +11,16 @@ from pathlib import Path
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 sys.path.insert(0, str(BENCH))
 
+import orjson  # noqa: E402
+import pytest  # noqa: E402
 from baselines import RawLog, Sqlite, last_lines, raw_recent, raw_tail  # noqa: E402
+from fixtures import assistant  # noqa: E402
+from floor import Floor  # noqa: E402
 from harness import Contender, Target, Workload, measure, rows, table  # noqa: E402
+
+from session_manager.errors import SessionError  # noqa: E402
+from session_manager.store._sized import encode_sized  # noqa: E402
+from session_manager.store.base import Commit  # noqa: E402
 
 
 def test_rounds_rotate_the_first_contender_and_drop_the_warmup() -> None:
@@ -123,3 +131,24 @@ def test_a_target_versus_another_contender_uses_that_contenders_median() -> None
                  [Target("ours", "<= 1.6x all", lambda ratio, _: ratio <= 1.6, versus="all")], warmup=False)
     (ours, _, _) = rows([measure(w, rounds=1)])
     assert ours[5:] == ("300.00x", "<= 1.6x all: met (1.50x)")
+
+
+def test_the_update_floor_writes_the_stores_bytes_and_refuses_what_ours_refuses(tmp_path: Path) -> None:
+    # Prevents: a floor that writes less than our store does (an update line without its meta or commit
+    # id, a different field order) or skips the strict validation, so it would claim a bar ours can't meet.
+    floor = Floor(tmp_path / "floor.jsonl", "s_1")
+    eid = floor.append({"session_id": "s_1", "message": assistant("")})["entry_id"]
+    answer = floor.update({"session_id": "s_1", "entry_id": eid, "content": [{"type": "text", "text": "tok"}]})
+    floor.close()
+    assert answer == {"updated": True, "revision": 1}
+    lines = (tmp_path / "floor.jsonl").read_bytes().splitlines(keepends=True)
+    assert len(lines) == 3  # the append, then the update's entry and meta lines
+    entry, meta = orjson.loads(lines[1]), orjson.loads(lines[2])
+    assert entry["entry"]["revision"] == 1 and entry["entry"]["message"]["content"] == [{"type": "text", "text": "tok"}]
+    commit = Commit(entries=(entry["entry"],), meta=meta["meta"], tx=lambda: str(entry["tx"]))
+    assert encode_sized(commit)[0] == lines[1] + lines[2]
+    other = Floor(tmp_path / "other.jsonl", "s_1")
+    with pytest.raises(SessionError) as refused:
+        other.update({"session_id": "s_1", "entry_id": eid, "content": "x"})
+    other.close()
+    assert refused.value.code == "session/invalid_request"
