@@ -26,7 +26,6 @@ from ._fsio import ReadAt
 from ._lazy import LazyEntries
 from ._records import entry_line_spans
 from ._state import SessionState
-from .base import Commit
 
 log = logging.getLogger("session_manager.store.fs")
 
@@ -117,19 +116,12 @@ class LogFiles:
 
     # -- writing -------------------------------------------------------------------
 
-    def note_commit(self, session_id: str, state: SessionState, start: int, data: bytes, commit: Commit) -> None:
-        """After ``data`` (one commit's whole lines) landed at ``start``: where
-        its entries are, and (amortized) a fresh index."""
+    def note_commit(self, session_id: str, state: SessionState, end: int) -> None:
+        """After a commit's whole lines landed, up to ``end``, and the state holds
+        where (:meth:`SessionState.apply`): (amortized) a fresh index."""
         files = self.files(session_id)
-        entries = state.entries
-        if isinstance(entries, LazyEntries):
-            if len(commit.entries) == 1:  # an append: its entry is the first line
-                entries.note_location(commit.entries[0]["id"], start, data.find(b"\n"))
-            else:
-                for entry, (offset, length) in zip(commit.entries, entry_line_spans(data, start), strict=False):
-                    entries.note_location(entry["id"], offset, length)
-        files.covered = start + len(data)
-        if files.saved < 0 or files.covered - files.saved > max(SAVE_MIN_BYTES, files.saved // 2):
+        files.covered = end
+        if files.saved < 0 or end - files.saved > max(SAVE_MIN_BYTES, files.saved // 2):
             self.save(session_id, state)
 
     def save(self, session_id: str, state: SessionState) -> None:
