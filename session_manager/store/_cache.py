@@ -77,10 +77,12 @@ class StateCache(OrderedDict[str, SessionState]):
         written count), mark it most recent, and evict. It stays pending, as a
         touch leaves it: a reader handed it before the write may still be decoding."""
         if self.get(session_id) is state:
-            self._pending[session_id] = state
-            self.settle()
-            self._pending[session_id] = state
-            self.move_to_end(session_id)
+            pending = self._pending
+            pending.pop(session_id, None)  # charged here, once (the usual pending: the touch before the write)
+            if pending:
+                self.settle()
+            self.charge(session_id, state)
+            pending[session_id] = state
         if self.total > self.budget:
             self.evict(session_id, drop)
 
@@ -98,6 +100,8 @@ class StateCache(OrderedDict[str, SessionState]):
     def settle(self) -> None:
         """Charge every session handed out since its last charge."""
         pending = self._pending
+        if not pending:
+            return
         for session_id, state in pending.items():
             if self.get(session_id) is state:
                 new = footprint(state)

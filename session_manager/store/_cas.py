@@ -83,17 +83,18 @@ def resolve(commit: Commit, meta: Meta | None, leaf: str | None,
         return commit
     if meta is None:
         raise Conflict("the session no longer exists")
-    if not commit.entries:
-        raise StoreError("an append commit needs at least one entry")
-    if get_entry(commit.entries[0]["id"]) is not None:
-        raise Conflict(f"entry {commit.entries[0]['id']} already exists")
     entries = commit.entries
-    if not commit.chain and has_entry is not None:
-        parent = entries[0].get("parent_id")
-        if parent is not None and not has_entry(parent):
+    if not entries:
+        raise StoreError("an append commit needs at least one entry")
+    first = entries[0]
+    if has_entry(first["id"]) if has_entry is not None else get_entry(first["id"]) is not None:
+        raise Conflict(f"entry {first['id']} already exists")
+    if not commit.chain:
+        parent = first.get("parent_id")
+        if has_entry is not None and parent is not None and not has_entry(parent):
             raise Conflict(f"parent entry {parent} is no longer in the session")
-    if commit.chain and entries[0].get("parent_id") != leaf:
-        entries = ({**entries[0], "parent_id": leaf}, *entries[1:])
+    elif first.get("parent_id") != leaf:
+        entries = ({**first, "parent_id": leaf}, *entries[1:])
     derived = derive_append_meta(meta, entries)
     if entries is commit.entries and commit.leaf == entries[-1]["id"] and commit.meta == derived:
         return commit  # decided on the current state (the single-writer case): nothing to redo

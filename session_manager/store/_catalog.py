@@ -139,6 +139,9 @@ class MetaCatalog:
                 old_key = (old[field], sid)
                 if old_key == new_key:
                     continue
+                if keys and keys[-1] == old_key and (len(keys) == 1 or keys[-2] < new_key):
+                    keys[-1] = new_key  # the session written last, written again: it stays last
+                    continue
                 _remove(keys, old_key)
             if not keys or keys[-1] < new_key:
                 keys.append(new_key)
@@ -148,11 +151,12 @@ class MetaCatalog:
             if old is not None:
                 self._status[old.get("status")].discard(sid)
             self._status.setdefault(meta.get("status"), set()).add(sid)
-        old_md, new_md = (old or {}).get("metadata"), meta.get("metadata")
-        if self._keys is not None and (old is None or (old_md is not new_md and old_md != new_md)):
-            if old is not None:
-                self._unindex_metadata(sid, old_md)
-            self._index_metadata(sid, new_md)
+        if self._keys is not None:
+            old_md, new_md = (old or {}).get("metadata"), meta.get("metadata")
+            if old is None or (old_md is not new_md and old_md != new_md):
+                if old is not None:
+                    self._unindex_metadata(sid, old_md)
+                self._index_metadata(sid, new_md)
 
     def remove(self, session_id: str) -> None:
         self._decoded(session_id)

@@ -34,7 +34,8 @@ class LogAppends:
         def _sync_write(self, session_id: str, path: str, slot: _Slot, start: int, end: int) -> bool: ...
         def _failed_write(self, session_id: str, path: str, slot: _Slot) -> None: ...
 
-    def _account(self, session_id: str, commit: Commit, data: bytes, sizes: Sizes) -> None:
+    def _account(self, session_id: str, commit: Commit, data: bytes, sizes: Sizes) -> _compaction.LogBudget:
+        """Charge a commit just written to its log's budget; returns the budget."""
         budget = self._budgets.get(session_id)
         if budget is None:
             budget = self._budgets[session_id] = _compaction.LogBudget()
@@ -44,6 +45,7 @@ class LogAppends:
             budget.entry(entry["id"], size)
         if meta_bytes is not None:
             budget.set_meta(meta_bytes)
+        return budget
 
     def _name_durable(self, path: str) -> None:
         """A log just created (fsync mode): sync its name before any line goes in. If that

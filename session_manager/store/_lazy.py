@@ -121,6 +121,20 @@ class LazyEntries(BodyReads, MutableMapping[str, Entry]):
             if entry_id in self._bodies:
                 self.body_bytes += length  # a written body stays decoded: the budget counts it
 
+    def put_written(self, entry: Entry, offset: int, length: int) -> None:
+        """``self[id] = entry`` then :meth:`note_location` for a body a commit just
+        wrote at (``offset``, ``length``): kept decoded (the budget counts it). A new
+        entry (every append) is put located in one step, no lookup after the first."""
+        entry_id = entry["id"]
+        pos = self._pos
+        if pos is None or type(entry_id) is not str or entry_id in pos:
+            self[entry_id] = entry
+            self.note_location(entry_id, offset, length)
+            return
+        self._bodies[entry_id] = entry  # its line is written already: a reader finds one or the other
+        self._put_new(pos, entry_id, entry, offset, length)
+        self.body_bytes += length
+
     def location(self, entry_id: str) -> tuple[int, int] | None:
         i = self._index_of(entry_id)
         return None if i is None or self._offs[i] < 0 else (self._offs[i], self._lens[i])

@@ -344,6 +344,15 @@ def entry_line_spans(data: bytes, start: int) -> Iterator[tuple[int, int]]:
         pos = end + 1
 
 
+def written_spans(entries: int, data: bytes, start: int) -> Iterable[tuple[int, int]]:
+    """The (offset, length) of the lines of a commit's ``entries`` (how many) in
+    ``data`` written at ``start``: :func:`entry_line_spans`, and one entry (an
+    append) is the first line, with no generator."""
+    if entries == 1:
+        return ((start, data.find(b"\n")),)
+    return entry_line_spans(data, start)
+
+
 def encode_snapshot(meta: dict[str, Any] | None, entries: Iterable[dict[str, Any]], leaf: str | None) -> bytes:
     """A whole log rewritten as its live state: the meta, every entry (on any
     branch), a ``commit`` marker per entry (what the reference's own

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 from abc import abstractmethod
-from collections.abc import MutableMapping
+from collections.abc import Iterable, MutableMapping
 from typing import Any
 
 from . import _cas as cas
@@ -95,9 +95,16 @@ class SessionState:
         under :attr:`lock`, then :meth:`apply` the result."""
         return cas.resolve(commit, self.meta, self.leaf, self.entries.get, self.entries.__contains__)
 
-    def apply(self, commit: Commit) -> None:
-        for entry in commit.entries:
-            self.put_entry(entry)
+    def apply(self, commit: Commit, written: Iterable[tuple[int, int]] | None = None) -> None:
+        """``written``: the (offset, length) of each entry's log line, in order,
+        when the commit was just written to a log whose entries are held lazily."""
+        entries = self.entries
+        if written is not None and isinstance(entries, LazyEntries):
+            for entry, (offset, length) in zip(commit.entries, written, strict=False):  # (its other lines follow)
+                entries.put_written(entry, offset, length)
+        else:
+            for entry in commit.entries:
+                self.put_entry(entry)
         if commit.leaf is not None:
             self.set_leaf(commit.leaf)
         if commit.meta is not None:

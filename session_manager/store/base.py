@@ -41,7 +41,10 @@ R = TypeVar("R")
 NO_TRANSACTION: AbstractContextManager[None] = contextlib.nullcontext()
 
 
-@dataclass(frozen=True)
+# Not frozen (treat it as immutable all the same: nothing assigns to one): a frozen
+# dataclass sets each field through object.__setattr__, ~1.2 us more per build, and the
+# service builds one on every mutation. Slots: no per-commit __dict__.
+@dataclass(slots=True)
 class Commit:
     """One mutation of one session: entry snapshots to write (new entries or
     new revisions), the active leaf if it moves, and the new meta if it

@@ -46,7 +46,7 @@ from ._lazy import LazyEntries
 from ._lock import LOCK_NAME, DirLock
 from ._logfiles import LogFiles
 from ._online import OnlineCompaction
-from ._records import meta_size
+from ._records import meta_size, written_spans
 from ._sized import encode_sized
 from ._state import SessionState, StateBackedStore
 from ._tail import TailFix
@@ -364,9 +364,9 @@ class FsStore(CatalogListing, SessionDeletion, OnlineCompaction, AttachmentFiles
             start = self._append(session_id, data)
             if self._compactor is not None:  # in the log now: a rewrite in flight must carry it over
                 self._compactor.appended(session_id, data, commit.entries)
-            state.apply(commit)
-            self._files.note_commit(session_id, state, start, data, commit)
-            self._account(session_id, commit, data, sizes)
+            state.apply(commit, written_spans(len(commit.entries), data, start))
+            self._files.note_commit(session_id, state, start + len(data))
+            budget = self._account(session_id, commit, data, sizes)
             with self._lock:
                 if commit.meta is not None:
                     if self._metas is not None:
@@ -375,16 +375,29 @@ class FsStore(CatalogListing, SessionDeletion, OnlineCompaction, AttachmentFiles
                     if self._scans:
                         self._changed[session_id] = commit.meta
                 self._sessions.committed(session_id, state, self._drop)  # O(1): the bodies just written count
-            self._maybe_compact(session_id, state)
+            if budget.wants_background():  # (nearly every commit is below the line: no call)
+                self._maybe_compact(session_id, state)
             return commit
         finally:
             state.lock.release()
 
     def _current_state(self, session_id: str) -> SessionState:
         """The session's cached state, its lock held: one the cache dropped
-        meanwhile is never written to (a newer load would not see the write)."""
+        meanwhile is never written to (a newer load would not see the write).
+
+        A loaded one in the cache is only marked most recent (the commit
+        re-charges it, settles the others and evicts once it has written:
+        :meth:`StateCache.committed`); any other is loaded (or created) as a read would."""
         while True:
-            state = self._held(session_id)
+            with self._lock:
+                state = self._sessions.get(session_id)
+                if state is not None and state.loaded:
+                    self._sessions.move_to_end(session_id)
+                else:
+                    state = None
+            if state is None:
+                state = self._state(session_id, create=True)
+                assert state is not None
             state.lock.acquire()
             if self._sessions.get(session_id) is state:
                 if not self._must_wait(session_id):
@@ -394,17 +407,3 @@ class FsStore(CatalogListing, SessionDeletion, OnlineCompaction, AttachmentFiles
                 self._compactor.wait_landed(session_id)  # the log is past the hard line
                 continue
             state.lock.release()
-
-    def _held(self, session_id: str) -> SessionState:
-        """The state a commit writes to: a loaded one in the cache is only marked
-        most recent (the commit re-charges it, settles the others and evicts
-        once it has written: :meth:`StateCache.committed`); any other is
-        loaded (or created) as a read would."""
-        with self._lock:
-            state = self._sessions.get(session_id)
-            if state is not None and state.loaded:
-                self._sessions.move_to_end(session_id)
-                return state
-        state = self._state(session_id, create=True)
-        assert state is not None
-        return state
