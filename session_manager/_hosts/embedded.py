@@ -88,7 +88,8 @@ class SessionManager(TypedMethods):
         # Calls in flight, so close() releases the store only once they are done;
         # _depth counts this thread's own calls delivering events (close() from an
         # observer must not wait for the call that runs it).
-        self._idle = threading.Condition(threading.Lock())
+        self._idle_lock = threading.Lock()
+        self._idle = threading.Condition(self._idle_lock)
         self._in_flight = 0
         self._depth = threading.local()
         self._released = False
@@ -102,14 +103,15 @@ class SessionManager(TypedMethods):
     def call(self, function_id: str, payload: Any = None) -> Any:
         """Run one function; returns its JSON-compatible result or raises
         :class:`~session_manager.SessionError`."""
-        with self._idle:
+        # The condition's own lock, taken directly: the Condition's __enter__ is a Python call, twice a call.
+        with self._idle_lock:
             if self._closed:
                 raise RuntimeError("this session manager is closed")
             self._in_flight += 1
         try:
             return self._call(function_id, payload)
         finally:
-            with self._idle:
+            with self._idle_lock:
                 self._in_flight -= 1
                 if self._closed:
                     self._idle.notify_all()
