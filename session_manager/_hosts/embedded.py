@@ -40,12 +40,26 @@ _LEAVES = frozenset({str, int, float, bool, type(None)})
 
 
 def copy_json(value: Any) -> Any:
-    """A deep copy of a JSON value (strings and numbers are shared; taken
-    inline, without a call per value: every response is copied)."""
+    """A deep copy of a JSON value (strings and numbers are shared). Every
+    response is copied: an exact dict or list is copied whole in C, then only
+    its containers are replaced by copies (no call, and no Python store, per leaf)."""
+    t = type(value)
+    if t is dict:
+        out = value.copy()
+        for k, v in out.items():
+            if type(v) not in _LEAVES:
+                out[k] = copy_json(v)  # (a value replaced while iterating: the keys stay as they are)
+        return out
+    if t is list:
+        copied = value.copy()
+        for i, v in enumerate(copied):
+            if type(v) not in _LEAVES:
+                copied[i] = copy_json(v)
+        return copied
     if isinstance(value, dict):
-        return {k: v if type(v) in _LEAVES else copy_json(v) for k, v in value.items()}
+        return {k: copy_json(v) for k, v in value.items()}
     if isinstance(value, list):
-        return [v if type(v) in _LEAVES else copy_json(v) for v in value]
+        return [copy_json(v) for v in value]
     return value
 
 
