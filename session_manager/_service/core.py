@@ -30,6 +30,12 @@ Result = tuple[Any, list[ev.Event]]
 LOCK_STRIPES = 1024
 
 
+def stripe(session_id: str) -> int:
+    """The lock stripe of ``session_id``: its hash, as the locks are this process's
+    own (a str keeps its hash, so this costs nothing after the first call)."""
+    return hash(session_id) % LOCK_STRIPES
+
+
 class ServiceCore:
     """State and plumbing every capability shares: the store, ids, clock,
     limits, and the per-session lock every mutation runs under."""
@@ -65,10 +71,9 @@ class ServiceCore:
         """The lock that serializes mutations of one session (the store
         protocol takes it too, so raw writes never interleave with ours).
         One of :data:`LOCK_STRIPES` locks: a session always maps to the same one."""
-        return self._stripe_lock(hash(session_id) % LOCK_STRIPES)
+        return self._stripe_lock(stripe(session_id))
 
     def _stripe_lock(self, i: int) -> threading.RLock:
-        # (The stripe is the id's hash: locks are this process's own, and a str keeps its hash.)
         lock = self._locks[i]
         if lock is None:
             with self._locks_made:  # two threads must never get two locks for one stripe
@@ -86,7 +91,7 @@ class ServiceCore:
         # store.mutation: one transaction, serialized across processes too.
         store = self.store
         inner = store.mutation((session_id,))
-        i = hash(session_id) % LOCK_STRIPES
+        i = stripe(session_id)
         if inner is not NO_TRANSACTION:
             return locked_storage_errors(self._stripe_lock(i), inner, store.settle)
         plain = self._plain[i]
