@@ -40,12 +40,26 @@ _LEAVES = frozenset({str, int, float, bool, type(None)})
 
 
 def copy_json(value: Any) -> Any:
-    """A deep copy of a JSON value (strings and numbers are shared; taken
-    inline, without a call per value: every response is copied)."""
+    """A deep copy of a JSON value (strings and numbers are shared). Every
+    response is copied: an exact dict or list is copied whole in C, then only
+    its containers are replaced by copies (no call, and no Python store, per leaf)."""
+    t = type(value)
+    if t is dict:
+        out = value.copy()
+        for k, v in out.items():
+            if type(v) not in _LEAVES:
+                out[k] = copy_json(v)  # (a value replaced while iterating: the keys stay as they are)
+        return out
+    if t is list:
+        copied = value.copy()
+        for i, v in enumerate(copied):
+            if type(v) not in _LEAVES:
+                copied[i] = copy_json(v)
+        return copied
     if isinstance(value, dict):
-        return {k: v if type(v) in _LEAVES else copy_json(v) for k, v in value.items()}
+        return {k: copy_json(v) for k, v in value.items()}
     if isinstance(value, list):
-        return [v if type(v) in _LEAVES else copy_json(v) for v in value]
+        return [copy_json(v) for v in value]
     return value
 
 
@@ -88,7 +102,8 @@ class SessionManager(TypedMethods):
         # Calls in flight, so close() releases the store only once they are done;
         # _depth counts this thread's own calls delivering events (close() from an
         # observer must not wait for the call that runs it).
-        self._idle = threading.Condition(threading.Lock())
+        self._idle_lock = threading.Lock()
+        self._idle = threading.Condition(self._idle_lock)
         self._in_flight = 0
         self._depth = threading.local()
         self._released = False
@@ -102,14 +117,15 @@ class SessionManager(TypedMethods):
     def call(self, function_id: str, payload: Any = None) -> Any:
         """Run one function; returns its JSON-compatible result or raises
         :class:`~session_manager.SessionError`."""
-        with self._idle:
+        # The condition's own lock, taken directly: the Condition's __enter__ is a Python call, twice a call.
+        with self._idle_lock:
             if self._closed:
                 raise RuntimeError("this session manager is closed")
             self._in_flight += 1
         try:
             return self._call(function_id, payload)
         finally:
-            with self._idle:
+            with self._idle_lock:
                 self._in_flight -= 1
                 if self._closed:
                     self._idle.notify_all()

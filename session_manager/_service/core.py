@@ -10,7 +10,6 @@ injected :class:`~session_manager.ids.IdGen` and :class:`~session_manager.clock.
 from __future__ import annotations
 
 import threading
-import zlib
 from collections.abc import Callable
 from typing import Any
 
@@ -21,7 +20,7 @@ from ..clock import Clock, SystemClock
 from ..errors import entry_not_found, not_found
 from ..ids import IdGen, UuidIds
 from ..store._cas import derive_append_meta
-from ..store.base import Commit, Entry, Meta, SessionStore
+from ..store.base import NO_TRANSACTION, Commit, Entry, Meta, SessionStore
 from ..store.path import EntryPath
 from .limits import LimitsCell
 from .stats import Stats
@@ -29,6 +28,12 @@ from .storage_errors import UNSHARED, locked_storage_errors
 
 Result = tuple[Any, list[ev.Event]]
 LOCK_STRIPES = 1024
+
+
+def stripe(session_id: str) -> int:
+    """The lock stripe of ``session_id``: its hash, as the locks are this process's
+    own (a str keeps its hash, so this costs nothing after the first call)."""
+    return hash(session_id) % LOCK_STRIPES
 
 
 class ServiceCore:
@@ -56,6 +61,9 @@ class ServiceCore:
         # made on first use (1,024 locks cost ~0.2 ms, a share of a cold open).
         self._locks: list[threading.RLock | None] = [None] * LOCK_STRIPES
         self._locks_made = threading.Lock()
+        # Per stripe, the entry point of a mutation the store runs outside any transaction
+        # (the fs store in flush mode): it holds nothing per call, so one serves every call.
+        self._plain: list[locked_storage_errors | None] = [None] * LOCK_STRIPES
 
     # -- the mutation entry point ---------------------------------------------
 
@@ -63,7 +71,9 @@ class ServiceCore:
         """The lock that serializes mutations of one session (the store
         protocol takes it too, so raw writes never interleave with ours).
         One of :data:`LOCK_STRIPES` locks: a session always maps to the same one."""
-        i = zlib.crc32(session_id.encode("utf-8", "surrogatepass")) % LOCK_STRIPES
+        return self._stripe_lock(stripe(session_id))
+
+    def _stripe_lock(self, i: int) -> threading.RLock:
         lock = self._locks[i]
         if lock is None:
             with self._locks_made:  # two threads must never get two locks for one stripe
@@ -80,7 +90,14 @@ class ServiceCore:
         is entered here too, so no capability module needs to know of it."""
         # store.mutation: one transaction, serialized across processes too.
         store = self.store
-        return locked_storage_errors(self.session_lock(session_id), store.mutation((session_id,)), store.settle)
+        inner = store.mutation((session_id,))
+        i = stripe(session_id)
+        if inner is not NO_TRANSACTION:
+            return locked_storage_errors(self._stripe_lock(i), inner, store.settle)
+        plain = self._plain[i]
+        if plain is None:  # two threads racing here build equal ones (on the one stripe lock)
+            plain = self._plain[i] = locked_storage_errors(self._stripe_lock(i), inner, store.settle)
+        return plain
 
     def _new_session(self, session_id: str) -> locked_storage_errors:
         """:meth:`_session` for an id this call just drew, which no other call can

@@ -80,6 +80,18 @@ def _scalar(annotation: Any) -> bool:
         type(a) is str for a in annotation.__args__)
 
 
+def _models_list(annotation: Any) -> bool:
+    """A ``list`` of Wire models (one, or a union of them: content blocks), each
+    dumped by its own function; anything else in it is ``_Unusual`` there."""
+    if getattr(annotation, "__origin__", None) is not list:
+        return False
+    (item,) = annotation.__args__
+    while getattr(item, "__metadata__", None) is not None:  # Annotated[Union[...], discriminator]
+        item = item.__origin__
+    members = item.__args__ if str(getattr(item, "__origin__", None)) == "typing.Union" else (item,)
+    return all(isinstance(m, type) and issubclass(m, Wire) for m in members)
+
+
 def _generate(model: type[BaseModel]) -> Dumper:
     if not _plain_wire(model):
         def unusual(_m: Any, _depth: int) -> JsonObject:
@@ -92,12 +104,18 @@ def _generate(model: type[BaseModel]) -> Dumper:
         if _scalar(field.annotation):
             lines += ["    if type(v) not in _SCALARS or type(v) is float and v - v != 0.0:", "        raise _Unusual",
                       f"    _out[{n!r}] = v"]
+        elif _models_list(field.annotation) and n not in keep:
+            # _value's walk of the list and of each item, inline: one call per item, not three.
+            lines += ["    if v is not None:",
+                      "        if type(v) is not list or _depth >= MAX_DEPTH:", "            raise _Unusual",
+                      f"        _out[{n!r}] = [_DUMPERS[type(x)](x, _depth + 2) for x in v]"]
         elif n in keep:
             lines.append(f"    _out[{n!r}] = _value(v, _depth)")
         else:
             lines += ["    if v is not None:", f"        _out[{n!r}] = _value(v, _depth)"]
     lines.append("    return _out")
-    scope: dict[str, Any] = {"_SCALARS": _SCALARS, "_Unusual": _Unusual, "_value": _value}
+    scope: dict[str, Any] = {"_SCALARS": _SCALARS, "_Unusual": _Unusual, "_value": _value, "_DUMPERS": _DUMPERS,
+                             "MAX_DEPTH": MAX_DEPTH}
     name = f"dump_{model.__name__}"
     exec(compile("\n".join(lines), f"<{name}>", "exec"), scope)  # built from field names only
     fn: Dumper = scope[name]

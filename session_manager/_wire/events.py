@@ -12,7 +12,7 @@ generated from it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 from pydantic import Field
@@ -37,16 +37,49 @@ EVENT_FUNCTIONS: tuple[str, ...] = (
 )
 
 
-@dataclass(frozen=True)
 class Event:
-    """One event to deliver through ``function_id`` once the mutation is durable."""
+    """One event to deliver through ``function_id`` once the mutation is durable.
 
-    function_id: str
-    payload: dict[str, Any]
+    Read-only. Its ``payload`` may be deferred: built on the first read
+    (then kept), from values the mutation already holds. Most appends are
+    observed by nobody, and a host reads the payload only to deliver or record it."""
+
+    __slots__ = ("_args", "_build", "_function_id", "_payload")
+
+    def __init__(self, function_id: str, payload: dict[str, Any] | None,
+                 build: Callable[..., dict[str, Any]] | None = None, args: tuple[Any, ...] = ()) -> None:
+        """``payload``, or ``None`` and the ``build`` whose ``build(*args)`` it is (called on the first read)."""
+        self._function_id = function_id
+        self._payload = payload
+        self._build = build
+        self._args = args
+
+    @property
+    def function_id(self) -> str:
+        return self._function_id
+
+    @property
+    def payload(self) -> dict[str, Any]:
+        payload = self._payload
+        if payload is None:
+            # Two threads racing the first read may both build it: equal dicts, either one kept.
+            assert self._build is not None
+            payload = self._payload = self._build(*self._args)
+        return payload
 
     @property
     def session_id(self) -> str:
         return str(self.payload["session_id"])
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Event):
+            return NotImplemented
+        return self._function_id == other._function_id and self.payload == other.payload
+
+    __hash__ = None  # type: ignore[assignment]  # as the frozen dataclass with a dict field it replaces
+
+    def __repr__(self) -> str:
+        return f"Event(function_id={self._function_id!r}, payload={self.payload!r})"
 
 
 # --------------------------------------------------------------------------
@@ -145,22 +178,31 @@ def created(meta: dict[str, Any]) -> Event:
 
 
 def message_added(session_id: str, entry: dict[str, Any], metadata: JsonObject | None) -> Event:
+    return Event(ON_MESSAGE_ADDED, None, _message_added, (session_id, entry, metadata))
+
+
+def _message_added(session_id: str, entry: dict[str, Any], metadata: JsonObject | None) -> dict[str, Any]:
     custom = None
     if entry["kind"] == "custom":
         custom = build[CustomPayload](custom_type=entry["custom_type"], data=entry.get("data"))
     payload = build[MessageAddedEvent](
         session_id=session_id, entry_id=entry["id"], parent_id=entry.get("parent_id"), message=entry.get("message"),
         custom=custom, origin=entry.get("origin"), timestamp=entry["timestamp"], session_metadata=metadata)
-    return Event(ON_MESSAGE_ADDED, payload)
+    return payload
 
 
 def message_updated(
     session_id: str, entry: dict[str, Any], origin: JsonObject | None, timestamp: int, metadata: JsonObject | None
 ) -> Event:
-    payload = build[MessageUpdatedEvent](
+    return Event(ON_MESSAGE_UPDATED, None, _message_updated, (session_id, entry, origin, timestamp, metadata))
+
+
+def _message_updated(
+    session_id: str, entry: dict[str, Any], origin: JsonObject | None, timestamp: int, metadata: JsonObject | None
+) -> dict[str, Any]:
+    return build[MessageUpdatedEvent](
         session_id=session_id, entry_id=entry["id"], message=entry["message"], revision=entry.get("revision", 0),
         origin=origin, timestamp=timestamp, session_metadata=metadata)
-    return Event(ON_MESSAGE_UPDATED, payload)
 
 
 def status_changed(meta: dict[str, Any], previous_status: str, timestamp: int) -> Event:

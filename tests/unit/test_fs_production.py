@@ -10,7 +10,6 @@ import logging
 import os
 import threading
 import tracemalloc
-import zlib
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +17,7 @@ import pytest
 
 import session_manager
 from session_manager import SessionError
-from session_manager._service.core import LOCK_STRIPES
+from session_manager._service.core import stripe
 from session_manager.clock import ManualClock
 from session_manager.ids import SequentialIds
 from session_manager.store import FsStore
@@ -404,7 +403,7 @@ def test_the_request_limits_hot_reload_on_the_worker(tmp_path: Path) -> None:
 
 
 def _stripe(sid: str) -> int:
-    return zlib.crc32(sid.encode()) % LOCK_STRIPES
+    return stripe(sid)  # the service's own rule, so the ids chosen below do share stripes
 
 
 def _same_stripe(sid: str) -> str:
@@ -445,6 +444,8 @@ def test_forks_whose_ids_share_stripes_never_deadlock(tmp_path: Path) -> None:
             on_b.append(cand)
         n += 1
     assert _stripe(_same_stripe(a)) == _stripe(a)
+    assert all(sm.service.session_lock(x) is sm.service.session_lock(a) for x in on_a)
+    assert all(sm.service.session_lock(x) is sm.service.session_lock(b) for x in on_b)
     sm.service.ids = ChosenIds([x for pair in zip(on_a, on_b, strict=True) for x in pair])
     errors: list[BaseException] = []
 

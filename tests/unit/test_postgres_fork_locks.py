@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import threading
 import time
-import zlib
 from typing import Any
 
 import pytest
 
 import session_manager
-from session_manager._service.core import LOCK_STRIPES
+from session_manager._service.core import stripe  # the service's own rule: the ids chosen do share a stripe
 from session_manager._wire import events as ev
 from session_manager.ids import UuidIds
 from session_manager.store.postgres import PostgresStore
@@ -28,10 +27,6 @@ from tests.pg_support import text
 pytestmark = pytest.mark.postgres
 
 TIMEOUT_MS = 3000
-
-
-def stripe(session_id: str) -> int:
-    return zlib.crc32(session_id.encode("utf-8")) % LOCK_STRIPES
 
 
 class SameStripeIds(UuidIds):
