@@ -48,14 +48,16 @@ class ColdList:
     fresh: dict[str, Meta] = field(default_factory=dict)
 
 
-def log_stats(ops: Ops, data_dir: str, warn: Callable[[str, str], None]) -> tuple[list[str], Sequence[int]]:
+def log_stats(ops: Ops, data_dir: str, warn: Callable[[str, str], None],
+              listed: list[str] | None = None) -> tuple[list[str], Sequence[int]]:
     """The regular ``*.jsonl`` files of data_dir, in directory order, and their
     ``lstat`` keys (inode, size, mtime_ns, ctime_ns), flat, four per log: an
     ``array`` (a list if one is past int64). Anything else named so is warned
     about and left out. The stat results themselves are not kept: at 100k logs
-    they would hold ~70 MiB for the whole of a first list."""
+    they would hold ~70 MiB for the whole of a first list. ``listed``: the
+    ``*.jsonl`` names, when the caller knows them still current (no listing then)."""
     try:
-        names, stats = ops.scandir_logs(data_dir, SUFFIX)
+        names, stats = ops.scandir_logs(data_dir, SUFFIX, listed)
     except OSError as e:
         raise StoreError(f"read data_dir: {reason(e)}") from None
     with contextlib.suppress(AttributeError):  # an OSError among them

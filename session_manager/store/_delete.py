@@ -103,26 +103,30 @@ def _finish(ops: Ops, log_path: Path, folder: Path) -> None:
         ops.replace(folder_aside, folder)
 
 
-def recover(ops: Ops, data_dir: Path, folder_for: Callable[[str], Path], temp_suffix: str) -> None:
+def recover(ops: Ops, data_dir: Path, names: list[str], folder_for: Callable[[str], Path],
+            temp_suffix: str) -> bool:
     """At a writable open: finish or undo every delete left half done, and remove
     the rewrite temps (``<log><temp_suffix>``) a killed owner left: the new owner
     has no rewrite in flight, and nothing else ever truncates a deleted log's temp.
-    ``folder_for`` maps a log stem to its attachment folder."""
-    try:
-        names = ops.listdir(data_dir)
-    except OSError:
-        return
-    for n in names:
-        if n.endswith(LOG_SUFFIX + temp_suffix):
-            try:
-                ops.unlink(data_dir / n)
-            except FileNotFoundError:
-                pass
-            except OSError as e:
-                log.warning("%s: cannot remove a rewrite temp left by an earlier owner (%s)", n, reason(e))
+    ``names``: data_dir's entries, listed by the open; ``folder_for`` maps a log
+    stem to its attachment folder. Whether data_dir held anything to recover."""
+    # Searched in one string: nearly always there is nothing, and 10k names
+    # tested one by one cost an open ~2 ms.
+    text = "\n" + "\n".join(names) + "\n"
+    temps = (LOG_SUFFIX + temp_suffix + "\n") in text
+    asides = (LOG_SUFFIX + ASIDE + "\n") in text
+    if temps:
+        for n in names:
+            if n.endswith(LOG_SUFFIX + temp_suffix):
+                try:
+                    ops.unlink(data_dir / n)
+                except FileNotFoundError:
+                    pass
+                except OSError as e:
+                    log.warning("%s: cannot remove a rewrite temp left by an earlier owner (%s)", n, reason(e))
     attachments = data_dir / "attachments"
-    stems = {n[: -len(LOG_SUFFIX + ASIDE)] for n in names if n.endswith(LOG_SUFFIX + ASIDE)}
-    if not is_symlink(ops, attachments):
+    stems = {n[: -len(LOG_SUFFIX + ASIDE)] for n in names if n.endswith(LOG_SUFFIX + ASIDE)} if asides else set()
+    if "\nattachments\n" in text and not is_symlink(ops, attachments):
         with contextlib.suppress(OSError):
             for n in ops.listdir(attachments):
                 if n.endswith(ASIDE):
@@ -135,3 +139,4 @@ def recover(ops: Ops, data_dir: Path, folder_for: Callable[[str], Path], temp_su
         except (OSError, StoreError) as e:
             log.warning("%s: cannot finish an earlier delete (%s)", log_path.name,
                         e if isinstance(e, StoreError) else reason(e))
+    return temps or bool(stems)

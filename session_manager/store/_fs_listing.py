@@ -16,6 +16,7 @@ from ._catalog import MetaCatalog
 from ._compact import shared_keys
 from ._fs_open import LOG_SUFFIX
 from ._fsio import Ops, reason
+from ._opened_listing import OpenedListing
 from ._tail import meta_of_log
 from .base import Meta
 
@@ -35,6 +36,7 @@ class CatalogListing:
     _sessions_file: Path
     _list_dirty: set[str]
     _peeked: dict[str, tuple[tuple[int, int, int], Meta | None]]
+    _opened: OpenedListing | None
 
     if TYPE_CHECKING:
         def _log(self, session_id: str) -> str: ...
@@ -87,7 +89,10 @@ class CatalogListing:
                 return True, state.meta
             return False, None
 
-        logs = _coldlist.log_stats(self._ops, self._dir, self._warn_once)
+        with self._lock:
+            opened, self._opened = self._opened, None  # one use: later lists read the catalog
+        listed = opened.current_logs(self._ops, self._dir) if opened is not None else None
+        logs = _coldlist.log_stats(self._ops, self._dir, self._warn_once, listed)
         cold = _coldlist.scan(logs, self._sessions_file, loaded_meta, self._peek_meta, self._warn_once,
                               write_back=True)
         with self._lock:
