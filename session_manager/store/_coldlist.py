@@ -96,9 +96,28 @@ def scan(
     rest (``loaded_meta(id)`` -> ``(True, meta)`` when a loaded state knows it,
     else ``peek(name, id)``; a :class:`StoreError` skips that log, warned).
     Rewrites the index when it differed and ``write_back``."""
+    return match(logs, index.read(index_file), index_file, loaded_meta, peek, warn, write_back=write_back)
+
+
+def match(
+    logs: tuple[list[str], Sequence[int]],
+    recorded: index.Recorded | None,
+    index_file: Path,
+    loaded_meta: Callable[[str], tuple[bool, Meta | None]],
+    peek: Callable[[str, str], Meta | None],
+    warn: Callable[[str, str], None],
+    *,
+    write_back: bool,
+    stamp: index.Stamp | None = None,
+) -> ColdList:
+    """:func:`scan` against the index already read (``recorded``). ``stamp``:
+    data_dir's when it held exactly ``logs`` and nothing half done
+    (:mod:`._opened_listing`); a rewritten index records it if every log in
+    ``logs`` is recorded, so the next open need not list data_dir."""
     names, keys = logs
-    recorded = index.read(index_file)
     if recorded is not None and index.joined(names) == recorded.names_text and keys == recorded.keys:
+        if write_back and stamp is not None and recorded.stamp != stamp:
+            index.restamp(index_file, recorded, stamp)
         return ColdList(recorded)  # the common case: nothing changed, compared at C speed
     rec = recorded or index.Recorded()
     out = ColdList(rec, [])
@@ -128,8 +147,10 @@ def scan(
         if meta is not None:
             fresh[session_id] = meta
         rows.append((name, index.row(session_id, key, meta)))
-    if write_back and (rows or recorded is not None):
-        index.write(index_file, rows)  # in this listing's order: the next cold list compares at C speed
+    if write_back and (rows or recorded is not None or stamp is not None):
+        # In this listing's order: the next cold list compares at C speed. Stamped only if no log
+        # was skipped (an unreadable one must be listed, and read, again).
+        index.write(index_file, rows, stamp if len(rows) == len(names) else None)
     return out
 
 

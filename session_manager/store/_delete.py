@@ -103,16 +103,18 @@ def _finish(ops: Ops, log_path: Path, folder: Path) -> None:
         ops.replace(folder_aside, folder)
 
 
-def recover(ops: Ops, data_dir: Path, names: list[str], folder_for: Callable[[str], Path],
+def recover(ops: Ops, data_dir: Path, names: list[str] | None, folder_for: Callable[[str], Path],
             temp_suffix: str) -> bool:
     """At a writable open: finish or undo every delete left half done, and remove
     the rewrite temps (``<log><temp_suffix>``) a killed owner left: the new owner
     has no rewrite in flight, and nothing else ever truncates a deleted log's temp.
-    ``names``: data_dir's entries, listed by the open; ``folder_for`` maps a log
-    stem to its attachment folder. Whether data_dir held anything to recover."""
+    ``names``: data_dir's entries, listed by the open (``None``: known to hold
+    neither temps nor log asides; attachments/ is still looked at); ``folder_for``
+    maps a log stem to its attachment folder. Whether there was anything to recover."""
     # Searched in one string: nearly always there is nothing, and 10k names
     # tested one by one cost an open ~2 ms.
-    text = "\n" + "\n".join(names) + "\n"
+    text = "\n" + "\n".join(names) + "\n" if names is not None else "\nattachments\n"
+    names = names or []
     temps = (LOG_SUFFIX + temp_suffix + "\n") in text
     asides = (LOG_SUFFIX + ASIDE + "\n") in text
     if temps:

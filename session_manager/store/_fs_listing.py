@@ -91,10 +91,13 @@ class CatalogListing:
 
         with self._lock:
             opened, self._opened = self._opened, None  # one use: later lists read the catalog
-        listed = opened.current_logs(self._ops, self._dir) if opened is not None else None
+        recorded = _sessions_index.read(self._sessions_file)
+        listed, stamp = _opened_logs(opened, recorded, self._ops, self._dir)
         logs = _coldlist.log_stats(self._ops, self._dir, self._warn_once, listed)
-        cold = _coldlist.scan(logs, self._sessions_file, loaded_meta, self._peek_meta, self._warn_once,
-                              write_back=True)
+        if listed is not None and len(logs[0]) != len(listed):
+            stamp = None  # a name is not a regular log (now): every open must list, to look at it again
+        cold = _coldlist.match(logs, recorded, self._sessions_file, loaded_meta, self._peek_meta,
+                               self._warn_once, write_back=True, stamp=stamp)
         with self._lock:
             self._list_dirty.clear()
         return cold
@@ -124,3 +127,16 @@ class CatalogListing:
         meta = meta_of_log(self._ops, os.path.join(self._dir, name), session_id,
                            self._peeked if self.read_only else None)
         return None if meta is None else shared_keys(meta)
+
+
+def _opened_logs(opened: OpenedListing | None, recorded: _sessions_index.Recorded | None, ops: Ops,
+                 data_dir: str) -> tuple[list[str] | None, _sessions_index.Stamp | None]:
+    """data_dir's log names as the open knew them, if they are still current, and
+    the stamp that vouches for them; ``(None, None)``: list data_dir."""
+    if opened is None or not opened.current(ops, data_dir):
+        return None, None
+    if opened.logs is not None:
+        return opened.names(), opened.stamp
+    if recorded is not None and recorded.stamp == opened.stamp:  # (not replaced since the open read its stamp)
+        return recorded.names, opened.stamp
+    return None, None

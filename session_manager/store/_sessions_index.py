@@ -7,7 +7,8 @@ while its log's identity still matches, damaged or missing means every log
 is read, and it is replaced by rename, never fsynced.
 
 The layout is packed so that a cold list decodes it at C speed and defers
-every meta: ``MAGIC``, the counts, the file keys, ``updated_at``,
+every meta: ``MAGIC``, the stamp of data_dir that vouches for the names (all
+zero: none; see :func:`read_stamp`), the counts, the file keys, ``updated_at``,
 ``created_at``, the metas' end offsets and the positions in each list order
 as native int64 arrays, the log names (in the order they were listed) joined
 by ``/`` (which no file name holds), the session ids that are not their
@@ -40,14 +41,17 @@ log = logging.getLogger("session_manager.store.fs")
 
 FILE = "sessions.list"
 # The arrays are native int64: the byte order is part of the format.
-MAGIC = b"SMLST3" + (b"L" if sys.byteorder == "little" else b"B") + b"\n"
+MAGIC = b"SMLST4" + (b"L" if sys.byteorder == "little" else b"B") + b"\n"
 SUFFIX = ".jsonl"
+# data_dir's (dev, inode, mtime_ns, ctime_ns) when the names were listed (:mod:`._opened_listing`).
+_STAMP = struct.Struct("<QQqq")
 _COUNTS = struct.Struct("<5Q")  # logs, logs with a meta, bytes of names, of odd ids, of metas
 _TRAILER = 10  # b"\n" + 8 hex digits + b"\n"
 KEY_LEN = 4
 
 Meta = dict[str, Any]
 Key = tuple[int, int, int, int]  # inode, size, mtime_ns, ctime_ns
+Stamp = tuple[int, int, int, int]  # data_dir's dev, inode, mtime_ns, ctime_ns
 # What a log contributes when an index is written: its session id, key, last
 # meta as JSON (None: the log holds no meta), and that meta's sort keys.
 Row = tuple[str, Key, bytes | None, int, int]
@@ -73,6 +77,8 @@ class Recorded:
     by_created: Sequence[int] = field(default_factory=list)
     blob: bytes | memoryview = b""
     names_text: str = ""  # the names joined: a listing compares to it without splitting it
+    stamp: Stamp | None = None
+    body: bytes | memoryview = b""  # everything the checksum covers (a restamp keeps all but the stamp)
 
     @functools.cached_property
     def names(self) -> list[str]:
@@ -108,7 +114,7 @@ def read(path: Path) -> Recorded | None:
         log.warning("%s: unreadable (%s); listing reads every log", path, e)
         return None
     body = memoryview(raw)[len(MAGIC) : -_TRAILER]
-    if (not raw.startswith(MAGIC) or len(raw) < len(MAGIC) + _COUNTS.size + _TRAILER
+    if (not raw.startswith(MAGIC) or len(raw) < len(MAGIC) + _STAMP.size + _COUNTS.size + _TRAILER
             or raw[-_TRAILER:-9] != b"\n" or raw[-1:] != b"\n" or raw[-9:-1] != _checksum(body)):
         log.warning("%s: damaged or from another version; listing reads every log", path)
         return None
@@ -119,10 +125,27 @@ def read(path: Path) -> Recorded | None:
         return None
 
 
+def read_stamp(path: Path) -> Stamp | None:
+    """The stamp an index records, from its first bytes only (an open reads no
+    more; the checksum is checked when the first list reads it whole). Unchecked
+    bytes are safe to act on here: a stamp is only ever used when it equals
+    data_dir's own, which damage cannot produce."""
+    try:
+        with open(path, "rb", buffering=0) as f:
+            head = f.read(len(MAGIC) + _STAMP.size)
+    except OSError:
+        return None
+    if len(head) != len(MAGIC) + _STAMP.size or not head.startswith(MAGIC):
+        return None
+    stamp: Stamp = _STAMP.unpack_from(head, len(MAGIC))
+    return stamp if any(stamp) else None
+
+
 def _decode(body: memoryview) -> Recorded:
     # Views into the file's bytes, not copies: a cold list touches few of them.
-    n, m, names_len, odd_len, blob_len = _COUNTS.unpack_from(body)
-    at = _COUNTS.size
+    stamp: Stamp = _STAMP.unpack_from(body)
+    n, m, names_len, odd_len, blob_len = _COUNTS.unpack_from(body, _STAMP.size)
+    at = _STAMP.size + _COUNTS.size
     columns: list[memoryview] = []
     for count in (KEY_LEN * n, n, n, n, m, m):
         column = body[at : at + 8 * count]
@@ -142,7 +165,8 @@ def _decode(body: memoryview) -> Recorded:
     keys, updated, created, ends, by_updated, by_created = columns
     if len(sids) != n or len(blob) != blob_len or (ends[-1] if n else 0) != blob_len:
         raise ValueError("counts disagree")
-    return Recorded(sids, keys, updated, created, ends, by_updated, by_created, blob, text)
+    return Recorded(sids, keys, updated, created, ends, by_updated, by_created, blob, text,
+                    stamp if any(stamp) else None, body)
 
 
 def joined(names: list[str]) -> str:
@@ -166,9 +190,10 @@ def row(session_id: str, key: Key, meta: Meta | None) -> Row:
     return session_id, key, raw, meta["updated_at"], meta["created_at"]
 
 
-def write(path: Path, rows: Sequence[tuple[str, Row]]) -> None:
+def write(path: Path, rows: Sequence[tuple[str, Row]], stamp: Stamp | None = None) -> None:
     """Replace the index with ``(name, row)`` for each log, in the order the
-    logs were listed (rename; a failure only costs speed)."""
+    logs were listed (rename; a failure only costs speed). ``stamp``: data_dir's
+    when it held exactly these logs and nothing left half done."""
     names: list[str] = []
     sids: list[str] = []
     keys: list[int] = []
@@ -199,8 +224,25 @@ def write(path: Path, rows: Sequence[tuple[str, Row]]) -> None:
         log.warning("%s not written (a file key out of range)", path)
         return
     blob = b"".join(parts)
-    body = b"".join([_COUNTS.pack(len(names), len(with_meta), len(text), len(odd_bytes), len(blob)),
+    body = b"".join([_packed_stamp(stamp),
+                     _COUNTS.pack(len(names), len(with_meta), len(text), len(odd_bytes), len(blob)),
                      *(column.tobytes() for column in columns), text, odd_bytes, blob])
+    _replace(path, body)
+
+
+def restamp(path: Path, recorded: Recorded, stamp: Stamp) -> None:
+    """Rewrite the index as it is with a new stamp (its names still data_dir's logs)."""
+    _replace(path, _packed_stamp(stamp) + bytes(recorded.body[_STAMP.size :]))
+
+
+def _packed_stamp(stamp: Stamp | None) -> bytes:
+    try:
+        return _STAMP.pack(*(stamp or (0, 0, 0, 0)))
+    except struct.error:  # a device or inode past 64 bits: no stamp (every open lists data_dir)
+        return _STAMP.pack(0, 0, 0, 0)
+
+
+def _replace(path: Path, body: bytes) -> None:
     data = MAGIC + body + b"\n" + _checksum(body) + b"\n"
     tmp = path.with_name(path.name + ".tmp")
     try:

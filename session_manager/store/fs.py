@@ -129,14 +129,21 @@ class FsStore(CatalogListing, SessionDeletion, OnlineCompaction, AttachmentFiles
             self._recover()
 
     def _recover(self) -> None:
-        """List data_dir once: finish what an earlier owner left half done, and keep
-        the log names for the first list (:mod:`._opened_listing`)."""
+        """Finish what an earlier owner left half done, and keep what the open
+        learnt of data_dir's entries for the first list (:mod:`._opened_listing`)."""
+        if not self.case_insensitive:  # (its fold index needs every name)
+            vouched = _sessions_index.read_stamp(self._sessions_file)
+            if vouched is not None and _opened_listing.stamp_of(self._ops, self._dir) == vouched:
+                # data_dir holds the index's logs and nothing half done: only attachments/ may
+                if not _delete.recover(self._ops, self.dir, None, self._folder_of_stem, _compaction.TEMP_SUFFIX):
+                    self._opened = OpenedListing(None, vouched)
+                return
         try:
             names, opened = _opened_listing.take(self._ops, self._dir, LOG_SUFFIX)
         except OSError:
             names, opened = None, None  # the first list reports it
         if names is not None and not _delete.recover(
-                self._ops, self.dir, names, lambda stem: self._folder_of_stem(stem), _compaction.TEMP_SUFFIX):
+                self._ops, self.dir, names, self._folder_of_stem, _compaction.TEMP_SUFFIX):
             self._opened = opened  # (recovering changed data_dir: the first list lists it again)
         if self.case_insensitive:
             logs = self._log_names() if names is None else [n for n in names if n.endswith(LOG_SUFFIX)]

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 import session_manager
-from session_manager.store import Commit, FsStore, _opened_listing
+from session_manager.store import Commit, FsStore, _opened_listing, _sessions_index
 from session_manager.store._fsio import Ops, StrPath
 from session_manager.store._records import encode_commit
 from tests.unit.store_contract import meta
@@ -155,3 +155,136 @@ def test_only_the_first_list_uses_the_opened_listing(tmp_path: Path, monkeypatch
     sm.call("session::list", {"limit": 1})
     assert store._opened is None
     sm.close()
+
+
+def _stamped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """A data_dir whose sessions index records the stamp its names were listed under
+    (a cold open + list long after the last change records it)."""
+    ids = _build(tmp_path)
+    _old_enough(monkeypatch, tmp_path)
+    with session_manager.open(tmp_path) as sm:
+        sm.call("session::list", {})
+    stamp = _opened_listing.stamp_of(Ops(), os.fspath(tmp_path))
+    assert stamp is not None and _sessions_index.read_stamp(tmp_path / ".index" / "sessions.list") == stamp
+    return ids
+
+
+def test_an_open_whose_index_vouches_for_data_dir_lists_nothing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Prevents: a cold open + list listing a directory of 10k logs that has not changed since its
+    # sessions index was written (the index's names are its entries).
+    ids = _stamped(tmp_path, monkeypatch)
+    ops = CountingOps(tmp_path)
+    store = FsStore(tmp_path, ops=ops)
+    assert _listed(store) == sorted(ids) == _truth(tmp_path)
+    assert ops.listings == 0
+
+
+@pytest.mark.parametrize("change", ["append", "replace"])
+def test_a_log_the_reference_rewrote_behind_a_stamped_index_is_listed_as_the_log_says(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, change: str) -> None:
+    # Prevents: the stamp (which vouches for data_dir's names only) standing in for each log's own
+    # check: an append or a rename over a log changes no name the index records.
+    ids = _stamped(tmp_path, monkeypatch)
+    log = tmp_path / f"{ids[2]}.jsonl"
+    renamed = meta(ids[2], title="renamed by the reference", updated_at=10**15)
+    if change == "append":
+        with log.open("ab") as f:
+            f.write(encode_commit(Commit(meta=renamed)))
+    else:
+        tmp = tmp_path / "elsewhere" / "log"
+        tmp.parent.mkdir()
+        tmp.write_bytes(encode_commit(Commit(meta=renamed)))
+        os.replace(tmp, log)  # a rename into data_dir: its stamp moves too
+    with session_manager.open(tmp_path) as sm:
+        first = sm.call("session::list", {"limit": 1})["sessions"][0]
+    assert first["session_id"] == ids[2] and first["title"] == "renamed by the reference"
+    with session_manager.open(tmp_path, read_only=True) as ro:
+        assert ro.call("session::list", {"limit": 1})["sessions"][0] == first
+
+
+@pytest.mark.parametrize("change", ["create", "delete", "temp"])
+def test_an_entry_changed_behind_a_stamped_index_makes_the_open_list_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, change: str) -> None:
+    # Prevents: an open trusting the index's names (and skipping the leftovers' cleanup) after a log
+    # was created or deleted, or a rewrite temp was left, while no store owned data_dir.
+    ids = _stamped(tmp_path, monkeypatch)
+    temp = tmp_path / f"{ids[0]}.jsonl.compact"
+    expected = sorted(ids)
+    if change == "create":
+        _foreign_log(tmp_path, "s_foreign")
+        expected = sorted([*ids, "s_foreign"])
+    elif change == "delete":
+        (tmp_path / f"{ids[1]}.jsonl").unlink()
+        expected = sorted(set(ids) - {ids[1]})
+    else:
+        temp.write_bytes(b"cut short by a kill")
+    ops = CountingOps(tmp_path)
+    store = FsStore(tmp_path, ops=ops)
+    assert ops.listings == 1 and not temp.exists()
+    assert _listed(store) == expected == _truth(tmp_path)
+
+
+def test_a_delete_cut_short_in_attachments_is_finished_under_a_stamped_index(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Prevents: the stamp of data_dir standing in for attachments/, whose folder asides (a delete
+    # killed before its commit point) change no entry of data_dir.
+    (tmp_path / "attachments").mkdir(parents=True)
+    ids = _stamped(tmp_path, monkeypatch)
+    folder = tmp_path / "attachments" / ids[0]
+    aside = folder.with_name(folder.name + "~deleted")
+    aside.mkdir()
+    (aside / "a.bin").write_bytes(b"kept")
+    assert _sessions_index.read_stamp(tmp_path / ".index" / "sessions.list") == _opened_listing.stamp_of(
+        Ops(), os.fspath(tmp_path))  # the open takes the vouched path
+    with session_manager.open(tmp_path):
+        pass
+    assert (folder / "a.bin").read_bytes() == b"kept" and not aside.exists()
+
+
+@pytest.mark.parametrize("skipped", ["not a file", "not an encoded id"])
+def test_a_log_the_first_list_could_not_use_keeps_every_open_listing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, skipped: str) -> None:
+    # Prevents: a stamp recorded over a listing with a skipped log (not a regular file, unreadable),
+    # which would leave it unlooked-at by every later open instead of warned about and retried.
+    ids = _build(tmp_path)
+    if skipped == "not a file":
+        (tmp_path / "s_dir.jsonl").mkdir()
+    else:
+        (tmp_path / "bad%zz.jsonl").write_bytes(b"")
+    _old_enough(monkeypatch, tmp_path)
+    for _ in range(2):
+        ops = CountingOps(tmp_path)
+        assert _listed(FsStore(tmp_path, ops=ops)) == sorted(ids)
+        assert ops.listings == 1
+    assert _sessions_index.read_stamp(tmp_path / ".index" / "sessions.list") is None
+
+
+def test_an_index_replaced_between_the_open_and_the_first_list_is_not_vouched_for(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Prevents: the first list taking the names of an index other than the one whose stamp the open
+    # checked (an older copy put back meanwhile names logs data_dir no longer holds).
+    ids = _stamped(tmp_path, monkeypatch)
+    index = tmp_path / ".index" / "sessions.list"
+    ops = CountingOps(tmp_path)
+    store = FsStore(tmp_path, ops=ops)
+    index.unlink()
+    assert _listed(store) == sorted(ids) == _truth(tmp_path)
+    assert ops.listings == 1
+
+
+def test_an_older_index_put_back_between_the_open_and_the_first_list_is_not_vouched_for(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Prevents: the first list trusting the names of an index whose stamp is not the one the open
+    # checked (a copy from before a session was created names one log fewer).
+    ids = _stamped(tmp_path, monkeypatch)
+    index = tmp_path / ".index" / "sessions.list"
+    older = index.read_bytes()
+    _foreign_log(tmp_path, "s_later")
+    _old_enough(monkeypatch, tmp_path)
+    with session_manager.open(tmp_path) as sm:
+        sm.call("session::list", {})  # stamped under the new names
+    store = FsStore(tmp_path)
+    assert store._opened is not None and store._opened.logs is None  # vouched for by the new index
+    index.write_bytes(older)
+    assert _listed(store) == sorted([*ids, "s_later"]) == _truth(tmp_path)
