@@ -155,11 +155,13 @@ def match(
 
 
 def update(index_file: Path, changed: dict[str, tuple[str, index.Key, Meta | None] | None],
-           listed: list[str] | None) -> None:
+           listed: list[str] | None, stamp: index.Stamp | None = None) -> None:
     """Rewrite the index with ``changed`` (log name -> its session id, key and
     meta, or ``None``: no such log now) over what it recorded, in the order
     ``listed`` (data_dir's names now, so the next cold list compares at C
-    speed; names not in it have no log and are dropped)."""
+    speed; names not in it have no log and are dropped). ``stamp``: data_dir's
+    when it held ``listed`` and nothing half done, recorded if every log in
+    ``listed`` has a row."""
     rec = index.read(index_file)
     rows = {name: rec.row(i) for i, name in enumerate(rec.names)} if rec is not None else {}
     for name, what in changed.items():
@@ -167,9 +169,11 @@ def update(index_file: Path, changed: dict[str, tuple[str, index.Key, Meta | Non
             rows.pop(name, None)
         else:
             rows[name] = index.row(*what)
+    complete = False
     if listed is not None:
         rows = {name: rows[name] for name in listed if name in rows}
-    index.write(index_file, list(rows.items()))
+        complete = len(rows) == sum(1 for name in listed if name.endswith(SUFFIX))
+    index.write(index_file, list(rows.items()), stamp if complete else None)
 
 
 def catalog(cold: ColdList) -> MetaCatalog:

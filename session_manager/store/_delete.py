@@ -103,6 +103,22 @@ def _finish(ops: Ops, log_path: Path, folder: Path) -> None:
         ops.replace(folder_aside, folder)
 
 
+def _joined(names: list[str]) -> str:
+    # Searched as one string: nearly always there is nothing to find, and 10k
+    # names tested one by one cost an open ~2 ms.
+    return "\n" + "\n".join(names) + "\n"
+
+
+def _half_done(text: str, temp_suffix: str) -> tuple[bool, bool]:
+    """Whether data_dir's names (:func:`_joined`) hold rewrite temps, log asides."""
+    return (LOG_SUFFIX + temp_suffix + "\n") in text, (LOG_SUFFIX + ASIDE + "\n") in text
+
+
+def holds_leftovers(names: list[str], temp_suffix: str) -> bool:
+    """Whether data_dir's names hold anything :func:`recover` would act on there."""
+    return any(_half_done(_joined(names), temp_suffix))
+
+
 def recover(ops: Ops, data_dir: Path, names: list[str] | None, folder_for: Callable[[str], Path],
             temp_suffix: str) -> bool:
     """At a writable open: finish or undo every delete left half done, and remove
@@ -111,12 +127,9 @@ def recover(ops: Ops, data_dir: Path, names: list[str] | None, folder_for: Calla
     ``names``: data_dir's entries, listed by the open (``None``: known to hold
     neither temps nor log asides; attachments/ is still looked at); ``folder_for``
     maps a log stem to its attachment folder. Whether there was anything to recover."""
-    # Searched in one string: nearly always there is nothing, and 10k names
-    # tested one by one cost an open ~2 ms.
-    text = "\n" + "\n".join(names) + "\n" if names is not None else "\nattachments\n"
+    text = _joined(names) if names is not None else "\nattachments\n"
     names = names or []
-    temps = (LOG_SUFFIX + temp_suffix + "\n") in text
-    asides = (LOG_SUFFIX + ASIDE + "\n") in text
+    temps, asides = _half_done(text, temp_suffix)
     if temps:
         for n in names:
             if n.endswith(LOG_SUFFIX + temp_suffix):

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import StoreError
-from . import _coldlist, _sessions_index
+from . import _coldlist, _compaction, _delete, _opened_listing, _sessions_index
 from ._cache import StateCache
 from ._catalog import MetaCatalog
 from ._compact import shared_keys
@@ -115,10 +115,14 @@ class CatalogListing:
             changed[os.path.basename(path)] = (
                 session_id, key, self._metas.get(session_id) if self._metas is not None else None)
         try:
-            listed: list[str] | None = self._ops.listdir(self.dir)
+            listed, opened = _opened_listing.take(self._ops, self._dir, LOG_SUFFIX)
         except OSError:
-            listed = None
-        _coldlist.update(self._sessions_file, changed, listed)
+            _coldlist.update(self._sessions_file, changed, None)
+        else:
+            # Stamped when data_dir last changed long enough ago (only appends since: the common
+            # session), so the next open need not list it (:mod:`._opened_listing`).
+            clean = not _delete.holds_leftovers(listed, _compaction.TEMP_SUFFIX)
+            _coldlist.update(self._sessions_file, changed, listed, opened.stamp if clean else None)
         self._list_dirty.clear()
 
     def _peek_meta(self, name: str, session_id: str) -> Meta | None:

@@ -288,3 +288,62 @@ def test_an_older_index_put_back_between_the_open_and_the_first_list_is_not_vouc
     assert store._opened is not None and store._opened.logs is None  # vouched for by the new index
     index.write_bytes(older)
     assert _listed(store) == sorted([*ids, "s_later"]) == _truth(tmp_path)
+
+
+def _user(text: str) -> dict[str, Any]:
+    return {"role": "user", "content": [{"type": "text", "text": text}], "timestamp": 1}
+
+
+@pytest.mark.parametrize("also", ["nothing", "create", "delete"])
+def test_the_index_saved_at_close_vouches_for_the_names_the_close_listed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, also: str) -> None:
+    # Prevents: every reopen after a session of appends listing data_dir again (the close's index
+    # carrying no stamp), and a stamp from the close naming logs other than data_dir's.
+    ids = _stamped(tmp_path, monkeypatch)
+    appended = ids[3]
+    with session_manager.open(tmp_path) as sm:
+        sm.call("session::list", {})
+        if also == "create":
+            ids.append(sm.call("session::create", {"title": "new"})["session_id"])
+        elif also == "delete":
+            sm.call("session::delete", {"session_id": ids.pop(0)})
+        sm.call("session::append", {"session_id": appended, "message": _user("later")})  # the newest
+    stamp = _opened_listing.stamp_of(Ops(), os.fspath(tmp_path))
+    assert _sessions_index.read_stamp(tmp_path / ".index" / "sessions.list") == stamp
+    ops = CountingOps(tmp_path)
+    store = FsStore(tmp_path, ops=ops)
+    sm = session_manager.open(store=store)
+    got = sm.call("session::list", {"limit": 1000})["sessions"]
+    sm.close()
+    assert ops.listings == 0
+    assert sorted(m["session_id"] for m in got) == sorted(ids) == _truth(tmp_path)
+    assert got[0]["session_id"] == appended and got[0]["message_count"] == 1
+
+
+def test_a_close_that_finds_leftovers_records_no_stamp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Prevents: the close's stamp vouching for a data_dir that holds a rewrite temp (the next open
+    # would skip removing it).
+    ids = _stamped(tmp_path, monkeypatch)
+    temp = tmp_path / f"{ids[0]}.jsonl.compact"
+    with session_manager.open(tmp_path) as sm:
+        sm.call("session::list", {})
+        sm.call("session::append", {"session_id": ids[3], "message": _user("later")})
+        temp.write_bytes(b"as a kill mid-rewrite leaves it")
+    assert _sessions_index.read_stamp(tmp_path / ".index" / "sessions.list") is None
+    with session_manager.open(tmp_path):
+        assert not temp.exists()
+
+
+def test_a_close_whose_index_misses_a_listed_log_records_no_stamp(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Prevents: the close stamping names it has no record for (a log the reference created while
+    # this store was open): the next open would never list it.
+    ids = _stamped(tmp_path, monkeypatch)
+    with session_manager.open(tmp_path) as sm:
+        sm.call("session::list", {})
+        sm.call("session::append", {"session_id": ids[3], "message": _user("later")})
+        _foreign_log(tmp_path, "s_foreign")
+    assert _sessions_index.read_stamp(tmp_path / ".index" / "sessions.list") is None
+    ops = CountingOps(tmp_path)
+    assert _listed(FsStore(tmp_path, ops=ops)) == sorted([*ids, "s_foreign"]) == _truth(tmp_path)
+    assert ops.listings == 1
