@@ -9,6 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import session_manager
 from session_manager.store import Commit, FsStore, _opened_listing, _sessions_index
@@ -347,3 +349,36 @@ def test_a_close_whose_index_misses_a_listed_log_records_no_stamp(
     ops = CountingOps(tmp_path)
     assert _listed(FsStore(tmp_path, ops=ops)) == sorted([*ids, "s_foreign"]) == _truth(tmp_path)
     assert ops.listings == 1
+
+
+@pytest.fixture(scope="module")
+def stamped_dir(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[dict[str, Any]], bytes]:
+    where = tmp_path_factory.mktemp("stamped") / "d"
+    with pytest.MonkeyPatch.context() as mp:
+        _stamped(where, mp)
+    with session_manager.open(where, read_only=True) as ro:
+        expected = ro.call("session::list", {"limit": 1000})["sessions"]
+    return where, expected, (where / ".index" / "sessions.list").read_bytes()
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_a_damaged_stamped_index_never_changes_the_list(
+        stamped_dir: tuple[Path, list[dict[str, Any]], bytes], data: st.DataObject) -> None:
+    # Prevents: an open acting on a damaged index because its (unchecked) first bytes still carry
+    # data_dir's stamp: the first list must still check the whole index, and list the truth.
+    where, expected, good = stamped_dir
+    index = where / ".index" / "sessions.list"
+    how = data.draw(st.sampled_from(["flip", "truncate", "garbage"]))
+    if how == "flip":
+        at = data.draw(st.integers(0, len(good) - 1))
+        index.write_bytes(good[:at] + bytes([good[at] ^ data.draw(st.integers(1, 255))]) + good[at + 1 :])
+    elif how == "truncate":
+        index.write_bytes(good[: data.draw(st.integers(0, len(good) - 1))])
+    else:
+        index.write_bytes(good[:48] + data.draw(st.binary(max_size=64)))  # the stamp kept, the rest not
+    with session_manager.open(where) as sm:
+        assert sm.call("session::list", {"limit": 1000})["sessions"] == expected
+    with session_manager.open(where, read_only=True) as ro:
+        assert ro.call("session::list", {"limit": 1000})["sessions"] == expected
+    index.write_bytes(good)
