@@ -309,7 +309,7 @@ def test_the_index_saved_at_close_vouches_for_the_names_the_close_listed(
             ids.append(sm.call("session::create", {"title": "new"})["session_id"])
         elif also == "delete":
             sm.call("session::delete", {"session_id": ids.pop(0)})
-        sm.call("session::append", {"session_id": appended, "message": _user("later")})  # the newest
+        sm.call("session::append", {"session_id": appended, "message": _user("later")})
     stamp = _opened_listing.stamp_of(Ops(), os.fspath(tmp_path))
     assert _sessions_index.read_stamp(tmp_path / ".index" / "sessions.list") == stamp
     ops = CountingOps(tmp_path)
@@ -319,7 +319,7 @@ def test_the_index_saved_at_close_vouches_for_the_names_the_close_listed(
     sm.close()
     assert ops.listings == 0
     assert sorted(m["session_id"] for m in got) == sorted(ids) == _truth(tmp_path)
-    assert got[0]["session_id"] == appended and got[0]["message_count"] == 1
+    assert {m["session_id"]: m for m in got}[appended]["message_count"] == 1  # its meta as the close saw it
 
 
 def test_a_close_that_finds_leftovers_records_no_stamp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -382,3 +382,27 @@ def test_a_damaged_stamped_index_never_changes_the_list(
     with session_manager.open(where, read_only=True) as ro:
         assert ro.call("session::list", {"limit": 1000})["sessions"] == expected
     index.write_bytes(good)
+
+
+def test_the_first_list_stamps_the_index_in_place_and_only_the_file_it_read(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Prevents: a first list rewriting the whole index (3 MiB at 10k logs) only to stamp it, and a
+    # stamp written into an index that replaced the one whose names the list checked.
+    _build(tmp_path)
+    _old_enough(monkeypatch, tmp_path)
+    index = tmp_path / ".index" / "sessions.list"
+    before, inode = index.read_bytes(), index.stat().st_ino
+    assert _sessions_index.read_stamp(index) is None
+    with session_manager.open(tmp_path) as sm:
+        sm.call("session::list", {})
+    stamp = _opened_listing.stamp_of(Ops(), os.fspath(tmp_path))
+    assert stamp is not None and _sessions_index.read_stamp(index) == stamp
+    head = len(_sessions_index.MAGIC) + 32
+    assert index.stat().st_ino == inode and index.read_bytes()[head:] == before[head:]
+    read = _sessions_index.read(index)
+    assert read is not None and read.stamp == stamp
+    replacement = index.with_name("other")
+    replacement.write_bytes(before)  # unstamped, as another writer's index
+    os.replace(replacement, index)
+    _sessions_index.restamp(index, read, stamp)
+    assert index.read_bytes() == before
