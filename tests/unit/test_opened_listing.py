@@ -118,11 +118,14 @@ def test_a_session_this_store_creates_before_its_first_list_is_listed(
     assert got == sorted([*ids, new]) == _truth(tmp_path)
 
 
-def test_a_directory_changed_just_before_the_open_is_listed_again(tmp_path: Path) -> None:
+def test_a_directory_changed_just_before_the_open_is_listed_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # Prevents: a stamp younger than the timestamp granularity being trusted (a create in the same
     # clock tick as the listing could leave the directory's mtime unchanged).
     ids = _build(tmp_path)
     _foreign_log(tmp_path, "s_foreign")  # data_dir changed a moment ago: its stamp is racy
+    changed = tmp_path.stat().st_mtime_ns
+    monkeypatch.setattr(_opened_listing, "_now", lambda: changed + 1)  # (however slow the box)
     ops = CountingOps(tmp_path)
     store = FsStore(tmp_path, ops=ops)
     assert store._opened is not None and store._opened.stamp is None
@@ -406,3 +409,21 @@ def test_the_first_list_stamps_the_index_in_place_and_only_the_file_it_read(
     os.replace(replacement, index)
     _sessions_index.restamp(index, read, stamp)
     assert index.read_bytes() == before
+
+
+@pytest.mark.parametrize("seconds", ["whole", "fractional"])
+def test_a_stamp_in_whole_seconds_must_be_older_than_the_coarsest_granularity(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seconds: str) -> None:
+    # Prevents: a file system that keeps whole seconds (FAT's 2 s) given the margin of one that
+    # keeps sub-second times: a change in the same 2 s could leave its stamp unchanged.
+    _build(tmp_path)
+    hour_ago = (time.time_ns() // 10**9 - 3600) * 10**9 + (0 if seconds == "whole" else 123_456_789)
+    os.utime(tmp_path, ns=(hour_ago, hour_ago))  # (its ctime is now)
+    while not tmp_path.stat().st_ctime_ns % 10**9:  # now fell on a whole second (a clock tick in 250)
+        time.sleep(0.01)
+        os.utime(tmp_path, ns=(hour_ago, hour_ago))
+    monkeypatch.setattr(_opened_listing, "_now", lambda: time.time_ns() + 10**9)  # a second later
+    store = FsStore(tmp_path)
+    assert store._opened is not None
+    assert (store._opened.stamp is None) == (seconds == "whole")
+    store.close()
