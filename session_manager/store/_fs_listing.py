@@ -142,5 +142,7 @@ def _opened_logs(opened: OpenedListing | None, recorded: _sessions_index.Recorde
     if opened.logs is not None:
         return opened.names(), opened.stamp
     if recorded is not None and recorded.stamp == opened.stamp:  # (not replaced since the open read its stamp)
-        return recorded.names, opened.stamp
+        # A list of its own, not the cached ``names``: the catalog keeps the index alive
+        # while metas are pending, and 10k names would stay with it (~1 MiB).
+        return (recorded.names_text.split("/") if recorded.sids else []), opened.stamp
     return None, None
