@@ -48,14 +48,16 @@ class ColdList:
     fresh: dict[str, Meta] = field(default_factory=dict)
 
 
-def log_stats(ops: Ops, data_dir: str, warn: Callable[[str, str], None]) -> tuple[list[str], Sequence[int]]:
+def log_stats(ops: Ops, data_dir: str, warn: Callable[[str, str], None],
+              listed: list[str] | None = None) -> tuple[list[str], Sequence[int]]:
     """The regular ``*.jsonl`` files of data_dir, in directory order, and their
     ``lstat`` keys (inode, size, mtime_ns, ctime_ns), flat, four per log: an
     ``array`` (a list if one is past int64). Anything else named so is warned
     about and left out. The stat results themselves are not kept: at 100k logs
-    they would hold ~70 MiB for the whole of a first list."""
+    they would hold ~70 MiB for the whole of a first list. ``listed``: the
+    ``*.jsonl`` names, when the caller knows them still current (no listing then)."""
     try:
-        names, stats = ops.scandir_logs(data_dir, SUFFIX)
+        names, stats = ops.scandir_logs(data_dir, SUFFIX, listed)
     except OSError as e:
         raise StoreError(f"read data_dir: {reason(e)}") from None
     with contextlib.suppress(AttributeError):  # an OSError among them
@@ -94,9 +96,28 @@ def scan(
     rest (``loaded_meta(id)`` -> ``(True, meta)`` when a loaded state knows it,
     else ``peek(name, id)``; a :class:`StoreError` skips that log, warned).
     Rewrites the index when it differed and ``write_back``."""
+    return match(logs, index.read(index_file), index_file, loaded_meta, peek, warn, write_back=write_back)
+
+
+def match(
+    logs: tuple[list[str], Sequence[int]],
+    recorded: index.Recorded | None,
+    index_file: Path,
+    loaded_meta: Callable[[str], tuple[bool, Meta | None]],
+    peek: Callable[[str, str], Meta | None],
+    warn: Callable[[str, str], None],
+    *,
+    write_back: bool,
+    stamp: index.Stamp | None = None,
+) -> ColdList:
+    """:func:`scan` against the index already read (``recorded``). ``stamp``:
+    data_dir's when it held exactly ``logs`` and nothing half done
+    (:mod:`._opened_listing`); a rewritten index records it if every log in
+    ``logs`` is recorded, so the next open need not list data_dir."""
     names, keys = logs
-    recorded = index.read(index_file)
     if recorded is not None and index.joined(names) == recorded.names_text and keys == recorded.keys:
+        if write_back and stamp is not None and recorded.stamp != stamp:
+            index.restamp(index_file, recorded, stamp)
         return ColdList(recorded)  # the common case: nothing changed, compared at C speed
     rec = recorded or index.Recorded()
     out = ColdList(rec, [])
@@ -126,17 +147,21 @@ def scan(
         if meta is not None:
             fresh[session_id] = meta
         rows.append((name, index.row(session_id, key, meta)))
-    if write_back and (rows or recorded is not None):
-        index.write(index_file, rows)  # in this listing's order: the next cold list compares at C speed
+    if write_back and (rows or recorded is not None or stamp is not None):
+        # In this listing's order: the next cold list compares at C speed. Stamped only if no log
+        # was skipped (an unreadable one must be listed, and read, again).
+        index.write(index_file, rows, stamp if len(rows) == len(names) else None)
     return out
 
 
 def update(index_file: Path, changed: dict[str, tuple[str, index.Key, Meta | None] | None],
-           listed: list[str] | None) -> None:
+           listed: list[str] | None, stamp: index.Stamp | None = None) -> None:
     """Rewrite the index with ``changed`` (log name -> its session id, key and
     meta, or ``None``: no such log now) over what it recorded, in the order
     ``listed`` (data_dir's names now, so the next cold list compares at C
-    speed; names not in it have no log and are dropped)."""
+    speed; names not in it have no log and are dropped). ``stamp``: data_dir's
+    when it held ``listed`` and nothing half done, recorded if every log in
+    ``listed`` has a row."""
     rec = index.read(index_file)
     rows = {name: rec.row(i) for i, name in enumerate(rec.names)} if rec is not None else {}
     for name, what in changed.items():
@@ -144,9 +169,11 @@ def update(index_file: Path, changed: dict[str, tuple[str, index.Key, Meta | Non
             rows.pop(name, None)
         else:
             rows[name] = index.row(*what)
+    complete = False
     if listed is not None:
         rows = {name: rows[name] for name in listed if name in rows}
-    index.write(index_file, list(rows.items()))
+        complete = len(rows) == sum(1 for name in listed if name.endswith(SUFFIX))
+    index.write(index_file, list(rows.items()), stamp if complete else None)
 
 
 def catalog(cold: ColdList) -> MetaCatalog:

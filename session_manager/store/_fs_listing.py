@@ -10,12 +10,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import StoreError
-from . import _coldlist, _sessions_index
+from . import _coldlist, _compaction, _delete, _opened_listing, _sessions_index
 from ._cache import StateCache
 from ._catalog import MetaCatalog
 from ._compact import shared_keys
 from ._fs_open import LOG_SUFFIX
 from ._fsio import Ops, reason
+from ._opened_listing import OpenedListing
 from ._tail import meta_of_log
 from .base import Meta
 
@@ -35,6 +36,7 @@ class CatalogListing:
     _sessions_file: Path
     _list_dirty: set[str]
     _peeked: dict[str, tuple[tuple[int, int, int], Meta | None]]
+    _opened: OpenedListing | None
 
     if TYPE_CHECKING:
         def _log(self, session_id: str) -> str: ...
@@ -87,9 +89,15 @@ class CatalogListing:
                 return True, state.meta
             return False, None
 
-        logs = _coldlist.log_stats(self._ops, self._dir, self._warn_once)
-        cold = _coldlist.scan(logs, self._sessions_file, loaded_meta, self._peek_meta, self._warn_once,
-                              write_back=True)
+        with self._lock:
+            opened, self._opened = self._opened, None  # one use: later lists read the catalog
+        recorded = _sessions_index.read(self._sessions_file)
+        listed, stamp = _opened_logs(opened, recorded, self._ops, self._dir)
+        logs = _coldlist.log_stats(self._ops, self._dir, self._warn_once, listed)
+        if listed is not None and len(logs[0]) != len(listed):
+            stamp = None  # a name is not a regular log (now): every open must list, to look at it again
+        cold = _coldlist.match(logs, recorded, self._sessions_file, loaded_meta, self._peek_meta,
+                               self._warn_once, write_back=True, stamp=stamp)
         with self._lock:
             self._list_dirty.clear()
         return cold
@@ -107,10 +115,14 @@ class CatalogListing:
             changed[os.path.basename(path)] = (
                 session_id, key, self._metas.get(session_id) if self._metas is not None else None)
         try:
-            listed: list[str] | None = self._ops.listdir(self.dir)
+            listed, opened = _opened_listing.take(self._ops, self._dir, LOG_SUFFIX)
         except OSError:
-            listed = None
-        _coldlist.update(self._sessions_file, changed, listed)
+            _coldlist.update(self._sessions_file, changed, None)
+        else:
+            # Stamped when data_dir last changed long enough ago (only appends since: the common
+            # session), so the next open need not list it (:mod:`._opened_listing`).
+            clean = not _delete.holds_leftovers(listed, _compaction.TEMP_SUFFIX)
+            _coldlist.update(self._sessions_file, changed, listed, opened.stamp if clean else None)
         self._list_dirty.clear()
 
     def _peek_meta(self, name: str, session_id: str) -> Meta | None:
@@ -119,3 +131,18 @@ class CatalogListing:
         meta = meta_of_log(self._ops, os.path.join(self._dir, name), session_id,
                            self._peeked if self.read_only else None)
         return None if meta is None else shared_keys(meta)
+
+
+def _opened_logs(opened: OpenedListing | None, recorded: _sessions_index.Recorded | None, ops: Ops,
+                 data_dir: str) -> tuple[list[str] | None, _sessions_index.Stamp | None]:
+    """data_dir's log names as the open knew them, if they are still current, and
+    the stamp that vouches for them; ``(None, None)``: list data_dir."""
+    if opened is None or not opened.current(ops, data_dir):
+        return None, None
+    if opened.logs is not None:
+        return opened.names(), opened.stamp
+    if recorded is not None and recorded.stamp == opened.stamp:  # (not replaced since the open read its stamp)
+        # A list of its own, not the cached ``names``: the catalog keeps the index alive
+        # while metas are pending, and 10k names would stay with it (~1 MiB).
+        return (recorded.names_text.split("/") if recorded.sids else []), opened.stamp
+    return None, None

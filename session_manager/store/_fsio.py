@@ -51,16 +51,18 @@ class Ops:
     def listdir(self, path: StrPath) -> list[str]:
         return os.listdir(path)
 
-    def scandir_logs(self, path: StrPath, suffix: str) -> tuple[list[str], list[os.stat_result | OSError]]:
-        """The entries of the directory ``path`` named ``*suffix`` and, for
-        each, its ``lstat`` (or why there is none): one listing, each stat
-        relative to the open directory (no path joined or walked per entry)."""
+    def scandir_logs(self, path: StrPath, suffix: str,
+                     listed: list[str] | None = None) -> tuple[list[str], list[os.stat_result | OSError]]:
+        """The entries of the directory ``path`` named ``*suffix`` (``listed``, when
+        the caller has them) and, for each, its ``lstat`` (or why there is none):
+        one listing, each stat relative to the open directory (no path joined or
+        walked per entry)."""
         if os.stat not in os.supports_dir_fd or os.listdir not in os.supports_fd:
-            names = [n for n in os.listdir(path) if n.endswith(suffix)]
+            names = [n for n in os.listdir(path) if n.endswith(suffix)] if listed is None else listed
             return names, [_lstat_or_error(os.path.join(path, n)) for n in names]
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | _CLOEXEC)
         try:
-            names = [n for n in os.listdir(fd) if n.endswith(suffix)]
+            names = [n for n in os.listdir(fd) if n.endswith(suffix)] if listed is None else listed
             lstat = os.stat
             try:
                 return names, [lstat(n, dir_fd=fd, follow_symlinks=False) for n in names]

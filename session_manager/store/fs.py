@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Literal
 
 from ..errors import StoreError, Vanished
-from . import _compaction, _delete, _sessions_index
+from . import _compaction, _delete, _opened_listing, _sessions_index
 from ._attachments import AttachmentFiles
 from ._cache import DEFAULT_CACHE_BYTES, StateCache
 from ._casefold import FoldIndex, names_fold
@@ -46,6 +46,7 @@ from ._lazy import LazyEntries
 from ._lock import LOCK_NAME, DirLock
 from ._logfiles import LogFiles
 from ._online import OnlineCompaction
+from ._opened_listing import OpenedListing
 from ._records import meta_size, written_spans
 from ._sized import encode_sized
 from ._state import SessionState, StateBackedStore
@@ -123,10 +124,30 @@ class FsStore(CatalogListing, SessionDeletion, OnlineCompaction, AttachmentFiles
         self._sessions_file = self.dir / INDEX_DIR / _sessions_index.FILE
         self._list_dirty: set[str] = set()  # metas changed since the sessions index was written
         self._init_group_commit()  # fsync mode: appends queued on a session share an fsync (:mod:`._group`)
+        self._opened: OpenedListing | None = None  # the open's listing, for the first list (writable)
         if self._owner is not None:
-            _delete.recover(self._ops, self.dir, lambda stem: self._folder_of_stem(stem), _compaction.TEMP_SUFFIX)
-            if self.case_insensitive:
-                self._fold = FoldIndex(self._log_names(), LOG_SUFFIX)
+            self._recover()
+
+    def _recover(self) -> None:
+        """Finish what an earlier owner left half done, and keep what the open
+        learnt of data_dir's entries for the first list (:mod:`._opened_listing`)."""
+        if not self.case_insensitive:  # (its fold index needs every name)
+            vouched = _sessions_index.read_stamp(self._sessions_file)
+            if vouched is not None and _opened_listing.stamp_of(self._ops, self._dir) == vouched:
+                # data_dir holds the index's logs and nothing half done: only attachments/ may
+                if not _delete.recover(self._ops, self.dir, None, self._folder_of_stem, _compaction.TEMP_SUFFIX):
+                    self._opened = OpenedListing(None, vouched)
+                return
+        try:
+            names, opened = _opened_listing.take(self._ops, self._dir, LOG_SUFFIX)
+        except OSError:
+            names, opened = None, None  # the first list reports it
+        if names is not None and not _delete.recover(
+                self._ops, self.dir, names, self._folder_of_stem, _compaction.TEMP_SUFFIX):
+            self._opened = opened  # (recovering changed data_dir: the first list lists it again)
+        if self.case_insensitive:
+            logs = self._log_names() if names is None else [n for n in names if n.endswith(LOG_SUFFIX)]
+            self._fold = FoldIndex(logs, LOG_SUFFIX)
 
     def close(self) -> None:
         """Write the indexes of sessions appended to since their last one, close
