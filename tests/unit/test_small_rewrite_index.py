@@ -110,3 +110,25 @@ def test_an_eviction_while_the_removal_is_queued_keeps_its_index(tmp_path: Path,
     assert again.get_entry(SID, "e_1")["revision"] == k
     again.close()
 
+
+
+def test_the_replaced_index_is_removed_once_per_run_of_small_rewrites(tmp_path: Path, monkeypatch: Any) -> None:
+    # Prevents: every background rewrite of a small log queueing an unlink of an index already
+    # removed by the previous one (files.saved was reset before "was there one?" was asked).
+    where = tmp_path / "d"
+    removed: list[str] = []
+    real = _index.remove_index
+    monkeypatch.setattr(_index, "remove_index", lambda path: (removed.append(path), real(path))[1])
+    store = FsStore(where)
+    _seed(store)
+    index = store._files.files(SID).index
+    k = 0
+    while store.compactions < 4:
+        k += 1
+        store.commit(SID, _update(k))
+        assert k < 10_000
+    assert store._compactor is not None
+    store._compactor.wait(SID)
+    assert removed == [index] and not os.path.exists(index)
+    store.close()
+    assert os.path.exists(index)
