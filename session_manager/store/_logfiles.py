@@ -161,6 +161,7 @@ class LogFiles:
         old = self.fds.swap(files.log, fd)
         size = len(body) + sum(len(data) for data, _ in journal)
         ino = os.fstat(fd).st_ino
+        indexed = files.saved != 0  # 0: a small rewrite before this one removed the index (and none since)
         files.covered, files.ino, files.saved = size, ino, -1
         entries = state.entries
         if not isinstance(entries, LazyEntries):
@@ -179,8 +180,8 @@ class LogFiles:
             # SAVE_MIN_BYTES, or at eviction and close); the replaced log's goes, once, since a later
             # file may get its inode back. Removed here, under the lock: on the cleanup thread it
             # could take away the index a save (eviction, a commit past SAVE_MIN_BYTES) wrote since.
-            stale, files.saved = files.saved != 0, 0
-            if stale:
+            files.saved = 0
+            if indexed:
                 with contextlib.suppress(OSError):
                     _index.remove_index(files.index)
             return old, None
