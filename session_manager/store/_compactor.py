@@ -10,8 +10,9 @@ journal to the temp file (and fsyncs it again in ``fsync`` mode: those commits
 were promised durable), renames it over the log and lets the store point its
 descriptor, lazy bodies and budget at the new file (the job's ``land``).
 Closing the replaced log's descriptor and writing the new index sidecar (both
-can take milliseconds on ext4; a log under 256 KiB gets none, its replaced
-log's index is removed instead) run afterwards on a second thread. When the
+can take milliseconds on ext4) run afterwards on a second thread (a log under
+SAVE_MIN_BYTES gets no index: its replaced log's is removed at the landing, under
+the lock, so a save made since is never undone). When the
 commits carried over already put the new log past the soft line, the next job
 is snapshotted in the same critical section (no wake-up in between).
 

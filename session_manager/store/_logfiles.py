@@ -35,9 +35,8 @@ log = logging.getLogger("session_manager.store.fs")
 # against a save (~0.5 ms: the arrays encoded, a temp file renamed) every few
 # hundred appends (it was 256 KiB: ~2.5 us of every append in 3,000 on a new session).
 SAVE_MIN_BYTES = 1024 * 1024
-# A background rewrite's index, written after it landed: log path, index path, log inode, bytes
-# (``None``: remove the replaced log's index instead).
-LandedIndex = tuple[str, str, int, bytes | None]
+# A background rewrite's index, written after it landed: log path, index path, log inode, bytes.
+LandedIndex = tuple[str, str, int, bytes]
 
 
 @dataclass(slots=True)
@@ -162,6 +161,7 @@ class LogFiles:
         old = self.fds.swap(files.log, fd)
         size = len(body) + sum(len(data) for data, _ in journal)
         ino = os.fstat(fd).st_ino
+        indexed = files.saved != 0  # 0: a small rewrite before this one removed the index (and none since)
         files.covered, files.ino, files.saved = size, ino, -1
         entries = state.entries
         if not isinstance(entries, LazyEntries):
@@ -178,9 +178,13 @@ class LogFiles:
             # Small enough to replay as fast as an index loads: a stream's every rewrite paid a file
             # create and a rename for one. "Saved at 0" defers the next index as for a new log (past
             # SAVE_MIN_BYTES, or at eviction and close); the replaced log's goes, once, since a later
-            # file may get its inode back.
-            stale, files.saved = files.saved != 0, 0
-            return old, ((files.log, files.index, ino, None) if stale else None)
+            # file may get its inode back. Removed here, under the lock: on the cleanup thread it
+            # could take away the index a save (eviction, a commit past SAVE_MIN_BYTES) wrote since.
+            files.saved = 0
+            if indexed:
+                with contextlib.suppress(OSError):
+                    _index.remove_index(files.index)
+            return old, None
         try:
             tail = _index.tail_digest(fd, size)
         except OSError:
@@ -190,15 +194,10 @@ class LogFiles:
         return old, (files.log, files.index, ino, index)
 
     @staticmethod
-    def write_landed_index(log_path: str, path: str, ino: int, index: bytes | None) -> None:
+    def write_landed_index(log_path: str, path: str, ino: int, index: bytes) -> None:
         """The index :meth:`landed` returned (no lock held; its own temp name, so a
         concurrent :meth:`save` of the same session never shares one). Skipped when
-        the log was replaced again meanwhile: it would only describe a gone file.
-        ``None``: remove the index (at worst one a save just wrote: a replay then)."""
-        if index is None:
-            with contextlib.suppress(OSError):
-                _index.remove_index(path)
-            return
+        the log was replaced again meanwhile: it would only describe a gone file."""
         try:
             if os.stat(log_path).st_ino != ino:
                 return
