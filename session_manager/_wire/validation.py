@@ -104,8 +104,8 @@ def _json_copy(value: Any) -> Any:
     if t is dict:
         out = value.copy()
         for k, v in out.items():
-            if type(k) is not str and not isinstance(k, str):
-                raise _NotJson(f"object keys must be strings, got {type(k).__name__} {k!r}")
+            if type(k) is not str:
+                return _json_copy_general(value)  # the copy's keys are made plain strs there
             if type(v) not in _LEAVES:
                 try:
                     out[k] = _json_copy(v)  # (a value replaced while iterating: the keys stay as they are)
@@ -135,7 +135,9 @@ def _json_copy_general(value: Any) -> Any:
             if not isinstance(k, str):
                 raise _NotJson(f"object keys must be strings, got {type(k).__name__} {k!r}")
             try:
-                out[k] = _json_copy(v)
+                # A str subclass key as a plain str (str.__str__: its own __str__ may say anything):
+                # the caller's key object, whose hash may change, is never kept.
+                out[k if type(k) is str else str.__str__(k)] = _json_copy(v)
             except _NotJson as e:
                 e.path.append(k)
                 raise

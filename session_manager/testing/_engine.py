@@ -13,6 +13,8 @@ What it does as the stand-in (``iii-standin``) does:
   ``trigger`` returns ``None`` and swallows its failure;
 * object payloads reach handlers with ``_caller_worker_id`` (the calling
   worker's id) added; observers' filters and deliveries see the payload as sent;
+* a handler gets a copy of the payload and a caller a copy of the result, as
+  the wire gives (a handler or caller changing it never reaches the other);
 * an observer is ``pending`` until its source and target are registered and
   the source's owner was told (its ``ObserveHooks.on_observer_added`` ran; a
   hook that raises rejects it); ``ready(timeout)`` raises ``TimeoutError``
@@ -47,6 +49,7 @@ from iii.errors import ObserveRejection
 from iii.filter import CompiledFilter, FilterError, compile_filter
 
 from .._bus import CALLER_KEY
+from .._hosts.embedded import copy_json
 
 if TYPE_CHECKING:
     from ._connection import FakeConnection
@@ -198,7 +201,7 @@ class FakeEngine:
             assert reg is not None
             if reg.owner in self.offline:
                 raise InvocationError("timeout", f"the worker serving {function_id} is unreachable")
-            data = payload
+            data = copy_json(payload)  # as over the wire: a handler never holds the caller's objects
             if self.inject_caller and isinstance(data, dict) and not activation:
                 data = {**data, CALLER_KEY: caller}
             try:
@@ -206,7 +209,7 @@ class FakeEngine:
             except Exception as e:
                 raise InvocationError("invocation_failed", str(e), function_id=function_id) from e
         self._offer(function_id, payload, result)
-        return result
+        return copy_json(result)  # nor a caller the handler's (a service answers from its cache)
 
     def _offer(self, function_id: str, payload: Any, result: Any) -> None:
         with self.changed:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import math
+from collections import OrderedDict
 from typing import Any
 
 import pytest
@@ -60,3 +61,30 @@ def test_tuples_become_lists_and_finite_floats_stay_floats() -> None:
     # Prevents: tuples kept as tuples (they read back as lists only after a restart).
     assert json_payload({"a": (1, (2.0, -0.0))}) == {"a": [1, [2.0, -0.0]]}
     assert math.copysign(1, json_payload([-0.0])[0]) == -1
+
+
+
+class DriftingKey(str):
+    """A str subclass whose hash changes after it went into the caller's dict (it hashes a
+    field the caller changed later): an entry is found under it again only by a fresh insert."""
+
+    salt = 0
+
+    def __hash__(self) -> int:
+        return hash((str(self), self.salt))
+
+
+def test_a_str_subclass_key_is_copied_as_a_plain_str() -> None:
+    # Prevents: the whole-dict copy re-storing a container under a key whose hash no longer
+    # matches the one the copy kept (a second entry mid-iteration: a RuntimeError traceback
+    # instead of the copy), and the copy keeping the caller's key object, a mutable one.
+    key = DriftingKey("a")
+    nested = {"b": [1]}
+    payload = {key: nested, "c": 2, "d": OrderedDict({DriftingKey("e"): [3]})}
+    key.salt = 1
+    copied = json_payload(payload)
+    assert copied == {"a": {"b": [1]}, "c": 2, "d": {"e": [3]}}
+    assert [type(k) for k in copied] == [str, str, str] and [type(k) for k in copied["d"]] == [str]
+    assert copied["a"] is not nested and copied["a"]["b"] is not nested["b"]
+    nested["b"].append(2)
+    assert copied["a"] == {"b": [1]}

@@ -228,3 +228,29 @@ def test_a_store_wrapping_calls_and_mutations_still_gets_both() -> None:
     sm.call("session::append", {"session_id": sid, "message": message})
     assert store.calls == [["session::on-created"], ["session::on-message-added"]]
     assert store.transactions == [(sid,), (sid,)]
+
+
+def test_a_nested_str_subclass_key_is_stored_and_answered_as_a_plain_str(tmp_path: Path) -> None:
+    # Prevents: a caller's str-subclass key kept in the cache (its hash may drift: the result
+    # copy then fails every read with a RuntimeError traceback) and answered differently
+    # before and after a restart.
+    from tests.property.test_json_payload import DriftingKey
+
+    key = DriftingKey("b")
+    held = [1]
+    metadata = {"a": {key: held}}
+    sm = session_manager.open(tmp_path / "d", ids=SequentialIds(), clock=ManualClock())
+    try:
+        created = sm.call("session::create", {"metadata": metadata})
+        key.salt = 1
+        held.append(2)
+        assert created["meta"]["metadata"] == {"a": {"b": [1]}}
+        got = sm.call("session::get", {"session_id": created["session_id"]})["meta"]["metadata"]
+        assert got == {"a": {"b": [1]}} and [type(k) for k in got["a"]] == [str]
+    finally:
+        sm.close()
+    reopened = session_manager.open(tmp_path / "d")
+    try:
+        assert reopened.call("session::get", {"session_id": "s_001"})["meta"]["metadata"] == {"a": {"b": [1]}}
+    finally:
+        reopened.close()

@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 from iii import InvocationError, ObserveHooks, TriggerAction
 
+import session_manager
 from session_manager._bus import Bus
 from session_manager.testing import FakeEngine, ManualClock, SequentialIds, serve
 from tests.steps.engine_steps import wait_for
@@ -198,6 +199,44 @@ def test_serve_puts_session_manager_on_the_fake_for_an_application(tmp_path: Pat
     finally:
         host.close()
         app.shutdown()
+
+
+
+def test_what_a_handler_or_caller_changes_on_the_fake_never_reaches_the_store(tmp_path: Path) -> None:
+    # Prevents: the fake handing handlers and callers the service's own objects (an engine
+    # carries copies over the wire): an observer editing its event payload, or a caller its
+    # result, changed the cached session, and the next write put that on disk.
+    engine = FakeEngine()
+    data = tmp_path / "data"
+    host = serve(engine, data, ids=SequentialIds(), clock=ManualClock(5_000))
+    app = engine.connection("app")
+    message = {"role": "user", "content": [{"type": "text", "text": "hi"}], "timestamp": 1}
+
+    def scribble(event: dict[str, Any]) -> None:
+        event["session_metadata"]["t"] = "changed"
+        event["message"]["content"].append({"type": "text", "text": "junk"})
+
+    try:
+        app.register_function("app::scribble", scribble)
+        app.observe({"function_id": "session::on-message-added", "deliver": "input"}, "app::scribble").ready(1)
+        sid = app.trigger({"function_id": "session::create", "payload": {"metadata": {"t": "x"}}})["session_id"]
+        app.trigger({"function_id": "session::append", "payload": {"session_id": sid, "message": message}})
+        host.flush()
+        got = app.trigger({"function_id": "session::get", "payload": {"session_id": sid}})
+        got["meta"]["metadata"]["t"] = "changed by the caller"
+        app.trigger({"function_id": "session::set-status", "payload": {"session_id": sid, "status": "working"}})
+        read = app.trigger({"function_id": "session::messages", "payload": {"session_id": sid}})
+        assert [m["message"] for m in read["messages"]] == [message]
+        assert app.trigger({"function_id": "session::get", "payload": {"session_id": sid}})["meta"]["metadata"] == {
+            "t": "x"}
+    finally:
+        host.close()
+        app.shutdown()
+    reopened = session_manager.open(data)
+    try:
+        assert reopened.call("session::get", {"session_id": "s_001"})["meta"]["metadata"] == {"t": "x"}
+    finally:
+        reopened.close()
 
 
 @pytest.mark.engine  # needs an engine at III_ENGINE_WS_URL: not @pure
