@@ -3,7 +3,9 @@ directory's stamp proves no entry was created, removed or renamed since."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -427,3 +429,31 @@ def test_a_stamp_in_whole_seconds_must_be_older_than_the_coarsest_granularity(
     assert store._opened is not None
     assert (store._opened.stamp is None) == (seconds == "whole")
     store.close()
+
+
+def test_a_fifo_in_place_of_the_sessions_index_blocks_no_open_get_or_list(tmp_path: Path) -> None:
+    # Prevents: the open reading the index's stamp through a FIFO put in its place (or any
+    # non-regular file): the open, and so every get, blocked forever waiting for a writer.
+    ids = _build(tmp_path)
+    index_file = tmp_path / ".index" / "sessions.list"
+    index_file.unlink()
+    os.mkfifo(index_file)
+    got: dict[str, Any] = {}
+
+    def use() -> None:
+        with session_manager.open(tmp_path) as sm:
+            got["get"] = sm.call("session::get", {"session_id": ids[0]})["meta"]["session_id"]
+            got["list"] = sorted(m["session_id"] for m in sm.call("session::list", {"limit": 1000})["sessions"])
+
+    worker = threading.Thread(target=use, daemon=True)
+    worker.start()
+    worker.join(20)  # (only a hang ever takes this long: then the FIFO is opened to release it)
+    hung = worker.is_alive()
+    if hung:
+        for _ in range(3):  # each blocked open of the FIFO is released by a writer's open + close
+            with contextlib.suppress(OSError):
+                os.close(os.open(index_file, os.O_WRONLY | os.O_NONBLOCK))
+            worker.join(5)
+    assert not hung
+    assert got == {"get": ids[0], "list": sorted(ids)}
+    assert sorted(ids) == _truth(tmp_path)
