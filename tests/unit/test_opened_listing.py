@@ -457,3 +457,40 @@ def test_a_fifo_in_place_of_the_sessions_index_blocks_no_open_get_or_list(tmp_pa
     assert not hung
     assert got == {"get": ids[0], "list": sorted(ids)}
     assert sorted(ids) == _truth(tmp_path)
+
+
+class WholeSecondOps(Ops):
+    """data_dir seen as a file system keeping whole seconds (FAT, HFS+, ext4 with
+    128-byte inodes, SFTP) would show it: its times truncated to the second."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.data_dir = os.fspath(data_dir)
+
+    def stat(self, path: StrPath) -> os.stat_result:
+        st = super().stat(path)
+        if os.fspath(path) != self.data_dir:
+            return st
+        whole = {f"st_{t}time_ns": getattr(st, f"st_{t}time_ns") // 10**9 * 10**9 for t in "amc"}
+        return os.stat_result(tuple(st)[:10], whole)
+
+
+def test_a_log_created_in_the_second_of_a_whole_second_stamp_is_listed_whatever_the_clock(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Prevents: a whole-second stamp trusted because the clock read it as 2 s old -- the clock was
+    # stepped back since, or the file system's clock (a server's) lags ours: a log created in that
+    # same second leaves data_dir's stamp unchanged, and every later open lists without it.
+    for _ in range(5):  # (retried if the second ended between the two changes: a slow box)
+        where = tmp_path / f"try{_}"
+        where.mkdir()
+        ids = _build(where)
+        time.sleep(1 - time.time() % 1 + 0.01)  # the start of a second: the next steps share it
+        (where / "probe").touch()
+        (where / "probe").unlink()  # data_dir changes in second X
+        monkeypatch.setattr(_opened_listing, "_now", lambda: time.time_ns() + 3 * 10**9)  # X + 3 s, it says
+        store = FsStore(where, ops=WholeSecondOps(where))
+        _listed(store)
+        monkeypatch.setattr(_opened_listing, "_now", time.time_ns)
+        _foreign_log(where, "s_foreign")  # the reference, still in second X
+        if time.time_ns() // 10**9 == where.stat().st_ctime_ns // 10**9:
+            break
+    assert _listed(FsStore(where, ops=WholeSecondOps(where))) == sorted([*ids, "s_foreign"]) == _truth(where)
