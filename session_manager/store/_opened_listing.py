@@ -31,13 +31,14 @@ from dataclasses import dataclass
 from ._fsio import Ops
 from ._sessions_index import Stamp
 
-# How much older than its listing a stamp must be. A file system keeping whole
-# seconds (FAT's 2 s, HFS+, ext4 with small inodes) shows it in the stamp: its
-# nanoseconds are 0, and 2 s covers the coarsest. Any other keeps sub-second
-# times (ext4, xfs, btrfs and tmpfs tick with the kernel clock, <= 10 ms; exFAT
-# 10 ms): ten times the coarsest of those. Both absorb a clock stepped back a little.
-RACY_NS = 2_000_000_000
-FINE_RACY_NS = 100_000_000
+# How much older than its listing a stamp must be: ten times the coarsest tick of
+# a file system keeping sub-second times (ext4, xfs, btrfs and tmpfs tick with the
+# kernel clock, <= 10 ms; exFAT 10 ms); it absorbs a clock stepped back a little.
+# One keeping whole seconds (FAT, HFS+, ext4 with small inodes, SFTP) shows it in
+# the stamp (its nanoseconds are 0) and is never trusted: every change within that
+# second leaves the stamp equal, so only the clock could say the second is over --
+# and a clock stepped back since, or a server's lagging ours, says it too early.
+RACY_NS = 100_000_000
 _now = time.time_ns  # (a test moves it on instead of sleeping past RACY_NS)
 
 
@@ -76,6 +77,6 @@ def take(ops: Ops, data_dir: str, suffix: str) -> tuple[list[str], OpenedListing
     st = ops.stat(data_dir)
     names = ops.listdir(data_dir)
     whole_seconds = not (st.st_mtime_ns % 10**9 and st.st_ctime_ns % 10**9)
-    racy = max(st.st_mtime_ns, st.st_ctime_ns) > now - (RACY_NS if whole_seconds else FINE_RACY_NS)
+    racy = whole_seconds or max(st.st_mtime_ns, st.st_ctime_ns) > now - RACY_NS
     logs = "/".join(filter(operator.methodcaller("endswith", suffix), names))
     return names, OpenedListing(logs, None if racy else (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns))

@@ -21,10 +21,12 @@ from the arrays; a meta is decoded only when a page returns it.
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import json
 import logging
 import os
+import stat
 import struct
 import sys
 import zlib
@@ -108,7 +110,7 @@ def read(path: Path) -> Recorded | None:
     checksum proves the file is one this store wrote, whole; the shape is
     then checked cheaply (lengths, offsets), never per meta."""
     try:
-        with open(path, "rb") as f:
+        with os.fdopen(_open_regular(path, os.O_RDONLY), "rb") as f:
             st = os.fstat(f.fileno())
             raw = f.read()
     except FileNotFoundError:
@@ -137,7 +139,7 @@ def read_stamp(path: Path) -> Stamp | None:
     when it equals data_dir's own, which damage cannot produce (the names it
     vouches for are checked when the first list reads the index whole)."""
     try:
-        with open(path, "rb", buffering=0) as f:
+        with os.fdopen(_open_regular(path, os.O_RDONLY), "rb", buffering=0) as f:
             head = f.read(len(MAGIC) + _STAMP.size)
     except OSError:
         return None
@@ -239,7 +241,7 @@ def restamp(path: Path, recorded: Recorded, stamp: Stamp) -> None:
     cost a first list ~10 ms. A torn write leaves a stamp equal to nothing;
     a file replaced since is left alone."""
     try:
-        fd = os.open(path, os.O_WRONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
+        fd = _open_regular(path, os.O_WRONLY | getattr(os, "O_NOFOLLOW", 0))
     except OSError:
         return
     try:
@@ -250,6 +252,22 @@ def restamp(path: Path, recorded: Recorded, stamp: Stamp) -> None:
         log.warning("%s: not stamped (%s); the next open lists data_dir", path, e)
     finally:
         os.close(fd)
+
+
+def _open_regular(path: Path, flags: int) -> int:
+    """A descriptor of the index, a regular file only: a FIFO (or device) put in
+    its place would block the open that reads its stamp, and every call after it."""
+    nonblock = getattr(os, "O_NONBLOCK", 0)
+    fd = os.open(path, flags | nonblock | getattr(os, "O_CLOEXEC", 0))
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file")
+        if nonblock:
+            os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def _packed_stamp(stamp: Stamp | None) -> bytes:

@@ -3,7 +3,9 @@ directory's stamp proves no entry was created, removed or renamed since."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -427,3 +429,68 @@ def test_a_stamp_in_whole_seconds_must_be_older_than_the_coarsest_granularity(
     assert store._opened is not None
     assert (store._opened.stamp is None) == (seconds == "whole")
     store.close()
+
+
+def test_a_fifo_in_place_of_the_sessions_index_blocks_no_open_get_or_list(tmp_path: Path) -> None:
+    # Prevents: the open reading the index's stamp through a FIFO put in its place (or any
+    # non-regular file): the open, and so every get, blocked forever waiting for a writer.
+    ids = _build(tmp_path)
+    index_file = tmp_path / ".index" / "sessions.list"
+    index_file.unlink()
+    os.mkfifo(index_file)
+    got: dict[str, Any] = {}
+
+    def use() -> None:
+        with session_manager.open(tmp_path) as sm:
+            got["get"] = sm.call("session::get", {"session_id": ids[0]})["meta"]["session_id"]
+            got["list"] = sorted(m["session_id"] for m in sm.call("session::list", {"limit": 1000})["sessions"])
+
+    worker = threading.Thread(target=use, daemon=True)
+    worker.start()
+    worker.join(20)  # (only a hang ever takes this long: then the FIFO is opened to release it)
+    hung = worker.is_alive()
+    if hung:
+        for _ in range(3):  # each blocked open of the FIFO is released by a writer's open + close
+            with contextlib.suppress(OSError):
+                os.close(os.open(index_file, os.O_WRONLY | os.O_NONBLOCK))
+            worker.join(5)
+    assert not hung
+    assert got == {"get": ids[0], "list": sorted(ids)}
+    assert sorted(ids) == _truth(tmp_path)
+
+
+class WholeSecondOps(Ops):
+    """data_dir seen as a file system keeping whole seconds (FAT, HFS+, ext4 with
+    128-byte inodes, SFTP) would show it: its times truncated to the second."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.data_dir = os.fspath(data_dir)
+
+    def stat(self, path: StrPath) -> os.stat_result:
+        st = super().stat(path)
+        if os.fspath(path) != self.data_dir:
+            return st
+        whole = {f"st_{t}time_ns": getattr(st, f"st_{t}time_ns") // 10**9 * 10**9 for t in "amc"}
+        return os.stat_result(tuple(st)[:10], whole)
+
+
+def test_a_log_created_in_the_second_of_a_whole_second_stamp_is_listed_whatever_the_clock(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Prevents: a whole-second stamp trusted because the clock read it as 2 s old -- the clock was
+    # stepped back since, or the file system's clock (a server's) lags ours: a log created in that
+    # same second leaves data_dir's stamp unchanged, and every later open lists without it.
+    for _ in range(5):  # (retried if the second ended between the two changes: a slow box)
+        where = tmp_path / f"try{_}"
+        where.mkdir()
+        ids = _build(where)
+        time.sleep(1 - time.time() % 1 + 0.01)  # the start of a second: the next steps share it
+        (where / "probe").touch()
+        (where / "probe").unlink()  # data_dir changes in second X
+        monkeypatch.setattr(_opened_listing, "_now", lambda: time.time_ns() + 3 * 10**9)  # X + 3 s, it says
+        store = FsStore(where, ops=WholeSecondOps(where))
+        _listed(store)
+        monkeypatch.setattr(_opened_listing, "_now", time.time_ns)
+        _foreign_log(where, "s_foreign")  # the reference, still in second X
+        if time.time_ns() // 10**9 == where.stat().st_ctime_ns // 10**9:
+            break
+    assert _listed(FsStore(where, ops=WholeSecondOps(where))) == sorted([*ids, "s_foreign"]) == _truth(where)
