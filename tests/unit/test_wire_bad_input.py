@@ -145,6 +145,68 @@ def test_brackets_inside_text_are_not_nesting(store: session_manager.SessionMana
         "entry"]["message"]["content"][0]["text"] == code
 
 
+def count_walks(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Calls of admission's exact walk (the slow path of the size and depth checks)."""
+    from session_manager._service import admission
+    walks: list[int] = []
+    real = admission.json_size
+
+    def walk(value: Any, depth: int = 1) -> int:
+        if depth == 1:
+            walks.append(1)
+        return real(value, depth)
+
+    monkeypatch.setattr(admission, "json_size", walk)
+    return walks
+
+
+def test_a_wide_shallow_batch_is_admitted_without_the_exact_walk(
+        store: session_manager.SessionManager, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Prevents: every payload holding more than MAX_DEPTH brackets taking the exact Python walk to
+    # prove its depth (an append-many of 10,000 messages: ~55 ms of admission, 60x the encoding).
+    walks = count_walks(monkeypatch)
+    events = record_events(store)
+    batch = [{"role": "user", "content": [{"type": "text", "text": f"m{i}"}], "timestamp": i} for i in range(300)]
+    got = store.call("session::append-many", {"session_id": "s_001", "messages": batch})
+    assert walks == []
+    assert len(got["entry_ids"]) == 300
+    assert [name for name, _ in events] == ["session::on-message-added"] * 300
+    assert [e["entry_id"] for _, e in events] == got["entry_ids"]
+    store.close()
+    reopened = open_store(tmp_path / "d")
+    assert reopened.call("session::get", {"session_id": "s_001"})["meta"]["message_count"] == 301
+    texts = [m["message"]["content"][0]["text"]
+             for m in reopened.call("session::messages", {"session_id": "s_001", "limit": 500})["messages"]]
+    assert texts == ["hi"] + [f"m{i}" for i in range(300)]
+
+
+def test_a_large_payload_is_held_to_the_depth_bound_exactly(
+        store: session_manager.SessionManager, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Prevents: the encoder-based depth check of a large payload (past the bracket count's reach)
+    # letting one level too many through, or refusing the deepest value the bound keeps; brackets
+    # in its strings (closing ones first) must not hide a level either.
+    walks = count_walks(monkeypatch)
+    events = record_events(store)
+    before = view(store)
+    pad = "]" * 3000 + "[" * 3000  # > 4 KB, and brackets that a count ignoring strings would net out
+    too_deep = {"pad": pad, "deep": nested(MAX_DEPTH - 1)}  # payload, metadata, then 119: one past
+    with pytest.raises(session_manager.SessionError) as caught:
+        store.call("session::create", {"metadata": too_deep})
+    assert caught.value.code == INVALID_REQUEST
+    assert caught.value.detail == f"metadata: nested more than {MAX_DEPTH} levels deep"
+    assert events == [] and view(store) == before
+    walks.clear()
+    fits = {"pad": pad, "deep": nested(MAX_DEPTH - 3)}
+    created = store.call("session::create", {"metadata": fits})["session_id"]
+    assert walks == []  # proven by the encoder, not walked
+    assert [name for name, _ in events] == ["session::on-created"]
+    assert store.call("session::get", {"session_id": created})["meta"]["metadata"] == fits
+    store.close()
+    reopened = open_store(tmp_path / "d")
+    assert reopened.call("session::get", {"session_id": created})["meta"]["metadata"] == fits
+    assert [m["session_id"] for m in reopened.call("session::list", {})["sessions"]] == [created, "s_001"]
+
+
 def test_the_depth_bound_holds_on_the_exact_walk_too(store: session_manager.SessionManager) -> None:
     # Prevents: a payload the fast encoder cannot take for another reason (an integer past 64 bits)
     # skipping the depth bound: the exact walk must count levels as the encoder does.
