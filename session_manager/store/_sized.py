@@ -17,7 +17,7 @@ from __future__ import annotations
 import orjson
 
 from ._records import encode_commit, meta_size, snapshot_size, tx_id
-from .base import Commit
+from .base import Commit, Entry
 
 _ENTRY_HEAD = b'{"type":"entry","entry":'
 _APPEND_HEAD = b'{"type":"append","entry":'
@@ -29,11 +29,21 @@ _MARKER = 34
 Sizes = tuple[tuple[int, ...], int | None]  # (each entry's snapshot size, the meta's size)
 
 
+def _entry_size(entry_json: bytes, entry: Entry) -> int:
+    """:func:`snapshot_size` of ``entry`` from its JSON."""
+    return len(_ENTRY_HEAD) + len(entry_json) + 1 + len(entry["id"]) + _MARKER
+
+
+def _meta_size(meta_json: bytes) -> int:
+    """:func:`meta_size` from the meta's JSON."""
+    return 2 * (len(_META_HEAD) + len(meta_json) + 2)
+
+
 def encode_sized(commit: Commit) -> tuple[bytes, Sizes]:
     """``encode_commit(commit)`` and, for :meth:`LogBudget` accounting, each
     entry's :func:`snapshot_size` and the meta's :func:`meta_size`."""
     entries, meta = commit.entries, commit.meta
-    if len(entries) == 1 and meta is not None and commit.leaf == entries[0]["id"]:  # an append
+    if len(entries) == 1 and meta is not None and commit.leaf == entries[0]["id"]:  # an append: no lists built
         entry = entries[0]
         try:
             entry_json, meta_json = orjson.dumps(entry), orjson.dumps(meta)
@@ -41,32 +51,22 @@ def encode_sized(commit: Commit) -> tuple[bytes, Sizes]:
             pass
         else:
             return (b"".join((_APPEND_HEAD, entry_json, _META_KEY, meta_json, b"}\n")),  # one copy, not four
-                    ((len(_ENTRY_HEAD) + len(entry_json) + 1 + len(entry["id"]) + _MARKER,),
-                     2 * (len(_META_HEAD) + len(meta_json) + 2)))
-    elif entries and meta is not None and commit.leaf == entries[-1]["id"]:
+                    ((_entry_size(entry_json, entry),), _meta_size(meta_json)))
+    elif entries and meta is not None and commit.leaf in (None, entries[-1]["id"]):
         try:
             pieces = [orjson.dumps(e) for e in entries]
             meta_json = orjson.dumps(meta)
         except TypeError:  # integers past 64 bits, unpaired surrogates: encode_commit decides
             pass
         else:
-            lines = [_ENTRY_HEAD + p + b"}\n" for p in pieces[:-1]]
-            lines.append(_APPEND_HEAD + pieces[-1] + _META_KEY + meta_json + b"}\n")
-            sizes = tuple(len(_ENTRY_HEAD) + len(p) + 1 + len(e["id"]) + _MARKER
-                          for p, e in zip(pieces, entries, strict=True))
-            return b"".join(lines), (sizes, 2 * (len(_META_HEAD) + len(meta_json) + 2))
-    elif entries and meta is not None and commit.leaf is None:  # an update (update-message, a label ...)
-        try:
-            pieces = [orjson.dumps(e) for e in entries]
-            meta_json = orjson.dumps(meta)
-        except TypeError:
-            pass
-        else:
-            tx = b',"tx":' + orjson.dumps(tx_id(commit))  # drawn only now: encode_commit would draw its own
-            lines = [_ENTRY_HEAD + p + tx + b"}\n" for p in pieces]
-            lines.append(b"".join((_META_HEAD, meta_json, tx, b',"tx_n":', str(len(pieces) + 1).encode(), b"}\n")))
-            sizes = tuple(len(_ENTRY_HEAD) + len(p) + 1 + len(e["id"]) + _MARKER
-                          for p, e in zip(pieces, entries, strict=True))
-            return b"".join(lines), (sizes, 2 * (len(_META_HEAD) + len(meta_json) + 2))
+            if commit.leaf is None:  # an update (update-message, a label ...): one commit id on every line
+                tx = b',"tx":' + orjson.dumps(tx_id(commit))  # drawn only now: encode_commit would draw its own
+                lines = [_ENTRY_HEAD + p + tx + b"}\n" for p in pieces]
+                lines.append(b"".join((_META_HEAD, meta_json, tx, b',"tx_n":', str(len(pieces) + 1).encode(), b"}\n")))
+            else:  # append-many, a fork: the last entry rides in the append line with the meta
+                lines = [_ENTRY_HEAD + p + b"}\n" for p in pieces[:-1]]
+                lines.append(_APPEND_HEAD + pieces[-1] + _META_KEY + meta_json + b"}\n")
+            sizes = tuple(_entry_size(p, e) for p, e in zip(pieces, entries, strict=True))
+            return b"".join(lines), (sizes, _meta_size(meta_json))
     data = encode_commit(commit)
     return data, (tuple(snapshot_size(e) for e in entries), None if meta is None else meta_size(meta))
