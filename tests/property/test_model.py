@@ -515,10 +515,11 @@ class SessionModel(RuleBasedStateMachine):
             shutil.rmtree(self.dir, ignore_errors=True)
 
 
-SessionModel.TestCase.settings = settings(
-    max_examples=100,
-    stateful_step_count=50,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
-)
+def model_settings(examples: int, steps: int) -> settings:
+    """The model test's hypothesis settings (slow steps, filtered draws: both expected)."""
+    return settings(max_examples=examples, stateful_step_count=steps, deadline=None,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+
+
+SessionModel.TestCase.settings = model_settings(100, 50)
 TestSessionModel = SessionModel.TestCase

@@ -10,7 +10,6 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import precondition, rule
 
@@ -18,7 +17,7 @@ import session_manager
 from session_manager import SessionManager
 from session_manager._wire.events import EVENT_FUNCTIONS
 from session_manager.store import FsStore, _compaction, _logfiles
-from tests.property.test_model import SessionModel, texts
+from tests.property.test_model import SessionModel, model_settings, texts
 
 ORDERS = {"updated_desc": ("updated_at", True), "created_desc": ("created_at", True),
           "created_asc": ("created_at", False)}
@@ -102,11 +101,6 @@ class RoomyPressuredModel(PressuredModel):
 
 
 for _model in (PressuredModel, RoomyPressuredModel):
-    _model.TestCase.settings = settings(
-        max_examples=40,
-        stateful_step_count=60,
-        deadline=None,
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
-    )
+    _model.TestCase.settings = model_settings(40, 60)
 TestPressuredModel = PressuredModel.TestCase
 TestRoomyPressuredModel = RoomyPressuredModel.TestCase

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 import session_manager
+from tests.unit.test_group_commit import assert_told_after_sync
 
 APPENDS = 20
 # The file calls an append could add on the path (each would be a regression for a lone writer).
@@ -71,18 +72,7 @@ def test_a_lone_fsync_mode_append_pays_one_write_and_one_fsync_and_answers_after
     finally:
         os.close(fd)
     # Each answer and each event comes after a sync covering its entry's line.
-    ends: dict[str, int] = {}
-    offset = 0
-    for line in log.read_bytes().splitlines(keepends=True):
-        offset += len(line)
-        if b'"type":"append"' in line:
-            ends[line.split(b'"id":"')[1].split(b'"')[0].decode()] = offset
-    durable = 0
-    for what, value in history:
-        if what == "durable":
-            durable = max(durable, value[1])
-        elif what in ("answer", "event"):
-            assert ends[value] <= durable, f"{what} for {value} before its bytes were synced"
+    assert_told_after_sync(log, [(what, v[1] if what == "durable" else v) for what, v in history])
     assert [v for what, v in history if what == "event"] == answers  # one each, none for another
     expected = [first, *answers]
     assert [m["entry_id"] for m in sm.call("session::messages", {"session_id": sid})["messages"]] == expected

@@ -23,6 +23,23 @@ from tests.unit.store_contract import meta
 WRITERS = 8
 
 
+def assert_told_after_sync(log: Path, history: list[tuple[str, Any]]) -> None:
+    """Each ``("answer" | "event", entry_id)`` in ``history`` comes after a ``("durable", size)``
+    covering the end of that entry's line in ``log``."""
+    ends: dict[str, int] = {}
+    offset = 0
+    for line in log.read_bytes().splitlines(keepends=True):
+        offset += len(line)
+        if b'"type":"append"' in line:
+            ends[line.split(b'"id":"')[1].split(b'"')[0].decode()] = offset
+    durable = 0
+    for what, value in history:
+        if what == "durable":
+            durable = max(durable, value)
+        elif what in ("answer", "event"):
+            assert ends[value] <= durable, f"{what} for {value} before its bytes were synced"
+
+
 def message(i: int) -> dict[str, Any]:
     return {"role": "user", "content": [{"type": "text", "text": f"m{i}"}], "timestamp": i}
 
@@ -117,19 +134,7 @@ def test_appends_waiting_on_one_session_share_fsyncs_and_answer_only_once_durabl
     assert len(answers) == WRITERS
     # One sync for the first writer, then the ones that wrote while it ran share (at most) two more.
     assert 2 <= disk.syncs <= 3
-    # Each entry's line ends at some offset; an answer and an event come after a sync covering it.
-    ends: dict[str, int] = {}
-    offset = 0
-    for line in log.read_bytes().splitlines(keepends=True):
-        offset += len(line)
-        if b'"type":"append"' in line:
-            ends[line.split(b'"id":"')[1].split(b'"')[0].decode()] = offset
-    durable = 0
-    for what, value in disk.history:
-        if what == "durable":
-            durable = max(durable, value)
-        elif what in ("answer", "event"):
-            assert ends[value] <= durable, f"{what} for {value} before its bytes were synced"
+    assert_told_after_sync(log, disk.history)
     assert sum(1 for what, _ in disk.history if what == "event") == WRITERS
     # The appends chained one after another (no fork), all counted.
     messages = sm.call("session::messages", {"session_id": sid})["messages"]

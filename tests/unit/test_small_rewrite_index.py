@@ -13,18 +13,7 @@ from typing import Any
 from session_manager.store import Commit, FsStore, _index, _logfiles
 from session_manager.store._compactor import Compactor
 from tests.unit.store_contract import message, meta
-
-SID = "s_1"
-
-
-def _update(k: int) -> Commit:
-    entry = message("e_1", None, "tok " * (k + 1), revision=k)
-    return Commit(entries=(entry,), meta=meta(SID, message_count=1, updated_at=k))
-
-
-def _seed(store: FsStore) -> None:
-    store.commit(SID, Commit(meta=meta(SID)))
-    store.commit(SID, Commit(entries=(message("e_1", None),), leaf="e_1", meta=meta(SID, message_count=1)))
+from tests.unit.test_background_compaction import SID, _seed, _update
 
 
 class HeldCleanup:
@@ -52,6 +41,16 @@ def _first_small_rewrite(store: FsStore) -> int:
     return k
 
 
+def _held_after_first_small_rewrite(where: Path, monkeypatch: Any) -> tuple[HeldCleanup, FsStore, int]:
+    """A seeded store whose first small rewrite landed, its cleanup held (entered, not run)."""
+    held = HeldCleanup(monkeypatch)
+    store = FsStore(where)
+    _seed(store)
+    k = _first_small_rewrite(store)
+    assert held.entered.wait(30)
+    return held, store, k
+
+
 def test_a_save_made_while_the_removal_is_queued_keeps_its_index_after_close(tmp_path: Path,
                                                                              monkeypatch: Any) -> None:
     # Prevents: the removal of the replaced log's index (queued on the cleanup thread, no lock)
@@ -59,11 +58,7 @@ def test_a_save_made_while_the_removal_is_queued_keeps_its_index_after_close(tmp
     # then believes it on disk (saved == covered), so close writes none and the reopen replays
     # the whole log.
     where = tmp_path / "d"
-    held = HeldCleanup(monkeypatch)
-    store = FsStore(where)
-    _seed(store)
-    k = _first_small_rewrite(store)
-    assert held.entered.wait(30)
+    held, store, k = _held_after_first_small_rewrite(where, monkeypatch)
     # A big new entry: the log passes SAVE_MIN_BYTES past the "saved at 0" mark (an index is
     # written now) while live grows as much, so no rewrite follows.
     big = message("e_2", "e_1", "x" * (_logfiles.SAVE_MIN_BYTES + 1024))
@@ -89,11 +84,7 @@ def test_an_eviction_while_the_removal_is_queued_keeps_its_index(tmp_path: Path,
     # Prevents: the queued removal unlinking the index an eviction just wrote for the new log
     # (the session then leaves close's saves: no index on disk at all after close).
     where = tmp_path / "d"
-    held = HeldCleanup(monkeypatch)
-    store = FsStore(where)
-    _seed(store)
-    k = _first_small_rewrite(store)
-    assert held.entered.wait(30)
+    held, store, k = _held_after_first_small_rewrite(where, monkeypatch)
     index = store._files.files(SID).index
     store.cache_bytes = 0
     store.commit("s_2", Commit(meta=meta("s_2")))  # evicts s_1 (its index saved)
