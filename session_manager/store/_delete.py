@@ -127,9 +127,12 @@ def recover(ops: Ops, data_dir: Path, names: list[str] | None, folder_for: Calla
     ``names``: data_dir's entries, listed by the open (``None``: known to hold
     neither temps nor log asides; attachments/ is still looked at); ``folder_for``
     maps a log stem to its attachment folder. Whether there was anything to recover."""
-    text = _joined(names) if names is not None else "\nattachments\n"
-    names = names or []
-    temps, asides = _half_done(text, temp_suffix)
+    if names is None:  # vouched for by the sessions index: only attachments/ may hold asides
+        names, temps, asides, has_attachments = [], False, False, True
+    else:
+        text = _joined(names)
+        temps, asides = _half_done(text, temp_suffix)
+        has_attachments = "\nattachments\n" in text
     if temps:
         for n in names:
             if n.endswith(LOG_SUFFIX + temp_suffix):
@@ -141,7 +144,7 @@ def recover(ops: Ops, data_dir: Path, names: list[str] | None, folder_for: Calla
                     log.warning("%s: cannot remove a rewrite temp left by an earlier owner (%s)", n, reason(e))
     attachments = data_dir / "attachments"
     stems = {n[: -len(LOG_SUFFIX + ASIDE)] for n in names if n.endswith(LOG_SUFFIX + ASIDE)} if asides else set()
-    if "\nattachments\n" in text and not is_symlink(ops, attachments):
+    if has_attachments and not is_symlink(ops, attachments):
         with contextlib.suppress(OSError):
             for n in ops.listdir(attachments):
                 if n.endswith(ASIDE):
