@@ -15,9 +15,10 @@ The rewrite is a temp file, fsync, rename over the log, then (durability
 ``fsync``) an fsync of the directory: a crash leaves the old log or the new
 one, never a mix; a failure leaves the old log and a warning. Past the soft
 line (``SOFT_SLACK`` instead of ``SLACK``) it starts in the background
-(:mod:`._compactor`), so the fsync is off the caller's path; :func:`rewrite`,
-inline, is for a log past the hard line with no rewrite in flight (a long log
-just loaded, a background rewrite that failed) and for maintenance.
+(:mod:`._compactor`), so the fsync is off the caller's path, past the hard line
+too (the commit that crosses it waits for none; the next one waits for the
+rewrite to land). :func:`rewrite`, inline, is for a log far past the hard line
+(:func:`came_in_long`), for maintenance and for a store whose compactor closed.
 """
 
 from __future__ import annotations
@@ -77,6 +78,13 @@ class LogBudget:
 
     def failed(self) -> None:
         self.retry_at = 2 * self.disk + SLACK
+
+
+def came_in_long(budget: LogBudget) -> bool:
+    """Past the hard line by more than one commit takes a log (a commit is at most about the
+    live state): a log loaded long, or retried after a failed rewrite. Rewritten inline at once,
+    not left past issue 9's bound until a background rewrite lands."""
+    return budget.disk > (RATIO + 1) * budget.live + SLACK
 
 
 def rewrite(ops: Ops, path: str, body: bytes, *, sync_dir: bool) -> bool:
