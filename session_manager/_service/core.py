@@ -19,8 +19,7 @@ from .._wire.shape import build, edit
 from ..clock import Clock, SystemClock
 from ..errors import entry_not_found, not_found
 from ..ids import IdGen, UuidIds
-from ..store._cas import derive_append_meta
-from ..store.base import NO_TRANSACTION, Commit, Entry, Meta, SessionStore
+from ..store.base import NO_TRANSACTION, Commit, Entry, Meta, SessionStore, append_commit
 from ..store.path import EntryPath
 from .limits import LimitsCell
 from .stats import Stats
@@ -122,10 +121,7 @@ class ServiceCore:
         """Append new entries; the store derives the meta from its own (and,
         with ``chain``, parents the first entry on its current leaf), so
         concurrent appends neither fork the session nor lose a count."""
-        # Built here, not through _commit's keyword pass-through: this runs on every append.
-        return self.store.commit(session_id, Commit(entries=entries, leaf=entries[-1]["id"],
-                                                    meta=derive_append_meta(meta, entries), tx=self._tx,
-                                                    append=True, chain=chain))
+        return self.store.commit(session_id, append_commit(meta, entries, chain=chain, tx=self._tx))
 
     # -- lookups ----------------------------------------------------------------
 

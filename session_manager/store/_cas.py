@@ -95,7 +95,13 @@ def resolve(commit: Commit, meta: Meta | None, leaf: str | None,
             raise Conflict(f"parent entry {parent} is no longer in the session")
     elif first.get("parent_id") != leaf:
         entries = ({**first, "parent_id": leaf}, *entries[1:])
-    derived = derive_append_meta(meta, entries)
-    if entries is commit.entries and commit.leaf == entries[-1]["id"] and commit.meta == derived:
-        return commit  # decided on the current state (the single-writer case): nothing to redo
-    return replace(commit, entries=entries, leaf=entries[-1]["id"], meta=derived)
+    if entries is commit.entries and commit.leaf == entries[-1]["id"]:
+        # Decided on the current state (the single-writer case): nothing to redo.
+        if commit.derived_from is meta:  # (derived from this very meta: the same derivation, not redone)
+            return commit
+        derived = derive_append_meta(meta, entries)
+        if commit.meta == derived:
+            return commit
+    else:
+        derived = derive_append_meta(meta, entries)
+    return replace(commit, entries=entries, leaf=entries[-1]["id"], meta=derived, derived_from=meta)

@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+from collections.abc import Iterable
 
 from ._fsio import CREATE_FLAGS, Ops, fsync_dir, reason, write_all
 
@@ -56,13 +57,19 @@ class LogBudget:
         self.retry_at = 0  # after a failed rewrite: not again before the log doubles
         self.entries: dict[str, int] = {}
 
-    def entry(self, entry_id: str, size: int) -> None:
-        self.live += size - self.entries.get(entry_id, 0)
-        self.entries[entry_id] = size
-
-    def set_meta(self, size: int) -> None:
-        self.live += size - self.meta
-        self.meta = size
+    def charge(self, written: int, entries: Iterable[tuple[str, int]], meta: int | None) -> None:
+        """``written`` bytes appended, carrying each entry's newest snapshot
+        size (by id) and the meta's (``None``: unchanged). One call per commit."""
+        self.disk += written
+        sizes = self.entries
+        live = self.live
+        for entry_id, size in entries:
+            live += size - sizes.get(entry_id, 0)
+            sizes[entry_id] = size
+        if meta is not None:
+            live += meta - self.meta
+            self.meta = meta
+        self.live = live
 
     def wants_compaction(self) -> bool:
         """Past the hard line: rewrite now (or wait for the rewrite in flight)."""

@@ -39,12 +39,10 @@ class LogAppends:
         budget = self._budgets.get(session_id)
         if budget is None:
             budget = self._budgets[session_id] = _compaction.LogBudget()
-        budget.disk += len(data)
         entry_sizes, meta_bytes = sizes
-        for entry, size in zip(commit.entries, entry_sizes, strict=True):
-            budget.entry(entry["id"], size)
-        if meta_bytes is not None:
-            budget.set_meta(meta_bytes)
+        entries = commit.entries
+        budget.charge(len(data), ((entries[0]["id"], entry_sizes[0]),) if len(entries) == 1  # (no generator)
+                      else zip((e["id"] for e in entries), entry_sizes, strict=True), meta_bytes)
         return budget
 
     def _name_durable(self, path: str) -> None:

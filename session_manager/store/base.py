@@ -26,7 +26,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ._cas import UNSET, Unset
+from ._cas import UNSET, Unset, derive_append_meta
 from .path import Entry as Entry
 from .path import EntryPath
 
@@ -63,6 +63,10 @@ class Commit:
     ``tx`` names the commit where an adapter needs an id for it (the fs
     adapter's multi-line records): called at most once; ``None`` lets the
     adapter draw a random one.
+
+    ``derived_from``: the meta an append's ``meta`` was derived from (set only
+    by :func:`._cas.append_commit`); while it is still the session's meta (the
+    very object), :func:`._cas.resolve` need not derive it again to compare.
     """
 
     entries: tuple[Entry, ...] = ()
@@ -73,6 +77,16 @@ class Commit:
     expect_revisions: tuple[tuple[str, int], ...] = ()
     append: bool = False
     chain: bool = False
+    derived_from: Meta | None = None
+
+
+def append_commit(meta: Meta, entries: tuple[Entry, ...], *, chain: bool,
+                  tx: Callable[[], str] | None = None) -> Commit:
+    """An append of ``entries`` decided on ``meta`` (the session's, as read):
+    its meta derived here, once; :func:`._cas.resolve` derives it again only
+    if the session's meta is no longer that object."""
+    return Commit(entries=entries, leaf=entries[-1]["id"], meta=derive_append_meta(meta, entries), tx=tx,
+                  append=True, chain=chain, derived_from=meta)
 
 
 class SessionStore(ABC):

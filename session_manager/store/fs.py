@@ -301,7 +301,7 @@ class FsStore(CatalogListing, SessionDeletion, OnlineCompaction, AttachmentFiles
             # no earlier than it would have).
             budget.live = entries.live_bytes()
         if state.meta is not None:
-            budget.set_meta(meta_size(state.meta))
+            budget.charge(0, (), meta_size(state.meta))
         # Not compacted here: a load is a read, and reads never write (the
         # next commit compacts it if it is long; see :meth:`compact`).
         self._budgets[session_id] = budget
@@ -409,19 +409,24 @@ class FsStore(CatalogListing, SessionDeletion, OnlineCompaction, AttachmentFiles
         A loaded one in the cache is only marked most recent (the commit
         re-charges it, settles the others and evicts once it has written:
         :meth:`StateCache.committed`); any other is loaded (or created) as a read would."""
+        lock = self._lock
         while True:
-            with self._lock:
+            lock.acquire()  # (acquire/try/finally, not ``with``: half the cost, on every write)
+            try:
                 state = self._sessions.get(session_id)
                 if state is not None and state.loaded:
                     self._sessions.move_to_end(session_id)
                 else:
                     state = None
+            finally:
+                lock.release()
             if state is None:
                 state = self._state(session_id, create=True)
                 assert state is not None
             state.lock.acquire()
             if self._sessions.get(session_id) is state:
-                if not self._must_wait(session_id):
+                compactor = self._compactor  # (no rewrite in flight, nearly always: no call)
+                if compactor is None or not compactor.rewriting(session_id) or not self._must_wait(session_id):
                     return state
                 state.lock.release()
                 assert self._compactor is not None
