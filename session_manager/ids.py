@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import os
 import threading
+from collections.abc import Callable
 from typing import Protocol
 
 # Version 4 and the RFC 4122 variant, set on 128 random bits (what uuid.uuid4 does).
@@ -14,20 +15,21 @@ _BATCH = 256  # ids per os.urandom call
 
 
 class _RandomPool:
-    """Random uuid4s made :data:`_BATCH` at a time from one ``os.urandom`` call:
+    """Random hex ids made :data:`_BATCH` at a time from one ``os.urandom`` call:
     ``uuid.uuid4()`` costs a system call and a UUID object per id, more than
     the rest of an id-drawing append together. ``list.pop`` is atomic, so
     threads draw without a lock; two refilling at once both add fresh ids."""
 
-    def __init__(self) -> None:
+    def __init__(self, fresh: Callable[[bytes], list[str]], width: int) -> None:
         self._pool: list[str] = []
+        self._fresh = fresh  # a batch of ids from _BATCH * width random bytes
+        self._width = width
 
     def hex(self) -> str:
         try:
             return self._pool.pop()
         except IndexError:
-            raw = os.urandom(16 * _BATCH)
-            fresh = [f"{int.from_bytes(raw[i:i + 16], 'big') & _CLEAR | _SET:032x}" for i in range(0, len(raw), 16)]
+            fresh = self._fresh(os.urandom(self._width * _BATCH))
             value = fresh.pop()
             self._pool.extend(fresh)
             return value
@@ -37,9 +39,22 @@ class _RandomPool:
         self._pool = []
 
 
-_RANDOM = _RandomPool()
+def _uuid4s(raw: bytes) -> list[str]:
+    return [f"{int.from_bytes(raw[i:i + 16], 'big') & _CLEAR | _SET:032x}" for i in range(0, len(raw), 16)]
+
+
+def _hex16s(raw: bytes) -> list[str]:
+    # A commit id is 64 random bits, no uuid: one hex() of the batch, then slices
+    # (each update-message draws one; the uuid format per id cost ~0.5 us).
+    text = raw.hex()
+    return [text[i:i + 16] for i in range(0, len(text), 16)]
+
+
+_RANDOM = _RandomPool(_uuid4s, 16)
+_TX_IDS = _RandomPool(_hex16s, 8)
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_RANDOM.reset)
+    os.register_at_fork(after_in_child=_TX_IDS.reset)
 
 
 class IdGen(Protocol):
@@ -69,7 +84,7 @@ class UuidIds:
         return f"a_{_RANDOM.hex()}"
 
     def tx_id(self) -> str:
-        return _RANDOM.hex()[:16]
+        return _TX_IDS.hex()
 
 
 class SequentialIds:

@@ -23,6 +23,8 @@ _ENTRY_HEAD = b'{"type":"entry","entry":'
 _APPEND_HEAD = b'{"type":"append","entry":'
 _META_KEY = b',"meta":'
 _META_HEAD = b'{"type":"meta","meta":'
+_TX = b',"tx":'
+_NEXT_ENTRY = b"}\n" + _ENTRY_HEAD  # between two entry lines' entries
 # snapshot_size: an entry line in a snapshot plus its commit marker (the entry id and 34 bytes of it).
 _MARKER = 34
 
@@ -60,13 +62,14 @@ def encode_sized(commit: Commit) -> tuple[bytes, Sizes]:
             pass
         else:
             if commit.leaf is None:  # an update (update-message, a label ...): one commit id on every line
-                tx = b',"tx":' + orjson.dumps(tx_id(commit))  # drawn only now: encode_commit would draw its own
-                lines = [_ENTRY_HEAD + p + tx + b"}\n" for p in pieces]
-                lines.append(b"".join((_META_HEAD, meta_json, tx, b',"tx_n":', str(len(pieces) + 1).encode(), b"}\n")))
+                tx = _TX + orjson.dumps(tx_id(commit))  # drawn only now: encode_commit would draw its own
+                # One join, no line list: an update-message streams one of these per token.
+                data = b"".join((_ENTRY_HEAD, (tx + _NEXT_ENTRY).join(pieces), tx, b"}\n",
+                                 _META_HEAD, meta_json, tx, b',"tx_n":%d}\n' % (len(pieces) + 1)))
             else:  # append-many, a fork: the last entry rides in the append line with the meta
                 lines = [_ENTRY_HEAD + p + b"}\n" for p in pieces[:-1]]
                 lines.append(_APPEND_HEAD + pieces[-1] + _META_KEY + meta_json + b"}\n")
-            sizes = tuple(_entry_size(p, e) for p, e in zip(pieces, entries, strict=True))
-            return b"".join(lines), (sizes, _meta_size(meta_json))
+                data = b"".join(lines)
+            return data, (tuple(map(_entry_size, pieces, entries)), _meta_size(meta_json))
     data = encode_commit(commit)
     return data, (tuple(snapshot_size(e) for e in entries), None if meta is None else meta_size(meta))

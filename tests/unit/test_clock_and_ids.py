@@ -83,6 +83,47 @@ def test_a_forked_child_never_draws_its_parents_ids() -> None:
     assert len(child) == 5 and not child & parent
 
 
+def test_production_commit_ids_are_16_random_hex_digits_across_threads() -> None:
+    # Prevents: the batched commit (tx) ids of multi-line records repeating under threads, or a stuck
+    # digit (two commits of one log sharing an id would let replay pair lines of different commits).
+    ids = UuidIds()
+    seen: list[str] = []
+    lock = threading.Lock()
+
+    def take() -> None:
+        drawn = [ids.tx_id() for _ in range(700)]  # past a batch of random bytes, several times
+        with lock:
+            seen.extend(drawn)
+
+    pool = [threading.Thread(target=take) for _ in range(4)]
+    for t in pool:
+        t.start()
+    for t in pool:
+        t.join()
+    assert len(set(seen)) == len(seen) == 2800
+    assert all(re.fullmatch("[0-9a-f]{16}", v) for v in seen)
+    assert all(len({v[i] for v in seen}) > 1 for i in range(16))
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="os.fork")
+def test_a_forked_child_never_draws_its_parents_commit_ids() -> None:
+    # Prevents: a child process handing out the commit ids left in the parent's batch.
+    ids = UuidIds()
+    ids.tx_id()
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read)
+        os.write(write, " ".join(ids.tx_id() for _ in range(5)).encode())
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as pipe:
+        child = set(pipe.read().split())
+    os.waitpid(pid, 0)
+    parent = {ids.tx_id() for _ in range(5)}
+    assert len(child) == 5 and not child & parent
+
+
 def test_sequential_ids_count_per_kind_and_are_thread_safe() -> None:
     # Prevents: duplicate ids when a suite drives the store from several threads.
     ids = SequentialIds()
