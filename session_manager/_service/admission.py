@@ -58,12 +58,7 @@ def admit(function_id: str, payload: Any, limits: Limits, *, mutates: bool, prov
     is not scanned for either."""
     if not isinstance(payload, dict):
         return  # the request model reports a payload of the wrong shape
-    batch = BATCH_FIELDS.get(function_id)
-    if batch is not None:
-        items = payload.get(batch)
-        if isinstance(items, list) and len(items) > limits.max_batch_entries:
-            raise invalid_request(
-                f"{batch}: {len(items)} entries exceed max_batch_entries ({limits.max_batch_entries})")
+    _check_batch(function_id, payload, limits)
     bulk = BULK_FIELDS.get(function_id)
     rest = payload
     try:
@@ -95,13 +90,26 @@ def admit(function_id: str, payload: Any, limits: Limits, *, mutates: bool, prov
             f"payload: {size} bytes of JSON exceed max_request_bytes ({limits.max_request_bytes})")
 
 
+def _check_batch(function_id: str, payload: dict[str, Any], limits: Limits) -> None:
+    batch = BATCH_FIELDS.get(function_id)
+    if batch is not None:
+        items = payload.get(batch)
+        if isinstance(items, list) and len(items) > limits.max_batch_entries:
+            raise invalid_request(
+                f"{batch}: {len(items)} entries exceed max_batch_entries ({limits.max_batch_entries})")
+
+
 def admit_copy(function_id: str, payload: Any, limits: Limits, *, mutates: bool) -> Any:
     """:func:`admit`, then the in-process caller's private copy
     (:func:`~session_manager._wire.validation.json_payload`): the same errors in
     the same order. A payload copied within :data:`MAX_DEPTH` is proven free of
     NaN, infinities and deeper nesting, so admission skips its scans for them;
     any other takes admission's exact path first, then the copy's refusal."""
-    private = proven_copy(payload, MAX_DEPTH) if type(payload) is dict else None
+    if type(payload) is dict:
+        _check_batch(function_id, payload, limits)  # first: an oversized batch is refused without copying it
+        private = proven_copy(payload, MAX_DEPTH)
+    else:
+        private = None
     admit(function_id, payload, limits, mutates=mutates, proven=private is not None)
     return json_payload(payload) if private is None else private
 
