@@ -1,8 +1,8 @@
 """The floor of an append: what the contract makes every append do, and nothing else.
 
 The irreducible steps written out inline, with ours' own pieces where the
-contract names them: refuse what JSON cannot hold and measure it (``admit``),
-take a private copy and validate it strictly (``json_payload`` + the pydantic
+contract names them: refuse what JSON cannot hold, measure it and take a private copy (``admit_copy``),
+validate it strictly (the pydantic
 request model: bad input must become ``session/invalid_request`` naming the
 field), draw a random UUIDv4 id and the time, build the entry and the meta in
 the field order the bytes on disk pin, encode the ``append`` line (orjson), one
@@ -23,11 +23,11 @@ from typing import Any
 
 import orjson
 
-from session_manager._service.admission import admit
+from session_manager._service.admission import admit_copy
 from session_manager._service.limits import Limits
 from session_manager._wire import api
 from session_manager._wire.dumping import fast_dump
-from session_manager._wire.validation import json_payload, parse_request
+from session_manager._wire.validation import parse_request
 from session_manager.clock import SystemClock
 from session_manager.ids import UuidIds
 
@@ -45,8 +45,7 @@ class Floor:
                                      "status": "idle", "created_at": 0, "updated_at": 0, "message_count": 0}
 
     def append(self, payload: dict[str, Any]) -> dict[str, Any]:
-        admit("session::append", payload, self.limits, mutates=True)
-        req = parse_request(api.AppendRequest, json_payload(payload))
+        req = parse_request(api.AppendRequest, admit_copy("session::append", payload, self.limits, mutates=True))
         assert req.message is not None
         entry_id, now, parent = self.ids.entry_id(), self.clock.now_ms(), self.leaf
         entry = {"kind": "message", "id": entry_id, "parent_id": parent, "timestamp": now, "revision": 0,
@@ -70,8 +69,8 @@ class Floor:
         the fs store writes them (entry then meta, sharing one commit id), one
         ``os.write``, remember both, build the response and the ``on-message-updated``
         payload. No lock, no compare-and-set, no cache, no compaction."""
-        admit("session::update-message", payload, self.limits, mutates=True)
-        req = parse_request(api.UpdateMessageRequest, json_payload(payload))
+        req = parse_request(api.UpdateMessageRequest,
+                            admit_copy("session::update-message", payload, self.limits, mutates=True))
         entry = self.entries.get(req.entry_id)
         if entry is None or entry["kind"] != "message":
             raise KeyError(req.entry_id)

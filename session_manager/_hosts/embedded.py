@@ -16,12 +16,12 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
-from .._service.admission import admit
+from .._service.admission import admit_copy
 from .._service.limits import Limits, LimitsCell
 from .._service.service import SessionService
 from .._service.storage_errors import at_edge
 from .._wire.events import EVENT_FUNCTIONS, Event
-from .._wire.validation import json_payload, parse_request, reject_unknown_keys
+from .._wire.validation import parse_request, reject_unknown_keys
 from ..clock import Clock
 from ..errors import STORAGE, SessionError, StoreError
 from ..ids import IdGen
@@ -136,11 +136,9 @@ class SessionManager(TypedMethods):
             raise LookupError(f"no function {function_id!r}")
         if function.mutates and getattr(self.service.store, "read_only", False):
             raise SessionError(STORAGE, f"{function_id}: this session store is open read-only")
-        # Before the copy: an oversized batch is refused without copying it.
-        admit(function_id, payload, self.service.limits.get(), mutates=function.mutates)
         # A private copy: what is stored must not change when the caller
         # later changes the dicts it passed in.
-        payload = json_payload(payload)
+        payload = admit_copy(function_id, payload, self.service.limits.get(), mutates=function.mutates)
         reject_unknown_keys(function.request, payload)
         request = parse_request(function.request, payload)
         service, serve = self.service, function.handler

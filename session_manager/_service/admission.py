@@ -27,6 +27,7 @@ from typing import Any
 
 import orjson
 
+from .._wire.validation import json_payload, proven_copy
 from ..errors import invalid_request
 from .limits import Limits
 
@@ -49,16 +50,15 @@ BATCH_FIELDS: Mapping[str, str] = {
 }
 
 
-def admit(function_id: str, payload: Any, limits: Limits, *, mutates: bool) -> None:
-    """Raise ``session/invalid_request`` unless ``payload`` may be served."""
+def admit(function_id: str, payload: Any, limits: Limits, *, mutates: bool, proven: bool = False) -> None:
+    """Raise ``session/invalid_request`` unless ``payload`` may be served.
+    ``proven``: the caller has shown ``payload`` holds no NaN or infinity and
+    nests at most :data:`MAX_DEPTH` deep (the embedded host's private copy,
+    :func:`~session_manager._wire.validation.proven_copy`), so the encoding
+    is not scanned for either."""
     if not isinstance(payload, dict):
         return  # the request model reports a payload of the wrong shape
-    batch = BATCH_FIELDS.get(function_id)
-    if batch is not None:
-        items = payload.get(batch)
-        if isinstance(items, list) and len(items) > limits.max_batch_entries:
-            raise invalid_request(
-                f"{batch}: {len(items)} entries exceed max_batch_entries ({limits.max_batch_entries})")
+    _check_batch(function_id, payload, limits)
     bulk = BULK_FIELDS.get(function_id)
     rest = payload
     try:
@@ -70,7 +70,7 @@ def admit(function_id: str, payload: Any, limits: Limits, *, mutates: bool) -> N
             except Unrepresentable as bad:
                 bad.path.append(bulk)
                 raise
-        size = _fast_size(rest) + extra
+        size = _fast_size(rest, proven) + extra
     except TooDeep as bad:
         # The field it is in, not a path hundreds of levels long.
         raise invalid_request(f"{bad.path[-1] if bad.path else 'payload'}: {bad.why}") from None
@@ -90,6 +90,30 @@ def admit(function_id: str, payload: Any, limits: Limits, *, mutates: bool) -> N
             f"payload: {size} bytes of JSON exceed max_request_bytes ({limits.max_request_bytes})")
 
 
+def _check_batch(function_id: str, payload: dict[str, Any], limits: Limits) -> None:
+    batch = BATCH_FIELDS.get(function_id)
+    if batch is not None:
+        items = payload.get(batch)
+        if isinstance(items, list) and len(items) > limits.max_batch_entries:
+            raise invalid_request(
+                f"{batch}: {len(items)} entries exceed max_batch_entries ({limits.max_batch_entries})")
+
+
+def admit_copy(function_id: str, payload: Any, limits: Limits, *, mutates: bool) -> Any:
+    """:func:`admit`, then the in-process caller's private copy
+    (:func:`~session_manager._wire.validation.json_payload`): the same errors in
+    the same order. A payload copied within :data:`MAX_DEPTH` is proven free of
+    NaN, infinities and deeper nesting, so admission skips its scans for them;
+    any other takes admission's exact path first, then the copy's refusal."""
+    if type(payload) is dict:
+        _check_batch(function_id, payload, limits)  # first: an oversized batch is refused without copying it
+        private = proven_copy(payload, MAX_DEPTH)
+    else:
+        private = None
+    admit(function_id, payload, limits, mutates=mutates, proven=private is not None)
+    return json_payload(payload) if private is None else private
+
+
 def _bulk_allowance(max_bytes: int, field: str) -> int:
     """The JSON size of ``"field": "<base64 of max_bytes bytes>"`` (as ``extra`` measures it)."""
     return 4 * -(-max_bytes // 3) + 2 + len(field) + 4
@@ -99,18 +123,19 @@ def _bulk_allowance(max_bytes: int, field: str) -> int:
 _NULL = re.compile(b"null")
 
 
-def _fast_size(payload: Any) -> int:
+def _fast_size(payload: Any, proven: bool = False) -> int:
     """orjson measures (and refuses surrogates and integers past 64 bits, then
     the exact walk decides); it writes NaN as ``null`` without complaint, so
     the walk also runs whenever the encoding contains ``null`` at all, and
-    when :func:`_shallow` cannot show the nesting is at most :data:`MAX_DEPTH`."""
+    when :func:`_shallow` cannot show the nesting is at most :data:`MAX_DEPTH`
+    (neither when the caller has ``proven`` both)."""
     try:
         body = orjson.dumps(payload)
     except TypeError:
         return json_size(payload)
     except orjson.JSONEncodeError:  # e.g. nested past orjson's depth limit
         return json_size(payload)
-    if _NULL.search(body) is not None or not _shallow(payload, body):
+    if not proven and (_NULL.search(body) is not None or not _shallow(payload, body)):
         json_size(payload)
     return len(body)
 

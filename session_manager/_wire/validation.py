@@ -74,11 +74,28 @@ def json_payload(value: Any) -> Any:
     each with ``session/invalid_request`` naming where it is. Tuples are JSON
     arrays and become lists. The wire needs none of this: it carries JSON."""
     try:
-        return _json_copy(value)
+        return _json_copy(value, _UNBOUNDED)
     except RecursionError:
         raise invalid_request("payload: nested too deeply") from None
     except _NotJson as e:
         raise invalid_request(f"{_where(tuple(reversed(e.path)))}: {e.reason}") from None
+
+
+def proven_copy(value: dict[str, Any], max_depth: int) -> dict[str, Any] | None:
+    """:func:`json_payload`'s copy of ``value`` when it succeeds with ``value``
+    nested at most ``max_depth`` deep (``value`` is 1), else ``None`` (the caller
+    then takes the exact path, which names what is wrong). A copy made here
+    proves there is no NaN or infinity and no deeper nesting, so admission need
+    not scan the encoding for either."""
+    try:
+        copied: dict[str, Any] = _json_copy(value, max_depth)
+    except (_NotJson, RecursionError):
+        return None
+    return copied
+
+
+# No depth bound (json_payload's own: only Python's recursion limit).
+_UNBOUNDED = 1 << 62
 
 
 class _NotJson(Exception):
@@ -94,21 +111,24 @@ class _NotJson(Exception):
 _LEAVES = frozenset({str, int, bool, type(None)})
 
 
-def _json_copy(value: Any) -> Any:
+def _json_copy(value: Any, room: int) -> Any:
     """The copy, exact JSON types first: an exact dict or list is copied whole
     in C, then its keys checked and only its non-leaf values replaced (this
-    walk runs on every embedded call: no call, and no Python store, per leaf)."""
+    walk runs on every embedded call: no call, and no Python store, per leaf).
+    ``room``: the levels of containers ``value`` may still open (0: none)."""
     t = type(value)
     if t in _LEAVES:
         return value
+    if room <= 0 and (t is dict or t is list or isinstance(value, dict | list | tuple)):
+        raise _NotJson("nested too deeply")
     if t is dict:
         out = value.copy()
         for k, v in out.items():
             if type(k) is not str:
-                return _json_copy_general(value)  # the copy's keys are made plain strs there
+                return _json_copy_general(value, room)  # the copy's keys are made plain strs there
             if type(v) not in _LEAVES:
                 try:
-                    out[k] = _json_copy(v)  # (a value replaced while iterating: the keys stay as they are)
+                    out[k] = _json_copy(v, room - 1)  # (a value replaced while iterating: the keys stay as they are)
                 except _NotJson as e:
                     e.path.append(k)
                     raise
@@ -118,15 +138,15 @@ def _json_copy(value: Any) -> Any:
         for i, v in enumerate(copied):
             if type(v) not in _LEAVES:
                 try:
-                    copied[i] = _json_copy(v)
+                    copied[i] = _json_copy(v, room - 1)
                 except _NotJson as e:
                     e.path.append(i)
                     raise
         return copied
-    return _json_copy_general(value)
+    return _json_copy_general(value, room)
 
 
-def _json_copy_general(value: Any) -> Any:
+def _json_copy_general(value: Any, room: int) -> Any:
     if isinstance(value, str | int) or value is None:  # bool is an int
         return value
     if isinstance(value, dict):
@@ -137,7 +157,7 @@ def _json_copy_general(value: Any) -> Any:
             try:
                 # A str subclass key as a plain str (str.__str__: its own __str__ may say anything):
                 # the caller's key object, whose hash may change, is never kept.
-                out[k if type(k) is str else str.__str__(k)] = _json_copy(v)
+                out[k if type(k) is str else str.__str__(k)] = _json_copy(v, room - 1)
             except _NotJson as e:
                 e.path.append(k)
                 raise
@@ -146,7 +166,7 @@ def _json_copy_general(value: Any) -> Any:
         copied = []
         for i, v in enumerate(value):
             try:
-                copied.append(_json_copy(v))
+                copied.append(_json_copy(v, room - 1))
             except _NotJson as e:
                 e.path.append(i)
                 raise

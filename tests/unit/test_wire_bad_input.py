@@ -4,6 +4,7 @@ state (also after a reopen), and never poisons later reads."""
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,7 @@ import session_manager
 from session_manager._service.admission import MAX_DEPTH
 from session_manager._wire.events import EVENT_FUNCTIONS
 from session_manager.clock import ManualClock
-from session_manager.errors import INVALID_REQUEST
+from session_manager.errors import INVALID_REQUEST, SessionError
 from session_manager.ids import SequentialIds
 from session_manager.testing import FakeEngine, serve
 
@@ -308,3 +309,23 @@ def test_a_zero_list_limit_in_open_means_what_the_configuration_means(tmp_path: 
     assert len(page["sessions"]) == 1 and page["next_cursor"] is not None
     assert len(sm.call("session::list", {"limit": 50})["sessions"]) == 1
     sm.close()
+
+
+@pytest.mark.parametrize(("metadata", "title", "detail"), [
+    ({"a": [1, float("nan")]}, "t", "metadata.a.1: nan is not a JSON number (NaN and Infinity are refused)"),
+    ({"a": (1, float("-inf"))}, "t", "metadata.a.1: -inf is not a JSON number (NaN and Infinity are refused)"),
+    ({"when": datetime.date(2020, 1, 1)}, "t", "metadata.when: a date is not a JSON value"),
+    ({"when": datetime.date(2020, 1, 1)}, "x" * 3000, "payload: 3045 bytes of JSON exceed max_request_bytes (2000)"),
+])
+def test_a_payload_the_proven_copy_refuses_gets_the_exact_paths_error(
+        tmp_path: Path, metadata: dict[str, Any], title: str, detail: str) -> None:
+    # Prevents: the embedded host's bounded copy (which lets admission skip its NaN and depth scans)
+    # changing which error a bad payload gets, or its order: admission's exact walk still speaks first.
+    with session_manager.open(tmp_path / "d", max_request_bytes=2000) as sm:
+        with pytest.raises(SessionError) as caught:
+            sm.call("session::create", {"title": title, "metadata": metadata})
+        assert caught.value.detail == detail
+        assert sm.call("session::list", {})["sessions"] == []  # nothing was created
+        # A tuple is a JSON array: copied as a list on the proven path, as before.
+        created = sm.call("session::create", {"title": "t", "metadata": {"a": (1, [2.5])}})
+        assert created["meta"]["metadata"] == {"a": [1, [2.5]]}
