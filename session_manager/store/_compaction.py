@@ -26,7 +26,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from ._fsio import CREATE_FLAGS, Ops, fsync_dir, reason, write_all
 
@@ -48,7 +48,7 @@ TEMP_SUFFIX = ".compact"  # appended to the log's name while the rewrite is writ
 class LogBudget:
     """Bytes on disk vs bytes live, for one session's log."""
 
-    __slots__ = ("disk", "entries", "live", "meta", "retry_at")
+    __slots__ = ("disk", "entries", "live", "loaded", "meta", "retry_at")
 
     def __init__(self) -> None:
         self.disk = 0
@@ -56,15 +56,22 @@ class LogBudget:
         self.meta = 0
         self.retry_at = 0  # after a failed rewrite: not again before the log doubles
         self.entries: dict[str, int] = {}
+        # A log loaded from disk: ``live`` counts its entries (from the index) but ``entries`` does
+        # not know them; this answers the bytes an entry not charged since counts (0: a new one).
+        self.loaded: Callable[[str], int] | None = None
 
     def charge(self, written: int, entries: Iterable[tuple[str, int]], meta: int | None) -> None:
         """``written`` bytes appended, carrying each entry's newest snapshot
-        size (by id) and the meta's (``None``: unchanged). One call per commit."""
+        size (by id) and the meta's (``None``: unchanged). One call per commit,
+        before the state applies it (:attr:`loaded` reads the entry's old line)."""
         self.disk += written
         sizes = self.entries
         live = self.live
         for entry_id, size in entries:
-            live += size - sizes.get(entry_id, 0)
+            old = sizes.get(entry_id)
+            if old is None:
+                old = 0 if self.loaded is None else self.loaded(entry_id)
+            live += size - old
             sizes[entry_id] = size
         if meta is not None:
             live += meta - self.meta
