@@ -47,3 +47,31 @@ def test_a_long_message_streamed_again_after_a_reopen_keeps_the_log_bounded(tmp_
     again = FsStore(where)
     assert (again.get_entry(SID, "e_1"), again.get_meta(SID), again.get_leaf(SID)) == want
     again.close()
+
+
+def test_a_session_evicted_and_loaded_again_mid_stream_keeps_the_log_bounded(tmp_path: Path) -> None:
+    # Prevents: the same double count after every eviction (a cache too small for two streaming
+    # sessions reloads each one on its next commit): each reload re-added the streamed entry's
+    # size, so a reply that shrank between updates left its log past 3x live + 64 KiB.
+    where = tmp_path / "d"
+    store = FsStore(where, cache_bytes=20_000)
+    sids = ("s_a", "s_b")
+    for sid in sids:
+        store.commit(sid, Commit(meta=meta(sid)))
+        store.commit(sid, Commit(entries=(message("e", None),), leaf="e", meta=meta(sid, message_count=1)))
+    last = 0
+    for k in range(1, 400):
+        for sid in sids:
+            text = "tok " * (300 * (k % 40 + 1))  # grows, then starts again small
+            written = Commit(entries=(message("e", None, text, revision=k),), meta=meta(sid, message_count=1,
+                                                                                        updated_at=k))
+            store.commit(sid, written)
+            live = len(encode_snapshot(written.meta, written.entries, "e"))
+            assert (where / f"{sid}.jsonl").stat().st_size <= 3 * live + 64 * 1024, (sid, k)
+        last = k
+    want = {sid: (store.get_entry(sid, "e"), store.get_meta(sid)) for sid in sids}
+    assert all(entry is not None and entry["revision"] == last for entry, _ in want.values())
+    store.close()
+    again = FsStore(where)
+    assert {sid: (again.get_entry(sid, "e"), again.get_meta(sid)) for sid in sids} == want
+    again.close()
