@@ -48,30 +48,24 @@ TEMP_SUFFIX = ".compact"  # appended to the log's name while the rewrite is writ
 class LogBudget:
     """Bytes on disk vs bytes live, for one session's log."""
 
-    __slots__ = ("disk", "entries", "live", "loaded", "meta", "retry_at")
+    __slots__ = ("disk", "entries", "live", "meta", "retry_at")
 
     def __init__(self) -> None:
         self.disk = 0
         self.live = 0
         self.meta = 0
         self.retry_at = 0  # after a failed rewrite: not again before the log doubles
-        self.entries: dict[str, int] = {}
-        # A log loaded from disk: ``live`` counts its entries (from the index) but ``entries`` does
-        # not know them; this answers the bytes an entry not charged since counts (0: a new one).
-        self.loaded: Callable[[str], int] | None = None
+        self.entries: dict[str, int] = {}  # (a log loaded from disk: :class:`LoadedSizes`)
 
     def charge(self, written: int, entries: Iterable[tuple[str, int]], meta: int | None) -> None:
         """``written`` bytes appended, carrying each entry's newest snapshot
         size (by id) and the meta's (``None``: unchanged). One call per commit,
-        before the state applies it (:attr:`loaded` reads the entry's old line)."""
+        before the state applies it (:class:`LoadedSizes` reads an entry's old line)."""
         self.disk += written
         sizes = self.entries
         live = self.live
         for entry_id, size in entries:
-            old = sizes.get(entry_id)
-            if old is None:
-                old = 0 if self.loaded is None else self.loaded(entry_id)
-            live += size - old
+            live += size - sizes.get(entry_id, 0)
             sizes[entry_id] = size
         if meta is not None:
             live += meta - self.meta
@@ -92,6 +86,23 @@ class LogBudget:
 
     def failed(self) -> None:
         self.retry_at = 2 * self.disk + SLACK
+
+
+class LoadedSizes(dict[str, int]):
+    """The entry sizes of a log loaded from disk: ``live`` counts its entries (from the
+    index) before any is charged, so an entry not charged since counts what the load
+    counted for it (``counted``; 0: a new one), not nothing. A plain dict otherwise:
+    a budget that never loaded pays nothing for this."""
+
+    __slots__ = ("_counted",)
+
+    def __init__(self, counted: Callable[[str], int]) -> None:
+        super().__init__()
+        self._counted = counted
+
+    def get(self, entry_id: str, default: int = 0) -> int:  # type: ignore[override]
+        size = super().get(entry_id)
+        return self._counted(entry_id) if size is None else size
 
 
 def came_in_long(budget: LogBudget) -> bool:

@@ -306,7 +306,7 @@ class FsStore(CatalogListing, SessionDeletion, OnlineCompaction, AttachmentFiles
             # estimate on the high side, an append line also carrying a meta: compaction comes
             # no earlier than it would have).
             budget.live = entries.live_bytes()
-            budget.loaded = functools.partial(_line_bytes, entries)  # what live_bytes counted for an entry
+            budget.entries = _compaction.LoadedSizes(functools.partial(_line_bytes, entries))
         if state.meta is not None:
             budget.charge(0, (), meta_size(state.meta))
         # Not compacted here: a load is a read, and reads never write (the
