@@ -26,7 +26,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from ._fsio import CREATE_FLAGS, Ops, fsync_dir, reason, write_all
 
@@ -55,11 +55,12 @@ class LogBudget:
         self.live = 0
         self.meta = 0
         self.retry_at = 0  # after a failed rewrite: not again before the log doubles
-        self.entries: dict[str, int] = {}
+        self.entries: dict[str, int] = {}  # (a log loaded from disk: :class:`LoadedSizes`)
 
     def charge(self, written: int, entries: Iterable[tuple[str, int]], meta: int | None) -> None:
         """``written`` bytes appended, carrying each entry's newest snapshot
-        size (by id) and the meta's (``None``: unchanged). One call per commit."""
+        size (by id) and the meta's (``None``: unchanged). One call per commit,
+        before the state applies it (:class:`LoadedSizes` reads an entry's old line)."""
         self.disk += written
         sizes = self.entries
         live = self.live
@@ -85,6 +86,23 @@ class LogBudget:
 
     def failed(self) -> None:
         self.retry_at = 2 * self.disk + SLACK
+
+
+class LoadedSizes(dict[str, int]):
+    """The entry sizes of a log loaded from disk: ``live`` counts its entries (from the
+    index) before any is charged, so an entry not charged since counts what the load
+    counted for it (``counted``; 0: a new one), not nothing. A plain dict otherwise:
+    a budget that never loaded pays nothing for this."""
+
+    __slots__ = ("_counted",)
+
+    def __init__(self, counted: Callable[[str], int]) -> None:
+        super().__init__()
+        self._counted = counted
+
+    def get(self, entry_id: str, default: int = 0) -> int:  # type: ignore[override]
+        size = super().get(entry_id)
+        return self._counted(entry_id) if size is None else size
 
 
 def came_in_long(budget: LogBudget) -> bool:

@@ -62,6 +62,12 @@ Durability = Literal["flush", "fsync"]
 _LONGEST_SUFFIX = max(len(LOG_SUFFIX + _compaction.TEMP_SUFFIX), len(LOG_SUFFIX + _delete.ASIDE))
 
 
+def _line_bytes(entries: LazyEntries, entry_id: str) -> int:
+    """The bytes :meth:`LazyEntries.live_bytes` counts for ``entry_id``'s newest line (0: none)."""
+    at = entries.location(entry_id)
+    return 0 if at is None else at[1] + 1
+
+
 class ReadOnlyStore(StoreError):
     """A mutation of a store opened read-only."""
 
@@ -300,6 +306,7 @@ class FsStore(CatalogListing, SessionDeletion, OnlineCompaction, AttachmentFiles
             # estimate on the high side, an append line also carrying a meta: compaction comes
             # no earlier than it would have).
             budget.live = entries.live_bytes()
+            budget.entries = _compaction.LoadedSizes(functools.partial(_line_bytes, entries))
         if state.meta is not None:
             budget.charge(0, (), meta_size(state.meta))
         # Not compacted here: a load is a read, and reads never write (the
@@ -385,9 +392,9 @@ class FsStore(CatalogListing, SessionDeletion, OnlineCompaction, AttachmentFiles
             start = self._append(session_id, data)
             if self._compactor is not None:  # in the log now: a rewrite in flight must carry it over
                 self._compactor.appended(session_id, data, commit.entries)
+            budget = self._account(session_id, commit, data, sizes)  # (before apply: a loaded entry's old line)
             state.apply(commit, written_spans(len(commit.entries), data, start))
             self._files.note_commit(session_id, state, start + len(data))
-            budget = self._account(session_id, commit, data, sizes)
             with self._lock:
                 if commit.meta is not None:
                     if self._metas is not None:
