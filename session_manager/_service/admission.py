@@ -104,14 +104,21 @@ def admit_copy(function_id: str, payload: Any, limits: Limits, *, mutates: bool)
     (:func:`~session_manager._wire.validation.json_payload`): the same errors in
     the same order. A payload copied within :data:`MAX_DEPTH` is proven free of
     NaN, infinities and deeper nesting, so admission skips its scans for them;
-    any other takes admission's exact path first, then the copy's refusal."""
+    any other takes admission's exact path first, then the copy's refusal, then
+    admission of the copy (its tuples are lists: see :func:`_within_depth`)."""
     if type(payload) is dict:
         _check_batch(function_id, payload, limits)  # first: an oversized batch is refused without copying it
         private = proven_copy(payload, MAX_DEPTH)
     else:
         private = None
     admit(function_id, payload, limits, mutates=mutates, proven=private is not None)
-    return json_payload(payload) if private is None else private
+    if private is not None:
+        return private
+    private = json_payload(payload)
+    # orjson does not count tuples toward its depth limit, so admission's depth proof
+    # (_within_depth) passes tuples nested past MAX_DEPTH; the copy holds lists there.
+    admit(function_id, private, limits, mutates=mutates)
+    return private
 
 
 def _bulk_allowance(max_bytes: int, field: str) -> int:
@@ -153,7 +160,8 @@ def _within_depth(payload: Any) -> bool:
     """Is ``payload`` (already encodable) nested at most :data:`MAX_DEPTH` deep?
     Wrapped in :func:`_headroom` lists, it encodes iff it is: orjson refuses
     past its own limit, at C speed. A batch of 10,000 messages holds ~40,000
-    brackets: the exact walk took ~55 ms of it, this ~3 ms."""
+    brackets: the exact walk took ~55 ms of it, this ~3 ms. Not for tuples:
+    orjson does not count them toward its limit (JSON, the wire's, has none)."""
     levels = _headroom()
     if levels <= 0:
         return False  # an orjson whose limit is not above ours: the walk decides
