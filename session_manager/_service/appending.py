@@ -32,7 +32,7 @@ class Appending(ServiceCore):
     def append(self, req: api.AppendRequest) -> Result:
         session_id = req.session_id
         with self._session(session_id):
-            meta, leaf = self.store.meta_and_leaf(session_id)  # one lookup: the hot path reads both
+            meta, leaf = self.store.meta_and_leaf_to_commit(session_id)  # one lookup: the hot path reads both
             if meta is None:
                 raise not_found(session_id)
             if (req.message is None) == (req.custom is None):
@@ -85,7 +85,7 @@ class Appending(ServiceCore):
     def update_message(self, req: api.UpdateMessageRequest) -> Result:
         session_id = req.session_id
         with self._session(session_id):
-            meta, entry = self.store.meta_and_entry(session_id, req.entry_id)  # one lookup per streamed token
+            meta, entry = self.store.meta_and_entry_to_commit(session_id, req.entry_id)  # one lookup per streamed token
             if meta is None:
                 raise not_found(session_id)
             if entry is None:
