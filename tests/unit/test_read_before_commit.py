@@ -87,6 +87,11 @@ def test_a_mutation_ending_without_a_commit_leaves_the_cache_charged_and_ordered
         _update(service, {"session_id": sid, "entry_id": "c_1", "content": [{"type": "text", "text": "no"}]})
     with pytest.raises(SessionError):
         _append(service, {"session_id": sid})  # neither message nor custom
+    with pytest.raises(SessionError, match="at least one"):
+        service.append_many(api.AppendManyRequest.model_validate({"session_id": sid, "messages": []}))
+    with pytest.raises(SessionError, match="does not exist"):
+        service.append_many(api.AppendManyRequest.model_validate(
+            {"session_id": sid, "parent_id": "nope", "messages": [_text("m")]}))
     assert list(store._sessions)[-1] == sid
     _assert_charged_as_held(store)
 
@@ -111,7 +116,16 @@ def test_a_mutation_that_commits_is_charged_what_it_holds_and_most_recent(
     assert list(store._sessions)[-1] == sid
     _assert_charged_as_held(store)
     store.get_meta(other)
-    _append(service, {"session_id": sid, "message": _text("w" * 2000)})
+    last = _append(service, {"session_id": sid, "message": _text("w" * 2000)})[0]["entry_id"]
+    assert list(store._sessions)[-1] == sid
+    _assert_charged_as_held(store)
+    store.get_meta(other)
+    response, events = service.append_many(api.AppendManyRequest.model_validate(
+        {"session_id": sid, "messages": [_text("v" * 2000), _text("u")]}))
+    assert len(response["entry_ids"]) == 2 and len(events) == 2
+    assert store.get_meta(sid)["message_count"] == 4  # type: ignore[index]
+    assert store.get_leaf(sid) == response["last_entry_id"]
+    assert store.get_entry(sid, response["entry_ids"][0])["parent_id"] == last  # type: ignore[index]
     assert list(store._sessions)[-1] == sid
     _assert_charged_as_held(store)
     store.close()
