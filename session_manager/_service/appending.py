@@ -32,7 +32,7 @@ class Appending(ServiceCore):
     def append(self, req: api.AppendRequest) -> Result:
         session_id = req.session_id
         with self._session(session_id):
-            meta, leaf = self.store.meta_and_leaf(session_id)  # one lookup: the hot path reads both
+            meta, leaf = self.store.meta_and_leaf_to_commit(session_id)  # one lookup: the hot path reads both
             if meta is None:
                 raise not_found(session_id)
             if (req.message is None) == (req.custom is None):
@@ -42,7 +42,7 @@ class Appending(ServiceCore):
                 if existing is not None:
                     # Idempotent replay: the original, nothing written, nothing fired.
                     return _append_response(existing), []
-            parent = leaf if req.parent_id is None else self._parent(session_id, req.parent_id)
+            parent = self._parent(session_id, req.parent_id, leaf)
             now = self.clock.now_ms()
             entry_id = req.entry_id or self.ids.entry_id()
             entry = _new_entry(entry_id, parent, now, req.origin, req.message, req.custom)
@@ -50,9 +50,10 @@ class Appending(ServiceCore):
             entry, meta = applied.entries[0], applied.meta or meta
         return _append_response(entry), [ev.message_added(session_id, entry, meta.get("metadata"))]
 
-    def _parent(self, session_id: str, parent_id: str | None) -> str | None:
+    def _parent(self, session_id: str, parent_id: str | None, leaf: str | None) -> str | None:
+        """The parent of a new entry: the session's ``leaf`` (as read), unless one is named."""
         if parent_id is None:
-            return self.store.get_leaf(session_id)
+            return leaf
         if self.store.get_entry(session_id, parent_id) is None:
             raise SessionError(
                 PARENT_NOT_FOUND, f"parent entry {parent_id} does not exist in session {session_id}"
@@ -63,10 +64,12 @@ class Appending(ServiceCore):
     def append_many(self, req: api.AppendManyRequest) -> Result:
         session_id = req.session_id
         with self._session(session_id):
-            meta = self._meta_or_raise(session_id)
+            meta, leaf = self.store.meta_and_leaf_to_commit(session_id)
+            if meta is None:
+                raise not_found(session_id)
             if not req.messages:
                 raise SessionError(EMPTY_BATCH, "messages must contain at least one message")
-            parent = self._parent(session_id, req.parent_id)
+            parent = self._parent(session_id, req.parent_id, leaf)
             now = self.clock.now_ms()
             entries: list[Entry] = []
             for message in req.messages:
@@ -85,7 +88,7 @@ class Appending(ServiceCore):
     def update_message(self, req: api.UpdateMessageRequest) -> Result:
         session_id = req.session_id
         with self._session(session_id):
-            meta, entry = self.store.meta_and_entry(session_id, req.entry_id)  # one lookup per streamed token
+            meta, entry = self.store.meta_and_entry_to_commit(session_id, req.entry_id)  # one lookup per streamed token
             if meta is None:
                 raise not_found(session_id)
             if entry is None:

@@ -10,7 +10,9 @@ A read decodes bodies after the store handed the state out, so a session is
 re-charged on the next touch of any session (:meth:`StateCache.touch`): the
 estimate lags only by what the calls in flight decoded. A commit does not
 touch the state it writes: it charges it, settling the others with it, once
-written (:meth:`StateCache.committed`), then evicts. Eviction walks from
+written (:meth:`StateCache.committed`), then evicts; the read that decides a
+commit leaves its session's charge to that commit (:meth:`StateCache.reserve`),
+so a mutation charges it once. Eviction walks from
 the oldest end and stops as soon as the total fits, so a touch costs
 O(sessions dropped), never O(sessions cached).
 """
@@ -77,14 +79,30 @@ class StateCache(OrderedDict[str, SessionState]):
         written count), mark it most recent, and evict. It stays pending, as a
         touch leaves it: a reader handed it before the write may still be decoding."""
         if self.get(session_id) is state:
-            pending = self._pending
-            pending.pop(session_id, None)  # charged here, once (the usual pending: the touch before the write)
-            if pending:
-                self.settle()
+            self._settle_others(session_id)  # it is charged here, once
             self.charge(session_id, state)
-            pending[session_id] = state
+            self._pending[session_id] = state
         if self.total > self.budget:
             self.evict(session_id, drop)
+
+    def reserve(self, session_id: str, state: SessionState, drop: Drop) -> None:
+        """``state`` (cached, loaded) is handed to the read a commit follows:
+        :meth:`touch`, but its own charge is left to that commit
+        (:meth:`committed`), so a mutation pays one. It stays pending, so a read
+        that ends without a commit is charged at the next touch, as any other."""
+        self._settle_others(session_id)
+        self.move_to_end(session_id)
+        self._pending[session_id] = state
+        if self.total > self.budget:
+            self.evict(session_id, drop)
+
+    def _settle_others(self, session_id: str) -> None:
+        """Charge every session handed out since its last charge but ``session_id``
+        (whose charge the caller makes or leaves pending)."""
+        pending = self._pending
+        pending.pop(session_id, None)
+        if pending:
+            self.settle()
 
     def touch(self, session_id: str, state: SessionState, drop: Drop) -> None:
         """``state`` (cached, loaded) is handed out again: charge what the

@@ -170,13 +170,22 @@ class StateBackedStore(SessionStore):
         state = self._state(session_id)
         return state.leaf if state else None
 
+    def _state_to_commit(self, session_id: str) -> SessionState | None:
+        """:meth:`_state` for the read a commit follows (see
+        :meth:`SessionStore.meta_and_leaf_to_commit`); the default is the read's."""
+        return self._state(session_id)
+
     def meta_and_leaf(self, session_id: str) -> tuple[Meta | None, str | None]:
-        state = self._state(session_id)
-        return (state.meta, state.leaf) if state else (None, None)
+        return _meta_and_leaf(self._state(session_id))
 
     def meta_and_entry(self, session_id: str, entry_id: str) -> tuple[Meta | None, Entry | None]:
-        state = self._state(session_id)
-        return (state.meta, state.entries.get(entry_id)) if state else (None, None)
+        return _meta_and_entry(self._state(session_id), entry_id)
+
+    def meta_and_leaf_to_commit(self, session_id: str) -> tuple[Meta | None, str | None]:
+        return _meta_and_leaf(self._state_to_commit(session_id))
+
+    def meta_and_entry_to_commit(self, session_id: str, entry_id: str) -> tuple[Meta | None, Entry | None]:
+        return _meta_and_entry(self._state_to_commit(session_id), entry_id)
 
     def path(self, session_id: str, leaf: str | None) -> EntryPath:
         state = self._state(session_id)
@@ -191,3 +200,11 @@ class StateBackedStore(SessionStore):
             return []
         with state.lock:
             return list(state.entries.values())
+
+
+def _meta_and_leaf(state: SessionState | None) -> tuple[Meta | None, str | None]:
+    return (state.meta, state.leaf) if state else (None, None)
+
+
+def _meta_and_entry(state: SessionState | None, entry_id: str) -> tuple[Meta | None, Entry | None]:
+    return (state.meta, state.entries.get(entry_id)) if state else (None, None)

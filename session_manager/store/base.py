@@ -173,6 +173,18 @@ class SessionStore(ABC):
         """``(get_meta, get_entry)`` in one call (every streamed update reads both)."""
         return self.get_meta(session_id), self.get_entry(session_id, entry_id)
 
+    def meta_and_leaf_to_commit(self, session_id: str) -> tuple[Meta | None, str | None]:
+        """:meth:`meta_and_leaf` for a mutation that commits next (the service
+        reads it inside ``ServiceCore._session``, right before its commit): a
+        store may leave to that commit what it does on every access (the fs
+        store's cache charge). The answer is the same; the default is the read."""
+        return self.meta_and_leaf(session_id)
+
+    def meta_and_entry_to_commit(self, session_id: str, entry_id: str) -> tuple[Meta | None, Entry | None]:
+        """:meth:`meta_and_entry` for a mutation that commits next (see
+        :meth:`meta_and_leaf_to_commit`)."""
+        return self.meta_and_entry(session_id, entry_id)
+
     @abstractmethod
     def path(self, session_id: str, leaf: str | None) -> EntryPath:
         """The root -> ``leaf`` chain (empty for ``None`` or an unknown leaf)."""

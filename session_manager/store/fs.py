@@ -353,6 +353,19 @@ class FsStore(CatalogListing, SessionDeletion, OnlineCompaction, AttachmentFiles
             return None
         return state
 
+    def _state_to_commit(self, session_id: str) -> SessionState | None:
+        """:meth:`_state` for the read a commit follows: a loaded session is marked most
+        recent and its charge left to that commit (:meth:`.StateCache.reserve`), so a
+        mutation charges it once; any other case (a load, read-only) is a read's."""
+        self._not_inherited()
+        if not self.read_only:
+            with self._lock:
+                state = self._sessions.get(session_id)
+                if state is not None and state.loaded and state.meta is not None:
+                    self._sessions.reserve(session_id, state, self._drop)
+                    return state
+        return self._state(session_id)
+
     def _ops_exists(self, path: str) -> bool:
         return log_exists(self._ops, path)
 

@@ -172,6 +172,19 @@ class StoreContract(ConcurrentWriters, ABC):
         assert path_ids(three, "s_1", "e_3") == ["e_1", "e_2", "e_3"]
 
 
+    def test_the_reads_before_a_commit_answer_what_the_reads_do(self, three: SessionStore) -> None:
+        # Prevents: the read a mutation makes right before its commit (a store may leave its
+        # bookkeeping to that commit) answering otherwise than the plain read, on any adapter.
+        for sid in ("s_1", "nope"):
+            assert three.meta_and_leaf_to_commit(sid) == three.meta_and_leaf(sid)
+            for eid in ("e_2", "e_404"):
+                assert three.meta_and_entry_to_commit(sid, eid) == three.meta_and_entry(sid, eid)
+        assert three.meta_and_leaf_to_commit("s_1") == (meta("s_1", message_count=3), "e_3")
+        assert three.meta_and_entry_to_commit("s_1", "e_2") == (meta("s_1", message_count=3),
+                                                                message("e_2", "e_1", "m2"))
+        assert three.meta_and_leaf_to_commit("nope") == (None, None)
+        assert three.get_meta("nope") is None  # the probe created nothing
+
     def test_entry_rewrite_is_last_wins(self, three: SessionStore) -> None:
         # Prevents: an update-message revision being lost or duplicated on read.
         edited = message("e_2", "e_1", "edited", revision=1)
