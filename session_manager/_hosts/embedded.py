@@ -46,6 +46,11 @@ def copy_json(value: Any) -> Any:
     t = type(value)
     if t is dict:
         out = value.copy()
+        for v in out.values():
+            if type(v) not in _LEAVES:
+                break
+        else:
+            return out  # leaves only (most responses): one scan, no item pairs, no stores
         for k, v in out.items():
             if type(v) not in _LEAVES:
                 out[k] = copy_json(v)  # (a value replaced while iterating: the keys stay as they are)
@@ -99,16 +104,20 @@ class SessionManager(TypedMethods):
         self._observers: list[Observation] = []
         self._lock = threading.Lock()
         self._closed = False
-        # Calls in flight, so close() releases the store only once they are done;
+        # Calls in flight, so close() releases the store only once they are done: one
+        # item each in _calls (list append and pop are atomic, cheaper than a lock twice
+        # a call); a call counts itself before it reads _closed, close() sets _closed
+        # before it counts, so either the call sees it closed or close() waits for it.
         # _depth counts this thread's own calls delivering events (close() from an
         # observer must not wait for the call that runs it).
-        self._idle_lock = threading.Lock()
-        self._idle = threading.Condition(self._idle_lock)
-        self._in_flight = 0
+        self._idle = threading.Condition(threading.Lock())
+        self._calls: list[None] = []
         self._depth = threading.local()
         self._released = False
         # The default run_call only calls: skipped (and its closure) on every call of such a store.
         self._wraps_calls = getattr(type(service.store), "run_call", None) is not SessionStore.run_call
+        # A store is opened read-only or not for good: read once, not per mutating call.
+        self._read_only = bool(getattr(service.store, "read_only", False))
         # A shared store (postgres) delivers other instances' events here.
         self._unsubscribe = service.store.subscribe(self.publish, self.is_observed)
 
@@ -117,24 +126,23 @@ class SessionManager(TypedMethods):
     def call(self, function_id: str, payload: Any = None) -> Any:
         """Run one function; returns its JSON-compatible result or raises
         :class:`~session_manager.SessionError`."""
-        # The condition's own lock, taken directly: the Condition's __enter__ is a Python call, twice a call.
-        with self._idle_lock:
+        calls = self._calls
+        calls.append(None)
+        try:
             if self._closed:
                 raise RuntimeError("this session manager is closed")
-            self._in_flight += 1
-        try:
             return self._call(function_id, payload)
         finally:
-            with self._idle_lock:
-                self._in_flight -= 1
-                if self._closed:
+            calls.pop()
+            if self._closed:
+                with self._idle:
                     self._idle.notify_all()
 
     def _call(self, function_id: str, payload: Any) -> Any:
         function = BY_ID.get(function_id)
         if function is None or function.handler is None:
             raise LookupError(f"no function {function_id!r}")
-        if function.mutates and getattr(self.service.store, "read_only", False):
+        if function.mutates and self._read_only:
             raise SessionError(STORAGE, f"{function_id}: this session store is open read-only")
         # A private copy: what is stored must not change when the caller
         # later changes the dicts it passed in.
@@ -221,7 +229,7 @@ class SessionManager(TypedMethods):
                     self._idle.wait()
                 return
             self._closed = True
-            while self._in_flight > own:
+            while len(self._calls) > own:
                 self._idle.wait()
         try:
             self._unsubscribe()

@@ -10,8 +10,8 @@ from pydantic import BaseModel
 from .._wire import api
 from .._wire import events as ev
 from .._wire.dumping import fast_dump
-from .._wire.models import MESSAGE_MODELS, CustomEntry, CustomPayload, MessageEntry
-from .._wire.shape import build, edit
+from .._wire.models import MESSAGE_MODELS, CustomEntry, CustomPayload, MessageEntry, SessionMeta
+from .._wire.shape import build, edit, editor
 from ..errors import (
     DETAILS_NOT_SUPPORTED,
     EMPTY_BATCH,
@@ -24,7 +24,11 @@ from ..errors import (
 )
 from ..store.base import Entry
 from .contention import retry_conflicts
-from .core import Result, ServiceCore, changed
+from .core import Result, ServiceCore
+
+# update-message's edits of the entry and the meta (every streamed token): the fields they always change.
+_revised = editor(MessageEntry, "revision", "message")
+_touched = editor(SessionMeta, "updated_at")
 
 
 class Appending(ServiceCore):
@@ -122,10 +126,13 @@ class Appending(ServiceCore):
                         "`details` applies to function_result and custom messages",
                     )
                 changes["details"] = req.details
-            message = edit[MESSAGE_MODELS[role]](message, **changes)
+            model = MESSAGE_MODELS[role]
+            # A streamed token changes only the content: that edit, without every other field's default.
+            message = (editor(model, "content")(message, changes["content"]) if len(changes) == 1
+                       else edit[model](message, **changes))
             now = self.clock.now_ms()
-            updated = edit[MessageEntry](entry, revision=revision + 1, message=message)
-            meta = changed(meta, updated_at=now)
+            updated = _revised(entry, revision + 1, message)
+            meta = _touched(meta, now)
             self._commit(session_id, entries=(updated,), meta=meta, expect_meta=meta_read,
                          expect_revisions=((req.entry_id, revision),))
         event = ev.message_updated(session_id, updated, req.origin, now, meta.get("metadata"))

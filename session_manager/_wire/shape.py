@@ -58,19 +58,32 @@ def _builder(model: type[BaseModel]) -> Builder:
     return _compile(f"build_{model.__name__}", "\n".join(lines))
 
 
-def _amender(model: type[BaseModel]) -> Amender:
+def _amender(model: type[BaseModel], only: tuple[str, ...] | None = None) -> Amender:
+    """``edit[model]``; with ``only``, :func:`editor`'s: those fields, each required (no default to
+    look up, no test of the fields a call does not change). Either way the given fields are applied
+    in the model's field order, so a new key lands where the stored bytes expect it."""
     fields, keep = model.model_fields, _kept_null(model)
-    lines = [f"def amend_{model.__name__}(_current, /, *, {', '.join(f'{n}=_ABSENT' for n in fields)}):",
-             "    _out = dict(_current)"]
-    for n in fields:
-        lines.append(f"    if {n} is not _ABSENT:")
+    changed = list(fields) if only is None else [n for n in fields if n in only]
+    if only is None:
+        head, name = f"_current, /, *, {', '.join(f'{n}=_ABSENT' for n in fields)}", f"amend_{model.__name__}"
+    else:
+        unknown = set(only) - set(fields)
+        if unknown:
+            raise TypeError(f"{model.__name__} has no field {sorted(unknown)[0]!r}")
+        head, name = f"_current, /, {', '.join(only)}", f"amend_{model.__name__}_{'_'.join(only)}"
+    lines = [f"def {name}({head}):", "    _out = dict(_current)"]
+    for n in changed:
+        indent = "    "
+        if only is None:
+            lines.append(f"    if {n} is not _ABSENT:")
+            indent = "        "
         if n in keep:
-            lines.append(f"        _out[{n!r}] = {n}")
+            lines.append(f"{indent}_out[{n!r}] = {n}")
         else:
-            lines += [f"        if {n} is None:", f"            _out.pop({n!r}, None)",
-                      "        else:", f"            _out[{n!r}] = {n}"]
+            lines += [f"{indent}if {n} is None:", f"{indent}    _out.pop({n!r}, None)",
+                      f"{indent}else:", f"{indent}    _out[{n!r}] = {n}"]
     lines.append("    return _out")
-    return _compile(f"amend_{model.__name__}", "\n".join(lines))
+    return _compile(name, "\n".join(lines))
 
 
 class _PerModel(dict[type[BaseModel], Callable[..., dict[str, Any]]]):
@@ -87,6 +100,17 @@ class _PerModel(dict[type[BaseModel], Callable[..., dict[str, Any]]]):
 
 build: Mapping[type[BaseModel], Builder] = _PerModel(_builder)
 edit: Mapping[type[BaseModel], Amender] = _PerModel(_amender)
+_editors: dict[tuple[type[BaseModel], tuple[str, ...]], Amender] = {}
+
+
+def editor(model: type[BaseModel], *only: str) -> Amender:
+    """``edit[model]`` for a hot path that always changes the same fields: ``editor(M, "a", "b")(current, a, b)``
+    is ``edit[M](current, a=a, b=b)``, without the keyword defaults of every other field (cached)."""
+    key = (model, only)
+    fn = _editors.get(key)
+    if fn is None:
+        fn = _editors[key] = _amender(model, only)
+    return fn
 
 
 def shape(model: type[BaseModel], base: Mapping[str, Any], /, **fields: Any) -> dict[str, Any]:

@@ -77,6 +77,22 @@ def test_results_are_the_callers_to_change(tmp_path: Path) -> None:
     assert sm.call("session::get", {"session_id": sid})["meta"]["metadata"] == {"a": [1]}
 
 
+def test_a_result_copy_is_whole_with_or_without_nested_containers() -> None:
+    # Prevents: the leaves-only fast path of copy_json handing back the original dict, or a dict whose
+    # container comes after its leaves (the scan stops there) losing the deep copy of that container.
+    from session_manager._hosts.embedded import copy_json
+
+    flat = {"entry_id": "e", "parent_id": None, "timestamp": 1, "ok": True, "x": 1.5}
+    got = copy_json(flat)
+    assert got == flat and got is not flat
+    nested = {"a": "s", "b": 2, "c": {"d": [1, {"e": []}]}, "f": [[]]}
+    got = copy_json(nested)
+    assert got == nested
+    got["c"]["d"][1]["e"].append(1)
+    got["f"][0].append(1)
+    assert nested == {"a": "s", "b": 2, "c": {"d": [1, {"e": []}]}, "f": [[]]}
+
+
 @pytest.mark.parametrize("depth", [300, 5000])
 def test_values_nested_too_deeply_are_refused_cleanly(tmp_path: Path, depth: int) -> None:
     # Prevents: a serialization error or RecursionError escaping as a traceback (or half a write).

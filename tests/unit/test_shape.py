@@ -64,3 +64,23 @@ def test_shape_takes_the_model_fields_from_a_base() -> None:
     created = shape(EVENT_MODELS["session::on-created"], meta, session_metadata=meta["metadata"])
     assert created == {"session_id": "s", "title": "T", "description": "", "status": "idle", "created_at": 1,
                        "session_metadata": {"o": 1}}
+
+
+def test_an_editor_of_fixed_fields_is_edit_with_those_fields() -> None:
+    # Prevents: the hot path's fixed-field editor ordering new keys, removing with None or naming
+    # fields differently from edit (the stored bytes of an update-message depend on it).
+    from session_manager._wire.shape import editor
+
+    meta = {"session_id": "s", "status": "working", "status_reason": "r", "updated_at": 1}
+    fast = editor(SessionMeta, "updated_at", "draft", "status_reason", "status")
+    out = fast(meta, 2, "d", None, "idle")
+    assert out == edit[SessionMeta](meta, status="idle", status_reason=None, updated_at=2, draft="d")
+    assert list(out) == list(edit[SessionMeta](meta, status="idle", status_reason=None, updated_at=2, draft="d"))
+    assert meta["status_reason"] == "r"
+    entry = {"id": "e", "message": {"role": "user"}}
+    new = editor(MessageEntry, "revision", "message")(entry, 1, {"role": "user", "content": []})
+    assert list(new) == list(edit[MessageEntry](entry, message={"role": "user", "content": []}, revision=1))
+    assert editor(MessageEntry, "parent_id")({"id": "e", "parent_id": "p"}, None) == {"id": "e", "parent_id": None}
+    assert editor(SessionMeta, "updated_at") is editor(SessionMeta, "updated_at")
+    with pytest.raises(TypeError, match="no field 'titel'"):
+        editor(SessionMeta, "titel")
