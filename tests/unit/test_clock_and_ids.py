@@ -7,6 +7,7 @@ import re
 import sys
 import threading
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -42,20 +43,7 @@ def test_production_ids_are_prefixed_uuid_hex() -> None:
 
 def test_production_ids_are_random_version_4_uuids_across_threads() -> None:
     # Prevents: batched random ids that are not valid UUIDv4 (version, variant) or repeat under threads.
-    ids = UuidIds()
-    seen: list[str] = []
-    lock = threading.Lock()
-
-    def take() -> None:
-        drawn = [ids.entry_id() for _ in range(700)]  # past a batch of random bytes, several times
-        with lock:
-            seen.extend(drawn)
-
-    pool = [threading.Thread(target=take) for _ in range(4)]
-    for t in pool:
-        t.start()
-    for t in pool:
-        t.join()
+    seen = _drawn_by_threads(UuidIds().entry_id)
     assert len(set(seen)) == len(seen) == 2800
     for value in seen:
         parsed = uuid.UUID(hex=value[2:])
@@ -67,39 +55,14 @@ def test_production_ids_are_random_version_4_uuids_across_threads() -> None:
 @pytest.mark.skipif(sys.platform == "win32", reason="os.fork")
 def test_a_forked_child_never_draws_its_parents_ids() -> None:
     # Prevents: a child process handing out the ids left in the parent's random batch (duplicate entry ids).
-    ids = UuidIds()
-    ids.entry_id()  # the parent holds a batch with ids still to draw
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: report its next ids, then leave without running the parent's teardown
-        os.close(read)
-        os.write(write, " ".join(ids.entry_id() for _ in range(5)).encode())
-        os._exit(0)
-    os.close(write)
-    with os.fdopen(read) as pipe:
-        child = set(pipe.read().split())
-    os.waitpid(pid, 0)
-    parent = {ids.entry_id() for _ in range(5)}
+    child, parent = _drawn_after_fork(UuidIds().entry_id)
     assert len(child) == 5 and not child & parent
 
 
 def test_production_commit_ids_are_16_random_hex_digits_across_threads() -> None:
     # Prevents: the batched commit (tx) ids of multi-line records repeating under threads, or a stuck
     # digit (two commits of one log sharing an id would let replay pair lines of different commits).
-    ids = UuidIds()
-    seen: list[str] = []
-    lock = threading.Lock()
-
-    def take() -> None:
-        drawn = [ids.tx_id() for _ in range(700)]  # past a batch of random bytes, several times
-        with lock:
-            seen.extend(drawn)
-
-    pool = [threading.Thread(target=take) for _ in range(4)]
-    for t in pool:
-        t.start()
-    for t in pool:
-        t.join()
+    seen = _drawn_by_threads(UuidIds().tx_id)
     assert len(set(seen)) == len(seen) == 2800
     assert all(re.fullmatch("[0-9a-f]{16}", v) for v in seen)
     assert all(len({v[i] for v in seen}) > 1 for i in range(16))
@@ -108,19 +71,7 @@ def test_production_commit_ids_are_16_random_hex_digits_across_threads() -> None
 @pytest.mark.skipif(sys.platform == "win32", reason="os.fork")
 def test_a_forked_child_never_draws_its_parents_commit_ids() -> None:
     # Prevents: a child process handing out the commit ids left in the parent's batch.
-    ids = UuidIds()
-    ids.tx_id()
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        os.close(read)
-        os.write(write, " ".join(ids.tx_id() for _ in range(5)).encode())
-        os._exit(0)
-    os.close(write)
-    with os.fdopen(read) as pipe:
-        child = set(pipe.read().split())
-    os.waitpid(pid, 0)
-    parent = {ids.tx_id() for _ in range(5)}
+    child, parent = _drawn_after_fork(UuidIds().tx_id)
     assert len(child) == 5 and not child & parent
 
 
@@ -153,3 +104,37 @@ def test_manual_clock_moves_only_when_told() -> None:
     assert clock.advance(250) == clock.now_ms() == 1_000_250
     clock.set(5)
     assert clock.now_ms() == 5
+
+
+def _drawn_by_threads(draw: Callable[[], str], threads: int = 4, each: int = 700) -> list[str]:
+    """Every id ``threads`` threads drew at once, ``each`` apiece (past a batch of random bytes, several times)."""
+    seen: list[str] = []
+    lock = threading.Lock()
+
+    def take() -> None:
+        drawn = [draw() for _ in range(each)]
+        with lock:
+            seen.extend(drawn)
+
+    pool = [threading.Thread(target=take) for _ in range(threads)]
+    for t in pool:
+        t.start()
+    for t in pool:
+        t.join()
+    return seen
+
+
+def _drawn_after_fork(draw: Callable[[], str]) -> tuple[set[str], set[str]]:
+    """Five ids a forked child draws and five its parent draws next, the parent holding a batch when it forks."""
+    draw()  # the parent holds a batch with ids still to draw
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report its next ids, then leave without running the parent's teardown
+        os.close(read)
+        os.write(write, " ".join(draw() for _ in range(5)).encode())
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as pipe:
+        child = set(pipe.read().split())
+    os.waitpid(pid, 0)
+    return child, {draw() for _ in range(5)}
