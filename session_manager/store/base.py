@@ -65,7 +65,7 @@ class Commit:
     adapter draw a random one.
 
     ``derived_from``: the meta an append's ``meta`` was derived from (set only
-    by :func:`._cas.append_commit`); while it is still the session's meta (the
+    by :func:`append_commit`); while it is still the session's meta (the
     very object), :func:`._cas.resolve` need not derive it again to compare.
     """
 
