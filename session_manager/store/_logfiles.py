@@ -143,11 +143,29 @@ class LogFiles:
         files = self.files(session_id)
         self.fds.forget(files.log)
         entries = state.entries
+        indexed = files.saved != 0
+        files.covered, files.saved = len(body), -1
         if isinstance(entries, LazyEntries):
             spans = dict(_snapshot_spans(body, state.meta is not None, list(entries)))
             entries.rebase(self.reader(session_id, state.lock), spans)
-        files.covered, files.saved = len(body), -1
+            if len(body) < SAVE_MIN_BYTES and not self.read_only and entries.fully_located():
+                self._small_rewrite(files, indexed)
+                return
         self.save(session_id, state)
+
+    @staticmethod
+    def _small_rewrite(files: _Files, indexed: bool) -> None:
+        """A log just rewritten under SAVE_MIN_BYTES (under the state's lock): small enough to
+        replay as fast as an index loads, so none is written (a stream's every rewrite paid a
+        file create and a rename for one). "Saved at 0" defers the next index as for a new log
+        (past SAVE_MIN_BYTES, or at eviction and close); the replaced log's index goes, once
+        (``indexed``: one may be there), since a later file may get its inode back. Removed under
+        the lock: later, it could take away the index a save (eviction, a commit past
+        SAVE_MIN_BYTES) wrote since."""
+        files.saved = 0
+        if indexed:
+            with contextlib.suppress(OSError):
+                _index.remove_index(files.index)
 
     def landed(self, session_id: str, state: SessionState, body: bytes, ids: list[str], has_meta: bool,
                journal: list[tuple[bytes, tuple[str, ...]]], fd: int) -> tuple[int | None, LandedIndex | None]:
@@ -175,15 +193,7 @@ class LogFiles:
         if self.read_only or not entries.fully_located():
             return old, None
         if size < SAVE_MIN_BYTES:
-            # Small enough to replay as fast as an index loads: a stream's every rewrite paid a file
-            # create and a rename for one. "Saved at 0" defers the next index as for a new log (past
-            # SAVE_MIN_BYTES, or at eviction and close); the replaced log's goes, once, since a later
-            # file may get its inode back. Removed here, under the lock: on the cleanup thread it
-            # could take away the index a save (eviction, a commit past SAVE_MIN_BYTES) wrote since.
-            files.saved = 0
-            if indexed:
-                with contextlib.suppress(OSError):
-                    _index.remove_index(files.index)
+            self._small_rewrite(files, indexed)
             return old, None
         try:
             tail = _index.tail_digest(fd, size)

@@ -88,6 +88,10 @@ class OnlineCompaction:
         # background all the same: the next commit waits for it (``_must_wait``), so the bound holds as
         # inline, and the fsync is off this caller (a 30 KB streamed reply: 357 of its 533 rewrites were inline).
         inline = force or _compaction.came_in_long(budget)
+        if not inline and _compaction.rewrites_inline(budget):
+            if not budget.wants_compaction():
+                return False  # a small log between the lines: no job, the hard line rewrites it inline
+            inline = True
         if not inline and compactor is not None and compactor.start(self._job(session_id, state)):
             return False
         if inline or budget.wants_compaction():  # (or no background: the store is closing)

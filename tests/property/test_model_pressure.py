@@ -34,15 +34,18 @@ def _matches(meta: dict[str, Any], status: str | None, metadata: dict[str, Any] 
 
 class PressuredModel(SessionModel):
     # Prevents: the one-pass append bookkeeping (entries put located, one cache charge, the catalog's
-    # in-place move, the budget checked once) or a small log's index-less rewrite reading back other
-    # than the model once sessions are evicted, rewritten in the background and reopened.
+    # in-place move, the budget checked once) or a small log's index-less rewrite (inline or in the
+    # background) reading back other than the model once sessions are evicted, rewritten and reopened.
     cache_bytes = 6000  # a session or two: evicted on nearly every call (a rewrite in flight is abandoned)
 
     def __init__(self) -> None:
-        self._saved = (_logfiles.SAVE_MIN_BYTES, _compaction.RATIO, _compaction.SLACK, _compaction.SOFT_SLACK)
+        self._saved = (_logfiles.SAVE_MIN_BYTES, _compaction.RATIO, _compaction.SLACK, _compaction.SOFT_SLACK,
+                       _compaction.INLINE_LIVE)
         _logfiles.SAVE_MIN_BYTES = 1500
-        # A rewrite starts once a few hundred bytes are superseded, and rarely must land inline.
+        # A rewrite starts once a few hundred bytes are superseded, and rarely must land inline; a
+        # session of one or two entries is small (rewritten inline at the hard line), a longer one not.
         _compaction.RATIO, _compaction.SLACK, _compaction.SOFT_SLACK = 2, 1500, 150
+        _compaction.INLINE_LIVE = 900
         super().__init__()
 
     def open(self) -> SessionManager:
@@ -93,7 +96,7 @@ class PressuredModel(SessionModel):
             super().teardown()
         finally:
             (_logfiles.SAVE_MIN_BYTES, _compaction.RATIO, _compaction.SLACK,
-             _compaction.SOFT_SLACK) = self._saved
+             _compaction.SOFT_SLACK, _compaction.INLINE_LIVE) = self._saved
 
 
 class RoomyPressuredModel(PressuredModel):

@@ -14,3 +14,12 @@ def schema() -> Iterator[str]:
     """A fresh, uniquely named PostgreSQL schema, dropped afterwards (skips when no server answers)."""
     with pg_support.schema() as name:
         yield name
+
+
+@pytest.fixture
+def background_rewrites(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every log past the soft line rewritten in the background, however small: these tests'
+    logs are a few KB, which the store otherwise rewrites inline (``_compaction.INLINE_LIVE``)."""
+    from session_manager.store import _compaction
+
+    monkeypatch.setattr(_compaction, "INLINE_LIVE", 0)

@@ -23,6 +23,8 @@ from session_manager.store import Commit, FsStore, _compaction, _index
 from session_manager.store._fsio import Ops, StrPath
 from tests.unit.store_contract import message, meta
 
+pytestmark = pytest.mark.usefixtures("background_rewrites")
+
 SID = "s_1"
 
 

@@ -22,6 +22,8 @@ from tests.unit.test_background_compaction import (
     _update,
 )
 
+pytestmark = pytest.mark.usefixtures("background_rewrites")
+
 
 def test_commits_acknowledged_after_a_switch_to_fsync_are_synced_in_the_new_log(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

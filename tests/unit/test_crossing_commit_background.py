@@ -9,9 +9,13 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from session_manager.store import FsStore, _compaction
 from session_manager.store._fsio import StrPath
 from tests.unit.test_background_compaction import SID, GatedOps, _reads_back_after_reopen, _seed, _temps, _update
+
+pytestmark = pytest.mark.usefixtures("background_rewrites")
 
 
 def _cross_both_lines(store: FsStore) -> int:
