@@ -1,7 +1,8 @@
 """Background compaction: the rewrite's write and fsync off the caller's path.
 
 A commit that finds its log past the soft line (:meth:`._compaction.LogBudget.
-wants_background`) snapshots the live state's bytes under the session's lock
+wants_background`; a log whose live state is past ``INLINE_LIVE``, a smaller one
+is rewritten inline at the hard line) snapshots the live state's bytes under the session's lock
 and hands a :class:`Job` to the store's :class:`Compactor`. A worker thread
 writes the snapshot to the temp file and fsyncs it holding no lock (``fsync``
 releases the GIL). Commits go on meanwhile; each one's bytes are also kept in

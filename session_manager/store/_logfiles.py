@@ -139,7 +139,8 @@ class LogFiles:
 
     def rewritten(self, session_id: str, state: SessionState, body: bytes) -> None:
         """The log was replaced by ``body`` (a compaction snapshot): point the
-        entries at their new lines and replace the index."""
+        entries at their new lines and replace the index (a log under
+        SAVE_MIN_BYTES: remove it, write none: :meth:`_small_rewrite`)."""
         files = self.files(session_id)
         self.fds.forget(files.log)
         entries = state.entries

@@ -1,7 +1,9 @@
 """The fs store's online compaction: when a log is rewritten, inline or in the
 background, and what a rewrite that landed refreshes.
 
-Past the soft line a commit starts a background rewrite (:mod:`._compactor`),
+A small log (``rewrites_inline``: its live state at most ``INLINE_LIVE``) is
+rewritten inline by the commit that takes it past the hard line. A larger one:
+past the soft line a commit starts a background rewrite (:mod:`._compactor`),
 past the hard line too when the commit crossed both; past the hard line with
 one in flight, the next commit waits for it to land (the bound of
 :mod:`._compaction` holds). A log far past it (loaded long: ``came_in_long``),
@@ -75,9 +77,10 @@ class OnlineCompaction:
         return budget is not None and budget.wants_compaction()
 
     def _maybe_compact(self, session_id: str, state: SessionState, *, force: bool = False) -> bool:
-        """After a commit (or for :meth:`compact`), under the session's lock:
-        start a background rewrite past the soft line (past the hard one too), rewrite
-        inline a log far past it. ``True`` when an inline rewrite replaced the log."""
+        """After a commit (or for :meth:`compact`), under the session's lock: rewrite a small
+        log inline at the hard line; start a background rewrite of a larger one past the soft
+        line (past the hard one too), rewrite inline one far past it. ``True`` when an inline
+        rewrite replaced the log."""
         budget = self._budgets.get(session_id)
         if budget is None or not (force or budget.wants_background()):
             return False  # below the soft line (nearly every commit), so below the hard one too (SOFT_SLACK <= SLACK)
@@ -116,7 +119,7 @@ class OnlineCompaction:
             self._tail_fix.pop(session_id, None)
             with self._lock:
                 self.compactions += 1
-            self._files.rewritten(session_id, state, body)  # new lines, new index, new descriptor
+            self._files.rewritten(session_id, state, body)  # new lines, new descriptor, the index (or none: small)
             return True
         budget.failed()  # retried once the log has doubled, not on every commit
         return False
