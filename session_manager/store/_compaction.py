@@ -28,7 +28,7 @@ import logging
 import os
 from collections.abc import Callable, Iterable
 
-from ._fsio import CREATE_FLAGS, Ops, fsync_dir, reason, write_all
+from ._fsio import CREATE_FLAGS, Ops, reason, write_all
 
 log = logging.getLogger("session_manager.store.fs")
 
@@ -124,10 +124,10 @@ def came_in_long(budget: LogBudget) -> bool:
     return budget.disk > (RATIO + 1) * budget.live + SLACK
 
 
-def rewrite(ops: Ops, path: str, body: bytes, *, sync_dir: bool) -> bool:
-    """Replace the log at ``path`` with ``body``; ``False`` (logged) if it
-    could not, in which case the log is as it was. ``True`` once the rename
-    happened, even if the directory sync after it failed (logged)."""
+def rewrite(ops: Ops, path: str, body: bytes) -> bool:
+    """Replace the log at ``path`` with ``body`` (temp file, fsync, rename); ``False`` (logged)
+    if it could not, in which case the log is as it was. The directory is not synced here: the
+    store does it, or owes it to its next fsync-mode write (``FsStore._renamed``)."""
     tmp = path + TEMP_SUFFIX
     try:
         fd = ops.open(tmp, CREATE_FLAGS, 0o644)
@@ -142,13 +142,4 @@ def rewrite(ops: Ops, path: str, body: bytes, *, sync_dir: bool) -> bool:
         with contextlib.suppress(OSError):
             ops.unlink(tmp)
         return False
-    # Past the rename the new file is the log, whatever follows: reporting failure here would
-    # leave the caller appending to the replaced file. An unsynced name loses nothing acknowledged
-    # (the old log held the same state, every byte of it synced), as for a background rewrite.
-    if sync_dir:
-        try:
-            fsync_dir(ops, os.path.dirname(path))
-        except OSError as e:
-            log.warning("%s: the directory entry of a compacted log may not be on disk (%s)",
-                        os.path.basename(path), reason(e))
     return True

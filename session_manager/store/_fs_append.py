@@ -5,6 +5,7 @@ decides compaction. Mixed into :class:`~.fs.FsStore`."""
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -18,6 +19,8 @@ from ._sized import Sizes
 from ._tail import TailFix, inspect_tail
 from .base import Commit
 
+log = logging.getLogger("session_manager.store.fs")
+
 
 class LogAppends:
     """What :class:`~.fs.FsStore` appends with (its attributes, declared here for the checker)."""
@@ -29,6 +32,11 @@ class LogAppends:
     _files: LogFiles
     _tail_fix: dict[str, TailFix]
     _budgets: dict[str, _compaction.LogBudget]
+    # A log name in data_dir changed (created, or renamed over by a rewrite) with no directory
+    # fsync after it: in flush mode, or its sync failed. A write in fsync mode syncs the directory
+    # before its own bytes go in (:meth:`_sync_names`): the commit it acknowledges lives in a file
+    # whose name must survive a power loss too, also after durability switched from flush to fsync.
+    _names_unsynced: bool
 
     if TYPE_CHECKING:
         def _sync_write(self, session_id: str, path: str, slot: _Slot, start: int, end: int) -> bool: ...
@@ -44,6 +52,31 @@ class LogAppends:
         budget.charge(len(data), ((entries[0]["id"], entry_sizes[0]),) if len(entries) == 1  # (no generator)
                       else zip((e["id"] for e in entries), entry_sizes, strict=True), meta_bytes)
         return budget
+
+    def _sync_names(self) -> None:
+        """Make every log name changed without a directory sync durable (fsync mode, before a
+        write): the OSError of a failed sync propagates, and the next write tries again."""
+        self._names_unsynced = False  # (cleared first: a change made during the sync is synced next time)
+        try:
+            fsync_dir(self._ops, self.dir)
+        except OSError:
+            self._names_unsynced = True
+            raise
+
+    def _renamed(self, path: str, sync: bool) -> None:
+        """A rewrite renamed its file over the log at ``path``: with ``sync`` (fsync mode) sync the
+        directory now; without, or if that sync fails (logged: past the rename the new file is the
+        log, and failing the commit would leave its caller on the replaced one), the next
+        fsync-mode write does. Nothing acknowledged rests on the name until then: the replaced
+        log held the same state, every byte its durability promised on disk."""
+        if sync:
+            try:
+                self._sync_names()
+                return
+            except OSError as e:
+                log.warning("%s: the directory entry of a compacted log may not be on disk yet (%s); the next "
+                            "write syncs it", os.path.basename(path), reason(e))
+        self._names_unsynced = True
 
     def _name_durable(self, path: str) -> None:
         """A log just created (fsync mode): sync its name before any line goes in. If that
@@ -64,11 +97,16 @@ class LogAppends:
         fix = self._tail_fix.pop(session_id, None)
         try:
             # Read access too: the tail check after a failed write preads the file.
+            if self._names_unsynced and self.durability == "fsync":
+                self._sync_names()
             slot, created = self._fds.acquire(path)
             fd, owed = slot.fd, False
             try:
-                if created and self.durability == "fsync":
-                    self._name_durable(path)
+                if created:
+                    if self.durability == "fsync":
+                        self._name_durable(path)
+                    else:
+                        self._names_unsynced = True
                 if fix == "check":
                     fix = inspect_tail(fd, session_id)
                 if isinstance(fix, int):

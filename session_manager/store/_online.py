@@ -12,7 +12,6 @@ one in flight, the next commit waits for it to land (the bound of
 
 from __future__ import annotations
 
-import logging
 import os
 import threading
 from collections.abc import Callable
@@ -21,13 +20,11 @@ from typing import TYPE_CHECKING
 from . import _compaction
 from ._cache import StateCache
 from ._compactor import Compactor, Job
-from ._fsio import Ops, fsync_dir, reason
+from ._fsio import Ops
 from ._logfiles import LogFiles
 from ._records import encode_snapshot
 from ._state import SessionState
 from ._tail import TailFix
-
-log = logging.getLogger("session_manager.store.fs")
 
 
 class OnlineCompaction:
@@ -45,6 +42,7 @@ class OnlineCompaction:
     compactions: int
 
     if TYPE_CHECKING:
+        def _renamed(self, path: str, sync: bool) -> None: ...
         def _writable(self) -> None: ...
         def _log(self, session_id: str) -> str: ...
         def _state(self, session_id: str, create: bool = False) -> SessionState | None: ...
@@ -114,7 +112,9 @@ class OnlineCompaction:
         if not self._synced_before_rewrite(session_id):
             return False
         body = encode_snapshot(state.meta, state.entries.values(), state.leaf)
-        if _compaction.rewrite(self._ops, self._log(session_id), body, sync_dir=self.durability == "fsync"):
+        path = self._log(session_id)
+        if _compaction.rewrite(self._ops, path, body):
+            self._renamed(path, self.durability == "fsync")
             budget.rewritten(len(body))
             self._tail_fix.pop(session_id, None)
             with self._lock:
@@ -154,12 +154,7 @@ class OnlineCompaction:
 
     def _job_landed(self, job: Job, fd: int) -> Callable[[], None]:
         session_id = job.session_id
-        if job.sync:
-            try:
-                fsync_dir(self._ops, self._dir)
-            except OSError as e:
-                log.warning("%s: the directory entry of a compacted log may not be on disk (%s)",
-                            os.path.basename(job.path), reason(e))
+        self._renamed(job.path, job.sync)  # (fsync then or since: set by ``_job_current``)
         old, index = self._files.landed(session_id, job.state, job.body, job.ids, job.has_meta, job.journal, fd)
         budget = self._budgets.get(session_id)
         if budget is not None:
