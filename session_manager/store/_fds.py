@@ -14,6 +14,7 @@ wrote while it ran share the next one.
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from collections import OrderedDict
@@ -24,6 +25,20 @@ _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 # Read access too: the tail check after a failed write and lazy bodies pread it.
 _FLAGS = os.O_RDWR | os.O_APPEND | _O_CLOEXEC
 DEFAULT_CAPACITY = 256
+
+log = logging.getLogger("session_manager.store.fs")
+
+
+def close_quietly(fd: int) -> None:
+    """Close a log descriptor this cache let go of; a failure is logged, never raised. The
+    descriptor is released either way (Linux frees it even when ``close`` reports an error),
+    and the caller is some other log's write, a delete or the store's close: none of them
+    may fail, or leave a slot pinned, for an error that concerns an idle file (on NFS, a
+    write-back error of bytes its writers were answered for long ago: logged for the operator)."""
+    try:
+        os.close(fd)
+    except OSError as e:
+        log.warning("closing a log descriptor failed (%s); earlier writes to it may not be on disk", e)
 # Opens ``path`` for appending (creating it when asked): ``(fd, created)``.
 Opener = Callable[[str, bool], tuple[int, bool]]
 
@@ -91,7 +106,7 @@ class FdCache:
             slot.pins += 1
             self._evict()
         if fd >= 0:
-            os.close(fd)
+            close_quietly(fd)
         return slot, created
 
     def acquire_cached(self, path: str) -> _Slot | None:
@@ -126,7 +141,7 @@ class FdCache:
             del self._slots[path]
             slot.doomed = True
             if slot.pins == 0:
-                os.close(slot.fd)
+                close_quietly(slot.fd)
 
     def swap(self, path: str, fd: int) -> int | None:
         """Make ``fd`` the descriptor of ``path`` (a log renamed over the old one);
@@ -161,7 +176,7 @@ class FdCache:
             del self._slots[path]
         slot.doomed = True
         if slot.pins == 0:
-            os.close(slot.fd)
+            close_quietly(slot.fd)
 
 
 def _open(path: str, create: bool) -> tuple[int, bool]:

@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from session_manager.store import _fds
+import session_manager
+from session_manager._wire.events import ON_MESSAGE_ADDED
+from session_manager.store import FsStore, _fds
 from session_manager.store._fds import FdCache, GroupSync
 
 
@@ -169,3 +171,88 @@ def test_an_fsync_interrupted_by_a_signal_leaves_the_next_waiter_free_to_sync(
         assert (sync.pending, sync.durable_end) == (False, 10)
     finally:
         os.close(fd)
+
+
+class FailingClose:
+    """``os.close`` as the fd module calls it, failing (EIO, as NFS may report a lost write)
+    for the descriptors in ``doomed``: the descriptor is released all the same, as Linux does."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.doomed: set[int] = set()
+        self.failed: list[int] = []
+        real = os.close
+
+        def close(fd: int) -> None:
+            real(fd)
+            if fd in self.doomed:
+                self.doomed.discard(fd)  # (once: the number is free for the next open)
+                self.failed.append(fd)
+                raise OSError(5, "Input/output error")
+
+        monkeypatch.setattr(os, "close", close)
+
+
+def test_a_failed_close_of_an_evicted_descriptor_never_fails_another_logs_write(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Prevents: an append to one session failing because closing another session's idle
+    # descriptor (evicted to make room) raised, and the new slot staying pinned for good
+    # (never closed, never evicted: a descriptor leak per failure).
+    closing = FailingClose(monkeypatch)
+    cache = FdCache(capacity=1)
+    first, second = str(tmp_path / "a.jsonl"), str(tmp_path / "b.jsonl")
+    with cache.use(first) as (fd_a, _, _):
+        os.write(fd_a, b"a\n")
+    closing.doomed.add(fd_a)
+    slot, created = cache.acquire(second)  # evicts first: its close fails
+    assert created and closing.failed == [fd_a]
+    os.write(slot.fd, b"b\n")
+    cache.release(second, slot)
+    assert slot.pins == 0 and len(cache) == 1
+    with cache.use(first) as (fd, created, _):  # a fresh descriptor of the first log
+        assert not created
+        os.write(fd, b"a2\n")
+    cache.close_all()
+    assert len(cache) == 0
+    assert Path(first).read_bytes() == b"a\na2\n" and Path(second).read_bytes() == b"b\n"
+
+
+def test_a_failed_close_on_forget_or_close_all_is_not_raised(tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    # Prevents: a delete or a compaction (forget) or the store's close (close_all) failing half
+    # way because one descriptor's close reported an error after releasing it.
+    closing = FailingClose(monkeypatch)
+    cache = FdCache()
+    paths = [str(tmp_path / f"{i}.jsonl") for i in range(3)]
+    fds = []
+    for p in paths:
+        with cache.use(p) as (fd, _, _):
+            fds.append(fd)
+    closing.doomed.update(fds)
+    cache.forget(paths[0])
+    cache.close_all()
+    assert sorted(closing.failed) == sorted(fds) and len(cache) == 0
+
+
+def test_an_append_succeeds_when_closing_another_sessions_evicted_log_fails(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Prevents: session::append on one session answering session/storage (and its message
+    # missing, or written but reported failed) because the store evicted another session's
+    # idle descriptor to make room and that close reported an error.
+    closing = FailingClose(monkeypatch)
+    where = tmp_path / "d"
+    added: list[str] = []
+    with session_manager.open(where) as sm:
+        store = sm.service.store
+        assert isinstance(store, FsStore)
+        store._fds.capacity = 1
+        sm.observe({"function_id": ON_MESSAGE_ADDED}, lambda e: added.append(e["entry_id"]))
+        a, b = (sm.call("session::create", {})["session_id"] for _ in range(2))
+        msg = {"role": "user", "content": [{"type": "text", "text": "hi"}], "timestamp": 1}
+        first = sm.call("session::append", {"session_id": a, "message": msg})
+        closing.doomed.update(slot.fd for slot in store._fds._slots.values())
+        second = sm.call("session::append", {"session_id": b, "message": msg})
+        assert closing.failed and added == [first["entry_id"], second["entry_id"]]
+    with session_manager.open(where) as again:
+        for sid, got in ((a, first), (b, second)):
+            page = again.call("session::messages", {"session_id": sid})
+            assert [m["entry_id"] for m in page["messages"]] == [got["entry_id"]]
