@@ -111,7 +111,11 @@ class AttachmentFiles:
                     self._ops.unlink(bin_path)
                 raise
             if self.durability == "fsync":
-                fsync_dir(self._ops, meta_path.parent)
+                # The files' names, then the folders' own: either folder may have been made by
+                # this call, or by an earlier one in flush mode that synced neither.
+                folder = meta_path.parent
+                for path in (folder, folder.parent, folder.parent.parent):
+                    fsync_dir(self._ops, path)
         except OSError as e:
             raise StoreError(f"write attachment {meta['attachment_id']}: {reason(e)}") from None
 

@@ -122,8 +122,14 @@ class FdCache:
         lock.acquire()  # (as in :meth:`acquire`)
         try:
             slot.pins -= 1
-            if slot.pins == 0 and (slot.doomed or len(self._slots) > self.capacity):
-                self._close(path, slot)
+            if slot.pins == 0:
+                if slot.doomed:
+                    self._close(path, slot)
+                elif len(self._slots) > self.capacity:
+                    # Others make room, not this one: its writer is still to be answered, and a
+                    # close error here (NFS reports write-back failures at close) would concern
+                    # its own bytes. It is the newest idle slot, so the oldest go first anyway.
+                    self._evict(keep=path)
         finally:
             lock.release()
 
@@ -162,10 +168,11 @@ class FdCache:
             for path in list(self._slots):
                 self._close(path, self._slots[path])
 
-    def _evict(self) -> None:
+    def _evict(self, keep: str | None = None) -> None:
         # The oldest idle slot is nearly always first: no copy of every path per open.
         while len(self._slots) > self.capacity:
-            idle = next(((path, slot) for path, slot in self._slots.items() if slot.pins == 0), None)
+            idle = next(((path, slot) for path, slot in self._slots.items() if slot.pins == 0 and path != keep),
+                        None)
             if idle is None:
                 return
             self._close(*idle)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -37,6 +38,7 @@ class LogAppends:
     # before its own bytes go in (:meth:`_sync_names`): the commit it acknowledges lives in a file
     # whose name must survive a power loss too, also after durability switched from flush to fsync.
     _names_unsynced: bool
+    _names_lock: threading.Lock
 
     if TYPE_CHECKING:
         def _sync_write(self, session_id: str, path: str, slot: _Slot, start: int, end: int) -> bool: ...
@@ -55,13 +57,19 @@ class LogAppends:
 
     def _sync_names(self) -> None:
         """Make every log name changed without a directory sync durable (fsync mode, before a
-        write): the OSError of a failed sync propagates, and the next write tries again."""
-        self._names_unsynced = False  # (cleared first: a change made during the sync is synced next time)
-        try:
-            fsync_dir(self._ops, self.dir)
-        except OSError:
+        write): the OSError of a failed sync propagates and the flag stays up, so the next write
+        tries again. Under ``_names_lock`` for the whole sync: a writer that finds the flag up
+        while another's sync runs waits for its outcome instead of trusting a flag cleared early."""
+        with self._names_lock:
+            if self._names_unsynced:
+                fsync_dir(self._ops, self.dir)
+                self._names_unsynced = False
+
+    def _name_changed(self) -> None:
+        """A log name changed with no directory sync yet (taken after the change: a sync that
+        runs meanwhile may not cover it, so the flag goes up once that sync is over)."""
+        with self._names_lock:
             self._names_unsynced = True
-            raise
 
     def _renamed(self, path: str, sync: bool) -> None:
         """A rewrite renamed its file over the log at ``path``: with ``sync`` (fsync mode) sync the
@@ -69,14 +77,13 @@ class LogAppends:
         log, and failing the commit would leave its caller on the replaced one), the next
         fsync-mode write does. Nothing acknowledged rests on the name until then: the replaced
         log held the same state, every byte its durability promised on disk."""
+        self._name_changed()
         if sync:
             try:
                 self._sync_names()
-                return
             except OSError as e:
                 log.warning("%s: the directory entry of a compacted log may not be on disk yet (%s); the next "
                             "write syncs it", os.path.basename(path), reason(e))
-        self._names_unsynced = True
 
     def _name_durable(self, path: str) -> None:
         """A log just created (fsync mode): sync its name before any line goes in. If that
@@ -106,7 +113,7 @@ class LogAppends:
                     if self.durability == "fsync":
                         self._name_durable(path)
                     else:
-                        self._names_unsynced = True
+                        self._name_changed()
                 if fix == "check":
                     fix = inspect_tail(fd, session_id)
                 if isinstance(fix, int):

@@ -110,7 +110,11 @@ class FsStore(CatalogListing, SessionDeletion, OnlineCompaction, AttachmentFiles
         self._lock = threading.Lock()  # store-wide; never held across file I/O
         self._sessions = StateCache(cache_bytes)
         self._tail_fix: dict[str, TailFix] = {}
-        self._names_unsynced = False  # a log name changed with no directory fsync since (:mod:`._fs_append`)
+        # A log name changed with no directory fsync since (:mod:`._fs_append`): up at open, since a
+        # flush-mode owner before this one may have left names unsynced (one sync at the first
+        # fsync-mode write).
+        self._names_unsynced = not read_only
+        self._names_lock = threading.Lock()
         self._budgets: dict[str, _compaction.LogBudget] = {}
         self._metas: MetaCatalog | None = None  # filled by the first list (writable only)
         self._scans = 0  # lists reading files right now

@@ -10,8 +10,9 @@ import pytest
 
 import session_manager
 from session_manager._wire.events import ON_MESSAGE_ADDED
-from session_manager.store import FsStore, _fds
+from session_manager.store import Commit, FsStore, _fds
 from session_manager.store._fds import FdCache, GroupSync
+from tests.unit.store_contract import message, meta
 
 
 def test_descriptors_are_reused_and_bounded(tmp_path: Path) -> None:
@@ -256,3 +257,52 @@ def test_an_append_succeeds_when_closing_another_sessions_evicted_log_fails(
         for sid, got in ((a, first), (b, second)):
             page = again.call("session::messages", {"session_id": sid})
             assert [m["entry_id"] for m in page["messages"]] == [got["entry_id"]]
+
+
+def test_an_append_never_closes_its_own_descriptor_before_it_is_answered(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Prevents: the append's own release closing the descriptor it just wrote through (the cache
+    # over capacity while other logs are pinned), where a close error (NFS reports a lost
+    # write-back at close) would concern its own bytes yet be logged and the commit answered.
+    # Older idle descriptors make room instead; this one closes later, idle, like any other.
+    where = tmp_path / "d"
+    store = FsStore(where, "flush")
+    try:
+        store.commit("s_a", Commit(meta=meta("s_a")))
+        store.commit("s_b", Commit(meta=meta("s_b")))
+        store._fds.capacity = 1
+        store._fds.close_all()
+        # A concurrent writer on another session holds its log's descriptor pinned.
+        other = store._files.log_path("s_a")
+        held, _ = store._fds.acquire(other, create=False)
+        target = os.path.realpath(store._files.log_path("s_b"))
+        failed: list[int] = []
+        real = os.close
+
+        def close(fd: int) -> None:
+            try:
+                name = os.readlink(f"/proc/self/fd/{fd}")
+            except OSError:
+                name = ""
+            real(fd)
+            if name == target:
+                failed.append(fd)
+                raise OSError(5, "Input/output error")  # NFS: write-back of s_b's bytes failed
+
+        monkeypatch.setattr(os, "close", close)
+        try:
+            # s_b's slot is the second one pinned (capacity 1): its release must leave it open.
+            store.commit("s_b", Commit(entries=(message("e_1", None),), leaf="e_1",
+                                       meta=meta("s_b", message_count=1)))
+            assert failed == [] and len(store._fds) == 2  # over capacity for now, s_b still open
+            store._fds.release(other, held)  # s_a idle again: the oldest idle one (s_b) goes
+            assert len(failed) == 1 and len(store._fds) == 1
+        finally:
+            monkeypatch.setattr(os, "close", real)
+    finally:
+        store.close()
+    again = FsStore(where)
+    try:
+        assert again.get_entry("s_b", "e_1") == message("e_1", None) and again.get_leaf("s_b") == "e_1"
+    finally:
+        again.close()

@@ -81,11 +81,13 @@ def test_fsync_mode_writes_sync_the_directory_only_when_a_name_changed(tmp_path:
     ops = DirSyncs(where)
     store = FsStore(where, "fsync", ops=ops)
     _seed(store)
-    assert len(ops.syncs) == 1  # the log's creation
+    # The first write after the open (a flush-mode owner before may have left names unsynced),
+    # then the log's creation.
+    assert len(ops.syncs) == 2
     k = _stream_until_rewritten(store, 3)
-    assert len(ops.syncs) == 1 + 3  # and one per rewrite
+    assert len(ops.syncs) == 2 + 3  # and one per rewrite
     store.commit(SID, _update(k + 1))
-    assert len(ops.syncs) == 4
+    assert len(ops.syncs) == 5
     want = _view(store)
     store.close()
     again = FsStore(where)
@@ -128,3 +130,29 @@ def test_a_failed_directory_sync_refuses_the_write_and_the_next_one_retries(tmp_
         page = reopened.call("session::messages", {"session_id": sid})
         assert [m["entry_id"] for m in page["messages"]] == [first["entry_id"], again["entry_id"]]
         assert reopened.call("session::get", {"session_id": sid})["meta"]["message_count"] == 2
+
+
+def test_an_fsync_mode_open_syncs_the_names_a_flush_mode_owner_left_unsynced(tmp_path: Path) -> None:
+    # Prevents: the usual way to change durability (a restart with fsync) acknowledging commits
+    # as durable in logs whose names the flush-mode owner before never synced.
+    where = tmp_path / "d"
+    ops = DirSyncs(where)
+    first = FsStore(where, "flush", ops=ops)
+    _seed(first)  # the log is created: no directory sync (flush)
+    first.close()
+    assert ops.syncs == []
+
+    second = FsStore(where, "fsync", ops=ops)
+    try:
+        size = os.path.getsize(ops.log)
+        second.commit(SID, _update(1))
+        # Acknowledged as surviving power loss: the log's name must have been synced before
+        # its bytes went in (as after a hot switch: test_names_synced_before_fsync_writes).
+        assert ops.syncs and ops.syncs[0] <= size, (
+            f"commit acknowledged in fsync mode, its log's name never synced (dir syncs: {ops.syncs})")
+        want = _view(second)
+    finally:
+        second.close()
+    again = FsStore(where)
+    assert _view(again) == want
+    again.close()
