@@ -56,6 +56,7 @@ from .base import Commit, Entry, Meta
 log = logging.getLogger("session_manager.store.fs")
 
 Durability = Literal["flush", "fsync"]
+_DURABILITIES: dict[str, Durability] = {"flush": "flush", "fsync": "fsync"}
 
 # The longest name the store makes from a session's stem (log, compaction
 # temp, delete aside, attachment folder aside): every accepted id fits them all.
@@ -90,7 +91,7 @@ class FsStore(CatalogListing, SessionDeletion, OnlineCompaction, AttachmentFiles
         shown = os.fspath(data_dir)
         self.dir = Path(data_dir)
         self._dir = os.fspath(self.dir)
-        self.durability: Durability = durability
+        self._durability: Durability = durability
         self.read_only = read_only
         self._ops = ops or Ops()
         if not read_only:
@@ -180,6 +181,27 @@ class FsStore(CatalogListing, SessionDeletion, OnlineCompaction, AttachmentFiles
             self._owner.release()
         if self._follow is not None:
             self._follow.close()
+
+    @property
+    def durability(self) -> str:  # (str, as its mixins declare it; only a Durability is ever stored)
+        """``"flush"`` or ``"fsync"`` (see the class); read on every write, so a change applies
+        from the next one (the worker's configuration reload assigns it)."""
+        return self._durability
+
+    @durability.setter
+    def durability(self, value: str) -> None:
+        new = _DURABILITIES.get(value)
+        if new is None:
+            raise ValueError(f"durability must be 'flush' or 'fsync', not {value!r}")
+        before, self._durability = self._durability, new
+        if before == "flush" and new == "fsync" and not self.read_only:
+            # From the next write on, an answer means "on disk": so must what was answered before
+            # in flush mode, which a later answer may rest on without a write of its own (an
+            # idempotent replay, an existing session ensured) and which no fsync ticket covers.
+            # One sync of everything, once per switch (os.sync waits for it on Linux).
+            sync = getattr(os, "sync", None)
+            if sync is not None:
+                sync()
 
     @property
     def cache_bytes(self) -> int:

@@ -156,3 +156,38 @@ def test_an_fsync_mode_open_syncs_the_names_a_flush_mode_owner_left_unsynced(tmp
     again = FsStore(where)
     assert _view(again) == want
     again.close()
+
+
+def test_a_switch_to_fsync_syncs_what_flush_mode_acknowledged(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Prevents: an answer in fsync mode that rests on flush-mode bytes no fsync ever covered (an
+    # idempotent replay of an entry appended just before the switch: "already there", yet lost on
+    # a power cut), the descriptor long evicted so no fsync ticket could find it.
+    synced: list[str] = []
+    real = os.sync
+    where = tmp_path / "d"
+    with session_manager.open(where) as sm:
+        store = sm.service.store
+        assert isinstance(store, FsStore)
+        def sync() -> None:
+            synced.append(store.durability)
+            real()
+
+        monkeypatch.setattr(os, "sync", sync)
+        sid = sm.call("session::create", {})["session_id"]
+        msg = {"role": "user", "content": [{"type": "text", "text": "hi"}], "timestamp": 1}
+        first = sm.call("session::append", {"session_id": sid, "entry_id": "e_caller", "message": msg})
+        store._fds.close_all()  # (as an eviction would: no descriptor left to take a ticket)
+        store.durability = "fsync"
+        assert synced == ["fsync"]  # once, after the switch took effect (later writes sync their own)
+        store.durability = "fsync"
+        replay = sm.call("session::append", {"session_id": sid, "entry_id": "e_caller", "message": msg})
+        assert replay == first and synced == ["fsync"]
+        store.durability = "flush"
+        store.durability = "flush"
+        assert synced == ["fsync"]  # only a switch from flush to fsync syncs
+        with pytest.raises(ValueError, match="durability"):
+            store.durability = "fsynk"
+        assert store.durability == "flush"
+    with session_manager.open(where) as again:
+        page = again.call("session::messages", {"session_id": sid})
+        assert [m["entry_id"] for m in page["messages"]] == ["e_caller"]
