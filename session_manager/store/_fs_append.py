@@ -28,6 +28,7 @@ class LogAppends:
 
     dir: Path
     durability: str
+    _durability: str  # (what the property reads: the write path reads it once, directly)
     _ops: Ops
     _fds: FdCache
     _files: LogFiles
@@ -102,15 +103,16 @@ class LogAppends:
         log offset they start at."""
         path = self._files.log_path(session_id)
         fix = self._tail_fix.pop(session_id, None)
+        fsync = self._durability == "fsync"
         try:
             # Read access too: the tail check after a failed write preads the file.
-            if self._names_unsynced and self.durability == "fsync":
+            if self._names_unsynced and fsync:
                 self._sync_names()
             slot, created = self._fds.acquire(path)
             fd, owed = slot.fd, False
             try:
                 if created:
-                    if self.durability == "fsync":
+                    if fsync:
                         self._name_durable(path)
                     else:
                         self._name_changed()
@@ -126,7 +128,7 @@ class LogAppends:
                     data, lead = b"\n" + data, 1
                 try:
                     write_all(fd, data)
-                    if self.durability == "fsync":
+                    if fsync:
                         owed = self._sync_write(session_id, path, slot, start, start + len(data))
                 except OSError:
                     # The caller hears "failed", so no part of it may replay later,

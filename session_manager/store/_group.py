@@ -71,6 +71,7 @@ class GroupCommit:
     """The fsync-mode half of :class:`~.fs.FsStore`'s writes (which supplies the fields)."""
 
     durability: str
+    _durability: str
     _fds: FdCache
     _files: LogFiles
     _lock: threading.Lock
@@ -98,7 +99,7 @@ class GroupCommit:
         self._scoped = False
 
     def mutation(self, session_ids: Collection[str]) -> AbstractContextManager[None]:
-        if self.durability != "fsync":
+        if self._durability != "fsync":  # (the property's field: read on every mutation)
             return NO_TRANSACTION
         self._scoped = True
         local = self._owed
