@@ -44,13 +44,17 @@ Opener = Callable[[str, bool], tuple[int, bool]]
 
 
 class _Slot:
-    __slots__ = ("doomed", "end", "fd", "pins", "sync")
+    __slots__ = ("doomed", "end", "fd", "flushed", "pins", "sync")
 
     def __init__(self, fd: int) -> None:
         self.fd = fd
         self.pins = 0
         self.doomed = False
         self.sync = GroupSync()
+        # Bytes written in flush mode that no fsync covered since (no ticket of ``sync`` does):
+        # synced before an fsync-mode answer rests on them (:meth:`FsStore._sync_pending`) and
+        # before the descriptor closes once the store is in fsync mode (``FdCache.sync_flushed``).
+        self.flushed = False
         # Where the file ends, as its writer (FsStore._append, the only one writing
         # through a slot) last left it; None: ask fstat. The store owns its
         # data_dir, so only its own writes move it.
@@ -65,6 +69,10 @@ class FdCache:
             raise ValueError("capacity must be at least 1")
         self.capacity = capacity
         self._opener: Opener = opener or _open
+        # Set while the store is in fsync mode: a descriptor closed with flush-mode bytes on it
+        # (written before a switch, or by a write that read "flush" as the switch happened) is
+        # fsynced first, so no later fsync-mode answer rests on bytes nothing will sync.
+        self.sync_flushed = False
         self._lock = threading.Lock()
         self._slots: OrderedDict[str, _Slot] = OrderedDict()
 
@@ -147,6 +155,7 @@ class FdCache:
             del self._slots[path]
             slot.doomed = True
             if slot.pins == 0:
+                self._sync_flushed(slot)
                 close_quietly(slot.fd)
 
     def swap(self, path: str, fd: int) -> int | None:
@@ -183,7 +192,16 @@ class FdCache:
             del self._slots[path]
         slot.doomed = True
         if slot.pins == 0:
+            self._sync_flushed(slot)
             close_quietly(slot.fd)
+
+    def _sync_flushed(self, slot: _Slot) -> None:
+        if slot.flushed and self.sync_flushed:
+            slot.flushed = False
+            try:
+                os.fsync(slot.fd)
+            except OSError as e:  # (answered long ago, in flush mode: nobody left to tell but the log)
+                log.warning("syncing a log's flush-mode writes before closing it failed (%s)", e)
 
 
 def _open(path: str, create: bool) -> tuple[int, bool]:

@@ -129,7 +129,10 @@ class LogAppends:
                 try:
                     write_all(fd, data)
                     if fsync:
+                        slot.flushed = False  # (its fsync covers whatever flush mode wrote before)
                         owed = self._sync_write(session_id, path, slot, start, start + len(data))
+                    else:
+                        slot.flushed = True
                 except OSError:
                     # The caller hears "failed", so no part of it may replay later,
                     # not even a whole record that only lacks its newline.

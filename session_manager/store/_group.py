@@ -189,6 +189,16 @@ class GroupCommit:
         try:
             if slot.sync.pending:
                 slot.sync.wait(slot.fd, slot.sync.last())
+            elif slot.flushed and self._durability == "fsync":
+                # Flush-mode bytes (no ticket) an fsync-mode answer is about to rest on: a ticket
+                # of their own, starting at their end (a failed sync undoes none of them).
+                end = slot.end if slot.end is not None else os.fstat(slot.fd).st_size
+                slot.flushed = False
+                try:
+                    slot.sync.wait(slot.fd, slot.sync.written(end, end))
+                except BaseException:
+                    slot.flushed = True
+                    raise
             return None
         except OSError as e:
             self._undo_unsynced(session_id, path, slot)

@@ -58,6 +58,14 @@ log = logging.getLogger("session_manager.store.fs")
 Durability = Literal["flush", "fsync"]
 _DURABILITIES: dict[str, Durability] = {"flush": "flush", "fsync": "fsync"}
 
+
+def _sync_everything() -> None:
+    """``os.sync``, where there is one (it waits for the writes on Linux): once per switch from
+    flush to fsync, and at an fsync-mode open."""
+    sync = getattr(os, "sync", None)
+    if sync is not None:
+        sync()
+
 # The longest name the store makes from a session's stem (log, compaction
 # temp, delete aside, attachment folder aside): every accepted id fits them all.
 _LONGEST_SUFFIX = max(len(LOG_SUFFIX + _compaction.TEMP_SUFFIX), len(LOG_SUFFIX + _delete.ASIDE))
@@ -130,6 +138,7 @@ class FsStore(CatalogListing, SessionDeletion, OnlineCompaction, AttachmentFiles
         # Module functions bound to ops (not methods): the store holds no cycle,
         # so dropping the last reference releases the data_dir at once.
         self._fds = FdCache(opener=functools.partial(open_append, self._ops))
+        self._fds.sync_flushed = durability == "fsync"
         self._files = LogFiles(self.dir, self._fds, read_only=read_only,
                                stem=functools.partial(checked_stem, self._stem_limit),
                                open_log=functools.partial(open_read, self._ops))
@@ -138,6 +147,8 @@ class FsStore(CatalogListing, SessionDeletion, OnlineCompaction, AttachmentFiles
         self._init_group_commit()  # fsync mode: appends queued on a session share an fsync (:mod:`._group`)
         self._opened: OpenedListing | None = None  # the open's listing, for the first list (writable)
         if self._owner is not None:
+            if durability == "fsync":
+                _sync_everything()  # what a flush-mode owner before this one answered may rest in the page cache
             self._recover()
 
     def _recover(self) -> None:
@@ -194,14 +205,14 @@ class FsStore(CatalogListing, SessionDeletion, OnlineCompaction, AttachmentFiles
         if new is None:
             raise ValueError(f"durability must be 'flush' or 'fsync', not {value!r}")
         before, self._durability = self._durability, new
+        self._fds.sync_flushed = new == "fsync"
         if before == "flush" and new == "fsync" and not self.read_only:
             # From the next write on, an answer means "on disk": so must what was answered before
             # in flush mode, which a later answer may rest on without a write of its own (an
             # idempotent replay, an existing session ensured) and which no fsync ticket covers.
-            # One sync of everything, once per switch (os.sync waits for it on Linux).
-            sync = getattr(os, "sync", None)
-            if sync is not None:
-                sync()
+            # A write that read "flush" just before this is marked on its descriptor instead
+            # (``_Slot.flushed``: synced before such an answer, or before the descriptor closes).
+            _sync_everything()
 
     @property
     def cache_bytes(self) -> int:
