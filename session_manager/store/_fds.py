@@ -25,6 +25,8 @@ _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 # Read access too: the tail check after a failed write and lazy bodies pread it.
 _FLAGS = os.O_RDWR | os.O_APPEND | _O_CLOEXEC
 DEFAULT_CAPACITY = 256
+# Opens ``path`` for appending (creating it when asked): ``(fd, created)``.
+Opener = Callable[[str, bool], tuple[int, bool]]
 
 log = logging.getLogger("session_manager.store.fs")
 
@@ -39,8 +41,6 @@ def close_quietly(fd: int) -> None:
         os.close(fd)
     except OSError as e:
         log.warning("closing a log descriptor failed (%s); earlier writes to it may not be on disk", e)
-# Opens ``path`` for appending (creating it when asked): ``(fd, created)``.
-Opener = Callable[[str, bool], tuple[int, bool]]
 
 
 class _Slot:
@@ -136,7 +136,7 @@ class FdCache:
                 elif len(self._slots) > self.capacity:
                     # Others make room, not this one: its writer is still to be answered, and a
                     # close error here (NFS reports write-back failures at close) would concern
-                    # its own bytes. It is the newest idle slot, so the oldest go first anyway.
+                    # its own bytes. (Idle ones go oldest-acquired first, even one used since it was.)
                     self._evict(keep=path)
         finally:
             lock.release()
@@ -152,11 +152,7 @@ class FdCache:
             slot = self._slots.get(path)
             if slot is None:
                 return
-            del self._slots[path]
-            slot.doomed = True
-            if slot.pins == 0:
-                self._sync_flushed(slot)
-                close_quietly(slot.fd)
+            self._close(path, slot)
 
     def swap(self, path: str, fd: int) -> int | None:
         """Make ``fd`` the descriptor of ``path`` (a log renamed over the old one);
@@ -196,6 +192,8 @@ class FdCache:
             close_quietly(slot.fd)
 
     def _sync_flushed(self, slot: _Slot) -> None:
+        # (Under the cache's lock: only descriptors written in flush mode and closed after a
+        # switch to fsync pay it, each once.)
         if slot.flushed and self.sync_flushed:
             slot.flushed = False
             try:

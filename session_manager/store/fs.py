@@ -59,6 +59,14 @@ Durability = Literal["flush", "fsync"]
 _DURABILITIES: dict[str, Durability] = {"flush": "flush", "fsync": "fsync"}
 
 
+def _durability_of(value: str) -> Durability:
+    """``value`` as a :data:`Durability`; ValueError for anything else (a typo must not run unsynced)."""
+    known = _DURABILITIES.get(value)
+    if known is None:
+        raise ValueError(f"durability must be 'flush' or 'fsync', not {value!r}")
+    return known
+
+
 def _sync_everything() -> None:
     """``os.sync``, where there is one (it waits for the writes on Linux): once per switch from
     flush to fsync, and at an fsync-mode open."""
@@ -94,8 +102,7 @@ class FsStore(CatalogListing, SessionDeletion, OnlineCompaction, AttachmentFiles
 
     def __init__(self, data_dir: str | os.PathLike[str], durability: Durability = "flush", *,
                  read_only: bool = False, ops: Ops | None = None, cache_bytes: int = DEFAULT_CACHE_BYTES) -> None:
-        if durability not in ("flush", "fsync"):
-            raise ValueError(f"durability must be 'flush' or 'fsync', not {durability!r}")
+        durability = _durability_of(durability)
         shown = os.fspath(data_dir)
         self.dir = Path(data_dir)
         self._dir = os.fspath(self.dir)
@@ -201,9 +208,7 @@ class FsStore(CatalogListing, SessionDeletion, OnlineCompaction, AttachmentFiles
 
     @durability.setter
     def durability(self, value: str) -> None:
-        new = _DURABILITIES.get(value)
-        if new is None:
-            raise ValueError(f"durability must be 'flush' or 'fsync', not {value!r}")
+        new = _durability_of(value)
         before, self._durability = self._durability, new
         self._fds.sync_flushed = new == "fsync"
         if before == "flush" and new == "fsync" and not self.read_only:

@@ -60,9 +60,10 @@ class Writers:
         return sum(s.stats.get("cas_retries") for s in self.services)
 
 
-def run_both(work: Callable[[int], None]) -> None:
+def run_threads(count: int, work: Callable[[int], None]) -> None:
+    """``work(0)`` ... ``work(count - 1)`` on as many threads, started together; none may raise."""
     errors: list[BaseException] = []
-    start = threading.Barrier(2)
+    start = threading.Barrier(count)
 
     def run(n: int) -> None:
         try:
@@ -71,12 +72,16 @@ def run_both(work: Callable[[int], None]) -> None:
         except BaseException as e:  # reported below
             errors.append(e)
 
-    pool = [threading.Thread(target=run, args=(n,)) for n in range(2)]
+    pool = [threading.Thread(target=run, args=(n,)) for n in range(count)]
     for t in pool:
         t.start()
     for t in pool:
         t.join(120)
     assert errors == []
+
+
+def run_both(work: Callable[[int], None]) -> None:
+    run_threads(2, work)
 
 
 def user(text: str) -> dict[str, Any]:

@@ -29,6 +29,14 @@ class DirOps(Ops):
         return fd
 
 
+def _reads_back_after_reopen(where: Path, want: dict[str, bytes]) -> None:
+    again = FsStore(where)
+    try:
+        assert {a: again.read_attachment("s_1", a) for a in want} == want
+    finally:
+        again.close()
+
+
 def test_an_fsync_mode_attachment_syncs_the_folders_it_created(tmp_path: Path) -> None:
     # Prevents: attachments/ (in data_dir) and attachments/<stem> made by the upload with their
     # directory entries never synced, so the acknowledged attachment could vanish with them.
@@ -50,11 +58,8 @@ def test_an_fsync_mode_attachment_syncs_the_folders_it_created(tmp_path: Path) -
         got = store.read_attachment("s_1", "a_1")
     finally:
         store.close()
-    again = FsStore(where)
-    try:
-        assert again.read_attachment("s_1", "a_1") == got == b"abc"
-    finally:
-        again.close()
+    assert got == b"abc"
+    _reads_back_after_reopen(where, {"a_1": b"abc"})
 
 
 def test_an_fsync_mode_attachment_syncs_folders_an_earlier_flush_mode_upload_made(tmp_path: Path) -> None:
@@ -74,8 +79,4 @@ def test_an_fsync_mode_attachment_syncs_folders_an_earlier_flush_mode_upload_mad
         assert synced[-3:] == [folder, os.path.dirname(folder), os.fspath(where)], ops.events
     finally:
         store.close()
-    again = FsStore(where)
-    try:
-        assert again.read_attachment("s_1", "a_1") == b"abc" and again.read_attachment("s_1", "a_2") == b"def"
-    finally:
-        again.close()
+    _reads_back_after_reopen(where, {"a_1": b"abc", "a_2": b"def"})

@@ -125,11 +125,13 @@ class CrashPoints(Ops):
         self.store: FsStore | None = None
         self.copies: list[tuple[Path, tuple[Any, ...]]] = []
 
+    ignored: tuple[str, ...] = (".session-manager.lock", "*.tmp")  # (what a crash copy leaves out)
+
     def _copy(self) -> None:
         assert self.store is not None
         with self.store._sessions[SID].lock:  # no commit half-made while copying
             target = self.out / str(len(self.copies))
-            shutil.copytree(self.where, target, ignore=shutil.ignore_patterns(".session-manager.lock", "*.tmp"))
+            shutil.copytree(self.where, target, ignore=shutil.ignore_patterns(*self.ignored))
             self.copies.append((target, _view(self.store)))
 
     def open(self, path: StrPath, flags: int, mode: int = 0o644) -> int:

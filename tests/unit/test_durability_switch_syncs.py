@@ -58,6 +58,13 @@ class Syncs:
         return any(kind == "sync" or (kind == "fsync" and os.path.realpath(what) == real) for kind, what in after)
 
 
+def _fs_session(sm: session_manager.SessionManager) -> tuple[FsStore, str]:
+    """The fs store under ``sm`` and a new session's id."""
+    store = sm.service.store
+    assert isinstance(store, FsStore)
+    return store, sm.call("session::create", {})["session_id"]
+
+
 def _log_of(store: FsStore, sid: str) -> str:
     return os.fspath(store._files.log_path(sid))
 
@@ -69,9 +76,7 @@ def test_a_flush_write_in_flight_across_the_switch_is_synced_before_an_fsync_mod
     # although nothing synced those bytes (they took no fsync ticket).
     syncs = Syncs(monkeypatch)
     with session_manager.open(tmp_path / "d") as sm:
-        store = sm.service.store
-        assert isinstance(store, FsStore)
-        sid = sm.call("session::create", {})["session_id"]
+        store, sid = _fs_session(sm)
 
         entered, go = threading.Event(), threading.Event()
         writer: list[threading.Thread] = []
@@ -138,9 +143,7 @@ def test_a_descriptor_with_flush_mode_bytes_is_synced_before_it_closes_in_fsync_
     # later answer could no longer find the bytes that still owe one.
     syncs = Syncs(monkeypatch)
     with session_manager.open(tmp_path / "d") as sm:
-        store = sm.service.store
-        assert isinstance(store, FsStore)
-        sid = sm.call("session::create", {})["session_id"]
+        store, sid = _fs_session(sm)
         sm.call("session::append", {"session_id": sid, "message": MSG})
         path = _log_of(store, sid)
         slot = store._fds.acquire_cached(path)

@@ -5,7 +5,6 @@ past INLINE_LIVE and back, read-only followers, concurrent streams, issue 9's bo
 from __future__ import annotations
 
 import os
-import shutil
 import threading
 from pathlib import Path
 from typing import Any
@@ -15,44 +14,17 @@ import pytest
 import session_manager
 from session_manager.ids import SequentialIds
 from session_manager.store import Commit, FsStore, _compaction, _index, _logfiles
-from session_manager.store._compactor import Compactor, Job
-from session_manager.store._fsio import Ops, StrPath
 from tests.unit.store_contract import message, meta
-from tests.unit.test_background_compaction import SID, _seed, _temps, _update, _view
+from tests.unit.store_contract_concurrency import run_threads
+from tests.unit.test_background_compaction import SID, CrashPoints, _seed, _temps, _update, _view
+from tests.unit.test_small_log_inline_rewrite import _jobs_started
 
 
-class InlineCrashPoints(Ops):
-    """Copies the data_dir (index sidecars included) before and after each file operation of
-    an inline rewrite, and at the removal of the replaced log's index."""
+class InlineCrashPoints(CrashPoints):
+    """:class:`CrashPoints` for an inline rewrite, index sidecars (and their temps) included; the
+    test copies at the removal of the replaced log's index too."""
 
-    def __init__(self, where: Path, out: Path) -> None:
-        self.where, self.out = where, out
-        self.store: FsStore | None = None
-        self.copies: list[tuple[Path, tuple[Any, ...]]] = []
-
-    def copy(self) -> None:
-        assert self.store is not None
-        with self.store._sessions[SID].lock:
-            target = self.out / str(len(self.copies))
-            shutil.copytree(self.where, target, ignore=shutil.ignore_patterns(".session-manager.lock"))
-            self.copies.append((target, _view(self.store)))
-
-    def open(self, path: StrPath, flags: int, mode: int = 0o644) -> int:
-        temp = os.fspath(path).endswith(_compaction.TEMP_SUFFIX)
-        if temp:
-            self.copy()
-        fd = super().open(path, flags, mode)
-        if temp:
-            self.copy()
-        return fd
-
-    def replace(self, src: StrPath, dst: StrPath) -> None:
-        log = os.fspath(dst).endswith(".jsonl")
-        if log:
-            self.copy()
-        super().replace(src, dst)
-        if log:
-            self.copy()
+    ignored = (".session-manager.lock",)
 
 
 @pytest.mark.parametrize("durability", ["flush", "fsync"])
@@ -70,9 +42,9 @@ def test_a_crash_at_any_step_of_an_inline_small_rewrite(tmp_path: Path, durabili
 
     def remove(path: str) -> None:
         removed.append(os.path.exists(path))
-        ops.copy()
+        ops._copy()
         real_remove(path)
-        ops.copy()
+        ops._copy()
 
     monkeypatch.setattr(_index, "remove_index", remove)
     monkeypatch.setattr(_logfiles, "SAVE_MIN_BYTES", 4 * 1024)  # an index exists before each rewrite
@@ -134,14 +106,7 @@ def test_small_then_large_then_small(tmp_path: Path, monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(_compaction, "INLINE_LIVE", 6 * 1024)  # e_1 grows to ~12 KB
     monkeypatch.setattr(_logfiles, "SAVE_MIN_BYTES", 32 * 1024)
     where = tmp_path / "d"
-    started: list[str] = []
-    real_start = Compactor.start
-
-    def start(compactor: Compactor, job: Job) -> bool:
-        started.append(job.session_id)
-        return real_start(compactor, job)
-
-    monkeypatch.setattr(Compactor, "start", start)
+    started = _jobs_started(monkeypatch)
     store = FsStore(where)
     _seed(store)
     # grow e_1 from small to large, then shrink it back
@@ -197,29 +162,17 @@ def test_threads_streaming_into_one_session_inline(tmp_path: Path, durability: A
     reply = sm.call("session::append", {"session_id": sid, "message": {
         "role": "assistant", "content": [], "stop_reason": "end", "model": "m", "provider": "p",
         "timestamp": 1}})["entry_id"]
-    errors: list[BaseException] = []
-    texts: dict[int, str] = {}
-
     def stream(worker: int) -> None:
-        try:
-            for k in range(400):
-                text = f"w{worker} " + "token " * k
-                sm.call("session::update-message", {"session_id": sid, "entry_id": reply,
-                                                    "content": [{"type": "text", "text": text}]})
-                texts[worker] = text
-                if k % 25 == 0:
-                    got = sm.call("session::get-message", {"session_id": sid, "entry_id": reply})
-                    assert got["entry"]["kind"] == "message"
-                    sm.call("session::get", {"session_id": sid})
-        except BaseException as e:  # pragma: no cover
-            errors.append(e)
+        for k in range(400):
+            text = f"w{worker} " + "token " * k
+            sm.call("session::update-message", {"session_id": sid, "entry_id": reply,
+                                                "content": [{"type": "text", "text": text}]})
+            if k % 25 == 0:
+                got = sm.call("session::get-message", {"session_id": sid, "entry_id": reply})
+                assert got["entry"]["kind"] == "message"
+                sm.call("session::get", {"session_id": sid})
 
-    threads = [threading.Thread(target=stream, args=(w,)) for w in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
-    assert not errors, errors
+    run_threads(4, stream)
     store = sm.service.store
     assert isinstance(store, FsStore) and store.compactions >= 3
     final = sm.call("session::get-message", {"session_id": sid, "entry_id": reply})["entry"]
@@ -243,17 +196,15 @@ def test_streams_under_eviction_pressure_with_a_follower(tmp_path: Path, durabil
     errors: list[BaseException] = []
     stop = threading.Event()
 
-    def stream(sid: str, worker: int) -> None:
-        try:
-            for k in range(300):
-                text = f"w{worker} " + "token " * k
-                sm.call("session::update-message", {"session_id": sid, "entry_id": replies[sid],
-                                                    "content": [{"type": "text", "text": text}]})
-                if k % 20 == 0:
-                    got = sm.call("session::get-message", {"session_id": sid, "entry_id": replies[sid]})
-                    assert got["entry"]["kind"] == "message"
-        except BaseException as e:  # pragma: no cover
-            errors.append(e)
+    def stream(n: int) -> None:
+        sid, worker = sids[n // 2], n % 2
+        for k in range(300):
+            text = f"w{worker} " + "token " * k
+            sm.call("session::update-message", {"session_id": sid, "entry_id": replies[sid],
+                                                "content": [{"type": "text", "text": text}]})
+            if k % 20 == 0:
+                got = sm.call("session::get-message", {"session_id": sid, "entry_id": replies[sid]})
+                assert got["entry"]["kind"] == "message"
 
     def follow() -> None:
         ro = FsStore(where, read_only=True)
@@ -269,12 +220,10 @@ def test_streams_under_eviction_pressure_with_a_follower(tmp_path: Path, durabil
 
     follower = threading.Thread(target=follow)
     follower.start()
-    threads = [threading.Thread(target=stream, args=(sid, w)) for sid in sids for w in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
-    stop.set()
+    try:
+        run_threads(2 * len(sids), stream)
+    finally:
+        stop.set()
     follower.join(60)
     assert not errors, errors
     final = {sid: sm.call("session::get-message", {"session_id": sid, "entry_id": replies[sid]})["entry"]
