@@ -13,6 +13,14 @@ no compare-and-set, no index, no compaction accounting, no catalog: a
 single-threaded store that cannot fail would need none of them, ours needs all
 of them. :meth:`Floor.update` is the same for ``session::update-message``. Used by
 ``floor_append.py`` and by the append and update workloads of ``run.py``.
+
+With ``bounded``, :meth:`Floor.update` also keeps issue 9's bound the cheapest
+crash-safe way there is: it counts the bytes on disk and the live bytes (the
+entry's last line and the meta's), and once the log passes the rule our store
+uses (``RATIO`` x live + ``SLACK``, :mod:`session_manager.store._compaction`) it
+writes the live state to a temp file, fsyncs it (a rename over the log must
+never expose an empty file), renames it over the log and reopens it. Nothing
+else: no index, no directory sync, no background thread.
 """
 
 from __future__ import annotations
@@ -30,14 +38,19 @@ from session_manager._wire.dumping import fast_dump
 from session_manager._wire.validation import parse_request
 from session_manager.clock import SystemClock
 from session_manager.ids import UuidIds
+from session_manager.store import _compaction
 
 
 class Floor:
     """The minimum an append must do, for one session, on one kept descriptor."""
 
-    def __init__(self, path: Path, session_id: str, fsync: bool = False) -> None:
+    def __init__(self, path: Path, session_id: str, fsync: bool = False, bounded: bool = False) -> None:
+        self.path = str(path)
         self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         self.fsync = fsync
+        self.bounded = bounded
+        self.disk = 0  # bytes in the log (bounded only)
+        self.rewrites = 0
         self.limits, self.ids, self.clock = Limits(), UuidIds(), SystemClock()
         self.entries: dict[str, dict[str, Any]] = {}
         self.leaf: str | None = None
@@ -85,16 +98,39 @@ class Floor:
         meta = dict(self.meta)
         meta["updated_at"] = now
         tx = b',"tx":' + orjson.dumps(self.ids.tx_id())
-        os.write(self.fd, b"".join((b'{"type":"entry","entry":', orjson.dumps(updated), tx,
-                                    b'}\n{"type":"meta","meta":', orjson.dumps(meta), tx, b',"tx_n":2}\n')))
+        entry_json, meta_json = orjson.dumps(updated), orjson.dumps(meta)
+        data = b"".join((b'{"type":"entry","entry":', entry_json, tx,
+                         b'}\n{"type":"meta","meta":', meta_json, tx, b',"tx_n":2}\n'))
+        os.write(self.fd, data)
         if self.fsync:
             os.fsync(self.fd)
         self.entries[req.entry_id], self.meta = updated, meta
+        if self.bounded:
+            self.disk += len(data)
+            live = len(entry_json) + len(meta_json) + 64  # (the two lines' framing)
+            if self.disk > _compaction.RATIO * live + _compaction.SLACK:
+                self._rewrite(entry_json, meta_json)
         response = {"updated": True, "revision": revision + 1}
         _event = {"session_id": req.session_id, "entry_id": req.entry_id, "message": message,
                   "revision": revision + 1, "origin": req.origin, "timestamp": now,
                   "session_metadata": meta.get("metadata")}
         return dict(response)
+
+    def _rewrite(self, entry_json: bytes, meta_json: bytes) -> None:
+        """The live state (one entry, the meta) as the whole log: temp, fsync, rename, reopen."""
+        body = b'{"type":"entry","entry":' + entry_json + b'}\n{"type":"meta","meta":' + meta_json + b"}\n"
+        tmp = self.path + _compaction.TEMP_SUFFIX
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.write(fd, body)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, self.path)
+        os.close(self.fd)
+        self.fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+        self.disk = len(body)
+        self.rewrites += 1
 
     def close(self) -> None:
         os.close(self.fd)

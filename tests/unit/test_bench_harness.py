@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 sys.path.insert(0, str(BENCH))
@@ -152,3 +153,38 @@ def test_the_update_floor_writes_the_stores_bytes_and_refuses_what_ours_refuses(
         other.update({"session_id": "s_1", "entry_id": eid, "content": "x"})
     other.close()
     assert refused.value.code == "session/invalid_request"
+
+
+def test_the_bounded_update_floor_keeps_issue_9s_bound_and_the_same_state(tmp_path: Path) -> None:
+    # Prevents: a "floor + bounded log" row that rewrites less often than the bound needs (so it would claim
+    # a bar no bounded store can meet) or whose rewrites drop what the stream wrote.
+    def last(path: Path, entry_id: str) -> tuple[dict[str, Any], dict[str, Any]]:
+        entries: dict[str, Any] = {}
+        meta: dict[str, Any] = {}
+        for line in path.read_bytes().splitlines():  # replay is last-wins, as the store's and the reference's
+            record = orjson.loads(line)
+            if "entry" in record:
+                entries[record["entry"]["id"]] = record["entry"]
+            if "meta" in record:
+                meta = record["meta"]
+        return entries[entry_id], meta
+
+    bounded, plain = Floor(tmp_path / "bounded.jsonl", "s_1", bounded=True), Floor(tmp_path / "plain.jsonl", "s_1")
+    eid = bounded.append({"session_id": "s_1", "message": assistant("")})["entry_id"]
+    plain.append({"session_id": "s_1", "message": assistant("")})
+    plain.entries = {eid: bounded.entries[eid]}  # (the floor draws its own ids: both stream into one id)
+    final = 0
+    for k in range(400):
+        body = {"session_id": "s_1", "entry_id": eid, "content": [{"type": "text", "text": " tok" * (k + 1)}]}
+        bounded.update(body)
+        plain.update(body)
+        final = len(orjson.dumps(bounded.entries[eid]["message"]))
+        assert (tmp_path / "bounded.jsonl").stat().st_size <= 3 * final + 64 * 1024 + 4096  # (4 KiB: the meta lines)
+    bounded.close()
+    plain.close()
+    assert bounded.rewrites > 0
+    assert (tmp_path / "plain.jsonl").stat().st_size > 3 * final + 64 * 1024  # the unbounded log did outgrow it
+    (b_entry, b_meta), (p_entry, p_meta) = last(tmp_path / "bounded.jsonl", eid), last(tmp_path / "plain.jsonl", eid)
+    assert b_entry == p_entry and b_entry["revision"] == 400
+    assert {k: v for k, v in b_meta.items() if k != "updated_at"} == {k: v for k, v in p_meta.items()
+                                                                       if k != "updated_at"}
