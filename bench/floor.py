@@ -18,9 +18,11 @@ With ``bounded``, :meth:`Floor.update` also keeps issue 9's bound the cheapest
 crash-safe way there is: it counts the bytes on disk and the live bytes (the
 entry's last line and the meta's), and once the log passes the rule our store
 uses (``RATIO`` x live + ``SLACK``, :mod:`session_manager.store._compaction`) it
-writes the live state to a temp file, fsyncs it (a rename over the log must
-never expose an empty file), renames it over the log and reopens it. Nothing
-else: no index, no directory sync, no background thread.
+writes the live state to a temp file in the store's own snapshot form
+(``encode_snapshot``: the commit markers and the leaf the reference needs),
+fsyncs it (a rename over the log must never expose an empty file), renames it
+over the log and reopens it. Nothing else: no index, no directory sync, no
+background thread. Live bytes are counted as the store counts them (``_sized``).
 """
 
 from __future__ import annotations
@@ -39,6 +41,8 @@ from session_manager._wire.validation import parse_request
 from session_manager.clock import SystemClock
 from session_manager.ids import UuidIds
 from session_manager.store import _compaction
+from session_manager.store._records import encode_snapshot
+from session_manager.store._sized import _entry_size, _meta_size
 
 
 class Floor:
@@ -107,18 +111,18 @@ class Floor:
         self.entries[req.entry_id], self.meta = updated, meta
         if self.bounded:
             self.disk += len(data)
-            live = len(entry_json) + len(meta_json) + 64  # (the two lines' framing)
+            live = _entry_size(entry_json, updated) + _meta_size(meta_json)
             if self.disk > _compaction.RATIO * live + _compaction.SLACK:
-                self._rewrite(entry_json, meta_json)
+                self._rewrite(updated)
         response = {"updated": True, "revision": revision + 1}
         _event = {"session_id": req.session_id, "entry_id": req.entry_id, "message": message,
                   "revision": revision + 1, "origin": req.origin, "timestamp": now,
                   "session_metadata": meta.get("metadata")}
         return dict(response)
 
-    def _rewrite(self, entry_json: bytes, meta_json: bytes) -> None:
-        """The live state (one entry, the meta) as the whole log: temp, fsync, rename, reopen."""
-        body = b'{"type":"entry","entry":' + entry_json + b'}\n{"type":"meta","meta":' + meta_json + b"}\n"
+    def _rewrite(self, entry: dict[str, Any]) -> None:
+        """The live state (the streamed entry, the meta) as the whole log: temp, fsync, rename, reopen."""
+        body = encode_snapshot(self.meta, [entry], self.leaf)
         tmp = self.path + _compaction.TEMP_SUFFIX
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
