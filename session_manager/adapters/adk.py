@@ -121,12 +121,21 @@ class SessionManagerSessionService(BaseSessionService):
         delta = (data.get("actions") or {}).get("state_delta")
         if isinstance(delta, dict):
             data["actions"]["state_delta"] = {k: v for k, v in delta.items() if not k.startswith("temp:")}
-        await _run(self._store_event, session.app_name, session.user_id, session.id, data)
-        # Only once stored: the caller's session then shows the event, its state
-        # (temp: keys included, for the rest of the invocation) and its time.
+        stored = threading.Event()
+        try:
+            await _run(self._store_event, session.app_name, session.user_id, session.id, data, stored)
+        except asyncio.CancelledError:
+            if stored.is_set():  # the write landed before the cancellation surfaced: show it
+                await self._apply(session, event)
+            raise
+        await self._apply(session, event)
+        return event
+
+    async def _apply(self, session: Session, event: Event) -> None:
+        """Once stored: the caller's session shows the event, its state (``temp:``
+        keys included, for the rest of the invocation) and its time."""
         await super().append_event(session, event)
         session.last_update_time = event.timestamp
-        return event
 
     async def fork_session(self, *, app_name: str, user_id: str, session_id: str, event_id: str | None = None,
                            new_session_id: str | None = None) -> Session:
@@ -237,7 +246,7 @@ class SessionManagerSessionService(BaseSessionService):
         sid = session_id.strip() if session_id else session_id
         self._call("session::delete", {"session_id": session_key(app_name, user_id, sid)})
 
-    def _store_event(self, app_name: str, user_id: str, sid: str, data: Json) -> None:
+    def _store_event(self, app_name: str, user_id: str, sid: str, data: Json, stored: threading.Event) -> None:
         message, custom, origin = encode_event(data)
         payload: Json = {"session_id": session_key(app_name, user_id, sid)}
         if message is not None:
@@ -251,6 +260,7 @@ class SessionManagerSessionService(BaseSessionService):
             if e.code == NOT_FOUND:
                 raise SessionNotFoundError(f"Session {sid} not found.") from e
             raise
+        stored.set()
         delta = (data.get("actions") or {}).get("state_delta")
         app_delta, user_delta, _ = split_state(delta if isinstance(delta, dict) else {})
         # After the event: a session that is not stored changes no shared state.

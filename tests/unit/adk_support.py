@@ -72,3 +72,34 @@ def backend(kind: str, tmp_path: Path) -> Iterator[Backend]:
 
 def skip_without_adk() -> None:
     pytest.importorskip("google.adk", reason="the adk extra is not installed")
+
+
+def append_from_process(schema: str, worker: int, count: int, start: Any) -> None:
+    """A separate process's writer: ``count`` events on the shared session, each with a
+    session, a ``user:`` and an ``app:`` key of its own (the concurrency test's child)."""
+    from google.adk.events.event import Event
+    from google.adk.events.event_actions import EventActions
+    from google.genai import types
+
+    from session_manager.adapters.adk import SessionManagerSessionService
+
+    async def main(svc: Any) -> None:
+        session = await svc.get_session(app_name="race", user_id="u", session_id="shared")
+        start.wait()
+        for j in range(count):
+            state = {f"k{worker}_{j}": j, f"user:u{worker}_{j}": j, f"app:a{worker}_{j}": j}
+            await svc.append_event(session, Event(
+                invocation_id=f"w{worker}", author="user", actions=EventActions(state_delta=state),
+                content=types.Content(role="user", parts=[types.Part(text=f"w{worker} #{j}")])))
+
+    sm = session_manager_open(schema)
+    try:
+        asyncio.run(main(SessionManagerSessionService(sm)))
+    finally:
+        sm.close()
+
+
+def session_manager_open(schema: str) -> Any:
+    import session_manager
+
+    return session_manager.open(store=pg_support.open_store(schema))

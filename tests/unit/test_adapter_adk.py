@@ -15,16 +15,16 @@ import pytest
 
 pytest.importorskip("google.adk", reason="the adk extra is not installed")
 
-from google.adk.errors.already_exists_error import AlreadyExistsError  # noqa: E402
-from google.adk.errors.session_not_found_error import SessionNotFoundError  # noqa: E402
-from google.adk.events.event import Event  # noqa: E402
-from google.adk.events.event_actions import EventActions  # noqa: E402
-from google.adk.sessions.base_session_service import GetSessionConfig  # noqa: E402
-from google.adk.sessions.session import Session  # noqa: E402
-from google.adk.tools.tool_confirmation import ToolConfirmation  # noqa: E402
-from google.genai import types  # noqa: E402
+from google.adk.errors.already_exists_error import AlreadyExistsError
+from google.adk.errors.session_not_found_error import SessionNotFoundError
+from google.adk.events.event import Event
+from google.adk.events.event_actions import EventActions
+from google.adk.sessions.base_session_service import GetSessionConfig
+from google.adk.sessions.session import Session
+from google.adk.tools.tool_confirmation import ToolConfirmation
+from google.genai import types
 
-from tests.unit.adk_support import BACKENDS, Backend, backend  # noqa: E402
+from tests.unit.adk_support import BACKENDS, Backend, backend
 
 APP = "weather"
 
