@@ -113,9 +113,14 @@ class SessionManagerSessionService(BaseSessionService):
 
     async def append_event(self, session: Session, event: Event) -> Event:
         """Store ``event`` and apply it to ``session`` as ``BaseSessionService.append_event`` does
-        (partial events are not stored, ``temp:`` keys never persist);
+        (partial events are not stored, ``temp:`` keys never persist, an event
+        ``session`` already holds is not stored again);
         ``SessionNotFoundError`` when the session is not stored."""
         if event.partial:
+            return event
+        # A re-delivery of an event the session already holds (the same object or an
+        # equal copy: a retry) is not stored twice, as InMemorySessionService does.
+        if any(e == event for e in session.events if e.id == event.id):
             return event
         data = event.model_dump(mode="json", exclude_none=True)
         delta = (data.get("actions") or {}).get("state_delta")

@@ -24,6 +24,7 @@ from google.adk.sessions.session import Session
 from google.adk.tools.tool_confirmation import ToolConfirmation
 from google.genai import types
 
+from session_manager.adapters._adk_codec import session_key, user_state_key
 from tests.unit.adk_support import BACKENDS, Backend, backend
 
 APP = "weather"
@@ -313,3 +314,31 @@ def test_get_user_state(store: Backend) -> None:
         assert await svc.get_user_state(app_name="other", user_id="u1") == {}
 
     store.run(scenario)
+
+
+def test_redelivered_event_is_stored_once(store: Backend) -> None:
+    # Prevents: a retried append_event (the same event, or an equal copy) stored twice or
+    # applying its state twice; and distinct events that share an id being dropped.
+    async def scenario(svc: Any) -> str:
+        s = await svc.create_session(app_name=APP, user_id="u1")
+        once = delta(**{"counter": 1, "user:seen": 1})
+        for again in (once, once, once.model_copy(deep=True)):
+            assert await svc.append_event(s, again) is again
+        twin_a = Event(id="shared-id", invocation_id="a", author="user")
+        twin_b = Event(id="shared-id", invocation_id="b", author="agent")
+        await svc.append_event(s, twin_a)
+        await svc.append_event(s, twin_b)
+        got = await svc.get_session(app_name=APP, user_id="u1", session_id=s.id)
+        assert got is not None and got.events == [once, twin_a, twin_b] == s.events
+        user = await svc.get_user_state(app_name=APP, user_id="u1")
+        assert user == {"seen": 1}
+        return s.id
+
+    sid = store.run(scenario)
+    sm = store.open_sync()
+    try:
+        for key, count in ((session_key(APP, "u1", sid), 3), (user_state_key(APP, "u1"), 1)):
+            page = sm.call("session::messages", {"session_id": key, "include_custom": True})
+            assert len(page["messages"]) == count
+    finally:
+        sm.close()
