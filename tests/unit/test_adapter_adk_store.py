@@ -9,7 +9,7 @@ import multiprocessing
 import re
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,10 +17,15 @@ import pytest
 
 pytest.importorskip("google.adk", reason="the adk extra is not installed")
 
+from google.adk.agents import LlmAgent
 from google.adk.errors.already_exists_error import AlreadyExistsError
 from google.adk.errors.session_not_found_error import SessionNotFoundError
 from google.adk.events.event import Event
 from google.adk.events.event_actions import EventActions
+from google.adk.models.base_llm import BaseLlm
+from google.adk.models.llm_request import LlmRequest
+from google.adk.models.llm_response import LlmResponse
+from google.adk.runners import Runner
 from google.genai import types
 
 from session_manager.adapters._adk_codec import app_state_key, session_key, user_state_key
@@ -42,6 +47,63 @@ def text_event(author: str, text: str, **state: Any) -> Event:
     role = "user" if author == "user" else "model"
     return Event(invocation_id="inv", author=author, actions=EventActions(state_delta=state),
                  content=types.Content(role=role, parts=[types.Part(text=text)]))
+
+
+class ScriptedModel(BaseLlm):
+    """An ADK model that answers from a script and records what each turn was sent."""
+
+    script: list[types.Content] = []
+    seen: list[list[str | None]] = []
+
+    async def generate_content_async(self, llm_request: LlmRequest, stream: bool = False) -> AsyncIterator[LlmResponse]:
+        self.seen.append([c.role for c in llm_request.contents])
+        yield LlmResponse(content=self.script.pop(0))
+
+
+def get_weather(city: str) -> str:
+    """The weather in a city."""
+    return f"sunny in {city}"
+
+
+def test_runner_turns_persist_and_resume_after_restart(store: Backend) -> None:
+    # Prevents: a real ADK Runner failing on the service, a tool round trip not stored, or a
+    # later turn (after a restart) not seeing the earlier turns' events and state.
+    model = ScriptedModel(model="scripted", script=[
+        types.Content(role="model", parts=[types.Part(function_call=types.FunctionCall(
+            name="get_weather", args={"city": "Paris"}))]),
+        types.Content(role="model", parts=[types.Part(text="It is sunny.")]),
+        types.Content(role="model", parts=[types.Part(text="Bye.")])])
+    agent = LlmAgent(name="forecaster", model=model, tools=[get_weather], output_key="last_answer")
+
+    def ask(text: str) -> types.Content:
+        return types.Content(role="user", parts=[types.Part(text=text)])
+
+    async def first(svc: Any) -> None:
+        await svc.create_session(app_name=APP, user_id="u1", session_id="chat")
+        runner = Runner(agent=agent, app_name=APP, session_service=svc)
+        out = [e async for e in runner.run_async(user_id="u1", session_id="chat", new_message=ask("Paris?"))]
+        assert [e.content.parts[0].text for e in out if e.content] == [None, None, "It is sunny."]
+
+    async def second(svc: Any) -> Any:
+        runner = Runner(agent=agent, app_name=APP, session_service=svc)
+        out = [e async for e in runner.run_async(user_id="u1", session_id="chat", new_message=ask("Thanks"))]
+        assert [e.content.parts[0].text for e in out if e.content] == ["Bye."]
+        return await svc.get_session(app_name=APP, user_id="u1", session_id="chat")
+
+    store.run(first)
+    got = store.run(second)
+    assert model.seen[-1] == ["user", "model", "user", "model", "user"]  # the whole history, after a restart
+    assert [e.author for e in got.events] == ["user", "forecaster", "forecaster", "forecaster", "user", "forecaster"]
+    assert got.events[1].get_function_calls()[0].args == {"city": "Paris"}
+    assert got.events[2].get_function_responses()[0].response == {"result": "sunny in Paris"}
+    assert got.state == {"last_answer": "Bye."}
+    sm = store.open_sync()
+    try:
+        texts = sm.call("session::messages", {"session_id": session_key(APP, "u1", "chat")})["messages"]
+        assert [(t["message"]["role"], t["message"]["content"][0]["text"]) for t in texts] == [
+            ("user", "Paris?"), ("assistant", "It is sunny."), ("user", "Thanks"), ("assistant", "Bye.")]
+    finally:
+        sm.close()
 
 
 def test_layout_is_ordinary_sessions_and_messages(store: Backend) -> None:
