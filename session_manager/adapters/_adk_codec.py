@@ -140,7 +140,9 @@ def fold_session_state(initial: Json, events: Iterable[Json]) -> Json:
         delta = actions.get("state_delta") if isinstance(actions, dict) else None
         if isinstance(delta, dict):
             state.update(split_state(delta)[2])
-    return state
+    # A copy: the values must not be the very objects inside the events read with them.
+    copied: Json = orjson.loads(orjson.dumps(state))
+    return copied
 
 
 def fold_deltas(items: Iterable[Json]) -> Json:

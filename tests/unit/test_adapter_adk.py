@@ -342,3 +342,19 @@ def test_redelivered_event_is_stored_once(store: Backend) -> None:
             assert len(page["messages"]) == count
     finally:
         sm.close()
+
+
+def test_read_state_is_not_shared_with_read_events(store: Backend) -> None:
+    # Prevents: a caller editing a read session's state in place and so changing the events
+    # read with it (or the other way round).
+    async def scenario(svc: Any) -> None:
+        s = await svc.create_session(app_name=APP, user_id="u1")
+        await svc.append_event(s, delta(profile={"name": "ada"}))
+        got = await svc.get_session(app_name=APP, user_id="u1", session_id=s.id)
+        assert got is not None
+        got.state["profile"]["name"] = "mallory"
+        assert got.events[0].actions.state_delta == {"profile": {"name": "ada"}}
+        again = await svc.get_session(app_name=APP, user_id="u1", session_id=s.id)
+        assert again is not None and again.state == {"profile": {"name": "ada"}}
+
+    store.run(scenario)
