@@ -228,6 +228,7 @@ def test_concurrent_appends_from_threads_lose_nothing(store: Backend) -> None:
     store.run(scenario)
 
 
+@pytest.mark.postgres
 def test_appends_from_several_processes_lose_nothing(tmp_path: Path) -> None:
     # Prevents: events or shared-state keys lost when processes holding stale copies of one
     # session append at once (ADK's own database service refuses them as stale).
