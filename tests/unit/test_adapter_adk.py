@@ -358,3 +358,44 @@ def test_read_state_is_not_shared_with_read_events(store: Backend) -> None:
         assert again is not None and again.state == {"profile": {"name": "ada"}}
 
     store.run(scenario)
+
+
+def test_values_without_json_form_are_stored_as_text(store: Backend) -> None:
+    # Prevents: a state value with no JSON form (a datetime, a callable) failing the write or
+    # reading back as something other than what create_session returned.
+    import datetime
+
+    when = datetime.datetime(2026, 12, 6, 1, 2, 3, tzinfo=datetime.timezone.utc)
+
+    async def scenario(svc: Any) -> None:
+        made = await svc.create_session(app_name=APP, user_id="u1", state={"when": when, "pair": (1, 2)})
+        assert made.state == {"when": "2026-12-06T01:02:03Z", "pair": [1, 2]}
+        got = await svc.get_session(app_name=APP, user_id="u1", session_id=made.id)
+        assert got is not None and got.state == made.state
+        await svc.append_event(made, delta(fn=len))
+        got = await svc.get_session(app_name=APP, user_id="u1", session_id=made.id)
+        assert got is not None and isinstance(got.state["fn"], str) and len(got.events) == 1
+
+    store.run(scenario)
+
+
+def test_refused_event_changes_nothing(tmp_path: Path) -> None:
+    # Prevents: an event the store refuses (past max_request_bytes) surfacing as a traceback
+    # other than SessionError, or half-applied: in the caller's session or in shared state.
+    import session_manager
+    from session_manager.adapters.adk import SessionManagerSessionService
+    from session_manager.errors import INVALID_REQUEST, SessionError
+
+    async def scenario() -> None:
+        with session_manager.open(tmp_path / "data", max_request_bytes=4096) as sm:
+            svc = SessionManagerSessionService(sm)
+            s = await svc.create_session(app_name=APP, user_id="u1")
+            with pytest.raises(SessionError) as refused:
+                await svc.append_event(s, said("x" * 10_000, actions=EventActions(state_delta={"user:k": 1})))
+            assert refused.value.code == INVALID_REQUEST
+            assert s.events == [] and s.state == {}
+            got = await svc.get_session(app_name=APP, user_id="u1", session_id=s.id)
+            assert got is not None and got.events == [] and got.state == {}
+            assert await svc.get_user_state(app_name=APP, user_id="u1") == {}
+
+    asyncio.run(scenario())
