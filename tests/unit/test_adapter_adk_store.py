@@ -269,3 +269,23 @@ def test_docs_snippet_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.chdir(tmp_path)
     exec(compile(snippet.group(1), "docs/adk.md", "exec"), {"__name__": "__main__"})
     assert (tmp_path / "data" / "sessions").is_dir()
+
+
+def test_concurrent_creates_of_one_id_make_one_session(store: Backend) -> None:
+    # Prevents: two racing create_session calls with one id both succeeding (the second
+    # overwriting the first) or failing with something other than AlreadyExistsError.
+    async def scenario(svc: Any) -> None:
+        for i in range(5):
+            sid = f"race-{i}"
+            results = await asyncio.gather(
+                svc.create_session(app_name=APP, user_id="u1", session_id=sid, state={"who": "a"}),
+                svc.create_session(app_name=APP, user_id="u1", session_id=sid, state={"who": "b"}),
+                return_exceptions=True)
+            made = [r for r in results if not isinstance(r, BaseException)]
+            errors = [r for r in results if isinstance(r, BaseException)]
+            assert len(made) == 1 and len(errors) == 1
+            assert isinstance(errors[0], AlreadyExistsError) and sid in str(errors[0])
+            got = await svc.get_session(app_name=APP, user_id="u1", session_id=sid)
+            assert got == made[0]
+
+    store.run(scenario)
