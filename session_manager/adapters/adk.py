@@ -44,6 +44,7 @@ from ._adk_codec import (
     KIND_USER_STATE,
     ORIGIN_KEY,
     STATE_TYPE,
+    TEMP_PREFIX,
     USER_PREFIX,
     Json,
     app_state_key,
@@ -66,8 +67,8 @@ _PAGE = 1_000  # entries per read; the store clamps it to its max_list_limit
 
 async def _run(fn: Callable[..., T], *args: Any) -> T:
     """Run ``fn`` on a worker thread. A cancelled caller still waits until the
-    write has happened or failed before ``CancelledError`` surfaces, as ADK's
-    own services do: the caller never sees a cancellation whose write lands later."""
+    write has happened or failed before ``CancelledError`` surfaces: the caller
+    never sees a cancellation whose write lands later."""
     task = asyncio.ensure_future(asyncio.to_thread(fn, *args))
     try:
         return await asyncio.shield(task)
@@ -125,7 +126,7 @@ class SessionManagerSessionService(BaseSessionService):
         data = event.model_dump(mode="json", exclude_none=True)
         delta = (data.get("actions") or {}).get("state_delta")
         if isinstance(delta, dict):
-            data["actions"]["state_delta"] = {k: v for k, v in delta.items() if not k.startswith("temp:")}
+            data["actions"]["state_delta"] = {k: v for k, v in delta.items() if not k.startswith(TEMP_PREFIX)}
         stored = threading.Event()
         try:
             await _run(self._store_event, session.app_name, session.user_id, session.id, data, stored)
