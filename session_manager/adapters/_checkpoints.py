@@ -17,7 +17,12 @@ A thread's session holds custom entries only (nothing here is a chat message):
   (tombstones: the entries stay, as everything in a session does; values they
   introduced stay readable to the checkpoints that kept them).
 
-Values go through LangGraph's serializer: ``[type, base64(bytes)]``.
+Values go through LangGraph's serializer: ``[type, data]``, its bytes as a
+latin-1 string (one character per byte, U+0000..U+00FF; JSON escapes the
+control bytes). Exact both ways, and for msgpack of chat messages (mostly
+ASCII text) smaller than base64; base64 cost a put about 16 us per 7 KB of
+state here, latin-1 0.1 us, which is the difference between slower and
+faster than ``SqliteSaver``.
 Checkpoint bodies and metadata are stored as plain JSON when JSON holds them
 exactly (so the data tool and the viewer show ``step``, ``source``,
 ``run_id``), else serialized the same way.
@@ -25,7 +30,6 @@ exactly (so the data tool and the viewer show ``step``, ``source``,
 
 from __future__ import annotations
 
-import base64
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,13 +46,13 @@ WriteKey = tuple[str, int]  # (task_id, write index)
 
 
 def pack(serde: Any, value: Any) -> list[str]:
-    """``value`` through LangGraph's serializer, as JSON: ``[type, base64]``."""
+    """``value`` through LangGraph's serializer, as JSON: ``[type, bytes as latin-1 text]``."""
     kind, data = serde.dumps_typed(value)
-    return [kind, base64.b64encode(data).decode("ascii")]
+    return [kind, data.decode("latin-1")]
 
 
 def unpack(serde: Any, packed: list[str]) -> Any:
-    return serde.loads_typed((packed[0], base64.b64decode(packed[1])))
+    return serde.loads_typed((packed[0], packed[1].encode("latin-1")))
 
 
 def encode_doc(serde: Any, value: Any) -> dict[str, Any]:

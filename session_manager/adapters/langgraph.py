@@ -91,11 +91,16 @@ class SessionManagerSaver(BaseCheckpointSaver[str]):
         self._store = self.sm.service.store
         self._indexes: OrderedDict[str, ThreadIndex] = OrderedDict()
         self._indexes_guard = threading.Lock()
+        self._locks: dict[str, threading.RLock] = {}
 
     # -- the thread index ----------------------------------------------------------
 
     def _lock(self, thread_id: str) -> threading.RLock:
-        return session_lock(self.sm, thread_id)
+        """The session's one lock in this process (shared with every adapter object on it), remembered."""
+        lock = self._locks.get(thread_id)
+        if lock is None:
+            lock = self._locks[thread_id] = session_lock(self.sm, thread_id)
+        return lock
 
     def _index(self, thread_id: str) -> ThreadIndex:
         """The thread's index, derived again when the session moved on since (call under the lock)."""

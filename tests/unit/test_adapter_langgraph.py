@@ -149,10 +149,11 @@ def test_async_graph_over_an_aio_manager(tmp_path: Path) -> None:
 # -- storage: exact values, linear growth, ordinary entries, events ---------------------
 
 
-def test_values_round_trip_exactly_and_are_stored_as_serializer_type_and_base64(tmp_path: Path) -> None:
+def test_values_round_trip_exactly_and_are_stored_as_serializer_type_and_bytes(tmp_path: Path) -> None:
     # Prevents: bytes, sets, datetimes, unicode coming back other than LangGraph's serializer gives
     # them (InMemorySaver, beside it, is the reference), or values stored opaquely.
     from langgraph.checkpoint.memory import InMemorySaver
+    from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
     value = {"raw": b"\x00\xffbin", "pair": (1, "a"), "set": {1, 2}, "at": datetime.datetime(2026, 1, 2, 3, 4, 5),
              "text": "\u00fcn\u00ef\u2028", "float": 1.0, "none": None}
@@ -175,7 +176,8 @@ def test_values_round_trip_exactly_and_are_stored_as_serializer_type_and_base64(
     assert ours.config == reference.config and ours.parent_config is reference.parent_config is None
     data = entry["entry"]["data"]
     version, kind, encoded = data["values"]["x"]
-    assert (version, kind) == ("1.0", "msgpack") and isinstance(encoded, str)
+    assert (version, kind) == ("1.0", "msgpack")
+    assert encoded.encode("latin-1") == JsonPlusSerializer().dumps_typed(value)[1]  # one char per byte
     assert list(data["metadata"]) == ["packed"]  # a date: JSON would not give it back
     assert data["checkpoint"]["json"]["id"] == "1f0-a"  # plain JSON where JSON holds it exactly
 
