@@ -2,11 +2,14 @@
 ``SqliteSaver`` (langgraph-checkpoint-sqlite), each over a file in a temp dir.
 
 Run: ``python bench/bench_langgraph.py [--quick]``. Prints, per saver, the
-median time of ``put`` (a checkpoint whose messages channel, 20 messages of
-~200 characters, and a counter changed; a 2 KB settings channel did not), of
+median time of ``put`` (a checkpoint whose messages channel, 10 to 19
+messages of ~200 characters, and a counter changed; one more channel did
+not: 2 KB of settings, or 30 KB of documents set at the first step), of
 ``get_tuple`` of the newest checkpoint, and of ``get_tuple`` by id of an
 earlier one, and the ratio to SqliteSaver at the same durability (target:
->= 1x, i.e. at least as fast):
+>= 1x, i.e. at least as fast). SqliteSaver stores every channel's value in
+every checkpoint; ours stores a channel's value once per version, so the
+unchanged channel costs it nothing after the first put:
 
 - no sync per write: our ``durability="flush"`` (the default) beside
   SqliteSaver with ``PRAGMA synchronous=NORMAL`` (WAL: no fsync per commit);
@@ -42,13 +45,17 @@ from session_manager.adapters.langgraph import SessionManagerSaver  # noqa: E402
 
 MESSAGES = [(HumanMessage if i % 2 == 0 else AIMessage)(f"message {i}: " + "lorem ipsum " * 16) for i in range(20)]
 SETTINGS = {f"key_{i}": "value " * 8 for i in range(40)}
+# A large channel set once and then left as it is (retrieved documents, an uploaded file's text).
+DOCUMENTS = {"settings": SETTINGS, "documents": [f"document {i}: " + "lorem ipsum dolor " * 40 for i in range(40)]}
+WORKLOADS = {"messages + 2 KB settings": SETTINGS, "messages + 30 KB documents": DOCUMENTS}
 
 
 class Thread:
     """Chained checkpoints on one thread of one saver, put a batch at a time."""
 
-    def __init__(self, saver: BaseCheckpointSaver[Any], thread: str) -> None:
+    def __init__(self, saver: BaseCheckpointSaver[Any], thread: str, settings: Any) -> None:
         self.saver = saver
+        self.settings = settings
         self.config: Any = {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
         self.latest: Any = dict(self.config)
         self.versions: dict[str, Any] = {}
@@ -65,7 +72,7 @@ class Thread:
                 self.versions[ch] = self.saver.get_next_version(self.versions.get(ch), None)
             checkpoint = empty_checkpoint()
             checkpoint["channel_values"] = {"messages": MESSAGES[: 10 + step % 10], "counter": step,
-                                            "settings": SETTINGS}
+                                            "settings": self.settings}
             checkpoint["channel_versions"] = dict(self.versions)
             checkpoint["versions_seen"] = {"bot": dict(self.versions)}
             metadata: Any = {"source": "loop", "step": step, "parents": {}}
@@ -117,22 +124,26 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer operations (a smoke run)")
     rounds, batch = (5, 20) if parser.parse_args().quick else (20, 25)
-    rows: list[tuple[str, dict[str, tuple[float, float]]]] = []
+    rows: list[tuple[str, str, dict[str, tuple[float, float]]]] = []
     with tempfile.TemporaryDirectory() as tmp:
-        for label, durability, synchronous in (("no sync per write", "flush", "NORMAL"),
-                                               ("fsync per write", "fsync", None)):
-            with session_manager.open(Path(tmp) / f"sm-{durability}", durability=durability) as sm:  # type: ignore[arg-type]
-                baseline_saver = sqlite_saver(Path(tmp) / f"sqlite-{durability}.db", synchronous)
-                figures = compare(Thread(SessionManagerSaver(sm), "bench"), Thread(baseline_saver, "bench"),
-                                  rounds, batch)
-                baseline_saver.conn.close()
-            rows.append((label, figures))
+        for workload, settings in WORKLOADS.items():
+            for label, durability, synchronous in (("no sync per write", "flush", "NORMAL"),
+                                                   ("fsync per write", "fsync", None)):
+                where = Path(tmp) / f"{len(rows)}"
+                with session_manager.open(where / "sm", durability=durability) as sm:  # type: ignore[arg-type]
+                    baseline_saver = sqlite_saver(where.with_suffix(".db"), synchronous)
+                    figures = compare(Thread(SessionManagerSaver(sm), "bench", settings),
+                                      Thread(baseline_saver, "bench", settings), rounds, batch)
+                    baseline_saver.conn.close()
+                rows.append((workload, label, figures))
     print(f"LangGraph checkpointers: {rounds} rounds of {batch} per operation, the savers taking turns; "
           f"{rounds * batch} checkpoints per thread; medians\n")
-    print(f"{'durability':<20} {'operation':<20} {'SessionManagerSaver':>20} {'SqliteSaver':>12} {'x Sqlite':>9}")
-    for label, figures in rows:
+    print(f"{'state':<28} {'durability':<18} {'operation':<19} {'SessionManagerSaver':>19} {'SqliteSaver':>12}"
+          f" {'x Sqlite':>9}")
+    for workload, label, figures in rows:
         for op, (ours, baseline) in figures.items():
-            print(f"{label:<20} {op:<20} {ours * 1e6:>17.0f} us {baseline * 1e6:>9.0f} us {baseline / ours:>8.2f}x")
+            print(f"{workload:<28} {label:<18} {op:<19} {ours * 1e6:>16.0f} us {baseline * 1e6:>9.0f} us"
+                  f" {baseline / ours:>8.2f}x")
 
 
 if __name__ == "__main__":

@@ -6,9 +6,12 @@ Each lives in its own module and needs its framework installed (the
 - :mod:`session_manager.adapters.openai_agents`: ``AgentsSession``, the OpenAI
   Agents SDK ``Session`` protocol;
 - :mod:`session_manager.adapters.langchain`: ``SessionChatMessageHistory``,
-  LangChain's ``BaseChatMessageHistory``.
+  LangChain's ``BaseChatMessageHistory``;
+- :mod:`session_manager.adapters.langgraph`: ``SessionManagerSaver``, a
+  LangGraph checkpointer (extra ``langgraph``): each thread a session, each
+  checkpoint a custom entry under its parent checkpoint.
 
-Both store what they are given as ordinary messages (visible to
+The two chat adapters store what they are given as ordinary messages (visible to
 ``session::messages``, role filters and the console), one framework item per
 entry, and never destroy history: removing items moves the active leaf back
 along the branch (see :mod:`session_manager.adapters._transcript`).

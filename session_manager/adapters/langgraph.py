@@ -48,7 +48,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from .._hosts.embedded import SessionManager
 from .._service.storage_errors import storage_errors
-from ..errors import invalid_request
+from ..errors import invalid_request, not_found
 from ._checkpoints import (
     CHECKPOINT,
     DELETED,
@@ -208,8 +208,8 @@ class SessionManagerSaver(BaseCheckpointSaver[str]):
         if entry_id not in seen:
             with storage_errors():
                 entry = self._store.get_entry(thread_id, entry_id)
-            if entry is None:
-                raise invalid_request(f"thread {thread_id}: entry {entry_id} is gone (the thread changed while read)")
+            if entry is None:  # deleted (by another instance) since the index was read
+                raise not_found(thread_id)
             seen[entry_id] = entry["data"]
         return seen[entry_id]
 
