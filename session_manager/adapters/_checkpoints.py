@@ -117,8 +117,7 @@ class ThreadIndex:
     def add_checkpoint(self, entry_id: str, data: dict[str, Any]) -> None:
         ns = data["ns"]
         key = (ns, data["id"])
-        self.checkpoints[key] = entry_id  # a checkpoint put again replaces the earlier one
-        self.writes.pop(key, None)
+        self.checkpoints[key] = entry_id  # a checkpoint put again replaces the earlier one (its writes stay)
         if data["id"] > self.newest.get(ns, ""):
             self.newest[ns] = data["id"]
         for channel, (version, *_) in data.get("values", {}).items():

@@ -255,7 +255,7 @@ class SessionManagerSaver(BaseCheckpointSaver[str]):
         """Store ``checkpoint`` as a child of ``config``'s checkpoint, with the
         values of the channels in ``new_versions`` (each channel version once)."""
         thread_id, ns = _thread(config), _ns(config)
-        parent_id = config["configurable"].get("checkpoint_id")
+        parent_id = _configurable(config).get("checkpoint_id")
         body: dict[str, Any] = dict(checkpoint)
         channel_values: dict[str, Any] = body.pop("channel_values")
         values = {ch: [version, *(pack(self.serde, channel_values[ch]) if ch in channel_values else ["empty", ""])]
@@ -275,7 +275,10 @@ class SessionManagerSaver(BaseCheckpointSaver[str]):
         """Store a task's pending writes beside their checkpoint (a regular write
         the task already stored is kept; special ones replace)."""
         thread_id, ns = _thread(config), _ns(config)
-        key = (ns, config["configurable"]["checkpoint_id"])
+        checkpoint_id = _configurable(config).get("checkpoint_id")
+        if not checkpoint_id:
+            raise invalid_request("checkpoint_id: put_writes needs the config of the checkpoint the writes belong to")
+        key = (ns, str(checkpoint_id))
         indexed = [(WRITES_IDX_MAP.get(channel, i), channel, value) for i, (channel, value) in enumerate(writes)]
         with self._lock(thread_id):
             index = self._index(thread_id)
@@ -390,12 +393,19 @@ def _thread_id(value: Any) -> str:
     return thread_id
 
 
+def _configurable(config: RunnableConfig | None) -> dict[str, Any]:
+    configurable = (config or {}).get("configurable")
+    if not isinstance(configurable, dict):
+        raise invalid_request("configurable: a LangGraph config needs {'configurable': {'thread_id': ...}}")
+    return configurable
+
+
 def _thread(config: RunnableConfig | None) -> str:
-    return _thread_id((config or {}).get("configurable", {}).get("thread_id"))
+    return _thread_id(_configurable(config).get("thread_id"))
 
 
 def _ns(config: RunnableConfig) -> str:
-    return str(config["configurable"].get("checkpoint_ns") or "")
+    return str(_configurable(config).get("checkpoint_ns") or "")
 
 
 def _config(thread_id: str, ns: str, checkpoint_id: str) -> RunnableConfig:

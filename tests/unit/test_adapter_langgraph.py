@@ -244,12 +244,19 @@ def test_prune_keeps_the_latest_readable_and_tombstones_the_rest(tmp_path: Path)
 
 
 def test_bad_input_is_a_clear_error_and_writes_nothing(tmp_path: Path) -> None:
-    # Prevents: a traceback (or a half-written thread) on an empty thread id or an unknown strategy.
+    # Prevents: a traceback (or a half-written thread) on an empty thread id, a config without
+    # ``configurable``, writes without their checkpoint, or an unknown prune strategy.
     with session_manager.open(tmp_path / "d") as sm:
         saver = SessionManagerSaver(sm)
         with pytest.raises(SessionError) as empty:
             saver.get_tuple(config(""))
         assert empty.value.code == "session/invalid_request" and "thread_id" in str(empty.value)
+        with pytest.raises(SessionError) as shapeless:
+            saver.put({}, {"id": "1"}, {}, {})  # type: ignore[typeddict-item]
+        assert shapeless.value.code == "session/invalid_request" and "configurable" in str(shapeless.value)
+        with pytest.raises(SessionError) as no_checkpoint:
+            saver.put_writes(config("w"), [("ch", 1)], "task")
+        assert no_checkpoint.value.code == "session/invalid_request" and "checkpoint_id" in str(no_checkpoint.value)
         with pytest.raises(SessionError) as strategy:
             saver.prune(["x"], strategy="everything")
         assert strategy.value.code == "session/invalid_request" and "strategy" in str(strategy.value)
