@@ -67,7 +67,9 @@ def encode_doc(serde: Any, value: Any) -> dict[str, Any]:
 
 
 def decode_doc(serde: Any, doc: dict[str, Any]) -> Any:
-    return doc["json"] if "json" in doc else unpack(serde, doc["packed"])
+    """The value of an :func:`encode_doc` document: the caller's own copy (the
+    store's entry must not change when LangGraph edits a checkpoint it read)."""
+    return orjson.loads(orjson.dumps(doc["json"])) if "json" in doc else unpack(serde, doc["packed"])
 
 
 @dataclass

@@ -182,6 +182,28 @@ def test_values_round_trip_exactly_and_are_stored_as_serializer_type_and_bytes(t
     assert data["checkpoint"]["json"]["id"] == "1f0-a"  # plain JSON where JSON holds it exactly
 
 
+def test_editing_a_read_checkpoint_changes_nothing_stored(tmp_path: Path) -> None:
+    # Prevents: get_tuple handing out the store's own entry objects, so LangGraph updating a
+    # checkpoint's channel_versions in place (as its loop does) rewrote the stored checkpoint.
+    with session_manager.open(tmp_path / "d") as sm:
+        saver = SessionManagerSaver(sm)
+        checkpoint = {"v": 4, "id": "1", "ts": "t", "channel_values": {"x": [1]}, "channel_versions": {"x": "1"},
+                      "versions_seen": {"n": {"x": "1"}}, "updated_channels": None}
+        saved = saver.put(config("m"), checkpoint, {"step": 1, "parents": {}}, {"x": "1"})  # type: ignore[arg-type]
+        got = saver.get_tuple(saved)
+        assert got is not None
+        got.checkpoint["channel_versions"]["x"] = "edited"
+        got.checkpoint["versions_seen"]["n"]["x"] = "edited"
+        got.checkpoint["channel_values"]["x"].append(2)
+        got.metadata["parents"]["edited"] = "yes"  # type: ignore[index]
+        again = saver.get_tuple(saved)
+        path = sm.call("session::messages", {"session_id": "m", "include_custom": True})["messages"]
+    assert again is not None
+    assert again.checkpoint["channel_versions"] == {"x": "1"} and again.checkpoint["versions_seen"] == {"n": {"x": "1"}}
+    assert again.checkpoint["channel_values"] == {"x": [1]} and again.metadata == {"step": 1, "parents": {}}
+    assert path[-1]["custom"]["data"]["checkpoint"]["json"]["channel_versions"] == {"x": "1"}
+
+
 def got_entry_id(sm: Any, thread: str, checkpoint_id: str) -> str:
     return next(e["id"] for e in stored(sm, thread)
                 if e.get("custom_type") == CHECKPOINT and e["data"]["id"] == checkpoint_id)
