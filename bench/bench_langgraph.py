@@ -6,7 +6,8 @@ median time of ``put`` (a checkpoint whose messages channel, 10 to 19
 messages of ~200 characters, and a counter changed; one more channel did
 not: 2 KB of settings, or 30 KB of documents set at the first step), of
 ``get_tuple`` of the newest checkpoint, and of ``get_tuple`` by id of an
-earlier one, and the ratio to SqliteSaver at the same durability (target:
+earlier one, and of a whole ``graph.invoke`` turn of a chat StateGraph (first
+state only), and the ratio to SqliteSaver at the same durability (target:
 >= 1x, i.e. at least as fast). SqliteSaver stores every channel's value in
 every checkpoint; ours stores a channel's value once per version, so the
 unchanged channel costs it nothing after the first put:
@@ -39,6 +40,7 @@ sys.path.insert(0, str(ROOT))
 from langchain_core.messages import AIMessage, HumanMessage  # noqa: E402
 from langgraph.checkpoint.base import BaseCheckpointSaver, empty_checkpoint  # noqa: E402
 from langgraph.checkpoint.sqlite import SqliteSaver  # noqa: E402
+from langgraph.graph import START, MessagesState, StateGraph  # noqa: E402
 
 import session_manager  # noqa: E402
 from session_manager.adapters.langgraph import SessionManagerSaver  # noqa: E402
@@ -111,6 +113,33 @@ def compare(ours: Thread, baseline: Thread, rounds: int, batch: int) -> dict[str
     return {op: (statistics.median(a), statistics.median(b)) for op, (a, b) in samples.items()}
 
 
+def chat_graph(saver: BaseCheckpointSaver[Any]) -> Any:
+    """A StateGraph over a messages channel whose node answers each user message."""
+
+    def bot(state: MessagesState) -> dict[str, Any]:
+        return {"messages": [AIMessage("lorem ipsum " * 16)]}
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("bot", bot)
+    builder.add_edge(START, "bot")
+    return builder.compile(checkpointer=saver)
+
+
+def compare_turns(ours: BaseCheckpointSaver[Any], baseline: BaseCheckpointSaver[Any], rounds: int,
+                  batch: int) -> tuple[float, float]:
+    """Median seconds of one ``graph.invoke`` turn (get_tuple, then puts and put_writes as the loop
+    makes them) on a thread growing by a user and a bot message per turn, the savers taking turns."""
+    graphs = [(chat_graph(saver), []) for saver in (ours, baseline)]
+    thread: Any = {"configurable": {"thread_id": "turns"}}
+    for _ in range(rounds):
+        for graph, samples in graphs:
+            for i in range(batch):
+                start = time.perf_counter()
+                graph.invoke({"messages": [HumanMessage(f"question {i}: " + "lorem ipsum " * 16)]}, thread)
+                samples.append(time.perf_counter() - start)
+    return statistics.median(graphs[0][1]), statistics.median(graphs[1][1])
+
+
 def sqlite_saver(path: Path, synchronous: str | None) -> SqliteSaver:
     conn = sqlite3.connect(str(path), check_same_thread=False)
     saver = SqliteSaver(conn)
@@ -132,8 +161,11 @@ def main() -> None:
                 where = Path(tmp) / f"{len(rows)}"
                 with session_manager.open(where / "sm", durability=durability) as sm:  # type: ignore[arg-type]
                     baseline_saver = sqlite_saver(where.with_suffix(".db"), synchronous)
-                    figures = compare(Thread(SessionManagerSaver(sm), "bench", settings),
+                    ours_saver = SessionManagerSaver(sm)
+                    figures = compare(Thread(ours_saver, "bench", settings),
                                       Thread(baseline_saver, "bench", settings), rounds, batch)
+                    if settings is SETTINGS:
+                        figures["graph.invoke (a turn)"] = compare_turns(ours_saver, baseline_saver, rounds // 2, 10)
                     baseline_saver.conn.close()
                 rows.append((workload, label, figures))
     print(f"LangGraph checkpointers: {rounds} rounds of {batch} per operation, the savers taking turns; "
