@@ -132,6 +132,38 @@ def test_graph_runs_resumes_after_restart_and_time_travels(opener: Opener) -> No
         assert entry["parent_id"] == (by_checkpoint[parent]["id"] if parent else ROOT_ID)
 
 
+def test_an_interrupted_subgraph_resumes_after_a_restart(opener: Opener) -> None:
+    # Prevents: subgraph namespaces mixed with the root's, or an interrupt's pending writes
+    # (special writes beside the checkpoint) lost, so a restarted process could not resume.
+    from langgraph.types import Command, interrupt
+
+    def ask(state: MessagesState) -> dict[str, Any]:
+        answer = interrupt("approve?")
+        return {"messages": [AIMessage(f"approved: {answer}")]}
+
+    inner = StateGraph(MessagesState)
+    inner.add_node("ask", ask)
+    inner.add_edge(START, "ask")
+
+    def build(saver: SessionManagerSaver) -> Any:
+        outer = StateGraph(MessagesState)
+        outer.add_node("review", inner.compile())
+        outer.add_edge(START, "review")
+        return outer.compile(checkpointer=saver)
+
+    with opener() as sm:
+        first = build(SessionManagerSaver(sm)).invoke({"messages": [HumanMessage("ship it")]}, config("hitl"))
+        assert [i.value for i in first["__interrupt__"]] == ["approve?"]
+        namespaces = {e["data"]["ns"] for e in stored(sm, "hitl") if e.get("custom_type") == CHECKPOINT}
+    assert "" in namespaces and any(ns.startswith("review:") for ns in namespaces)
+    with opener() as sm:  # another process picks the thread up
+        graph = build(SessionManagerSaver(sm))
+        state = graph.get_state(config("hitl"), subgraphs=True)
+        assert state.next == ("review",) and state.tasks[0].state.next == ("ask",)
+        done = graph.invoke(Command(resume="yes"), config("hitl"))
+    assert [m.content for m in done["messages"]] == ["ship it", "approved: yes"]
+
+
 def test_async_graph_over_an_aio_manager(tmp_path: Path) -> None:
     # Prevents: the async methods (ainvoke's path) diverging from the sync ones.
     async def run() -> list[str]:
