@@ -31,6 +31,7 @@ the history reads empty and nothing is deleted (see
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from typing import Any
 
@@ -39,6 +40,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMe
 from langchain_core.messages import messages_from_dict as _from_dicts
 
 from ..messages import now_ms
+from ._settle import settled
 from ._transcript import Item, Transcript, Write
 
 PREFIX = "langchain"
@@ -82,6 +84,15 @@ class SessionChatMessageHistory(BaseChatMessageHistory):
     def clear(self) -> None:
         """Move the active leaf back to the root: reads empty, nothing is deleted."""
         self._transcript.clear()
+
+    # A cancelled write still lands (a worker thread runs it): wait for it before re-raising.
+    async def aadd_messages(self, messages: Sequence[BaseMessage]) -> None:
+        """:meth:`add_messages` off the event loop; cancelled, it raises once the write has settled."""
+        await settled(asyncio.to_thread(self.add_messages, messages))
+
+    async def aclear(self) -> None:
+        """:meth:`clear` off the event loop; cancelled, it raises once the move has settled."""
+        await settled(asyncio.to_thread(self.clear))
 
     def _remember_calls(self, messages: Sequence[BaseMessage]) -> None:
         for m in messages:

@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, Any
 from .._service.admission import Unrepresentable, json_size
 from ..errors import SessionError
 from ..messages import now_ms
+from ._settle import settled
 from ._transcript import Item, Transcript, Write
 
 if TYPE_CHECKING:
@@ -97,15 +98,15 @@ class AgentsSession:
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
         """Append the items in order, one entry each, on the active branch."""
-        await asyncio.to_thread(self._add_items, [dict(i) for i in items])
+        await settled(asyncio.to_thread(self._add_items, [dict(i) for i in items]))
 
     async def pop_item(self) -> TResponseInputItem | None:
         """Step the active leaf back past the newest item and return it (``None`` when empty)."""
-        return await asyncio.to_thread(self._pop_item)
+        return await settled(asyncio.to_thread(self._pop_item))
 
     async def clear_session(self) -> None:
         """Move the active leaf back to the session's root: reads empty, nothing is deleted."""
-        await asyncio.to_thread(self._transcript.clear)
+        await settled(asyncio.to_thread(self._transcript.clear))
 
     # -- synchronous halves (run on a worker thread) ------------------------------
 

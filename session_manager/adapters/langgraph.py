@@ -1,0 +1,416 @@
+"""LangGraph persistence: ``SessionManagerSaver`` is a ``BaseCheckpointSaver``
+over an open :class:`~session_manager.SessionManager` (or an
+:class:`~session_manager.aio.AsyncSessionManager`)::
+
+    from langgraph.graph import StateGraph
+    from session_manager.adapters.langgraph import SessionManagerSaver
+
+    with session_manager.open("./data/sessions") as sm:
+        graph = builder.compile(checkpointer=SessionManagerSaver(sm))
+        graph.invoke(inputs, {"configurable": {"thread_id": "chat-42"}})
+
+Each thread is the session of the same id; each checkpoint an entry whose
+parent entry is its parent checkpoint's, so time travel (replaying or forking
+from an earlier checkpoint) makes a branch of the session; pending writes are
+entries beside their checkpoint. Layout: :mod:`session_manager.adapters._checkpoints`.
+
+Writes go through the function surface (so they fire the usual events);
+reads go through the store the manager serves (the one read the function
+surface lacks is every entry on every branch, which ``list`` needs). An
+index of each thread, derived from its entries, is kept per saver and
+rebuilt whenever the session's leaf is not the one it was derived at, so a
+reader in another process sees a writer's checkpoints. A thread is written
+by one run at a time, as LangGraph runs them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import threading
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Iterator, Sequence
+from typing import Any
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    WRITES_IDX_MAP,
+    BaseCheckpointSaver,
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+    get_checkpoint_id,
+    get_checkpoint_metadata,
+    writes_sort_key,
+)
+from langgraph.checkpoint.serde.base import SerializerProtocol
+
+from .._hosts.embedded import SessionManager
+from .._service.storage_errors import storage_errors
+from ..errors import invalid_request, not_found
+from ._checkpoints import (
+    CHECKPOINT,
+    DELETED,
+    ROOT,
+    ROOT_ID,
+    WRITES,
+    Key,
+    ThreadIndex,
+    decode_doc,
+    encode_doc,
+    new_writes,
+    pack,
+    unpack,
+)
+from ._settle import settled
+from ._transcript import _session_lock as session_lock
+
+__all__ = ["SessionManagerSaver"]
+
+_CACHED_THREADS = 1024  # thread indexes kept per saver (least recently used dropped)
+_PAGE = 500
+Names = list[str]  # (the class's own ``list`` method shadows the builtin in its annotations)
+Keys = list[Key]
+_COPIED = (CHECKPOINT, WRITES, DELETED)  # what copy_thread carries over (the target has its own root)
+
+
+class SessionManagerSaver(BaseCheckpointSaver[str]):
+    """A LangGraph checkpointer storing each thread in the session of the same id.
+
+    ``metadata`` (optional) is the session metadata a new thread's session is
+    created with (the tenancy hook: ``session::list`` filters, events, purge);
+    ``list(None)`` and ``delete_for_runs`` then see only the sessions that carry it.
+    ``serde`` replaces LangGraph's default serializer."""
+
+    def __init__(self, sm: Any, *, metadata: dict[str, Any] | None = None,
+                 serde: SerializerProtocol | None = None) -> None:
+        super().__init__(serde=serde)
+        self.sm: SessionManager = sm if isinstance(sm, SessionManager) else sm.sync
+        self.metadata = dict(metadata) if metadata else None
+        self._store = self.sm.service.store
+        self._indexes: OrderedDict[str, ThreadIndex] = OrderedDict()
+        self._indexes_guard = threading.Lock()
+        self._locks: dict[str, threading.RLock] = {}
+
+    # -- the thread index ----------------------------------------------------------
+
+    def _lock(self, thread_id: str) -> threading.RLock:
+        """The session's one lock in this process (shared with every adapter object on it), remembered."""
+        lock = self._locks.get(thread_id)
+        if lock is None:
+            lock = self._locks[thread_id] = session_lock(self.sm, thread_id)
+        return lock
+
+    def _index(self, thread_id: str) -> ThreadIndex:
+        """The thread's index, derived again when the session moved on since (call under the lock)."""
+        with storage_errors():
+            meta, leaf = self._store.meta_and_leaf(thread_id)
+        token = (meta.get("created_at"), leaf) if meta is not None else None
+        with self._indexes_guard:
+            index = self._indexes.get(thread_id)
+            if index is not None and index.token == token:
+                self._indexes.move_to_end(thread_id)
+                return index
+        index = ThreadIndex(token=token)
+        if meta is not None:
+            with storage_errors():
+                for entry in self._store.entries(thread_id):
+                    index.add(entry)
+        with self._indexes_guard:
+            self._indexes[thread_id] = index
+            while len(self._indexes) > _CACHED_THREADS:
+                self._indexes.popitem(last=False)
+        return index
+
+    def _forget(self, thread_id: str) -> None:
+        with self._indexes_guard:
+            self._indexes.pop(thread_id, None)
+
+    def _append(self, thread_id: str, index: ThreadIndex, custom_type: str, data: Any, parent: str | None,
+                entry_id: str | None = None) -> str:
+        """Append one custom entry and take it into ``index`` (whose token follows the new leaf)."""
+        if not index.rooted:
+            made = self.sm.call("session::ensure", _dropped_none({"session_id": thread_id, "metadata": self.metadata}))
+            root = self.sm.call("session::append", {"session_id": thread_id, "entry_id": ROOT_ID,
+                                                    "custom": {"custom_type": ROOT, "data": None}})
+            index.rooted = True
+            index.token = (made["meta"]["created_at"], root["entry_id"])
+        payload: dict[str, Any] = {"session_id": thread_id, "custom": {"custom_type": custom_type, "data": data}}
+        if parent is not None:
+            payload["parent_id"] = parent
+        if entry_id is not None:
+            payload["entry_id"] = entry_id
+        written = self.sm.call("session::append", payload)["entry_id"]
+        index.add({"id": written, "kind": "custom", "custom_type": custom_type, "data": data})
+        index.token = (index.token[0] if index.token else None, written)
+        return str(written)
+
+    # -- reads ---------------------------------------------------------------------
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        """The checkpoint ``config`` names (its newest in the namespace without a ``checkpoint_id``)."""
+        thread_id, ns = _thread(config), _ns(config)
+        with self._lock(thread_id):
+            index = self._index(thread_id)
+            checkpoint_id = get_checkpoint_id(config) or index.latest(ns)
+            if checkpoint_id is None or (ns, checkpoint_id) not in index.checkpoints:
+                return None
+            return self._tuple(thread_id, index, (ns, checkpoint_id))
+
+    def list(self, config: RunnableConfig | None, *, filter: dict[str, Any] | None = None,
+             before: RunnableConfig | None = None, limit: int | None = None) -> Iterator[CheckpointTuple]:
+        """Checkpoints newest first: of ``config``'s thread (and namespace, and
+        checkpoint, when given) or of every thread, whose metadata has the
+        ``filter`` values, older than ``before``, at most ``limit``."""
+        configurable = (config or {}).get("configurable", {})
+        threads = [_thread(config)] if config is not None and "thread_id" in configurable else self._threads()
+        ns, wanted = configurable.get("checkpoint_ns"), configurable.get("checkpoint_id")
+        before_id = get_checkpoint_id(before) if before else None
+        left = limit
+        for thread_id in threads:
+            with self._lock(thread_id):
+                index = self._index(thread_id)
+                keys = sorted(index.checkpoints, key=lambda k: (k[1], k[0]), reverse=True)
+                found: list[CheckpointTuple] = []
+                for key in keys:
+                    if left is not None and len(found) >= left:
+                        break
+                    if (ns is not None and key[0] != ns) or (wanted and key[1] != wanted) \
+                            or (before_id and key[1] >= before_id):
+                        continue
+                    if filter and not self._matches(thread_id, index.checkpoints[key], filter):
+                        continue
+                    found.append(self._tuple(thread_id, index, key))
+            yield from found
+            if left is not None:
+                left -= len(found)
+                if left <= 0:
+                    return
+
+    def _threads(self) -> Names:
+        """Every session holding a LangGraph thread (with ``metadata``, only those carrying it)."""
+        request: dict[str, Any] = {"limit": _PAGE, "order": "created_asc"}
+        if self.metadata:
+            request["metadata"] = self.metadata
+        out: Names = []
+        while True:
+            page = self.sm.call("session::list", request)
+            for meta in page["sessions"]:
+                with storage_errors():
+                    if self._store.get_entry(meta["session_id"], ROOT_ID) is not None:
+                        out.append(meta["session_id"])
+            if not page.get("next_cursor"):
+                return out
+            request["cursor"] = page["next_cursor"]
+
+    def _data(self, thread_id: str, entry_id: str, seen: dict[str, Any]) -> Any:
+        if entry_id not in seen:
+            with storage_errors():
+                entry = self._store.get_entry(thread_id, entry_id)
+            if entry is None:  # deleted (by another instance) since the index was read
+                raise not_found(thread_id)
+            seen[entry_id] = entry["data"]
+        return seen[entry_id]
+
+    def _metadata(self, thread_id: str, entry_id: str) -> Any:
+        return decode_doc(self.serde, self._data(thread_id, entry_id, {})["metadata"])
+
+    def _matches(self, thread_id: str, entry_id: str, filter: dict[str, Any]) -> bool:
+        metadata = self._metadata(thread_id, entry_id)
+        return all(metadata.get(k) == v for k, v in filter.items())
+
+    def _tuple(self, thread_id: str, index: ThreadIndex, key: Key) -> CheckpointTuple:
+        seen: dict[str, Any] = {}
+        ns, checkpoint_id = key
+        data = self._data(thread_id, index.checkpoints[key], seen)
+        checkpoint = decode_doc(self.serde, data["checkpoint"])
+        values: dict[str, Any] = {}
+        for channel, version in checkpoint["channel_versions"].items():
+            holder = index.blobs.get((ns, channel, version))
+            if holder is None:
+                continue
+            stored = self._data(thread_id, holder, seen)["values"][channel]
+            if stored[1] != "empty":
+                values[channel] = unpack(self.serde, stored[1:])
+        pending = sorted(index.writes.get(key, {}).items(),
+                         key=lambda kv: writes_sort_key(kv[1].task_path, kv[0][0], kv[0][1]))
+        writes = []
+        for (task_id, _), at in pending:
+            _, channel, *packed = self._data(thread_id, at.entry_id, seen)["writes"][at.position]
+            writes.append((task_id, channel, unpack(self.serde, packed)))
+        parent = data.get("parent")
+        return CheckpointTuple(
+            config=_config(thread_id, ns, checkpoint_id),
+            checkpoint={**checkpoint, "channel_values": values},  # type: ignore[typeddict-item]
+            metadata=decode_doc(self.serde, data["metadata"]),
+            parent_config=_config(thread_id, ns, parent) if parent else None,
+            pending_writes=writes,
+        )
+
+    # -- writes --------------------------------------------------------------------
+
+    def put(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
+            new_versions: ChannelVersions) -> RunnableConfig:
+        """Store ``checkpoint`` as a child of ``config``'s checkpoint, with the
+        values of the channels in ``new_versions`` (each channel version once)."""
+        thread_id, ns = _thread(config), _ns(config)
+        parent_id = _configurable(config).get("checkpoint_id")
+        body: dict[str, Any] = dict(checkpoint)
+        channel_values: dict[str, Any] = body.pop("channel_values")
+        values = {ch: [version, *(pack(self.serde, channel_values[ch]) if ch in channel_values else ["empty", ""])]
+                  for ch, version in new_versions.items()}
+        data = {"ns": ns, "id": checkpoint["id"], "parent": parent_id,
+                "checkpoint": encode_doc(self.serde, body),
+                "metadata": encode_doc(self.serde, get_checkpoint_metadata(config, metadata)),
+                "values": values}
+        with self._lock(thread_id):
+            index = self._index(thread_id)
+            parent_entry = index.checkpoints.get((ns, parent_id)) if parent_id else None
+            self._append(thread_id, index, CHECKPOINT, data, parent_entry or ROOT_ID)
+        return _config(thread_id, ns, checkpoint["id"])
+
+    def put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
+                   task_path: str = "") -> None:
+        """Store a task's pending writes beside their checkpoint (a regular write
+        the task already stored is kept; special ones replace)."""
+        thread_id, ns = _thread(config), _ns(config)
+        checkpoint_id = _configurable(config).get("checkpoint_id")
+        if not checkpoint_id:
+            raise invalid_request("checkpoint_id: put_writes needs the config of the checkpoint the writes belong to")
+        key = (ns, str(checkpoint_id))
+        indexed = [(WRITES_IDX_MAP.get(channel, i), channel, value) for i, (channel, value) in enumerate(writes)]
+        with self._lock(thread_id):
+            index = self._index(thread_id)
+            fresh = new_writes(index, key, indexed, task_id)
+            if not fresh:
+                return
+            data = {"ns": ns, "checkpoint_id": key[1], "task_id": task_id, "task_path": task_path,
+                    "writes": [[idx, channel, *pack(self.serde, value)] for idx, channel, value in fresh]}
+            self._append(thread_id, index, WRITES, data, index.checkpoints.get(key, ROOT_ID))
+
+    def delete_thread(self, thread_id: str) -> None:
+        """Delete the thread's session: every checkpoint and write, on every branch."""
+        thread_id = _thread_id(thread_id)
+        with self._lock(thread_id):
+            self.sm.call("session::delete", {"session_id": thread_id})
+            self._forget(thread_id)
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """Copy every checkpoint and write of the source thread (all branches and
+        namespaces, same entry ids and tree) into the target thread."""
+        source, target = _thread_id(source_thread_id), _thread_id(target_thread_id)
+        with self._lock(source), storage_errors():
+            entries = list(self._store.entries(source)) if self._store.get_meta(source) else []
+        mine = {e["id"] for e in entries if e.get("kind") == "custom" and e.get("custom_type") in _COPIED}
+        with self._lock(target):
+            index = self._index(target)
+            for entry in entries:
+                if entry["id"] not in mine:
+                    continue
+                parent = entry.get("parent_id")
+                parent = parent if parent in mine else ROOT_ID
+                self._append(target, index, entry["custom_type"], entry["data"], parent, entry_id=entry["id"])
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """Remove the checkpoints (and their writes) whose metadata ``run_id`` is in ``run_ids``, in every thread."""
+        runs = set(run_ids)
+        if not runs:
+            return
+        for thread_id in self._threads():
+            with self._lock(thread_id):
+                index = self._index(thread_id)
+                gone = [key for key, entry_id in index.checkpoints.items()
+                        if self._metadata(thread_id, entry_id).get("run_id") in runs]
+                self._tombstone(thread_id, index, gone)
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        """``keep_latest``: keep each namespace's newest checkpoint; ``delete``: delete the threads."""
+        if strategy not in ("keep_latest", "delete"):
+            raise invalid_request(f"strategy: expected 'keep_latest' or 'delete', got {strategy!r}")
+        for thread_id in map(_thread_id, thread_ids):
+            if strategy == "delete":
+                self.delete_thread(thread_id)
+                continue
+            with self._lock(thread_id):
+                index = self._index(thread_id)
+                self._tombstone(thread_id, index, [k for k in index.checkpoints if k[1] != index.latest(k[0])])
+
+    def _tombstone(self, thread_id: str, index: ThreadIndex, gone: Keys) -> None:
+        if gone:
+            self._append(thread_id, index, DELETED, {"checkpoints": [[ns, cid] for ns, cid in sorted(gone)]}, None)
+
+    def get_next_version(self, current: str | None, channel: None) -> str:
+        """Versions as LangGraph's own savers make them: a zero-padded counter
+        and a random fraction, so two branches never reuse one version."""
+        number = 0 if current is None else current if isinstance(current, int) else int(current.split(".")[0])
+        return f"{number + 1:032}.{random.random():016}"
+
+    # -- async: the same work on a worker thread; a cancelled write still settles first
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        """:meth:`get_tuple` off the event loop."""
+        return await asyncio.to_thread(self.get_tuple, config)
+
+    async def alist(self, config: RunnableConfig | None, *, filter: dict[str, Any] | None = None,
+                    before: RunnableConfig | None = None, limit: int | None = None) -> AsyncIterator[CheckpointTuple]:
+        """:meth:`list` off the event loop."""
+        found = await asyncio.to_thread(lambda: list(self.list(config, filter=filter, before=before, limit=limit)))
+        for item in found:
+            yield item
+
+    async def aput(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
+                   new_versions: ChannelVersions) -> RunnableConfig:
+        """:meth:`put` off the event loop."""
+        return await settled(asyncio.to_thread(self.put, config, checkpoint, metadata, new_versions))
+
+    async def aput_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
+                          task_path: str = "") -> None:
+        """:meth:`put_writes` off the event loop."""
+        await settled(asyncio.to_thread(self.put_writes, config, writes, task_id, task_path))
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        """:meth:`delete_thread` off the event loop."""
+        await settled(asyncio.to_thread(self.delete_thread, thread_id))
+
+    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """:meth:`copy_thread` off the event loop."""
+        await settled(asyncio.to_thread(self.copy_thread, source_thread_id, target_thread_id))
+
+    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """:meth:`delete_for_runs` off the event loop."""
+        await settled(asyncio.to_thread(self.delete_for_runs, run_ids))
+
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        """:meth:`prune` off the event loop."""
+        await settled(asyncio.to_thread(self.prune, thread_ids, strategy=strategy))
+
+
+def _thread_id(value: Any) -> str:
+    thread_id = str(value) if value is not None else ""
+    if not thread_id:
+        raise invalid_request("thread_id: a LangGraph thread needs a non-empty thread_id (it names its session)")
+    return thread_id
+
+
+def _configurable(config: RunnableConfig | None) -> dict[str, Any]:
+    configurable = (config or {}).get("configurable")
+    if not isinstance(configurable, dict):
+        raise invalid_request("configurable: a LangGraph config needs {'configurable': {'thread_id': ...}}")
+    return configurable
+
+
+def _thread(config: RunnableConfig | None) -> str:
+    return _thread_id(_configurable(config).get("thread_id"))
+
+
+def _ns(config: RunnableConfig) -> str:
+    return str(_configurable(config).get("checkpoint_ns") or "")
+
+
+def _config(thread_id: str, ns: str, checkpoint_id: str) -> RunnableConfig:
+    return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint_id}}
+
+
+def _dropped_none(payload: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in payload.items() if v is not None}

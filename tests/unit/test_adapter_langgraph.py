@@ -1,0 +1,386 @@
+"""The LangGraph checkpointer, driven through LangGraph itself and its own conformance suite."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("langgraph.checkpoint.base", reason="the langgraph extra is not installed")
+
+from langchain_core.messages import AIMessage, HumanMessage
+from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.graph import START, MessagesState, StateGraph
+
+import session_manager
+from session_manager import SessionError, aio
+from session_manager._wire.events import ON_MESSAGE_ADDED
+from session_manager.adapters._checkpoints import CHECKPOINT, DELETED, ROOT_ID, WRITES
+from session_manager.adapters.langgraph import SessionManagerSaver
+from tests import pg_support
+
+Opener = Callable[[], Any]
+
+
+@pytest.fixture(params=["fs", "postgres"])
+def opener(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Opener]:
+    """Opens the same store again each call (a restart), over fs or postgres."""
+    if request.param == "fs":
+        yield lambda: session_manager.open(tmp_path / "d")
+        return
+    with pg_support.schema() as name:
+        yield lambda: session_manager.open(store=pg_support.open_store(name))
+
+
+def config(thread: str, checkpoint_id: str | None = None, ns: str = "") -> Any:
+    configurable: dict[str, Any] = {"thread_id": thread, "checkpoint_ns": ns}
+    if checkpoint_id is not None:
+        configurable["checkpoint_id"] = checkpoint_id
+    return {"configurable": configurable}
+
+
+def chat_graph(saver: BaseCheckpointSaver[Any]) -> Any:
+    """A StateGraph over a messages channel: the bot answers with the count of messages it saw."""
+
+    def bot(state: MessagesState) -> dict[str, Any]:
+        return {"messages": [AIMessage(f"seen {len(state['messages'])}")]}
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("bot", bot)
+    builder.add_edge(START, "bot")
+    return builder.compile(checkpointer=saver)
+
+
+def texts(state: Any) -> list[str]:
+    return [m.content for m in state.values["messages"]]
+
+
+def stored(sm: Any, thread: str) -> list[dict[str, Any]]:
+    return list(sm.service.store.entries(thread))
+
+
+# -- LangGraph's own conformance suite ---------------------------------------------------
+
+
+def test_conformance_suite_passes_every_base_and_extended_capability(opener: Opener) -> None:
+    # Prevents: a capability LangGraph's suite checks (put, put_writes, get_tuple, list,
+    # delete_thread, copy_thread, delete_for_runs, prune) regressing unseen.
+    from langgraph.checkpoint.conformance import checkpointer_test, validate
+    from langgraph.checkpoint.conformance.capabilities import ALL_CAPABILITIES
+
+    with opener() as sm:
+        @checkpointer_test(name="SessionManagerSaver")
+        async def factory() -> AsyncIterator[SessionManagerSaver]:
+            yield SessionManagerSaver(sm)
+
+        report = asyncio.run(validate(factory))
+    results = report.results
+    assert set(results) == {c.value for c in ALL_CAPABILITIES}
+    failures = {name: r.failures for name, r in results.items() if not r.passed}
+    assert failures == {}
+    assert all(r.detected and r.tests_failed == 0 and r.tests_passed > 0 for r in results.values())
+    assert sum(r.tests_passed for r in results.values()) == 81
+
+
+# -- a real graph: run, restart, time travel ------------------------------------------
+
+
+def test_graph_runs_resumes_after_restart_and_time_travels(opener: Opener) -> None:
+    # Prevents: state lost across a restart, replay re-running history instead of reading
+    # it, or a fork overwriting the branch it forked from instead of branching the session.
+    with opener() as sm:
+        graph = chat_graph(SessionManagerSaver(sm))
+        graph.invoke({"messages": [HumanMessage("hi")]}, config("t1"))
+        graph.invoke({"messages": [HumanMessage("again")]}, config("t1"))
+        assert texts(graph.get_state(config("t1"))) == ["hi", "seen 1", "again", "seen 3"]
+    with opener() as sm:  # a restart: a new process would see the same
+        saver = SessionManagerSaver(sm)
+        graph = chat_graph(saver)
+        state = graph.get_state(config("t1"))
+        assert texts(state) == ["hi", "seen 1", "again", "seen 3"]
+        graph.invoke({"messages": [HumanMessage("third")]}, config("t1"))
+        history = list(graph.get_state_history(config("t1")))
+        assert texts(history[0]) == ["hi", "seen 1", "again", "seen 3", "third", "seen 5"]
+        # Time travel: the checkpoint after the first turn.
+        first_turn = next(s for s in history if texts(s) == ["hi", "seen 1"] and not s.next)
+        replayed = graph.invoke(None, first_turn.config)
+        assert [m.content for m in replayed["messages"]] == ["hi", "seen 1"]
+        forked_config = graph.update_state(first_turn.config, {"messages": [HumanMessage("instead")]})
+        assert texts(graph.get_state(config("t1"))) == ["hi", "seen 1", "instead"]
+        graph.invoke({"messages": [HumanMessage("more")]}, forked_config)
+        assert texts(graph.get_state(config("t1"))) == ["hi", "seen 1", "instead", "more", "seen 4"]
+        # The old branch is intact and still readable at its own checkpoint.
+        assert texts(graph.get_state(history[0].config)) == texts(history[0])
+        entries = {e["id"]: e for e in stored(sm, "t1")}
+    # The session's tree is the checkpoint tree: the fork's first checkpoint hangs from
+    # the entry of the checkpoint it forked from, beside the old branch.
+    by_checkpoint = {e["data"]["id"]: e for e in entries.values() if e.get("custom_type") == CHECKPOINT}
+    fork_entry = by_checkpoint[forked_config["configurable"]["checkpoint_id"]]
+    assert fork_entry["parent_id"] == by_checkpoint[first_turn.config["configurable"]["checkpoint_id"]]["id"]
+    children = {e["id"] for e in by_checkpoint.values() if e["parent_id"] == fork_entry["parent_id"]}
+    old_next = by_checkpoint[history[0].config["configurable"]["checkpoint_id"]]
+    while old_next["parent_id"] != fork_entry["parent_id"]:  # walk the old branch back to the fork point
+        old_next = entries[old_next["parent_id"]]
+    assert {fork_entry["id"], old_next["id"]} <= children and fork_entry["id"] != old_next["id"]
+    for entry in by_checkpoint.values():  # every checkpoint's parent entry is its parent checkpoint's
+        parent = entry["data"]["parent"]
+        assert entry["parent_id"] == (by_checkpoint[parent]["id"] if parent else ROOT_ID)
+
+
+def test_an_interrupted_subgraph_resumes_after_a_restart(opener: Opener) -> None:
+    # Prevents: subgraph namespaces mixed with the root's, or an interrupt's pending writes
+    # (special writes beside the checkpoint) lost, so a restarted process could not resume.
+    from langgraph.types import Command, interrupt
+
+    def ask(state: MessagesState) -> dict[str, Any]:
+        answer = interrupt("approve?")
+        return {"messages": [AIMessage(f"approved: {answer}")]}
+
+    inner = StateGraph(MessagesState)
+    inner.add_node("ask", ask)
+    inner.add_edge(START, "ask")
+
+    def build(saver: SessionManagerSaver) -> Any:
+        outer = StateGraph(MessagesState)
+        outer.add_node("review", inner.compile())
+        outer.add_edge(START, "review")
+        return outer.compile(checkpointer=saver)
+
+    with opener() as sm:
+        first = build(SessionManagerSaver(sm)).invoke({"messages": [HumanMessage("ship it")]}, config("hitl"))
+        assert [i.value for i in first["__interrupt__"]] == ["approve?"]
+        namespaces = {e["data"]["ns"] for e in stored(sm, "hitl") if e.get("custom_type") == CHECKPOINT}
+    assert "" in namespaces and any(ns.startswith("review:") for ns in namespaces)
+    with opener() as sm:  # another process picks the thread up
+        graph = build(SessionManagerSaver(sm))
+        state = graph.get_state(config("hitl"), subgraphs=True)
+        assert state.next == ("review",) and state.tasks[0].state.next == ("ask",)
+        done = graph.invoke(Command(resume="yes"), config("hitl"))
+    assert [m.content for m in done["messages"]] == ["ship it", "approved: yes"]
+
+
+def test_async_graph_over_an_aio_manager(tmp_path: Path) -> None:
+    # Prevents: the async methods (ainvoke's path) diverging from the sync ones.
+    async def run() -> list[str]:
+        async with aio.open(tmp_path / "d") as asm:
+            graph = chat_graph(SessionManagerSaver(asm))
+            await graph.ainvoke({"messages": [HumanMessage("hi")]}, config("a"))
+            await graph.ainvoke({"messages": [HumanMessage("more")]}, config("a"))
+            history = [s async for s in graph.aget_state_history(config("a"))]
+            assert len(history) == 6  # input, loop per turn: (input, bot) x 2, plus the two starts
+            return texts(await graph.aget_state(config("a")))
+
+    assert asyncio.run(run()) == ["hi", "seen 1", "more", "seen 3"]
+
+
+# -- storage: exact values, linear growth, ordinary entries, events ---------------------
+
+
+def test_values_round_trip_exactly_and_are_stored_as_serializer_type_and_bytes(tmp_path: Path) -> None:
+    # Prevents: bytes, sets, datetimes, unicode coming back other than LangGraph's serializer gives
+    # them (InMemorySaver, beside it, is the reference), or values stored opaquely.
+    from langgraph.checkpoint.memory import InMemorySaver
+    from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+    value = {"raw": b"\x00\xffbin", "pair": (1, "a"), "set": {1, 2}, "at": datetime.datetime(2026, 1, 2, 3, 4, 5),
+             "text": "\u00fcn\u00ef\u2028", "float": 1.0, "none": None}
+    checkpoint = {"v": 4, "id": "1f0-a", "ts": "2026-01-01T00:00:00+00:00", "channel_values": {"x": value},
+                  "channel_versions": {"x": "1.0"}, "versions_seen": {"n": {"x": "1.0"}}, "updated_channels": ["x"]}
+    metadata: Any = {"source": "input", "step": -1, "parents": {}, "when": datetime.date(2026, 1, 2)}
+    with session_manager.open(tmp_path / "d") as sm:
+        results = []
+        for saver in (SessionManagerSaver(sm), InMemorySaver()):
+            saved = saver.put(config("v"), dict(checkpoint), dict(metadata), {"x": "1.0"})  # type: ignore[arg-type]
+            saver.put_writes(saved, [("x", b"w\x00"), ("y", {3, 4})], "task-1", "path-1")
+            results.append(saver.get_tuple(config("v")))
+        ours, reference = results
+        entry = sm.call("session::get-message", {"session_id": "v", "entry_id": got_entry_id(sm, "v", "1f0-a")})
+    assert ours is not None and reference is not None
+    assert ours.checkpoint == reference.checkpoint
+    assert ours.checkpoint["channel_values"]["x"]["raw"] == b"\x00\xffbin"
+    assert ours.pending_writes == reference.pending_writes == [("task-1", "x", b"w\x00"), ("task-1", "y", {3, 4})]
+    assert ours.metadata == reference.metadata and type(ours.metadata["when"]) is datetime.date  # type: ignore[typeddict-item]
+    assert ours.config == reference.config and ours.parent_config is reference.parent_config is None
+    data = entry["entry"]["data"]
+    version, kind, encoded = data["values"]["x"]
+    assert (version, kind) == ("1.0", "msgpack")
+    assert encoded.encode("latin-1") == JsonPlusSerializer().dumps_typed(value)[1]  # one char per byte
+    assert list(data["metadata"]) == ["packed"]  # a date: JSON would not give it back
+    assert data["checkpoint"]["json"]["id"] == "1f0-a"  # plain JSON where JSON holds it exactly
+
+
+def test_editing_a_read_checkpoint_changes_nothing_stored(tmp_path: Path) -> None:
+    # Prevents: get_tuple handing out the store's own entry objects, so LangGraph updating a
+    # checkpoint's channel_versions in place (as its loop does) rewrote the stored checkpoint.
+    with session_manager.open(tmp_path / "d") as sm:
+        saver = SessionManagerSaver(sm)
+        checkpoint = {"v": 4, "id": "1", "ts": "t", "channel_values": {"x": [1]}, "channel_versions": {"x": "1"},
+                      "versions_seen": {"n": {"x": "1"}}, "updated_channels": None}
+        saved = saver.put(config("m"), checkpoint, {"step": 1, "parents": {}}, {"x": "1"})  # type: ignore[arg-type]
+        got = saver.get_tuple(saved)
+        assert got is not None
+        got.checkpoint["channel_versions"]["x"] = "edited"
+        got.checkpoint["versions_seen"]["n"]["x"] = "edited"
+        got.checkpoint["channel_values"]["x"].append(2)
+        got.metadata["parents"]["edited"] = "yes"  # type: ignore[index]
+        again = saver.get_tuple(saved)
+        path = sm.call("session::messages", {"session_id": "m", "include_custom": True})["messages"]
+    assert again is not None
+    assert again.checkpoint["channel_versions"] == {"x": "1"} and again.checkpoint["versions_seen"] == {"n": {"x": "1"}}
+    assert again.checkpoint["channel_values"] == {"x": [1]} and again.metadata == {"step": 1, "parents": {}}
+    assert path[-1]["custom"]["data"]["checkpoint"]["json"]["channel_versions"] == {"x": "1"}
+
+
+def got_entry_id(sm: Any, thread: str, checkpoint_id: str) -> str:
+    return next(e["id"] for e in stored(sm, thread)
+                if e.get("custom_type") == CHECKPOINT and e["data"]["id"] == checkpoint_id)
+
+
+def test_a_long_thread_stores_each_channel_version_once(tmp_path: Path) -> None:
+    # Prevents: quadratic growth (every checkpoint re-storing every channel's whole value).
+    with session_manager.open(tmp_path / "d") as sm:
+        graph = chat_graph(SessionManagerSaver(sm))
+        for i in range(30):
+            graph.invoke({"messages": [HumanMessage(f"turn {i}")]}, config("long"))
+        assert len(texts(graph.get_state(config("long")))) == 60
+        checkpoints = [e for e in stored(sm, "long") if e.get("custom_type") == CHECKPOINT]
+    # Each (channel, version) is stored once, in the checkpoint that introduced it; a
+    # checkpoint that did not change a channel stores nothing for it (it points back).
+    stored_versions = [(ch, v[0]) for e in checkpoints for ch, v in e["data"]["values"].items()]
+    assert len(stored_versions) == len(set(stored_versions))
+    versions_in_use = {(ch, v) for e in checkpoints
+                       for ch, v in e["data"]["checkpoint"]["json"]["channel_versions"].items()}
+    assert set(stored_versions) == versions_in_use
+    assert len([v for v in stored_versions if v[0] == "messages"]) == 60  # one per turn's two updates
+    assert any("messages" not in e["data"]["values"] for e in checkpoints)
+
+
+def test_checkpoints_are_ordinary_entries_with_events_and_tenant_metadata(tmp_path: Path) -> None:
+    # Prevents: checkpoints written around the function surface (no events) or sessions
+    # created without the tenant metadata the list filters and observers rely on.
+    added: list[Any] = []
+    with session_manager.open(tmp_path / "d") as sm:
+        sm.observe({"function_id": ON_MESSAGE_ADDED}, added.append)
+        saver = SessionManagerSaver(sm, metadata={"tenant": "acme"})
+        other = SessionManagerSaver(sm, metadata={"tenant": "other"})
+        chat_graph(saver).invoke({"messages": [HumanMessage("hi")]}, config("mine"))
+        chat_graph(other).invoke({"messages": [HumanMessage("hi")]}, config("theirs"))
+        meta = sm.call("session::get", {"session_id": "mine"})["meta"]
+        listed = {t.config["configurable"]["thread_id"] for t in saver.list(None)}
+        path = sm.call("session::messages", {"session_id": "mine", "include_custom": True})["messages"]
+    assert meta["metadata"] == {"tenant": "acme"}
+    assert listed == {"mine"}
+    kinds = [e["custom"]["custom_type"] for e in added if e["session_id"] == "mine"]
+    assert kinds[0] == "langgraph.root" and kinds.count(CHECKPOINT) == 3 and WRITES in kinds
+    assert all(e["session_metadata"] == {"tenant": "acme"} for e in added if e["session_id"] == "mine")
+    assert not any("message" in e for e in added)  # custom entries, never chat messages
+    assert path[-1]["custom"]["custom_type"] == CHECKPOINT  # the active leaf is the newest checkpoint
+
+
+def test_prune_keeps_the_latest_readable_and_tombstones_the_rest(tmp_path: Path) -> None:
+    # Prevents: keep_latest losing the values the kept checkpoint inherited from pruned ones.
+    with session_manager.open(tmp_path / "d") as sm:
+        saver = SessionManagerSaver(sm)
+        graph = chat_graph(saver)
+        graph.invoke({"messages": [HumanMessage("a")]}, config("p"))
+        graph.invoke({"messages": [HumanMessage("b")]}, config("p"))
+        saver.prune(["p"])
+        assert [texts(graph.get_state(config("p")))] == [["a", "seen 1", "b", "seen 3"]]
+        assert len(list(saver.list(config("p")))) == 1
+        assert [e["custom_type"] for e in stored(sm, "p")].count(DELETED) == 1
+    with session_manager.open(tmp_path / "d") as sm:  # after a restart too
+        assert len(list(SessionManagerSaver(sm).list(config("p")))) == 1
+
+
+def test_bad_input_is_a_clear_error_and_writes_nothing(tmp_path: Path) -> None:
+    # Prevents: a traceback (or a half-written thread) on an empty thread id, a config without
+    # ``configurable``, writes without their checkpoint, or an unknown prune strategy.
+    with session_manager.open(tmp_path / "d") as sm:
+        saver = SessionManagerSaver(sm)
+        with pytest.raises(SessionError) as empty:
+            saver.get_tuple(config(""))
+        assert empty.value.code == "session/invalid_request" and "thread_id" in str(empty.value)
+        with pytest.raises(SessionError) as shapeless:
+            saver.put({}, {"id": "1"}, {}, {})  # type: ignore[typeddict-item]
+        assert shapeless.value.code == "session/invalid_request" and "configurable" in str(shapeless.value)
+        with pytest.raises(SessionError) as no_checkpoint:
+            saver.put_writes(config("w"), [("ch", 1)], "task")
+        assert no_checkpoint.value.code == "session/invalid_request" and "checkpoint_id" in str(no_checkpoint.value)
+        with pytest.raises(SessionError) as strategy:
+            saver.prune(["x"], strategy="everything")
+        assert strategy.value.code == "session/invalid_request" and "strategy" in str(strategy.value)
+        assert sm.call("session::list", {})["sessions"] == []
+
+
+# -- concurrency and other processes ----------------------------------------------------
+
+
+def test_parallel_tasks_writes_from_threads_are_all_kept(tmp_path: Path) -> None:
+    # Prevents: concurrent put_writes (parallel tasks) losing one another's writes.
+    with session_manager.open(tmp_path / "d") as sm:
+        saver = SessionManagerSaver(sm)
+        checkpoint = {"v": 4, "id": "1", "ts": "t", "channel_values": {}, "channel_versions": {},
+                      "versions_seen": {}, "updated_channels": None}
+        saved = saver.put(config("par"), checkpoint, {}, {})
+        barrier = threading.Barrier(8)
+
+        def task(i: int) -> None:
+            barrier.wait()
+            saver.put_writes(saved, [("ch", i), ("other", -i)], f"task-{i}")
+
+        threads = [threading.Thread(target=task, args=(i,)) for i in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        got = SessionManagerSaver(sm).get_tuple(saved)  # a fresh index, from the entries alone
+    assert got is not None
+    assert sorted(got.pending_writes or []) == sorted(
+        [(f"task-{i}", "ch", i) for i in range(8)] + [(f"task-{i}", "other", -i) for i in range(8)])
+
+
+def test_a_reader_in_another_instance_sees_new_checkpoints(schema: str) -> None:
+    # Prevents: the per-saver index serving a stale thread after another instance wrote to it.
+    with session_manager.open(store=pg_support.open_store(schema)) as writer_sm, \
+            session_manager.open(store=pg_support.open_store(schema)) as reader_sm:
+        writer, reader = chat_graph(SessionManagerSaver(writer_sm)), chat_graph(SessionManagerSaver(reader_sm))
+        writer.invoke({"messages": [HumanMessage("one")]}, config("x"))
+        assert texts(reader.get_state(config("x"))) == ["one", "seen 1"]
+        writer.invoke({"messages": [HumanMessage("two")]}, config("x"))
+        assert texts(reader.get_state(config("x"))) == ["one", "seen 1", "two", "seen 3"]
+
+
+def test_a_cancelled_aput_has_landed_when_cancellation_is_seen(tmp_path: Path) -> None:
+    # Prevents: CancelledError raised while the checkpoint is still being written (it would land later).
+    with session_manager.open(tmp_path / "d") as sm:
+        saver = SessionManagerSaver(sm)
+        entered, release = threading.Event(), threading.Event()
+        real_call = sm.call
+
+        def slow_call(function_id: str, payload: Any = None) -> Any:
+            if function_id == "session::append" and payload.get("custom", {}).get("custom_type") == CHECKPOINT:
+                entered.set()
+                release.wait(5)
+            return real_call(function_id, payload)
+
+        sm.call = slow_call  # type: ignore[method-assign]
+        checkpoint = {"v": 4, "id": "c1", "ts": "t", "channel_values": {}, "channel_versions": {},
+                      "versions_seen": {}, "updated_channels": None}
+
+        async def run() -> None:
+            task = asyncio.ensure_future(saver.aput(config("c"), checkpoint, {}, {}))
+            await asyncio.to_thread(entered.wait, 5)
+            task.cancel()
+            await asyncio.sleep(0.05)
+            assert not task.done()  # still waiting for the write
+            release.set()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            assert saver.get_tuple(config("c")) is not None  # settled: it landed
+
+        asyncio.run(run())
