@@ -18,11 +18,12 @@ grown (or been replaced by a compaction) since it last read it.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Literal
 
@@ -51,7 +52,8 @@ from ._records import meta_size, written_spans
 from ._sized import encode_sized
 from ._state import SessionState, StateBackedStore
 from ._tail import TailFix
-from .base import Commit, Entry, Meta
+from ._watch import LogWatch
+from .base import Commit, Entry, EventSink, Meta
 
 log = logging.getLogger("session_manager.store.fs")
 
@@ -137,6 +139,7 @@ class FsStore(CatalogListing, SessionDeletion, OnlineCompaction, AttachmentFiles
         self._changed: dict[str, Meta | None] = {}  # metas written while a list was reading
         self._warned: set[str] = set()
         self._follow = Follower(self._ops) if read_only else None  # how far each log was read
+        self._watches: list[LogWatch] = []  # read-only: pollers delivering what the follower sees change
         self._peeked: dict[str, tuple[tuple[int, int, int], Meta | None]] = {}  # read-only list cache
         self._fold: FoldIndex | None = None
         self.compactions = 0  # logs rewritten as their live state since this store opened (config-status)
@@ -198,7 +201,24 @@ class FsStore(CatalogListing, SessionDeletion, OnlineCompaction, AttachmentFiles
             self._files.close(states)
             self._owner.release()
         if self._follow is not None:
+            for watch in list(self._watches):
+                watch.stop()
             self._follow.close()
+
+    def subscribe(self, sink: EventSink, wants: Callable[[str], bool] | None = None) -> Callable[[], None]:
+        """Read-only: deliver what the follower sees another process change, as events
+        (:mod:`._watch`). A writable store's events are its own calls' (the default)."""
+        if not self.read_only:
+            return super().subscribe(sink, wants)
+        watch = LogWatch(self, sink, wants)
+        self._watches.append(watch)
+
+        def unsubscribe() -> None:
+            watch.stop()
+            with contextlib.suppress(ValueError):
+                self._watches.remove(watch)
+
+        return unsubscribe
 
     @property
     def durability(self) -> str:  # (str, as its mixins declare it; only a Durability is ever stored)
