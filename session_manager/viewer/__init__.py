@@ -18,12 +18,9 @@ if TYPE_CHECKING:
 def serve(sm: SessionManager, *, host: str = "127.0.0.1", port: int = 8765, token: str | None = None) -> None:
     """Serve the viewer over ``sm`` until interrupted (uvicorn); refuses a non-loopback
     ``host`` without ``token`` (:class:`~.guard.BindRefused`)."""
-    import uvicorn
+    from .app import server
 
-    from .app import create_app
-
-    uvicorn.run(create_app(sm, host=host, token=token), host=host, port=port, log_level="warning",
-                lifespan="on", timeout_graceful_shutdown=1)
+    server(sm, host=host, port=port, token=token).run()
 
 
 __all__ = ["export_html", "serve"]

@@ -11,11 +11,13 @@ touches what it shows, so the rendering (and its escaping) stays here.
 from __future__ import annotations
 
 import contextlib
+import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+import uvicorn
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
@@ -27,7 +29,7 @@ from starlette.types import ASGIApp
 from .._hosts.embedded import SessionManager
 from ..errors import NOT_FOUND, SessionError
 from . import reads
-from .guard import Guard
+from .guard import Guard, check_bind
 from .live import Hub
 from .render import INLINE_IMAGES, Assets, list_body, page, session_body, session_rows
 
@@ -126,6 +128,26 @@ def create_app(sm: SessionManager, *, host: str = "127.0.0.1", token: str | None
     """The viewer over ``sm`` (which the caller opened and closes), behind its guard
     (:mod:`.guard`): raises :class:`~.guard.BindRefused` for a non-loopback ``host``
     without ``token``."""
+    return _build(sm, host, token)[0]
+
+
+def server(sm: SessionManager, *, host: str = "127.0.0.1", port: int = 8765,
+           token: str | None = None) -> uvicorn.Server:
+    """A uvicorn server of the viewer whose shutdown first ends the open event streams
+    (a browser tab keeps one open for ever: without this the shutdown would cancel it)."""
+    app, hub = _build(sm, host, token)
+
+    class Server(uvicorn.Server):
+        async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+            hub.close()
+            await super().shutdown(sockets)
+
+    return Server(uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on",
+                                 timeout_graceful_shutdown=5))
+
+
+def _build(sm: SessionManager, host: str, token: str | None) -> tuple[ASGIApp, Hub]:
+    check_bind(host, token)  # before the hub observes anything
     viewer = Viewer(sm)
 
     @contextlib.asynccontextmanager
@@ -144,8 +166,7 @@ def create_app(sm: SessionManager, *, host: str = "127.0.0.1", token: str | None
         Route("/api/events", viewer.api_events),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ], lifespan=lifespan)
-    app.state.viewer = viewer
-    return Guard(app, host=host, token=token)
+    return Guard(app, host=host, token=token), viewer.hub
 
 
-__all__ = ["create_app"]
+__all__ = ["create_app", "server"]

@@ -66,17 +66,13 @@ def branched_session(sm: session_manager.SessionManager) -> dict[str, str]:
 @contextmanager
 def running(sm: session_manager.SessionManager, *, token: str | None = None) -> Iterator[str]:
     """The viewer over ``sm`` on 127.0.0.1 (a free port); yields its base URL."""
-    import uvicorn
-
-    from session_manager.viewer.app import create_app
+    from session_manager.viewer.app import server as viewer_server
 
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    config = uvicorn.Config(create_app(sm, token=token), log_level="warning", lifespan="on",
-                            timeout_graceful_shutdown=1)
-    server = uvicorn.Server(config)
+    server = viewer_server(sm, token=token)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     deadline = time.monotonic() + 20
