@@ -3,10 +3,13 @@ and headless Chromium (Debian's, driven by Playwright; never a downloaded browse
 
 from __future__ import annotations
 
+import base64
 import os
 import socket
+import struct
 import threading
 import time
+import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -35,8 +38,19 @@ def text(t: str) -> dict[str, Any]:
     return {"type": "text", "text": t}
 
 
-# A 1x1 PNG: an image block shown inline.
-PNG = ("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==")
+def _png(width: int = 180, height: int = 60) -> str:
+    """A small gradient PNG (base64), made here: an image block shown inline."""
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+
+    rows = b"".join(b"\0" + bytes(c for x in range(width) for c in (40 + x % 200, 110 + y, 220 - x // 2))
+                    for y in range(height))
+    raw = (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))
+           + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b""))
+    return base64.b64encode(raw).decode()
+
+
+PNG = _png()
 
 
 def branched_session(sm: session_manager.SessionManager) -> dict[str, str]:
