@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,10 +39,13 @@ class Hub:
         self._streams: set[_Stream] = set()
         self._lock = threading.Lock()
         self._observations: list[Observation] = [
-            sm.observe({"function_id": fid}, lambda event, fid=fid: self._deliver(fid, event))
-            for fid in EVENT_FUNCTIONS]
+            sm.observe({"function_id": fid}, self._handler(fid)) for fid in EVENT_FUNCTIONS]
+
+    def _handler(self, function_id: str) -> Callable[[dict[str, Any]], None]:
+        return lambda event: self._deliver(function_id, event)
 
     def close(self) -> None:
+        """Stop observing and end every open stream."""
         for observation in self._observations:
             observation.dispose()
         with self._lock:

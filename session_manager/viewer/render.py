@@ -56,7 +56,7 @@ class Assets:
 
 
 def page(title: str, body: str, assets: Assets, *, kind: str, data: dict[str, Any] | None = None) -> str:
-    head = [f'<meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">',
+    head = ['<meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">',
             f"<title>{e(title)}</title>"]
     if assets.csp:
         head.insert(1, f'<meta http-equiv="Content-Security-Policy" content="{e(assets.csp)}">')
@@ -65,7 +65,8 @@ def page(title: str, body: str, assets: Assets, *, kind: str, data: dict[str, An
     tail = script_data({"page": kind, **(data or {})}, "viewer-data")
     if assets.script:
         tail += f'<script src="{e(assets.static)}/viewer.js" defer></script>'
-    home = '<a class="brand" href="/">session-manager</a>' if assets.script else '<span class="brand">session-manager</span>'
+    home = ('<a class="brand" href="/">session-manager</a>' if assets.script
+            else '<span class="brand">session-manager</span>')
     live = '<span id="live" class="live" title="live updates">offline</span>' if assets.script else ""
     return (f'<!doctype html><html lang="en"><head>{"".join(head)}</head><body class="page-{e(kind)}">'
             f'<header class="top">{home}{live}</header><main>{body}</main>{tail}</body></html>\n')

@@ -65,7 +65,8 @@ def _writer(data_dir: Path, body: str) -> subprocess.Popen[str]:
     return subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
 
 
-def test_list_then_a_branched_session_active_path_and_alternative(page: Any, tmp_path: Path) -> None:
+def test_list_then_a_branched_session_active_path_and_alternative(page: Any, tmp_path: Path,
+                                                                  record_property: Any) -> None:
     """Regression: the alternative branch unreachable, or shown as if it were the active path."""
     d = tmp_path / "d"
     with session_manager.open(d) as sm:
@@ -90,6 +91,7 @@ def test_list_then_a_branched_session_active_path_and_alternative(page: Any, tmp
         shot = artifacts_dir(tmp_path) / "viewer-session.png"
         page.screenshot(path=str(shot), full_page=True)
         print(f"screenshot of the session page: {shot}")
+        record_property("screenshot", str(shot))  # (in the JUnit report too)
 
 
 def test_a_reply_streamed_by_another_process_grows_on_screen_without_reload(page: Any, tmp_path: Path) -> None:
