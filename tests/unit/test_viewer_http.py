@@ -253,3 +253,82 @@ def test_sse_delivers_each_event_once_in_order_as_an_observer_gets_it(tmp_path: 
                                           "session::on-meta-updated"]
         stop_all.set()  # (the server's shutdown ends both streams)
         stop_one.set()
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _serve(args: list[str]) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", "session_manager", "data", "serve", *args],
+                            stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+
+def test_data_serve_runs_read_only_beside_the_owner_and_stops_on_sigint(data: Any) -> None:
+    """Regression: `data serve` taking the owner lock (failing beside a live writer) or not answering."""
+    import signal
+
+    d, ids = data
+    port = _free_port()
+    with session_manager.open(d) as owner:  # a live writer holds the data_dir
+        proc = _serve([str(d), "--port", str(port)])
+        try:
+            assert proc.stderr is not None
+            line = proc.stderr.readline()
+            assert line.strip().endswith(f"(read-only) at http://127.0.0.1:{port}/")
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    r = httpx.get(f"http://127.0.0.1:{port}/api/sessions/{ids['sid']}", timeout=5)
+                    break
+                except httpx.ConnectError:
+                    assert time.monotonic() < deadline, "data serve did not answer"
+                    time.sleep(0.1)
+            assert r.status_code == 200
+            assert r.json()["meta"] == owner.call("session::get", {"session_id": ids["sid"]})["meta"]
+        finally:
+            proc.send_signal(signal.SIGINT)
+            proc.wait(timeout=30)
+    assert proc.returncode in (0, -signal.SIGINT, 130)
+
+
+def test_data_serve_beyond_loopback_prints_a_generated_token(tmp_path: Path) -> None:
+    import signal
+
+    (tmp_path / "d").mkdir()
+    port = _free_port()
+    proc = _serve([str(tmp_path / "d"), "--host", "0.0.0.0", "--port", str(port)])
+    try:
+        assert proc.stderr is not None
+        line = proc.stderr.readline()
+        token = line.strip().rsplit("?token=", 1)[1]
+        assert len(token) >= 24
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                bare = httpx.get(f"http://127.0.0.1:{port}/api/sessions", timeout=5)
+                break
+            except httpx.ConnectError:
+                assert time.monotonic() < deadline
+                time.sleep(0.1)
+        assert bare.status_code == 401
+        ok = httpx.get(f"http://127.0.0.1:{port}/api/sessions", headers={"authorization": f"Bearer {token}"})
+        assert ok.status_code == 200 and ok.json()["sessions"] == []
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=30)
+
+
+def test_export_html_refuses_bad_combinations(data: Any) -> None:
+    d, ids = data
+    for extra, message in ([[ids["sid"], "--html", "--markdown"], "choose one format"],
+                           [["--html"], "name exactly one SESSION"],
+                           [["s_nope", "--html"], "session s_nope does not exist"]):
+        done = subprocess.run([sys.executable, "-m", "session_manager", "data", "export", str(d), *extra],
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 1 and message in done.stderr, (extra, done.stderr)
+        assert done.stdout == ""
