@@ -32,6 +32,7 @@ from . import reads
 from .guard import Guard, check_bind
 from .live import Hub
 from .render import INLINE_IMAGES, Assets, list_body, page, session_body, session_rows
+from .render import e as esc
 
 STATIC = Path(__file__).with_name("static")
 FRAGMENT = "x-viewer-fragment"
@@ -44,14 +45,8 @@ def _error(e: SessionError) -> JSONResponse:
 
 def _html_error(e: SessionError) -> HTMLResponse:
     status = 404 if e.code == NOT_FOUND else 400
-    body = f'<h1>{"Not found" if status == 404 else "Bad request"}</h1><p class="muted">{_esc(e.detail)}</p>'
+    body = f'<h1>{"Not found" if status == 404 else "Bad request"}</h1><p class="muted">{esc(e.detail)}</p>'
     return HTMLResponse(page("session-manager", body, Assets(), kind="error"), status_code=status)
-
-
-def _esc(text: str) -> str:
-    from .render import e
-
-    return e(text)
 
 
 class Viewer:

@@ -20,7 +20,7 @@ from html import escape
 from typing import Any
 
 from .._cli.data.reading import Tree
-from .._cli.data.render import one_line, when
+from .._cli.data.render import item_parts, one_line, when
 
 # Images a page shows inline; anything else (SVG included: it can carry script) is a download.
 INLINE_IMAGES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp", "image/avif", "image/bmp"})
@@ -214,8 +214,7 @@ def _chain(view: SessionView, group: list[str], out: list[str], results: dict[st
 
 
 def _preview(entry: dict[str, Any]) -> tuple[str, str]:
-    from .._cli.data.render import item_parts
-
+    """(who, plain text) of an entry, as ``data show`` prints it."""
     return item_parts(entry)
 
 

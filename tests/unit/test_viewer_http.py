@@ -263,6 +263,17 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _first_answer(url: str) -> httpx.Response:
+    """GET ``url`` once the server listens (a fresh process takes a moment to bind)."""
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            return httpx.get(url, timeout=5)
+        except httpx.ConnectError:
+            assert time.monotonic() < deadline, "data serve did not answer"
+            time.sleep(0.1)
+
+
 def _serve(args: list[str]) -> subprocess.Popen[str]:
     return subprocess.Popen([sys.executable, "-m", "session_manager", "data", "serve", *args],
                             stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
@@ -280,14 +291,7 @@ def test_data_serve_runs_read_only_beside_the_owner_and_stops_on_sigint(data: An
             assert proc.stderr is not None
             line = proc.stderr.readline()
             assert line.strip().endswith(f"(read-only) at http://127.0.0.1:{port}/")
-            deadline = time.monotonic() + 30
-            while True:
-                try:
-                    r = httpx.get(f"http://127.0.0.1:{port}/api/sessions/{ids['sid']}", timeout=5)
-                    break
-                except httpx.ConnectError:
-                    assert time.monotonic() < deadline, "data serve did not answer"
-                    time.sleep(0.1)
+            r = _first_answer(f"http://127.0.0.1:{port}/api/sessions/{ids['sid']}")
             assert r.status_code == 200
             assert r.json()["meta"] == owner.call("session::get", {"session_id": ids["sid"]})["meta"]
         finally:
@@ -307,14 +311,7 @@ def test_data_serve_beyond_loopback_prints_a_generated_token(tmp_path: Path) -> 
         line = proc.stderr.readline()
         token = line.strip().rsplit("?token=", 1)[1]
         assert len(token) >= 24
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                bare = httpx.get(f"http://127.0.0.1:{port}/api/sessions", timeout=5)
-                break
-            except httpx.ConnectError:
-                assert time.monotonic() < deadline
-                time.sleep(0.1)
+        bare = _first_answer(f"http://127.0.0.1:{port}/api/sessions")
         assert bare.status_code == 401
         ok = httpx.get(f"http://127.0.0.1:{port}/api/sessions", headers={"authorization": f"Bearer {token}"})
         assert ok.status_code == 200 and ok.json()["sessions"] == []
