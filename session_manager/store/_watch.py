@@ -23,12 +23,13 @@ one thread.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from .._wire import events as ev
 from ..errors import StoreError
@@ -151,8 +152,33 @@ class LogWatch:
             self._sink(wanted)
 
 
+class FollowerEvents:
+    """The fs store's :meth:`subscribe`: a read-only store delivers what its follower sees
+    another process change; a writable one's events are its own calls' (none here)."""
+
+    read_only: bool
+    _watches: list[LogWatch]
+
+    def subscribe(self, sink: EventSink, wants: Callable[[str], bool] | None = None) -> Callable[[], None]:
+        if not self.read_only:
+            return lambda: None
+        watch = LogWatch(cast("FsStore", self), sink, wants)
+        self._watches.append(watch)
+
+        def unsubscribe() -> None:
+            watch.stop()
+            with contextlib.suppress(ValueError):
+                self._watches.remove(watch)
+
+        return unsubscribe
+
+    def _stop_watches(self) -> None:
+        for watch in list(self._watches):
+            watch.stop()
+
+
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-__all__ = ["INTERVAL", "LogWatch", "session_events"]
+__all__ = ["INTERVAL", "FollowerEvents", "LogWatch", "session_events"]

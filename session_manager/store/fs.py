@@ -18,12 +18,11 @@ grown (or been replaced by a compaction) since it last read it.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import logging
 import os
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Literal
 
@@ -52,8 +51,8 @@ from ._records import meta_size, written_spans
 from ._sized import encode_sized
 from ._state import SessionState, StateBackedStore
 from ._tail import TailFix
-from ._watch import LogWatch
-from .base import Commit, Entry, EventSink, Meta
+from ._watch import FollowerEvents, LogWatch
+from .base import Commit, Entry, Meta
 
 log = logging.getLogger("session_manager.store.fs")
 
@@ -91,8 +90,8 @@ class ReadOnlyStore(StoreError):
     """A mutation of a store opened read-only."""
 
 
-class FsStore(CatalogListing, SessionDeletion, OnlineCompaction, AttachmentFiles, GroupCommit, LogAppends,
-              StateBackedStore):
+class FsStore(FollowerEvents, CatalogListing, SessionDeletion, OnlineCompaction, AttachmentFiles, GroupCommit,
+              LogAppends, StateBackedStore):
     """JSONL-per-session storage under ``data_dir``.
 
     ``durability="flush"`` (default): every acknowledged mutation has been
@@ -201,24 +200,8 @@ class FsStore(CatalogListing, SessionDeletion, OnlineCompaction, AttachmentFiles
             self._files.close(states)
             self._owner.release()
         if self._follow is not None:
-            for watch in list(self._watches):
-                watch.stop()
+            self._stop_watches()
             self._follow.close()
-
-    def subscribe(self, sink: EventSink, wants: Callable[[str], bool] | None = None) -> Callable[[], None]:
-        """Read-only: deliver what the follower sees another process change, as events
-        (:mod:`._watch`). A writable store's events are its own calls' (the default)."""
-        if not self.read_only:
-            return super().subscribe(sink, wants)
-        watch = LogWatch(self, sink, wants)
-        self._watches.append(watch)
-
-        def unsubscribe() -> None:
-            watch.stop()
-            with contextlib.suppress(ValueError):
-                self._watches.remove(watch)
-
-        return unsubscribe
 
     @property
     def durability(self) -> str:  # (str, as its mixins declare it; only a Durability is ever stored)
