@@ -104,3 +104,18 @@ def test_another_process_streaming_is_seen_to_its_last_text(tmp_path: Path) -> N
             last = event
         assert revisions == sorted(set(revisions))
         assert last["message"]["content"] == [{"type": "text", "text": "word " * 20}]
+
+
+def test_a_session_deleted_and_made_again_between_two_polls_is_both_events() -> None:
+    """Regression: a re-created session (same id, new created_at) read as a mere change of the old one."""
+    from session_manager.store._watch import _Seen, session_events
+
+    old = {"session_id": "s", "title": "t", "description": "", "status": "idle", "created_at": 1,
+           "updated_at": 1, "message_count": 0, "metadata": {"k": 1}}
+    new = {**old, "created_at": 5, "updated_at": 5, "metadata": None}
+    events = session_events("s", _Seen((1, 2, 3, 4), old, {"e_1": 0}), new, [], 9)
+    assert [(e.function_id, e.payload) for e in events] == [
+        ("session::on-deleted", {"session_id": "s", "timestamp": 9, "session_metadata": {"k": 1}}),
+        ("session::on-created", {"session_id": "s", "title": "t", "description": "", "status": "idle",
+                                 "created_at": 5})]
+    assert session_events("s", None, None, [], 9) == []  # never seen, gone: nothing

@@ -329,3 +329,28 @@ def test_export_html_refuses_bad_combinations(data: Any) -> None:
                               capture_output=True, text=True, timeout=60)
         assert done.returncode == 1 and message in done.stderr, (extra, done.stderr)
         assert done.stdout == ""
+
+
+def test_list_page_filters_and_pages_like_session_list(client: Any, data: Any) -> None:
+    """Regression: the page's filters or pager showing other rows than session::list chose."""
+    c, sm = client
+    ids = data[1]
+
+    def rows(html: str) -> list[str]:
+        import re
+
+        return re.findall(r'<tr data-session-id="([^"]+)"', html)
+
+    assert rows(c.get("/", params={"status": "working"}).text) == [ids["fork"]]
+    want = [m["session_id"] for m in sm.call("session::list", {"metadata": {"user": "u_2"}})["sessions"]]
+    assert rows(c.get("/", params={"meta": "user=u_2"}).text) == want and len(want) == 3
+    first = c.get("/", params={"limit": "2"}).text
+    page1 = sm.call("session::list", {"limit": 2})
+    assert rows(first) == [m["session_id"] for m in page1["sessions"]]
+    assert 'rel="next"' in first and "first page" not in first
+    second = c.get("/", params={"limit": "2", "cursor": page1["next_cursor"]}).text
+    page2 = sm.call("session::list", {"limit": 2, "cursor": page1["next_cursor"]})
+    assert rows(second) == [m["session_id"] for m in page2["sessions"]] and "first page" in second
+    fragment = c.get("/", params={"status": "working"}, headers={"x-viewer-fragment": "1"}).text
+    assert fragment.startswith("<tr") and "<html" not in fragment  # what the live script swaps in
+    assert c.get("/", params={"status": "bogus"}).status_code == 400
