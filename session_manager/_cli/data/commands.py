@@ -297,7 +297,8 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_text, description=help_text)
         if data_dir:
             p.add_argument("data_dir", metavar="DATA_DIR",
-                           help="the session store's directory (or a postgresql:// URI: the postgres adapter)")
+                           help="the session store's directory (or a postgresql:// URI: the postgres adapter; or a "
+                                "ws:// URL: a main worker's sessions over its engine, read-only)")
         p.add_argument("--json", action="store_true", help="print JSON for scripts instead of text")
         p.set_defaults(handler=handler)
         return p
