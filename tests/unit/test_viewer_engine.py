@@ -6,6 +6,7 @@ Regression: a viewer of a worker on an engine that showed nothing live, or could
 from __future__ import annotations
 
 import queue
+import time
 from pathlib import Path
 from typing import Any
 
@@ -40,8 +41,7 @@ def test_engine_view_serves_the_mains_sessions_and_relays_its_events(tmp_path: P
 
     before = call("session::create", {"title": "before"})["session_id"]
     host.flush()
-    while not seen.empty():
-        seen.get_nowait()
+    assert seen.get(timeout=10)[0] == "session::on-created"
     try:
         with session_manager.open(store=EngineView(engine.connection(), MAIN_URL, 700), read_only=True) as sm, \
                 running(sm) as base:
@@ -55,11 +55,11 @@ def test_engine_view_serves_the_mains_sessions_and_relays_its_events(tmp_path: P
             call("session::append", {"session_id": sid, "message": user("ok")})
             call("session::delete", {"session_id": before})
             host.flush()
-            expected = []
-            while not seen.empty():
-                expected.append(seen.get_nowait())
-            assert len(expected) == 9
+            # created, added, 5 updated, added, deleted: as the application's observers got them
+            expected = [seen.get(timeout=10) for _ in range(9)]
             assert [got.get(timeout=10) for _ in expected] == expected  # each once, in order
+            time.sleep(0.5)
+            assert seen.empty() and got.empty()
             body = c.get(f"/api/sessions/{sid}").json()
             assert body["meta"] == call("session::get", {"session_id": sid})["meta"]
             transcript = call("session::messages", {"session_id": sid})["messages"]
