@@ -15,9 +15,10 @@ new state is compared with the one last seen:
 - a log gone: ``on-deleted`` (stamped with the time it was noticed).
 
 A follower sees states, not mutations: several updates of one entry made
-between two polls arrive as one event carrying the last. What exists when the
-watch starts (or when observing resumes after nobody observed) is its baseline
-and fires nothing. Events of one session are delivered in that order, from
+between two polls arrive as one event carrying the last. What exists when an
+observer is added while none was (:meth:`LogWatch.baseline`, called from the
+host's ``observe``) is the baseline and fires nothing; every change after it
+is an event. Events of one session are delivered in that order, from
 one thread.
 """
 
@@ -94,6 +95,7 @@ class LogWatch:
         self._interval = interval
         self._seen: dict[str, _Seen] | None = None  # None: no baseline (nobody observed)
         self._stop = threading.Event()
+        self._polling = threading.RLock()  # one pass at a time (an observer may observe from inside one)
         self._thread = threading.Thread(target=self._run, name="session-manager-watch", daemon=True)
         self._thread.start()
 
@@ -106,16 +108,27 @@ class LogWatch:
     def _observed(self) -> bool:
         return self._wants is None or any(self._wants(f) for f in ev.EVENT_FUNCTIONS)
 
+    def baseline(self) -> None:
+        """Take the state later changes are compared with now, unless there is one (an
+        observer was just added: what changes from now on is its event)."""
+        with self._polling:
+            if self._seen is None:
+                self._pass()
+
     def _run(self) -> None:
         while not self._stop.is_set():
-            if not self._observed():
-                self._seen = None  # what changes unobserved is nobody's event: a new baseline later
-            else:
-                try:
-                    self.poll()
-                except StoreError as e:  # a data_dir that cannot be read now: try again next time
-                    log.warning("watching %s: %s", self._store.dir, e)
+            with self._polling:
+                if not self._observed():
+                    self._seen = None  # what changes unobserved is nobody's event: a new baseline later
+                else:
+                    self._pass()
             self._stop.wait(self._interval)
+
+    def _pass(self) -> None:
+        try:
+            self.poll()
+        except StoreError as e:  # a data_dir that cannot be read now: try again next time
+            log.warning("watching %s: %s", self._store.dir, e)
 
     def poll(self) -> None:
         """One pass: stat every log, read the changed ones, deliver their events."""
@@ -171,6 +184,10 @@ class FollowerEvents:
                 self._watches.remove(watch)
 
         return unsubscribe
+
+    def observing(self) -> None:
+        for watch in list(self._watches):
+            watch.baseline()
 
     def _stop_watches(self) -> None:
         for watch in list(self._watches):

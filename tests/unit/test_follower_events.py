@@ -43,7 +43,6 @@ def test_read_only_open_delivers_a_writers_mutations_in_order(tmp_path: Path) ->
         with session_manager.open(data, read_only=True) as reader:
             got = _observe_all(reader)
             own = _observe_all(writer)  # what an in-process observer of the writer gets
-            time.sleep(0.5)  # the watch's baseline: what existed before fires nothing
             sid = writer.call("session::create", {"title": "t", "metadata": {"u": 1}})["session_id"]
             first = _drain(got, "session::on-created")
             assert first == [own.get_nowait()]
@@ -85,8 +84,7 @@ def test_another_process_streaming_is_seen_to_its_last_text(tmp_path: Path) -> N
         sid = writer.call("session::create", {"title": "s"})["session_id"]
         rid = writer.call("session::append", {"session_id": sid, "message": REPLY})["entry_id"]
     with session_manager.open(data, read_only=True) as reader:
-        got = _observe_all(reader)
-        time.sleep(0.5)
+        got = _observe_all(reader)  # (the baseline is taken as the first observer is added)
         script = textwrap.dedent(f"""
             import time, session_manager
             with session_manager.open({str(data)!r}) as sm:

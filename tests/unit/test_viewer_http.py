@@ -221,14 +221,12 @@ def test_sse_delivers_each_event_once_in_order_as_an_observer_gets_it(tmp_path: 
         for fid in EVENT_FUNCTIONS:
             writer.observe({"function_id": fid}, lambda ev, fid=fid: own.put((fid, ev)))
         everything, stop_all = _listen(base, "/api/events")
-        time.sleep(0.6)  # the follower's baseline is taken
         a = writer.call("session::create", {"title": "a"})["session_id"]
         b = writer.call("session::create", {"title": "b"})["session_id"]
-        time.sleep(0.6)
-        one, stop_one = _listen(base, f"/api/events?session_id={a}")
         expected = [own.get_nowait(), own.get_nowait()]
         got = [everything.get(timeout=10), everything.get(timeout=10)]
         assert sorted(got, key=lambda x: x[1]["session_id"]) == sorted(expected, key=lambda x: x[1]["session_id"])
+        one, stop_one = _listen(base, f"/api/events?session_id={a}")
         steps = [
             lambda: writer.call("session::append", {"session_id": a, "message": user("hi")}),
             lambda: writer.call("session::append", {"session_id": b, "message": assistant(text(""))}),
