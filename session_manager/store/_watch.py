@@ -85,7 +85,8 @@ def session_events(session_id: str, before: _Seen | None, meta: Meta | None,
 
 
 class LogWatch:
-    """One polling thread delivering a read-only store's changes to ``sink``."""
+    """One polling thread delivering a read-only store's changes to ``sink``, started by the
+    first :meth:`baseline` (a read-only open nobody observes, as ``data ls``, runs none)."""
 
     def __init__(self, store: FsStore, sink: EventSink, wants: Callable[[str], bool] | None,
                  interval: float = INTERVAL) -> None:
@@ -96,14 +97,16 @@ class LogWatch:
         self._seen: dict[str, _Seen] | None = None  # None: no baseline (nobody observed)
         self._stop = threading.Event()
         self._polling = threading.RLock()  # one pass at a time (an observer may observe from inside one)
-        self._thread = threading.Thread(target=self._run, name="session-manager-watch", daemon=True)
-        self._thread.start()
+        self._thread: threading.Thread | None = None
+        if wants is None:
+            self.baseline()  # a subscriber of everything: observed from now on
 
     def stop(self) -> None:
         """Stop polling; returns once the thread delivers nothing more."""
         self._stop.set()
-        if self._thread is not threading.current_thread():
-            self._thread.join()
+        thread = self._thread  # (not under _polling: a pass may be delivering to the caller's observer)
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()
 
     def _observed(self) -> bool:
         return self._wants is None or any(self._wants(f) for f in ev.EVENT_FUNCTIONS)
@@ -112,8 +115,13 @@ class LogWatch:
         """Take the state later changes are compared with now, unless there is one (an
         observer was just added: what changes from now on is its event)."""
         with self._polling:
+            if self._stop.is_set():
+                return
             if self._seen is None:
                 self._pass()
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="session-manager-watch", daemon=True)
+                self._thread.start()
 
     def _run(self) -> None:
         while not self._stop.is_set():

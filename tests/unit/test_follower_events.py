@@ -117,3 +117,19 @@ def test_a_session_deleted_and_made_again_between_two_polls_is_both_events() -> 
         ("session::on-created", {"session_id": "s", "title": "t", "description": "", "status": "idle",
                                  "created_at": 5})]
     assert session_events("s", None, None, [], 9) == []  # never seen, gone: nothing
+
+
+def test_a_read_only_open_nobody_observes_runs_no_watch_thread(tmp_path: Path) -> None:
+    """Regression: every read-only open (`data ls`, `data show`) paying for a polling thread."""
+    import threading
+
+    with session_manager.open(tmp_path / "d") as writer:
+        writer.call("session::create", {"title": "t"})
+    before = {t.ident for t in threading.enumerate()}
+    with session_manager.open(tmp_path / "d", read_only=True) as reader:
+        assert reader.call("session::list", {})["sessions"]
+        assert [t.name for t in threading.enumerate() if t.ident not in before] == []
+        got = _observe_all(reader)
+        assert [t.name for t in threading.enumerate() if t.ident not in before] == ["session-manager-watch"]
+    assert [t.name for t in threading.enumerate() if t.ident not in before] == []  # stopped at close
+    assert got.empty()
