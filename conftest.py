@@ -83,6 +83,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         path = Path(str(item.fspath))
         if (any(d in path.parents for d in _PURE_DIRS) and item.get_closest_marker("engine") is None
+                and item.get_closest_marker("browser") is None
                 and item.get_closest_marker("postgres") is None):
             item.add_marker(pytest.mark.pure)
     raw = config.getoption("--tags")

@@ -20,6 +20,9 @@ ENVIRONMENT = (
     ("III_STANDIN_DIR", "test suite only: where the iii stand-in engine lives"),
     ("SESSION_MANAGER_REFERENCE", "test suite only: the reference material (default ../shared/reference)"),
     ("SESSION_MANAGER_TEST_POSTGRES", "test suite only: the PostgreSQL server the postgres tests use"),
+    ("SESSION_MANAGER_CHROMIUM", "test suite only: the Chromium the viewer's browser tests drive "
+                                 "(default /usr/bin/chromium)"),
+    ("SESSION_MANAGER_ARTIFACTS", "test suite only: where the browser tests save screenshots"),
 )
 
 

@@ -192,6 +192,7 @@ class SessionManager(TypedMethods):
         observation = Observation(self, function_id, compiled.matches, handler)
         with self._lock:
             self._observers.append(observation)
+        self.service.store.observing()  # (a polling store's baseline: changes from now on are events)
         return observation
 
     def _remove(self, observation: Observation) -> None:

@@ -134,6 +134,11 @@ class SessionStore(ABC):
         the unsubscriber."""
         return lambda: None
 
+    def observing(self) -> None:  # noqa: B027 - optional hook
+        """A host just added an observer: a store that finds other processes' changes by
+        comparing states (a read-only fs open) takes the state they are compared with now,
+        so the observer gets every change made after it was added. The default has none."""
+
     def ordered_metas(
         self, order: str, after: tuple[int, str] | None, status: str | None, metadata: Meta | None
     ) -> Iterator[Meta]:

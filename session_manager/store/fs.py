@@ -51,6 +51,7 @@ from ._records import meta_size, written_spans
 from ._sized import encode_sized
 from ._state import SessionState, StateBackedStore
 from ._tail import TailFix
+from ._watch import FollowerEvents, LogWatch
 from .base import Commit, Entry, Meta
 
 log = logging.getLogger("session_manager.store.fs")
@@ -89,8 +90,8 @@ class ReadOnlyStore(StoreError):
     """A mutation of a store opened read-only."""
 
 
-class FsStore(CatalogListing, SessionDeletion, OnlineCompaction, AttachmentFiles, GroupCommit, LogAppends,
-              StateBackedStore):
+class FsStore(FollowerEvents, CatalogListing, SessionDeletion, OnlineCompaction, AttachmentFiles, GroupCommit,
+              LogAppends, StateBackedStore):
     """JSONL-per-session storage under ``data_dir``.
 
     ``durability="flush"`` (default): every acknowledged mutation has been
@@ -137,6 +138,7 @@ class FsStore(CatalogListing, SessionDeletion, OnlineCompaction, AttachmentFiles
         self._changed: dict[str, Meta | None] = {}  # metas written while a list was reading
         self._warned: set[str] = set()
         self._follow = Follower(self._ops) if read_only else None  # how far each log was read
+        self._watches: list[LogWatch] = []  # read-only: pollers delivering what the follower sees change
         self._peeked: dict[str, tuple[tuple[int, int, int], Meta | None]] = {}  # read-only list cache
         self._fold: FoldIndex | None = None
         self.compactions = 0  # logs rewritten as their live state since this store opened (config-status)
@@ -198,6 +200,7 @@ class FsStore(CatalogListing, SessionDeletion, OnlineCompaction, AttachmentFiles
             self._files.close(states)
             self._owner.release()
         if self._follow is not None:
+            self._stop_watches()
             self._follow.close()
 
     @property

@@ -21,7 +21,7 @@ from ..._wire.models import STATUSES
 from ...errors import SessionError, StoreError, invalid_request, not_found
 from ...store.fs import FsStore
 from ..args import OneLineParser
-from . import fsck, maintenance, reading, render, transfer
+from . import fsck, maintenance, reading, render, serving, transfer
 from .opening import DataDirError, is_uri, open_for
 from .progress import progress
 
@@ -86,11 +86,13 @@ def cmd_show(args: argparse.Namespace) -> Outcome:
 def cmd_export(args: argparse.Namespace) -> Outcome:
     to_stdout = args.output in (None, "-")
     with open_for(args.data_dir, writable=False) as sm, _export_target(args.output) as out:
-        if args.markdown:
+        if args.markdown or args.html:
+            if args.markdown and args.html:
+                raise invalid_request("--markdown and --html: choose one format")
             if len(args.sessions) != 1:
-                raise invalid_request("--markdown exports one transcript: name exactly one SESSION")
-            meta = reading.session_meta(sm, args.sessions[0])
-            out.write(render.markdown(meta, reading.active_transcript(sm, args.sessions[0])))
+                raise invalid_request(f"--{'html' if args.html else 'markdown'} exports one session: "
+                                      "name exactly one SESSION")
+            out.write(_one_document(sm, args.sessions[0], html=args.html))
             count = 1
         else:
             ids = list(args.sessions) or [m["session_id"] for m in reading.all_sessions(sm, order="created_asc")]
@@ -106,6 +108,16 @@ def cmd_export(args: argparse.Namespace) -> Outcome:
     if to_stdout:
         return Outcome(None, "")  # stdout is the export itself: no summary mixed into it
     return Outcome({"sessions": count, "output": args.output}, f"exported {count} session(s) to {args.output}")
+
+
+def _one_document(sm: Any, session_id: str, *, html: bool) -> str:
+    """One session as Markdown (its active transcript) or as a self-contained HTML page (every branch)."""
+    if html:
+        from ...viewer.export import export_html
+
+        return export_html(sm, session_id)
+    meta = reading.session_meta(sm, session_id)
+    return render.markdown(meta, reading.active_transcript(sm, session_id))
 
 
 @contextlib.contextmanager
@@ -285,7 +297,8 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_text, description=help_text)
         if data_dir:
             p.add_argument("data_dir", metavar="DATA_DIR",
-                           help="the session store's directory (or a postgresql:// URI: the postgres adapter)")
+                           help="the session store's directory (or a postgresql:// URI: the postgres adapter; or a "
+                                "ws:// URL: a main worker's sessions over its engine, read-only)")
         p.add_argument("--json", action="store_true", help="print JSON for scripts instead of text")
         p.set_defaults(handler=handler)
         return p
@@ -305,6 +318,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", metavar="FILE", help="write here instead of stdout")
     p.add_argument("--attachments", action="store_true", help="include attachment bytes (base64)")
     p.add_argument("--markdown", action="store_true", help="one session's active transcript as Markdown")
+    p.add_argument("--html", action="store_true",
+                   help="one session as a self-contained HTML page (every branch; opens from disk)")
+
+    p = command("serve", serving.cmd_serve, "a live web viewer of the sessions (read-only; Ctrl-C stops it)")
+    serving.add_arguments(p)
 
     p = command("import", cmd_import, "load an export file (JSON Lines) into a data_dir")
     p.add_argument("file", metavar="FILE", help="the export file, or - for stdin")

@@ -5,7 +5,8 @@ write, no compaction). Writes open it writable, which takes the data_dir's
 owner lock, so they fail with ``session/storage`` beside a live writer
 instead of racing it. A ``postgresql://`` URI in place of the
 data_dir opens the postgres adapter (schema ``public``), so ``export`` and
-``import`` move sessions between adapters.
+``import`` move sessions between adapters; a ``ws://`` engine URL reads a main
+instance's sessions over its engine (read-only, with its events: ``data serve``).
 """
 
 from __future__ import annotations
@@ -24,6 +25,12 @@ class DataDirError(Exception):
 def open_for(data_dir: str | os.PathLike[str], writable: bool) -> SessionManager:
     """The data_dir as a :class:`SessionManager`: writable (creating it if
     missing, holding its owner lock until closed) or read-only (it must exist)."""
+    if is_engine(data_dir):
+        if writable:
+            raise DataDirError("an engine URL (ws://…) is opened read-only: this command writes")
+        from ..._worker.engine_view import open_engine
+
+        return open_store(store=open_engine(os.fspath(data_dir)), read_only=True)
     if is_uri(data_dir):
         return open_store(os.fspath(data_dir))
     path = Path(data_dir)
@@ -33,5 +40,10 @@ def open_for(data_dir: str | os.PathLike[str], writable: bool) -> SessionManager
 
 
 def is_uri(data_dir: str | os.PathLike[str]) -> bool:
-    """A database URI (the postgres adapter), not a directory."""
-    return os.fspath(data_dir).startswith(("postgresql://", "postgres://"))
+    """A database or engine URI, not a directory."""
+    return os.fspath(data_dir).startswith(("postgresql://", "postgres://")) or is_engine(data_dir)
+
+
+def is_engine(data_dir: str | os.PathLike[str]) -> bool:
+    """A main instance's engine (``ws://``, ``wss://``): its sessions read over the store protocol."""
+    return os.fspath(data_dir).startswith(("ws://", "wss://"))

@@ -1,0 +1,354 @@
+"""The viewer at the HTTP level: every route's JSON against the embedded API's answers, the pages'
+escaping, 404s, the Host and token rules, and the SSE stream (each event once, in order per session).
+
+Each test names the regression it prevents; the browser-level checks are in test_viewer_browser.py."""
+
+from __future__ import annotations
+
+import json
+import queue
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from starlette.testclient import TestClient
+
+import session_manager
+from session_manager._wire.events import EVENT_FUNCTIONS
+from session_manager.viewer.app import create_app
+from session_manager.viewer.guard import CSP, BindRefused
+from tests.unit.viewer_support import assistant, branched_session, running, text, user
+
+BASE = "http://127.0.0.1:8765"
+
+
+@pytest.fixture
+def data(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    d = tmp_path / "d"
+    with session_manager.open(d) as sm:
+        ids = branched_session(sm)
+        for i in range(3):
+            sm.call("session::create", {"title": f"extra {i}", "metadata": {"user": "u_2", "n": i}})
+        sm.call("session::set-status", {"session_id": ids["fork"], "status": "working"})
+    return d, ids
+
+
+@pytest.fixture
+def client(data: tuple[Path, dict[str, str]]) -> Iterator[tuple[TestClient, session_manager.SessionManager]]:
+    with session_manager.open(data[0], read_only=True) as sm:
+        yield TestClient(create_app(sm), base_url=BASE), sm
+
+
+def test_api_sessions_is_the_list_response_for_every_filter_and_page(client: Any) -> None:
+    """Regression: the API re-shaping or dropping session::list's answer (cursor, filters)."""
+    c, sm = client
+    for params, request in [({}, {}), ({"status": "working"}, {"status": "working"}),
+                            ({"meta": "user=u_2"}, {"metadata": {"user": "u_2"}}),
+                            ({"meta": "user=u_2 n=1"}, {"metadata": {"user": "u_2", "n": 1}}),
+                            ({"order": "created_asc", "limit": "2"}, {"order": "created_asc", "limit": 2})]:
+        r = c.get("/api/sessions", params=params)
+        assert r.status_code == 200
+        assert r.json() == sm.call("session::list", request), params
+    first = sm.call("session::list", {"limit": 2})
+    r = c.get("/api/sessions", params={"limit": "2", "cursor": first["next_cursor"]})
+    assert r.json() == sm.call("session::list", {"limit": 2, "cursor": first["next_cursor"]})
+    bad = c.get("/api/sessions", params={"status": "nope"})
+    assert bad.status_code == 400 and bad.json()["error"]["code"] == "session/invalid_request"
+    assert "status" in bad.json()["error"]["message"]
+
+
+def test_api_session_holds_every_branch_and_the_active_leaf(client: Any, data: Any) -> None:
+    """Regression: only the active path served (the alternative answer missing) or a wrong leaf."""
+    c, sm = client
+    ids = data[1]
+    body = c.get(f"/api/sessions/{ids['sid']}").json()
+    assert set(body) == {"meta", "active_leaf", "entries"}
+    assert body["meta"] == sm.call("session::get", {"session_id": ids["sid"]})["meta"]
+    store_entries = sm.service.store.entries(ids["sid"])
+    assert sorted(body["entries"], key=lambda x: x["id"]) == sorted(store_entries, key=lambda x: x["id"])
+    assert ids["alternative"] in {x["id"] for x in body["entries"]}
+    by_id = {x["id"]: x for x in body["entries"]}
+    path, at = [], body["active_leaf"]
+    while at is not None:
+        path.append(at)
+        at = by_id[at].get("parent_id")
+    transcript = sm.call("session::messages", {"session_id": ids["sid"], "include_custom": True})["messages"]
+    assert path[::-1] == [m["entry_id"] for m in transcript]
+    assert body["active_leaf"] == ids["final"]
+
+
+def test_unknown_session_is_404_on_page_api_and_attachment(client: Any) -> None:
+    c, _ = client
+    r = c.get("/api/sessions/s_nope")
+    assert r.status_code == 404
+    assert r.json() == {"error": {"code": "session/not_found", "message": "session s_nope does not exist"}}
+    page = c.get("/sessions/s_nope")
+    assert page.status_code == 404 and "s_nope" in page.text
+    assert c.get("/sessions/s_nope/attachments/a_1").status_code == 404
+
+
+def test_pages_render_on_the_server_and_escape_everything(tmp_path: Path) -> None:
+    """Regression: stored text reaching the HTML unescaped (a <script> title or message running)."""
+    evil = '<script>alert("x")</script><img src=x onerror=alert(1)>'
+    with session_manager.open(tmp_path / "d") as sm:
+        sid = sm.call("session::create", {"title": evil, "metadata": {evil: evil}})["session_id"]
+        sm.call("session::append", {"session_id": sid, "message": user(evil)})
+        sm.call("session::append", {"session_id": sid, "message": assistant(
+            {"type": "file", "attachment_id": "a_x", "name": evil, "mime": "text/html", "size": 3})})
+    with session_manager.open(tmp_path / "d", read_only=True) as sm:
+        c = TestClient(create_app(sm), base_url=BASE)
+        for url in ("/", f"/sessions/{sid}"):
+            r = c.get(url)
+            assert r.status_code == 200
+            assert r.headers["content-security-policy"] == CSP
+            assert "<script>alert" not in r.text and "<img src=x" not in r.text
+            assert "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;" in r.text
+            # the only scripts: the inert JSON data block and the package's own file
+            assert r.text.count("<script") == 2
+            assert '<script type="application/json" id="viewer-data">' in r.text
+            assert '<script src="/static/viewer.js" defer></script>' in r.text
+
+
+def test_session_page_shows_active_path_alternative_fork_and_pairs(client: Any, data: Any) -> None:
+    c, _ = client
+    ids = data[1]
+    html = c.get(f"/sessions/{ids['sid']}").text
+    assert "Take an umbrella." in html and "Probably not; the first answer." in html
+    assert f'id="alt-{ids["alternative"]}"' in html  # the alternative, collapsed where it branches
+    assert f'href="/sessions/{ids["fork"]}"' in html  # its fork, linked
+    assert 'id="call-call_1"' in html and f'href="#e-{ids["result"]}"' in html  # call -> result
+    assert 'href="#call-call_1"' in html  # result -> call
+    assert 'title="origin {&quot;worker&quot;: &quot;weather&quot;}"' in html
+    assert '<details class="thinking">' in html and 'src="data:image/png;base64,' in html
+    fork_page = c.get(f"/sessions/{ids['fork']}").text
+    assert f'href="/sessions/{ids["sid"]}"' in fork_page  # and back
+
+
+def test_loopback_refuses_foreign_host_headers(client: Any) -> None:
+    """Regression: DNS rebinding (a page on evil.example resolved to 127.0.0.1) reading the viewer."""
+    c, _ = client
+    for host in ("evil.example", "evil.example:8765", "127.0.0.1.evil.example"):
+        for path in ("/", "/api/sessions", "/api/events"):
+            r = c.get(path, headers={"host": host})
+            assert r.status_code == 403, (host, path)
+    for host in ("127.0.0.1:8765", "localhost:8765", "localhost", "[::1]:8765"):
+        assert c.get("/api/sessions", headers={"host": host}).status_code == 200, host
+
+
+def test_non_loopback_bind_needs_a_token(tmp_path: Path) -> None:
+    """Regression: the viewer serving a network address to anyone."""
+    with session_manager.open(tmp_path / "d") as sm:
+        for host in ("0.0.0.0", "192.168.1.5", "::"):
+            with pytest.raises(BindRefused, match="token"):
+                create_app(sm, host=host)
+    (tmp_path / "e").mkdir()
+    done = subprocess.run([sys.executable, "-m", "session_manager", "data", "serve", str(tmp_path / "e"),
+                           "--host", "0.0.0.0", "--token", ""], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1 and "needs an access token" in done.stderr
+    assert not any((tmp_path / "e").iterdir())  # refused before opening anything
+
+
+def test_token_is_checked_on_every_route(tmp_path: Path) -> None:
+    """Regression: a route (the API, the SSE stream, the static files) reachable without the token."""
+    with session_manager.open(tmp_path / "d") as sm:
+        sid = sm.call("session::create", {"title": "t"})["session_id"]
+    with session_manager.open(tmp_path / "d", read_only=True) as sm:
+        c = TestClient(create_app(sm, host="0.0.0.0", token="s3cret"), base_url="http://10.0.0.2:8765")
+        paths = ["/", f"/sessions/{sid}", "/api/sessions", f"/api/sessions/{sid}", "/api/events",
+                 "/static/viewer.js"]
+        for path in paths:
+            assert c.get(path).status_code == 401, path
+            assert c.get(path, headers={"authorization": "Bearer wrong"}).status_code == 401, path
+            assert c.get(path, params={"token": "nope"}).status_code == 401, path
+        for path in paths[:4]:
+            assert c.get(path, headers={"authorization": "Bearer s3cret"}).status_code == 200, path
+        first = c.get("/", params={"token": "s3cret"})
+        assert first.status_code == 200
+        assert "session_manager_viewer=s3cret" in first.headers["set-cookie"]
+        assert "HttpOnly" in first.headers["set-cookie"] and "SameSite=Strict" in first.headers["set-cookie"]
+        assert c.get(f"/api/sessions/{sid}").status_code == 200  # the cookie the first visit set
+        assert first.headers["referrer-policy"] == "no-referrer"
+
+
+# -- SSE ----------------------------------------------------------------------------------------------
+
+
+def _sse(base: str, path: str, into: queue.Queue[tuple[str, Any]], stop: threading.Event) -> None:
+    try:
+        _read_sse(base, path, into, stop)
+    except httpx.HTTPError:
+        if not stop.is_set():
+            raise
+
+
+def _read_sse(base: str, path: str, into: queue.Queue[tuple[str, Any]], stop: threading.Event) -> None:
+    with httpx.Client(timeout=None) as http, http.stream("GET", base + path) as r:
+        assert r.headers["content-type"].startswith("text/event-stream")
+        event = None
+        for line in r.iter_lines():
+            if stop.is_set():
+                return
+            if line.startswith("event: "):
+                event = line[7:]
+            elif line.startswith("data: "):
+                into.put((str(event), json.loads(line[6:])))
+            elif line == ": connected":
+                into.put(("connected", None))
+
+
+def _listen(base: str, path: str) -> tuple[queue.Queue[tuple[str, Any]], threading.Event]:
+    got: queue.Queue[tuple[str, Any]] = queue.Queue()
+    stop = threading.Event()
+    threading.Thread(target=_sse, args=(base, path, got, stop), daemon=True).start()
+    assert got.get(timeout=20) == ("connected", None)
+    return got, stop
+
+
+def test_sse_delivers_each_event_once_in_order_as_an_observer_gets_it(tmp_path: Path) -> None:
+    """Regression: events lost, doubled, reordered or reshaped between the store and the browser.
+    The viewer follows a live writer's data_dir read-only; each mutation's event must arrive (the
+    writer's own in-process observer is the expected payload) before the next one is made."""
+    d = tmp_path / "d"
+    with session_manager.open(d) as writer, session_manager.open(d, read_only=True) as viewer_sm, \
+            running(viewer_sm) as base:
+        own: queue.Queue[tuple[str, Any]] = queue.Queue()
+        for fid in EVENT_FUNCTIONS:
+            writer.observe({"function_id": fid}, lambda ev, fid=fid: own.put((fid, ev)))
+        everything, stop_all = _listen(base, "/api/events")
+        a = writer.call("session::create", {"title": "a"})["session_id"]
+        b = writer.call("session::create", {"title": "b"})["session_id"]
+        expected = [own.get_nowait(), own.get_nowait()]
+        got = [everything.get(timeout=10), everything.get(timeout=10)]
+        assert sorted(got, key=lambda x: x[1]["session_id"]) == sorted(expected, key=lambda x: x[1]["session_id"])
+        one, stop_one = _listen(base, f"/api/events?session_id={a}")
+        steps = [
+            lambda: writer.call("session::append", {"session_id": a, "message": user("hi")}),
+            lambda: writer.call("session::append", {"session_id": b, "message": assistant(text(""))}),
+            lambda: writer.call("session::set-status", {"session_id": a, "status": "working"}),
+            lambda: writer.call("session::set-meta", {"session_id": a, "title": "a2"}),
+            lambda: writer.call("session::delete", {"session_id": b}),
+        ]
+        seen_a = []
+        for step in steps:
+            step()
+            want = own.get_nowait()
+            arrived = everything.get(timeout=10)
+            if arrived[0] == "session::on-deleted":  # stamped when the follower saw it
+                want[1]["timestamp"] = arrived[1]["timestamp"]
+            assert arrived == want
+            if want[1]["session_id"] == a:
+                seen_a.append(one.get(timeout=10))
+                assert seen_a[-1] == want
+        time.sleep(1.0)
+        assert everything.empty() and one.empty()  # once each, nothing of b on a's stream
+        assert [f for f, _ in seen_a] == ["session::on-message-added", "session::on-status-changed",
+                                          "session::on-meta-updated"]
+        stop_all.set()  # (the server's shutdown ends both streams)
+        stop_one.set()
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _first_answer(url: str) -> httpx.Response:
+    """GET ``url`` once the server listens (a fresh process takes a moment to bind)."""
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            return httpx.get(url, timeout=5)
+        except httpx.ConnectError:
+            assert time.monotonic() < deadline, "data serve did not answer"
+            time.sleep(0.1)
+
+
+def _serve(args: list[str]) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", "session_manager", "data", "serve", *args],
+                            stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+
+def test_data_serve_runs_read_only_beside_the_owner_and_stops_on_sigint(data: Any) -> None:
+    """Regression: `data serve` taking the owner lock (failing beside a live writer) or not answering."""
+    import signal
+
+    d, ids = data
+    port = _free_port()
+    with session_manager.open(d) as owner:  # a live writer holds the data_dir
+        proc = _serve([str(d), "--port", str(port)])
+        try:
+            assert proc.stderr is not None
+            line = proc.stderr.readline()
+            assert line.strip().endswith(f"(read-only) at http://127.0.0.1:{port}/")
+            r = _first_answer(f"http://127.0.0.1:{port}/api/sessions/{ids['sid']}")
+            assert r.status_code == 200
+            assert r.json()["meta"] == owner.call("session::get", {"session_id": ids["sid"]})["meta"]
+        finally:
+            proc.send_signal(signal.SIGINT)
+            proc.wait(timeout=30)
+    assert proc.returncode in (0, -signal.SIGINT, 130)
+
+
+def test_data_serve_beyond_loopback_prints_a_generated_token(tmp_path: Path) -> None:
+    import signal
+
+    (tmp_path / "d").mkdir()
+    port = _free_port()
+    proc = _serve([str(tmp_path / "d"), "--host", "0.0.0.0", "--port", str(port)])
+    try:
+        assert proc.stderr is not None
+        line = proc.stderr.readline()
+        token = line.strip().rsplit("?token=", 1)[1]
+        assert len(token) >= 24
+        bare = _first_answer(f"http://127.0.0.1:{port}/api/sessions")
+        assert bare.status_code == 401
+        ok = httpx.get(f"http://127.0.0.1:{port}/api/sessions", headers={"authorization": f"Bearer {token}"})
+        assert ok.status_code == 200 and ok.json()["sessions"] == []
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=30)
+
+
+def test_export_html_refuses_bad_combinations(data: Any) -> None:
+    d, ids = data
+    for extra, message in ([[ids["sid"], "--html", "--markdown"], "choose one format"],
+                           [["--html"], "name exactly one SESSION"],
+                           [["s_nope", "--html"], "session s_nope does not exist"]):
+        done = subprocess.run([sys.executable, "-m", "session_manager", "data", "export", str(d), *extra],
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 1 and message in done.stderr, (extra, done.stderr)
+        assert done.stdout == ""
+
+
+def test_list_page_filters_and_pages_like_session_list(client: Any, data: Any) -> None:
+    """Regression: the page's filters or pager showing other rows than session::list chose."""
+    c, sm = client
+    ids = data[1]
+
+    def rows(html: str) -> list[str]:
+        import re
+
+        return re.findall(r'<tr data-session-id="([^"]+)"', html)
+
+    assert rows(c.get("/", params={"status": "working"}).text) == [ids["fork"]]
+    want = [m["session_id"] for m in sm.call("session::list", {"metadata": {"user": "u_2"}})["sessions"]]
+    assert rows(c.get("/", params={"meta": "user=u_2"}).text) == want and len(want) == 3
+    first = c.get("/", params={"limit": "2"}).text
+    page1 = sm.call("session::list", {"limit": 2})
+    assert rows(first) == [m["session_id"] for m in page1["sessions"]]
+    assert 'rel="next"' in first and "first page" not in first
+    second = c.get("/", params={"limit": "2", "cursor": page1["next_cursor"]}).text
+    page2 = sm.call("session::list", {"limit": 2, "cursor": page1["next_cursor"]})
+    assert rows(second) == [m["session_id"] for m in page2["sessions"]] and "first page" in second
+    fragment = c.get("/", params={"status": "working"}, headers={"x-viewer-fragment": "1"}).text
+    assert fragment.startswith("<tr") and "<html" not in fragment  # what the live script swaps in
+    assert c.get("/", params={"status": "bogus"}).status_code == 400
