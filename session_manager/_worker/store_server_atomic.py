@@ -48,8 +48,7 @@ def commit(store: SessionStore, lock: Any, req: CommitRequest, raw: dict[str, An
 
 def delete_session(store: SessionStore, lock: Any, req: SessionIdOnly, raw: dict[str, Any]) -> Any:
     with lock(req.session_id):
-        existed = store.get_meta(req.session_id) is not None or store.get_leaf(req.session_id) is not None
-        store.delete_session(req.session_id)
+        existed = store.delete_session(req.session_id)
     return build[DeleteSessionResponse](deleted=existed)
 
 

@@ -298,13 +298,13 @@ class BridgeStore(SessionStore):
         self._checked(sp.COMMIT_APPEND, _META, answer.get("meta"))
         return answer
 
-    def delete_session(self, session_id: str) -> None:
+    def delete_session(self, session_id: str) -> bool:
         if not self._legacy_main():
             ids = {"session_id": session_id}
             try:
                 answer = self._new_call(atomic.DELETE_SESSION, ids)
-                self._field(atomic.DELETE_SESSION, answer, "deleted", bool)
-                return
+                # The main's answer, not ours: of two bridges racing, one deleted it.
+                return bool(self._field(atomic.DELETE_SESSION, answer, "deleted", bool))
             except _NotServed:
                 pass
             except Unavailable as lost:
@@ -314,12 +314,14 @@ class BridgeStore(SessionStore):
                     self._field(atomic.DELETE_SESSION, self._call(atomic.DELETE_SESSION, ids), "deleted", bool)
                 except StoreError:
                     raise lost from None
-                return
+                return True
         # Attachments first and the meta last: until the meta goes, a failed
-        # delete leaves a visible session that a retry removes.
+        # delete leaves a visible session that a retry removes. (Several calls:
+        # whether this one removed it is not known; the caller read it present.)
         ids = {"session_id": session_id}
         for function_id in (sp.DELETE_ATTACHMENTS, sp.DELETE_ACTIVE_LEAF, sp.DELETE_ENTRIES, sp.DELETE_META):
             self._ok(function_id, ids)
+        return True
 
     # -- attachments -------------------------------------------------------------
 
