@@ -142,10 +142,12 @@ def test_import_refuses_a_parent_cycle_and_a_duplicate_id(capsys: pytest.Capture
 
 
 def test_import_refuses_an_entry_the_api_would_refuse(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    # Prevents: an entry of the wrong shape (a string timestamp, an unknown role) stored by an import.
+    # Prevents: an entry the API's models refuse (here a text block whose text is a number) stored by
+    # an import because the replay's looser structural check passed it.
     bad = document()
-    bad["entries"][1]["message"]["role"] = "robot"
-    assert refused(capsys, tmp_path, line(bad)).startswith(f"line 2 (session {SID}): entries[1]")
+    bad["entries"][1]["message"]["content"] = [{"type": "text", "text": 5}]
+    message = refused(capsys, tmp_path, line(bad))
+    assert message.startswith(f"line 2 (session {SID}): entries[1].message.") and "valid string" in message
 
 
 def attachment(data: bytes, **changes: Any) -> dict[str, Any]:
