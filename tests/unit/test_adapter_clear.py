@@ -32,6 +32,7 @@ def files_holding(data_dir: Path, needle: bytes) -> list[str]:
 def opened(tmp_path: Path) -> Iterator[tuple[session_manager.SessionManager, list[tuple[str, Any]]]]:
     events: list[tuple[str, Any]] = []
     with session_manager.open(tmp_path / "d", ids=SequentialIds(), clock=ManualClock(1_000_000)) as sm:
+        sm.ensure("chat", title="T", description="D", metadata={"owner": "u_1"})  # what a clear keeps
         for fid in EVENT_FUNCTIONS:
             sm.observe({"function_id": fid}, lambda e, fid=fid: events.append((fid, e)))
         yield sm, events
@@ -60,14 +61,13 @@ def test_langchain_clear_deletes_the_cleared_text_from_disk_and_recreates_the_se
     from session_manager.adapters.langchain import SessionChatMessageHistory
 
     sm, events = opened
-    sm.ensure("chat", title="T", description="D", metadata={"owner": "u_1"})
     history = SessionChatMessageHistory("chat", sm)
     history.add_messages([HumanMessage(f"my secret {MARKER}"), AIMessage(f"noted {MARKER}")])
     assert files_holding(tmp_path / "d", MARKER.encode()) != []
     events.clear()
     history.clear()
     _check_cleared(sm, events, tmp_path / "d", lambda: history.messages)
-    # a second history object (made before the clear) and this one write on the fresh session
+    # the same object writes on the fresh session (rooted again), a new one reads it
     history.add_messages([HumanMessage("after")])
     assert SessionChatMessageHistory("chat", sm).messages == [HumanMessage("after")]
     assert sm.get("chat").meta.message_count == 1  # type: ignore[union-attr]
@@ -81,7 +81,6 @@ def test_openai_agents_clear_session_deletes_popped_and_cleared_items_from_disk(
     from session_manager.adapters.openai_agents import AgentsSession
 
     sm, events = opened
-    sm.ensure("chat", title="T", description="D", metadata={"owner": "u_1"})
     session = AgentsSession("chat", sm)
     other = AgentsSession("chat", sm)  # rooted before the clear: must root the fresh session again
     items = [{"role": "user", "content": f"one {MARKER}"}, {"role": "assistant", "content": f"two {MARKER}"}]
@@ -106,5 +105,5 @@ def test_clearing_an_unknown_session_does_nothing(
     from session_manager.adapters.openai_agents import AgentsSession
 
     sm, events = opened
-    asyncio.run(AgentsSession("chat", sm).clear_session())
-    assert sm.get("chat") is None and events == []
+    asyncio.run(AgentsSession("never-stored", sm).clear_session())
+    assert sm.get("never-stored") is None and events == []
