@@ -185,3 +185,13 @@ def test_import_derives_message_count_and_updated_at_instead_of_trusting_the_fil
     assert back["meta"]["updated_at"] == 2_000  # the newest entry, as appends leave it
     assert back["meta"]["metadata"] == {"owner": "u1"} and back["leaf"] == "e_2"
     assert sorted(e["id"] for e in back["entries"]) == ["c_1", "e_1", "e_2"]
+
+
+def test_import_refuses_ids_the_api_refuses(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    # Prevents: an empty session id (no API call can name it: the session was written and unreachable)
+    # or an empty entry id imported.
+    no_session_id = document("")
+    assert "meta.session_id: String should have at least 1 character" in refused(capsys, tmp_path,
+                                                                                 line(no_session_id))
+    no_entry_id = document(entries=[entry("", None)], leaf=None)
+    assert f"line 2 (session {SID}): entries[0].id:" in refused(capsys, tmp_path, line(no_entry_id))

@@ -26,6 +26,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from ..._service.admission import MAX_DEPTH, admit
 from ..._service.limits import Limits
+from ..._wire.api import Id
 from ..._wire.models import AttachmentMeta, SessionEntry, SessionMeta
 from ..._wire.validation import describe
 from ...errors import SessionError, invalid_request
@@ -74,6 +75,7 @@ class Parsed:
 _META: TypeAdapter[Any] = TypeAdapter(SessionMeta)
 _ENTRY: TypeAdapter[Any] = TypeAdapter(SessionEntry)
 _ATTACHMENT: TypeAdapter[Any] = TypeAdapter(AttachmentMeta)
+_ID: TypeAdapter[Any] = TypeAdapter(Id)  # what the API takes as a session, entry or attachment id
 # The admission key of an imported value: no batch or bulk field applies (see admission.admit).
 _IMPORT = "session-manager data import"
 
@@ -95,6 +97,7 @@ def parse_document(raw: bytes, number: int, limits: Limits) -> Parsed:
     if isinstance(sid, str):
         where += f" (session {sid[:120]})"
     meta = _admitted(where, "meta", _META, meta, limits)
+    _admitted(where, "meta.session_id", _ID, meta["session_id"], limits)
     if not valid_meta(meta):  # the replay's own check: what it would skip is never written
         raise invalid_request(f"{where}: meta: not a valid session meta")
     entries = doc.get("entries")
@@ -102,6 +105,7 @@ def parse_document(raw: bytes, number: int, limits: Limits) -> Parsed:
         raise invalid_request(f"{where}: entries: expected a list")
     for i, entry in enumerate(entries):
         _admitted(where, f"entries[{i}]", _ENTRY, entry, limits)
+        _admitted(where, f"entries[{i}].id", _ID, entry["id"], limits)
         if not valid_entry(entry):
             raise invalid_request(f"{where}: entries[{i}]: not a valid session entry")
     entries = _parents_first(entries, where)
@@ -202,6 +206,7 @@ def _attachments(items: Any, session_id: str, where: str,
         encoded = item.pop("data", None)
         item["session_id"] = session_id
         _admitted(where, name, _ATTACHMENT, item, limits)
+        _admitted(where, f"{name}.attachment_id", _ID, item["attachment_id"], limits)
         if item["attachment_id"] in seen:
             raise invalid_request(f"{where}: {name}.attachment_id: {item['attachment_id']!r:.120} appears twice")
         seen.add(item["attachment_id"])
