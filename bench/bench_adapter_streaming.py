@@ -19,6 +19,7 @@ import asyncio
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -35,7 +36,8 @@ def _disk(data_dir: Path) -> int:
 def _agents(sm: session_manager.SessionManager, chunks: int, by_clear: bool) -> None:
     from session_manager.adapters.openai_agents import AgentsSession
 
-    session, question = AgentsSession("c", sm), [{"role": "user", "content": "q"}]
+    session = AgentsSession("c", sm)
+    question: list[Any] = [{"role": "user", "content": "q"}]  # the SDK's TypedDict items, as JSON
     asyncio.run(session.add_items(question))
     for i in range(chunks):
         if i and by_clear:
@@ -43,7 +45,8 @@ def _agents(sm: session_manager.SessionManager, chunks: int, by_clear: bool) -> 
             asyncio.run(session.add_items(question))
         elif i:
             asyncio.run(session.pop_item())
-        asyncio.run(session.add_items([{"role": "assistant", "content": CHUNK * (i + 1)}]))
+        reply: list[Any] = [{"role": "assistant", "content": CHUNK * (i + 1)}]
+        asyncio.run(session.add_items(reply))
 
 
 def _langchain(sm: session_manager.SessionManager, chunks: int) -> None:
