@@ -52,6 +52,11 @@ def _session_shared(sm: SessionManager, session_id: str) -> _Shared:
         return _locks.setdefault(sm, {}).setdefault(session_id, _Shared())
 
 
+def _session_lock(sm: SessionManager, session_id: str) -> threading.RLock:
+    """The one lock of ``session_id`` in ``sm``, shared by every adapter object."""
+    return _session_shared(sm, session_id).lock
+
+
 def root_entry_id(prefix: str) -> str:
     return f"{prefix}-root"
 
