@@ -105,9 +105,9 @@ class Lifecycle(ServiceCore):
     def delete(self, req: api.DeleteRequest) -> Result:
         with self._session(req.session_id):
             meta = self.store.get_meta(req.session_id)
-            if meta is None:
+            if meta is None or not self.store.delete_session(req.session_id):
+                # (Read present, then gone: a writer sharing the store deleted it first and fired.)
                 return build[api.DeleteResponse](deleted=False), []
-            self.store.delete_session(req.session_id)
             now = self.clock.now_ms()
         # Observers filter on the tenancy the session had when it went away.
         return build[api.DeleteResponse](deleted=True), [ev.deleted(req.session_id, now, meta.get("metadata"))]

@@ -139,23 +139,26 @@ def _export_target(output: str | None) -> Iterator[TextIO]:
             tmp.unlink()
 
 
-def _read_lines(source: str) -> list[str]:
+def _read_lines(source: str) -> list[bytes]:
+    """The file's lines as bytes: each is decoded (strictly) by the import's own check."""
     if source == "-":
-        return sys.stdin.read().splitlines()
+        return sys.stdin.buffer.read().splitlines()
     try:
-        return Path(source).read_text(encoding="utf-8").splitlines()
+        return Path(source).read_bytes().splitlines()
     except OSError as e:
         raise DataDirError(f"cannot read {source}: {e}") from None
 
 
 def cmd_import(args: argparse.Namespace) -> Outcome:
-    # Check every line first: a bad document imports nothing.
-    parsed = [transfer.parse_document(line, n) for n, line in enumerate(_read_lines(args.file), 1) if line.strip()]
-    ids = [p.session_id for p in parsed]
-    duplicates = sorted({i for i in ids if ids.count(i) > 1})
-    if duplicates:
-        raise invalid_request(f"the file holds session {duplicates[0]!r} more than once")
+    lines = _read_lines(args.file)
     with open_for(args.data_dir, writable=True) as sm:
+        # Check every line first, with the limits the API applies: a bad document imports nothing.
+        limits = sm.service.limits.get()
+        parsed = [transfer.parse_document(line, n, limits) for n, line in enumerate(lines, 1) if line.strip()]
+        ids = [p.session_id for p in parsed]
+        duplicates = sorted({i for i in ids if ids.count(i) > 1})
+        if duplicates:
+            raise invalid_request(f"the file holds session {duplicates[0]!r} more than once")
         store = sm.service.store
         existing = [sid for sid in ids if store.get_meta(sid) is not None]
         if existing:
