@@ -1,0 +1,11 @@
+"""Opening the sqlite store from a ``sqlite:///`` URI (``session_manager.open``)."""
+
+from __future__ import annotations
+
+from .settings import Durability, SqliteSettings, path_of
+from .store import SqliteStore
+
+
+def open_uri(uri: str, durability: Durability = "flush") -> SqliteStore:
+    """``session_manager.open("sqlite:///…")``: the file the URI names, the defaults otherwise."""
+    return SqliteStore(SqliteSettings(path=path_of(uri), durability=durability))

@@ -1,0 +1,101 @@
+"""The sqlite adapter's read queries: sessions (one, all, listed in order by
+keyset pages), entries, the active path (the postgres adapter's window
+reader, over this connection), attachments. Outside a mutation each runs on
+the thread's connection in autocommit; inside one, in its transaction."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from .._records import loads
+from ..base import AttachmentMeta, Entry, Meta
+from ..path import EntryPath
+from ..postgres.keys import key, unkey
+from .core import SqliteCore
+
+LIST_BATCH = 200
+
+
+def _load(text: str) -> Any:
+    return loads(text.encode("utf-8"))
+
+
+class Reads(SqliteCore):
+    def get_meta(self, session_id: str) -> Meta | None:
+        rows = self._rows("SELECT meta FROM sessions WHERE session_id = ? AND meta IS NOT NULL", (key(session_id),))
+        return _load(rows[0][0]) if rows else None
+
+    def list_metas(self) -> list[Meta]:
+        return [_load(r[0]) for r in self._rows("SELECT meta FROM sessions WHERE meta IS NOT NULL")]
+
+    def meta_and_leaf(self, session_id: str) -> tuple[Meta | None, str | None]:
+        rows = self._rows("SELECT meta, leaf FROM sessions WHERE session_id = ?", (key(session_id),))
+        if not rows:
+            return None, None
+        meta, leaf = rows[0]
+        return (_load(meta) if meta is not None else None), (unkey(leaf) if leaf is not None else None)
+
+    def ordered_metas(
+        self, order: str, after: tuple[int, str] | None, status: str | None, metadata: Meta | None
+    ) -> Iterator[Meta]:
+        # Metadata is left to the service's rule (a superset is the contract); status is served by an index.
+        column = "updated_at" if order == "updated_desc" else "created_at"
+        descending = order != "created_asc"
+        cmp, direction = ("<", "DESC") if descending else (">", "ASC")
+        where, params = "meta IS NOT NULL", []
+        if status is not None:
+            where += " AND status = ?"
+            params.append(status)
+        cursor = (after[0], key(after[1])) if after is not None else None
+        while True:
+            query = f"SELECT meta, {column}, session_id FROM sessions WHERE {where}"
+            args: list[Any] = list(params)
+            if cursor is not None:
+                query += f" AND ({column}, session_id) {cmp} (?, ?)"
+                args += [cursor[0], cursor[1]]
+            query += f" ORDER BY {column} {direction}, session_id {direction} LIMIT {LIST_BATCH}"
+            rows = self._rows(query, args)
+            for text, sort_key, sid in rows:
+                yield _load(text)
+                cursor = (sort_key, sid)
+            if len(rows) < LIST_BATCH:
+                return
+
+    def get_entry(self, session_id: str, entry_id: str) -> Entry | None:
+        rows = self._rows("SELECT body FROM entries WHERE session_id = ? AND entry_id = ?",
+                          (key(session_id), key(entry_id)))
+        return _load(rows[0][0]) if rows else None
+
+    def get_leaf(self, session_id: str) -> str | None:
+        rows = self._rows("SELECT leaf FROM sessions WHERE session_id = ?", (key(session_id),))
+        return unkey(rows[0][0]) if rows and rows[0][0] is not None else None
+
+    def path(self, session_id: str, leaf: str | None) -> EntryPath:
+        if leaf is None:
+            return EntryPath([], {})
+        rows = self._rows("SELECT depth FROM entries WHERE session_id = ? AND entry_id = ?",
+                          (key(session_id), key(leaf)))
+        if not rows:
+            return EntryPath([], {})
+        from ..postgres.path import PgPath  # needs only _rows and storage_error, both served here
+
+        return PgPath(self, session_id, leaf, rows[0][0])  # type: ignore[arg-type]
+
+    def entries(self, session_id: str) -> list[Entry]:
+        return [_load(r[0]) for r in
+                self._rows("SELECT body FROM entries WHERE session_id = ? ORDER BY seq", (key(session_id),))]
+
+    def get_attachment_meta(self, session_id: str, attachment_id: str) -> AttachmentMeta | None:
+        rows = self._rows("SELECT meta FROM attachments WHERE session_id = ? AND attachment_id = ?",
+                          (key(session_id), key(attachment_id)))
+        return _load(rows[0][0]) if rows else None
+
+    def read_attachment(self, session_id: str, attachment_id: str) -> bytes | None:
+        rows = self._rows("SELECT data FROM attachments WHERE session_id = ? AND attachment_id = ?",
+                          (key(session_id), key(attachment_id)))
+        return bytes(rows[0][0]) if rows else None
+
+    def list_attachments(self, session_id: str) -> list[AttachmentMeta]:
+        return [_load(r[0]) for r in
+                self._rows("SELECT meta FROM attachments WHERE session_id = ?", (key(session_id),))]
