@@ -24,7 +24,7 @@ from typing import Any
 from ...errors import STORAGE, SessionError, StoreError, Unavailable
 from ..base import SessionStore
 from . import schema
-from .settings import SqliteSettings
+from .settings import Durability, SqliteSettings
 
 # Result codes (the primary code, low byte of the extended one) that say why.
 _BUSY, _LOCKED, _READONLY, _CANTOPEN, _NOTADB = 5, 6, 8, 14, 26
@@ -40,6 +40,7 @@ def qmark(query: str) -> str:
 
 class _Local(threading.local):
     conn: sqlite3.Connection | None = None
+    synchronous: str = ""  # the level last set on conn
     in_tx: bool = False
     deferring: bool = False
 
@@ -57,6 +58,7 @@ class SqliteCore(SessionStore):
         self._conns: list[sqlite3.Connection] = []
         self._conns_lock = threading.Lock()
         self._closed = False
+        self._synchronous = _SYNCHRONOUS[settings.durability]
         if os.path.isdir(self.file):
             raise StoreError(f"sqlite: {self.file} is a directory, not a database file")
         parent = os.path.dirname(os.path.abspath(self.file))
@@ -88,11 +90,20 @@ class SqliteCore(SessionStore):
         mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
         if str(mode).lower() != "wal":
             raise StoreError(f"sqlite: {self.file} cannot use WAL mode (journal mode {mode})")
-        conn.execute(f"PRAGMA synchronous={_SYNCHRONOUS[self.settings.durability]}")
         # Keep the WAL file bounded once checkpointed (it is otherwise left at its largest size).
         conn.execute("PRAGMA journal_size_limit=1048576")
         conn.execute("PRAGMA foreign_keys=OFF")
         return conn
+
+    @property
+    def durability(self) -> Durability:
+        """``flush`` (``synchronous=NORMAL``) or ``fsync`` (``FULL``); settable
+        (a worker's reload): each connection takes it before its next write."""
+        return "fsync" if self._synchronous == "FULL" else "flush"
+
+    @durability.setter
+    def durability(self, value: Durability) -> None:
+        self._synchronous = _SYNCHRONOUS[value]
 
     def _conn(self) -> sqlite3.Connection:
         """This thread's connection (opened on first use)."""
@@ -139,6 +150,9 @@ class SqliteCore(SessionStore):
         """``BEGIN IMMEDIATE`` on this thread's connection (waits up to busy_timeout_ms for the lock)."""
         conn = self._conn()
         try:
+            if self._local.synchronous != self._synchronous:  # set outside a transaction, where it applies
+                conn.execute(f"PRAGMA synchronous={self._synchronous}")
+                self._local.synchronous = self._synchronous
             conn.execute("BEGIN IMMEDIATE")
         except sqlite3.Error as e:
             raise self._fail(e) from None
