@@ -4,8 +4,9 @@ Reads open the store read-only: safe beside a running worker (no lock, no
 write, no compaction). Writes open it writable, which takes the data_dir's
 owner lock, so they fail with ``session/storage`` beside a live writer
 instead of racing it. A ``postgresql://`` URI in place of the
-data_dir opens the postgres adapter (schema ``public``), so ``export`` and
-``import`` move sessions between adapters.
+data_dir opens the postgres adapter (schema ``public``), a ``sqlite:///``
+one the sqlite adapter (safe beside running processes: it is made for
+several), so ``export`` and ``import`` move sessions between adapters.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pathlib import Path
 
 from ..._hosts.embedded import SessionManager
 from ..._hosts.embedded import open as open_store
+from ...store.sqlite.settings import SCHEME, path_of
 
 
 class DataDirError(Exception):
@@ -25,7 +27,10 @@ def open_for(data_dir: str | os.PathLike[str], writable: bool) -> SessionManager
     """The data_dir as a :class:`SessionManager`: writable (creating it if
     missing, holding its owner lock until closed) or read-only (it must exist)."""
     if is_uri(data_dir):
-        return open_store(os.fspath(data_dir))
+        uri = os.fspath(data_dir)
+        if uri.startswith(SCHEME) and not writable and not os.path.isfile(path_of(uri)):
+            raise DataDirError(f"{uri}: no such database file")  # a read must not create one
+        return open_store(uri)
     path = Path(data_dir)
     if not writable and not path.is_dir():
         raise DataDirError(f"data_dir {os.fspath(data_dir)} does not exist or is not a directory")
@@ -33,5 +38,5 @@ def open_for(data_dir: str | os.PathLike[str], writable: bool) -> SessionManager
 
 
 def is_uri(data_dir: str | os.PathLike[str]) -> bool:
-    """A database URI (the postgres adapter), not a directory."""
-    return os.fspath(data_dir).startswith(("postgresql://", "postgres://"))
+    """A database URI (the postgres or sqlite adapter), not a directory."""
+    return os.fspath(data_dir).startswith(("postgresql://", "postgres://", SCHEME))

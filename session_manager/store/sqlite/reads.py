@@ -99,3 +99,11 @@ class Reads(SqliteCore):
     def list_attachments(self, session_id: str) -> list[AttachmentMeta]:
         return [_load(r[0]) for r in
                 self._rows("SELECT meta FROM attachments WHERE session_id = ?", (key(session_id),))]
+
+    def integrity_check(self) -> list[str]:
+        """What ``PRAGMA integrity_check`` finds wrong (empty: the file is sound)."""
+        return [r[0] for r in self._rows("PRAGMA integrity_check") if r[0] != "ok"]
+
+    def sessions_without_meta(self) -> list[str]:
+        """Sessions holding entries but no meta (the contract allows it mid-way; fsck reports it)."""
+        return [unkey(r[0]) for r in self._rows("SELECT session_id FROM sessions WHERE meta IS NULL")]
