@@ -29,6 +29,8 @@ from .settings import Durability, SqliteSettings
 # Result codes (the primary code, low byte of the extended one) that say why.
 _BUSY, _LOCKED, _READONLY, _CANTOPEN, _NOTADB = 5, 6, 8, 14, 26
 _SYNCHRONOUS = {"flush": "NORMAL", "fsync": "FULL"}
+WAL_PAGES = 8000  # ~32 MiB of 4 KiB pages
+WAL_LIMIT_BYTES = 64 << 20  # cut back only past it: a WAL cut at every checkpoint regrows at a cost
 
 
 @functools.lru_cache(maxsize=256)
@@ -91,7 +93,11 @@ class SqliteCore(SessionStore):
         if str(mode).lower() != "wal":
             raise StoreError(f"sqlite: {self.file} cannot use WAL mode (journal mode {mode})")
         # Keep the WAL file bounded once checkpointed (it is otherwise left at its largest size).
-        conn.execute("PRAGMA journal_size_limit=1048576")
+        # Checkpoints run on the follower's thread once a second (outbox.py), off the
+        # writers' path: a writer checkpoints itself only past this many WAL pages (a
+        # store nobody follows), and the WAL file is cut back to the limit after one.
+        conn.execute(f"PRAGMA wal_autocheckpoint={WAL_PAGES}")
+        conn.execute(f"PRAGMA journal_size_limit={WAL_LIMIT_BYTES}")
         conn.execute("PRAGMA foreign_keys=OFF")
         return conn
 
@@ -113,6 +119,8 @@ class SqliteCore(SessionStore):
                 raise StoreError("sqlite: the store is closed")
             try:
                 conn = self._local.conn = self._connect()
+                conn.execute(f"PRAGMA synchronous={self._synchronous}")
+                self._local.synchronous = self._synchronous
             except sqlite3.Error as e:
                 raise self._fail(e) from None
         return conn

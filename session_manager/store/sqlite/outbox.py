@@ -163,6 +163,9 @@ class Outbox:
                 if now - last_beat >= min(BEAT_S, self._retention_ms / 4000):
                     last_beat = now
                     self._beat(conn)
+                    # The WAL copied back into the database here, not by a writer mid-commit
+                    # (PASSIVE: it waits for nobody and nobody waits for it).
+                    conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
             except sqlite3.Error as e:
                 log.warning("sqlite outbox follower of %s: %s; retrying", self._store.file, e)
             except Exception:

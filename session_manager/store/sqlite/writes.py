@@ -84,9 +84,10 @@ class Writes(Transactions):
             known: dict[str, tuple[int, str, int]] = {}
             for entry, text in bodies:
                 eid = key(entry["id"])
-                # A new revision keeps its place and links: only the body changes.
-                if conn.execute("UPDATE entries SET body = ? WHERE session_id = ? AND entry_id = ?",
-                                (text, sid, eid)).rowcount:
+                # A new revision keeps its place and links: only the body changes (an
+                # append's entries are new: checked absent in this transaction).
+                if not commit.append and conn.execute(
+                        "UPDATE entries SET body = ? WHERE session_id = ? AND entry_id = ?", (text, sid, eid)).rowcount:
                     continue
                 depth, jump_id, jump_depth = link(conn, sid, entry, known)
                 conn.execute("INSERT INTO entries (session_id, entry_id, parent_id, depth, jump_id, jump_depth, body)"
