@@ -139,3 +139,26 @@ def test_a_store_that_lost_its_place_resyncs(tmp_path: Path) -> None:
                  "the resync's replay")
         assert any(f == "session::on-deleted" and e["session_id"] == gone for f, e in seen)
         assert any(f == "session::on-created" and e["session_id"] == sid for f, e in seen)
+
+
+def test_a_call_hands_on_earlier_commits_of_other_processes_before_its_own(tmp_path: Path) -> None:
+    # Prevents: an observer seeing a session's commits out of order: this process's append
+    # delivered at once while another process's earlier append on the same session waits for
+    # the next poll (here the poll never comes: only the call's catch-up can deliver it).
+    file = str(tmp_path / "o.db")
+    a = session_manager.open(store=SqliteStore(SqliteSettings(path=file, poll_ms=60_000)))
+    b = session_manager.open(f"sqlite:///{file}")
+    try:
+        seen = observe_all(a)
+        sid = a.create().session_id
+        b.append(sid, message=user("theirs"), entry_id="theirs")
+        assert [e.get("entry_id") for f, e in seen if f == "session::on-message-added"] == []
+        a.append(sid, message=user("mine"), entry_id="mine")
+        added = [e for f, e in seen if f == "session::on-message-added"]
+        assert [e["entry_id"] for e in added] == ["theirs", "mine"]
+        assert added[1]["parent_id"] == "theirs"
+        a.append(sid, message=user("again"), entry_id="again")  # nothing earlier: nothing handed on twice
+        assert [e["entry_id"] for f, e in seen if f == "session::on-message-added"] == ["theirs", "mine", "again"]
+    finally:
+        b.close()
+        a.close()

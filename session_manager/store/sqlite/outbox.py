@@ -69,6 +69,9 @@ class Outbox:
         self._thread: threading.Thread | None = None
         self._conn: sqlite3.Connection | None = None
         self._seq = 0  # the highest sequence handed on (or skipped)
+        # Held while rows are handed on (by the follower, or by a call catching up before its
+        # own events): one sequence, never two deliveries of a row, never out of order.
+        self._delivering = threading.RLock()
         self.known = KnownSessions()  # what this store's observers were told exists
 
     # -- the writing side (inside the mutation's transaction) -----------------
@@ -92,10 +95,24 @@ class Outbox:
                          " VALUES (?, ?, ?, ?, ?)",
                          (instance, event.function_id, entry_key, encode_json(event.payload).decode("utf-8"), now))
 
-    def committed(self, events: list[Event]) -> None:
-        """This store's own events, once committed: the record of known sessions follows."""
-        if self._thread is not None:
-            self.known.note(events)
+    def last_committed(self, conn: sqlite3.Connection) -> int | None:
+        """Inside a mutation (holding the write lock): the sequence every commit before
+        this one reached, or ``None`` when this store follows nobody."""
+        if self._thread is None:
+            return None
+        row = conn.execute("SELECT seq FROM sqlite_sequence WHERE name = 'outbox'").fetchone()
+        return int(row[0]) if row else 0
+
+    def committed(self, conn: sqlite3.Connection, events: list[Event], before: int | None) -> None:
+        """This store's own events, once committed: the rows other processes committed
+        before them are handed on first (their caller delivers them right after, so an
+        observer sees a session's commits in order), and the known sessions follow."""
+        if before is None:
+            return
+        if before > self._seq:
+            with self._delivering:
+                self._follow(conn, upto=before)
+        self.known.note(events)
 
     # -- the following side -----------------------------------------------------
 
@@ -159,7 +176,8 @@ class Outbox:
                 current = conn.execute("PRAGMA data_version").fetchone()[0]
                 if current != version:
                     version = current
-                    self._follow(conn)
+                    with self._delivering:
+                        self._follow(conn)
                 if now - last_beat >= min(BEAT_S, self._retention_ms / 4000):
                     last_beat = now
                     self._beat(conn)
@@ -171,9 +189,9 @@ class Outbox:
             except Exception:
                 log.exception("sqlite outbox follower failed; it goes on")
 
-    def _follow(self, conn: sqlite3.Connection) -> None:
-        rows = conn.execute("SELECT seq, instance, function_id, payload FROM outbox WHERE seq > ? ORDER BY seq",
-                            (self._seq,)).fetchall()
+    def _follow(self, conn: sqlite3.Connection, upto: int = 2**62) -> None:
+        rows = conn.execute("SELECT seq, instance, function_id, payload FROM outbox WHERE seq > ? AND seq <= ?"
+                            " ORDER BY seq", (self._seq, upto)).fetchall()
         if not rows:
             return
         with self._lock:
@@ -209,9 +227,10 @@ class Outbox:
 
         log.warning("sqlite outbox follower of %s: %s; resyncing", self._store.file, why)
         known = self.known.snapshot()  # taken before the resync lists the store
-        self._register(conn, load_known=False)
-        for batch in resync_batches(self._store, known, _now_ms()):
-            self._publish(batch)
+        with self._delivering:
+            self._register(conn, load_known=False)
+            for batch in resync_batches(self._store, known, _now_ms()):
+                self._publish(batch)
 
     def _publish(self, events: list[Event]) -> None:
         self.known.note(events)

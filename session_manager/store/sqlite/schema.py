@@ -12,6 +12,10 @@ window of a path in O(log depth) probes). What differs:
   increases in commit order (every write transaction is serialized).
   ``entry_key`` names the entry of an ``on-message-updated`` row, so a
   newer revision replaces the superseded rows (``outbox_updates``).
+- ``sessions``: two list orders indexed (updated, created); a status filter
+  walks the same index (unlike postgres, no status-prefixed pair: every
+  append rewrites each index entry of its session, and SQLite writes whole
+  pages to its WAL per commit, so each index costs every append a page).
 - ``readers``: one row per store following the outbox, with the sequence
   it is past and when it last said so; rows are pruned once every live
   reader is past them, and after the retention whatever the readers say.
@@ -36,8 +40,6 @@ MIGRATIONS: tuple[str, ...] = (
     ) WITHOUT ROWID;
     CREATE INDEX sessions_updated ON sessions (updated_at, session_id) WHERE meta IS NOT NULL;
     CREATE INDEX sessions_created ON sessions (created_at, session_id) WHERE meta IS NOT NULL;
-    CREATE INDEX sessions_status_updated ON sessions (status, updated_at, session_id) WHERE meta IS NOT NULL;
-    CREATE INDEX sessions_status_created ON sessions (status, created_at, session_id) WHERE meta IS NOT NULL;
 
     CREATE TABLE entries (
         seq         INTEGER PRIMARY KEY,

@@ -11,6 +11,7 @@ in the outbox, so writes and events commit together.
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
@@ -22,6 +23,7 @@ from ..base import EventSink
 from .core import SqliteCore
 
 R = TypeVar("R")
+log = logging.getLogger("session_manager.store.sqlite")
 
 
 class Transactions(SqliteCore):
@@ -64,6 +66,7 @@ class Transactions(SqliteCore):
         conn = self._conn()
         # Past the service's error mapping: failures here are the caller's session/storage.
         try:
+            before = self.outbox.last_committed(conn)
             self.outbox.record(conn, events)
         except sqlite3.Error as e:
             self._end(conn, commit=False)
@@ -75,7 +78,10 @@ class Transactions(SqliteCore):
             self._end(conn, commit=True)
         except StoreError as e:
             raise self.storage_error(e) from None
-        self.outbox.committed(events)
+        try:
+            self.outbox.committed(conn, events, before)
+        except sqlite3.Error as e:  # the mutation stands; the follower hands those rows on instead
+            log.warning("sqlite: catching up before a call's own events failed: %s", e)
         return response, events
 
     def subscribe(self, sink: EventSink, wants: Callable[[str], bool] | None = None) -> Callable[[], None]:
