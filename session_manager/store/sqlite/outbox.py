@@ -121,19 +121,20 @@ class Outbox:
         with self._lock:
             self._sinks.append(entry)
             if self._thread is None:
-                # Registered before subscribe returns: every commit after it reaches the sink.
-                self._conn = self._store._connect()
-                self._register(self._conn, load_known=True)
-                self._thread = threading.Thread(target=self._run, name="session-manager-sqlite-outbox",
-                                                daemon=True)
-                self._thread.start()
+                self._start()
+        return lambda: self._drop(entry)
 
-        def unsubscribe() -> None:
-            with self._lock:
-                if entry in self._sinks:
-                    self._sinks.remove(entry)
+    def _start(self) -> None:
+        # Registered before subscribe returns: every commit after it reaches the sink.
+        self._conn = self._store._connect()
+        self._register(self._conn, load_known=True)
+        self._thread = threading.Thread(target=self._run, name="session-manager-sqlite-outbox", daemon=True)
+        self._thread.start()
 
-        return unsubscribe
+    def _drop(self, entry: tuple[EventSink, Callable[[str], bool] | None]) -> None:
+        with self._lock:
+            if entry in self._sinks:
+                self._sinks.remove(entry)
 
     def _register(self, conn: sqlite3.Connection, *, load_known: bool) -> None:
         """Start following from the last committed row (under the write lock, so

@@ -39,28 +39,24 @@ class Reads(SqliteCore):
     def ordered_metas(
         self, order: str, after: tuple[int, str] | None, status: str | None, metadata: Meta | None
     ) -> Iterator[Meta]:
-        # Metadata is left to the service's rule (a superset is the contract); status is served by an index.
+        # Keyset pages of one index (a cursor left open would pin a read snapshot, and with it
+        # the WAL, for as long as the caller holds the generator). Metadata is left to the
+        # service's rule: a superset is the contract.
         column = "updated_at" if order == "updated_desc" else "created_at"
-        descending = order != "created_asc"
-        cmp, direction = ("<", "DESC") if descending else (">", "ASC")
-        where, params = "meta IS NOT NULL", []
-        if status is not None:
-            where += " AND status = ?"
-            params.append(status)
-        cursor = (after[0], key(after[1])) if after is not None else None
+        cmp, direction = ("<", "DESC") if order != "created_asc" else (">", "ASC")
+        status_sql = "" if status is None else " AND status = :status"
+        tail = f" ORDER BY {column} {direction}, session_id {direction} LIMIT {LIST_BATCH}"
+        first = f"SELECT meta, {column}, session_id FROM sessions WHERE meta IS NOT NULL{status_sql}"
+        following = first + f" AND ({column}, session_id) {cmp} (:at, :sid)"
+        args: dict[str, Any] = {"status": status}
+        if after is not None:
+            args.update(at=after[0], sid=key(after[1]))
         while True:
-            query = f"SELECT meta, {column}, session_id FROM sessions WHERE {where}"
-            args: list[Any] = list(params)
-            if cursor is not None:
-                query += f" AND ({column}, session_id) {cmp} (?, ?)"
-                args += [cursor[0], cursor[1]]
-            query += f" ORDER BY {column} {direction}, session_id {direction} LIMIT {LIST_BATCH}"
-            rows = self._rows(query, args)
-            for text, sort_key, sid in rows:
-                yield _load(text)
-                cursor = (sort_key, sid)
+            rows = self._rows((first if "sid" not in args else following) + tail, args)
+            yield from (_load(text) for text, _, _ in rows)
             if len(rows) < LIST_BATCH:
                 return
+            args.update(at=rows[-1][1], sid=rows[-1][2])
 
     def get_entry(self, session_id: str, entry_id: str) -> Entry | None:
         rows = self._rows("SELECT body FROM entries WHERE session_id = ? AND entry_id = ?",
