@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import sqlite3
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -128,18 +130,32 @@ def test_a_newer_schema_version_is_refused_unchanged(tmp_path: Path) -> None:
         assert sm.call("session::get", {"session_id": sid})["meta"]["session_id"] == sid
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="file permissions do not bind root, so no file is unwritable")
+def _lock_down(paths: list[Path], on: bool) -> bool:
+    """Make ``paths`` unwritable (``on``) or writable again: by mode, or as root (whom modes do
+    not bind) by the immutable attribute; False when neither is possible here."""
+    if os.geteuid() != 0:
+        for p in paths:
+            p.chmod((0o555 if p.is_dir() else 0o444) if on else (0o755 if p.is_dir() else 0o644))
+        return True
+    if shutil.which("chattr") is None:
+        return False
+    done = subprocess.run(["chattr", "+i" if on else "-i", *map(str, paths)], capture_output=True, check=False)
+    return done.returncode == 0
+
+
 def test_an_unwritable_file_is_refused_unchanged(tmp_path: Path) -> None:
     # Prevents: an unwritable database opening "fine" and failing on the first mutation with a traceback.
-    target = tmp_path / "ro.db"
+    where = tmp_path / "ro"
+    target = where / "ro.db"
     with session_manager.open(f"sqlite:///{target}") as sm:
         sm.create()
     before = target.read_bytes()
-    target.chmod(0o444)
-    tmp_path.chmod(0o555)
+    if not _lock_down([target, where], on=True):
+        pytest.skip("running as root without a working chattr: no file is unwritable to this process")
     try:
-        _refused(f"sqlite:///{target}", str(target))
+        text = _refused(f"sqlite:///{target}", str(target), "permissions")
+        assert "cannot be" in text
     finally:
-        tmp_path.chmod(0o755)
-        target.chmod(0o644)
+        _lock_down([target, where], on=False)
     assert target.read_bytes() == before
+    assert sorted(p.name for p in where.iterdir()) == ["ro.db"]
