@@ -82,8 +82,7 @@ class Outbox:
             return
         now = _now_ms()
         instance = self._store.instance
-        if conn.execute("SELECT 1 FROM readers WHERE instance != ? AND seen_ms >= ? LIMIT 1",
-                        (instance, now - self._retention_ms)).fetchone() is None:
+        if not self._others_follow(conn, now):
             return  # nobody else follows this file
         for event in events:
             entry_key = None
@@ -102,6 +101,10 @@ class Outbox:
             return None
         row = conn.execute("SELECT seq FROM sqlite_sequence WHERE name = 'outbox'").fetchone()
         return int(row[0]) if row else 0
+
+    def _others_follow(self, conn: sqlite3.Connection, now: int) -> bool:
+        return conn.execute("SELECT 1 FROM readers WHERE instance != ? AND seen_ms >= ? LIMIT 1",
+                            (self._store.instance, now - self._retention_ms)).fetchone() is not None
 
     def committed(self, conn: sqlite3.Connection, events: list[Event], before: int | None) -> None:
         """This store's own events, once committed: the rows other processes committed

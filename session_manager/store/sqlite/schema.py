@@ -11,7 +11,9 @@ window of a path in O(log depth) probes). What differs:
 - ``outbox.seq`` is ``AUTOINCREMENT``: never reused after a prune, so it
   increases in commit order (every write transaction is serialized).
   ``entry_key`` names the entry of an ``on-message-updated`` row, so a
-  newer revision replaces the superseded rows (``outbox_updates``).
+  newer revision replaces the superseded rows (``outbox_updates``). No
+  index on ``created_ms``: the table holds about a second of rows (pruned
+  once a second), and an index would cost every mutation a page.
 - ``sessions``: two list orders indexed (updated, created); a status filter
   walks the same index (unlike postgres, no status-prefixed pair: every
   append rewrites each index entry of its session, and SQLite writes whole
@@ -70,7 +72,6 @@ MIGRATIONS: tuple[str, ...] = (
         created_ms   INTEGER NOT NULL
     );
     CREATE INDEX outbox_updates ON outbox (entry_key) WHERE entry_key IS NOT NULL;
-    CREATE INDEX outbox_created ON outbox (created_ms);
 
     CREATE TABLE readers (
         instance  TEXT PRIMARY KEY,

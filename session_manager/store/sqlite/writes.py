@@ -33,11 +33,15 @@ def _links(conn: sqlite3.Connection, sid: str, parent: str | None,
         return None
     found = known.get(parent)
     if found is None:
-        row = conn.execute("SELECT depth, jump_id, jump_depth FROM entries WHERE session_id = ? AND entry_id = ?",
-                           (sid, parent)).fetchone()
+        # The entry with its jump target's links: the one statement serves both probes of link().
+        row = conn.execute("SELECT p.depth, p.jump_id, p.jump_depth, j.depth, j.jump_id, j.jump_depth FROM entries p"
+                           " LEFT JOIN entries j ON j.session_id = p.session_id AND j.entry_id = p.jump_id"
+                           " WHERE p.session_id = ? AND p.entry_id = ?", (sid, parent)).fetchone()
         if row is None:
             return None
         found = known[parent] = (row[0], row[1], row[2])
+        if row[3] is not None:
+            known.setdefault(row[1], (row[3], row[4], row[5]))
     return found
 
 
@@ -95,8 +99,9 @@ class Writes(Transactions):
                              (sid, eid, key_or_none(entry.get("parent_id")), depth, jump_id, jump_depth, text))
             columns: dict[str, Any] = {}
             if meta is not None:
-                columns.update(meta=meta_text, status=meta.get("status"), created_at=_number(meta.get("created_at")),
-                               updated_at=_number(meta.get("updated_at")))
+                columns.update(meta=meta_text, updated_at=_number(meta.get("updated_at")))
+                if not commit.append:  # an append's meta keeps them (derive_append_meta): their index stays put
+                    columns.update(status=meta.get("status"), created_at=_number(meta.get("created_at")))
             if commit.leaf is not None:
                 columns["leaf"] = key(commit.leaf)
             names = ", ".join(columns)
