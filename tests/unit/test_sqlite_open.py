@@ -159,3 +159,22 @@ def test_an_unwritable_file_is_refused_unchanged(tmp_path: Path) -> None:
         _lock_down([target, where], on=False)
     assert target.read_bytes() == before
     assert sorted(p.name for p in where.iterdir()) == ["ro.db"]
+
+
+def test_timestamps_past_64_bits_store_and_page_exactly(tmp_path: Path) -> None:
+    # Prevents: an OverflowError traceback (sqlite3 binds 64-bit integers only) when a meta's
+    # timestamps or a list cursor's key exceed them; the meta itself must come back exact.
+    from session_manager.store import Commit
+    from tests.unit.store_contract import meta
+
+    store = SqliteStore(SqliteSettings(path=str(tmp_path / "big.db")))
+    try:
+        for n, sid in enumerate(("a", "b", "c")):
+            store.commit(sid, Commit(meta=meta(sid, updated_at=BIG + n)))
+        assert [m["session_id"] for m in store.ordered_metas("updated_desc", None, None, None)] == ["c", "b", "a"]
+        after = [m["session_id"] for m in store.ordered_metas("updated_desc", (BIG + 2, "c"), None, None)]
+        assert after == ["b", "a"]
+        got = store.get_meta("a")
+        assert got is not None and got["updated_at"] == BIG and type(got["updated_at"]) is int
+    finally:
+        store.close()

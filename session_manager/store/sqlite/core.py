@@ -29,6 +29,7 @@ from .settings import Durability, SqliteSettings
 # Result codes (the primary code, low byte of the extended one) that say why.
 _BUSY, _LOCKED, _READONLY, _CANTOPEN, _NOTADB = 5, 6, 8, 14, 26
 _SYNCHRONOUS = {"flush": "NORMAL", "fsync": "FULL"}
+_INT64 = 2**63
 WAL_PAGES = 8000  # ~32 MiB of 4 KiB pages
 WAL_LIMIT_BYTES = 64 << 20  # cut back only past it: a WAL cut at every checkpoint regrows at a cost
 
@@ -38,6 +39,15 @@ def qmark(query: str) -> str:
     """A query written for psycopg (``%s``, ``%(name)s``) in sqlite3's
     placeholders, so the postgres adapter's path reader runs here unchanged."""
     return re.sub(r"%\((\w+)\)s", r":\1", query).replace("%s", "?")
+
+
+def sortable(value: Any) -> Any:
+    """A sort column's value (or a cursor's): an integer SQLite holds exactly (64-bit),
+    else its nearest float (values past 64 bits that round alike then order by session id;
+    the exact value stays in the meta's JSON text)."""
+    if isinstance(value, int) and not -_INT64 <= value < _INT64:
+        return float(value)
+    return value
 
 
 class _Local(threading.local):

@@ -12,7 +12,7 @@ from .._records import loads
 from ..base import AttachmentMeta, Entry, Meta
 from ..path import EntryPath
 from ..postgres.keys import key, unkey
-from .core import SqliteCore
+from .core import SqliteCore, sortable
 
 LIST_BATCH = 200
 
@@ -50,7 +50,7 @@ class Reads(SqliteCore):
         following = first + f" AND ({column}, session_id) {cmp} (:at, :sid)"
         args: dict[str, Any] = {"status": status}
         if after is not None:
-            args.update(at=after[0], sid=key(after[1]))
+            args.update(at=sortable(after[0]), sid=key(after[1]))
         while True:
             rows = self._rows((first if "sid" not in args else following) + tail, args)
             yield from (_load(text) for text, _, _ in rows)

@@ -13,17 +13,8 @@ from .._cas import resolve
 from ..base import AttachmentMeta, Commit, Entry
 from ..postgres.keys import key, key_or_none
 from ..postgres.values import json_text
+from .core import sortable
 from .transactions import Transactions
-
-_INT64 = 2**63
-
-
-def _number(value: Any) -> Any:
-    """A sort column's value: an integer SQLite holds exactly, else its float
-    (the exact value stays in the meta's JSON text)."""
-    if isinstance(value, int) and not -_INT64 <= value < _INT64:
-        return float(value)
-    return value
 
 
 def _links(conn: sqlite3.Connection, sid: str, parent: str | None,
@@ -99,9 +90,9 @@ class Writes(Transactions):
                              (sid, eid, key_or_none(entry.get("parent_id")), depth, jump_id, jump_depth, text))
             columns: dict[str, Any] = {}
             if meta is not None:
-                columns.update(meta=meta_text, updated_at=_number(meta.get("updated_at")))
+                columns.update(meta=meta_text, updated_at=sortable(meta.get("updated_at")))
                 if not commit.append:  # an append's meta keeps them (derive_append_meta): their index stays put
-                    columns.update(status=meta.get("status"), created_at=_number(meta.get("created_at")))
+                    columns.update(status=meta.get("status"), created_at=sortable(meta.get("created_at")))
             if commit.leaf is not None:
                 columns["leaf"] = key(commit.leaf)
             names = ", ".join(columns)
