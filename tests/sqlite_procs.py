@@ -5,8 +5,9 @@
 - ``forever URI SID PREFIX``: appends until killed, printing each acknowledged id.
 - ``read URI SID``: for each id on stdin, reads it back at once and prints
   ``ok ID`` or ``missing ID``.
-- ``observe URI SECONDS``: observes every event function for SECONDS after
-  printing ``ready``, then prints each event as one JSON line and ``done``.
+- ``observe URI SECONDS [RETENTION_S]``: observes every event function for
+  SECONDS after printing ``ready``, then prints each event as one JSON line
+  and ``done`` (RETENTION_S: the outbox retention, default the adapter's).
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from typing import Any
 
 import session_manager
 from session_manager._wire.events import EVENT_FUNCTIONS
+from session_manager.store.sqlite import SqliteSettings, SqliteStore
+from session_manager.store.sqlite.settings import path_of
 
 
 def user(text: str) -> dict[str, Any]:
@@ -45,9 +48,12 @@ def _read(uri: str, sid: str) -> None:
                 print("missing", entry_id, flush=True)
 
 
-def _observe(uri: str, seconds: float) -> None:
+def _observe(uri: str, seconds: float, retention_s: float | None) -> None:
     seen: list[tuple[str, dict[str, Any]]] = []
-    with session_manager.open(uri) as sm:
+    store = None
+    if retention_s is not None:
+        store = SqliteStore(SqliteSettings(path=path_of(uri), outbox_retention_s=retention_s))
+    with session_manager.open(None if store else uri, store=store) as sm:
         for fid in EVENT_FUNCTIONS:
             sm.observe({"function_id": fid}, lambda e, fid=fid: seen.append((fid, e)))
         print("ready", flush=True)
@@ -66,7 +72,7 @@ def main(argv: list[str]) -> None:
     elif role == "read":
         _read(uri, rest[0])
     elif role == "observe":
-        _observe(uri, float(rest[0]))
+        _observe(uri, float(rest[0]), float(rest[1]) if len(rest) > 1 else None)
     else:
         raise SystemExit(f"unknown role {role}")
 

@@ -162,3 +162,34 @@ def test_a_call_hands_on_earlier_commits_of_other_processes_before_its_own(tmp_p
     finally:
         b.close()
         a.close()
+
+
+def test_a_process_stopped_past_the_retention_resyncs_on_waking(tmp_path: Path) -> None:
+    # Prevents: a process suspended longer than the outbox retention (SIGSTOP, a laptop lid)
+    # resuming from rows that were pruned meanwhile, i.e. silently missing events: it replays
+    # the state instead, which announces even sessions created before it started.
+    import json
+    import signal
+
+    file = tmp_path / "away.db"
+    uri = f"sqlite:///{file}"
+    settings = SqliteSettings(path=str(file), outbox_retention_s=1.0)
+    here = session_manager.open(store=SqliteStore(settings))  # a live follower: it prunes while the other sleeps
+    observe_all(here)
+    try:
+        before = here.create(title="before").session_id
+        child = spawn("observe", uri, "6", "1.0")
+        assert child.stdout is not None and child.stdout.readline().strip() == "ready"
+        child.send_signal(signal.SIGSTOP)
+        made = here.create(title="while away").session_id
+        here.append(made, message=user("x"), entry_id="x")
+        store: Any = here.service.store
+        wait_for(lambda: store._rows("SELECT count(*) FROM readers")[0][0] == 1, "the stopped reader pruned")
+        child.send_signal(signal.SIGCONT)
+        out, _ = child.communicate(timeout=60)
+        seen = [json.loads(line) for line in out.splitlines() if line.startswith("[")]
+        created = {e["session_id"] for f, e in seen if f == "session::on-created"}
+        assert {before, made} <= created  # "before" only a resync announces
+        assert any(f == "session::on-message-added" and e["entry_id"] == "x" for f, e in seen)
+    finally:
+        here.close()
