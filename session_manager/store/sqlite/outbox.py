@@ -170,7 +170,8 @@ class Outbox:
         conn = self._conn
         assert conn is not None
         version = None
-        contact = last_beat = time.monotonic()
+        contact = last_beat = renewed = time.monotonic()
+        every = min(BEAT_S, self._retention_ms / 4000)
         while not self._stop.wait(self._poll_s):
             try:
                 now = time.monotonic()
@@ -182,9 +183,13 @@ class Outbox:
                     version = current
                     with self._delivering:
                         self._follow(conn)
-                if now - last_beat >= min(BEAT_S, self._retention_ms / 4000):
+                if now - last_beat >= every:
                     last_beat = now
-                    self._beat(conn)
+                    # Skipped while writers hold the lock (delivery must not wait behind them),
+                    # unless the row is due: then it waits its turn like any writer.
+                    if self._beat(conn, wait=now - renewed >= every * 2):
+                        renewed = now
+                    contact = time.monotonic()
                     # The WAL copied back into the database here, not by a writer mid-commit
                     # (PASSIVE: it waits for nobody and nobody waits for it).
                     conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
@@ -209,9 +214,19 @@ class Outbox:
         if events:
             self._publish(events)
 
-    def _beat(self, conn: sqlite3.Connection) -> None:
+    def _beat(self, conn: sqlite3.Connection, *, wait: bool) -> bool:
+        """Renew this store's reader row and prune; False if skipped (the lock was busy)."""
         now = _now_ms()
-        conn.execute("BEGIN IMMEDIATE")
+        if not wait:
+            conn.execute("PRAGMA busy_timeout = 0")
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError:
+            if wait:
+                raise
+            return False
+        finally:
+            conn.execute(f"PRAGMA busy_timeout = {self._store.settings.busy_timeout_ms}")
         try:
             kept = conn.execute("UPDATE readers SET seq = ?, seen_ms = ? WHERE instance = ?",
                                 (self._seq, now, self._store.instance)).rowcount
@@ -225,6 +240,7 @@ class Outbox:
             raise
         if not kept:  # counted as dead (silent past the retention): rows it never read may be gone
             self._resync(conn, "this store's outbox position was pruned")
+        return True
 
     def _resync(self, conn: sqlite3.Connection, why: str) -> None:
         from ..._worker.runtime import resync_batches  # the one definition of "state as events"
