@@ -81,6 +81,7 @@ class SqliteCore(SessionStore):
         try:
             conn = self._connect()
             schema.migrate(conn, self.file)
+            self._adopt(conn)  # the opening thread's connection from now on
         except sqlite3.Error as e:
             self.close_connections()
             raise self._fail(e, opening=True) from None
@@ -128,11 +129,15 @@ class SqliteCore(SessionStore):
             if self._closed:
                 raise StoreError("sqlite: the store is closed")
             try:
-                conn = self._local.conn = self._connect()
-                conn.execute(f"PRAGMA synchronous={self._synchronous}")
-                self._local.synchronous = self._synchronous
+                conn = self._adopt(self._connect())
             except sqlite3.Error as e:
                 raise self._fail(e) from None
+        return conn
+
+    def _adopt(self, conn: sqlite3.Connection) -> sqlite3.Connection:
+        """``conn`` as this thread's connection, at the store's durability."""
+        conn.execute(f"PRAGMA synchronous={self._synchronous}")
+        self._local.conn, self._local.synchronous = conn, self._synchronous
         return conn
 
     def _fail(self, e: sqlite3.Error, *, opening: bool = False) -> StoreError:
