@@ -12,6 +12,8 @@ from .store import SqliteStore
 if TYPE_CHECKING:
     from ..._worker.config_value import SqliteConfig
 
+__all__ = ["build_sqlite", "open_uri"]
+
 
 def open_uri(uri: str, durability: Durability = "flush") -> SqliteStore:
     """``session_manager.open("sqlite:///…")``: the file the URI names, the defaults otherwise."""

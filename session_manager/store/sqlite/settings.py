@@ -15,6 +15,8 @@ BUSY_TIMEOUT_MS = 30_000  # how long a writer waits for another's transaction be
 
 Durability = Literal["flush", "fsync"]
 
+__all__ = ["Durability", "SqliteSettings", "is_uri", "path_of"]
+
 
 @dataclass(frozen=True)
 class SqliteSettings:
