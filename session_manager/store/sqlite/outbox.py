@@ -34,6 +34,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..._wire.events import ON_CREATED, ON_DELETED, ON_MESSAGE_UPDATED, ON_META_UPDATED, Event
@@ -54,6 +55,19 @@ TRACKED = frozenset({ON_CREATED, ON_DELETED, ON_META_UPDATED})
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
+
+
+@dataclass
+class _Clock:
+    """A follower's marks (monotonic seconds): its last poll, beat attempt and renewal."""
+
+    contact: float
+    version: int | None = None
+    beat: float = 0.0
+    renewed: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.beat = self.renewed = self.contact
 
 
 class Outbox:
@@ -164,39 +178,47 @@ class Outbox:
             thread.join(timeout=5.0)
         if conn is not None:
             with contextlib.suppress(sqlite3.Error):  # else pruned after the retention all the same
+                conn.execute("PRAGMA busy_timeout = 1000")  # best effort: a close never waits long for it
                 conn.execute("DELETE FROM readers WHERE instance = ?", (self._store.instance,))
 
     def _run(self) -> None:
         conn = self._conn
         assert conn is not None
-        version = None
-        contact = last_beat = renewed = time.monotonic()
-        every = min(BEAT_S, self._retention_ms / 4000)
+        clock = _Clock(time.monotonic())
+        failing = ""
         while not self._stop.wait(self._poll_s):
             try:
-                now = time.monotonic()
-                if now - contact > self._retention_ms / 1000:
-                    self._resync(conn, "this process was away longer than the outbox retention")
-                contact = now
-                current = conn.execute("PRAGMA data_version").fetchone()[0]
-                if current != version:
-                    version = current
-                    with self._delivering:
-                        self._follow(conn)
-                if now - last_beat >= every:
-                    last_beat = now
-                    # Skipped while writers hold the lock (delivery must not wait behind them),
-                    # unless the row is due: then it waits its turn like any writer.
-                    if self._beat(conn, wait=now - renewed >= every * 2):
-                        renewed = now
-                    contact = time.monotonic()
-                    # The WAL copied back into the database here, not by a writer mid-commit
-                    # (PASSIVE: it waits for nobody and nobody waits for it).
-                    conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+                self._poll(conn, clock)
+                failing = ""
             except sqlite3.Error as e:
-                log.warning("sqlite outbox follower of %s: %s; retrying", self._store.file, e)
+                if str(e) != failing:  # logged once per kind of failure, not once per poll
+                    log.warning("sqlite outbox follower of %s: %s; retrying", self._store.file, e)
+                failing = str(e)
             except Exception:
                 log.exception("sqlite outbox follower failed; it goes on")
+
+    def _poll(self, conn: sqlite3.Connection, clock: _Clock) -> None:
+        now = time.monotonic()
+        if now - clock.contact > self._retention_ms / 1000:
+            self._resync(conn, "this process was away longer than the outbox retention")
+        clock.contact = now
+        current = conn.execute("PRAGMA data_version").fetchone()[0]
+        if current != clock.version:
+            clock.version = current
+            with self._delivering:
+                self._follow(conn)
+        every = min(BEAT_S, self._retention_ms / 4000)
+        if now - clock.beat < every:
+            return
+        clock.beat = now
+        # Skipped while writers hold the lock (delivery must not wait behind them),
+        # unless the row is due: then it waits its turn like any writer.
+        if self._beat(conn, wait=now - clock.renewed >= every * 2):
+            clock.renewed = now
+        clock.contact = time.monotonic()
+        # The WAL copied back into the database here, not by a writer mid-commit
+        # (PASSIVE: it waits for nobody and nobody waits for it).
+        conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
 
     def _follow(self, conn: sqlite3.Connection, upto: int = 2**62) -> None:
         rows = conn.execute("SELECT seq, instance, function_id, payload FROM outbox WHERE seq > ? AND seq <= ?"
