@@ -17,7 +17,9 @@ window of a path in O(log depth) probes). What differs:
 - ``sessions``: two list orders indexed (updated, created); a status filter
   walks the same index (unlike postgres, no status-prefixed pair: every
   append rewrites each index entry of its session, and SQLite writes whole
-  pages to its WAL per commit, so each index costs every append a page).
+  pages to its WAL per commit, so each index costs every append a page). Not
+  partial (``WHERE meta IS NOT NULL``) either: a partial index is rewritten
+  whenever a column of its condition changes, i.e. on every meta write.
 - ``readers``: one row per store following the outbox, with the sequence
   it is past and when it last said so; rows are pruned once every live
   reader is past them, and after the retention whatever the readers say.
@@ -40,8 +42,8 @@ MIGRATIONS: tuple[str, ...] = (
         updated_at  INTEGER,
         leaf        TEXT
     ) WITHOUT ROWID;
-    CREATE INDEX sessions_updated ON sessions (updated_at, session_id) WHERE meta IS NOT NULL;
-    CREATE INDEX sessions_created ON sessions (created_at, session_id) WHERE meta IS NOT NULL;
+    CREATE INDEX sessions_updated ON sessions (updated_at, session_id);
+    CREATE INDEX sessions_created ON sessions (created_at, session_id);
 
     CREATE TABLE entries (
         seq         INTEGER PRIMARY KEY,
