@@ -178,3 +178,15 @@ def test_timestamps_past_64_bits_store_and_page_exactly(tmp_path: Path) -> None:
         assert got is not None and got["updated_at"] == BIG and type(got["updated_at"]) is int
     finally:
         store.close()
+
+
+def test_bad_settings_are_refused_before_any_file_is_made(tmp_path: Path) -> None:
+    # Prevents: a mistyped durability (or a zero poll interval) surfacing as a KeyError traceback,
+    # or a busy loop, after the database file was created.
+    with pytest.raises(ValueError, match="durability"):
+        session_manager.open(f"sqlite:///{tmp_path / 'a.db'}", durability="sync")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="poll_ms"):
+        SqliteSettings(path=str(tmp_path / "b.db"), poll_ms=0)
+    with pytest.raises(ValueError, match="outbox_retention_s"):
+        SqliteSettings(path=str(tmp_path / "b.db"), outbox_retention_s=0.5)
+    assert list(tmp_path.iterdir()) == []

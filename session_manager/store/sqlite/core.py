@@ -103,13 +103,11 @@ class SqliteCore(SessionStore):
         mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
         if str(mode).lower() != "wal":
             raise StoreError(f"sqlite: {self.file} cannot use WAL mode (journal mode {mode})")
-        # Keep the WAL file bounded once checkpointed (it is otherwise left at its largest size).
         # Checkpoints run on the follower's thread once a second (outbox.py), off the
         # writers' path: a writer checkpoints itself only past this many WAL pages (a
         # store nobody follows), and the WAL file is cut back to the limit after one.
         conn.execute(f"PRAGMA wal_autocheckpoint={WAL_PAGES}")
         conn.execute(f"PRAGMA journal_size_limit={WAL_LIMIT_BYTES}")
-        conn.execute("PRAGMA foreign_keys=OFF")
         return conn
 
     @property

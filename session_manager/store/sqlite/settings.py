@@ -33,6 +33,15 @@ class SqliteSettings:
     outbox_retention_s: float = OUTBOX_RETENTION_S
     busy_timeout_ms: int = BUSY_TIMEOUT_MS
 
+    def __post_init__(self) -> None:
+        # What the worker's configuration refuses, refused here too (a ValueError naming the field).
+        if self.durability not in ("flush", "fsync"):
+            raise ValueError(f"durability must be 'flush' or 'fsync', not {self.durability!r}")
+        for name, value, least in (("poll_ms", self.poll_ms, 1), ("busy_timeout_ms", self.busy_timeout_ms, 0),
+                                   ("outbox_retention_s", self.outbox_retention_s, 1)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < least:
+                raise ValueError(f"{name}: expected a number of at least {least}, got {value!r}")
+
 
 def is_uri(value: object) -> bool:
     """Whether ``value`` is a ``sqlite://`` URI (rather than a data_dir)."""
