@@ -118,12 +118,15 @@ def test_the_generated_schema_has_the_shape_the_console_renders() -> None:
     pg_config = _resolve(schema, pg_variant["properties"]["config"])
     assert pg_config["required"] == ["dsn"] and set(pg_config["properties"]) == {
         "dsn", "pool_size", "connect_timeout_ms", "statement_timeout_ms", "pool_timeout_ms", "schema",
-        "outbox_retention_ms"}
+        "outbox_retention_ms", "timeout_ms"}
     assert all(p.get("description") for p in pg_config["properties"].values())
     assert pg_config["properties"]["schema"]["default"] == "public"
     retention = pg_config["properties"]["outbox_retention_ms"]
     assert (retention["type"], retention["minimum"], retention["default"]) == ("integer", 1000, 600_000)
     assert "outbox_retention_ms" not in pg_config["required"]
+    call_deadline = pg_config["properties"]["timeout_ms"]  # the postgres adapter's deadline on every call
+    assert (call_deadline["type"], call_deadline["minimum"], call_deadline["default"]) == ("integer", 1, 30_000)
+    assert "timeout_ms" not in pg_config["required"]
     timeout = bridge_config["properties"]["timeout_ms"]
     assert (timeout["type"], timeout["minimum"], timeout["default"]) == ("integer", 0, 5000)
     defaults = default_config_value()
@@ -147,7 +150,7 @@ def test_the_generated_schema_has_the_shape_the_console_renders() -> None:
     {"adapter": {"name": "postgres", "config": {"dsn": "postgresql://db/sm"}}},
     {"adapter": {"name": "postgres", "config": {"dsn": "host=db", "pool_size": 4, "connect_timeout_ms": 1000,
                                                 "statement_timeout_ms": 0, "pool_timeout_ms": 50, "schema": "s",
-                                                "outbox_retention_ms": 1000}}},
+                                                "outbox_retention_ms": 1000, "timeout_ms": 250}}},
 ])
 def test_schema_and_parser_accept_the_same_values(value: dict[str, Any]) -> None:
     # Prevents: a console form that saves values the worker then refuses.
@@ -165,6 +168,8 @@ def test_schema_and_parser_accept_the_same_values(value: dict[str, Any]) -> None
     {"adapter": {"name": "postgres", "config": {"dsn": "x", "password": "p"}}},
     {"adapter": {"name": "postgres", "config": {"dsn": "x", "outbox_retention_ms": 999}}},
     {"adapter": {"name": "postgres", "config": {"dsn": "x", "outbox_retention_ms": 2**31}}},
+    {"adapter": {"name": "postgres", "config": {"dsn": "x", "timeout_ms": 0}}},
+    {"adapter": {"name": "postgres", "config": {"dsn": "x", "timeout_ms": 2**31}}},
     {"default_list_limt": 5},
     {"max_list_limit": -1},
     {"max_list_limit": "5"},
