@@ -4,7 +4,9 @@ The network faults the postgres adapter must survive, without touching the
 shared server: a peer that accepts bytes and never answers (:meth:`Relay.silence`),
 packet loss from some byte on (:meth:`Relay.drop_after`), and a connection cut
 right after (or right before) the client's ``COMMIT`` reaches the server
-(:meth:`Relay.cut_at_commit`).
+(:meth:`Relay.cut_at_commit`). It also counts the client's round trips at
+the wire (:attr:`Relay.round_trips`: every ``Sync`` or simple ``Query`` a
+client sends, which the client then waits on; health checks included).
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ from tests import pg_support
 
 __all__ = ["Relay"]
 
-_COMMIT = b"COMMIT\x00"
+# What ends a write: a transaction's COMMIT, or the adapter's one-statement commit.
+_COMMITS = (b"COMMIT", b"sm_apply(")
 
 
 class Relay:
@@ -34,6 +37,7 @@ class Relay:
         self._budget: int | None = None  # client bytes still forwarded before everything is dropped
         self._cut: str | None = None  # "after" | "before": the next COMMIT's connection is cut
         self.cuts = 0
+        self.round_trips = 0
         self._cut_clients: set[int] = set()  # their server's answers are never forwarded
         self._sockets: list[socket.socket] = []
         self._listener = socket.socket()
@@ -58,8 +62,9 @@ class Relay:
             self._budget = n
 
     def cut_at_commit(self, when: str = "after") -> None:
-        """Cut the connection that carries the next ``COMMIT``: ``after`` forwarding it to the
-        server (it commits, its answer is lost) or ``before`` (the server aborts)."""
+        """Cut the connection that carries the next commit (a ``COMMIT``, or an ``sm_apply``
+        call, prepared or not): ``after`` forwarding it to the server (it commits, its
+        answer is lost) or ``before`` (the server never runs it)."""
         with self._lock:
             self._cut = when
 
@@ -101,10 +106,13 @@ class Relay:
             return keep or None
 
     def _up(self, client: socket.socket, server: socket.socket) -> None:
+        reader = _Frontend()
         try:
             while data := client.recv(65536):
+                trips, commits = reader.feed(data)
                 with self._lock:
-                    cut = self._cut if _COMMIT in data else None
+                    self.round_trips += trips
+                    cut = self._cut if commits else None
                     if cut is not None:
                         self._cut = None
                         self.cuts += 1
@@ -137,6 +145,58 @@ class Relay:
             pass
         _end(client)
         _end(server)
+
+
+class _Frontend:
+    """Splits a client's byte stream into protocol messages: counts those it then
+    waits on (Sync, Query), and the commits among them (by query text, or by the
+    name of a statement prepared with that text)."""
+
+    def __init__(self) -> None:
+        self._buf = b""
+        self._started = False
+        self._commit_statements: set[bytes] = set()
+
+    def _commits(self, kind: bytes, body: bytes) -> bool:
+        if kind == b"Q":
+            return any(c in body for c in _COMMITS)
+        if kind == b"P":  # Parse: statement name, query
+            name, _, rest = body.partition(b"\x00")
+            if not any(c in rest.split(b"\x00")[0] for c in _COMMITS):
+                return False
+            if name:  # prepared now, run by a later Bind
+                self._commit_statements.add(name)
+                return False
+            return True  # the unnamed statement: run by the Bind/Execute that follow
+        if kind == b"B":  # Bind: portal name, statement name
+            _, _, rest = body.partition(b"\x00")
+            return rest.split(b"\x00")[0] in self._commit_statements
+        return False
+
+    def feed(self, data: bytes) -> tuple[int, int]:
+        self._buf += data
+        trips = commits = 0
+        while True:
+            if not self._started:  # untyped: startup, or an SSL / GSS encryption request first
+                if len(self._buf) < 8:
+                    return trips, commits
+                size = int.from_bytes(self._buf[:4], "big")
+                if len(self._buf) < size:
+                    return trips, commits
+                code = int.from_bytes(self._buf[4:8], "big")
+                self._started = code not in (80877103, 80877104)
+                self._buf = self._buf[size:]
+                continue
+            if len(self._buf) < 5:
+                return trips, commits
+            size = int.from_bytes(self._buf[1:5], "big")
+            if len(self._buf) < 1 + size:
+                return trips, commits
+            kind = self._buf[:1]
+            if kind in (b"S", b"Q"):
+                trips += 1
+            commits += self._commits(kind, self._buf[5 : 1 + size])
+            self._buf = self._buf[1 + size:]
 
 
 def _end(s: Any) -> None:

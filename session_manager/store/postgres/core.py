@@ -9,6 +9,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -41,6 +42,7 @@ class _Local(threading.local):
     deferring: bool = False
     deadline: float | None = None  # the call in progress must answer by then (time.monotonic())
     armed: Armed | None = None  # this thread's connection in use, armed with that deadline
+    window: Any = None  # a path's last window read with its session's meta, for this call's path() (reads.py)
 
 
 class _Pool(ConnectionPool[psycopg.Connection[Any]]):
@@ -70,21 +72,18 @@ class PgCore(SessionStore):
         self._local = _Local()
         self._closed = False
         self.watchdog = Watchdog("session-manager-deadline")
+        self._started: weakref.WeakKeyDictionary[psycopg.Connection[Any], Any] = weakref.WeakKeyDictionary()
         problem = schema.name_problem(settings.schema)
         if problem is not None:
             raise StoreError(f"postgres: {problem}")
         try:
             conninfo = settings.conninfo()
-            self._conninfo = conninfo
-            with psycopg.connect(conninfo, autocommit=True) as conn:
-                armed = self.watchdog.arm(conn, self._deadline())  # a silent peer cannot hang the boot
-                try:
-                    schema.migrate(conn, settings.schema)
-                finally:
-                    self.watchdog.disarm(armed)
         except psycopg.Error as e:
             self.watchdog.close()
             raise StoreError(self._say(f"cannot open the database {safe_dsn(settings.dsn)}: {e}")) from None
+        self._conninfo = conninfo
+        if (conninfo, settings.schema) not in schema.CHECKED:  # once per process (see schema.CHECKED)
+            self._migrate()
         self._pool = _Pool(
             self,
             conninfo,
@@ -93,6 +92,7 @@ class PgCore(SessionStore):
             kwargs={"autocommit": True},
             timeout=settings.pool_timeout_ms / 1000,
             reconnect_timeout=10.0**9,  # keep trying: the server may come back at any time
+            configure=self._configure,
             name="session-manager",
             open=False,
         )
@@ -103,6 +103,32 @@ class PgCore(SessionStore):
 
     def _say(self, text: str) -> str:
         return redact(text, self.settings.dsn)
+
+    def _migrate(self) -> None:
+        try:
+            with psycopg.connect(self._conninfo, autocommit=True) as conn:
+                armed = self.watchdog.arm(conn, self._deadline())  # a silent peer cannot hang the boot
+                try:
+                    schema.migrate(conn, self.settings.schema)
+                finally:
+                    self.watchdog.disarm(armed)
+        except psycopg.Error as e:
+            self.watchdog.close()
+            raise StoreError(self._say(f"cannot open the database {safe_dsn(self.settings.dsn)}: {e}")) from None
+        except BaseException:
+            self.watchdog.close()
+            raise
+        schema.CHECKED.add((self._conninfo, self.settings.schema))
+
+    def _configure(self, conn: psycopg.Connection[Any]) -> None:
+        # A new pooled connection: its backend's start time, which with its pid names
+        # that backend for good (a pid alone may be reused), to end it after a lost answer.
+        row = conn.execute("SELECT backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid()").fetchone()
+        self._started[conn] = row[0] if row else None
+
+    def started_at(self, conn: psycopg.Connection[Any]) -> Any:
+        """When ``conn``'s backend started (``None`` if unknown)."""
+        return self._started.get(conn)
 
     def _fail(self, e: BaseException) -> StoreError:
         armed = self._local.armed
@@ -135,6 +161,7 @@ class PgCore(SessionStore):
             yield
         finally:
             self._local.deadline = None
+            self._local.window = None  # read for this call only
 
     def _getconn(self, deadline: float) -> psycopg.Connection[Any]:
         """A pooled connection armed with ``deadline``; the wait for it counts against it too."""

@@ -9,9 +9,9 @@ would make a retry store it twice (an append without ``entry_id``, a
 :func:`settle` asks the server on another connection: ``txid_status`` says
 ``committed`` or ``aborted``. While the old backend still runs the
 transaction (the COMMIT never reached it: a silent network), it is ended
-first (``pg_terminate_backend``, only while it still holds that transaction),
-so the answer is final: a backend ends a transaction by aborting it, and a
-commit already under way completes before the termination takes effect.
+first (``pg_terminate_backend``, only while it still holds that transaction
+and runs no statement: one that arrived is left to finish), so the answer
+is final: a backend ends a transaction by aborting it.
 
 It keeps trying until the call's deadline, and at least :data:`SETTLE_MIN_S`
 (a COMMIT cut by the deadline itself still gets its chance); a database
@@ -36,10 +36,11 @@ __all__ = ["SETTLE_MIN_S", "settle"]
 SETTLE_MIN_S = 1.0
 _POLL_S = 0.02
 
-# The old backend, only while it still runs this very transaction (its pid
-# could have been reused by then); backend_xid is the 32-bit form of the id.
+# The old backend, only while it still holds this very transaction (its pid
+# could have been reused by then; backend_xid is the 32-bit form of the id)
+# and is not running a statement (a COMMIT it received is left to finish).
 _END_OLD = ("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
-            " WHERE pid = %(pid)s AND backend_xid::text = %(xid32)s")
+            " WHERE pid = %(pid)s AND backend_xid::text = %(xid32)s AND state <> 'active'")
 _STATUS = "SELECT txid_status(%(xid)s)"
 
 

@@ -131,6 +131,10 @@ class Transactions(PgCore):
                 self._end(tx, commit=False)
             raise
         self._local.deferring = False
+        return self._finish(response, events)
+
+    def _finish(self, response: R, events: list[Event]) -> tuple[R, list[Event]]:
+        """Commit the call's transaction (if any) with its events in the outbox."""
         tx = self._local.tx
         if tx is None:
             if not events:
