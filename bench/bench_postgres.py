@@ -1,12 +1,15 @@
 """The postgres adapter beside the fs adapter, in one run (not a test).
 
-Run: ``python bench/bench_postgres.py [--quick] [--explain]`` with a server at
+Run: ``python bench/bench_postgres.py [--quick] [--explain] [--floor]`` with a server at
 ``SESSION_MANAGER_TEST_POSTGRES`` (default ``postgresql://127.0.0.1:5432/test``).
 Prints one table: append and update-message latency, cold and warm
 ``messages-tail`` on a long session, ``list`` first pages over many sessions
 (plain, status filter, metadata filter), then appends from 4 instances
 (processes) on 4 sessions vs 1 instance, and 4 instances on one session.
 ``--explain`` also prints the plans of the queries behind those calls.
+``--floor`` prints only issue 24's table (``bench/pg_floor.py``): ours beside
+raw psycopg and langchain-postgres (the ``bench`` extra), with round trips
+counted at the wire; the full run prints it last.
 Everything lives in a private schema (dropped afterwards) and a temp dir.
 The server shares the machine with the benchmark, so compare runs on one box.
 """
@@ -286,10 +289,22 @@ def explain(long_schema: str, many_schema: str, length: int) -> None:
                     print(line)
 
 
+def floor(schema: str, quick: bool) -> None:
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import pg_floor
+
+    try:
+        pg_floor.report(DSN, schema, quick)
+    finally:
+        with psycopg.connect(DSN, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true", help="smaller sizes (a smoke run)")
     parser.add_argument("--explain", action="store_true", help="also print the query plans")
+    parser.add_argument("--floor", action="store_true", help="only the floor table: ours beside the baselines")
     args = parser.parse_args()
     try:
         psycopg.connect(DSN, connect_timeout=3).close()
@@ -298,6 +313,9 @@ def main() -> None:
         return
     n, length, sessions, parallel = (50, 2000, 5000, 50) if args.quick else (300, 100_000, 100_000, 300)
     schema = f"smbench_{uuid.uuid4().hex[:8]}"
+    if args.floor:
+        floor(schema, args.quick)
+        return
     tmp = Path(tempfile.mkdtemp(prefix="smbench-"))
     rows: list[Row] = []
     try:
@@ -314,6 +332,8 @@ def main() -> None:
             print(f"{what:<{width}}  {fs_v:>12}  {pg_v:>18}  {note}")
         if args.explain:
             explain(schema + "_long", schema + "_many", length)
+        print()
+        floor(schema + "_floor", args.quick)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
         with psycopg.connect(DSN, autocommit=True) as conn:
