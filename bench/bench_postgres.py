@@ -21,7 +21,6 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -40,6 +39,9 @@ import session_manager  # noqa: E402
 from session_manager.store import Commit, FsStore  # noqa: E402
 from session_manager.store._records import _line  # noqa: E402
 from session_manager.store.postgres import PostgresSettings, PostgresStore  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import pg_floor  # noqa: E402
 
 DSN = os.environ.get("SESSION_MANAGER_TEST_POSTGRES", "postgresql://127.0.0.1:5432/test")
 Row = tuple[str, str, str, str]
@@ -206,37 +208,9 @@ def bench_list(tmp: Path, schema: str, count: int) -> list[Row]:
 
 # -- instances in parallel ----------------------------------------------------------------------
 
-WORKER = """
-import sys, time, session_manager
-from session_manager.store.postgres import PostgresSettings, PostgresStore
-dsn, schema, sid, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
-sm = session_manager.open(store=PostgresStore(PostgresSettings(dsn=dsn, schema=schema)))
-sm.call("session::ensure", {"session_id": sid})
-msg = {"role": "user", "content": [{"type": "text", "text": "hi"}], "timestamp": 1}
-sys.stdout.write("ready\\n"); sys.stdout.flush(); sys.stdin.readline()
-start = time.perf_counter()
-for _ in range(n):
-    sm.call("session::append", {"session_id": sid, "message": msg})
-sys.stdout.write(f"{time.perf_counter() - start}\\n"); sys.stdout.flush()
-sm.close()
-"""
-
-
 def run_instances(schema: str, sessions: list[str], n: int) -> float:
     """Wall time for len(sessions) processes appending n messages each (after all are ready)."""
-    procs = [subprocess.Popen([sys.executable, "-c", WORKER, DSN, schema, sid, str(n)], cwd=ROOT,
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) for sid in sessions]
-    for p in procs:
-        assert p.stdout is not None and p.stdout.readline().strip() == "ready"
-    start = time.perf_counter()
-    for p in procs:
-        assert p.stdin is not None
-        p.stdin.write("go\n")
-        p.stdin.flush()
-    for p in procs:
-        p.communicate()
-        assert p.returncode == 0
-    return time.perf_counter() - start
+    return len(sessions) * n / pg_floor.processes("ours", DSN, schema, sessions, n)
 
 
 def bench_parallel(schema: str, n: int) -> list[Row]:
@@ -290,9 +264,6 @@ def explain(long_schema: str, many_schema: str, length: int) -> None:
 
 
 def floor(schema: str, quick: bool) -> None:
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    import pg_floor
-
     try:
         pg_floor.report(DSN, schema, quick)
     finally:

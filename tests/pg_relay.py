@@ -35,7 +35,8 @@ class Relay:
         self._lock = threading.Lock()
         self._silent = False
         self._budget: int | None = None  # client bytes still forwarded before everything is dropped
-        self._cut: str | None = None  # "after" | "before": the next COMMIT's connection is cut
+        self._cut: str | None = None  # "after" | "before": the next commit's connection is cut
+        self._cut_on: tuple[bytes, ...] = _COMMITS
         self.cuts = 0
         self.round_trips = 0
         self._cut_clients: set[int] = set()  # their server's answers are never forwarded
@@ -61,12 +62,13 @@ class Relay:
         with self._lock:
             self._budget = n
 
-    def cut_at_commit(self, when: str = "after") -> None:
+    def cut_at_commit(self, when: str = "after", on: tuple[bytes, ...] = _COMMITS) -> None:
         """Cut the connection that carries the next commit (a ``COMMIT``, or an ``sm_apply``
         call, prepared or not): ``after`` forwarding it to the server (it commits, its
-        answer is lost) or ``before`` (the server never runs it)."""
+        answer is lost) or ``before`` (the server never runs it). ``on``: which statements count."""
         with self._lock:
             self._cut = when
+            self._cut_on = on
 
     def close(self) -> None:
         with contextlib.suppress(OSError):
@@ -112,7 +114,7 @@ class Relay:
                 trips, commits = reader.feed(data)
                 with self._lock:
                     self.round_trips += trips
-                    cut = self._cut if commits else None
+                    cut = self._cut if commits & set(self._cut_on) else None
                     if cut is not None:
                         self._cut = None
                         self.cuts += 1
@@ -155,27 +157,27 @@ class _Frontend:
     def __init__(self) -> None:
         self._buf = b""
         self._started = False
-        self._commit_statements: set[bytes] = set()
+        self._commit_statements: dict[bytes, bytes] = {}  # prepared name -> the commit marker in it
 
-    def _commits(self, kind: bytes, body: bytes) -> bool:
+    def _commits(self, kind: bytes, body: bytes) -> set[bytes]:
         if kind == b"Q":
-            return any(c in body for c in _COMMITS)
+            return {c for c in _COMMITS if c in body}
         if kind == b"P":  # Parse: statement name, query
             name, _, rest = body.partition(b"\x00")
-            if not any(c in rest.split(b"\x00")[0] for c in _COMMITS):
-                return False
-            if name:  # prepared now, run by a later Bind
-                self._commit_statements.add(name)
-                return False
-            return True  # the unnamed statement: run by the Bind/Execute that follow
+            found = {c for c in _COMMITS if c in rest.split(b"\x00")[0]}
+            if found and name:  # prepared now, run by a later Bind
+                self._commit_statements[name] = next(iter(found))
+                return set()
+            return found  # the unnamed statement: run by the Bind/Execute that follow
         if kind == b"B":  # Bind: portal name, statement name
             _, _, rest = body.partition(b"\x00")
-            return rest.split(b"\x00")[0] in self._commit_statements
-        return False
+            marker = self._commit_statements.get(rest.split(b"\x00")[0])
+            return {marker} if marker is not None else set()
+        return set()
 
-    def feed(self, data: bytes) -> tuple[int, int]:
+    def feed(self, data: bytes) -> tuple[int, set[bytes]]:
         self._buf += data
-        trips = commits = 0
+        trips, commits = 0, set()
         while True:
             if not self._started:  # untyped: startup, or an SSL / GSS encryption request first
                 if len(self._buf) < 8:
@@ -195,7 +197,7 @@ class _Frontend:
             kind = self._buf[:1]
             if kind in (b"S", b"Q"):
                 trips += 1
-            commits += self._commits(kind, self._buf[5 : 1 + size])
+            commits |= self._commits(kind, self._buf[5 : 1 + size])
             self._buf = self._buf[1 + size:]
 
 

@@ -11,7 +11,6 @@ generous bound (a hang, the defect these prevent, never ends at all)."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -28,14 +27,6 @@ pytestmark = pytest.mark.postgres
 
 TIMEOUT_MS = 1000
 HANG = 30.0  # far beyond the deadline and its settling margin: only a hang reaches it
-
-
-@pytest.fixture
-def relay() -> Iterator[Relay]:
-    pg_support.require()
-    r = Relay()
-    yield r
-    r.close()
 
 
 def open_via(relay: Relay, schema: str, **overrides: Any) -> session_manager.SessionManager:

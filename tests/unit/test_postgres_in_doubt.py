@@ -15,19 +15,10 @@ import pytest
 
 import session_manager
 from session_manager._wire import events as ev
-from tests import pg_support
 from tests.pg_relay import Relay
 from tests.pg_support import text
 
 pytestmark = pytest.mark.postgres
-
-
-@pytest.fixture
-def relay() -> Iterator[Relay]:
-    pg_support.require()
-    r = Relay()
-    yield r
-    r.close()
 
 
 @pytest.fixture
@@ -138,3 +129,30 @@ def test_a_commit_cut_before_it_reached_the_server_is_applied_once_not_twice(
     assert [m["entry_id"] for m in messages(sm, sid)] == [response["entry_id"]]
     assert [e["entry_id"] for e in seen.of(ev.ON_MESSAGE_ADDED)] == [response["entry_id"]]
     assert sm.call("session::get", {"session_id": sid})["meta"]["message_count"] == 1
+
+
+@pytest.mark.parametrize("when", ["after", "before"])
+def test_a_transaction_whose_commit_answer_was_lost_is_settled(
+        sm: session_manager.SessionManager, relay: Relay, when: str) -> None:
+    # The transactional path (a fork: two sessions, one transaction): a COMMIT cut after it
+    # reached the server answers as applied (one new session, on-created once); one cut
+    # before answers session/storage with nothing stored and nothing fired, never both.
+    sid = sm.call("session::create", {"title": "t"})["session_id"]
+    first = sm.call("session::append", {"session_id": sid, "message": text("one")})
+    seen = Seen(sm)
+    relay.cut_at_commit(when, on=(b"COMMIT",))
+    try:
+        forked: Any = sm.call("session::fork", {"session_id": sid, "entry_id": first["entry_id"]})
+    except session_manager.SessionError as e:
+        forked = e
+    assert relay.cuts == 1
+    listed = sorted(s["session_id"] for s in sm.call("session::list", {})["sessions"])
+    if when == "after":
+        assert isinstance(forked, dict)
+        assert listed == sorted([sid, forked["session_id"]])
+        assert [e["session_id"] for e in seen.of(ev.ON_CREATED)] == [forked["session_id"]]
+        tail = sm.call("session::messages-tail", {"session_id": forked["session_id"], "limit": 5})["messages"]
+        assert [m["message"]["content"][0]["text"] for m in tail] == ["one"]
+    else:
+        assert isinstance(forked, session_manager.SessionError) and forked.code == "session/storage"
+        assert listed == [sid] and seen.events == []

@@ -15,20 +15,11 @@ import pytest
 
 import session_manager
 from session_manager._wire import events as ev
-from tests import pg_support
 from tests.pg_relay import Relay
 from tests.pg_support import text
 from tests.unit.test_postgres_instances import check_linear, open_sm
 
 pytestmark = pytest.mark.postgres
-
-
-@pytest.fixture
-def relay() -> Iterator[Relay]:
-    pg_support.require()
-    r = Relay()
-    yield r
-    r.close()
 
 
 @pytest.fixture

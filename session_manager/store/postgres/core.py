@@ -35,6 +35,7 @@ class Tx:
     locked: set[str] = field(default_factory=set)
     xid: int | None = None  # txid_current(): how a COMMIT whose answer was lost is settled
     pid: int = 0  # its backend
+    seen: dict[str, tuple[str | None, str | None]] = field(default_factory=dict)  # read at BEGIN: meta text, leaf
 
 
 class _Local(threading.local):

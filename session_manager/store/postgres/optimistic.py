@@ -36,21 +36,21 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import psycopg
-from psycopg.types.json import Jsonb
 
-from ..._wire.events import EVENT_FUNCTIONS, Event
-from ...errors import StoreError, Unavailable
+from ..._wire.events import Event
 from .._cas import resolve
 from .._records import loads
 from ..base import Commit, Entry, Meta
+from .in_doubt import settle_apply
 from .keys import check_id, key, key_or_none, unkey
-from .outbox import NOTIFY_BATCH, channel_of
+from .outbox import NOTIFY_BATCH
+from .plan import Known, Plan, apply_params
 from .reads import Reads
-from .values import json_text, sanitize
+from .schema import APPLY
+from .values import json_text
 from .writes import Writes
 
 __all__ = ["CONFLICT", "Fallback", "Known", "Optimistic"]
@@ -60,19 +60,8 @@ R = TypeVar("R")
 CONFLICT = "SM409"  # sm_apply's "the state changed" (nothing written)
 KNOWN_SESSIONS = 10_000  # sessions this instance remembers (least recently used dropped)
 KNOWN_BODIES = 16  # entries per session whose text it remembers (a stream updates the last ones)
+CONTENDED_S = 1.0  # after a conflict, the session's calls take the transactional path this long
 
-_APPLY = (
-    "SELECT sm_apply(%(sid)s, %(check)s, %(expect_meta)s, %(expect_leaf)s, %(read_ids)s::text[],"
-    " %(read_bodies)s::text[], %(ids)s::text[], %(parents)s::text[], %(bodies)s::text[], %(has_meta)s, %(meta)s,"
-    " %(status)s, %(created)s, %(updated)s, %(metadata)s, %(has_leaf)s, %(leaf)s, %(instance)s,"
-    " %(fids)s::text[], %(payloads)s::text[], %(channel)s, %(all)s::text[])"
-)
-# The old backend (pid and start time: a pid may be reused): 'active' while it
-# still runs the statement (left to finish), else ended (waiting 1 s at most).
-_OLD_STATE = "SELECT state FROM pg_stat_activity WHERE pid = %(pid)s AND backend_start = %(started)s"
-_END_OLD = ("SELECT pg_terminate_backend(pid, 1000) FROM pg_stat_activity"
-            " WHERE pid = %(pid)s AND backend_start = %(started)s AND state <> 'active'")
-_LANDED = "SELECT EXISTS (SELECT 1 FROM outbox WHERE instance = %(instance)s AND payload = %(payload)s)"
 
 
 class Fallback(BaseException):
@@ -81,30 +70,6 @@ class Fallback(BaseException):
 
 class _Conflicted(Exception):
     """sm_apply found the state changed: nothing was written."""
-
-
-@dataclass
-class Known:
-    """What this instance knows of one session (valid until a conflict says otherwise)."""
-
-    meta: Meta
-    text: str
-    leaf: str | None
-    bodies: OrderedDict[str, tuple[Entry, str]] = field(default_factory=OrderedDict)
-
-
-@dataclass
-class Plan:
-    """One optimistic mutation in progress: what it read, and its deferred commit."""
-
-    session_id: str
-    check: int = 0  # 0: read nothing of the session; 1: its meta and leaf as known; 2: it must not exist
-    known: Known | None = None
-    cached: bool = False  # a decision read remembered state (unverified until sm_apply)
-    reads: dict[str, str | None] = field(default_factory=dict)  # entry id -> its text (None: absent)
-    commit: Commit | None = None
-    bodies: list[str] = field(default_factory=list)
-    meta_text: str | None = None
 
 
 class _Local(threading.local):
@@ -122,6 +87,7 @@ class Optimistic(Writes, Reads):
         self._opt = _Local()
         self._known: OrderedDict[str, Known] = OrderedDict()
         self._known_lock = threading.Lock()
+        self._contended: dict[str, float] = {}  # session -> until when it skips the optimistic attempt
 
     # -- the call -----------------------------------------------------------------------
 
@@ -224,7 +190,8 @@ class Optimistic(Writes, Reads):
 
     @contextmanager
     def mutation(self, session_ids: Collection[str]) -> Iterator[None]:
-        if self._opt.optimistic and self._opt.plan is None and len(set(session_ids)) == 1:
+        if (self._opt.optimistic and self._opt.plan is None and len(set(session_ids)) == 1
+                and not self._is_contended(next(iter(session_ids)))):
             self._opt.plan = Plan(next(iter(session_ids)))
             yield
             return
@@ -232,6 +199,19 @@ class Optimistic(Writes, Reads):
             self._upgrade_or_begin()
         with super().mutation(session_ids):
             yield
+
+    def _is_contended(self, session_id: str) -> bool:
+        """Whether another writer beat this instance to the session a moment ago: then
+        its calls wait on the session's lock instead of guessing and retrying."""
+        until = self._contended.get(session_id)
+        return until is not None and until > time.monotonic()
+
+    def _contend(self, session_id: str) -> None:
+        now = time.monotonic()
+        with self._known_lock:
+            if len(self._contended) > KNOWN_SESSIONS:
+                self._contended = {s: t for s, t in self._contended.items() if t > now}
+            self._contended[session_id] = now + CONTENDED_S
 
     def _upgrade_or_begin(self) -> None:
         if self._opt.plan is not None:
@@ -400,22 +380,24 @@ class Optimistic(Writes, Reads):
         """Send the plan and its events: one statement, one round trip."""
         commit = plan.commit
         assert commit is not None
-        params = self._params(plan, events)
+        params = apply_params(plan.session_id, commit, plan.bodies, plan.meta_text, instance=self.instance,
+                              schema=self.settings.schema, events=events, plan=plan)
         conn = self._getconn(self._deadline())
         pid, started = conn.info.backend_pid, self.started_at(conn)
         try:
-            conn.execute(_APPLY, params)
+            conn.execute(APPLY, params)
         except psycopg.Error as e:
             failure = self._fail(e)
             lost = conn.broken or conn.closed
             self._putconn(conn)
             if e.sqlstate == CONFLICT:
                 self.forget(plan.session_id)
+                self._contend(plan.session_id)
                 raise _Conflicted from None
             self.forget(plan.session_id)
             if not lost or started is None:
                 raise self.storage_error(failure) from None
-            if not self._settle_apply(pid, started, params["payloads"][0], failure):
+            if not settle_apply(self, pid, started, params["payloads"][0], failure):
                 armed = self._local.armed
                 if armed is not None and armed.fired:
                     raise self.storage_error(failure) from None  # the deadline: no time to apply it again
@@ -424,32 +406,6 @@ class Optimistic(Writes, Reads):
         else:
             self._putconn(conn)
         self._learn(plan)
-
-    def _params(self, plan: Plan, events: list[Event]) -> dict[str, Any]:
-        commit = plan.commit
-        assert commit is not None
-        known, meta = plan.known, commit.meta
-        metadata = meta.get("metadata") if meta is not None else None
-        from .._records import _line as encode_json
-
-        return {
-            "sid": key(plan.session_id), "check": plan.check,
-            "expect_meta": known.text if known is not None else None,
-            "expect_leaf": key_or_none(known.leaf) if known is not None else None,
-            "read_ids": [key(i) for i in plan.reads], "read_bodies": list(plan.reads.values()),
-            "ids": [key(e["id"]) for e in commit.entries],
-            "parents": [key_or_none(e.get("parent_id")) for e in commit.entries],
-            "bodies": plan.bodies,
-            "has_meta": meta is not None, "meta": plan.meta_text,
-            "status": meta.get("status") if meta is not None else None,
-            "created": meta.get("created_at") if meta is not None else None,
-            "updated": meta.get("updated_at") if meta is not None else None,
-            "metadata": Jsonb(sanitize(metadata)) if isinstance(metadata, dict) else None,
-            "has_leaf": commit.leaf is not None, "leaf": key_or_none(commit.leaf),
-            "instance": self.instance, "fids": [e.function_id for e in events],
-            "payloads": [encode_json(e.payload).decode("utf-8") for e in events],
-            "channel": channel_of(self.settings.schema), "all": list(EVENT_FUNCTIONS),
-        }
 
     def _learn(self, plan: Plan) -> None:
         """After sm_apply: the session as written (this instance wrote it last)."""
@@ -471,30 +427,3 @@ class Optimistic(Writes, Reads):
         while len(bodies) > KNOWN_BODIES:
             bodies.popitem(last=False)
         self._remember(plan.session_id, Known(meta, text, leaf, bodies))
-
-    def _settle_apply(self, pid: int, started: Any, payload: str, failure: StoreError) -> bool:
-        """Whether an sm_apply whose answer was lost committed (see :mod:`.in_doubt`)."""
-        from .in_doubt import SETTLE_MIN_S
-
-        until = max(self._deadline(), time.monotonic() + min(SETTLE_MIN_S, self.settings.timeout_ms / 1000))
-        old = {"pid": pid, "started": started}
-        while True:
-            row: tuple[Any, ...] | None = None
-            try:
-                conn = self._getconn(until)
-                try:
-                    state = conn.execute(_OLD_STATE, old).fetchone()
-                    if state is None or state[0] != "active":
-                        conn.execute(_END_OLD, old)
-                        row = conn.execute(_LANDED, {"instance": self.instance, "payload": payload}).fetchone()
-                finally:
-                    self._putconn(conn)
-                if row is not None:
-                    return bool(row[0])
-            except (psycopg.Error, StoreError):
-                pass  # unreachable yet: try again until the deadline
-            if time.monotonic() + 0.02 >= until:
-                raise Unavailable(f"{failure}; whether the write was applied is unknown (the database did"
-                                  " not answer before the deadline): it may have landed") from None
-            time.sleep(0.02)
-

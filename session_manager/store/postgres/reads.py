@@ -40,7 +40,15 @@ SELECT 1, body, entry_id, depth FROM w
 
 
 class Reads(PgCore):
+    def _seen(self, session_id: str) -> tuple[str | None, str | None] | None:
+        """The session's meta text and leaf as the mutation's transaction read them at BEGIN."""
+        tx = self._local.tx
+        return tx.seen.get(session_id) if tx is not None else None
+
     def get_meta(self, session_id: str) -> Meta | None:
+        seen = self._seen(session_id)
+        if seen is not None:
+            return loads(seen[0].encode("utf-8")) if seen[0] is not None else None
         rows = self._rows("SELECT meta FROM sessions WHERE session_id = %s AND meta IS NOT NULL", (key(session_id),))
         return loads(rows[0][0].encode("utf-8")) if rows else None
 
@@ -101,6 +109,9 @@ class Reads(PgCore):
         return loads(rows[0][0].encode("utf-8")) if rows else None
 
     def get_leaf(self, session_id: str) -> str | None:
+        seen = self._seen(session_id)
+        if seen is not None:
+            return unkey(seen[1]) if seen[1] is not None else None
         rows = self._rows("SELECT leaf FROM sessions WHERE session_id = %s", (key(session_id),))
         return unkey(rows[0][0]) if rows and rows[0][0] is not None else None
 

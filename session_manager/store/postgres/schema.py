@@ -106,6 +106,14 @@ END
 $fn$;
 """
 
+# The call of sm_apply, by name (both write paths send it).
+APPLY = (
+    "SELECT sm_apply(%(sid)s, %(check)s, %(expect_meta)s, %(expect_leaf)s, %(read_ids)s::text[],"
+    " %(read_bodies)s::text[], %(ids)s::text[], %(parents)s::text[], %(bodies)s::text[], %(has_meta)s, %(meta)s,"
+    " %(status)s, %(created)s, %(updated)s, %(metadata)s, %(has_leaf)s, %(leaf)s, %(instance)s,"
+    " %(fids)s::text[], %(payloads)s::text[], %(channel)s, %(all)s::text[])"
+)
+
 # Each step is applied once, in order, inside one transaction with the
 # version bump. Never edit a released step: add one.
 MIGRATIONS: tuple[str, ...] = (

@@ -64,12 +64,17 @@ class Transactions(PgCore):
             conn = self._getconn(deadline)
             tx = Tx(conn, pid=conn.info.backend_pid)
             try:
-                with conn.pipeline():  # BEGIN, the transaction's id and the locks: one round trip
+                ids = sorted(set(session_ids))
+                with conn.pipeline():  # BEGIN, the transaction's id, the locks, the sessions: one round trip
                     conn.execute("BEGIN")
                     xid = conn.execute("SELECT txid_current()")
                     self._lock(tx, session_ids)
+                    rows = conn.execute("SELECT session_id, meta, leaf FROM sessions WHERE session_id = ANY(%s)",
+                                        ([key(i) for i in ids],))
                 row = xid.fetchone()
                 tx.xid = int(row[0]) if row else None
+                found = {sid: (meta, leaf) for sid, meta, leaf in rows.fetchall()}
+                tx.seen = {i: found.get(key(i), (None, None)) for i in ids}
             except BaseException as e:
                 with contextlib.suppress(psycopg.Error):
                     if not conn.closed:
