@@ -1,12 +1,15 @@
 """The postgres adapter beside the fs adapter, in one run (not a test).
 
-Run: ``python bench/bench_postgres.py [--quick] [--explain]`` with a server at
+Run: ``python bench/bench_postgres.py [--quick] [--explain] [--floor]`` with a server at
 ``SESSION_MANAGER_TEST_POSTGRES`` (default ``postgresql://127.0.0.1:5432/test``).
 Prints one table: append and update-message latency, cold and warm
 ``messages-tail`` on a long session, ``list`` first pages over many sessions
 (plain, status filter, metadata filter), then appends from 4 instances
 (processes) on 4 sessions vs 1 instance, and 4 instances on one session.
 ``--explain`` also prints the plans of the queries behind those calls.
+``--floor`` prints only issue 24's table (``bench/pg_floor.py``): ours beside
+raw psycopg and langchain-postgres (the ``bench`` extra), with round trips
+counted at the wire; the full run prints it last.
 Everything lives in a private schema (dropped afterwards) and a temp dir.
 The server shares the machine with the benchmark, so compare runs on one box.
 """
@@ -18,7 +21,6 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -37,6 +39,9 @@ import session_manager  # noqa: E402
 from session_manager.store import Commit, FsStore  # noqa: E402
 from session_manager.store._records import _line  # noqa: E402
 from session_manager.store.postgres import PostgresSettings, PostgresStore  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import pg_floor  # noqa: E402
 
 DSN = os.environ.get("SESSION_MANAGER_TEST_POSTGRES", "postgresql://127.0.0.1:5432/test")
 Row = tuple[str, str, str, str]
@@ -203,37 +208,9 @@ def bench_list(tmp: Path, schema: str, count: int) -> list[Row]:
 
 # -- instances in parallel ----------------------------------------------------------------------
 
-WORKER = """
-import sys, time, session_manager
-from session_manager.store.postgres import PostgresSettings, PostgresStore
-dsn, schema, sid, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
-sm = session_manager.open(store=PostgresStore(PostgresSettings(dsn=dsn, schema=schema)))
-sm.call("session::ensure", {"session_id": sid})
-msg = {"role": "user", "content": [{"type": "text", "text": "hi"}], "timestamp": 1}
-sys.stdout.write("ready\\n"); sys.stdout.flush(); sys.stdin.readline()
-start = time.perf_counter()
-for _ in range(n):
-    sm.call("session::append", {"session_id": sid, "message": msg})
-sys.stdout.write(f"{time.perf_counter() - start}\\n"); sys.stdout.flush()
-sm.close()
-"""
-
-
 def run_instances(schema: str, sessions: list[str], n: int) -> float:
     """Wall time for len(sessions) processes appending n messages each (after all are ready)."""
-    procs = [subprocess.Popen([sys.executable, "-c", WORKER, DSN, schema, sid, str(n)], cwd=ROOT,
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) for sid in sessions]
-    for p in procs:
-        assert p.stdout is not None and p.stdout.readline().strip() == "ready"
-    start = time.perf_counter()
-    for p in procs:
-        assert p.stdin is not None
-        p.stdin.write("go\n")
-        p.stdin.flush()
-    for p in procs:
-        p.communicate()
-        assert p.returncode == 0
-    return time.perf_counter() - start
+    return len(sessions) * n / pg_floor.processes("ours", DSN, schema, sessions, n)
 
 
 def bench_parallel(schema: str, n: int) -> list[Row]:
@@ -286,10 +263,19 @@ def explain(long_schema: str, many_schema: str, length: int) -> None:
                     print(line)
 
 
+def floor(schema: str, quick: bool) -> None:
+    try:
+        pg_floor.report(DSN, schema, quick)
+    finally:
+        with psycopg.connect(DSN, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true", help="smaller sizes (a smoke run)")
     parser.add_argument("--explain", action="store_true", help="also print the query plans")
+    parser.add_argument("--floor", action="store_true", help="only the floor table: ours beside the baselines")
     args = parser.parse_args()
     try:
         psycopg.connect(DSN, connect_timeout=3).close()
@@ -298,6 +284,9 @@ def main() -> None:
         return
     n, length, sessions, parallel = (50, 2000, 5000, 50) if args.quick else (300, 100_000, 100_000, 300)
     schema = f"smbench_{uuid.uuid4().hex[:8]}"
+    if args.floor:
+        floor(schema, args.quick)
+        return
     tmp = Path(tempfile.mkdtemp(prefix="smbench-"))
     rows: list[Row] = []
     try:
@@ -314,6 +303,8 @@ def main() -> None:
             print(f"{what:<{width}}  {fs_v:>12}  {pg_v:>18}  {note}")
         if args.explain:
             explain(schema + "_long", schema + "_many", length)
+        print()
+        floor(schema + "_floor", args.quick)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
         with psycopg.connect(DSN, autocommit=True) as conn:

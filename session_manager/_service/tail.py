@@ -14,7 +14,7 @@ from typing import Any
 from .._wire import api
 from .._wire.models import MessageEntry
 from .._wire.shape import build, edit
-from ..errors import INVALID_CURSOR, SessionError
+from ..errors import INVALID_CURSOR, SessionError, not_found
 from ..store.base import Entry
 from ..store.path import EntryPath
 from .core import Result, ServiceCore
@@ -104,8 +104,11 @@ class Tail(ServiceCore):
     def messages_tail(self, req: api.MessagesTailRequest) -> Result:
         session_id = req.session_id
         with storage_errors():
-            self._meta_or_raise(session_id)
-            path = self._path(session_id, self.store.get_leaf(session_id))
+            # One call for both: a store may answer them, and the path's last window, in one read.
+            meta, leaf = self.store.meta_and_leaf(session_id)
+            if meta is None:
+                raise not_found(session_id)
+            path = self._path(session_id, leaf)
         walk = _Walk(path, include_custom=req.include_custom is not False)
         if walk.before(len(path)) < 0:
             with storage_errors():

@@ -109,6 +109,10 @@ class PostgresConfig(BaseModel):
     outbox_retention_ms: Annotated[int, Field(ge=1000, le=2**31 - 1)] = Field(
         default=pg_defaults.OUTBOX_RETENTION_MS,
         description="How long event rows stay in the outbox; a listener away longer resyncs.")
+    # At most ~24 days: it is also the server's idle_in_transaction_session_timeout (an int of ms).
+    timeout_ms: Annotated[int, Field(ge=1, le=2**31 - 1001)] = Field(
+        default=pg_defaults.TIMEOUT_MS,
+        description="Every call answers within it (then session/storage), whatever the network does.")
 
 
 class PostgresAdapter(BaseModel):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -14,6 +15,17 @@ def schema() -> Iterator[str]:
     """A fresh, uniquely named PostgreSQL schema, dropped afterwards (skips when no server answers)."""
     with pg_support.schema() as name:
         yield name
+
+
+@pytest.fixture
+def relay() -> Iterator[Any]:
+    """A misbehaving TCP relay to the test server (tests/pg_relay.py; skips when no server answers)."""
+    pg_support.require()
+    from tests.pg_relay import Relay
+
+    r = Relay()
+    yield r
+    r.close()
 
 
 @pytest.fixture

@@ -118,7 +118,7 @@ def test_the_generated_schema_has_the_shape_the_console_renders() -> None:
     pg_config = _resolve(schema, pg_variant["properties"]["config"])
     assert pg_config["required"] == ["dsn"] and set(pg_config["properties"]) == {
         "dsn", "pool_size", "connect_timeout_ms", "statement_timeout_ms", "pool_timeout_ms", "schema",
-        "outbox_retention_ms"}
+        "outbox_retention_ms", "timeout_ms"}
     assert all(p.get("description") for p in pg_config["properties"].values())
     assert pg_config["properties"]["schema"]["default"] == "public"
     retention = pg_config["properties"]["outbox_retention_ms"]
@@ -133,6 +133,9 @@ def test_the_generated_schema_has_the_shape_the_console_renders() -> None:
     assert (poll["type"], poll["minimum"], poll["default"]) == ("integer", 1, 25)
     retention = sqlite_config["properties"]["outbox_retention_ms"]
     assert (retention["minimum"], retention["default"]) == (1000, 60_000)
+    call_deadline = pg_config["properties"]["timeout_ms"]  # the postgres adapter's deadline on every call
+    assert (call_deadline["type"], call_deadline["minimum"], call_deadline["default"]) == ("integer", 1, 30_000)
+    assert "timeout_ms" not in pg_config["required"]
     timeout = bridge_config["properties"]["timeout_ms"]
     assert (timeout["type"], timeout["minimum"], timeout["default"]) == ("integer", 0, 5000)
     defaults = default_config_value()
@@ -156,7 +159,7 @@ def test_the_generated_schema_has_the_shape_the_console_renders() -> None:
     {"adapter": {"name": "postgres", "config": {"dsn": "postgresql://db/sm"}}},
     {"adapter": {"name": "postgres", "config": {"dsn": "host=db", "pool_size": 4, "connect_timeout_ms": 1000,
                                                 "statement_timeout_ms": 0, "pool_timeout_ms": 50, "schema": "s",
-                                                "outbox_retention_ms": 1000}}},
+                                                "outbox_retention_ms": 1000, "timeout_ms": 250}}},
     {"adapter": {"name": "sqlite", "config": {"path": "data/sm.db"}}},
     {"adapter": {"name": "sqlite", "config": {"path": "/x.db", "poll_ms": 5, "busy_timeout_ms": 0,
                                               "outbox_retention_ms": 1000}}, "durability": "fsync"},
@@ -181,6 +184,8 @@ def test_schema_and_parser_accept_the_same_values(value: dict[str, Any]) -> None
     {"adapter": {"name": "sqlite", "config": {"path": "x.db", "poll_ms": 0}}},
     {"adapter": {"name": "sqlite", "config": {"path": "x.db", "outbox_retention_ms": 999}}},
     {"adapter": {"name": "sqlite", "config": {"path": "x.db", "dsn": "x"}}},
+    {"adapter": {"name": "postgres", "config": {"dsn": "x", "timeout_ms": 0}}},
+    {"adapter": {"name": "postgres", "config": {"dsn": "x", "timeout_ms": 2**31}}},
     {"default_list_limt": 5},
     {"max_list_limit": -1},
     {"max_list_limit": "5"},

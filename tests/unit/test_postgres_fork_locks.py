@@ -53,9 +53,11 @@ class PausingStore(PostgresStore):
         self.forker_backend: int | None = None  # the backend of the fork's still-open transaction
 
     def settle(self) -> None:
-        if threading.current_thread() is self.forking and not self.between.is_set():
+        # Only on the transactional path: the optimistic attempt a call makes first
+        # (store/postgres/optimistic.py) holds no lock, and a fork falls back from it.
+        if threading.current_thread() is self.forking and not self.between.is_set() and self._local.tx is not None:
             tx = self._local.tx
-            self.forker_backend = None if tx is None else tx.conn.info.backend_pid
+            self.forker_backend = tx.conn.info.backend_pid
             self.between.set()
             self.resume.wait(10)
 

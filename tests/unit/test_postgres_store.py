@@ -141,7 +141,9 @@ def test_instances_booting_at_once_migrate_once(schema: str) -> None:
         assert errors == [] and len(stores) == 4
         with psycopg.connect(pg_support.DSN, autocommit=True) as conn:
             rows = conn.execute(f'SELECT version FROM "{schema}".schema_version').fetchall()
-        assert rows == [(1,)]
+        from session_manager.store.postgres.schema import MIGRATIONS
+
+        assert rows == [(len(MIGRATIONS),)]
         stores[0].commit("s", Commit(
             meta={"session_id": "s", "title": "", "description": "", "status": "idle",
                   "created_at": 1, "updated_at": 1, "message_count": 0}))

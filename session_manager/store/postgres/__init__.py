@@ -5,7 +5,10 @@ Modules: ``store`` (assembles :class:`PostgresStore` from ``core``,
 ``links`` (jump pointers of new entries), ``path`` (the lazily read active
 path), ``outbox`` (events across instances), ``schema`` (versioned
 migrations), ``keys`` and ``values`` (how ids and values are stored),
-``secrets`` (password redaction), ``build`` (from a configuration value).
+``secrets`` (password redaction), ``build`` (from a configuration value),
+``deadline`` (the watchdog behind ``timeout_ms``), ``in_doubt`` (settling a
+commit whose answer was lost), ``optimistic`` and ``plan`` (a mutation in one
+round trip through ``sm_apply``).
 
 The two names are imported on first use, so the modules that need no
 psycopg (``keys``, ``values``, ``path``) serve the sqlite adapter without

@@ -24,6 +24,7 @@ def build_postgres(config: PostgresConfig) -> PostgresStore:
         pool_timeout_ms=config.pool_timeout_ms,
         schema=config.schema_,
         outbox_retention_s=config.outbox_retention_ms / 1000,
+        timeout_ms=config.timeout_ms,
     )
     try:
         return PostgresStore(settings)

@@ -1,11 +1,15 @@
 """What every part of the postgres adapter shares: the settings, the pool,
-the connection a mutation has bound to the calling thread, and the mapping
-of database failures to :class:`StoreError` (password masked)."""
+the connection a mutation has bound to the calling thread, the deadline of
+the call in progress (every connection in use is armed with it, see
+:mod:`.deadline`), and the mapping of database failures to
+:class:`StoreError` (password masked)."""
 
 from __future__ import annotations
 
 import threading
+import time
 import uuid
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -18,6 +22,7 @@ from psycopg_pool import ConnectionPool
 from ...errors import STORAGE, SessionError, StoreError, Unavailable
 from ..base import SessionStore
 from . import schema
+from .deadline import Armed, Watchdog
 from .secrets import redact, safe_dsn
 from .settings import PostgresSettings
 
@@ -28,11 +33,33 @@ class Tx:
 
     conn: psycopg.Connection[Any]
     locked: set[str] = field(default_factory=set)
+    xid: int | None = None  # txid_current(): how a COMMIT whose answer was lost is settled
+    pid: int = 0  # its backend
+    seen: dict[str, tuple[str | None, str | None]] = field(default_factory=dict)  # read at BEGIN: meta text, leaf
 
 
 class _Local(threading.local):
     tx: Tx | None = None
     deferring: bool = False
+    deadline: float | None = None  # the call in progress must answer by then (time.monotonic())
+    armed: Armed | None = None  # this thread's connection in use, armed with that deadline
+    window: Any = None  # a path's last window read with its session's meta, for this call's path() (reads.py)
+
+
+class _Pool(ConnectionPool[psycopg.Connection[Any]]):
+    """The pool, whose health check (:meth:`check`, run by the calling thread
+    after a lost connection) answers within that thread's deadline too."""
+
+    def __init__(self, core: PgCore, conninfo: str, **kwargs: Any) -> None:
+        self._core = core
+        super().__init__(conninfo, **kwargs)
+
+    def check_connection(self, conn: psycopg.Connection[Any]) -> None:  # type: ignore[override]
+        armed = self._core.watchdog.arm(conn, self._core._deadline())
+        try:
+            ConnectionPool.check_connection(conn)
+        finally:
+            self._core.watchdog.disarm(armed)
 
 
 class PgCore(SessionStore):
@@ -45,23 +72,28 @@ class PgCore(SessionStore):
         self.instance = uuid.uuid4().hex
         self._local = _Local()
         self._closed = False
+        self.watchdog = Watchdog("session-manager-deadline")
+        self._started: weakref.WeakKeyDictionary[psycopg.Connection[Any], Any] = weakref.WeakKeyDictionary()
         problem = schema.name_problem(settings.schema)
         if problem is not None:
             raise StoreError(f"postgres: {problem}")
         try:
             conninfo = settings.conninfo()
-            self._conninfo = conninfo
-            with psycopg.connect(conninfo, autocommit=True) as conn:
-                schema.migrate(conn, settings.schema)
         except psycopg.Error as e:
+            self.watchdog.close()
             raise StoreError(self._say(f"cannot open the database {safe_dsn(settings.dsn)}: {e}")) from None
-        self._pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(
+        self._conninfo = conninfo
+        if (conninfo, settings.schema) not in schema.CHECKED:  # once per process (see schema.CHECKED)
+            self._migrate()
+        self._pool = _Pool(
+            self,
             conninfo,
             min_size=1,
             max_size=max(1, settings.pool_size),
             kwargs={"autocommit": True},
             timeout=settings.pool_timeout_ms / 1000,
             reconnect_timeout=10.0**9,  # keep trying: the server may come back at any time
+            configure=self._configure,
             name="session-manager",
             open=False,
         )
@@ -73,11 +105,95 @@ class PgCore(SessionStore):
     def _say(self, text: str) -> str:
         return redact(text, self.settings.dsn)
 
+    def _migrate(self) -> None:
+        try:
+            with psycopg.connect(self._conninfo, autocommit=True) as conn:
+                armed = self.watchdog.arm(conn, self._deadline())  # a silent peer cannot hang the boot
+                try:
+                    schema.migrate(conn, self.settings.schema)
+                finally:
+                    self.watchdog.disarm(armed)
+        except psycopg.Error as e:
+            self.watchdog.close()
+            raise StoreError(self._say(f"cannot open the database {safe_dsn(self.settings.dsn)}: {e}")) from None
+        except BaseException:
+            self.watchdog.close()
+            raise
+        schema.CHECKED.add((self._conninfo, self.settings.schema))
+
+    def _configure(self, conn: psycopg.Connection[Any]) -> None:
+        # A new pooled connection: its backend's start time, which with its pid names
+        # that backend for good (a pid alone may be reused), to end it after a lost answer.
+        row = conn.execute("SELECT backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid()").fetchone()
+        self._started[conn] = row[0] if row else None
+
+    def started_at(self, conn: psycopg.Connection[Any]) -> Any:
+        """When ``conn``'s backend started (``None`` if unknown)."""
+        return self._started.get(conn)
+
     def _fail(self, e: BaseException) -> StoreError:
+        armed = self._local.armed
+        if armed is not None and armed.fired:  # the watchdog ended the connection at the call's deadline
+            return self._late("no answer")
         # OperationalError: the server is unreachable, went away, or no
         # connection freed up in time (PoolTimeout): retrying may succeed.
         kind = Unavailable if isinstance(e, psycopg.OperationalError) else StoreError
         return kind(self._say(f"postgres: {type(e).__name__}: {e}".strip()))
+
+    def _late(self, what: str) -> Unavailable:
+        return Unavailable(f"postgres: {what} within timeout_ms={self.settings.timeout_ms}"
+                           " (the connection, if any, was discarded)")
+
+    # -- the deadline --------------------------------------------------------------
+
+    def _deadline(self) -> float:
+        """When the call in progress must have answered (a call of its own outside one)."""
+        deadline = self._local.deadline
+        return deadline if deadline is not None else time.monotonic() + self.settings.timeout_ms / 1000
+
+    @contextmanager
+    def deadline(self) -> Iterator[None]:
+        """Every exchange inside shares one deadline, ``timeout_ms`` from now (kept if already set)."""
+        if self._local.deadline is not None:
+            yield
+            return
+        self._local.deadline = time.monotonic() + self.settings.timeout_ms / 1000
+        try:
+            yield
+        finally:
+            self._local.deadline = None
+            self._local.window = None  # read for this call only
+
+    def _getconn(self, deadline: float) -> psycopg.Connection[Any]:
+        """A pooled connection armed with ``deadline``; the wait for it counts against it too."""
+        self._local.armed = None
+        if self._closed:
+            raise StoreError("postgres: the store is closed")
+        left = deadline - time.monotonic()
+        wait = min(self.settings.pool_timeout_ms / 1000, left)
+        if wait <= 0:
+            raise self._late("no connection")
+        try:
+            conn = self._pool.getconn(timeout=wait)
+        except psycopg.Error as e:
+            if wait < self.settings.pool_timeout_ms / 1000 and time.monotonic() >= deadline:
+                raise self._late("no connection") from None
+            raise self._fail(e) from None
+        try:
+            self._local.armed = self.watchdog.arm(conn, deadline)
+        except psycopg.Error as e:
+            self._pool.putconn(conn)  # closed already: the pool discards it
+            raise self._fail(e) from None
+        return conn
+
+    def _putconn(self, conn: psycopg.Connection[Any]) -> None:
+        """Back to the pool, unless the deadline ended it (then it is closed and discarded)."""
+        armed = self._local.armed
+        if armed is not None and self.watchdog.disarm(armed):
+            conn.close()
+        self._pool.putconn(conn)  # a broken or closed connection is discarded by the pool
+
+    # -- running statements ---------------------------------------------------------
 
     @contextmanager
     def _conn(self) -> Iterator[psycopg.Connection[Any]]:
@@ -89,36 +205,40 @@ class PgCore(SessionStore):
             except psycopg.Error as e:
                 raise self._fail(e) from None
             return
-        if self._closed:
-            raise StoreError("postgres: the store is closed")
+        conn = self._getconn(self._deadline())
         try:
-            with self._pool.connection() as conn:
-                yield conn
+            yield conn
         except psycopg.Error as e:
             raise self._fail(e) from None
+        finally:
+            self._putconn(conn)
 
     def _rows(self, query: str | sql.Composed, params: Any = None) -> list[tuple[Any, ...]]:
         if self._local.tx is not None or self._closed:
             with self._conn() as conn:
                 return conn.execute(query, params).fetchall()
+        deadline = self._deadline()
         for attempt in (1, 2):
-            used: psycopg.Connection[Any] | None = None
+            conn = self._getconn(deadline)
             try:
-                with self._pool.connection() as conn:
-                    used = conn
-                    return conn.execute(query, params).fetchall()
+                return conn.execute(query, params).fetchall()
             except psycopg.Error as e:
-                if attempt == 1 and used is not None and self._stale(used):
-                    continue  # a read: run it again on a live connection
-                raise self._fail(e) from None
+                failure = self._fail(e)
+            finally:
+                self._putconn(conn)
+            armed = self._local.armed
+            if attempt == 1 and not (armed is not None and armed.fired) and self._stale(conn):
+                continue  # a read: run it again on a live connection
+            raise failure
         raise AssertionError("unreachable")
 
     def _stale(self, conn: psycopg.Connection[Any]) -> bool:
         """Whether a statement failed because ``conn`` was lost (the server ended
         it, or it went away, while it sat idle in the pool). Then every idle
-        connection is checked, so the pool drops those lost with it (a restart
-        or failover ends them all) and the retry gets a live one, instead of
-        the next pool_size calls failing one by one on the dead ones."""
+        connection is checked (within the call's deadline), so the pool drops
+        those lost with it (a restart or failover ends them all) and the retry
+        gets a live one, instead of the next pool_size calls failing one by one
+        on the dead ones."""
         if not conn.broken:
             return False
         self._pool.check()
@@ -130,6 +250,7 @@ class PgCore(SessionStore):
         self._closed = True
         self.outbox.close()
         self._pool.close(timeout=5.0)
+        self.watchdog.close()
 
     def storage_error(self, e: BaseException) -> SessionError:
         """A lazy read's failure, as callers see it (it happens outside the service's mapping)."""

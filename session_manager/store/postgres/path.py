@@ -100,6 +100,12 @@ class PgPath(EntryPath):
         found = self._by_depth.get(depth)
         return depth if found is not None and found[0] == entry_id else None
 
+    def seed(self, rows: list[tuple[str, int, str]]) -> None:
+        """Entries already read (id, depth, body text), e.g. with the session's meta."""
+        for entry_id, depth, body in rows:
+            self._by_depth[depth] = (entry_id, loads(body.encode("utf-8")))
+            self._depth_of[entry_id] = depth
+
     @property
     def leaf(self) -> str | None:
         return self._leaf_id

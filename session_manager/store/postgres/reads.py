@@ -19,9 +19,36 @@ from .values import sanitize
 
 LIST_BATCH = 200
 
+# The session's meta and leaf with the last PATH_WINDOW entries of its active
+# path, walked from the leaf by parent links (one primary-key probe each): what
+# messages-tail reads, in one round trip. Kind 0 is the session, 1 an entry.
+_META_AND_TAIL = """
+WITH RECURSIVE s AS (
+    SELECT meta, leaf FROM sessions WHERE session_id = %(s)s AND meta IS NOT NULL
+), w(entry_id, parent_id, depth, n, body) AS (
+    SELECT e.entry_id, e.parent_id, e.depth, 1, e.body
+    FROM s JOIN entries e ON e.session_id = %(s)s AND e.entry_id = s.leaf
+  UNION ALL
+    SELECT p.entry_id, p.parent_id, p.depth, w.n + 1, p.body
+    FROM w JOIN entries p ON p.session_id = %(s)s AND p.entry_id = w.parent_id
+    WHERE w.n < %(window)s
+)
+SELECT 0, meta, leaf, NULL::integer FROM s
+UNION ALL
+SELECT 1, body, entry_id, depth FROM w
+"""
+
 
 class Reads(PgCore):
+    def _seen(self, session_id: str) -> tuple[str | None, str | None] | None:
+        """The session's meta text and leaf as the mutation's transaction read them at BEGIN."""
+        tx = self._local.tx
+        return tx.seen.get(session_id) if tx is not None else None
+
     def get_meta(self, session_id: str) -> Meta | None:
+        seen = self._seen(session_id)
+        if seen is not None:
+            return loads(seen[0].encode("utf-8")) if seen[0] is not None else None
         rows = self._rows("SELECT meta FROM sessions WHERE session_id = %s AND meta IS NOT NULL", (key(session_id),))
         return loads(rows[0][0].encode("utf-8")) if rows else None
 
@@ -60,6 +87,21 @@ class Reads(PgCore):
             if len(rows) < LIST_BATCH:
                 return
 
+    def meta_and_leaf(self, session_id: str) -> tuple[Meta | None, str | None]:
+        """Both in one read, with the active path's last window kept for this call's
+        :meth:`path` of that leaf (a messages-tail page: one round trip)."""
+        from .path import PATH_WINDOW
+
+        rows = self._rows(_META_AND_TAIL, {"s": key(session_id), "window": PATH_WINDOW})
+        head = [r for r in rows if r[0] == 0]
+        if not head:
+            return None, None
+        _, meta, leaf, _ = head[0]
+        entries = [(unkey(eid), depth, body) for kind, body, eid, depth in rows if kind == 1]
+        if leaf is not None and self._local.tx is None and self._local.deadline is not None:  # in a call
+            self._local.window = (session_id, unkey(leaf), entries)
+        return loads(meta.encode("utf-8")), unkey(leaf) if leaf is not None else None
+
     def get_entry(self, session_id: str, entry_id: str) -> Entry | None:
         rows = self._rows(
             "SELECT body FROM entries WHERE session_id = %s AND entry_id = %s", (key(session_id), key(entry_id))
@@ -67,12 +109,22 @@ class Reads(PgCore):
         return loads(rows[0][0].encode("utf-8")) if rows else None
 
     def get_leaf(self, session_id: str) -> str | None:
+        seen = self._seen(session_id)
+        if seen is not None:
+            return unkey(seen[1]) if seen[1] is not None else None
         rows = self._rows("SELECT leaf FROM sessions WHERE session_id = %s", (key(session_id),))
         return unkey(rows[0][0]) if rows and rows[0][0] is not None else None
 
     def path(self, session_id: str, leaf: str | None) -> EntryPath:
         if leaf is None:
             return EntryPath([], {})
+        window, self._local.window = self._local.window, None
+        if window is not None and window[0] == session_id and window[1] == leaf and window[2]:
+            from .path import PgPath
+
+            read = PgPath(self, session_id, leaf, window[2][0][1])
+            read.seed(window[2])
+            return read
         rows = self._rows(
             "SELECT depth FROM entries WHERE session_id = %s AND entry_id = %s", (key(session_id), key(leaf))
         )

@@ -27,6 +27,93 @@ from psycopg import Connection, sql
 
 from ...errors import StoreError
 
+# sm_apply(...): the optimistic commit. Under the session's advisory lock (the
+# one the transactional path takes), it checks the state the decision was
+# made on (p_check 1: the meta text and leaf as read; 2: no session yet; and
+# each entry read, by its exact text, NULL meaning absent), raising SQLSTATE
+# SM409 (nothing written) on any difference; then upserts the entries (depth
+# and jump pointer as links.py computes them), the session row, the outbox
+# rows and one pg_notify of their ids.
+APPLY_FUNCTION = """
+CREATE FUNCTION sm_apply(
+    p_sid text, p_check integer, p_expect_meta text, p_expect_leaf text, p_read_ids text[], p_read_bodies text[],
+    p_ids text[], p_parents text[], p_bodies text[],
+    p_has_meta boolean, p_meta text, p_status text, p_created bigint, p_updated bigint, p_metadata jsonb,
+    p_has_leaf boolean, p_leaf text,
+    p_instance text, p_fids text[], p_payloads text[], p_channel text, p_all text[]
+) RETURNS integer LANGUAGE plpgsql AS $fn$
+DECLARE
+    i integer;
+    pd integer; pj text; pjd integer; jjd integer; jj text;
+    d integer; ji text; jd integer;
+    note text;
+BEGIN
+    PERFORM pg_advisory_xact_lock(hashtextextended(current_schema() || ':' || p_sid, 0));
+    IF p_check = 1 AND NOT EXISTS (SELECT 1 FROM sessions WHERE session_id = p_sid AND meta = p_expect_meta
+                                   AND leaf IS NOT DISTINCT FROM p_expect_leaf) THEN
+        RAISE EXCEPTION 'session % changed', p_sid USING ERRCODE = 'SM409';
+    END IF;
+    IF p_check = 2 AND EXISTS (SELECT 1 FROM sessions WHERE session_id = p_sid AND meta IS NOT NULL) THEN
+        RAISE EXCEPTION 'session % exists', p_sid USING ERRCODE = 'SM409';
+    END IF;
+    IF EXISTS (SELECT 1 FROM unnest(p_read_ids, p_read_bodies) AS u(i, b)
+               LEFT JOIN entries e ON e.session_id = p_sid AND e.entry_id = u.i
+               WHERE e.body IS DISTINCT FROM u.b) THEN
+        RAISE EXCEPTION 'an entry of session % changed', p_sid USING ERRCODE = 'SM409';
+    END IF;
+    FOR i IN 1 .. coalesce(cardinality(p_ids), 0) LOOP
+        pd := NULL;
+        IF p_parents[i] IS NOT NULL THEN
+            SELECT depth, jump_id, jump_depth INTO pd, pj, pjd FROM entries
+             WHERE session_id = p_sid AND entry_id = p_parents[i];
+        END IF;
+        IF pd IS NULL THEN
+            d := 0; ji := p_ids[i]; jd := 0;
+        ELSE
+            jj := NULL;
+            SELECT jump_id, jump_depth INTO jj, jjd FROM entries WHERE session_id = p_sid AND entry_id = pj;
+            IF jj IS NOT NULL AND pd - pjd = pjd - jjd AND pj <> p_parents[i] THEN
+                d := pd + 1; ji := jj; jd := jjd;
+            ELSE
+                d := pd + 1; ji := p_parents[i]; jd := pd;
+            END IF;
+        END IF;
+        INSERT INTO entries (session_id, entry_id, parent_id, depth, jump_id, jump_depth, body)
+        VALUES (p_sid, p_ids[i], p_parents[i], d, ji, jd, p_bodies[i])
+        ON CONFLICT (session_id, entry_id) DO UPDATE SET parent_id = EXCLUDED.parent_id, depth = EXCLUDED.depth,
+            jump_id = EXCLUDED.jump_id, jump_depth = EXCLUDED.jump_depth, body = EXCLUDED.body;
+    END LOOP;
+    INSERT INTO sessions AS s (session_id, meta, status, created_at, updated_at, metadata, leaf)
+    VALUES (p_sid, p_meta, p_status, p_created, p_updated, p_metadata, p_leaf)
+    ON CONFLICT (session_id) DO UPDATE SET
+        meta = CASE WHEN p_has_meta THEN EXCLUDED.meta ELSE s.meta END,
+        status = CASE WHEN p_has_meta THEN EXCLUDED.status ELSE s.status END,
+        created_at = CASE WHEN p_has_meta THEN EXCLUDED.created_at ELSE s.created_at END,
+        updated_at = CASE WHEN p_has_meta THEN EXCLUDED.updated_at ELSE s.updated_at END,
+        metadata = CASE WHEN p_has_meta THEN EXCLUDED.metadata ELSE s.metadata END,
+        leaf = CASE WHEN p_has_leaf THEN EXCLUDED.leaf ELSE s.leaf END;
+    IF coalesce(cardinality(p_fids), 0) > 0 THEN
+        WITH ins AS (
+            INSERT INTO outbox (instance, function_id, payload)
+            SELECT p_instance, f, p FROM unnest(p_fids, p_payloads) WITH ORDINALITY AS u(f, p, n) ORDER BY n
+            RETURNING id, function_id)
+        SELECT p_instance || '|' || string_agg(id::text || ':' || array_position(p_all, function_id)::text, ','
+                                               ORDER BY id) INTO note FROM ins;
+        PERFORM pg_notify(p_channel, note);
+    END IF;
+    RETURN 0;
+END
+$fn$;
+"""
+
+# The call of sm_apply, by name (both write paths send it).
+APPLY = (
+    "SELECT sm_apply(%(sid)s, %(check)s, %(expect_meta)s, %(expect_leaf)s, %(read_ids)s::text[],"
+    " %(read_bodies)s::text[], %(ids)s::text[], %(parents)s::text[], %(bodies)s::text[], %(has_meta)s, %(meta)s,"
+    " %(status)s, %(created)s, %(updated)s, %(metadata)s, %(has_leaf)s, %(leaf)s, %(instance)s,"
+    " %(fids)s::text[], %(payloads)s::text[], %(channel)s, %(all)s::text[])"
+)
+
 # Each step is applied once, in order, inside one transaction with the
 # version bump. Never edit a released step: add one.
 MIGRATIONS: tuple[str, ...] = (
@@ -78,6 +165,9 @@ MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX outbox_created ON outbox (created_at);
     """,
+    # 2: one mutation in one round trip (store/postgres/optimistic.py): check what the
+    # decision read, write the commit, its outbox rows and their NOTIFY, atomically.
+    APPLY_FUNCTION,
 )
 
 
@@ -94,6 +184,12 @@ def name_problem(schema: str) -> str | None:
     if size > NAME_BYTES:
         return f"adapter config schema: {size} bytes in UTF-8, PostgreSQL keeps at most {NAME_BYTES}"
     return None
+
+
+# (conninfo, schema) pairs this process has migrated or found current: a new
+# store on one of them skips the check (a cold open connects only when its
+# first call needs a connection). Cleared by tests that play a new process.
+CHECKED: set[tuple[str, str]] = set()
 
 
 def migrate(conn: Connection[Any], schema: str) -> int:

@@ -49,13 +49,17 @@ class PostgresSettings:
     pool_timeout_ms: int = defaults.POOL_TIMEOUT_MS
     schema: str = defaults.SCHEMA
     outbox_retention_s: float = OUTBOX_RETENTION_S
+    timeout_ms: int = defaults.TIMEOUT_MS  # every call answers within it (see .deadline)
 
     def conninfo(self) -> str:
         # libpq counts connect_timeout in whole seconds (and treats 1 as 2).
         seconds = max(2, -(-self.connect_timeout_ms // 1000))
         given = psycopg.conninfo.conninfo_to_dict(self.dsn)
         keepalives = {k: str(given.get(k, default)) for k, default in KEEPALIVES.items()}
-        options = [f"statement_timeout={self.statement_timeout_ms}", f"search_path={_quote_path(self.schema)}"]
+        options = [f"statement_timeout={self.statement_timeout_ms}", f"search_path={_quote_path(self.schema)}",
+                   # A transaction its caller abandoned at the deadline (behind a silent
+                   # network, the server never hears of it) ends by itself, its locks freed.
+                   f"idle_in_transaction_session_timeout={self.timeout_ms + 1000}"]
         for client, server in _SERVER_SIDE.items():
             if server == "tcp_user_timeout" or _on(keepalives["keepalives"]):
                 options.append(f"{server}={_quote_option(keepalives[client])}")

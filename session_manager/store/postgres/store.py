@@ -7,7 +7,8 @@ derived copy of the session metadata that serves list filters.
 :class:`PostgresStore` is assembled from its parts: :mod:`.core` (settings,
 pool, failure mapping), :mod:`.transactions` (one transaction per mutation,
 its events committed with it), :mod:`.reads` (the queries), :mod:`.writes`
-(commits, deletions, attachments).
+(commits, deletions, attachments), :mod:`.optimistic` (a call in one round
+trip when what this instance knows of the session still holds).
 
 Reads outside a mutation run in autocommit on a pooled connection. Every
 database failure becomes a :class:`StoreError` (``session/storage``) with the
@@ -17,12 +18,11 @@ call reconnects by itself.
 
 from __future__ import annotations
 
-from .reads import Reads
+from .optimistic import Optimistic
 from .settings import PostgresSettings
-from .writes import Writes
 
 __all__ = ["PostgresSettings", "PostgresStore"]
 
 
-class PostgresStore(Writes, Reads):
+class PostgresStore(Optimistic):
     """Sessions, entries and attachments in one PostgreSQL schema."""

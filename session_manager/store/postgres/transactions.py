@@ -24,6 +24,7 @@ from ..._wire.events import Event
 from ...errors import StoreError
 from ..base import EventSink
 from .core import PgCore, Tx
+from .in_doubt import settle
 from .keys import key
 
 log = logging.getLogger("session_manager.store.postgres")
@@ -44,40 +45,47 @@ class Transactions(PgCore):
             self._lock(tx, session_ids)
             yield
             return
-        tx = self._begin(session_ids)
-        try:
-            self._local.tx = tx
-            yield
-        except BaseException:
-            self._end(tx, commit=False)
-            raise
-        if self._local.deferring:
-            return  # run_call commits with the call's events
-        self._end(tx, commit=True)
+        with self.deadline():  # outside run_call, the mutation is the call
+            tx = self._begin(session_ids)
+            try:
+                self._local.tx = tx
+                yield
+            except BaseException:
+                self._end(tx, commit=False)
+                raise
+            if self._local.deferring:
+                return  # run_call commits with the call's events
+            self._end(tx, commit=True)
 
     def _begin(self, session_ids: Collection[str] = ()) -> Tx:
         """A pooled connection in a fresh transaction holding the sessions' locks."""
-        if self._closed:
-            raise StoreError("postgres: the store is closed")
+        deadline = self._deadline()
         for attempt in (1, 2):
+            conn = self._getconn(deadline)
+            tx = Tx(conn, pid=conn.info.backend_pid)
             try:
-                conn = self._pool.getconn()
-            except psycopg.Error as e:
-                raise self._fail(e) from None
-            tx = Tx(conn)
-            try:
-                with conn.pipeline():  # BEGIN and the locks: one round trip
+                ids = sorted(set(session_ids))
+                with conn.pipeline():  # BEGIN, the transaction's id, the locks, the sessions: one round trip
                     conn.execute("BEGIN")
+                    xid = conn.execute("SELECT txid_current()")
                     self._lock(tx, session_ids)
+                    rows = conn.execute("SELECT session_id, meta, leaf FROM sessions WHERE session_id = ANY(%s)",
+                                        ([key(i) for i in ids],))
+                row = xid.fetchone()
+                tx.xid = int(row[0]) if row else None
+                found = {sid: (meta, leaf) for sid, meta, leaf in rows.fetchall()}
+                tx.seen = {i: found.get(key(i), (None, None)) for i in ids}
             except BaseException as e:
                 with contextlib.suppress(psycopg.Error):
                     if not conn.closed:
                         conn.execute("ROLLBACK")
-                self._pool.putconn(conn)
-                if attempt == 1 and self._stale(conn):
+                failure = self._fail(e) if isinstance(e, psycopg.Error) else None
+                self._putconn(conn)
+                armed = self._local.armed
+                if attempt == 1 and not (armed is not None and armed.fired) and self._stale(conn):
                     continue  # nothing ran: begin again on a live connection
-                if isinstance(e, psycopg.Error):
-                    raise self._fail(e) from None
+                if failure is not None:
+                    raise failure from None
                 raise
             return tx
         raise AssertionError("unreachable")
@@ -92,20 +100,32 @@ class Transactions(PgCore):
             tx.locked.add(sid)
 
     def _end(self, tx: Tx, *, commit: bool) -> None:
+        """COMMIT (or ROLLBACK) and give the connection back. A COMMIT whose
+        answer was lost with its connection is settled before this returns
+        (:mod:`.in_doubt`): committed returns as applied, else the failure."""
         self._local.tx = None
         try:
             tx.conn.execute("COMMIT" if commit else "ROLLBACK")
         except psycopg.Error as e:
-            if commit:
-                raise self._fail(e) from None
-            log.warning("%s", self._say(f"postgres: rollback failed: {e}"))
-        finally:
-            self._pool.putconn(tx.conn)  # a broken connection is discarded by the pool
+            failure = self._fail(e)
+            lost = tx.conn.broken or tx.conn.closed
+            self._putconn(tx.conn)
+            if not commit:
+                log.warning("%s", self._say(f"postgres: rollback failed: {e}"))
+                return
+            if lost and tx.xid is not None and settle(self, tx, failure):
+                return  # it landed: the caller answers as applied
+            raise failure from None
+        self._putconn(tx.conn)
 
     def run_call(self, call: Callable[[], tuple[R, list[Event]]]) -> tuple[R, list[Event]]:
         """Run one call; its mutation commits together with its outbox rows."""
         if self._local.deferring:  # re-entrant: the outer call commits
             return call()
+        with self.deadline():  # the whole call answers within timeout_ms
+            return self._run_call(call)
+
+    def _run_call(self, call: Callable[[], tuple[R, list[Event]]]) -> tuple[R, list[Event]]:
         self._local.deferring = True
         try:
             response, events = call()
@@ -116,6 +136,10 @@ class Transactions(PgCore):
                 self._end(tx, commit=False)
             raise
         self._local.deferring = False
+        return self._finish(response, events)
+
+    def _finish(self, response: R, events: list[Event]) -> tuple[R, list[Event]]:
+        """Commit the call's transaction (if any) with its events in the outbox."""
         tx = self._local.tx
         if tx is None:
             if not events:

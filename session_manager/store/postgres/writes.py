@@ -9,14 +9,14 @@ from typing import Any
 
 import psycopg
 from psycopg import sql
-from psycopg.types.json import Jsonb
 
 from .._cas import resolve
 from ..base import AttachmentMeta, Commit, Entry
-from .keys import check_id, key, key_or_none
-from .links import link
+from .keys import check_id, key
+from .plan import apply_params
+from .schema import APPLY
 from .transactions import Transactions
-from .values import json_text, sanitize
+from .values import json_text
 
 
 class Writes(Transactions):
@@ -47,45 +47,16 @@ class Writes(Transactions):
 
     def _write(self, conn: psycopg.Connection[Any], session_id: str, commit: Commit,
                bodies: list[tuple[Entry, str]], meta_text: str | None) -> None:
-        sid = key(session_id)
+        # sm_apply with nothing to check (the transaction holds the session's lock)
+        # and no events (run_call records them): entries linked server-side, the
+        # session row upserted, in one round trip.
+        tx = self._local.tx
+        if tx is not None:
+            tx.seen.pop(session_id, None)  # what the transaction read of it is stale now
+        params = apply_params(session_id, commit, [text for _, text in bodies], meta_text,
+                              instance=self.instance, schema=self.settings.schema)
         try:
-            rows = link(conn, sid, [e for e, _ in bodies]) if bodies else {}
-            with conn.pipeline(), conn.cursor() as cur:  # the entries and the session row: one round trip
-                if bodies:
-                    cur.executemany(
-                        "INSERT INTO entries (session_id, entry_id, parent_id, depth, jump_id, jump_depth, body)"
-                        " VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT (session_id, entry_id) DO UPDATE SET"
-                        " parent_id = EXCLUDED.parent_id, depth = EXCLUDED.depth, jump_id = EXCLUDED.jump_id,"
-                        " jump_depth = EXCLUDED.jump_depth, body = EXCLUDED.body",
-                        [
-                            (sid, key(e["id"]), key_or_none(e.get("parent_id")), *rows[key(e["id"])], text)
-                            for e, text in bodies
-                        ],
-                    )
-                meta = commit.meta
-                metadata = meta.get("metadata") if meta is not None else None
-                cur.execute(
-                    "INSERT INTO sessions AS s (session_id, meta, status, created_at, updated_at, metadata, leaf)"
-                    " VALUES (%(sid)s, %(meta)s, %(status)s, %(created)s, %(updated)s, %(metadata)s, %(leaf)s)"
-                    " ON CONFLICT (session_id) DO UPDATE SET"
-                    " meta = CASE WHEN %(has_meta)s THEN EXCLUDED.meta ELSE s.meta END,"
-                    " status = CASE WHEN %(has_meta)s THEN EXCLUDED.status ELSE s.status END,"
-                    " created_at = CASE WHEN %(has_meta)s THEN EXCLUDED.created_at ELSE s.created_at END,"
-                    " updated_at = CASE WHEN %(has_meta)s THEN EXCLUDED.updated_at ELSE s.updated_at END,"
-                    " metadata = CASE WHEN %(has_meta)s THEN EXCLUDED.metadata ELSE s.metadata END,"
-                    " leaf = CASE WHEN %(has_leaf)s THEN EXCLUDED.leaf ELSE s.leaf END",
-                    {
-                        "sid": key(session_id),
-                        "meta": meta_text,
-                        "status": meta.get("status") if meta is not None else None,
-                        "created": meta.get("created_at") if meta is not None else None,
-                        "updated": meta.get("updated_at") if meta is not None else None,
-                        "metadata": Jsonb(sanitize(metadata)) if isinstance(metadata, dict) else None,
-                        "leaf": key_or_none(commit.leaf),
-                        "has_meta": meta is not None,
-                        "has_leaf": commit.leaf is not None,
-                    },
-                )
+            conn.execute(APPLY, params)
         except psycopg.Error as e:
             raise self._fail(e) from None
 
@@ -93,6 +64,9 @@ class Writes(Transactions):
         removed: list[int] = []
 
         def run(conn: psycopg.Connection[Any]) -> None:
+            tx = self._local.tx
+            if tx is not None:
+                tx.seen.pop(session_id, None)
             for table in ("entries", "attachments", "sessions"):
                 cur = conn.execute(
                     sql.SQL("DELETE FROM {} WHERE session_id = %s").format(sql.Identifier(table)), (key(session_id),)

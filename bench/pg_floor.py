@@ -1,0 +1,295 @@
+"""Issue 24's floor: the postgres adapter beside raw psycopg and langchain-postgres, in one run.
+
+Contenders, each on its own private schema of the same server:
+
+- raw: one psycopg autocommit ``INSERT`` per message (prepared), one prepared
+  ``SELECT ... ORDER BY seq DESC LIMIT 50`` per tail: the floor;
+- langchain-postgres (``PostgresChatMessageHistory``, the ``bench`` extra):
+  one ``INSERT`` per message in a transaction; its read returns every message;
+- ours: ``session::append`` / ``session::messages-tail`` on an embedded store.
+
+Rates are medians of interleaved rounds; round trips per operation are counted
+at the wire (``tests/pg_relay.py``: every Sync or Query the client sends) in a
+separate, untimed pass. Run through ``bench/bench_postgres.py --floor``.
+"""
+
+from __future__ import annotations
+
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+import session_manager
+from session_manager.store import Commit
+from session_manager.store.postgres import PostgresSettings, PostgresStore
+
+ROOT = Path(__file__).resolve().parents[1]
+MSG = {"role": "user", "content": [{"type": "text", "text": "hi"}], "timestamp": 1}
+RAW_TABLE = "CREATE TABLE IF NOT EXISTS raw_msgs (seq bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY," \
+            " session_id text NOT NULL, body text NOT NULL); CREATE INDEX IF NOT EXISTS raw_by_session" \
+            " ON raw_msgs (session_id, seq)"
+RAW_INSERT = "INSERT INTO raw_msgs (session_id, body) VALUES (%s, %s)"
+RAW_TAIL = "SELECT body FROM raw_msgs WHERE session_id = %s ORDER BY seq DESC LIMIT 50"
+Row = tuple[str, str, str, str, str]
+
+
+def connect(dsn: str, schema: str, **kw: Any) -> psycopg.Connection[Any]:
+    return psycopg.connect(dsn, autocommit=True, options=f"-c search_path={schema}", **kw)
+
+
+def setup(dsn: str, schema: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
+    with connect(dsn, schema) as conn:
+        conn.execute(RAW_TABLE)
+        try:
+            from langchain_postgres import PostgresChatMessageHistory
+
+            PostgresChatMessageHistory.create_tables(conn, "lc_msgs")
+        except ImportError:
+            pass
+    PostgresStore(PostgresSettings(dsn=dsn, schema=schema)).close()  # migrate outside the timing
+
+
+def langchain(dsn: str, schema: str, sid: str, opened: list[Any]) -> Any:
+    """A langchain-postgres history (None when the bench extra is not installed)."""
+    try:
+        from langchain_postgres import PostgresChatMessageHistory
+    except ImportError:
+        return None
+    conn = psycopg.connect(dsn, options=f"-c search_path={schema}")
+    opened.append(conn)
+    return PostgresChatMessageHistory("lc_msgs", sid, sync_connection=conn)
+
+
+def ours(dsn: str, schema: str) -> session_manager.SessionManager:
+    return session_manager.open(store=PostgresStore(PostgresSettings(dsn=dsn, schema=schema)))
+
+
+# -- one writer ---------------------------------------------------------------------------------
+
+
+def appenders(dsn: str, schema: str, opened: list[Any]) -> dict[str, Callable[[], None]]:
+    """One append per call, per contender (connections opened and warmed here, listed in ``opened``)."""
+    import uuid
+
+    from langchain_core.messages import HumanMessage
+
+    out: dict[str, Callable[[], None]] = {}
+    raw = connect(dsn, schema, prepare_threshold=0)
+    opened.append(raw)
+    raw_sid = uuid.uuid4().hex
+    out["raw"] = lambda: raw.execute(RAW_INSERT, (raw_sid, '{"role":"user"}')) and None
+    history = langchain(dsn, schema, str(uuid.uuid4()), opened)
+    if history is not None:
+        out["langchain-postgres"] = lambda: history.add_message(HumanMessage("hi"))
+    sm = ours(dsn, schema)
+    opened.append(sm)
+    sid = sm.call("session::create", {})["session_id"]
+    out["ours"] = lambda: sm.call("session::append", {"session_id": sid, "message": MSG}) and None
+    for fn in out.values():
+        for _ in range(20):
+            fn()
+    return out
+
+
+def rate(fn: Callable[[], None], n: int) -> float:
+    start = time.perf_counter()
+    for _ in range(n):
+        fn()
+    return n / (time.perf_counter() - start)
+
+
+def one_writer(dsn: str, schema: str, n: int, rounds: int) -> dict[str, float]:
+    opened: list[Any] = []
+    try:
+        fns = appenders(dsn, schema, opened)
+        samples: dict[str, list[float]] = {k: [] for k in fns}
+        for _ in range(rounds):  # interleaved, so load on the shared box hits every contender alike
+            for name, fn in fns.items():
+                samples[name].append(rate(fn, n))
+        return {k: statistics.median(v) for k, v in samples.items()}
+    finally:
+        for thing in opened:
+            thing.close()
+
+
+# -- processes -----------------------------------------------------------------------------------
+
+WORKER = """
+import sys, time, psycopg, session_manager
+from session_manager.store.postgres import PostgresSettings, PostgresStore
+kind, dsn, schema, sid, n = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5])
+if kind == "raw":
+    conn = psycopg.connect(dsn, autocommit=True, options=f"-c search_path={schema}", prepare_threshold=0)
+    go = lambda: conn.execute("INSERT INTO raw_msgs (session_id, body) VALUES (%s, %s)", (sid, "{}"))
+else:
+    sm = session_manager.open(store=PostgresStore(PostgresSettings(dsn=dsn, schema=schema)))
+    sm.call("session::ensure", {"session_id": sid})
+    msg = {"role": "user", "content": [{"type": "text", "text": "hi"}], "timestamp": 1}
+    go = lambda: sm.call("session::append", {"session_id": sid, "message": msg})
+for _ in range(10):
+    go()
+sys.stdout.write("ready\\n"); sys.stdout.flush(); sys.stdin.readline()
+for _ in range(n):
+    go()
+sys.stdout.write("done\\n"); sys.stdout.flush()
+"""
+
+
+def processes(kind: str, dsn: str, schema: str, sessions: list[str], n: int) -> float:
+    """Appends per second of len(sessions) processes, n each (timed once all are ready)."""
+    procs = [subprocess.Popen([sys.executable, "-c", WORKER, kind, dsn, schema, sid, str(n)], cwd=ROOT,
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) for sid in sessions]
+    for p in procs:
+        assert p.stdout is not None and p.stdout.readline().strip() == "ready"
+    start = time.perf_counter()
+    for p in procs:
+        assert p.stdin is not None
+        p.stdin.write("go\n")
+        p.stdin.flush()
+    for p in procs:
+        p.communicate()
+        assert p.returncode == 0
+    return len(sessions) * n / (time.perf_counter() - start)
+
+
+def no_lost_update(dsn: str, schema: str, sid: str, expected: int) -> bool:
+    """The shared session holds every append once, all on one chain (message_count exact)."""
+    store = PostgresStore(PostgresSettings(dsn=dsn, schema=schema))
+    try:
+        meta = store.get_meta(sid)
+        chain = [e["id"] for e in store.path(sid, store.get_leaf(sid))]
+        stored = store.entries(sid)
+        return bool(meta is not None and meta["message_count"] == expected == len(stored) == len(chain)
+                    == len(set(chain)))
+    finally:
+        store.close()
+
+
+# -- tail ------------------------------------------------------------------------------------------
+
+
+def long_session(dsn: str, schema: str, length: int) -> None:
+    store = PostgresStore(PostgresSettings(dsn=dsn, schema=schema))
+    meta = {"session_id": "long", "title": "", "description": "", "status": "idle", "created_at": 1,
+            "updated_at": 1, "message_count": 0}
+    store.commit("long", Commit(meta=meta))
+    parent, batch = None, []
+    for i in range(length):
+        e = {"kind": "message", "id": f"e{i:07d}", "parent_id": parent, "timestamp": i, "revision": 0,
+             "message": {**MSG, "content": [{"type": "text", "text": f"message {i}"}]}}
+        parent = e["id"]
+        batch.append(e)
+        if len(batch) == 5000 or i == length - 1:
+            store.commit("long", Commit(entries=tuple(batch), leaf=parent, meta={**meta, "message_count": i + 1}))
+            batch = []
+    store.close()
+    with connect(dsn, schema) as conn, conn.cursor() as cur:
+        cur.executemany(RAW_INSERT, [("long", f'{{"n":{i}}}') for i in range(length)])
+        conn.execute("ANALYZE")
+
+
+def tails(dsn: str, schema: str, rounds: int) -> dict[str, tuple[float, float]]:
+    """(cold, warm) ms per contender: cold is a new store / connection in this process."""
+    req = {"session_id": "long", "limit": 50}
+    out: dict[str, tuple[list[float], list[float]]] = {"raw": ([], []), "ours": ([], [])}
+    for _ in range(rounds):
+        start = time.perf_counter()
+        conn = connect(dsn, schema, prepare_threshold=0)
+        conn.execute(RAW_TAIL, ("long",)).fetchall()
+        out["raw"][0].append(time.perf_counter() - start)
+        out["raw"][1].append(statistics.median(
+            timed(lambda: conn.execute(RAW_TAIL, ("long",)).fetchall()) for _ in range(20)))  # noqa: B023
+        conn.close()
+        start = time.perf_counter()
+        sm = ours(dsn, schema)
+        page = sm.call("session::messages-tail", req)
+        out["ours"][0].append(time.perf_counter() - start)
+        assert len(page["messages"]) == 50
+        out["ours"][1].append(statistics.median(
+            timed(lambda: sm.call("session::messages-tail", req)) for _ in range(20)))  # noqa: B023
+        sm.close()
+    return {k: (statistics.median(c) * 1000, statistics.median(w) * 1000) for k, (c, w) in out.items()}
+
+
+def timed(fn: Callable[[], Any]) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+# -- round trips, counted at the wire ------------------------------------------------------------
+
+
+def round_trips(dsn: str, schema: str) -> dict[str, float]:
+    """Round trips per operation (each contender warmed first, then 20 counted)."""
+    sys.path.insert(0, str(ROOT))
+    from tests.pg_relay import Relay
+
+    relay = Relay()
+    opened: list[Any] = []
+    try:
+        via = relay.dsn()
+        fns = appenders(via, schema, opened)
+        raw = connect(via, schema, prepare_threshold=0)
+        opened.append(raw)
+        fns["raw tail"] = lambda: raw.execute(RAW_TAIL, ("long",)).fetchall() and None
+        sm = ours(via, schema)
+        opened.append(sm)
+        fns["ours tail"] = lambda: sm.call("session::messages-tail", {"session_id": "long", "limit": 50}) and None
+        out: dict[str, float] = {}
+        for name, fn in fns.items():
+            for _ in range(5):
+                fn()
+            before = relay.round_trips
+            for _ in range(20):
+                fn()
+            out[name] = (relay.round_trips - before) / 20
+        return out
+    finally:
+        for thing in opened:
+            thing.close()
+        relay.close()
+
+
+def report(dsn: str, schema: str, quick: bool) -> None:
+    """Print the floor table: each workload, the baselines and ours, the ratios and targets."""
+    n, rounds, par, length = (100, 3, 100, 2000) if quick else (400, 3, 300, 10_000)
+    setup(dsn, schema)
+    long_session(dsn, schema, length)
+    trips = round_trips(dsn, schema)
+    one = one_writer(dsn, schema, n, rounds)
+    raw4 = processes("raw", dsn, schema, [f"r{k}" for k in range(4)], par)
+    ours4 = processes("ours", dsn, schema, [f"p{k}" for k in range(4)], par)
+    raw1 = processes("raw", dsn, schema, ["shared"] * 4, par)
+    ours1 = processes("ours", dsn, schema, ["shared"] * 4, par)
+    intact = no_lost_update(dsn, schema, "shared", 4 * (par + 10))
+    tail = tails(dsn, schema, rounds)
+    lc = one.get("langchain-postgres")
+    rows = [
+        ("append/s, one writer", f"{one['raw']:,.0f}", f"{lc:,.0f}" if lc else "n/a", f"{one['ours']:,.0f}",
+         f"{one['ours'] / one['raw']:.2f}x raw (>= 0.5)" + (f", {one['ours'] / lc:.2f}x lc (>= 1.5)" if lc else "")),
+        ("append/s, 4 procs x 4 sessions", f"{raw4:,.0f}", "", f"{ours4:,.0f}", f"{ours4 / raw4:.2f}x raw (>= 0.5)"),
+        ("append/s, 4 procs x 1 session", f"{raw1:,.0f}", "", f"{ours1:,.0f}",
+         f"{ours1 / raw1:.2f}x raw (>= 0.3); no lost update: {intact}"),
+        (f"cold open + tail 50 of {length:,}, ms", f"{tail['raw'][0]:.2f}", "", f"{tail['ours'][0]:.2f}",
+         f"{tail['ours'][0] / tail['raw'][0]:.2f}x raw (<= 2)"),
+        ("warm tail 50, ms", f"{tail['raw'][1]:.2f}", "", f"{tail['ours'][1]:.2f}",
+         f"{tail['ours'][1] / tail['raw'][1]:.2f}x raw (<= 2)"),
+        ("round trips per append", f"{trips['raw']:.1f}", f"{trips.get('langchain-postgres', 0):.1f}",
+         f"{trips['ours']:.1f}", "counted at the wire, warm"),
+        ("round trips per tail", f"{trips['raw tail']:.1f}", "", f"{trips['ours tail']:.1f}",
+         "counted at the wire, warm"),
+    ]
+    header = ("workload", "raw psycopg", "langchain-postgres", "ours", "ratio (target)")
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(5)]
+    for r in [header, *rows]:
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)))

@@ -1,0 +1,115 @@
+"""Settling a COMMIT whose answer was lost with its connection.
+
+The connection can drop (or the call's deadline end it) after ``COMMIT`` left
+the client and before its answer came back: the transaction may have
+committed or not, and answering ``session/storage`` for a write that landed
+would make a retry store it twice (an append without ``entry_id``, a
+``create``). So every transaction records its id when it begins
+(``txid_current()``, in the ``BEGIN`` round trip) and, after such a loss,
+:func:`settle` asks the server on another connection: ``txid_status`` says
+``committed`` or ``aborted``. While the old backend still runs the
+transaction (the COMMIT never reached it: a silent network), it is ended
+first (``pg_terminate_backend``, only while it still holds that transaction
+and runs no statement: one that arrived is left to finish), so the answer
+is final: a backend ends a transaction by aborting it.
+
+It keeps trying until the call's deadline, and at least :data:`SETTLE_MIN_S`
+(a COMMIT cut by the deadline itself still gets its chance); a database
+unreachable for all that time leaves the write in doubt, answered as
+``session/storage`` (it may have landed).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+
+from ...errors import StoreError, Unavailable
+
+if TYPE_CHECKING:
+    from .core import PgCore, Tx
+
+__all__ = ["SETTLE_MIN_S", "settle", "settle_apply"]
+
+SETTLE_MIN_S = 1.0
+_POLL_S = 0.02
+
+# The old backend, only while it still holds this very transaction (its pid
+# could have been reused by then; backend_xid is the 32-bit form of the id)
+# and is not running a statement (a COMMIT it received is left to finish).
+_END_OLD = ("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE pid = %(pid)s AND backend_xid::text = %(xid32)s AND state <> 'active'")
+_STATUS = "SELECT txid_status(%(xid)s)"
+
+# An sm_apply statement's old backend (pid and start time: a pid may be reused):
+# 'active' while it still runs the statement (left to finish), else ended
+# (waiting 1 s at most); then the call's first outbox row says if it landed.
+_OLD_STATE = "SELECT state FROM pg_stat_activity WHERE pid = %(pid)s AND backend_start = %(started)s"
+_END_OLD_STATEMENT = ("SELECT pg_terminate_backend(pid, 1000) FROM pg_stat_activity"
+                      " WHERE pid = %(pid)s AND backend_start = %(started)s AND state <> 'active'")
+_LANDED = "SELECT EXISTS (SELECT 1 FROM outbox WHERE instance = %(instance)s AND payload = %(payload)s)"
+
+
+def settle(store: PgCore, tx: Tx, failure: StoreError) -> bool:
+    """Whether ``tx`` (its COMMIT sent, its answer lost) committed; raises
+    :class:`Unavailable` when the database cannot tell before the deadline."""
+    assert tx.xid is not None
+    until = _until(store)
+    params = {"pid": tx.pid, "xid32": str(tx.xid % 2**32), "xid": tx.xid}
+    while True:
+        status: str | None = "unknown"
+        try:
+            conn = store._getconn(until)
+            try:
+                conn.execute(_END_OLD, params)
+                row = conn.execute(_STATUS, params).fetchone()
+                status = row[0] if row else None
+            finally:
+                store._putconn(conn)
+        except (psycopg.Error, StoreError):
+            pass  # unreachable yet: try again until the deadline
+        if status == "committed":
+            return True
+        if status == "aborted":
+            return False
+        # None: too old to know (never for one just sent); else unreachable, or still running.
+        if status is None or time.monotonic() + _POLL_S >= until:
+            raise _in_doubt(failure) from None
+        time.sleep(_POLL_S)
+
+
+def _until(store: PgCore) -> float:
+    return max(store._deadline(), time.monotonic() + min(SETTLE_MIN_S, store.settings.timeout_ms / 1000))
+
+
+def _in_doubt(failure: StoreError) -> Unavailable:
+    return Unavailable(f"{failure}; whether the write was applied is unknown (the database did not"
+                       " answer before the deadline): it may have landed")
+
+
+def settle_apply(store: PgCore, pid: int, started: Any, payload: str, failure: StoreError) -> bool:
+    """Whether an ``sm_apply`` (one autocommit statement, whose first event's
+    payload is ``payload``) whose answer was lost committed; raises
+    :class:`Unavailable` when the database cannot tell before the deadline."""
+    until = _until(store)
+    old = {"pid": pid, "started": started}
+    while True:
+        row: tuple[Any, ...] | None = None
+        try:
+            conn = store._getconn(until)
+            try:
+                state = conn.execute(_OLD_STATE, old).fetchone()
+                if state is None or state[0] != "active":
+                    conn.execute(_END_OLD_STATEMENT, old)
+                    row = conn.execute(_LANDED, {"instance": store.instance, "payload": payload}).fetchone()
+            finally:
+                store._putconn(conn)
+            if row is not None:
+                return bool(row[0])
+        except (psycopg.Error, StoreError):
+            pass  # unreachable yet: try again until the deadline
+        if time.monotonic() + _POLL_S >= until:
+            raise _in_doubt(failure) from None
+        time.sleep(_POLL_S)

@@ -1,0 +1,429 @@
+"""One round trip per mutation in the common case: optimistic commits.
+
+The transactional path (:mod:`.transactions`) takes a connection, ``BEGIN``,
+the session's advisory lock, reads the meta and leaf, writes, records the
+events and commits: about seven round trips per append. Here a call runs
+first *optimistically*: the mutation's reads are served from what this
+instance knows of the session (:class:`Known`: its meta text, leaf and the
+bodies of entries it wrote last; read from the database once when unknown),
+its commit is resolved against that knowledge and deferred, and when the call
+has returned its events, one statement sends everything: ``SELECT
+sm_apply(...)`` (the server-side function of migration 2, see
+:mod:`.schema`). Under the session's advisory lock it checks that the state
+the decision read is still the database's (the exact meta text and leaf,
+each entry read by its exact text or its absence), then writes the entries,
+the session row, the outbox rows and their ``NOTIFY``, atomically (an
+autocommit statement is its own transaction).
+
+- A difference (another instance wrote the session) raises SQLSTATE
+  ``SM409``: nothing was written, this instance forgets the session, and the
+  call runs again from fresh knowledge; a second conflict runs it on the
+  transactional path, which serializes on the lock instead of retrying.
+- Whatever the optimistic run cannot serve exactly (a second session, a
+  path or attachment read inside the mutation, a commit without events, a
+  decision that ended without a commit but read cached state) raises
+  :class:`Fallback`, and the call runs on the transactional path: nothing
+  was sent, so nothing is done twice.
+- A lost answer is settled like a lost ``COMMIT`` (:mod:`.in_doubt`): the old
+  backend is ended if still there (by pid and start time), then the call's
+  first outbox row (this instance, that payload) says whether it committed.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Collection, Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+import psycopg
+
+from ..._wire.events import Event
+from .._cas import resolve
+from .._records import loads
+from ..base import Commit, Entry, Meta
+from .in_doubt import settle_apply
+from .keys import check_id, key, key_or_none, unkey
+from .outbox import NOTIFY_BATCH
+from .plan import Known, Plan, apply_params
+from .reads import Reads
+from .schema import APPLY
+from .values import json_text
+from .writes import Writes
+
+__all__ = ["CONFLICT", "Fallback", "Known", "Optimistic"]
+
+R = TypeVar("R")
+
+CONFLICT = "SM409"  # sm_apply's "the state changed" (nothing written)
+KNOWN_SESSIONS = 10_000  # sessions this instance remembers (least recently used dropped)
+KNOWN_BODIES = 16  # entries per session whose text it remembers (a stream updates the last ones)
+CONTENDED_S = 1.0  # after a conflict, the session's calls take the transactional path this long
+
+
+
+class Fallback(BaseException):
+    """This call needs the transactional path (a BaseException: no domain handler catches it)."""
+
+
+class _Conflicted(Exception):
+    """sm_apply found the state changed: nothing was written."""
+
+
+class _Local(threading.local):
+    optimistic: bool = False
+    plan: Plan | None = None
+    reading: bool = False  # the plan's own reads of the database (not a reason to fall back)
+    fresh: bool = False  # a retry after a conflict: entries are read, not assumed absent
+
+
+class Optimistic(Writes, Reads):
+    """The transactional store, with its calls tried optimistically first."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._opt = _Local()
+        self._known: OrderedDict[str, Known] = OrderedDict()
+        self._known_lock = threading.Lock()
+        self._contended: dict[str, float] = {}  # session -> until when it skips the optimistic attempt
+
+    # -- the call -----------------------------------------------------------------------
+
+    def run_call(self, call: Callable[[], tuple[R, list[Event]]]) -> tuple[R, list[Event]]:
+        if self._local.deferring or self._local.tx is not None:
+            return super().run_call(call)
+        with self.deadline():
+            try:
+                for attempt in (1, 2):
+                    self._opt.fresh = attempt == 2
+                    try:
+                        return self._run_optimistic(call)
+                    except _Conflicted:
+                        continue  # the session was forgotten: decide again from the database's state
+                    except Fallback:
+                        break
+            finally:
+                self._opt.fresh = False
+            return super().run_call(call)
+
+    def _run_optimistic(self, call: Callable[[], tuple[R, list[Event]]]) -> tuple[R, list[Event]]:
+        self._opt.optimistic = True
+        try:
+            response, events = call()
+        except BaseException as e:
+            plan = self._opt.plan
+            self._local.deferring = False
+            tx = self._local.tx
+            if tx is not None:  # upgraded mid-call
+                self._end(tx, commit=False)
+            if isinstance(e, Exception) and tx is None and plan is not None and plan.cached:
+                raise Fallback from None  # decided on remembered state: only the database may say no
+            raise
+        finally:
+            plan, self._opt.plan, self._opt.optimistic = self._opt.plan, None, False
+        if self._local.tx is not None:  # upgraded to a transaction mid-call
+            self._local.deferring = False
+            return self._finish(response, events)
+        if plan is None:
+            return response, events
+        if plan.commit is None:
+            if plan.cached or events:
+                raise Fallback  # an answer without a write, decided on remembered state
+            return response, events
+        if not events or len(events) > NOTIFY_BATCH:
+            # A landed sm_apply is recognized by its first event's row: this one commits in a transaction.
+            self._opt.plan = plan
+            try:
+                self._upgrade()
+            finally:
+                self._opt.plan = None
+            self._local.deferring = False
+            return self._finish(response, events)
+        self._apply(plan, events)
+        self.outbox.committed(events)
+        return response, events
+
+    def _upgrade(self) -> None:
+        """Turn the optimistic mutation in progress into a transaction: lock the
+        session, check that what the plan read still holds (else :class:`Fallback`),
+        write its commit if it made one; the rest of the call runs in the
+        transaction, committed with the call's events. (A fork, an attachment, a
+        path read inside a mutation: served without running the call again.)"""
+        plan = self._opt.plan
+        assert plan is not None
+        tx = self._begin((plan.session_id,))
+        try:
+            holds = self._holds(tx.conn, plan)
+            if holds and plan.commit is not None:
+                self._encode_and_write(tx.conn, plan.session_id, plan.commit)
+        except BaseException:
+            self._end(tx, commit=False)
+            raise
+        if not holds:
+            self._end(tx, commit=False)
+            self.forget(plan.session_id)
+            raise Fallback
+        self.forget(plan.session_id)
+        self._opt.optimistic, self._opt.plan = False, None
+        self._local.tx, self._local.deferring = tx, True
+
+    def _holds(self, conn: psycopg.Connection[Any], plan: Plan) -> bool:
+        """Whether the database still has what ``plan`` read (under the session's lock)."""
+        sid = key(plan.session_id)
+        if plan.check:
+            row = conn.execute("SELECT meta, leaf FROM sessions WHERE session_id = %s AND meta IS NOT NULL",
+                               (sid,)).fetchone()
+            if plan.check == 2 and row is not None:
+                return False
+            known = plan.known
+            if plan.check == 1 and (row is None or known is None or row[0] != known.text
+                                    or row[1] != key_or_none(known.leaf)):
+                return False
+        if plan.reads:
+            rows = conn.execute("SELECT entry_id, body FROM entries WHERE session_id = %s AND entry_id = ANY(%s)",
+                                (sid, [key(i) for i in plan.reads])).fetchall()
+            found = {unkey(i): b for i, b in rows}
+            return all(found.get(i) == body for i, body in plan.reads.items())
+        return True
+
+    @contextmanager
+    def mutation(self, session_ids: Collection[str]) -> Iterator[None]:
+        if (self._opt.optimistic and self._opt.plan is None and len(set(session_ids)) == 1
+                and not self._is_contended(next(iter(session_ids)))):
+            self._opt.plan = Plan(next(iter(session_ids)))
+            yield
+            return
+        if self._opt.optimistic:  # a second mutation in the call, or several sessions at once
+            self._upgrade_or_begin()
+        with super().mutation(session_ids):
+            yield
+
+    def _is_contended(self, session_id: str) -> bool:
+        """Whether another writer beat this instance to the session a moment ago: then
+        its calls wait on the session's lock instead of guessing and retrying."""
+        until = self._contended.get(session_id)
+        return until is not None and until > time.monotonic()
+
+    def _contend(self, session_id: str) -> None:
+        now = time.monotonic()
+        with self._known_lock:
+            if len(self._contended) > KNOWN_SESSIONS:
+                self._contended = {s: t for s, t in self._contended.items() if t > now}
+            self._contended[session_id] = now + CONTENDED_S
+
+    def _upgrade_or_begin(self) -> None:
+        if self._opt.plan is not None:
+            self._upgrade()
+        else:  # nothing optimistic yet: the transactional path from here, committed with the events
+            self._opt.optimistic = False
+            self._local.deferring = True
+
+    # -- the plan's reads -----------------------------------------------------------------
+
+    def _plan(self, session_id: str) -> Plan | None:
+        if not self._opt.optimistic:
+            return None
+        plan = self._opt.plan
+        if plan is None:
+            return None  # a read outside any mutation: the database's
+        if plan.session_id != session_id or plan.commit is not None:
+            # Another session, or a read after the pending write: one transaction serves
+            # both, the read seeing the write.
+            self._upgrade()
+            return None
+        return plan
+
+    def _guard(self) -> None:
+        if self._opt.optimistic and self._opt.plan is not None and not self._opt.reading:
+            self._upgrade()  # anything else the plan cannot serve: a transaction from here
+
+    def _rows(self, query: Any, params: Any = None) -> list[tuple[Any, ...]]:
+        self._guard()
+        return super()._rows(query, params)
+
+    @contextmanager
+    def _conn(self) -> Iterator[psycopg.Connection[Any]]:
+        self._guard()
+        with super()._conn() as conn:
+            yield conn
+
+    def _state(self, plan: Plan) -> Known | None:
+        """The session as the plan decides on it (remembered, else read once)."""
+        if plan.check == 0:
+            known = self._remembered(plan.session_id)
+            plan.cached = known is not None
+            if known is None:
+                known = self._read_known(plan.session_id)
+            if known is None:
+                raise Fallback  # no such session here: the transactional path answers it
+            plan.known, plan.check = known, 1
+        return plan.known
+
+    def get_meta(self, session_id: str) -> Meta | None:
+        plan = self._plan(session_id)
+        if plan is None:
+            return super().get_meta(session_id)
+        known = self._state(plan)
+        return known.meta if known is not None else None
+
+    def get_leaf(self, session_id: str) -> str | None:
+        plan = self._plan(session_id)
+        if plan is None:
+            return super().get_leaf(session_id)
+        known = self._state(plan)
+        return known.leaf if known is not None else None
+
+    def meta_and_leaf_to_commit(self, session_id: str) -> tuple[Meta | None, str | None]:
+        return self.get_meta(session_id), self.get_leaf(session_id)
+
+    def meta_and_entry_to_commit(self, session_id: str, entry_id: str) -> tuple[Meta | None, Entry | None]:
+        return self.get_meta(session_id), self.get_entry(session_id, entry_id)
+
+    def get_entry(self, session_id: str, entry_id: str) -> Entry | None:
+        plan = self._plan(session_id)
+        if plan is None:
+            return super().get_entry(session_id, entry_id)
+        return self._entry(plan, entry_id, assume_absent=False)
+
+    def _entry(self, plan: Plan, entry_id: str, *, assume_absent: bool) -> Entry | None:
+        if entry_id in plan.reads:
+            text = plan.reads[entry_id]
+            return loads(text.encode("utf-8")) if text is not None else None
+        known = self._state(plan)
+        held = known.bodies.get(entry_id) if known is not None else None
+        if held is not None:
+            plan.cached = True
+            plan.reads[entry_id] = held[1]
+            return held[0]
+        if assume_absent or not self._opt.fresh:
+            # A new entry's id, or one asked about (an idempotent append's): assumed
+            # unused, which sm_apply checks; an answer that relied on it is rechecked.
+            plan.cached = plan.cached or not assume_absent
+            plan.reads[entry_id] = None
+            return None
+        self._opt.reading = True
+        try:
+            rows = super()._rows("SELECT body FROM entries WHERE session_id = %s AND entry_id = %s",
+                                 (key(plan.session_id), key(entry_id)))
+        finally:
+            self._opt.reading = False
+        plan.reads[entry_id] = rows[0][0] if rows else None
+        return loads(rows[0][0].encode("utf-8")) if rows else None
+
+    # -- what this instance remembers ------------------------------------------------------
+
+    def _remembered(self, session_id: str) -> Known | None:
+        with self._known_lock:
+            known = self._known.get(session_id)
+            if known is not None:
+                self._known.move_to_end(session_id)
+            return known
+
+    def _remember(self, session_id: str, known: Known) -> None:
+        with self._known_lock:
+            self._known[session_id] = known
+            self._known.move_to_end(session_id)
+            while len(self._known) > KNOWN_SESSIONS:
+                self._known.popitem(last=False)
+
+    def forget(self, session_id: str) -> None:
+        """Drop what this instance remembers of a session (it was written some other way)."""
+        with self._known_lock:
+            self._known.pop(session_id, None)
+
+    def _read_known(self, session_id: str) -> Known | None:
+        self._opt.reading = True
+        try:
+            rows = super()._rows("SELECT meta, leaf FROM sessions WHERE session_id = %s AND meta IS NOT NULL",
+                                 (key(session_id),))
+        finally:
+            self._opt.reading = False
+        if not rows:
+            return None
+        text, leaf = rows[0]
+        known = Known(loads(text.encode("utf-8")), text, unkey(leaf) if leaf is not None else None)
+        self._remember(session_id, known)
+        return known
+
+    # -- the commit ------------------------------------------------------------------------
+
+    def commit(self, session_id: str, commit: Commit) -> Commit:
+        plan = self._plan(session_id) if self._local.tx is None else None
+        if plan is None:
+            self.forget(session_id)  # written on the transactional path: re-read next time
+            return super().commit(session_id, commit)
+        if plan.commit is not None:  # two commits in one call: one transaction writes both
+            self._upgrade()
+            return super().commit(session_id, commit)
+        if plan.check == 0 and commit.expect_meta is None and not commit.append:
+            plan.check = 2  # a new session: sm_apply checks none exists
+            meta, leaf = None, None
+        else:
+            known = self._state(plan)
+            meta, leaf = (known.meta, known.leaf) if known is not None else (None, None)
+        resolved = resolve(commit, meta, leaf, lambda eid: self._entry(plan, eid, assume_absent=True))
+        check_id("session_id", session_id)
+        for e in resolved.entries:
+            check_id("entry_id", e["id"])
+        plan.bodies = [json_text(e) for e in resolved.entries]
+        plan.meta_text = json_text(resolved.meta) if resolved.meta is not None else None
+        plan.commit = resolved
+        return resolved
+
+    def delete_session(self, session_id: str) -> None:
+        self.forget(session_id)
+        super().delete_session(session_id)
+
+    def _apply(self, plan: Plan, events: list[Event]) -> None:
+        """Send the plan and its events: one statement, one round trip."""
+        commit = plan.commit
+        assert commit is not None
+        params = apply_params(plan.session_id, commit, plan.bodies, plan.meta_text, instance=self.instance,
+                              schema=self.settings.schema, events=events, plan=plan)
+        conn = self._getconn(self._deadline())
+        pid, started = conn.info.backend_pid, self.started_at(conn)
+        try:
+            conn.execute(APPLY, params)
+        except psycopg.Error as e:
+            failure = self._fail(e)
+            lost = conn.broken or conn.closed
+            self._putconn(conn)
+            if e.sqlstate == CONFLICT:
+                self.forget(plan.session_id)
+                self._contend(plan.session_id)
+                raise _Conflicted from None
+            self.forget(plan.session_id)
+            if not lost or started is None:
+                raise self.storage_error(failure) from None
+            if not settle_apply(self, pid, started, params["payloads"][0], failure):
+                armed = self._local.armed
+                if armed is not None and armed.fired:
+                    raise self.storage_error(failure) from None  # the deadline: no time to apply it again
+                self._stale(conn)
+                raise Fallback from None  # it did not land (a connection lost while idle): apply it again
+        else:
+            self._putconn(conn)
+        self._learn(plan)
+
+    def _learn(self, plan: Plan) -> None:
+        """After sm_apply: the session as written (this instance wrote it last)."""
+        commit = plan.commit
+        assert commit is not None
+        old = plan.known
+        if commit.meta is None and old is None:
+            self.forget(plan.session_id)
+            return
+        meta = commit.meta if commit.meta is not None else old.meta if old is not None else None
+        text = plan.meta_text if plan.meta_text is not None else old.text if old is not None else None
+        if meta is None or text is None:
+            return
+        leaf = commit.leaf if commit.leaf is not None else old.leaf if old is not None else None
+        bodies = OrderedDict(old.bodies) if old is not None else OrderedDict()
+        for entry, body in zip(commit.entries, plan.bodies, strict=True):
+            bodies.pop(entry["id"], None)
+            bodies[entry["id"]] = (entry, body)
+        while len(bodies) > KNOWN_BODIES:
+            bodies.popitem(last=False)
+        self._remember(plan.session_id, Known(meta, text, leaf, bodies))

@@ -1,0 +1,73 @@
+"""What an optimistic mutation works from (:class:`Known`, :class:`Plan`) and
+the arguments of ``sm_apply`` (:func:`apply_params`), which both write paths
+send (see :mod:`.optimistic` and :mod:`.writes`)."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from psycopg.types.json import Jsonb
+
+from ..._wire.events import EVENT_FUNCTIONS, Event
+from .._records import _line as encode_json
+from ..base import Commit, Entry, Meta
+from .keys import key, key_or_none
+from .outbox import channel_of
+from .values import sanitize
+
+__all__ = ["Known", "Plan", "apply_params"]
+
+
+@dataclass
+class Known:
+    """What this instance knows of one session (valid until a conflict says otherwise)."""
+
+    meta: Meta
+    text: str
+    leaf: str | None
+    bodies: OrderedDict[str, tuple[Entry, str]] = field(default_factory=OrderedDict)
+
+
+@dataclass
+class Plan:
+    """One optimistic mutation in progress: what it read, and its deferred commit."""
+
+    session_id: str
+    check: int = 0  # 0: read nothing of the session; 1: its meta and leaf as known; 2: it must not exist
+    known: Known | None = None
+    cached: bool = False  # a decision read remembered state (unverified until sm_apply)
+    reads: dict[str, str | None] = field(default_factory=dict)  # entry id -> its text (None: absent)
+    commit: Commit | None = None
+    bodies: list[str] = field(default_factory=list)
+    meta_text: str | None = None
+
+
+def apply_params(session_id: str, commit: Commit, bodies: list[str], meta_text: str | None, *,
+                 instance: str, schema: str, events: Sequence[Event] = (), plan: Plan | None = None) -> dict[str, Any]:
+    """``sm_apply``'s arguments: the commit (its entries' and meta's exact texts given),
+    the read set to check (``plan``; none: nothing checked) and the events to record."""
+    known = plan.known if plan is not None else None
+    meta = commit.meta
+    metadata = meta.get("metadata") if meta is not None else None
+    return {
+        "sid": key(session_id), "check": plan.check if plan is not None else 0,
+        "expect_meta": known.text if known is not None else None,
+        "expect_leaf": key_or_none(known.leaf) if known is not None else None,
+        "read_ids": [key(i) for i in plan.reads] if plan is not None else [],
+        "read_bodies": list(plan.reads.values()) if plan is not None else [],
+        "ids": [key(e["id"]) for e in commit.entries],
+        "parents": [key_or_none(e.get("parent_id")) for e in commit.entries],
+        "bodies": bodies,
+        "has_meta": meta is not None, "meta": meta_text,
+        "status": meta.get("status") if meta is not None else None,
+        "created": meta.get("created_at") if meta is not None else None,
+        "updated": meta.get("updated_at") if meta is not None else None,
+        "metadata": Jsonb(sanitize(metadata)) if isinstance(metadata, dict) else None,
+        "has_leaf": commit.leaf is not None, "leaf": key_or_none(commit.leaf),
+        "instance": instance, "fids": [e.function_id for e in events],
+        "payloads": [encode_json(e.payload).decode("utf-8") for e in events],
+        "channel": channel_of(schema), "all": list(EVENT_FUNCTIONS),
+    }

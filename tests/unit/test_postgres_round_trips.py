@@ -1,0 +1,123 @@
+"""Round trips at the wire: one per mutation and per read when the instance is
+warm and uncontended (issue 24), counted by a relay that parses every message
+the client sends (each Sync or simple Query it then waits on; pool health
+checks and the schema check included). And the optimistic commit behind that
+count stays exact when what the instance remembers is stale: another
+instance's writes are never overwritten, and an answer decided on remembered
+state is never given without the database's word."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+import session_manager
+from session_manager._wire import events as ev
+from tests.pg_relay import Relay
+from tests.pg_support import text
+from tests.unit.test_postgres_instances import check_linear, open_sm
+
+pytestmark = pytest.mark.postgres
+
+
+@pytest.fixture
+def sm(schema: str, relay: Relay) -> Iterator[session_manager.SessionManager]:
+    from session_manager.store.postgres import PostgresSettings, PostgresStore
+
+    # pool_size 1: every call reuses one warm connection (a new one costs its own handshake).
+    with session_manager.open(store=PostgresStore(PostgresSettings(dsn=relay.dsn(), schema=schema,
+                                                                   pool_size=1))) as opened:
+        yield opened
+
+
+def trips(relay: Relay, sm: session_manager.SessionManager, function_id: str, payload: dict[str, Any]) -> int:
+    before = relay.round_trips
+    sm.call(function_id, payload)
+    return relay.round_trips - before
+
+
+def test_warm_uncontended_calls_take_one_round_trip_each(sm: session_manager.SessionManager, relay: Relay) -> None:
+    # Prevents: an append going back to several round trips (lock, meta, leaf, link, write, outbox, commit),
+    # or a messages-tail to four (meta, leaf, depth, window).
+    sid = sm.call("session::create", {"title": "t"})["session_id"]
+    for i in range(60):  # warm: the session known, the connection open, its statements prepared
+        sm.call("session::append", {"session_id": sid, "message": text(str(i))})
+        sm.call("session::messages-tail", {"session_id": sid, "limit": 50})
+    counts = {
+        "append": trips(relay, sm, "session::append", {"session_id": sid, "message": text("a")}),
+        "append with entry_id": trips(relay, sm, "session::append",
+                                      {"session_id": sid, "entry_id": "e1", "message": text("b")}),
+        "append-many": trips(relay, sm, "session::append-many",
+                             {"session_id": sid, "messages": [text("c"), text("d")]}),
+        "update-message": trips(relay, sm, "session::update-message",
+                                {"session_id": sid, "entry_id": "e1", "content": [{"type": "text", "text": "B"}]}),
+        "messages-tail": trips(relay, sm, "session::messages-tail", {"session_id": sid, "limit": 50}),
+        "get": trips(relay, sm, "session::get", {"session_id": sid}),
+        "get-message": trips(relay, sm, "session::get-message", {"session_id": sid, "entry_id": "e1"}),
+        "list": trips(relay, sm, "session::list", {}),
+    }
+    assert counts == dict.fromkeys(counts, 1)
+    # And each did what it says: read back.
+    tail = sm.call("session::messages-tail", {"session_id": sid, "limit": 3})["messages"]
+    assert [m["message"]["content"][0]["text"] for m in tail] == ["B", "c", "d"] and tail[0]["entry_id"] == "e1"
+    assert sm.call("session::get", {"session_id": sid})["meta"]["message_count"] == 64
+
+
+def test_two_instances_appending_in_turn_form_one_chain(schema: str) -> None:
+    # Prevents: an instance appending on its remembered (stale) leaf and meta after another
+    # instance wrote the session: a forked chain or a lost message_count.
+    a, b = open_sm(schema), open_sm(schema)
+    try:
+        sid = a.call("session::create", {"title": "t"})["session_id"]
+        seen: list[str] = []
+        a.observe({"function_id": ev.ON_MESSAGE_ADDED}, lambda e: seen.append(e["entry_id"]))
+        ids = []
+        for i in range(20):
+            writer = (a, b)[i % 2]
+            ids.append(writer.call("session::append", {"session_id": sid, "message": text(str(i))})["entry_id"])
+        assert check_linear(a, sid) == ids
+        assert a.call("session::get", {"session_id": sid})["meta"]["message_count"] == 20
+        assert b.call("session::get", {"session_id": sid})["meta"]["message_count"] == 20
+        assert [m["entry_id"] for m in b.call("session::messages", {"session_id": sid})["messages"]] == ids
+    finally:
+        a.close()
+        b.close()
+
+
+def test_an_answer_decided_on_a_stale_revision_is_rechecked(schema: str) -> None:
+    # Prevents: update-message answering `updated: false` from a revision this instance remembers
+    # while the database holds the one the caller expected (another instance updated it).
+    a, b = open_sm(schema), open_sm(schema)
+    try:
+        sid = a.call("session::create", {"title": "t"})["session_id"]
+        a.call("session::append", {"session_id": sid, "entry_id": "e1", "message": text("v0")})
+        assert b.call("session::update-message", {"session_id": sid, "entry_id": "e1", "expected_revision": 0,
+                                                  "content": [{"type": "text", "text": "v1"}]})["updated"]
+        got = a.call("session::update-message", {"session_id": sid, "entry_id": "e1", "expected_revision": 1,
+                                                 "content": [{"type": "text", "text": "v2"}]})
+        assert got == {"updated": True, "revision": 2}
+        entry = b.call("session::get-message", {"session_id": sid, "entry_id": "e1"})["entry"]
+        assert entry["message"]["content"] == [{"type": "text", "text": "v2"}]
+    finally:
+        a.close()
+        b.close()
+
+
+def test_an_append_retried_on_another_instance_is_a_replay(schema: str) -> None:
+    # Prevents: an instance assuming an unknown entry_id unused and storing a second copy
+    # of an append another instance already stored.
+    a, b = open_sm(schema), open_sm(schema)
+    try:
+        sid = a.call("session::create", {"title": "t"})["session_id"]
+        b.call("session::get", {"session_id": sid})
+        b.call("session::append", {"session_id": sid, "entry_id": "warm", "message": text("w")})  # b knows it
+        first = a.call("session::append", {"session_id": sid, "entry_id": "x", "message": text("x")})
+        again = b.call("session::append", {"session_id": sid, "entry_id": "x", "message": text("x")})
+        assert again == first
+        assert [m["entry_id"] for m in a.call("session::messages", {"session_id": sid})["messages"]] == ["warm", "x"]
+        assert a.call("session::get", {"session_id": sid})["meta"]["message_count"] == 2
+    finally:
+        a.close()
+        b.close()
