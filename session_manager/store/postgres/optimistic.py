@@ -372,9 +372,9 @@ class Optimistic(Writes, Reads):
         plan.commit = resolved
         return resolved
 
-    def delete_session(self, session_id: str) -> None:
+    def delete_session(self, session_id: str) -> bool:
         self.forget(session_id)
-        super().delete_session(session_id)
+        return super().delete_session(session_id)
 
     def _apply(self, plan: Plan, events: list[Event]) -> None:
         """Send the plan and its events: one statement, one round trip."""
