@@ -1,0 +1,231 @@
+"""Typed helpers over the functions: edit, regenerate, alternatives, abort.
+
+They are built on the typed methods (``typed.py``), so they validate, fail
+and fire events exactly as those functions do; none is a wire function.
+The async flavour (:class:`AsyncHelpers`) runs the same sync helper on the
+manager's thread pool. See ``docs/helpers.md``.
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from .._service.service import SessionService
+from .._service.siblings import siblings
+from .._wire.api import AppendResponse, GetMessageResponse, MessageItem, MessagesResponse
+from .._wire.models import (
+    AgentMessage,
+    AssistantMessage,
+    CustomEntry,
+    FunctionCallBlock,
+    FunctionResultBlock,
+    FunctionResultMessage,
+    MessageEntry,
+)
+from ..errors import ENTRY_NOT_FOUND, INVALID_CURSOR, INVALID_ENTRY_KIND, SessionError, invalid_request, not_found
+from ..messages import Content, blocks, function_result_message, now_ms
+from .typed import AsyncTypedMethods, TypedMethods
+from .typed_support import payload
+
+T = TypeVar("T")
+
+ABORTED = "The call was aborted before it returned a result."
+
+
+@dataclass(frozen=True)
+class Alternative:
+    """One version of a turn, as :meth:`Helpers.alternatives` lists them."""
+
+    entry: MessageEntry | CustomEntry
+    active: bool  # on the session's active path (at most one of a turn's versions is)
+
+    @property
+    def entry_id(self) -> str:
+        return self.entry.id
+
+    @property
+    def message(self) -> AgentMessage | None:
+        """The message (``None`` for a custom entry)."""
+        return self.entry.message if isinstance(self.entry, MessageEntry) else None
+
+
+class Helpers(TypedMethods):
+    """The typed helpers of :class:`~session_manager.SessionManager`."""
+
+    service: SessionService
+
+    def _entry(self, session_id: str, entry_id: str) -> MessageEntry:
+        """A message entry, or the error naming ``entry_id``."""
+        if not isinstance(entry_id, str) or not entry_id:
+            raise invalid_request("entry_id: expected a non-empty string")
+        found: GetMessageResponse | None = self.get_message(session_id, entry_id=entry_id, include_image_data=True)
+        if found is None:
+            if self.get(session_id) is None:
+                raise not_found(session_id)
+            raise SessionError(ENTRY_NOT_FOUND, f"entry_id: entry {entry_id} does not exist in session {session_id}")
+        if not isinstance(found.entry, MessageEntry):
+            raise SessionError(INVALID_ENTRY_KIND, f"entry_id: {entry_id} is a custom entry, not a message")
+        return found.entry
+
+    def edit(self, session_id: str, entry_id: str, content: str | Sequence[Content]) -> AppendResponse:
+        """Append an edited version of message ``entry_id`` and make it the active leaf.
+
+        The new entry is a sibling of ``entry_id`` (same parent, same role, same
+        message fields) with ``content`` (a string is one text block) and a new
+        timestamp; an assistant message's ``usage`` is left out (it counted the
+        original). The original stays on its branch (see :meth:`alternatives`).
+        Fires ``session::on-message-added`` as ``append`` does.
+
+        Raises :class:`~session_manager.SessionError`: ``session/entry_not_found``
+        (unknown ``entry_id``), ``session/invalid_entry_kind`` (a custom entry),
+        ``session/invalid_request`` for a root entry: no function appends a second
+        root, so start sessions with a custom entry (e.g. :meth:`set_system_prompt`)
+        to make their first message editable.
+        """
+        new_content = blocks(_content(content))
+        entry = self._entry(session_id, entry_id)
+        if entry.parent_id is None:
+            raise invalid_request(f"entry_id: {entry_id} is the session's first entry (no parent), so no sibling "
+                                  "can be appended; start sessions with a custom entry to edit their first message")
+        update: dict[str, Any] = {"content": new_content, "timestamp": now_ms()}
+        if isinstance(entry.message, AssistantMessage):
+            update["usage"] = None
+        return self.append(session_id, message=entry.message.model_copy(update=update), parent_id=entry.parent_id)
+
+    def regenerate(self, session_id: str, entry_id: str) -> str:
+        """Move the active leaf to the parent of assistant message ``entry_id``
+        and return the parent's id: the next ``append`` is an alternative reply
+        (a sibling of ``entry_id``). Event-silent, as ``set_active_leaf``.
+
+        Raises ``session/entry_not_found`` (unknown ``entry_id``),
+        ``session/invalid_entry_kind`` (not an assistant message) or
+        ``session/invalid_request`` (a root entry: it has no parent).
+        """
+        entry = self._entry(session_id, entry_id)
+        if entry.message.role != "assistant":
+            raise SessionError(INVALID_ENTRY_KIND, f"entry_id: {entry_id} is a {entry.message.role} message; "
+                                                   "regenerate takes an assistant message")
+        if entry.parent_id is None:
+            raise invalid_request(f"entry_id: {entry_id} is the session's first entry (no parent to reply to)")
+        return self.set_active_leaf(session_id, entry_id=entry.parent_id).active_leaf
+
+    def alternatives(self, session_id: str, entry_id: str) -> builtins.list[Alternative]:
+        """Every version of the turn ``entry_id`` belongs to: the entries with
+        its parent (itself included; the roots for a root), in the order they
+        were appended, ``active`` marking the one on the active path (none when
+        the active path runs elsewhere). The list a UI pages through ("2 / 3").
+
+        Raises ``session/not_found`` or ``session/entry_not_found``.
+        """
+        if not isinstance(entry_id, str) or not entry_id:
+            raise invalid_request("entry_id: expected a non-empty string")
+        self.get(session_id)  # a closed manager and a bad session id fail as every function does
+        found = siblings(self.service, session_id, entry_id)
+        out: builtins.list[Alternative] = []
+        for raw in found.entries:
+            entry = GetMessageResponse.model_validate({"entry": raw}).entry
+            out.append(Alternative(entry, raw["id"] in found.active))
+        return out
+
+    def abort(self, session_id: str, entry_id: str, *, reason: str = ABORTED) -> builtins.list[str]:
+        """Close a streamed assistant reply that was cut off (by the user, a
+        timeout, a crash): every ``function_call`` block of ``entry_id`` that has
+        no result on the active path gets an error ``function_result`` message
+        (``is_error: true``, text ``reason``), appended at the active leaf in
+        the order of the calls, so the next model call sees a valid transcript.
+        The partial text is already stored; nothing else changes.
+
+        Returns the ids of the appended results (empty when every call had one).
+        Safe to repeat and to run twice at once: each result has the entry id
+        ``<entry_id>.abort.<n>`` (``n``: the block's position), and ``append``
+        with a known id is a no-op. Fires ``session::on-message-added`` per result.
+
+        Raises ``session/entry_not_found``, ``session/invalid_entry_kind`` (not
+        an assistant message) or ``session/invalid_request`` (``entry_id`` not on
+        the active path: switch to it with ``set_active_leaf`` first).
+        """
+        entry = self._entry(session_id, entry_id)
+        if entry.message.role != "assistant":
+            raise SessionError(INVALID_ENTRY_KIND, f"entry_id: {entry_id} is a {entry.message.role} message; "
+                                                   "abort takes an assistant message")
+        calls = [(i, b) for i, b in enumerate(entry.message.content) if isinstance(b, FunctionCallBlock)]
+        answered = _answered(self._path_items(session_id, after_entry_id=entry_id))
+        appended: builtins.list[str] = []
+        for i, call in calls:
+            if call.id in answered:
+                continue
+            result = function_result_message(call, reason, is_error=True)
+            appended.append(self.append(session_id, message=result, entry_id=f"{entry_id}.abort.{i}").entry_id)
+        return appended
+
+    def _path_items(self, session_id: str, **request: Any) -> Iterator[MessageItem]:
+        """The active path's items after ``after_entry_id``, paged to the end."""
+        anchor = request.get("after_entry_id")
+        body = payload(session_id=session_id, limit=self._list_limit_cap(), **request)
+        while True:
+            try:
+                page = MessagesResponse.model_validate(self.call("session::messages", body))
+            except SessionError as e:
+                if e.code == INVALID_CURSOR and "cursor" not in body:
+                    raise invalid_request(f"entry_id: {anchor} is not on the active path of session {session_id} "
+                                          "(set_active_leaf to its branch first)") from None
+                raise
+            yield from page.messages
+            if page.next_cursor is None:
+                return
+            body["cursor"] = page.next_cursor
+
+    def _list_limit_cap(self) -> int | None:
+        return None
+
+
+class AsyncHelpers(AsyncTypedMethods):
+    """The typed helpers as coroutines (``await asm.edit(...)``): each runs the
+    sync helper of the same name on the manager's thread pool."""
+
+    async def _in_pool(self, helper: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        raise NotImplementedError
+
+    def _sync(self) -> Helpers:
+        raise NotImplementedError
+
+    async def edit(self, session_id: str, entry_id: str, content: str | Sequence[Content]) -> AppendResponse:
+        """As :meth:`Helpers.edit`."""
+        return await self._in_pool(self._sync().edit, session_id, entry_id, content)
+
+    async def regenerate(self, session_id: str, entry_id: str) -> str:
+        """As :meth:`Helpers.regenerate`."""
+        return await self._in_pool(self._sync().regenerate, session_id, entry_id)
+
+    async def alternatives(self, session_id: str, entry_id: str) -> builtins.list[Alternative]:
+        """As :meth:`Helpers.alternatives`."""
+        return await self._in_pool(self._sync().alternatives, session_id, entry_id)
+
+    async def abort(self, session_id: str, entry_id: str, *, reason: str = ABORTED) -> builtins.list[str]:
+        """As :meth:`Helpers.abort`."""
+        return await self._in_pool(self._sync().abort, session_id, entry_id, reason=reason)
+
+
+def _content(content: str | Sequence[Content]) -> Sequence[Content]:
+    """``content`` as a sequence of blocks and strings (a string alone is one text block)."""
+    if isinstance(content, str):
+        return (content,)
+    if isinstance(content, Sequence):
+        return content
+    raise invalid_request(f"content: expected a string or a list of content blocks, got {type(content).__name__}")
+
+
+def _answered(items: Iterator[MessageItem]) -> set[str]:
+    """The function-call ids a result on these items answers (result messages and result blocks)."""
+    out: set[str] = set()
+    for item in items:
+        message = item.message
+        if message is None:
+            continue
+        if isinstance(message, FunctionResultMessage):
+            out.add(message.function_call_id)
+        out.update(b.function_call_id for b in message.content if isinstance(b, FunctionResultBlock))
+    return out
