@@ -9,51 +9,36 @@ manager's thread pool. See ``docs/helpers.md``.
 from __future__ import annotations
 
 import builtins
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
-from typing import Any, TypeVar
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from typing import Any, Literal, TypeVar, overload
 
 from .._service.service import SessionService
 from .._service.siblings import siblings
 from .._wire.api import AppendResponse, GetMessageResponse, MessageItem, MessagesResponse
 from .._wire.models import (
-    AgentMessage,
     AssistantMessage,
-    CustomEntry,
     FunctionCallBlock,
     FunctionResultBlock,
     FunctionResultMessage,
     MessageEntry,
+    Role,
 )
+from .._wire.views import Alternative, TranscriptItem, TranscriptPage
 from ..errors import ENTRY_NOT_FOUND, INVALID_CURSOR, INVALID_ENTRY_KIND, SessionError, invalid_request, not_found
-from ..messages import Content, blocks, function_result_message, now_ms
+from ..messages import Content, custom, function_result_message, now_ms
 from .typed import AsyncTypedMethods, TypedMethods
-from .typed_support import payload
+from .typed_support import as_content, check_limit, payload
 
 T = TypeVar("T")
 
 ABORTED = "The call was aborted before it returned a result."
-
-
-@dataclass(frozen=True)
-class Alternative:
-    """One version of a turn, as :meth:`Helpers.alternatives` lists them."""
-
-    entry: MessageEntry | CustomEntry
-    active: bool  # on the session's active path (at most one of a turn's versions is)
-
-    @property
-    def entry_id(self) -> str:
-        return self.entry.id
-
-    @property
-    def message(self) -> AgentMessage | None:
-        """The message (``None`` for a custom entry)."""
-        return self.entry.message if isinstance(self.entry, MessageEntry) else None
+# The custom entry a system prompt is kept in (docs/helpers.md, "System prompts").
+SYSTEM_PROMPT = "system_prompt"
 
 
 class Helpers(TypedMethods):
-    """The typed helpers of :class:`~session_manager.SessionManager`."""
+    """The typed helpers of :class:`~session_manager.SessionManager`: edit,
+    regenerate, alternatives, abort, transcript, set_system_prompt, system_prompt."""
 
     service: SessionService
 
@@ -85,7 +70,7 @@ class Helpers(TypedMethods):
         root, so start sessions with a custom entry (e.g. :meth:`set_system_prompt`)
         to make their first message editable.
         """
-        new_content = blocks(_content(content))
+        new_content = as_content(content)
         entry = self._entry(session_id, entry_id)
         if entry.parent_id is None:
             raise invalid_request(f"entry_id: {entry_id} is the session's first entry (no parent), so no sibling "
@@ -152,7 +137,13 @@ class Helpers(TypedMethods):
             raise SessionError(INVALID_ENTRY_KIND, f"entry_id: {entry_id} is a {entry.message.role} message; "
                                                    "abort takes an assistant message")
         calls = [(i, b) for i, b in enumerate(entry.message.content) if isinstance(b, FunctionCallBlock)]
-        answered = _answered(self._path_items(session_id, after_entry_id=entry_id))
+        try:
+            answered = _answered(self.transcript(session_id, after_entry_id=entry_id))
+        except SessionError as e:
+            if e.code != INVALID_CURSOR:
+                raise
+            raise invalid_request(f"entry_id: {entry_id} is not on the active path of session {session_id} "
+                                  "(set_active_leaf to its branch first)") from None
         appended: builtins.list[str] = []
         for i, call in calls:
             if call.id in answered:
@@ -161,25 +152,72 @@ class Helpers(TypedMethods):
             appended.append(self.append(session_id, message=result, entry_id=f"{entry_id}.abort.{i}").entry_id)
         return appended
 
-    def _path_items(self, session_id: str, **request: Any) -> Iterator[MessageItem]:
-        """The active path's items after ``after_entry_id``, paged to the end."""
-        anchor = request.get("after_entry_id")
-        body = payload(session_id=session_id, limit=self._list_limit_cap(), **request)
+    @overload
+    def transcript(self, session_id: str, *, roles: Sequence[Role] | None = None, from_entry_id: str | None = None,
+                   after_entry_id: str | None = None, include_custom: Literal[False] = False,
+                   include_image_data: bool | None = None, page_size: int | None = None) -> Iterator[TranscriptItem]:
+        ...
+
+    @overload
+    def transcript(self, session_id: str, *, roles: Sequence[Role] | None = None, from_entry_id: str | None = None,
+                   after_entry_id: str | None = None, include_custom: bool,
+                   include_image_data: bool | None = None, page_size: int | None = None) -> Iterator[MessageItem]:
+        ...
+
+    def transcript(self, session_id: str, *, roles: Sequence[Role] | None = None, from_entry_id: str | None = None,
+                   after_entry_id: str | None = None, include_custom: bool = False,
+                   include_image_data: bool | None = None, page_size: int | None = None) -> Iterator[MessageItem]:
+        """Every item of the active path (or of root -> ``from_entry_id``),
+        oldest first: ``session::messages`` paged to the end, ``page_size``
+        items a call (default and most: ``max_list_limit``). The filters are
+        those of :meth:`messages`. Without custom entries (the default) each
+        item is a :class:`~session_manager.types.TranscriptItem`, whose
+        ``message`` is never ``None``: ``item.message.text`` type-checks as is.
+
+        The first page is read at once (bad input raises here); later pages as
+        the iteration reaches them, so messages appended meanwhile are included,
+        and a switch of the active branch meanwhile raises ``session/invalid_cursor``.
+        """
+        check_limit(page_size, self._list_limit_cap())
+        request = _transcript_request(roles, from_entry_id, after_entry_id, include_custom, include_image_data,
+                                      page_size if page_size is not None else self._list_limit_cap())
+        model = MessagesResponse if include_custom else TranscriptPage
+        first = model.model_validate(self.call("session::messages", {"session_id": session_id, **request}))
+        return self._rest(session_id, model, request, first)
+
+    def _rest(self, session_id: str, model: type[MessagesResponse] | type[TranscriptPage], request: dict[str, Any],
+              page: MessagesResponse | TranscriptPage) -> Iterator[MessageItem]:
         while True:
-            try:
-                page = MessagesResponse.model_validate(self.call("session::messages", body))
-            except SessionError as e:
-                if e.code == INVALID_CURSOR and "cursor" not in body:
-                    raise invalid_request(f"entry_id: {anchor} is not on the active path of session {session_id} "
-                                          "(set_active_leaf to its branch first)") from None
-                raise
             yield from page.messages
             if page.next_cursor is None:
                 return
-            body["cursor"] = page.next_cursor
+            body = {"session_id": session_id, **request, "cursor": page.next_cursor}
+            page = model.model_validate(self.call("session::messages", body))
 
-    def _list_limit_cap(self) -> int | None:
-        return None
+    def set_system_prompt(self, session_id: str, text: str) -> AppendResponse:
+        """Set the session's system prompt from here on: appends a custom entry
+        ``{custom_type: "system_prompt", data: {text}}`` at the active leaf (fires
+        ``session::on-message-added`` as ``append`` does). It is part of the
+        branch: a fork copies it, a branch made before it does not see it, and
+        ``messages`` leaves it out unless ``include_custom``. A session started
+        with it has every message under a parent, so even the first is editable.
+        """
+        if not isinstance(text, str):
+            raise invalid_request(f"text: expected a string, got {type(text).__name__}")
+        return self.append(session_id, custom=custom(SYSTEM_PROMPT, {"text": text}))
+
+    def system_prompt(self, session_id: str) -> str | None:
+        """The system prompt in effect at the active leaf: the text of the last
+        ``system_prompt`` custom entry on the active path, or ``None`` (reads the
+        whole path). Raises ``session/not_found`` for an unknown session."""
+        found: str | None = None
+        for item in self.transcript(session_id, include_custom=True):
+            payload = item.custom
+            if payload is not None and payload.custom_type == SYSTEM_PROMPT and isinstance(payload.data, dict):
+                text = payload.data.get("text")
+                if isinstance(text, str):
+                    found = text
+        return found
 
 
 class AsyncHelpers(AsyncTypedMethods):
@@ -208,14 +246,47 @@ class AsyncHelpers(AsyncTypedMethods):
         """As :meth:`Helpers.abort`."""
         return await self._in_pool(self._sync().abort, session_id, entry_id, reason=reason)
 
+    async def set_system_prompt(self, session_id: str, text: str) -> AppendResponse:
+        """As :meth:`Helpers.set_system_prompt`."""
+        return await self._in_pool(self._sync().set_system_prompt, session_id, text)
 
-def _content(content: str | Sequence[Content]) -> Sequence[Content]:
-    """``content`` as a sequence of blocks and strings (a string alone is one text block)."""
-    if isinstance(content, str):
-        return (content,)
-    if isinstance(content, Sequence):
-        return content
-    raise invalid_request(f"content: expected a string or a list of content blocks, got {type(content).__name__}")
+    async def system_prompt(self, session_id: str) -> str | None:
+        """As :meth:`Helpers.system_prompt`."""
+        return await self._in_pool(self._sync().system_prompt, session_id)
+
+    @overload
+    def transcript(self, session_id: str, *, roles: Sequence[Role] | None = None, from_entry_id: str | None = None,
+                   after_entry_id: str | None = None, include_custom: Literal[False] = False,
+                   include_image_data: bool | None = None,
+                   page_size: int | None = None) -> AsyncIterator[TranscriptItem]:
+        ...
+
+    @overload
+    def transcript(self, session_id: str, *, roles: Sequence[Role] | None = None, from_entry_id: str | None = None,
+                   after_entry_id: str | None = None, include_custom: bool,
+                   include_image_data: bool | None = None, page_size: int | None = None) -> AsyncIterator[MessageItem]:
+        ...
+
+    def transcript(self, session_id: str, *, roles: Sequence[Role] | None = None, from_entry_id: str | None = None,
+                   after_entry_id: str | None = None, include_custom: bool = False,
+                   include_image_data: bool | None = None, page_size: int | None = None) -> AsyncIterator[MessageItem]:
+        """As :meth:`Helpers.transcript`, for ``async for``; every page (the first
+        too) is read as the iteration reaches it."""
+        check_limit(page_size, self._list_limit_cap())
+        request = _transcript_request(roles, from_entry_id, after_entry_id, include_custom, include_image_data,
+                                      page_size if page_size is not None else self._list_limit_cap())
+        return self._pages(session_id, MessagesResponse if include_custom else TranscriptPage, request)
+
+    async def _pages(self, session_id: str, model: type[MessagesResponse] | type[TranscriptPage],
+                     request: dict[str, Any]) -> AsyncIterator[MessageItem]:
+        body = {"session_id": session_id, **request}
+        while True:
+            page = model.model_validate(await self.call("session::messages", body))
+            for item in page.messages:
+                yield item
+            if page.next_cursor is None:
+                return
+            body = {**body, "cursor": page.next_cursor}
 
 
 def _answered(items: Iterator[MessageItem]) -> set[str]:
@@ -229,3 +300,10 @@ def _answered(items: Iterator[MessageItem]) -> set[str]:
             out.add(message.function_call_id)
         out.update(b.function_call_id for b in message.content if isinstance(b, FunctionResultBlock))
     return out
+
+
+def _transcript_request(roles: Sequence[Role] | None, from_entry_id: str | None, after_entry_id: str | None,
+                        include_custom: bool, include_image_data: bool | None, limit: int | None) -> dict[str, Any]:
+    return payload(roles=list(roles) if isinstance(roles, tuple) else roles, from_entry_id=from_entry_id,
+                   after_entry_id=after_entry_id, include_custom=include_custom or None,
+                   include_image_data=include_image_data, limit=limit)
