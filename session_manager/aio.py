@@ -166,17 +166,15 @@ class AsyncSessionManager(AsyncHelpers):
         # Copied here, on the caller's side: the caller's dicts may change
         # while the call waits for a worker thread.
         private = json_payload(payload)
-        running = asyncio.get_running_loop().run_in_executor(self._executor, self.sync.call, function_id, private)
-        # Shielded: cancelling the wait must not cancel a call still queued for a
-        # worker (the write would silently never happen).
-        running.add_done_callback(_retrieve)
-        return await asyncio.shield(running)
+        return await self._in_pool(self.sync.call, function_id, private)
 
-    async def _in_pool(self, helper: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        # As call(): on the pool, and a cancelled wait lets the helper finish its writes.
+    async def _in_pool(self, work: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Run ``work`` (a call or a typed helper) on the pool."""
         if self._closed:
             raise RuntimeError("this session manager is closed")
-        running = asyncio.get_running_loop().run_in_executor(self._executor, lambda: helper(*args, **kwargs))
+        running = asyncio.get_running_loop().run_in_executor(self._executor, lambda: work(*args, **kwargs))
+        # Shielded: cancelling the wait must not cancel work still queued for a
+        # worker (the write would silently never happen).
         running.add_done_callback(_retrieve)
         return await asyncio.shield(running)
 

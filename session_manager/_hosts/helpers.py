@@ -224,7 +224,7 @@ class AsyncHelpers(AsyncTypedMethods):
     """The typed helpers as coroutines (``await asm.edit(...)``): each runs the
     sync helper of the same name on the manager's thread pool."""
 
-    async def _in_pool(self, helper: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    async def _in_pool(self, work: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         raise NotImplementedError
 
     def _sync(self) -> Helpers:
