@@ -1,9 +1,11 @@
-"""Typed helpers over the functions: edit, regenerate, alternatives, abort.
+"""Typed helpers over the functions: transcript, edit, regenerate,
+alternatives, abort, set_system_prompt and system_prompt.
 
 They are built on the typed methods (``typed.py``), so they validate, fail
 and fire events exactly as those functions do; none is a wire function.
 The async flavour (:class:`AsyncHelpers`) runs the same sync helper on the
-manager's thread pool. See ``docs/helpers.md``.
+manager's thread pool (``transcript``: an async iterator paging with
+``await``). See ``docs/helpers.md``.
 """
 
 from __future__ import annotations

@@ -233,3 +233,33 @@ def test_the_async_helpers_do_what_the_sync_ones_do(tmp_path: Path) -> None:
                 await asm.regenerate(sid, u1)
 
     asyncio.run(main())
+
+
+def test_concurrent_aborts_of_one_reply_add_each_result_once(tmp_path: Path) -> None:
+    # Prevents: two stop buttons (or a stop racing a crash recovery) pairing a call twice, which a
+    # model API refuses as loudly as a call with no result.
+    import threading
+
+    with open_store(tmp_path) as sm:
+        sid = sm.create().session_id
+        sm.append(sid, message=user_message("go"))
+        calls = [function_call("f", {"n": n}) for n in range(3)]
+        reply = sm.append(sid, message=assistant_message(*calls)).entry_id
+        events = Recorder(sm)
+        barrier = threading.Barrier(4)
+        answers: list[list[str]] = []
+
+        def stop() -> None:
+            barrier.wait()
+            answers.append(sm.abort(sid, reply))
+
+        threads = [threading.Thread(target=stop) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=60)
+        expected = [f"{reply}.abort.{n}" for n in range(3)]
+        assert len(answers) == 4 and all(set(a) <= set(expected) for a in answers)
+        results = [i for i in sm.transcript(sid) if i.message.role == "function_result"]
+        assert [i.entry_id for i in results] == expected
+        assert sorted(e["entry_id"] for _, e in events.take()) == expected  # one event per result
