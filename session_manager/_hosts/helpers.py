@@ -125,7 +125,8 @@ class Helpers(TypedMethods):
         the order of the calls, so the next model call sees a valid transcript.
         The partial text is already stored; nothing else changes.
 
-        Returns the ids of the appended results (empty when every call had one).
+        Returns the ids of the results it appended (or found appended by a
+        concurrent abort); empty when every call already had a result.
         Safe to repeat and to run twice at once: each result has the entry id
         ``<entry_id>.abort.<n>`` (``n``: the block's position), and ``append``
         with a known id is a no-op. Fires ``session::on-message-added`` per result.

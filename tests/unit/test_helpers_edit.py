@@ -263,3 +263,30 @@ def test_concurrent_aborts_of_one_reply_add_each_result_once(tmp_path: Path) -> 
         results = [i for i in sm.transcript(sid) if i.message.role == "function_result"]
         assert [i.entry_id for i in results] == expected
         assert sorted(e["entry_id"] for _, e in events.take()) == expected  # one event per result
+
+
+@pytest.mark.parametrize("adapter", ["memory", pytest.param("postgres", marks=pytest.mark.postgres)])
+def test_the_tree_helpers_work_on_every_adapter(adapter: str, request: pytest.FixtureRequest) -> None:
+    # Prevents: alternatives in another order (or missing versions) where entries() is not the fs
+    # adapter's insertion-ordered map (postgres orders by its sequence).
+    if adapter == "postgres":
+        from tests import pg_support
+
+        store = pg_support.open_store(request.getfixturevalue("schema"))
+    else:
+        store = session_manager.MemoryStore()
+    with session_manager.open(store=store, ids=SequentialIds(), clock=ManualClock(7)) as sm:
+        sid = sm.create().session_id
+        sm.set_system_prompt(sid, "p")
+        question = sm.append(sid, message=user_message("q")).entry_id
+        replies = [sm.append(sid, message=assistant_message(function_call("f"))).entry_id]
+        for n in range(3):
+            sm.regenerate(sid, replies[0])
+            replies.append(sm.append(sid, message=assistant_message(f"r{n}")).entry_id)
+        versions = sm.alternatives(sid, replies[1])
+        assert [(v.entry_id, v.active) for v in versions] == [(r, r == replies[-1]) for r in replies]
+        assert sm.edit(sid, question, "q2").entry_id not in replies
+        assert [v.active for v in sm.alternatives(sid, question)] == [False, True]
+        sm.set_active_leaf(sid, entry_id=replies[0])
+        assert sm.abort(sid, replies[0]) == [f"{replies[0]}.abort.0"]
+        assert sm.system_prompt(sid) == "p"
