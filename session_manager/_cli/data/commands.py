@@ -292,7 +292,8 @@ def cmd_schema(args: argparse.Namespace) -> Outcome:
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog="session-manager data", description=(
         "Inspect, export, import, check and repair a data_dir without an engine. Reads are safe beside a "
-        "running worker; compact, fsck --repair, import and writing calls need the data_dir to themselves."))
+        "running worker; compact, fsck --repair, import and writing calls need the data_dir to themselves."),
+        epilog="exit status: 0 done (fsck: healthy), 1 failed (fsck: not healthy), 2 bad arguments (usage errors)")
     sub = parser.add_subparsers(dest="command", required=True, metavar="SUBCOMMAND", parser_class=OneLineParser)
 
     def command(name: str, handler: Handler, help_text: str, *, data_dir: bool = True,
@@ -315,7 +316,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("session", metavar="SESSION", help="session id")
     p.add_argument("--tree", action="store_true", help="every branch, the active path marked with *")
 
-    p = command("export", cmd_export, "write sessions as JSON Lines (one document each), or one as Markdown")
+    p = command("export", cmd_export, "write sessions as JSON Lines (one document each), or one as Markdown or HTML")
     p.add_argument("sessions", metavar="SESSION", nargs="*", help="session ids (default: every session)")
     p.add_argument("-o", "--output", metavar="FILE", help="write here instead of stdout")
     p.add_argument("--attachments", action="store_true", help="include attachment bytes (base64)")
