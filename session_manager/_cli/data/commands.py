@@ -24,7 +24,7 @@ from ..args import OneLineParser
 from . import fsck, maintenance, reading, render, serving, transfer, usage
 from .opening import DataDirError, is_engine, is_uri, open_for
 from .progress import progress
-from .usage import DIR, EVERY_TARGET, POSTGRES, UsageError
+from .usage import DIR, EVERY_TARGET, POSTGRES, SQLITE, UsageError
 
 ORDERS = ("created_asc", "created_desc", "updated_desc")
 
@@ -328,11 +328,11 @@ def build_parser() -> argparse.ArgumentParser:
     serving.add_arguments(p)
 
     p = command("import", cmd_import, "load an export file (JSON Lines) into a data_dir",
-                accepts=frozenset({DIR, POSTGRES}))
+                accepts=frozenset({DIR, POSTGRES, SQLITE}))
     p.add_argument("file", metavar="FILE", help="the export file, or - for stdin")
 
     p = command("fsck", cmd_fsck, "check every log and attachment of an fs data_dir (a database checks itself); "
-                                  "exit 1 when not healthy", accepts=frozenset({DIR}))
+                                  "exit 1 when not healthy", accepts=frozenset({DIR, SQLITE}))
     p.add_argument("--repair", action="store_true", help="cut torn tails (needs the data_dir to itself)")
 
     command("compact", cmd_compact, "rewrite every log of an fs data_dir as its live state (needs the data_dir to "

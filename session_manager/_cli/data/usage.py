@@ -19,23 +19,28 @@ class UsageError(Exception):
     combination the command refuses, an unknown function, a target it does not take."""
 
 
-DIR, POSTGRES, ENGINE = "dir", "postgres", "engine"
-EVERY_TARGET = frozenset({DIR, POSTGRES, ENGINE})
+DIR, POSTGRES, SQLITE, ENGINE = "dir", "postgres", "sqlite", "engine"
+KINDS = (DIR, POSTGRES, SQLITE, ENGINE)
+EVERY_TARGET = frozenset(KINDS)
 _TARGET_HELP = {
     DIR: "the session store's directory",
     POSTGRES: "a postgresql:// URI (the postgres adapter)",
+    SQLITE: "a sqlite:///FILE URI (the sqlite adapter)",
     ENGINE: "a ws:// URL (a main worker's sessions over its engine, read-only)",
 }
-_TARGET_NAME = {DIR: "a directory", POSTGRES: "a postgresql:// URI", ENGINE: "a ws:// engine URL"}
+_TARGET_NAME = {DIR: "a directory", POSTGRES: "a postgresql:// URI", SQLITE: "a sqlite:/// URI",
+                ENGINE: "a ws:// engine URL"}
 
 
 def target_help(accepts: Collection[str]) -> str:
     """The DATA_DIR help of a subcommand taking ``accepts``."""
-    parts = [_TARGET_HELP[k] for k in (DIR, POSTGRES, ENGINE) if k in accepts]
+    parts = [_TARGET_HELP[k] for k in KINDS if k in accepts]
     return parts[0] if len(parts) == 1 else parts[0] + ", or " + ", or ".join(parts[1:])
 
 
 def target_kind(data_dir: str | os.PathLike[str]) -> str:
+    if os.fspath(data_dir).startswith("sqlite://"):
+        return SQLITE
     return ENGINE if is_engine(data_dir) else POSTGRES if is_uri(data_dir) else DIR
 
 
@@ -43,7 +48,7 @@ def check_target(command: str, data_dir: str | os.PathLike[str], accepts: Collec
     """Refuse a target kind the subcommand does not take, saying what it takes."""
     kind = target_kind(data_dir)
     if kind not in accepts:
-        takes = " or ".join(_TARGET_NAME[k] for k in (DIR, POSTGRES, ENGINE) if k in accepts)
+        takes = " or ".join(_TARGET_NAME[k] for k in KINDS if k in accepts)
         if accepts == {DIR}:
             takes += " (an fs data_dir)"
         raise UsageError(f"{command} takes {takes}, not {_TARGET_NAME[kind]}")
