@@ -28,8 +28,8 @@ from ..ids import IdGen
 from ..store._cache import DEFAULT_CACHE_BYTES
 from ..store.base import SessionStore
 from ..store.fs import Durability, FsStore
+from .helpers import Helpers
 from .surface import BY_ID
-from .typed import TypedMethods
 
 log = logging.getLogger("session_manager.embedded")
 
@@ -92,12 +92,13 @@ class Observation:
         self._owner._remove(self)
 
 
-class SessionManager(TypedMethods):
+class SessionManager(Helpers):
     """An open session store: ``call`` functions, ``observe`` events, ``close``.
 
     Every function also has a typed method (``sm.append(session_id, message=...)``
     returns an :class:`~session_manager.types.AppendResponse`), generated from
-    the same table ``call`` serves."""
+    the same table ``call`` serves, and the typed helpers (``edit``,
+    ``regenerate``, ``alternatives``, ``abort``, ...: docs/helpers.md)."""
 
     def __init__(self, service: SessionService) -> None:
         self.service = service
@@ -169,6 +170,9 @@ class SessionManager(TypedMethods):
             finally:
                 self._depth.n = depth
         return result
+
+    def _list_limit_cap(self) -> int | None:
+        return self.service.limits.get().max_list_limit
 
     # -- events ---------------------------------------------------------------
 

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 from .. import __version__
 from .._bus import Bus
-from .._cli.args import OneLineParser, environment_epilog, log_level
+from .._cli.args import OneLineParser, environment_epilog, log_level, suggest
 from ..errors import SessionError
 from .config_client import BuildError, ConfigurationRefused, ConfigurationUnavailable
 from .config_value import ConfigError
@@ -130,6 +130,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from .._cli.data import main as data_main
 
         return data_main(argv[1:])
+    # The worker takes no positional argument: a word close to "data" is a typo of it.
+    if argv and not argv[0].startswith("-") and suggest(argv[0], ("data",)):
+        sys.stderr.write(f"{NAME}: error: unknown command {argv[0]!r}; did you mean 'data'? (see --help)\n")
+        return 2
     args = parse_args(argv)
     if args.manifest:
         print(json.dumps(manifest(), indent=2))
