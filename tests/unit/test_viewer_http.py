@@ -150,7 +150,7 @@ def test_non_loopback_bind_needs_a_token(tmp_path: Path) -> None:
     (tmp_path / "e").mkdir()
     done = subprocess.run([sys.executable, "-m", "session_manager", "data", "serve", str(tmp_path / "e"),
                            "--host", "0.0.0.0", "--token", ""], capture_output=True, text=True, timeout=60)
-    assert done.returncode == 1 and "needs an access token" in done.stderr
+    assert done.returncode == 2 and "needs an access token" in done.stderr
     assert not any((tmp_path / "e").iterdir())  # refused before opening anything
 
 
