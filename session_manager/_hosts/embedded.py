@@ -28,7 +28,8 @@ from ..ids import IdGen
 from ..store._cache import DEFAULT_CACHE_BYTES
 from ..store.base import SessionStore
 from ..store.fs import Durability, FsStore
-from .surface import BY_ID
+from .surface import function as lookup
+from .surface import unknown_function
 from .typed import TypedMethods
 
 log = logging.getLogger("session_manager.embedded")
@@ -139,9 +140,10 @@ class SessionManager(TypedMethods):
                     self._idle.notify_all()
 
     def _call(self, function_id: str, payload: Any) -> Any:
-        function = BY_ID.get(function_id)
-        if function is None or function.handler is None:
-            raise LookupError(f"no function {function_id!r}")
+        function = lookup(function_id)  # an unknown id (or None): session/invalid_request naming it
+        serve = function.handler
+        if serve is None:  # an event function's row (the table serves none): not callable
+            raise unknown_function(function_id)
         if function.mutates and self._read_only:
             raise SessionError(STORAGE, f"{function_id}: this session store is open read-only")
         # A private copy: what is stored must not change when the caller
@@ -149,7 +151,7 @@ class SessionManager(TypedMethods):
         payload = admit_copy(function_id, payload, self.service.limits.get(), mutates=function.mutates)
         reject_unknown_keys(function.request, payload)
         request = parse_request(function.request, payload)
-        service, serve = self.service, function.handler
+        service = self.service
         try:
             if self._wraps_calls:
                 # run_call: a shared store commits the call's events with its writes.

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from ..._hosts.surface import BY_ID
+from ..._hosts.surface import function as lookup
 from ..._wire.models import STATUSES
 from ...errors import SessionError, StoreError, invalid_request, not_found
 from ...store.fs import FsStore
@@ -212,15 +213,8 @@ def cmd_compact(args: argparse.Namespace) -> Outcome:
 # -- call / schema -----------------------------------------------------------------------------------------
 
 
-def _function(function_id: str) -> Any:
-    function = BY_ID.get(function_id)
-    if function is None:
-        raise invalid_request(f"no function {function_id!r} (known: {', '.join(sorted(BY_ID))})")
-    return function
-
-
 def cmd_call(args: argparse.Namespace) -> Outcome:
-    _function(args.function)
+    lookup(args.function)
     try:
         payload = json.loads(args.payload)
     except ValueError as e:
@@ -256,7 +250,7 @@ def _fields(schema: dict[str, Any]) -> list[list[str]]:
 def cmd_schema(args: argparse.Namespace) -> Outcome:
     from ..._wire.schemas import json_schema  # the registered form
 
-    function = _function(args.function)
+    function = lookup(args.function)
     request = json_schema(function.request)
     response = json_schema(function.response, nullable=function.nullable)
     data = {"function_id": function.id, "description": function.description, "mutates": function.mutates,
