@@ -63,6 +63,7 @@ class MetaCatalog:
         self._pending: dict[str, int] = {}
         self._raw: Callable[[int], bytes] = _no_raw
         self._release: Callable[[int], None] = _keep  # raw(i) will not be asked again: its bytes may go
+        self._rest_at = 0  # pending this small after single decodes: decode the rest at once
         self._decoding = threading.Lock()
 
     @classmethod
@@ -76,6 +77,8 @@ class MetaCatalog:
         catalog = cls()
         catalog._metas, catalog._pending, catalog._raw = dict(metas), pending, raw
         catalog._release = release or _keep
+        # (a small catalog stays lazy to the last meta: its bytes cost nothing worth a decode)
+        catalog._rest_at = len(pending) // 2 if len(pending) >= 2 * DECODE_CHUNK else 0
         catalog._sorted = {"updated_at": by_updated, "created_at": by_created}
         return catalog
 
@@ -103,6 +106,10 @@ class MetaCatalog:
                     self._release(i)
                     if not self._pending:
                         self._raw = _no_raw  # the last one: the index's bytes are no longer needed
+                    elif len(self._pending) <= self._rest_at:
+                        # Half decoded one at a time (a walk of every page): the rest at once, so the
+                        # index's bytes go now instead of all of them beside every decoded meta.
+                        self._decode_pending()
         return meta
 
     def _decode_all(self) -> None:
@@ -115,7 +122,8 @@ class MetaCatalog:
         """:meth:`_decode_all`, the decoding lock held."""
         pending = self._pending
         if pending:
-            self._metas.update(zip(pending, decode_many(self._raw, pending.values(), self._release), strict=True))
+            decoded = map(shared_keys, decode_many(self._raw, pending.values(), self._release))  # kept: keys shared
+            self._metas.update(zip(pending, decoded, strict=True))
             self._pending = {}  # emptied only once they are in _metas (see _decoded)
             self._raw = _no_raw  # the index's bytes are no longer needed
 
@@ -301,8 +309,9 @@ class Picked(Sequence[Key]):
 
 # Metas per decode of many: one JSON array of all of them (100k: ~30 MiB of JSON, copied twice to
 # frame it, beside the index's own bytes and the decoded metas) made the first filtered list's peak
-# exceed the stated memory bound (issue 25); a chunk keeps that copy small and C-speed still.
-DECODE_CHUNK = 2048
+# exceed the stated memory bound (issue 25); a chunk keeps that copy small and C-speed still. Small:
+# orjson's parser takes a working arena of several times its input while it decodes.
+DECODE_CHUNK = 256
 
 
 def decode_many(raw: Callable[[int], bytes], positions: Iterable[int],
