@@ -54,6 +54,20 @@ def mib(n: float) -> str:
     return f"{n / MiB:,.1f} MiB"
 
 
+def list_all(sm: session_manager.SessionManager, order: str) -> tuple[int, int]:
+    """Every page of ``session::list`` in ``order``: how many sessions, and the largest meta's JSON bytes."""
+    listed, meta_bytes = 0, 0
+    payload: dict[str, object] = {"limit": PAGE, "order": order}
+    while True:
+        got = sm.call("session::list", payload)
+        for item in got["sessions"]:
+            meta_bytes = max(meta_bytes, len(json.dumps(item, separators=(",", ":"))))
+        listed += len(got["sessions"])
+        if not got.get("next_cursor"):
+            return listed, meta_bytes
+        payload["cursor"] = got["next_cursor"]
+
+
 def run(where: Path, sessions: int, cache_bytes: int, top: int) -> bool:
     # The ids to touch, from the file names, before tracing: the bench's own list is not the store's.
     ids = sorted(name[: -len(".jsonl")] for name in os.listdir(where) if name.endswith(".jsonl"))
@@ -63,17 +77,7 @@ def run(where: Path, sessions: int, cache_bytes: int, top: int) -> bool:
     before = tracemalloc.get_traced_memory()[0]
     with session_manager.open(where, cache_bytes=cache_bytes) as sm:
         store = sm.service.store
-        listed, meta_bytes = 0, 0
-        payload: dict[str, object] = {"limit": PAGE, "order": "created_asc"}
-        while True:
-            got = sm.call("session::list", payload)
-            for item in got["sessions"]:
-                meta_bytes = max(meta_bytes, len(json.dumps(item, separators=(",", ":"))))
-            listed += len(got["sessions"])
-            if not got.get("next_cursor"):
-                break
-            payload["cursor"] = got["next_cursor"]
-        del got, item
+        listed, meta_bytes = list_all(sm, "created_asc")
         assert listed == len(ids) == sessions, (listed, len(ids), sessions)
         print(f"listed {listed:,} sessions in {time.perf_counter() - started:.1f} s "
               f"(largest meta {meta_bytes} bytes as JSON)", flush=True)
@@ -130,19 +134,9 @@ def listing_here(where: Path, sessions: int, top: int) -> bool:
     started = time.perf_counter()
     before = tracemalloc.get_traced_memory()[0]
     with session_manager.open(where, cache_bytes=0) as sm:
-        listed, meta_bytes = 0, 0
-        payload: dict[str, object] = {"limit": PAGE}
-        while True:
-            got = sm.call("session::list", payload)
-            for item in got["sessions"]:
-                meta_bytes = max(meta_bytes, len(json.dumps(item, separators=(",", ":"))))
-            listed += len(got["sessions"])
-            if not got.get("next_cursor"):
-                break
-            payload["cursor"] = got["next_cursor"]
+        listed, meta_bytes = list_all(sm, "updated_desc")
         filtered = len(sm.call("session::list", {"metadata": {"owner": "u_07"}, "limit": 1000})["sessions"])
         found = len(sm.call("session::mention::search", {"query": "chat 00001", "limit": 50})["items"])
-        del got, item
         gc.collect()
         held, peak = (n - before for n in tracemalloc.get_traced_memory())
         catalog = sessions * CATALOG_PER_META_BYTE * meta_bytes

@@ -16,8 +16,8 @@ from session_manager._worker.iii_host import IIIHost
 from session_manager.clock import ManualClock
 from session_manager.errors import STORAGE, SessionError
 from session_manager.ids import SequentialIds
-from session_manager.store.base import Commit
 from session_manager.testing import FakeEngine
+from tests.unit.test_embedded_lifetime import Gate
 
 
 def fs_config(data_dir: Path) -> WorkerConfig:
@@ -26,23 +26,6 @@ def fs_config(data_dir: Path) -> WorkerConfig:
 
 def user(text: str) -> dict[str, Any]:
     return {"role": "user", "content": [{"type": "text", "text": text}], "timestamp": 5}
-
-
-class SlowCommit:
-    """Holds the next commit of ``store`` (a real fs commit, once let go) until released."""
-
-    def __init__(self, store: Any) -> None:
-        self.entered = threading.Event()
-        self.release = threading.Event()
-        real = store.commit
-
-        def held(session_id: str, commit: Commit) -> Commit:
-            if not self.entered.is_set():
-                self.entered.set()
-                assert self.release.wait(30)
-            return real(session_id, commit)
-
-        store.commit = held
 
 
 def test_worker_shutdown_keeps_the_data_dir_locked_until_a_commit_in_flight_ends(tmp_path: Path) -> None:
@@ -54,7 +37,7 @@ def test_worker_shutdown_keeps_the_data_dir_locked_until_a_commit_in_flight_ends
     host = IIIHost(fake, fs_config(where), ids=SequentialIds(), clock=ManualClock(1_000_000))
     host.register()
     sid = fake.invoke("session::create", {})["session_id"]
-    slow = SlowCommit(host.runtime.store)
+    slow = Gate(host.runtime.store)  # a real fs commit, held until released
     answers: list[Any] = []
     writer = threading.Thread(target=lambda: answers.append(
         fake.invoke("session::append", {"session_id": sid, "message": user("in flight")})))
