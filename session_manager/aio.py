@@ -14,7 +14,10 @@
                 ...
 
 Storage work runs on a small thread pool owned by the manager, never on the
-event loop. A cancelled call still completes its write (cancellation only
+event loop: nothing proportional to a payload runs on the loop (the payload
+is copied once, by the call on its worker thread, so do not change it until
+the call has returned), and long batches are validated a chunk at a time so
+the worker never holds the GIL for long. A cancelled call still completes its write (cancellation only
 stops the wait). Events are those of :meth:`SessionManager.observe`, queued
 per stream up to ``max_queued``; a consumer that falls further behind gets
 :class:`EventStreamOverflow` after the queued events, rather than the
@@ -36,7 +39,6 @@ from typing import Any, TypeVar
 from ._hosts import embedded
 from ._hosts.embedded import SessionManager
 from ._hosts.helpers import AsyncHelpers, Helpers
-from ._wire.validation import json_payload
 from .clock import Clock
 from .ids import IdGen
 from .store._cache import DEFAULT_CACHE_BYTES
@@ -163,10 +165,9 @@ class AsyncSessionManager(AsyncHelpers):
         """Run one function on the thread pool; as :meth:`SessionManager.call`."""
         if self._closed:
             raise RuntimeError("this session manager is closed")
-        # Copied here, on the caller's side: the caller's dicts may change
-        # while the call waits for a worker thread.
-        private = json_payload(payload)
-        return await self._in_pool(self.sync.call, function_id, private)
+        # Handed over as it is: the sync call makes the one private copy on the worker thread
+        # (a copy here would cost the loop time proportional to the payload).
+        return await self._in_pool(self.sync.call, function_id, payload)
 
     async def _in_pool(self, work: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run ``work`` (a call or a typed helper) on the pool."""

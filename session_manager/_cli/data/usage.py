@@ -9,7 +9,9 @@ import argparse
 import os
 from collections.abc import Collection, Iterable
 
-from ..._hosts.surface import BY_ID, Function
+from ..._hosts.surface import Function
+from ..._hosts.surface import function as lookup
+from ...errors import SessionError
 from ..args import suggest
 from .opening import is_engine, is_uri
 
@@ -55,19 +57,11 @@ def check_target(command: str, data_dir: str | os.PathLike[str], accepts: Collec
 
 
 def function(function_id: str) -> Function:
-    """The function ``function_id``, or a usage error suggesting the id meant."""
-    found = BY_ID.get(function_id)
-    if found is not None:
-        return found
-    ids = sorted(BY_ID)
-    close = suggest(function_id, ids)
-    if close is None:  # compared without the common prefix, which would make any word look close
-        short = {fid.removeprefix("session::"): fid for fid in ids}
-        near = suggest(function_id.removeprefix("session::"), sorted(short))
-        close = short[near] if near is not None else None
-    if close is not None:
-        raise UsageError(f"no function {function_id!r}; did you mean {close!r}?")
-    raise UsageError(f"no function {function_id!r} (known: {', '.join(ids)})")  # nothing close: the list
+    """The function ``function_id``, or a usage error with the surface's own "did you mean"."""
+    try:
+        return lookup(function_id)
+    except SessionError as e:
+        raise UsageError(e.detail) from None
 
 
 def check_subcommand(parser: argparse.ArgumentParser, argv: Iterable[str], names: Collection[str]) -> None:
