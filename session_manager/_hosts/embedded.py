@@ -28,6 +28,7 @@ from ..ids import IdGen
 from ..store._cache import DEFAULT_CACHE_BYTES
 from ..store.base import SessionStore
 from ..store.fs import Durability, FsStore
+from .retention import RetentionPolicy, RetentionSweeper, retention_policy
 from .surface import BY_ID
 from .typed import TypedMethods
 
@@ -99,7 +100,7 @@ class SessionManager(TypedMethods):
     returns an :class:`~session_manager.types.AppendResponse`), generated from
     the same table ``call`` serves."""
 
-    def __init__(self, service: SessionService) -> None:
+    def __init__(self, service: SessionService, retention: RetentionPolicy | None = None) -> None:
         self.service = service
         self._observers: list[Observation] = []
         self._lock = threading.Lock()
@@ -120,6 +121,8 @@ class SessionManager(TypedMethods):
         self._read_only = bool(getattr(service.store, "read_only", False))
         # A shared store (postgres) delivers other instances' events here.
         self._unsubscribe = service.store.subscribe(self.publish, self.is_observed)
+        # Off unless a policy is given; its thread starts with the first policy.
+        self.retention = RetentionSweeper(self._sweep_batch, service.clock, retention)
 
     # -- calls ----------------------------------------------------------------
 
@@ -169,6 +172,27 @@ class SessionManager(TypedMethods):
             finally:
                 self._depth.n = depth
         return result
+
+    def _sweep_batch(self, policy: RetentionPolicy, limit: int) -> tuple[int, bool]:
+        """One retention batch, its events delivered as a call's are."""
+        service = self.service
+
+        def run() -> tuple[tuple[int, bool], list[Event]]:
+            ids, events, more = service.expire(policy.idle_days, policy.statuses, limit)
+            return (len(ids), more), events
+
+        try:
+            (count, more), events = service.store.run_call(run)
+        except StoreError as e:
+            raise at_edge(e) from None
+        self.publish(events)
+        return count, more
+
+    def set_retention(self, idle_days: int | None, statuses: list[str] | None = None) -> None:
+        """Turn the retention sweep on (sessions idle ``idle_days`` days, only in
+        ``statuses`` when given) or off (``None``); takes effect at the next sweep."""
+        value = None if idle_days is None else {"idle_days": idle_days, "statuses": statuses}
+        self.retention.set_policy(retention_policy(value))
 
     # -- events ---------------------------------------------------------------
 
@@ -233,6 +257,7 @@ class SessionManager(TypedMethods):
             while len(self._calls) > own:
                 self._idle.wait()
         try:
+            self.retention.close()
             self._unsubscribe()
             with self._lock:
                 self._observers.clear()
@@ -273,6 +298,7 @@ def open(
     max_batch_entries: int | None = None,
     read_only: bool = False,
     cache_bytes: int = DEFAULT_CACHE_BYTES,
+    retention: dict[str, Any] | None = None,
 ) -> SessionManager:
     """Open a session store in this process.
 
@@ -288,12 +314,16 @@ def open(
     every mutating function then answers ``session/storage``. ``cache_bytes``
     bounds the memory of the fs adapter's loaded sessions (default 256 MiB;
     least recently used ones are dropped and read again from disk when touched).
+    ``retention`` (``{"idle_days": N, "statuses": [...]}``, off by default) deletes
+    sessions idle that long in a background sweep, at most once a minute
+    (change it later with :meth:`SessionManager.set_retention`).
     """
     # Checked before anything is opened (a refused open must not keep the data_dir).
     for name, value in (("default_list_limit", default_list_limit), ("max_list_limit", max_list_limit),
                         ("max_attachment_bytes", max_attachment_bytes), ("max_request_bytes", max_request_bytes),
                         ("max_batch_entries", max_batch_entries), ("cache_bytes", cache_bytes)):
         _check_count(name, value)
+    policy = retention_policy(retention)  # (checked before anything is opened too)
     if store is not None:
         if read_only and not getattr(store, "read_only", False):
             raise ValueError("read_only=True opens a data_dir read-only; the given store is writable")
@@ -327,4 +357,4 @@ def open(
         max_request_bytes=max_request_bytes if max_request_bytes is not None else defaults.max_request_bytes,
         max_batch_entries=max_batch_entries if max_batch_entries is not None else defaults.max_batch_entries,
     )
-    return SessionManager(SessionService(store, ids=ids, clock=clock, limits=LimitsCell(limits)))
+    return SessionManager(SessionService(store, ids=ids, clock=clock, limits=LimitsCell(limits)), policy)
