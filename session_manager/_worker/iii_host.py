@@ -32,6 +32,7 @@ from typing import Any
 from iii import ObserveHooks
 
 from .._bus import Bus, ObserverHandle, strip_caller
+from .._hosts.retention import RetentionPolicy, RetentionSweeper
 from .._hosts.surface import EVENT_SURFACE, FUNCTIONS, Function
 from .._service.admission import admit
 from .._service.limits import LimitsCell
@@ -101,6 +102,7 @@ class IIIHost:
         self._closing = False
         self.refs: dict[str, Any] = {}
         self.config_observer: ObserverHandle | None = None
+        self.retention = RetentionSweeper(self._sweep_batch, self.clock, config.retention_policy())
 
     @property
     def runtime(self) -> Runtime:
@@ -332,7 +334,24 @@ class IIIHost:
 
     def _config_status(self, data: Any) -> Any:
         compactions = getattr(self._runtime.store, "compactions", 0)  # an fs store counts its own
-        return {**self.status.snapshot(), **self.stats.snapshot(), "compactions": compactions}
+        return {**self.status.snapshot(), **self.stats.snapshot(), "compactions": compactions,
+                **self.retention.status()}
+
+    def _sweep_batch(self, policy: RetentionPolicy, limit: int) -> tuple[int, bool]:
+        """One retention batch on the live runtime, its events delivered as a call's."""
+        with self._call() as runtime:
+            service = runtime.service
+
+            def run() -> tuple[tuple[int, bool], list[Event]]:
+                ids, events, more = service.expire(policy.idle_days, policy.statuses, limit)
+                return (len(ids), more), events
+
+            try:
+                (count, more), events = runtime.store.run_call(run)
+            except StoreError as e:
+                raise at_edge(e) from None
+            self.deliver(runtime, events)
+        return count, more
 
     # -- reload -----------------------------------------------------------------
 
@@ -341,6 +360,7 @@ class IIIHost:
         the reloader's lock. Raises BuildError to keep the running runtime."""
         current = self._runtime
         if same_adapter(config, current.config):
+            self.retention.set_policy(config.retention_policy())  # read at the next sweep
             self.limits.set(config.limits())
             if isinstance(current.store, FsStore):
                 current.store.durability = config.durability  # read on every write: no rebuild
@@ -354,6 +374,7 @@ class IIIHost:
         with self._idle:
             self.limits.set(config.limits())
             self._runtime = fresh
+        self.retention.set_policy(config.retention_policy())  # only once the new adapter serves
         log.info("configuration reloaded: adapter %s now serves", config.adapter_label())
         # The old store (an fs one's data_dir lock, a database's pool, a
         # bridge's link) ends once the calls that took it are done: closing it
@@ -387,6 +408,7 @@ class IIIHost:
         """Finish a reload in progress and allow no more, refuse new calls, let
         in-flight ones finish, deliver queued events."""
         self.reloader.stop()
+        self.retention.close()
         with self._idle:
             self._closing = True
             if not self._idle.wait_for(lambda: self._inflight == 0, timeout=timeout_s):
