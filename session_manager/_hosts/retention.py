@@ -74,11 +74,11 @@ class RetentionSweeper:
     """Runs the sweep when due; ``policy`` None turns it off (the default)."""
 
     def __init__(self, run_batch: BatchRunner, clock: Clock, policy: RetentionPolicy | None = None,
-                 *, poll_s: float = POLL_S, thread: bool = True) -> None:
+                 *, poll_s: float | None = None, thread: bool = True) -> None:
         self._run_batch = run_batch
         self._clock = clock
         self._policy = policy
-        self._poll_s = poll_s
+        self._poll_s = poll_s if poll_s is not None else POLL_S  # read now: tests set the module's
         self._sweeping = threading.Lock()  # one sweep at a time
         self._lock = threading.Lock()  # the status (read while a sweep runs)
         self._last_at: int | None = None

@@ -77,16 +77,17 @@ class Erasure(Lifecycle):
         found = self._select(selection, limit + 1)
         ids: list[str] = []
         events: list[ev.Event] = []
-        for meta in found[:limit]:
-            try:
-                event = self._erase(meta["session_id"], selection)
-            except SessionError:
-                if not events:
-                    raise
-                return ids, events, True
-            if event is not None:
-                ids.append(meta["session_id"])
-                events.append(event)
+        with self.store.erasing():
+            for meta in found[:limit]:
+                try:
+                    event = self._erase(meta["session_id"], selection)
+                except SessionError:
+                    if not events:
+                        raise
+                    return ids, events, True
+                if event is not None:
+                    ids.append(meta["session_id"])
+                    events.append(event)
         return ids, events, len(found) > limit
 
     def _select(self, selection: Selection, count: int) -> list[Meta]:
@@ -108,11 +109,12 @@ class Erasure(Lifecycle):
             order = self._tree_order(req.session_id)
             if not order:
                 break
-            for session_id in order:
-                event = self._erase(session_id)
-                if event is not None:
-                    deleted.append(session_id)
-                    events.append(event)
+            with self.store.erasing():
+                for session_id in order:
+                    event = self._erase(session_id)
+                    if event is not None:
+                        deleted.append(session_id)
+                        events.append(event)
         return build[api.DeleteTreeResponse](deleted=deleted), events
 
     def _tree_order(self, root: str) -> list[str]:

@@ -206,7 +206,15 @@ class SessionStore(ABC):
 
     @abstractmethod
     def delete_session(self, session_id: str) -> None:
-        """Remove the session's meta, entries, leaf and attachments."""
+        """Remove the session's meta, entries, leaf and attachments; no byte of
+        them may stay in the store's files once this returns (outside
+        :meth:`erasing`) or the ``erasing`` block ends."""
+
+    def erasing(self) -> AbstractContextManager[None]:
+        """A batch of :meth:`delete_session` calls (a purge, a tree): a store may
+        erase what the deleted sessions left in shared files (an index) once, at
+        the end of the block, instead of once per delete. The default: nothing shared."""
+        return contextlib.nullcontext()
 
     # -- attachments ----------------------------------------------------------
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
+import orjson
 import psycopg
 from psycopg import sql
 from psycopg.types.json import Jsonb
@@ -90,11 +91,17 @@ class Writes(Transactions):
             raise self._fail(e) from None
 
     def delete_session(self, session_id: str) -> None:
+        # Erasure: the outbox keeps the session's earlier events (message text) for
+        # outbox_retention_ms; they go with it. Every payload begins with its session_id
+        # (the first field of each event model), so a prefix finds them without parsing.
+        prefix = '{"session_id":' + orjson.dumps(session_id).decode("utf-8") + ","
+
         def run(conn: psycopg.Connection[Any]) -> None:
             for table in ("entries", "attachments", "sessions"):
                 conn.execute(
                     sql.SQL("DELETE FROM {} WHERE session_id = %s").format(sql.Identifier(table)), (key(session_id),)
                 )
+            conn.execute("DELETE FROM outbox WHERE left(payload, %s) = %s", (len(prefix), prefix))
 
         self._in_tx(session_id, run)
 
