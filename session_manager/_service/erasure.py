@@ -66,7 +66,7 @@ class Erasure(Lifecycle):
                limit: int) -> tuple[list[str], list[ev.Event], bool]:
         """One batch of the retention sweep: sessions not updated for ``idle_days``
         (with a status in ``statuses`` when given), their events, whether more remain."""
-        before = self.clock.now_ms() - idle_days * DAY_MS
+        before = self.clock.now_ms() - idle_days * DAY_MS + 1  # idle exactly idle_days: due
         return self.erase_selected(Selection(None, statuses, before), limit)
 
     def erase_selected(self, selection: Selection, limit: int) -> tuple[list[str], list[ev.Event], bool]:
