@@ -17,6 +17,7 @@ from types import TracebackType
 from typing import Any
 
 from .._service.admission import admit_copy
+from .._service.erasure import Selection
 from .._service.limits import Limits, LimitsCell
 from .._service.service import SessionService
 from .._service.storage_errors import at_edge
@@ -173,20 +174,25 @@ class SessionManager(TypedMethods):
                 self._depth.n = depth
         return result
 
-    def _sweep_batch(self, policy: RetentionPolicy, limit: int) -> tuple[int, bool]:
-        """One retention batch, its events delivered as a call's are."""
+    def erase_where(self, selection: Selection, limit: int) -> tuple[list[str], bool]:
+        """Delete up to ``limit`` sessions ``selection`` takes (as ``session::purge``
+        does, their events delivered as a call's): their ids and whether more match."""
         service = self.service
 
-        def run() -> tuple[tuple[int, bool], list[Event]]:
-            ids, events, more = service.expire(policy.idle_days, policy.statuses, limit)
-            return (len(ids), more), events
+        def run() -> tuple[tuple[list[str], bool], list[Event]]:
+            ids, events, more = service.erase_selected(selection, limit)
+            return (ids, more), events
 
         try:
-            (count, more), events = service.store.run_call(run)
+            (ids, more), events = service.store.run_call(run)
         except StoreError as e:
             raise at_edge(e) from None
         self.publish(events)
-        return count, more
+        return ids, more
+
+    def _sweep_batch(self, policy: RetentionPolicy, limit: int) -> tuple[int, bool]:
+        ids, more = self.erase_where(self.service.idle(policy.idle_days, policy.statuses), limit)
+        return len(ids), more
 
     def set_retention(self, idle_days: int | None, statuses: list[str] | None = None) -> None:
         """Turn the retention sweep on (sessions idle ``idle_days`` days, only in

@@ -56,25 +56,31 @@ class Erasure(Lifecycle):
         statuses = (req.status,) if req.status is not None else None
         selection = Selection(req.metadata, statuses, req.updated_before)
         if req.dry_run:
-            found = self._select(selection, limit + 1)
+            found = self.select(selection, limit + 1)
             ids = [m["session_id"] for m in found[:limit]]
             return build[api.PurgeResponse](session_ids=ids, more=len(found) > limit), []
         ids, events, more = self.erase_selected(selection, limit)
         return build[api.PurgeResponse](session_ids=ids, more=more), events
 
+    def idle(self, idle_days: int, statuses: Collection[str] | None,
+             metadata: dict[str, Any] | None = None) -> Selection:
+        """Sessions not updated for ``idle_days`` days by this service's clock (with a
+        status in ``statuses`` and the ``metadata`` subset, when given)."""
+        before = self.clock.now_ms() - idle_days * DAY_MS + 1  # idle exactly idle_days: due
+        return Selection(metadata, statuses, before)
+
     def expire(self, idle_days: int, statuses: Collection[str] | None,
                limit: int) -> tuple[list[str], list[ev.Event], bool]:
         """One batch of the retention sweep: sessions not updated for ``idle_days``
         (with a status in ``statuses`` when given), their events, whether more remain."""
-        before = self.clock.now_ms() - idle_days * DAY_MS + 1  # idle exactly idle_days: due
-        return self.erase_selected(Selection(None, statuses, before), limit)
+        return self.erase_selected(self.idle(idle_days, statuses), limit)
 
     def erase_selected(self, selection: Selection, limit: int) -> tuple[list[str], list[ev.Event], bool]:
         """Delete up to ``limit`` sessions ``selection`` takes: their ids, their
         events, and whether more match. A storage failure after some were
         deleted ends the batch there (``more`` true, so the caller's next call
         meets it): the deleted ones' events must not be lost with the error."""
-        found = self._select(selection, limit + 1)
+        found = self.select(selection, limit + 1)
         ids: list[str] = []
         events: list[ev.Event] = []
         with self.store.erasing():
@@ -90,8 +96,8 @@ class Erasure(Lifecycle):
                     events.append(event)
         return ids, events, len(found) > limit
 
-    def _select(self, selection: Selection, count: int) -> list[Meta]:
-        """Up to ``count`` sessions ``selection`` takes, oldest first."""
+    def select(self, selection: Selection, count: int) -> list[Meta]:
+        """Up to ``count`` sessions ``selection`` takes, oldest first (nothing deleted)."""
         one_status = next(iter(selection.statuses)) if selection.statuses and len(selection.statuses) == 1 else None
         out: list[Meta] = []
         with storage_errors():
