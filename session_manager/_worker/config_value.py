@@ -32,6 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
 from pydantic_core import core_schema
 
+from .._hosts.retention import RetentionConfig, RetentionPolicy
 from .._service.limits import (
     DEFAULT_LIST_LIMIT,
     MAX_ATTACHMENT_BYTES,
@@ -40,7 +41,6 @@ from .._service.limits import (
     MAX_REQUEST_BYTES,
     Limits,
 )
-from .._hosts.retention import RetentionConfig, RetentionPolicy
 from ..store import pg_defaults
 from ..store._cache import DEFAULT_CACHE_BYTES
 from ..store.fs import Durability

@@ -18,8 +18,8 @@ import yaml
 from iii import InvocationError
 from pydantic import BaseModel
 
-from session_manager._wire import events as ev
 from session_manager._hosts.retention import RetentionPolicy
+from session_manager._wire import events as ev
 from session_manager._worker.config_client import Retry
 from session_manager._worker.config_value import (
     EXTENSION_KEYS,

@@ -62,7 +62,7 @@ def _memory_holds(store: MemoryStore) -> Callable[[bytes], list[str]]:
             if id(obj) in seen:
                 continue
             seen.add(id(obj))
-            if isinstance(obj, str) and text in obj or isinstance(obj, bytes | bytearray) and marker in obj:
+            if (isinstance(obj, str) and text in obj) or (isinstance(obj, bytes | bytearray) and marker in obj):
                 found.append(repr(obj)[:60])
             elif isinstance(obj, dict | list | tuple | set | frozenset) or (
                     not isinstance(obj, type) and type(obj).__module__.startswith("session_manager.store")):
