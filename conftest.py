@@ -37,13 +37,14 @@ pytest_plugins = [
 _HERE = Path(__file__).parent
 _PURE_DIRS = (_HERE / "tests" / "unit", _HERE / "tests" / "property")
 _PG_FEATURES = _HERE / "tests" / "test_features_postgres.py"
-# Steps that read or fake the fs adapter's files: meaningless over postgres.
+_RERUNS = (_PG_FEATURES, _HERE / "tests" / "test_features_sqlite.py")
+# Steps that read or fake the fs adapter's files: meaningless over another adapter.
 _FS_STEP = re.compile(r"\bfiles?\b|data dir|attachment folder|attachments root|crash left|metadata write fails")
 
 
 def _postgres_rerun(item: pytest.Item) -> bool | None:
-    """For a scenario of the postgres re-run: keep it? (``None``: not one.)"""
-    if Path(str(item.fspath)) != _PG_FEATURES:
+    """For a scenario of a re-run over another adapter: keep it? (``None``: not one.)"""
+    if Path(str(item.fspath)) not in _RERUNS:
         return None
     template = scenario_wrapper_template_registry.get(getattr(item, "obj", None))  # type: ignore[arg-type]
     if template is None or item.get_closest_marker("pure") is None:
@@ -75,7 +76,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if rerun is False:
             rerun_dropped.append(item)
             continue
-        if rerun:  # a @pure scenario over postgres: marked postgres, not pure
+        if rerun and Path(str(item.fspath)) == _PG_FEATURES:  # a @pure scenario over postgres: not pure
             item.own_markers[:] = [m for m in item.own_markers if m.name != "pure"]
         kept.append(item)
     if rerun_dropped:

@@ -311,7 +311,9 @@ def open(
     ``data_dir`` holds one JSONL file per session (created if missing); a
     ``postgresql://`` (or ``postgres://``) URI opens the postgres adapter
     instead (schema ``public``; pass ``store`` for other settings), whose
-    observers also see other instances' mutations. Pass ``store`` to use
+    observers also see other instances' mutations; a ``sqlite:///relative.db``
+    or ``sqlite:////absolute.db`` URI opens the sqlite adapter (any number of
+    processes on one machine, events across them; ``durability`` applies). Pass ``store`` to use
     any other adapter. ``ids`` and ``clock`` replace
     the production uuid ids and system clock. A writable fs open owns the
     data_dir until :meth:`SessionManager.close`: a second one (any process)
@@ -345,6 +347,15 @@ def open(
             try:
                 store = open_dsn(data_dir)
             except StoreError as e:  # as the fs open: the text masks the password
+                raise SessionError(STORAGE, str(e)) from None
+        elif isinstance(data_dir, str) and data_dir.startswith("sqlite://"):
+            if read_only:
+                raise ValueError("read_only=True opens a data_dir read-only; a sqlite store has no such mode")
+            from ..store.sqlite.build import open_uri
+
+            try:
+                store = open_uri(data_dir, durability)
+            except StoreError as e:
                 raise SessionError(STORAGE, str(e)) from None
         else:
             try:

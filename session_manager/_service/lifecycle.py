@@ -115,7 +115,8 @@ class Lifecycle(ServiceCore):
             meta = self.store.get_meta(session_id)
             if meta is None or (still is not None and not still(meta)):
                 return None
-            self.store.delete_session(session_id)
+            if not self.store.delete_session(session_id):
+                return None  # (read present, then gone: a writer sharing the store deleted it first and fired)
             now = self.clock.now_ms()
         # Observers filter on the tenancy the session had when it went away.
         return ev.deleted(session_id, now, meta.get("metadata"))

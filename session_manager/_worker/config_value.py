@@ -44,6 +44,7 @@ from .._service.limits import (
 from ..store import pg_defaults
 from ..store._cache import DEFAULT_CACHE_BYTES
 from ..store.fs import Durability
+from ..store.sqlite import settings as sqlite_settings
 
 log = logging.getLogger("session_manager.config")
 
@@ -120,7 +121,29 @@ class PostgresAdapter(BaseModel):
     config: PostgresConfig
 
 
-Adapter = Annotated[Union[FsAdapter, BridgeAdapter, PostgresAdapter], Field(discriminator="name")]
+class SqliteConfig(BaseModel):
+    model_config = _Strict
+    path: str = Field(description="The SQLite database file (created if missing); relative to III_COMPOSE_DIR.")
+    poll_ms: Annotated[int, Field(ge=1, le=60_000)] = Field(
+        default=sqlite_settings.POLL_MS, description="How often each process checks for other processes' events.")
+    busy_timeout_ms: Annotated[int, Field(ge=0, le=2**31 - 1)] = Field(
+        default=sqlite_settings.BUSY_TIMEOUT_MS,
+        description="How long a mutation waits for another process's write before session/storage.")
+    # At least a second, as postgres's: shorter would count a live but busy follower dead.
+    outbox_retention_ms: Annotated[int, Field(ge=1000, le=2**31 - 1)] = Field(
+        default=int(sqlite_settings.OUTBOX_RETENTION_S * 1000),
+        description="How long event rows stay in the outbox at most; a process away longer resyncs.")
+
+
+class SqliteAdapter(BaseModel):
+    """SQLite: any number of processes on one machine over one file (Python worker only)."""
+
+    model_config = _Strict
+    name: Literal["sqlite"]
+    config: SqliteConfig
+
+
+Adapter = Annotated[Union[FsAdapter, BridgeAdapter, PostgresAdapter, SqliteAdapter], Field(discriminator="name")]
 
 
 # Keys this worker adds to the reference's configuration value (see to_value).
@@ -134,8 +157,9 @@ class WorkerConfig(BaseModel):
 
     model_config = _Strict
     adapter: Adapter = Field(default=FsAdapter(name="fs"),
-                             description="Storage adapter: fs (local JSONL files), bridge (a main instance) "
-                                         "or postgres (many instances over one database).")
+                             description="Storage adapter: fs (local JSONL files), bridge (a main instance), "
+                                         "sqlite (many processes on one machine) or postgres (many instances "
+                                         "over one database).")
     default_list_limit: Count = Field(default=DEFAULT_LIST_LIMIT,
                                       description="Page size when session::list / session::messages omit `limit`.")
     max_list_limit: Count = Field(default=MAX_LIST_LIMIT, description="Hard cap on any requested `limit`.")
@@ -152,8 +176,8 @@ class WorkerConfig(BaseModel):
     # setting applies.
     durability: Durability = Field(
         default=DEFAULT_DURABILITY,
-        description="fs writes: flush (survives a crash of the worker) or fsync (also survives power loss; "
-                    "slower)." + NOT_IN_RUST)
+        description="fs and sqlite writes: flush (survives a crash of the worker) or fsync (also survives power "
+                    "loss; slower)." + NOT_IN_RUST)
     cache_bytes: Count64 = Field(default=DEFAULT_CACHE_BYTES,
                                  description="Memory budget for loaded sessions of the fs adapter; least "
                                              "recently used ones are dropped past it and read again when touched."

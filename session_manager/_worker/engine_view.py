@@ -62,7 +62,7 @@ class EngineView(BridgeStore):
     def commit(self, session_id: str, commit: Commit) -> Commit:
         raise StoreError("this view of the main's sessions is read-only")
 
-    def delete_session(self, session_id: str) -> None:
+    def delete_session(self, session_id: str) -> bool:
         raise StoreError("this view of the main's sessions is read-only")
 
     def put_attachment(self, meta: AttachmentMeta, chunks: Iterable[bytes]) -> None:

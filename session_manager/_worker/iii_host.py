@@ -49,6 +49,7 @@ from ..ids import IdGen, UuidIds
 from ..store import _protocol as sp
 from ..store.base import SessionStore
 from ..store.fs import FsStore
+from ..store.sqlite import SqliteStore
 from . import bridge_link as br
 from . import config_client as cfg
 from . import store_server as ss
@@ -302,7 +303,8 @@ class IIIHost:
         follows reloads)."""
         with self._call() as runtime:
             if not runtime.is_fs:
-                mode = "bridge" if runtime.bridge is not None else "postgres"
+                mode = "bridge" if runtime.bridge is not None else \
+                    "sqlite" if isinstance(runtime.store, SqliteStore) else "postgres"
                 raise SessionError(STORAGE, f"{function_id}: {sp.FS_ONLY}; this instance is in {mode} mode")
             yield runtime
 
@@ -365,6 +367,8 @@ class IIIHost:
             if isinstance(current.store, FsStore):
                 current.store.durability = config.durability  # read on every write: no rebuild
                 current.store.cache_bytes = config.cache_bytes
+            elif isinstance(current.store, SqliteStore):
+                current.store.durability = config.durability  # each connection takes it before its next write
             self._runtime = Runtime(config, current.store, current.service, current.bridge)
             log.info("configuration reloaded: list limits %d/%d, max attachment %d bytes, durability %s",
                      config.default_list_limit, config.max_list_limit, config.max_attachment_bytes,

@@ -17,7 +17,7 @@ from ..store.base import Meta, SessionStore
 from ..store.fs import FsStore
 from . import bridge_link as br
 from . import config_client as cfg
-from .config_value import BridgeAdapter, FsAdapter, PostgresAdapter, WorkerConfig, resolve_data_dir
+from .config_value import BridgeAdapter, FsAdapter, PostgresAdapter, SqliteAdapter, WorkerConfig, resolve_data_dir
 
 
 @dataclass(frozen=True)
@@ -46,7 +46,7 @@ def same_adapter(a: WorkerConfig, b: WorkerConfig) -> bool:
 
 
 def build_store(config: WorkerConfig) -> SessionStore:
-    """The fs store an adapter value describes; :class:`~.config_client.BuildError` if it cannot be built."""
+    """The store an adapter value describes; :class:`~.config_client.BuildError` if it cannot be built."""
     adapter = config.adapter
     if isinstance(adapter, BridgeAdapter):
         raise cfg.BuildError("a bridge store is built by the host (it needs the bridge connection)")
@@ -56,6 +56,10 @@ def build_store(config: WorkerConfig) -> SessionStore:
         except ImportError as e:
             raise cfg.BuildError(f"adapter postgres needs the extra 'session-manager[postgres]' ({e})") from None
         return build_postgres(adapter.config)
+    if isinstance(adapter, SqliteAdapter):
+        from ..store.sqlite.build import build_sqlite
+
+        return build_sqlite(adapter.config, str(resolve_data_dir(adapter.config.path)), config.durability)
     path = resolve_data_dir(adapter.config.data_dir)
     try:
         store = FsStore(path, durability=config.durability, cache_bytes=config.cache_bytes)

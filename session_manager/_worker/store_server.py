@@ -46,6 +46,7 @@ from ..store._protocol import (
     AttachmentIdRequest,
     CommitAppendRequest,
     CommitAppendResponse,
+    DeleteAttachmentRequest,
     DeletedResponse,
     EntryIdRequest,
     ListAttachmentsResponse,
@@ -176,8 +177,11 @@ def _list_attachments(store: SessionStore, lock: LockFor, req: SessionIdRequest,
     return build[ListAttachmentsResponse](attachments=store.list_attachments(req.session_id))
 
 
-def _delete_attachment(store: SessionStore, lock: LockFor, req: AttachmentIdRequest, raw: Raw) -> Any:
-    return build[DeletedResponse](deleted=store.delete_attachment(req.session_id, req.attachment_id))
+def _delete_attachment(store: SessionStore, lock: LockFor, req: DeleteAttachmentRequest, raw: Raw) -> Any:
+    key = None if req.op is None else ("attachment", req.session_id, req.attachment_id, req.op)
+    with lock(req.session_id):
+        deleted = served.RECENT_DELETES.once(key, lambda: store.delete_attachment(req.session_id, req.attachment_id))
+    return build[DeletedResponse](deleted=deleted)
 
 
 def _delete_attachments(store: SessionStore, lock: LockFor, req: SessionIdRequest, raw: Raw) -> Any:
@@ -195,7 +199,7 @@ STORE_FUNCTIONS: tuple[StoreFunction, ...] = (
     StoreFunction(atomic.COMMIT, served.commit, atomic.CommitRequest, atomic.CommitResponse,
                   _D + "apply one commit (entries, leaf, meta) atomically under the session lock, with "
                   "compare-and-set; a stale commit writes nothing and answers committed: false."),
-    StoreFunction(atomic.DELETE_SESSION, served.delete_session, atomic.SessionIdOnly,
+    StoreFunction(atomic.DELETE_SESSION, served.delete_session, atomic.DeleteSessionRequest,
                   atomic.DeleteSessionResponse, _D + "delete a whole session (meta, entries, leaf, "
                   "attachments) in one call."),
     StoreFunction(atomic.READ_PATH, served.read_path, atomic.ReadPathRequest, atomic.ReadPathResponse,
@@ -228,7 +232,7 @@ STORE_FUNCTIONS: tuple[StoreFunction, ...] = (
                   _D + "an attachment with its bytes (base64), or null.", nullable=True),
     StoreFunction(LIST_ATTACHMENTS, _list_attachments, SessionIdRequest, ListAttachmentsResponse,
                   _D + "a session's attachment metadata."),
-    StoreFunction(DELETE_ATTACHMENT, _delete_attachment, AttachmentIdRequest, DeletedResponse,
+    StoreFunction(DELETE_ATTACHMENT, _delete_attachment, DeleteAttachmentRequest, DeletedResponse,
                   _D + "remove one attachment."),
     StoreFunction(DELETE_ATTACHMENTS, _delete_attachments, SessionIdRequest, OkResponse,
                   _D + "remove every attachment of a session."),

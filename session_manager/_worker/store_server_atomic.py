@@ -9,6 +9,9 @@ appends inside the adapter's own.
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
 from typing import Any
 
 from .._wire.shape import build
@@ -17,10 +20,10 @@ from ..store._cas import meta_version
 from ..store._protocol_cas import (
     CommitRequest,
     CommitResponse,
+    DeleteSessionRequest,
     DeleteSessionResponse,
     ReadPathRequest,
     ReadPathResponse,
-    SessionIdOnly,
 )
 from ..store.base import Commit, SessionStore
 
@@ -46,10 +49,42 @@ def commit(store: SessionStore, lock: Any, req: CommitRequest, raw: dict[str, An
     return build[CommitResponse](committed=True, entries=list(applied.entries), leaf=applied.leaf, meta=meta)
 
 
-def delete_session(store: SessionStore, lock: Any, req: SessionIdOnly, raw: dict[str, Any]) -> Any:
+class RecentDeletes:
+    """The deletes this process carried out lately, by the caller's ``op``: a
+    repeat of one (the bridge settling a lost answer) answers ``deleted:
+    true`` again, while any other caller that found nothing hears ``false``,
+    so of two bridges racing, one answers deleted and fires ``on-deleted``.
+    Bounded: a repeat comes within ~1.25x the bridge's ``timeout_ms``. Ops
+    are random ids, so one record serves every store of the process; a
+    restart forgets them (the bridge then answers ``session/storage``)."""
+
+    def __init__(self, size: int = 4096) -> None:
+        self._done: OrderedDict[Hashable, None] = OrderedDict()
+        self._size = size
+        self._lock = threading.Lock()
+
+    def once(self, key: Hashable | None, delete: Callable[[], bool]) -> bool:
+        """``delete()`` unless ``key`` already did it (then ``True``). Call it
+        under the lock that serializes the deletes of that session."""
+        with self._lock:
+            if key is not None and key in self._done:
+                return True
+        removed = delete()
+        if removed and key is not None:
+            with self._lock:
+                self._done[key] = None
+                while len(self._done) > self._size:
+                    self._done.popitem(last=False)
+        return removed
+
+
+RECENT_DELETES = RecentDeletes()
+
+
+def delete_session(store: SessionStore, lock: Any, req: DeleteSessionRequest, raw: dict[str, Any]) -> Any:
+    key = None if req.op is None else ("session", req.session_id, req.op)
     with lock(req.session_id):
-        existed = store.get_meta(req.session_id) is not None or store.get_leaf(req.session_id) is not None
-        store.delete_session(req.session_id)
+        existed = RECENT_DELETES.once(key, lambda: store.delete_session(req.session_id))
     return build[DeleteSessionResponse](deleted=existed)
 
 

@@ -1,6 +1,8 @@
 """The branch an adapter reads and writes: a session whose first entry is a
-sentinel root, so "remove the last item" and "clear" are moves of the active
-leaf (``session::set-active-leaf``) and nothing is ever destroyed.
+sentinel root, so "remove the last item" is a move of the active leaf
+(``session::set-active-leaf``) that keeps the item on its branch. "Clear"
+destroys: the user asked for the history to be gone, so the session is
+deleted (``session::delete``, bytes gone) and created again, empty.
 
 Why a sentinel: the store has no empty active path once a session has
 entries, so popping the very first item needs an entry to move the leaf to.
@@ -8,8 +10,7 @@ The adapter writes a custom entry (``custom_type`` ``<adapter>.root``, fixed
 entry id, so concurrent first writers write it once) as the root when it
 finds the session absent or empty. A session that already had entries
 before an adapter touched it has no such root: reading and appending work,
-but removing its first entry (or clearing it) is refused with
-``session/invalid_request``.
+but removing its first entry is refused with ``session/invalid_request``.
 
 Every read and write goes through the public function surface.
 """
@@ -30,14 +31,30 @@ Json = dict[str, Any]
 Write = tuple[Json | None, Json | None, Json | None]  # (message, custom, origin) of one new entry
 
 
+class _Shared:
+    """What every adapter object on one session of one ``sm`` shares: the lock,
+    and whether the session is known rooted (a clear by any object resets it)."""
+
+    __slots__ = ("lock", "rooted")
+
+    def __init__(self) -> None:
+        self.lock = threading.RLock()
+        self.rooted = False
+
+
 _locks_guard = threading.Lock()
-_locks: weakref.WeakKeyDictionary[SessionManager, dict[str, threading.RLock]] = weakref.WeakKeyDictionary()
+_locks: weakref.WeakKeyDictionary[SessionManager, dict[str, _Shared]] = weakref.WeakKeyDictionary()
+
+
+def _session_shared(sm: SessionManager, session_id: str) -> _Shared:
+    """The one shared state of ``session_id`` in ``sm``, shared by every adapter object."""
+    with _locks_guard:
+        return _locks.setdefault(sm, {}).setdefault(session_id, _Shared())
 
 
 def _session_lock(sm: SessionManager, session_id: str) -> threading.RLock:
     """The one lock of ``session_id`` in ``sm``, shared by every adapter object."""
-    with _locks_guard:
-        return _locks.setdefault(sm, {}).setdefault(session_id, threading.RLock())
+    return _session_shared(sm, session_id).lock
 
 
 def root_entry_id(prefix: str) -> str:
@@ -53,11 +70,19 @@ class Transcript:
         self.session_id = session_id
         self.root_type = f"{prefix}.root"
         self.root_id = root_entry_id(prefix)
-        self._rooted = False
-        # Serializes read-modify-writes (pop, add) of every adapter object on this
-        # session in this process, so a batch stays contiguous and two pops never
+        self._shared = _session_shared(self.sm, session_id)
+        # Serializes read-modify-writes (pop, add, clear) of every adapter object on
+        # this session in this process, so a batch stays contiguous and two pops never
         # pop one item twice (apps make one adapter object per request).
-        self.lock = _session_lock(self.sm, session_id)
+        self.lock = self._shared.lock
+
+    @property
+    def _rooted(self) -> bool:
+        return self._shared.rooted
+
+    @_rooted.setter
+    def _rooted(self, value: bool) -> None:
+        self._shared.rooted = value
 
     def is_root(self, item: Item) -> bool:
         return item.get("entry_id") == self.root_id and (item.get("custom") or {}).get("custom_type") == self.root_type
@@ -168,20 +193,20 @@ class Transcript:
             return item(entry)
 
     def clear(self) -> None:
-        """Move the active leaf back to the root: the path reads empty, the old
-        items stay in the session as a branch."""
+        """Delete the session for real (``session::delete``: every entry, on any
+        branch, and its attachments gone from the store) and create it again
+        empty with the same id, title, description and metadata, so observers
+        see ``on-deleted`` then ``on-created``. The next write roots it again.
+        An unknown session is left alone."""
         with self.lock:
-            found = self.sm.call("session::get-message", {"session_id": self.session_id, "entry_id": self.root_id})
+            found = self.sm.call("session::get", {"session_id": self.session_id})
             if found is None:
-                if self.sm.call("session::get", {"session_id": self.session_id}) is None:
-                    return  # nothing stored, nothing to clear
-                if not self._tail(1):
-                    return
-                raise invalid_request(
-                    f"session {self.session_id} was not started by this adapter (it has no root entry); "
-                    "clearing it would need an earlier point to move the active leaf to"
-                )
-            self._call("session::set-active-leaf", {"entry_id": self.root_id})
+                return  # nothing stored, nothing to clear
+            meta = found["meta"]
+            self._rooted = False  # for every adapter object on this session: the root goes too
+            self._call("session::delete", {})
+            self._call("session::ensure", {"title": meta.get("title"), "description": meta.get("description"),
+                                           "metadata": meta.get("metadata")})
 
     def append(self, messages: list[Write]) -> None:
         """Append ``(message, custom, origin)`` entries in order, each chained to the one before."""

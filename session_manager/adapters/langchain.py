@@ -24,8 +24,9 @@ How messages are stored (one message, one entry):
 What the native shape does not hold (ids, ``additional_kwargs``,
 ``response_metadata``, usage, non-text content parts, ...) rides in the
 entry's ``origin.langchain``, so ``messages`` returns messages equal to those
-added. ``clear()`` moves the active leaf back to the session's sentinel root:
-the history reads empty and nothing is deleted (see
+added. ``clear()`` deletes the session for real (as ``session::delete``: the
+cleared text is gone from the store) and creates it again, empty, with the
+same id, title, description and metadata (see
 :mod:`session_manager.adapters._transcript`).
 """
 
@@ -82,7 +83,8 @@ class SessionChatMessageHistory(BaseChatMessageHistory):
         self._transcript.append([self._encode(m) for m in messages])
 
     def clear(self) -> None:
-        """Move the active leaf back to the root: reads empty, nothing is deleted."""
+        """Delete every stored message for real, keeping the (now empty) session:
+        ``on-deleted`` then ``on-created``, same id, title and metadata."""
         self._transcript.clear()
 
     # A cancelled write still lands (a worker thread runs it): wait for it before re-raising.
@@ -91,7 +93,7 @@ class SessionChatMessageHistory(BaseChatMessageHistory):
         await settled(asyncio.to_thread(self.add_messages, messages))
 
     async def aclear(self) -> None:
-        """:meth:`clear` off the event loop; cancelled, it raises once the move has settled."""
+        """:meth:`clear` off the event loop; cancelled, it raises once the clear has settled."""
         await settled(asyncio.to_thread(self.clear))
 
     def _remember_calls(self, messages: Sequence[BaseMessage]) -> None:

@@ -30,10 +30,12 @@ What the native shape does not hold (the item's ``id``, ``status``,
 
 ``pop_item`` moves the active leaf to the parent of the last entry and
 returns it as an item (stepping over entries that are no item, such as another
-writer's custom entries); ``clear_session`` moves the leaf back to the
-session's sentinel root. Neither deletes: the items stay as a branch
-(``session::set-active-leaf`` brings them back). New items after either go
-on a new branch. See :mod:`session_manager.adapters._transcript`.
+writer's custom entries). It does not delete: the popped item stays in the
+session on its branch (the tree is the product: ``session::set-active-leaf``
+brings it back), and new items go on a new branch. ``clear_session`` deletes
+for real: the session goes as with ``session::delete`` (every item, on every
+branch, popped ones included) and is created again, empty, with the same id,
+title, description and metadata. See :mod:`session_manager.adapters._transcript`.
 """
 
 from __future__ import annotations
@@ -101,11 +103,13 @@ class AgentsSession:
         await settled(asyncio.to_thread(self._add_items, [dict(i) for i in items]))
 
     async def pop_item(self) -> TResponseInputItem | None:
-        """Step the active leaf back past the newest item and return it (``None`` when empty)."""
+        """Step the active leaf back past the newest item and return it (``None`` when empty).
+        The item stays stored on its branch; :meth:`clear_session` removes it for real."""
         return await settled(asyncio.to_thread(self._pop_item))
 
     async def clear_session(self) -> None:
-        """Move the active leaf back to the session's root: reads empty, nothing is deleted."""
+        """Delete every stored item for real (popped ones too), keeping the (now empty)
+        session: ``on-deleted`` then ``on-created``, same id, title and metadata."""
         await settled(asyncio.to_thread(self._transcript.clear))
 
     # -- synchronous halves (run on a worker thread) ------------------------------

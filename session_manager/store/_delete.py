@@ -46,8 +46,9 @@ def _exists(ops: Ops, path: Path) -> bool:
     return True
 
 
-def delete(ops: Ops, log_path: Path, folder: Path, *, sync: bool) -> None:
-    """Delete one session's log and attachment folder (see the module doc)."""
+def delete(ops: Ops, log_path: Path, folder: Path, *, sync: bool) -> bool:
+    """Delete one session's log and attachment folder (see the module doc);
+    whether there was a log or a folder to delete."""
     if is_symlink(ops, folder.parent) or is_symlink(ops, folder):
         raise StoreError("attachments folder is a symbolic link; refusing to delete through it")
     _finish(ops, log_path, folder)  # an earlier delete of this id that stopped half way
@@ -73,7 +74,7 @@ def delete(ops: Ops, log_path: Path, folder: Path, *, sync: bool) -> None:
                 log.error("delete of %s could not be synced nor undone (%s); it stands", log_path.name,
                           reason(undo))
                 _finish_quietly(ops, log_path, folder)
-                return
+                return True
         if moved:
             try:
                 ops.replace(_aside(folder), folder)
@@ -82,6 +83,7 @@ def delete(ops: Ops, log_path: Path, folder: Path, *, sync: bool) -> None:
                           "the next open restores them", log_path.name, reason(undo))
         raise StoreError(f"delete {log_path.name}: {reason(e)}") from None
     _finish_quietly(ops, log_path, folder)
+    return renamed or moved
 
 
 def _finish_quietly(ops: Ops, log_path: Path, folder: Path) -> None:

@@ -50,7 +50,7 @@ class SessionDeletion:
         def file_path(self, session_id: str) -> Path: ...
         def attachments_dir(self, session_id: str) -> Path: ...
 
-    def delete_session(self, session_id: str) -> None:
+    def delete_session(self, session_id: str) -> bool:
         """Whole or not at all; the commit point is the log's rename aside (:mod:`._delete`)."""
         self._writable()
         self.stem(session_id)  # an over-long id is the caller's error, before anything
@@ -71,7 +71,7 @@ class SessionDeletion:
             if self._compactor is not None:
                 self._compactor.wait(session_id)  # a landed rewrite's cleanup (it never takes this lock)
             self._fds.forget(self._log(session_id))  # no descriptor into the log set aside
-            _delete.delete(self._ops, self.file_path(session_id), self.attachments_dir(session_id),
+            existed = _delete.delete(self._ops, self.file_path(session_id), self.attachments_dir(session_id),
                            sync=self.durability == "fsync")
             if isinstance(state.entries, LazyEntries):
                 state.entries.vanish()  # a reader holding its path must not read a re-created log
@@ -90,6 +90,7 @@ class SessionDeletion:
         finally:
             state.lock.release()
         self._unlist(os.path.basename(self._log(session_id)))
+        return existed
 
     # -- erasure of what a deleted session left in the sessions index ---------------
 

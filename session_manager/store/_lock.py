@@ -67,7 +67,8 @@ class DirLock:
                 who = f"process {holder}" if holder else "another process"
                 raise DataDirLocked(
                     f"data_dir {shown} is already open for writing by {who}; "
-                    "one writer per data_dir (open it with read_only=True to inspect it)"
+                    "one writer per data_dir (open it with read_only=True to inspect it); to run several "
+                    "processes, use sqlite:///path.db on one machine or postgresql://... across machines"
                 ) from None
             raise StoreError(f"data_dir {shown}: cannot lock {LOCK_NAME}: {reason(e)}") from None
         try:

@@ -29,6 +29,7 @@ from .._bus import CALLER_KEY
 from .._wire import events as ev
 from .._wire.events import Event
 from .._wire.models import AttachmentMeta, JsonObject, SessionEntry, SessionMeta, Wire
+from ._protocol_cas import OP_DESCRIPTION
 
 PREFIX = "session::store::"
 GET_META = "session::store::get-meta"
@@ -83,6 +84,11 @@ class EntryIdRequest(Wire):
 class AttachmentIdRequest(Wire):
     session_id: str
     attachment_id: str
+
+
+# Ours adds `op` (a Rust main ignores it), as _protocol_cas.DeleteSessionRequest does.
+class DeleteAttachmentRequest(AttachmentIdRequest):
+    op: Optional[str] = Field(default=None, description=OP_DESCRIPTION)
 
 
 class ListMetasRequest(Wire):

@@ -13,7 +13,10 @@
   and answers ``{committed: false, conflict}`` (a typed outcome, not an
   error): the bridged service re-reads and decides again. Replaying a call
   never applies it twice (the entry exists / the meta moved: a conflict).
-* ``session::store::delete-session``: the whole session in one call.
+* ``session::store::delete-session``: the whole session in one call. ``op``
+  (the caller's id for this delete) makes a repeat exact: a delete the main
+  carried out answers ``deleted: true`` again to the same ``op`` (its first
+  answer was lost), and ``false`` to every other caller.
 * ``session::store::read-path``: a window of the root -> leaf path, walked on
   the main, so a bridged read fetches only what it returns.
 """
@@ -54,8 +57,13 @@ class CommitResponse(Wire):
     meta: Optional[SessionMeta] = Field(default=None, description="The meta as written.")
 
 
-class SessionIdOnly(Wire):
+OP_DESCRIPTION = ("The caller's id for this delete: sent again (the first answer was lost), it answers as the "
+                  "first call did.")
+
+
+class DeleteSessionRequest(Wire):
     session_id: str
+    op: Optional[str] = Field(default=None, description=OP_DESCRIPTION)
 
 
 class DeleteSessionResponse(Wire):

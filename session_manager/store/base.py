@@ -205,9 +205,12 @@ class SessionStore(ABC):
         which every adapter calls inside the critical section that writes)."""
 
     @abstractmethod
-    def delete_session(self, session_id: str) -> None:
-        """Remove the session's meta, entries, leaf and attachments; no byte of
-        them may stay in the store's files once this returns (outside
+    def delete_session(self, session_id: str) -> bool:
+        """Remove the session's meta, entries, leaf and attachments; ``True``
+        when there was a session to remove. The answer is exact for a store
+        shared by several writers (two bridges over one main): of racing
+        deletes, one answers ``True``, so one ``on-deleted`` fires. No byte of
+        the session may stay in the store's files once this returns (outside
         :meth:`erasing`) or the ``erasing`` block ends."""
 
     def erasing(self) -> AbstractContextManager[None]:

@@ -6,9 +6,10 @@ one call over a dedicated iii client connected to the main's engine, each
 bounded by ``timeout_ms``: a commit is one ``session::store::commit`` applied
 whole or not at all with compare-and-set (a stale one raises
 :class:`~session_manager.errors.Conflict`), a delete one ``delete-session``, and a path
-is read window by window (``read-path``), so a page costs O(page). A commit
-or delete whose answer is lost is settled (sent again, then read back) rather
-than left in doubt, so an applied mutation fires its events. Nothing
+is read window by window (``read-path``), so a page costs O(page). Every
+mutation whose answer is lost is settled (sent again, then read back, within
+a bounded time: :mod:`._settle`) rather than left in doubt, so an applied
+mutation answers as applied and fires its events once. Nothing
 is cached here: the main is the only truth, so two bridges on one main
 never read stale state.
 
@@ -27,9 +28,10 @@ import base64
 import binascii
 import logging
 import time
-from collections.abc import Iterable
+import uuid
+from collections.abc import Callable, Iterable
 from dataclasses import replace
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import ConfigDict, TypeAdapter, ValidationError
 
@@ -42,6 +44,7 @@ from . import _protocol as sp
 from . import _protocol_cas as atomic
 from ._cas import UNSET, meta_version
 from ._remote_path import RemotePath
+from ._settle import Deadlines, settle
 from .base import AttachmentMeta, Commit, Entry, Meta, SessionStore
 from .path import EntryPath, walk_to_root
 
@@ -54,6 +57,7 @@ _META = TypeAdapter(SessionMeta)
 # Built on first use, like the models: `import session_manager` must stay cheap.
 _ENTRY: TypeAdapter[Any] = TypeAdapter(SessionEntry, config=ConfigDict(defer_build=True))
 _ATTACHMENT = TypeAdapter(AttachmentMetaModel)
+T = TypeVar("T")
 
 
 class _NotServed(Unavailable):
@@ -72,6 +76,7 @@ class BridgeStore(SessionStore):
         # main): looked at again afterwards, so a main that was only
         # restarting is not treated as a Rust one for good.
         self._legacy_until = 0.0
+        self._deadlines = Deadlines()
 
     def _legacy_main(self) -> bool:
         return time.monotonic() < self._legacy_until
@@ -100,7 +105,12 @@ class BridgeStore(SessionStore):
 
     def _call(self, function_id: str, payload: dict[str, Any]) -> Any:
         # Transport, timeout, the main's own error: all typed StoreErrors here.
-        return bus.call(self.client, function_id, payload, self.timeout_ms, context=f"bridge {function_id} failed")
+        timeout_ms = self._deadlines.timeout_ms(self.timeout_ms, function_id)  # shorter while settling
+        return bus.call(self.client, function_id, payload, timeout_ms, context=f"bridge {function_id} failed")
+
+    def _settle(self, lost: Unavailable, replay: Callable[[], T | None], read_back: Callable[[], T | None]) -> T:
+        """:func:`._settle.settle` with this bridge's deadlines and timeout."""
+        return settle(self._deadlines, self.timeout_ms, lost, replay, read_back)
 
     @staticmethod
     def _malformed(function_id: str, why: str) -> StoreError:
@@ -218,51 +228,49 @@ class BridgeStore(SessionStore):
 
     def _settle_commit(self, session_id: str, commit: Commit, payload: dict[str, Any],
                        lost: Unavailable) -> Commit:
-        """The outcome of a commit whose answer was lost: sent once more (a
+        """A commit whose answer was lost (:mod:`._settle`): sent again (a
         replay never applies twice, and it is serialized with the first one
-        under the main's session lock), and when the replay is refused, read
-        back. Applied means applied; still unknown stays the first failure
-        (never a Conflict, whose re-decision could apply it a second time)."""
-        try:
+        under the main's session lock), and when the replay is refused or
+        lost too, read back."""
+        def replay() -> Commit | None:
             answer = self._call(atomic.COMMIT, payload)
-            committed = self._field(atomic.COMMIT, answer, "committed", bool)
-            if committed:
+            if self._field(atomic.COMMIT, answer, "committed", bool):
                 return self._applied(commit, answer)
-            landed = self._landed(session_id, commit)
-        except StoreError:
-            raise lost from None
-        if landed is None:
-            raise lost
-        return landed
+            return None
+
+        return self._settle(lost, replay, lambda: self._landed(session_id, commit))
 
     def _landed(self, session_id: str, commit: Commit) -> Commit | None:
         """``commit`` as the main holds it, if it is there; else ``None``. New
         entries (fresh ids, or the next revision under ``expect_revisions``)
-        prove it; without entries the meta and leaf must read as written."""
-        stored: list[Entry] = []
-        for i, entry in enumerate(commit.entries):
-            found = self.get_entry(session_id, entry["id"])
-            if found is None:
-                return None
+        prove it: a commit applies whole, so its first and last entries stand
+        for all of them (two reads, whatever the batch). Without entries the
+        meta and leaf must read as written."""
+        entries = commit.entries
+        ends = (0, len(entries) - 1) if len(entries) > 1 else tuple(range(len(entries)))
+        found: dict[int, Entry] = {}
+        for i in ends:
+            stored = self.get_entry(session_id, entries[i]["id"])
             # A chained append's first parent is the main's choice.
             ignore = ("parent_id",) if commit.chain and i == 0 else ()
-            if {k: v for k, v in found.items() if k not in ignore} != {
-                    k: v for k, v in entry.items() if k not in ignore}:
+            if stored is None or {k: v for k, v in stored.items() if k not in ignore} != {
+                    k: v for k, v in entries[i].items() if k not in ignore}:
                 return None
-            stored.append(found)
+            found[i] = stored
+        landed = tuple(found.get(i, entry) for i, entry in enumerate(entries))
         if commit.append:
             meta = self.get_meta(session_id)
-            if meta is None or not stored:
+            if meta is None or not landed:
                 return None
-            return replace(commit, entries=tuple(stored), leaf=stored[-1]["id"], meta=meta)
-        if not stored:
+            return replace(commit, entries=landed, leaf=landed[-1]["id"], meta=meta)
+        if not landed:
             if commit.meta is not None and self.get_meta(session_id) != commit.meta:
                 return None
             if commit.leaf is not None and self.get_leaf(session_id) != commit.leaf:
                 return None
             if commit.meta is None and commit.leaf is None:
                 return None  # nothing to recognize it by
-        return replace(commit, entries=tuple(stored))
+        return replace(commit, entries=landed)
 
     def _legacy_commit(self, session_id: str, commit: Commit) -> Commit:
         """Today's multi-call writes for a main without ``session::store::commit``
@@ -298,34 +306,48 @@ class BridgeStore(SessionStore):
         self._checked(sp.COMMIT_APPEND, _META, answer.get("meta"))
         return answer
 
-    def delete_session(self, session_id: str) -> None:
+    def delete_session(self, session_id: str) -> bool:
         if not self._legacy_main():
-            ids = {"session_id": session_id}
+            # `op` names this delete: the main answers a repeat of it as it answered the first.
+            ids = {"session_id": session_id, "op": uuid.uuid4().hex}
+
+            def deleted() -> bool:
+                answer = self._call(atomic.DELETE_SESSION, ids)
+                return bool(self._field(atomic.DELETE_SESSION, answer, "deleted", bool))
+
             try:
                 answer = self._new_call(atomic.DELETE_SESSION, ids)
-                self._field(atomic.DELETE_SESSION, answer, "deleted", bool)
-                return
+                # The main's answer, not ours: of two bridges racing, one deleted it.
+                return bool(self._field(atomic.DELETE_SESSION, answer, "deleted", bool))
             except _NotServed:
                 pass
             except Unavailable as lost:
-                # The main may have deleted it and only the answer was lost: deleting again is
-                # harmless, and it lets the caller's on-deleted fire (its retry would find nothing).
-                try:
-                    self._field(atomic.DELETE_SESSION, self._call(atomic.DELETE_SESSION, ids), "deleted", bool)
-                except StoreError:
-                    raise lost from None
-                return
+                return self._settle(lost, deleted, lambda: _gone(self.get_meta(session_id)))
         # Attachments first and the meta last: until the meta goes, a failed
-        # delete leaves a visible session that a retry removes.
+        # delete leaves a visible session that a retry removes. (Several calls:
+        # whether this one removed it is not known; the caller read it present.)
         ids = {"session_id": session_id}
         for function_id in (sp.DELETE_ATTACHMENTS, sp.DELETE_ACTIVE_LEAF, sp.DELETE_ENTRIES, sp.DELETE_META):
             self._ok(function_id, ids)
+        return True
 
     # -- attachments -------------------------------------------------------------
 
     def put_attachment(self, meta: AttachmentMeta, chunks: Iterable[bytes]) -> None:
         data = b"".join(chunks)  # exhausted first: the producer completes `meta` (its hash) at the end
-        self._ok(sp.PUT_ATTACHMENT, {"meta": meta, "data": base64.b64encode(data).decode("ascii")})
+        payload = {"meta": meta, "data": base64.b64encode(data).decode("ascii")}
+        try:
+            self._ok(sp.PUT_ATTACHMENT, payload)
+        except Unavailable as lost:
+            def replay() -> bool:  # the same bytes and record again: a no-op if they landed
+                self._ok(sp.PUT_ATTACHMENT, payload)
+                return True
+
+            def read_back() -> bool | None:
+                stored = self.get_attachment_meta(meta["session_id"], meta["attachment_id"])
+                return True if stored == meta else None
+
+            self._settle(lost, replay, read_back)
 
     def get_attachment_meta(self, session_id: str, attachment_id: str) -> AttachmentMeta | None:
         # Listed rather than fetched: the metadata alone never moves the bytes.
@@ -349,5 +371,20 @@ class BridgeStore(SessionStore):
                            "attachments", _ATTACHMENT)
 
     def delete_attachment(self, session_id: str, attachment_id: str) -> bool:
-        answer = self._call(sp.DELETE_ATTACHMENT, {"session_id": session_id, "attachment_id": attachment_id})
-        return bool(self._field(sp.DELETE_ATTACHMENT, answer, "deleted", bool))
+        # `op`: as for delete_session (a Rust main ignores it; its repeat answers false).
+        ids = {"session_id": session_id, "attachment_id": attachment_id, "op": uuid.uuid4().hex}
+
+        def deleted() -> bool:
+            return bool(self._field(sp.DELETE_ATTACHMENT, self._call(sp.DELETE_ATTACHMENT, ids), "deleted", bool))
+
+        try:
+            return deleted()
+        except Unavailable as lost:
+            return self._settle(lost, deleted, lambda: _gone(self.get_attachment_meta(session_id, attachment_id)))
+
+
+def _gone(found: Any) -> bool | None:
+    """A delete's read-back, when its repeat was lost too: gone reads as deleted
+    by this call (only a delete racing it from another bridge, while both of
+    this call's answers were lost, could have been the one), still there as unknown."""
+    return True if found is None else None

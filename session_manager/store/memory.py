@@ -39,13 +39,14 @@ class MemoryStore(StateBackedStore):
             state.apply(commit)
         return commit
 
-    def delete_session(self, session_id: str) -> None:
+    def delete_session(self, session_id: str) -> bool:
         with self._lock:
             state = self._sessions.pop(session_id, None)
-            self._attachments.pop(session_id, None)
+            attachments = self._attachments.pop(session_id, None)
         if state is not None:
             with state.lock:
                 state.clear()
+        return state is not None or bool(attachments)
 
     def put_attachment(self, meta: AttachmentMeta, chunks: Iterable[bytes]) -> None:
         data = b"".join(chunks)

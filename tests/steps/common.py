@@ -38,9 +38,11 @@ START_MS = 1_000_000
 class World:
     """One scenario's store, clock, ids, last call and recorded events."""
 
-    def __init__(self, tmp_path: Path, pg_schema: str | None = None) -> None:
+    def __init__(self, tmp_path: Path, pg_schema: str | None = None, sqlite: bool = False) -> None:
         self.data_dir = tmp_path / "data"
         self.pg_schema = pg_schema  # set: the store is the postgres adapter over this schema
+        # set: the store is the sqlite adapter over this file (beside data_dir, which stays empty)
+        self.sqlite_path = str(tmp_path / "store.db") if sqlite else None
         self.ids = SequentialIds()
         self.clock = ManualClock(START_MS)
         self.options: dict[str, Any] = {}
@@ -63,6 +65,9 @@ class World:
         if self.pg_schema is not None:
             store = pg_support.open_store(self.pg_schema)
             self.sm = session_manager.open(store=store, ids=self.ids, clock=self.clock, **self.options)
+        elif self.sqlite_path is not None:
+            self.sm = session_manager.open(f"sqlite:///{self.sqlite_path}", ids=self.ids, clock=self.clock,
+                                           **self.options)
         else:
             self.sm = session_manager.open(self.data_dir, ids=self.ids, clock=self.clock, **self.options)
         for fid in EVENT_FUNCTIONS:
@@ -171,7 +176,7 @@ def same(actual: Any, expected: Any, where: str = "$") -> None:
 
 @pytest.fixture
 def world_store() -> str:
-    """The adapter scenarios run over (tests/test_features_postgres.py overrides it)."""
+    """The adapter scenarios run over (tests/test_features_postgres.py and _sqlite.py override it)."""
     return "fs"
 
 
@@ -185,7 +190,7 @@ def world(tmp_path: Path, world_store: str) -> Any:
             if w.sm is not None:
                 w.sm.close()
         return
-    w = World(tmp_path)
+    w = World(tmp_path, sqlite=world_store == "sqlite")
     w.open()
     yield w
     if w.sm is not None:

@@ -242,7 +242,8 @@ class StoreContract(ConcurrentWriters, ABC):
         # Prevents: a deleted session's entries, leaf or attachments resurfacing.
         three.put_attachment(attachment("s_1", "a_1", 3), [b"abc"])
         three.commit("s_2", Commit(meta=meta("s_2")))
-        three.delete_session("s_1")
+        assert three.delete_session("s_1") is True  # the service fires on-deleted on this answer
+        assert three.delete_session("s_1") is False  # issue 25 #3: a second delete removed nothing
         assert three.get_meta("s_1") is None
         assert three.get_entry("s_1", "e_1") is None
         assert three.get_leaf("s_1") is None
@@ -267,8 +268,9 @@ class StoreContract(ConcurrentWriters, ABC):
 
 
     def test_delete_unknown_session_is_harmless(self, three: SessionStore) -> None:
-        # Prevents: delete of a missing session raising, or touching another session.
-        three.delete_session("nope")
+        # Prevents: delete of a missing session raising, claiming it deleted something (issue 25 #3),
+        # or touching another session.
+        assert three.delete_session("nope") is False
         assert three.get_meta("nope") is None
         assert three.get_leaf("s_1") == "e_3"
         assert [m["session_id"] for m in three.list_metas()] == ["s_1"]

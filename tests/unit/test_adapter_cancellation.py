@@ -96,7 +96,7 @@ def test_cancelled_pop_item_has_moved_the_leaf_when_cancelled_error_is_seen(sm: 
 def test_cancelled_clear_session_has_cleared_when_cancelled_error_is_seen(sm: Any) -> None:
     session = AgentsSession("c", sm)
     asyncio.run(session.add_items([{"role": "user", "content": "one"}]))
-    gate = Gate(sm, "session::set-active-leaf")
+    gate = Gate(sm, "session::delete")
     state = cancel_mid_write(gate, session.clear_session, lambda: path_texts(sm, "c"))
     assert state == []
     assert asyncio.run(session.get_items()) == []
@@ -113,7 +113,7 @@ def test_cancelled_langchain_aadd_messages_has_landed_when_cancelled_error_is_se
 def test_cancelled_langchain_aclear_has_cleared_when_cancelled_error_is_seen(sm: Any) -> None:
     history = SessionChatMessageHistory("lc", sm)
     history.add_messages([HumanMessage("hi")])
-    gate = Gate(sm, "session::set-active-leaf")
+    gate = Gate(sm, "session::delete")
     state = cancel_mid_write(gate, history.aclear, lambda: history.messages, cancels=2)
     assert state == []
 

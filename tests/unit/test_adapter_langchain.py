@@ -80,19 +80,24 @@ def test_messages_round_trip_with_tool_calls_and_results_stored_natively(tmp_pat
         assert dicts(SessionChatMessageHistory("chat", again).messages) == dicts(CONVERSATION)
 
 
-def test_clear_moves_back_to_the_root_and_deletes_nothing(tmp_path: Path) -> None:
-    # Prevents: clear() destroying the stored conversation, or messages still listed after it.
+def test_clear_empties_the_session_for_real_and_keeps_using_it(tmp_path: Path) -> None:
+    # Prevents: clear() keeping the cleared messages (counted, on a dead branch), or messages
+    # still listed after it (issue 25 #9; the bytes on disk: test_adapter_clear.py).
     with open_store(tmp_path / "d") as sm:
         history = SessionChatMessageHistory("chat", sm)
         assert history.messages == []
         history.clear()  # nothing stored yet
+        assert sm.get("chat") is None
         history.add_messages([HumanMessage("a"), AIMessage("b")])
         history.clear()
         assert history.messages == []
         meta = sm.get("chat")
-        assert meta is not None and meta.meta.message_count == 2
+        assert meta is not None and meta.meta.message_count == 0
         history.add_user_message("c")
         assert history.messages == [HumanMessage("c")]
+    with open_store(tmp_path / "d") as again:
+        assert SessionChatMessageHistory("chat", again).messages == [HumanMessage("c")]
+        assert again.get("chat").meta.message_count == 1  # type: ignore[union-attr]
 
 
 # LangChain points new code at LangGraph persistence, but this runnable is the interface

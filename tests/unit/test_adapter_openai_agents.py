@@ -181,8 +181,9 @@ def test_pop_item_is_a_branch_move_down_to_the_first_item(tmp_path: Path) -> Non
         assert asyncio.run(session.get_items()) == items
 
 
-def test_clear_session_moves_back_to_the_root_and_keeps_everything(tmp_path: Path) -> None:
-    # Prevents: clear_session deleting the session (history lost) or leaving items readable.
+def test_clear_session_empties_the_session_for_real(tmp_path: Path) -> None:
+    # Prevents: clear_session keeping the cleared items (counted, on a dead branch) or leaving them
+    # readable (issue 25 #9; the bytes on disk: test_adapter_clear.py).
     with open_store(tmp_path / "d") as sm:
         session = AgentsSession("s", sm)
         asyncio.run(session.clear_session())  # unknown session: nothing to do
@@ -192,7 +193,8 @@ def test_clear_session_moves_back_to_the_root_and_keeps_everything(tmp_path: Pat
         assert asyncio.run(session.get_items()) == []
         assert asyncio.run(session.pop_item()) is None
         meta = sm.get("s")
-        assert meta is not None and meta.meta.message_count == 2
+        assert meta is not None and meta.meta.message_count == 0
+        assert sm.get_message("s", entry_id="e_001") is None
         asyncio.run(session.add_items([{"role": "user", "content": "c"}]))
         assert asyncio.run(session.get_items()) == [{"role": "user", "content": "c"}]
     with open_store(tmp_path / "d") as again:
@@ -213,9 +215,9 @@ def test_a_session_the_adapter_did_not_start_reads_natively_and_refuses_popping_
         with pytest.raises(SessionError) as refused:
             asyncio.run(session.pop_item())
         assert refused.value.code == INVALID_REQUEST
-        with pytest.raises(SessionError):
-            asyncio.run(session.clear_session())
         assert asyncio.run(session.get_items()) == [{"role": "user", "content": "hello"}]
+        asyncio.run(session.clear_session())  # a clear needs no root: it deletes and re-creates
+        assert asyncio.run(session.get_items()) == []
 
 
 def test_limited_reads_walk_back_from_the_tail(tmp_path: Path) -> None:

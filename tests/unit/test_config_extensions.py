@@ -28,6 +28,7 @@ from session_manager._worker.config_value import (
     ConfigError,
     FsConfig,
     PostgresConfig,
+    SqliteConfig,
     WorkerConfig,
     config_schema,
     parse_config,
@@ -111,10 +112,13 @@ def test_the_extra_keys_are_the_models_and_the_readme_names_exactly_them() -> No
     assert keys(FsConfig) == REFERENCE_ADAPTERS["fs"] and keys(BridgeConfig) == REFERENCE_ADAPTERS["bridge"]
     adapters = {a.model_fields["name"].annotation.__args__[0]  # type: ignore[union-attr]
                 for a in WorkerConfig.model_fields["adapter"].annotation.__args__}  # type: ignore[union-attr]
-    assert adapters - set(REFERENCE_ADAPTERS) == {"postgres"}
+    assert adapters - set(REFERENCE_ADAPTERS) == {"postgres", "sqlite"}
     pg = readme_section("## PostgreSQL adapter")
     assert set(table_rows(pg)) == keys(PostgresConfig)
     assert "**Switch-back note:** the Rust worker refuses a stored configuration\nnaming adapter `postgres`" in pg
+    lite = readme_section("## SQLite adapter")
+    assert set(table_rows(lite)) == keys(SqliteConfig)
+    assert "**Switch-back note:** the Rust worker refuses a stored configuration naming adapter `sqlite`" in lite
 
 
 def readme_default(cell: str) -> Any:
@@ -131,14 +135,14 @@ def test_readme_defaults_are_the_models() -> None:
         want = model.adapter_value() if key == "adapter" else getattr(model, key)
         assert readme_default(cell) == want, key
         assert reload.startswith("yes"), key  # every key hot-reloads
-    pg = readme_section("## PostgreSQL adapter")
-    fields = {f.alias or name: f for name, f in PostgresConfig.model_fields.items()}
-    for key, (cell, _, reload) in table_rows(pg).items():
-        assert reload.startswith("yes"), key
-        if cell == "(required)":
-            assert fields[key].is_required(), key
-        else:
-            assert readme_default(cell) == fields[key].default, key
+    for heading, model_type in (("## PostgreSQL adapter", PostgresConfig), ("## SQLite adapter", SqliteConfig)):
+        fields = {f.alias or name: f for name, f in model_type.model_fields.items()}
+        for key, (cell, _, reload) in table_rows(readme_section(heading)).items():
+            assert reload.startswith("yes"), key
+            if cell == "(required)":
+                assert fields[key].is_required(), key
+            else:
+                assert readme_default(cell) == fields[key].default, key
 
 
 @pytest.mark.parametrize("key", sorted(EXTENSION_KEYS))

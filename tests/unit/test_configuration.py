@@ -100,8 +100,8 @@ def test_the_generated_schema_has_the_shape_the_console_renders() -> None:
     variants = [_resolve(schema, v) for v in adapter["oneOf"]]  # adjacently tagged: one variant per adapter
     assert [v["properties"]["name"] for v in variants] == [
         {"type": "string", "enum": ["fs"]}, {"type": "string", "enum": ["bridge"]},
-        {"type": "string", "enum": ["postgres"]}]
-    fs_variant, bridge_variant, pg_variant = variants
+        {"type": "string", "enum": ["postgres"]}, {"type": "string", "enum": ["sqlite"]}]
+    fs_variant, bridge_variant, pg_variant, sqlite_variant = variants
     for variant in variants:
         assert variant["type"] == "object" and variant["additionalProperties"] is False
         assert set(variant["properties"]) == {"name", "config"} and variant["description"]
@@ -124,6 +124,15 @@ def test_the_generated_schema_has_the_shape_the_console_renders() -> None:
     retention = pg_config["properties"]["outbox_retention_ms"]
     assert (retention["type"], retention["minimum"], retention["default"]) == ("integer", 1000, 600_000)
     assert "outbox_retention_ms" not in pg_config["required"]
+    assert sorted(sqlite_variant["required"]) == ["config", "name"]
+    sqlite_config = _resolve(schema, sqlite_variant["properties"]["config"])
+    assert sqlite_config["required"] == ["path"] and set(sqlite_config["properties"]) == {
+        "path", "poll_ms", "busy_timeout_ms", "outbox_retention_ms"}
+    assert all(p.get("description") for p in sqlite_config["properties"].values())
+    poll = sqlite_config["properties"]["poll_ms"]
+    assert (poll["type"], poll["minimum"], poll["default"]) == ("integer", 1, 25)
+    retention = sqlite_config["properties"]["outbox_retention_ms"]
+    assert (retention["minimum"], retention["default"]) == (1000, 60_000)
     timeout = bridge_config["properties"]["timeout_ms"]
     assert (timeout["type"], timeout["minimum"], timeout["default"]) == ("integer", 0, 5000)
     defaults = default_config_value()
@@ -148,6 +157,9 @@ def test_the_generated_schema_has_the_shape_the_console_renders() -> None:
     {"adapter": {"name": "postgres", "config": {"dsn": "host=db", "pool_size": 4, "connect_timeout_ms": 1000,
                                                 "statement_timeout_ms": 0, "pool_timeout_ms": 50, "schema": "s",
                                                 "outbox_retention_ms": 1000}}},
+    {"adapter": {"name": "sqlite", "config": {"path": "data/sm.db"}}},
+    {"adapter": {"name": "sqlite", "config": {"path": "/x.db", "poll_ms": 5, "busy_timeout_ms": 0,
+                                              "outbox_retention_ms": 1000}}, "durability": "fsync"},
 ])
 def test_schema_and_parser_accept_the_same_values(value: dict[str, Any]) -> None:
     # Prevents: a console form that saves values the worker then refuses.
@@ -165,6 +177,10 @@ def test_schema_and_parser_accept_the_same_values(value: dict[str, Any]) -> None
     {"adapter": {"name": "postgres", "config": {"dsn": "x", "password": "p"}}},
     {"adapter": {"name": "postgres", "config": {"dsn": "x", "outbox_retention_ms": 999}}},
     {"adapter": {"name": "postgres", "config": {"dsn": "x", "outbox_retention_ms": 2**31}}},
+    {"adapter": {"name": "sqlite", "config": {}}},
+    {"adapter": {"name": "sqlite", "config": {"path": "x.db", "poll_ms": 0}}},
+    {"adapter": {"name": "sqlite", "config": {"path": "x.db", "outbox_retention_ms": 999}}},
+    {"adapter": {"name": "sqlite", "config": {"path": "x.db", "dsn": "x"}}},
     {"default_list_limt": 5},
     {"max_list_limit": -1},
     {"max_list_limit": "5"},

@@ -202,7 +202,7 @@ def test_import_refuses_bad_or_clashing_files_and_writes_nothing(data_dir: Path,
     broken["entries"] = [{"id": "x"}]
     bad.write_text("\n".join([good[0], json.dumps(broken)]) + "\n", encoding="utf-8")
     code, _, err = run(capsys, "import", tmp_path / "fresh", bad)
-    assert code == 1 and "line 2: entries[0]" in err and len(err.splitlines()) == 1
+    assert code == 1 and "line 2 (session s_002): entries[0]" in err and len(err.splitlines()) == 1
     assert not (tmp_path / "fresh").exists() or snapshot(tmp_path / "fresh") == {}
 
     clash = tmp_path / "clash.jsonl"

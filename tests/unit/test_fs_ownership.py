@@ -72,6 +72,9 @@ def test_a_second_writable_open_in_this_process_fails_however_spelled(tmp_path: 
             session_manager.open(spelling)
         assert info.value.code == STORAGE
         assert f"data_dir {spelling} is already open for writing by process {os.getpid()}" in str(info.value)
+        # The refusal names both ways to run several processes, in one sentence.
+        assert ("to run several processes, use sqlite:///path.db on one machine or postgresql://... across "
+                "machines") in str(info.value)
     assert _files(where) == before  # the refused opens touched no file
     # The owner is unaffected, and once it closes the directory can be opened again.
     owner.call("session::append", {"session_id": "s_001", "message": _user("two")})

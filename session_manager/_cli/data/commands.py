@@ -21,7 +21,7 @@ from ..._wire.models import STATUSES
 from ...errors import SessionError, StoreError, invalid_request, not_found
 from ...store.fs import FsStore
 from ..args import OneLineParser
-from . import fsck, maintenance, purging, reading, render, serving, transfer
+from . import fsck, fsck_store, maintenance, purging, reading, render, serving, transfer
 from .opening import DataDirError, is_uri, open_for
 from .progress import progress
 
@@ -145,23 +145,26 @@ def _export_target(output: str | None) -> Iterator[TextIO]:
             tmp.unlink()
 
 
-def _read_lines(source: str) -> list[str]:
+def _read_lines(source: str) -> list[bytes]:
+    """The file's lines as bytes: each is decoded (strictly) by the import's own check."""
     if source == "-":
-        return sys.stdin.read().splitlines()
+        return sys.stdin.buffer.read().splitlines()
     try:
-        return Path(source).read_text(encoding="utf-8").splitlines()
+        return Path(source).read_bytes().splitlines()
     except OSError as e:
         raise DataDirError(f"cannot read {source}: {e}") from None
 
 
 def cmd_import(args: argparse.Namespace) -> Outcome:
-    # Check every line first: a bad document imports nothing.
-    parsed = [transfer.parse_document(line, n) for n, line in enumerate(_read_lines(args.file), 1) if line.strip()]
-    ids = [p.session_id for p in parsed]
-    duplicates = sorted({i for i in ids if ids.count(i) > 1})
-    if duplicates:
-        raise invalid_request(f"the file holds session {duplicates[0]!r} more than once")
+    lines = _read_lines(args.file)
     with open_for(args.data_dir, writable=True) as sm:
+        # Check every line first, with the limits the API applies: a bad document imports nothing.
+        limits = sm.service.limits.get()
+        parsed = [transfer.parse_document(line, n, limits) for n, line in enumerate(lines, 1) if line.strip()]
+        ids = [p.session_id for p in parsed]
+        duplicates = sorted({i for i in ids if ids.count(i) > 1})
+        if duplicates:
+            raise invalid_request(f"the file holds session {duplicates[0]!r} more than once")
         store = sm.service.store
         existing = [sid for sid in ids if store.get_meta(sid) is not None]
         if existing:
@@ -184,7 +187,7 @@ def cmd_import(args: argparse.Namespace) -> Outcome:
 def cmd_fsck(args: argparse.Namespace) -> Outcome:
     data_dir = Path(args.data_dir)
     if is_uri(args.data_dir):
-        raise DataDirError("fsck checks the files of an fs data_dir; a database checks itself")
+        return _fsck_database(args)
     if not data_dir.is_dir():
         raise DataDirError(f"data_dir {args.data_dir} does not exist or is not a directory")
     repaired: list[fsck.Problem] = []
@@ -207,6 +210,20 @@ def cmd_fsck(args: argparse.Namespace) -> Outcome:
     verdict = "healthy" if report.healthy else "NOT healthy"
     lines.append(f"{verdict}: {report.sessions} session log(s), {errors} error(s), {warnings} warning(s)")
     return Outcome(data, "\n".join(lines), 0 if report.healthy else 1)
+
+
+def _fsck_database(args: argparse.Namespace) -> Outcome:
+    if args.repair:
+        raise DataDirError("fsck --repair cuts torn tails of fs logs; a database has none")
+    if not str(args.data_dir).startswith("sqlite://"):
+        raise DataDirError("fsck checks an fs data_dir or a sqlite:/// database; postgres checks itself")
+    with open_for(args.data_dir, writable=False) as sm:
+        report = fsck_store.check(sm.service.store, str(args.data_dir))
+    lines = [p.text() for p in report.problems]
+    errors = sum(p.severity == "error" for p in report.problems)
+    verdict = "healthy" if report.healthy else "NOT healthy"
+    lines.append(f"{verdict}: {report.sessions} session(s), {errors} error(s), 0 warning(s)")
+    return Outcome({**report.to_json(), "repaired": []}, "\n".join(lines), 0 if report.healthy else 1)
 
 
 def cmd_compact(args: argparse.Namespace) -> Outcome:
@@ -303,8 +320,9 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_text, description=help_text)
         if data_dir:
             p.add_argument("data_dir", metavar="DATA_DIR",
-                           help="the session store's directory (or a postgresql:// URI: the postgres adapter; or a "
-                                "ws:// URL: a main worker's sessions over its engine, read-only)")
+                           help="the session store's directory (or a postgresql:// URI: the postgres adapter; "
+                                "a sqlite:///file.db URI: the sqlite adapter; or a ws:// URL: a main worker's "
+                                "sessions over its engine, read-only)")
         p.add_argument("--json", action="store_true", help="print JSON for scripts instead of text")
         p.set_defaults(handler=handler)
         return p

@@ -4,9 +4,11 @@ Reads open the store read-only: safe beside a running worker (no lock, no
 write, no compaction). Writes open it writable, which takes the data_dir's
 owner lock, so they fail with ``session/storage`` beside a live writer
 instead of racing it. A ``postgresql://`` URI in place of the
-data_dir opens the postgres adapter (schema ``public``), so ``export`` and
-``import`` move sessions between adapters; a ``ws://`` engine URL reads a main
-instance's sessions over its engine (read-only, with its events: ``data serve``).
+data_dir opens the postgres adapter (schema ``public``), a ``sqlite:///``
+one the sqlite adapter (safe beside running processes: it is made for
+several), so ``export`` and ``import`` move sessions between adapters; a
+``ws://`` engine URL reads a main instance's sessions over its engine
+(read-only, with its events: ``data serve``).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from pathlib import Path
 
 from ..._hosts.embedded import SessionManager
 from ..._hosts.embedded import open as open_store
+from ...store.sqlite.settings import SCHEME, path_of
 
 
 class DataDirError(Exception):
@@ -32,7 +35,10 @@ def open_for(data_dir: str | os.PathLike[str], writable: bool) -> SessionManager
 
         return open_store(store=open_engine(os.fspath(data_dir)), read_only=True)
     if is_uri(data_dir):
-        return open_store(os.fspath(data_dir))
+        uri = os.fspath(data_dir)
+        if uri.startswith(SCHEME) and not writable and not os.path.isfile(path_of(uri)):
+            raise DataDirError(f"{uri}: no such database file")  # a read must not create one
+        return open_store(uri)
     path = Path(data_dir)
     if not writable and not path.is_dir():
         raise DataDirError(f"data_dir {os.fspath(data_dir)} does not exist or is not a directory")
@@ -40,8 +46,8 @@ def open_for(data_dir: str | os.PathLike[str], writable: bool) -> SessionManager
 
 
 def is_uri(data_dir: str | os.PathLike[str]) -> bool:
-    """A database or engine URI, not a directory."""
-    return os.fspath(data_dir).startswith(("postgresql://", "postgres://")) or is_engine(data_dir)
+    """A database or engine URI (the postgres or sqlite adapter, or a main's engine), not a directory."""
+    return os.fspath(data_dir).startswith(("postgresql://", "postgres://", SCHEME)) or is_engine(data_dir)
 
 
 def is_engine(data_dir: str | os.PathLike[str]) -> bool:

@@ -6,8 +6,25 @@ Modules: ``store`` (assembles :class:`PostgresStore` from ``core``,
 path), ``outbox`` (events across instances), ``schema`` (versioned
 migrations), ``keys`` and ``values`` (how ids and values are stored),
 ``secrets`` (password redaction), ``build`` (from a configuration value).
+
+The two names are imported on first use, so the modules that need no
+psycopg (``keys``, ``values``, ``path``) serve the sqlite adapter without
+the extra installed.
 """
 
-from .store import PostgresSettings, PostgresStore
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .store import PostgresSettings, PostgresStore
 
 __all__ = ["PostgresSettings", "PostgresStore"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in __all__:
+        from . import store
+
+        return getattr(store, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

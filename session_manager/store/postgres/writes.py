@@ -90,7 +90,8 @@ class Writes(Transactions):
         except psycopg.Error as e:
             raise self._fail(e) from None
 
-    def delete_session(self, session_id: str) -> None:
+    def delete_session(self, session_id: str) -> bool:
+        removed: list[int] = []
         # Erasure: the outbox keeps the session's earlier events (message text) for
         # outbox_retention_ms; they go with it. Every payload begins with its session_id
         # (the first field of each event model), so a prefix finds them without parsing.
@@ -98,12 +99,14 @@ class Writes(Transactions):
 
         def run(conn: psycopg.Connection[Any]) -> None:
             for table in ("entries", "attachments", "sessions"):
-                conn.execute(
+                cur = conn.execute(
                     sql.SQL("DELETE FROM {} WHERE session_id = %s").format(sql.Identifier(table)), (key(session_id),)
                 )
+                removed.append(cur.rowcount)
             conn.execute("DELETE FROM outbox WHERE left(payload, %s) = %s", (len(prefix), prefix))
 
         self._in_tx(session_id, run)
+        return any(n > 0 for n in removed)
 
     def _in_tx(self, session_id: str, run: Callable[[psycopg.Connection[Any]], None]) -> None:
         if self._local.tx is not None:

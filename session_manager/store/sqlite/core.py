@@ -1,0 +1,211 @@
+"""What every part of the sqlite adapter shares: the settings, one
+connection per thread (every connection is closed with the store), the
+transaction a mutation has open on the calling thread, and the mapping of
+database failures to :class:`StoreError`.
+
+Opening checks the file before anything is written: a directory, a file
+that is not SQLite, one this process cannot write, a database of a newer
+schema version or of another application each get a ``session/storage``
+naming the cause.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import sqlite3
+import threading
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from typing import Any
+
+from ...errors import STORAGE, SessionError, StoreError, Unavailable
+from ..base import SessionStore
+from . import schema
+from .settings import Durability, SqliteSettings
+
+# Result codes (the primary code, low byte of the extended one) that say why.
+_BUSY, _LOCKED, _READONLY, _CANTOPEN, _NOTADB = 5, 6, 8, 14, 26
+_SYNCHRONOUS = {"flush": "NORMAL", "fsync": "FULL"}
+_INT64 = 2**63
+WAL_PAGES = 8000  # ~32 MiB of 4 KiB pages
+WAL_LIMIT_BYTES = 64 << 20  # cut back only past it: a WAL cut at every checkpoint regrows at a cost
+
+
+@functools.lru_cache(maxsize=256)
+def qmark(query: str) -> str:
+    """A query written for psycopg (``%s``, ``%(name)s``) in sqlite3's
+    placeholders, so the postgres adapter's path reader runs here unchanged."""
+    return re.sub(r"%\((\w+)\)s", r":\1", query).replace("%s", "?")
+
+
+def sortable(value: Any) -> Any:
+    """A sort column's value (or a cursor's): an integer SQLite holds exactly (64-bit),
+    else its nearest float (values past 64 bits that round alike then order by session id;
+    the exact value stays in the meta's JSON text)."""
+    if isinstance(value, int) and not -_INT64 <= value < _INT64:
+        return float(value)
+    return value
+
+
+class _Local(threading.local):
+    conn: sqlite3.Connection | None = None
+    synchronous: str = ""  # the level last set on conn
+    in_tx: bool = False
+    deferring: bool = False
+
+
+class SqliteCore(SessionStore):
+    """The adapter's shared state and plumbing (its capabilities subclass it)."""
+
+    shared = True
+
+    def __init__(self, settings: SqliteSettings) -> None:
+        self.settings = settings
+        self.file = settings.path
+        self.instance = uuid.uuid4().hex
+        self._local = _Local()
+        self._conns: list[sqlite3.Connection] = []
+        self._conns_lock = threading.Lock()
+        self._closed = False
+        self._synchronous = _SYNCHRONOUS[settings.durability]
+        if os.path.isdir(self.file):
+            raise StoreError(f"sqlite: {self.file} is a directory, not a database file")
+        parent = os.path.dirname(os.path.abspath(self.file))
+        try:
+            os.makedirs(parent, exist_ok=True)
+        except OSError as e:
+            raise StoreError(f"sqlite: cannot create the directory {parent}: {e.strerror}") from None
+        try:
+            conn = self._connect()
+            schema.migrate(conn, self.file)
+            self._adopt(conn)  # the opening thread's connection from now on
+        except sqlite3.Error as e:
+            self.close_connections()
+            raise self._fail(e, opening=True) from None
+        except StoreError:
+            self.close_connections()
+            raise
+        from .outbox import Outbox  # the outbox needs a built store
+
+        self.outbox = Outbox(self)
+
+    def _connect(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(self.file, isolation_level=None, check_same_thread=False,
+                               timeout=self.settings.busy_timeout_ms / 1000)
+        with self._conns_lock:
+            self._conns.append(conn)
+        # WAL: readers never block the writer nor each other; one writer at a
+        # time across every process (BEGIN IMMEDIATE). The mode is the file's:
+        # asking again is a no-op, and it fails on a file that is not SQLite.
+        mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+        if str(mode).lower() != "wal":
+            raise StoreError(f"sqlite: {self.file} cannot use WAL mode (journal mode {mode})")
+        # Checkpoints run on the follower's thread once a second (outbox.py), off the
+        # writers' path: a writer checkpoints itself only past this many WAL pages (a
+        # store nobody follows), and the WAL file is cut back to the limit after one.
+        conn.execute(f"PRAGMA wal_autocheckpoint={WAL_PAGES}")
+        conn.execute(f"PRAGMA journal_size_limit={WAL_LIMIT_BYTES}")
+        return conn
+
+    @property
+    def durability(self) -> Durability:
+        """``flush`` (``synchronous=NORMAL``) or ``fsync`` (``FULL``); settable
+        (a worker's reload): each connection takes it before its next write."""
+        return "fsync" if self._synchronous == "FULL" else "flush"
+
+    @durability.setter
+    def durability(self, value: Durability) -> None:
+        self._synchronous = _SYNCHRONOUS[value]
+
+    def _conn(self) -> sqlite3.Connection:
+        """This thread's connection (opened on first use)."""
+        conn = self._local.conn
+        if conn is None:
+            if self._closed:
+                raise StoreError("sqlite: the store is closed")
+            try:
+                conn = self._adopt(self._connect())
+            except sqlite3.Error as e:
+                raise self._fail(e) from None
+        return conn
+
+    def _adopt(self, conn: sqlite3.Connection) -> sqlite3.Connection:
+        """``conn`` as this thread's connection, at the store's durability."""
+        conn.execute(f"PRAGMA synchronous={self._synchronous}")
+        self._local.conn, self._local.synchronous = conn, self._synchronous
+        return conn
+
+    def _fail(self, e: sqlite3.Error, *, opening: bool = False) -> StoreError:
+        code = (getattr(e, "sqlite_errorcode", None) or 0) & 0xFF
+        if code == _NOTADB:
+            return StoreError(f"sqlite: {self.file} is not a SQLite database (nothing was written)")
+        if code == _READONLY or (opening and code == _CANTOPEN):
+            why = "cannot be written" if code == _READONLY else "cannot be opened"
+            return StoreError(f"sqlite: {self.file} {why} by this process (check its permissions and its "
+                              f"directory's: WAL mode needs the -wal and -shm files beside it): {e}")
+        if code in (_BUSY, _LOCKED):  # another process held the write lock past busy_timeout_ms
+            return Unavailable(f"sqlite: {self.file}: {e} (waited {self.settings.busy_timeout_ms} ms)")
+        return StoreError(f"sqlite: {self.file}: {type(e).__name__}: {e}")
+
+    def _rows(self, query: str, params: Any = ()) -> list[tuple[Any, ...]]:
+        try:
+            return self._conn().execute(qmark(query), params).fetchall()
+        except sqlite3.Error as e:
+            raise self._fail(e) from None
+
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction of its own (``BEGIN IMMEDIATE``: the write lock first)."""
+        conn = self._begin()
+        try:
+            yield conn
+        except BaseException:
+            self._end(conn, commit=False)
+            raise
+        self._end(conn, commit=True)
+
+    def _begin(self) -> sqlite3.Connection:
+        """``BEGIN IMMEDIATE`` on this thread's connection (waits up to busy_timeout_ms for the lock)."""
+        conn = self._conn()
+        try:
+            if self._local.synchronous != self._synchronous:  # set outside a transaction, where it applies
+                conn.execute(f"PRAGMA synchronous={self._synchronous}")
+                self._local.synchronous = self._synchronous
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as e:
+            raise self._fail(e) from None
+        self._local.in_tx = True
+        return conn
+
+    def _end(self, conn: sqlite3.Connection, *, commit: bool) -> None:
+        self._local.in_tx = False
+        try:
+            conn.execute("COMMIT" if commit else "ROLLBACK")
+        except sqlite3.Error as e:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            if commit:
+                raise self._fail(e) from None
+
+    def close_connections(self) -> None:
+        with self._conns_lock:
+            conns, self._conns = self._conns, []
+        for conn in conns:
+            with suppress(sqlite3.Error):
+                conn.close()
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        outbox = getattr(self, "outbox", None)
+        if outbox is not None:
+            outbox.close()
+        self.close_connections()
+
+    def storage_error(self, e: BaseException) -> SessionError:
+        """A lazy read's failure, as callers see it (it happens outside the service's mapping)."""
+        return SessionError(STORAGE, str(self._fail(e)) if isinstance(e, sqlite3.Error) else str(e))

@@ -1,0 +1,285 @@
+"""Events across processes: an outbox table every open store follows.
+
+Writing: :meth:`Outbox.record` inserts one row per event in the mutation's
+own transaction (from ``run_call``), so a rolled-back mutation leaves none
+and the sequence (``AUTOINCREMENT``, under SQLite's single writer) is the
+commit order. A newer ``on-message-updated`` row of an entry replaces the
+older ones (observers keep the highest revision, as the spec tells them),
+so a streamed reply leaves one row, not one per update. When no other store
+follows the file, no row is written (nobody would read it; a follower that
+registers later starts after this commit, as its registration waits for
+the write lock).
+
+Following: every store with a subscriber registers a row in ``readers``
+(the sequence it is past, and when it last said so) and runs one thread
+that checks ``PRAGMA data_version`` every ``poll_ms`` (a counter in shared
+memory: no I/O when nothing changed) and, when another connection
+committed, reads the rows past its sequence and hands other stores' events
+to its subscribers in sequence order (its own store's calls were delivered
+by their caller). Once a second it renews its row and prunes: rows every
+live reader is past, readers silent for longer than the retention (a
+killed process), and rows older than the retention whoever has not read
+them. A follower that was itself away longer than that (a suspended
+process), or whose reader row was pruned, resyncs like a reload: every
+session's state as events, and one ``on-deleted`` per session its
+observers knew of that is gone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import sqlite3
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ..._wire.events import ON_CREATED, ON_DELETED, ON_MESSAGE_UPDATED, ON_META_UPDATED, Event
+from .._known import KnownSessions
+from .._records import _line as encode_json
+from .._records import loads
+from ..base import EventSink
+
+if TYPE_CHECKING:
+    from .core import SqliteCore
+
+log = logging.getLogger("session_manager.store.sqlite.outbox")
+
+BEAT_S = 1.0  # how often a follower renews its reader row and prunes
+# Handed on even when unobserved: they keep the record of known sessions a resync compares with.
+TRACKED = frozenset({ON_CREATED, ON_DELETED, ON_META_UPDATED})
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass
+class _Clock:
+    """A follower's marks (monotonic seconds): its last poll, beat attempt and renewal."""
+
+    contact: float
+    version: int | None = None
+    beat: float = 0.0
+    renewed: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.beat = self.renewed = self.contact
+
+
+class Outbox:
+    """One store's side of the outbox: record its events, follow the others'."""
+
+    def __init__(self, store: SqliteCore) -> None:
+        self._store = store
+        self._retention_ms = int(store.settings.outbox_retention_s * 1000)
+        self._poll_s = store.settings.poll_ms / 1000
+        self._sinks: list[tuple[EventSink, Callable[[str], bool] | None]] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._conn: sqlite3.Connection | None = None
+        self._seq = 0  # the highest sequence handed on (or skipped)
+        # Held while rows are handed on (by the follower, or by a call catching up before its
+        # own events): one sequence, never two deliveries of a row, never out of order.
+        self._delivering = threading.RLock()
+        self.known = KnownSessions()  # what this store's observers were told exists
+
+    # -- the writing side (inside the mutation's transaction) -----------------
+
+    def record(self, conn: sqlite3.Connection, events: list[Event]) -> None:
+        """Insert the events' rows, superseding older updates of the same entry."""
+        if not events:
+            return
+        now = _now_ms()
+        instance = self._store.instance
+        if not self._others_follow(conn, now):
+            return  # nobody else follows this file
+        for event in events:
+            entry_key = None
+            if event.function_id == ON_MESSAGE_UPDATED:
+                payload = event.payload
+                entry_key = json.dumps([payload.get("session_id"), payload.get("entry_id")])
+                conn.execute("DELETE FROM outbox WHERE entry_key = ?", (entry_key,))
+            conn.execute("INSERT INTO outbox (instance, function_id, entry_key, payload, created_ms)"
+                         " VALUES (?, ?, ?, ?, ?)",
+                         (instance, event.function_id, entry_key, encode_json(event.payload).decode("utf-8"), now))
+
+    def last_committed(self, conn: sqlite3.Connection) -> int | None:
+        """Inside a mutation (holding the write lock): the sequence every commit before
+        this one reached, or ``None`` when this store follows nobody."""
+        if self._thread is None:
+            return None
+        row = conn.execute("SELECT seq FROM sqlite_sequence WHERE name = 'outbox'").fetchone()
+        return int(row[0]) if row else 0
+
+    def _others_follow(self, conn: sqlite3.Connection, now: int) -> bool:
+        return conn.execute("SELECT 1 FROM readers WHERE instance != ? AND seen_ms >= ? LIMIT 1",
+                            (self._store.instance, now - self._retention_ms)).fetchone() is not None
+
+    def committed(self, conn: sqlite3.Connection, events: list[Event], before: int | None) -> None:
+        """This store's own events, once committed: the rows other processes committed
+        before them are handed on first (their caller delivers them right after, so an
+        observer sees a session's commits in order), and the known sessions follow."""
+        if before is None:
+            return
+        if before > self._seq:
+            with self._delivering:
+                self._follow(conn, upto=before)
+        self.known.note(events)
+
+    # -- the following side -----------------------------------------------------
+
+    def subscribe(self, sink: EventSink, wants: Callable[[str], bool] | None = None) -> Callable[[], None]:
+        entry = (sink, wants)
+        with self._lock:
+            self._sinks.append(entry)
+            if self._thread is None:
+                self._start()
+        return lambda: self._drop(entry)
+
+    def _start(self) -> None:
+        # Registered before subscribe returns: every commit after it reaches the sink.
+        self._conn = self._store._connect()
+        self._register(self._conn, load_known=True)
+        self._thread = threading.Thread(target=self._run, name="session-manager-sqlite-outbox", daemon=True)
+        self._thread.start()
+
+    def _drop(self, entry: tuple[EventSink, Callable[[str], bool] | None]) -> None:
+        with self._lock:
+            if entry in self._sinks:
+                self._sinks.remove(entry)
+
+    def _register(self, conn: sqlite3.Connection, *, load_known: bool) -> None:
+        """Start following from the last committed row (under the write lock, so
+        no commit is in between)."""
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            row = conn.execute("SELECT seq FROM sqlite_sequence WHERE name = 'outbox'").fetchone()
+            self._seq = int(row[0]) if row else 0
+            conn.execute("INSERT OR REPLACE INTO readers (instance, seq, seen_ms) VALUES (?, ?, ?)",
+                         (self._store.instance, self._seq, _now_ms()))
+            if load_known:
+                metas = conn.execute("SELECT meta FROM sessions WHERE meta IS NOT NULL").fetchall()
+                self.known.load(loads(m.encode("utf-8")) for (m,) in metas)
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+
+    def close(self) -> None:
+        """Stop following and leave the readers (so this store pins no row)."""
+        self._stop.set()
+        thread, conn = self._thread, self._conn
+        if thread is not None:
+            thread.join(timeout=5.0)
+        if conn is not None:
+            with contextlib.suppress(sqlite3.Error):  # else pruned after the retention all the same
+                conn.execute("PRAGMA busy_timeout = 1000")  # best effort: a close never waits long for it
+                conn.execute("DELETE FROM readers WHERE instance = ?", (self._store.instance,))
+
+    def _run(self) -> None:
+        conn = self._conn
+        assert conn is not None
+        clock = _Clock(time.monotonic())
+        failing = ""
+        while not self._stop.wait(self._poll_s):
+            try:
+                self._poll(conn, clock)
+                failing = ""
+            except sqlite3.Error as e:
+                if str(e) != failing:  # logged once per kind of failure, not once per poll
+                    log.warning("sqlite outbox follower of %s: %s; retrying", self._store.file, e)
+                failing = str(e)
+            except Exception:
+                log.exception("sqlite outbox follower failed; it goes on")
+
+    def _poll(self, conn: sqlite3.Connection, clock: _Clock) -> None:
+        now = time.monotonic()
+        if now - clock.contact > self._retention_ms / 1000:
+            self._resync(conn, "this process was away longer than the outbox retention")
+        clock.contact = now
+        current = conn.execute("PRAGMA data_version").fetchone()[0]
+        if current != clock.version:
+            clock.version = current
+            with self._delivering:
+                self._follow(conn)
+        every = min(BEAT_S, self._retention_ms / 4000)
+        if now - clock.beat < every:
+            return
+        clock.beat = now
+        # Skipped while writers hold the lock (delivery must not wait behind them),
+        # unless the row is due: then it waits its turn like any writer.
+        if self._beat(conn, wait=now - clock.renewed >= every * 2):
+            clock.renewed = now
+        clock.contact = time.monotonic()
+        # The WAL copied back into the database here, not by a writer mid-commit
+        # (PASSIVE: it waits for nobody and nobody waits for it).
+        conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+
+    def _follow(self, conn: sqlite3.Connection, upto: int = 2**62) -> None:
+        rows = conn.execute("SELECT seq, instance, function_id, payload FROM outbox WHERE seq > ? AND seq <= ?"
+                            " ORDER BY seq", (self._seq, upto)).fetchall()
+        if not rows:
+            return
+        with self._lock:
+            wants = [w for _, w in self._sinks]
+        events: list[Event] = []
+        own = self._store.instance
+        for _, instance, function_id, payload in rows:
+            if instance != own and (function_id in TRACKED or any(w is None or w(function_id) for w in wants)):
+                events.append(Event(function_id, loads(payload.encode("utf-8"))))
+        self._seq = rows[-1][0]
+        if events:
+            self._publish(events)
+
+    def _beat(self, conn: sqlite3.Connection, *, wait: bool) -> bool:
+        """Renew this store's reader row and prune; False if skipped (the lock was busy)."""
+        now = _now_ms()
+        if not wait:
+            conn.execute("PRAGMA busy_timeout = 0")
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError:
+            if wait:
+                raise
+            return False
+        finally:
+            conn.execute(f"PRAGMA busy_timeout = {self._store.settings.busy_timeout_ms}")
+        try:
+            kept = conn.execute("UPDATE readers SET seq = ?, seen_ms = ? WHERE instance = ?",
+                                (self._seq, now, self._store.instance)).rowcount
+            conn.execute("DELETE FROM readers WHERE seen_ms < ?", (now - self._retention_ms,))
+            floor = conn.execute("SELECT min(seq) FROM readers").fetchone()[0]
+            conn.execute("DELETE FROM outbox WHERE seq <= ? OR created_ms < ?",
+                         (floor if floor is not None else 2**62, now - self._retention_ms))
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        if not kept:  # counted as dead (silent past the retention): rows it never read may be gone
+            self._resync(conn, "this store's outbox position was pruned")
+        return True
+
+    def _resync(self, conn: sqlite3.Connection, why: str) -> None:
+        from ..._worker.runtime import resync_batches  # the one definition of "state as events"
+
+        log.warning("sqlite outbox follower of %s: %s; resyncing", self._store.file, why)
+        known = self.known.snapshot()  # taken before the resync lists the store
+        with self._delivering:
+            self._register(conn, load_known=False)
+            for batch in resync_batches(self._store, known, _now_ms()):
+                self._publish(batch)
+
+    def _publish(self, events: list[Event]) -> None:
+        self.known.note(events)
+        with self._lock:
+            sinks = [sink for sink, _ in self._sinks]
+        for sink in sinks:
+            try:
+                sink(events)
+            except Exception:
+                log.exception("an event subscriber failed; delivery goes on")

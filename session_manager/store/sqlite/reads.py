@@ -1,0 +1,105 @@
+"""The sqlite adapter's read queries: sessions (one, all, listed in order by
+keyset pages), entries, the active path (the postgres adapter's window
+reader, over this connection), attachments. Outside a mutation each runs on
+the thread's connection in autocommit; inside one, in its transaction."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from .._records import loads
+from ..base import AttachmentMeta, Entry, Meta
+from ..path import EntryPath
+from ..postgres.keys import key, unkey
+from .core import SqliteCore, sortable
+
+LIST_BATCH = 200
+
+
+def _load(text: str) -> Any:
+    return loads(text.encode("utf-8"))
+
+
+class Reads(SqliteCore):
+    def get_meta(self, session_id: str) -> Meta | None:
+        rows = self._rows("SELECT meta FROM sessions WHERE session_id = ? AND meta IS NOT NULL", (key(session_id),))
+        return _load(rows[0][0]) if rows else None
+
+    def list_metas(self) -> list[Meta]:
+        return [_load(r[0]) for r in self._rows("SELECT meta FROM sessions WHERE meta IS NOT NULL")]
+
+    def meta_and_leaf(self, session_id: str) -> tuple[Meta | None, str | None]:
+        rows = self._rows("SELECT meta, leaf FROM sessions WHERE session_id = ?", (key(session_id),))
+        if not rows:
+            return None, None
+        meta, leaf = rows[0]
+        return (_load(meta) if meta is not None else None), (unkey(leaf) if leaf is not None else None)
+
+    def ordered_metas(
+        self, order: str, after: tuple[int, str] | None, status: str | None, metadata: Meta | None
+    ) -> Iterator[Meta]:
+        # Keyset pages of one index (a cursor left open would pin a read snapshot, and with it
+        # the WAL, for as long as the caller holds the generator). Metadata is left to the
+        # service's rule: a superset is the contract.
+        column = "updated_at" if order == "updated_desc" else "created_at"
+        cmp, direction = ("<", "DESC") if order != "created_asc" else (">", "ASC")
+        status_sql = "" if status is None else " AND status = :status"
+        tail = f" ORDER BY {column} {direction}, session_id {direction} LIMIT {LIST_BATCH}"
+        first = f"SELECT meta, {column}, session_id FROM sessions WHERE meta IS NOT NULL{status_sql}"
+        following = first + f" AND ({column}, session_id) {cmp} (:at, :sid)"
+        args: dict[str, Any] = {"status": status}
+        if after is not None:
+            args.update(at=sortable(after[0]), sid=key(after[1]))
+        while True:
+            rows = self._rows((first if "sid" not in args else following) + tail, args)
+            yield from (_load(text) for text, _, _ in rows)
+            if len(rows) < LIST_BATCH:
+                return
+            args.update(at=rows[-1][1], sid=rows[-1][2])
+
+    def get_entry(self, session_id: str, entry_id: str) -> Entry | None:
+        rows = self._rows("SELECT body FROM entries WHERE session_id = ? AND entry_id = ?",
+                          (key(session_id), key(entry_id)))
+        return _load(rows[0][0]) if rows else None
+
+    def get_leaf(self, session_id: str) -> str | None:
+        rows = self._rows("SELECT leaf FROM sessions WHERE session_id = ?", (key(session_id),))
+        return unkey(rows[0][0]) if rows and rows[0][0] is not None else None
+
+    def path(self, session_id: str, leaf: str | None) -> EntryPath:
+        if leaf is None:
+            return EntryPath([], {})
+        rows = self._rows("SELECT depth FROM entries WHERE session_id = ? AND entry_id = ?",
+                          (key(session_id), key(leaf)))
+        if not rows:
+            return EntryPath([], {})
+        from ..postgres.path import PgPath  # needs only _rows and storage_error, both served here
+
+        return PgPath(self, session_id, leaf, rows[0][0])  # type: ignore[arg-type]
+
+    def entries(self, session_id: str) -> list[Entry]:
+        return [_load(r[0]) for r in
+                self._rows("SELECT body FROM entries WHERE session_id = ? ORDER BY seq", (key(session_id),))]
+
+    def get_attachment_meta(self, session_id: str, attachment_id: str) -> AttachmentMeta | None:
+        rows = self._rows("SELECT meta FROM attachments WHERE session_id = ? AND attachment_id = ?",
+                          (key(session_id), key(attachment_id)))
+        return _load(rows[0][0]) if rows else None
+
+    def read_attachment(self, session_id: str, attachment_id: str) -> bytes | None:
+        rows = self._rows("SELECT data FROM attachments WHERE session_id = ? AND attachment_id = ?",
+                          (key(session_id), key(attachment_id)))
+        return bytes(rows[0][0]) if rows else None
+
+    def list_attachments(self, session_id: str) -> list[AttachmentMeta]:
+        return [_load(r[0]) for r in
+                self._rows("SELECT meta FROM attachments WHERE session_id = ?", (key(session_id),))]
+
+    def integrity_check(self) -> list[str]:
+        """What ``PRAGMA integrity_check`` finds wrong (empty: the file is sound)."""
+        return [r[0] for r in self._rows("PRAGMA integrity_check") if r[0] != "ok"]
+
+    def sessions_without_meta(self) -> list[str]:
+        """Sessions holding entries but no meta (the contract allows it mid-way; fsck reports it)."""
+        return [unkey(r[0]) for r in self._rows("SELECT session_id FROM sessions WHERE meta IS NULL")]

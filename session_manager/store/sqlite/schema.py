@@ -1,0 +1,116 @@
+"""The sqlite adapter's schema: versioned migrations (``PRAGMA user_version``),
+run when a store opens, inside one ``BEGIN IMMEDIATE`` transaction so two
+processes opening a new file at once apply each step exactly once.
+
+The tables follow the postgres adapter's (values as their exact JSON text,
+ids as :func:`..postgres.keys.key` stores them, entries with depth and a
+skew-binary jump pointer so :class:`..postgres.path.PgPath` reads any
+window of a path in O(log depth) probes). What differs:
+
+- ``entries.seq`` is the rowid: ``entries()`` in insertion order.
+- ``outbox.seq`` is ``AUTOINCREMENT``: never reused after a prune, so it
+  increases in commit order (every write transaction is serialized).
+  ``entry_key`` names the entry of an ``on-message-updated`` row, so a
+  newer revision replaces the superseded rows (``outbox_updates``). No
+  index on ``created_ms``: the table holds about a second of rows (pruned
+  once a second), and an index would cost every mutation a page.
+- ``sessions``: two list orders indexed (updated, created); a status filter
+  walks the same index (unlike postgres, no status-prefixed pair: every
+  append rewrites each index entry of its session, and SQLite writes whole
+  pages to its WAL per commit, so each index costs every append a page). Not
+  partial (``WHERE meta IS NOT NULL``) either: a partial index is rewritten
+  whenever a column of its condition changes, i.e. on every meta write.
+- ``readers``: one row per store following the outbox, with the sequence
+  it is past and when it last said so; rows are pruned once every live
+  reader is past them, and after the retention whatever the readers say.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+from ...errors import StoreError
+
+MIGRATIONS: tuple[str, ...] = (
+    # 1: sessions, entries, attachments, the event outbox and its readers.
+    """
+    CREATE TABLE sessions (
+        session_id  TEXT PRIMARY KEY,   -- BINARY collation: byte order = code point order, as the service sorts
+        meta        TEXT,               -- exact JSON text (NULL: entries without a meta)
+        status      TEXT,
+        created_at  INTEGER,
+        updated_at  INTEGER,
+        leaf        TEXT
+    ) WITHOUT ROWID;
+    CREATE INDEX sessions_updated ON sessions (updated_at, session_id);
+    CREATE INDEX sessions_created ON sessions (created_at, session_id);
+
+    CREATE TABLE entries (
+        seq         INTEGER PRIMARY KEY,
+        session_id  TEXT NOT NULL,
+        entry_id    TEXT NOT NULL,
+        parent_id   TEXT,
+        depth       INTEGER NOT NULL,
+        jump_id     TEXT NOT NULL,
+        jump_depth  INTEGER NOT NULL,
+        body        TEXT NOT NULL,
+        UNIQUE (session_id, entry_id)
+    );
+
+    CREATE TABLE attachments (
+        session_id     TEXT NOT NULL,
+        attachment_id  TEXT NOT NULL,
+        meta           TEXT NOT NULL,
+        data           BLOB NOT NULL,
+        PRIMARY KEY (session_id, attachment_id)
+    ) WITHOUT ROWID;
+
+    CREATE TABLE outbox (
+        seq          INTEGER PRIMARY KEY AUTOINCREMENT,
+        instance     TEXT NOT NULL,
+        function_id  TEXT NOT NULL,
+        entry_key    TEXT,
+        payload      TEXT NOT NULL,
+        created_ms   INTEGER NOT NULL
+    );
+    CREATE INDEX outbox_updates ON outbox (entry_key) WHERE entry_key IS NOT NULL;
+
+    CREATE TABLE readers (
+        instance  TEXT PRIMARY KEY,
+        seq       INTEGER NOT NULL,
+        seen_ms   INTEGER NOT NULL
+    ) WITHOUT ROWID;
+    """,
+)
+
+OURS = frozenset({"sessions", "entries", "attachments", "outbox", "readers", "sqlite_sequence"})
+
+
+def migrate(conn: sqlite3.Connection, path: str) -> int:
+    """Apply the missing migrations (the caller holds no transaction); returns
+    the version. Refuses, writing nothing, a database of a newer version or
+    one that holds other tables (not a session store)."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+        if version > len(MIGRATIONS):
+            raise StoreError(
+                f"sqlite: {path} is at schema version {version}, newer than this session-manager's "
+                f"{len(MIGRATIONS)}: a newer release wrote it; run that release (nothing was written)")
+        if version == 0:
+            tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            foreign = sorted(tables - OURS)
+            if foreign:
+                raise StoreError(f"sqlite: {path} is not a session-manager database (it holds the tables "
+                                 f"{', '.join(foreign[:5])}); nothing was written")
+        for step in MIGRATIONS[version:]:
+            for statement in step.split(";"):
+                if statement.strip():
+                    conn.execute(statement)
+        if version < len(MIGRATIONS):
+            conn.execute(f"PRAGMA user_version = {len(MIGRATIONS)}")
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    return len(MIGRATIONS)

@@ -1,0 +1,147 @@
+"""The sqlite adapter's write path: a commit's entries and session row,
+session deletion, attachments. Each runs in the calling mutation's
+transaction, or in one of its own (``BEGIN IMMEDIATE``), checked against
+what is stored then."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from .._cas import resolve
+from ..base import AttachmentMeta, Commit, Entry
+from ..postgres.keys import key, key_or_none
+from ..postgres.values import json_text
+from .core import sortable
+from .transactions import Transactions
+
+
+def _links(conn: sqlite3.Connection, sid: str, parent: str | None,
+           known: dict[str, tuple[int, str, int]]) -> tuple[int, str, int] | None:
+    """``(depth, jump_id, jump_depth)`` of the entry ``parent`` (``None``: no such entry)."""
+    if parent is None:
+        return None
+    found = known.get(parent)
+    if found is None:
+        # The entry with its jump target's links: the one statement serves both probes of link().
+        row = conn.execute("SELECT p.depth, p.jump_id, p.jump_depth, j.depth, j.jump_id, j.jump_depth FROM entries p"
+                           " LEFT JOIN entries j ON j.session_id = p.session_id AND j.entry_id = p.jump_id"
+                           " WHERE p.session_id = ? AND p.entry_id = ?", (sid, parent)).fetchone()
+        if row is None:
+            return None
+        found = known[parent] = (row[0], row[1], row[2])
+        if row[3] is not None:
+            known.setdefault(row[1], (row[3], row[4], row[5]))
+    return found
+
+
+def link(conn: sqlite3.Connection, sid: str, entry: Entry, known: dict[str, tuple[int, str, int]]) -> tuple[
+        int, str, int]:
+    """A new entry's depth and skew-binary jump pointer (the rule of
+    :mod:`..postgres.links`, probed one row at a time: SQLite is in-process)."""
+    eid, parent = key(entry["id"]), key_or_none(entry.get("parent_id"))
+    p = _links(conn, sid, parent, known)
+    if p is None or parent is None:
+        row = (0, eid, 0)  # a root (or an orphan: its path starts here)
+    else:
+        p_depth, p_jump, p_jump_depth = p
+        j = _links(conn, sid, p_jump, known)
+        if j is not None and p_jump != parent and p_depth - p_jump_depth == p_jump_depth - j[2]:
+            row = (p_depth + 1, j[1], j[2])
+        else:
+            row = (p_depth + 1, parent, p_depth)
+    known[eid] = row
+    return row
+
+
+class Writes(Transactions):
+    def commit(self, session_id: str, commit: Commit) -> Commit:
+        if self._local.in_tx:
+            # Inside a mutation the decision was read in this transaction, which
+            # holds the write lock: it is current, so the compare-and-set is a no-op.
+            self._write(session_id, commit)
+            return commit
+        with self.mutation((session_id,)):
+            # A commit from outside a mutation is checked against what is stored now.
+            commit = resolve(commit, self.get_meta(session_id), self.get_leaf(session_id),
+                             lambda entry_id: self.get_entry(session_id, entry_id))
+            self._write(session_id, commit)
+        return commit
+
+    def _write(self, session_id: str, commit: Commit) -> None:
+        # Encode everything first: a value that cannot be stored writes nothing.
+        bodies = [(e, json_text(e)) for e in commit.entries]
+        meta = commit.meta
+        meta_text = json_text(meta) if meta is not None else None
+        conn, sid = self._conn(), key(session_id)
+        try:
+            known: dict[str, tuple[int, str, int]] = {}
+            for entry, text in bodies:
+                eid = key(entry["id"])
+                # A new revision keeps its place and links: only the body changes (an
+                # append's entries are new: checked absent in this transaction).
+                if not commit.append and conn.execute(
+                        "UPDATE entries SET body = ? WHERE session_id = ? AND entry_id = ?", (text, sid, eid)).rowcount:
+                    continue
+                depth, jump_id, jump_depth = link(conn, sid, entry, known)
+                conn.execute("INSERT INTO entries (session_id, entry_id, parent_id, depth, jump_id, jump_depth, body)"
+                             " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                             (sid, eid, key_or_none(entry.get("parent_id")), depth, jump_id, jump_depth, text))
+            columns: dict[str, Any] = {}
+            if meta is not None:
+                columns.update(meta=meta_text, updated_at=sortable(meta.get("updated_at")))
+                if not commit.append:  # an append's meta keeps them (derive_append_meta): their index stays put
+                    columns.update(status=meta.get("status"), created_at=sortable(meta.get("created_at")))
+            if commit.leaf is not None:
+                columns["leaf"] = key(commit.leaf)
+            names = ", ".join(columns)
+            update = ", ".join(f"{c} = excluded.{c}" for c in columns)
+            conn.execute(f"INSERT INTO sessions (session_id{', ' * bool(columns)}{names}) VALUES "
+                         f"({', '.join('?' * (len(columns) + 1))}) ON CONFLICT (session_id) "
+                         + (f"DO UPDATE SET {update}" if columns else "DO NOTHING"),
+                         (sid, *columns.values()))
+        except sqlite3.Error as e:
+            raise self._fail(e) from None
+
+    def delete_session(self, session_id: str) -> bool:
+        removed: list[int] = []
+
+        def run(conn: sqlite3.Connection) -> None:
+            for table in ("entries", "attachments", "sessions"):
+                removed.append(conn.execute(f"DELETE FROM {table} WHERE session_id = ?", (key(session_id),)).rowcount)
+
+        self._in_tx(session_id, run)
+        return any(n > 0 for n in removed)  # the service fires on-deleted only for a delete that removed something
+
+    def _in_tx(self, session_id: str, run: Callable[[sqlite3.Connection], None]) -> None:
+        try:
+            if self._local.in_tx:
+                run(self._conn())
+                return
+            with self.mutation((session_id,)):
+                run(self._conn())
+        except sqlite3.Error as e:
+            raise self._fail(e) from None
+
+    def put_attachment(self, meta: AttachmentMeta, chunks: Iterable[bytes]) -> None:
+        data = b"".join(chunks)  # bounded by max_attachment_bytes; a failing producer leaves nothing
+        text = json_text(meta)
+
+        def run(conn: sqlite3.Connection) -> None:
+            conn.execute("INSERT INTO attachments (session_id, attachment_id, meta, data) VALUES (?, ?, ?, ?)"
+                         " ON CONFLICT (session_id, attachment_id) DO UPDATE SET meta = excluded.meta,"
+                         " data = excluded.data", (key(meta["session_id"]), key(meta["attachment_id"]), text, data))
+
+        self._in_tx(meta["session_id"], run)
+
+    def delete_attachment(self, session_id: str, attachment_id: str) -> bool:
+        found: list[bool] = []
+
+        def run(conn: sqlite3.Connection) -> None:
+            cur = conn.execute("DELETE FROM attachments WHERE session_id = ? AND attachment_id = ?",
+                               (key(session_id), key(attachment_id)))
+            found.append(cur.rowcount > 0)
+
+        self._in_tx(session_id, run)
+        return found[0]

@@ -1,0 +1,195 @@
+"""Events across processes over the sqlite adapter: every open store hands
+its observers other processes' events exactly once, in commit order per
+session; the outbox stays small (superseded updates coalesced, rows pruned
+once read, a dead reader never pins it) and a store that lost its place
+resyncs instead of missing events."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import session_manager
+from session_manager._wire.events import EVENT_FUNCTIONS
+from session_manager.store.sqlite import SqliteSettings, SqliteStore
+from tests.unit.test_sqlite_processes import spawn
+
+Seen = list[tuple[str, dict[str, Any]]]
+
+
+def observe_all(sm: session_manager.SessionManager) -> Seen:
+    seen: Seen = []
+    for fid in EVENT_FUNCTIONS:
+        sm.observe({"function_id": fid}, lambda e, fid=fid: seen.append((fid, e)))
+    return seen
+
+
+def wait_for(done: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + 60  # generous: a correctness wait on a loaded machine, not a timing claim
+    while not done():
+        assert time.monotonic() < deadline, f"never happened: {what}"
+        time.sleep(0.02)
+
+
+def user(text: str) -> dict[str, Any]:
+    return {"role": "user", "content": [{"type": "text", "text": text}], "timestamp": 1}
+
+
+def test_an_observer_gets_other_processes_events_exactly_once_in_order(tmp_path: Path) -> None:
+    # Prevents: events of another process's mutations never reaching this process's observers,
+    # reaching them twice (own rows re-delivered, rows read twice), or out of commit order.
+    uri = f"sqlite:///{tmp_path / 'e.db'}"
+    with session_manager.open(uri) as sm:
+        seen = observe_all(sm)
+        sid_b, sid_c = sm.create().session_id, sm.create().session_id
+        sm.append(sid_b, message=user("own"), entry_id="own")
+        own = list(seen)  # own events: delivered by the call, once
+        assert [f for f, _ in own] == ["session::on-created", "session::on-created", "session::on-message-added"]
+        procs = [spawn("append", uri, sid, prefix, "50") for sid, prefix in ((sid_b, "b"), (sid_c, "c"))]
+        for p in procs:
+            p.communicate(timeout=300)
+            assert p.returncode == 0
+        wait_for(lambda: len(seen) >= len(own) + 100, "100 events from B and C")
+        time.sleep(0.3)  # several polls more: a duplicate would show up now
+        theirs = seen[len(own):]
+        assert {f for f, _ in theirs} == {"session::on-message-added"}
+        for sid, prefix in ((sid_b, "b"), (sid_c, "c")):
+            ids = [e["entry_id"] for _, e in theirs if e["session_id"] == sid]
+            assert ids == [f"{prefix}-{i}" for i in range(50)]  # each once, in commit order
+        chain_b = [e for _, e in theirs if e["session_id"] == sid_b]
+        assert chain_b[0]["parent_id"] == "own"  # the first of B's appends went onto A's own entry
+
+
+def test_superseded_updates_coalesce_and_the_file_stays_bounded(tmp_path: Path) -> None:
+    # Prevents: the outbox (or the database and its WAL) holding every revision of a streamed
+    # reply: 3,000 updates of a growing text must not grow the store by 3,000 copies.
+    path = tmp_path / "stream.db"
+    uri = f"sqlite:///{path}"
+    follower = session_manager.open(uri)  # another store following the file: rows are written for it
+    updates = observe_all(follower)
+    with session_manager.open(uri) as sm:
+        sid = sm.create().session_id
+        reply = {"role": "assistant", "content": [], "timestamp": 1, "stop_reason": "end", "model": "m",
+                 "provider": "p"}
+        entry = sm.append(sid, message=reply).entry_id
+        text = ""
+        store: Any = sm.service.store
+        most = 0
+        for i in range(3000):
+            text += f"token{i} "
+            sm.update_message(sid, entry_id=entry, content=[{"type": "text", "text": text}])
+            if i % 100 == 0:
+                rows = store._rows("SELECT count(*) FROM outbox WHERE function_id = 'session::on-message-updated'")
+                most = max(most, rows[0][0])
+        assert most == 1  # one row per entry: each update replaced the one before
+        wait_for(lambda: any(e.get("revision") == 3000 for f, e in updates if f == "session::on-message-updated"),
+                 "the last revision reaches the follower")
+    follower.close()
+    revisions = [e["revision"] for f, e in updates if f == "session::on-message-updated"]
+    assert revisions == sorted(revisions) and len(set(revisions)) == len(revisions)  # increasing, never twice
+    size = sum(p.stat().st_size for p in tmp_path.iterdir() if p.name.startswith("stream.db"))
+    assert size <= 8 * len(text.encode()) + 2 * 2**20, size
+    with session_manager.open(uri) as sm:
+        got = sm.call("session::get-message", {"session_id": sid, "entry_id": entry})
+        assert got["entry"]["message"]["content"][0]["text"] == text
+        assert got["entry"]["revision"] == 3000
+
+
+def test_rows_are_pruned_and_a_dead_reader_pins_nothing(tmp_path: Path) -> None:
+    # Prevents: the outbox growing without bound because a killed process's reader row stays
+    # behind (its position never advances) or because rows every reader has read are kept.
+    file = str(tmp_path / "p.db")
+    settings = SqliteSettings(path=file, outbox_retention_s=1.0)
+    a, b = SqliteStore(settings), SqliteStore(settings)
+    try:
+        a.subscribe(lambda events: None)
+        b.subscribe(lambda events: None)
+        # A reader that was killed: registered at position 0, silent since.
+        a._rows("INSERT INTO readers (instance, seq, seen_ms) VALUES ('dead', 0, ?)", (int(time.time() * 1000),))
+        a._conn().commit()
+        sm = session_manager.open(store=SqliteStore(settings))
+        sid = sm.create().session_id
+        for i in range(20):
+            sm.append(sid, message=user(str(i)))
+        assert a._rows("SELECT count(*) FROM outbox")[0][0] == 21
+        wait_for(lambda: a._rows("SELECT count(*) FROM outbox")[0][0] == 0, "every row pruned")
+        assert a._rows("SELECT instance FROM readers WHERE instance = 'dead'") == []
+        sm.close()
+    finally:
+        a.close()
+        b.close()
+
+
+def test_a_store_that_lost_its_place_resyncs(tmp_path: Path) -> None:
+    # Prevents: a store counted dead (its reader row pruned while it was away) silently missing
+    # the events written meanwhile: it replays the current state, as after a reload.
+    uri = f"sqlite:///{tmp_path / 'r.db'}"
+    with session_manager.open(uri) as a, session_manager.open(uri) as b:
+        seen = observe_all(a)
+        gone = b.create().session_id
+        wait_for(lambda: any(e["session_id"] == gone for _, e in seen), "the first creation")
+        store: Any = a.service.store
+        store._rows("DELETE FROM readers WHERE instance = ?", (store.instance,))  # as a prune of a dead reader does
+        b.call("session::delete", {"session_id": gone})
+        sid = b.create().session_id
+        b.append(sid, message=user("while away"), entry_id="away")
+        wait_for(lambda: any(f == "session::on-message-added" and e["entry_id"] == "away" for f, e in seen),
+                 "the resync's replay")
+        assert any(f == "session::on-deleted" and e["session_id"] == gone for f, e in seen)
+        assert any(f == "session::on-created" and e["session_id"] == sid for f, e in seen)
+
+
+def test_a_call_hands_on_earlier_commits_of_other_processes_before_its_own(tmp_path: Path) -> None:
+    # Prevents: an observer seeing a session's commits out of order: this process's append
+    # delivered at once while another process's earlier append on the same session waits for
+    # the next poll (here the poll never comes: only the call's catch-up can deliver it).
+    file = str(tmp_path / "o.db")
+    a = session_manager.open(store=SqliteStore(SqliteSettings(path=file, poll_ms=60_000)))
+    b = session_manager.open(f"sqlite:///{file}")
+    try:
+        seen = observe_all(a)
+        sid = a.create().session_id
+        b.append(sid, message=user("theirs"), entry_id="theirs")
+        assert [e.get("entry_id") for f, e in seen if f == "session::on-message-added"] == []
+        a.append(sid, message=user("mine"), entry_id="mine")
+        added = [e for f, e in seen if f == "session::on-message-added"]
+        assert [e["entry_id"] for e in added] == ["theirs", "mine"]
+        assert added[1]["parent_id"] == "theirs"
+        a.append(sid, message=user("again"), entry_id="again")  # nothing earlier: nothing handed on twice
+        assert [e["entry_id"] for f, e in seen if f == "session::on-message-added"] == ["theirs", "mine", "again"]
+    finally:
+        b.close()
+        a.close()
+
+
+def test_a_process_stopped_past_the_retention_resyncs_on_waking(tmp_path: Path) -> None:
+    # Prevents: a process suspended longer than the outbox retention (SIGSTOP, a laptop lid)
+    # resuming from rows that were pruned meanwhile, i.e. silently missing events: it replays
+    # the state instead, which announces even sessions created before it started.
+    import json
+    import signal
+
+    file = tmp_path / "away.db"
+    uri = f"sqlite:///{file}"
+    settings = SqliteSettings(path=str(file), outbox_retention_s=1.0)
+    here = session_manager.open(store=SqliteStore(settings))  # a live follower: it prunes while the other sleeps
+    observe_all(here)
+    try:
+        before = here.create(title="before").session_id
+        child = spawn("observe", uri, "6", "1.0")
+        assert child.stdout is not None and child.stdout.readline().strip() == "ready"
+        child.send_signal(signal.SIGSTOP)
+        made = here.create(title="while away").session_id
+        here.append(made, message=user("x"), entry_id="x")
+        store: Any = here.service.store
+        wait_for(lambda: store._rows("SELECT count(*) FROM readers")[0][0] == 1, "the stopped reader pruned")
+        child.send_signal(signal.SIGCONT)
+        out, _ = child.communicate(timeout=60)
+        seen = [json.loads(line) for line in out.splitlines() if line.startswith("[")]
+        created = {e["session_id"] for f, e in seen if f == "session::on-created"}
+        assert {before, made} <= created  # "before" only a resync announces
+        assert any(f == "session::on-message-added" and e["entry_id"] == "x" for f, e in seen)
+    finally:
+        here.close()

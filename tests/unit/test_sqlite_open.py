@@ -1,0 +1,192 @@
+"""Opening the sqlite adapter: the URI forms, aio, durability, exact values,
+and every bad file refused with a session/storage naming the cause and
+nothing changed."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import sqlite3
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import session_manager
+from session_manager import aio
+from session_manager.errors import STORAGE, SessionError
+from session_manager.store.sqlite import SqliteSettings, SqliteStore
+from session_manager.store.sqlite.schema import MIGRATIONS
+from session_manager.store.sqlite.settings import path_of
+
+BIG = 2**70 + 1  # past float and int64: must round-trip exactly
+
+
+def _user(text: str) -> dict[str, Any]:
+    return {"role": "user", "content": [{"type": "text", "text": text}], "timestamp": 1}
+
+
+def test_relative_and_absolute_uris_name_the_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Prevents: the SQLAlchemy convention read wrongly (an absolute path taken as relative, or the reverse).
+    assert path_of("sqlite:///rel/x.db") == "rel/x.db"
+    assert path_of("sqlite:////abs/x.db") == "/abs/x.db"
+    for bad in ("sqlite://x.db", "sqlite:///", "sqlite:///x.db?mode=ro"):
+        with pytest.raises(ValueError, match="sqlite:///relative"):
+            path_of(bad)
+    monkeypatch.chdir(tmp_path)
+    with session_manager.open("sqlite:///rel/store.db") as sm:
+        sid = sm.create(metadata={"n": BIG}).session_id
+        sm.append(sid, message=_user("hello"))
+    assert (tmp_path / "rel" / "store.db").is_file()
+    absolute = f"sqlite:///{tmp_path}/rel/store.db"  # tmp_path starts with "/": four slashes
+    assert absolute.startswith("sqlite:////")
+    with session_manager.open(absolute) as sm:
+        meta = sm.call("session::get", {"session_id": sid})["meta"]
+        assert meta["metadata"] == {"n": BIG} and type(meta["metadata"]["n"]) is int
+        assert meta["message_count"] == 1
+        tail = sm.call("session::messages-tail", {"session_id": sid, "limit": 10})
+        assert [m["message"]["content"][0]["text"] for m in tail["messages"]] == ["hello"]
+
+
+def test_aio_open_takes_the_uri(tmp_path: Path) -> None:
+    # Prevents: aio.open forgetting the sqlite URI that session_manager.open takes.
+    uri = f"sqlite:///{tmp_path / 'a.db'}"
+
+    async def run() -> str:
+        async with aio.open(uri) as asm:
+            created = await asm.create(title="t")
+            await asm.append(created.session_id, message=_user("x"))
+            return created.session_id
+
+    sid = asyncio.run(run())
+    with session_manager.open(uri) as sm:
+        assert sm.call("session::get", {"session_id": sid})["meta"]["message_count"] == 1
+
+
+@pytest.mark.parametrize(("durability", "level"), [("flush", 1), ("fsync", 2)])
+def test_durability_selects_synchronous(tmp_path: Path, durability: str, level: int) -> None:
+    # Prevents: fsync durability running synchronous=NORMAL (a power loss losing acknowledged commits).
+    store = SqliteStore(SqliteSettings(path=str(tmp_path / "d.db"), durability=durability))  # type: ignore[arg-type]
+    try:
+        assert store._conn().execute("PRAGMA synchronous").fetchone()[0] == level
+        assert store._conn().execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    finally:
+        store.close()
+
+
+def _refused(uri: str, *words: str) -> str:
+    with pytest.raises(SessionError) as raised:
+        session_manager.open(uri)
+    assert raised.value.code == STORAGE
+    for word in words:
+        assert word in str(raised.value)
+    return str(raised.value)
+
+
+def test_a_directory_is_refused(tmp_path: Path) -> None:
+    # Prevents: a traceback (or a database created inside) when the path names a directory.
+    (tmp_path / "d.db").mkdir()
+    _refused(f"sqlite:///{tmp_path / 'd.db'}", "is a directory")
+    assert list((tmp_path / "d.db").iterdir()) == []
+
+
+def test_a_file_that_is_not_sqlite_is_refused_unchanged(tmp_path: Path) -> None:
+    # Prevents: a JSONL file (or any other) opened as a database and overwritten.
+    target = tmp_path / "notes.db"
+    target.write_bytes(b'{"this is": "not a database"}\n' * 200)
+    before = target.read_bytes()
+    _refused(f"sqlite:///{target}", "is not a SQLite database")
+    assert target.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.db"]
+
+
+def test_another_applications_database_is_refused_unchanged(tmp_path: Path) -> None:
+    # Prevents: our tables added into some other program's SQLite file.
+    target = tmp_path / "other.db"
+    with sqlite3.connect(target) as conn:
+        conn.execute("CREATE TABLE orders (id INTEGER)")
+    _refused(f"sqlite:///{target}", "not a session-manager database", "orders")
+    with sqlite3.connect(target) as conn:
+        names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
+    assert names == {"orders"}
+
+
+def test_a_newer_schema_version_is_refused_unchanged(tmp_path: Path) -> None:
+    # Prevents: an older release writing into a database a newer one migrated.
+    target = tmp_path / "new.db"
+    with session_manager.open(f"sqlite:///{target}") as sm:
+        sid = sm.create().session_id
+    with sqlite3.connect(target) as conn:
+        conn.execute(f"PRAGMA user_version = {len(MIGRATIONS) + 1}")
+    _refused(f"sqlite:///{target}", f"schema version {len(MIGRATIONS) + 1}", "newer")
+    with sqlite3.connect(target) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS) + 1
+        assert conn.execute("SELECT count(*) FROM sessions").fetchone()[0] == 1
+    with sqlite3.connect(target) as conn:
+        conn.execute(f"PRAGMA user_version = {len(MIGRATIONS)}")
+    with session_manager.open(f"sqlite:///{target}") as sm:
+        assert sm.call("session::get", {"session_id": sid})["meta"]["session_id"] == sid
+
+
+def _lock_down(paths: list[Path], on: bool) -> bool:
+    """Make ``paths`` unwritable (``on``) or writable again: by mode, or as root (whom modes do
+    not bind) by the immutable attribute; False when neither is possible here."""
+    if os.geteuid() != 0:
+        for p in paths:
+            p.chmod((0o555 if p.is_dir() else 0o444) if on else (0o755 if p.is_dir() else 0o644))
+        return True
+    if shutil.which("chattr") is None:
+        return False
+    done = subprocess.run(["chattr", "+i" if on else "-i", *map(str, paths)], capture_output=True, check=False)
+    return done.returncode == 0
+
+
+def test_an_unwritable_file_is_refused_unchanged(tmp_path: Path) -> None:
+    # Prevents: an unwritable database opening "fine" and failing on the first mutation with a traceback.
+    where = tmp_path / "ro"
+    target = where / "ro.db"
+    with session_manager.open(f"sqlite:///{target}") as sm:
+        sm.create()
+    before = target.read_bytes()
+    if not _lock_down([target, where], on=True):
+        pytest.skip("running as root without a working chattr: no file is unwritable to this process")
+    try:
+        text = _refused(f"sqlite:///{target}", str(target), "permissions")
+        assert "cannot be" in text
+    finally:
+        _lock_down([target, where], on=False)
+    assert target.read_bytes() == before
+    assert sorted(p.name for p in where.iterdir()) == ["ro.db"]
+
+
+def test_timestamps_past_64_bits_store_and_page_exactly(tmp_path: Path) -> None:
+    # Prevents: an OverflowError traceback (sqlite3 binds 64-bit integers only) when a meta's
+    # timestamps or a list cursor's key exceed them; the meta itself must come back exact.
+    from session_manager.store import Commit
+    from tests.unit.store_contract import meta
+
+    store = SqliteStore(SqliteSettings(path=str(tmp_path / "big.db")))
+    try:
+        for n, sid in enumerate(("a", "b", "c")):
+            store.commit(sid, Commit(meta=meta(sid, updated_at=BIG + n)))
+        assert [m["session_id"] for m in store.ordered_metas("updated_desc", None, None, None)] == ["c", "b", "a"]
+        after = [m["session_id"] for m in store.ordered_metas("updated_desc", (BIG + 2, "c"), None, None)]
+        assert after == ["b", "a"]
+        got = store.get_meta("a")
+        assert got is not None and got["updated_at"] == BIG and type(got["updated_at"]) is int
+    finally:
+        store.close()
+
+
+def test_bad_settings_are_refused_before_any_file_is_made(tmp_path: Path) -> None:
+    # Prevents: a mistyped durability (or a zero poll interval) surfacing as a KeyError traceback,
+    # or a busy loop, after the database file was created.
+    with pytest.raises(ValueError, match="durability"):
+        session_manager.open(f"sqlite:///{tmp_path / 'a.db'}", durability="sync")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="poll_ms"):
+        SqliteSettings(path=str(tmp_path / "b.db"), poll_ms=0)
+    with pytest.raises(ValueError, match="outbox_retention_s"):
+        SqliteSettings(path=str(tmp_path / "b.db"), outbox_retention_s=0.5)
+    assert list(tmp_path.iterdir()) == []
