@@ -7,6 +7,9 @@ name and bytes); after the deletion the test searches:
 
 - fs: every file under data_dir, at once (the store still open) and after close;
 - memory: every string and bytes object reachable from the store;
+- sqlite: every file beside the database (the database, its ``-wal`` and
+  ``-shm``), at once (secure_delete zeroes freed cells, the delete's commit
+  checkpoints and truncates the WAL);
 - postgres: every row of every table of the store's schema, as text (bytea as
   hex). Heap pages, TOAST and WAL files are the server's and out of reach; see
   docs/purge.md for what VACUUM does with the dead tuples.
@@ -94,13 +97,18 @@ class Adapter:
         self.sm, self.clock, self.holds = sm, clock, holds
 
 
-@pytest.fixture(params=["fs", "memory", "postgres"])
+@pytest.fixture(params=["fs", "memory", "sqlite", "postgres"])
 def adapter(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Adapter]:
     monkeypatch.setattr(retention, "POLL_S", 3600.0)  # the test ticks the sweep itself
     clock = ManualClock(1_000_000)
     if request.param == "fs":
         sm = session_manager.open(tmp_path / "d", clock=clock)
         yield Adapter(sm, clock, _fs_holds(tmp_path / "d"))
+        sm.close()
+    elif request.param == "sqlite":
+        (tmp_path / "db").mkdir()
+        sm = session_manager.open(f"sqlite:///{tmp_path / 'db' / 'sessions.db'}", clock=clock)
+        yield Adapter(sm, clock, _fs_holds(tmp_path / "db"))
         sm.close()
     elif request.param == "memory":
         store = MemoryStore()
@@ -177,3 +185,30 @@ def test_no_byte_of_a_deleted_session_remains(adapter: Adapter, erase: Callable[
     assert sm.call("session::get", {"session_id": sid}) is None
     assert sm.call("session::messages", {"session_id": kept})["messages"][0]["message"]["content"][0]["text"] \
         == "keep this"
+
+
+def test_sqlite_a_reader_on_an_old_snapshot_delays_the_wal_erasure_until_it_ends(tmp_path: Path) -> None:
+    # Prevents: a claim of erasure while the WAL still holds the deleted pages for good: a reader
+    # holding an older snapshot keeps the delete's checkpoint from truncating the WAL (documented
+    # delay), and the next checkpoint once it has ended removes them.
+    import sqlite3
+
+    db = tmp_path / "sessions.db"
+    marker = f"ERASE-{uuid.uuid4().hex}"
+    sm = session_manager.open(f"sqlite:///{db}")
+    try:
+        sid = _marked_session(sm, marker, {"owner": "gone"})
+        reader = sqlite3.connect(db, isolation_level=None)
+        reader.execute("BEGIN")
+        reader.execute("SELECT count(*) FROM sessions").fetchone()  # a read snapshot held open
+        assert sm.call("session::delete", {"session_id": sid}) == {"deleted": True}
+        holds = _fs_holds(tmp_path)
+        assert holds(marker.encode()), "with a reader on an old snapshot the WAL cannot be truncated yet"
+        store: Any = sm.service.store
+        assert store.erase_pending
+        reader.execute("COMMIT")
+        reader.close()
+        store.checkpoint_erased(store._conn(), wait=True)  # what the follower's next beat runs
+        assert holds(marker.encode()) == [] and not store.erase_pending
+    finally:
+        sm.close()

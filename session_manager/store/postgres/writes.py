@@ -7,7 +7,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-import orjson
 import psycopg
 from psycopg import sql
 from psycopg.types.json import Jsonb
@@ -17,7 +16,7 @@ from ..base import AttachmentMeta, Commit, Entry
 from .keys import check_id, key, key_or_none
 from .links import link
 from .transactions import Transactions
-from .values import json_text, sanitize
+from .values import events_prefix, json_text, sanitize
 
 
 class Writes(Transactions):
@@ -93,9 +92,8 @@ class Writes(Transactions):
     def delete_session(self, session_id: str) -> bool:
         removed: list[int] = []
         # Erasure: the outbox keeps the session's earlier events (message text) for
-        # outbox_retention_ms; they go with it. Every payload begins with its session_id
-        # (the first field of each event model), so a prefix finds them without parsing.
-        prefix = '{"session_id":' + orjson.dumps(session_id).decode("utf-8") + ","
+        # outbox_retention_ms; they go with it.
+        prefix = events_prefix(session_id)
 
         def run(conn: psycopg.Connection[Any]) -> None:
             for table in ("entries", "attachments", "sessions"):
