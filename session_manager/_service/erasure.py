@@ -16,7 +16,7 @@ from typing import Any
 from .._wire import api
 from .._wire import events as ev
 from .._wire.shape import build
-from ..errors import SessionError
+from ..errors import STORAGE, SessionError
 from ..store.base import Meta
 from .core import Result
 from .lifecycle import Lifecycle
@@ -80,6 +80,7 @@ class Erasure(Lifecycle):
         events, and whether more match. A storage failure after some were
         deleted ends the batch there (``more`` true, so the caller's next call
         meets it): the deleted ones' events must not be lost with the error."""
+        self._bulk_delete_allowed()
         found = self.select(selection, limit + 1)
         ids: list[str] = []
         events: list[ev.Event] = []
@@ -108,7 +109,14 @@ class Erasure(Lifecycle):
                         break
         return out
 
+    def _bulk_delete_allowed(self) -> None:
+        with storage_errors():
+            problem = self.store.bulk_delete_problem()
+        if problem is not None:
+            raise SessionError(STORAGE, problem)
+
     def delete_tree(self, req: api.DeleteTreeRequest) -> Result:
+        self._bulk_delete_allowed()
         deleted: list[str] = []
         events: list[ev.Event] = []
         for _ in range(_TREE_PASSES):

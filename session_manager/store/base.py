@@ -213,6 +213,11 @@ class SessionStore(ABC):
         the session may stay in the store's files once this returns (outside
         :meth:`erasing`) or the ``erasing`` block ends."""
 
+    def bulk_delete_problem(self) -> str | None:
+        """Why this store cannot delete many sessions safely now (``None``: it can).
+        Asked once before a purge, a tree delete or a retention batch."""
+        return None
+
     def erasing(self) -> AbstractContextManager[None]:
         """A batch of :meth:`delete_session` calls (a purge, a tree): a store may
         erase what the deleted sessions left in shared files (an index) once, at

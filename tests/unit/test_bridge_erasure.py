@@ -78,3 +78,26 @@ def test_retention_on_a_bridged_instance_deletes_on_the_main(topo: Topology) -> 
     topo.settle()
     assert topo.main_fake.invoke("session::get", {"session_id": old}) is None
     assert local.invoke("session::config-status", {})["retention_last_swept"] == 1
+
+
+def test_against_a_rust_main_purge_and_delete_tree_answer_storage_naming_what_is_missing(topo: Topology) -> None:
+    # Prevents: a bulk delete through a main without the atomic delete (a Rust main), whose
+    # multi-call deletes could leave many half-deleted sessions behind, silently.
+    from iii import InvocationError
+
+    from tests.unit.test_bridge import rust_like
+
+    _b1, local = topo.bridged()
+    sid = local.invoke("session::create", {"metadata": {"owner": "A"}})["session_id"]
+    rust_like(topo.main_fake)
+    deleted = local.add_observer(ev.ON_DELETED)
+    for fid, payload in (("session::purge", {"metadata": {"owner": "A"}}),
+                         ("session::delete-tree", {"session_id": sid})):
+        with pytest.raises(InvocationError) as err:
+            local.invoke(fid, payload)
+        assert err.value.message.startswith("session/storage") and "session::store::delete-session" in err.value.message
+    # A dry run only reads: still served.
+    assert local.invoke("session::purge", {"metadata": {"owner": "A"}, "dry_run": True})["session_ids"] == [sid]
+    topo.settle()
+    assert deleted.delivered == []
+    assert topo.main_fake.invoke("session::get", {"session_id": sid}) is not None
