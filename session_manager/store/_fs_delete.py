@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from . import _coldlist, _compaction, _delete, _sessions_index
+from . import _compaction, _delete, _sessions_index
 from ._cache import StateCache
 from ._casefold import FoldIndex
 from ._catalog import MetaCatalog
@@ -126,12 +126,8 @@ class SessionDeletion:
         """Erasure is real: the sessions index keeps each log's last meta (title, metadata,
         draft), so a deleted session's row goes now, not at the next save or open."""
         with self._lock:  # the index's other writer (_save_sessions_index) holds it too
-            recorded = _sessions_index.read(self._sessions_file)
-            if recorded is None or names.isdisjoint(recorded.names):
-                return
-            gone: dict[str, tuple[str, _sessions_index.Key, Meta | None] | None] = dict.fromkeys(names)
             try:
-                _coldlist.update(self._sessions_file, gone, None)
+                _sessions_index.scrub(self._sessions_file, names)
             except OSError:
                 # A cache (rebuilt from the logs when missing): gone whole rather than left holding them.
                 with contextlib.suppress(FileNotFoundError):
