@@ -212,3 +212,28 @@ def test_sqlite_a_reader_on_an_old_snapshot_delays_the_wal_erasure_until_it_ends
         assert holds(marker.encode()) == [] and not store.erase_pending
     finally:
         sm.close()
+
+
+def test_fs_the_scrubbed_sessions_index_stays_valid_and_lists_right_after_reopen(tmp_path: Path) -> None:
+    # Prevents: an erasure of the sessions index that damages it (every later open reading every
+    # log), or a scrubbed row trusted as a session's meta.
+    from session_manager.store import _sessions_index
+
+    marker = f"ERASE-{uuid.uuid4().hex}"
+    d = tmp_path / "d"
+    with session_manager.open(d) as sm:
+        keep = [sm.create(title=f"keep {i}").session_id for i in range(3)]
+        gone = sm.create(title=marker).session_id
+        sm.list()
+        index = d / ".index" / _sessions_index.FILE
+        assert marker.encode() in index.read_bytes()
+        sm.delete(gone)
+        assert marker.encode() not in index.read_bytes()
+        recorded = _sessions_index.read(index)
+        assert recorded is not None  # the checksum holds
+    with session_manager.open(d) as sm:
+        assert sorted(m.session_id for m in sm.list().sessions) == sorted(keep)
+        assert sm.ensure(gone, title="again").created  # the same id again: a new session, not the row
+        assert sm.get(gone).meta.title == "again"
+    with session_manager.open(d) as sm:
+        assert sorted(m.session_id for m in sm.list().sessions) == sorted([*keep, gone])
