@@ -24,6 +24,7 @@ from typing import Any
 from ...errors import STORAGE, SessionError, StoreError, Unavailable
 from ..base import SessionStore
 from . import schema
+from .path import Decoded
 from .settings import Durability, SqliteSettings
 
 # Result codes (the primary code, low byte of the extended one) that say why.
@@ -55,6 +56,7 @@ class _Local(threading.local):
     synchronous: str = ""  # the level last set on conn
     in_tx: bool = False
     deferring: bool = False
+    leaf_depth: tuple[str, str, int | None] | None = None  # get_leaf's last answer, for path()
 
 
 class SqliteCore(SessionStore):
@@ -71,6 +73,7 @@ class SqliteCore(SessionStore):
         self._conns_lock = threading.Lock()
         self._closed = False
         self._synchronous = _SYNCHRONOUS[settings.durability]
+        self.decoded = Decoded()
         if os.path.isdir(self.file):
             raise StoreError(f"sqlite: {self.file} is a directory, not a database file")
         parent = os.path.dirname(os.path.abspath(self.file))

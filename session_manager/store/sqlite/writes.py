@@ -75,6 +75,7 @@ class Writes(Transactions):
         meta = commit.meta
         meta_text = json_text(meta) if meta is not None else None
         conn, sid = self._conn(), key(session_id)
+        self._local.leaf_depth = None
         try:
             known: dict[str, tuple[int, str, int]] = {}
             for entry, text in bodies:
@@ -106,6 +107,7 @@ class Writes(Transactions):
 
     def delete_session(self, session_id: str) -> bool:
         removed: list[int] = []
+        self._local.leaf_depth = None  # its entries' depths go with it
 
         def run(conn: sqlite3.Connection) -> None:
             for table in ("entries", "attachments", "sessions"):
