@@ -72,7 +72,8 @@ def _walks(store: SqliteStore) -> list[str]:
 def test_tail_after_set_active_leaf_and_fork_matches_the_memory_store(tmp_path: Path) -> None:
     # Prevents: the depth-range window (entries_depth) returning a sibling branch's entry at a
     # depth, after set-active-leaf moves the leaf to an older branch or in a fork's new session;
-    # and a bushy stretch (many siblings per depth) read row by row instead of by the walk.
+    # a bushy stretch (many siblings per depth) read row by row instead of by the walk; and an
+    # append under a moved leaf linked from a stale depth (the append's read brings the links).
     lite = session_manager.open(f"sqlite:///{tmp_path / 't.db'}")
     plain = session_manager.open(store=MemoryStore())
     try:
@@ -88,10 +89,14 @@ def test_tail_after_set_active_leaf_and_fork_matches_the_memory_store(tmp_path: 
                     parent = sm.append(sid, message=_user(f"b{b}-{k}"), parent_id=parent,
                                        entry_id=f"b{b}-{k}").entry_id
         walks = _walks(lite.service.store)  # type: ignore[arg-type]
-        for leaf in ("t39", "b5-2", "b11-1", "t30", "t39"):
+        for n, leaf in enumerate(("t39", "b5-2", "b11-1", "t30", "t39")):
             for sm in (lite, plain):
                 sm.set_active_leaf("s", entry_id=leaf)
             assert _tails(lite, "s") == _tails(plain, "s"), leaf
+            # An append under the moved leaf: its links come with the append's read of the leaf.
+            for sm in (lite, plain):
+                sm.append("s", message=_user(f"after {leaf}"), entry_id=f"a{n}")
+            assert _tails(lite, "s") == _tails(plain, "s"), f"a{n}"
         assert walks, "the bushy stretch (13 entries per depth) was read by the jump-pointer walk"
         forks = [sm.fork("s", entry_id="b3-1").session_id for sm in (lite, plain)]
         for sm, fork in zip((lite, plain), forks, strict=True):

@@ -57,6 +57,8 @@ class _Local(threading.local):
     in_tx: bool = False
     deferring: bool = False
     leaf_depth: tuple[str, str, int | None] | None = None  # get_leaf's last answer, for path()
+    # (session key, entry key -> depth, jump_id, jump_depth) read in this transaction, for its commit
+    links: tuple[str, dict[str, tuple[int, str, int]]] | None = None
 
 
 class SqliteCore(SessionStore):
@@ -185,6 +187,7 @@ class SqliteCore(SessionStore):
 
     def _end(self, conn: sqlite3.Connection, *, commit: bool) -> None:
         self._local.in_tx = False
+        self._local.links = None
         try:
             conn.execute("COMMIT" if commit else "ROLLBACK")
         except sqlite3.Error as e:

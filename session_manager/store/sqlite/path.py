@@ -68,10 +68,16 @@ class SqlitePath(PgPath):
         rows = self._store._rows(_RANGE_SQL, (key(self._session), lo, start_depth, limit))
         if len(rows) >= limit:  # a bushy stretch: rows off the path would outnumber those on it
             return super()._window(start, start_depth, lo, hi)
+        decode = self._store.decoded  # type: ignore[attr-defined]
+        if len(rows) == span:
+            # One entry per depth (the path has one at each): the rows are the path's, if the
+            # first is the start (else the session changed meanwhile: the walk below finds out).
+            entries: list[Entry] = [decode(body) for (body,) in rows]
+            if entries[0]["id"] == start:
+                return [(e["id"], start_depth - k, e) for k, e in enumerate(entries) if start_depth - k <= hi]
         out: list[tuple[str, int, Entry]] = []
         want: str | None = start
         depth = start_depth
-        decode = self._store.decoded  # type: ignore[attr-defined]
         for (body,) in rows:
             # Rows come deepest first; the path's entry at each depth is the one its child names.
             entry: Entry = decode(body)

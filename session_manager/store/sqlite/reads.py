@@ -15,6 +15,10 @@ from ..postgres.keys import key, unkey
 from .core import SqliteCore, sortable
 
 LIST_BATCH = 200
+_META_LEAF_LINKS = ("SELECT s.meta, s.leaf, p.depth, p.jump_id, p.jump_depth, j.depth, j.jump_id, j.jump_depth"
+                    " FROM sessions s LEFT JOIN entries p ON p.session_id = s.session_id AND p.entry_id = s.leaf"
+                    " LEFT JOIN entries j ON j.session_id = s.session_id AND j.entry_id = p.jump_id"
+                    " WHERE s.session_id = ?")
 
 
 def _load(text: str) -> Any:
@@ -34,6 +38,24 @@ class Reads(SqliteCore):
         if not rows:
             return None, None
         meta, leaf = rows[0]
+        return (_load(meta) if meta is not None else None), (unkey(leaf) if leaf is not None else None)
+
+    def meta_and_leaf_to_commit(self, session_id: str) -> tuple[Meta | None, str | None]:
+        if not self._local.in_tx:
+            return self.meta_and_leaf(session_id)
+        # An append's read: with the links of the leaf (its default parent) and of the
+        # leaf's jump target, which the commit needs next (writes.link), in this transaction.
+        sid = key(session_id)
+        rows = self._rows(_META_LEAF_LINKS, (sid,))
+        if not rows:
+            return None, None
+        meta, leaf, *links = rows[0]
+        known: dict[str, tuple[int, str, int]] = {}
+        if links[0] is not None:
+            known[leaf] = (links[0], links[1], links[2])
+            if links[3] is not None:
+                known[links[1]] = (links[3], links[4], links[5])
+        self._local.links = (sid, known)
         return (_load(meta) if meta is not None else None), (unkey(leaf) if leaf is not None else None)
 
     def ordered_metas(
