@@ -89,6 +89,7 @@ from ._wire.models import (
     UserMessage,
     Wire,
 )
+from ._wire.search_api import SearchHit, SearchQueryText, SearchRequest, SearchResponse
 
 __all__ = [
     "AgentMessage",
@@ -145,6 +146,10 @@ __all__ = [
     "PutAttachmentRequest",
     "PutAttachmentResponse",
     "Role",
+    "SearchHit",
+    "SearchQueryText",
+    "SearchRequest",
+    "SearchResponse",
     "SessionEntry",
     "SessionMeta",
     "SessionStatus",

@@ -20,13 +20,14 @@ from .core import Result
 from .lifecycle import Lifecycle
 from .listing import Listing
 from .reads import Reads
+from .search import Searching
 from .storage_errors import storage_errors
 from .tail import Tail
 
 __all__ = ["Result", "ServiceMethod", "SessionService", "storage_errors"]
 
 
-class SessionService(Lifecycle, Listing, Appending, Reads, Tail, Branching, Attachments):
+class SessionService(Lifecycle, Listing, Appending, Reads, Tail, Branching, Attachments, Searching):
     """The session store's domain: 21 functions over a :class:`~session_manager.store.SessionStore`."""
 
 
