@@ -86,6 +86,15 @@ class FsSearch:
         self._sigs: dict[str, Signature] = {}
         self._lock = threading.Lock()  # one catch-up at a time; a delete waits for a query in flight
         self._swept = False
+        # Sessions this process committed to since their last catch-up (a writable store is the
+        # only writer of its logs: the others need no stat per query).
+        self._touched: set[str] = set()
+        self._stale: set[str] = set()  # touched, not yet caught up (outside an earlier query's scope)
+        self._swept_all = False  # every session checked against its log once since the open
+
+    def touched(self, session_id: str) -> None:
+        """A commit wrote ``session_id``'s log (O(1); the catch-up waits for the next query)."""
+        self._touched.add(session_id)
 
     def _file(self, session_id: str) -> str:
         return os.path.join(self._dir, self._stem(session_id) + ".json")
@@ -99,8 +108,20 @@ class FsSearch:
             ids = list(sessions) if sessions is not None else live
             if sessions is None or not self._swept:
                 self._sweep(set(live))
-            for sid in ids:
-                self._catch_up(store, sid)
+            if self._writable and self._swept_all:
+                while self._touched:  # (a commit racing this adds again: caught up next time)
+                    sid = self._touched.pop()
+                    if sessions is None or sid in ids:
+                        self._catch_up(store, sid)
+                    else:
+                        self._stale.add(sid)
+                for sid in [s for s in ids if s in self._stale]:
+                    self._stale.discard(sid)
+                    self._catch_up(store, sid)
+            else:
+                for sid in ids:
+                    self._catch_up(store, sid)
+                self._swept_all = self._swept_all or sessions is None
             return self._index.search(query, ids, roles)
 
     def forget(self, session_id: str) -> None:

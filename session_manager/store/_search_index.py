@@ -98,6 +98,7 @@ class TermIndex:
         self._docs: dict[str, dict[str, _Doc]] = {}  # session -> entry -> doc
         self._postings: dict[str, dict[str, set[str]]] = {}  # word -> session -> entries
         self._vocab: list[str] | None = []  # sorted words; None: to re-sort
+        self._totals: dict[str, list[int]] = {}  # session -> [entries, words]: no per-query sum over entries
 
     def put(self, session_id: str, entry: Entry) -> None:
         """Index ``entry`` (a new one or a new revision of one)."""
@@ -113,7 +114,11 @@ class TermIndex:
         """Index an entry already analyzed: its role, timestamp and word counts."""
         with self._lock:
             self._remove(session_id, entry_id)
-            self._docs.setdefault(session_id, {})[entry_id] = _Doc(role, timestamp, sum(counts.values()), counts)
+            doc = _Doc(role, timestamp, sum(counts.values()), counts)
+            self._docs.setdefault(session_id, {})[entry_id] = doc
+            totals = self._totals.setdefault(session_id, [0, 0])
+            totals[0] += 1
+            totals[1] += doc.length
             for w in counts:
                 by_session = self._postings.get(w)
                 if by_session is None:
@@ -135,17 +140,22 @@ class TermIndex:
             for entry_id in list(self._docs.get(session_id, ())):
                 self._remove(session_id, entry_id)
             self._docs.pop(session_id, None)
+            self._totals.pop(session_id, None)
 
     def clear(self) -> None:
         with self._lock:
             self._docs.clear()
             self._postings.clear()
+            self._totals.clear()
             self._vocab = []
 
     def _remove(self, session_id: str, entry_id: str) -> None:
         doc = self._docs.get(session_id, {}).pop(entry_id, None)
         if doc is None:
             return
+        totals = self._totals[session_id]
+        totals[0] -= 1
+        totals[1] -= doc.length
         for w in doc.counts:
             by_session = self._postings[w]
             ids = by_session[session_id]
@@ -188,9 +198,9 @@ class TermIndex:
             scope = set(self._docs) if sessions is None else {s for s in sessions if s in self._docs}
             out = Matches()
             for s in scope:
-                docs = self._docs[s]
-                out.docs += len(docs)
-                out.total_length += sum(d.length for d in docs.values())
+                n, length = self._totals.get(s, (0, 0))
+                out.docs += n
+                out.total_length += length
             hits = self._term_hits(query, scope)
             out.df = [sum(len(ids) for ids in h.values()) for h in hits]
             smallest = min(hits, key=lambda h: sum(len(ids) for ids in h.values()))

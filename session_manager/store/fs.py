@@ -470,6 +470,7 @@ class FsStore(FollowerEvents, CatalogListing, SessionDeletion, OnlineCompaction,
                 self._compactor.appended(session_id, data, commit.entries)
             budget = self._account(session_id, commit, data, sizes)  # (before apply: a loaded entry's old line)
             state.apply(commit, written_spans(len(commit.entries), data, start))
+            self._search.touched(session_id)  # (a set add: the search index catches up at its next query)
             self._files.note_commit(session_id, state, start + len(data))
             with self._lock:
                 if commit.meta is not None:
