@@ -10,7 +10,9 @@ entry id), and each hit of the page gets its snippet and active-path flag.
 
 from __future__ import annotations
 
+import heapq
 import math
+from collections.abc import Callable
 from typing import Any
 
 from .._wire import cursors
@@ -32,16 +34,21 @@ _B = 0.75
 SortKey = tuple[float, int, str, str]
 
 
-def bm25(matches: Matches, c: Candidate) -> float:
-    """The candidate's BM25 score over the statistics of the sessions in scope,
-    rounded so the value a cursor carries compares equal on the next page."""
+def scorer(matches: Matches) -> Callable[[Candidate], float]:
+    """BM25 over the statistics of the sessions in scope (the idf of each term computed
+    once), rounded so the value a cursor carries compares equal on the next page."""
     n = max(matches.docs, 1)
     avgdl = matches.total_length / n if matches.total_length else 1.0
-    score = 0.0
-    for tf, df in zip(c.tfs, matches.df, strict=True):
-        idf = math.log(1.0 + (n - df + 0.5) / (df + 0.5))
-        score += idf * tf * (_K1 + 1) / (tf + _K1 * (1 - _B + _B * c.length / avgdl))
-    return round(score, 6)
+    idfs = [math.log(1.0 + (n - df + 0.5) / (df + 0.5)) for df in matches.df]
+    norm = _K1 / avgdl * _B
+    base = _K1 * (1 - _B)
+
+    def score(c: Candidate) -> float:
+        length_part = base + norm * c.length
+        terms = zip(idfs, c.tfs, strict=True)
+        return round(sum(idf * tf * (_K1 + 1) / (tf + length_part) for idf, tf in terms), 6)
+
+    return score
 
 
 def _decode_cursor(raw: str) -> SortKey:
@@ -64,10 +71,12 @@ class Searching(ServiceCore):
         with storage_errors():
             scope = self._scope(req)
             matches = self.store.search(query, scope, roles) if scope is None or scope else Matches()
-            ranked = sorted(((-bm25(matches, c), -c.timestamp, c.session_id, c.entry_id), c)
-                            for c in matches.candidates)
+            score = scorer(matches)
+            keyed = (((-score(c), -c.timestamp, c.session_id, c.entry_id), c) for c in matches.candidates)
             if after is not None:
-                ranked = [(k, c) for k, c in ranked if k > after]
+                keyed = ((k, c) for k, c in keyed if k > after)
+            # One more than the page tells whether more remain; no sort of every candidate.
+            ranked = heapq.nsmallest(limit + 1, keyed, key=lambda kc: kc[0])
             page = ranked[:limit]
             paths: dict[str, EntryPath] = {}
             hits = [self._hit(query, k, c, paths) for k, c in page]

@@ -4,8 +4,9 @@ One definition for every adapter: the fs and memory indexes, the sqlite
 FTS5 table and the postgres ``tsvector`` all index :func:`searchable_text`
 folded by :func:`fold`, so a query finds the same entries on each.
 
-Words are runs of Unicode word characters (``\\w``), compared case- and
-accent-insensitively: NFKD, combining marks dropped, then ``casefold``.
+Words are runs of Unicode word characters (``\\w``) of the text, each
+compared case- and accent-insensitively: NFKD, combining marks dropped, then
+``casefold``.
 Searched: ``text`` blocks of every message, ``function_call`` names and the
 text of function results; not ``thinking``, not custom entries, not
 attachments.
@@ -13,6 +14,7 @@ attachments.
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 from collections.abc import Iterator
@@ -35,9 +37,21 @@ def fold(text: str) -> str:
     return unicodedata.normalize("NFC", stripped.casefold())
 
 
+@functools.lru_cache(maxsize=1 << 16)
+def _folded(token: str) -> tuple[str, ...]:
+    # (a fold can yield a non-word character, e.g. NFKD's fraction slash: split again)
+    return tuple(_WORD.findall(fold(token)))
+
+
 def words(text: str) -> list[str]:
-    """The folded words of ``text``, in order."""
-    return _WORD.findall(fold(text))
+    """The folded words of ``text``, in order: its runs of word characters, each
+    folded (memoized per distinct word: a corpus repeats its words)."""
+    if text.isascii():
+        return _WORD.findall(text.lower())
+    out: list[str] = []
+    for token in _WORD.findall(text):
+        out.extend(_folded(token))
+    return out
 
 
 def _block_texts(blocks: Any, *, results: bool) -> Iterator[str]:
