@@ -12,6 +12,7 @@ import pytest
 
 import session_manager
 from session_manager import SessionManager
+from session_manager.errors import NOT_FOUND, SessionError
 from session_manager.store import FsStore, MemoryStore, SessionStore
 from session_manager.store._search_fs import SEARCH_DIR
 from session_manager.store._search_text import parse_query
@@ -194,3 +195,43 @@ def test_erasure_no_byte_of_a_deleted_session_remains_in_the_data_dir(tmp_path: 
         assert hits(sm, marker) == [] and len(hits(sm, "kept")) == 1
     finally:
         sm.close()
+
+
+def test_searches_racing_appends_and_deletes_end_equal_to_the_scan(store: SessionStore) -> None:
+    # Prevents: an index corrupted (or a search crashing) by commits and deletes in other threads,
+    # e.g. a posting set changing size while a query walks it, or a delete's words left behind.
+    import threading
+
+    sm = session_manager.open(store=store)
+    ids = [sm.call("session::create", {})["session_id"] for _ in range(4)]
+    errors: list[BaseException] = []
+
+    def writer(sid: str) -> None:
+        try:
+            for i in range(40):
+                sm.call("session::append", {"session_id": sid, "message": user(f"race word{i % 7} brown")})
+        except SessionError as e:
+            if not (sid == ids[0] and e.code == NOT_FOUND):  # the deleted session's writer may be refused
+                errors.append(e)
+        except BaseException as e:  # reported by the assertion below
+            errors.append(e)
+
+    def reader() -> None:
+        try:
+            for _ in range(40):
+                sm.call("session::search", {"query": "race wor", "limit": 5})
+        except BaseException as e:  # reported by the assertion below
+            errors.append(e)
+
+    threads = [threading.Thread(target=writer, args=(s,)) for s in ids] + [threading.Thread(target=reader)
+                                                                          for _ in range(2)]
+    for t in threads:
+        t.start()
+    sm.call("session::delete", {"session_id": ids[0]})
+    for t in threads:
+        t.join()
+    assert errors == []
+    sm.call("session::delete", {"session_id": ids[0]})  # after its writer: nothing of it is left
+    for q in ["race", "word3", "brown wor"]:
+        same_matches(store, q, None)
+    assert all(h[0] != ids[0] for h in hits(sm, "race"))
