@@ -104,21 +104,21 @@ class FsSearch:
         """:class:`Matches` from the index, brought up to date with ``store``'s logs first.
         (The store is passed per call, not kept: it holds this object, and no cycle.)"""
         with self._lock:
-            live = [m["session_id"] for m in store.list_metas()] if sessions is None or not self._swept else []
-            ids = list(sessions) if sessions is not None else live
-            if sessions is None or not self._swept:
-                self._sweep(set(live))
             if self._writable and self._swept_all:
+                # Every log was checked once since the open, and this process is their one
+                # writer: only the sessions it committed to since need a look (deletes forget).
+                wanted = None if sessions is None else set(sessions)
                 while self._touched:  # (a commit racing this adds again: caught up next time)
-                    sid = self._touched.pop()
-                    if sessions is None or sid in ids:
-                        self._catch_up(store, sid)
-                    else:
-                        self._stale.add(sid)
-                for sid in [s for s in ids if s in self._stale]:
+                    self._stale.add(self._touched.pop())
+                for sid in [s for s in self._stale if wanted is None or s in wanted]:
                     self._stale.discard(sid)
                     self._catch_up(store, sid)
+                ids = None if sessions is None else list(sessions)
             else:
+                live = [m["session_id"] for m in store.list_metas()]
+                ids = list(sessions) if sessions is not None else live
+                if sessions is None or not self._swept:
+                    self._sweep(set(live))
                 for sid in ids:
                     self._catch_up(store, sid)
                 self._swept_all = self._swept_all or sessions is None

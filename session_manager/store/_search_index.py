@@ -48,10 +48,16 @@ class Matches:
     df: list[int] = field(default_factory=list)
 
 
-def term_counts(query: Query, counts: Counter[str] | dict[str, int]) -> tuple[int, ...]:
-    """Occurrences of each query term among ``counts`` (folded word -> count)."""
+def term_counts(query: Query, counts: Counter[str] | dict[str, int],
+                prefixed: list[str] | None = None) -> tuple[int, ...]:
+    """Occurrences of each query term among ``counts`` (folded word -> count);
+    ``prefixed``: every indexed word starting with the prefix, when known (fewer
+    lookups than a walk of the entry's words when it is the shorter)."""
     out = [counts.get(t, 0) for t in query.exact]
-    out.append(sum(n for w, n in counts.items() if w.startswith(query.prefix)))
+    if prefixed is not None and len(prefixed) < len(counts):
+        out.append(sum(counts.get(w, 0) for w in prefixed))
+    else:
+        out.append(sum(n for w, n in counts.items() if w.startswith(query.prefix)))
     return tuple(out)
 
 
@@ -177,14 +183,14 @@ class TermIndex:
             i += 1
         return out
 
-    def _term_hits(self, query: Query, scope: set[str]) -> list[dict[str, set[str]]]:
+    def _term_hits(self, query: Query, scope: set[str], prefixed: list[str]) -> list[dict[str, set[str]]]:
         """Per term, session -> entries containing it, inside ``scope``."""
         hits: list[dict[str, set[str]]] = []
         for t in query.exact:
             by_session = self._postings.get(t, {})
             hits.append({s: ids for s, ids in by_session.items() if s in scope})
         merged: dict[str, set[str]] = {}
-        for w in self._words_with_prefix(query.prefix):
+        for w in prefixed:
             for s, ids in self._postings[w].items():
                 if s in scope:
                     merged.setdefault(s, set()).update(ids)
@@ -201,7 +207,8 @@ class TermIndex:
                 n, length = self._totals.get(s, (0, 0))
                 out.docs += n
                 out.total_length += length
-            hits = self._term_hits(query, scope)
+            prefixed = self._words_with_prefix(query.prefix)
+            hits = self._term_hits(query, scope, prefixed)
             out.df = [sum(len(ids) for ids in h.values()) for h in hits]
             smallest = min(hits, key=lambda h: sum(len(ids) for ids in h.values()))
             for s, ids in smallest.items():
@@ -212,5 +219,5 @@ class TermIndex:
                     if roles is not None and doc.role not in roles:
                         continue
                     out.candidates.append(Candidate(s, eid, doc.role, doc.timestamp,
-                                                    term_counts(query, doc.counts), doc.length))
+                                                    term_counts(query, doc.counts, prefixed), doc.length))
             return out
