@@ -96,6 +96,7 @@ from ._wire.models import (
     UserMessage,
     Wire,
 )
+from ._wire.search_api import SearchHit, SearchQueryText, SearchRequest, SearchResponse
 from ._wire.views import Alternative, TranscriptItem
 
 __all__ = [
@@ -159,6 +160,10 @@ __all__ = [
     "PutAttachmentRequest",
     "PutAttachmentResponse",
     "Role",
+    "SearchHit",
+    "SearchQueryText",
+    "SearchRequest",
+    "SearchResponse",
     "SessionEntry",
     "SessionMeta",
     "SessionStatus",

@@ -18,7 +18,7 @@ from pydantic import BaseModel
 
 from .. import mentions
 from .._service.service import Result, SessionService
-from .._wire import api
+from .._wire import api, search_api
 from .._wire import events as ev
 from ..errors import SessionError, invalid_request
 from ..mentions import sessions as mention_sessions
@@ -132,6 +132,10 @@ FUNCTIONS: tuple[Function, ...] = (
              api.ListAttachmentsResponse, "A session's attachments, oldest first."),
     Function("session::delete-attachment", S.delete_attachment, api.DeleteAttachmentRequest,
              api.DeleteAttachmentResponse, "Remove an attachment no entry references.", mutates=True),
+    # search
+    Function("session::search", S.search, search_api.SearchRequest, search_api.SearchResponse,
+             "Full-text search over the messages of every branch of the sessions a metadata subset "
+             "filter allows; ranked (BM25), paged, each hit with a snippet. Event-silent."),
     # chat mentions: @session(id="...")
     Function(mention_sessions.SEARCH_FN, mention_sessions.search, mentions.MentionSearchRequest,
              mentions.MentionSearchResponse,

@@ -38,6 +38,8 @@ from ..types import (
     PurgeResponse,
     PutAttachmentResponse,
     Role,
+    SearchQueryText,
+    SearchResponse,
     SessionStatus,
     SetActiveLeafResponse,
     SetDraftResponse,
@@ -483,6 +485,34 @@ class TypedMethods:
         result = self.call("session::delete-attachment", payload(session_id=session_id, attachment_id=attachment_id))
         return response(DeleteAttachmentResponse, result)
 
+    def search(
+        self,
+        *,
+        query: SearchQueryText,
+        metadata: JsonObject | None = None,
+        session_id: Id | None = None,
+        roles: builtins.list[Role] | None = None,
+        limit: Limit | None = None,
+        cursor: Cursor | None = None,
+    ) -> SearchResponse:
+        """Full-text search over the messages of every branch of the sessions a metadata subset filter allows;
+        ranked (BM25), paged, each hit with a snippet. Event-silent.
+
+        Args:
+            query: Words (case- and accent-insensitive); every one must match, the last as a prefix.
+            metadata: Subset-equality on SessionMeta.metadata, applied inside the search.
+            session_id: Search only this session.
+            roles: Only entries of these message roles.
+
+        Calls ``session::search``; raises :class:`~session_manager.SessionError`.
+        """
+        check_limit(limit, self._list_limit_cap())
+        result = self.call(
+            "session::search",
+            payload(query=query, metadata=metadata, session_id=session_id, roles=roles, limit=limit, cursor=cursor),
+        )
+        return response(SearchResponse, result)
+
 
 class AsyncTypedMethods:
     """One coroutine per ``session::*`` function: keyword arguments in, response model out."""
@@ -927,3 +957,31 @@ class AsyncTypedMethods:
             payload(session_id=session_id, attachment_id=attachment_id),
         )
         return response(DeleteAttachmentResponse, result)
+
+    async def search(
+        self,
+        *,
+        query: SearchQueryText,
+        metadata: JsonObject | None = None,
+        session_id: Id | None = None,
+        roles: builtins.list[Role] | None = None,
+        limit: Limit | None = None,
+        cursor: Cursor | None = None,
+    ) -> SearchResponse:
+        """Full-text search over the messages of every branch of the sessions a metadata subset filter allows;
+        ranked (BM25), paged, each hit with a snippet. Event-silent.
+
+        Args:
+            query: Words (case- and accent-insensitive); every one must match, the last as a prefix.
+            metadata: Subset-equality on SessionMeta.metadata, applied inside the search.
+            session_id: Search only this session.
+            roles: Only entries of these message roles.
+
+        Calls ``session::search``; raises :class:`~session_manager.SessionError`.
+        """
+        check_limit(limit, self._list_limit_cap())
+        result = await self.call(
+            "session::search",
+            payload(query=query, metadata=metadata, session_id=session_id, roles=roles, limit=limit, cursor=cursor),
+        )
+        return response(SearchResponse, result)

@@ -5,7 +5,7 @@ Run ``python -m session_manager._hosts.typed_gen`` after changing the table
 fails while the checked-in file differs from what this prints. Parameters
 are the request model's fields in order, with the annotations written in
 the model's source (so the aliases ``Id``, ``Limit``, ... show in IDEs);
-``session_id`` is positional, everything else keyword-only; arguments left
+``session_id`` is positional where required, everything else keyword-only; arguments left
 at ``None`` are absent from the payload. Two widenings over the models: a
 ``content`` parameter also takes a string and plain strings among its blocks
 (as the message constructors do), and a ``limit`` above ``max_list_limit``
@@ -83,7 +83,7 @@ def _method(function: Function, *, is_async: bool) -> list[str]:
     keyword_only = False
     for name, info in fields.items():
         annotation = _param_annotation(function, name)
-        if name == "session_id":
+        if name == "session_id" and info.is_required():  # (an optional one: a filter, keyword-only)
             params.append(f"{name}: {annotation}")
             continue
         if not keyword_only:

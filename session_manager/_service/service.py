@@ -20,13 +20,14 @@ from .core import Result
 from .erasure import Erasure
 from .listing import Listing
 from .reads import Reads
+from .search import Searching
 from .storage_errors import storage_errors
 from .tail import Tail
 
 __all__ = ["Result", "ServiceMethod", "SessionService", "storage_errors"]
 
 
-class SessionService(Erasure, Listing, Appending, Reads, Tail, Branching, Attachments):
+class SessionService(Erasure, Listing, Appending, Reads, Tail, Branching, Attachments, Searching):
     """The session store's domain: the session functions over a :class:`~session_manager.store.SessionStore`."""
 
 

@@ -23,6 +23,7 @@ from .._wire.models import SessionEntry, SessionMeta
 from .._wire.shape import build
 from ..errors import PARENT_NOT_FOUND, SessionError, invalid_request, not_found
 from ..store import _protocol_cas as atomic
+from ..store import _protocol_search as searching
 from ..store._cas import derive_append_meta
 from ..store._protocol import (
     COMMIT_APPEND,
@@ -190,6 +191,10 @@ def _delete_attachments(store: SessionStore, lock: LockFor, req: SessionIdReques
     return _ok()
 
 
+def _search(store: SessionStore, lock: LockFor, req: searching.SearchRequest, raw: Raw) -> Any:
+    return searching.serve(store, req)
+
+
 _D = "Internal store protocol (fs instances only): "
 
 STORE_FUNCTIONS: tuple[StoreFunction, ...] = (
@@ -204,6 +209,9 @@ STORE_FUNCTIONS: tuple[StoreFunction, ...] = (
                   "attachments) in one call."),
     StoreFunction(atomic.READ_PATH, served.read_path, atomic.ReadPathRequest, atomic.ReadPathResponse,
                   _D + "a window of a session's root -> leaf path, walked on the main."),
+    StoreFunction(searching.SEARCH, _search, searching.SearchRequest, searching.SearchResponse,
+                  _D + "the matches of a parsed session::search query inside the given sessions, from "
+                  "the main's index."),
     StoreFunction(GET_META, _get_meta, SessionIdRequest, SessionMeta, _D + "one SessionMeta, or null.",
                   nullable=True),
     StoreFunction(PUT_META, _put_meta, PutMetaRequest, OkResponse, _D + "write one SessionMeta."),

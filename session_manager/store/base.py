@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ._cas import UNSET, Unset, derive_append_meta
+from ._search_index import Matches, scan
+from ._search_text import Query
 from .path import Entry as Entry
 from .path import EntryPath
 
@@ -154,6 +156,15 @@ class SessionStore(ABC):
         for key, m in keyed:
             if after is None or ((key < after) if descending else (key > after)):
                 yield m
+
+    def search(self, query: Query, sessions: Collection[str] | None,
+               roles: Collection[str] | None) -> Matches:
+        """The searchable entries of ``sessions`` (``None``: every session) matching
+        every term of ``query`` (see :mod:`._search_index`), with the statistics
+        ranking needs. The default reads every entry in scope; a store with an
+        index answers from it."""
+        ids = sessions if sessions is not None else [m["session_id"] for m in self.list_metas()]
+        return scan(query, ids, self.entries, roles)
 
     # -- sessions and entries ------------------------------------------------
 

@@ -29,7 +29,7 @@ import binascii
 import logging
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import replace
 from typing import Any, TypeVar
 
@@ -42,8 +42,11 @@ from .._wire.models import SessionEntry, SessionMeta
 from ..errors import Conflict, NotFound, StoreError, Unavailable, Vanished
 from . import _protocol as sp
 from . import _protocol_cas as atomic
+from . import _protocol_search as searching
 from ._cas import UNSET, meta_version
 from ._remote_path import RemotePath
+from ._search_index import Matches
+from ._search_text import Query
 from ._settle import Deadlines, settle
 from .base import AttachmentMeta, Commit, Entry, Meta, SessionStore
 from .path import EntryPath, walk_to_root
@@ -319,6 +322,25 @@ class BridgeStore(SessionStore):
                 pass
         return (f"the main does not serve {atomic.DELETE_SESSION} (a Rust main?): purge, delete-tree and "
                 "retention need a Python main's atomic delete")
+
+    def search(self, query: Query, sessions: Collection[str] | None,
+               roles: Collection[str] | None) -> Matches:
+        """On the main, against its index (``session::store::search``); a Rust main lacks it."""
+        payload = {"exact": list(query.exact), "prefix": query.prefix,
+                   "sessions": None if sessions is None else list(sessions),
+                   "roles": None if roles is None else sorted(roles)}
+        try:
+            # (_call, not _new_call: a main without search says nothing about its atomic writes)
+            answer = self._call(searching.SEARCH, payload)
+        except Unavailable as e:
+            if e.code != FUNCTION_NOT_FOUND:
+                raise
+            raise StoreError(f"session::search is unsupported on this bridge: the main does not serve "
+                             f"{searching.SEARCH} (a Rust main, or an older release)") from None
+        try:
+            return searching.matches_from_json(answer, len(query.terms))
+        except ValueError as e:
+            raise self._malformed(searching.SEARCH, str(e)) from None
 
     def delete_session(self, session_id: str) -> bool:
         if not self._legacy_main():

@@ -22,7 +22,7 @@ import functools
 import logging
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from pathlib import Path
 from typing import Literal
 
@@ -48,6 +48,9 @@ from ._logfiles import LogFiles
 from ._online import OnlineCompaction
 from ._opened_listing import OpenedListing
 from ._records import meta_size, written_spans
+from ._search_fs import FsSearch
+from ._search_index import Matches
+from ._search_text import Query
 from ._sized import encode_sized
 from ._state import SessionState, StateBackedStore
 from ._tail import TailFix
@@ -155,6 +158,8 @@ class FsStore(FollowerEvents, CatalogListing, SessionDeletion, OnlineCompaction,
         self._list_dirty: set[str] = set()  # metas changed since the sessions index was written
         self._init_group_commit()  # fsync mode: appends queued on a session share an fsync (:mod:`._group`)
         self._opened: OpenedListing | None = None  # the open's listing, for the first list (writable)
+        self._search = FsSearch(self._dir, functools.partial(checked_stem, self._stem_limit),
+                                writable=not read_only)
         if self._owner is not None:
             if durability == "fsync":
                 _sync_everything()  # what a flush-mode owner before this one answered may rest in the page cache
@@ -456,6 +461,18 @@ class FsStore(FollowerEvents, CatalogListing, SessionDeletion, OnlineCompaction,
         with self._lock:
             return catalog.ordered(order, after, status, metadata)
 
+    def search(self, query: Query, sessions: Collection[str] | None,
+               roles: Collection[str] | None) -> Matches:
+        """From the persisted search index, brought up to date with the logs (:mod:`._search_fs`)."""
+        self._not_inherited()
+        return self._search.search(self, query, sessions, roles)
+
+    def delete_session(self, session_id: str) -> bool:
+        self._search.forget(session_id)  # before the log (a crash between leaves no index of it) ...
+        existed = super().delete_session(session_id)
+        self._search.forget(session_id)  # ... and after (a query in between re-read the log)
+        return existed
+
     # -- writes ------------------------------------------------------------------
 
     def commit(self, session_id: str, commit: Commit) -> Commit:
@@ -473,6 +490,7 @@ class FsStore(FollowerEvents, CatalogListing, SessionDeletion, OnlineCompaction,
                 self._compactor.appended(session_id, data, commit.entries)
             budget = self._account(session_id, commit, data, sizes)  # (before apply: a loaded entry's old line)
             state.apply(commit, written_spans(len(commit.entries), data, start))
+            self._search.touched(session_id)  # (a set add: the search index catches up at its next query)
             self._files.note_commit(session_id, state, start + len(data))
             with self._lock:
                 if commit.meta is not None:

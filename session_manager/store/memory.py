@@ -7,8 +7,10 @@ the shared store test suite runs against.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 
+from ._search_index import Matches, TermIndex
+from ._search_text import Query
 from ._state import SessionState, StateBackedStore
 from .base import AttachmentMeta, Commit, Meta
 
@@ -18,6 +20,7 @@ class MemoryStore(StateBackedStore):
         self._lock = threading.Lock()
         self._sessions: dict[str, SessionState] = {}
         self._attachments: dict[str, dict[str, tuple[AttachmentMeta, bytes]]] = {}
+        self._search = TermIndex()  # kept up to date by every commit and delete
 
     def _state(self, session_id: str, create: bool = False) -> SessionState | None:
         with self._lock:
@@ -37,7 +40,14 @@ class MemoryStore(StateBackedStore):
         with state.lock:
             commit = state.resolve(commit)
             state.apply(commit)
+            for entry in commit.entries:  # under the session's lock: revisions land in order
+                self._search.put(session_id, entry)
         return commit
+
+    def search(self, query: Query, sessions: Collection[str] | None,
+               roles: Collection[str] | None) -> Matches:
+        """From the in-memory index."""
+        return self._search.search(query, sessions, roles)
 
     def delete_session(self, session_id: str) -> bool:
         with self._lock:
@@ -46,6 +56,7 @@ class MemoryStore(StateBackedStore):
         if state is not None:
             with state.lock:
                 state.clear()
+                self._search.drop(session_id)
         return state is not None or bool(attachments)
 
     def put_attachment(self, meta: AttachmentMeta, chunks: Iterable[bytes]) -> None:

@@ -13,7 +13,7 @@ from .._hosts.surface import BY_ID
 from ..errors import NOT_FOUND, SessionError, invalid_request
 from .render import AttachmentUrl, ListView, SessionView
 
-# The list page's search box appears once this function exists (it does not yet): the one hook.
+# The list page's search box appears where this function exists: the one hook.
 SEARCH_FUNCTION = "session::search"
 PAGE_SIZE = 50
 
@@ -48,7 +48,24 @@ def list_request(query: Mapping[str, str], metas: Sequence[str]) -> dict[str, An
     return request
 
 
+def search_view(sm: SessionManager, query: Mapping[str, str], metas: Sequence[str]) -> ListView:
+    """The list page answering its search box: hits of ``q`` inside the metadata filter."""
+    request: dict[str, Any] = {"query": query["q"], "limit": PAGE_SIZE}
+    filtered = list_request(query, metas)
+    for key in ("metadata", "cursor"):
+        if key in filtered:
+            request[key] = filtered[key]
+    page = read_call(sm, SEARCH_FUNCTION, request)
+    base = [("q", query["q"]), *(("meta", m) for m in metas if m)]
+    next_query = urlencode([*base, ("cursor", page["next_cursor"])]) if page.get("next_cursor") else None
+    return ListView([], meta=list(metas), next_query=next_query,
+                    first_query=urlencode(base) if request.get("cursor") else None, search=True,
+                    query=query["q"], hits=page["hits"])
+
+
 def list_view(sm: SessionManager, query: Mapping[str, str], metas: Sequence[str]) -> ListView:
+    if query.get("q") and has_search():
+        return search_view(sm, query, metas)
     request = list_request(query, metas)
     request.setdefault("limit", PAGE_SIZE)
     page = read_call(sm, "session::list", request)
@@ -89,4 +106,4 @@ def attachment(sm: SessionManager, session_id: str, attachment_id: str) -> tuple
 
 
 __all__ = ["PAGE_SIZE", "SEARCH_FUNCTION", "api_session", "attachment", "has_search", "list_request", "list_view",
-           "read_call", "session_view"]
+           "read_call", "search_view", "session_view"]

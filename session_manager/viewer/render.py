@@ -104,12 +104,26 @@ class ListView:
     next_query: str | None = None  # the query string of the next page
     first_query: str | None = None  # the first page's, when this is not it
     search: bool = False  # a session::search box (the hook: shown only where that function exists)
+    query: str | None = None  # the search box's words, when the page answers them
+    hits: list[dict[str, Any]] | None = None  # session::search hits, shown instead of the sessions
+
+
+def hit_rows(hits: list[dict[str, Any]]) -> str:
+    rows = []
+    for h in hits:
+        sid = h["session_id"]
+        branch = "active path" if h.get("on_active_path") else "other branch"
+        rows.append(f'<tr><td><a href="/sessions/{e(sid)}">{e(sid)}</a></td><td>{e(h.get("role"))}</td>'
+                    f'<td class="snippet">{e(h.get("snippet"))}</td><td class="num">{e(h.get("score"))}</td>'
+                    f'<td class="when">{e(when(h.get("timestamp")))}</td><td>{branch}</td></tr>')
+    return "".join(rows)
 
 
 def list_body(view: ListView) -> str:
     options = "".join(f'<option value="{s}"{" selected" if view.status == s else ""}>{s}</option>'
                       for s in STATUSES)
-    search = ('<label>search <input type="search" name="q"></label>' if view.search else "")
+    search = (f'<label>search <input type="search" name="q" value="{e(view.query or "")}"></label>'
+              if view.search else "")
     pager = []
     if view.first_query is not None:
         pager.append(f'<a href="/?{e(view.first_query)}">« first page</a>')
@@ -120,10 +134,17 @@ def list_body(view: ListView) -> str:
         f'<label>status <select name="status"><option value="">any</option>{options}</select></label>'
         f'<label>metadata <input name="meta" placeholder="key=value" value="{e(" ".join(view.meta))}"></label>'
         f'{search}<button type="submit">filter</button></form>'
-        '<table class="sessions"><thead><tr><th>title</th><th>status</th><th>messages</th>'
-        '<th>updated (UTC)</th><th>metadata</th><th>forked from</th></tr></thead>'
-        f'<tbody id="live-region">{session_rows(view.metas)}</tbody></table>'
-        f'<nav class="pager">{"".join(pager)}</nav>')
+        f'{_results(view)}<nav class="pager">{"".join(pager)}</nav>')
+
+
+def _results(view: ListView) -> str:
+    if view.hits is not None:
+        return ('<table class="hits"><thead><tr><th>session</th><th>role</th><th>snippet</th><th>score</th>'
+                '<th>when (UTC)</th><th>branch</th></tr></thead>'
+                f'<tbody>{hit_rows(view.hits)}</tbody></table>')
+    return ('<table class="sessions"><thead><tr><th>title</th><th>status</th><th>messages</th>'
+            '<th>updated (UTC)</th><th>metadata</th><th>forked from</th></tr></thead>'
+            f'<tbody id="live-region">{session_rows(view.metas)}</tbody></table>')
 
 
 # -- one session ----------------------------------------------------------------------------------------

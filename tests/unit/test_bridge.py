@@ -32,6 +32,7 @@ from session_manager.ids import SequentialIds
 from session_manager.store import FsStore
 from session_manager.store import _protocol as sp
 from session_manager.store import _protocol_cas as atomic
+from session_manager.store import _protocol_search as searching
 from session_manager.store._encoding import encode_id
 from session_manager.store.base import Commit, SessionStore
 from session_manager.store.bridge import BridgeStore
@@ -185,7 +186,7 @@ def test_bridge_store_maps_each_method_to_the_protocol(store: BridgeStore, tmp_p
 
 def rust_like(fake: FakeEngine) -> None:
     """A main without our atomic calls, as a Rust main is."""
-    for fid in (atomic.COMMIT, atomic.DELETE_SESSION, atomic.READ_PATH):
+    for fid in (atomic.COMMIT, atomic.DELETE_SESSION, atomic.READ_PATH, searching.SEARCH):
         fake.unregister(fid)
 
 
@@ -310,7 +311,7 @@ def test_protocol_registrations(topo: Topology) -> None:
     on_events = fake.functions[sp.ON_EVENTS]
     assert on_events.metadata == {"internal": True, "trace_hidden": True, "private": True}
     assert on_events.observe is not None
-    assert len(ss.STORE_FUNCTIONS) == 20
+    assert len(ss.STORE_FUNCTIONS) == 21  # 20 before session::store::search
 
 
 def test_raw_reads_and_writes(topo: Topology) -> None:
@@ -719,11 +720,16 @@ def test_protocol_traffic_matches_the_golden_schemas(topo: Topology, reference_m
     local.invoke("session::get-message", {"session_id": sid, "entry_id": "nope"})
     local.invoke("session::get", {"session_id": "nope"})
     local.invoke("session::list", {})
+    if reference_main:  # no session::store::search on a Rust main: session/storage naming it
+        with pytest.raises(InvocationError, match="session::store::search"):
+            local.invoke("session::search", {"query": "b"})
+    else:
+        local.invoke("session::search", {"query": "b"})
     local.invoke("session::delete-attachment", {"session_id": sid, "attachment_id": aid})
     local.invoke("session::delete", {"session_id": sid})
     topo.settle()
     seen = {fid for fid, _, _ in traffic}
-    ours = {atomic.COMMIT, atomic.DELETE_SESSION, atomic.READ_PATH}
+    ours = {atomic.COMMIT, atomic.DELETE_SESSION, atomic.READ_PATH, searching.SEARCH}
     if reference_main:
         assert seen == {f.id for f in ss.STORE_FUNCTIONS} - ours | {sp.PUBLISH_EVENTS}
     else:

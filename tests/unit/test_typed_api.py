@@ -59,7 +59,7 @@ def test_every_table_row_but_the_mention_provider_has_a_method_and_nothing_else_
     # method for a function the table no longer has).
     table = {f.id for f in FUNCTIONS}
     assert table >= _typed_gen.UNTYPED
-    assert len(typed_rows()) == 23
+    assert len(typed_rows()) == 24  # the 21 of the spec, session::purge, session::delete-tree, session::search
     for cls in (TypedMethods, AsyncTypedMethods):
         defined = {n for n, v in vars(cls).items() if inspect.isfunction(v) and not n.startswith("_") and n != "call"}
         assert defined == {_typed_gen.method_name(f.id) for f in typed_rows()}
@@ -83,7 +83,9 @@ def test_method_parameters_and_return_match_the_request_and_response_models(cls:
         assert (p.default is inspect.Parameter.empty) == info.is_required(), p.name
         if not info.is_required():
             assert p.default is None and info.default is None, p.name
-        kind = inspect.Parameter.POSITIONAL_OR_KEYWORD if p.name == "session_id" else inspect.Parameter.KEYWORD_ONLY
+        # A required session_id is positional; an optional one (search's filter) keyword-only.
+        positional = p.name == "session_id" and info.is_required()
+        kind = inspect.Parameter.POSITIONAL_OR_KEYWORD if positional else inspect.Parameter.KEYWORD_ONLY
         assert p.kind == kind, p.name
         if p.name == "content":  # widened: a string, or strings among the blocks (typed_gen.CONTENT_ANNOTATION)
             assert hints[p.name] == typing.get_type_hints(as_content, include_extras=True)["content"]

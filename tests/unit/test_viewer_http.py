@@ -352,3 +352,23 @@ def test_list_page_filters_and_pages_like_session_list(client: Any, data: Any) -
     fragment = c.get("/", params={"status": "working"}, headers={"x-viewer-fragment": "1"}).text
     assert fragment.startswith("<tr") and "<html" not in fragment  # what the live script swaps in
     assert c.get("/", params={"status": "bogus"}).status_code == 400
+
+
+def test_list_page_search_box_shows_session_search_hits(client: Any, data: Any) -> None:
+    """Regression: the search box missing now that session::search exists, showing other hits than
+    session::search answers (filter, order, branch), or a snippet unescaped."""
+    import re
+
+    c, sm = client
+    page = c.get("/").text
+    assert 'type="search" name="q"' in page
+    html = c.get("/", params={"q": "paris", "meta": "user=u_1"}).text
+    want = sm.call("session::search", {"query": "paris", "metadata": {"user": "u_1"}, "limit": 50})["hits"]
+    assert len(want) >= 2  # the question in its session and in the fork
+    got = re.findall(r'<tr><td><a href="/sessions/([^"]+)">', html)
+    assert got == [h["session_id"] for h in want]
+    assert 'value="paris"' in html and "Will it rain in Paris tomorrow?" in html
+    assert "other branch" in c.get("/", params={"q": "probably"}).text  # the alternative answer
+    assert c.get("/", params={"q": "nothing-matches-zz"}).text.count("<tr><td>") == 0
+    escaped = c.get("/", params={"q": "<b>x"}).text
+    assert "<b>x" not in escaped and "&lt;b&gt;x" in escaped

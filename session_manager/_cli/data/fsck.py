@@ -18,13 +18,15 @@ from typing import Any, Literal
 from ...store._encoding import decode_id
 from ...store._index import INDEX_DIR
 from ...store._records import committed_records, decode_record
+from ...store._search_fs import SEARCH_DIR
 from ...store._state import SessionState
 
 LOG_SUFFIX = ".jsonl"
 ATTACHMENTS = "attachments"
 # Files the stores keep beside the logs that are not sessions (the owner's lock; the index
-# sidecars, a cache of the logs' replay that any open rebuilds when it does not match).
-HOUSEKEEPING = frozenset({".session-manager.lock", INDEX_DIR})
+# sidecars, a cache of the logs' replay that any open rebuilds when it does not match; the search
+# index, rebuilt likewise).
+HOUSEKEEPING = frozenset({".session-manager.lock", INDEX_DIR, SEARCH_DIR})
 # Leftovers of a write or rewrite cut short (temp files are renamed into place when complete).
 TEMP_SUFFIXES = (".tmp", ".compact", ".partial")
 # A delete cut short leaves its log and folder renamed aside; the next writable open finishes it.

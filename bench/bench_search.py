@@ -1,0 +1,141 @@
+"""``session::search`` on the fs store beside an FTS5 table over the same texts.
+
+100k messages in 1k sessions (``--quick``: 10k in 100), words drawn from a
+Zipf-like vocabulary; 100 queries of 1-3 words drawn from the corpus (half
+from common words, half from rare ones). Printed side by side:
+
+- p50 of a whole ``session::search`` call (limit 20) vs the p50 of
+  ``SELECT rowid FROM fts WHERE fts MATCH ? ORDER BY rank LIMIT 20`` from
+  Python (target: <= 3x);
+- the first query after a cold open (target: <= 200 ms);
+- index bytes (``.search/``) vs the FTS5 database file, content included
+  (target: <= 1.5x);
+- append throughput with the index vs without: the fs index is brought up to
+  date before each query, so "with" charges the appends with the catch-up the
+  next query does (target: >= 0.7x).
+
+Run: ``python bench/bench_search.py [--quick]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import sqlite3
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import session_manager
+from session_manager.store._search_fs import SEARCH_DIR
+
+
+def vocabulary(n: int, rnd: random.Random) -> list[str]:
+    letters = "abcdefghijklmnopqrstuvwxyzéü"
+    return ["".join(rnd.choice(letters) for _ in range(rnd.randint(3, 9))) for _ in range(n)]
+
+
+def corpus(sessions: int, per: int, rnd: random.Random) -> list[list[str]]:
+    vocab = vocabulary(20_000, rnd)
+    weights = [1.0 / (i + 1) for i in range(len(vocab))]
+    out = []
+    for _ in range(sessions):
+        words = rnd.choices(vocab, weights, k=per * 12)
+        out.append([" ".join(words[i * 12 : i * 12 + rnd.randint(4, 12)]) for i in range(per)])
+    return out
+
+
+def append_all(sm: session_manager.SessionManager, texts: list[list[str]]) -> float:
+    t = time.perf_counter()
+    for session in texts:
+        sid = sm.call("session::create", {"metadata": {"owner": "bench"}})["session_id"]
+        for text in session:
+            sm.call("session::append", {"session_id": sid, "message": {
+                "role": "user", "content": [{"type": "text", "text": text}], "timestamp": 1}})
+    return time.perf_counter() - t
+
+
+def queries(texts: list[list[str]], rnd: random.Random) -> list[str]:
+    counts: dict[str, int] = {}
+    for session in texts:
+        for text in session:
+            for w in text.split():
+                counts[w] = counts.get(w, 0) + 1
+    ranked = sorted(counts, key=lambda w: -counts[w])
+    common, rare = ranked[:200], ranked[len(ranked) // 2 :]
+    out = []
+    for i in range(100):
+        pool = common if i % 2 == 0 else rare
+        out.append(" ".join(rnd.sample(pool, rnd.randint(1, 3))))
+    return out
+
+
+def fts_baseline(path: str, texts: list[list[str]], qs: list[str]) -> tuple[float, int]:
+    db = sqlite3.connect(path)
+    db.execute("CREATE VIRTUAL TABLE fts USING fts5(body, tokenize='unicode61 remove_diacritics 2')")
+    with db:
+        db.executemany("INSERT INTO fts(body) VALUES (?)", ((t,) for s in texts for t in s))
+    db.execute("INSERT INTO fts(fts) VALUES ('optimize')")
+    db.commit()
+    db.execute("VACUUM")
+    times = []
+    for q in qs:
+        words = q.split()
+        match = " ".join(f'"{w}"' for w in words[:-1]) + f' "{words[-1]}"*'
+        t = time.perf_counter()
+        db.execute("SELECT rowid FROM fts WHERE fts MATCH ? ORDER BY rank LIMIT 20", (match,)).fetchall()
+        times.append(time.perf_counter() - t)
+    db.close()
+    return statistics.median(times), os.path.getsize(path)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true", help="10k messages in 100 sessions")
+    args = ap.parse_args()
+    sessions, per = (100, 100) if args.quick else (1000, 100)
+    rnd = random.Random(26)
+    texts = corpus(sessions, per, rnd)
+    qs = queries(texts, rnd)
+    with tempfile.TemporaryDirectory() as tmp:
+        base_p50, fts_bytes = fts_baseline(os.path.join(tmp, "fts.db"), texts, qs)
+        data = Path(tmp) / "data"
+        sm = session_manager.open(data)
+        append_s = append_all(sm, texts)
+        t = time.perf_counter()
+        sm.call("session::search", {"query": qs[0]})  # the catch-up the appends leave to a query
+        catch_up_s = time.perf_counter() - t
+        times = []
+        for q in qs:
+            t = time.perf_counter()
+            sm.call("session::search", {"query": q, "limit": 20})
+            times.append(time.perf_counter() - t)
+        p50 = statistics.median(times)
+        sm.close()
+        index_bytes = sum(f.stat().st_size for f in (data / SEARCH_DIR).iterdir())
+        sm = session_manager.open(data)
+        t = time.perf_counter()
+        sm.call("session::search", {"query": qs[1], "limit": 20})
+        cold = time.perf_counter() - t
+        sm.close()
+    n = sessions * per
+    print(f"session::search, fs store, {n:,} messages in {sessions:,} sessions, 100 queries")
+    print(f"{'figure':44} {'ours':>12} {'baseline':>12} {'ratio':>7}  target")
+    print(f"{'p50 of one call, limit 20':44} {p50 * 1e3:10.2f}ms {base_p50 * 1e3:10.2f}ms "
+          f"{p50 / base_p50:6.2f}x  <= 3x (FTS5 MATCH ... LIMIT 20)")
+    print(f"{'first query after a cold open':44} {cold * 1e3:10.1f}ms {'':>12} {'':>7}  <= 200 ms")
+    print(f"{'index bytes':44} {index_bytes / 1e6:10.2f}MB {fts_bytes / 1e6:10.2f}MB "
+          f"{index_bytes / fts_bytes:6.2f}x  <= 1.5x (FTS5 database, content included)")
+    without = n / append_s
+    with_index = n / (append_s + catch_up_s)
+    print(f"{'appends/s with the index (catch-up charged)':44} {with_index:12,.0f} {without:12,.0f} "
+          f"{with_index / without:6.2f}x  >= 0.7x (without)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,110 @@
+"""``session::search``: full-text search over the entries of many sessions.
+
+The store finds the entries matching every word inside the sessions in scope
+(:meth:`~session_manager.store.SessionStore.search`); here the scope is
+resolved (the ``metadata`` subset rule of ``session::list``, so another
+tenant's entries are never candidates), candidates are ranked by BM25, paged
+with a cursor over the total order (score, newer timestamp, session id,
+entry id), and each hit of the page gets its snippet and active-path flag.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Callable
+from typing import Any
+
+from .._wire import cursors
+from .._wire.search_api import SearchRequest, SearchResponse
+from .._wire.shape import build
+from ..errors import INVALID_CURSOR, SessionError, invalid_request
+from ..store._search_index import Candidate, Matches
+from ..store._search_text import Query, parse_query, searchable_text, snippet
+from ..store.path import EntryPath
+from .core import Result, ServiceCore
+from .listing import metadata_matches
+from .storage_errors import storage_errors
+
+__all__ = ["Searching"]
+
+_K1 = 1.2
+_B = 0.75
+# (-score, -timestamp, session_id, entry_id): the one total order hits are paged in.
+SortKey = tuple[float, int, str, str]
+
+
+def scorer(matches: Matches) -> Callable[[Candidate], float]:
+    """BM25 over the statistics of the sessions in scope (the idf of each term computed
+    once), rounded so the value a cursor carries compares equal on the next page."""
+    n = max(matches.docs, 1)
+    avgdl = matches.total_length / n if matches.total_length else 1.0
+    idfs = [math.log(1.0 + (n - df + 0.5) / (df + 0.5)) for df in matches.df]
+    norm = _K1 / avgdl * _B
+    base = _K1 * (1 - _B)
+
+    def score(c: Candidate) -> float:
+        length_part = base + norm * c.length
+        terms = zip(idfs, c.tfs, strict=True)
+        return round(sum(idf * tf * (_K1 + 1) / (tf + length_part) for idf, tf in terms), 6)
+
+    return score
+
+
+def _decode_cursor(raw: str) -> SortKey:
+    value = cursors.decode(raw)
+    s, t, sid, eid = value.get("s"), value.get("t"), value.get("sid"), value.get("id")
+    if (not isinstance(s, (int, float)) or isinstance(s, bool) or not isinstance(t, int) or isinstance(t, bool)
+            or not isinstance(sid, str) or not isinstance(eid, str)):
+        raise SessionError(INVALID_CURSOR, "cursor payload is malformed: expected s, t, sid and id")
+    return (-float(s), -t, sid, eid)
+
+
+class Searching(ServiceCore):
+    def search(self, req: SearchRequest) -> Result:
+        query = parse_query(req.query)
+        if query is None:
+            raise invalid_request("query: must contain at least one word (letters or digits)")
+        limit = self._limit(req.limit)
+        after = _decode_cursor(req.cursor) if req.cursor is not None else None
+        roles = frozenset(req.roles) if req.roles is not None else None
+        with storage_errors():
+            scope = self._scope(req)
+            matches = self.store.search(query, scope, roles) if scope is None or scope else Matches()
+            score = scorer(matches)
+            keyed = (((-score(c), -c.timestamp, c.session_id, c.entry_id), c) for c in matches.candidates)
+            if after is not None:
+                keyed = ((k, c) for k, c in keyed if k > after)
+            # One more than the page tells whether more remain; no sort of every candidate.
+            ranked = heapq.nsmallest(limit + 1, keyed, key=lambda kc: kc[0])
+            page = ranked[:limit]
+            paths: dict[str, EntryPath] = {}
+            hits = [self._hit(query, k, c, paths) for k, c in page]
+        next_cursor = None
+        if len(ranked) > limit and page:
+            k = page[-1][0]
+            next_cursor = cursors.encode({"s": -k[0], "t": -k[1], "sid": k[2], "id": k[3]})
+        return build[SearchResponse](hits=hits, next_cursor=next_cursor), []
+
+    def _scope(self, req: SearchRequest) -> list[str] | None:
+        """The session ids searched (``None``: every session)."""
+        want = req.metadata or None
+        if req.session_id is not None:
+            meta = self.store.get_meta(req.session_id)
+            if meta is None or (want is not None and not metadata_matches(want, meta.get("metadata"))):
+                return []
+            return [req.session_id]
+        if want is None:
+            return None
+        return [m["session_id"] for m in self.store.ordered_metas("created_asc", None, None, want)
+                if metadata_matches(want, m.get("metadata"))]
+
+    def _hit(self, query: Query, key: SortKey, c: Candidate, paths: dict[str, EntryPath]) -> dict[str, Any]:
+        entry = self.store.get_entry(c.session_id, c.entry_id)
+        text = searchable_text(entry) if entry is not None else None
+        path = paths.get(c.session_id)
+        if path is None:  # one active path per session of the page
+            path = paths[c.session_id] = self.store.path(c.session_id, self.store.get_leaf(c.session_id))
+        return {"session_id": c.session_id, "entry_id": c.entry_id, "role": c.role,
+                "snippet": snippet(text or "", query), "score": -key[0], "timestamp": c.timestamp,
+                "on_active_path": path.index_of(c.entry_id) is not None}

@@ -1,0 +1,197 @@
+"""The fs store's search index: an in-memory :class:`TermIndex` brought up to
+date before each query, persisted beside the logs in ``.search/``.
+
+One file per session (``.search/<stem>.json``) holds, for each searchable
+entry, its id, role, timestamp and word counts, with the identity of the log
+it was made from (size, mtime, inode). Before a query every session in scope
+is checked against its log: a session whose log changed is read from its
+file if the file matches the log, else re-read from the log (the source of
+truth) and its file rewritten. A file that does not parse, or names another
+log, is never trusted: it is rebuilt, so a corrupted or missing index gives
+the same answers. Commits never touch the index (appends cost nothing more).
+
+Erasure: a session's file is removed when the session is deleted (before and
+after the log), and rewritten whole (``os.replace``) when its text changes,
+so the words of a deleted session or of an edited entry's old revision stay
+in no index file. Files whose log is gone are removed at the next query.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import threading
+from collections.abc import Callable, Collection
+from pathlib import Path
+from typing import Any, Protocol
+
+from ._search_index import Matches, TermIndex
+from ._search_text import Query
+from .path import Entry
+
+__all__ = ["SEARCH_DIR", "FsSearch"]
+
+SEARCH_DIR = ".search"
+_VERSION = 1
+Signature = tuple[int, int, int]
+
+
+class LogSource(Protocol):
+    """What the index reads of the fs store."""
+
+    def list_metas(self) -> list[dict[str, Any]]: ...
+    def file_path(self, session_id: str) -> Path: ...
+    def entries(self, session_id: str) -> list[Entry]: ...
+
+
+def _signature(path: str) -> Signature | None:
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return (st.st_size, st.st_mtime_ns, st.st_ino)
+
+
+def _parse(raw: bytes, sig: Signature) -> list[tuple[str, str, int, dict[str, int]]] | None:
+    """The docs of an index file made from the log ``sig`` names; ``None`` when
+    it is not one (corrupted, another version, another log)."""
+    try:
+        data = json.loads(raw)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(data, dict) or data.get("v") != _VERSION or data.get("sig") != list(sig):
+        return None
+    docs = data.get("docs")
+    if not isinstance(docs, list):
+        return None
+    out: list[tuple[str, str, int, dict[str, int]]] = []
+    for d in docs:
+        if not (isinstance(d, list) and len(d) == 4 and isinstance(d[0], str) and isinstance(d[1], str)
+                and isinstance(d[2], int) and isinstance(d[3], dict)
+                and all(isinstance(n, int) for n in d[3].values())):
+            return None
+        out.append((d[0], d[1], d[2], d[3]))
+    return out
+
+
+class FsSearch:
+    """The search index of one fs store (see the module docstring)."""
+
+    def __init__(self, data_dir: str, stem: Callable[[str], str], *, writable: bool) -> None:
+        self._dir = os.path.join(data_dir, SEARCH_DIR)
+        self._stem = stem
+        self._writable = writable
+        self._index = TermIndex()
+        self._sigs: dict[str, Signature] = {}
+        self._lock = threading.Lock()  # one catch-up at a time; a delete waits for a query in flight
+        self._swept = False
+        # Sessions this process committed to since their last catch-up (a writable store is the
+        # only writer of its logs: the others need no stat per query).
+        self._touched: set[str] = set()
+        self._stale: set[str] = set()  # touched, not yet caught up (outside an earlier query's scope)
+        self._swept_all = False  # every session checked against its log once since the open
+
+    def touched(self, session_id: str) -> None:
+        """A commit wrote ``session_id``'s log (O(1); the catch-up waits for the next query)."""
+        self._touched.add(session_id)
+
+    def _file(self, session_id: str) -> str:
+        return os.path.join(self._dir, self._stem(session_id) + ".json")
+
+    def search(self, store: LogSource, query: Query, sessions: Collection[str] | None,
+               roles: Collection[str] | None) -> Matches:
+        """:class:`Matches` from the index, brought up to date with ``store``'s logs first.
+        (The store is passed per call, not kept: it holds this object, and no cycle.)"""
+        with self._lock:
+            if self._writable and self._swept_all:
+                # Every log was checked once since the open, and this process is their one
+                # writer: only the sessions it committed to since need a look (deletes forget).
+                wanted = None if sessions is None else set(sessions)
+                while self._touched:  # (a commit racing this adds again: caught up next time)
+                    self._stale.add(self._touched.pop())
+                for sid in [s for s in self._stale if wanted is None or s in wanted]:
+                    self._stale.discard(sid)
+                    self._catch_up(store, sid)
+                ids = None if sessions is None else list(sessions)
+            else:
+                live = [m["session_id"] for m in store.list_metas()]
+                ids = list(sessions) if sessions is not None else live
+                if sessions is None or not self._swept:
+                    self._sweep(set(live))
+                for sid in ids:
+                    self._catch_up(store, sid)
+                self._swept_all = self._swept_all or sessions is None
+            return self._index.search(query, ids, roles)
+
+    def forget(self, session_id: str) -> None:
+        """Drop a deleted session: from memory, and its file at once."""
+        with self._lock:
+            self._drop(session_id)
+
+    def _drop(self, session_id: str) -> None:
+        self._index.drop(session_id)
+        self._sigs.pop(session_id, None)
+        if self._writable:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self._file(session_id))
+
+    def _sweep(self, live: set[str]) -> None:
+        """Forget sessions gone from the store (deleted by another process, or a
+        delete that crashed between its log and its index file)."""
+        for sid in self._index.sessions():
+            if sid not in live:
+                self._drop(sid)
+        if self._writable and not self._swept:
+            keep = {self._stem(s) + ".json" for s in live}
+            with contextlib.suppress(FileNotFoundError):
+                for name in os.listdir(self._dir):
+                    if name not in keep:
+                        with contextlib.suppress(FileNotFoundError):
+                            os.unlink(os.path.join(self._dir, name))
+        self._swept = True
+
+    def _catch_up(self, store: LogSource, session_id: str) -> None:
+        sig = _signature(os.fspath(store.file_path(session_id)))
+        if sig is None:
+            self._drop(session_id)
+            return
+        if self._sigs.get(session_id) == sig:
+            return
+        docs = self._read_file(session_id, sig)
+        if docs is None:
+            self._index.drop(session_id)
+            for e in store.entries(session_id):
+                self._index.put(session_id, e)
+            docs = self._index.docs_of(session_id)
+            self._write_file(session_id, sig, docs)
+        else:
+            self._index.drop(session_id)
+            for eid, role, ts, counts in docs:
+                self._index.put_doc(session_id, eid, role, ts, counts)
+        self._sigs[session_id] = sig
+
+    def _read_file(self, session_id: str, sig: Signature) -> list[tuple[str, str, int, dict[str, int]]] | None:
+        try:
+            with open(self._file(session_id), "rb") as f:
+                raw = f.read()
+        except OSError:
+            return None
+        return _parse(raw, sig)
+
+    def _write_file(self, session_id: str, sig: Signature, docs: list[Any]) -> None:
+        if not self._writable:
+            return
+        body = json.dumps({"v": _VERSION, "sig": list(sig), "docs": [list(d) for d in docs]},
+                          separators=(",", ":"), ensure_ascii=False).encode("utf-8", "surrogatepass")
+        path = self._file(session_id)
+        tmp = path + ".tmp"
+        try:
+            os.makedirs(self._dir, exist_ok=True)
+            with open(tmp, "wb") as f:
+                f.write(body)
+            os.replace(tmp, path)  # whole: the previous file's words are gone with it
+        except OSError:
+            # Never a source of truth: a query answers from memory; the next one retries.
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)

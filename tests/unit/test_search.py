@@ -1,0 +1,237 @@
+"""``session::search`` over the fs and memory stores: the index against the
+scan oracle, restarts, a corrupted or missing index file, erasure."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import session_manager
+from session_manager import SessionManager
+from session_manager.errors import NOT_FOUND, SessionError
+from session_manager.store import FsStore, MemoryStore, SessionStore
+from session_manager.store._search_fs import SEARCH_DIR
+from session_manager.store._search_text import parse_query
+
+TEXTS = ["the quick brown fox", "Über café naïve", "brown bread and butter", "jumped over the lazy dog",
+         "foxtrot alpha", "zulu brown"]
+
+
+def user(text: str) -> dict[str, Any]:
+    return {"role": "user", "content": [{"type": "text", "text": text}], "timestamp": 1}
+
+
+def fill(sm: SessionManager) -> list[str]:
+    """Three sessions of two owners; returns their ids."""
+    ids = []
+    for i, owner in enumerate(["ann", "bob", "ann"]):
+        sid = sm.call("session::create", {"metadata": {"owner": owner}})["session_id"]
+        for text in TEXTS[i * 2 : i * 2 + 2]:
+            sm.call("session::append", {"session_id": sid, "message": user(text)})
+        ids.append(sid)
+    return ids
+
+
+def hits(sm: SessionManager, query: str, **extra: Any) -> list[tuple[str, str, float]]:
+    out = sm.call("session::search", {"query": query, "limit": 500, **extra})
+    return [(h["session_id"], h["entry_id"], h["score"]) for h in out["hits"]]
+
+
+QUERIES = ["brown", "bro", "the", "cafe", "UBER CAF", "fox", "foxtrot a", "nothing", "brown b"]
+
+
+@pytest.fixture(params=["fs", "memory"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SessionStore]:
+    st = MemoryStore() if request.param == "memory" else FsStore(tmp_path)
+    yield st
+    st.close()
+
+
+@pytest.fixture
+def sm(store: SessionStore) -> Iterator[SessionManager]:
+    manager = session_manager.open(store=store)
+    yield manager
+    manager.close()
+
+
+def same_matches(store: SessionStore, query: str, scope: list[str] | None) -> None:
+    """The store's index answers exactly as the scan (the definition) does."""
+    parsed = parse_query(query)
+    assert parsed is not None
+    got = store.search(parsed, scope, None)
+    want = SessionStore.search(store, parsed, scope, None)
+    assert sorted(got.candidates, key=repr) == sorted(want.candidates, key=repr), query
+    assert (got.docs, got.total_length, got.df) == (want.docs, want.total_length, want.df), query
+
+
+def test_index_answers_like_the_scan_oracle(sm: SessionManager, store: SessionStore) -> None:
+    # Prevents: an index that misses, invents or mis-counts a hit the definition gives.
+    ids = fill(sm)
+    for q in QUERIES:
+        same_matches(store, q, None)
+        same_matches(store, q, [ids[0], ids[2]])
+
+
+def test_search_after_update_fork_and_delete(sm: SessionManager) -> None:
+    # Prevents: an edited entry found by its old text, a fork's copies missing, a deleted session found.
+    ids = fill(sm)
+    first = sm.call("session::messages", {"session_id": ids[0]})["messages"][0]["entry_id"]
+    sm.call("session::update-message", {"session_id": ids[0], "entry_id": first, "content": [
+        {"type": "text", "text": "slow green turtle"}]})
+    assert hits(sm, "quick") == []
+    assert [h[:2] for h in hits(sm, "turtle")] == [(ids[0], first)]
+    fork = sm.call("session::fork", {"session_id": ids[0], "entry_id": first})["session_id"]
+    assert sorted(h[0] for h in hits(sm, "turtle")) == sorted([ids[0], fork])
+    sm.call("session::delete", {"session_id": ids[0]})
+    assert [h[0] for h in hits(sm, "turtle")] == [fork]
+    assert hits(sm, "turtle", session_id=ids[0]) == []
+
+
+def test_on_active_path_marks_the_branch(sm: SessionManager) -> None:
+    # Prevents: every hit claiming the active path, or entries on other branches not searched.
+    sid = sm.call("session::create", {})["session_id"]
+    root = sm.call("session::append", {"session_id": sid, "message": user("root words")})["entry_id"]
+    old = sm.call("session::append", {"session_id": sid, "message": user("branch alpha")})["entry_id"]
+    sm.call("session::set-active-leaf", {"session_id": sid, "entry_id": root})
+    new = sm.call("session::append", {"session_id": sid, "message": user("branch beta")})["entry_id"]
+    got = {h["entry_id"]: h["on_active_path"]
+           for h in sm.call("session::search", {"query": "branch"})["hits"]}
+    assert got == {old: False, new: True}
+
+
+def test_pages_hold_limit_hits_and_the_cursor_walks_them_all(sm: SessionManager) -> None:
+    # Prevents: short pages, repeated or lost hits across pages, a cursor past the end.
+    sid = sm.call("session::create", {"metadata": {"owner": "ann"}})["session_id"]
+    other = sm.call("session::create", {"metadata": {"owner": "bob"}})["session_id"]
+    for i in range(7):
+        sm.call("session::append", {"session_id": sid, "message": user(f"word {'word ' * i}")})
+        sm.call("session::append", {"session_id": other, "message": user("word")})
+    seen: list[str] = []
+    cursor = None
+    while True:
+        page = sm.call("session::search", {"query": "word", "metadata": {"owner": "ann"}, "limit": 3,
+                                           **({"cursor": cursor} if cursor else {})})
+        seen += [h["entry_id"] for h in page["hits"]]
+        cursor = page.get("next_cursor")
+        if cursor is None:
+            assert len(page["hits"]) == 1
+            break
+        assert len(page["hits"]) == 3
+    assert len(seen) == len(set(seen)) == 7
+
+
+def test_snippet_is_at_most_1000_characters_around_the_first_match(sm: SessionManager) -> None:
+    # Prevents: whole megabyte messages returned as snippets, or a snippet missing the match.
+    sid = sm.call("session::create", {})["session_id"]
+    sm.call("session::append", {"session_id": sid, "message": user("filler " * 400 + "needle " + "tail " * 400)})
+    (hit,) = sm.call("session::search", {"query": "needle"})["hits"]
+    assert len(hit["snippet"]) <= 1000 and "needle" in hit["snippet"]
+
+
+def search_files(data_dir: Path) -> list[Path]:
+    return sorted((data_dir / SEARCH_DIR).glob("*.json"))
+
+
+def test_fs_index_survives_restart_and_a_corrupted_or_missing_file_is_rebuilt(tmp_path: Path) -> None:
+    # Prevents: a corrupted index trusted (wrong answers) or a missing one answering nothing.
+    sm = session_manager.open(tmp_path)
+    fill(sm)
+    before = {q: hits(sm, q) for q in QUERIES}
+    sm.close()
+    files = search_files(tmp_path)
+    assert len(files) == 3
+    files[0].write_bytes(b'{"v":1,"sig":[0,0,0],"docs":[["x","user",1,{"brown":1}]]}')
+    files[1].write_bytes(b"\x00garbage")
+    files[2].unlink()
+    sm = session_manager.open(tmp_path)
+    try:
+        assert {q: hits(sm, q) for q in QUERIES} == before
+        assert len(search_files(tmp_path)) == 3  # rebuilt
+    finally:
+        sm.close()
+    sm = session_manager.open(tmp_path)  # and the rebuilt files are trusted on the next open
+    try:
+        assert {q: hits(sm, q) for q in QUERIES} == before
+    finally:
+        sm.close()
+
+
+def test_fs_index_sees_a_log_changed_by_another_open(tmp_path: Path) -> None:
+    # Prevents: an index file trusted after its log grew behind its back (written by a later owner).
+    sm = session_manager.open(tmp_path)
+    sid = sm.call("session::create", {})["session_id"]
+    sm.call("session::append", {"session_id": sid, "message": user("first")})
+    assert len(hits(sm, "first")) == 1
+    sm.close()
+    sm = session_manager.open(tmp_path)
+    sm.call("session::append", {"session_id": sid, "message": user("second")})
+    sm.close()
+    sm = session_manager.open(tmp_path)
+    try:
+        assert len(hits(sm, "second")) == 1 and len(hits(sm, "first")) == 1
+    finally:
+        sm.close()
+
+
+def test_erasure_no_byte_of_a_deleted_session_remains_in_the_data_dir(tmp_path: Path) -> None:
+    # Prevents: the search index keeping a deleted (or edited-away) text on disk.
+    marker = "zqxmarker7731"
+    sm = session_manager.open(tmp_path)
+    try:
+        keep = sm.call("session::create", {})["session_id"]
+        sm.call("session::append", {"session_id": keep, "message": user("kept words")})
+        sid = sm.call("session::create", {})["session_id"]
+        sm.call("session::append", {"session_id": sid, "message": user(f"secret {marker} text")})
+        assert len(hits(sm, marker)) == 1  # the index holds it now
+        assert any(marker.encode() in p.read_bytes() for p in search_files(tmp_path))
+        sm.call("session::delete", {"session_id": sid})
+        for root, _dirs, names in os.walk(tmp_path):  # at once, before the store is closed
+            for name in names:
+                assert marker.encode() not in (Path(root) / name).read_bytes(), name
+        assert hits(sm, marker) == [] and len(hits(sm, "kept")) == 1
+    finally:
+        sm.close()
+
+
+def test_searches_racing_appends_and_deletes_end_equal_to_the_scan(store: SessionStore) -> None:
+    # Prevents: an index corrupted (or a search crashing) by commits and deletes in other threads,
+    # e.g. a posting set changing size while a query walks it, or a delete's words left behind.
+    import threading
+
+    sm = session_manager.open(store=store)
+    ids = [sm.call("session::create", {})["session_id"] for _ in range(4)]
+    errors: list[BaseException] = []
+
+    def writer(sid: str) -> None:
+        try:
+            for i in range(40):
+                sm.call("session::append", {"session_id": sid, "message": user(f"race word{i % 7} brown")})
+        except SessionError as e:
+            if not (sid == ids[0] and e.code == NOT_FOUND):  # the deleted session's writer may be refused
+                errors.append(e)
+        except BaseException as e:  # reported by the assertion below
+            errors.append(e)
+
+    def reader() -> None:
+        try:
+            for _ in range(40):
+                sm.call("session::search", {"query": "race wor", "limit": 5})
+        except BaseException as e:  # reported by the assertion below
+            errors.append(e)
+
+    threads = [threading.Thread(target=writer, args=(s,)) for s in ids] + [threading.Thread(target=reader)
+                                                                          for _ in range(2)]
+    for t in threads:
+        t.start()
+    sm.call("session::delete", {"session_id": ids[0]})
+    for t in threads:
+        t.join()
+    assert errors == []
+    sm.call("session::delete", {"session_id": ids[0]})  # after its writer: nothing of it is left
+    for q in ["race", "word3", "brown wor"]:
+        same_matches(store, q, None)
+    assert all(h[0] != ids[0] for h in hits(sm, "race"))
