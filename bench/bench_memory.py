@@ -16,6 +16,11 @@ store states (``session_manager.store._cache``):
 
 tracemalloc slows allocation-heavy Python about 5x: 100k sessions take several
 minutes. ``--top`` prints what holds the memory at the end (by source line).
+
+``--listing`` measures issue 25's workload instead: a fresh process (the sessions
+index written by an earlier one) lists every session, filters by metadata and
+runs a mention search, loading no session; printed: tracemalloc's *peak* and what
+it holds after, beside the same stated bound (``cache_bytes`` 0: nothing is loaded).
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import gc
 import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -48,6 +54,20 @@ def mib(n: float) -> str:
     return f"{n / MiB:,.1f} MiB"
 
 
+def list_all(sm: session_manager.SessionManager, order: str) -> tuple[int, int]:
+    """Every page of ``session::list`` in ``order``: how many sessions, and the largest meta's JSON bytes."""
+    listed, meta_bytes = 0, 0
+    payload: dict[str, object] = {"limit": PAGE, "order": order}
+    while True:
+        got = sm.call("session::list", payload)
+        for item in got["sessions"]:
+            meta_bytes = max(meta_bytes, len(json.dumps(item, separators=(",", ":"))))
+        listed += len(got["sessions"])
+        if not got.get("next_cursor"):
+            return listed, meta_bytes
+        payload["cursor"] = got["next_cursor"]
+
+
 def run(where: Path, sessions: int, cache_bytes: int, top: int) -> bool:
     # The ids to touch, from the file names, before tracing: the bench's own list is not the store's.
     ids = sorted(name[: -len(".jsonl")] for name in os.listdir(where) if name.endswith(".jsonl"))
@@ -57,17 +77,7 @@ def run(where: Path, sessions: int, cache_bytes: int, top: int) -> bool:
     before = tracemalloc.get_traced_memory()[0]
     with session_manager.open(where, cache_bytes=cache_bytes) as sm:
         store = sm.service.store
-        listed, meta_bytes = 0, 0
-        payload: dict[str, object] = {"limit": PAGE, "order": "created_asc"}
-        while True:
-            got = sm.call("session::list", payload)
-            for item in got["sessions"]:
-                meta_bytes = max(meta_bytes, len(json.dumps(item, separators=(",", ":"))))
-            listed += len(got["sessions"])
-            if not got.get("next_cursor"):
-                break
-            payload["cursor"] = got["next_cursor"]
-        del got, item
+        listed, meta_bytes = list_all(sm, "created_asc")
         assert listed == len(ids) == sessions, (listed, len(ids), sessions)
         print(f"listed {listed:,} sessions in {time.perf_counter() - started:.1f} s "
               f"(largest meta {meta_bytes} bytes as JSON)", flush=True)
@@ -106,12 +116,54 @@ def run(where: Path, sessions: int, cache_bytes: int, top: int) -> bool:
     return held <= bound
 
 
+def listing(where: Path, sessions: int, top: int) -> bool:
+    """Issue 25's workload (list, metadata filter, mention search) in a fresh process: its peak."""
+    # An earlier process opened the data_dir and listed it once: the sessions index it writes is
+    # what a restarted worker finds.
+    subprocess.run([sys.executable, "-c", "import sys, session_manager\n"
+                    "with session_manager.open(sys.argv[1]) as sm: sm.call('session::list', {'limit': 1})",
+                    str(where)], check=True, env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    code = f"import sys; sys.path[:0] = {sys.path[:2]!r}; import bench_memory as b; " \
+           f"sys.exit(0 if b.listing_here(b.Path({str(where)!r}), {sessions}, {top}) else 1)"
+    return subprocess.run([sys.executable, "-c", code]).returncode == 0
+
+
+def listing_here(where: Path, sessions: int, top: int) -> bool:
+    gc.collect()
+    tracemalloc.start()
+    started = time.perf_counter()
+    before = tracemalloc.get_traced_memory()[0]
+    with session_manager.open(where, cache_bytes=0) as sm:
+        listed, meta_bytes = list_all(sm, "updated_desc")
+        filtered = len(sm.call("session::list", {"metadata": {"owner": "u_07"}, "limit": 1000})["sessions"])
+        found = len(sm.call("session::mention::search", {"query": "chat 00001", "limit": 50})["items"])
+        gc.collect()
+        held, peak = (n - before for n in tracemalloc.get_traced_memory())
+        catalog = sessions * CATALOG_PER_META_BYTE * meta_bytes
+        bound = FIXED_OVERHEAD + catalog
+        print(f"listed {listed:,}, {filtered} by metadata, {found} by mention search "
+              f"({time.perf_counter() - started:.1f} s with tracemalloc on)")
+        print(f"peak (tracemalloc)         {mib(peak):>12}   {'met' if peak <= bound else 'NOT met'}")
+        print(f"held after (gc)            {mib(held):>12}")
+        print(f"stated bound               {mib(bound):>12}   (cache_bytes 0 + fixed {mib(FIXED_OVERHEAD)} + "
+              f"catalog {CATALOG_PER_META_BYTE} x {meta_bytes} bytes x {sessions:,} sessions)")
+        if top:
+            snapshot = tracemalloc.take_snapshot().filter_traces([tracemalloc.Filter(False, tracemalloc.__file__)])
+            for stat in snapshot.statistics("lineno")[:top]:
+                frame = stat.traceback[0]
+                print(f"  {mib(stat.size):>10}  {stat.count:>9,} blocks  {frame.filename}:{frame.lineno}")
+    tracemalloc.stop()
+    return peak <= bound
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--sessions", type=int, default=100_000)
     parser.add_argument("--cache-mib", type=float, default=16)
     parser.add_argument("--top", type=int, default=0, help="print the N source lines holding the most memory")
     parser.add_argument("--quick", action="store_true", help="10,000 sessions (bench/run.py --all passes it)")
+    parser.add_argument("--listing", action="store_true",
+                        help="issue 25's workload: list, metadata filter, mention search in a fresh process (peak)")
     args = parser.parse_args(argv)
     sessions = 10_000 if args.quick else args.sessions
     root = Path(tempfile.mkdtemp(prefix="sm-bench-memory-"))
@@ -120,7 +172,10 @@ def main(argv: list[str] | None = None) -> int:
         written = write_sessions(root / "data", sessions)
         print(f"wrote {sessions:,} reference-format logs ({mib(written)}) in {time.perf_counter() - start:.1f} s; "
               f"load average {os.getloadavg()[0]:.1f}", flush=True)
-        ok = run(root / "data", sessions, int(args.cache_mib * MiB), args.top)
+        if args.listing:
+            ok = listing(root / "data", sessions, args.top)
+        else:
+            ok = run(root / "data", sessions, int(args.cache_mib * MiB), args.top)
         print(f"load average {os.getloadavg()[0]:.1f} at the end")
         return 0 if ok else 1
     finally:

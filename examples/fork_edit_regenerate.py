@@ -2,15 +2,12 @@
 
     python examples/fork_edit_regenerate.py [DATA_DIR]
 
-- **regenerate**: another assistant reply under the same user message (a sibling
-  branch); the active path now ends in the new reply;
-- **edit**: a corrected user message as a sibling of the original (same parent),
+- **regenerate** (``sm.regenerate``): the active leaf moves back to the question, so
+  the next append is another reply beside the first (``sm.alternatives`` lists them);
+- **edit** (``sm.edit``): a corrected user message as a sibling of the original,
   then a reply to it; the original question and its answers stay on their branch;
 - **switch back**: ``set_active_leaf`` to any entry makes its path the transcript;
 - **fork**: the path up to an entry copied into a new session of its own.
-
-Written with the 21 functions: ``sm.edit`` / ``sm.regenerate`` helpers (issue 27)
-had not landed on main when this example was written; they do the same appends.
 """
 
 from __future__ import annotations
@@ -24,24 +21,26 @@ from session_manager.messages import assistant_message, user_message
 
 def transcript(sm: session_manager.SessionManager, sid: str) -> list[str]:
     """The active path as "role: text" lines."""
-    return [f"{m.message.role}: {''.join(getattr(b, 'text', '') for b in m.message.content)}"
-            for m in sm.messages(sid).messages]
+    return [f"{item.message.role}: {item.message.text}" for item in sm.transcript(sid)]
 
 
 def main(data_dir: str) -> dict[str, list[str]]:
     with session_manager.open(data_dir) as sm:
         sid = sm.create(title="Trip").session_id
+        sm.set_system_prompt(sid, "Suggest one city.")  # a custom entry first: every message is editable
         sm.append(sid, message=user_message("Hi"))
-        greeting = sm.append(sid, message=assistant_message("Hello! Where to?")).entry_id
+        sm.append(sid, message=assistant_message("Hello! Where to?"))
         ask = sm.append(sid, message=user_message("A city for a weekend?")).entry_id
         first = sm.append(sid, message=assistant_message("Rome.")).entry_id
 
         # Regenerate: a second reply to the same question.
-        sm.append(sid, message=assistant_message("Lisbon."), parent_id=ask)
+        sm.regenerate(sid, first)
+        sm.append(sid, message=assistant_message("Lisbon."))
         regenerated = transcript(sm, sid)
+        versions = [(v.text, v.active) for v in sm.alternatives(sid, first)]
 
         # Edit: the question rewritten (a sibling of the original), then answered.
-        sm.append(sid, message=user_message("A city by the sea for a weekend?"), parent_id=greeting)
+        sm.edit(sid, ask, "A city by the sea for a weekend?")
         sm.append(sid, message=assistant_message("Porto."))
         edited = transcript(sm, sid)
 
@@ -53,6 +52,7 @@ def main(data_dir: str) -> dict[str, list[str]]:
         fork = sm.fork(sid, entry_id=ask, title="Trip, again").session_id
         forked = transcript(sm, fork)
 
+    print("versions:", versions)
     result = {"regenerated": regenerated, "edited": edited, "original": original, "forked": forked}
     for name, lines in result.items():
         print(f"{name}:", " | ".join(lines))

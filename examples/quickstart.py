@@ -12,7 +12,7 @@ import sys
 import tempfile
 
 import session_manager
-from session_manager.messages import assistant_message, blocks, user_message
+from session_manager.messages import assistant_message, user_message
 
 
 def main(data_dir: str) -> str:
@@ -25,12 +25,12 @@ def main(data_dir: str) -> str:
         text = ""
         for chunk in ("Light ", "rain ", "tonight."):  # each update replaces the content
             text += chunk
-            sm.update_message(sid, entry_id=reply, content=blocks([text]))
+            sm.update_message(sid, entry_id=reply, content=text)  # a string is a text block
 
         # A second answer to the same question: a new branch, the first one kept.
         sm.append(sid, message=assistant_message("Bring an umbrella."), parent_id=question)
-        for item in sm.messages(sid).messages:
-            print(item.message.role, [getattr(b, "text", None) for b in item.message.content])
+        for item in sm.transcript(sid):  # every page of the active path
+            print(item.message.role, item.message.text)
 
         copy = sm.fork(sid, entry_id=question, title="Try again").session_id
         print("forked into", copy, "with", len(sm.messages(copy).messages), "message")

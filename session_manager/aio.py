@@ -14,7 +14,10 @@
                 ...
 
 Storage work runs on a small thread pool owned by the manager, never on the
-event loop. A cancelled call still completes its write (cancellation only
+event loop: nothing proportional to a payload runs on the loop (the payload
+is copied once, by the call on its worker thread, so do not change it until
+the call has returned), and long batches are validated a chunk at a time so
+the worker never holds the GIL for long. A cancelled call still completes its write (cancellation only
 stops the wait). Events are those of :meth:`SessionManager.observe`, queued
 per stream up to ``max_queued``; a consumer that falls further behind gets
 :class:`EventStreamOverflow` after the queued events, rather than the
@@ -28,20 +31,21 @@ import builtins
 import os
 import threading
 from collections import deque
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from concurrent.futures import ThreadPoolExecutor
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 from ._hosts import embedded
 from ._hosts.embedded import SessionManager
-from ._hosts.typed import AsyncTypedMethods
-from ._wire.validation import json_payload
+from ._hosts.helpers import AsyncHelpers, Helpers
 from .clock import Clock
 from .ids import IdGen
 from .store._cache import DEFAULT_CACHE_BYTES
 from .store.base import SessionStore
 from .store.fs import Durability
+
+T = TypeVar("T")
 
 DEFAULT_WORKERS = 4
 DEFAULT_MAX_QUEUED = 1000
@@ -144,7 +148,7 @@ class EventStream:
         await self.aclose()
 
 
-class AsyncSessionManager(AsyncTypedMethods):
+class AsyncSessionManager(AsyncHelpers):
     """An open session store for asyncio code; see the module docstring.
 
     Wraps a :class:`~session_manager.SessionManager` (``sync``) and closes it
@@ -161,14 +165,25 @@ class AsyncSessionManager(AsyncTypedMethods):
         """Run one function on the thread pool; as :meth:`SessionManager.call`."""
         if self._closed:
             raise RuntimeError("this session manager is closed")
-        # Copied here, on the caller's side: the caller's dicts may change
-        # while the call waits for a worker thread.
-        private = json_payload(payload)
-        running = asyncio.get_running_loop().run_in_executor(self._executor, self.sync.call, function_id, private)
-        # Shielded: cancelling the wait must not cancel a call still queued for a
+        # Handed over as it is: the sync call makes the one private copy on the worker thread
+        # (a copy here would cost the loop time proportional to the payload).
+        return await self._in_pool(self.sync.call, function_id, payload)
+
+    async def _in_pool(self, work: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Run ``work`` (a call or a typed helper) on the pool."""
+        if self._closed:
+            raise RuntimeError("this session manager is closed")
+        running = asyncio.get_running_loop().run_in_executor(self._executor, lambda: work(*args, **kwargs))
+        # Shielded: cancelling the wait must not cancel work still queued for a
         # worker (the write would silently never happen).
         running.add_done_callback(_retrieve)
         return await asyncio.shield(running)
+
+    def _sync(self) -> Helpers:
+        return self.sync
+
+    def _list_limit_cap(self) -> int | None:
+        return self.sync._list_limit_cap()
 
     def events(self, function_id: str, *, filters: dict[str, Any] | None = None,
                max_queued: int = DEFAULT_MAX_QUEUED) -> EventStream:

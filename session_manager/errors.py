@@ -127,3 +127,8 @@ def entry_not_found(session_id: str, entry_id: str) -> SessionError:
 
 def invalid_request(detail: str) -> SessionError:
     return SessionError(INVALID_REQUEST, detail)
+
+
+class LimitWarning(UserWarning):
+    """A typed call asked for a page larger than ``max_list_limit``: the page
+    holds at most that many; page on with ``next_cursor`` (or ``sm.transcript``)."""

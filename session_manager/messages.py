@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 from ._wire.models import (
@@ -51,7 +52,7 @@ def text(value: str) -> TextBlock:
     return TextBlock(type="text", text=value)
 
 
-def blocks(content: tuple[Content, ...] | list[Content]) -> list[ContentBlock]:
+def blocks(content: Sequence[Content]) -> list[ContentBlock]:
     """Content blocks from blocks and plain strings (each string one text block)."""
     return [text(part) if isinstance(part, str) else part for part in content]
 

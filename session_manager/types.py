@@ -1,6 +1,7 @@
 """The public data types: every request and response model of the 21
 ``session::*`` functions, the message and content-block models, and the
-aliases their fields use.
+aliases their fields use, and what the typed helpers return beside them
+(:class:`TranscriptItem`, :class:`Alternative`).
 
 Import them from here (``from session_manager.types import AppendResponse``):
 this module is the stable name, whatever file inside the package defines
@@ -89,9 +90,11 @@ from ._wire.models import (
     UserMessage,
     Wire,
 )
+from ._wire.views import Alternative, TranscriptItem
 
 __all__ = [
     "AgentMessage",
+    "Alternative",
     "AppendManyRequest",
     "AppendManyResponse",
     "AppendRequest",
@@ -160,6 +163,7 @@ __all__ = [
     "TailItem",
     "TextBlock",
     "ThinkingBlock",
+    "TranscriptItem",
     "UInt64",
     "UpdateMessageRequest",
     "UpdateMessageResponse",

@@ -5,8 +5,10 @@ variables ``--help`` lists."""
 from __future__ import annotations
 
 import argparse
+import difflib
 import logging
 import sys
+from collections.abc import Sequence
 from typing import NoReturn
 
 ENVIRONMENT = (
@@ -38,6 +40,12 @@ class OneLineParser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         sys.stderr.write(f"{self.prog}: error: {message} (see --help)\n")
         sys.exit(2)
+
+
+def suggest(word: str, choices: Sequence[str]) -> str | None:
+    """The choice ``word`` most likely meant (a typo, a missing prefix), or ``None``."""
+    close = difflib.get_close_matches(word, choices, n=1, cutoff=0.6)
+    return close[0] if close else None
 
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")

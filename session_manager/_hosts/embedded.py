@@ -28,8 +28,10 @@ from ..ids import IdGen
 from ..store._cache import DEFAULT_CACHE_BYTES
 from ..store.base import SessionStore
 from ..store.fs import Durability, FsStore
-from .surface import BY_ID
-from .typed import TypedMethods
+from .gate import CallGate
+from .helpers import Helpers
+from .surface import function as lookup
+from .surface import unknown_function
 
 log = logging.getLogger("session_manager.embedded")
 
@@ -92,28 +94,23 @@ class Observation:
         self._owner._remove(self)
 
 
-class SessionManager(TypedMethods):
+class SessionManager(Helpers):
     """An open session store: ``call`` functions, ``observe`` events, ``close``.
 
     Every function also has a typed method (``sm.append(session_id, message=...)``
     returns an :class:`~session_manager.types.AppendResponse`), generated from
-    the same table ``call`` serves."""
+    the same table ``call`` serves, and the typed helpers (``edit``,
+    ``regenerate``, ``alternatives``, ``abort``, ...: docs/helpers.md)."""
 
     def __init__(self, service: SessionService) -> None:
         self.service = service
         self._observers: list[Observation] = []
         self._lock = threading.Lock()
-        self._closed = False
-        # Calls in flight, so close() releases the store only once they are done: one
-        # item each in _calls (list append and pop are atomic, cheaper than a lock twice
-        # a call); a call counts itself before it reads _closed, close() sets _closed
-        # before it counts, so either the call sees it closed or close() waits for it.
-        # _depth counts this thread's own calls delivering events (close() from an
-        # observer must not wait for the call that runs it).
-        self._idle = threading.Condition(threading.Lock())
-        self._calls: list[None] = []
+        # Calls in flight, so close() releases the store only once they are done (the
+        # rule the iii host's shutdown shares). _depth counts this thread's own calls
+        # delivering events (close() from an observer must not wait for the call that runs it).
+        self._gate = CallGate()
         self._depth = threading.local()
-        self._released = False
         # The default run_call only calls: skipped (and its closure) on every call of such a store.
         self._wraps_calls = getattr(type(service.store), "run_call", None) is not SessionStore.run_call
         # A store is opened read-only or not for good: read once, not per mutating call.
@@ -126,22 +123,19 @@ class SessionManager(TypedMethods):
     def call(self, function_id: str, payload: Any = None) -> Any:
         """Run one function; returns its JSON-compatible result or raises
         :class:`~session_manager.SessionError`."""
-        calls = self._calls
-        calls.append(None)
+        gate = self._gate
+        if not gate.enter():
+            raise RuntimeError("this session manager is closed")
         try:
-            if self._closed:
-                raise RuntimeError("this session manager is closed")
             return self._call(function_id, payload)
         finally:
-            calls.pop()
-            if self._closed:
-                with self._idle:
-                    self._idle.notify_all()
+            gate.leave()
 
     def _call(self, function_id: str, payload: Any) -> Any:
-        function = BY_ID.get(function_id)
-        if function is None or function.handler is None:
-            raise LookupError(f"no function {function_id!r}")
+        function = lookup(function_id)  # an unknown id (or None): session/invalid_request naming it
+        serve = function.handler
+        if serve is None:  # an event function's row (the table serves none): not callable
+            raise unknown_function(function_id)
         if function.mutates and self._read_only:
             raise SessionError(STORAGE, f"{function_id}: this session store is open read-only")
         # A private copy: what is stored must not change when the caller
@@ -149,7 +143,7 @@ class SessionManager(TypedMethods):
         payload = admit_copy(function_id, payload, self.service.limits.get(), mutates=function.mutates)
         reject_unknown_keys(function.request, payload)
         request = parse_request(function.request, payload)
-        service, serve = self.service, function.handler
+        service = self.service
         try:
             if self._wraps_calls:
                 # run_call: a shared store commits the call's events with its writes.
@@ -169,6 +163,9 @@ class SessionManager(TypedMethods):
             finally:
                 self._depth.n = depth
         return result
+
+    def _list_limit_cap(self) -> int | None:
+        return self.service.limits.get().max_list_limit
 
     # -- events ---------------------------------------------------------------
 
@@ -221,26 +218,13 @@ class SessionManager(TypedMethods):
         """Refuse new calls, wait for the ones in flight on other threads (and
         their events), then close the store. A store released mid-call would
         take that write after its data_dir's lock was gone."""
-        own = getattr(self._depth, "n", 0)
-        with self._idle:
-            if self._closed:
-                # A second closer returns once the store is released (so it may reopen
-                # the data_dir), unless it is inside a call the first one waits for.
-                while not self._released and own == 0:
-                    self._idle.wait()
-                return
-            self._closed = True
-            while len(self._calls) > own:
-                self._idle.wait()
-        try:
-            self._unsubscribe()
-            with self._lock:
-                self._observers.clear()
-            self.service.store.close()
-        finally:
-            with self._idle:
-                self._released = True
-                self._idle.notify_all()
+        self._gate.close(self._release, own=getattr(self._depth, "n", 0))
+
+    def _release(self) -> None:
+        self._unsubscribe()
+        with self._lock:
+            self._observers.clear()
+        self.service.store.close()
 
     def __enter__(self) -> SessionManager:
         return self

@@ -9,6 +9,7 @@ declared twice.
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,6 +20,7 @@ from .. import mentions
 from .._service.service import Result, SessionService
 from .._wire import api
 from .._wire import events as ev
+from ..errors import SessionError, invalid_request
 from ..mentions import sessions as mention_sessions
 
 
@@ -135,6 +137,36 @@ FUNCTIONS: tuple[Function, ...] = (
 )  # fmt: skip
 
 BY_ID: dict[str, Function] = {f.id: f for f in FUNCTIONS}
+
+
+def unknown_function(function_id: object) -> SessionError:
+    """The error for a function id no row has (any value, ``None`` included):
+    ``session/invalid_request`` naming it, with the nearest ids when it is a near miss."""
+    detail = f"no function {function_id!r}"
+    if function_id in ev.EVENT_FUNCTIONS:
+        return invalid_request(f"{detail}: {function_id} is an event function; observe it, do not call it")
+    near = _near(function_id) if isinstance(function_id, str) else []
+    if near:
+        return invalid_request(f"{detail}; did you mean {' or '.join(repr(n) for n in near)}?")
+    return invalid_request(f"{detail} (known: {', '.join(sorted(BY_ID))})")
+
+
+def _near(function_id: str) -> list[str]:
+    """The ids close to ``function_id``; without the common ``session::`` prefix when the whole id
+    matches none (``messages`` means ``session::messages``; the prefix alone would make any word close)."""
+    near = difflib.get_close_matches(function_id, BY_ID, n=3, cutoff=0.6)
+    if near:
+        return near
+    short = {fid.removeprefix("session::"): fid for fid in BY_ID}
+    return [short[s] for s in difflib.get_close_matches(function_id.removeprefix("session::"), short, n=1, cutoff=0.6)]
+
+
+def function(function_id: object) -> Function:
+    """The row serving ``function_id``; raises :func:`unknown_function`'s error otherwise."""
+    found = BY_ID.get(function_id) if isinstance(function_id, str) else None
+    if found is None:
+        raise unknown_function(function_id)
+    return found
 
 
 _EVENT_DESCRIPTIONS: dict[str, str] = {

@@ -5,13 +5,14 @@
 from __future__ import annotations
 
 import builtins
+from collections.abc import Sequence
 from typing import Any
 
+from ..messages import Content
 from ..types import (
     AgentMessage,
     AppendManyResponse,
     AppendResponse,
-    ContentBlock,
     CreateResponse,
     Cursor,
     CustomPayload,
@@ -42,7 +43,7 @@ from ..types import (
     UpdateMessageResponse,
     Usage,
 )
-from .typed_support import optional_response, payload, response
+from .typed_support import as_content, check_limit, optional_response, payload, response
 
 
 class TypedMethods:
@@ -50,6 +51,10 @@ class TypedMethods:
 
     def call(self, function_id: str, payload: Any = None) -> Any:
         raise NotImplementedError
+
+    def _list_limit_cap(self) -> int | None:
+        """The max_list_limit a page is clamped to (None: unknown, no warning)."""
+        return None
 
     def create(
         self,
@@ -109,6 +114,7 @@ class TypedMethods:
 
         Calls ``session::list``; raises :class:`~session_manager.SessionError`.
         """
+        check_limit(limit, self._list_limit_cap())
         result = self.call(
             "session::list",
             payload(limit=limit, cursor=cursor, status=status, metadata=metadata, order=order),
@@ -231,7 +237,7 @@ class TypedMethods:
         session_id: Id,
         *,
         entry_id: Id,
-        content: builtins.list[ContentBlock],
+        content: str | Sequence[Content],
         details: Any = None,
         expected_revision: UInt64 | None = None,
         origin: JsonObject | None = None,
@@ -251,7 +257,7 @@ class TypedMethods:
             payload(
                 session_id=session_id,
                 entry_id=entry_id,
-                content=content,
+                content=as_content(content),
                 details=details,
                 expected_revision=expected_revision,
                 origin=origin,
@@ -280,6 +286,7 @@ class TypedMethods:
 
         Calls ``session::messages``; raises :class:`~session_manager.SessionError`.
         """
+        check_limit(limit, self._list_limit_cap())
         result = self.call(
             "session::messages",
             payload(
@@ -310,6 +317,7 @@ class TypedMethods:
 
         Calls ``session::messages-range``; raises :class:`~session_manager.SessionError`.
         """
+        check_limit(limit, self._list_limit_cap())
         result = self.call(
             "session::messages-range",
             payload(
@@ -342,6 +350,7 @@ class TypedMethods:
 
         Calls ``session::messages-tail``; raises :class:`~session_manager.SessionError`.
         """
+        check_limit(limit, self._list_limit_cap())
         result = self.call(
             "session::messages-tail",
             payload(
@@ -439,6 +448,10 @@ class AsyncTypedMethods:
     async def call(self, function_id: str, payload: Any = None) -> Any:
         raise NotImplementedError
 
+    def _list_limit_cap(self) -> int | None:
+        """The max_list_limit a page is clamped to (None: unknown, no warning)."""
+        return None
+
     async def create(
         self,
         *,
@@ -497,6 +510,7 @@ class AsyncTypedMethods:
 
         Calls ``session::list``; raises :class:`~session_manager.SessionError`.
         """
+        check_limit(limit, self._list_limit_cap())
         result = await self.call(
             "session::list",
             payload(limit=limit, cursor=cursor, status=status, metadata=metadata, order=order),
@@ -625,7 +639,7 @@ class AsyncTypedMethods:
         session_id: Id,
         *,
         entry_id: Id,
-        content: builtins.list[ContentBlock],
+        content: str | Sequence[Content],
         details: Any = None,
         expected_revision: UInt64 | None = None,
         origin: JsonObject | None = None,
@@ -645,7 +659,7 @@ class AsyncTypedMethods:
             payload(
                 session_id=session_id,
                 entry_id=entry_id,
-                content=content,
+                content=as_content(content),
                 details=details,
                 expected_revision=expected_revision,
                 origin=origin,
@@ -674,6 +688,7 @@ class AsyncTypedMethods:
 
         Calls ``session::messages``; raises :class:`~session_manager.SessionError`.
         """
+        check_limit(limit, self._list_limit_cap())
         result = await self.call(
             "session::messages",
             payload(
@@ -704,6 +719,7 @@ class AsyncTypedMethods:
 
         Calls ``session::messages-range``; raises :class:`~session_manager.SessionError`.
         """
+        check_limit(limit, self._list_limit_cap())
         result = await self.call(
             "session::messages-range",
             payload(
@@ -736,6 +752,7 @@ class AsyncTypedMethods:
 
         Calls ``session::messages-tail``; raises :class:`~session_manager.SessionError`.
         """
+        check_limit(limit, self._list_limit_cap())
         result = await self.call(
             "session::messages-tail",
             payload(

@@ -6,7 +6,11 @@ fails while the checked-in file differs from what this prints. Parameters
 are the request model's fields in order, with the annotations written in
 the model's source (so the aliases ``Id``, ``Limit``, ... show in IDEs);
 ``session_id`` is positional, everything else keyword-only; arguments left
-at ``None`` are absent from the payload.
+at ``None`` are absent from the payload. Two widenings over the models: a
+``content`` parameter also takes a string and plain strings among its blocks
+(as the message constructors do), and a ``limit`` above ``max_list_limit``
+warns (:class:`~session_manager.errors.LimitWarning`) instead of silently
+returning fewer; the wire schemas are unchanged.
 
 The generator imports the package, which imports ``typed.py``: if that file
 is broken, restore the checked-in one (``git checkout``) before rerunning.
@@ -35,6 +39,9 @@ TARGET = Path(__file__).with_name("typed.py")
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # Inside the class a method named ``list`` shadows the builtin for mypy.
 _BUILTIN_LIST = re.compile(r"(?<![\w.])list\[")
+# A content parameter (a list of blocks in the model) also takes a string, as user_message() does.
+_CONTENT = "list[ContentBlock]"
+CONTENT_ANNOTATION = "str | Sequence[Content]"
 
 
 def typed_functions() -> list[Function]:
@@ -75,7 +82,7 @@ def _method(function: Function, *, is_async: bool) -> list[str]:
     params = ["self"]
     keyword_only = False
     for name, info in fields.items():
-        annotation = _BUILTIN_LIST.sub("builtins.list[", source_annotation(function.request, name))
+        annotation = _param_annotation(function, name)
         if name == "session_id":
             params.append(f"{name}: {annotation}")
             continue
@@ -90,7 +97,7 @@ def _method(function: Function, *, is_async: bool) -> list[str]:
     signature = [head + ", ".join(params) + f") -> {result}:"]
     if len(signature[0]) > 120:
         signature = [head, *[f"        {p}," for p in params], f"    ) -> {result}:"]
-    args = ", ".join(f"{name}={name}" for name in fields)
+    args = ", ".join(f"{name}={_argument(function, name)}" for name in fields)
     wait = "await " if is_async else ""
     convert = "optional_response" if function.nullable else "response"
     call = f'{wait}self.call("{function.id}", payload({args}))'
@@ -99,9 +106,24 @@ def _method(function: Function, *, is_async: bool) -> list[str]:
         body = [f'        result = {wait}self.call(', f'            "{function.id}",',
                 f"            payload({args}),", "        )"]
         if len(body[2]) > 120:
-            body[2:3] = ["            payload(", *[f"                {n}={n}," for n in fields], "            ),"]
+            body[2:3] = ["            payload(", *[f"                {n}={_argument(function, n)}," for n in fields],
+                         "            ),"]
+    if "limit" in fields:
+        body.insert(0, "        check_limit(limit, self._list_limit_cap())")
     body.append(f"        return {convert}({function.response.__name__}, result)")
     return [*signature, *_docstring(function, "        "), *body]
+
+
+def _param_annotation(function: Function, name: str) -> str:
+    written = source_annotation(function.request, name)
+    if name == "content" and written == _CONTENT:
+        return CONTENT_ANNOTATION
+    return _BUILTIN_LIST.sub("builtins.list[", written)
+
+
+def _argument(function: Function, name: str) -> str:
+    """The payload value of parameter ``name`` (a widened content parameter made blocks)."""
+    return f"as_content({name})" if _param_annotation(function, name) == CONTENT_ANNOTATION else name
 
 
 def _imports(functions: list[Function]) -> list[str]:
@@ -109,21 +131,22 @@ def _imports(functions: list[Function]) -> list[str]:
     for function in functions:
         names.add(function.response.__name__)
         for field in function.request.model_fields:
-            names.update(_NAME.findall(source_annotation(function.request, field)))
-    names -= set(dir(builtins)) | set(keyword.kwlist)
+            names.update(_NAME.findall(_param_annotation(function, field)))
+    names -= set(dir(builtins)) | set(keyword.kwlist) | {"builtins", "Sequence", "Content"}
     typing_names = sorted(names & {"Any"})
     names -= {"Any"}
     missing = sorted(n for n in names if not hasattr(types, n))
     if missing:
         raise LookupError(f"session_manager.types does not export {', '.join(missing)}")
-    out = ["import builtins"]
+    out = ["import builtins", "from collections.abc import Sequence"]
     if typing_names:
         out.append(f"from typing import {', '.join(typing_names)}")
     out.append("")
+    out.append("from ..messages import Content")
     out.append("from ..types import (")
     out += [f"    {n}," for n in sorted(names)]
     out.append(")")
-    out.append("from .typed_support import optional_response, payload, response")
+    out.append("from .typed_support import as_content, check_limit, optional_response, payload, response")
     return out
 
 
@@ -149,6 +172,10 @@ def render() -> str:
             "",
             f"    {'async def' if is_async else 'def'} call(self, function_id: str, payload: Any = None) -> Any:",
             "        raise NotImplementedError",
+            "",
+            "    def _list_limit_cap(self) -> int | None:",
+            '        """The max_list_limit a page is clamped to (None: unknown, no warning)."""',
+            "        return None",
         ]
         for function in functions:
             lines += ["", *_method(function, is_async=is_async)]

@@ -7,12 +7,16 @@ same models, and stores exactly the bytes the equivalent dict call stores.
 
 from __future__ import annotations
 
+import warnings
+from collections.abc import Sequence
 from typing import Any, TypeVar
 
 from pydantic import BaseModel
 from pydantic_core import PydanticSerializationError
 
-from ..errors import invalid_request
+from .._wire.models import ContentBlock
+from ..errors import LimitWarning, invalid_request
+from ..messages import Content, blocks
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -46,3 +50,20 @@ def response(model: type[M], result: Any) -> M:
 def optional_response(model: type[M], result: Any) -> M | None:
     """As :func:`response`, for the functions that answer ``null`` for unknown ids."""
     return None if result is None else model.model_validate(result)
+
+
+def as_content(content: str | Sequence[Content]) -> list[ContentBlock]:
+    """A content parameter as blocks: a string is one text block, and so is each string in a list."""
+    if isinstance(content, str):
+        return blocks((content,))
+    if isinstance(content, list | tuple):
+        return blocks(content)
+    raise invalid_request(f"content: expected a string or a list of content blocks, got {type(content).__name__}")
+
+
+def check_limit(limit: int | None, cap: int | None) -> None:
+    """Warn when ``limit`` asks for more than a page can hold (the call clamps it to ``cap``)."""
+    if limit is not None and cap is not None and type(limit) is int and limit > cap:
+        warnings.warn(f"limit={limit} is above max_list_limit ({cap}): the page holds at most {cap}; "
+                      "page on with next_cursor, or read everything with sm.transcript()",
+                      LimitWarning, stacklevel=3)

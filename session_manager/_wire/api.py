@@ -184,6 +184,11 @@ class MessageItem(Wire):
     custom: CustomPayload | None = None
     origin: JsonObject | None = None
 
+    @property
+    def text(self) -> str:
+        """The message's text blocks joined by newlines; ``""`` for a custom entry."""
+        return self.message.text if self.message is not None else ""
+
 
 class MessagesRequest(Wire):
     session_id: Id

@@ -8,7 +8,7 @@ output reads back in theirs. Models are strict (no silent coercion of
 
 from __future__ import annotations
 
-from typing import Annotated, Any, ClassVar, Literal, Union, get_args
+from typing import Annotated, Any, ClassVar, Literal, Protocol, Union, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 from pydantic_core import PydanticSerializationError
@@ -136,13 +136,28 @@ class Usage(Wire):
     cost_usd: float | None = Field(default=None, strict=False)
 
 
-class UserMessage(Wire):
+class _HasContent(Protocol):
+    @property
+    def content(self) -> list[ContentBlock]: ...
+
+
+class HasText:
+    """``.text`` for the message models (a property: no field, no change to the wire form)."""
+
+    @property
+    def text(self: _HasContent) -> str:
+        """The message's ``text`` blocks joined by newlines (``""`` when it has
+        none); thinking, calls, results, images and files are left out."""
+        return "\n".join(b.text for b in self.content if isinstance(b, TextBlock))
+
+
+class UserMessage(Wire, HasText):
     role: Literal["user"]
     content: list[ContentBlock]
     timestamp: Int64
 
 
-class AssistantMessage(Wire):
+class AssistantMessage(Wire, HasText):
     role: Literal["assistant"]
     content: list[ContentBlock]
     stop_reason: StopReason
@@ -157,7 +172,7 @@ class AssistantMessage(Wire):
     timestamp: Int64
 
 
-class FunctionResultMessage(Wire):
+class FunctionResultMessage(Wire, HasText):
     _keep_null = frozenset({"details"})
     role: Literal["function_result"]
     function_call_id: str
@@ -168,7 +183,7 @@ class FunctionResultMessage(Wire):
     timestamp: Int64
 
 
-class CustomMessage(Wire):
+class CustomMessage(Wire, HasText):
     role: Literal["custom"]
     custom_type: str
     content: list[ContentBlock]

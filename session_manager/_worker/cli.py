@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import os
 import signal
 import sys
@@ -25,7 +26,7 @@ from typing import TYPE_CHECKING
 
 from .. import __version__
 from .._bus import Bus
-from .._cli.args import OneLineParser, environment_epilog, log_level
+from .._cli.args import OneLineParser, environment_epilog, log_level, suggest
 from ..errors import SessionError
 from .config_client import BuildError, ConfigurationRefused, ConfigurationUnavailable
 from .config_value import ConfigError
@@ -39,7 +40,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("session_manager")
 
 DEFAULT_URL = "ws://127.0.0.1:49134"
-WAIT_LOG_EVERY_S = 10.0
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -64,12 +64,13 @@ def connect(url: str) -> SdkBus:
 
 
 def wait_connected(client: SdkBus, url: str, stop: threading.Event) -> bool:
-    """Block until connected (True) or stopped / fatally rejected (False)."""
+    """Block until connected (True) or stopped / fatally rejected (False). One line says the
+    engine is unreachable (after a second), however long the wait: one line per state change."""
 
     def waiting() -> None:
         log.warning("waiting for the iii engine at %s: unreachable, retrying (Ctrl+C to stop)", url)
 
-    return client.wait_connected(stop=stop, on_waiting=waiting, first_note_s=1.0, note_every_s=WAIT_LOG_EVERY_S)
+    return client.wait_connected(stop=stop, on_waiting=waiting, first_note_s=1.0, note_every_s=math.inf)
 
 
 def _install_signals(stop: threading.Event) -> None:
@@ -82,20 +83,22 @@ def _install_signals(stop: threading.Event) -> None:
 
 
 def _watch_reconnects(client: Bus, url: str, host: IIIHost) -> Callable[[], None]:
-    """Log connection changes; after a reconnect re-read the configuration
-    (it may have changed while we were away)."""
-    state = {"last": "connected"}
+    """Log connection changes, one line each (down, back, failed for good: the SDK's
+    disconnected/reconnecting steps of one outage are one change); after a reconnect re-read
+    the configuration (it may have changed while we were away)."""
+    state = {"last": "up"}
 
     def on_state(new: str) -> None:
-        last, state["last"] = state["last"], new
-        if new == last:
+        now = "up" if new == "connected" else "failed" if new == "failed" else "down"
+        last, state["last"] = state["last"], now
+        if now == last:
             return
-        if new == "connected":
+        if now == "up":
             log.info("reconnected to %s", url)
             threading.Thread(target=_reload_quietly, args=(host,), daemon=True).start()
-        elif new in ("disconnected", "reconnecting"):
+        elif now == "down":
             log.warning("connection to %s lost (%s); retrying", url, new)
-        elif new == "failed":
+        else:
             log.error("connection to %s failed for good", url)
 
     return client.add_connection_state_listener(on_state)
@@ -123,6 +126,34 @@ class QuietDomainErrors(logging.Filter):
         return True
 
 
+class QuietWhileDown(logging.Filter):
+    """The SDK warns on every connection attempt that fails (its client, and its telemetry
+    exporter): while the engine is down that is two lines every retry, where our own state lines
+    say it once. Such warnings are DEBUG while the client is not connected (shown with
+    ``--log-level DEBUG``); with the engine up every SDK warning passes as it is."""
+
+    def __init__(self, connected: Callable[[], bool]) -> None:
+        super().__init__()
+        self._connected = connected
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno > logging.WARNING or self._connected():
+            return True
+        record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+        return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
+
+
+# The SDK loggers whose connection warnings repeat per retry (names are public: logging config).
+RETRYING_LOGGERS = ("iii.iii", "iii.telemetry_exporters")
+
+
+def quiet_retries(client: SdkBus) -> None:
+    """Install :class:`QuietWhileDown` on the SDK loggers that retry a lost engine."""
+    quiet = QuietWhileDown(lambda: client.connection_state() == "connected")
+    for name in RETRYING_LOGGERS:
+        logging.getLogger(name).addFilter(quiet)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``session-manager`` console script."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -130,6 +161,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from .._cli.data import main as data_main
 
         return data_main(argv[1:])
+    # The worker takes no positional argument: a word close to "data" is a typo of it.
+    if argv and not argv[0].startswith("-") and suggest(argv[0], ("data",)):
+        sys.stderr.write(f"{NAME}: error: unknown command {argv[0]!r}; did you mean 'data'? (see --help)\n")
+        return 2
     args = parse_args(argv)
     if args.manifest:
         print(json.dumps(manifest(), indent=2))
@@ -145,6 +180,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     log.info("%s %s connecting to %s", NAME, __version__, args.url)
     client = connect(args.url)
+    quiet_retries(client)
     host = None
     try:
         if not wait_connected(client, args.url, stop):

@@ -32,6 +32,7 @@ from typing import Any
 from iii import ObserveHooks
 
 from .._bus import Bus, ObserverHandle, strip_caller
+from .._hosts.gate import CallGate
 from .._hosts.surface import EVENT_SURFACE, FUNCTIONS, Function
 from .._service.admission import admit
 from .._service.limits import LimitsCell
@@ -92,14 +93,15 @@ class IIIHost:
         self.emitter = Emitter(client, self.stats)
         self.reloader = cfg.Reloader(client, self.apply_config, retry=reloader_retry)
         self._runtime = self._build(config)  # raises BuildError: fatal at boot
-        self._inflight = 0
+        # Calls in flight: shutdown releases the store only once they have ended (the
+        # embedded host's rule, one mechanism for both).
+        self._gate = CallGate()
         # Calls in flight per store: a swapped-out runtime's link is closed
         # only once the calls that took it have finished with it.
         self._users: dict[int, int] = {}
         # Swapped-out stores whose drain gave up: each closes when its last call ends.
         self._retired: dict[int, Callable[[], None]] = {}
         self._idle = threading.Condition()
-        self._closing = False
         self.refs: dict[str, Any] = {}
         self.config_observer: ObserverHandle | None = None
 
@@ -227,26 +229,27 @@ class IIIHost:
 
     @contextlib.contextmanager
     def _call(self) -> Iterator[Runtime]:
-        with self._idle:
-            if self._closing:
-                raise SessionError(STORAGE, "session-manager is shutting down")
-            runtime = self._runtime
-            key = id(runtime.store)
-            self._inflight += 1
-            self._users[key] = self._users.get(key, 0) + 1
+        if not self._gate.enter():
+            raise SessionError(STORAGE, "session-manager is shutting down")
         try:
-            yield runtime
-        finally:
-            retired = None
             with self._idle:
-                self._inflight -= 1
-                self._users[key] -= 1
-                if not self._users[key]:
-                    del self._users[key]
-                    retired = self._retired.pop(key, None)
-                self._idle.notify_all()
-            if retired is not None:
-                retired()  # the last call on a store swapped out under it: now nothing uses it
+                runtime = self._runtime
+                key = id(runtime.store)
+                self._users[key] = self._users.get(key, 0) + 1
+            try:
+                yield runtime
+            finally:
+                retired = None
+                with self._idle:
+                    self._users[key] -= 1
+                    if not self._users[key]:
+                        del self._users[key]
+                        retired = self._retired.pop(key, None)
+                    self._idle.notify_all()
+                if retired is not None:
+                    retired()  # the last call on a store swapped out under it: now nothing uses it
+        finally:
+            self._gate.leave()  # the last call out after a shutdown that stopped waiting releases the store
 
     def _drain(self, store: SessionStore, timeout_s: float) -> None:
         """Wait until no call holds ``store`` (it has just been swapped out)."""
@@ -389,12 +392,14 @@ class IIIHost:
 
     def close(self, timeout_s: float = 10.0) -> None:
         """Finish a reload in progress and allow no more, refuse new calls, let
-        in-flight ones finish, deliver queued events."""
+        in-flight ones finish, deliver queued events. After ``timeout_s`` it stops
+        waiting to answer the calls still running, but the store (an fs data_dir's
+        lock) is released only when the last of them ends: a commit in flight never
+        lands in a data_dir another owner has opened meanwhile."""
         self.reloader.stop()
-        with self._idle:
-            self._closing = True
-            if not self._idle.wait_for(lambda: self._inflight == 0, timeout=timeout_s):
-                log.warning("%d calls still running at shutdown", self._inflight)
+        if not self._gate.close(self._release_store, timeout_s=timeout_s):
+            log.warning("%d calls still running at shutdown: not waiting to answer them; the store stays "
+                        "open (its data_dir locked) until they end", len(self._gate))
         if self.config_observer is not None:
             with contextlib.suppress(Exception):
                 self.config_observer.dispose()
@@ -402,6 +407,8 @@ class IIIHost:
         if bridge is not None:
             bridge.close()  # sends queued publishes, then disconnects from the main
         self.emitter.close()
+
+    def _release_store(self) -> None:
         self._runtime.store.close()
 
 

@@ -100,12 +100,15 @@ def _read(fetch: Callable[[], T]) -> T:
 
 # -- ranking ------------------------------------------------------------------------
 
+ID_PREFIX_MIN_BYTES = 4  # the shortest query (UTF-8 bytes) that matches as an id prefix
+
 
 def search_metas(metas: list[Meta], query: str, exclude: str | None, limit: int) -> list[Meta]:
     """Sessions matching ``query`` (case-insensitive), best first.
 
     Tiers: 0 the id or title equals the query, or the title starts with it;
-    1 the id starts with a query of 4+ characters, or every query word
+    1 the id starts with a query of 4+ UTF-8 bytes (as the reference counts
+    ``str::len``: ``éé`` and ``日本`` qualify), or every query word
     starts a word of the title; 2 the title contains the query; 3 the
     description does. Within a tier top-level chats come before sub-agents,
     then the most recently updated, then by id. An empty query puts every
@@ -114,24 +117,27 @@ def search_metas(metas: list[Meta], query: str, exclude: str | None, limit: int)
     """
     q = query.lower()
     terms = q.split()
+    # Bytes, not characters: the reference's rule is on the UTF-8 length (surrogatepass: a
+    # lone surrogate JSON let through counts as its 3 bytes instead of failing the search).
+    id_prefix = len(q.encode("utf-8", "surrogatepass")) >= ID_PREFIX_MIN_BYTES
     ranked: list[tuple[int, bool, int, str, Meta]] = []
     for meta in metas:
         session_id = meta["session_id"]
         if session_id == exclude or session_kind(meta) == "e2e":
             continue
-        tier = 0 if not q else _tier(meta, q, terms)
+        tier = 0 if not q else _tier(meta, q, terms, id_prefix)
         if tier is not None:
             ranked.append((tier, parent_session(meta) is not None, -meta["updated_at"], session_id, meta))
     ranked.sort(key=lambda r: r[:4])
     return [r[4] for r in ranked[:limit]]
 
 
-def _tier(meta: Meta, q: str, terms: list[str]) -> int | None:
+def _tier(meta: Meta, q: str, terms: list[str], id_prefix: bool) -> int | None:
     session_id = meta["session_id"].lower()
     title = meta["title"].lower()
     if session_id == q or title.startswith(q):  # a title equal to q starts with it
         return 0
-    if len(q) >= 4 and session_id.startswith(q):
+    if id_prefix and session_id.startswith(q):
         return 1
     if terms:
         words = _words(title)

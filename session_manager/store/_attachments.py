@@ -117,7 +117,9 @@ class AttachmentFiles:
                 for path in (folder, folder.parent, folder.parent.parent):
                     fsync_dir(self._ops, path)
         except OSError as e:
+            self._writable()  # (a removed data_dir: say so, not just "no such file")
             raise StoreError(f"write attachment {meta['attachment_id']}: {reason(e)}") from None
+        self._writable()  # before the answer: still in the data_dir this store locked
 
     def get_attachment_meta(self, session_id: str, attachment_id: str) -> AttachmentMeta | None:
         meta_path, _ = self._attachment_paths(session_id, attachment_id)

@@ -11,29 +11,24 @@ result feeds the list catalog without decoding the trusted metas.
 
 from __future__ import annotations
 
-import contextlib
-import itertools
 import operator
-import os
 import stat
 from array import array
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..errors import StoreError
 from . import _sessions_index as index
-from ._catalog import MetaCatalog, Picked
+from ._catalog import MetaCatalog, Picked, decode_many
 from ._encoding import decode_id
 from ._fsio import Ops, reason
-from ._records import loads
 
 Meta = dict[str, Any]
 SUFFIX = ".jsonl"
 
 
-_MODE = operator.attrgetter("st_mode")
 _KEY = operator.attrgetter("st_ino", "st_size", "st_mtime_ns", "st_ctime_ns")
 
 
@@ -60,27 +55,21 @@ def log_stats(ops: Ops, data_dir: str, warn: Callable[[str, str], None],
         names, stats = ops.scandir_logs(data_dir, SUFFIX, listed)
     except OSError as e:
         raise StoreError(f"read data_dir: {reason(e)}") from None
-    with contextlib.suppress(AttributeError):  # an OSError among them
-        if all(map(stat.S_ISREG, map(_MODE, stats))):
-            return names, _flat_keys(stats)  # type: ignore[arg-type]  # (every one a stat result)
-    kept_names: list[str] = []
-    kept: list[os.stat_result] = []
+    # One stat at a time into the flat keys (the stat results are never held together).
+    keys: array[int] | list[int] = array("q")
+    kept: list[str] = []
     for name, st in zip(names, stats, strict=True):
         if isinstance(st, OSError):
             warn(name, reason(st))
         elif not stat.S_ISREG(st.st_mode):
             warn(name, "not a regular file")
         else:
-            kept_names.append(name)
-            kept.append(st)
-    return kept_names, _flat_keys(kept)
-
-
-def _flat_keys(stats: list[os.stat_result]) -> Sequence[int]:
-    try:
-        return array("q", itertools.chain.from_iterable(map(_KEY, stats)))
-    except OverflowError:  # a key past int64 (none is recorded: every log is compared one by one)
-        return list(itertools.chain.from_iterable(map(_KEY, stats)))
+            kept.append(name)
+            try:
+                keys.extend(_KEY(st))
+            except OverflowError:  # a key past int64 (none is recorded: every log is compared one by one)
+                keys = [*keys, *_KEY(st)]
+    return (names if len(kept) == len(names) else kept), keys
 
 
 def scan(
@@ -186,15 +175,64 @@ def catalog(cold: ColdList) -> MetaCatalog:
             pending = dict(zip(sids, range(len(sids)), strict=True))
         else:
             pending = {sids[i]: i for i in with_meta}
-        return MetaCatalog.assemble({}, pending, rec.raw, Picked(updated, sids, with_meta),
-                                    Picked(created, sids, rec.by_created))
+        # The columns copied out of the index file's bytes (4 x 8 bytes a session), and its metas
+        # in chunks (RawMetas): the file's bytes go now, each chunk once its metas are decoded.
+        raw = RawMetas(rec, pending.values())
+        return MetaCatalog.assemble({}, pending, raw.get, Picked(_owned(updated), sids, _owned(with_meta)),
+                                    Picked(_owned(created), sids, _owned(rec.by_created)), raw.release)
     pending = {sids[i]: i for i in trusted}
     metas = cold.fresh
     by_updated = [(updated[i], sids[i]) for i in trusted] + [(m["updated_at"], s) for s, m in metas.items()]
     by_created = [(created[i], sids[i]) for i in trusted] + [(m["created_at"], s) for s, m in metas.items()]
     by_updated.sort()
     by_created.sort()
-    return MetaCatalog.assemble(metas, pending, rec.raw, by_updated, by_created)
+    raw = RawMetas(rec, pending.values())
+    return MetaCatalog.assemble(metas, pending, raw.get, by_updated, by_created, raw.release)
+
+
+class RawMetas:
+    """The metas' JSON an index recorded, copied out of the file's bytes in chunks of
+    :data:`CHUNK` metas; a chunk is dropped once every meta in it that the catalog still
+    wants has been decoded. Holding the whole file until the last meta was decoded put the
+    peak of a first list (every meta decoded, plus the file) above the stated bound (issue 25)."""
+
+    CHUNK = 2048
+
+    def __init__(self, rec: index.Recorded, wanted: Iterable[int]) -> None:
+        ends, blob, step = _owned(rec.ends), rec.blob, self.CHUNK
+        self._ends = ends
+        self._chunks: list[bytes | None] = [
+            bytes(blob[(ends[c - 1] if c else 0): ends[min(c + step, len(ends)) - 1]])
+            for c in range(0, len(ends), step)]
+        self._left = [0] * len(self._chunks)
+        for i in wanted:
+            self._left[i // step] += 1
+        for c, left in enumerate(self._left):
+            if not left:
+                self._chunks[c] = None  # no meta in it is wanted
+
+    def get(self, i: int) -> bytes:
+        c = i // self.CHUNK
+        chunk, ends = self._chunks[c], self._ends
+        if chunk is None:
+            raise KeyError(i)
+        base = ends[c * self.CHUNK - 1] if c else 0
+        return chunk[(ends[i - 1] if i else 0) - base: ends[i] - base]
+
+    def release(self, i: int) -> None:
+        c = i // self.CHUNK
+        self._left[c] -= 1
+        if not self._left[c]:
+            self._chunks[c] = None
+
+
+def _owned(column: Sequence[int]) -> Sequence[int]:
+    """A column as an array of its own, not a view keeping the whole index file alive."""
+    if isinstance(column, memoryview):
+        owned = array("q")
+        owned.frombytes(column.cast("B"))
+        return owned
+    return column
 
 
 def metas(cold: ColdList) -> dict[str, Meta]:
@@ -203,8 +241,7 @@ def metas(cold: ColdList) -> dict[str, Meta]:
     positions = rec.by_updated if cold.trusted is None else cold.trusted
     out: dict[str, Meta] = {}
     if positions:
-        decoded = loads(b"[" + b",".join(map(rec.raw, positions)) + b"]")
-        out.update(zip([rec.sids[i] for i in positions], decoded, strict=True))
+        out.update(zip([rec.sids[i] for i in positions], decode_many(rec.raw, positions), strict=True))
     out.update(cold.fresh)
     return out
 

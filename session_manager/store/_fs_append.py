@@ -42,6 +42,7 @@ class LogAppends:
     _names_lock: threading.Lock
 
     if TYPE_CHECKING:
+        def _still_ours(self) -> None: ...
         def _sync_write(self, session_id: str, path: str, slot: _Slot, start: int, end: int) -> bool: ...
         def _failed_write(self, session_id: str, path: str, slot: _Slot) -> None: ...
 
@@ -112,6 +113,7 @@ class LogAppends:
             fd, owed = slot.fd, False
             try:
                 if created:
+                    self._still_ours()  # a log opened by its path: in the data_dir this store locked?
                     if fsync:
                         self._name_durable(path)
                     else:
@@ -140,6 +142,9 @@ class LogAppends:
                     self._failed_write(session_id, path, slot)
                     raise
                 slot.end = start + len(data)
+                # Before the answer: a log whose data_dir was removed or replaced took these
+                # bytes through its kept descriptor, where nobody will find them again.
+                self._still_ours()
             finally:
                 if not owed:  # an owed fsync keeps the descriptor pinned until settle()
                     self._fds.release(path, slot)
@@ -148,5 +153,6 @@ class LogAppends:
         except OSError as e:
             # The write may have left a torn line: look again before the next one.
             self._tail_fix[session_id] = "check"
+            self._still_ours()  # (a removed data_dir: say so, not just "no such file")
             raise StoreError(f"append to {os.path.basename(path)}: {reason(e)}") from None
         return start + lead

@@ -12,6 +12,12 @@ POSIX only (Linux, macOS). On NFS, ``flock`` is emulated with per-process
 byte-range locks on some clients and not at all on others: do not share a
 data_dir over NFS. The Rust reference takes no lock.
 
+A data_dir removed (``rm -rf``) or replaced under its owner leaves the owner
+holding a lock on a file nobody can find, and its kept log descriptors
+writing into files nobody can find: :meth:`DirLock.verify` compares the
+lock file the path names now with the one locked (device and inode, one
+``stat``), and every write path of the store asks it (:meth:`~.fs.FsStore._still_ours`).
+
 ``fork()`` copies the descriptor, and with it the lock: a forked child (a
 multiprocessing helper) closes its copy at once (:func:`_after_fork_in_child`),
 so the owner's close still frees the data_dir, and the lock it inherited
@@ -39,12 +45,21 @@ class DataDirLocked(StoreError):
     """Another owner holds the data_dir."""
 
 
+class DataDirLost(StoreError):
+    """The data_dir (or its lock file) is no longer the one this store locked."""
+
+
 class DirLock:
     """The held lock; :meth:`release` gives it up (idempotent)."""
 
-    def __init__(self, fd: int) -> None:
+    def __init__(self, fd: int, path: str = "", shown: str = "") -> None:
         self._fd: int | None = fd
         self._pid = os.getpid()
+        st = os.fstat(fd)
+        self._identity = (st.st_dev, st.st_ino)
+        self._path = path  # the lock file's path, as the store spells its data_dir
+        self._shown = shown
+        self._lost: str | None = None  # why the data_dir is no longer ours: for good
         self.inherited_from: int | None = None  # the owner's pid, in a process forked from it
         _HELD.add(self)
 
@@ -81,7 +96,25 @@ class DirLock:
                 os.ftruncate(fd, len(line))
         except OSError:
             pass  # the pid is only for error texts; the lock is what counts
-        return cls(fd)
+        return cls(fd, os.fspath(path), shown)
+
+    def verify(self) -> None:
+        """Raise :class:`DataDirLost` unless the path still names the file this lock holds:
+        a removed data_dir, or one created again, is no longer this store's to write."""
+        if self._lost is None:
+            try:
+                st = os.lstat(self._path)
+            except OSError as e:
+                if e.errno not in (errno.ENOENT, errno.ENOTDIR):
+                    raise StoreError(f"data_dir {self._shown}: cannot check its lock file: {reason(e)}") from None
+                why = "its lock file is gone"
+            else:
+                if (st.st_dev, st.st_ino) == self._identity:
+                    return
+                why = "its lock file is another file now"
+            self._lost = (f"data_dir {self._shown} is no longer the directory this store locked ({why}: "
+                          "removed or replaced while open); every write is refused, reopen it")
+        raise DataDirLost(self._lost)
 
     def release(self) -> None:
         fd, self._fd = self._fd, None

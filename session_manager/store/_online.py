@@ -44,6 +44,7 @@ class OnlineCompaction:
     if TYPE_CHECKING:
         def _renamed(self, path: str, sync: bool) -> None: ...
         def _writable(self) -> None: ...
+        def _owns(self) -> bool: ...
         def _log(self, session_id: str) -> str: ...
         def _state(self, session_id: str, create: bool = False) -> SessionState | None: ...
         def _synced_before_rewrite(self, session_id: str) -> bool: ...
@@ -109,7 +110,7 @@ class OnlineCompaction:
                    failed=self._job_failed, again=self._job_again, sync=self.durability == "fsync")
 
     def _rewrite_inline(self, session_id: str, state: SessionState, budget: _compaction.LogBudget) -> bool:
-        if not self._synced_before_rewrite(session_id):
+        if not self._owns() or not self._synced_before_rewrite(session_id):
             return False
         body = encode_snapshot(state.meta, state.entries.values(), state.leaf)
         path = self._log(session_id)
@@ -134,6 +135,8 @@ class OnlineCompaction:
         with self._lock:
             if self._sessions.get(job.session_id) is not job.state:
                 return False
+        if not self._owns():
+            return False  # its rename would land in a data_dir this store no longer holds
         # Durability hot-reloads: commits carried over since a switch to fsync were answered as
         # synced, so the journal (and the new name) is synced as well (once fsync, always: the
         # commits from before a switch back were promised it too).

@@ -194,8 +194,9 @@ class FsStore(FollowerEvents, CatalogListing, SessionDeletion, OnlineCompaction,
             self._compactor.close()  # before anything it would touch: a rewrite in flight is abandoned
         if self._owner is not None:
             with self._lock:
-                states = dict(self._sessions)
-                if self._metas is not None and self._list_dirty:
+                # Indexes only into the data_dir this store locked (not one created again since).
+                states = dict(self._sessions) if self._owns() else {}
+                if states and self._metas is not None and self._list_dirty:
                     self._save_sessions_index()
             self._files.close(states)
             self._owner.release()
@@ -239,7 +240,8 @@ class FsStore(FollowerEvents, CatalogListing, SessionDeletion, OnlineCompaction,
     def _drop(self, session_id: str, state: SessionState) -> None:
         """A session leaves the cache (under its lock): keep its index current,
         then forget what was kept for it (the next load derives it all again)."""
-        self._files.save(session_id, state)
+        if self._owns():
+            self._files.save(session_id, state)
         self._detach(session_id, state)
         self._files.evicted(session_id)
         self._budgets.pop(session_id, None)
@@ -290,6 +292,24 @@ class FsStore(FollowerEvents, CatalogListing, SessionDeletion, OnlineCompaction,
         if self.read_only:
             raise ReadOnlyStore("this store is open read-only")
         self._not_inherited()
+        self._still_ours()
+
+    def _still_ours(self) -> None:
+        """The one "is this still my directory" check of every write path: raise
+        :class:`~._lock.DataDirLost` once data_dir (its lock file) is not the one this
+        store locked (removed, or created again: nothing written there could be found).
+        One ``stat``: a commit asks it after its write, before it is acknowledged."""
+        owner = self._owner
+        if owner is not None:
+            owner.verify()
+
+    def _owns(self) -> bool:
+        """:meth:`_still_ours` for writes nobody waits on (indexes, rewrites): skip them instead."""
+        try:
+            self._still_ours()
+        except StoreError:
+            return False
+        return True
 
     def _not_inherited(self) -> None:
         """Refuse a call in a process forked from the owner: the store's cache and

@@ -101,9 +101,11 @@ def test_ls_filters_and_sorts(data_dir: Path, capsys: pytest.CaptureFixture[str]
     code, out, err = run(capsys, "ls", data_dir)
     assert code == 0 and err == ""
     lines = out.splitlines()
-    assert lines[0].split() == ["SESSION", "STATUS", "MESSAGES", "UPDATED", "(UTC)", "TITLE"]
+    assert lines[0].split() == ["SESSION", "STATUS", "MESSAGES", "UPDATED", "(UTC)", "FORKED", "FROM", "TITLE"]
+    # MESSAGES counts the active path, as `show` does: s_001 has 4 messages on every branch, 3 on its path.
     assert [ln.split()[:3] for ln in lines[1:]] == [["s_003", "idle", "0"], ["s_002", "working", "0"],
-                                                     ["s_001", "idle", "4"]]
+                                                     ["s_001", "idle", "3"]]
+    assert run_json(capsys, "ls", data_dir)["active_message_counts"] == {"s_001": 3, "s_002": 0, "s_003": 0}
 
 
 def test_ls_on_a_missing_data_dir_fails_without_creating_it(tmp_path: Path,
@@ -230,7 +232,7 @@ def test_export_markdown_transcript(data_dir: Path, capsys: pytest.CaptureFixtur
     assert code == 0 and out.startswith("# Weather\n")
     assert out.count("\n## ") == 4 and "Yes." not in out and "Sure?" in out
     code, _, err = run(capsys, "export", data_dir, "--markdown")
-    assert code == 1 and "exactly one SESSION" in err
+    assert code == 2 and "exactly one SESSION" in err  # a usage error (issue 27)
 
 
 # -- fsck / compact -----------------------------------------------------------------------------------------
@@ -241,7 +243,7 @@ def test_fsck_healthy(data_dir: Path, capsys: pytest.CaptureFixture[str]) -> Non
     doc = run_json(capsys, "fsck", data_dir)
     assert doc["healthy"] is True and doc["sessions"] == 3 and doc["problems"] == []
     code, out, _ = run(capsys, "fsck", data_dir)
-    assert code == 0 and out.strip().endswith("healthy: 3 session log(s), 0 error(s), 0 warning(s)")
+    assert code == 0 and out.strip().endswith("healthy: 3 session logs, 0 errors, 0 warnings")
 
 
 def test_fsck_reports_damage_with_line_numbers(data_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -327,9 +329,9 @@ def test_call_reads_and_writes(data_dir: Path, capsys: pytest.CaptureFixture[str
     assert set(appended) == {"entry_id", "parent_id", "timestamp"}
     assert [e["id"] for e in snapshot(data_dir)["s_002"]["entries"]] == [appended["entry_id"]]
     code, out, err = run(capsys, "call", data_dir, "session::get", "{bad")
-    assert code == 1 and "session/invalid_request: JSON" in err and out == ""
+    assert code == 2 and "error: JSON" in err and out == ""  # malformed arguments: a usage error
     code, _, err = run(capsys, "call", data_dir, "session::nope", "{}")
-    assert code == 1 and "no function 'session::nope'" in err
+    assert code == 2 and "no function 'session::nope'" in err
     code, _, err = run(capsys, "call", data_dir, "session::get", '{"session_id": ""}')
     assert code == 1 and "session/invalid_request" in err
 
@@ -368,7 +370,7 @@ def test_progress_bar_only_on_a_terminal(tmp_path: Path) -> None:
     command = [sys.executable, "-m", "session_manager", "data", "export", str(d), "-o", str(tmp_path / "x.jsonl")]
     piped = subprocess.run(command, capture_output=True, text=True, timeout=60)
     assert piped.returncode == 0 and piped.stderr == ""
-    assert piped.stdout.strip() == f"exported 60 session(s) to {tmp_path / 'x.jsonl'}"
+    assert piped.stdout.strip() == f"exported 60 sessions to {tmp_path / 'x.jsonl'}"
 
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))  # a terminal has a width

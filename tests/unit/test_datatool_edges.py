@@ -82,6 +82,6 @@ def test_compact_of_an_existing_data_dir_still_runs(data_dir: Path, capsys: pyte
     (data_dir / ".session-manager.lock").unlink()
     assert main(["compact", str(data_dir)]) == 0
     out, _ = capsys.readouterr()
-    assert out.strip().endswith("compacted 0 of 3 session log(s), 0 bytes saved")
+    assert out.strip().endswith("compacted 0 of 3 session logs, 0 bytes saved")
     with session_manager.open(data_dir, read_only=True) as sm:
         assert len(sm.call("session::list", {})["sessions"]) == 3

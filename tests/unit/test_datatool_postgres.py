@@ -49,4 +49,4 @@ def test_fs_export_imports_into_postgres_and_exports_back_the_same(
         [json.loads(x) for x in from_fs.read_text().splitlines()]
     assert run_json(capsys, "show", database_uri, "s_001", "--tree")["leaf"] == "e_005"
     code, _, err = run(capsys, "fsck", database_uri)
-    assert code == 1 and "fs data_dir" in err
+    assert code == 2 and "fsck takes a directory" in err  # not a postgres URI (its --help says so)

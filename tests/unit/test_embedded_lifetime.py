@@ -25,12 +25,11 @@ def user(text: str) -> dict[str, Any]:
 
 
 class Gate:
-    """Holds the next commit of ``sm``'s store until opened (a call caught mid-flight)."""
+    """Holds the next commit of ``store`` until opened (a call caught mid-flight)."""
 
-    def __init__(self, sm: session_manager.SessionManager) -> None:
+    def __init__(self, store: Any) -> None:
         self.entered = threading.Event()
         self.release = threading.Event()
-        store = sm.service.store
         real = store.commit
 
         def held(session_id: str, commit: Commit) -> Commit:
@@ -59,7 +58,7 @@ def test_close_waits_for_a_call_in_flight_before_releasing_the_data_dir(tmp_path
     sid = sm.call("session::create", {})["session_id"]
     events: list[dict[str, Any]] = []
     sm.observe({"function_id": "session::on-message-added"}, events.append)
-    gate = Gate(sm)
+    gate = Gate(sm.service.store)
     answers: list[Any] = []
     writer = threading.Thread(target=lambda: answers.append(
         sm.call("session::append", {"session_id": sid, "message": user("in flight")})))
@@ -93,7 +92,7 @@ def test_a_second_closer_returns_only_once_the_data_dir_is_released(tmp_path: Pa
     where = tmp_path / "d"
     sm = open_store(where)
     sid = sm.call("session::create", {})["session_id"]
-    gate = Gate(sm)
+    gate = Gate(sm.service.store)
     writer = threading.Thread(target=lambda: sm.call(
         "session::append", {"session_id": sid, "message": user("in flight")}))
     first = threading.Thread(target=sm.close)

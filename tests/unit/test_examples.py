@@ -66,16 +66,20 @@ def test_quickstart_writes_the_conversation_the_readme_pictures(tmp_path: Path) 
         assert sorted(s.title for s in listed) == ["Try again", "Weather"]
 
 
-def test_streaming_abort_keeps_the_text_so_far_and_says_why(tmp_path: Path) -> None:
-    # Prevents: an abort that loses the streamed text, keeps streaming, or leaves no trace of why it stopped.
+def test_streaming_abort_keeps_the_text_so_far_and_closes_the_open_call(tmp_path: Path) -> None:
+    # Prevents: an abort that loses the streamed text, keeps streaming, or leaves a function call without
+    # a result (a transcript most model APIs refuse), or no trace of why the reply stopped.
     data = tmp_path / "data"
     out = run_example("streaming_abort.py", str(data), cwd=tmp_path)
-    assert "stored after abort: 'Once upon a time ' (revision 4)" in out
+    assert out.splitlines()[1:] == ["user: Weather in Paris this week?", "assistant: Let me check the ",
+                                    "function_result: stopped by the user"], out
     with session_manager.open(data, read_only=True) as sm:
         (meta,) = sm.list().sessions
         assert (meta.status, meta.status_reason) == ("done", "aborted by the user")
-        last = sm.messages(meta.session_id).messages[-1]
-        assert last.message.content[0].text == "Once upon a time "  # type: ignore[union-attr]
+        reply, result = list(sm.transcript(meta.session_id))[1:]
+        assert reply.entry.revision == 4  # type: ignore[union-attr]
+        call = reply.message.content[1]
+        assert result.message.function_call_id == call.id and result.message.is_error  # type: ignore[union-attr]
 
 
 def test_fork_edit_regenerate_keeps_every_branch(tmp_path: Path) -> None:
@@ -86,6 +90,7 @@ def test_fork_edit_regenerate_keeps_every_branch(tmp_path: Path) -> None:
     assert lines["edited"].endswith("user: A city by the sea for a weekend? | assistant: Porto.")
     assert lines["original"].endswith("user: A city for a weekend? | assistant: Rome.")
     assert lines["forked"].endswith("assistant: Hello! Where to? | user: A city for a weekend?")
+    assert lines["versions"] == "[('Rome.', False), ('Lisbon.', True)]"
 
 
 def test_openai_agents_example_runs_two_turns_with_memory(tmp_path: Path) -> None:

@@ -195,3 +195,18 @@ def test_searches_racing_appends_deletes_and_recreates_never_raise(tmp_path: Pat
         with opened() as again:
             assert sorted(r["id"] for r in again.call("session::mention::search",
                                                       {"query": "topic", "limit": 50})["items"]) == ids
+
+
+@pytest.mark.parametrize(("query", "found"), [("日本", True), ("éé", True), ("ÉÉ", True), ("abcd", True),
+                                              ("é", False), ("abc", False), ("日", False)])
+def test_mention_id_prefix_rule_counts_utf8_bytes_not_characters(tmp_path: Path, query: str, found: bool) -> None:
+    # Prevents: the id-prefix rule counting characters (len(q) >= 4) where the reference counts
+    # UTF-8 bytes, so `日本` (6 bytes) and `éé` (4 bytes) found nothing here and a session there.
+    with session_manager.open(tmp_path) as sm:
+        for sid in ("日本語-chat", "ééé-chat", "abcdef"):
+            sm.call("session::ensure", {"session_id": sid, "title": "unrelated"})
+        fired = _events_of(sm)
+        rows = sm.call("session::mention::search", {"query": query})["items"]
+        expected = [sid for sid in ("日本語-chat", "ééé-chat", "abcdef") if sid.startswith(query.lower())]
+        assert [r["id"] for r in rows] == (expected if found else [])
+        assert fired == []

@@ -10,7 +10,6 @@ import pytest
 
 mypy_api = pytest.importorskip("mypy.api", reason="mypy is not installed")
 
-REPO = Path(__file__).resolve().parents[2]
 
 CLIENT = '''
 import session_manager
@@ -34,24 +33,49 @@ def sync_use(sm: session_manager.SessionManager) -> None:
 async def async_use(asm: aio.AsyncSessionManager) -> None:
     reveal_type(await asm.get_message("s", entry_id="e"))
     reveal_type(await asm.call("session::get", {"session_id": "s"}))
+
+
+def helpers_use(sm: session_manager.SessionManager) -> None:
+    for item in sm.transcript("s"):
+        print(item.message.text)
+    for any_item in sm.messages("s").messages:
+        print(any_item.text)
+    sm.update_message("s", entry_id="e", content="streamed text")
+    sm.update_message("s", entry_id="e", content=["a", function_call("f")])
+    reveal_type(sm.alternatives("s", "e")[0].text)
+    reveal_type(sm.system_prompt("s"))
+    reveal_type(sm.transcript("s", include_custom=True))
+    sm.edit("s", "e", 5)
+
+
+async def async_helpers(asm: aio.AsyncSessionManager) -> None:
+    async for item in asm.transcript("s"):
+        print(item.message.text)
+    reveal_type(await asm.regenerate("s", "e"))
 '''
 
 
-def test_typed_methods_are_visible_to_mypy_strict(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_typed_methods_and_helpers_are_visible_to_mypy_strict_from_outside_the_repository(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # Prevents: typed methods that type checkers see as Any (or not at all): misspelt keywords,
-    # wrong argument types and bad literals passing a user's mypy --strict, or results untyped.
+    # wrong argument types and bad literals passing a user's mypy --strict, or results untyped; an
+    # editable install whose types mypy cannot find from another directory (issue 27); and the
+    # common reads (`item.message.text` over a transcript, `item.text`, a string as update content)
+    # needing casts.
     client = tmp_path / "client.py"
     client.write_text(textwrap.dedent(CLIENT).lstrip("\n"), encoding="utf-8")
-    # An editable install is an import hook mypy cannot follow; point it at the sources.
-    monkeypatch.setenv("MYPYPATH", str(REPO))
+    # No MYPYPATH: the package must be found as installed, editable included (pyproject's package-dir
+    # makes `pip install -e .` a path entry mypy follows, not an import hook it cannot).
+    monkeypatch.delenv("MYPYPATH", raising=False)
+    monkeypatch.chdir(tmp_path)  # outside the repository: nothing found through the working directory
     config = tmp_path / "mypy.ini"
     config.write_text("[mypy]\n", encoding="utf-8")  # the user's settings, not this repository's
     out, err, _ = mypy_api.run([
         "--strict", "--follow-imports=silent", "--ignore-missing-imports", "--no-incremental",
-        "--cache-dir", os.devnull, "--config-file", str(config), str(client),
+        "--cache-dir", os.devnull, "--config-file", str(config), client.name,
     ])
     lines = [line.split(":", 1)[1] for line in out.splitlines()
-             if line.startswith(str(client)) and " defined in " not in line]
+             if line.startswith(client.name) and " defined in " not in line]
     assert err == ""
     assert lines == [
         '11: note: Revealed type is "session_manager._wire.api.AppendResponse"',
@@ -65,4 +89,11 @@ def test_typed_methods_are_visible_to_mypy_strict(tmp_path: Path, monkeypatch: p
         '"Literal[\'bogus\']"; expected "Literal[\'idle\', \'working\', \'done\', \'error\']"  [arg-type]',
         '20: note: Revealed type is "session_manager._wire.api.GetMessageResponse | None"',
         '21: note: Revealed type is "Any"',
+        '31: note: Revealed type is "str"',
+        '32: note: Revealed type is "str | None"',
+        '33: note: Revealed type is "typing.Iterator[session_manager._wire.api.MessageItem]"',
+        '34: error: Argument 3 to "edit" of "Helpers" has incompatible type "int"; expected "str | Sequence[str | '
+        'TextBlock | ImageBlock | FileBlock | ThinkingBlock | RedactedThinkingBlock | FunctionCallBlock | '
+        'FunctionResultBlock]"  [arg-type]',
+        '40: note: Revealed type is "str"',
     ], out

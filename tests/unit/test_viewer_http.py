@@ -150,7 +150,7 @@ def test_non_loopback_bind_needs_a_token(tmp_path: Path) -> None:
     (tmp_path / "e").mkdir()
     done = subprocess.run([sys.executable, "-m", "session_manager", "data", "serve", str(tmp_path / "e"),
                            "--host", "0.0.0.0", "--token", ""], capture_output=True, text=True, timeout=60)
-    assert done.returncode == 1 and "needs an access token" in done.stderr
+    assert done.returncode == 2 and "needs an access token" in done.stderr
     assert not any((tmp_path / "e").iterdir())  # refused before opening anything
 
 
@@ -320,12 +320,12 @@ def test_data_serve_beyond_loopback_prints_a_generated_token(tmp_path: Path) -> 
 
 def test_export_html_refuses_bad_combinations(data: Any) -> None:
     d, ids = data
-    for extra, message in ([[ids["sid"], "--html", "--markdown"], "choose one format"],
-                           [["--html"], "name exactly one SESSION"],
-                           [["s_nope", "--html"], "session s_nope does not exist"]):
+    for extra, message, code in ([[ids["sid"], "--html", "--markdown"], "choose one format", 2],
+                                 [["--html"], "name exactly one SESSION", 2],  # usage errors exit 2
+                                 [["s_nope", "--html"], "session s_nope does not exist", 1]):
         done = subprocess.run([sys.executable, "-m", "session_manager", "data", "export", str(d), *extra],
                               capture_output=True, text=True, timeout=60)
-        assert done.returncode == 1 and message in done.stderr, (extra, done.stderr)
+        assert done.returncode == code and message in done.stderr, (extra, done.stderr)
         assert done.stdout == ""
 
 

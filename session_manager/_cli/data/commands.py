@@ -21,9 +21,10 @@ from ..._wire.models import STATUSES
 from ...errors import SessionError, StoreError, invalid_request, not_found
 from ...store.fs import FsStore
 from ..args import OneLineParser
-from . import fsck, fsck_store, maintenance, reading, render, serving, transfer
-from .opening import DataDirError, is_uri, open_for
+from . import fsck, fsck_store, maintenance, reading, render, serving, transfer, usage
+from .opening import DataDirError, is_engine, is_uri, open_for
 from .progress import progress
+from .usage import DIR, EVERY_TARGET, POSTGRES, SQLITE, UsageError
 
 ORDERS = ("created_asc", "created_desc", "updated_desc")
 
@@ -51,7 +52,7 @@ def metadata_filter(pairs: Sequence[str]) -> dict[str, Any]:
     for pair in pairs:
         key, sep, raw = pair.partition("=")
         if not sep or not key:
-            raise invalid_request(f"--meta {pair!r}: expected KEY=VALUE")
+            raise UsageError(f"--meta {pair!r}: expected KEY=VALUE")
         try:
             out[key] = json.loads(raw)
         except ValueError:
@@ -60,12 +61,16 @@ def metadata_filter(pairs: Sequence[str]) -> dict[str, Any]:
 
 
 def cmd_ls(args: argparse.Namespace) -> Outcome:
+    metadata = metadata_filter(args.meta)
     with open_for(args.data_dir, writable=False) as sm:
-        metas = reading.all_sessions(sm, status=args.status, metadata=metadata_filter(args.meta), order=args.sort)
-    rows = [[m["session_id"], m["status"], str(m["message_count"]), render.when(m["updated_at"]),
-             render.one_line(m.get("title") or "", 60)] for m in metas]
-    text = render.table(["SESSION", "STATUS", "MESSAGES", "UPDATED (UTC)", "TITLE"], rows) if rows else "no sessions"
-    return Outcome({"sessions": metas}, text)
+        metas = reading.all_sessions(sm, status=args.status, metadata=metadata, order=args.sort)
+        # MESSAGES counts the active path, as `show` does (message_count counts every branch).
+        active = {m["session_id"]: reading.active_message_count(sm, m["session_id"]) for m in metas}
+    rows = [[m["session_id"], m["status"], str(active[m["session_id"]]), render.when(m["updated_at"]),
+             m.get("forked_from") or "-", render.one_line(m.get("title") or "", 60)] for m in metas]
+    header = ["SESSION", "STATUS", "MESSAGES", "UPDATED (UTC)", "FORKED FROM", "TITLE"]
+    text = render.table(header, rows) if rows else "no sessions"
+    return Outcome({"sessions": metas, "active_message_counts": active}, text)
 
 
 def cmd_show(args: argparse.Namespace) -> Outcome:
@@ -77,7 +82,8 @@ def cmd_show(args: argparse.Namespace) -> Outcome:
             nodes = [{"entry": e, "active": e["id"] in tree.active} for e in ordered]
             return Outcome({"meta": meta, "leaf": tree.leaf, "entries": nodes}, render.tree(meta, tree))
         items = reading.active_transcript(sm, args.session)
-    return Outcome({"meta": meta, "messages": items}, render.transcript(meta, items))
+    return Outcome({"meta": meta, "messages": items},
+                   render.transcript(meta, items, sum(1 for i in items if i.get("message") is not None)))
 
 
 # -- export / import ------------------------------------------------------------------------------------
@@ -85,13 +91,12 @@ def cmd_show(args: argparse.Namespace) -> Outcome:
 
 def cmd_export(args: argparse.Namespace) -> Outcome:
     to_stdout = args.output in (None, "-")
+    if args.markdown and args.html:
+        raise UsageError("--markdown and --html: choose one format")
+    if (args.markdown or args.html) and len(args.sessions) != 1:
+        raise UsageError(f"--{'html' if args.html else 'markdown'} exports one session: name exactly one SESSION")
     with open_for(args.data_dir, writable=False) as sm, _export_target(args.output) as out:
         if args.markdown or args.html:
-            if args.markdown and args.html:
-                raise invalid_request("--markdown and --html: choose one format")
-            if len(args.sessions) != 1:
-                raise invalid_request(f"--{'html' if args.html else 'markdown'} exports one session: "
-                                      "name exactly one SESSION")
             out.write(_one_document(sm, args.sessions[0], html=args.html))
             count = 1
         else:
@@ -107,7 +112,8 @@ def cmd_export(args: argparse.Namespace) -> Outcome:
                     count += 1
     if to_stdout:
         return Outcome(None, "")  # stdout is the export itself: no summary mixed into it
-    return Outcome({"sessions": count, "output": args.output}, f"exported {count} session(s) to {args.output}")
+    return Outcome({"sessions": count, "output": args.output},
+                   f"exported {render.plural(count, 'session')} to {args.output}")
 
 
 def _one_document(sm: Any, session_id: str, *, html: bool) -> str:
@@ -168,7 +174,8 @@ def cmd_import(args: argparse.Namespace) -> Outcome:
             transfer.load(store, doc, loaded)
     data = {"sessions": loaded.sessions, "entries": loaded.entries, "attachments": loaded.attachments,
             "attachments_without_bytes": loaded.attachments_without_bytes}
-    text = f"imported {loaded.sessions} session(s), {loaded.entries} entries, {loaded.attachments} attachment(s)"
+    text = (f"imported {render.plural(loaded.sessions, 'session')}, "
+            f"{render.plural(loaded.entries, 'entry', 'entries')}, {render.plural(loaded.attachments, 'attachment')}")
     if loaded.attachments_without_bytes:
         text += (f"; {loaded.attachments_without_bytes} attachment(s) had no bytes in the file and were left out "
                  "(export with --attachments)")
@@ -202,7 +209,8 @@ def cmd_fsck(args: argparse.Namespace) -> Outcome:
     errors = sum(p.severity == "error" for p in report.problems)
     warnings = len(report.problems) - errors
     verdict = "healthy" if report.healthy else "NOT healthy"
-    lines.append(f"{verdict}: {report.sessions} session log(s), {errors} error(s), {warnings} warning(s)")
+    lines.append(f"{verdict}: {render.plural(report.sessions, 'session log')}, {render.plural(errors, 'error')}, "
+                 f"{render.plural(warnings, 'warning')}")
     return Outcome(data, "\n".join(lines), 0 if report.healthy else 1)
 
 
@@ -216,7 +224,8 @@ def _fsck_database(args: argparse.Namespace) -> Outcome:
     lines = [p.text() for p in report.problems]
     errors = sum(p.severity == "error" for p in report.problems)
     verdict = "healthy" if report.healthy else "NOT healthy"
-    lines.append(f"{verdict}: {report.sessions} session(s), {errors} error(s), 0 warning(s)")
+    lines.append(f"{verdict}: {render.plural(report.sessions, 'session')}, {render.plural(errors, 'error')}, "
+                 "0 warnings")
     return Outcome({**report.to_json(), "repaired": []}, "\n".join(lines), 0 if report.healthy else 1)
 
 
@@ -233,7 +242,8 @@ def cmd_compact(args: argparse.Namespace) -> Outcome:
                 if (c := maintenance.compact_session(store, sid)) is not None]
     saved = sum(c.bytes_before - c.bytes_after for c in done)
     lines = [f"{c.session_id}: {c.bytes_before} -> {c.bytes_after} bytes" for c in done]
-    lines.append(f"compacted {len(done)} of {len(ids)} session log(s), {saved} bytes saved")
+    lines.append(f"compacted {len(done)} of {render.plural(len(ids), 'session log')}, "
+                 f"{render.plural(saved, 'byte')} saved")
     return Outcome({"sessions": len(ids), "compacted": [c.to_json() for c in done], "bytes_saved": saved},
                    "\n".join(lines))
 
@@ -241,19 +251,14 @@ def cmd_compact(args: argparse.Namespace) -> Outcome:
 # -- call / schema -----------------------------------------------------------------------------------------
 
 
-def _function(function_id: str) -> Any:
-    function = BY_ID.get(function_id)
-    if function is None:
-        raise invalid_request(f"no function {function_id!r} (known: {', '.join(sorted(BY_ID))})")
-    return function
-
-
 def cmd_call(args: argparse.Namespace) -> Outcome:
-    _function(args.function)
+    usage.function(args.function)
     try:
         payload = json.loads(args.payload)
     except ValueError as e:
-        raise invalid_request(f"JSON: {e}") from None
+        raise UsageError(f"JSON: {e}") from None
+    if is_engine(args.data_dir) and not is_read_function(args.function):
+        raise UsageError(f"{args.function} writes; a ws:// engine URL is opened read-only")
     with open_for(args.data_dir, writable=not is_read_function(args.function)) as sm:
         result = sm.call(args.function, payload)
     return Outcome(result, json.dumps(result, ensure_ascii=False, indent=2))
@@ -285,7 +290,7 @@ def _fields(schema: dict[str, Any]) -> list[list[str]]:
 def cmd_schema(args: argparse.Namespace) -> Outcome:
     from ..._wire.schemas import json_schema  # the registered form
 
-    function = _function(args.function)
+    function = usage.function(args.function)
     request = json_schema(function.request)
     response = json_schema(function.response, nullable=function.nullable)
     data = {"function_id": function.id, "description": function.description, "mutates": function.mutates,
@@ -307,18 +312,18 @@ def cmd_schema(args: argparse.Namespace) -> Outcome:
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog="session-manager data", description=(
         "Inspect, export, import, check and repair a data_dir without an engine. Reads are safe beside a "
-        "running worker; compact, fsck --repair, import and writing calls need the data_dir to themselves."))
+        "running worker; compact, fsck --repair, import and writing calls need the data_dir to themselves."),
+        epilog="exit status: 0 done (fsck: healthy), 1 failed (fsck: not healthy), 2 bad arguments (usage errors)")
     sub = parser.add_subparsers(dest="command", required=True, metavar="SUBCOMMAND", parser_class=OneLineParser)
 
-    def command(name: str, handler: Handler, help_text: str, *, data_dir: bool = True) -> argparse.ArgumentParser:
+    def command(name: str, handler: Handler, help_text: str, *, data_dir: bool = True,
+                accepts: frozenset[str] = EVERY_TARGET) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_text, description=help_text)
         if data_dir:
-            p.add_argument("data_dir", metavar="DATA_DIR",
-                           help="the session store's directory (or a postgresql:// URI: the postgres adapter; "
-                                "a sqlite:///file.db URI: the sqlite adapter; or a ws:// URL: a main worker's "
-                                "sessions over its engine, read-only)")
+            # The help names exactly the targets the command takes; _run refuses the others (exit 2).
+            p.add_argument("data_dir", metavar="DATA_DIR", help=usage.target_help(accepts))
         p.add_argument("--json", action="store_true", help="print JSON for scripts instead of text")
-        p.set_defaults(handler=handler)
+        p.set_defaults(handler=handler, accepts=accepts if data_dir else None)
         return p
 
     p = command("ls", cmd_ls, "list sessions")
@@ -331,7 +336,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("session", metavar="SESSION", help="session id")
     p.add_argument("--tree", action="store_true", help="every branch, the active path marked with *")
 
-    p = command("export", cmd_export, "write sessions as JSON Lines (one document each), or one as Markdown")
+    p = command("export", cmd_export, "write sessions as JSON Lines (one document each), or one as Markdown or HTML")
     p.add_argument("sessions", metavar="SESSION", nargs="*", help="session ids (default: every session)")
     p.add_argument("-o", "--output", metavar="FILE", help="write here instead of stdout")
     p.add_argument("--attachments", action="store_true", help="include attachment bytes (base64)")
@@ -342,25 +347,32 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("serve", serving.cmd_serve, "a live web viewer of the sessions (read-only; Ctrl-C stops it)")
     serving.add_arguments(p)
 
-    p = command("import", cmd_import, "load an export file (JSON Lines) into a data_dir")
+    p = command("import", cmd_import, "load an export file (JSON Lines) into a data_dir",
+                accepts=frozenset({DIR, POSTGRES, SQLITE}))
     p.add_argument("file", metavar="FILE", help="the export file, or - for stdin")
 
-    p = command("fsck", cmd_fsck, "check every log and attachment; exit 1 when not healthy")
+    p = command("fsck", cmd_fsck, "check every log and attachment of an fs data_dir, or a sqlite:/// database's "
+                                  "integrity and chains (postgres checks itself); exit 1 when not healthy",
+                accepts=frozenset({DIR, SQLITE}))
     p.add_argument("--repair", action="store_true", help="cut torn tails (needs the data_dir to itself)")
 
-    command("compact", cmd_compact, "rewrite every log as its live state (needs the data_dir to itself)")
+    command("compact", cmd_compact, "rewrite every log of an fs data_dir as its live state (needs the data_dir to "
+                                    "itself; other adapters need no compaction)", accepts=frozenset({DIR}))
 
-    p = command("call", cmd_call, "run one session function (read-only open for reads)")
+    p = command("call", cmd_call, "run one session function (read-only open for reads; a ws:// URL only reads)")
     p.add_argument("function", metavar="FUNCTION", help="e.g. session::messages")
     p.add_argument("payload", metavar="JSON", help="the request object")
 
     p = command("schema", cmd_schema, "a function's request and response fields", data_dir=False)
-    p.add_argument("function", metavar="FUNCTION")
+    p.add_argument("function", metavar="FUNCTION", help="a function id, e.g. session::append")
+    parser.set_defaults(subcommands=tuple(sub.choices))
     return parser
 
 
 def run(argv: Sequence[str]) -> int:
-    args = build_parser().parse_args(list(argv))
+    parser = build_parser()
+    usage.check_subcommand(parser, argv, parser.get_default("subcommands"))
+    args = parser.parse_args(list(argv))
     try:
         return _run(args)
     except BrokenPipeError:
@@ -375,9 +387,17 @@ def run(argv: Sequence[str]) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     try:
+        if args.accepts is not None:
+            usage.check_target(args.command, args.data_dir, args.accepts)
         outcome: Outcome = args.handler(args)
     except BrokenPipeError:
         raise  # not the command's failure: the reader of its output left (see run)
+    except UsageError as e:  # exit 2, as argparse's own errors (the exit status documented in --help)
+        if args.json:
+            print(json.dumps({"error": {"code": None, "message": str(e)}}, ensure_ascii=False))
+        else:
+            sys.stderr.write(f"session-manager data {args.command}: error: {e} (see --help)\n")
+        return 2
     except (SessionError, StoreError, DataDirError, OSError) as e:
         code = e.code if isinstance(e, SessionError) else "session/storage" if isinstance(e, StoreError) else None
         message = e.detail if isinstance(e, SessionError) else str(e)

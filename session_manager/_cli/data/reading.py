@@ -52,6 +52,12 @@ def active_transcript(sm: SessionManager, session_id: str) -> list[dict[str, Any
         request["cursor"] = page["next_cursor"]
 
 
+def active_message_count(sm: SessionManager, session_id: str) -> int:
+    """The messages on the session's active path (custom entries left out): what ``show`` lists."""
+    store = sm.service.store
+    return sum(1 for e in store.path(session_id, store.get_leaf(session_id)) if e.get("kind") == "message")
+
+
 @dataclass(frozen=True)
 class Tree:
     """Every entry of a session on any branch, as parent -> children."""

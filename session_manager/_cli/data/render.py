@@ -31,6 +31,11 @@ def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     return "\n".join([line(header), *(line(r) for r in rows)])
 
 
+def plural(n: int, word: str, many: str | None = None) -> str:
+    """``1 message``, ``2 messages`` (``many``: an irregular plural)."""
+    return f"{n} {word if n == 1 else many or word + 's'}"
+
+
 def one_line(text: str, limit: int = PREVIEW) -> str:
     flat = " ".join(text.split())
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
@@ -77,12 +82,21 @@ def item_parts(item: dict[str, Any]) -> tuple[str, str]:
     return "?", ""
 
 
-def session_header(meta: dict[str, Any]) -> str:
+def message_count(meta: dict[str, Any], active: int) -> str:
+    """The active path's messages (what the transcript shows), and every branch's when they differ."""
+    total = meta.get("message_count", 0)
+    every = f" ({total} on every branch)" if isinstance(total, int) and total != active else ""
+    return plural(active, "message") + every
+
+
+def session_header(meta: dict[str, Any], active: int) -> str:
     title = meta.get("title") or "(untitled)"
     lines = [f"{title}  [{meta['session_id']}]",
              f"status {meta.get('status')}{' (' + meta['status_reason'] + ')' if meta.get('status_reason') else ''}"
-             f" · {meta.get('message_count', 0)} messages · created {when(meta.get('created_at'))}"
+             f" · {message_count(meta, active)} · created {when(meta.get('created_at'))}"
              f" · updated {when(meta.get('updated_at'))}"]
+    if meta.get("forked_from"):
+        lines.append(f"forked from {meta['forked_from']}")
     if meta.get("description"):
         lines.append(str(meta["description"]))
     if meta.get("metadata"):
@@ -90,8 +104,9 @@ def session_header(meta: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def transcript(meta: dict[str, Any], items: Sequence[dict[str, Any]]) -> str:
-    out = [session_header(meta), ""]
+def transcript(meta: dict[str, Any], items: Sequence[dict[str, Any]], active: int) -> str:
+    """The active transcript; ``active``: how many of ``items`` are messages."""
+    out = [session_header(meta, active), ""]
     for item in items:
         who, text = item_parts(item)
         out.append(f"── {who} · {item['entry_id']}")
@@ -104,7 +119,8 @@ def transcript(meta: dict[str, Any], items: Sequence[dict[str, Any]]) -> str:
 def tree(meta: dict[str, Any], t: Tree) -> str:
     """Every branch, children indented under parents; ``*`` marks the active
     path and ``(leaf)`` the active leaf."""
-    out = [session_header(meta), "", "* = active path"]
+    active = sum(1 for eid in t.active if t.entries[eid].get("kind") == "message")
+    out = [session_header(meta, active), "", "* = active path"]
 
     def walk(eid: str, prefix: str, last: bool) -> None:
         entry = t.entries[eid]

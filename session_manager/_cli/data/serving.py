@@ -7,8 +7,8 @@ import secrets
 import sys
 from typing import Any
 
-from ...errors import invalid_request
 from .opening import DataDirError, open_for
+from .usage import UsageError
 
 
 def cmd_serve(args: argparse.Namespace) -> Any:
@@ -26,7 +26,7 @@ def cmd_serve(args: argparse.Namespace) -> Any:
     try:
         check_bind(args.host, token)
     except ValueError as e:
-        raise invalid_request(str(e)) from None
+        raise UsageError(str(e)) from None
     with open_for(args.data_dir, writable=False) as sm:
         shown = f"[{args.host}]" if ":" in args.host else args.host
         url = f"http://{shown}:{args.port}/" + (f"?token={token}" if token else "")
