@@ -77,7 +77,8 @@ def test_streaming_abort_keeps_the_text_so_far_and_closes_the_open_call(tmp_path
         (meta,) = sm.list().sessions
         assert (meta.status, meta.status_reason) == ("done", "aborted by the user")
         reply, result = list(sm.transcript(meta.session_id))[1:]
-        assert reply.entry.revision == 4  # type: ignore[union-attr]
+        stored = sm.get_message(meta.session_id, entry_id=reply.entry_id)
+        assert stored is not None and stored.entry.revision == 4
         call = reply.message.content[1]
         assert result.message.function_call_id == call.id and result.message.is_error  # type: ignore[union-attr]
 
