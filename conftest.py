@@ -31,6 +31,7 @@ pytest_plugins = [
     "tests.steps.bridge_steps",
     "tests.steps.ownership_steps",
     "tests.steps.seed_steps",
+    "tests.steps.erasure_steps",
 ]
 
 _HERE = Path(__file__).parent

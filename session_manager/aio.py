@@ -268,6 +268,7 @@ def open(
     max_batch_entries: int | None = None,
     read_only: bool = False,
     cache_bytes: int = DEFAULT_CACHE_BYTES,
+    retention: dict[str, Any] | None = None,
     max_workers: int = DEFAULT_WORKERS,
 ) -> Opening:
     """Open a session store for asyncio code: ``async with aio.open(dir) as asm``
@@ -286,5 +287,6 @@ def open(
         "max_batch_entries": max_batch_entries,
         "read_only": read_only,
         "cache_bytes": cache_bytes,
+        "retention": retention,
     }
     return Opening(max_workers, options)

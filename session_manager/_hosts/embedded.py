@@ -17,6 +17,7 @@ from types import TracebackType
 from typing import Any
 
 from .._service.admission import admit_copy
+from .._service.erasure import Selection
 from .._service.limits import Limits, LimitsCell
 from .._service.service import SessionService
 from .._service.storage_errors import at_edge
@@ -30,6 +31,7 @@ from ..store.base import SessionStore
 from ..store.fs import Durability, FsStore
 from .gate import CallGate
 from .helpers import Helpers
+from .retention import RetentionPolicy, RetentionSweeper, retention_policy
 from .surface import function as lookup
 from .surface import unknown_function
 
@@ -102,7 +104,7 @@ class SessionManager(Helpers):
     the same table ``call`` serves, and the typed helpers (``edit``,
     ``regenerate``, ``alternatives``, ``abort``, ...: docs/helpers.md)."""
 
-    def __init__(self, service: SessionService) -> None:
+    def __init__(self, service: SessionService, retention: RetentionPolicy | None = None) -> None:
         self.service = service
         self._observers: list[Observation] = []
         self._lock = threading.Lock()
@@ -117,6 +119,8 @@ class SessionManager(Helpers):
         self._read_only = bool(getattr(service.store, "read_only", False))
         # A shared store (postgres) delivers other instances' events here.
         self._unsubscribe = service.store.subscribe(self.publish, self.is_observed)
+        # Off unless a policy is given; its thread starts with the first policy.
+        self.retention = RetentionSweeper(self._sweep_batch, service.clock, retention)
 
     # -- calls ----------------------------------------------------------------
 
@@ -166,6 +170,32 @@ class SessionManager(Helpers):
 
     def _list_limit_cap(self) -> int | None:
         return self.service.limits.get().max_list_limit
+
+    def erase_where(self, selection: Selection, limit: int) -> tuple[list[str], bool]:
+        """Delete up to ``limit`` sessions ``selection`` takes (as ``session::purge``
+        does, their events delivered as a call's): their ids and whether more match."""
+        service = self.service
+
+        def run() -> tuple[tuple[list[str], bool], list[Event]]:
+            ids, events, more = service.erase_selected(selection, limit)
+            return (ids, more), events
+
+        try:
+            (ids, more), events = service.store.run_call(run)
+        except StoreError as e:
+            raise at_edge(e) from None
+        self.publish(events)
+        return ids, more
+
+    def _sweep_batch(self, policy: RetentionPolicy, limit: int) -> tuple[int, bool]:
+        ids, more = self.erase_where(self.service.idle(policy.idle_days, policy.statuses), limit)
+        return len(ids), more
+
+    def set_retention(self, idle_days: int | None, statuses: list[str] | None = None) -> None:
+        """Turn the retention sweep on (sessions idle ``idle_days`` days, only in
+        ``statuses`` when given) or off (``None``); takes effect at the next sweep."""
+        value = None if idle_days is None else {"idle_days": idle_days, "statuses": statuses}
+        self.retention.set_policy(retention_policy(value))
 
     # -- events ---------------------------------------------------------------
 
@@ -221,6 +251,7 @@ class SessionManager(Helpers):
         self._gate.close(self._release, own=getattr(self._depth, "n", 0))
 
     def _release(self) -> None:
+        self.retention.close()  # a sweep in progress ends before the store it deletes from closes
         self._unsubscribe()
         with self._lock:
             self._observers.clear()
@@ -257,6 +288,7 @@ def open(
     max_batch_entries: int | None = None,
     read_only: bool = False,
     cache_bytes: int = DEFAULT_CACHE_BYTES,
+    retention: dict[str, Any] | None = None,
 ) -> SessionManager:
     """Open a session store in this process.
 
@@ -274,12 +306,16 @@ def open(
     every mutating function then answers ``session/storage``. ``cache_bytes``
     bounds the memory of the fs adapter's loaded sessions (default 256 MiB;
     least recently used ones are dropped and read again from disk when touched).
+    ``retention`` (``{"idle_days": N, "statuses": [...]}``, off by default) deletes
+    sessions idle that long in a background sweep, at most once a minute
+    (change it later with :meth:`SessionManager.set_retention`).
     """
     # Checked before anything is opened (a refused open must not keep the data_dir).
     for name, value in (("default_list_limit", default_list_limit), ("max_list_limit", max_list_limit),
                         ("max_attachment_bytes", max_attachment_bytes), ("max_request_bytes", max_request_bytes),
                         ("max_batch_entries", max_batch_entries), ("cache_bytes", cache_bytes)):
         _check_count(name, value)
+    policy = retention_policy(retention)  # (checked before anything is opened too)
     if store is not None:
         if read_only and not getattr(store, "read_only", False):
             raise ValueError("read_only=True opens a data_dir read-only; the given store is writable")
@@ -322,4 +358,4 @@ def open(
         max_request_bytes=max_request_bytes if max_request_bytes is not None else defaults.max_request_bytes,
         max_batch_entries=max_batch_entries if max_batch_entries is not None else defaults.max_batch_entries,
     )
-    return SessionManager(SessionService(store, ids=ids, clock=clock, limits=LimitsCell(limits)))
+    return SessionManager(SessionService(store, ids=ids, clock=clock, limits=LimitsCell(limits)), policy)

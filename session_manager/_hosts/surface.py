@@ -91,6 +91,13 @@ FUNCTIONS: tuple[Function, ...] = (
     Function("session::delete", S.delete, api.DeleteRequest, api.DeleteResponse,
              "Remove a session with its entries and attachments. Calls session::on-deleted.",
              mutates=True),
+    Function("session::purge", S.purge, api.PurgeRequest, api.PurgeResponse,
+             "Delete whole sessions matching a required metadata subset (and optional status / "
+             "updated_before), at most limit per call; more says whether more match; dry_run only lists. "
+             "Calls session::on-deleted for each.", mutates=True),
+    Function("session::delete-tree", S.delete_tree, api.DeleteTreeRequest, api.DeleteTreeResponse,
+             "Delete a session and every session whose metadata.parent_session_id leads to it, children "
+             "first; idempotent. Calls session::on-deleted for each.", mutates=True),
     # messages
     Function("session::append", S.append, api.AppendRequest, api.AppendResponse,
              "Append one message or custom entry; idempotent on entry_id. Calls "

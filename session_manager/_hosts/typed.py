@@ -18,12 +18,14 @@ from ..types import (
     CustomPayload,
     DeleteAttachmentResponse,
     DeleteResponse,
+    DeleteTreeResponse,
     EnsureResponse,
     ForkResponse,
     GetAttachmentResponse,
     GetMessageResponse,
     GetResponse,
     Id,
+    Int64,
     JsonObject,
     Limit,
     ListAttachmentsResponse,
@@ -32,6 +34,8 @@ from ..types import (
     MessagesRangeResponse,
     MessagesResponse,
     MessagesTailResponse,
+    PurgeLimit,
+    PurgeResponse,
     PutAttachmentResponse,
     Role,
     SessionStatus,
@@ -39,6 +43,7 @@ from ..types import (
     SetDraftResponse,
     SetMetaResponse,
     SetStatusResponse,
+    TenantFilter,
     UInt64,
     UpdateMessageResponse,
     Usage,
@@ -181,6 +186,43 @@ class TypedMethods:
         """
         result = self.call("session::delete", payload(session_id=session_id))
         return response(DeleteResponse, result)
+
+    def purge(
+        self,
+        *,
+        metadata: TenantFilter,
+        status: SessionStatus | None = None,
+        updated_before: Int64 | None = None,
+        dry_run: bool | None = None,
+        limit: PurgeLimit | None = None,
+    ) -> PurgeResponse:
+        """Delete whole sessions matching a required metadata subset (and optional status / updated_before), at
+        most limit per call; more says whether more match; dry_run only lists. Calls session::on-deleted for
+        each.
+
+        Args:
+            metadata: Required, non-empty: subset-equality on SessionMeta.metadata (as session::list).
+            updated_before: Only sessions last updated before this (ms).
+            dry_run: List what would be deleted; delete nothing.
+            limit: Most sessions per call (default 100, max 1000).
+
+        Calls ``session::purge``; raises :class:`~session_manager.SessionError`.
+        """
+        check_limit(limit, self._list_limit_cap())
+        result = self.call(
+            "session::purge",
+            payload(metadata=metadata, status=status, updated_before=updated_before, dry_run=dry_run, limit=limit),
+        )
+        return response(PurgeResponse, result)
+
+    def delete_tree(self, session_id: Id) -> DeleteTreeResponse:
+        """Delete a session and every session whose metadata.parent_session_id leads to it, children first;
+        idempotent. Calls session::on-deleted for each.
+
+        Calls ``session::delete-tree``; raises :class:`~session_manager.SessionError`.
+        """
+        result = self.call("session::delete-tree", payload(session_id=session_id))
+        return response(DeleteTreeResponse, result)
 
     def append(
         self,
@@ -583,6 +625,43 @@ class AsyncTypedMethods:
         """
         result = await self.call("session::delete", payload(session_id=session_id))
         return response(DeleteResponse, result)
+
+    async def purge(
+        self,
+        *,
+        metadata: TenantFilter,
+        status: SessionStatus | None = None,
+        updated_before: Int64 | None = None,
+        dry_run: bool | None = None,
+        limit: PurgeLimit | None = None,
+    ) -> PurgeResponse:
+        """Delete whole sessions matching a required metadata subset (and optional status / updated_before), at
+        most limit per call; more says whether more match; dry_run only lists. Calls session::on-deleted for
+        each.
+
+        Args:
+            metadata: Required, non-empty: subset-equality on SessionMeta.metadata (as session::list).
+            updated_before: Only sessions last updated before this (ms).
+            dry_run: List what would be deleted; delete nothing.
+            limit: Most sessions per call (default 100, max 1000).
+
+        Calls ``session::purge``; raises :class:`~session_manager.SessionError`.
+        """
+        check_limit(limit, self._list_limit_cap())
+        result = await self.call(
+            "session::purge",
+            payload(metadata=metadata, status=status, updated_before=updated_before, dry_run=dry_run, limit=limit),
+        )
+        return response(PurgeResponse, result)
+
+    async def delete_tree(self, session_id: Id) -> DeleteTreeResponse:
+        """Delete a session and every session whose metadata.parent_session_id leads to it, children first;
+        idempotent. Calls session::on-deleted for each.
+
+        Calls ``session::delete-tree``; raises :class:`~session_manager.SessionError`.
+        """
+        result = await self.call("session::delete-tree", payload(session_id=session_id))
+        return response(DeleteTreeResponse, result)
 
     async def append(
         self,

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from .._wire import api
 from .._wire import events as ev
 from .._wire.shape import build
 from ..errors import invalid_request
+from ..store.base import Meta
 from .contention import retry_conflicts
 from .core import Result, ServiceCore, changed, new_meta
 from .storage_errors import storage_errors
@@ -103,11 +105,18 @@ class Lifecycle(ServiceCore):
         return resolved or None
 
     def delete(self, req: api.DeleteRequest) -> Result:
-        with self._session(req.session_id):
-            meta = self.store.get_meta(req.session_id)
-            if meta is None or not self.store.delete_session(req.session_id):
-                # (Read present, then gone: a writer sharing the store deleted it first and fired.)
-                return build[api.DeleteResponse](deleted=False), []
+        event = self._erase(req.session_id)
+        return build[api.DeleteResponse](deleted=event is not None), [event] if event is not None else []
+
+    def _erase(self, session_id: str, still: Callable[[Meta], bool] | None = None) -> ev.Event | None:
+        """Delete one whole session under its lock, if it exists (and ``still(meta)``
+        holds for what is stored now); its ``on-deleted`` event, or None."""
+        with self._session(session_id):
+            meta = self.store.get_meta(session_id)
+            if meta is None or (still is not None and not still(meta)):
+                return None
+            if not self.store.delete_session(session_id):
+                return None  # (read present, then gone: a writer sharing the store deleted it first and fired)
             now = self.clock.now_ms()
         # Observers filter on the tenancy the session had when it went away.
-        return build[api.DeleteResponse](deleted=True), [ev.deleted(req.session_id, now, meta.get("metadata"))]
+        return ev.deleted(session_id, now, meta.get("metadata"))

@@ -25,7 +25,7 @@ class Listing(ServiceCore):
             for m in self.store.ordered_metas(order, after, req.status, want):
                 if req.status is not None and m.get("status") != req.status:
                     continue
-                if want is not None and not _metadata_matches(want, m.get("metadata")):
+                if want is not None and not metadata_matches(want, m.get("metadata")):
                     continue
                 if len(page) == limit:
                     more = True
@@ -37,7 +37,7 @@ class Listing(ServiceCore):
         return build[api.ListResponse](sessions=page, next_cursor=next_cursor), []
 
 
-def _metadata_matches(want: dict[str, Any], have: Any) -> bool:
+def metadata_matches(want: dict[str, Any], have: Any) -> bool:
     if not want:
         return True
     if not isinstance(have, dict):

@@ -17,7 +17,7 @@ from .appending import Appending
 from .attachments import Attachments
 from .branching import Branching
 from .core import Result
-from .lifecycle import Lifecycle
+from .erasure import Erasure
 from .listing import Listing
 from .reads import Reads
 from .storage_errors import storage_errors
@@ -26,8 +26,8 @@ from .tail import Tail
 __all__ = ["Result", "ServiceMethod", "SessionService", "storage_errors"]
 
 
-class SessionService(Lifecycle, Listing, Appending, Reads, Tail, Branching, Attachments):
-    """The session store's domain: 21 functions over a :class:`~session_manager.store.SessionStore`."""
+class SessionService(Erasure, Listing, Appending, Reads, Tail, Branching, Attachments):
+    """The session store's domain: the session functions over a :class:`~session_manager.store.SessionStore`."""
 
 
 ServiceMethod = Callable[[SessionService, Any], Result]

@@ -18,6 +18,7 @@ from .models import (
     ContentBlock,
     CustomPayload,
     FileBlock,
+    Int64,
     JsonObject,
     ListOrder,
     Role,
@@ -128,6 +129,38 @@ class DeleteRequest(Wire):
 
 class DeleteResponse(Wire):
     deleted: bool
+
+
+PURGE_DEFAULT_LIMIT = 100
+PURGE_MAX_LIMIT = 1000
+
+
+# A purge names its tenant: an empty filter would match every session.
+TenantFilter = Annotated[JsonObject, Field(min_length=1)]
+PurgeLimit = Annotated[int, Field(ge=1, le=PURGE_MAX_LIMIT)]
+
+
+class PurgeRequest(Wire):
+    metadata: TenantFilter = Field(
+        description="Required, non-empty: subset-equality on SessionMeta.metadata (as session::list).")
+    status: SessionStatus | None = None
+    updated_before: Int64 | None = Field(default=None, description="Only sessions last updated before this (ms).")
+    dry_run: bool | None = Field(default=None, description="List what would be deleted; delete nothing.")
+    limit: PurgeLimit | None = Field(
+        default=None, description=f"Most sessions per call (default {PURGE_DEFAULT_LIMIT}, max {PURGE_MAX_LIMIT}).")
+
+
+class PurgeResponse(Wire):
+    session_ids: list[str]
+    more: bool
+
+
+class DeleteTreeRequest(Wire):
+    session_id: Id
+
+
+class DeleteTreeResponse(Wire):
+    deleted: list[str]
 
 
 # --------------------------------------------------------------------------

@@ -90,6 +90,11 @@ class ConfigStatusResponse(BaseModel):
                              "live state (0 in bridge mode).")
     publish_timeouts: int = Field(default=0, ge=0, description="Bridged calls that answered session/storage "
                                   "because publishing their events to the main stayed full for timeout_ms.")
+    retention_last_sweep_at: int | None = Field(default=None, description="When the last retention sweep ran "
+                                                "(ms since epoch); null: none since start.")
+    retention_last_swept: int = Field(default=0, ge=0, description="Sessions the last retention sweep deleted.")
+    retention_last_error: str | None = Field(default=None, description="Why the last retention sweep stopped "
+                                             "early (absent when it finished).")
 
 
 # --------------------------------------------------------------------------

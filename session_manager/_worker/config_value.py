@@ -11,6 +11,7 @@ Shape (same as the reference worker, so a stored value moves between them)::
     max_request_bytes: 67108864
     max_batch_entries: 10000
     durability: flush        # ours (flush | fsync); left out of the value while it is flush
+    retention: {idle_days: 90, statuses: [done]}   # ours; absent (the default): no retention sweep
 
 Unknown keys are rejected at every level so a typo fails loudly instead of
 silently running on defaults. The models below are the one definition of
@@ -31,6 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
 from pydantic_core import core_schema
 
+from .._hosts.retention import RetentionConfig, RetentionPolicy
 from .._service.limits import (
     DEFAULT_LIST_LIMIT,
     MAX_ATTACHMENT_BYTES,
@@ -149,7 +151,7 @@ Adapter = Annotated[Union[FsAdapter, BridgeAdapter, PostgresAdapter, SqliteAdapt
 
 
 # Keys this worker adds to the reference's configuration value (see to_value).
-EXTENSION_KEYS = ("max_request_bytes", "max_batch_entries", "durability", "cache_bytes")
+EXTENSION_KEYS = ("max_request_bytes", "max_batch_entries", "durability", "cache_bytes", "retention")
 # Ends each of their descriptions: the console form is where an operator meets them.
 NOT_IN_RUST = " Not known to the Rust worker: remove it before switching back."
 
@@ -184,6 +186,14 @@ class WorkerConfig(BaseModel):
                                  description="Memory budget for loaded sessions of the fs adapter; least "
                                              "recently used ones are dropped past it and read again when touched."
                                              + NOT_IN_RUST)
+    retention: RetentionConfig | None = Field(
+        default=None,
+        description="Delete sessions not updated for idle_days (only in statuses when given) in a background "
+                    "sweep, at most once a minute, each firing session::on-deleted; absent: off."
+                    + NOT_IN_RUST)
+
+    def retention_policy(self) -> RetentionPolicy | None:
+        return self.retention.policy() if self.retention is not None else None
 
     def limits(self) -> Limits:
         return Limits(

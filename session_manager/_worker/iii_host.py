@@ -33,6 +33,7 @@ from iii import ObserveHooks
 
 from .._bus import Bus, ObserverHandle, strip_caller
 from .._hosts.gate import CallGate
+from .._hosts.retention import RetentionPolicy, RetentionSweeper
 from .._hosts.surface import EVENT_SURFACE, FUNCTIONS, Function
 from .._service.admission import admit
 from .._service.limits import LimitsCell
@@ -104,6 +105,7 @@ class IIIHost:
         self._idle = threading.Condition()
         self.refs: dict[str, Any] = {}
         self.config_observer: ObserverHandle | None = None
+        self.retention = RetentionSweeper(self._sweep_batch, self.clock, config.retention_policy())
 
     @property
     def runtime(self) -> Runtime:
@@ -337,7 +339,24 @@ class IIIHost:
 
     def _config_status(self, data: Any) -> Any:
         compactions = getattr(self._runtime.store, "compactions", 0)  # an fs store counts its own
-        return {**self.status.snapshot(), **self.stats.snapshot(), "compactions": compactions}
+        return {**self.status.snapshot(), **self.stats.snapshot(), "compactions": compactions,
+                **self.retention.status()}
+
+    def _sweep_batch(self, policy: RetentionPolicy, limit: int) -> tuple[int, bool]:
+        """One retention batch on the live runtime, its events delivered as a call's."""
+        with self._call() as runtime:
+            service = runtime.service
+
+            def run() -> tuple[tuple[int, bool], list[Event]]:
+                ids, events, more = service.expire(policy.idle_days, policy.statuses, limit)
+                return (len(ids), more), events
+
+            try:
+                (count, more), events = runtime.store.run_call(run)
+            except StoreError as e:
+                raise at_edge(e) from None
+            self.deliver(runtime, events)
+        return count, more
 
     # -- reload -----------------------------------------------------------------
 
@@ -346,6 +365,7 @@ class IIIHost:
         the reloader's lock. Raises BuildError to keep the running runtime."""
         current = self._runtime
         if same_adapter(config, current.config):
+            self.retention.set_policy(config.retention_policy())  # read at the next sweep
             self.limits.set(config.limits())
             if isinstance(current.store, FsStore):
                 current.store.durability = config.durability  # read on every write: no rebuild
@@ -361,6 +381,7 @@ class IIIHost:
         with self._idle:
             self.limits.set(config.limits())
             self._runtime = fresh
+        self.retention.set_policy(config.retention_policy())  # only once the new adapter serves
         log.info("configuration reloaded: adapter %s now serves", config.adapter_label())
         # The old store (an fs one's data_dir lock, a database's pool, a
         # bridge's link) ends once the calls that took it are done: closing it
@@ -397,6 +418,7 @@ class IIIHost:
         lock) is released only when the last of them ends: a commit in flight never
         lands in a data_dir another owner has opened meanwhile."""
         self.reloader.stop()
+        self.retention.close()
         if not self._gate.close(self._release_store, timeout_s=timeout_s):
             log.warning("%d calls still running at shutdown: not waiting to answer them; the store stays "
                         "open (its data_dir locked) until they end", len(self._gate))

@@ -4,11 +4,14 @@ rewrite of its log was cancelled. Mixed into :class:`~.fs.FsStore`."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from . import _compaction, _delete
+from . import _compaction, _delete, _sessions_index
 from ._cache import StateCache
 from ._casefold import FoldIndex
 from ._catalog import MetaCatalog
@@ -38,6 +41,7 @@ class SessionDeletion:
     _scans: int
     _changed: dict[str, Meta | None]
     _fold: FoldIndex | None
+    _sessions_file: Path
 
     if TYPE_CHECKING:
         def _writable(self) -> None: ...
@@ -85,4 +89,46 @@ class SessionDeletion:
                     self._fold.release(session_id)
         finally:
             state.lock.release()
+        self._unlist(os.path.basename(self._log(session_id)))
         return existed
+
+    # -- erasure of what a deleted session left in the sessions index ---------------
+
+    def _erase_batch(self) -> threading.local:
+        # Made on first use (dict.setdefault is atomic): a mixin has no __init__ of its own.
+        batch: threading.local = self.__dict__.setdefault("_erase_local", threading.local())
+        return batch
+
+    @contextlib.contextmanager
+    def erasing(self) -> Iterator[None]:
+        """Deletes on this thread inside the block rewrite the sessions index once, at its end."""
+        batch = self._erase_batch()
+        depth = getattr(batch, "depth", 0)
+        if depth == 0:
+            batch.names = set()
+        batch.depth = depth + 1
+        try:
+            yield
+        finally:
+            batch.depth = depth
+            if depth == 0 and batch.names:
+                names, batch.names = batch.names, set()
+                self._drop_listed(names)
+
+    def _unlist(self, name: str) -> None:
+        batch = self._erase_batch()
+        if getattr(batch, "depth", 0):
+            batch.names.add(name)
+        else:
+            self._drop_listed({name})
+
+    def _drop_listed(self, names: set[str]) -> None:
+        """Erasure is real: the sessions index keeps each log's last meta (title, metadata,
+        draft), so a deleted session's row goes now, not at the next save or open."""
+        with self._lock:  # the index's other writer (_save_sessions_index) holds it too
+            try:
+                _sessions_index.scrub(self._sessions_file, names)
+            except OSError:
+                # A cache (rebuilt from the logs when missing): gone whole rather than left holding them.
+                with contextlib.suppress(FileNotFoundError):
+                    self._sessions_file.unlink()

@@ -235,6 +235,48 @@ def write(path: Path, rows: Sequence[tuple[str, Row]], stamp: Stamp | None = Non
     _replace(path, _packed_stamp(stamp), body)
 
 
+def scrub(path: Path, names: set[str]) -> None:
+    """Erasure: overwrite the recorded metas of the logs ``names`` (deleted sessions:
+    their titles, metadata, drafts) with ``{}`` and spaces, same length, in place (as
+    :func:`restamp`), then the checksum: nothing else in the file moves, so a delete
+    costs a read and two small writes, not a rebuild. Such a row is never trusted
+    again: its log is gone, and a new log of that name has another (inode, size,
+    mtime, ctime). A crash between the writes leaves a checksum that fails: the
+    next list reads the logs and rewrites the index, as for any damage."""
+    recorded = read(path)
+    if recorded is None:
+        return
+    all_names = recorded.names
+    hits = sorted(i for name in names if name in recorded.names_text
+                  for i in _positions(all_names, name) if recorded.has_meta(i))
+    if not hits:
+        return
+    if not isinstance(recorded.blob, memoryview):
+        return
+    raw = bytearray(recorded.blob.obj)  # the file's bytes as read (the blob is a view into them)
+    blob_at = len(raw) - _TRAILER - len(recorded.blob)
+    spans = []
+    for i in hits:
+        start, end = blob_at + (recorded.ends[i - 1] if i else 0), blob_at + recorded.ends[i]
+        raw[start:end] = b"{}".ljust(end - start)
+        spans.append((start, end))
+    checksum = _checksum(memoryview(raw)[len(MAGIC) + _STAMP.size : -_TRAILER])
+    fd = _open_regular(path, os.O_WRONLY)
+    try:
+        st = os.fstat(fd)
+        if (st.st_ino, st.st_size) != recorded.file:
+            return  # replaced since it was read: never write a stale view over a newer file
+        for start, end in spans:
+            os.pwrite(fd, raw[start:end], start)
+        os.pwrite(fd, checksum, len(raw) - 9)
+    finally:
+        os.close(fd)
+
+
+def _positions(names: list[str], name: str) -> list[int]:
+    return [i for i, n in enumerate(names) if n == name] if names.count(name) > 1 else [names.index(name)]
+
+
 def restamp(path: Path, recorded: Recorded, stamp: Stamp) -> None:
     """Write ``stamp`` over the stamp of the index ``recorded`` was read from
     (its names still data_dir's logs), in place: rewriting 3 MiB at 10k logs

@@ -209,7 +209,20 @@ class SessionStore(ABC):
         """Remove the session's meta, entries, leaf and attachments; ``True``
         when there was a session to remove. The answer is exact for a store
         shared by several writers (two bridges over one main): of racing
-        deletes, one answers ``True``, so one ``on-deleted`` fires."""
+        deletes, one answers ``True``, so one ``on-deleted`` fires. No byte of
+        the session may stay in the store's files once this returns (outside
+        :meth:`erasing`) or the ``erasing`` block ends."""
+
+    def bulk_delete_problem(self) -> str | None:
+        """Why this store cannot delete many sessions safely now (``None``: it can).
+        Asked once before a purge, a tree delete or a retention batch."""
+        return None
+
+    def erasing(self) -> AbstractContextManager[None]:
+        """A batch of :meth:`delete_session` calls (a purge, a tree): a store may
+        erase what the deleted sessions left in shared files (an index) once, at
+        the end of the block, instead of once per delete. The default: nothing shared."""
+        return contextlib.nullcontext()
 
     # -- attachments ----------------------------------------------------------
 

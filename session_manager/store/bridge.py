@@ -306,6 +306,20 @@ class BridgeStore(SessionStore):
         self._checked(sp.COMMIT_APPEND, _META, answer.get("meta"))
         return answer
 
+    def bulk_delete_problem(self) -> str | None:
+        """Purge, delete-tree and retention need the main's atomic delete (a Rust main's
+        multi-call delete can leave half a session behind, many times over): asked of
+        the main with a delete of an id nobody has."""
+        if not self._legacy_main():
+            try:
+                self._new_call(atomic.DELETE_SESSION, {"session_id": f"s_probe-{uuid.uuid4().hex}",
+                                                       "op": uuid.uuid4().hex})
+                return None
+            except _NotServed:
+                pass
+        return (f"the main does not serve {atomic.DELETE_SESSION} (a Rust main?): purge, delete-tree and "
+                "retention need a Python main's atomic delete")
+
     def delete_session(self, session_id: str) -> bool:
         if not self._legacy_main():
             # `op` names this delete: the main answers a repeat of it as it answered the first.

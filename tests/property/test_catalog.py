@@ -7,7 +7,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from session_manager._service.listing import _metadata_matches
+from session_manager._service.listing import metadata_matches
 from session_manager.store._catalog import ORDERS, MetaCatalog
 
 VALUES = st.sampled_from([1, 1.0, 2, True, False, None, "a", "b", [1], [1.0], {"x": 1}, {"x": True}])
@@ -36,7 +36,7 @@ def naive(metas: dict[str, dict[str, Any]], order: str, after: tuple[int, str] |
     """The rule the service applied before the catalog: filter, sort everything, cut."""
     field, descending = ORDERS[order]
     kept = [m for m in metas.values()
-            if (status is None or m["status"] == status) and (not want or _metadata_matches(want, m["metadata"]))]
+            if (status is None or m["status"] == status) and (not want or metadata_matches(want, m["metadata"]))]
     keyed = sorted((m[field], m["session_id"]) for m in kept)
     if descending:
         keyed.reverse()
@@ -64,7 +64,7 @@ def test_pages_match_a_full_sort(ops: list[Any], order: str, after: tuple[int, s
     assert len(catalog) == len(metas)
 
     def match(m: dict[str, Any]) -> bool:
-        return (status is None or m["status"] == status) and (not want or _metadata_matches(want, m["metadata"]))
+        return (status is None or m["status"] == status) and (not want or metadata_matches(want, m["metadata"]))
 
     page, more = catalog.page(order, after, limit, match, status=status, metadata=want)
     assert ([m["session_id"] for m in page], more) == naive(metas, order, after, limit, status, want)

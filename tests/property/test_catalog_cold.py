@@ -10,7 +10,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from session_manager._service.listing import _metadata_matches
+from session_manager._service.listing import metadata_matches
 from session_manager.store import _coldlist, _sessions_index
 from session_manager.store._catalog import ORDERS
 from tests.property.test_catalog import METAS, VALUES, apply_ops, naive
@@ -45,7 +45,7 @@ def test_a_catalog_from_the_index_pages_like_a_full_sort(
     metas = {m["session_id"]: m for m in recorded}
 
     def match(m: dict[str, Any]) -> bool:
-        return (status is None or m["status"] == status) and (not want or _metadata_matches(want, m["metadata"]))
+        return (status is None or m["status"] == status) and (not want or metadata_matches(want, m["metadata"]))
 
     cold, more = catalog.page(order, after, limit, lambda m: True)  # decodes a few, leaves the rest pending
     assert ([m["session_id"] for m in cold], more) == naive(metas, order, after, limit, None, None)

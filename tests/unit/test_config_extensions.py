@@ -19,6 +19,7 @@ import yaml
 from iii import InvocationError
 from pydantic import BaseModel
 
+from session_manager._hosts.retention import RetentionPolicy
 from session_manager._wire import events as ev
 from session_manager._worker.config_client import Retry
 from session_manager._worker.config_value import (
@@ -96,7 +97,8 @@ def test_the_extra_keys_are_the_models_and_the_readme_names_exactly_them() -> No
     # default) drifting from the model.
     extra = extra_top_keys()
     assert keys(WorkerConfig) >= REFERENCE_TOP  # every reference key still accepted
-    assert extra == set(EXTENSION_KEYS) == {"max_request_bytes", "max_batch_entries", "durability", "cache_bytes"}
+    assert extra == set(EXTENSION_KEYS) == {"max_request_bytes", "max_batch_entries", "durability", "cache_bytes",
+                                         "retention"}
     rows = table_rows(readme_section("## Top-level keys"))
     assert set(rows) - REFERENCE_TOP == extra
     assert set(rows) >= REFERENCE_TOP
@@ -215,11 +217,22 @@ def _uncached(fake: FakeEngine, host: IIIHost) -> bool:
     return "s_001" not in store._sessions
 
 
+def _value(config: WorkerConfig, key: str) -> Any:
+    """A key's value as written in the stored configuration (a nested model as its JSON)."""
+    return config.model_dump(mode="json", exclude_none=True)[key]
+
+
+def _retained(fake: FakeEngine, host: IIIHost) -> bool:
+    # The sweep itself is tested in test_erasure_retention.py; here: the policy it reads next.
+    return host.retention.policy == RetentionPolicy(idle_days=1)
+
+
 RELOADS = {
     "max_request_bytes": Reload(500, -1, _request_cap),
     "max_batch_entries": Reload(2, "2", _batch_cap),
     "durability": Reload("fsync", "sync", _synced),
     "cache_bytes": Reload(0, 2**64, _uncached),
+    "retention": Reload({"idle_days": 1}, {"idle_days": 0}, _retained),
 }
 
 
@@ -277,7 +290,7 @@ def test_each_extra_key_hot_reloads_and_a_bad_value_keeps_the_running_one(
     fake.set_config({**base, key: case.value})
     host.emitter.flush()
     assert fake.event_calls() == []  # a tuning reload replays nothing
-    assert host.runtime.store is store and getattr(host.runtime.config, key) == case.value
+    assert host.runtime.store is store and _value(host.runtime.config, key) == case.value
     assert fake.invoke("session::config-status", {})["last_outcome"] == "applied"
     assert case.in_force(fake, host)
 
@@ -285,7 +298,7 @@ def test_each_extra_key_hot_reloads_and_a_bad_value_keeps_the_running_one(
     status = fake.invoke("session::config-status", {})
     assert status["last_outcome"] == "rejected" and status["rejected_reloads"] == 1
     assert key in status["last_error"], status["last_error"]
-    assert host.runtime.store is store and getattr(host.runtime.config, key) == case.value
+    assert host.runtime.store is store and _value(host.runtime.config, key) == case.value
     assert case.in_force(fake, host)  # the running value kept
 
     # A restart on the stored bad value is fatal and names the key (never defaults silently);
@@ -299,7 +312,7 @@ def test_each_extra_key_hot_reloads_and_a_bad_value_keeps_the_running_one(
     restarted.config_store["session-manager"] = {"value": {**base, key: case.value}}
     fake, host = restarted, _boot(restarted, None)
     hosts.append(host)
-    assert getattr(host.runtime.config, key) == case.value and case.in_force(fake, host)
+    assert _value(host.runtime.config, key) == case.value and case.in_force(fake, host)
 
     fake.set_config(base)  # the key removed: back to the default, live
     assert getattr(host.runtime.config, key) == WorkerConfig.model_fields[key].default

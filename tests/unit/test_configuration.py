@@ -39,7 +39,7 @@ START_MS = 1_000_000
 NO_WAIT = Retry(attempts=3, delays=(0.0,), sleep=lambda s: None)
 
 NO_COUNTS = {"cas_retries": 0, "events_coalesced": 0, "events_dropped": 0, "publish_timeouts": 0,
-             "compactions": 0}
+             "compactions": 0, "retention_last_sweep_at": None, "retention_last_swept": 0}
 
 
 def fs(data_dir: Path | str, **extra: Any) -> dict[str, Any]:

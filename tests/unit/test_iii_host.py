@@ -23,7 +23,7 @@ from session_manager.testing import FakeEngine
 START_MS = 1_000_000
 
 NO_COUNTS = {"cas_retries": 0, "events_coalesced": 0, "events_dropped": 0, "publish_timeouts": 0,
-             "compactions": 0}
+             "compactions": 0, "retention_last_sweep_at": None, "retention_last_swept": 0}
 
 
 def fs_config(data_dir: Path, **limits: int) -> WorkerConfig:

@@ -59,7 +59,7 @@ def test_every_table_row_but_the_mention_provider_has_a_method_and_nothing_else_
     # method for a function the table no longer has).
     table = {f.id for f in FUNCTIONS}
     assert table >= _typed_gen.UNTYPED
-    assert len(typed_rows()) == 21
+    assert len(typed_rows()) == 23
     for cls in (TypedMethods, AsyncTypedMethods):
         defined = {n for n, v in vars(cls).items() if inspect.isfunction(v) and not n.startswith("_") and n != "call"}
         assert defined == {_typed_gen.method_name(f.id) for f in typed_rows()}

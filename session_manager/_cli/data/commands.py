@@ -21,7 +21,7 @@ from ..._wire.models import STATUSES
 from ...errors import SessionError, StoreError, invalid_request, not_found
 from ...store.fs import FsStore
 from ..args import OneLineParser
-from . import fsck, fsck_store, maintenance, reading, render, serving, transfer, usage
+from . import fsck, fsck_store, maintenance, purging, reading, render, serving, transfer, usage
 from .opening import DataDirError, is_engine, is_uri, open_for
 from .progress import progress
 from .usage import DIR, EVERY_TARGET, POSTGRES, SQLITE, UsageError
@@ -95,12 +95,18 @@ def cmd_export(args: argparse.Namespace) -> Outcome:
         raise UsageError("--markdown and --html: choose one format")
     if (args.markdown or args.html) and len(args.sessions) != 1:
         raise UsageError(f"--{'html' if args.html else 'markdown'} exports one session: name exactly one SESSION")
+    if (args.markdown or args.html) and args.meta:
+        raise UsageError("--meta selects sessions to export as JSON Lines, not one document")
     with open_for(args.data_dir, writable=False) as sm, _export_target(args.output) as out:
         if args.markdown or args.html:
             out.write(_one_document(sm, args.sessions[0], html=args.html))
             count = 1
         else:
-            ids = list(args.sessions) or [m["session_id"] for m in reading.all_sessions(sm, order="created_asc")]
+            if args.meta and args.sessions:
+                raise invalid_request("--meta selects the sessions to export: name no SESSION with it")
+            metadata = metadata_filter(args.meta) or None
+            ids = list(args.sessions) or [m["session_id"]
+                                          for m in reading.all_sessions(sm, metadata=metadata, order="created_asc")]
             for sid in ids:  # unknown ids fail before anything is written
                 if sm.service.store.get_meta(sid) is None:
                     raise not_found(sid)
@@ -343,6 +349,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--markdown", action="store_true", help="one session's active transcript as Markdown")
     p.add_argument("--html", action="store_true",
                    help="one session as a self-contained HTML page (every branch; opens from disk)")
+    p.add_argument("--meta", action="append", default=[], metavar="KEY=VALUE",
+                   help="only sessions whose metadata has KEY equal to VALUE (one tenant); repeatable")
+
+    p = command("purge", purging.cmd_purge, "delete whole sessions by age (--idle-days) and/or tenant (--meta)")
+    purging.add_arguments(p)
 
     p = command("serve", serving.cmd_serve, "a live web viewer of the sessions (read-only; Ctrl-C stops it)")
     serving.add_arguments(p)

@@ -55,6 +55,7 @@ class _Local(threading.local):
     synchronous: str = ""  # the level last set on conn
     in_tx: bool = False
     deferring: bool = False
+    erased: bool = False  # this transaction deleted a session: checkpoint the WAL after its commit
 
 
 class SqliteCore(SessionStore):
@@ -71,6 +72,9 @@ class SqliteCore(SessionStore):
         self._conns_lock = threading.Lock()
         self._closed = False
         self._synchronous = _SYNCHRONOUS[settings.durability]
+        # A delete's old pages still sit in the WAL: set until a TRUNCATE checkpoint got through
+        # (a reader on an older snapshot holds it off; the follower's next checkpoint retries).
+        self.erase_pending = False
         if os.path.isdir(self.file):
             raise StoreError(f"sqlite: {self.file} is a directory, not a database file")
         parent = os.path.dirname(os.path.abspath(self.file))
@@ -108,6 +112,7 @@ class SqliteCore(SessionStore):
         # store nobody follows), and the WAL file is cut back to the limit after one.
         conn.execute(f"PRAGMA wal_autocheckpoint={WAL_PAGES}")
         conn.execute(f"PRAGMA journal_size_limit={WAL_LIMIT_BYTES}")
+        conn.execute("PRAGMA secure_delete=ON")  # erasure: deleted content is overwritten with zeros
         return conn
 
     @property
@@ -182,6 +187,7 @@ class SqliteCore(SessionStore):
 
     def _end(self, conn: sqlite3.Connection, *, commit: bool) -> None:
         self._local.in_tx = False
+        erased, self._local.erased = self._local.erased, False
         try:
             conn.execute("COMMIT" if commit else "ROLLBACK")
         except sqlite3.Error as e:
@@ -189,6 +195,27 @@ class SqliteCore(SessionStore):
                 conn.execute("ROLLBACK")
             if commit:
                 raise self._fail(e) from None
+            return
+        if commit and erased:
+            self.erase_pending = True
+            self.checkpoint_erased(conn, wait=False)
+
+    def checkpoint_erased(self, conn: sqlite3.Connection, *, wait: bool) -> None:
+        """Erasure: copy the WAL back (its pages now zeroed where rows were deleted) and
+        truncate it, so a deleted session's old page images leave the WAL file too. A reader
+        still on an older snapshot makes it busy; then (``wait`` false: at once, the deleting
+        call is not held up) the follower's next checkpoint tries again."""
+        if not wait:
+            conn.execute("PRAGMA busy_timeout = 0")
+        try:
+            busy = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
+        except sqlite3.Error:
+            busy = 1
+        finally:
+            if not wait:
+                conn.execute(f"PRAGMA busy_timeout = {self.settings.busy_timeout_ms}")
+        if not busy:
+            self.erase_pending = False
 
     def close_connections(self) -> None:
         with self._conns_lock:

@@ -217,8 +217,12 @@ class Outbox:
             clock.renewed = now
         clock.contact = time.monotonic()
         # The WAL copied back into the database here, not by a writer mid-commit
-        # (PASSIVE: it waits for nobody and nobody waits for it).
-        conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+        # (PASSIVE: it waits for nobody and nobody waits for it); after a delete whose
+        # own checkpoint a reader held off, a TRUNCATE one (erasure, core.py).
+        if self._store.erase_pending:
+            self._store.checkpoint_erased(conn, wait=True)
+        else:
+            conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
 
     def _follow(self, conn: sqlite3.Connection, upto: int = 2**62) -> None:
         rows = conn.execute("SELECT seq, instance, function_id, payload FROM outbox WHERE seq > ? AND seq <= ?"

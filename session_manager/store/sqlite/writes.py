@@ -12,7 +12,7 @@ from typing import Any
 from .._cas import resolve
 from ..base import AttachmentMeta, Commit, Entry
 from ..postgres.keys import key, key_or_none
-from ..postgres.values import json_text
+from ..postgres.values import events_prefix, json_text
 from .core import sortable
 from .transactions import Transactions
 
@@ -106,10 +106,15 @@ class Writes(Transactions):
 
     def delete_session(self, session_id: str) -> bool:
         removed: list[int] = []
+        # Erasure: the session's earlier events (message text) leave the outbox with it;
+        # secure_delete zeroes the freed cells, and the commit checkpoints the WAL (core.py).
+        prefix = events_prefix(session_id)
 
         def run(conn: sqlite3.Connection) -> None:
             for table in ("entries", "attachments", "sessions"):
                 removed.append(conn.execute(f"DELETE FROM {table} WHERE session_id = ?", (key(session_id),)).rowcount)
+            conn.execute("DELETE FROM outbox WHERE substr(payload, 1, ?) = ?", (len(prefix), prefix))
+            self._local.erased = True
 
         self._in_tx(session_id, run)
         return any(n > 0 for n in removed)  # the service fires on-deleted only for a delete that removed something
