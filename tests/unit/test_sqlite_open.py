@@ -190,3 +190,34 @@ def test_bad_settings_are_refused_before_any_file_is_made(tmp_path: Path) -> Non
     with pytest.raises(ValueError, match="outbox_retention_s"):
         SqliteSettings(path=str(tmp_path / "b.db"), outbox_retention_s=0.5)
     assert list(tmp_path.iterdir()) == []
+
+
+def _schema_of(conn: sqlite3.Connection) -> list[tuple[str, str]]:
+    return sorted(conn.execute("SELECT name, sql FROM sqlite_master WHERE sql IS NOT NULL").fetchall())
+
+
+def test_a_version_1_file_is_upgraded_in_place(tmp_path: Path) -> None:
+    # Prevents: a file written before the entries_depth index (schema version 1) failing to open,
+    # being rebuilt (its data lost), or read without the index; the upgrade is one in-place step.
+    target = tmp_path / "v1.db"
+    with session_manager.open(f"sqlite:///{target}") as sm:
+        sid = sm.create().session_id
+        ids = [sm.append(sid, message=_user(f"m{i}")).entry_id for i in range(30)]
+        sm.append(sid, message=_user("branch"), parent_id=ids[9])
+        sm.set_active_leaf(sid, entry_id=ids[29])
+        before = sm.call("session::messages-tail", {"session_id": sid, "limit": 10})
+    with sqlite3.connect(target) as conn:  # back to version 1: exactly what migration 1 alone makes
+        conn.execute("DROP INDEX entries_depth")
+        conn.execute("PRAGMA user_version = 1")
+        v1 = sqlite3.connect(":memory:")
+        v1.executescript(MIGRATIONS[0])
+        assert _schema_of(conn) == _schema_of(v1)
+    with session_manager.open(f"sqlite:///{target}") as sm:
+        assert sm.call("session::messages-tail", {"session_id": sid, "limit": 10}) == before
+        assert sm.get(sid).meta.message_count == 31
+    with sqlite3.connect(target) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS) == 2
+        plan = conn.execute("EXPLAIN QUERY PLAN SELECT body FROM entries WHERE session_id = ? AND depth"
+                            " BETWEEN ? AND ? ORDER BY depth DESC", (sid, 0, 9)).fetchall()
+        assert any("entries_depth" in str(row) for row in plan)
+        assert conn.execute("SELECT count(*) FROM entries").fetchone()[0] == 31

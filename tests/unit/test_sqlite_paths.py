@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
+from typing import Any
 
+import session_manager
 from session_manager.store import Commit
 from session_manager.store.memory import MemoryStore
 from session_manager.store.sqlite import SqliteSettings, SqliteStore
@@ -45,3 +47,68 @@ def test_long_branching_paths_read_in_any_order_match_the_memory_store(tmp_path:
             assert [e["id"] for e in got] == want
     finally:
         lite.close()
+
+
+def _tails(sm: session_manager.SessionManager, sid: str) -> list[list[str]]:
+    """Every page of the active path, newest first, as message texts (a fork's copies get new
+    ids), paging with before_entry_id."""
+    pages: list[list[str]] = []
+    req: dict[str, Any] = {"session_id": sid, "limit": 7}
+    while True:
+        page = sm.call("session::messages-tail", req)
+        pages.append([m["message"]["content"][0]["text"] for m in page["messages"]])
+        if not page["has_more"]:
+            return pages
+        req["before_entry_id"] = page["oldest_entry_id"]
+
+
+def _walks(store: SqliteStore) -> list[str]:
+    """Window reads that took the jump-pointer walk (the recursive query) instead of the range scan."""
+    seen: list[str] = []
+    store._conn().set_trace_callback(lambda sql: seen.append(sql) if "WITH RECURSIVE" in sql else None)
+    return seen
+
+
+def test_tail_after_set_active_leaf_and_fork_matches_the_memory_store(tmp_path: Path) -> None:
+    # Prevents: the depth-range window (entries_depth) returning a sibling branch's entry at a
+    # depth, after set-active-leaf moves the leaf to an older branch or in a fork's new session;
+    # a bushy stretch (many siblings per depth) read row by row instead of by the walk; and an
+    # append under a moved leaf linked from a stale depth (the append's read brings the links).
+    lite = session_manager.open(f"sqlite:///{tmp_path / 't.db'}")
+    plain = session_manager.open(store=MemoryStore())
+    try:
+        for sm in (lite, plain):
+            sid = "s"
+            sm.ensure(sid)
+            for i in range(40):
+                sm.append(sid, message=_user(f"t{i}"), entry_id=f"t{i}")
+            # Twelve alternative replies to t29, each three entries deep: depths 30..32 hold 13 entries each.
+            for b in range(12):
+                parent = "t29"
+                for k in range(3):
+                    parent = sm.append(sid, message=_user(f"b{b}-{k}"), parent_id=parent,
+                                       entry_id=f"b{b}-{k}").entry_id
+        walks = _walks(lite.service.store)  # type: ignore[arg-type]
+        for n, leaf in enumerate(("t39", "b5-2", "b11-1", "t30", "t39")):
+            for sm in (lite, plain):
+                sm.set_active_leaf("s", entry_id=leaf)
+            assert _tails(lite, "s") == _tails(plain, "s"), leaf
+            # An append under the moved leaf: its links come with the append's read of the leaf.
+            for sm in (lite, plain):
+                sm.append("s", message=_user(f"after {leaf}"), entry_id=f"a{n}")
+            assert _tails(lite, "s") == _tails(plain, "s"), f"a{n}"
+        assert walks, "the bushy stretch (13 entries per depth) was read by the jump-pointer walk"
+        forks = [sm.fork("s", entry_id="b3-1").session_id for sm in (lite, plain)]
+        for sm, fork in zip((lite, plain), forks, strict=True):
+            sm.append(fork, message=_user("after the fork"), entry_id="f0")
+        walks.clear()
+        assert _tails(lite, forks[0]) == _tails(plain, forks[1])
+        assert not walks, "a fork's linear path is read by range scans, no walk"
+        assert _tails(lite, forks[0])[0] == ["t26", "t27", "t28", "t29", "b3-0", "b3-1", "after the fork"]
+    finally:
+        lite.close()
+        plain.close()
+
+
+def _user(text: str) -> dict[str, Any]:
+    return {"role": "user", "content": [{"type": "text", "text": text}], "timestamp": 1}

@@ -119,12 +119,18 @@ class PgPath(EntryPath):
         else:
             lo, hi = i, min(self._top, i + PATH_WINDOW - 1, (above - 1) if above is not None else self._top)
         # Walk from the nearest entry already read above the window (else the leaf).
-        start = cached[above][0] if above is not None else self._leaf_id
+        start, start_depth = (cached[above][0], above) if above is not None else (self._leaf_id, self._top)
         try:
-            rows = self._store._rows(_WINDOW_SQL, {"s": key(self._session), "start": key(start), "a": lo, "b": hi})
+            rows = self._window(start, start_depth, lo, hi)
         except StoreError as e:
             raise self._store.storage_error(e) from None
-        for entry_id, depth, body in rows:
-            eid = unkey(entry_id)
-            cached[depth] = (eid, loads(body.encode("utf-8")))
+        for eid, depth, entry in rows:
+            cached[depth] = (eid, entry)
             self._depth_of[eid] = depth
+
+    def _window(self, start: str, start_depth: int, lo: int, hi: int) -> list[tuple[str, int, Entry]]:
+        """The path's entries at depths ``lo..hi`` (id, depth, entry), walking down from
+        ``start`` (an entry of the path at ``start_depth`` > ``hi``, or the leaf at ``hi``)."""
+        del start_depth  # the jump pointers find the window's top from any distance
+        rows = self._store._rows(_WINDOW_SQL, {"s": key(self._session), "start": key(start), "a": lo, "b": hi})
+        return [(unkey(entry_id), depth, loads(body.encode("utf-8"))) for entry_id, depth, body in rows]

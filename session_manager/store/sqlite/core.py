@@ -24,6 +24,7 @@ from typing import Any
 from ...errors import STORAGE, SessionError, StoreError, Unavailable
 from ..base import SessionStore
 from . import schema
+from .path import Decoded
 from .settings import Durability, SqliteSettings
 
 # Result codes (the primary code, low byte of the extended one) that say why.
@@ -56,6 +57,9 @@ class _Local(threading.local):
     in_tx: bool = False
     deferring: bool = False
     erased: bool = False  # this transaction deleted a session: checkpoint the WAL after its commit
+    leaf_depth: tuple[str, str, int | None] | None = None  # get_leaf's last answer, for path()
+    # (session key, entry key -> depth, jump_id, jump_depth) read in this transaction, for its commit
+    links: tuple[str, dict[str, tuple[int, str, int]]] | None = None
 
 
 class SqliteCore(SessionStore):
@@ -75,6 +79,7 @@ class SqliteCore(SessionStore):
         # A delete's old pages still sit in the WAL: set until a TRUNCATE checkpoint got through
         # (a reader on an older snapshot holds it off; the follower's next checkpoint retries).
         self.erase_pending = False
+        self.decoded = Decoded()
         if os.path.isdir(self.file):
             raise StoreError(f"sqlite: {self.file} is a directory, not a database file")
         parent = os.path.dirname(os.path.abspath(self.file))
@@ -188,6 +193,7 @@ class SqliteCore(SessionStore):
     def _end(self, conn: sqlite3.Connection, *, commit: bool) -> None:
         self._local.in_tx = False
         erased, self._local.erased = self._local.erased, False
+        self._local.links = None
         try:
             conn.execute("COMMIT" if commit else "ROLLBACK")
         except sqlite3.Error as e:

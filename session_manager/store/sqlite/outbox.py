@@ -48,6 +48,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("session_manager.store.sqlite.outbox")
 
+# The last committed sequence, and whether another live store follows the file.
+_POSITION_SQL = ("SELECT (SELECT seq FROM sqlite_sequence WHERE name = 'outbox'),"
+                 " EXISTS (SELECT 1 FROM readers WHERE instance != ? AND seen_ms >= ?)")
 BEAT_S = 1.0  # how often a follower renews its reader row and prunes
 # Handed on even when unobserved: they keep the record of known sessions a resync compares with.
 TRACKED = frozenset({ON_CREATED, ON_DELETED, ON_META_UPDATED})
@@ -90,14 +93,20 @@ class Outbox:
 
     # -- the writing side (inside the mutation's transaction) -----------------
 
-    def record(self, conn: sqlite3.Connection, events: list[Event]) -> None:
-        """Insert the events' rows, superseding older updates of the same entry."""
-        if not events:
-            return
+    def record(self, conn: sqlite3.Connection, events: list[Event]) -> int | None:
+        """Inside a mutation (holding the write lock): insert the events' rows, superseding
+        older updates of the same entry, when another store follows the file. Returns the
+        sequence every commit before this one reached, or ``None`` when this store follows
+        nobody (both read by one statement)."""
+        following = self._thread is not None
+        if not events and not following:
+            return None
         now = _now_ms()
         instance = self._store.instance
-        if not self._others_follow(conn, now):
-            return  # nobody else follows this file
+        last, others = conn.execute(_POSITION_SQL, (instance, now - self._retention_ms)).fetchone()
+        before = (int(last) if last is not None else 0) if following else None
+        if not events or not others:
+            return before  # nobody else follows this file
         for event in events:
             entry_key = None
             if event.function_id == ON_MESSAGE_UPDATED:
@@ -107,18 +116,7 @@ class Outbox:
             conn.execute("INSERT INTO outbox (instance, function_id, entry_key, payload, created_ms)"
                          " VALUES (?, ?, ?, ?, ?)",
                          (instance, event.function_id, entry_key, encode_json(event.payload).decode("utf-8"), now))
-
-    def last_committed(self, conn: sqlite3.Connection) -> int | None:
-        """Inside a mutation (holding the write lock): the sequence every commit before
-        this one reached, or ``None`` when this store follows nobody."""
-        if self._thread is None:
-            return None
-        row = conn.execute("SELECT seq FROM sqlite_sequence WHERE name = 'outbox'").fetchone()
-        return int(row[0]) if row else 0
-
-    def _others_follow(self, conn: sqlite3.Connection, now: int) -> bool:
-        return conn.execute("SELECT 1 FROM readers WHERE instance != ? AND seen_ms >= ? LIMIT 1",
-                            (self._store.instance, now - self._retention_ms)).fetchone() is not None
+        return before
 
     def committed(self, conn: sqlite3.Connection, events: list[Event], before: int | None) -> None:
         """This store's own events, once committed: the rows other processes committed

@@ -15,6 +15,10 @@ from ..postgres.keys import key, unkey
 from .core import SqliteCore, sortable
 
 LIST_BATCH = 200
+_META_LEAF_LINKS = ("SELECT s.meta, s.leaf, p.depth, p.jump_id, p.jump_depth, j.depth, j.jump_id, j.jump_depth"
+                    " FROM sessions s LEFT JOIN entries p ON p.session_id = s.session_id AND p.entry_id = s.leaf"
+                    " LEFT JOIN entries j ON j.session_id = s.session_id AND j.entry_id = p.jump_id"
+                    " WHERE s.session_id = ?")
 
 
 def _load(text: str) -> Any:
@@ -34,6 +38,24 @@ class Reads(SqliteCore):
         if not rows:
             return None, None
         meta, leaf = rows[0]
+        return (_load(meta) if meta is not None else None), (unkey(leaf) if leaf is not None else None)
+
+    def meta_and_leaf_to_commit(self, session_id: str) -> tuple[Meta | None, str | None]:
+        if not self._local.in_tx:
+            return self.meta_and_leaf(session_id)
+        # An append's read: with the links of the leaf (its default parent) and of the
+        # leaf's jump target, which the commit needs next (writes.link), in this transaction.
+        sid = key(session_id)
+        rows = self._rows(_META_LEAF_LINKS, (sid,))
+        if not rows:
+            return None, None
+        meta, leaf, *links = rows[0]
+        known: dict[str, tuple[int, str, int]] = {}
+        if links[0] is not None:
+            known[leaf] = (links[0], links[1], links[2])
+            if links[3] is not None:
+                known[links[1]] = (links[3], links[4], links[5])
+        self._local.links = (sid, known)
         return (_load(meta) if meta is not None else None), (unkey(leaf) if leaf is not None else None)
 
     def ordered_metas(
@@ -64,19 +86,32 @@ class Reads(SqliteCore):
         return _load(rows[0][0]) if rows else None
 
     def get_leaf(self, session_id: str) -> str | None:
-        rows = self._rows("SELECT leaf FROM sessions WHERE session_id = ?", (key(session_id),))
-        return unkey(rows[0][0]) if rows and rows[0][0] is not None else None
+        # With the leaf's depth: path() of this leaf, called next (a transcript read), needs it.
+        rows = self._rows("SELECT s.leaf, e.depth FROM sessions s LEFT JOIN entries e"
+                          " ON e.session_id = s.session_id AND e.entry_id = s.leaf WHERE s.session_id = ?",
+                          (key(session_id),))
+        if not rows or rows[0][0] is None:
+            return None
+        leaf = unkey(rows[0][0])
+        self._local.leaf_depth = (session_id, leaf, rows[0][1])
+        return leaf
 
     def path(self, session_id: str, leaf: str | None) -> EntryPath:
         if leaf is None:
             return EntryPath([], {})
-        rows = self._rows("SELECT depth FROM entries WHERE session_id = ? AND entry_id = ?",
-                          (key(session_id), key(leaf)))
-        if not rows:
+        # An entry's depth never changes once written; a write on this thread drops the note.
+        noted, self._local.leaf_depth = self._local.leaf_depth, None
+        if noted is not None and noted[:2] == (session_id, leaf):
+            depth = noted[2]
+        else:
+            rows = self._rows("SELECT depth FROM entries WHERE session_id = ? AND entry_id = ?",
+                              (key(session_id), key(leaf)))
+            depth = rows[0][0] if rows else None
+        if depth is None:
             return EntryPath([], {})
-        from ..postgres.path import PgPath  # needs only _rows and storage_error, both served here
+        from .path import SqlitePath
 
-        return PgPath(self, session_id, leaf, rows[0][0])  # type: ignore[arg-type]
+        return SqlitePath(self, session_id, leaf, depth)  # type: ignore[arg-type]
 
     def entries(self, session_id: str) -> list[Entry]:
         return [_load(r[0]) for r in

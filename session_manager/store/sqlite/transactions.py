@@ -66,8 +66,7 @@ class Transactions(SqliteCore):
         conn = self._conn()
         # Past the service's error mapping: failures here are the caller's session/storage.
         try:
-            before = self.outbox.last_committed(conn)
-            self.outbox.record(conn, events)
+            before = self.outbox.record(conn, events)
         except sqlite3.Error as e:
             self._end(conn, commit=False)
             raise self.storage_error(e) from None

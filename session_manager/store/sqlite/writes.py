@@ -5,6 +5,7 @@ what is stored then."""
 
 from __future__ import annotations
 
+import functools
 import sqlite3
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -55,6 +56,16 @@ def link(conn: sqlite3.Connection, sid: str, entry: Entry, known: dict[str, tupl
     return row
 
 
+@functools.lru_cache(maxsize=32)
+def _upsert(columns: tuple[str, ...]) -> str:
+    """The session row's upsert setting ``columns`` (a handful of shapes: built once each)."""
+    names = ", ".join(columns)
+    update = ", ".join(f"{c} = excluded.{c}" for c in columns)
+    return (f"INSERT INTO sessions (session_id{', ' * bool(columns)}{names}) VALUES "
+            f"({', '.join('?' * (len(columns) + 1))}) ON CONFLICT (session_id) "
+            + (f"DO UPDATE SET {update}" if columns else "DO NOTHING"))
+
+
 class Writes(Transactions):
     def commit(self, session_id: str, commit: Commit) -> Commit:
         if self._local.in_tx:
@@ -75,8 +86,11 @@ class Writes(Transactions):
         meta = commit.meta
         meta_text = json_text(meta) if meta is not None else None
         conn, sid = self._conn(), key(session_id)
+        local = self._local
+        local.leaf_depth = None
+        noted, local.links = local.links, None
         try:
-            known: dict[str, tuple[int, str, int]] = {}
+            known = noted[1] if noted is not None and noted[0] == sid else {}
             for entry, text in bodies:
                 eid = key(entry["id"])
                 # A new revision keeps its place and links: only the body changes (an
@@ -95,12 +109,7 @@ class Writes(Transactions):
                     columns.update(status=meta.get("status"), created_at=sortable(meta.get("created_at")))
             if commit.leaf is not None:
                 columns["leaf"] = key(commit.leaf)
-            names = ", ".join(columns)
-            update = ", ".join(f"{c} = excluded.{c}" for c in columns)
-            conn.execute(f"INSERT INTO sessions (session_id{', ' * bool(columns)}{names}) VALUES "
-                         f"({', '.join('?' * (len(columns) + 1))}) ON CONFLICT (session_id) "
-                         + (f"DO UPDATE SET {update}" if columns else "DO NOTHING"),
-                         (sid, *columns.values()))
+            conn.execute(_upsert(tuple(columns)), (sid, *columns.values()))
         except sqlite3.Error as e:
             raise self._fail(e) from None
 
@@ -109,6 +118,7 @@ class Writes(Transactions):
         # Erasure: the session's earlier events (message text) leave the outbox with it;
         # secure_delete zeroes the freed cells, and the commit checkpoints the WAL (core.py).
         prefix = events_prefix(session_id)
+        self._local.leaf_depth = self._local.links = None  # its entries' links go with it
 
         def run(conn: sqlite3.Connection) -> None:
             for table in ("entries", "attachments", "sessions"):
