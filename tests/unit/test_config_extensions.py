@@ -1,8 +1,9 @@
 """The configuration keys this worker adds to the Rust reference's: derived
 from the model, each optional with its default, hot-reloaded, refused when
-bad (the running value kept), and named exactly in the README's table and
-its switch-back note (the Rust worker denies unknown fields, so an operator
-switching back must know precisely what to remove)."""
+bad (the running value kept), and named exactly in the configuration page's
+table (docs/configuration.md, the one table of every key) and its switch-back
+note (the Rust worker denies unknown fields, so an operator switching back
+must know precisely what to remove)."""
 
 from __future__ import annotations
 
@@ -39,7 +40,8 @@ from session_manager.ids import SequentialIds
 from session_manager.store.fs import FsStore
 from session_manager.testing import FakeEngine
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+# Every configuration key is listed once, on this page (the README links to it).
+CONFIG_DOC = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
 NO_WAIT = Retry(attempts=3, delays=(0.0,), sleep=lambda s: None)
 
 # The reference's own configuration (iii-hq/workers session-manager/src/config.rs and the spec of
@@ -55,7 +57,7 @@ def keys(model: type[BaseModel]) -> set[str]:
 
 def readme_section(heading: str) -> str:
     """A README section, from the heading line that starts with ``heading`` to the next heading."""
-    text = README.read_text(encoding="utf-8")
+    text = CONFIG_DOC.read_text(encoding="utf-8")
     start = text.index(f"\n{heading}")
     end = re.compile(r"\n#{2,3} ").search(text, start + len(heading) + 1)
     return text[start:end.start() if end else len(text)]
@@ -78,7 +80,7 @@ def table_rows(section: str) -> dict[str, list[str]]:
 
 def switch_back_keys() -> set[str]:
     """The keys the Configuration section's switch-back note tells an operator to remove."""
-    section = readme_section("### Configuration")
+    section = readme_section("## Top-level keys")
     note = section[section.index("**Switching back to the Rust worker:**"):]
     listed = note[note.index("so remove"):note.index("from the\nstored value")]
     return set(re.findall(r"`([a-z_]+)`", listed))
@@ -97,7 +99,7 @@ def test_the_extra_keys_are_the_models_and_the_readme_names_exactly_them() -> No
     assert keys(WorkerConfig) >= REFERENCE_TOP  # every reference key still accepted
     assert extra == set(EXTENSION_KEYS) == {"max_request_bytes", "max_batch_entries", "durability", "cache_bytes",
                                          "retention"}
-    rows = table_rows(readme_section("### Configuration"))
+    rows = table_rows(readme_section("## Top-level keys"))
     assert set(rows) - REFERENCE_TOP == extra
     assert set(rows) >= REFERENCE_TOP
     assert switch_back_keys() == extra
@@ -106,17 +108,17 @@ def test_the_extra_keys_are_the_models_and_the_readme_names_exactly_them() -> No
     assert {k for k, p in props.items() if p["description"].endswith(NOT_IN_RUST)} == extra
     # "none of the four": the count in the note follows the list.
     words = {2: "two", 3: "three", 4: "four", 5: "five", 6: "six"}
-    assert f"names none of the {words[len(extra)]}" in readme_section("### Configuration")
+    assert f"names none of the {words[len(extra)]}" in readme_section("## Top-level keys")
     # Inside the adapters: the reference's two adapters take only their own keys; ours is the
     # postgres adapter, whose keys its own table lists and whose note says to leave it.
     assert keys(FsConfig) == REFERENCE_ADAPTERS["fs"] and keys(BridgeConfig) == REFERENCE_ADAPTERS["bridge"]
     adapters = {a.model_fields["name"].annotation.__args__[0]  # type: ignore[union-attr]
                 for a in WorkerConfig.model_fields["adapter"].annotation.__args__}  # type: ignore[union-attr]
     assert adapters - set(REFERENCE_ADAPTERS) == {"postgres", "sqlite"}
-    pg = readme_section("## PostgreSQL adapter")
+    pg = readme_section("## Keys of the postgres adapter")
     assert set(table_rows(pg)) == keys(PostgresConfig)
     assert "**Switch-back note:** the Rust worker refuses a stored configuration\nnaming adapter `postgres`" in pg
-    lite = readme_section("## SQLite adapter")
+    lite = readme_section("## Keys of the sqlite adapter")
     assert set(table_rows(lite)) == keys(SqliteConfig)
     assert "**Switch-back note:** the Rust worker refuses a stored configuration naming adapter `sqlite`" in lite
 
@@ -129,13 +131,14 @@ def readme_default(cell: str) -> Any:
 def test_readme_defaults_are_the_models() -> None:
     # Prevents: the README promising a default the worker does not run on (an operator who leaves
     # a key out gets a different cap, cache or durability than documented).
-    rows = table_rows(readme_section("### Configuration"))
+    rows = table_rows(readme_section("## Top-level keys"))
     model = WorkerConfig()
     for key, (cell, _, reload) in rows.items():
         want = model.adapter_value() if key == "adapter" else getattr(model, key)
         assert readme_default(cell) == want, key
         assert reload.startswith("yes"), key  # every key hot-reloads
-    for heading, model_type in (("## PostgreSQL adapter", PostgresConfig), ("## SQLite adapter", SqliteConfig)):
+    for heading, model_type in (("## Keys of the postgres adapter", PostgresConfig),
+                                ("## Keys of the sqlite adapter", SqliteConfig)):
         fields = {f.alias or name: f for name, f in model_type.model_fields.items()}
         for key, (cell, _, reload) in table_rows(readme_section(heading)).items():
             assert reload.startswith("yes"), key
@@ -318,7 +321,7 @@ def test_each_extra_key_hot_reloads_and_a_bad_value_keeps_the_running_one(
 
 
 def readme_seed_example() -> str:
-    text = README.read_text(encoding="utf-8")
+    text = CONFIG_DOC.read_text(encoding="utf-8")
     start = text.index("```yaml\n# seed.yaml")
     return text[start + len("```yaml\n"):text.index("```", start + 3)]
 

@@ -1,0 +1,156 @@
+"""Every code block of README.md and docs/*.md runs (issue 27: "nothing in them that CI does not run").
+
+A block's kind is its fence language plus an optional marker on the line just before it:
+
+- ``python``: run as a script in an empty temp dir (its own interpreter);
+  ``<!-- test: postgres -->`` runs it where PostgreSQL answers (tests/pg_support.py's rule),
+  ``<!-- test: engine -->`` against the iii engine at ``III_ENGINE_WS_URL`` with a session-manager
+  registered on it (skips without one, saying why);
+- ``bash`` with ``<!-- test: shell -->``: run by bash in an empty temp dir, the venv's scripts first
+  on ``PATH``;
+- ``yaml`` with ``<!-- test: config -->``: a worker configuration value, parsed by the worker's own
+  model; any other ``yaml`` block must at least load;
+- ``<!-- test: skip: REASON -->``: not run, and the reason is required (a block that installs a
+  package or starts a server);
+- ``text`` (or no language): output and diagrams, not code.
+
+A ``bash``/``python`` block with no marker, or a marker this file does not know, fails the collection
+test below, so a new block cannot slip in untested.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+FENCE = re.compile(r"(?:<!-- test: (?P<mark>[^>]*?) -->\n)?```(?P<lang>[a-z]*)\n(?P<body>.*?)^```\s*$", re.S | re.M)
+NOT_CODE = {"", "text"}
+TIMEOUT_S = 120
+
+
+@dataclass(frozen=True)
+class Block:
+    page: str
+    line: int
+    lang: str
+    mark: str
+    body: str
+
+    @property
+    def id(self) -> str:
+        return f"{self.page}:{self.line}"
+
+
+def blocks() -> list[Block]:
+    found = []
+    for page in PAGES:
+        text = page.read_text(encoding="utf-8")
+        for m in FENCE.finditer(text):
+            line = text.count("\n", 0, m.start("lang")) + 1
+            found.append(Block(page.relative_to(ROOT).as_posix(), line, m.group("lang"),
+                               (m.group("mark") or "").strip(), m.group("body")))
+    return found
+
+
+ALL = blocks()
+
+
+def kind(block: Block) -> str:
+    """What the test does with a block: run, shell, config, yaml, skip, postgres, engine, text."""
+    if block.mark.startswith("skip:"):
+        return "skip"
+    if block.lang in NOT_CODE:
+        return "text"
+    if block.lang == "python":
+        return {"": "run", "postgres": "postgres", "engine": "engine"}.get(block.mark, "unknown")
+    if block.lang == "bash":
+        return "shell" if block.mark == "shell" else "unknown"
+    if block.lang == "yaml":
+        return {"": "yaml", "config": "config"}.get(block.mark, "unknown")
+    return "unknown"
+
+
+def test_every_block_is_classified() -> None:
+    # Prevents: a code block added to the docs that no test runs (an unmarked shell block, a typo'd
+    # marker, a skip without its reason, a language this file does not know).
+    bad = [f"{b.id} ({b.lang or 'no language'}, marker {b.mark!r})" for b in ALL if kind(b) == "unknown"]
+    assert not bad, "blocks no test runs: " + ", ".join(bad)
+    assert all(len(b.mark) > len("skip: ") + 10 for b in ALL if kind(b) == "skip")
+    # The README's quickstart is among the blocks run.
+    assert any(b.page == "README.md" and kind(b) == "run" for b in ALL)
+
+
+def _env(tmp: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    env["HOME"] = env.get("HOME", str(tmp))
+    return env
+
+
+def _run(argv: list[str], block: Block, tmp: Path) -> None:
+    done = subprocess.run(argv, cwd=tmp, env=_env(tmp), capture_output=True, text=True, timeout=TIMEOUT_S)
+    assert done.returncode == 0, f"{block.id} failed ({done.returncode}):\n{done.stdout}\n{done.stderr}"
+
+
+def _params(*kinds: str) -> list[object]:
+    marks = {"engine": [pytest.mark.engine], "postgres": [pytest.mark.postgres]}
+    return [pytest.param(b, id=b.id, marks=marks.get(kind(b), [])) for b in ALL if kind(b) in kinds]
+
+
+@pytest.mark.parametrize("block", _params("run", "shell"))
+def test_block_runs(block: Block, tmp_path: Path) -> None:
+    # Prevents: a documented snippet or command that raises, or exits non-zero, as written.
+    script = tmp_path / ("block.py" if block.lang == "python" else "block.sh")
+    script.write_text(block.body, encoding="utf-8")
+    _run([sys.executable, str(script)] if block.lang == "python" else ["bash", str(script)], block, tmp_path)
+
+
+@pytest.mark.parametrize("block", _params("config", "yaml"))
+def test_yaml_block_reads(block: Block) -> None:
+    # Prevents: a configuration example the worker would refuse (a renamed key, a bad value).
+    from session_manager._worker.config_value import parse_config
+
+    value = yaml.safe_load(block.body)
+    if kind(block) == "config":
+        parse_config(value)
+
+
+@pytest.mark.parametrize("block", _params("postgres"))
+def test_postgres_block_runs(block: Block, tmp_path: Path) -> None:
+    # Prevents: the postgres page's snippet going stale; its schema is dropped before and after.
+    from tests import pg_support
+
+    pg_support.require()
+    schemas = set(re.findall(r'schema="([a-z_]+)"', block.body))
+    for name in schemas:
+        pg_support.drop_schema(name)
+    try:
+        test_block_runs(block, tmp_path)
+    finally:
+        for name in schemas:
+            pg_support.drop_schema(name)
+
+
+@pytest.mark.parametrize("block", _params("engine"))
+def test_engine_block_runs(block: Block, tmp_path: Path) -> None:
+    # Prevents: the worker page's iii-sdk client (calls, an observer and what it receives) going stale.
+    from tests.steps.engine_steps import Bus, engine_url
+
+    bus = Bus(engine_url(), tmp_path)
+    try:
+        bus.connect()  # skips, saying why, without an engine or beside another session-manager
+        bus.register_surface()
+        os.environ.setdefault("III_ENGINE_WS_URL", engine_url())
+        test_block_runs(block, tmp_path)
+    finally:
+        bus.close()
