@@ -5,7 +5,7 @@ from __future__ import annotations
 from .._wire import api, cursors
 from .._wire.models import MessageEntry
 from .._wire.shape import build, edit
-from ..errors import INVALID_CURSOR, SessionError, invalid_request
+from ..errors import INVALID_CURSOR, SessionError, invalid_request, not_found
 from ..store.base import Entry
 from ..store.path import EntryPath
 from .core import Result, ServiceCore
@@ -17,12 +17,15 @@ class Reads(ServiceCore):
     def messages(self, req: api.MessagesRequest) -> Result:
         session_id = req.session_id
         with storage_errors():
-            self._meta_or_raise(session_id)
             if req.from_entry_id is not None:
+                self._meta_or_raise(session_id)
                 self._entry_or_raise(session_id, req.from_entry_id)
                 leaf: str | None = req.from_entry_id
             else:
-                leaf = self.store.get_leaf(session_id)
+                # One call for both: a store may answer them, and the path's first window, in one read.
+                meta, leaf = self.store.meta_and_leaf_from_root(session_id)
+                if meta is None:
+                    raise not_found(session_id)
             path = self._path(session_id, leaf)
             if not len(path):
                 self._still_there(session_id)

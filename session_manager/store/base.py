@@ -185,6 +185,11 @@ class SessionStore(ABC):
         may answer them from one lookup)."""
         return self.get_meta(session_id), self.get_leaf(session_id)
 
+    def meta_and_leaf_from_root(self, session_id: str) -> tuple[Meta | None, str | None]:
+        """:meth:`meta_and_leaf` for a read that pages the active path from its root
+        (``messages``): a store may answer it with the path's first window in one read."""
+        return self.meta_and_leaf(session_id)
+
     def meta_and_entry(self, session_id: str, entry_id: str) -> tuple[Meta | None, Entry | None]:
         """``(get_meta, get_entry)`` in one call (every streamed update reads both)."""
         return self.get_meta(session_id), self.get_entry(session_id, entry_id)

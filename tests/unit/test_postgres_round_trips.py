@@ -40,7 +40,7 @@ def trips(relay: Relay, sm: session_manager.SessionManager, function_id: str, pa
 
 def test_warm_uncontended_calls_take_one_round_trip_each(sm: session_manager.SessionManager, relay: Relay) -> None:
     # Prevents: an append going back to several round trips (lock, meta, leaf, link, write, outbox, commit),
-    # or a messages-tail to four (meta, leaf, depth, window).
+    # or a messages-tail or messages page to four (meta, leaf, depth, window).
     sid = sm.call("session::create", {"title": "t"})["session_id"]
     for i in range(60):  # warm: the session known, the connection open, its statements prepared
         sm.call("session::append", {"session_id": sid, "message": text(str(i))})
@@ -54,6 +54,7 @@ def test_warm_uncontended_calls_take_one_round_trip_each(sm: session_manager.Ses
         "update-message": trips(relay, sm, "session::update-message",
                                 {"session_id": sid, "entry_id": "e1", "content": [{"type": "text", "text": "B"}]}),
         "messages-tail": trips(relay, sm, "session::messages-tail", {"session_id": sid, "limit": 50}),
+        "messages": trips(relay, sm, "session::messages", {"session_id": sid, "limit": 50}),
         "get": trips(relay, sm, "session::get", {"session_id": sid}),
         "get-message": trips(relay, sm, "session::get-message", {"session_id": sid, "entry_id": "e1"}),
         "list": trips(relay, sm, "session::list", {}),
@@ -63,6 +64,9 @@ def test_warm_uncontended_calls_take_one_round_trip_each(sm: session_manager.Ses
     tail = sm.call("session::messages-tail", {"session_id": sid, "limit": 3})["messages"]
     assert [m["message"]["content"][0]["text"] for m in tail] == ["B", "c", "d"] and tail[0]["entry_id"] == "e1"
     assert sm.call("session::get", {"session_id": sid})["meta"]["message_count"] == 64
+    page = sm.call("session::messages", {"session_id": sid, "limit": 50})
+    assert [m["message"]["content"][0]["text"] for m in page["messages"]] == [str(i) for i in range(50)]
+    assert page["next_cursor"] is not None
 
 
 def test_two_instances_appending_in_turn_form_one_chain(schema: str) -> None:
@@ -121,3 +125,37 @@ def test_an_append_retried_on_another_instance_is_a_replay(schema: str) -> None:
     finally:
         a.close()
         b.close()
+
+
+def test_messages_from_the_root_reads_the_active_branch_page_by_page(sm: session_manager.SessionManager) -> None:
+    # Prevents: the first window read with the meta (jump pointers from the leaf down to depth 63)
+    # serving another branch's entries, a wrong path length, or a page that skips or repeats an
+    # entry where the later windows (fetched by cursor) join it.
+    sid = sm.call("session::create", {"title": "t"})["session_id"]
+    ids = [sm.call("session::append", {"session_id": sid, "message": text(str(i))})["entry_id"] for i in range(150)]
+    # A branch off entry 99: the active leaf moves to it; the old entries 100..149 are off the path.
+    branch = [sm.call("session::append", {"session_id": sid, "parent_id": ids[99], "message": text("b0")})["entry_id"]]
+    branch += [sm.call("session::append", {"session_id": sid, "message": text(f"b{i}")})["entry_id"] for i in (1, 2)]
+    seen: list[str] = []
+    cursor = None
+    while True:
+        payload: dict[str, Any] = {"session_id": sid, "limit": 40}
+        if cursor is not None:
+            payload["cursor"] = cursor
+        page = sm.call("session::messages", payload)
+        seen += [m["entry_id"] for m in page["messages"]]
+        cursor = page.get("next_cursor")
+        if cursor is None:
+            break
+    assert seen == ids[:100] + branch
+    assert sm.call("session::get", {"session_id": sid})["meta"]["message_count"] == 153
+
+
+def test_messages_of_an_unknown_or_empty_session(sm: session_manager.SessionManager) -> None:
+    # Prevents: the one-read messages answering an unknown session with an empty page
+    # instead of not_found, or an empty session with an error.
+    with pytest.raises(session_manager.SessionError) as e:
+        sm.call("session::messages", {"session_id": "nope"})
+    assert e.value.code == "session/not_found"
+    sid = sm.call("session::create", {"title": "t"})["session_id"]
+    assert sm.call("session::messages", {"session_id": sid})["messages"] == []

@@ -43,7 +43,7 @@ class _Local(threading.local):
     deferring: bool = False
     deadline: float | None = None  # the call in progress must answer by then (time.monotonic())
     armed: Armed | None = None  # this thread's connection in use, armed with that deadline
-    window: Any = None  # a path's last window read with its session's meta, for this call's path() (reads.py)
+    window: Any = None  # a path window (last or first) read with its session's meta, for this call's path() (reads.py)
 
 
 class _Pool(ConnectionPool[psycopg.Connection[Any]]):

@@ -38,6 +38,29 @@ UNION ALL
 SELECT 1, body, entry_id, depth FROM w
 """
 
+# The session's meta and leaf (with its depth) and the first entries (depths 0
+# .. window - 1) of its active path: jump pointers from the leaf down to the
+# window's top, then parent links (what a messages page from the root reads,
+# in one round trip). Kind 0 is the session, 1 an entry.
+_META_AND_HEAD = """
+WITH RECURSIVE s AS (
+    SELECT meta, leaf FROM sessions WHERE session_id = %(s)s AND meta IS NOT NULL
+), w(entry_id, parent_id, depth, jump_id, jump_depth) AS (
+    SELECT e.entry_id, e.parent_id, e.depth, e.jump_id, e.jump_depth
+    FROM s JOIN entries e ON e.session_id = %(s)s AND e.entry_id = s.leaf
+  UNION ALL
+    SELECT e.entry_id, e.parent_id, e.depth, e.jump_id, e.jump_depth
+    FROM w JOIN entries e ON e.session_id = %(s)s
+     AND e.entry_id = CASE WHEN w.depth > %(b)s AND w.jump_depth >= %(b)s THEN w.jump_id ELSE w.parent_id END
+    WHERE w.depth > 0
+)
+SELECT 0, meta, leaf, (SELECT depth FROM w ORDER BY depth DESC LIMIT 1) FROM s
+UNION ALL
+SELECT 1, e.body, e.entry_id, e.depth
+FROM w JOIN entries e ON e.session_id = %(s)s AND e.entry_id = w.entry_id
+WHERE w.depth <= %(b)s
+"""
+
 
 class Reads(PgCore):
     def _seen(self, session_id: str) -> tuple[str | None, str | None] | None:
@@ -93,13 +116,31 @@ class Reads(PgCore):
         from .path import PATH_WINDOW
 
         rows = self._rows(_META_AND_TAIL, {"s": key(session_id), "window": PATH_WINDOW})
+        entries = [(unkey(eid), depth, body) for kind, body, eid, depth in rows if kind == 1]
+        return self._keep_window(session_id, rows, entries[0][1] if entries else None, entries)
+
+    def meta_and_leaf_from_root(self, session_id: str) -> tuple[Meta | None, str | None]:
+        """Both in one read, with the active path's first window kept for this call's
+        :meth:`path` of that leaf (a messages page from the root: one round trip)."""
+        from .path import PATH_WINDOW
+
+        rows = self._rows(_META_AND_HEAD, {"s": key(session_id), "b": PATH_WINDOW - 1})
+        entries = [(unkey(eid), depth, body) for kind, body, eid, depth in rows if kind == 1]
+        top = next((depth for kind, _, _, depth in rows if kind == 0), None)
+        return self._keep_window(session_id, rows, top, entries)
+
+    def _keep_window(
+        self, session_id: str, rows: list[tuple[Any, ...]], top: int | None, entries: list[tuple[str, int, str]]
+    ) -> tuple[Meta | None, str | None]:
+        """The meta and leaf of a window read's session row (kind 0); the window (the
+        leaf's depth and the entries read) kept for this call's :meth:`path` of that leaf."""
         head = [r for r in rows if r[0] == 0]
         if not head:
             return None, None
         _, meta, leaf, _ = head[0]
-        entries = [(unkey(eid), depth, body) for kind, body, eid, depth in rows if kind == 1]
-        if leaf is not None and self._local.tx is None and self._local.deadline is not None:  # in a call
-            self._local.window = (session_id, unkey(leaf), entries)
+        in_call = self._local.tx is None and self._local.deadline is not None
+        if in_call and leaf is not None and top is not None and entries:
+            self._local.window = (session_id, unkey(leaf), top, entries)
         return loads(meta.encode("utf-8")), unkey(leaf) if leaf is not None else None
 
     def get_entry(self, session_id: str, entry_id: str) -> Entry | None:
@@ -119,11 +160,11 @@ class Reads(PgCore):
         if leaf is None:
             return EntryPath([], {})
         window, self._local.window = self._local.window, None
-        if window is not None and window[0] == session_id and window[1] == leaf and window[2]:
+        if window is not None and window[0] == session_id and window[1] == leaf:
             from .path import PgPath
 
-            read = PgPath(self, session_id, leaf, window[2][0][1])
-            read.seed(window[2])
+            read = PgPath(self, session_id, leaf, window[2])
+            read.seed(window[3])
             return read
         rows = self._rows(
             "SELECT depth FROM entries WHERE session_id = %s AND entry_id = %s", (key(session_id), key(leaf))
