@@ -11,10 +11,18 @@ file ``pure`` at the repository root: the word ``pure``, then a ``#`` note
 saying why the file exists, which :func:`wanted_tags` drops; ``engine``
 likewise. ``--tags=@pure`` is never expanded and works from any directory.
 Both spellings, ``@pure`` and ``pure``, are accepted.
+
+The suite runs on pytest-xdist workers (``-n auto`` in pyproject's addopts,
+one per core plus as many again, since most tests wait on fsync, threads,
+subprocesses or PostgreSQL rather than compute; ``-n0`` runs in one process).
+Tests marked ``engine`` share one engine, where only one session-manager
+surface may be registered at a time, so they form one ``xdist_group`` and run
+one after another on a single worker (``--dist loadgroup``).
 """
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -51,6 +59,22 @@ def _postgres_rerun(item: pytest.Item) -> bool | None:
     return not any(_FS_STEP.search(step.name) for step in steps)
 
 
+# The group that runs on one worker: every test that talks to the engine at III_ENGINE_WS_URL.
+ENGINE_GROUP = "engine"
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """``-n auto``: twice the cores (at least 2, at most 8), as the tests mostly wait;
+    ``PYTEST_XDIST_AUTO_NUM_WORKERS`` overrides it. A ``--collect-only`` run stays in one process."""
+    if config.getoption("collectonly"):
+        return 0
+    chosen = os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS")
+    if chosen and chosen.isdigit():
+        return int(chosen)
+    return max(2, min(8, 2 * (os.cpu_count() or 1)))
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--tags",
@@ -85,6 +109,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if (any(d in path.parents for d in _PURE_DIRS) and item.get_closest_marker("engine") is None
                 and item.get_closest_marker("postgres") is None):
             item.add_marker(pytest.mark.pure)
+        if item.get_closest_marker("engine") is not None:
+            item.add_marker(pytest.mark.xdist_group(ENGINE_GROUP))
     raw = config.getoption("--tags")
     if not raw:
         return

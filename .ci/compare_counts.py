@@ -18,11 +18,18 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 
+def ungrouped(name: str) -> str:
+    """``test_y[p]@engine`` -> ``test_y[p]``: pytest-xdist's ``--dist loadgroup`` suffixes the name of a
+    test in an ``xdist_group`` with the group (an ``@`` inside the parameters' brackets is theirs)."""
+    at = name.rfind("@")
+    return name[:at] if at > name.rfind("]") else name
+
+
 def passed(report: Path) -> set[str]:
     out = set()
     for case in ET.parse(report).iter("testcase"):
         if not any(child.tag in ("failure", "error", "skipped") for child in case):
-            out.add(f"{case.get('classname')}::{case.get('name')}")
+            out.add(f"{case.get('classname')}::{ungrouped(case.get('name') or '')}")
     return out
 
 

@@ -52,7 +52,9 @@ def test_a_budget_cuts_rounds_of_a_slow_workload_but_never_below_three() -> None
 
     slow = Workload("slow", "time", "x", [Contender("x", lambda: time.sleep(0.02) or 0.02)])
     assert len(measure(slow, rounds=7, budget=0.001).samples["x"]) == 3
-    assert len(measure(slow, rounds=7, budget=10.0).samples["x"]) == 7
+    # A budget no round can overrun, however loaded the machine (a round's gc.collect() in a full
+    # pytest worker once took over the 1.4 s that a 10 s budget left each of 7 rounds).
+    assert len(measure(slow, rounds=7, budget=1e6).samples["x"]) == 7
     assert len(measure(slow, rounds=2, budget=0.001).samples["x"]) == 2
 
 
