@@ -18,6 +18,13 @@ subprocesses or PostgreSQL rather than compute; ``-n0`` runs in one process).
 Tests marked ``engine`` share one engine, where only one session-manager
 surface may be registered at a time, so they form one ``xdist_group`` and run
 one after another on a single worker (``--dist loadgroup``).
+
+Tests marked ``slow`` (crash loops, soaks, the mypy run, the benchmark
+instrument, the suite collecting itself) are the slow lane: a run that names no
+paths and whose ``-m`` does not mention ``slow`` leaves them out (plain
+``pytest``, ``pytest -m pure``, ``pytest --tags @pure`` alike); ``pytest -m
+slow`` runs them, ``.ci/run`` runs them every time, and naming their files or
+ids runs them too.
 """
 
 from __future__ import annotations
@@ -61,6 +68,14 @@ def _postgres_rerun(item: pytest.Item) -> bool | None:
 
 # The group that runs on one worker: every test that talks to the engine at III_ENGINE_WS_URL.
 ENGINE_GROUP = "engine"
+SLOW = "slow"
+
+
+def leaves_out_slow(config: pytest.Config) -> bool:
+    """Is the slow lane left out of this run? (No paths named, and no ``-m`` mentioning it.)"""
+    if config.args_source is pytest.Config.ArgsSource.ARGS:
+        return False
+    return re.search(rf"\b{SLOW}\b", config.option.markexpr or "") is None
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -91,18 +106,19 @@ def wanted_tags(raw: str) -> set[str]:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    rerun_dropped: list[pytest.Item] = []
+    dropped: list[pytest.Item] = []
     kept: list[pytest.Item] = []
+    no_slow = leaves_out_slow(config)
     for item in items:
         rerun = _postgres_rerun(item)
-        if rerun is False:
-            rerun_dropped.append(item)
+        if rerun is False or (no_slow and item.get_closest_marker(SLOW) is not None):
+            dropped.append(item)
             continue
         if rerun:  # a @pure scenario over postgres: marked postgres, not pure
             item.own_markers[:] = [m for m in item.own_markers if m.name != "pure"]
         kept.append(item)
-    if rerun_dropped:
-        config.hook.pytest_deselected(items=rerun_dropped)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
         items[:] = kept
     for item in items:
         path = Path(str(item.fspath))
@@ -121,3 +137,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
+    if leaves_out_slow(config):
+        terminalreporter.write_line(f"the slow lane was left out: `pytest -m {SLOW}` runs it (.ci/run runs both)")

@@ -24,6 +24,9 @@ from session_manager.errors import SessionError  # noqa: E402
 from session_manager.store._sized import encode_sized  # noqa: E402
 from session_manager.store.base import Commit  # noqa: E402
 
+# The slow lane (`pytest -m slow`): the benchmark instrument runs real rounds, sleeps and gc.collect().
+pytestmark = pytest.mark.slow
+
 
 def test_rounds_rotate_the_first_contender_and_drop_the_warmup() -> None:
     # Prevents: one contender always running first (or the cold warm-up round) skewing its figures.
