@@ -11,10 +11,25 @@ file ``pure`` at the repository root: the word ``pure``, then a ``#`` note
 saying why the file exists, which :func:`wanted_tags` drops; ``engine``
 likewise. ``--tags=@pure`` is never expanded and works from any directory.
 Both spellings, ``@pure`` and ``pure``, are accepted.
+
+The suite runs on pytest-xdist workers (``-n auto`` in pyproject's addopts,
+one per core plus as many again, since most tests wait on fsync, threads,
+subprocesses or PostgreSQL rather than compute; ``-n0`` runs in one process).
+Tests marked ``engine`` share one engine, where only one session-manager
+surface may be registered at a time, so they form one ``xdist_group`` and run
+one after another on a single worker (``--dist loadgroup``).
+
+Tests marked ``slow`` (crash loops, soaks, the mypy run, the benchmark
+instrument, the suite collecting itself) are the slow lane: a run that names no
+paths and whose ``-m`` does not mention ``slow`` leaves them out (plain
+``pytest``, ``pytest -m pure``, ``pytest --tags @pure`` alike); ``pytest -m
+slow`` runs them, ``.ci/run`` runs them every time, and naming their files or
+ids runs them too.
 """
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -53,6 +68,30 @@ def _postgres_rerun(item: pytest.Item) -> bool | None:
     return not any(_FS_STEP.search(step.name) for step in steps)
 
 
+# The group that runs on one worker: every test that talks to the engine at III_ENGINE_WS_URL.
+ENGINE_GROUP = "engine"
+SLOW = "slow"
+
+
+def leaves_out_slow(config: pytest.Config) -> bool:
+    """Is the slow lane left out of this run? (No paths named, and no ``-m`` mentioning it.)"""
+    if config.args_source is pytest.Config.ArgsSource.ARGS:
+        return False
+    return re.search(rf"\b{SLOW}\b", config.option.markexpr or "") is None
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """``-n auto``: twice the cores (at least 2, at most 8), as the tests mostly wait;
+    ``PYTEST_XDIST_AUTO_NUM_WORKERS`` overrides it. A ``--collect-only`` run stays in one process."""
+    if config.getoption("collectonly"):
+        return 0
+    chosen = os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS")
+    if chosen and chosen.isdigit():
+        return int(chosen)
+    return max(2, min(8, 2 * (os.cpu_count() or 1)))
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--tags",
@@ -69,18 +108,19 @@ def wanted_tags(raw: str) -> set[str]:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    rerun_dropped: list[pytest.Item] = []
+    dropped: list[pytest.Item] = []
     kept: list[pytest.Item] = []
+    no_slow = leaves_out_slow(config)
     for item in items:
         rerun = _postgres_rerun(item)
-        if rerun is False:
-            rerun_dropped.append(item)
+        if rerun is False or (no_slow and item.get_closest_marker(SLOW) is not None):
+            dropped.append(item)
             continue
         if rerun and Path(str(item.fspath)) == _PG_FEATURES:  # a @pure scenario over postgres: not pure
             item.own_markers[:] = [m for m in item.own_markers if m.name != "pure"]
         kept.append(item)
-    if rerun_dropped:
-        config.hook.pytest_deselected(items=rerun_dropped)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
         items[:] = kept
     for item in items:
         path = Path(str(item.fspath))
@@ -88,6 +128,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 and item.get_closest_marker("browser") is None
                 and item.get_closest_marker("postgres") is None):
             item.add_marker(pytest.mark.pure)
+        if item.get_closest_marker("engine") is not None:
+            item.add_marker(pytest.mark.xdist_group(ENGINE_GROUP))
     raw = config.getoption("--tags")
     if not raw:
         return
@@ -98,3 +140,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
+    if leaves_out_slow(config):
+        terminalreporter.write_line(f"the slow lane was left out: `pytest -m {SLOW}` runs it (.ci/run runs both)")

@@ -1,27 +1,61 @@
 """Another worker's client on a :class:`~._engine.FakeEngine`, whose link can
-be lost and regained (:meth:`FakeConnection.drop`, :meth:`FakeConnection.restore`)."""
+be lost and regained (:meth:`FakeConnection.drop`, :meth:`FakeConnection.restore`).
+
+The engine module builds connections (``FakeEngine.connection``), so this one
+names the engine only through :class:`EngineSide`, the part of it a connection
+uses: the import goes one way, engine to connection.
+"""
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from iii import InvocationError
 
-from ._engine import FakeEngine, FakeHandle
+
+class ObserverHandle(Protocol):
+    """What :meth:`FakeConnection.observe` returns (``FakeHandle``, as the SDK's ``ObserverHandle``)."""
+
+    id: str
+
+    @property
+    def state(self) -> str: ...
+
+    def ready(self, timeout: float | None = None) -> None: ...
+
+    def dispose(self) -> None: ...
+
+
+class EngineSide(Protocol):
+    """The part of :class:`~._engine.FakeEngine` a connection uses."""
+
+    offline: set[str]
+    changed: threading.Condition
+
+    def register_function(self, function_id: str, handler: Callable[..., Any], *, description: str | None = None,
+                          metadata: dict[str, Any] | None = None, request_format: Any = None,
+                          response_format: Any = None, observe: Any = None, owner: str | None = None) -> Any: ...
+
+    def call(self, request: dict[str, Any], *, caller: str) -> Any: ...
+
+    def observe_as(self, owner: str, source: dict[str, Any], target: str) -> ObserverHandle: ...
+
+    def unregister(self, function_id: str) -> None: ...
 
 
 class FakeConnection:
     """Another worker on a :class:`FakeEngine`: its registrations and observers
     go when it shuts down, after which every call fails with ``SHUTDOWN``."""
 
-    def __init__(self, engine: FakeEngine, name: str) -> None:
+    def __init__(self, engine: EngineSide, name: str) -> None:
         self.engine = engine
         self.name = name
         self.worker_id = f"w-{name}-{uuid.uuid4().hex[:6]}"
         self.registered: list[str] = []
-        self.handles: list[FakeHandle] = []
+        self.handles: list[ObserverHandle] = []
         self.triggers: list[dict[str, Any]] = []
         self.failure: Exception | None = None  # raised by every call (an unreachable engine)
         self.closed = False
@@ -43,8 +77,8 @@ class FakeConnection:
             raise InvocationError("timeout", "the engine is unreachable (the link is down)")
         return self.engine.call(request, caller=self.worker_id)
 
-    def observe(self, source: dict[str, Any], target: str, options: Any = None) -> FakeHandle:
-        handle = self.engine._observe(source, target, self.worker_id)
+    def observe(self, source: dict[str, Any], target: str, options: Any = None) -> ObserverHandle:
+        handle = self.engine.observe_as(self.worker_id, source, target)
         self.handles.append(handle)
         return handle
 

@@ -42,7 +42,7 @@ import itertools
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from iii import InvocationError
 from iii.errors import ObserveRejection
@@ -50,9 +50,7 @@ from iii.filter import CompiledFilter, FilterError, compile_filter
 
 from .._bus import CALLER_KEY
 from .._hosts.embedded import copy_json
-
-if TYPE_CHECKING:
-    from ._connection import FakeConnection
+from ._connection import FakeConnection
 
 CONFIG_ON_UPDATED = "configuration::on-updated"
 _SINK = "test::sink"  # the target of add_observer's observers: records, never invoked
@@ -165,7 +163,7 @@ class FakeEngine:
         return self.call(request, caller=self.worker_id)
 
     def observe(self, source: dict[str, Any], target: str, options: Any = None) -> FakeHandle:
-        return self._observe(source, target, self.worker_id)
+        return self.observe_as(self.worker_id, source, target)
 
     def add_connection_state_listener(self, listener: Callable[[str], None]) -> Callable[[], None]:
         listener(self.state)
@@ -231,7 +229,8 @@ class FakeEngine:
 
     # -- observers ----------------------------------------------------------------------
 
-    def _observe(self, source: dict[str, Any], target: str, owner: str) -> FakeHandle:
+    def observe_as(self, owner: str, source: dict[str, Any], target: str) -> FakeHandle:
+        """``observe`` by worker ``owner`` (this client's, or a :class:`FakeConnection`'s)."""
         self.observes.append((source, target))
         obs = FakeObserver(f"o-{next(self._ids)}", source["function_id"], dict(source.get("filters") or {}),
                            target=str(target), deliver=source.get("deliver") or "envelope", owner=owner)
@@ -310,8 +309,6 @@ class FakeEngine:
 
     def connection(self, name: str = "bridge") -> FakeConnection:
         """Another worker's client on this engine."""
-        from ._connection import FakeConnection  # it builds on this module
-
         return FakeConnection(self, name)
 
     def event_calls(self) -> list[tuple[str, dict[str, Any]]]:

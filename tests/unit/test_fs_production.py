@@ -54,6 +54,7 @@ def _code(call: Any) -> SessionError:
 # -- bounded logs --------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # the slow lane (`pytest -m slow`): a soak
 def test_a_3000_update_stream_keeps_the_log_within_3x_the_final_message(tmp_path: Path) -> None:
     # Prevents: a streamed reply growing the log quadratically until a restart (46.6 MB for a
     # 30 KB reply).
@@ -330,6 +331,7 @@ def test_a_cold_list_reading_files_never_blocks_other_calls(tmp_path: Path) -> N
 # -- bounded resources ----------------------------------------------------------------------
 
 
+@pytest.mark.slow  # the slow lane (`pytest -m slow`): a soak
 def test_20000_calls_on_unknown_ids_retain_under_1_mib(tmp_path: Path) -> None:
     # Prevents: one lock kept forever per id ever named (12.9 MB for 60,000 unknown ids, so
     # ~4.3 MB for these 20,000: four times the limit).

@@ -13,9 +13,13 @@ import tracemalloc
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from session_manager.store import Commit, FsStore
 from session_manager.store._cache import CATALOG_PER_META_BYTE, FIXED_OVERHEAD, SCAN_PER_LOG
 from tests.unit.store_contract import message, meta
+
+pytestmark = pytest.mark.slow  # the slow lane (`pytest -m slow`): touches thousands of sessions to measure memory
 
 SESSIONS = 3000
 BUDGET = 256 * 1024  # a few dozen sessions: nearly every touch evicts one

@@ -44,6 +44,7 @@ def test_tag_values() -> None:
     assert wanted_tags("@") == set()
 
 
+@pytest.mark.slow  # the slow lane (`pytest -m slow`): runs pytest four times
 def test_every_spelling_selects_the_same_tests() -> None:
     # Prevents: `--tags @pure` (file expansion, from the root), `--tags=@pure` (from anywhere) and
     # `-m pure` drifting apart, or a test counted as both pure and engine.

@@ -20,6 +20,8 @@ import session_manager
 from session_manager.store import FsStore
 from tests.unit.index_views import oracle, view
 
+pytestmark = pytest.mark.slow  # the slow lane (`pytest -m slow`): kills streaming writer processes in a loop
+
 CHILD = textwrap.dedent("""
     import sys
     import session_manager
