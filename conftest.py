@@ -16,8 +16,8 @@ The suite runs on pytest-xdist workers (``-n auto`` in pyproject's addopts,
 one per core plus as many again, since most tests wait on fsync, threads,
 subprocesses or PostgreSQL rather than compute; ``-n0`` runs in one process).
 Tests marked ``engine`` share one engine, where only one session-manager
-surface may be registered at a time, so they form one ``xdist_group`` and run
-one after another on a single worker (``--dist loadgroup``).
+surface may be registered at a time, so a run with ``III_ENGINE_WS_URL`` set is
+one process (see ``pytest_xdist_auto_num_workers``).
 
 Tests marked ``slow`` (crash loops, soaks, the mypy run, the benchmark
 instrument, the suite collecting itself) are the slow lane: a run that names no
@@ -68,8 +68,6 @@ def _postgres_rerun(item: pytest.Item) -> bool | None:
     return not any(_FS_STEP.search(step.name) for step in steps)
 
 
-# The group that runs on one worker: every test that talks to the engine at III_ENGINE_WS_URL.
-ENGINE_GROUP = "engine"
 SLOW = "slow"
 
 
@@ -85,6 +83,11 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     """``-n auto``: twice the cores (at least 2, at most 8), as the tests mostly wait;
     ``PYTEST_XDIST_AUTO_NUM_WORKERS`` overrides it. A ``--collect-only`` run stays in one process."""
     if config.getoption("collectonly"):
+        return 0
+    if os.environ.get("III_ENGINE_WS_URL"):
+        # The @engine tests share that one engine and must not run at once. xdist's loadgroup
+        # does not keep an xdist_group on one worker under pytest 9 (measured: the worker's
+        # group suffix never reaches the node ids), so a run with an engine is one process.
         return 0
     chosen = os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS")
     if chosen and chosen.isdigit():
@@ -128,8 +131,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 and item.get_closest_marker("browser") is None
                 and item.get_closest_marker("postgres") is None):
             item.add_marker(pytest.mark.pure)
-        if item.get_closest_marker("engine") is not None:
-            item.add_marker(pytest.mark.xdist_group(ENGINE_GROUP))
     raw = config.getoption("--tags")
     if not raw:
         return
