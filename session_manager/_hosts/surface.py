@@ -45,6 +45,9 @@ class Function:
     # Extra registration metadata merged over the flags (e.g. a mention
     # provider descriptor).
     metadata: Mapping[str, Any] = field(default_factory=dict)
+    # The Rust reference serves it too (False: ours alone, e.g. session::search; a switch back
+    # to the reference loses it, and the golden-schema compatibility check leaves it out).
+    reference: bool = True
 
     @property
     def is_internal(self) -> bool:
@@ -94,10 +97,10 @@ FUNCTIONS: tuple[Function, ...] = (
     Function("session::purge", S.purge, api.PurgeRequest, api.PurgeResponse,
              "Delete whole sessions matching a required metadata subset (and optional status / "
              "updated_before), at most limit per call; more says whether more match; dry_run only lists. "
-             "Calls session::on-deleted for each.", mutates=True),
+             "Calls session::on-deleted for each.", mutates=True, reference=False),
     Function("session::delete-tree", S.delete_tree, api.DeleteTreeRequest, api.DeleteTreeResponse,
              "Delete a session and every session whose metadata.parent_session_id leads to it, children "
-             "first; idempotent. Calls session::on-deleted for each.", mutates=True),
+             "first; idempotent. Calls session::on-deleted for each.", mutates=True, reference=False),
     # messages
     Function("session::append", S.append, api.AppendRequest, api.AppendResponse,
              "Append one message or custom entry; idempotent on entry_id. Calls "
@@ -135,7 +138,7 @@ FUNCTIONS: tuple[Function, ...] = (
     # search
     Function("session::search", S.search, search_api.SearchRequest, search_api.SearchResponse,
              "Full-text search over the messages of every branch of the sessions a metadata subset "
-             "filter allows; ranked (BM25), paged, each hit with a snippet. Event-silent."),
+             "filter allows; ranked (BM25), paged, each hit with a snippet. Event-silent.", reference=False),
     # chat mentions: @session(id="...")
     Function(mention_sessions.SEARCH_FN, mention_sessions.search, mentions.MentionSearchRequest,
              mentions.MentionSearchResponse,

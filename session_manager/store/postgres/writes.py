@@ -16,7 +16,7 @@ from .keys import check_id, key
 from .plan import apply_params
 from .schema import APPLY
 from .transactions import Transactions
-from .values import events_prefix, json_text
+from .values import json_text
 
 
 class Writes(Transactions):
@@ -62,9 +62,9 @@ class Writes(Transactions):
 
     def delete_session(self, session_id: str) -> bool:
         removed: list[int] = []
-        # Erasure: the outbox keeps the session's earlier events (message text) for
-        # outbox_retention_ms; they go with it.
-        prefix = events_prefix(session_id)
+        # The session's earlier events stay in the outbox until pruned (outbox_retention_ms):
+        # another instance may not have read them yet (an event over NOTIFY's 8000 bytes is
+        # read from its row), and deleting them lost its events (test_postgres_instances).
 
         def run(conn: psycopg.Connection[Any]) -> None:
             tx = self._local.tx
@@ -75,7 +75,6 @@ class Writes(Transactions):
                     sql.SQL("DELETE FROM {} WHERE session_id = %s").format(sql.Identifier(table)), (key(session_id),)
                 )
                 removed.append(cur.rowcount)
-            conn.execute("DELETE FROM outbox WHERE left(payload, %s) = %s", (len(prefix), prefix))
 
         self._in_tx(session_id, run)
         return any(n > 0 for n in removed)
