@@ -10,13 +10,13 @@ import pytest
 
 mypy_api = pytest.importorskip("mypy.api", reason="mypy is not installed")
 
+pytestmark = pytest.mark.slow  # the slow lane (`pytest -m slow`): runs mypy --strict over a sample
+
 
 CLIENT = '''
 import session_manager
 from session_manager import aio
 from session_manager.messages import assistant_message, function_call, function_result_message, user_message
-
-pytestmark = pytest.mark.slow  # the slow lane (`pytest -m slow`): runs mypy --strict over a sample
 
 
 def sync_use(sm: session_manager.SessionManager) -> None:
