@@ -27,7 +27,7 @@ from tests import pg_support
 Opener = Callable[[], Any]
 
 
-@pytest.fixture(params=["fs", "postgres"])
+@pytest.fixture(params=["fs", pytest.param("postgres", marks=pytest.mark.postgres)])
 def opener(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Opener]:
     """Opens the same store again each call (a restart), over fs or postgres."""
     if request.param == "fs":
@@ -344,6 +344,7 @@ def test_parallel_tasks_writes_from_threads_are_all_kept(tmp_path: Path) -> None
         [(f"task-{i}", "ch", i) for i in range(8)] + [(f"task-{i}", "other", -i) for i in range(8)])
 
 
+@pytest.mark.postgres
 def test_a_reader_in_another_instance_sees_new_checkpoints(schema: str) -> None:
     # Prevents: the per-saver index serving a stale thread after another instance wrote to it.
     with session_manager.open(store=pg_support.open_store(schema)) as writer_sm, \

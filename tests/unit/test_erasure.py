@@ -99,7 +99,7 @@ class Adapter:
         self.sm, self.clock, self.holds = sm, clock, holds
 
 
-@pytest.fixture(params=["fs", "memory", "sqlite", "postgres"])
+@pytest.fixture(params=["fs", "memory", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def adapter(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Adapter]:
     monkeypatch.setattr(retention, "POLL_S", 3600.0)  # the test ticks the sweep itself
     clock = ManualClock(1_000_000)
