@@ -1,7 +1,7 @@
 """LangGraph checkpointers in one run (not a test): ``SessionManagerSaver`` beside
 ``SqliteSaver`` (langgraph-checkpoint-sqlite), each over a file in a temp dir.
 
-Run: ``python bench/bench_langgraph.py [--quick]``. Prints, per saver, the
+Run: ``python bench/bench_langgraph.py [--quick] [--split]``. Prints, per saver, the
 median time of ``put`` (a checkpoint whose messages channel, 10 to 19
 messages of ~200 characters, and a counter changed; one more channel did
 not: 2 KB of settings, or 30 KB of documents set at the first step), of
@@ -19,6 +19,11 @@ unchanged channel costs it nothing after the first put:
 
 Both savers get the same checkpoints through LangGraph's serializer. Speed is
 machine-bound: compare figures from one run, not across machines.
+
+``--split`` then splits one more run of ``put`` (first state, no sync per write)
+into the serializer's share, the store call's (``SessionManager.call``: ours
+only) and the rest (ours: the saver's own work; SqliteSaver's: its INSERT and
+commit), medians per put, so a change to the shared append path shows where it landed.
 """
 
 from __future__ import annotations
@@ -63,6 +68,7 @@ class Thread:
         self.versions: dict[str, Any] = {}
         self.configs: list[Any] = []
         self.picks = random.Random(7)
+        self.ledger: Ledger | None = None
 
     def put(self, count: int) -> list[float]:
         """Put ``count`` more checkpoints; the seconds each put took."""
@@ -79,9 +85,13 @@ class Thread:
             checkpoint["versions_seen"] = {"bot": dict(self.versions)}
             metadata: Any = {"source": "loop", "step": step, "parents": {}}
             new_versions = {ch: self.versions[ch] for ch in changed}
+            if self.ledger is not None:
+                self.ledger.start()
             start = time.perf_counter()
             self.config = self.saver.put(self.config, checkpoint, metadata, new_versions)
             timings.append(time.perf_counter() - start)
+            if self.ledger is not None:
+                self.ledger.stop(timings[-1])
             self.configs.append(self.config)
         return timings
 
@@ -129,7 +139,7 @@ def compare_turns(ours: BaseCheckpointSaver[Any], baseline: BaseCheckpointSaver[
                   batch: int) -> tuple[float, float]:
     """Median seconds of one ``graph.invoke`` turn (get_tuple, then puts and put_writes as the loop
     makes them) on a thread growing by a user and a bot message per turn, the savers taking turns."""
-    graphs = [(chat_graph(saver), []) for saver in (ours, baseline)]
+    graphs: list[tuple[Any, list[float]]] = [(chat_graph(saver), []) for saver in (ours, baseline)]
     thread: Any = {"configurable": {"thread_id": "turns"}}
     for _ in range(rounds):
         for graph, samples in graphs:
@@ -138,6 +148,66 @@ def compare_turns(ours: BaseCheckpointSaver[Any], baseline: BaseCheckpointSaver[
                 graph.invoke({"messages": [HumanMessage(f"question {i}: " + "lorem ipsum " * 16)]}, thread)
                 samples.append(time.perf_counter() - start)
     return statistics.median(graphs[0][1]), statistics.median(graphs[1][1])
+
+
+class Ledger:
+    """Seconds one put spent in each clocked part; per put: (put, serializer, store call)."""
+
+    def __init__(self) -> None:
+        self.spent = {"serializer": 0.0, "store call": 0.0}
+        self.rows: list[tuple[float, float, float]] = []
+
+    def clock(self, part: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def clocked(*args: Any, **kwargs: Any) -> Any:
+            start = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.spent[part] += time.perf_counter() - start
+        return clocked
+
+    def start(self) -> None:
+        self.spent = dict.fromkeys(self.spent, 0.0)
+
+    def stop(self, took: float) -> None:
+        self.rows.append((took, self.spent["serializer"], self.spent["store call"]))
+
+    def medians(self) -> tuple[float, float, float, float]:
+        """Median put, serializer, store call, and rest (put less the two), each over the puts."""
+        return (statistics.median(r[0] for r in self.rows), statistics.median(r[1] for r in self.rows),
+                statistics.median(r[2] for r in self.rows), statistics.median(r[0] - r[1] - r[2] for r in self.rows))
+
+
+class ClockedSerde:
+    """A saver's serializer whose ``dumps_typed`` is clocked into a :class:`Ledger` (the
+    default serializer is shared by every saver: it is wrapped, not changed)."""
+
+    def __init__(self, serde: Any, ledger: Ledger) -> None:
+        self.serde = serde
+        self.dumps_typed = ledger.clock("serializer", serde.dumps_typed)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.serde, name)
+
+
+def split_puts(where: Path, rounds: int, batch: int) -> dict[str, tuple[float, float, float, float]]:
+    """:class:`Ledger` medians of ``put`` per saver (first state, no sync per write), the savers taking turns."""
+    with session_manager.open(where / "sm") as sm:
+        savers: dict[str, Any] = {"SessionManagerSaver": SessionManagerSaver(sm),
+                                  "SqliteSaver": sqlite_saver(where.with_suffix(".db"), "NORMAL")}
+        ledgers = {name: Ledger() for name in savers}
+        threads = []
+        for name, saver in savers.items():
+            thread = Thread(saver, "split", SETTINGS)
+            thread.ledger = ledgers[name]
+            saver.serde = ClockedSerde(saver.serde, ledgers[name])
+            threads.append(thread)
+        sm.call = ledgers["SessionManagerSaver"].clock("store call", sm.call)  # type: ignore[method-assign]  # (its own sm)
+        for _ in range(rounds):
+            for thread in threads:
+                thread.put(batch)
+        savers["SqliteSaver"].conn.close()
+    return {name: ledger.medians() for name, ledger in ledgers.items()}
 
 
 def sqlite_saver(path: Path, synchronous: str | None) -> SqliteSaver:
@@ -152,7 +222,9 @@ def sqlite_saver(path: Path, synchronous: str | None) -> SqliteSaver:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer operations (a smoke run)")
-    rounds, batch = (5, 20) if parser.parse_args().quick else (20, 25)
+    parser.add_argument("--split", action="store_true", help="then split put into serializer, store call, rest")
+    args = parser.parse_args()
+    rounds, batch = (5, 20) if args.quick else (20, 25)
     rows: list[tuple[str, str, dict[str, tuple[float, float]]]] = []
     with tempfile.TemporaryDirectory() as tmp:
         for workload, settings in WORKLOADS.items():
@@ -168,6 +240,7 @@ def main() -> None:
                         figures["graph.invoke (a turn)"] = compare_turns(ours_saver, baseline_saver, rounds // 2, 10)
                     baseline_saver.conn.close()
                 rows.append((workload, label, figures))
+        split = split_puts(Path(tmp) / "split", rounds, batch) if args.split else {}
     print(f"LangGraph checkpointers: {rounds} rounds of {batch} per operation, the savers taking turns; "
           f"{rounds * batch} checkpoints per thread; medians\n")
     print(f"{'state':<28} {'durability':<18} {'operation':<19} {'SessionManagerSaver':>19} {'SqliteSaver':>12}"
@@ -176,6 +249,13 @@ def main() -> None:
         for op, (ours, baseline) in figures.items():
             print(f"{workload:<28} {label:<18} {op:<19} {ours * 1e6:>16.0f} us {baseline * 1e6:>9.0f} us"
                   f" {baseline / ours:>8.2f}x")
+
+    if split:
+        print("\nput, split (messages + 2 KB settings, no sync per write; medians per put, which need not add up)")
+        print(f"{'saver':<20} {'put':>9} {'serializer':>11} {'store call':>11} {'rest':>9}")
+        for name, (took, serializer, call, rest) in split.items():
+            shown = f"{call * 1e6:>8.0f} us" if name == "SessionManagerSaver" else f"{'-':>11}"
+            print(f"{name:<20} {took * 1e6:>6.0f} us {serializer * 1e6:>8.0f} us {shown} {rest * 1e6:>6.0f} us")
 
 
 if __name__ == "__main__":

@@ -51,6 +51,19 @@ def pack(serde: Any, value: Any) -> list[str]:
     return [kind, data.decode("latin-1")]
 
 
+def pack_values(serde: Any, channel_values: dict[str, Any], new_versions: dict[str, Any]) -> dict[str, list[Any]]:
+    """The ``values`` of a checkpoint entry: ``[version, type, data]`` per channel in
+    ``new_versions`` (``[version, "empty", ""]`` for a channel without a value)."""
+    values: dict[str, list[Any]] = {}
+    for channel, version in new_versions.items():
+        if channel in channel_values:
+            kind, data = serde.dumps_typed(channel_values[channel])
+            values[channel] = [version, kind, data.decode("latin-1")]
+        else:
+            values[channel] = [version, "empty", ""]
+    return values
+
+
 def unpack(serde: Any, packed: list[str]) -> Any:
     return serde.loads_typed((packed[0], packed[1].encode("latin-1")))
 

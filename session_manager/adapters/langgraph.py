@@ -61,6 +61,7 @@ from ._checkpoints import (
     encode_doc,
     new_writes,
     pack,
+    pack_values,
     unpack,
 )
 from ._settle import settled
@@ -130,6 +131,14 @@ class SessionManagerSaver(BaseCheckpointSaver[str]):
     def _append(self, thread_id: str, index: ThreadIndex, custom_type: str, data: Any, parent: str | None,
                 entry_id: str | None = None) -> str:
         """Append one custom entry and take it into ``index`` (whose token follows the new leaf)."""
+        written = self._write(thread_id, index, custom_type, data, parent, entry_id)
+        index.add({"id": written, "kind": "custom", "custom_type": custom_type, "data": data})
+        return written
+
+    def _write(self, thread_id: str, index: ThreadIndex, custom_type: str, data: Any, parent: str | None,
+               entry_id: str | None = None) -> str:
+        """Append one custom entry (rooting the thread first if needed); ``index``'s token
+        follows the new leaf, the caller takes the entry into it."""
         if not index.rooted:
             made = self.sm.call("session::ensure", _dropped_none({"session_id": thread_id, "metadata": self.metadata}))
             root = self.sm.call("session::append", {"session_id": thread_id, "entry_id": ROOT_ID,
@@ -141,10 +150,9 @@ class SessionManagerSaver(BaseCheckpointSaver[str]):
             payload["parent_id"] = parent
         if entry_id is not None:
             payload["entry_id"] = entry_id
-        written = self.sm.call("session::append", payload)["entry_id"]
-        index.add({"id": written, "kind": "custom", "custom_type": custom_type, "data": data})
+        written = str(self.sm.call("session::append", payload)["entry_id"])
         index.token = (index.token[0] if index.token else None, written)
-        return str(written)
+        return written
 
     # -- reads ---------------------------------------------------------------------
 
@@ -253,21 +261,21 @@ class SessionManagerSaver(BaseCheckpointSaver[str]):
     def put(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
             new_versions: ChannelVersions) -> RunnableConfig:
         """Store ``checkpoint`` as a child of ``config``'s checkpoint, with the
-        values of the channels in ``new_versions`` (each channel version once)."""
-        thread_id, ns = _thread(config), _ns(config)
-        parent_id = _configurable(config).get("checkpoint_id")
-        body: dict[str, Any] = dict(checkpoint)
-        channel_values: dict[str, Any] = body.pop("channel_values")
-        values = {ch: [version, *(pack(self.serde, channel_values[ch]) if ch in channel_values else ["empty", ""])]
-                  for ch, version in new_versions.items()}
+        values of the channels in ``new_versions`` (each channel version once):
+        one store call, serializing each new value once."""
+        configurable = _configurable(config)
+        thread_id = _thread_id(configurable.get("thread_id"))
+        ns = str(configurable.get("checkpoint_ns") or "")
+        parent_id = configurable.get("checkpoint_id")
         data = {"ns": ns, "id": checkpoint["id"], "parent": parent_id,
-                "checkpoint": encode_doc(self.serde, body),
+                "checkpoint": encode_doc(self.serde, {k: v for k, v in checkpoint.items() if k != "channel_values"}),
                 "metadata": encode_doc(self.serde, get_checkpoint_metadata(config, metadata)),
-                "values": values}
+                "values": pack_values(self.serde, checkpoint["channel_values"], new_versions)}
         with self._lock(thread_id):
             index = self._index(thread_id)
             parent_entry = index.checkpoints.get((ns, parent_id)) if parent_id else None
-            self._append(thread_id, index, CHECKPOINT, data, parent_entry or ROOT_ID)
+            written = self._write(thread_id, index, CHECKPOINT, data, parent_entry or ROOT_ID)
+            index.add_checkpoint(written, data)
         return _config(thread_id, ns, checkpoint["id"])
 
     def put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
