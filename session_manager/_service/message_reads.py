@@ -12,97 +12,101 @@ from .core import Result, ServiceCore
 from .storage_errors import storage_errors
 from .transcript import find_positions, item, role_of, without_image_data
 
+__all__ = ["get_message", "messages", "messages_range"]
 
-class Reads(ServiceCore):
-    def messages(self, req: api.MessagesRequest) -> Result:
-        session_id = req.session_id
-        with storage_errors():
-            if req.from_entry_id is not None:
-                self._meta_or_raise(session_id)
-                self._entry_or_raise(session_id, req.from_entry_id)
-                leaf: str | None = req.from_entry_id
-            else:
-                # One call for both: a store may answer them, and the path's first window, in one read.
-                meta, leaf = self.store.meta_and_leaf_from_root(session_id)
-                if meta is None:
-                    raise not_found(session_id)
-            path = self._path(session_id, leaf)
-            if not len(path):
-                self._still_there(session_id)
-                return build[api.MessagesResponse](messages=[]), []
-        roles = set(req.roles) if req.roles is not None else None
-        include_custom = bool(req.include_custom) and roles is None
 
-        def keep(entry: Entry) -> bool:
-            if entry.get("kind") == "message":
-                return roles is None or role_of(entry) in roles
-            return include_custom
+def messages(core: ServiceCore, req: api.MessagesRequest) -> Result:
+    session_id = req.session_id
+    with storage_errors():
+        if req.from_entry_id is not None:
+            core.meta_or_raise(session_id)
+            core.entry_or_raise(session_id, req.from_entry_id)
+            leaf: str | None = req.from_entry_id
+        else:
+            # One call for both: a store may answer them, and the path's first window, in one read.
+            meta, leaf = core.store.meta_and_leaf_from_root(session_id)
+            if meta is None:
+                raise not_found(session_id)
+        path = core.path(session_id, leaf)
+        if not len(path):
+            core.still_there(session_id)
+            return build[api.MessagesResponse](messages=[]), []
+    roles = set(req.roles) if req.roles is not None else None
+    include_custom = bool(req.include_custom) and roles is None
 
-        start = 0
-        anchor, what = (
-            (cursors.decode_entry_cursor(req.cursor), "cursor entry")
-            if req.cursor is not None
-            else (req.after_entry_id, "after_entry_id")
-        )
-        if anchor is not None:
-            i = path.index_of(anchor)
-            if i is None or not keep(path[i]):
-                raise SessionError(INVALID_CURSOR, f"{what} {anchor} is not on the requested path")
-            start = i + 1
-        found, more = find_positions(path, keep, start, self._limit(req.limit))
-        image_data = req.include_image_data is not False
-        next_cursor = cursors.entry_cursor(path[found[-1]]["id"]) if more else None
-        items = [item(path[i], image_data=image_data) for i in found]
-        return build[api.MessagesResponse](messages=items, next_cursor=next_cursor), []
+    def keep(entry: Entry) -> bool:
+        if entry.get("kind") == "message":
+            return roles is None or role_of(entry) in roles
+        return include_custom
 
-    def messages_range(self, req: api.MessagesRangeRequest) -> Result:
-        session_id = req.session_id
-        with storage_errors():
-            self._meta_or_raise(session_id)
-            span = _range_span(req)
-            path = self._path(session_id, self.store.get_leaf(session_id))
-            if span is not None:
-                lo, hi = (self._on_path(path, session_id, eid) for eid in span)
-                if lo > hi:
-                    raise invalid_request(
-                        f"from_entry_id {span[0]} comes after to_entry_id {span[1]} on the active path")
-                selection: list[int] | range = range(lo, hi + 1)
-            else:
-                assert req.entry_ids is not None
-                selection = sorted({self._on_path(path, session_id, eid) for eid in req.entry_ids})
-        start = 0
-        if req.cursor is not None:
-            after = path.index_of(cursors.decode_entry_cursor(req.cursor))
-            k = _bisect(selection, after) if after is not None else None
-            if k is None:
-                raise SessionError(INVALID_CURSOR, "cursor entry is not in the selection")
-            start = k + 1
-        limit = self._limit(req.limit)
-        chosen = selection[start : start + limit]
-        image_data = req.include_image_data is not False
-        more = start + limit < len(selection)  # limit >= 1, so chosen is not empty
-        next_cursor = cursors.entry_cursor(path[chosen[-1]]["id"]) if more else None
-        items = [item(path[i], image_data=image_data) for i in chosen]
-        return build[api.MessagesRangeResponse](messages=items, next_cursor=next_cursor), []
+    start = 0
+    anchor, what = (
+        (cursors.decode_entry_cursor(req.cursor), "cursor entry")
+        if req.cursor is not None
+        else (req.after_entry_id, "after_entry_id")
+    )
+    if anchor is not None:
+        i = path.index_of(anchor)
+        if i is None or not keep(path[i]):
+            raise SessionError(INVALID_CURSOR, f"{what} {anchor} is not on the requested path")
+        start = i + 1
+    found, more = find_positions(path, keep, start, core.page_size(req.limit))
+    image_data = req.include_image_data is not False
+    next_cursor = cursors.entry_cursor(path[found[-1]]["id"]) if more else None
+    items = [item(path[i], image_data=image_data) for i in found]
+    return build[api.MessagesResponse](messages=items, next_cursor=next_cursor), []
 
-    def _on_path(self, path: EntryPath, session_id: str, entry_id: str) -> int:
-        """The entry's index on ``path``; an unknown entry is entry_not_found, an off-path one invalid_cursor."""
-        i = path.index_of(entry_id)
-        if i is None:
-            self._entry_or_raise(session_id, entry_id)
-            raise SessionError(INVALID_CURSOR, f"entry {entry_id} is not on the active path")
-        return i
 
-    def get_message(self, req: api.GetMessageRequest) -> Result:
-        with storage_errors():
-            entry = self.store.get_entry(req.session_id, req.entry_id)
-        if entry is None:
-            return None, []
-        if "revision" not in entry:
-            entry = _with_revision_0(entry)
-        if req.include_image_data is False and entry.get("kind") == "message":
-            entry = edit[MessageEntry](entry, message=without_image_data(entry["message"]))
-        return build[api.GetMessageResponse](entry=entry), []
+def messages_range(core: ServiceCore, req: api.MessagesRangeRequest) -> Result:
+    session_id = req.session_id
+    with storage_errors():
+        core.meta_or_raise(session_id)
+        span = _range_span(req)
+        path = core.path(session_id, core.store.get_leaf(session_id))
+        if span is not None:
+            lo, hi = (_on_path(core, path, session_id, eid) for eid in span)
+            if lo > hi:
+                raise invalid_request(
+                    f"from_entry_id {span[0]} comes after to_entry_id {span[1]} on the active path")
+            selection: list[int] | range = range(lo, hi + 1)
+        else:
+            assert req.entry_ids is not None
+            selection = sorted({_on_path(core, path, session_id, eid) for eid in req.entry_ids})
+    start = 0
+    if req.cursor is not None:
+        after = path.index_of(cursors.decode_entry_cursor(req.cursor))
+        k = _bisect(selection, after) if after is not None else None
+        if k is None:
+            raise SessionError(INVALID_CURSOR, "cursor entry is not in the selection")
+        start = k + 1
+    limit = core.page_size(req.limit)
+    chosen = selection[start : start + limit]
+    image_data = req.include_image_data is not False
+    more = start + limit < len(selection)  # limit >= 1, so chosen is not empty
+    next_cursor = cursors.entry_cursor(path[chosen[-1]]["id"]) if more else None
+    items = [item(path[i], image_data=image_data) for i in chosen]
+    return build[api.MessagesRangeResponse](messages=items, next_cursor=next_cursor), []
+
+
+def _on_path(core: ServiceCore, path: EntryPath, session_id: str, entry_id: str) -> int:
+    """The entry's index on ``path``; an unknown entry is entry_not_found, an off-path one invalid_cursor."""
+    i = path.index_of(entry_id)
+    if i is None:
+        core.entry_or_raise(session_id, entry_id)
+        raise SessionError(INVALID_CURSOR, f"entry {entry_id} is not on the active path")
+    return i
+
+
+def get_message(core: ServiceCore, req: api.GetMessageRequest) -> Result:
+    with storage_errors():
+        entry = core.store.get_entry(req.session_id, req.entry_id)
+    if entry is None:
+        return None, []
+    if "revision" not in entry:
+        entry = _with_revision_0(entry)
+    if req.include_image_data is False and entry.get("kind") == "message":
+        entry = edit[MessageEntry](entry, message=without_image_data(entry["message"]))
+    return build[api.GetMessageResponse](entry=entry), []
 
 
 def _with_revision_0(entry: Entry) -> Entry:
