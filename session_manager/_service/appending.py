@@ -26,117 +26,121 @@ from ..store.base import Entry
 from .contention import retry_conflicts
 from .core import Result, ServiceCore
 
+__all__ = ["append", "append_many", "update_message"]
+
 # update-message's edits of the entry and the meta (every streamed token): the fields they always change.
 _revised = editor(MessageEntry, "revision", "message")
 _touched = editor(SessionMeta, "updated_at")
 
 
-class Appending(ServiceCore):
-    @retry_conflicts
-    def append(self, req: api.AppendRequest) -> Result:
-        session_id = req.session_id
-        with self._session(session_id):
-            meta, leaf = self.store.meta_and_leaf_to_commit(session_id)  # one lookup: the hot path reads both
-            if meta is None:
-                raise not_found(session_id)
-            if (req.message is None) == (req.custom is None):
-                raise invalid_request("message, custom: exactly one of `message` / `custom` must be supplied")
-            if req.entry_id is not None:
-                existing = self.store.get_entry(session_id, req.entry_id)
-                if existing is not None:
-                    # Idempotent replay: the original, nothing written, nothing fired.
-                    return _append_response(existing), []
-            parent = self._parent(session_id, req.parent_id, leaf)
-            now = self.clock.now_ms()
-            entry_id = req.entry_id or self.ids.entry_id()
-            entry = _new_entry(entry_id, parent, now, req.origin, req.message, req.custom)
-            applied = self._commit_append(session_id, meta, (entry,), chain=req.parent_id is None)
-            entry, meta = applied.entries[0], applied.meta or meta
-        return _append_response(entry), [ev.message_added(session_id, entry, meta.get("metadata"))]
+@retry_conflicts
+def append(core: ServiceCore, req: api.AppendRequest) -> Result:
+    session_id = req.session_id
+    with core.mutating(session_id):
+        meta, leaf = core.store.meta_and_leaf_to_commit(session_id)  # one lookup: the hot path reads both
+        if meta is None:
+            raise not_found(session_id)
+        if (req.message is None) == (req.custom is None):
+            raise invalid_request("message, custom: exactly one of `message` / `custom` must be supplied")
+        if req.entry_id is not None:
+            existing = core.store.get_entry(session_id, req.entry_id)
+            if existing is not None:
+                # Idempotent replay: the original, nothing written, nothing fired.
+                return _append_response(existing), []
+        parent = _parent(core, session_id, req.parent_id, leaf)
+        now = core.clock.now_ms()
+        entry_id = req.entry_id or core.ids.entry_id()
+        entry = _new_entry(entry_id, parent, now, req.origin, req.message, req.custom)
+        applied = core.commit_append(session_id, meta, (entry,), chain=req.parent_id is None)
+        entry, meta = applied.entries[0], applied.meta or meta
+    return _append_response(entry), [ev.message_added(session_id, entry, meta.get("metadata"))]
 
-    def _parent(self, session_id: str, parent_id: str | None, leaf: str | None) -> str | None:
-        """The parent of a new entry: the session's ``leaf`` (as read), unless one is named."""
-        if parent_id is None:
-            return leaf
-        if self.store.get_entry(session_id, parent_id) is None:
+
+def _parent(core: ServiceCore, session_id: str, parent_id: str | None, leaf: str | None) -> str | None:
+    """The parent of a new entry: the session's ``leaf`` (as read), unless one is named."""
+    if parent_id is None:
+        return leaf
+    if core.store.get_entry(session_id, parent_id) is None:
+        raise SessionError(
+            PARENT_NOT_FOUND, f"parent entry {parent_id} does not exist in session {session_id}"
+        )
+    return parent_id
+
+
+@retry_conflicts
+def append_many(core: ServiceCore, req: api.AppendManyRequest) -> Result:
+    session_id = req.session_id
+    with core.mutating(session_id):
+        meta, leaf = core.store.meta_and_leaf_to_commit(session_id)
+        if meta is None:
+            raise not_found(session_id)
+        if not req.messages:
+            raise SessionError(EMPTY_BATCH, "messages must contain at least one message")
+        parent = _parent(core, session_id, req.parent_id, leaf)
+        now = core.clock.now_ms()
+        entries: list[Entry] = []
+        for message in req.messages:
+            entry = _new_entry(core.ids.entry_id(), parent, now, req.origin, message, None)
+            entries.append(entry)
+            parent = entry["id"]
+        applied = core.commit_append(session_id, meta, tuple(entries), chain=req.parent_id is None)
+        entries, meta = list(applied.entries), applied.meta or meta
+    metadata = meta.get("metadata")
+    ids = [e["id"] for e in entries]
+    return build[api.AppendManyResponse](entry_ids=ids, last_entry_id=ids[-1]), [
+        ev.message_added(session_id, e, metadata) for e in entries
+    ]
+
+
+@retry_conflicts
+def update_message(core: ServiceCore, req: api.UpdateMessageRequest) -> Result:
+    session_id = req.session_id
+    with core.mutating(session_id):
+        meta, entry = core.store.meta_and_entry_to_commit(session_id, req.entry_id)  # one lookup per streamed token
+        if meta is None:
+            raise not_found(session_id)
+        if entry is None:
+            core.still_there(session_id)  # deleted between the two reads of a shared store: not_found
+            raise entry_not_found(session_id, req.entry_id)
+        meta_read = meta
+        if entry["kind"] != "message":
             raise SessionError(
-                PARENT_NOT_FOUND, f"parent entry {parent_id} does not exist in session {session_id}"
+                INVALID_ENTRY_KIND,
+                f"entry {req.entry_id} is a custom entry; session::update-message only applies to messages",
             )
-        return parent_id
-
-    @retry_conflicts
-    def append_many(self, req: api.AppendManyRequest) -> Result:
-        session_id = req.session_id
-        with self._session(session_id):
-            meta, leaf = self.store.meta_and_leaf_to_commit(session_id)
-            if meta is None:
-                raise not_found(session_id)
-            if not req.messages:
-                raise SessionError(EMPTY_BATCH, "messages must contain at least one message")
-            parent = self._parent(session_id, req.parent_id, leaf)
-            now = self.clock.now_ms()
-            entries: list[Entry] = []
-            for message in req.messages:
-                entry = _new_entry(self.ids.entry_id(), parent, now, req.origin, message, None)
-                entries.append(entry)
-                parent = entry["id"]
-            applied = self._commit_append(session_id, meta, tuple(entries), chain=req.parent_id is None)
-            entries, meta = list(applied.entries), applied.meta or meta
-        metadata = meta.get("metadata")
-        ids = [e["id"] for e in entries]
-        return build[api.AppendManyResponse](entry_ids=ids, last_entry_id=ids[-1]), [
-            ev.message_added(session_id, e, metadata) for e in entries
-        ]
-
-    @retry_conflicts
-    def update_message(self, req: api.UpdateMessageRequest) -> Result:
-        session_id = req.session_id
-        with self._session(session_id):
-            meta, entry = self.store.meta_and_entry_to_commit(session_id, req.entry_id)  # one lookup per streamed token
-            if meta is None:
-                raise not_found(session_id)
-            if entry is None:
-                self._still_there(session_id)  # deleted between the two reads of a shared store: not_found
-                raise entry_not_found(session_id, req.entry_id)
-            meta_read = meta
-            if entry["kind"] != "message":
+        revision = int(entry.get("revision", 0))
+        if req.expected_revision is not None and req.expected_revision != revision:
+            return build[api.UpdateMessageResponse](updated=False, revision=revision), []
+        message = entry["message"]
+        role = message.get("role")
+        changes: dict[str, Any] = {"content": [fast_dump(b) if isinstance(b, BaseModel) else b
+                                               for b in req.content]}
+        if req.usage is not None:
+            if role != "assistant":
                 raise SessionError(
                     INVALID_ENTRY_KIND,
-                    f"entry {req.entry_id} is a custom entry; session::update-message only applies to messages",
+                    f"entry {req.entry_id} has role {role}; `usage` applies only to assistant messages",
                 )
-            revision = int(entry.get("revision", 0))
-            if req.expected_revision is not None and req.expected_revision != revision:
-                return build[api.UpdateMessageResponse](updated=False, revision=revision), []
-            message = entry["message"]
-            role = message.get("role")
-            changes: dict[str, Any] = {"content": [fast_dump(b) if isinstance(b, BaseModel) else b
-                                                   for b in req.content]}
-            if req.usage is not None:
-                if role != "assistant":
-                    raise SessionError(
-                        INVALID_ENTRY_KIND,
-                        f"entry {req.entry_id} has role {role}; `usage` applies only to assistant messages",
-                    )
-                changes["usage"] = fast_dump(req.usage)
-            if req.details is not None:
-                if role not in ("function_result", "custom"):
-                    raise SessionError(
-                        DETAILS_NOT_SUPPORTED,
-                        f"entry {req.entry_id} has role {role}; "
-                        "`details` applies to function_result and custom messages",
-                    )
-                changes["details"] = req.details
-            model = MESSAGE_MODELS[role]
-            # A streamed token changes only the content: that edit, without every other field's default.
-            message = (editor(model, "content")(message, changes["content"]) if len(changes) == 1
-                       else edit[model](message, **changes))
-            now = self.clock.now_ms()
-            updated = _revised(entry, revision + 1, message)
-            meta = _touched(meta, now)
-            self._commit(session_id, entries=(updated,), meta=meta, expect_meta=meta_read,
-                         expect_revisions=((req.entry_id, revision),))
-        event = ev.message_updated(session_id, updated, req.origin, now, meta.get("metadata"))
-        return build[api.UpdateMessageResponse](updated=True, revision=revision + 1), [event]
+            changes["usage"] = fast_dump(req.usage)
+        if req.details is not None:
+            if role not in ("function_result", "custom"):
+                raise SessionError(
+                    DETAILS_NOT_SUPPORTED,
+                    f"entry {req.entry_id} has role {role}; "
+                    "`details` applies to function_result and custom messages",
+                )
+            changes["details"] = req.details
+        model = MESSAGE_MODELS[role]
+        # A streamed token changes only the content: that edit, without every other field's default.
+        message = (editor(model, "content")(message, changes["content"]) if len(changes) == 1
+                   else edit[model](message, **changes))
+        now = core.clock.now_ms()
+        updated = _revised(entry, revision + 1, message)
+        meta = _touched(meta, now)
+        core.commit(session_id, entries=(updated,), meta=meta, expect_meta=meta_read,
+                     expect_revisions=((req.entry_id, revision),))
+    event = ev.message_updated(session_id, updated, req.origin, now, meta.get("metadata"))
+    return build[api.UpdateMessageResponse](updated=True, revision=revision + 1), [event]
 
 
 def _append_response(entry: Entry) -> dict[str, Any]:

@@ -12,66 +12,68 @@ from .contention import retry_conflicts
 from .core import Result, ServiceCore, changed, new_meta
 from .transcript import entry_attachment_ids
 
+__all__ = ["fork", "set_active_leaf"]
 
-class Branching(ServiceCore):
-    @retry_conflicts
-    def fork(self, req: api.ForkRequest) -> Result:
-        source_id = req.session_id
-        with self._session(source_id):
-            source = self._meta_or_raise(source_id)
-            self._entry_or_raise(source_id, req.entry_id)
-            path = self._path(source_id, req.entry_id)
-            new_id = self.ids.session_id()
-            now = self.clock.now_ms()
-            id_map: dict[str, str] = {}
-            copies: list[Entry] = []
-            for entry in path:
-                new_entry_id = self.ids.entry_id()
-                id_map[entry["id"]] = new_entry_id
-                parent = entry.get("parent_id")
-                # A fresh entry starts a fresh revision space.
-                copy = edit[ENTRY_MODELS[entry["kind"]]](entry, id=new_entry_id,
-                             parent_id=id_map.get(parent) if parent else None, revision=0)
-                copies.append(_remap_compaction(copy, id_map))
-            meta = new_meta(
-                new_id,
-                req.title if req.title is not None else source["title"],
-                source["description"],
-                source.get("metadata"),  # tenancy follows the fork
-                now,
-                forked_from=source_id,
-                message_count=sum(1 for c in copies if c["kind"] == "message"),
-            )
-            # Attachments the copied path references travel under the same ids.
-            referenced: list[str] = []
-            for entry in path:
-                for attachment_id in entry_attachment_ids(entry):
-                    if attachment_id not in referenced:
-                        referenced.append(attachment_id)
-            for attachment_id in referenced:
-                found = self.store.get_attachment_meta(source_id, attachment_id)
-                data = self.store.read_attachment(source_id, attachment_id)
-                if found is None or data is None:
-                    continue  # a dangling reference stays dangling; nothing to copy
-                self.store.put_attachment(edit[AttachmentMeta](found, session_id=new_id), [data])
-            leaf = id_map[req.entry_id]
-        # Not nested in the source's block: its settle must confirm what was
-        # copied is durable before the copy is written, and two forks whose ids
-        # share stripes in opposite order would deadlock. The copy is a snapshot
-        # already, and nobody else knows the new id yet: no lock of it to take.
-        with self._new_session(new_id):
-            self._commit(new_id, entries=tuple(copies), leaf=leaf, meta=meta, expect_meta=None)
-        return build[api.ForkResponse](session_id=new_id, meta=meta), [ev.created(meta)]
 
-    @retry_conflicts
-    def set_active_leaf(self, req: api.SetActiveLeafRequest) -> Result:
-        with self._session(req.session_id):
-            meta = self._meta_or_raise(req.session_id)
-            self._entry_or_raise(req.session_id, req.entry_id)
-            # Team rule (the issue): every mutation but set-draft bumps updated_at.
-            moved = changed(meta, updated_at=self.clock.now_ms())
-            self._commit(req.session_id, leaf=req.entry_id, meta=moved, expect_meta=meta)
-        return build[api.SetActiveLeafResponse](active_leaf=req.entry_id), []
+@retry_conflicts
+def fork(core: ServiceCore, req: api.ForkRequest) -> Result:
+    source_id = req.session_id
+    with core.mutating(source_id):
+        source = core.meta_or_raise(source_id)
+        core.entry_or_raise(source_id, req.entry_id)
+        path = core.path(source_id, req.entry_id)
+        new_id = core.ids.session_id()
+        now = core.clock.now_ms()
+        id_map: dict[str, str] = {}
+        copies: list[Entry] = []
+        for entry in path:
+            new_entry_id = core.ids.entry_id()
+            id_map[entry["id"]] = new_entry_id
+            parent = entry.get("parent_id")
+            # A fresh entry starts a fresh revision space.
+            copy = edit[ENTRY_MODELS[entry["kind"]]](entry, id=new_entry_id,
+                         parent_id=id_map.get(parent) if parent else None, revision=0)
+            copies.append(_remap_compaction(copy, id_map))
+        meta = new_meta(
+            new_id,
+            req.title if req.title is not None else source["title"],
+            source["description"],
+            source.get("metadata"),  # tenancy follows the fork
+            now,
+            forked_from=source_id,
+            message_count=sum(1 for c in copies if c["kind"] == "message"),
+        )
+        # Attachments the copied path references travel under the same ids.
+        referenced: list[str] = []
+        for entry in path:
+            for attachment_id in entry_attachment_ids(entry):
+                if attachment_id not in referenced:
+                    referenced.append(attachment_id)
+        for attachment_id in referenced:
+            found = core.store.get_attachment_meta(source_id, attachment_id)
+            data = core.store.read_attachment(source_id, attachment_id)
+            if found is None or data is None:
+                continue  # a dangling reference stays dangling; nothing to copy
+            core.store.put_attachment(edit[AttachmentMeta](found, session_id=new_id), [data])
+        leaf = id_map[req.entry_id]
+    # Not nested in the source's block: its settle must confirm what was
+    # copied is durable before the copy is written, and two forks whose ids
+    # share stripes in opposite order would deadlock. The copy is a snapshot
+    # already, and nobody else knows the new id yet: no lock of it to take.
+    with core.mutating_new(new_id):
+        core.commit(new_id, entries=tuple(copies), leaf=leaf, meta=meta, expect_meta=None)
+    return build[api.ForkResponse](session_id=new_id, meta=meta), [ev.created(meta)]
+
+
+@retry_conflicts
+def set_active_leaf(core: ServiceCore, req: api.SetActiveLeafRequest) -> Result:
+    with core.mutating(req.session_id):
+        meta = core.meta_or_raise(req.session_id)
+        core.entry_or_raise(req.session_id, req.entry_id)
+        # Team rule (the issue): every mutation but set-draft bumps updated_at.
+        moved = changed(meta, updated_at=core.clock.now_ms())
+        core.commit(req.session_id, leaf=req.entry_id, meta=moved, expect_meta=meta)
+    return build[api.SetActiveLeafResponse](active_leaf=req.entry_id), []
 
 
 def _remap_compaction(entry: Entry, id_map: dict[str, str]) -> Entry:

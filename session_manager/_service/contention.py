@@ -2,7 +2,7 @@
 
 A mutation reads, decides and commits; when its commit is refused as stale
 (:class:`~session_manager.errors.Conflict`, another writer got there
-first) the whole method runs again on fresh state, so the caller gets the
+first) the whole function runs again on fresh state, so the caller gets the
 answer a single instance would have given. After :data:`MAX_ATTEMPTS` the
 call answers ``session/storage`` naming the contention.
 """
@@ -14,7 +14,7 @@ import logging
 import random
 import time
 from collections.abc import Callable
-from typing import Any, Protocol, TypeVar
+from typing import Protocol, TypeVar
 
 from ..errors import STORAGE, Conflict, SessionError
 from .stats import Stats
@@ -30,25 +30,26 @@ class HasStats(Protocol):
 
 
 S = TypeVar("S", bound=HasStats)
+Q = TypeVar("Q")
 R = TypeVar("R")
 
 
-def retry_conflicts(method: Callable[[S, Any], R]) -> Callable[[S, Any], R]:
-    """Re-run ``method(self, request)`` on a conflict, at most MAX_ATTEMPTS times."""
+def retry_conflicts(mutation: Callable[[S, Q], R]) -> Callable[[S, Q], R]:
+    """Re-run ``mutation(core, request)`` on a conflict, at most MAX_ATTEMPTS times."""
 
-    @functools.wraps(method)
-    def run(self: S, request: Any) -> R:
+    @functools.wraps(mutation)
+    def run(core: S, request: Q) -> R:
         for attempt in range(1, MAX_ATTEMPTS + 1):
             try:
-                return method(self, request)
+                return mutation(core, request)
             except Conflict as e:
-                total = self.stats.add("cas_retries")
+                total = core.stats.add("cas_retries")
                 if attempt == MAX_ATTEMPTS:
                     log.warning("%s gave up after %d conflicting attempts (%d retries so far): %s",
-                                method.__name__, attempt, total, e)
+                                mutation.__name__, attempt, total, e)
                     raise SessionError(STORAGE, f"contention: {MAX_ATTEMPTS} attempts conflicted with other "
                                                 f"writers of this session (last: {e})") from None
-                log.debug("%s conflicted (attempt %d): %s", method.__name__, attempt, e)
+                log.debug("%s conflicted (attempt %d): %s", mutation.__name__, attempt, e)
                 time.sleep(random.uniform(0, min(BACKOFF_CAP_S, 0.0005 * attempt)))
         raise AssertionError("unreachable")
 

@@ -1,5 +1,9 @@
-"""What every capability of the service shares: its state, the mutation
-entry point (:meth:`ServiceCore._session`) and meta construction.
+"""The one core every capability of the service runs over: its state, the
+mutation entry point (:meth:`ServiceCore.mutating`), lookups and meta construction.
+
+The capabilities are module-level functions taking a :class:`ServiceCore`
+first (``appending.append(core, request)``); :class:`~.service.SessionService`
+holds one core and forwards each function to them.
 
 Mutations of one session are serialized by a per-session lock, so the
 read-modify-write invariants (active leaf, message_count, revisions,
@@ -37,7 +41,8 @@ def stripe(session_id: str) -> int:
 
 class ServiceCore:
     """State and plumbing every capability shares: the store, ids, clock,
-    limits, and the per-session lock every mutation runs under."""
+    limits, and the per-session lock every mutation runs under. Nothing here
+    knows a capability; the capability modules know only this."""
 
     def __init__(
         self,
@@ -81,7 +86,7 @@ class ServiceCore:
                     lock = self._locks[i] = threading.RLock()
         return lock
 
-    def _session(self, session_id: str) -> locked_storage_errors:
+    def mutating(self, session_id: str) -> locked_storage_errors:
         """The one entry point of every mutation of ``session_id``: its
         read-check-write runs inside, under the session's lock, with store
         failures mapped once. A per-mutation storage transaction (the seam the
@@ -98,8 +103,8 @@ class ServiceCore:
             plain = self._plain[i] = locked_storage_errors(self._stripe_lock(i), inner, store.settle)
         return plain
 
-    def _new_session(self, session_id: str) -> locked_storage_errors:
-        """:meth:`_session` for an id this call just drew, which no other call can
+    def mutating_new(self, session_id: str) -> locked_storage_errors:
+        """:meth:`mutating` for an id this call just drew, which no other call can
         name yet: the store's transaction and failure mapping, without the lock.
         A fork takes it while a shared store's transaction may still hold its
         source's lock (postgres keeps it until the call's events are recorded):
@@ -108,16 +113,16 @@ class ServiceCore:
         store = self.store
         return locked_storage_errors(UNSHARED, store.mutation((session_id,)), store.settle)
 
-    def _commit(self, session_id: str, *, entries: tuple[Entry, ...] = (), leaf: str | None = None,
-                meta: Meta | None = None, **decided_on: Any) -> Commit:
-        """Write one mutation (inside :meth:`_session`); ``decided_on`` are the
+    def commit(self, session_id: str, *, entries: tuple[Entry, ...] = (), leaf: str | None = None,
+               meta: Meta | None = None, **decided_on: Any) -> Commit:
+        """Write one mutation (inside :meth:`mutating`); ``decided_on`` are the
         compare-and-set fields of :class:`Commit` (``expect_meta``, ``append`` ...).
-        Returns the commit as the store applied it. A method that commits is
+        Returns the commit as the store applied it. A function that commits is
         wrapped in :func:`.contention.retry_conflicts`."""
         return self.store.commit(session_id, Commit(entries=entries, leaf=leaf, meta=meta, tx=self._tx,
                                                     **decided_on))
 
-    def _commit_append(self, session_id: str, meta: Meta, entries: tuple[Entry, ...], *, chain: bool) -> Commit:
+    def commit_append(self, session_id: str, meta: Meta, entries: tuple[Entry, ...], *, chain: bool) -> Commit:
         """Append new entries; the store derives the meta from its own (and,
         with ``chain``, parents the first entry on its current leaf), so
         concurrent appends neither fork the session nor lose a count."""
@@ -125,28 +130,32 @@ class ServiceCore:
 
     # -- lookups ----------------------------------------------------------------
 
-    def _meta_or_raise(self, session_id: str) -> Meta:
+    def meta_or_raise(self, session_id: str) -> Meta:
+        """The session's stored meta; ``session/not_found`` when there is none."""
         meta = self.store.get_meta(session_id)
         if meta is None:
             raise not_found(session_id)
         return meta
 
-    def _still_there(self, session_id: str) -> None:
+    def still_there(self, session_id: str) -> None:
         """An empty answer is only given for a session that exists: one deleted while the
         call read it (its meta seen, then its entries cleared) is ``not_found``."""
-        self._meta_or_raise(session_id)
+        self.meta_or_raise(session_id)
 
-    def _entry_or_raise(self, session_id: str, entry_id: str) -> Entry:
+    def entry_or_raise(self, session_id: str, entry_id: str) -> Entry:
+        """One stored entry; ``not_found`` for a gone session, else ``entry_not_found``."""
         entry = self.store.get_entry(session_id, entry_id)
         if entry is None:
-            self._still_there(session_id)  # deleted since the caller saw its meta: not_found
+            self.still_there(session_id)  # deleted since the caller saw its meta: not_found
             raise entry_not_found(session_id, entry_id)
         return entry
 
-    def _limit(self, requested: int | None) -> int:
+    def page_size(self, requested: int | None) -> int:
+        """A requested page size clamped by the live limits."""
         return self.limits.get().clamp(requested)
 
-    def _path(self, session_id: str, leaf: str | None) -> EntryPath:
+    def path(self, session_id: str, leaf: str | None) -> EntryPath:
+        """The root-to-``leaf`` path of the session, as the store hands it out."""
         return self.store.path(session_id, leaf)
 
 

@@ -3,7 +3,7 @@
 retention sweep (sessions idle for too long).
 
 Each session goes whole, under its own lock, through the same deletion as
-``session::delete`` (:meth:`Lifecycle._erase`), and fires its own
+``session::delete`` (:func:`.lifecycle.erase`), and fires its own
 ``session::on-deleted``; what the store does to erase the bytes is the
 store's (see docs/purge.md).
 """
@@ -18,12 +18,12 @@ from .._wire import events as ev
 from .._wire.shape import build
 from ..errors import STORAGE, SessionError
 from ..store.base import Meta
-from .core import Result
-from .lifecycle import Lifecycle
+from .core import Result, ServiceCore
+from .lifecycle import erase
 from .listing import metadata_matches
 from .storage_errors import storage_errors
 
-__all__ = ["DAY_MS", "PARENT_KEY", "Erasure", "Selection"]
+__all__ = ["DAY_MS", "PARENT_KEY", "Selection", "delete_tree", "erase_selected", "expire", "idle", "purge", "select"]
 
 # The metadata key naming a sub-agent session's parent (set by the harness).
 PARENT_KEY = "parent_session_id"
@@ -50,117 +50,123 @@ class Selection:
         return self.metadata is None or metadata_matches(self.metadata, meta.get("metadata"))
 
 
-class Erasure(Lifecycle):
-    def purge(self, req: api.PurgeRequest) -> Result:
-        limit = req.limit if req.limit is not None else api.PURGE_DEFAULT_LIMIT
-        statuses = (req.status,) if req.status is not None else None
-        selection = Selection(req.metadata, statuses, req.updated_before)
-        if req.dry_run:
-            found = self.select(selection, limit + 1)
-            ids = [m["session_id"] for m in found[:limit]]
-            return build[api.PurgeResponse](session_ids=ids, more=len(found) > limit), []
-        ids, events, more = self.erase_selected(selection, limit)
-        return build[api.PurgeResponse](session_ids=ids, more=more), events
+def purge(core: ServiceCore, req: api.PurgeRequest) -> Result:
+    limit = req.limit if req.limit is not None else api.PURGE_DEFAULT_LIMIT
+    statuses = (req.status,) if req.status is not None else None
+    selection = Selection(req.metadata, statuses, req.updated_before)
+    if req.dry_run:
+        found = select(core, selection, limit + 1)
+        ids = [m["session_id"] for m in found[:limit]]
+        return build[api.PurgeResponse](session_ids=ids, more=len(found) > limit), []
+    ids, events, more = erase_selected(core, selection, limit)
+    return build[api.PurgeResponse](session_ids=ids, more=more), events
 
-    def idle(self, idle_days: int, statuses: Collection[str] | None,
-             metadata: dict[str, Any] | None = None) -> Selection:
-        """Sessions not updated for ``idle_days`` days by this service's clock (with a
-        status in ``statuses`` and the ``metadata`` subset, when given)."""
-        before = self.clock.now_ms() - idle_days * DAY_MS + 1  # idle exactly idle_days: due
-        return Selection(metadata, statuses, before)
 
-    def expire(self, idle_days: int, statuses: Collection[str] | None,
-               limit: int) -> tuple[list[str], list[ev.Event], bool]:
-        """One batch of the retention sweep: sessions not updated for ``idle_days``
-        (with a status in ``statuses`` when given), their events, whether more remain."""
-        return self.erase_selected(self.idle(idle_days, statuses), limit)
+def idle(core: ServiceCore, idle_days: int, statuses: Collection[str] | None,
+         metadata: dict[str, Any] | None = None) -> Selection:
+    """Sessions not updated for ``idle_days`` days by this service's clock (with a
+    status in ``statuses`` and the ``metadata`` subset, when given)."""
+    before = core.clock.now_ms() - idle_days * DAY_MS + 1  # idle exactly idle_days: due
+    return Selection(metadata, statuses, before)
 
-    def erase_selected(self, selection: Selection, limit: int) -> tuple[list[str], list[ev.Event], bool]:
-        """Delete up to ``limit`` sessions ``selection`` takes: their ids, their
-        events, and whether more match. A storage failure after some were
-        deleted ends the batch there (``more`` true, so the caller's next call
-        meets it): the deleted ones' events must not be lost with the error."""
-        self._bulk_delete_allowed()
-        found = self.select(selection, limit + 1)
-        ids: list[str] = []
-        events: list[ev.Event] = []
-        with self.store.erasing():
-            for meta in found[:limit]:
-                try:
-                    event = self._erase(meta["session_id"], selection)
-                except SessionError:
-                    if not events:
-                        raise
-                    return ids, events, True
+
+def expire(core: ServiceCore, idle_days: int, statuses: Collection[str] | None,
+           limit: int) -> tuple[list[str], list[ev.Event], bool]:
+    """One batch of the retention sweep: sessions not updated for ``idle_days``
+    (with a status in ``statuses`` when given), their events, whether more remain."""
+    return erase_selected(core, idle(core, idle_days, statuses), limit)
+
+
+def erase_selected(core: ServiceCore, selection: Selection, limit: int) -> tuple[list[str], list[ev.Event], bool]:
+    """Delete up to ``limit`` sessions ``selection`` takes: their ids, their
+    events, and whether more match. A storage failure after some were
+    deleted ends the batch there (``more`` true, so the caller's next call
+    meets it): the deleted ones' events must not be lost with the error."""
+    _bulk_delete_allowed(core)
+    found = select(core, selection, limit + 1)
+    ids: list[str] = []
+    events: list[ev.Event] = []
+    with core.store.erasing():
+        for meta in found[:limit]:
+            try:
+                event = erase(core, meta["session_id"], selection)
+            except SessionError:
+                if not events:
+                    raise
+                return ids, events, True
+            if event is not None:
+                ids.append(meta["session_id"])
+                events.append(event)
+    return ids, events, len(found) > limit
+
+
+def select(core: ServiceCore, selection: Selection, count: int) -> list[Meta]:
+    """Up to ``count`` sessions ``selection`` takes, oldest first (nothing deleted)."""
+    one_status = next(iter(selection.statuses)) if selection.statuses and len(selection.statuses) == 1 else None
+    out: list[Meta] = []
+    with storage_errors():
+        for meta in core.store.ordered_metas("created_asc", None, one_status, selection.metadata):
+            if selection(meta):
+                out.append(meta)
+                if len(out) == count:
+                    break
+    return out
+
+
+def _bulk_delete_allowed(core: ServiceCore) -> None:
+    with storage_errors():
+        problem = core.store.bulk_delete_problem()
+    if problem is not None:
+        raise SessionError(STORAGE, problem)
+
+
+def delete_tree(core: ServiceCore, req: api.DeleteTreeRequest) -> Result:
+    _bulk_delete_allowed(core)
+    deleted: list[str] = []
+    events: list[ev.Event] = []
+    for _ in range(_TREE_PASSES):
+        order = _tree_order(core, req.session_id)
+        if not order:
+            break
+        with core.store.erasing():
+            for session_id in order:
+                event = erase(core, session_id)
                 if event is not None:
-                    ids.append(meta["session_id"])
+                    deleted.append(session_id)
                     events.append(event)
-        return ids, events, len(found) > limit
+    return build[api.DeleteTreeResponse](deleted=deleted), events
 
-    def select(self, selection: Selection, count: int) -> list[Meta]:
-        """Up to ``count`` sessions ``selection`` takes, oldest first (nothing deleted)."""
-        one_status = next(iter(selection.statuses)) if selection.statuses and len(selection.statuses) == 1 else None
-        out: list[Meta] = []
-        with storage_errors():
-            for meta in self.store.ordered_metas("created_asc", None, one_status, selection.metadata):
-                if selection(meta):
-                    out.append(meta)
-                    if len(out) == count:
-                        break
-        return out
 
-    def _bulk_delete_allowed(self) -> None:
-        with storage_errors():
-            problem = self.store.bulk_delete_problem()
-        if problem is not None:
-            raise SessionError(STORAGE, problem)
-
-    def delete_tree(self, req: api.DeleteTreeRequest) -> Result:
-        self._bulk_delete_allowed()
-        deleted: list[str] = []
-        events: list[ev.Event] = []
-        for _ in range(_TREE_PASSES):
-            order = self._tree_order(req.session_id)
-            if not order:
-                break
-            with self.store.erasing():
-                for session_id in order:
-                    event = self._erase(session_id)
-                    if event is not None:
-                        deleted.append(session_id)
-                        events.append(event)
-        return build[api.DeleteTreeResponse](deleted=deleted), events
-
-    def _tree_order(self, root: str) -> list[str]:
-        """The stored sessions of ``root``'s tree, every child before its parent.
-        Deleting in this order, a crash leaves no child without its parent;
-        descendants of an already deleted root are still found (by the id)."""
-        with storage_errors():
-            metas = self.store.list_metas()
-        children: dict[str, list[Meta]] = {}
-        stored: set[str] = set()
-        for meta in metas:
-            stored.add(meta["session_id"])
-            parent = _parent_of(meta)
-            if parent is not None:
-                children.setdefault(parent, []).append(meta)
-        order: list[str] = []
-        seen = {root}
-        # Iterative post-order (a deep chain of sub-agents must not hit the recursion limit).
-        stack: list[tuple[str, bool]] = [(root, False)]
-        while stack:
-            session_id, expanded = stack.pop()
-            if expanded:
-                if session_id in stored:
-                    order.append(session_id)
-                continue
-            stack.append((session_id, True))
-            kids = sorted(children.get(session_id, ()), key=lambda m: (m["created_at"], m["session_id"]))
-            for kid in reversed(kids):
-                if kid["session_id"] not in seen:  # a cycle of parents is cut here
-                    seen.add(kid["session_id"])
-                    stack.append((kid["session_id"], False))
-        return order
+def _tree_order(core: ServiceCore, root: str) -> list[str]:
+    """The stored sessions of ``root``'s tree, every child before its parent.
+    Deleting in this order, a crash leaves no child without its parent;
+    descendants of an already deleted root are still found (by the id)."""
+    with storage_errors():
+        metas = core.store.list_metas()
+    children: dict[str, list[Meta]] = {}
+    stored: set[str] = set()
+    for meta in metas:
+        stored.add(meta["session_id"])
+        parent = _parent_of(meta)
+        if parent is not None:
+            children.setdefault(parent, []).append(meta)
+    order: list[str] = []
+    seen = {root}
+    # Iterative post-order (a deep chain of sub-agents must not hit the recursion limit).
+    stack: list[tuple[str, bool]] = [(root, False)]
+    while stack:
+        session_id, expanded = stack.pop()
+        if expanded:
+            if session_id in stored:
+                order.append(session_id)
+            continue
+        stack.append((session_id, True))
+        kids = sorted(children.get(session_id, ()), key=lambda m: (m["created_at"], m["session_id"]))
+        for kid in reversed(kids):
+            if kid["session_id"] not in seen:  # a cycle of parents is cut here
+                seen.add(kid["session_id"])
+                stack.append((kid["session_id"], False))
+    return order
 
 
 def _parent_of(meta: Meta) -> str | None:

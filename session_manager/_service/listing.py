@@ -9,32 +9,33 @@ from .._wire.shape import build
 from .core import Result, ServiceCore
 from .storage_errors import storage_errors
 
+__all__ = ["list_sessions", "metadata_matches"]
 
-class Listing(ServiceCore):
-    def list_sessions(self, req: api.ListRequest) -> Result:
-        order = req.order or "updated_desc"
-        limit = self._limit(req.limit)
-        after = cursors.decode_list_cursor(req.cursor, order) if req.cursor is not None else None
-        key_field = "updated_at" if order == "updated_desc" else "created_at"
-        want = req.metadata or None
-        page: list[Any] = []
-        more = False
-        with storage_errors():
-            # The store yields candidates in order (from an index where it has
-            # one); the filter rule is ours, and one extra match tells "more".
-            for m in self.store.ordered_metas(order, after, req.status, want):
-                if req.status is not None and m.get("status") != req.status:
-                    continue
-                if want is not None and not metadata_matches(want, m.get("metadata")):
-                    continue
-                if len(page) == limit:
-                    more = True
-                    break
-                page.append(m)
-        next_cursor = None
-        if more and page:
-            next_cursor = cursors.list_cursor(order, page[-1][key_field], page[-1]["session_id"])
-        return build[api.ListResponse](sessions=page, next_cursor=next_cursor), []
+
+def list_sessions(core: ServiceCore, req: api.ListRequest) -> Result:
+    order = req.order or "updated_desc"
+    limit = core.page_size(req.limit)
+    after = cursors.decode_list_cursor(req.cursor, order) if req.cursor is not None else None
+    key_field = "updated_at" if order == "updated_desc" else "created_at"
+    want = req.metadata or None
+    page: list[Any] = []
+    more = False
+    with storage_errors():
+        # The store yields candidates in order (from an index where it has
+        # one); the filter rule is ours, and one extra match tells "more".
+        for m in core.store.ordered_metas(order, after, req.status, want):
+            if req.status is not None and m.get("status") != req.status:
+                continue
+            if want is not None and not metadata_matches(want, m.get("metadata")):
+                continue
+            if len(page) == limit:
+                more = True
+                break
+            page.append(m)
+    next_cursor = None
+    if more and page:
+        next_cursor = cursors.list_cursor(order, page[-1][key_field], page[-1]["session_id"])
+    return build[api.ListResponse](sessions=page, next_cursor=next_cursor), []
 
 
 def metadata_matches(want: dict[str, Any], have: Any) -> bool:

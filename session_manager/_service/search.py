@@ -26,7 +26,7 @@ from .core import Result, ServiceCore
 from .listing import metadata_matches
 from .storage_errors import storage_errors
 
-__all__ = ["Searching"]
+__all__ = ["scorer", "search"]
 
 _K1 = 1.2
 _B = 0.75
@@ -60,51 +60,53 @@ def _decode_cursor(raw: str) -> SortKey:
     return (-float(s), -t, sid, eid)
 
 
-class Searching(ServiceCore):
-    def search(self, req: SearchRequest) -> Result:
-        query = parse_query(req.query)
-        if query is None:
-            raise invalid_request("query: must contain at least one word (letters or digits)")
-        limit = self._limit(req.limit)
-        after = _decode_cursor(req.cursor) if req.cursor is not None else None
-        roles = frozenset(req.roles) if req.roles is not None else None
-        with storage_errors():
-            scope = self._scope(req)
-            matches = self.store.search(query, scope, roles) if scope is None or scope else Matches()
-            score = scorer(matches)
-            keyed = (((-score(c), -c.timestamp, c.session_id, c.entry_id), c) for c in matches.candidates)
-            if after is not None:
-                keyed = ((k, c) for k, c in keyed if k > after)
-            # One more than the page tells whether more remain; no sort of every candidate.
-            ranked = heapq.nsmallest(limit + 1, keyed, key=lambda kc: kc[0])
-            page = ranked[:limit]
-            paths: dict[str, EntryPath] = {}
-            hits = [self._hit(query, k, c, paths) for k, c in page]
-        next_cursor = None
-        if len(ranked) > limit and page:
-            k = page[-1][0]
-            next_cursor = cursors.encode({"s": -k[0], "t": -k[1], "sid": k[2], "id": k[3]})
-        return build[SearchResponse](hits=hits, next_cursor=next_cursor), []
+def search(core: ServiceCore, req: SearchRequest) -> Result:
+    query = parse_query(req.query)
+    if query is None:
+        raise invalid_request("query: must contain at least one word (letters or digits)")
+    limit = core.page_size(req.limit)
+    after = _decode_cursor(req.cursor) if req.cursor is not None else None
+    roles = frozenset(req.roles) if req.roles is not None else None
+    with storage_errors():
+        scope = _scope(core, req)
+        matches = core.store.search(query, scope, roles) if scope is None or scope else Matches()
+        score = scorer(matches)
+        keyed = (((-score(c), -c.timestamp, c.session_id, c.entry_id), c) for c in matches.candidates)
+        if after is not None:
+            keyed = ((k, c) for k, c in keyed if k > after)
+        # One more than the page tells whether more remain; no sort of every candidate.
+        ranked = heapq.nsmallest(limit + 1, keyed, key=lambda kc: kc[0])
+        page = ranked[:limit]
+        paths: dict[str, EntryPath] = {}
+        hits = [_hit(core, query, k, c, paths) for k, c in page]
+    next_cursor = None
+    if len(ranked) > limit and page:
+        k = page[-1][0]
+        next_cursor = cursors.encode({"s": -k[0], "t": -k[1], "sid": k[2], "id": k[3]})
+    return build[SearchResponse](hits=hits, next_cursor=next_cursor), []
 
-    def _scope(self, req: SearchRequest) -> list[str] | None:
-        """The session ids searched (``None``: every session)."""
-        want = req.metadata or None
-        if req.session_id is not None:
-            meta = self.store.get_meta(req.session_id)
-            if meta is None or (want is not None and not metadata_matches(want, meta.get("metadata"))):
-                return []
-            return [req.session_id]
-        if want is None:
-            return None
-        return [m["session_id"] for m in self.store.ordered_metas("created_asc", None, None, want)
-                if metadata_matches(want, m.get("metadata"))]
 
-    def _hit(self, query: Query, key: SortKey, c: Candidate, paths: dict[str, EntryPath]) -> dict[str, Any]:
-        entry = self.store.get_entry(c.session_id, c.entry_id)
-        text = searchable_text(entry) if entry is not None else None
-        path = paths.get(c.session_id)
-        if path is None:  # one active path per session of the page
-            path = paths[c.session_id] = self.store.path(c.session_id, self.store.get_leaf(c.session_id))
-        return {"session_id": c.session_id, "entry_id": c.entry_id, "role": c.role,
-                "snippet": snippet(text or "", query), "score": -key[0], "timestamp": c.timestamp,
-                "on_active_path": path.index_of(c.entry_id) is not None}
+def _scope(core: ServiceCore, req: SearchRequest) -> list[str] | None:
+    """The session ids searched (``None``: every session)."""
+    want = req.metadata or None
+    if req.session_id is not None:
+        meta = core.store.get_meta(req.session_id)
+        if meta is None or (want is not None and not metadata_matches(want, meta.get("metadata"))):
+            return []
+        return [req.session_id]
+    if want is None:
+        return None
+    return [m["session_id"] for m in core.store.ordered_metas("created_asc", None, None, want)
+            if metadata_matches(want, m.get("metadata"))]
+
+
+def _hit(core: ServiceCore, query: Query, key: SortKey, c: Candidate, paths: dict[str, EntryPath]) -> dict[str, Any]:
+    entry = core.store.get_entry(c.session_id, c.entry_id)
+    text = searchable_text(entry) if entry is not None else None
+    path = paths.get(c.session_id)
+    if path is None:  # one active path per session of the page
+        path = paths[c.session_id] = core.store.path(c.session_id, core.store.get_leaf(c.session_id))
+    return {"session_id": c.session_id, "entry_id": c.entry_id, "role": c.role,
+            "snippet": snippet(text or "", query), "score": -key[0], "timestamp": c.timestamp,
+            "on_active_path": path.index_of(c.entry_id) is not None}
+

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..store.base import Entry
-from .core import ServiceCore
+from .service import SessionService
 from .storage_errors import storage_errors
 
 
@@ -23,19 +23,20 @@ class Siblings:
     active: frozenset[str]
 
 
-def siblings(service: ServiceCore, session_id: str, entry_id: str) -> Siblings:
+def siblings(service: SessionService, session_id: str, entry_id: str) -> Siblings:
     """The entries whose parent is ``entry_id``'s (``entry_id`` included; the
     roots when it is a root), in the order they were appended.
 
     Raises ``session/not_found`` or ``session/entry_not_found`` for unknown ids.
     """
+    core = service.core
     with storage_errors():
-        service._meta_or_raise(session_id)
-        entry = service._entry_or_raise(session_id, entry_id)
+        core.meta_or_raise(session_id)
+        entry = core.entry_or_raise(session_id, entry_id)
         parent = entry.get("parent_id")
         # entries() is in append order on every adapter (fs and memory: insertion order of the
         # session's entry map, a revision keeping its place; postgres: ORDER BY seq).
-        found = [e for e in service.store.entries(session_id) if e.get("parent_id") == parent]
-        path = service._path(session_id, service.store.get_leaf(session_id))
+        found = [e for e in core.store.entries(session_id) if e.get("parent_id") == parent]
+        path = core.path(session_id, core.store.get_leaf(session_id))
         active = frozenset(e["id"] for e in found if path.index_of(e["id"]) is not None)
     return Siblings(found, active)

@@ -21,6 +21,8 @@ from .core import Result, ServiceCore
 from .storage_errors import storage_errors
 from .transcript import elide_message, is_run_member, item, kept_whole_in_run
 
+__all__ = ["messages_tail"]
+
 
 class _Walk:
     """Index arithmetic over one path: which entries count, where blocks start."""
@@ -100,28 +102,28 @@ def _collapsed(run: list[Entry], image_data: bool) -> list[dict[str, Any]]:
     return out
 
 
-class Tail(ServiceCore):
-    def messages_tail(self, req: api.MessagesTailRequest) -> Result:
-        session_id = req.session_id
+def messages_tail(core: ServiceCore, req: api.MessagesTailRequest) -> Result:
+    session_id = req.session_id
+    with storage_errors():
+        # One call for both: a store may answer them, and the path's last window, in one read.
+        meta, leaf = core.store.meta_and_leaf(session_id)
+        if meta is None:
+            raise not_found(session_id)
+        path = core.path(session_id, leaf)
+    walk = _Walk(path, include_custom=req.include_custom is not False)
+    if walk.before(len(path)) < 0:
         with storage_errors():
-            # One call for both: a store may answer them, and the path's last window, in one read.
-            meta, leaf = self.store.meta_and_leaf(session_id)
-            if meta is None:
-                raise not_found(session_id)
-            path = self._path(session_id, leaf)
-        walk = _Walk(path, include_custom=req.include_custom is not False)
-        if walk.before(len(path)) < 0:
-            with storage_errors():
-                self._still_there(session_id)
-            return build[api.MessagesTailResponse](messages=[], has_more=False), []
-        end = len(path)
-        if req.before_entry_id is not None:
-            end = walk.block_start(walk.anchor(req.before_entry_id, "before_entry_id"))
-        until = None
-        if req.until_entry_id is not None:
-            until = walk.block_start(walk.anchor(req.until_entry_id, "until_entry_id"))
-        start = walk.page_start(end, self._limit(req.limit), until)
-        items = walk.items(start, end, image_data=req.include_image_data is not False)
-        oldest = items[0]["entry_id"] if items else None
-        return build[api.MessagesTailResponse](messages=items, has_more=walk.before(start) >= 0,
-                                               oldest_entry_id=oldest), []
+            core.still_there(session_id)
+        return build[api.MessagesTailResponse](messages=[], has_more=False), []
+    end = len(path)
+    if req.before_entry_id is not None:
+        end = walk.block_start(walk.anchor(req.before_entry_id, "before_entry_id"))
+    until = None
+    if req.until_entry_id is not None:
+        until = walk.block_start(walk.anchor(req.until_entry_id, "until_entry_id"))
+    start = walk.page_start(end, core.page_size(req.limit), until)
+    items = walk.items(start, end, image_data=req.include_image_data is not False)
+    oldest = items[0]["entry_id"] if items else None
+    return build[api.MessagesTailResponse](messages=items, has_more=walk.before(start) >= 0,
+                                           oldest_entry_id=oldest), []
+

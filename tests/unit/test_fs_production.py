@@ -448,7 +448,7 @@ def test_forks_whose_ids_share_stripes_never_deadlock(tmp_path: Path) -> None:
     assert _stripe(_same_stripe(a)) == _stripe(a)
     assert all(sm.service.session_lock(x) is sm.service.session_lock(a) for x in on_a)
     assert all(sm.service.session_lock(x) is sm.service.session_lock(b) for x in on_b)
-    sm.service.ids = ChosenIds([x for pair in zip(on_a, on_b, strict=True) for x in pair])
+    sm.service.core.ids = ChosenIds([x for pair in zip(on_a, on_b, strict=True) for x in pair])
     errors: list[BaseException] = []
 
     def forker(source: str) -> None:
