@@ -37,9 +37,9 @@ from .._service.stats import Stats
 from .._wire.events import Event
 from ..clock import Clock, SystemClock
 from ..errors import STORAGE, SessionError, Unavailable
-from ..store import _protocol as sp
 from ..store._known import KnownSessions
 from ..store.bridge import BridgeStore
+from ..store.bridge import protocol as sp
 from .background import SerialWorker
 from .sdk import SdkBus
 

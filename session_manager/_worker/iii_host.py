@@ -47,8 +47,8 @@ from .._wire.validation import parse_request
 from ..clock import Clock, SystemClock
 from ..errors import STORAGE, SessionError, StoreError
 from ..ids import IdGen, UuidIds
-from ..store import _protocol as sp
 from ..store.base import SessionStore
+from ..store.bridge import protocol as sp
 from ..store.fs import FsStore
 from ..store.sqlite import SqliteStore
 from . import bridge_link as br

@@ -30,12 +30,12 @@ from session_manager.clock import ManualClock
 from session_manager.errors import StoreError
 from session_manager.ids import SequentialIds
 from session_manager.store import FsStore
-from session_manager.store import _protocol as sp
-from session_manager.store import _protocol_cas as atomic
-from session_manager.store import _protocol_search as searching
 from session_manager.store._encoding import encode_id
 from session_manager.store.base import Commit, SessionStore
 from session_manager.store.bridge import BridgeStore
+from session_manager.store.bridge import protocol as sp
+from session_manager.store.bridge import protocol_cas as atomic
+from session_manager.store.bridge import protocol_search as searching
 from session_manager.testing import FakeConnection, FakeEngine
 from tests.unit.store_contract import StoreContract
 from tests.unit.store_contract import custom as custom_entry

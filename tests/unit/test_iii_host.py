@@ -17,7 +17,7 @@ from session_manager._worker.iii_host import IIIHost, json_schema, strip_caller
 from session_manager._worker.store_server import STORE_FUNCTIONS
 from session_manager.clock import ManualClock
 from session_manager.ids import SequentialIds
-from session_manager.store._protocol import ON_EVENTS, PUBLISH_EVENTS
+from session_manager.store.bridge.protocol import ON_EVENTS, PUBLISH_EVENTS
 from session_manager.testing import FakeEngine
 
 START_MS = 1_000_000
