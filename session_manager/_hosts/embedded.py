@@ -26,7 +26,7 @@ from .._wire.validation import parse_request, reject_unknown_keys
 from ..clock import Clock
 from ..errors import STORAGE, SessionError, StoreError
 from ..ids import IdGen
-from ..store._cache import DEFAULT_CACHE_BYTES
+from ..store import DEFAULT_CACHE_BYTES
 from ..store.base import SessionStore
 from ..store.fs import Durability, FsStore
 from .gate import CallGate

@@ -27,12 +27,10 @@ from typing import TYPE_CHECKING
 from .. import __version__
 from .._bus import Bus
 from .._cli.args import OneLineParser, environment_epilog, log_level, suggest
-from ..errors import SessionError
-from .config_client import BuildError, ConfigurationRefused, ConfigurationUnavailable
-from .config_value import ConfigError
+from ..errors import BuildError, ConfigError, ConfigurationRefused, ConfigurationUnavailable, SeedError, SessionError
 from .manifest import DESCRIPTION, NAME, manifest
 from .sdk import SdkBus
-from .seed import SeedError, read_seed
+from .seed import read_seed
 
 if TYPE_CHECKING:
     from .iii_host import IIIHost

@@ -18,13 +18,13 @@ from typing import Any, TextIO
 
 from ..._hosts.surface import BY_ID
 from ..._wire.models import STATUSES
-from ...errors import SessionError, StoreError, invalid_request, not_found
+from ...errors import DataDirError, SessionError, StoreError, UsageError, invalid_request, not_found
 from ...store.fs import FsStore
 from ..args import OneLineParser
 from . import fsck, fsck_store, maintenance, purging, reading, render, serving, transfer, usage
-from .opening import DataDirError, is_engine, is_uri, open_for
+from .opening import is_engine, is_uri, open_for
 from .progress import progress
-from .usage import DIR, EVERY_TARGET, POSTGRES, SQLITE, UsageError
+from .usage import DIR, EVERY_TARGET, POSTGRES, SQLITE
 
 ORDERS = ("created_asc", "created_desc", "updated_desc")
 

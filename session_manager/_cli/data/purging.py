@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from ..._wire.models import STATUSES
-from .opening import DataDirError, is_uri, open_for
+from ...errors import DataDirError
+from .opening import is_uri, open_for
 from .progress import progress
 
 __all__ = ["BATCH", "add_arguments", "cmd_purge"]

@@ -7,8 +7,8 @@ import secrets
 import sys
 from typing import Any
 
-from .opening import DataDirError, open_for
-from .usage import UsageError
+from ...errors import DataDirError, UsageError
+from .opening import open_for
 
 
 def cmd_serve(args: argparse.Namespace) -> Any:
