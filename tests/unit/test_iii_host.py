@@ -269,7 +269,7 @@ def test_domain_errors_are_logged_without_traceback() -> None:
     # Prevents: every not_found answer flooding the worker log with a traceback.
     import logging
 
-    from session_manager._worker.cli import QuietDomainErrors
+    from session_manager._worker.main import QuietDomainErrors
     from session_manager.errors import not_found
 
     try:
