@@ -40,7 +40,7 @@ from ._hosts import embedded
 from ._hosts.embedded import SessionManager
 from ._hosts.helpers import AsyncHelpers, Helpers
 from .clock import Clock
-from .errors import EventStreamOverflow as EventStreamOverflow  # (re-exported: the old import path keeps working)
+from .errors import EventStreamOverflow
 from .ids import IdGen
 from .store import DEFAULT_CACHE_BYTES
 from .store.base import SessionStore
@@ -286,3 +286,14 @@ def open(
         "retention": retention,
     }
     return Opening(max_workers, options)
+
+
+__all__ = [
+    "DEFAULT_MAX_QUEUED",
+    "DEFAULT_WORKERS",
+    "AsyncSessionManager",
+    "EventStream",
+    "EventStreamOverflow",
+    "Opening",
+    "open",
+]
