@@ -40,8 +40,9 @@ from ._hosts import embedded
 from ._hosts.embedded import SessionManager
 from ._hosts.helpers import AsyncHelpers, Helpers
 from .clock import Clock
+from .errors import EventStreamOverflow
 from .ids import IdGen
-from .store._cache import DEFAULT_CACHE_BYTES
+from .store import DEFAULT_CACHE_BYTES
 from .store.base import SessionStore
 from .store.fs import Durability
 
@@ -49,11 +50,6 @@ T = TypeVar("T")
 
 DEFAULT_WORKERS = 4
 DEFAULT_MAX_QUEUED = 1000
-
-
-class EventStreamOverflow(RuntimeError):
-    """The consumer fell more than ``max_queued`` events behind; the stream
-    stopped (re-read state, then open a new stream)."""
 
 
 class EventStream:
@@ -290,3 +286,14 @@ def open(
         "retention": retention,
     }
     return Opening(max_workers, options)
+
+
+__all__ = [
+    "DEFAULT_MAX_QUEUED",
+    "DEFAULT_WORKERS",
+    "AsyncSessionManager",
+    "EventStream",
+    "EventStreamOverflow",
+    "Opening",
+    "open",
+]

@@ -1,8 +1,52 @@
-"""The error contract: every failure carries a stable ``session/*`` code.
+"""Every exception the package raises, in one place.
 
-Callers match on the code, never on the prose, so the code is always the
-first thing in the message (``"session/not_found: session s_1 does not
-exist"``), exactly as the bus carries it.
+The error contract: every failure of a session function carries a stable
+``session/*`` code. Callers match on the code, never on the prose, so the
+code is always the first thing in the message (``"session/not_found: session
+s_1 does not exist"``), exactly as the bus carries it.
+
+The tree (builtin bases in brackets)::
+
+    Exception
+    +-- SessionError              a failed session function call: ``code`` + ``detail``
+    +-- StoreError                storage or engine failure -> ``session/storage``
+    |   +-- Unavailable           nothing answered (retrying may succeed)
+    |   |   +-- ConfigurationUnavailable   the configuration worker (fatal at boot)
+    |   |   +-- BridgeUnavailable          a bridge's main
+    |   +-- Vanished              the session was deleted under a read -> ``session/not_found``
+    |   +-- NotFound              the other side has no such thing (an answer)
+    |   +-- Conflict              a compare-and-set lost a race
+    |   +-- RemoteError           the other side's handler failed
+    |   +-- UnstorableValue       cannot be stored at all -> ``session/invalid_request``
+    |   +-- ReadOnlyStore         a mutation of a store opened read-only
+    |   +-- DataDirLocked         another owner holds the data_dir
+    |   +-- DataDirLost           the data_dir is no longer the one this store locked
+    |   +-- NotRegular            a file name that is not a regular file
+    +-- [RuntimeError]
+    |   +-- EventStreamOverflow   an async event stream's consumer fell too far behind
+    |   +-- ConfigurationRefused  the configuration worker refused for good (never retried)
+    |   +-- BuildError            a configuration that parses but cannot be built
+    +-- [ValueError]
+    |   +-- ConfigError           a configuration value that does not parse
+    |   |   +-- SeedError         an operator's ``--config`` seed that cannot be used
+    |   +-- ProviderError         a mention provider descriptor consumers would reject
+    |   +-- BindRefused           a viewer bind it will not serve
+    +-- UsageError                the data CLI's arguments cannot work (exit status 2)
+    +-- DataDirError              a data_dir the data CLI cannot use
+    Warning
+    +-- [UserWarning]
+        +-- LimitWarning          a typed call asked for a page over ``max_list_limit``
+
+The modules that raised them first keep their names importable
+(``session_manager.aio.EventStreamOverflow`` is this class).
+
+Private control flow stays with the code it steers, never crossing a module
+boundary as an error: ``_wire.dumping._Unusual`` and ``_wire.validation._NotJson``
+(the slow path of an encoder), ``_service.admission.Unrepresentable`` and its
+``TooDeep`` (a field JSON cannot carry, turned into ``session/invalid_request``
+where it is caught), ``store.postgres.optimistic.Fallback`` and ``_Conflicted``
+(the optimistic write's retry), ``store.bridge.store._NotServed`` (a Rust main
+without the atomic calls).
 """
 
 from __future__ import annotations
@@ -132,3 +176,121 @@ def invalid_request(detail: str) -> SessionError:
 class LimitWarning(UserWarning):
     """A typed call asked for a page larger than ``max_list_limit``: the page
     holds at most that many; page on with ``next_cursor`` (or ``sm.transcript``)."""
+
+
+# --------------------------------------------------------------------------
+# Storage adapters
+# --------------------------------------------------------------------------
+
+
+class ReadOnlyStore(StoreError):
+    """A mutation of a store opened read-only."""
+
+
+class DataDirLocked(StoreError):
+    """Another owner holds the data_dir."""
+
+
+class DataDirLost(StoreError):
+    """The data_dir (or its lock file) is no longer the one this store locked."""
+
+
+class NotRegular(StoreError):
+    """A name that should be a regular file is something else (a FIFO, a
+    directory, a symlink, a device)."""
+
+
+# --------------------------------------------------------------------------
+# Hosts: the async wrapper, the worker's configuration and bridge, mentions, the viewer, the CLI
+# --------------------------------------------------------------------------
+
+
+class EventStreamOverflow(RuntimeError):
+    """The consumer fell more than ``max_queued`` events behind; the stream
+    stopped (re-read state, then open a new stream)."""
+
+
+class ConfigurationUnavailable(Unavailable):
+    """The configuration worker could not be reached or answered with an error
+    (after the retries): fatal at boot."""
+
+
+class ConfigurationRefused(RuntimeError):
+    """The configuration worker answered with a permanent error (a schema it
+    rejects, invalid arguments, a value it cannot expand): never retried."""
+
+
+class BuildError(RuntimeError):
+    """A configuration that parses but cannot be turned into a runtime."""
+
+
+class ConfigError(ValueError):
+    """A configuration value that does not parse."""
+
+
+class SeedError(ConfigError):
+    """The operator's seed cannot be used and nothing is stored: fatal at boot."""
+
+
+class BridgeUnavailable(Unavailable):
+    """The main cannot be reached or does not serve the store protocol."""
+
+
+class ProviderError(ValueError):
+    """A descriptor that consumers would reject."""
+
+
+class BindRefused(ValueError):
+    """A bind the viewer will not serve (a non-loopback address without a token)."""
+
+
+class UsageError(Exception):
+    """The arguments cannot work (exit status 2): a malformed option value, a
+    combination the command refuses, an unknown function, a target it does not take."""
+
+
+class DataDirError(Exception):
+    """A data_dir the command cannot use (missing, not a directory, held by a writer)."""
+
+
+__all__ = [
+    "ATTACHMENT_IN_USE",
+    "ATTACHMENT_TOO_LARGE",
+    "CODES",
+    "DETAILS_NOT_SUPPORTED",
+    "EMPTY_BATCH",
+    "ENTRY_NOT_FOUND",
+    "INVALID_CURSOR",
+    "INVALID_ENTRY_KIND",
+    "INVALID_REQUEST",
+    "NOT_FOUND",
+    "PARENT_NOT_FOUND",
+    "STORAGE",
+    "BindRefused",
+    "BridgeUnavailable",
+    "BuildError",
+    "ConfigError",
+    "ConfigurationRefused",
+    "ConfigurationUnavailable",
+    "Conflict",
+    "DataDirError",
+    "DataDirLocked",
+    "DataDirLost",
+    "EventStreamOverflow",
+    "LimitWarning",
+    "NotFound",
+    "NotRegular",
+    "ProviderError",
+    "ReadOnlyStore",
+    "RemoteError",
+    "SeedError",
+    "SessionError",
+    "StoreError",
+    "Unavailable",
+    "UnstorableValue",
+    "UsageError",
+    "Vanished",
+    "entry_not_found",
+    "invalid_request",
+    "not_found",
+]

@@ -149,3 +149,29 @@ def custom(custom_type: str, data: Any = None) -> CustomPayload:
 
 def _at(timestamp: int | None) -> int:
     return now_ms() if timestamp is None else timestamp
+
+
+# The constructors, and the models they build (importable from here as they always were).
+__all__ = [
+    "AssistantMessage",
+    "Content",
+    "ContentBlock",
+    "CustomMessage",
+    "CustomPayload",
+    "ErrorKind",
+    "FunctionCallBlock",
+    "FunctionResultMessage",
+    "StopReason",
+    "TextBlock",
+    "Usage",
+    "UserMessage",
+    "assistant_message",
+    "blocks",
+    "custom",
+    "custom_message",
+    "function_call",
+    "function_result_message",
+    "now_ms",
+    "text",
+    "user_message",
+]

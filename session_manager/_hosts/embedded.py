@@ -16,21 +16,19 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
-from .._service.admission import admit_copy
 from .._service.erasure import Selection
 from .._service.limits import Limits, LimitsCell
 from .._service.service import SessionService
-from .._service.storage_errors import at_edge
 from .._wire.events import EVENT_FUNCTIONS, Event
-from .._wire.validation import parse_request, reject_unknown_keys
 from ..clock import Clock
 from ..errors import STORAGE, SessionError, StoreError
 from ..ids import IdGen
-from ..store._cache import DEFAULT_CACHE_BYTES
+from ..store import DEFAULT_CACHE_BYTES
 from ..store.base import SessionStore
 from ..store.fs import Durability, FsStore
 from .gate import CallGate
 from .helpers import Helpers
+from .pipeline import execute, serve
 from .retention import RetentionPolicy, RetentionSweeper, retention_policy
 from .surface import function as lookup
 from .surface import unknown_function
@@ -137,36 +135,27 @@ class SessionManager(Helpers):
 
     def _call(self, function_id: str, payload: Any) -> Any:
         function = lookup(function_id)  # an unknown id (or None): session/invalid_request naming it
-        serve = function.handler
-        if serve is None:  # an event function's row (the table serves none): not callable
+        if function.handler is None:  # an event function's row (the table serves none): not callable
             raise unknown_function(function_id)
         if function.mutates and self._read_only:
             raise SessionError(STORAGE, f"{function_id}: this session store is open read-only")
         # A private copy: what is stored must not change when the caller
-        # later changes the dicts it passed in.
-        payload = admit_copy(function_id, payload, self.service.limits.get(), mutates=function.mutates)
-        reject_unknown_keys(function.request, payload)
-        request = parse_request(function.request, payload)
-        service = self.service
+        # later changes the dicts it passed in; the answer is a copy too.
+        return serve(function, self.service, payload, self._deliver, private_copy=True, answer=copy_json,
+                     wraps_calls=self._wraps_calls)
+
+    def _deliver(self, events: list[Event]) -> None:
+        """A call's events to the observers. User code runs only in observers: a close()
+        from one must not wait for this call (counted only here, off the path of a call
+        nobody observes)."""
+        if not self._observers:
+            return
+        depth = getattr(self._depth, "n", 0)
+        self._depth.n = depth + 1
         try:
-            if self._wraps_calls:
-                # run_call: a shared store commits the call's events with its writes.
-                response, events = service.store.run_call(lambda: serve(service, request))
-            else:
-                response, events = serve(service, request)
-        except StoreError as e:
-            raise at_edge(e) from None
-        result = copy_json(response)
-        if events and self._observers:
-            # User code runs only in observers: a close() from one must not wait for this
-            # call (counted only here, off the path of a call nobody observes).
-            depth = getattr(self._depth, "n", 0)
-            self._depth.n = depth + 1
-            try:
-                self.publish(events)
-            finally:
-                self._depth.n = depth
-        return result
+            self.publish(events)
+        finally:
+            self._depth.n = depth
 
     def _list_limit_cap(self) -> int | None:
         return self.service.limits.get().max_list_limit
@@ -180,10 +169,7 @@ class SessionManager(Helpers):
             ids, events, more = service.erase_selected(selection, limit)
             return (ids, more), events
 
-        try:
-            (ids, more), events = service.store.run_call(run)
-        except StoreError as e:
-            raise at_edge(e) from None
+        (ids, more), events = execute(service.store, run)
         self.publish(events)
         return ids, more
 

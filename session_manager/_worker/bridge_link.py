@@ -36,10 +36,11 @@ from .._bus import Bus, ObserverHandle
 from .._service.stats import Stats
 from .._wire.events import Event
 from ..clock import Clock, SystemClock
-from ..errors import STORAGE, SessionError, Unavailable
-from ..store import _protocol as sp
+from ..errors import STORAGE, SessionError
+from ..errors import BridgeUnavailable as BridgeUnavailable  # (re-exported: the old import path keeps working)
 from ..store._known import KnownSessions
 from ..store.bridge import BridgeStore
+from ..store.bridge import protocol as sp
 from .background import SerialWorker
 from .sdk import SdkBus
 
@@ -48,10 +49,6 @@ log = logging.getLogger("session_manager.bridge")
 RELAY_PREFIX = "session::bridge::recv::"
 READY_TIMEOUT_S = 10.0
 PUBLISH_QUEUE_LIMIT = 1000  # mutations' event batches waiting to go to the main
-
-
-class BridgeUnavailable(Unavailable):
-    """The main cannot be reached or does not serve the store protocol."""
 
 
 def normalize_url(url: str) -> str:

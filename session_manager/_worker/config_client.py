@@ -27,9 +27,12 @@ from pydantic import BaseModel, ConfigDict, Field
 from .. import _bus as bus
 from .._bus import Bus, ObserverHandle
 from .._wire.shape import build
-from ..errors import NotFound, RemoteError, StoreError, Unavailable
-from .config_value import CONFIG_ID, ConfigError, WorkerConfig, config_schema, parse_config
-from .seed import Seed, SeedError
+from ..errors import BuildError as BuildError  # (re-exported: the old import path keeps working)
+from ..errors import ConfigError, NotFound, RemoteError, SeedError, StoreError, Unavailable
+from ..errors import ConfigurationRefused as ConfigurationRefused
+from ..errors import ConfigurationUnavailable as ConfigurationUnavailable
+from .config_value import CONFIG_ID, WorkerConfig, config_schema, parse_config
+from .seed import Seed
 
 log = logging.getLogger("session_manager.configuration")
 
@@ -102,11 +105,6 @@ class ConfigStatusResponse(BaseModel):
 # --------------------------------------------------------------------------
 
 
-class ConfigurationUnavailable(Unavailable):
-    """The configuration worker could not be reached or answered with an error
-    (after the retries): fatal at boot."""
-
-
 @dataclass(frozen=True)
 class Retry:
     """``attempts`` calls, sleeping ``delays[i]`` seconds after failure ``i``."""
@@ -115,11 +113,6 @@ class Retry:
     delays: Sequence[float] = (0.25, 0.5)
     timeout_ms: int = 5000
     sleep: Callable[[float], None] = time.sleep
-
-
-class ConfigurationRefused(RuntimeError):
-    """The configuration worker answered with a permanent error (a schema it
-    rejects, invalid arguments, a value it cannot expand): never retried."""
 
 
 # Boot waits for a configuration worker that is (re)starting ~40 s in all,
@@ -247,10 +240,6 @@ class ReloadStatus:
         with self._lock:
             return build[ConfigStatusResponse](last_outcome=self._outcome, last_error=self._error,
                          rejected_reloads=self._rejected)
-
-
-class BuildError(RuntimeError):
-    """A configuration that parses but cannot be turned into a runtime."""
 
 
 class Reloader:

@@ -41,8 +41,8 @@ from .._service.limits import (
     MAX_REQUEST_BYTES,
     Limits,
 )
-from ..store import pg_defaults
-from ..store._cache import DEFAULT_CACHE_BYTES
+from ..errors import ConfigError as ConfigError  # (re-exported: the old import path keeps working)
+from ..store import DEFAULT_CACHE_BYTES, pg_defaults
 from ..store.fs import Durability
 from ..store.sqlite import settings as sqlite_settings
 
@@ -227,10 +227,6 @@ class WorkerConfig(BaseModel):
 
             value["config"]["dsn"] = safe_dsn(self.adapter.config.dsn)
         return str(value)
-
-
-class ConfigError(ValueError):
-    """A configuration value that does not parse."""
 
 
 def parse_config(value: Any) -> WorkerConfig:

@@ -16,7 +16,7 @@ from .._bus import Bus
 from .._service.stats import Stats
 from .._wire import events as ev
 from .._wire.events import Event
-from ..store import _protocol as sp
+from ..store.bridge import protocol as sp
 from .event_queue import EventQueue
 
 log = logging.getLogger("session_manager.iii")

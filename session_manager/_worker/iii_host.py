@@ -1,10 +1,12 @@
 """The iii host: serves the surface table on an iii engine.
 
-Every row of :data:`~session_manager._hosts.surface.FUNCTIONS` and
-:data:`~session_manager._hosts.surface.EVENT_SURFACE` is registered with JSON
-Schemas generated from its pydantic models, then the two configuration
-functions. Handlers are sync (the SDK runs each invocation on a thread of
-its own) and read the live runtime on every call, so a configuration
+Every row of :data:`~session_manager._worker.served.SERVED` (the session
+functions, the event functions, the store protocol, the configuration pair) is
+registered with JSON Schemas generated from its pydantic models. A session
+function runs through the host pipeline both hosts share
+(:func:`~session_manager._hosts.pipeline.serve`). Handlers are sync (the SDK
+runs each invocation on a thread of its own) and read the live runtime on every
+call (:class:`~session_manager._worker.inflight.InFlight`), so a configuration
 reload needs no re-registration.
 
 Events go out through :class:`~session_manager._worker.emitter.Emitter`
@@ -25,30 +27,23 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from iii import ObserveHooks
-
 from .._bus import Bus, ObserverHandle, strip_caller
-from .._hosts.gate import CallGate
+from .._hosts.pipeline import execute, serve
 from .._hosts.retention import RetentionPolicy, RetentionSweeper
-from .._hosts.surface import EVENT_SURFACE, FUNCTIONS, Function
-from .._service.admission import admit
+from .._hosts.surface import Function
 from .._service.limits import LimitsCell
 from .._service.service import SessionService, storage_errors
 from .._service.stats import Stats
-from .._service.storage_errors import at_edge
 from .._wire.events import Event
-from .._wire.schemas import json_schema
 from .._wire.shape import build
 from .._wire.validation import parse_request
 from ..clock import Clock, SystemClock
-from ..errors import STORAGE, SessionError, StoreError
+from ..errors import STORAGE, BuildError, SessionError
 from ..ids import IdGen, UuidIds
-from ..store import _protocol as sp
-from ..store.base import SessionStore
+from ..store.bridge import protocol as sp
 from ..store.fs import FsStore
 from ..store.sqlite import SqliteStore
 from . import bridge_link as br
@@ -56,8 +51,10 @@ from . import config_client as cfg
 from . import store_server as ss
 from .config_value import BridgeAdapter, BridgeConfig, WorkerConfig
 from .emitter import Emitter
+from .inflight import InFlight
 from .runtime import Runtime, build_store, resync_batches, same_adapter
 from .seed import Seed
+from .served import SERVED, Kind, Served
 
 log = logging.getLogger("session_manager.iii")
 
@@ -93,23 +90,15 @@ class IIIHost:
         self.stats = Stats()  # shared by the services, the emitter and the bridge link
         self.emitter = Emitter(client, self.stats)
         self.reloader = cfg.Reloader(client, self.apply_config, retry=reloader_retry)
-        self._runtime = self._build(config)  # raises BuildError: fatal at boot
-        # Calls in flight: shutdown releases the store only once they have ended (the
-        # embedded host's rule, one mechanism for both).
-        self._gate = CallGate()
-        # Calls in flight per store: a swapped-out runtime's link is closed
-        # only once the calls that took it have finished with it.
-        self._users: dict[int, int] = {}
-        # Swapped-out stores whose drain gave up: each closes when its last call ends.
-        self._retired: dict[int, Callable[[], None]] = {}
-        self._idle = threading.Condition()
+        # Calls in flight on the live runtime (raises BuildError: fatal at boot).
+        self._inflight = InFlight(self._build(config))
         self.refs: dict[str, Any] = {}
         self.config_observer: ObserverHandle | None = None
         self.retention = RetentionSweeper(self._sweep_batch, self.clock, config.retention_policy())
 
     @property
     def runtime(self) -> Runtime:
-        return self._runtime
+        return self._inflight.runtime
 
     @property
     def status(self) -> cfg.ReloadStatus:
@@ -131,19 +120,19 @@ class IIIHost:
     def _connect_bridge(self, config: BridgeConfig) -> br.Bridge:
         """Connect to the main, check it serves the protocol, attach the relay."""
         if self.local_url is not None and br.normalize_url(config.url) == br.normalize_url(self.local_url):
-            raise cfg.BuildError(f"{SELF_REFERENTIAL}: bridge url {config.url} is this instance's own engine; "
+            raise BuildError(f"{SELF_REFERENTIAL}: bridge url {config.url} is this instance's own engine; "
                                  "a bridge must point at a main fs instance on another engine")
         try:
             client = self.bridge_connector(config)
         except Exception as e:
-            raise cfg.BuildError(f"bridge to {config.url} unavailable: {e}") from e
+            raise BuildError(f"bridge to {config.url} unavailable: {e}") from e
         bridge = br.Bridge(client, config.url, config.timeout_ms, self._relay, self.stats, clock=self.clock,
                            resync=lambda batch: self.emitter.emit(batch, wait_s=RESYNC_WAIT_S))
         try:
             bridge.start()
         except Exception as e:
             bridge.close()
-            raise cfg.BuildError(f"bridge to {config.url} unavailable: {e}") from e
+            raise BuildError(f"bridge to {config.url} unavailable: {e}") from e
         return bridge
 
     def _relay(self, event: Event) -> None:
@@ -163,134 +152,54 @@ class IIIHost:
     def flush(self, timeout_s: float | None = None) -> bool:
         """Wait until queued publishes and event calls have been handed on;
         False if ``timeout_s`` (for each of the two queues) passed first."""
-        bridge = self._runtime.bridge
+        bridge = self.runtime.bridge
         published = bridge.flush(timeout_s) if bridge is not None else True
         return self.emitter.flush(timeout_s) and published
 
     # -- registration -----------------------------------------------------------
 
     def register(self) -> None:
-        """Register event functions (with ``session::store::on-events``), the
-        store protocol, session functions, then the configuration pair. All of
-        them in either mode, so an fs<->bridge reload needs no registration."""
-        for f in EVENT_SURFACE:
-            self._register(f, self._echo, observe=self.emitter.hooks(f.id))
-        self.refs[sp.ON_EVENTS] = self.client.register_function(
-            sp.ON_EVENTS, self._echo,
-            description=ss.ON_EVENTS_DESCRIPTION,
-            metadata={**sp.REGISTRATION_METADATA, "private": True},
-            request_format=json_schema(sp.OnEventsEnvelope),
-            response_format=json_schema(sp.OnEventsEnvelope),
-            observe=self.emitter.hooks(sp.ON_EVENTS),
-        )
-        for sf in ss.STORE_FUNCTIONS:
-            self.refs[sf.id] = self.client.register_function(
-                sf.id, self._store_handler(sf),
-                description=sf.description,
-                metadata=dict(sp.REGISTRATION_METADATA),
-                request_format=json_schema(sf.request),
-                response_format=json_schema(sf.response, nullable=sf.nullable),
-            )
-        self.refs[sp.PUBLISH_EVENTS] = self.client.register_function(
-            sp.PUBLISH_EVENTS, self._publish_events,
-            description=ss.PUBLISH_DESCRIPTION,
-            metadata=dict(sp.REGISTRATION_METADATA),
-            request_format=json_schema(sp.PublishEventsRequest),
-            response_format=json_schema(sp.PublishEventsResponse),
-        )
-        for f in FUNCTIONS:
-            self._register(f, self._handler(f))
-        config_pair = (
-            (cfg.ON_CONFIG_CHANGE, self._on_config_change, cfg.OnConfigChangeRequest, cfg.OnConfigChangeResponse,
-             "Internal: re-reads the session-manager configuration and applies it "
-             "(target of the configuration::on-updated observer)."),
-            (cfg.CONFIG_STATUS, self._config_status, cfg.ConfigStatusRequest, cfg.ConfigStatusResponse,
-             "Outcome of the most recent configuration reload (applied / rejected) "
-             "and the number of rejected reloads."),
-        )
-        for fid, handler, request, response, description in config_pair:
-            self.refs[fid] = self.client.register_function(
-                fid, handler, description=description, metadata={"trace_hidden": True},
-                request_format=json_schema(request), response_format=json_schema(response),
+        """Register every row of :data:`~session_manager._worker.served.SERVED`, the one
+        table of what this worker serves, in its order, in either mode."""
+        for row in SERVED:
+            request_format, response_format = row.formats()
+            self.refs[row.id] = self.client.register_function(
+                row.id, self._handler_of(row),
+                description=row.description,
+                metadata=dict(row.metadata),
+                request_format=request_format,
+                response_format=response_format,
+                observe=self.emitter.hooks(row.id) if row.observed else None,
             )
 
-    def _register(self, f: Function, handler: Any, observe: ObserveHooks | None = None) -> None:
-        self.refs[f.id] = self.client.register_function(
-            f.id, handler,
-            description=f.description,
-            metadata=f.registration_metadata(),
-            request_format=json_schema(f.request),
-            response_format=json_schema(f.response, nullable=f.nullable),
-            observe=observe,
-        )
+    def _handler_of(self, row: Served) -> Any:
+        """The handler a row of the table gets, by its kind."""
+        if row.kind is Kind.SESSION:
+            assert isinstance(row.row, Function)
+            return self._handler(row.row)
+        if row.kind is Kind.STORE:
+            assert isinstance(row.row, ss.StoreFunction)
+            return self._store_handler(row.row)
+        return {
+            Kind.EVENT: self._echo,
+            Kind.ON_EVENTS: self._echo,
+            Kind.PUBLISH: self._publish_events,
+            Kind.CONFIG_CHANGE: self._on_config_change,
+            Kind.CONFIG_STATUS: self._config_status,
+        }[row.kind]
 
     def observe_configuration(self, timeout_s: float = 5.0) -> None:
         self.config_observer = cfg.observe_updates(self.client, timeout_s)
 
     # -- handlers -----------------------------------------------------------------
 
-    @contextlib.contextmanager
-    def _call(self) -> Iterator[Runtime]:
-        if not self._gate.enter():
-            raise SessionError(STORAGE, "session-manager is shutting down")
-        try:
-            with self._idle:
-                runtime = self._runtime
-                key = id(runtime.store)
-                self._users[key] = self._users.get(key, 0) + 1
-            try:
-                yield runtime
-            finally:
-                retired = None
-                with self._idle:
-                    self._users[key] -= 1
-                    if not self._users[key]:
-                        del self._users[key]
-                        retired = self._retired.pop(key, None)
-                    self._idle.notify_all()
-                if retired is not None:
-                    retired()  # the last call on a store swapped out under it: now nothing uses it
-        finally:
-            self._gate.leave()  # the last call out after a shutdown that stopped waiting releases the store
-
-    def _drain(self, store: SessionStore, timeout_s: float) -> None:
-        """Wait until no call holds ``store`` (it has just been swapped out)."""
-        key = id(store)
-        with self._idle:
-            if not self._idle.wait_for(lambda: key not in self._users, timeout=timeout_s):
-                log.warning("%d calls still use the previous store after %.0f s; it is closed when they end",
-                            self._users.get(key, 0), timeout_s)
-
-    def _retire(self, runtime: Runtime) -> None:
-        """Close a swapped-out runtime's store (or bridge link) once no call uses it.
-        Closing it under a call would release an fs data_dir while that call still
-        writes there (another owner could hold it by then), or cut a bridge call."""
-        end = runtime.bridge.close if runtime.bridge is not None else runtime.store.close
-        key = id(runtime.store)
-        with self._idle:
-            if key in self._users:
-                self._retired[key] = end
-                return
-        end()
-
     def _handler(self, f: Function) -> Any:
-        serve = f.handler
-        assert serve is not None, f"{f.id} is an event function"
-
         def handle(data: Any) -> Any:
             payload = strip_caller(data)
-            with self._call() as runtime:
-                admit(f.id, payload, self.limits.get(), mutates=f.mutates)
-                request = parse_request(f.request, payload)
-                # run_call: a shared store commits the call's events with its writes.
-                try:
-                    response, events = runtime.store.run_call(lambda: serve(runtime.service, request))
-                except StoreError as e:
-                    raise at_edge(e) from None
-                # Handed on inside the call, so shutdown (which waits for calls)
-                # never stops the emitter before these events are queued.
-                self.deliver(runtime, events)
-            return response
+            with self._inflight.call() as runtime:
+                # Events are handed on inside the call, so shutdown (which waits for
+                # calls) never stops the emitter before they are queued.
+                return serve(f, runtime.service, payload, lambda events: self.deliver(runtime, events))
 
         handle.__name__ = f"handle_{f.id.replace('::', '_').replace('-', '_')}"
         return handle
@@ -304,7 +213,7 @@ class IIIHost:
     def _fs_call(self, function_id: str) -> Iterator[Runtime]:
         """The live runtime, if it is an fs one (read per call, so the gate
         follows reloads)."""
-        with self._call() as runtime:
+        with self._inflight.call() as runtime:
             if not runtime.is_fs:
                 mode = "bridge" if runtime.bridge is not None else \
                     "sqlite" if isinstance(runtime.store, SqliteStore) else "postgres"
@@ -338,23 +247,20 @@ class IIIHost:
         return self.reloader.reload()
 
     def _config_status(self, data: Any) -> Any:
-        compactions = getattr(self._runtime.store, "compactions", 0)  # an fs store counts its own
+        compactions = getattr(self.runtime.store, "compactions", 0)  # an fs store counts its own
         return {**self.status.snapshot(), **self.stats.snapshot(), "compactions": compactions,
                 **self.retention.status()}
 
     def _sweep_batch(self, policy: RetentionPolicy, limit: int) -> tuple[int, bool]:
         """One retention batch on the live runtime, its events delivered as a call's."""
-        with self._call() as runtime:
+        with self._inflight.call() as runtime:
             service = runtime.service
 
             def run() -> tuple[tuple[int, bool], list[Event]]:
                 ids, events, more = service.expire(policy.idle_days, policy.statuses, limit)
                 return (len(ids), more), events
 
-            try:
-                (count, more), events = runtime.store.run_call(run)
-            except StoreError as e:
-                raise at_edge(e) from None
+            (count, more), events = execute(runtime.store, run)
             self.deliver(runtime, events)
         return count, more
 
@@ -363,7 +269,7 @@ class IIIHost:
     def apply_config(self, config: WorkerConfig) -> None:
         """Swap limits, or (adapter changed) build, swap and resync; called under
         the reloader's lock. Raises BuildError to keep the running runtime."""
-        current = self._runtime
+        current = self.runtime
         if same_adapter(config, current.config):
             self.retention.set_policy(config.retention_policy())  # read at the next sweep
             self.limits.set(config.limits())
@@ -372,22 +278,20 @@ class IIIHost:
                 current.store.cache_bytes = config.cache_bytes
             elif isinstance(current.store, SqliteStore):
                 current.store.durability = config.durability  # each connection takes it before its next write
-            self._runtime = Runtime(config, current.store, current.service, current.bridge)
+            self._inflight.runtime = Runtime(config, current.store, current.service, current.bridge)
             log.info("configuration reloaded: list limits %d/%d, max attachment %d bytes, durability %s",
                      config.default_list_limit, config.max_list_limit, config.max_attachment_bytes,
                      config.durability)
             return
         fresh = self._build(config)
-        with self._idle:
-            self.limits.set(config.limits())
-            self._runtime = fresh
+        self._inflight.swap(fresh, also=lambda: self.limits.set(config.limits()))
         self.retention.set_policy(config.retention_policy())  # only once the new adapter serves
         log.info("configuration reloaded: adapter %s now serves", config.adapter_label())
         # The old store (an fs one's data_dir lock, a database's pool, a
         # bridge's link) ends once the calls that took it are done: closing it
         # under them would lose or fail them. The new one was built (an fs
         # one's lock taken) before the swap.
-        self._drain(current.store, DRAIN_TIMEOUT_S)
+        self._inflight.drain(current.store, DRAIN_TIMEOUT_S)
         # Listed only now, once no call writes to it any more: a session created in the old store
         # while the new one was being built would otherwise never be announced as gone.
         try:
@@ -395,7 +299,7 @@ class IIIHost:
         except Exception as e:
             log.warning("cannot list the previous store's sessions (%s); resync sends no deletes", e)
             old_metas = []
-        self._retire(current)
+        self._inflight.retire(current)
         sent = 0
         try:
             for batch in resync_batches(fresh.store, old_metas, self.clock.now_ms()):
@@ -419,29 +323,34 @@ class IIIHost:
         lands in a data_dir another owner has opened meanwhile."""
         self.reloader.stop()
         self.retention.close()
-        if not self._gate.close(self._release_store, timeout_s=timeout_s):
+        if not self._inflight.close(self._release_store, timeout_s=timeout_s):
             log.warning("%d calls still running at shutdown: not waiting to answer them; the store stays "
-                        "open (its data_dir locked) until they end", len(self._gate))
+                        "open (its data_dir locked) until they end", len(self._inflight))
         if self.config_observer is not None:
             with contextlib.suppress(Exception):
                 self.config_observer.dispose()
-        bridge = self._runtime.bridge
+        bridge = self.runtime.bridge
         if bridge is not None:
             bridge.close()  # sends queued publishes, then disconnects from the main
         self.emitter.close()
 
     def _release_store(self) -> None:
-        self._runtime.store.close()
+        self.runtime.store.close()
 
 
 def start(client: Bus, seed: Seed | dict[str, Any] | None = None, *, retry: cfg.Retry | None = None,
           ids: IdGen | None = None, clock: Clock | None = None, local_url: str | None = None,
           bridge_connector: BridgeConnector | None = None) -> IIIHost:
-    """Boot on a connected client: configuration, runtime, registrations, observer.
+    """Boot on a connected client (steps 5 to 8 of :func:`~session_manager._worker.main.run`):
+
+    5. fetch the configuration (registering its schema, storing ``seed`` if none is stored);
+    6. build the runtime it names (:class:`IIIHost`);
+    7. register every row of :data:`~session_manager._worker.served.SERVED`;
+    8. observe configuration updates.
 
     ``local_url`` is this instance's engine (a bridge to it is refused as
-    self-referential). Raises :class:`~.config_client.ConfigurationUnavailable`,
-    :class:`~.config_value.ConfigError` or :class:`~.config_client.BuildError`
+    self-referential). Raises :class:`~session_manager.errors.ConfigurationUnavailable`,
+    :class:`~session_manager.errors.ConfigError` or :class:`~session_manager.errors.BuildError`
     (all fatal, each with a message naming the cause; a bridge whose main is
     unreachable never falls back to a local store).
     """

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from .._service.service import SessionService
 from .._wire import events as ev
 from .._wire.events import Event
-from ..store._lock import DataDirLocked
+from ..errors import DataDirLocked
 from ..store.base import Meta, SessionStore
 from ..store.fs import FsStore
 from . import bridge_link as br

@@ -24,7 +24,9 @@ from typing import Any
 
 import yaml
 
-from .config_value import ConfigError, parse_config
+from ..errors import ConfigError
+from ..errors import SeedError as SeedError  # (re-exported: the old import path keeps working)
+from .config_value import parse_config
 
 log = logging.getLogger("session_manager.config")
 
@@ -33,10 +35,6 @@ log = logging.getLogger("session_manager.config")
 _OURS = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _ANY = re.compile(r"\$\{([^}:]+)(?::([^}]*))?\}")
 _LONE = re.compile(r"^\s*\$\{[^}]*\}\s*$")
-
-
-class SeedError(ConfigError):
-    """The operator's seed cannot be used and nothing is stored: fatal at boot."""
 
 
 @dataclass(frozen=True)

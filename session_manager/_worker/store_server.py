@@ -1,7 +1,7 @@
 """The server side of ``session::store::*``: raw storage an fs main serves.
 
 A bridged instance keeps every domain rule and stores through a main by
-calling these functions (:mod:`session_manager.store._protocol` holds their
+calling these functions (:mod:`session_manager.store.bridge.protocol` holds their
 ids and wire models). They bypass the domain on purpose: deployment
 plumbing, registered ``internal``, to be denied to agents. Each function is
 one :class:`StoreFunction` row; the iii host registers them and gates each
@@ -22,10 +22,11 @@ from pydantic import BaseModel
 from .._wire.models import SessionEntry, SessionMeta
 from .._wire.shape import build
 from ..errors import PARENT_NOT_FOUND, SessionError, invalid_request, not_found
-from ..store import _protocol_cas as atomic
-from ..store import _protocol_search as searching
 from ..store._cas import derive_append_meta
-from ..store._protocol import (
+from ..store.base import Commit, SessionStore
+from ..store.bridge import protocol_cas as atomic
+from ..store.bridge import protocol_search as searching
+from ..store.bridge.protocol import (
     COMMIT_APPEND,
     DELETE_ACTIVE_LEAF,
     DELETE_ATTACHMENT,
@@ -61,7 +62,6 @@ from ..store._protocol import (
     SessionIdRequest,
     StoredAttachment,
 )
-from ..store.base import Commit, SessionStore
 from . import store_server_atomic as served
 
 LockFor = Callable[[str], "threading.Lock | threading.RLock"]

@@ -1,5 +1,5 @@
 """The server side of the atomic ``session::store::*`` calls (ids and wire
-models: :mod:`session_manager.store._protocol_cas`).
+models: :mod:`session_manager.store.bridge.protocol_cas`).
 
 Each runs under the main's own session lock, shared with its domain calls,
 so a commit's compare-and-set check and its write are one critical section;
@@ -17,7 +17,8 @@ from typing import Any
 from .._wire.shape import build
 from ..errors import Conflict, not_found
 from ..store._cas import meta_version
-from ..store._protocol_cas import (
+from ..store.base import Commit, SessionStore
+from ..store.bridge.protocol_cas import (
     CommitRequest,
     CommitResponse,
     DeleteSessionRequest,
@@ -25,7 +26,6 @@ from ..store._protocol_cas import (
     ReadPathRequest,
     ReadPathResponse,
 )
-from ..store.base import Commit, SessionStore
 
 
 def commit(store: SessionStore, lock: Any, req: CommitRequest, raw: dict[str, Any]) -> Any:

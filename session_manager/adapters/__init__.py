@@ -19,3 +19,7 @@ The two chat adapters store what they are given as ordinary messages (visible to
 entry, and never destroy history: removing items moves the active leaf back
 along the branch (see :mod:`session_manager.adapters._transcript`).
 """
+
+# Nothing at the package level: each adapter is its own module (imported by
+# name, since each needs its framework installed).
+__all__: list[str] = []

@@ -1,7 +1,8 @@
 """Chat mentions: the ``@<name>(id="<id>")`` token, the provider wire
 contract, and this worker's ``@session`` provider."""
 
-from .provider import CONTRACT_VERSION, METADATA_KEY, MentionDetails, MentionProvider, ProviderError
+from ..errors import ProviderError
+from .provider import CONTRACT_VERSION, METADATA_KEY, MentionDetails, MentionProvider
 from .token import (
     MAX_ID_LEN,
     MAX_NAME_LEN,

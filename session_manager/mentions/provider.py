@@ -10,14 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..errors import ProviderError as ProviderError  # (re-exported: the old import path keeps working)
 from .token import RESERVED_NAMES, is_valid_name
 
 METADATA_KEY = "mention"
 CONTRACT_VERSION = 1
-
-
-class ProviderError(ValueError):
-    """A descriptor that consumers would reject."""
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ adapters' private helpers.
 
 from typing import TYPE_CHECKING, Any
 
+from ._cache import DEFAULT_CACHE_BYTES
 from .base import Commit, SessionStore
 from .fs import FsStore
 from .memory import MemoryStore
@@ -28,4 +29,7 @@ def __getattr__(name: str) -> Any:
         return BridgeStore
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
-__all__ = ["BridgeStore", "Commit", "EntryPath", "FsStore", "MemoryStore", "SessionStore"]
+__all__ = [
+    "DEFAULT_CACHE_BYTES",
+    "BridgeStore",
+    "Commit", "EntryPath", "FsStore", "MemoryStore", "SessionStore"]

@@ -17,8 +17,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Union
 
-from ..errors import StoreError
-
 # Plain strings on the hot paths: pathlib interns every component it parses,
 # so a Path per probed id grows the interpreter's intern table for good.
 StrPath = Union[str, "os.PathLike[str]"]
@@ -98,9 +96,7 @@ def _lstat_or_error(path: str, dir_fd: int | None = None) -> os.stat_result | OS
         return e
 
 
-class NotRegular(StoreError):
-    """A name that should be a regular file is something else (a FIFO, a
-    directory, a symlink, a device)."""
+from session_manager.errors import NotRegular as NotRegular  # noqa: E402 (defined with every other error)
 
 
 def reason(e: OSError) -> str:

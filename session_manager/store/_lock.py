@@ -41,12 +41,8 @@ LOCK_NAME = ".session-manager.lock"
 _FLAGS = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
 
 
-class DataDirLocked(StoreError):
-    """Another owner holds the data_dir."""
-
-
-class DataDirLost(StoreError):
-    """The data_dir (or its lock file) is no longer the one this store locked."""
+from session_manager.errors import DataDirLocked as DataDirLocked  # noqa: E402 (defined with every other error)
+from session_manager.errors import DataDirLost as DataDirLost  # noqa: E402
 
 
 class DirLock:

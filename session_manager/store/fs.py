@@ -89,8 +89,7 @@ def _line_bytes(entries: LazyEntries, entry_id: str) -> int:
     return 0 if at is None else at[1] + 1
 
 
-class ReadOnlyStore(StoreError):
-    """A mutation of a store opened read-only."""
+from session_manager.errors import ReadOnlyStore as ReadOnlyStore  # noqa: E402 (defined with every other error)
 
 
 class FsStore(FollowerEvents, CatalogListing, SessionDeletion, OnlineCompaction, AttachmentFiles, GroupCommit,

@@ -22,12 +22,22 @@
   :class:`~session_manager.clock.ManualClock` — deterministic ids
   (``s_001``, ``e_001``, ...) and a clock that moves only when told; pass
   them to :func:`session_manager.open` or :func:`serve` to assert exact values.
+
+* :class:`StoreContract` — the storage contract suite (pytest) every adapter
+  of :class:`~session_manager.store.SessionStore` passes; a third-party
+  adapter runs it by subclassing it (:mod:`session_manager.testing.contract`)::
+
+      from session_manager.testing import StoreContract
+
+      class TestMyStore(StoreContract):
+          def open_store(self, tmp_path):
+              yield MyStore(tmp_path / "data")
 """
 
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..clock import Clock, ManualClock
 from ..ids import IdGen, SequentialIds
@@ -36,6 +46,16 @@ from ._engine import FakeEngine, FakeHandle, FakeObserver, Registration
 
 if TYPE_CHECKING:
     from .._worker.iii_host import IIIHost
+    from .contract import StoreContract
+
+
+def __getattr__(name: str) -> Any:
+    # The contract suite needs pytest: loaded only when asked for.
+    if name == "StoreContract":
+        from .contract import StoreContract
+
+        return StoreContract
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def serve(engine: FakeEngine, data_dir: str | os.PathLike[str], *, ids: IdGen | None = None,
@@ -63,5 +83,6 @@ __all__ = [
     "ManualClock",
     "Registration",
     "SequentialIds",
+    "StoreContract",
     "serve",
 ]

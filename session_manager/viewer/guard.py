@@ -22,16 +22,14 @@ from urllib.parse import parse_qs
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from ..errors import BindRefused as BindRefused  # (re-exported: the old import path keeps working)
+
 COOKIE = "session_manager_viewer"
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
        "base-uri 'none'; form-action 'self'; frame-ancestors 'none'")
 HEADERS = [(b"content-security-policy", CSP.encode()), (b"x-content-type-options", b"nosniff"),
            (b"referrer-policy", b"no-referrer"), (b"x-frame-options", b"DENY")]
 LOOPBACK_NAMES = ("localhost",)
-
-
-class BindRefused(ValueError):
-    """A bind the viewer will not serve (a non-loopback address without a token)."""
 
 
 def is_loopback(host: str) -> bool:

@@ -6,8 +6,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import urlencode
 
-from .._cli.data import reading
-from .._cli.data.commands import metadata_filter
+from .._browse import reading
+from .._browse.filters import metadata_filter
 from .._hosts.embedded import SessionManager
 from .._hosts.surface import BY_ID
 from ..errors import NOT_FOUND, SessionError, invalid_request

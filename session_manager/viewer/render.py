@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from html import escape
 from typing import Any
 
-from .._cli.data.reading import Tree
-from .._cli.data.render import item_parts, one_line, when
+from .._browse.reading import Tree
+from .._browse.render import item_parts, one_line, when
 
 # Images a page shows inline; anything else (SVG included: it can carry script) is a download.
 INLINE_IMAGES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp", "image/avif", "image/bmp"})

@@ -21,7 +21,7 @@ from session_manager.store._fsio import pread_file
 from session_manager.store._index import Loaded, index_path, load, save
 from session_manager.store._records import committed_records, encode_commit
 from session_manager.store._state import SessionState
-from tests.unit.store_contract import message, meta
+from session_manager.testing.contract import message, meta
 
 SID = "s_1"
 

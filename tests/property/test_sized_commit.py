@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 from session_manager.store._records import committed_records, encode_commit, meta_size, snapshot_size
 from session_manager.store._sized import encode_sized
 from session_manager.store.base import Commit
-from tests.unit.store_contract import message
-from tests.unit.store_contract import meta as session_meta
+from session_manager.testing.contract import message
+from session_manager.testing.contract import meta as session_meta
 
 values = st.recursive(
     st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats(allow_nan=False, allow_infinity=False)

@@ -14,8 +14,8 @@ from session_manager.store import Commit, FsStore
 from session_manager.store._cache import footprint
 from session_manager.store._catalog import MetaCatalog
 from session_manager.store._lazy import LazyEntries
+from session_manager.testing.contract import message, meta
 from tests.unit.index_views import oracle, view
-from tests.unit.store_contract import message, meta
 
 
 def _no_read(offset: int, length: int) -> bytes:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from session_manager.store import Commit, FsStore
 from session_manager.store._fsio import Ops, StrPath
-from tests.unit.store_contract import attachment, meta
+from session_manager.testing.contract import attachment, meta
 
 
 class DirOps(Ops):

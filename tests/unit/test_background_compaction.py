@@ -21,7 +21,7 @@ import session_manager
 from session_manager.ids import SequentialIds
 from session_manager.store import Commit, FsStore, _compaction, _index
 from session_manager.store._fsio import Ops, StrPath
-from tests.unit.store_contract import message, meta
+from session_manager.testing.contract import message, meta
 
 pytestmark = pytest.mark.usefixtures("background_rewrites")
 

@@ -30,17 +30,16 @@ from session_manager.clock import ManualClock
 from session_manager.errors import StoreError
 from session_manager.ids import SequentialIds
 from session_manager.store import FsStore
-from session_manager.store import _protocol as sp
-from session_manager.store import _protocol_cas as atomic
-from session_manager.store import _protocol_search as searching
 from session_manager.store._encoding import encode_id
 from session_manager.store.base import Commit, SessionStore
 from session_manager.store.bridge import BridgeStore
-from session_manager.testing import FakeConnection, FakeEngine
-from tests.unit.store_contract import StoreContract
-from tests.unit.store_contract import custom as custom_entry
-from tests.unit.store_contract import message as message_entry
-from tests.unit.store_contract import meta as meta_of
+from session_manager.store.bridge import protocol as sp
+from session_manager.store.bridge import protocol_cas as atomic
+from session_manager.store.bridge import protocol_search as searching
+from session_manager.testing import FakeConnection, FakeEngine, StoreContract
+from session_manager.testing.contract import custom as custom_entry
+from session_manager.testing.contract import message as message_entry
+from session_manager.testing.contract import meta as meta_of
 
 START_MS = 1_000_000
 MAIN_URL = "ws://main-engine:49134"

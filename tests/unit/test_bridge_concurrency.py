@@ -12,9 +12,9 @@ import pytest
 
 from session_manager._wire import events as ev
 from session_manager.store import FsStore
-from session_manager.store import _protocol as sp
-from session_manager.store import _protocol_cas as atomic
-from session_manager.store._remote_path import CHUNK
+from session_manager.store.bridge import protocol as sp
+from session_manager.store.bridge import protocol_cas as atomic
+from session_manager.store.bridge.remote_path import CHUNK
 from tests.unit.test_bridge import Topology, assistant, records, user
 
 

@@ -19,8 +19,8 @@ from iii import InvocationError
 
 from session_manager._wire import events as ev
 from session_manager.store import FsStore
-from session_manager.store import _protocol as sp
-from session_manager.store import _protocol_cas as atomic
+from session_manager.store.bridge import protocol as sp
+from session_manager.store.bridge import protocol_cas as atomic
 from session_manager.testing import FakeConnection, FakeEngine
 from tests.unit.test_bridge import Topology, bridge_value, records, user
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from session_manager.store import FsStore
 from session_manager.store._records import encode_snapshot
 from session_manager.store.base import Commit
-from tests.unit.store_contract import message, meta
+from session_manager.testing.contract import message, meta
 
 SID = "s_1"
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from session_manager.store import Commit, FsStore
 from session_manager.store._cache import SESSION_OVERHEAD
-from tests.unit.store_contract import message, meta
+from session_manager.testing.contract import message, meta
 
 
 def grow(store: FsStore, sid: str, n: int, start: int = 0) -> None:

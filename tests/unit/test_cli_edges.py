@@ -46,7 +46,7 @@ def test_help_lists_the_environment_variables() -> None:
 
 def test_log_level_is_case_insensitive_and_valid_levels_pass() -> None:
     # Prevents: the level check refusing what logging accepts (e.g. "debug").
-    from session_manager._worker.cli import parse_args
+    from session_manager._worker.main import parse_args
 
     assert parse_args(["--log-level", "debug"]).log_level == "DEBUG"
     assert parse_args(["--log-level", "Warning"]).log_level == "WARNING"

@@ -12,7 +12,7 @@ import threading
 from pathlib import Path
 
 from session_manager.store import Commit, FsStore
-from tests.unit.store_contract import message, meta
+from session_manager.testing.contract import message, meta
 
 SID = "s_1"
 N = 400

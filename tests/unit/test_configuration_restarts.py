@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from iii import InvocationError
 
-from session_manager._worker import cli
 from session_manager._worker import config_client as cfg
+from session_manager._worker import main as cli
 from session_manager._worker.config_client import ON_CONFIG_CHANGE, ConfigurationRefused, ConfigurationUnavailable
 from session_manager._worker.iii_host import IIIHost
 from session_manager._worker.seed import SeedError, read_seed

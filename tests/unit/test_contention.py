@@ -11,7 +11,7 @@ import pytest
 from session_manager._wire import api
 from session_manager.errors import SessionError
 from session_manager.store import MemoryStore
-from tests.unit.store_contract_concurrency import Writers
+from session_manager.testing.contract_concurrency import Writers
 
 
 def test_exhausted_retries_answer_session_storage_naming_contention() -> None:

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from session_manager._worker import cli
+from session_manager._worker import main as cli
 
 
 def _closed_port() -> int:

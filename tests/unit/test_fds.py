@@ -12,7 +12,7 @@ import session_manager
 from session_manager._wire.events import ON_MESSAGE_ADDED
 from session_manager.store import Commit, FsStore, _fds
 from session_manager.store._fds import FdCache, GroupSync
-from tests.unit.store_contract import message, meta
+from session_manager.testing.contract import message, meta
 
 
 def test_descriptors_are_reused_and_bounded(tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ import pytest
 
 from session_manager.errors import StoreError
 from session_manager.store import Commit, FsStore
-from tests.unit.store_contract import message, meta
+from session_manager.testing.contract import message, meta
 
 SID = "s_1"
 

@@ -25,7 +25,7 @@ from session_manager.errors import SessionError, StoreError
 from session_manager.ids import SequentialIds
 from session_manager.store import Commit, FsStore, _compaction
 from session_manager.store._records import decode_record, encode_commit
-from tests.unit.store_contract import T0, attachment, message, meta
+from session_manager.testing.contract import T0, attachment, message, meta
 
 
 @pytest.fixture

@@ -17,8 +17,8 @@ import pytest
 import session_manager
 from session_manager.store import Commit, FsStore, _fsio, _index
 from session_manager.store._records import encode_commit
+from session_manager.testing.contract import message, meta
 from tests.unit.index_views import oracle, view
-from tests.unit.store_contract import message, meta
 
 
 def reference_log(n: int) -> bytes:

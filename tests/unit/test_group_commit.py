@@ -17,8 +17,8 @@ import session_manager
 from session_manager.errors import STORAGE, SessionError, StoreError
 from session_manager.store import Commit, FsStore
 from session_manager.store._records import decode_record
-from tests.unit.store_contract import message as entry
-from tests.unit.store_contract import meta
+from session_manager.testing.contract import message as entry
+from session_manager.testing.contract import meta
 
 WRITERS = 8
 

@@ -10,14 +10,17 @@ import pytest
 from iii import InvocationError, ObserveHooks, TriggerAction
 from jsonschema import Draft202012Validator
 
+from session_manager._bus import strip_caller
 from session_manager._hosts.surface import EVENT_SURFACE, FUNCTIONS
 from session_manager._wire import events as ev
+from session_manager._wire.schemas import json_schema
 from session_manager._worker.config_value import WorkerConfig, parse_config
-from session_manager._worker.iii_host import IIIHost, json_schema, strip_caller
+from session_manager._worker.iii_host import IIIHost
+from session_manager._worker.served import SERVED
 from session_manager._worker.store_server import STORE_FUNCTIONS
 from session_manager.clock import ManualClock
 from session_manager.ids import SequentialIds
-from session_manager.store._protocol import ON_EVENTS, PUBLISH_EVENTS
+from session_manager.store.bridge.protocol import ON_EVENTS, PUBLISH_EVENTS
 from session_manager.testing import FakeEngine
 
 START_MS = 1_000_000
@@ -73,6 +76,8 @@ def test_every_function_is_registered_with_schemas_and_flags(host: IIIHost, fake
     expected = [f.id for f in EVENT_SURFACE] + store_protocol + [f.id for f in FUNCTIONS] + [
         "session::on-config-change", "session::config-status"]
     assert fake.order == expected
+    # One table: everything registered comes from SERVED, in its order.
+    assert [row.id for row in SERVED] == expected
     for f in (*EVENT_SURFACE, *FUNCTIONS):
         reg = fake.functions[f.id]
         assert reg.description == f.description
@@ -269,7 +274,7 @@ def test_domain_errors_are_logged_without_traceback() -> None:
     # Prevents: every not_found answer flooding the worker log with a traceback.
     import logging
 
-    from session_manager._worker.cli import QuietDomainErrors
+    from session_manager._worker.main import QuietDomainErrors
     from session_manager.errors import not_found
 
     try:

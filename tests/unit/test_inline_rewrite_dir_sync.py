@@ -10,7 +10,7 @@ from pathlib import Path
 
 from session_manager.store import Commit, FsStore, _compaction
 from session_manager.store._fsio import Ops, StrPath
-from tests.unit.store_contract import message, meta
+from session_manager.testing.contract import message, meta
 
 SID = "s_1"
 

@@ -14,8 +14,8 @@ import pytest
 import session_manager
 from session_manager.ids import SequentialIds
 from session_manager.store import Commit, FsStore, _compaction, _index, _logfiles
-from tests.unit.store_contract import message, meta
-from tests.unit.store_contract_concurrency import run_threads
+from session_manager.testing.contract import message, meta
+from session_manager.testing.contract_concurrency import run_threads
 from tests.unit.test_background_compaction import SID, CrashPoints, _seed, _temps, _update, _view
 from tests.unit.test_small_log_inline_rewrite import _jobs_started
 

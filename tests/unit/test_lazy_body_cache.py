@@ -11,7 +11,7 @@ from typing import Any
 
 from session_manager.store import Commit, FsStore
 from session_manager.store._lazy import LazyEntries
-from tests.unit.store_contract import message, meta
+from session_manager.testing.contract import message, meta
 
 
 def lazily_loaded(tmp_path: Path, entry: dict[str, Any], *, compact: bool) -> tuple[FsStore, LazyEntries]:

@@ -11,7 +11,7 @@ import pytest
 
 from session_manager.store import Commit, FsStore
 from session_manager.store._lazy import LazyEntries
-from tests.unit.store_contract import message, meta
+from session_manager.testing.contract import message, meta
 
 
 def test_an_entry_read_while_a_writer_replaces_it_is_never_missing(

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from session_manager.store import Commit, FsStore
-from tests.unit.store_contract import message, meta
+from session_manager.testing.contract import message, meta
 
 N = 2000
 

@@ -18,7 +18,7 @@ import session_manager
 from session_manager.store import Commit, FsStore, _opened_listing, _sessions_index
 from session_manager.store._fsio import Ops, StrPath
 from session_manager.store._records import encode_commit
-from tests.unit.store_contract import meta
+from session_manager.testing.contract import meta
 
 
 class CountingOps(Ops):

@@ -15,8 +15,8 @@ import pytest
 from session_manager.store import Commit
 from session_manager.store.postgres.settings import KEEPALIVES, PostgresSettings
 from session_manager.testing import FakeEngine
+from session_manager.testing.contract import meta
 from tests import pg_support
-from tests.unit.store_contract import meta
 from tests.unit.test_configuration import boot
 from tests.unit.test_postgres_instances import wait_for
 from tests.unit.test_postgres_store import pg_value

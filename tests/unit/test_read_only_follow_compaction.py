@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from session_manager.store import Commit, FsStore
-from tests.unit.store_contract import message, meta
+from session_manager.testing.contract import message, meta
 
 N = 20
 

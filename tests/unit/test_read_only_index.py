@@ -11,8 +11,8 @@ import pytest
 from session_manager.store import Commit, FsStore, _follow
 from session_manager.store._lazy import LazyEntries
 from session_manager.store._records import encode_commit
+from session_manager.testing.contract import message, meta
 from tests.unit.index_views import oracle, view
-from tests.unit.store_contract import message, meta
 
 
 def written(data: Path, session_id: str = "s_1", n: int = 30) -> Path:

@@ -13,7 +13,7 @@ import pytest
 import session_manager
 from session_manager.errors import NOT_FOUND, SessionError, Vanished
 from session_manager.store import Commit, FsStore
-from tests.unit.store_contract import T0, message, meta
+from session_manager.testing.contract import T0, message, meta
 
 
 def build(where: Path, entries: int) -> None:

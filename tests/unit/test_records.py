@@ -22,7 +22,7 @@ from session_manager.errors import UnstorableValue
 from session_manager.ids import SequentialIds
 from session_manager.store import Commit
 from session_manager.store._records import decode_record, encode_commit
-from tests.unit.store_contract import custom, message, meta
+from session_manager.testing.contract import custom, message, meta
 
 
 def lines(data: bytes) -> list[dict[str, Any]]:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from iii import InvocationError
 
-from session_manager.store import _protocol_search as searching
+from session_manager.store.bridge import protocol_search as searching
 from tests.unit.test_bridge import Topology, user
 
 

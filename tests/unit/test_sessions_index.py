@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 import session_manager
 from session_manager.store import Commit, FsStore, _coldlist
 from session_manager.store._records import encode_commit
-from tests.unit.store_contract import meta
+from session_manager.testing.contract import meta
 
 ORDERS = ("updated_desc", "created_desc", "created_asc")
 COUNT = 7

@@ -16,7 +16,7 @@ import session_manager
 from session_manager._wire.events import EVENT_FUNCTIONS, ON_MESSAGE_UPDATED
 from session_manager.store import Commit, FsStore, _compaction, _index, _logfiles
 from session_manager.store._compactor import Compactor, Job
-from tests.unit.store_contract import message, meta
+from session_manager.testing.contract import message, meta
 from tests.unit.test_background_compaction import SID, _reads_back_after_reopen, _seed, _temps, _update
 
 

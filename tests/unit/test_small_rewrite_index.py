@@ -14,7 +14,7 @@ import pytest
 
 from session_manager.store import Commit, FsStore, _index, _logfiles
 from session_manager.store._compactor import Compactor
-from tests.unit.store_contract import message, meta
+from session_manager.testing.contract import message, meta
 from tests.unit.test_background_compaction import SID, _seed, _update
 
 pytestmark = pytest.mark.usefixtures("background_rewrites")

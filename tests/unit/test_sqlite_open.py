@@ -165,7 +165,7 @@ def test_timestamps_past_64_bits_store_and_page_exactly(tmp_path: Path) -> None:
     # Prevents: an OverflowError traceback (sqlite3 binds 64-bit integers only) when a meta's
     # timestamps or a list cursor's key exceed them; the meta itself must come back exact.
     from session_manager.store import Commit
-    from tests.unit.store_contract import meta
+    from session_manager.testing.contract import meta
 
     store = SqliteStore(SqliteSettings(path=str(tmp_path / "big.db")))
     try:

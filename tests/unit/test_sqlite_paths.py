@@ -11,7 +11,7 @@ import session_manager
 from session_manager.store import Commit
 from session_manager.store.memory import MemoryStore
 from session_manager.store.sqlite import SqliteSettings, SqliteStore
-from tests.unit.store_contract import message, meta
+from session_manager.testing.contract import message, meta
 
 
 def test_long_branching_paths_read_in_any_order_match_the_memory_store(tmp_path: Path) -> None:

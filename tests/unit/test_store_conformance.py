@@ -1,6 +1,6 @@
 """The storage contract over the fs and memory adapters, then fs-only guarantees.
 
-The contract itself is :class:`tests.unit.store_contract.StoreContract`
+The contract itself is :class:`session_manager.testing.StoreContract`
 (the bridge adapter runs it in ``test_bridge.py``); fs-only guarantees
 (reading back after a restart, listing without replay) follow.
 """
@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 
 from session_manager.store import Commit, FsStore, MemoryStore, SessionStore
-from tests.unit.store_contract import StoreContract, append, attachment, custom, message, meta, path_ids
+from session_manager.testing import StoreContract
+from session_manager.testing.contract import append, attachment, custom, message, meta, path_ids
 
 
 class TestFsStore(StoreContract):

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from session_manager.store import SessionStore
+from session_manager.testing import StoreContract
 from tests import pg_support
-from tests.unit.store_contract import StoreContract
 
 pytestmark = pytest.mark.postgres
 

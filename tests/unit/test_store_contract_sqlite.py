@@ -10,7 +10,7 @@ from typing import Any
 
 from session_manager.store import SessionStore
 from session_manager.store.sqlite import SqliteSettings, SqliteStore
-from tests.unit.store_contract import StoreContract
+from session_manager.testing import StoreContract
 
 
 class TestSqliteStore(StoreContract):

@@ -11,7 +11,7 @@ import pytest
 
 from session_manager.errors import StoreError
 from session_manager.store import Commit, FsStore
-from tests.unit.store_contract import message, meta
+from session_manager.testing.contract import message, meta
 
 
 def test_a_path_held_across_an_undone_write_and_a_compaction_still_reads(

@@ -11,20 +11,22 @@ import contextlib
 import json
 import os
 import sys
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
+from ..._browse import reading, render
+from ..._browse.filters import metadata_filter
 from ..._hosts.surface import BY_ID
 from ..._wire.models import STATUSES
-from ...errors import SessionError, StoreError, invalid_request, not_found
+from ...errors import DataDirError, SessionError, StoreError, UsageError, invalid_request, not_found
 from ...store.fs import FsStore
 from ..args import OneLineParser
-from . import fsck, fsck_store, maintenance, purging, reading, render, serving, transfer, usage
-from .opening import DataDirError, is_engine, is_uri, open_for
+from . import fsck, fsck_store, maintenance, purging, serving, transfer, usage
+from .opening import is_engine, is_uri, open_for
+from .outcome import Handler, Outcome
 from .progress import progress
-from .usage import DIR, EVERY_TARGET, POSTGRES, SQLITE, UsageError
+from .usage import DIR, EVERY_TARGET, POSTGRES, SQLITE
 
 ORDERS = ("created_asc", "created_desc", "updated_desc")
 
@@ -33,31 +35,7 @@ def is_read_function(function_id: str) -> bool:
     return not BY_ID[function_id].mutates
 
 
-@dataclass
-class Outcome:
-    data: Any  # None: nothing more to print
-    text: str
-    code: int = 0
-
-
-Handler = Callable[[argparse.Namespace], Outcome]
-
-
 # -- ls / show ------------------------------------------------------------------------------------------
-
-
-def metadata_filter(pairs: Sequence[str]) -> dict[str, Any]:
-    """``KEY=VALUE`` pairs; a value that parses as JSON is that JSON (``n=3`` is the number 3)."""
-    out: dict[str, Any] = {}
-    for pair in pairs:
-        key, sep, raw = pair.partition("=")
-        if not sep or not key:
-            raise UsageError(f"--meta {pair!r}: expected KEY=VALUE")
-        try:
-            out[key] = json.loads(raw)
-        except ValueError:
-            out[key] = raw
-    return out
 
 
 def cmd_ls(args: argparse.Namespace) -> Outcome:

@@ -18,11 +18,8 @@ from pathlib import Path
 
 from ..._hosts.embedded import SessionManager
 from ..._hosts.embedded import open as open_store
+from ...errors import DataDirError as DataDirError  # (re-exported: the old import path keeps working)
 from ...store.sqlite.settings import SCHEME, path_of
-
-
-class DataDirError(Exception):
-    """A data_dir the command cannot use (missing, not a directory, held by a writer)."""
 
 
 def open_for(data_dir: str | os.PathLike[str], writable: bool) -> SessionManager:

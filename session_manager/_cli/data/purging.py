@@ -17,8 +17,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from ..._browse.filters import metadata_filter
 from ..._wire.models import STATUSES
-from .opening import DataDirError, is_uri, open_for
+from ...errors import DataDirError
+from .opening import is_uri, open_for
+from .outcome import Outcome
 from .progress import progress
 
 __all__ = ["BATCH", "add_arguments", "cmd_purge"]
@@ -47,8 +50,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_purge(args: argparse.Namespace) -> Any:
-    # Imported here: commands.py imports this module to register the subcommand.
-    from .commands import Outcome, metadata_filter
 
     if args.idle_days is None and not args.meta:
         args.parser.error("--meta KEY=VALUE is required without --idle-days (a purge names a tenant or an age)")

@@ -5,15 +5,13 @@ from __future__ import annotations
 import argparse
 import secrets
 import sys
-from typing import Any
 
-from .opening import DataDirError, open_for
-from .usage import UsageError
+from ...errors import DataDirError, UsageError
+from .opening import open_for
+from .outcome import Outcome
 
 
-def cmd_serve(args: argparse.Namespace) -> Any:
-    from .commands import Outcome
-
+def cmd_serve(args: argparse.Namespace) -> Outcome:
     try:
         from ...viewer import serve
         from ...viewer.guard import check_bind, is_loopback

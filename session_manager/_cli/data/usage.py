@@ -12,14 +12,9 @@ from collections.abc import Collection, Iterable
 from ..._hosts.surface import Function
 from ..._hosts.surface import function as lookup
 from ...errors import SessionError
+from ...errors import UsageError as UsageError  # (re-exported: the old import path keeps working)
 from ..args import suggest
 from .opening import is_engine, is_uri
-
-
-class UsageError(Exception):
-    """The arguments cannot work (exit status 2): a malformed option value, a
-    combination the command refuses, an unknown function, a target it does not take."""
-
 
 DIR, POSTGRES, SQLITE, ENGINE = "dir", "postgres", "sqlite", "engine"
 KINDS = (DIR, POSTGRES, SQLITE, ENGINE)

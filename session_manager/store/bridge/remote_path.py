@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from ..errors import STORAGE, SessionError, StoreError, Vanished
-from .path import EntryPath
+from ...errors import STORAGE, SessionError, StoreError, Vanished
+from ..path import EntryPath
 
 Entry = dict[str, Any]
 # fetch(start=..., count=..., around=...) -> {length, start, index, entries}

@@ -13,9 +13,9 @@ from typing import Any, Optional
 
 from pydantic import Field
 
-from .._wire.models import Wire
-from ._search_index import Candidate, Matches
-from ._search_text import Query
+from ..._wire.models import Wire
+from .._search_index import Candidate, Matches
+from .._search_text import Query
 
 __all__ = ["SEARCH", "SearchRequest", "SearchResponse", "matches_from_json", "matches_json", "serve"]
 

@@ -25,11 +25,11 @@ from typing import Any, Optional
 
 from pydantic import Field
 
-from .._bus import CALLER_KEY
-from .._wire import events as ev
-from .._wire.events import Event
-from .._wire.models import AttachmentMeta, JsonObject, SessionEntry, SessionMeta, Wire
-from ._protocol_cas import OP_DESCRIPTION
+from ..._bus import CALLER_KEY
+from ..._wire import events as ev
+from ..._wire.events import Event
+from ..._wire.models import AttachmentMeta, JsonObject, SessionEntry, SessionMeta, Wire
+from .protocol_cas import OP_DESCRIPTION
 
 PREFIX = "session::store::"
 GET_META = "session::store::get-meta"
@@ -86,7 +86,7 @@ class AttachmentIdRequest(Wire):
     attachment_id: str
 
 
-# Ours adds `op` (a Rust main ignores it), as _protocol_cas.DeleteSessionRequest does.
+# Ours adds `op` (a Rust main ignores it), as protocol_cas.DeleteSessionRequest does.
 class DeleteAttachmentRequest(AttachmentIdRequest):
     op: Optional[str] = Field(default=None, description=OP_DESCRIPTION)
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..._hosts.embedded import SessionManager
-from ...errors import not_found
+from .._hosts.embedded import SessionManager
+from ..errors import not_found
 
 PAGE = 500
 

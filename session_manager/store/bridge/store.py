@@ -8,7 +8,7 @@ whole or not at all with compare-and-set (a stale one raises
 :class:`~session_manager.errors.Conflict`), a delete one ``delete-session``, and a path
 is read window by window (``read-path``), so a page costs O(page). Every
 mutation whose answer is lost is settled (sent again, then read back, within
-a bounded time: :mod:`._settle`) rather than left in doubt, so an applied
+a bounded time: :mod:`session_manager.store._settle`) rather than left in doubt, so an applied
 mutation answers as applied and fires its events once. Nothing
 is cached here: the main is the only truth, so two bridges on one main
 never read stale state.
@@ -35,21 +35,21 @@ from typing import Any, TypeVar
 
 from pydantic import ConfigDict, TypeAdapter, ValidationError
 
-from .. import _bus as bus
-from .._bus import Bus
-from .._wire.models import AttachmentMeta as AttachmentMetaModel
-from .._wire.models import SessionEntry, SessionMeta
-from ..errors import Conflict, NotFound, StoreError, Unavailable, Vanished
-from . import _protocol as sp
-from . import _protocol_cas as atomic
-from . import _protocol_search as searching
-from ._cas import UNSET, meta_version
-from ._remote_path import RemotePath
-from ._search_index import Matches
-from ._search_text import Query
-from ._settle import Deadlines, settle
-from .base import AttachmentMeta, Commit, Entry, Meta, SessionStore
-from .path import EntryPath, walk_to_root
+from ... import _bus as bus
+from ..._bus import Bus
+from ..._wire.models import AttachmentMeta as AttachmentMetaModel
+from ..._wire.models import SessionEntry, SessionMeta
+from ...errors import Conflict, NotFound, StoreError, Unavailable, Vanished
+from .._cas import UNSET, meta_version
+from .._search_index import Matches
+from .._search_text import Query
+from .._settle import Deadlines, settle
+from ..base import AttachmentMeta, Commit, Entry, Meta, SessionStore
+from ..path import EntryPath, walk_to_root
+from . import protocol as sp
+from . import protocol_cas as atomic
+from . import protocol_search as searching
+from .remote_path import RemotePath
 
 log = logging.getLogger("session_manager.store.bridge")
 
@@ -90,7 +90,7 @@ class BridgeStore(SessionStore):
         return not self._legacy_main()
 
     def _new_call(self, function_id: str, payload: dict[str, Any]) -> Any:
-        """A call of ours (:mod:`._protocol_cas`); :class:`_NotServed`
+        """A call of ours (:mod:`.protocol_cas`); :class:`_NotServed`
         when the main does not know it."""
         try:
             return self._call(function_id, payload)
@@ -231,7 +231,7 @@ class BridgeStore(SessionStore):
 
     def _settle_commit(self, session_id: str, commit: Commit, payload: dict[str, Any],
                        lost: Unavailable) -> Commit:
-        """A commit whose answer was lost (:mod:`._settle`): sent again (a
+        """A commit whose answer was lost (:mod:`session_manager.store._settle`): sent again (a
         replay never applies twice, and it is serialized with the first one
         under the main's session lock), and when the replay is refused or
         lost too, read back."""

@@ -1,16 +1,26 @@
 """The storage contract: one behaviour suite every adapter of :class:`SessionStore` passes.
 
-:class:`StoreContract` is abstract: a test class per adapter subclasses it
-and says how to open that adapter (:meth:`StoreContract.open_store`), so
-every contract test runs against every adapter, and a test added here
-covers them all. A new adapter joins in three lines::
+:class:`StoreContract` is an abstract pytest test case: a test class per
+adapter subclasses it and says how to open that adapter
+(:meth:`StoreContract.open_store`), so every contract test (the concurrent
+writers of :class:`~session_manager.testing.contract_concurrency.ConcurrentWriters`
+included) runs against every adapter, and a test added here covers them all.
+A third-party adapter runs the whole suite in three lines (pytest collects it
+only through such a subclass, whose name starts with ``Test``)::
+
+    from session_manager.testing import StoreContract
 
     class TestMyStore(StoreContract):
-        def open_store(self, tmp_path: Path) -> Iterator[SessionStore]:
-            yield MyStore(...)
+        def open_store(self, tmp_path):
+            yield MyStore(tmp_path / "data")  # code after the yield cleans up
+
+Override :meth:`StoreContract.reopened` to have the read-backs checked on a
+fresh store over what the store under test wrote (a durable adapter), and
+:meth:`~session_manager.testing.contract_concurrency.ConcurrentWriters.second_writer`
+when two writers are two clients rather than two threads over one store.
 
 The builders at the top produce the exact dicts the domain service hands a
-store; other suites import them.
+store; other suites import them. Importing this module needs pytest.
 """
 
 from __future__ import annotations
@@ -23,7 +33,8 @@ from typing import Any
 import pytest
 
 from session_manager.store import Commit, SessionStore
-from tests.unit.store_contract_concurrency import ConcurrentWriters
+
+from .contract_concurrency import ConcurrentWriters
 
 T0 = 1_000_000
 
@@ -92,7 +103,7 @@ def chunks_then_hash(target: dict[str, Any], parts: list[bytes]) -> Iterator[byt
 
 class StoreContract(ConcurrentWriters, ABC):
     """The contract; subclasses name the adapter (the concurrent-writer part
-    is :class:`~tests.unit.store_contract_concurrency.ConcurrentWriters`)."""
+    is :class:`~session_manager.testing.contract_concurrency.ConcurrentWriters`)."""
 
     @abstractmethod
     def open_store(self, tmp_path: Path) -> Iterator[SessionStore]:

@@ -1,7 +1,7 @@
 """Concurrent writers on one session: the compare-and-set part of the storage contract.
 
 :class:`ConcurrentWriters` is mixed into
-:class:`~tests.unit.store_contract.StoreContract`, so every adapter's
+:class:`~session_manager.testing.contract.StoreContract`, so every adapter's
 contract class runs these. Each writer is a :class:`SessionService` of its
 own (its own per-session locks, as two processes would have), so nothing but
 the store's compare-and-set keeps them from interleaving a decision with the

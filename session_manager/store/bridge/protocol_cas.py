@@ -27,7 +27,7 @@ from typing import Optional
 
 from pydantic import Field
 
-from .._wire.models import SessionEntry, SessionMeta, Wire
+from ..._wire.models import SessionEntry, SessionMeta, Wire
 
 COMMIT = "session::store::commit"
 DELETE_SESSION = "session::store::delete-session"

@@ -27,12 +27,10 @@ from typing import TYPE_CHECKING
 from .. import __version__
 from .._bus import Bus
 from .._cli.args import OneLineParser, environment_epilog, log_level, suggest
-from ..errors import SessionError
-from .config_client import BuildError, ConfigurationRefused, ConfigurationUnavailable
-from .config_value import ConfigError
+from ..errors import BuildError, ConfigError, ConfigurationRefused, ConfigurationUnavailable, SeedError, SessionError
 from .manifest import DESCRIPTION, NAME, manifest
 from .sdk import SdkBus
-from .seed import SeedError, read_seed
+from .seed import read_seed
 
 if TYPE_CHECKING:
     from .iii_host import IIIHost
@@ -169,6 +167,33 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.manifest:
         print(json.dumps(manifest(), indent=2))
         return 0
+    return run(args)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Boot the worker, serve until stopped, shut down; the exit status.
+
+    1. Logging: the level asked for; a ``session/*`` answer is one short line, not a traceback.
+    2. Seed: read the ``--config`` file (used only when no configuration is stored).
+    3. Signals: SIGINT and SIGTERM ask for a clean stop.
+    4. Connect to the engine, waiting (one log line) while it is unreachable;
+       an engine that refuses the worker ends it (status 1).
+    5. Configuration: register its schema, fetch the stored value (storing the
+       seed when there is none), waiting for the configuration worker
+       (:func:`~session_manager._worker.config_client.register_and_fetch`).
+    6. Runtime: build the store the adapter names (fs, sqlite, postgres) or
+       connect to a bridge's main, and the service over it (never a silent
+       fallback: a failure here ends the worker with status 1).
+    7. Register every function served, from the one table
+       (:data:`~session_manager._worker.served.SERVED`).
+    8. Observe configuration updates (each one re-read and applied, or rejected
+       and reported by ``session::config-status``); re-read it after a reconnect.
+    9. Serve until stopped.
+    10. Shut down: refuse new calls, let in-flight ones finish, deliver queued
+        events, release the store, disconnect.
+
+    Steps 5 to 8 are :func:`~session_manager._worker.iii_host.start`.
+    """
     logging.basicConfig(level=args.log_level, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("iii.iii").addFilter(QuietDomainErrors())

@@ -1,0 +1,76 @@
+"""One call through a host: admit -> parse -> run -> map storage errors -> answer -> events.
+
+Both hosts serve a row of the surface table through :func:`serve` (the
+embedded :class:`~session_manager._hosts.embedded.SessionManager` and the
+iii worker's :class:`~session_manager._worker.iii_host.IIIHost`); they differ
+only in what they pass:
+
+* ``private_copy``: an in-process caller's payload is copied (and checked to
+  be JSON) before anything else, and unknown top-level keys are refused; the
+  wire's payload is already the worker's own JSON and, as the reference's
+  serde types do, ignores unknown keys.
+* ``answer``: what the caller receives (the embedded host copies the
+  response so the caller cannot change what a later read returns).
+* ``deliver``: where the call's events go (local observers, or the worker's
+  event functions and bridges), after the write is durable and the answer is made.
+
+:func:`execute` is the run-and-map part alone, for work that is not a
+surface row (a retention sweep's batch, ``erase_where``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from .._service.admission import admit, admit_copy
+from .._service.service import SessionService
+from .._service.storage_errors import at_edge
+from .._wire.events import Event
+from .._wire.validation import parse_request, reject_unknown_keys
+from ..errors import StoreError
+from ..store.base import SessionStore
+from .surface import Function
+
+T = TypeVar("T")
+
+Deliver = Callable[[list[Event]], None]
+
+
+def _same(response: Any) -> Any:
+    return response
+
+
+def serve(function: Function, service: SessionService, payload: Any, deliver: Deliver, *,
+          private_copy: bool = False, answer: Callable[[Any], Any] = _same, wraps_calls: bool = True) -> Any:
+    """Serve one call of ``function`` (a row with a handler) on ``service``; returns the answer.
+
+    Raises :class:`~session_manager.errors.SessionError`: ``session/invalid_request``
+    for a payload refused before any work, the domain's own codes, and a storage
+    failure mapped once (:func:`~session_manager._service.storage_errors.at_edge`).
+    ``wraps_calls=False`` skips the store's ``run_call`` (a store whose ``run_call``
+    only calls: the embedded host's hot path)."""
+    serve_row = function.handler
+    assert serve_row is not None, f"{function.id} is an event function"
+    limits = service.limits.get()
+    if private_copy:
+        payload = admit_copy(function.id, payload, limits, mutates=function.mutates)
+        reject_unknown_keys(function.request, payload)
+    else:
+        admit(function.id, payload, limits, mutates=function.mutates)
+    request = parse_request(function.request, payload)
+    response, events = execute(service.store, lambda: serve_row(service, request), wraps_calls=wraps_calls)
+    result = answer(response)
+    if events:
+        deliver(events)
+    return result
+
+
+def execute(store: SessionStore, work: Callable[[], tuple[T, list[Event]]], *,
+            wraps_calls: bool = True) -> tuple[T, list[Event]]:
+    """Run ``work`` as one call of ``store`` (a shared store commits the call's
+    events with its writes), a storage failure mapped to its ``session/*`` error."""
+    try:
+        return store.run_call(work) if wraps_calls else work()
+    except StoreError as e:
+        raise at_edge(e) from None
