@@ -41,9 +41,8 @@ from ._hosts.embedded import SessionManager
 from ._hosts.helpers import AsyncHelpers, Helpers
 from .clock import Clock
 from .ids import IdGen
-from .store._cache import DEFAULT_CACHE_BYTES
 from .store.base import SessionStore
-from .store.fs import Durability
+from .store.fs import DEFAULT_CACHE_BYTES, Durability
 
 T = TypeVar("T")
 

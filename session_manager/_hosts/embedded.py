@@ -26,9 +26,8 @@ from .._wire.validation import parse_request, reject_unknown_keys
 from ..clock import Clock
 from ..errors import STORAGE, SessionError, StoreError
 from ..ids import IdGen
-from ..store._cache import DEFAULT_CACHE_BYTES
 from ..store.base import SessionStore
-from ..store.fs import Durability, FsStore
+from ..store.fs import DEFAULT_CACHE_BYTES, Durability, FsStore
 from .gate import CallGate
 from .helpers import Helpers
 from .retention import RetentionPolicy, RetentionSweeper, retention_policy

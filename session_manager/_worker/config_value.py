@@ -42,8 +42,7 @@ from .._service.limits import (
     Limits,
 )
 from ..store import pg_defaults
-from ..store._cache import DEFAULT_CACHE_BYTES
-from ..store.fs import Durability
+from ..store.fs import DEFAULT_CACHE_BYTES, Durability
 from ..store.sqlite import settings as sqlite_settings
 
 log = logging.getLogger("session_manager.config")

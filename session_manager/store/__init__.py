@@ -4,19 +4,20 @@
 :class:`Commit` one mutation, :class:`EntryPath` the active-path view stores
 hand out. Adapters: :class:`FsStore` (JSONL files, the reference's format),
 :class:`MemoryStore` (nothing durable) and :class:`BridgeStore` (through a
-main instance's ``session::store::*``). Modules starting with ``_`` are the
-adapters' private helpers.
+main instance's ``session::store::*``), each in a package of its own (``fs``,
+``postgres``, ``sqlite``); ``_core`` holds what they share. Modules starting
+with ``_`` are private.
 """
 
 from typing import TYPE_CHECKING, Any
 
 from .base import Commit, SessionStore
-from .fs import FsStore
 from .memory import MemoryStore
 from .path import EntryPath
 
 if TYPE_CHECKING:
     from .bridge import BridgeStore
+    from .fs import FsStore
 
 
 def __getattr__(name: str) -> Any:
@@ -26,6 +27,11 @@ def __getattr__(name: str) -> Any:
         from .bridge import BridgeStore
 
         return BridgeStore
+    if name == "FsStore":
+        # The fs adapter loads on first use too: the memory adapter and the interface need none of it.
+        from .fs import FsStore
+
+        return FsStore
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = ["BridgeStore", "Commit", "EntryPath", "FsStore", "MemoryStore", "SessionStore"]

@@ -33,9 +33,9 @@ from session_manager.store import FsStore
 from session_manager.store import _protocol as sp
 from session_manager.store import _protocol_cas as atomic
 from session_manager.store import _protocol_search as searching
-from session_manager.store._encoding import encode_id
 from session_manager.store.base import Commit, SessionStore
 from session_manager.store.bridge import BridgeStore
+from session_manager.store.fs._encoding import encode_id
 from session_manager.testing import FakeConnection, FakeEngine
 from tests.unit.store_contract import StoreContract
 from tests.unit.store_contract import custom as custom_entry
@@ -367,7 +367,7 @@ def test_bad_requests_are_invalid_request(topo: Topology) -> None:
 def test_store_commit_is_whole_compare_and_set_and_replay_safe(topo: Topology) -> None:
     # Prevents: a stale or replayed commit written (a reverted title, a doubled append), or a batch
     # applied in part; the refusals are typed answers, not errors to parse.
-    from session_manager.store._cas import meta_version
+    from session_manager.store._core.cas import meta_version
 
     f = topo.main_fake
     log = topo.tmp / "main" / "s_1.jsonl"

@@ -17,26 +17,16 @@ the wire): nothing new is stored on disk.
 
 from __future__ import annotations
 
-import enum
 import hashlib
 import json
 from collections.abc import Callable
 from dataclasses import replace
-from typing import TYPE_CHECKING, Literal
 
-from ..errors import Conflict, StoreError
+from ...errors import Conflict, StoreError
+from ..base import Commit, Entry, Meta
+from .append import UNSET, Unset, derive_append_meta
 
-if TYPE_CHECKING:
-    from .base import Commit, Entry, Meta
-
-
-class Unset(enum.Enum):
-    """The type of :data:`UNSET`: "no expectation" (``None`` means "absent")."""
-
-    UNSET = "unset"
-
-
-UNSET: Literal[Unset.UNSET] = Unset.UNSET
+__all__ = ["UNSET", "Unset", "derive_append_meta", "meta_version", "resolve"]
 
 
 def meta_version(meta: Meta | None) -> str | None:
@@ -45,20 +35,6 @@ def meta_version(meta: Meta | None) -> str | None:
         return None
     text = json.dumps(meta, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
-
-
-def derive_append_meta(meta: Meta, entries: tuple[Entry, ...]) -> Meta:
-    """The meta after appending ``entries``: ``updated_at`` is the last
-    entry's timestamp, ``message_count`` grows by the messages among them."""
-    added = 0
-    for e in entries:  # a loop, not sum(genexpr): this runs twice on every append
-        if e.get("kind") == "message":
-            added += 1
-    # edit[SessionMeta] with two non-null changes, without its pass over every field.
-    out = dict(meta)
-    out["updated_at"] = entries[-1]["timestamp"]
-    out["message_count"] = meta["message_count"] + added
-    return out
 
 
 def _same_meta(current: Meta | None, expected: Meta | None) -> bool:

@@ -21,9 +21,9 @@ import threading
 from collections.abc import Iterable
 from typing import Any
 
-from .._wire import events as ev
-from .._wire.events import Event
-from .base import Meta
+from ..._wire import events as ev
+from ..._wire.events import Event
+from ..base import Meta
 
 
 class KnownSessions:

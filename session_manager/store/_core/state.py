@@ -10,12 +10,26 @@ from __future__ import annotations
 import threading
 from abc import abstractmethod
 from collections.abc import Iterable, MutableMapping
-from typing import Any
+from typing import Any, Protocol, cast
 
-from . import _cas as cas
-from ._lazy import LazyEntries
-from .base import Commit, Entry, Meta, SessionStore
-from .path import EntryPath, parent_of, walk_to_root
+from ..base import Commit, Entry, Meta, SessionStore
+from ..path import EntryPath, parent_of, walk_to_root
+from . import cas as cas
+
+
+class LocatedEntries(Protocol):
+    """An entries mapping that keeps each entry's log location instead of its body
+    (the fs adapter's lazy entries): replay and a commit hand it locations."""
+
+    def put_located(self, entry: Entry, offset: int, length: int) -> None: ...
+
+    def put_written(self, entry: Entry, offset: int, length: int) -> None: ...
+
+
+def _located(entries: MutableMapping[str, Entry]) -> LocatedEntries | None:
+    """``entries`` as :class:`LocatedEntries`, ``None`` for a plain dict (the usual mapping:
+    one type test, no attribute lookup, on every applied record)."""
+    return None if type(entries) is dict else cast(LocatedEntries, entries)
 
 
 class SessionState:
@@ -54,11 +68,11 @@ class SessionState:
         # (No path held, nothing to drop: a lazily held session keeps its own.)
         if self.path_ids is not None and eid in self.entries and parent_of(self.entries, eid) != entry.get("parent_id"):
             self._drop_path()
-        entries = self.entries
-        if at is not None and isinstance(entries, LazyEntries):
-            entries.put_located(entry, *at)
+        located = None if at is None else _located(self.entries)
+        if located is not None and at is not None:
+            located.put_located(entry, *at)
         else:
-            entries[eid] = entry
+            self.entries[eid] = entry
 
     def set_leaf(self, leaf: str | None) -> None:
         if leaf == self.leaf:
@@ -98,10 +112,10 @@ class SessionState:
     def apply(self, commit: Commit, written: Iterable[tuple[int, int]] | None = None) -> None:
         """``written``: the (offset, length) of each entry's log line, in order,
         when the commit was just written to a log whose entries are held lazily."""
-        entries = self.entries
-        if written is not None and isinstance(entries, LazyEntries):
+        located = None if written is None else _located(self.entries)
+        if located is not None and written is not None:
             for entry, (offset, length) in zip(commit.entries, written, strict=False):  # (its other lines follow)
-                entries.put_written(entry, offset, length)
+                located.put_written(entry, offset, length)
         else:
             for entry in commit.entries:
                 self.put_entry(entry)

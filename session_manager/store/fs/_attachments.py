@@ -17,10 +17,10 @@ from abc import abstractmethod
 from collections.abc import Iterable
 from pathlib import Path
 
-from ..errors import StoreError, UnstorableValue
+from ...errors import StoreError, UnstorableValue
+from ..base import AttachmentMeta
 from ._encoding import encode_id
-from ._fsio import CREATE_FLAGS, NotRegular, Ops, fsync_dir, is_symlink, read_regular, reason, write_all
-from .base import AttachmentMeta
+from ._fileops import CREATE_FLAGS, NotRegular, Ops, fsync_dir, is_symlink, read_regular, reason, write_all
 
 log = logging.getLogger("session_manager.store.fs")
 

@@ -45,9 +45,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._compaction import TEMP_SUFFIX
-from ._fsio import CREATE_FLAGS, Ops, reason, write_all
-from .path import Entry
+from ..path import Entry
+from ._fileops import CREATE_FLAGS, Ops, reason, write_all
+from ._rewrite import TEMP_SUFFIX
 
 log = logging.getLogger("session_manager.store.fs")
 

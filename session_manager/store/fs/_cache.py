@@ -22,8 +22,8 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Callable
 
+from .._core.state import SessionState
 from ._lazy import LazyEntries
-from ._state import SessionState
 
 DEFAULT_CACHE_BYTES = 256 * 1024 * 1024
 # What a loaded session holds beyond its entries, measured with tracemalloc

@@ -13,9 +13,9 @@ from __future__ import annotations
 import os
 import threading
 
-from ..errors import UnstorableValue
+from ...errors import UnstorableValue
 from ._encoding import decode_id, encode_id
-from ._fsio import Ops
+from ._fileops import Ops
 
 _STRIPES = 64
 

@@ -21,8 +21,8 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, overload
 
-from ._compact import shared_keys
 from ._records import loads
+from ._shared_keys import shared_keys
 
 Meta = dict[str, Any]
 Key = tuple[int, str]

@@ -19,11 +19,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import StoreError
+from ...errors import StoreError
 from . import _sessions_index as index
 from ._catalog import MetaCatalog, Picked, decode_many
 from ._encoding import decode_id
-from ._fsio import Ops, reason
+from ._fileops import Ops, reason
 
 Meta = dict[str, Any]
 SUFFIX = ".jsonl"

@@ -17,13 +17,13 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from . import _compaction
+from .._core.state import SessionState
+from . import _rewrite
+from ._background import Compactor, Job
 from ._cache import StateCache
-from ._compactor import Compactor, Job
-from ._fsio import Ops
+from ._fileops import Ops
 from ._logfiles import LogFiles
 from ._records import encode_snapshot
-from ._state import SessionState
 from ._tail import TailFix
 
 
@@ -36,7 +36,7 @@ class OnlineCompaction:
     _lock: threading.Lock
     _sessions: StateCache
     _tail_fix: dict[str, TailFix]
-    _budgets: dict[str, _compaction.LogBudget]
+    _budgets: dict[str, _rewrite.LogBudget]
     _files: LogFiles
     _compactor: Compactor | None
     compactions: int
@@ -89,8 +89,8 @@ class OnlineCompaction:
         # Past the hard line too (one commit crossed both: a streamed entry over SLACK - SOFT_SLACK), in the
         # background all the same: the next commit waits for it (``_must_wait``), so the bound holds as
         # inline, and the fsync is off this caller (a 30 KB streamed reply: 357 of its 533 rewrites were inline).
-        inline = force or _compaction.came_in_long(budget)
-        if not inline and _compaction.rewrites_inline(budget):
+        inline = force or _rewrite.came_in_long(budget)
+        if not inline and _rewrite.rewrites_inline(budget):
             if not budget.wants_compaction():
                 return False  # a small log between the lines: no job, the hard line rewrites it inline
             inline = True
@@ -109,12 +109,12 @@ class OnlineCompaction:
                    list(entries), state.meta is not None, current=self._job_current, land=self._job_landed,
                    failed=self._job_failed, again=self._job_again, sync=self.durability == "fsync")
 
-    def _rewrite_inline(self, session_id: str, state: SessionState, budget: _compaction.LogBudget) -> bool:
+    def _rewrite_inline(self, session_id: str, state: SessionState, budget: _rewrite.LogBudget) -> bool:
         if not self._owns() or not self._synced_before_rewrite(session_id):
             return False
         body = encode_snapshot(state.meta, state.entries.values(), state.leaf)
         path = self._log(session_id)
-        if _compaction.rewrite(self._ops, path, body):
+        if _rewrite.rewrite(self._ops, path, body):
             self._renamed(path, self.durability == "fsync")
             budget.rewritten(len(body))
             self._tail_fix.pop(session_id, None)

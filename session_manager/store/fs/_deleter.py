@@ -11,18 +11,18 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from . import _compaction, _delete, _sessions_index
+from .._core.state import SessionState
+from ..base import Meta
+from . import _removal, _rewrite, _sessions_index
+from ._background import Compactor
 from ._cache import StateCache
 from ._casefold import FoldIndex
 from ._catalog import MetaCatalog
-from ._compactor import Compactor
-from ._fds import FdCache
-from ._fsio import Ops
+from ._descriptors import FdCache
+from ._fileops import Ops
 from ._lazy import LazyEntries
 from ._logfiles import LogFiles
-from ._state import SessionState
 from ._tail import TailFix
-from .base import Meta
 
 
 class SessionDeletion:
@@ -36,7 +36,7 @@ class SessionDeletion:
     _fds: FdCache
     _files: LogFiles
     _tail_fix: dict[str, TailFix]
-    _budgets: dict[str, _compaction.LogBudget]
+    _budgets: dict[str, _rewrite.LogBudget]
     _metas: MetaCatalog | None
     _scans: int
     _changed: dict[str, Meta | None]
@@ -71,7 +71,7 @@ class SessionDeletion:
             if self._compactor is not None:
                 self._compactor.wait(session_id)  # a landed rewrite's cleanup (it never takes this lock)
             self._fds.forget(self._log(session_id))  # no descriptor into the log set aside
-            existed = _delete.delete(self._ops, self.file_path(session_id), self.attachments_dir(session_id),
+            existed = _removal.delete(self._ops, self.file_path(session_id), self.attachments_dir(session_id),
                            sync=self.durability == "fsync")
             if isinstance(state.entries, LazyEntries):
                 state.entries.vanish()  # a reader holding its path must not read a re-created log

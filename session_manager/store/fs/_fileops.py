@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Union
 
-from ..errors import StoreError
+from ...errors import StoreError
 
 # Plain strings on the hot paths: pathlib interns every component it parses,
 # so a Path per probed id grows the interpreter's intern table for good.

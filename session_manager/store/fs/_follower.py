@@ -29,12 +29,12 @@ from collections import OrderedDict
 from collections.abc import Callable
 from itertools import accumulate
 
-from ..errors import StoreError
-from . import _index
-from ._fsio import NotRegular, Ops, ReadAt, open_regular, pread_file, read_fd, reason
+from ...errors import StoreError
+from .._core.state import SessionState
+from . import _sidecar
+from ._fileops import NotRegular, Ops, ReadAt, open_regular, pread_file, read_fd, reason
 from ._lazy import LazyEntries
 from ._records import Replay, decode_record
-from ._state import SessionState
 
 MAX_OPEN = 128
 # How much of what was read last is checked to still be there before a read resumes after it.
@@ -160,7 +160,7 @@ class Follower:
     def _adopt(self, session_id: str, state: SessionState, seen: _Seen, path: str, index: str,
                st: os.stat_result) -> None:
         """Start a log read from its start at its index, if that matches the file."""
-        obj = _index.matching_index(index, session_id, seen.fd, st.st_ino, st.st_size)
+        obj = _sidecar.matching_index(index, session_id, seen.fd, st.st_ino, st.st_size)
         if obj is None:
             return
         covered = obj["covered"]
@@ -169,7 +169,7 @@ class Follower:
         entries = LazyEntries(session_id, self._reader(seen, path))
         entries.guard(state.lock)  # a refresh replaces entries under it, as a writer does
         state.entries = entries
-        _index.adopt(obj, state, entries)
+        _sidecar.adopt(obj, state, entries)
         seen.offset = covered
         _remark(seen)
 

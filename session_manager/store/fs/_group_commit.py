@@ -33,17 +33,17 @@ from contextlib import AbstractContextManager
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from ..errors import StoreError
-from ._fds import FdCache, _Slot
-from ._fsio import reason
-from ._state import SessionState
-from .base import NO_TRANSACTION
+from ...errors import StoreError
+from .._core.state import SessionState
+from ..base import NO_TRANSACTION
+from ._descriptors import FdCache, _Slot
+from ._fileops import reason
 
 if TYPE_CHECKING:
+    from ..base import Meta
     from ._cache import StateCache
     from ._catalog import MetaCatalog
     from ._logfiles import LogFiles
-    from .base import Meta
 
 log = logging.getLogger("session_manager.store.fs")
 

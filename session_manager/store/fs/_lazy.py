@@ -21,10 +21,10 @@ from array import array
 from collections.abc import Callable, Iterator, MutableMapping
 from typing import Any
 
-from ._fsio import ReadAt
-from ._index_format import SCANS_BEFORE_MAP, IndexBody, PackedIds, pack_ids
+from ._fileops import ReadAt
 from ._lazy_bodies import BodyReads
 from ._lazy_path import NO_PARENT, ORPHAN, LazyPath, Positions, walk_up
+from ._sidecar_format import SCANS_BEFORE_MAP, IndexBody, PackedIds, pack_ids
 
 Entry = dict[str, Any]
 
@@ -237,7 +237,7 @@ class LazyEntries(BodyReads, MutableMapping[str, Entry]):
     def path_view(self, leaf: str) -> LazyPath | None:
         """The active path ending at ``leaf``, read by position."""
         positions = self.path_positions(leaf)
-        return None if positions is None else LazyPath(self, positions)
+        return None if positions is None else LazyPath(self, self, positions)
 
     def walk(self, leaf: str) -> list[str] | None:
         """Ids from the root to ``leaf`` along parent links; ``None`` when a

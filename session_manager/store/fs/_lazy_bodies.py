@@ -17,8 +17,8 @@ from array import array
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ..errors import StoreError, Vanished
-from ._fsio import ReadAt
+from ...errors import StoreError, Vanished
+from ._fileops import ReadAt
 from ._records import decode_record
 
 Entry = dict[str, Any]

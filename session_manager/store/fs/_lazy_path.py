@@ -9,18 +9,28 @@ decodes one id and one body, ``index_of`` looks one id up.
 from __future__ import annotations
 
 from array import array
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any, TypeAlias
+from collections.abc import Iterator, Mapping
+from typing import Any, Protocol, TypeAlias
 
-from .path import EntryPath
-
-if TYPE_CHECKING:
-    from ._lazy import LazyEntries
+from ..path import EntryPath
 
 Entry = dict[str, Any]
 NO_PARENT = -1
 ORPHAN = -2  # a parent id that names no stored entry (the mapping keeps it aside)
 Positions: TypeAlias = "range | array[int]"  # an active path as entry positions, root first
+
+
+class PositionedEntries(Protocol):
+    """What a :class:`LazyPath` reads of its entries (:class:`~._lazy.LazyEntries`
+    provides it): ids and bodies by position."""
+
+    def id_at(self, p: int) -> str: ...
+
+    def body_of(self, p: int, entry_id: str) -> Entry: ...
+
+    def body_at(self, p: int) -> Entry: ...
+
+    def position(self, entry_id: str) -> int | None: ...
 
 
 def walk_up(parents: array[int], p: int) -> array[int] | None:
@@ -46,9 +56,10 @@ class LazyPath(EntryPath):
 
     __slots__ = ("_at", "_id_at", "_lazy")
 
-    def __init__(self, entries: LazyEntries, positions: Positions) -> None:
+    def __init__(self, entries: Mapping[str, Entry], reads: PositionedEntries, positions: Positions) -> None:
+        """``entries`` and ``reads``: the same lazy mapping, as a mapping and by position."""
         super().__init__([], entries, {}, length=len(positions))
-        self._lazy = entries
+        self._lazy = reads
         self._at = positions
         # Readers ask for the same few indexes several times (is it kept? a run member?):
         # their ids are decoded once per view (positions are stable: only ``del``, which

@@ -9,16 +9,16 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..errors import StoreError
-from . import _coldlist, _compaction, _delete, _opened_listing, _sessions_index
+from ...errors import StoreError
+from ..base import Meta
+from . import _cold_list, _open_listing, _removal, _rewrite, _sessions_index
 from ._cache import StateCache
 from ._catalog import MetaCatalog
-from ._compact import shared_keys
-from ._fs_open import LOG_SUFFIX
-from ._fsio import Ops, reason
-from ._opened_listing import OpenedListing
+from ._fileops import Ops, reason
+from ._open_listing import OpenedListing
+from ._opener import LOG_SUFFIX
+from ._shared_keys import shared_keys
 from ._tail import meta_of_log
-from .base import Meta
 
 
 class CatalogListing:
@@ -49,7 +49,7 @@ class CatalogListing:
                 return self._metas
             self._scans += 1
         try:
-            catalog = _coldlist.catalog(self._scan_with_index())  # file I/O: outside the store-wide lock
+            catalog = _cold_list.catalog(self._scan_with_index())  # file I/O: outside the store-wide lock
         finally:
             with self._lock:
                 self._scans -= 1
@@ -73,11 +73,11 @@ class CatalogListing:
     def _scan_metas(self) -> dict[str, Meta]:
         """A read-only store's scan: the sessions index where it matches a log
         (never written here), every other log's last meta from its tail."""
-        logs = _coldlist.log_stats(self._ops, self._dir, self._warn_once)
-        return _coldlist.metas(_coldlist.scan(logs, self._sessions_file, lambda sid: (False, None),
+        logs = _cold_list.log_stats(self._ops, self._dir, self._warn_once)
+        return _cold_list.metas(_cold_list.scan(logs, self._sessions_file, lambda sid: (False, None),
                                               self._peek_meta, self._warn_once, write_back=False))
 
-    def _scan_with_index(self) -> _coldlist.ColdList:
+    def _scan_with_index(self) -> _cold_list.ColdList:
         """A writable store's scan: through the sessions index (a stat per log;
         only logs changed since it was written are read)."""
         def loaded_meta(session_id: str) -> tuple[bool, Meta | None]:
@@ -93,10 +93,10 @@ class CatalogListing:
             opened, self._opened = self._opened, None  # one use: later lists read the catalog
         recorded = _sessions_index.read(self._sessions_file)
         listed, stamp = _opened_logs(opened, recorded, self._ops, self._dir)
-        logs = _coldlist.log_stats(self._ops, self._dir, self._warn_once, listed)
+        logs = _cold_list.log_stats(self._ops, self._dir, self._warn_once, listed)
         if listed is not None and len(logs[0]) != len(listed):
             stamp = None  # a name is not a regular log (now): every open must list, to look at it again
-        cold = _coldlist.match(logs, recorded, self._sessions_file, loaded_meta, self._peek_meta,
+        cold = _cold_list.match(logs, recorded, self._sessions_file, loaded_meta, self._peek_meta,
                                self._warn_once, write_back=True, stamp=stamp)
         with self._lock:
             self._list_dirty.clear()
@@ -115,14 +115,14 @@ class CatalogListing:
             changed[os.path.basename(path)] = (
                 session_id, key, self._metas.get(session_id) if self._metas is not None else None)
         try:
-            listed, opened = _opened_listing.take(self._ops, self._dir, LOG_SUFFIX)
+            listed, opened = _open_listing.take(self._ops, self._dir, LOG_SUFFIX)
         except OSError:
-            _coldlist.update(self._sessions_file, changed, None)
+            _cold_list.update(self._sessions_file, changed, None)
         else:
             # Stamped when data_dir last changed long enough ago (only appends since: the common
             # session), so the next open need not list it (:mod:`._opened_listing`).
-            clean = not _delete.holds_leftovers(listed, _compaction.TEMP_SUFFIX)
-            _coldlist.update(self._sessions_file, changed, listed, opened.stamp if clean else None)
+            clean = not _removal.holds_leftovers(listed, _rewrite.TEMP_SUFFIX)
+            _cold_list.update(self._sessions_file, changed, listed, opened.stamp if clean else None)
         self._list_dirty.clear()
 
     def _peek_meta(self, name: str, session_id: str) -> Meta | None:

@@ -34,8 +34,8 @@ import os
 import weakref
 from pathlib import Path
 
-from ..errors import StoreError
-from ._fsio import Ops, reason
+from ...errors import StoreError
+from ._fileops import Ops, reason
 
 LOCK_NAME = ".session-manager.lock"
 _FLAGS = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)

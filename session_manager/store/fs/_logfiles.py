@@ -19,13 +19,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import _index
+from .._core.state import SessionState
+from . import _sidecar
+from ._descriptors import FdCache
 from ._encoding import encode_id
-from ._fds import FdCache
-from ._fsio import ReadAt
+from ._fileops import ReadAt
 from ._lazy import LazyEntries
 from ._records import entry_line_spans
-from ._state import SessionState
 
 log = logging.getLogger("session_manager.store.fs")
 
@@ -64,7 +64,7 @@ class LogFiles:
         files = self._files.get(session_id)
         if files is None:
             stem = self._stem(session_id)
-            files = _Files(os.path.join(self.dir, stem + ".jsonl"), _index.index_path(self.dir, stem))
+            files = _Files(os.path.join(self.dir, stem + ".jsonl"), _sidecar.index_path(self.dir, stem))
             with self._lock:
                 files = self._files.setdefault(session_id, files)
         return files
@@ -95,16 +95,16 @@ class LogFiles:
 
     # -- loading -------------------------------------------------------------------
 
-    def load(self, session_id: str, state: SessionState) -> _index.TailFix:
+    def load(self, session_id: str, state: SessionState) -> _sidecar.TailFix:
         """Fill ``state`` (empty, under its lock) from the log, through the
         index when it matches; writes a new index when it did not (unless
         read-only). Returns what the next write must fix about the tail."""
         files = self.files(session_id)
         reader = self.reader(session_id, state.lock)
         if self._open_log is None:
-            loaded = _index.load(files.log, files.index, session_id, reader)
+            loaded = _sidecar.load(files.log, files.index, session_id, reader)
         else:
-            loaded = _index.load(files.log, files.index, session_id, reader, open_log=self._open_log)
+            loaded = _sidecar.load(files.log, files.index, session_id, reader, open_log=self._open_log)
         state.entries = loaded.entries
         if isinstance(loaded.entries, LazyEntries):
             loaded.entries.guard(state.lock)
@@ -132,7 +132,7 @@ class LogFiles:
         entries = state.entries
         if self.read_only or not isinstance(entries, LazyEntries) or files.saved == files.covered:
             return
-        if _index.save(files.log, files.index, session_id, state, entries, files.covered):
+        if _sidecar.save(files.log, files.index, session_id, state, entries, files.covered):
             files.saved = files.covered
         else:
             files.saved = -1
@@ -166,7 +166,7 @@ class LogFiles:
         files.saved = 0
         if indexed:
             with contextlib.suppress(OSError):
-                _index.remove_index(files.index)
+                _sidecar.remove_index(files.index)
 
     def landed(self, session_id: str, state: SessionState, body: bytes, ids: list[str], has_meta: bool,
                journal: list[tuple[bytes, tuple[str, ...]]], fd: int) -> tuple[int | None, LandedIndex | None]:
@@ -197,10 +197,10 @@ class LogFiles:
             self._small_rewrite(files, indexed)
             return old, None
         try:
-            tail = _index.tail_digest(fd, size)
+            tail = _sidecar.tail_digest(fd, size)
         except OSError:
             return old, None  # no index now: the next save or open writes one
-        index = _index.encode_index(session_id, ino, size, tail, state, entries)
+        index = _sidecar.encode_index(session_id, ino, size, tail, state, entries)
         files.saved = size  # written by the caller (a lost one costs a rebuild, never an entry)
         return old, (files.log, files.index, ino, index)
 
@@ -212,7 +212,7 @@ class LogFiles:
         try:
             if os.stat(log_path).st_ino != ino:
                 return
-            _index.write_index(path, index, tmp_suffix=".compact.tmp")
+            _sidecar.write_index(path, index, tmp_suffix=".compact.tmp")
         except OSError as e:
             log.warning("%s: index not written (%s); the next open replays the log", path, e)
 
@@ -224,9 +224,9 @@ class LogFiles:
         if files is not None:
             self.fds.forget(files.log)
         if remove_index and not self.read_only:
-            index = files.index if files is not None else _index.index_path(self.dir, self._stem(session_id))
+            index = files.index if files is not None else _sidecar.index_path(self.dir, self._stem(session_id))
             with contextlib.suppress(OSError):
-                _index.remove_index(index)
+                _sidecar.remove_index(index)
 
     def evicted(self, session_id: str) -> None:
         """The session left the cache (its index saved): keep nothing for it;

@@ -28,7 +28,7 @@ import operator
 import time
 from dataclasses import dataclass
 
-from ._fsio import Ops
+from ._fileops import Ops
 from ._sessions_index import Stamp
 
 # How much older than its listing a stamp must be: ten times the coarsest tick of

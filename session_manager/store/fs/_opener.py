@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import os
 
-from ..errors import StoreError, UnstorableValue
+from ...errors import StoreError, UnstorableValue
 from ._encoding import encode_id
-from ._fsio import APPEND_FLAGS, NotRegular, Ops, open_regular
+from ._fileops import APPEND_FLAGS, NotRegular, Ops, open_regular
 
 LOG_SUFFIX = ".jsonl"  # a session's log is <data_dir>/<encoded id>.jsonl, as the reference names it
 

@@ -25,9 +25,9 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
-from ..errors import StoreError
-from ._fs_open import LOG_SUFFIX
-from ._fsio import Ops, fsync_dir, is_symlink, reason, remove_flat_folder
+from ...errors import StoreError
+from ._fileops import Ops, fsync_dir, is_symlink, reason, remove_flat_folder
+from ._opener import LOG_SUFFIX
 
 log = logging.getLogger("session_manager.store.fs")
 

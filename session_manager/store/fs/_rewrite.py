@@ -28,7 +28,7 @@ import logging
 import os
 from collections.abc import Callable, Iterable
 
-from ._fsio import CREATE_FLAGS, Ops, reason, write_all
+from ._fileops import CREATE_FLAGS, Ops, reason, write_all
 
 log = logging.getLogger("session_manager.store.fs")
 

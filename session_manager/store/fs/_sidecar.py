@@ -33,12 +33,12 @@ from dataclasses import dataclass
 from itertools import accumulate
 from typing import Literal
 
-from . import _index_format as _format
-from ._fsio import ReadAt
-from ._index_format import IndexBody
+from .._core.state import SessionState
+from . import _sidecar_format as _format
+from ._fileops import ReadAt
 from ._lazy import LazyEntries
 from ._records import Replay, decode_record
-from ._state import SessionState
+from ._sidecar_format import IndexBody
 
 log = logging.getLogger("session_manager.store.fs")
 

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import orjson
 
+from ..base import Commit, Entry
 from ._records import encode_commit, meta_size, snapshot_size, tx_id
-from .base import Commit, Entry
 
 _ENTRY_HEAD = b'{"type":"entry","entry":'
 _APPEND_HEAD = b'{"type":"append","entry":'

@@ -26,36 +26,36 @@ from collections.abc import Collection, Iterator
 from pathlib import Path
 from typing import Literal
 
-from ..errors import StoreError, Vanished
-from . import _compaction, _delete, _opened_listing, _sessions_index
+from ...errors import StoreError, Vanished
+from .._core.state import SessionState, StateBackedStore
+from .._search_fs import FsSearch
+from .._search_index import Matches
+from .._search_text import Query
+from ..base import Commit, Entry, Meta
+from . import _open_listing, _removal, _rewrite, _sessions_index
 from ._attachments import AttachmentFiles
+from ._background import Compactor
 from ._cache import DEFAULT_CACHE_BYTES, StateCache
 from ._casefold import FoldIndex, names_fold
 from ._catalog import MetaCatalog
-from ._compactor import Compactor
-from ._fds import FdCache
-from ._follow import Follower
-from ._fs_append import LogAppends
-from ._fs_delete import SessionDeletion
-from ._fs_listing import CatalogListing
-from ._fs_open import LOG_SUFFIX, checked_stem, log_exists, open_append, open_read
-from ._fsio import NotRegular, Ops, name_max, open_regular, read_fd, reason
-from ._group import GroupCommit
-from ._index import INDEX_DIR
+from ._compaction import OnlineCompaction
+from ._deleter import SessionDeletion
+from ._descriptors import FdCache
+from ._fileops import NotRegular, Ops, name_max, open_regular, read_fd, reason
+from ._follower import Follower
+from ._group_commit import GroupCommit
 from ._lazy import LazyEntries
+from ._lister import CatalogListing
 from ._lock import LOCK_NAME, DirLock
 from ._logfiles import LogFiles
-from ._online import OnlineCompaction
-from ._opened_listing import OpenedListing
+from ._open_listing import OpenedListing
+from ._opener import LOG_SUFFIX, checked_stem, log_exists, open_append, open_read
 from ._records import meta_size, written_spans
-from ._search_fs import FsSearch
-from ._search_index import Matches
-from ._search_text import Query
-from ._sized import encode_sized
-from ._state import SessionState, StateBackedStore
+from ._sidecar import INDEX_DIR
+from ._sizes import encode_sized
 from ._tail import TailFix
 from ._watch import FollowerEvents, LogWatch
-from .base import Commit, Entry, Meta
+from ._writer import LogAppends
 
 log = logging.getLogger("session_manager.store.fs")
 
@@ -80,7 +80,7 @@ def _sync_everything() -> None:
 
 # The longest name the store makes from a session's stem (log, compaction
 # temp, delete aside, attachment folder aside): every accepted id fits them all.
-_LONGEST_SUFFIX = max(len(LOG_SUFFIX + _compaction.TEMP_SUFFIX), len(LOG_SUFFIX + _delete.ASIDE))
+_LONGEST_SUFFIX = max(len(LOG_SUFFIX + _rewrite.TEMP_SUFFIX), len(LOG_SUFFIX + _removal.ASIDE))
 
 
 def _line_bytes(entries: LazyEntries, entry_id: str) -> int:
@@ -135,7 +135,7 @@ class FsStore(FollowerEvents, CatalogListing, SessionDeletion, OnlineCompaction,
         # fsync-mode write).
         self._names_unsynced = not read_only
         self._names_lock = threading.Lock()
-        self._budgets: dict[str, _compaction.LogBudget] = {}
+        self._budgets: dict[str, _rewrite.LogBudget] = {}
         self._metas: MetaCatalog | None = None  # filled by the first list (writable only)
         self._scans = 0  # lists reading files right now
         self._changed: dict[str, Meta | None] = {}  # metas written while a list was reading
@@ -170,17 +170,17 @@ class FsStore(FollowerEvents, CatalogListing, SessionDeletion, OnlineCompaction,
         learnt of data_dir's entries for the first list (:mod:`._opened_listing`)."""
         if not self.case_insensitive:  # (its fold index needs every name)
             vouched = _sessions_index.read_stamp(self._sessions_file)
-            if vouched is not None and _opened_listing.stamp_of(self._ops, self._dir) == vouched:
+            if vouched is not None and _open_listing.stamp_of(self._ops, self._dir) == vouched:
                 # data_dir holds the index's logs and nothing half done: only attachments/ may
-                if not _delete.recover(self._ops, self.dir, None, self._folder_of_stem, _compaction.TEMP_SUFFIX):
+                if not _removal.recover(self._ops, self.dir, None, self._folder_of_stem, _rewrite.TEMP_SUFFIX):
                     self._opened = OpenedListing(None, vouched)
                 return
         try:
-            names, opened = _opened_listing.take(self._ops, self._dir, LOG_SUFFIX)
+            names, opened = _open_listing.take(self._ops, self._dir, LOG_SUFFIX)
         except OSError:
             names, opened = None, None  # the first list reports it
-        if names is not None and not _delete.recover(
-                self._ops, self.dir, names, self._folder_of_stem, _compaction.TEMP_SUFFIX):
+        if names is not None and not _removal.recover(
+                self._ops, self.dir, names, self._folder_of_stem, _rewrite.TEMP_SUFFIX):
             self._opened = opened  # (recovering changed data_dir: the first list lists it again)
         if self.case_insensitive:
             logs = self._log_names() if names is None else [n for n in names if n.endswith(LOG_SUFFIX)]
@@ -369,7 +369,7 @@ class FsStore(FollowerEvents, CatalogListing, SessionDeletion, OnlineCompaction,
         files = self._files.files(session_id)
         if files.ino is None:
             return  # no log: nothing to account for (and nothing kept per unknown id)
-        budget = _compaction.LogBudget()
+        budget = _rewrite.LogBudget()
         budget.disk = files.covered
         entries = state.entries
         if isinstance(entries, LazyEntries):
@@ -377,7 +377,7 @@ class FsStore(FollowerEvents, CatalogListing, SessionDeletion, OnlineCompaction,
             # estimate on the high side, an append line also carrying a meta: compaction comes
             # no earlier than it would have).
             budget.live = entries.live_bytes()
-            budget.entries = _compaction.LoadedSizes(functools.partial(_line_bytes, entries))
+            budget.entries = _rewrite.LoadedSizes(functools.partial(_line_bytes, entries))
         if state.meta is not None:
             budget.charge(0, (), meta_size(state.meta))
         # Not compacted here: a load is a read, and reads never write (the

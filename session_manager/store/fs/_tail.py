@@ -6,8 +6,8 @@ from __future__ import annotations
 import os
 from typing import Any, Literal
 
-from ..errors import StoreError
-from ._fsio import NotRegular, Ops, open_regular, read_fd, reason
+from ...errors import StoreError
+from ._fileops import NotRegular, Ops, open_regular, read_fd, reason
 from ._records import decode_record, last_meta
 
 # What the next write must do first about a file's last line:

@@ -32,15 +32,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
-from .._wire import events as ev
-from ..errors import StoreError
-from ._coldlist import SUFFIX, log_stats
+from ..._wire import events as ev
+from ...errors import StoreError
+from ._cold_list import SUFFIX, log_stats
 from ._encoding import decode_id
 
 if TYPE_CHECKING:
-    from .._wire.events import Event
-    from .base import EventSink, Meta
-    from .fs import FsStore
+    from ..._wire.events import Event
+    from ..base import EventSink, Meta
+    from ._store import FsStore
 
 log = logging.getLogger("session_manager.watch")
 

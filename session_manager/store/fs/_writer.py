@@ -11,14 +11,14 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..errors import StoreError
-from . import _compaction
-from ._fds import FdCache, _Slot
-from ._fsio import NotRegular, Ops, fsync_dir, reason, write_all
+from ...errors import StoreError
+from ..base import Commit
+from . import _rewrite
+from ._descriptors import FdCache, _Slot
+from ._fileops import NotRegular, Ops, fsync_dir, reason, write_all
 from ._logfiles import LogFiles
-from ._sized import Sizes
+from ._sizes import Sizes
 from ._tail import TailFix, inspect_tail
-from .base import Commit
 
 log = logging.getLogger("session_manager.store.fs")
 
@@ -33,7 +33,7 @@ class LogAppends:
     _fds: FdCache
     _files: LogFiles
     _tail_fix: dict[str, TailFix]
-    _budgets: dict[str, _compaction.LogBudget]
+    _budgets: dict[str, _rewrite.LogBudget]
     # A log name in data_dir changed (created, or renamed over by a rewrite) with no directory
     # fsync after it: in flush mode, or its sync failed. A write in fsync mode syncs the directory
     # before its own bytes go in (:meth:`_sync_names`): the commit it acknowledges lives in a file
@@ -46,11 +46,11 @@ class LogAppends:
         def _sync_write(self, session_id: str, path: str, slot: _Slot, start: int, end: int) -> bool: ...
         def _failed_write(self, session_id: str, path: str, slot: _Slot) -> None: ...
 
-    def _account(self, session_id: str, commit: Commit, data: bytes, sizes: Sizes) -> _compaction.LogBudget:
+    def _account(self, session_id: str, commit: Commit, data: bytes, sizes: Sizes) -> _rewrite.LogBudget:
         """Charge a commit just written to its log's budget; returns the budget."""
         budget = self._budgets.get(session_id)
         if budget is None:
-            budget = self._budgets[session_id] = _compaction.LogBudget()
+            budget = self._budgets[session_id] = _rewrite.LogBudget()
         entry_sizes, meta_bytes = sizes
         entries = commit.entries
         budget.charge(len(data), ((entries[0]["id"], entry_sizes[0]),) if len(entries) == 1  # (no generator)
