@@ -26,11 +26,12 @@ format through them.
 """
 
 from ._cache import DEFAULT_CACHE_BYTES
+from ._datadir import Durability, ReadOnlyStore
 from ._encoding import decode_id, encode_id
 from ._lock import DataDirLocked, DataDirLost
 from ._records import committed_records, decode_record, encode_snapshot, valid_entry, valid_meta
 from ._sidecar import INDEX_DIR
-from ._store import Durability, FsStore, ReadOnlyStore
+from ._store import FsStore
 
 __all__ = [
     "DEFAULT_CACHE_BYTES",

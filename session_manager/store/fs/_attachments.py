@@ -13,14 +13,14 @@ import contextlib
 import json
 import logging
 import os
-from abc import abstractmethod
 from collections.abc import Iterable
 from pathlib import Path
 
 from ...errors import StoreError, UnstorableValue
 from ..base import AttachmentMeta
+from ._datadir import DataDir
 from ._encoding import encode_id
-from ._fileops import CREATE_FLAGS, NotRegular, Ops, fsync_dir, is_symlink, read_regular, reason, write_all
+from ._fileops import CREATE_FLAGS, NotRegular, fsync_dir, is_symlink, read_regular, reason, write_all
 
 log = logging.getLogger("session_manager.store.fs")
 
@@ -28,68 +28,56 @@ _TMP = ".tmp"
 _LONGEST = len(".json" + _TMP)
 
 
-class AttachmentFiles:
-    """Attachment storage for :class:`~.fs.FsStore` (which supplies the fields)."""
+class Attachments:
+    """The fs store's attachment files (its part; :class:`~._datadir.DataDir` is what it reads)."""
 
-    dir: Path
-    durability: str
-    _ops: Ops
-    _name_max: int
-
-    @abstractmethod
-    def stem(self, session_id: str) -> str: ...
-
-    @abstractmethod
-    def _writable(self) -> None: ...
+    def __init__(self, data: DataDir) -> None:
+        self._d = data
 
     def attachments_dir(self, session_id: str) -> Path:
-        stem = self.stem(session_id)
+        stem = self._d.stem(session_id)
         if stem in (".", ".."):
             # These would name attachments/ itself or data_dir, so deleting the
             # session would wipe every session. encode_id never escapes a dot,
             # so the escaped form cannot collide with another id's folder.
             stem = stem.replace(".", "%2E")
-        return self.dir / "attachments" / stem
-
-    def _folder_of_stem(self, stem: str) -> Path:
-        name = stem.replace(".", "%2E") if stem in (".", "..") else stem
-        return self.dir / "attachments" / name
+        return self._d.dir / "attachments" / stem
 
     def _attachment_paths(self, session_id: str, attachment_id: str) -> tuple[Path, Path]:
         folder = self.attachments_dir(session_id)
         stem = encode_id(attachment_id)
-        if len(stem) + _LONGEST > self._name_max:
+        if len(stem) + _LONGEST > self._d.name_max:
             raise UnstorableValue(f"attachment_id is too long: it takes {len(stem)} bytes as a file name")
         return folder / f"{stem}.json", folder / f"{stem}.bin"
 
     def _safe_folder(self, folder: Path) -> None:
-        if is_symlink(self._ops, folder.parent) or is_symlink(self._ops, folder):
+        if is_symlink(self._d.ops, folder.parent) or is_symlink(self._d.ops, folder):
             raise StoreError("attachments folder is a symbolic link; refusing to write through it")
 
     def _write_atomically(self, path: Path, chunks: Iterable[bytes]) -> None:
         tmp = path.with_name(path.name + _TMP)
-        fd = self._ops.open(tmp, CREATE_FLAGS, 0o644)
+        fd = self._d.ops.open(tmp, CREATE_FLAGS, 0o644)
         try:
             try:
                 for chunk in chunks:
                     write_all(fd, chunk)
-                if self.durability == "fsync":
+                if self._d.durability == "fsync":
                     os.fsync(fd)
             finally:
                 os.close(fd)
-            self._ops.replace(tmp, path)
+            self._d.ops.replace(tmp, path)
         except BaseException:
             with contextlib.suppress(OSError):
-                self._ops.unlink(tmp)
+                self._d.ops.unlink(tmp)
             raise
 
     def _mkdirs(self, folder: Path) -> None:
         for path in (folder.parent, folder):
             with contextlib.suppress(FileExistsError):
-                self._ops.mkdir(path)
+                self._d.ops.mkdir(path)
 
     def put_attachment(self, meta: AttachmentMeta, chunks: Iterable[bytes]) -> None:
-        self._writable()
+        self._d.writable()
         meta_path, bin_path = self._attachment_paths(meta["session_id"], meta["attachment_id"])
         try:
             self._safe_folder(meta_path.parent)
@@ -101,25 +89,25 @@ class AttachmentFiles:
                 body = json.dumps(meta, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
             except UnicodeEncodeError:
                 with contextlib.suppress(OSError):
-                    self._ops.unlink(bin_path)
+                    self._d.ops.unlink(bin_path)
                 raise UnstorableValue("attachment metadata contains an unpaired UTF-16 surrogate") from None
             try:
                 self._write_atomically(meta_path, [body])
             except OSError:
                 # Unlisted bytes would only leak disk: drop them with the failed upload.
                 with contextlib.suppress(OSError):
-                    self._ops.unlink(bin_path)
+                    self._d.ops.unlink(bin_path)
                 raise
-            if self.durability == "fsync":
+            if self._d.durability == "fsync":
                 # The files' names, then the folders' own: either folder may have been made by
                 # this call, or by an earlier one in flush mode that synced neither.
                 folder = meta_path.parent
                 for path in (folder, folder.parent, folder.parent.parent):
-                    fsync_dir(self._ops, path)
+                    fsync_dir(self._d.ops, path)
         except OSError as e:
-            self._writable()  # (a removed data_dir: say so, not just "no such file")
+            self._d.writable()  # (a removed data_dir: say so, not just "no such file")
             raise StoreError(f"write attachment {meta['attachment_id']}: {reason(e)}") from None
-        self._writable()  # before the answer: still in the data_dir this store locked
+        self._d.writable()  # before the answer: still in the data_dir this store locked
 
     def get_attachment_meta(self, session_id: str, attachment_id: str) -> AttachmentMeta | None:
         meta_path, _ = self._attachment_paths(session_id, attachment_id)
@@ -127,7 +115,7 @@ class AttachmentFiles:
 
     def _read_meta_file(self, path: Path) -> AttachmentMeta | None:
         try:
-            raw = read_regular(self._ops, path)
+            raw = read_regular(self._d.ops, path)
         except NotRegular:
             log.warning("skipping attachment metadata %s: not a regular file", path.name)
             return None
@@ -147,7 +135,7 @@ class AttachmentFiles:
         if self._read_meta_file(meta_path) is None:
             return None
         try:
-            data = read_regular(self._ops, bin_path)
+            data = read_regular(self._d.ops, bin_path)
         except OSError as e:
             raise StoreError(f"read attachment {attachment_id}: {reason(e)}") from None
         if data is None:
@@ -157,7 +145,7 @@ class AttachmentFiles:
     def list_attachments(self, session_id: str) -> list[AttachmentMeta]:
         folder = self.attachments_dir(session_id)
         try:
-            names = self._ops.listdir(folder)
+            names = self._d.ops.listdir(folder)
         except FileNotFoundError:
             return []
         except OSError as e:
@@ -171,18 +159,18 @@ class AttachmentFiles:
         return metas
 
     def delete_attachment(self, session_id: str, attachment_id: str) -> bool:
-        self._writable()
+        self._d.writable()
         meta_path, bin_path = self._attachment_paths(session_id, attachment_id)
         try:
             self._safe_folder(meta_path.parent)
             # Metadata first: once it is gone nothing lists the attachment.
             try:
-                self._ops.unlink(meta_path)
+                self._d.ops.unlink(meta_path)
                 existed = True
             except FileNotFoundError:
                 existed = False
             with contextlib.suppress(FileNotFoundError):
-                self._ops.unlink(bin_path)
+                self._d.ops.unlink(bin_path)
         except OSError as e:
             raise StoreError(f"remove attachment {attachment_id}: {reason(e)}") from None
         return existed

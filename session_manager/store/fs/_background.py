@@ -1,6 +1,6 @@
 """Background compaction: the rewrite's write and fsync off the caller's path.
 
-A commit that finds its log past the soft line (:meth:`._compaction.LogBudget.
+A commit that finds its log past the soft line (:meth:`._rewrite.LogBudget.
 wants_background`; a log whose live state is past ``INLINE_LIVE``, a smaller one
 is rewritten inline at the hard line) snapshots the live state's bytes under the session's lock
 and hands a :class:`Job` to the store's :class:`Compactor`. A worker thread
@@ -27,7 +27,7 @@ Bound: while a job is in flight, a commit that finds the log past the hard
 line (the synchronous trigger, ``RATIO * live + SLACK``) first waits for the
 job to land, so the log never grows past that line by more than one commit,
 as without the background. One job per session at a time, so the temp name
-stays the one :mod:`._compaction` uses.
+stays the one :mod:`._rewrite` uses.
 
 No thread outlives a short idle spell and no job outlives its work, so an
 idle compactor references no store (dropping a store still releases its

@@ -101,7 +101,7 @@ def match(
 ) -> ColdList:
     """:func:`scan` against the index already read (``recorded``). ``stamp``:
     data_dir's when it held exactly ``logs`` and nothing half done
-    (:mod:`._opened_listing`); a rewritten index records it if every log in
+    (:mod:`._open_listing`); a rewritten index records it if every log in
     ``logs`` is recorded, so the next open need not list data_dir."""
     names, keys = logs
     if recorded is not None and index.joined(names) == recorded.names_text and keys == recorded.keys:

@@ -3,87 +3,75 @@ background, and what a rewrite that landed refreshes.
 
 A small log (``rewrites_inline``: its live state at most ``INLINE_LIVE``) is
 rewritten inline by the commit that takes it past the hard line. A larger one:
-past the soft line a commit starts a background rewrite (:mod:`._compactor`),
+past the soft line a commit starts a background rewrite (:mod:`._background`),
 past the hard line too when the commit crossed both; past the hard line with
 one in flight, the next commit waits for it to land (the bound of
-:mod:`._compaction` holds). A log far past it (loaded long: ``came_in_long``),
+:mod:`._rewrite` holds). A log far past it (loaded long: ``came_in_long``),
 :meth:`compact` (maintenance) and a store whose compactor closed rewrite inline.
 """
 
 from __future__ import annotations
 
+import functools
 import os
-import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from .._core.state import SessionState
 from . import _rewrite
-from ._background import Compactor, Job
-from ._cache import StateCache
-from ._fileops import Ops
+from ._background import Job
+from ._datadir import DataDir
+from ._group_commit import GroupCommit
+from ._lazy import LazyEntries
 from ._logfiles import LogFiles
-from ._records import encode_snapshot
-from ._tail import TailFix
+from ._records import encode_snapshot, meta_size
+from ._writer import Writer
 
 
-class OnlineCompaction:
-    """Mixed into :class:`~.fs.FsStore` (its attributes, declared here for the checker)."""
+class Compaction:
+    """The fs store's online compaction (its part; see the module): rewrites through
+    ``writer`` (a rename's directory sync) once ``group`` has synced what is owed."""
 
-    _ops: Ops
-    _dir: str
-    durability: str
-    _lock: threading.Lock
-    _sessions: StateCache
-    _tail_fix: dict[str, TailFix]
-    _budgets: dict[str, _rewrite.LogBudget]
-    _files: LogFiles
-    _compactor: Compactor | None
-    compactions: int
-
-    if TYPE_CHECKING:
-        def _renamed(self, path: str, sync: bool) -> None: ...
-        def _writable(self) -> None: ...
-        def _owns(self) -> bool: ...
-        def _log(self, session_id: str) -> str: ...
-        def _state(self, session_id: str, create: bool = False) -> SessionState | None: ...
-        def _synced_before_rewrite(self, session_id: str) -> bool: ...
+    def __init__(self, data: DataDir, writer: Writer, group: GroupCommit) -> None:
+        self._d = data
+        self._writer = writer
+        self._group = group
+        self.compactions = 0  # logs rewritten as their live state since this store opened (config-status)
 
     def compact(self, session_id: str) -> bool:
         """Rewrite the session's log as its live state now, however long it
         is (maintenance; commits compact on their own). ``False`` if there is
         no such session or the rewrite failed (the log is then unchanged)."""
-        self._writable()
+        self._d.writable()
         while True:
-            state = self._state(session_id)
+            state = self._d.load(session_id, False)
             if state is None:
                 return False
-            if self._compactor is not None:
-                self._compactor.wait(session_id)
+            if self._d.compactor is not None:
+                self._d.compactor.wait(session_id)
             with state.lock:
-                if self._sessions.get(session_id) is not state:
+                if self._d.sessions.get(session_id) is not state:
                     continue  # dropped while we waited: a newer load holds the writes since (a rewrite would lose them)
-                if self._compactor is None or not self._compactor.rewriting(session_id):
-                    return self._maybe_compact(session_id, state, force=True)
+                if self._d.compactor is None or not self._d.compactor.rewriting(session_id):
+                    return self.maybe_compact(session_id, state, force=True)
 
-    def _must_wait(self, session_id: str) -> bool:
+    def must_wait(self, session_id: str) -> bool:
         """A commit must first let the rewrite in flight land: the log is past
         the hard line (caller holds the session's lock)."""
-        compactor = self._compactor
+        compactor = self._d.compactor
         if compactor is None or not compactor.rewriting(session_id):
             return False
-        budget = self._budgets.get(session_id)
+        budget = self._d.budgets.get(session_id)
         return budget is not None and budget.wants_compaction()
 
-    def _maybe_compact(self, session_id: str, state: SessionState, *, force: bool = False) -> bool:
+    def maybe_compact(self, session_id: str, state: SessionState, *, force: bool = False) -> bool:
         """After a commit (or for :meth:`compact`), under the session's lock: rewrite a small
         log inline at the hard line; start a background rewrite of a larger one past the soft
         line (past the hard one too), rewrite inline one far past it. ``True`` when an inline
         rewrite replaced the log."""
-        budget = self._budgets.get(session_id)
+        budget = self._d.budgets.get(session_id)
         if budget is None or not (force or budget.wants_background()):
             return False  # below the soft line (nearly every commit), so below the hard one too (SOFT_SLACK <= SLACK)
-        compactor = self._compactor
+        compactor = self._d.compactor
         if compactor is not None and compactor.rewriting(session_id):
             return False  # one in flight: it lands soon, and commits past the hard line wait for it
         # Past the hard line too (one commit crossed both: a streamed entry over SLACK - SOFT_SLACK), in the
@@ -105,22 +93,23 @@ class OnlineCompaction:
     def _job(self, session_id: str, state: SessionState) -> Job:
         """A background rewrite of the state as it is now (under its lock)."""
         entries = state.entries
-        return Job(session_id, state, self._log(session_id), encode_snapshot(state.meta, entries.values(), state.leaf),
-                   list(entries), state.meta is not None, current=self._job_current, land=self._job_landed,
-                   failed=self._job_failed, again=self._job_again, sync=self.durability == "fsync")
+        body = encode_snapshot(state.meta, entries.values(), state.leaf)
+        return Job(session_id, state, self._d.log(session_id), body, list(entries), state.meta is not None,
+                   current=self._job_current, land=self._job_landed, failed=self._job_failed,
+                   again=self._job_again, sync=self._d.durability == "fsync")
 
     def _rewrite_inline(self, session_id: str, state: SessionState, budget: _rewrite.LogBudget) -> bool:
-        if not self._owns() or not self._synced_before_rewrite(session_id):
+        if not self._d.owns() or not self._group.synced_before_rewrite(session_id):
             return False
         body = encode_snapshot(state.meta, state.entries.values(), state.leaf)
-        path = self._log(session_id)
-        if _rewrite.rewrite(self._ops, path, body):
-            self._renamed(path, self.durability == "fsync")
+        path = self._d.log(session_id)
+        if _rewrite.rewrite(self._d.ops, path, body):
+            self._writer.renamed(path, self._d.durability == "fsync")
             budget.rewritten(len(body))
-            self._tail_fix.pop(session_id, None)
-            with self._lock:
+            self._d.tail_fix.pop(session_id, None)
+            with self._d.lock:
                 self.compactions += 1
-            self._files.rewritten(session_id, state, body)  # new lines, new descriptor, the index (or none: small)
+            self._d.files.rewritten(session_id, state, body)  # new lines, new descriptor, the index (or none: small)
             return True
         budget.failed()  # retried once the log has doubled, not on every commit
         return False
@@ -132,38 +121,38 @@ class OnlineCompaction:
         writes it carries that still owe an fsync got it (else they are undone,
         the state dropped, and the job abandoned): a new log never keeps a write
         its writer hears failed."""
-        with self._lock:
-            if self._sessions.get(job.session_id) is not job.state:
+        with self._d.lock:
+            if self._d.sessions.get(job.session_id) is not job.state:
                 return False
-        if not self._owns():
+        if not self._d.owns():
             return False  # its rename would land in a data_dir this store no longer holds
         # Durability hot-reloads: commits carried over since a switch to fsync were answered as
         # synced, so the journal (and the new name) is synced as well (once fsync, always: the
         # commits from before a switch back were promised it too).
-        job.sync = job.sync or self.durability == "fsync"
-        if not self._synced_before_rewrite(job.session_id):
+        job.sync = job.sync or self._d.durability == "fsync"
+        if not self._group.synced_before_rewrite(job.session_id):
             return False
-        with self._lock:
-            return self._sessions.get(job.session_id) is job.state
+        with self._d.lock:
+            return self._d.sessions.get(job.session_id) is job.state
 
     def _job_failed(self, job: Job) -> None:
-        budget = self._budgets.get(job.session_id)
+        budget = self._d.budgets.get(job.session_id)
         if budget is not None:
             budget.failed()
 
     def _job_again(self, job: Job) -> Job | None:
-        budget = self._budgets.get(job.session_id)
+        budget = self._d.budgets.get(job.session_id)
         return self._job(job.session_id, job.state) if budget is not None and budget.wants_background() else None
 
     def _job_landed(self, job: Job, fd: int) -> Callable[[], None]:
         session_id = job.session_id
-        self._renamed(job.path, job.sync)  # (fsync then or since: set by ``_job_current``)
-        old, index = self._files.landed(session_id, job.state, job.body, job.ids, job.has_meta, job.journal, fd)
-        budget = self._budgets.get(session_id)
+        self._writer.renamed(job.path, job.sync)  # (fsync then or since: set by ``_job_current``)
+        old, index = self._d.files.landed(session_id, job.state, job.body, job.ids, job.has_meta, job.journal, fd)
+        budget = self._d.budgets.get(session_id)
         if budget is not None:
-            budget.rewritten(self._files.files(session_id).covered)
-        self._tail_fix.pop(session_id, None)  # the new log ends on a whole line
-        with self._lock:
+            budget.rewritten(self._d.files.files(session_id).covered)
+        self._d.tail_fix.pop(session_id, None)  # the new log ends on a whole line
+        with self._d.lock:
             self.compactions += 1
 
         def cleanup() -> None:
@@ -173,3 +162,25 @@ class OnlineCompaction:
                 LogFiles.write_landed_index(*index)
 
         return cleanup
+
+
+def loaded_budget(covered: int, state: SessionState) -> _rewrite.LogBudget:
+    """The budget of a log just loaded (``covered`` bytes of it read) into ``state``."""
+    budget = _rewrite.LogBudget()
+    budget.disk = covered
+    entries = state.entries
+    if isinstance(entries, LazyEntries):
+        # The live entries' newest lines, from the index: no body is decoded for this (an
+        # estimate on the high side, an append line also carrying a meta: compaction comes
+        # no earlier than it would have).
+        budget.live = entries.live_bytes()
+        budget.entries = _rewrite.LoadedSizes(functools.partial(_line_bytes, entries))
+    if state.meta is not None:
+        budget.charge(0, (), meta_size(state.meta))
+    return budget
+
+
+def _line_bytes(entries: LazyEntries, entry_id: str) -> int:
+    """The bytes :meth:`LazyEntries.live_bytes` counts for ``entry_id``'s newest line (0: none)."""
+    at = entries.location(entry_id)
+    return 0 if at is None else at[1] + 1

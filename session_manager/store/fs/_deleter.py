@@ -1,6 +1,6 @@
 """Deleting a session from the fs store: whole or not at all (the commit
-point is the log's rename aside, :mod:`._delete`), after any background
-rewrite of its log was cancelled. Mixed into :class:`~.fs.FsStore`."""
+point is the log's rename aside, :mod:`._removal`), after any background
+rewrite of its log was cancelled. A part of :class:`~._store.FsStore`."""
 
 from __future__ import annotations
 
@@ -9,95 +9,69 @@ import os
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from .._core.state import SessionState
-from ..base import Meta
-from . import _removal, _rewrite, _sessions_index
-from ._background import Compactor
-from ._cache import StateCache
-from ._casefold import FoldIndex
-from ._catalog import MetaCatalog
-from ._descriptors import FdCache
-from ._fileops import Ops
+from . import _removal, _sessions_index
+from ._attachments import Attachments
+from ._datadir import DataDir
 from ._lazy import LazyEntries
-from ._logfiles import LogFiles
-from ._tail import TailFix
 
 
-class SessionDeletion:
-    """What :class:`~.fs.FsStore` deletes with (its attributes, declared here for the checker)."""
+class Deleter:
+    """The fs store's deletes (its part): the session's log, its attachment folder
+    (``attachments``' naming) and its row in the sessions index."""
 
-    durability: str
-    _ops: Ops
-    _lock: threading.Lock
-    _sessions: StateCache
-    _compactor: Compactor | None
-    _fds: FdCache
-    _files: LogFiles
-    _tail_fix: dict[str, TailFix]
-    _budgets: dict[str, _rewrite.LogBudget]
-    _metas: MetaCatalog | None
-    _scans: int
-    _changed: dict[str, Meta | None]
-    _fold: FoldIndex | None
-    _sessions_file: Path
-
-    if TYPE_CHECKING:
-        def _writable(self) -> None: ...
-        def _log(self, session_id: str) -> str: ...
-        def stem(self, session_id: str) -> str: ...
-        def file_path(self, session_id: str) -> Path: ...
-        def attachments_dir(self, session_id: str) -> Path: ...
+    def __init__(self, data: DataDir, attachments: Attachments) -> None:
+        self._d = data
+        self._attachments = attachments
+        self._erase_local = threading.local()  # :meth:`erasing`: this thread's batch
 
     def delete_session(self, session_id: str) -> bool:
-        """Whole or not at all; the commit point is the log's rename aside (:mod:`._delete`)."""
-        self._writable()
-        self.stem(session_id)  # an over-long id is the caller's error, before anything
+        """Whole or not at all; the commit point is the log's rename aside (:mod:`._removal`)."""
+        self._d.writable()
+        self._d.stem(session_id)  # an over-long id is the caller's error, before anything
         # The session's lock without loading it: a replay could compact, and
         # compaction never runs inside a delete (nothing it wrote would survive).
         while True:
-            with self._lock:
-                state = self._sessions.setdefault(session_id, SessionState())
+            with self._d.lock:
+                state = self._d.sessions.setdefault(session_id, SessionState())
             state.lock.acquire()
-            if self._sessions.get(session_id) is state:
-                if self._compactor is None or not self._compactor.rewriting(session_id):
+            if self._d.sessions.get(session_id) is state:
+                if self._d.compactor is None or not self._d.compactor.rewriting(session_id):
                     break
-                self._compactor.cancel(session_id)  # its rewrite must not land over the delete
+                self._d.compactor.cancel(session_id)  # its rewrite must not land over the delete
             state.lock.release()  # dropped from the cache meanwhile, or a rewrite in flight: again
-            if self._compactor is not None:
-                self._compactor.wait(session_id)
+            if self._d.compactor is not None:
+                self._d.compactor.wait(session_id)
         try:
-            if self._compactor is not None:
-                self._compactor.wait(session_id)  # a landed rewrite's cleanup (it never takes this lock)
-            self._fds.forget(self._log(session_id))  # no descriptor into the log set aside
-            existed = _removal.delete(self._ops, self.file_path(session_id), self.attachments_dir(session_id),
-                           sync=self.durability == "fsync")
+            if self._d.compactor is not None:
+                self._d.compactor.wait(session_id)  # a landed rewrite's cleanup (it never takes this lock)
+            self._d.fds.forget(self._d.log(session_id))  # no descriptor into the log set aside
+            existed = _removal.delete(self._d.ops, Path(self._d.log(session_id)),
+                                      self._attachments.attachments_dir(session_id), sync=self._d.durability == "fsync")
             if isinstance(state.entries, LazyEntries):
                 state.entries.vanish()  # a reader holding its path must not read a re-created log
             state.clear()  # a writer waiting on this state must see the session gone
-            self._files.forget(session_id, remove_index=True)  # after the commit point: a failed delete keeps it
-            with self._lock:
-                self._sessions.pop(session_id, None)
-                self._tail_fix.pop(session_id, None)
-                self._budgets.pop(session_id, None)
-                if self._metas is not None:
-                    self._metas.remove(session_id)
-                if self._scans:
-                    self._changed[session_id] = None
-                if self._fold is not None:
-                    self._fold.release(session_id)
+            self._d.files.forget(session_id, remove_index=True)  # after the commit point: a failed delete keeps it
+            with self._d.lock:
+                self._d.sessions.pop(session_id, None)
+                self._d.tail_fix.pop(session_id, None)
+                self._d.budgets.pop(session_id, None)
+                if self._d.metas is not None:
+                    self._d.metas.remove(session_id)
+                if self._d.scans:
+                    self._d.changed[session_id] = None
+                if self._d.fold is not None:
+                    self._d.fold.release(session_id)
         finally:
             state.lock.release()
-        self._unlist(os.path.basename(self._log(session_id)))
+        self._unlist(os.path.basename(self._d.log(session_id)))
         return existed
 
     # -- erasure of what a deleted session left in the sessions index ---------------
 
     def _erase_batch(self) -> threading.local:
-        # Made on first use (dict.setdefault is atomic): a mixin has no __init__ of its own.
-        batch: threading.local = self.__dict__.setdefault("_erase_local", threading.local())
-        return batch
+        return self._erase_local
 
     @contextlib.contextmanager
     def erasing(self) -> Iterator[None]:
@@ -125,10 +99,10 @@ class SessionDeletion:
     def _drop_listed(self, names: set[str]) -> None:
         """Erasure is real: the sessions index keeps each log's last meta (title, metadata,
         draft), so a deleted session's row goes now, not at the next save or open."""
-        with self._lock:  # the index's other writer (_save_sessions_index) holds it too
+        with self._d.lock:  # the index's other writer (_save_sessions_index) holds it too
             try:
-                _sessions_index.scrub(self._sessions_file, names)
+                _sessions_index.scrub(self._d.sessions_file, names)
             except OSError:
                 # A cache (rebuilt from the logs when missing): gone whole rather than left holding them.
                 with contextlib.suppress(FileNotFoundError):
-                    self._sessions_file.unlink()
+                    self._d.sessions_file.unlink()

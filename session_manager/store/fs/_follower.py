@@ -14,7 +14,7 @@ the old one. Descriptors are bounded (least recently read are closed; their
 logs are read whole next time).
 
 A log read from its start first looks for its index sidecar: one that is
-whole and matches the file (inode, size, tail hash: :mod:`._index`) stands
+whole and matches the file (inode, size, tail hash: :mod:`._sidecar`) stands
 for the prefix it covers, whose entries are then read on demand through the
 kept descriptor, and only the bytes after it are replayed. A follower never
 writes an index and never trusts one that does not match.

@@ -4,7 +4,7 @@ The service runs every mutation inside ``store.mutation(...)`` under the
 session's lock and calls ``store.settle()`` once it has let go of that lock,
 before it answers. In fsync mode a commit made inside such a scope writes
 its lines and takes a ticket from the descriptor's
-:class:`~._fds.GroupSync`, but leaves the fsync to :meth:`GroupCommit.settle`:
+:class:`~._descriptors.GroupSync`, but leaves the fsync to :meth:`GroupCommit.settle`:
 the writers that queued on the lock meanwhile write theirs, and the first
 of them to wait syncs for all (the GIL is released in ``fsync``). No one is
 answered, and no event leaves, before an fsync covering its bytes returned.
@@ -31,19 +31,13 @@ import threading
 from collections.abc import Callable, Collection
 from contextlib import AbstractContextManager
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
 
 from ...errors import StoreError
 from .._core.state import SessionState
 from ..base import NO_TRANSACTION
-from ._descriptors import FdCache, _Slot
+from ._datadir import DataDir
+from ._descriptors import _Slot
 from ._fileops import reason
-
-if TYPE_CHECKING:
-    from ..base import Meta
-    from ._cache import StateCache
-    from ._catalog import MetaCatalog
-    from ._logfiles import LogFiles
 
 log = logging.getLogger("session_manager.store.fs")
 
@@ -68,30 +62,10 @@ class _Scope:
 
 
 class GroupCommit:
-    """The fsync-mode half of :class:`~.fs.FsStore`'s writes (which supplies the fields)."""
+    """The fsync-mode half of the fs store's writes (its part; see the module)."""
 
-    durability: str
-    _durability: str
-    _fds: FdCache
-    _files: LogFiles
-    _lock: threading.Lock
-    _sessions: StateCache
-    _budgets: dict[str, Any]
-    _tail_fix: dict[str, Any]
-    _metas: MetaCatalog | None
-    _list_dirty: set[str]
-    _scans: int
-    _changed: dict[str, Meta | None]
-    _owed: threading.local
-    _scope: _Scope
-    _scoped: bool
-
-    def _state(self, session_id: str, create: bool = False) -> Any: ...
-
-    if TYPE_CHECKING:
-        def _detach(self, session_id: str, state: SessionState) -> None: ...
-
-    def _init_group_commit(self) -> None:
+    def __init__(self, data: DataDir) -> None:
+        self._d = data
         self._owed = threading.local()
         self._scope = _Scope(self._owed)
         # Set by the first fsync-mode scope: from then on settle() looks for what is owed even
@@ -99,7 +73,7 @@ class GroupCommit:
         self._scoped = False
 
     def mutation(self, session_ids: Collection[str]) -> AbstractContextManager[None]:
-        if self._durability != "fsync":  # (the property's field: read on every mutation)
+        if self._d.durability != "fsync":  # (the property's field: read on every mutation)
             return NO_TRANSACTION
         self._scoped = True
         local = self._owed
@@ -149,9 +123,9 @@ class GroupCommit:
             # unsynced write: it is answered only once that is durable (or failed and undone).
             wrote = {session_id for session_id, _, _, _ in owed}
             for session_id in named:
-                path = None if session_id in wrote else self._files.known_log_path(session_id)
+                path = None if session_id in wrote else self._d.files.known_log_path(session_id)
                 if path is not None:  # (no files known: no write of it can be pending)
-                    failed = self._sync_pending(session_id, path, self._fds.acquire_cached)
+                    failed = self._sync_pending(session_id, path, self._d.fds.acquire_cached)
                     if failed is not None and error is None:
                         error = StoreError(f"fsync {os.path.basename(path)}: {reason(failed)}")
         for session_id, path, slot, ticket in owed:
@@ -161,24 +135,24 @@ class GroupCommit:
                 self._undo_unsynced(session_id, path, slot)
                 error = error or StoreError(f"fsync {os.path.basename(path)}: {reason(e)}")
             finally:
-                self._fds.release(path, slot)
+                self._d.fds.release(path, slot)
         if error is not None:
             raise error
 
-    def _synced_before_rewrite(self, session_id: str) -> bool:
+    def synced_before_rewrite(self, session_id: str) -> bool:
         """A compaction replaces the log with what memory holds: the writes
         still owed an fsync are made durable first, or undone (then no
         rewrite), so a snapshot never outlives a write reported failed."""
-        if self.durability != "fsync":
+        if self._d.durability != "fsync":
             return True
 
         def acquire(path: str) -> _Slot | None:
             try:
-                return self._fds.acquire(path, create=False)[0]
+                return self._d.fds.acquire(path, create=False)[0]
             except OSError:
                 return None  # no log to replace
 
-        return self._sync_pending(session_id, self._files.log_path(session_id), acquire) is None
+        return self._sync_pending(session_id, self._d.files.log_path(session_id), acquire) is None
 
     def _sync_pending(self, session_id: str, path: str, acquire: Callable[[str], _Slot | None]) -> OSError | None:
         """Make every write so far on the log's descriptor durable, or undo
@@ -189,7 +163,7 @@ class GroupCommit:
         try:
             if slot.sync.pending:
                 slot.sync.wait(slot.fd, slot.sync.last())
-            elif slot.flushed and self._durability == "fsync":
+            elif slot.flushed and self._d.durability == "fsync":
                 # Flush-mode bytes (no ticket) an fsync-mode answer is about to rest on: a ticket
                 # of their own, starting at their end (a failed sync undoes none of them).
                 end = slot.end if slot.end is not None else os.fstat(slot.fd).st_size
@@ -204,7 +178,7 @@ class GroupCommit:
             self._undo_unsynced(session_id, path, slot)
             return e
         finally:
-            self._fds.release(path, slot)
+            self._d.fds.release(path, slot)
 
     def _undo_unsynced(self, session_id: str, path: str, slot: _Slot) -> None:
         """Truncate the log back to what the descriptor's syncs made durable,
@@ -212,11 +186,11 @@ class GroupCommit:
         sync = slot.sync
         state = self._cached_state_locked(session_id)
         try:
-            if not sync.claim_undo() or not self._fds.holds(path, slot):
+            if not sync.claim_undo() or not self._d.fds.holds(path, slot):
                 # Another writer it failed did this already, or the log was deleted since.
-                with self._lock:
-                    if not state.loaded and self._sessions.get(session_id) is state:
-                        self._sessions.pop(session_id, None)  # the placeholder taken below
+                with self._d.lock:
+                    if not state.loaded and self._d.sessions.get(session_id) is state:
+                        self._d.sessions.pop(session_id, None)  # the placeholder taken below
                 return
             slot.end = None
             try:
@@ -224,17 +198,17 @@ class GroupCommit:
                     os.ftruncate(slot.fd, sync.durable_end)
             except OSError as e:
                 log.warning("cannot undo unsynced writes to %s: %s", os.path.basename(path), reason(e))
-            self._fds.forget(path)
-            self._files.forget(session_id)
-            with self._lock:
-                if self._sessions.get(session_id) is state:
-                    self._sessions.pop(session_id, None)
-                    self._detach(session_id, state)  # as an eviction: a reader may still hold it
-                self._budgets.pop(session_id, None)
+            self._d.fds.forget(path)
+            self._d.files.forget(session_id)
+            with self._d.lock:
+                if self._d.sessions.get(session_id) is state:
+                    self._d.sessions.pop(session_id, None)
+                    self._d.detach(session_id, state)  # as an eviction: a reader may still hold it
+                self._d.budgets.pop(session_id, None)
                 # The next write inspects the tail first: the undone bytes may have begun with the
                 # newline a valid unterminated last record was owed (or the truncation failed).
-                self._tail_fix[session_id] = "check"
-                catalog = self._metas is not None
+                self._d.tail_fix[session_id] = "check"
+                catalog = self._d.metas is not None
         finally:
             state.lock.release()
         if catalog:
@@ -246,12 +220,12 @@ class GroupCommit:
         meanwhile waits on its lock, so no state replayed from the bytes being undone is
         left in memory."""
         while True:
-            with self._lock:
-                state = self._sessions.get(session_id)
+            with self._d.lock:
+                state = self._d.sessions.get(session_id)
                 if state is None:
-                    state = self._sessions.setdefault(session_id, SessionState())
+                    state = self._d.sessions.setdefault(session_id, SessionState())
             state.lock.acquire()
-            if self._sessions.get(session_id) is state:
+            if self._d.sessions.get(session_id) is state:
                 return state
             state.lock.release()  # replaced meanwhile: take the current one
 
@@ -259,23 +233,16 @@ class GroupCommit:
         """The catalog holds a meta that was undone: take the log's again."""
         while True:
             try:
-                state = self._state(session_id)
+                state = self._d.load(session_id, False)
             except StoreError as e:
                 log.warning("session %s unreadable after undoing unsynced writes: %s", session_id, e)
                 return
             # Under the session's lock, as a commit catalogs its meta: a commit made since the
             # replay must not have its newer meta overwritten by this one.
             with state.lock if state is not None else contextlib.nullcontext():
-                if state is not None and self._sessions.get(session_id) is not state:
+                if state is not None and self._d.sessions.get(session_id) is not state:
                     continue  # dropped meanwhile (evicted, deleted, undone again): read it afresh
                 meta = state.meta if state is not None else None
-                with self._lock:
-                    if self._metas is not None:
-                        if meta is None:
-                            self._metas.remove(session_id)
-                        else:
-                            self._metas.put(meta)
-                        self._list_dirty.add(session_id)
-                    if self._scans:
-                        self._changed[session_id] = meta
+                with self._d.lock:
+                    self._d.catalogue(session_id, meta)
                 return

@@ -8,7 +8,7 @@ insertion order is first-put order, ``entries[id] = entry`` replaces a
 body (and forgets its old location until the writer notes the new one).
 
 Loaded from an index, nothing is built per entry: ids stay in the index's
-blob (:class:`~._index_format.PackedIds`) and the id -> position map is
+blob (:class:`~._sidecar_format.PackedIds`) and the id -> position map is
 made only when a by-id lookup needs it more than a few times (a lookup
 before that is a scan of the blob); the active path is positions, walked
 from the leaf through the parent array (:class:`~._lazy_path.LazyPath`).

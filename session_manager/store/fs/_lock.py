@@ -16,7 +16,7 @@ A data_dir removed (``rm -rf``) or replaced under its owner leaves the owner
 holding a lock on a file nobody can find, and its kept log descriptors
 writing into files nobody can find: :meth:`DirLock.verify` compares the
 lock file the path names now with the one locked (device and inode, one
-``stat``), and every write path of the store asks it (:meth:`~.fs.FsStore._still_ours`).
+``stat``), and every write path of the store asks it (:meth:`~._datadir.DataDir.still_ours`).
 
 ``fork()`` copies the descriptor, and with it the lock: a forked child (a
 multiprocessing helper) closes its copy at once (:func:`_after_fork_in_child`),

@@ -1,8 +1,8 @@
 """The fs store's per-session files: log path, open descriptor, index sidecar.
 
 One :class:`LogFiles` per store computes each session's paths once, keeps
-its append descriptor in the shared :class:`~._fds.FdCache`, loads sessions
-through their index (:mod:`._index`), notes where each write put its
+its append descriptor in the shared :class:`~._descriptors.FdCache`, loads sessions
+through their index (:mod:`._sidecar`), notes where each write put its
 entries, and rewrites the index when enough was appended since the last one
 (amortized: once half as much again was appended), when the session leaves the cache,
 after a compaction, and at close. The log is written first, always; the

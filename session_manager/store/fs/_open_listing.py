@@ -1,7 +1,7 @@
 """What a writable open knows of data_dir's entries, for the first list.
 
 A writable open needs data_dir's entries (to finish interrupted deletes and
-remove rewrite temps: :func:`._delete.recover`), and so does the first
+remove rewrite temps: :func:`._removal.recover`), and so does the first
 ``list``; listing 10k entries costs a cold list ~10% each time. Both rely on
 one fact: creating, removing or renaming an entry (by this store, the Rust
 reference or anyone) sets the directory's mtime and ctime to the current
@@ -19,7 +19,7 @@ entries are the index's logs and nothing to recover. Otherwise the open
 lists, and the first list reuses those names while the stamp still holds,
 then records it. Nothing about a log's contents is vouched for: an append
 changes no directory entry, so the first list still stats every log
-(:mod:`._coldlist`).
+(:mod:`._cold_list`).
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ The rewrite is a temp file, fsync, rename over the log, then (durability
 ``fsync``) an fsync of the directory: a crash leaves the old log or the new
 one, never a mix; a failure leaves the old log and a warning. Past the soft
 line (``SOFT_SLACK`` instead of ``SLACK``) it starts in the background
-(:mod:`._compactor`), so the fsync is off the caller's path, past the hard line
+(:mod:`._background`), so the fsync is off the caller's path, past the hard line
 too (the commit that crosses it waits for none; the next one waits for the
 rewrite to land). :func:`rewrite`, inline, is for a log far past the hard line
 (:func:`came_in_long`), for maintenance and for a store whose compactor closed.

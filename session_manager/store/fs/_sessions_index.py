@@ -46,7 +46,7 @@ FILE = "sessions.list"
 # The arrays are native int64: the byte order is part of the format.
 MAGIC = b"SMLST4" + (b"L" if sys.byteorder == "little" else b"B") + b"\n"
 SUFFIX = ".jsonl"
-# data_dir's (dev, inode, mtime_ns, ctime_ns) when the names were listed (:mod:`._opened_listing`).
+# data_dir's (dev, inode, mtime_ns, ctime_ns) when the names were listed (:mod:`._open_listing`).
 _STAMP = struct.Struct("<QQqq")
 _COUNTS = struct.Struct("<5Q")  # logs, logs with a meta, bytes of names, of odd ids, of metas
 _TRAILER = 10  # b"\n" + 8 hex digits + b"\n"

@@ -7,7 +7,7 @@ first ``covered`` bytes of the log: every live entry's id, parent and the
 a load reads what the request needs and builds nothing per entry. The JSONL
 log stays the only source of truth; the index is a cache of its replay:
 
-* **Integrity.** The file is a magic line, a body (see :mod:`._index_format`)
+* **Integrity.** The file is a magic line, a body (see :mod:`._sidecar_format`)
   and the CRC-32 of that body. The body names its log by (inode, ``covered``, blake2b of the
   last :data:`TAIL` bytes before ``covered``). Any mismatch (checksum,
   inode, a log shorter than ``covered``, a different tail) and the index is
@@ -84,7 +84,7 @@ class Loaded:
     index_current: bool  # the sidecar on disk describes exactly ``covered``
 
 
-# -- encoding (the layout: :mod:`._index_format`) -----------------------------------
+# -- encoding (the layout: :mod:`._sidecar_format`) -----------------------------------
 
 
 def encode_index(session_id: str, ino: int, covered: int, tail: str, state: SessionState,

@@ -3,7 +3,7 @@
 :func:`._records.encode_commit` writes an append (or append-many, fork) as
 entry lines and a last ``append`` line carrying the leaf's entry and the
 meta; the fs store then charged each entry and the meta to the log's
-budget (:mod:`._compaction`) by encoding them a second time
+budget (:mod:`._rewrite`) by encoding them a second time
 (:func:`._records.snapshot_size`, :func:`._records.meta_size`). Here each
 entry and the meta are encoded once and the lines put together from those
 pieces: compact JSON of an object is its members' JSON joined, so the

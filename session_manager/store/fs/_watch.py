@@ -30,7 +30,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..._wire import events as ev
 from ...errors import StoreError
@@ -39,8 +39,8 @@ from ._encoding import decode_id
 
 if TYPE_CHECKING:
     from ..._wire.events import Event
-    from ..base import EventSink, Meta
-    from ._store import FsStore
+    from ..base import Entry, EventSink, Meta
+    from ._datadir import DataDir
 
 log = logging.getLogger("session_manager.watch")
 
@@ -84,12 +84,21 @@ def session_events(session_id: str, before: _Seen | None, meta: Meta | None,
     return out
 
 
+class Reads(Protocol):
+    """What a watch reads of the store it watches for (the store itself)."""
+
+    def get_meta(self, session_id: str) -> Meta | None: ...
+
+    def entries(self, session_id: str) -> list[Entry]: ...
+
+
 class LogWatch:
     """One polling thread delivering a read-only store's changes to ``sink``, started by the
     first :meth:`baseline` (a read-only open nobody observes, as ``data ls``, runs none)."""
 
-    def __init__(self, store: FsStore, sink: EventSink, wants: Callable[[str], bool] | None,
+    def __init__(self, data: DataDir, store: Reads, sink: EventSink, wants: Callable[[str], bool] | None,
                  interval: float = INTERVAL) -> None:
+        self._data = data
         self._store = store
         self._sink = sink
         self._wants = wants
@@ -136,11 +145,11 @@ class LogWatch:
         try:
             self.poll()
         except StoreError as e:  # a data_dir that cannot be read now: try again next time
-            log.warning("watching %s: %s", self._store.dir, e)
+            log.warning("watching %s: %s", self._data.dir, e)
 
     def poll(self) -> None:
         """One pass: stat every log, read the changed ones, deliver their events."""
-        names, flat = log_stats(self._store._ops, self._store._dir, lambda name, why: None)
+        names, flat = log_stats(self._data.ops, self._data.path, lambda name, why: None)
         keys: dict[str, tuple[int, ...]] = {}
         for i, name in enumerate(names):
             sid = decode_id(name[: -len(SUFFIX)])
@@ -173,17 +182,20 @@ class LogWatch:
             self._sink(wanted)
 
 
-class FollowerEvents:
-    """The fs store's :meth:`subscribe`: a read-only store delivers what its follower sees
-    another process change; a writable one's events are its own calls' (none here)."""
+class Watches:
+    """The fs store's :meth:`subscribe` (its part): a read-only store delivers what its follower
+    sees another process change; a writable one's events are its own calls' (none here)."""
 
-    read_only: bool
-    _watches: list[LogWatch]
+    def __init__(self, data: DataDir) -> None:
+        self._data = data
+        self._watches: list[LogWatch] = []  # read-only: pollers delivering what the follower sees change
 
-    def subscribe(self, sink: EventSink, wants: Callable[[str], bool] | None = None) -> Callable[[], None]:
-        if not self.read_only:
+    def subscribe(self, store: Reads, sink: EventSink,
+                  wants: Callable[[str], bool] | None = None) -> Callable[[], None]:
+        """Deliver ``store``'s changes to ``sink`` (read-only; a writable store's are its calls')."""
+        if not self._data.read_only:
             return lambda: None
-        watch = LogWatch(cast("FsStore", self), sink, wants)
+        watch = LogWatch(self._data, store, sink, wants)
         self._watches.append(watch)
 
         def unsubscribe() -> None:
@@ -197,7 +209,7 @@ class FollowerEvents:
         for watch in list(self._watches):
             watch.baseline()
 
-    def _stop_watches(self) -> None:
+    def stop(self) -> None:
         for watch in list(self._watches):
             watch.stop()
 
@@ -206,4 +218,4 @@ def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-__all__ = ["INTERVAL", "FollowerEvents", "LogWatch", "session_events"]
+__all__ = ["INTERVAL", "LogWatch", "Reads", "Watches", "session_events"]

@@ -1,6 +1,6 @@
 """The fs store's write of one commit: its lines appended through the kept
 descriptor (a torn or unterminated tail fixed first), and the log budget that
-decides compaction. Mixed into :class:`~.fs.FsStore`."""
+decides compaction (a part of :class:`~._store.FsStore`)."""
 
 from __future__ import annotations
 
@@ -8,49 +8,39 @@ import contextlib
 import logging
 import os
 import threading
-from pathlib import Path
-from typing import TYPE_CHECKING
 
 from ...errors import StoreError
 from ..base import Commit
 from . import _rewrite
-from ._descriptors import FdCache, _Slot
-from ._fileops import NotRegular, Ops, fsync_dir, reason, write_all
-from ._logfiles import LogFiles
+from ._datadir import DataDir
+from ._fileops import NotRegular, fsync_dir, reason, write_all
+from ._group_commit import GroupCommit
 from ._sizes import Sizes
-from ._tail import TailFix, inspect_tail
+from ._tail import inspect_tail
 
 log = logging.getLogger("session_manager.store.fs")
 
 
-class LogAppends:
-    """What :class:`~.fs.FsStore` appends with (its attributes, declared here for the checker)."""
+class Writer:
+    """The fs store's appends (its part): each commit's lines, written through the kept
+    descriptor, synced (or owed to ``group``'s settle), and charged to the log's budget."""
 
-    dir: Path
-    durability: str
-    _durability: str  # (what the property reads: the write path reads it once, directly)
-    _ops: Ops
-    _fds: FdCache
-    _files: LogFiles
-    _tail_fix: dict[str, TailFix]
-    _budgets: dict[str, _rewrite.LogBudget]
-    # A log name in data_dir changed (created, or renamed over by a rewrite) with no directory
-    # fsync after it: in flush mode, or its sync failed. A write in fsync mode syncs the directory
-    # before its own bytes go in (:meth:`_sync_names`): the commit it acknowledges lives in a file
-    # whose name must survive a power loss too, also after durability switched from flush to fsync.
-    _names_unsynced: bool
-    _names_lock: threading.Lock
+    def __init__(self, data: DataDir, group: GroupCommit) -> None:
+        self._d = data
+        self._group = group
+        # A log name in data_dir changed (created, or renamed over by a rewrite) with no directory
+        # fsync after it: in flush mode, or its sync failed. A write in fsync mode syncs the directory
+        # before its own bytes go in (:meth:`_sync_names`): the commit it acknowledges lives in a file
+        # whose name must survive a power loss too, also after durability switched from flush to fsync.
+        # Up at open: a flush-mode owner before this one may have left names unsynced.
+        self._names_unsynced = not data.read_only
+        self._names_lock = threading.Lock()
 
-    if TYPE_CHECKING:
-        def _still_ours(self) -> None: ...
-        def _sync_write(self, session_id: str, path: str, slot: _Slot, start: int, end: int) -> bool: ...
-        def _failed_write(self, session_id: str, path: str, slot: _Slot) -> None: ...
-
-    def _account(self, session_id: str, commit: Commit, data: bytes, sizes: Sizes) -> _rewrite.LogBudget:
+    def account(self, session_id: str, commit: Commit, data: bytes, sizes: Sizes) -> _rewrite.LogBudget:
         """Charge a commit just written to its log's budget; returns the budget."""
-        budget = self._budgets.get(session_id)
+        budget = self._d.budgets.get(session_id)
         if budget is None:
-            budget = self._budgets[session_id] = _rewrite.LogBudget()
+            budget = self._d.budgets[session_id] = _rewrite.LogBudget()
         entry_sizes, meta_bytes = sizes
         entries = commit.entries
         budget.charge(len(data), ((entries[0]["id"], entry_sizes[0]),) if len(entries) == 1  # (no generator)
@@ -64,7 +54,7 @@ class LogAppends:
         while another's sync runs waits for its outcome instead of trusting a flag cleared early."""
         with self._names_lock:
             if self._names_unsynced:
-                fsync_dir(self._ops, self.dir)
+                fsync_dir(self._d.ops, self._d.dir)
                 self._names_unsynced = False
 
     def _name_changed(self) -> None:
@@ -73,7 +63,7 @@ class LogAppends:
         with self._names_lock:
             self._names_unsynced = True
 
-    def _renamed(self, path: str, sync: bool) -> None:
+    def renamed(self, path: str, sync: bool) -> None:
         """A rewrite renamed its file over the log at ``path``: with ``sync`` (fsync mode) sync the
         directory now; without, or if that sync fails (logged: past the rename the new file is the
         log, and failing the commit would leave its caller on the replaced one), the next
@@ -92,28 +82,28 @@ class LogAppends:
         fails, the caller hears so; the empty file is removed, so nothing of its mutation
         replays and the next write creates (and syncs) the name again."""
         try:
-            fsync_dir(self._ops, self.dir)
+            fsync_dir(self._d.ops, self._d.dir)
         except OSError:
-            self._fds.forget(path)  # closed once the caller releases it
+            self._d.fds.forget(path)  # closed once the caller releases it
             with contextlib.suppress(OSError):
-                self._ops.unlink(path)
+                self._d.ops.unlink(path)
             raise
 
-    def _append(self, session_id: str, data: bytes) -> int:
+    def append(self, session_id: str, data: bytes) -> int:
         """Write one commit's lines through the kept descriptor; returns the
         log offset they start at."""
-        path = self._files.log_path(session_id)
-        fix = self._tail_fix.pop(session_id, None)
-        fsync = self._durability == "fsync"
+        path = self._d.files.log_path(session_id)
+        fix = self._d.tail_fix.pop(session_id, None)
+        fsync = self._d.durability == "fsync"
         try:
             # Read access too: the tail check after a failed write preads the file.
             if self._names_unsynced and fsync:
                 self._sync_names()
-            slot, created = self._fds.acquire(path)
+            slot, created = self._d.fds.acquire(path)
             fd, owed = slot.fd, False
             try:
                 if created:
-                    self._still_ours()  # a log opened by its path: in the data_dir this store locked?
+                    self._d.still_ours()  # a log opened by its path: in the data_dir this store locked?
                     if fsync:
                         self._name_durable(path)
                     else:
@@ -132,27 +122,27 @@ class LogAppends:
                     write_all(fd, data)
                     if fsync:
                         slot.flushed = False  # (its fsync covers whatever flush mode wrote before)
-                        owed = self._sync_write(session_id, path, slot, start, start + len(data))
+                        owed = self._group._sync_write(session_id, path, slot, start, start + len(data))
                     else:
                         slot.flushed = True
                 except OSError:
                     # The caller hears "failed", so no part of it may replay later,
                     # not even a whole record that only lacks its newline.
                     os.ftruncate(fd, start)
-                    self._failed_write(session_id, path, slot)
+                    self._group._failed_write(session_id, path, slot)
                     raise
                 slot.end = start + len(data)
                 # Before the answer: a log whose data_dir was removed or replaced took these
                 # bytes through its kept descriptor, where nobody will find them again.
-                self._still_ours()
+                self._d.still_ours()
             finally:
                 if not owed:  # an owed fsync keeps the descriptor pinned until settle()
-                    self._fds.release(path, slot)
+                    self._d.fds.release(path, slot)
         except NotRegular:
             raise StoreError(f"the log of session {os.path.basename(path)} is not a regular file") from None
         except OSError as e:
             # The write may have left a torn line: look again before the next one.
-            self._tail_fix[session_id] = "check"
-            self._still_ours()  # (a removed data_dir: say so, not just "no such file")
+            self._d.tail_fix[session_id] = "check"
+            self._d.still_ours()  # (a removed data_dir: say so, not just "no such file")
             raise StoreError(f"append to {os.path.basename(path)}: {reason(e)}") from None
         return start + lead
