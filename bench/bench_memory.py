@@ -10,7 +10,7 @@ running, a new store lists every session (pages of 500) and reads each one's
 once (its index built on the way) and most are evicted again. Printed: what
 tracemalloc counts (at every tenth of the way, and at the end after a
 collection) beside ``cache_bytes``, the cache's own estimate, and the bound the
-store states (``session_manager.store._cache``):
+store states (``session_manager.store.fs._cache``):
 
     cache_bytes + FIXED_OVERHEAD + sessions * CATALOG_PER_META_BYTE * (largest meta's JSON bytes)
 
@@ -43,7 +43,7 @@ sys.path.insert(1, str(Path(__file__).resolve().parents[1]))
 from memory_fixture import write_sessions
 
 import session_manager
-from session_manager.store._cache import CATALOG_PER_META_BYTE, FIXED_OVERHEAD
+from session_manager.store.fs._cache import CATALOG_PER_META_BYTE, FIXED_OVERHEAD
 
 MiB = 2**20
 PAGE = 500

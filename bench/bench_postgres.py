@@ -37,7 +37,7 @@ from psycopg import sql  # noqa: E402
 
 import session_manager  # noqa: E402
 from session_manager.store import Commit, FsStore  # noqa: E402
-from session_manager.store._records import _line  # noqa: E402
+from session_manager.store._core.codec import encode_line as _line  # noqa: E402
 from session_manager.store.postgres import PostgresSettings, PostgresStore  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

@@ -31,8 +31,8 @@ import session_manager
 from session_manager._service.admission import admit
 from session_manager._service.limits import Limits
 from session_manager.ids import SequentialIds
-from session_manager.store import _compaction
-from session_manager.store._records import loads
+from session_manager.store.fs import _rewrite
+from session_manager.store.fs._records import loads
 
 TOKEN = "token 789 "  # 10 characters per update: 3,000 updates make a 30,000-character reply
 
@@ -114,12 +114,12 @@ def main() -> None:
     try:
         print(f"streaming: {args.updates} updates of one message ({durability})")
         runs = [("online compaction", stream(tmp / "on", args.updates, durability))]
-        real = _compaction.RATIO
-        _compaction.RATIO = 10**9  # never
+        real = _rewrite.RATIO
+        _rewrite.RATIO = 10**9  # never
         try:
             runs.append(("no compaction", stream(tmp / "off", args.updates, durability)))
         finally:
-            _compaction.RATIO = real
+            _rewrite.RATIO = real
         print(f"{'':20} {'updates/s':>10} {'max ratio':>10} {'max bytes':>12} {'bound':>10} "
               f"{'final ratio':>12} {'after reopen':>13}")
         for name, r in runs:

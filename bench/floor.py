@@ -17,7 +17,7 @@ of them. :meth:`Floor.update` is the same for ``session::update-message``. Used 
 With ``bounded``, :meth:`Floor.update` also keeps issue 9's bound the cheapest
 crash-safe way there is: it counts the bytes on disk and the live bytes (the
 entry's last line and the meta's), and once the log passes the rule our store
-uses (``RATIO`` x live + ``SLACK``, :mod:`session_manager.store._compaction`) it
+uses (``RATIO`` x live + ``SLACK``, :mod:`session_manager.store.fs._rewrite`) it
 writes the live state to a temp file in the store's own snapshot form
 (``encode_snapshot``: the commit markers and the leaf the reference needs),
 fsyncs it (a rename over the log must never expose an empty file), renames it
@@ -40,9 +40,9 @@ from session_manager._wire.dumping import fast_dump
 from session_manager._wire.validation import parse_request
 from session_manager.clock import SystemClock
 from session_manager.ids import UuidIds
-from session_manager.store import _compaction
-from session_manager.store._records import encode_snapshot
-from session_manager.store._sized import _entry_size, _meta_size
+from session_manager.store.fs import _rewrite
+from session_manager.store.fs._records import encode_snapshot
+from session_manager.store.fs._sizes import _entry_size, _meta_size
 
 
 class Floor:
@@ -112,7 +112,7 @@ class Floor:
         if self.bounded:
             self.disk += len(data)
             live = _entry_size(entry_json, updated) + _meta_size(meta_json)
-            if self.disk > _compaction.RATIO * live + _compaction.SLACK:
+            if self.disk > _rewrite.RATIO * live + _rewrite.SLACK:
                 self._rewrite(updated)
         response = {"updated": True, "revision": revision + 1}
         _event = {"session_id": req.session_id, "entry_id": req.entry_id, "message": message,
@@ -123,7 +123,7 @@ class Floor:
     def _rewrite(self, entry: dict[str, Any]) -> None:
         """The live state (the streamed entry, the meta) as the whole log: temp, fsync, rename, reopen."""
         body = encode_snapshot(self.meta, [entry], self.leaf)
-        tmp = self.path + _compaction.TEMP_SUFFIX
+        tmp = self.path + _rewrite.TEMP_SUFFIX
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
             os.write(fd, body)

@@ -26,7 +26,7 @@ from harness import Contender, Target, Workload
 from memory_fixture import write_sessions
 
 import session_manager
-from session_manager.store._cache import CATALOG_PER_META_BYTE, FIXED_OVERHEAD
+from session_manager.store.fs._cache import CATALOG_PER_META_BYTE, FIXED_OVERHEAD
 
 TOUCH_TAIL = 50
 CACHE_BYTES = 4 * 2**20

@@ -11,7 +11,7 @@ from fixtures import Context, assistant, message
 from floor import Floor
 from harness import Contender, Target, Workload, stopwatch, timing
 
-from session_manager.store import _compaction
+from session_manager.store.fs import _rewrite
 
 
 def _ours_append(ctx: Context, durability: str, n: int) -> Callable[[], float]:
@@ -131,12 +131,12 @@ def _ours_updates(ctx: Context, n: int, compaction: bool = True) -> Callable[[],
             return stopwatch(lambda: [sm.call("session::update-message", b) for b in bodies], n)
         # The floor of this log format: every update writes the whole entry, and nothing is ever
         # rewritten (the log grows quadratically, past issue 9's bound: never a setting we ship).
-        saved = _compaction.SLACK, _compaction.SOFT_SLACK
-        _compaction.SLACK = _compaction.SOFT_SLACK = 1 << 62
+        saved = _rewrite.SLACK, _rewrite.SOFT_SLACK
+        _rewrite.SLACK = _rewrite.SOFT_SLACK = 1 << 62
         try:
             return stopwatch(lambda: [sm.call("session::update-message", b) for b in bodies], n)
         finally:
-            _compaction.SLACK, _compaction.SOFT_SLACK = saved
+            _rewrite.SLACK, _rewrite.SOFT_SLACK = saved
 
     return run
 

@@ -42,9 +42,8 @@ from ._hosts.helpers import AsyncHelpers, Helpers
 from .clock import Clock
 from .errors import EventStreamOverflow
 from .ids import IdGen
-from .store import DEFAULT_CACHE_BYTES
 from .store.base import SessionStore
-from .store.fs import Durability
+from .store.fs import DEFAULT_CACHE_BYTES, Durability
 
 T = TypeVar("T")
 

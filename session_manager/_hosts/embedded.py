@@ -23,9 +23,8 @@ from .._wire.events import EVENT_FUNCTIONS, Event
 from ..clock import Clock
 from ..errors import STORAGE, SessionError, StoreError
 from ..ids import IdGen
-from ..store import DEFAULT_CACHE_BYTES
 from ..store.base import SessionStore
-from ..store.fs import Durability, FsStore
+from ..store.fs import DEFAULT_CACHE_BYTES, Durability, FsStore
 from .gate import CallGate
 from .helpers import Helpers
 from .pipeline import execute, serve

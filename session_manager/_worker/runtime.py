@@ -12,9 +12,8 @@ from dataclasses import dataclass
 from .._service.service import SessionService
 from .._wire import events as ev
 from .._wire.events import Event
-from ..errors import DataDirLocked
 from ..store.base import Meta, SessionStore
-from ..store.fs import FsStore
+from ..store.fs import DataDirLocked, FsStore
 from . import bridge_link as br
 from . import config_client as cfg
 from .config_value import BridgeAdapter, FsAdapter, PostgresAdapter, SqliteAdapter, WorkerConfig, resolve_data_dir

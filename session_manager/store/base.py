@@ -26,7 +26,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ._cas import UNSET, Unset, derive_append_meta
+from ._core.append import UNSET, Unset, derive_append_meta
 from ._search_index import Matches, scan
 from ._search_text import Query
 from .path import Entry as Entry

@@ -9,9 +9,9 @@ from __future__ import annotations
 import threading
 from collections.abc import Collection, Iterable
 
+from ._core.state import SessionState, StateBackedStore
 from ._search_index import Matches, TermIndex
 from ._search_text import Query
-from ._state import SessionState, StateBackedStore
 from .base import AttachmentMeta, Commit, Meta
 
 

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from session_manager._service.listing import metadata_matches
-from session_manager.store._catalog import ORDERS, MetaCatalog
+from session_manager.store.fs._catalog import ORDERS, MetaCatalog
 
 VALUES = st.sampled_from([1, 1.0, 2, True, False, None, "a", "b", [1], [1.0], {"x": 1}, {"x": True}])
 METAS = st.fixed_dictionaries({

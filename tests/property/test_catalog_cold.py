@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from session_manager._service.listing import metadata_matches
-from session_manager.store import _coldlist, _sessions_index
-from session_manager.store._catalog import ORDERS
+from session_manager.store.fs import _cold_list, _sessions_index
+from session_manager.store.fs._catalog import ORDERS
 from tests.property.test_catalog import METAS, VALUES, apply_ops, naive
 
 IDS = [f"s{i}" for i in range(12)]
@@ -41,7 +41,7 @@ def test_a_catalog_from_the_index_pages_like_a_full_sort(
     _sessions_index.write(index_file, rows)
     rec = _sessions_index.read(index_file)
     assert rec is not None
-    catalog = _coldlist.catalog(_coldlist.ColdList(rec))
+    catalog = _cold_list.catalog(_cold_list.ColdList(rec))
     metas = {m["session_id"]: m for m in recorded}
 
     def match(m: dict[str, Any]) -> bool:

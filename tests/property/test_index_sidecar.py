@@ -17,10 +17,10 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from session_manager.store import Commit
-from session_manager.store._fsio import pread_file
-from session_manager.store._index import Loaded, index_path, load, save
-from session_manager.store._records import committed_records, encode_commit
-from session_manager.store._state import SessionState
+from session_manager.store._core.state import SessionState
+from session_manager.store.fs._fileops import pread_file
+from session_manager.store.fs._records import committed_records, encode_commit
+from session_manager.store.fs._sidecar import Loaded, index_path, load, save
 from session_manager.testing.contract import message, meta
 
 SID = "s_1"

@@ -16,7 +16,8 @@ from hypothesis.stateful import precondition, rule
 import session_manager
 from session_manager import SessionManager
 from session_manager._wire.events import EVENT_FUNCTIONS
-from session_manager.store import FsStore, _compaction, _logfiles
+from session_manager.store import FsStore
+from session_manager.store.fs import _logfiles, _rewrite
 from tests.property.test_model import SessionModel, model_settings, texts
 
 ORDERS = {"updated_desc": ("updated_at", True), "created_desc": ("created_at", True),
@@ -39,13 +40,13 @@ class PressuredModel(SessionModel):
     cache_bytes = 6000  # a session or two: evicted on nearly every call (a rewrite in flight is abandoned)
 
     def __init__(self) -> None:
-        self._saved = (_logfiles.SAVE_MIN_BYTES, _compaction.RATIO, _compaction.SLACK, _compaction.SOFT_SLACK,
-                       _compaction.INLINE_LIVE)
+        self._saved = (_logfiles.SAVE_MIN_BYTES, _rewrite.RATIO, _rewrite.SLACK, _rewrite.SOFT_SLACK,
+                       _rewrite.INLINE_LIVE)
         _logfiles.SAVE_MIN_BYTES = 1500
         # A rewrite starts once a few hundred bytes are superseded, and rarely must land inline; a
         # session of one or two entries is small (rewritten inline at the hard line), a longer one not.
-        _compaction.RATIO, _compaction.SLACK, _compaction.SOFT_SLACK = 2, 1500, 150
-        _compaction.INLINE_LIVE = 900
+        _rewrite.RATIO, _rewrite.SLACK, _rewrite.SOFT_SLACK = 2, 1500, 150
+        _rewrite.INLINE_LIVE = 900
         super().__init__()
 
     def open(self) -> SessionManager:
@@ -95,8 +96,8 @@ class PressuredModel(SessionModel):
         try:
             super().teardown()
         finally:
-            (_logfiles.SAVE_MIN_BYTES, _compaction.RATIO, _compaction.SLACK,
-             _compaction.SOFT_SLACK, _compaction.INLINE_LIVE) = self._saved
+            (_logfiles.SAVE_MIN_BYTES, _rewrite.RATIO, _rewrite.SLACK,
+             _rewrite.SOFT_SLACK, _rewrite.INLINE_LIVE) = self._saved
 
 
 class RoomyPressuredModel(PressuredModel):

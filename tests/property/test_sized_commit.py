@@ -7,9 +7,9 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from session_manager.store._records import committed_records, encode_commit, meta_size, snapshot_size
-from session_manager.store._sized import encode_sized
 from session_manager.store.base import Commit
+from session_manager.store.fs._records import committed_records, encode_commit, meta_size, snapshot_size
+from session_manager.store.fs._sizes import encode_sized
 from session_manager.testing.contract import message
 from session_manager.testing.contract import meta as session_meta
 

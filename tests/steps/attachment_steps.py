@@ -18,8 +18,8 @@ from typing import Any
 
 from pytest_bdd import given, parsers, then, when
 
-from session_manager.store._encoding import encode_id
 from session_manager.store.fs import FsStore
+from session_manager.store.fs._encoding import encode_id
 from tests.steps.common import World, same
 
 

@@ -26,8 +26,8 @@ import session_manager
 from session_manager._wire.events import EVENT_FUNCTIONS
 from session_manager.clock import ManualClock
 from session_manager.ids import SequentialIds
-from session_manager.store._encoding import encode_id
-from session_manager.store._lock import LOCK_NAME
+from session_manager.store.fs._encoding import encode_id
+from session_manager.store.fs._lock import LOCK_NAME
 from tests import pg_support
 
 ABSENT = "<absent>"

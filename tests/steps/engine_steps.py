@@ -204,7 +204,7 @@ class Bus:
     # -- JSONL read-back ---------------------------------------------------------
 
     def records(self, session_id: str, data_dir: Path | None = None) -> list[dict[str, Any]]:
-        from session_manager.store._encoding import encode_id
+        from session_manager.store.fs._encoding import encode_id
 
         path = (data_dir or self.data_dir) / f"{encode_id(session_id)}.jsonl"
         assert path.exists(), f"{path} does not exist"

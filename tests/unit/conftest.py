@@ -31,7 +31,7 @@ def relay() -> Iterator[Any]:
 @pytest.fixture
 def background_rewrites(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every log past the soft line rewritten in the background, however small: these tests'
-    logs are a few KB, which the store otherwise rewrites inline (``_compaction.INLINE_LIVE``)."""
-    from session_manager.store import _compaction
+    logs are a few KB, which the store otherwise rewrites inline (``_rewrite.INLINE_LIVE``)."""
+    from session_manager.store.fs import _rewrite
 
-    monkeypatch.setattr(_compaction, "INLINE_LIVE", 0)
+    monkeypatch.setattr(_rewrite, "INLINE_LIVE", 0)

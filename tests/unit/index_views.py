@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from session_manager.store import FsStore
-from session_manager.store._records import committed_records
-from session_manager.store._state import SessionState
+from session_manager.store._core.state import SessionState
+from session_manager.store.fs._records import committed_records
 
 
 def oracle(path: Path, session_id: str) -> dict[str, Any]:

@@ -10,7 +10,7 @@ from typing import Any
 import session_manager
 from session_manager.clock import ManualClock
 from session_manager.ids import SequentialIds
-from session_manager.store._lock import LOCK_NAME
+from session_manager.store.fs._lock import LOCK_NAME
 
 PNG = base64.b64encode(b"\x89PNG fake bytes").decode()
 

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from session_manager.store import Commit, FsStore
-from session_manager.store._cache import footprint
-from session_manager.store._catalog import MetaCatalog
-from session_manager.store._lazy import LazyEntries
+from session_manager.store.fs._cache import footprint
+from session_manager.store.fs._catalog import MetaCatalog
+from session_manager.store.fs._lazy import LazyEntries
 from session_manager.testing.contract import message, meta
 from tests.unit.index_views import oracle, view
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from session_manager.store import FsStore, MemoryStore
-from session_manager.store._cas import derive_append_meta
+from session_manager.store._core.cas import derive_append_meta
 from session_manager.store.base import Commit, SessionStore, append_commit
 
 SID = "s-derived"

@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 from session_manager.store import Commit, FsStore
-from session_manager.store._fsio import Ops, StrPath
+from session_manager.store.fs._fileops import Ops, StrPath
 from session_manager.testing.contract import attachment, meta
 
 

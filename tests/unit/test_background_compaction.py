@@ -1,4 +1,4 @@
-"""Online compaction in the background (:mod:`session_manager.store._compactor`):
+"""Online compaction in the background (:mod:`session_manager.store.fs._background`):
 the rewrite's write and fsync run on a worker thread while commits go on; the
 new log is the snapshot plus every commit made meanwhile, renamed over the old
 one under the session's lock.
@@ -19,8 +19,9 @@ import pytest
 
 import session_manager
 from session_manager.ids import SequentialIds
-from session_manager.store import Commit, FsStore, _compaction, _index
-from session_manager.store._fsio import Ops, StrPath
+from session_manager.store import Commit, FsStore
+from session_manager.store.fs import _rewrite, _sidecar
+from session_manager.store.fs._fileops import Ops, StrPath
 from session_manager.testing.contract import message, meta
 
 pytestmark = pytest.mark.usefixtures("background_rewrites")
@@ -46,7 +47,7 @@ def _view(store: FsStore, session_id: str = SID) -> tuple[Any, ...]:
 
 
 def _temps(where: Path) -> list[str]:
-    return [p.name for p in where.iterdir() if p.name.endswith(_compaction.TEMP_SUFFIX)]
+    return [p.name for p in where.iterdir() if p.name.endswith(_rewrite.TEMP_SUFFIX)]
 
 
 def _reads_back_after_reopen(store: FsStore, where: Path, revision: int) -> None:
@@ -67,7 +68,7 @@ class GatedOps(Ops):
         self.gate, self.entered = threading.Event(), threading.Event()
 
     def open(self, path: StrPath, flags: int, mode: int = 0o644) -> int:
-        if os.fspath(path).endswith(_compaction.TEMP_SUFFIX) and self.held:
+        if os.fspath(path).endswith(_rewrite.TEMP_SUFFIX) and self.held:
             self.entered.set()
             assert self.gate.wait(30)
         return super().open(path, flags, mode)
@@ -135,7 +136,7 @@ class CrashPoints(Ops):
             self.copies.append((target, _view(self.store)))
 
     def open(self, path: StrPath, flags: int, mode: int = 0o644) -> int:
-        temp = os.fspath(path).endswith(_compaction.TEMP_SUFFIX)
+        temp = os.fspath(path).endswith(_rewrite.TEMP_SUFFIX)
         if temp:
             self._copy()
         fd = super().open(path, flags, mode)
@@ -187,7 +188,7 @@ def test_every_byte_of_the_new_log_is_fsynced_before_the_rename(tmp_path: Path,
 
     class Check(GatedOps):
         def replace(self, src: StrPath, dst: StrPath) -> None:
-            if os.fspath(src).endswith(_compaction.TEMP_SUFFIX):
+            if os.fspath(src).endswith(_rewrite.TEMP_SUFFIX):
                 size = os.stat(src).st_size
                 fd = os.open(src, os.O_RDONLY)
                 try:
@@ -287,7 +288,7 @@ def test_past_the_hard_line_a_commit_waits_for_the_rewrite_in_flight(tmp_path: P
     assert writer.is_alive() and not done.is_set()  # blocked at the hard line, not appending on
     budget = store._budgets[SID]
     crossing = sizes[-1] - sizes[-2]  # the commit that crossed the line
-    assert sizes[-1] == budget.disk <= _compaction.RATIO * budget.live + _compaction.SLACK + crossing
+    assert sizes[-1] == budget.disk <= _rewrite.RATIO * budget.live + _rewrite.SLACK + crossing
     ops.gate.set()
     writer.join(30)
     assert done.is_set()
@@ -364,10 +365,10 @@ def test_a_rewrite_whose_session_left_the_cache_is_abandoned(tmp_path: Path) -> 
 def test_past_the_hard_line_is_past_the_soft_line_too() -> None:
     # Prevents: the commit path's early return below the soft line (_online._maybe_compact)
     # skipping an inline rewrite, were the soft line ever moved past the hard one.
-    assert _compaction.SOFT_SLACK <= _compaction.SLACK
-    budget = _compaction.LogBudget()
+    assert _rewrite.SOFT_SLACK <= _rewrite.SLACK
+    budget = _rewrite.LogBudget()
     budget.live = 1000
-    for disk in range(0, 2 * budget.live + _compaction.SLACK + 2):
+    for disk in range(0, 2 * budget.live + _rewrite.SLACK + 2):
         budget.disk = disk
         assert not budget.wants_compaction() or budget.wants_background()
 
@@ -384,8 +385,8 @@ def test_rewrites_of_a_small_log_write_no_index_and_close_writes_one(tmp_path: P
     index = store._files.files(SID).index
     assert os.path.exists(index)  # the first commit wrote one
     written: list[str] = []
-    real = _index.write_index
-    monkeypatch.setattr(_index, "write_index", lambda path, *a, **k: (written.append(path), real(path, *a, **k)))
+    real = _sidecar.write_index
+    monkeypatch.setattr(_sidecar, "write_index", lambda path, *a, **k: (written.append(path), real(path, *a, **k)))
     k = 0
     assert store._compactor is not None
     while store.compactions < 3:

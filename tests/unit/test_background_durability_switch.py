@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from session_manager.store import FsStore, _compaction
-from session_manager.store._fsio import StrPath
+from session_manager.store import FsStore
+from session_manager.store.fs import _rewrite
+from session_manager.store.fs._fileops import StrPath
 from tests.unit.test_background_compaction import (
     SID,
     GatedOps,
@@ -46,7 +47,7 @@ def test_commits_acknowledged_after_a_switch_to_fsync_are_synced_in_the_new_log(
 
     class Check(GatedOps):
         def replace(self, src: StrPath, dst: StrPath) -> None:
-            if os.fspath(src).endswith(_compaction.TEMP_SUFFIX):
+            if os.fspath(src).endswith(_rewrite.TEMP_SUFFIX):
                 fd = os.open(src, os.O_RDONLY)
                 try:
                     ino, size = _ino(fd), os.fstat(fd).st_size

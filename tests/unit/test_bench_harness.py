@@ -21,8 +21,8 @@ from harness import Contender, Target, Workload, measure, rows, table  # noqa: E
 
 import session_manager  # noqa: E402
 from session_manager.errors import SessionError  # noqa: E402
-from session_manager.store._sized import encode_sized  # noqa: E402
 from session_manager.store.base import Commit  # noqa: E402
+from session_manager.store.fs._sizes import encode_sized  # noqa: E402
 
 # The slow lane (`pytest -m slow`): the benchmark instrument runs real rounds, sleeps and gc.collect().
 pytestmark = pytest.mark.slow

@@ -30,13 +30,14 @@ from session_manager.clock import ManualClock
 from session_manager.errors import StoreError
 from session_manager.ids import SequentialIds
 from session_manager.store import FsStore
-from session_manager.store._encoding import encode_id
 from session_manager.store.base import Commit, SessionStore
 from session_manager.store.bridge import BridgeStore
 from session_manager.store.bridge import protocol as sp
 from session_manager.store.bridge import protocol_cas as atomic
 from session_manager.store.bridge import protocol_search as searching
-from session_manager.testing import FakeConnection, FakeEngine, StoreContract
+from session_manager.store.fs._encoding import encode_id
+from session_manager.testing import FakeConnection, FakeEngine
+from session_manager.testing.contract import StoreContract
 from session_manager.testing.contract import custom as custom_entry
 from session_manager.testing.contract import message as message_entry
 from session_manager.testing.contract import meta as meta_of
@@ -366,7 +367,7 @@ def test_bad_requests_are_invalid_request(topo: Topology) -> None:
 def test_store_commit_is_whole_compare_and_set_and_replay_safe(topo: Topology) -> None:
     # Prevents: a stale or replayed commit written (a reverted title, a doubled append), or a batch
     # applied in part; the refusals are typed answers, not errors to parse.
-    from session_manager.store._cas import meta_version
+    from session_manager.store._core.cas import meta_version
 
     f = topo.main_fake
     log = topo.tmp / "main" / "s_1.jsonl"

@@ -212,7 +212,7 @@ def test_a_call_outlasting_the_reload_drain_keeps_the_old_data_dir_owned_until_i
     from session_manager._worker.iii_host import IIIHost
     from session_manager.clock import ManualClock
     from session_manager.ids import SequentialIds
-    from session_manager.store._lock import DataDirLocked
+    from session_manager.store.fs import DataDirLocked
     from session_manager.testing import FakeEngine
     from tests.unit.test_bridge import NO_WAIT, fs_value
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from session_manager.store import FsStore
-from session_manager.store._records import encode_snapshot
 from session_manager.store.base import Commit
+from session_manager.store.fs._records import encode_snapshot
 from session_manager.testing.contract import message, meta
 
 SID = "s_1"

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from session_manager.store import Commit, FsStore
-from session_manager.store._cache import SESSION_OVERHEAD
+from session_manager.store.fs._cache import SESSION_OVERHEAD
 from session_manager.testing.contract import message, meta
 
 

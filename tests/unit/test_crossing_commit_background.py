@@ -11,8 +11,9 @@ from typing import Any
 
 import pytest
 
-from session_manager.store import FsStore, _compaction
-from session_manager.store._fsio import StrPath
+from session_manager.store import FsStore
+from session_manager.store.fs import _rewrite
+from session_manager.store.fs._fileops import StrPath
 from tests.unit.test_background_compaction import SID, GatedOps, _reads_back_after_reopen, _seed, _temps, _update
 
 pytestmark = pytest.mark.usefixtures("background_rewrites")
@@ -24,7 +25,7 @@ def _cross_both_lines(store: FsStore) -> int:
     budget = store._budgets[SID]
     k = 0
     # (the line itself, not ``wants_compaction``: a rewrite that failed at once moves the retry mark)
-    while budget.disk <= _compaction.RATIO * budget.live + _compaction.SLACK:
+    while budget.disk <= _rewrite.RATIO * budget.live + _rewrite.SLACK:
         k += 1
         t = threading.Thread(target=store.commit, args=(SID, _update(k)))
         t.start()
@@ -39,7 +40,7 @@ def test_the_commit_crossing_the_hard_line_leaves_the_rewrite_to_the_background(
     # Prevents: a commit that jumps past both lines at once rewriting inline, the temp's fsync on the
     # caller's path (a 30 KB streamed reply did 357 of its 533 rewrites so); and, with the rewrite in
     # the background, the next commit appending on past the bound instead of waiting for it.
-    monkeypatch.setattr(_compaction, "SOFT_SLACK", _compaction.SLACK)  # every crossing crosses both
+    monkeypatch.setattr(_rewrite, "SOFT_SLACK", _rewrite.SLACK)  # every crossing crosses both
     ops = GatedOps()
     where = tmp_path / "d"
     store = FsStore(where, ops=ops)
@@ -67,7 +68,7 @@ def test_the_commit_crossing_the_hard_line_leaves_the_rewrite_to_the_background(
 
 class TempOpenFails(GatedOps):
     def open(self, path: StrPath, flags: int, mode: int = 0o644) -> int:
-        if str(path).endswith(_compaction.TEMP_SUFFIX):
+        if str(path).endswith(_rewrite.TEMP_SUFFIX):
             raise OSError(errno.ENOSPC, "No space left on device")
         return super().open(path, flags, mode)
 
@@ -76,7 +77,7 @@ def test_a_failed_background_rewrite_past_the_hard_line_keeps_every_commit(tmp_p
                                                                            monkeypatch: Any) -> None:
     # Prevents: a rewrite started past the hard line that fails stranding the commits that waited
     # for it, or being retried on every commit after (it waits until the log has doubled, as inline).
-    monkeypatch.setattr(_compaction, "SOFT_SLACK", _compaction.SLACK)
+    monkeypatch.setattr(_rewrite, "SOFT_SLACK", _rewrite.SLACK)
     ops = TempOpenFails()
     where = tmp_path / "d"
     store = FsStore(where, ops=ops)

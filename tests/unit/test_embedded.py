@@ -17,7 +17,7 @@ from session_manager._wire.events import Event
 from session_manager.clock import ManualClock
 from session_manager.errors import INVALID_CURSOR, INVALID_REQUEST
 from session_manager.ids import SequentialIds
-from session_manager.store._records import Replay
+from session_manager.store.fs._records import Replay
 from session_manager.store.memory import MemoryStore
 
 R = TypeVar("R")

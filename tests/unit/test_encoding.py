@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from session_manager.errors import UnstorableValue
 from session_manager.store import FsStore
-from session_manager.store._encoding import decode_id, encode_id
+from session_manager.store.fs._encoding import decode_id, encode_id
 
 SAFE = set(string.ascii_letters + string.digits + "._-")
 ENCODED = re.compile(r"(?:[A-Za-z0-9._-]|%[0-9A-F]{2})*")

@@ -219,7 +219,7 @@ def test_sqlite_a_reader_on_an_old_snapshot_delays_the_wal_erasure_until_it_ends
 def test_fs_the_scrubbed_sessions_index_stays_valid_and_lists_right_after_reopen(tmp_path: Path) -> None:
     # Prevents: an erasure of the sessions index that damages it (every later open reading every
     # log), or a scrubbed row trusted as a session's meta.
-    from session_manager.store import _sessions_index
+    from session_manager.store.fs import _sessions_index
 
     marker = f"ERASE-{uuid.uuid4().hex}"
     d = tmp_path / "d"

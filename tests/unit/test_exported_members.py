@@ -119,7 +119,8 @@ def test_the_old_homes_of_moved_errors_name_the_same_classes() -> None:
     from session_manager._cli.data import opening, usage
     from session_manager._worker import bridge_link, config_client, config_value, seed
     from session_manager.mentions import provider
-    from session_manager.store import _fsio, _lock, fs
+    from session_manager.store import fs
+    from session_manager.store.fs import _fileops, _lock
     from session_manager.viewer import guard
 
     assert aio.EventStreamOverflow is errors.EventStreamOverflow
@@ -134,6 +135,6 @@ def test_the_old_homes_of_moved_errors_name_the_same_classes() -> None:
     assert fs.ReadOnlyStore is errors.ReadOnlyStore
     assert _lock.DataDirLocked is errors.DataDirLocked
     assert _lock.DataDirLost is errors.DataDirLost
-    assert _fsio.NotRegular is errors.NotRegular
+    assert _fileops.NotRegular is errors.NotRegular
     assert usage.UsageError is errors.UsageError
     assert opening.DataDirError is errors.DataDirError

@@ -10,8 +10,9 @@ import pytest
 
 import session_manager
 from session_manager._wire.events import ON_MESSAGE_ADDED
-from session_manager.store import Commit, FsStore, _fds
-from session_manager.store._fds import FdCache, GroupSync
+from session_manager.store import Commit, FsStore
+from session_manager.store.fs import _descriptors
+from session_manager.store.fs._descriptors import FdCache, GroupSync
 from session_manager.testing.contract import message, meta
 
 
@@ -84,7 +85,7 @@ def test_waiting_writers_share_fsyncs(tmp_path: Path, monkeypatch: pytest.Monkey
         release.wait(5)
         real_fsync(fd)
 
-    monkeypatch.setattr(_fds.os, "fsync", slow_fsync)
+    monkeypatch.setattr(_descriptors.os, "fsync", slow_fsync)
     path = tmp_path / "s.jsonl"
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     sync = GroupSync()
@@ -121,7 +122,7 @@ def test_a_failed_fsync_fails_every_writer_not_yet_durable_for_good(
     # Prevents: a writer acknowledged when the fsync meant to cover its bytes failed -- including by a
     # later fsync that succeeds (the kernel may have dropped the failed pages: that success proves nothing).
     synced: list[int] = []
-    monkeypatch.setattr(_fds.os, "fsync", synced.append)
+    monkeypatch.setattr(_descriptors.os, "fsync", synced.append)
     sync = GroupSync()
     fd = os.open(tmp_path / "s", os.O_WRONLY | os.O_CREAT, 0o644)
     first = sync.written(0, 10)
@@ -131,13 +132,13 @@ def test_a_failed_fsync_fails_every_writer_not_yet_durable_for_good(
     def failing(fd: int) -> None:
         raise OSError(5, "EIO")
 
-    monkeypatch.setattr(_fds.os, "fsync", failing)
+    monkeypatch.setattr(_descriptors.os, "fsync", failing)
     ticket = sync.written(10, 25)
     with pytest.raises(OSError):
         sync.wait(fd, ticket)
     with pytest.raises(OSError):
         sync.wait(fd, ticket)  # still not durable: a retry must not report success
-    monkeypatch.setattr(_fds.os, "fsync", synced.append)
+    monkeypatch.setattr(_descriptors.os, "fsync", synced.append)
     later = sync.written(25, 40)
     with pytest.raises(OSError):
         sync.wait(fd, later)  # nor a later write's sync: this file's unsynced tail is to be undone
@@ -158,12 +159,12 @@ def test_an_fsync_interrupted_by_a_signal_leaves_the_next_waiter_free_to_sync(
     fd = os.open(tmp_path / "s", os.O_WRONLY | os.O_CREAT, 0o644)
     try:
         first = sync.written(0, 10)
-        monkeypatch.setattr(_fds.os, "fsync", interrupted)
+        monkeypatch.setattr(_descriptors.os, "fsync", interrupted)
         with pytest.raises(KeyboardInterrupt):
             sync.wait(fd, first)
         assert sync.pending and sync.durable_end == 0 and not sync.failed  # no verdict either way
         synced: list[int] = []
-        monkeypatch.setattr(_fds.os, "fsync", synced.append)
+        monkeypatch.setattr(_descriptors.os, "fsync", synced.append)
         done = threading.Event()
         waiter = threading.Thread(target=lambda: (sync.wait(fd, first), done.set()))
         waiter.start()

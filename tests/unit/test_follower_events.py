@@ -106,7 +106,7 @@ def test_another_process_streaming_is_seen_to_its_last_text(tmp_path: Path) -> N
 
 def test_a_session_deleted_and_made_again_between_two_polls_is_both_events() -> None:
     """Regression: a re-created session (same id, new created_at) read as a mere change of the old one."""
-    from session_manager.store._watch import _Seen, session_events
+    from session_manager.store.fs._watch import _Seen, session_events
 
     old = {"session_id": "s", "title": "t", "description": "", "status": "idle", "created_at": 1,
            "updated_at": 1, "message_count": 0, "metadata": {"k": 1}}

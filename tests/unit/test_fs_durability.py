@@ -23,8 +23,9 @@ import session_manager
 from session_manager.clock import ManualClock
 from session_manager.errors import SessionError, StoreError
 from session_manager.ids import SequentialIds
-from session_manager.store import Commit, FsStore, _compaction
-from session_manager.store._records import decode_record, encode_commit
+from session_manager.store import Commit, FsStore
+from session_manager.store.fs import _rewrite
+from session_manager.store.fs._records import decode_record, encode_commit
 from session_manager.testing.contract import T0, attachment, message, meta
 
 
@@ -579,7 +580,7 @@ def test_a_long_log_is_compacted_by_its_next_write_and_reads_back_the_same(
     # long, a load (a read) rewriting files, and a compaction that changes what the session
     # reads back or stops it taking writes.
     where = tmp_path / "d"
-    monkeypatch.setattr(_compaction, "RATIO", 10**9)  # written as a writer without compaction would
+    monkeypatch.setattr(_rewrite, "RATIO", 10**9)  # written as a writer without compaction would
     sm = _stream(where, 400)
     monkeypatch.undo()
     before = _view(sm)
@@ -617,7 +618,7 @@ def test_a_short_log_is_left_as_written(tmp_path: Path) -> None:
 def test_a_failed_compaction_keeps_the_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # Prevents: a rename or disk failure during compaction losing the session or leaving a temp file.
     where = tmp_path / "d"
-    monkeypatch.setattr(_compaction, "RATIO", 10**9)
+    monkeypatch.setattr(_rewrite, "RATIO", 10**9)
     sm = _stream(where, 400)
     monkeypatch.undo()
     before = _view(sm)
@@ -632,8 +633,8 @@ def test_a_failed_compaction_keeps_the_log(tmp_path: Path, monkeypatch: pytest.M
     sm = session_manager.open(where, ids=SequentialIds(), clock=ManualClock(T0))
     assert _view(sm) == before
     attempts: list[int] = []
-    real_rewrite = _compaction.rewrite
-    monkeypatch.setattr(_compaction, "rewrite", lambda *a, **k: attempts.append(1) or real_rewrite(*a, **k))
+    real_rewrite = _rewrite.rewrite
+    monkeypatch.setattr(_rewrite, "rewrite", lambda *a, **k: attempts.append(1) or real_rewrite(*a, **k))
     sm.call("session::set-status", {"session_id": "s_001", "status": "working"})  # its commit compacts
     sm.call("session::set-status", {"session_id": "s_001", "status": "idle"})
     sm.call("session::set-status", {"session_id": "s_001", "status": "working"})

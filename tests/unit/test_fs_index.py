@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 
 import session_manager
-from session_manager.store import Commit, FsStore, _fsio, _index
-from session_manager.store._records import encode_commit
+from session_manager.store import Commit, FsStore
+from session_manager.store.fs import _fileops, _sidecar
+from session_manager.store.fs._records import encode_commit
 from session_manager.testing.contract import message, meta
 from tests.unit.index_views import oracle, view
 
@@ -40,11 +41,11 @@ def test_a_reference_written_dir_opens_and_gains_an_index(tmp_path: Path) -> Non
     store = FsStore(tmp_path)
     assert view(store, "s_1") == oracle(log, "s_1")
     idx = tmp_path / ".index" / "s_1.idx"
-    assert _index.decode_index(idx.read_bytes(), "s_1") is not None
+    assert _sidecar.decode_index(idx.read_bytes(), "s_1") is not None
     assert log.read_bytes() == reference_log(30)  # the log itself is never touched by indexing
     store.close()
     again = FsStore(tmp_path)
-    loaded = _index.load(str(log), str(idx), "s_1", _fsio.pread_file(str(log)))
+    loaded = _sidecar.load(str(log), str(idx), "s_1", _fileops.pread_file(str(log)))
     assert loaded.from_index and loaded.index_current
     assert view(again, "s_1") == oracle(log, "s_1")
     again.close()
@@ -82,7 +83,7 @@ def test_an_index_write_that_fails_loses_nothing(tmp_path: Path, monkeypatch: py
         Path(path + ".tmp").write_bytes(data[: len(data) // 2])  # torn, never renamed
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(_index, "write_index", broken)
+    monkeypatch.setattr(_sidecar, "write_index", broken)
     parent = None
     for i in range(40):
         store.commit("s_1", Commit(entries=(message(f"e_{i}", parent),), leaf=f"e_{i}",
@@ -101,7 +102,7 @@ def test_an_index_write_that_fails_loses_nothing(tmp_path: Path, monkeypatch: py
 CHILD = textwrap.dedent("""
     import sys
     import session_manager
-    from session_manager.store import _logfiles
+    from session_manager.store.fs import _logfiles
     _logfiles.SAVE_MIN_BYTES = 64 * 1024  # sidecar rewrites every ~150 appends: the kill lands amid several
     sm = session_manager.open(sys.argv[1], durability=sys.argv[2])
     sid = sm.call("session::ensure", {"session_id": "s_1", "title": "t"})["session"]["session_id"]

@@ -21,7 +21,7 @@ from session_manager._service.core import stripe
 from session_manager.clock import ManualClock
 from session_manager.ids import SequentialIds
 from session_manager.store import FsStore
-from session_manager.store._fsio import Ops, StrPath
+from session_manager.store.fs._fileops import Ops, StrPath
 from session_manager.testing import FakeEngine as FakeIII
 from tests.unit.test_configuration import boot, fs
 
@@ -590,10 +590,10 @@ def test_on_a_case_insensitive_file_system_ids_differing_in_case_never_share_a_f
 
 def test_a_delete_never_compacts_on_the_way(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # Prevents: deleting a long, not yet loaded session first rewriting its whole log.
-    from session_manager.store import _compaction
+    from session_manager.store.fs import _rewrite
 
     where = tmp_path / "d"
-    monkeypatch.setattr(_compaction, "RATIO", 10**9)  # a long log, as an older writer left it
+    monkeypatch.setattr(_rewrite, "RATIO", 10**9)  # a long log, as an older writer left it
     with _open(where) as sm:
         sm.call("session::create", {})
         sm.call("session::append", {"session_id": "s_001", "message": _assistant()})
@@ -602,8 +602,8 @@ def test_a_delete_never_compacts_on_the_way(tmp_path: Path, monkeypatch: pytest.
                                                 "content": [{"type": "text", "text": "x" * (i + 200)}]})
     monkeypatch.undo()
     rewrites: list[str] = []
-    real = _compaction.rewrite
-    monkeypatch.setattr(_compaction, "rewrite", lambda *a, **k: rewrites.append(a[1]) or real(*a, **k))
+    real = _rewrite.rewrite
+    monkeypatch.setattr(_rewrite, "rewrite", lambda *a, **k: rewrites.append(a[1]) or real(*a, **k))
     store = FsStore(where)
     store.delete_session("s_001")
     assert rewrites == []

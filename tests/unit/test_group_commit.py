@@ -16,7 +16,7 @@ import pytest
 import session_manager
 from session_manager.errors import STORAGE, SessionError, StoreError
 from session_manager.store import Commit, FsStore
-from session_manager.store._records import decode_record
+from session_manager.store.fs._records import decode_record
 from session_manager.testing.contract import message as entry
 from session_manager.testing.contract import meta
 

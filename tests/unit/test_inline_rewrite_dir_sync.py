@@ -8,8 +8,9 @@ import errno
 import os
 from pathlib import Path
 
-from session_manager.store import Commit, FsStore, _compaction
-from session_manager.store._fsio import Ops, StrPath
+from session_manager.store import Commit, FsStore
+from session_manager.store.fs import _rewrite
+from session_manager.store.fs._fileops import Ops, StrPath
 from session_manager.testing.contract import message, meta
 
 SID = "s_1"
@@ -25,7 +26,7 @@ class DirSyncFailsAfterRename(Ops):
 
     def replace(self, src: StrPath, dst: StrPath) -> None:
         super().replace(src, dst)
-        self.armed = os.fspath(src).endswith(_compaction.TEMP_SUFFIX)
+        self.armed = os.fspath(src).endswith(_rewrite.TEMP_SUFFIX)
 
     def open(self, path: StrPath, flags: int, mode: int = 0o644) -> int:
         if self.armed and os.fspath(path) == self.data_dir:
@@ -67,7 +68,7 @@ def test_commits_after_a_rewrite_whose_directory_sync_failed_go_to_the_new_log(t
     assert _view(follower) == want
     follower.close()
     store.close()
-    assert [p.name for p in where.iterdir() if p.name.endswith(_compaction.TEMP_SUFFIX)] == []
+    assert [p.name for p in where.iterdir() if p.name.endswith(_rewrite.TEMP_SUFFIX)] == []
     again = FsStore(where)
     assert _view(again) == want
     again.close()

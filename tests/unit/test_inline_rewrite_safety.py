@@ -1,4 +1,4 @@
-"""The inline rewrite of a small log (``_compaction.INLINE_LIVE``) is as safe as the background
+"""The inline rewrite of a small log (``_rewrite.INLINE_LIVE``) is as safe as the background
 one: crash points (the replaced index's removal included), eviction and reopen, a log growing
 past INLINE_LIVE and back, read-only followers, concurrent streams, issue 9's bound."""
 
@@ -13,7 +13,8 @@ import pytest
 
 import session_manager
 from session_manager.ids import SequentialIds
-from session_manager.store import Commit, FsStore, _compaction, _index, _logfiles
+from session_manager.store import Commit, FsStore
+from session_manager.store.fs import _logfiles, _rewrite, _sidecar
 from session_manager.testing.contract import message, meta
 from session_manager.testing.contract_concurrency import run_threads
 from tests.unit.test_background_compaction import SID, CrashPoints, _seed, _temps, _update, _view
@@ -36,7 +37,7 @@ def test_a_crash_at_any_step_of_an_inline_small_rewrite(tmp_path: Path, durabili
     ops = InlineCrashPoints(where, tmp_path / "crashes")
     store = FsStore(where, durability, ops=ops)
     ops.store = store
-    real_remove = _index.remove_index
+    real_remove = _sidecar.remove_index
 
     removed: list[bool] = []
 
@@ -46,7 +47,7 @@ def test_a_crash_at_any_step_of_an_inline_small_rewrite(tmp_path: Path, durabili
         real_remove(path)
         ops._copy()
 
-    monkeypatch.setattr(_index, "remove_index", remove)
+    monkeypatch.setattr(_sidecar, "remove_index", remove)
     monkeypatch.setattr(_logfiles, "SAVE_MIN_BYTES", 4 * 1024)  # an index exists before each rewrite
     _seed(store)
     for k in range(1, 400):
@@ -91,7 +92,7 @@ def test_inline_small_rewrite_then_eviction_then_reopen(tmp_path: Path, durabili
         index = store._files.files(SID).index
         log = str(where / f"{SID}.jsonl")
         if os.path.exists(index):
-            loaded = _index.load(log, index, SID, lambda o, n: b"")
+            loaded = _sidecar.load(log, index, SID, lambda o, n: b"")
             assert loaded.state.leaf == want[1]
     want = _view(store)
     store.close()
@@ -103,7 +104,7 @@ def test_inline_small_rewrite_then_eviction_then_reopen(tmp_path: Path, durabili
 def test_small_then_large_then_small(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # Prevents: a session crossing INLINE_LIVE mid-stream (inline, then background, then inline)
     # losing or reviving a revision.
-    monkeypatch.setattr(_compaction, "INLINE_LIVE", 6 * 1024)  # e_1 grows to ~12 KB
+    monkeypatch.setattr(_rewrite, "INLINE_LIVE", 6 * 1024)  # e_1 grows to ~12 KB
     monkeypatch.setattr(_logfiles, "SAVE_MIN_BYTES", 32 * 1024)
     where = tmp_path / "d"
     started = _jobs_started(monkeypatch)

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from session_manager.store import Commit, FsStore
-from session_manager.store._lazy import LazyEntries
+from session_manager.store.fs._lazy import LazyEntries
 from session_manager.testing.contract import message, meta
 
 

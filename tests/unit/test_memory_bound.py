@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from session_manager.store import Commit, FsStore
-from session_manager.store._cache import CATALOG_PER_META_BYTE, FIXED_OVERHEAD, SCAN_PER_LOG
+from session_manager.store.fs._cache import CATALOG_PER_META_BYTE, FIXED_OVERHEAD, SCAN_PER_LOG
 from session_manager.testing.contract import message, meta
 
 pytestmark = pytest.mark.slow  # the slow lane (`pytest -m slow`): touches thousands of sessions to measure memory

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from session_manager.errors import StoreError
 from session_manager.store import Commit, FsStore
-from session_manager.store._fsio import Ops, StrPath
+from session_manager.store.fs._fileops import Ops, StrPath
 from session_manager.testing.contract import message, meta
 
 

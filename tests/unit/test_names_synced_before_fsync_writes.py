@@ -18,7 +18,7 @@ import session_manager
 from session_manager._wire.events import EVENT_FUNCTIONS
 from session_manager.errors import SessionError
 from session_manager.store import FsStore
-from session_manager.store._fsio import Ops, StrPath
+from session_manager.store.fs._fileops import Ops, StrPath
 from tests.unit.test_background_compaction import SID, _seed, _update, _view
 
 

@@ -15,9 +15,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import session_manager
-from session_manager.store import Commit, FsStore, _opened_listing, _sessions_index
-from session_manager.store._fsio import Ops, StrPath
-from session_manager.store._records import encode_commit
+from session_manager.store import Commit, FsStore
+from session_manager.store.fs import _open_listing, _sessions_index
+from session_manager.store.fs._fileops import Ops, StrPath
+from session_manager.store.fs._records import encode_commit
 from session_manager.testing.contract import meta
 
 
@@ -51,7 +52,7 @@ def _old_enough(monkeypatch: pytest.MonkeyPatch, where: Path) -> None:
     hour = 3600 * 10**9
     old = time.time_ns() - hour
     os.utime(where, ns=(old, old))
-    monkeypatch.setattr(_opened_listing, "_now", lambda: time.time_ns() + 2 * _opened_listing.RACY_NS)
+    monkeypatch.setattr(_open_listing, "_now", lambda: time.time_ns() + 2 * _open_listing.RACY_NS)
 
 
 def _listed(store: FsStore) -> list[str]:
@@ -127,7 +128,7 @@ def test_a_directory_changed_just_before_the_open_is_listed_again(
     ids = _build(tmp_path)
     _foreign_log(tmp_path, "s_foreign")  # data_dir changed a moment ago: its stamp is racy
     changed = tmp_path.stat().st_mtime_ns
-    monkeypatch.setattr(_opened_listing, "_now", lambda: changed + 1)  # (however slow the box)
+    monkeypatch.setattr(_open_listing, "_now", lambda: changed + 1)  # (however slow the box)
     ops = CountingOps(tmp_path)
     store = FsStore(tmp_path, ops=ops)
     assert store._opened is not None and store._opened.stamp is None
@@ -171,7 +172,7 @@ def _stamped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:
     _old_enough(monkeypatch, tmp_path)
     with session_manager.open(tmp_path) as sm:
         sm.call("session::list", {})
-    stamp = _opened_listing.stamp_of(Ops(), os.fspath(tmp_path))
+    stamp = _open_listing.stamp_of(Ops(), os.fspath(tmp_path))
     assert stamp is not None and _sessions_index.read_stamp(tmp_path / ".index" / "sessions.list") == stamp
     return ids
 
@@ -242,7 +243,7 @@ def test_a_delete_cut_short_in_attachments_is_finished_under_a_stamped_index(
     aside = folder.with_name(folder.name + "~deleted")
     aside.mkdir()
     (aside / "a.bin").write_bytes(b"kept")
-    assert _sessions_index.read_stamp(tmp_path / ".index" / "sessions.list") == _opened_listing.stamp_of(
+    assert _sessions_index.read_stamp(tmp_path / ".index" / "sessions.list") == _open_listing.stamp_of(
         Ops(), os.fspath(tmp_path))  # the open takes the vouched path
     with session_manager.open(tmp_path):
         pass
@@ -315,7 +316,7 @@ def test_the_index_saved_at_close_vouches_for_the_names_the_close_listed(
         elif also == "delete":
             sm.call("session::delete", {"session_id": ids.pop(0)})
         sm.call("session::append", {"session_id": appended, "message": _user("later")})
-    stamp = _opened_listing.stamp_of(Ops(), os.fspath(tmp_path))
+    stamp = _open_listing.stamp_of(Ops(), os.fspath(tmp_path))
     assert _sessions_index.read_stamp(tmp_path / ".index" / "sessions.list") == stamp
     ops = CountingOps(tmp_path)
     store = FsStore(tmp_path, ops=ops)
@@ -400,7 +401,7 @@ def test_the_first_list_stamps_the_index_in_place_and_only_the_file_it_read(
     assert _sessions_index.read_stamp(index) is None
     with session_manager.open(tmp_path) as sm:
         sm.call("session::list", {})
-    stamp = _opened_listing.stamp_of(Ops(), os.fspath(tmp_path))
+    stamp = _open_listing.stamp_of(Ops(), os.fspath(tmp_path))
     assert stamp is not None and _sessions_index.read_stamp(index) == stamp
     head = len(_sessions_index.MAGIC) + 32
     assert index.stat().st_ino == inode and index.read_bytes()[head:] == before[head:]
@@ -424,7 +425,7 @@ def test_a_stamp_in_whole_seconds_must_be_older_than_the_coarsest_granularity(
     while not tmp_path.stat().st_ctime_ns % 10**9:  # now fell on a whole second (a clock tick in 250)
         time.sleep(0.01)
         os.utime(tmp_path, ns=(hour_ago, hour_ago))
-    monkeypatch.setattr(_opened_listing, "_now", lambda: time.time_ns() + 10**9)  # a second later
+    monkeypatch.setattr(_open_listing, "_now", lambda: time.time_ns() + 10**9)  # a second later
     store = FsStore(tmp_path)
     assert store._opened is not None
     assert (store._opened.stamp is None) == (seconds == "whole")
@@ -486,10 +487,10 @@ def test_a_log_created_in_the_second_of_a_whole_second_stamp_is_listed_whatever_
         time.sleep(1 - time.time() % 1 + 0.01)  # the start of a second: the next steps share it
         (where / "probe").touch()
         (where / "probe").unlink()  # data_dir changes in second X
-        monkeypatch.setattr(_opened_listing, "_now", lambda: time.time_ns() + 3 * 10**9)  # X + 3 s, it says
+        monkeypatch.setattr(_open_listing, "_now", lambda: time.time_ns() + 3 * 10**9)  # X + 3 s, it says
         store = FsStore(where, ops=WholeSecondOps(where))
         _listed(store)
-        monkeypatch.setattr(_opened_listing, "_now", time.time_ns)
+        monkeypatch.setattr(_open_listing, "_now", time.time_ns)
         _foreign_log(where, "s_foreign")  # the reference, still in second X
         if time.time_ns() // 10**9 == where.stat().st_ctime_ns // 10**9:
             break

@@ -15,7 +15,7 @@ from session_manager._service.service import SessionService
 from session_manager._wire import api
 from session_manager.errors import SessionError
 from session_manager.store import FsStore
-from session_manager.store._cache import footprint
+from session_manager.store.fs._cache import footprint
 
 
 def _text(text: str, role: str = "user") -> dict[str, Any]:

@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from session_manager.store import Commit, FsStore, _follow
-from session_manager.store._lazy import LazyEntries
-from session_manager.store._records import encode_commit
+from session_manager.store import Commit, FsStore
+from session_manager.store.fs import _follower
+from session_manager.store.fs._lazy import LazyEntries
+from session_manager.store.fs._records import encode_commit
 from session_manager.testing.contract import message, meta
 from tests.unit.index_views import oracle, view
 
@@ -125,7 +126,7 @@ def test_bodies_stay_readable_after_the_followers_descriptor_is_closed(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # Prevents: a path taken from an adopted index reading through a descriptor the follower closed
     # (evicted for another log) — a closed or, worse, reused descriptor number.
-    monkeypatch.setattr(_follow, "MAX_OPEN", 1)
+    monkeypatch.setattr(_follower, "MAX_OPEN", 1)
     log_a = written(tmp_path, "s_a", 5)
     log_b = written(tmp_path, "s_b", 5)
     store = FsStore(tmp_path, read_only=True)

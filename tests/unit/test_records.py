@@ -21,7 +21,7 @@ from session_manager.clock import ManualClock
 from session_manager.errors import UnstorableValue
 from session_manager.ids import SequentialIds
 from session_manager.store import Commit
-from session_manager.store._records import decode_record, encode_commit
+from session_manager.store.fs._records import decode_record, encode_commit
 from session_manager.testing.contract import custom, message, meta
 
 

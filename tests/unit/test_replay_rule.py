@@ -12,7 +12,7 @@ import pytest
 import session_manager
 from session_manager.clock import ManualClock
 from session_manager.ids import SequentialIds
-from session_manager.store._records import Replay, last_meta
+from session_manager.store.fs._records import Replay, last_meta
 
 T0 = 1000
 

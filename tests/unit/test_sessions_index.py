@@ -14,8 +14,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import session_manager
-from session_manager.store import Commit, FsStore, _coldlist
-from session_manager.store._records import encode_commit
+from session_manager.store import Commit, FsStore
+from session_manager.store.fs import _cold_list
+from session_manager.store.fs._records import encode_commit
 from session_manager.testing.contract import meta
 
 ORDERS = ("updated_desc", "created_desc", "created_asc")
@@ -221,8 +222,8 @@ def test_an_index_saved_at_close_matches_the_next_listing_whole(tmp_path: Path) 
         for i in range(3):
             sm.call("session::create", {"title": f"later {i}"})
     store = FsStore(tmp_path, read_only=True)
-    logs = _coldlist.log_stats(store._ops, store._dir, lambda n, w: None)
-    cold = _coldlist.scan(logs, tmp_path / ".index" / "sessions.list", lambda sid: (False, None),
+    logs = _cold_list.log_stats(store._ops, store._dir, lambda n, w: None)
+    cold = _cold_list.scan(logs, tmp_path / ".index" / "sessions.list", lambda sid: (False, None),
                           lambda name, sid: None, lambda n, w: None, write_back=False)
     assert cold.trusted is None and not cold.fresh  # every record trusted, compared whole
     assert listing(tmp_path) == _truth(tmp_path)
@@ -231,7 +232,7 @@ def test_an_index_saved_at_close_matches_the_next_listing_whole(tmp_path: Path) 
 def _write_inside_the_decode(monkeypatch: pytest.MonkeyPatch, write: Any) -> None:
     """Make the catalog's next decode of recorded metas run ``write`` on another thread first,
     giving it 2 s (a writer that waits for the decode finishes after it instead)."""
-    from session_manager.store import _catalog
+    from session_manager.store.fs import _catalog
 
     real = _catalog.loads
     finished: list[bool] = []

@@ -1,4 +1,4 @@
-"""A small log (live state at most ``_compaction.INLINE_LIVE``) is rewritten inline by the
+"""A small log (live state at most ``_rewrite.INLINE_LIVE``) is rewritten inline by the
 commit that crosses the hard line, never in the background; a larger one still goes to the
 background at the soft line. The inline rewrite of a log under ``SAVE_MIN_BYTES`` writes no
 index, as a background one does, and removes the replaced log's."""
@@ -14,8 +14,9 @@ import pytest
 
 import session_manager
 from session_manager._wire.events import EVENT_FUNCTIONS, ON_MESSAGE_UPDATED
-from session_manager.store import Commit, FsStore, _compaction, _index, _logfiles
-from session_manager.store._compactor import Compactor, Job
+from session_manager.store import Commit, FsStore
+from session_manager.store.fs import _logfiles, _rewrite, _sidecar
+from session_manager.store.fs._background import Compactor, Job
 from session_manager.testing.contract import message, meta
 from tests.unit.test_background_compaction import SID, _reads_back_after_reopen, _seed, _temps, _update
 
@@ -50,7 +51,7 @@ def test_a_small_log_is_rewritten_inline_by_the_commit_that_crosses_the_hard_lin
     k, crossings = 0, 0
     while store.compactions < 3:
         k += 1
-        past_hard_line = budget.disk > _compaction.RATIO * budget.live + _compaction.SLACK
+        past_hard_line = budget.disk > _rewrite.RATIO * budget.live + _rewrite.SLACK
         before = store.compactions
         store.commit(SID, _update(k))
         if store.compactions > before:
@@ -58,10 +59,10 @@ def test_a_small_log_is_rewritten_inline_by_the_commit_that_crosses_the_hard_lin
             # Rewritten by this very commit: the file is the snapshot (plus nothing), at once.
             assert _log_size(where) == budget.disk <= 2 * budget.live
         assert not past_hard_line or store.compactions > before  # never left past the line
-        assert budget.disk <= _compaction.RATIO * budget.live + _compaction.SLACK + budget.live
+        assert budget.disk <= _rewrite.RATIO * budget.live + _rewrite.SLACK + budget.live
         assert store._compactor is not None and not store._compactor.rewriting(SID)
         assert k < 10_000
-    assert started == [] and crossings == 3 and budget.live <= _compaction.INLINE_LIVE
+    assert started == [] and crossings == 3 and budget.live <= _rewrite.INLINE_LIVE
     assert _temps(where) == []
     assert not os.path.exists(store._files.files(SID).index)  # small: replayed, not indexed
     _reads_back_after_reopen(store, where, k)
@@ -71,14 +72,14 @@ def test_a_log_past_the_inline_size_is_still_rewritten_in_the_background(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # Prevents: a large session's rewrite (its whole snapshot written and fsynced) run on the
     # caller's path because the inline rule took every log.
-    monkeypatch.setattr(_compaction, "INLINE_LIVE", 2048)
+    monkeypatch.setattr(_rewrite, "INLINE_LIVE", 2048)
     where = tmp_path / "d"
     started = _jobs_started(monkeypatch)
     store = FsStore(where)
     _seed(store)
     big = message("e_2", "e_1", "x" * 4096)  # live is now past INLINE_LIVE
     store.commit(SID, Commit(entries=(big,), leaf="e_2", meta=meta(SID, message_count=2, updated_at=1)))
-    assert store._budgets[SID].live > _compaction.INLINE_LIVE
+    assert store._budgets[SID].live > _rewrite.INLINE_LIVE
     k = 0
     while not started:
         k += 1
@@ -114,7 +115,7 @@ def test_an_inline_rewrite_into_a_small_log_removes_the_replaced_index_and_write
     assert not os.path.exists(index)
     store.close()  # close saves the index of what the store holds
     assert os.path.exists(index)
-    loaded = _index.load(str(where / f"{SID}.jsonl"), index, SID, lambda o, n: b"")
+    loaded = _sidecar.load(str(where / f"{SID}.jsonl"), index, SID, lambda o, n: b"")
     assert loaded.from_index and loaded.index_current and loaded.covered == _log_size(where)
     again = FsStore(where)
     entry = again.get_entry(SID, "e_1")

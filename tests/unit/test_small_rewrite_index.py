@@ -1,5 +1,5 @@
 """A background rewrite of a small log removes the replaced log's index instead of
-writing one (:meth:`session_manager.store._logfiles.LogFiles.landed`): that removal
+writing one (:meth:`session_manager.store.fs._logfiles.LogFiles.landed`): that removal
 must never take away an index written for the new log since, and happen once."""
 
 from __future__ import annotations
@@ -12,8 +12,9 @@ from typing import Any
 
 import pytest
 
-from session_manager.store import Commit, FsStore, _index, _logfiles
-from session_manager.store._compactor import Compactor
+from session_manager.store import Commit, FsStore
+from session_manager.store.fs import _logfiles, _sidecar
+from session_manager.store.fs._background import Compactor
 from session_manager.testing.contract import message, meta
 from tests.unit.test_background_compaction import SID, _seed, _update
 
@@ -76,7 +77,7 @@ def test_a_save_made_while_the_removal_is_queued_keeps_its_index_after_close(tmp
     assert os.path.exists(index)
     with open(where / f"{SID}.jsonl", "rb") as f:
         size = os.fstat(f.fileno()).st_size
-    loaded = _index.load(str(where / f"{SID}.jsonl"), index, SID, lambda o, n: b"")
+    loaded = _sidecar.load(str(where / f"{SID}.jsonl"), index, SID, lambda o, n: b"")
     assert loaded.from_index and loaded.index_current and loaded.covered == size
     again = FsStore(where)
     assert again.get_leaf(SID) == "e_2" and again.get_entry(SID, "e_2") == big
@@ -99,7 +100,7 @@ def test_an_eviction_while_the_removal_is_queued_keeps_its_index(tmp_path: Path,
     store._compactor.wait(SID)
     store.close()
     assert os.path.exists(index)
-    loaded = _index.load(str(where / f"{SID}.jsonl"), index, SID, lambda o, n: b"")
+    loaded = _sidecar.load(str(where / f"{SID}.jsonl"), index, SID, lambda o, n: b"")
     assert loaded.from_index and loaded.index_current
     again = FsStore(where)
     assert again.get_entry(SID, "e_1")["revision"] == k
@@ -112,8 +113,8 @@ def test_the_replaced_index_is_removed_once_per_run_of_small_rewrites(tmp_path: 
     # removed by the previous one (files.saved was reset before "was there one?" was asked).
     where = tmp_path / "d"
     removed: list[str] = []
-    real = _index.remove_index
-    monkeypatch.setattr(_index, "remove_index", lambda path: (removed.append(path), real(path))[1])
+    real = _sidecar.remove_index
+    monkeypatch.setattr(_sidecar, "remove_index", lambda path: (removed.append(path), real(path))[1])
     store = FsStore(where)
     _seed(store)
     index = store._files.files(SID).index

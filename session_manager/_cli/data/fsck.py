@@ -15,11 +15,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from ...store._encoding import decode_id
-from ...store._index import INDEX_DIR
-from ...store._records import committed_records, decode_record
+from ...store._core.state import SessionState
 from ...store._search_fs import SEARCH_DIR
-from ...store._state import SessionState
+from ...store.fs import INDEX_DIR, committed_records, decode_id, decode_record
 
 LOG_SUFFIX = ".jsonl"
 ATTACHMENTS = "attachments"

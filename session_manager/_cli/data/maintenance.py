@@ -12,8 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ...store._records import encode_snapshot
-from ...store.fs import FsStore
+from ...store.fs import FsStore, encode_snapshot
 
 
 @dataclass(frozen=True)

@@ -30,8 +30,8 @@ from ..._wire.api import Id
 from ..._wire.models import AttachmentMeta, SessionEntry, SessionMeta
 from ..._wire.validation import describe
 from ...errors import SessionError, invalid_request
-from ...store._records import valid_entry, valid_meta
 from ...store.base import Commit, SessionStore
+from ...store.fs import valid_entry, valid_meta
 
 FORMAT = "session-manager/session"
 VERSION = 1

@@ -1,0 +1,61 @@
+"""The JSON line codec every adapter stores records with: strict, exact JSON, one
+compact UTF-8 line per value, as the reference writes them (the fs adapter's log
+lines, the SQL adapters' JSON columns and outbox payloads)."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import orjson
+
+from ...errors import UnstorableValue
+
+__all__ = ["encode_line", "loads"]
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if value in (math.inf, -math.inf):
+        raise ValueError(f"{text} does not fit a double")
+    return value
+
+
+# orjson reads an integer past 64 bits as a float instead of failing; any run
+# of 19+ digits (i64 ends at 19 digits, u64 at 20) sends the line to the exact
+# decoder. Digits inside a string trigger it too, which only costs time. The
+# test is a byte translation (every digit to "0") and a substring search: C
+# speed, where a regular expression cost more than the decoding itself.
+_DIGITS_AS_ZERO = bytes(0x30 if 0x30 <= b <= 0x39 else 0x20 for b in range(256))
+_LONG_RUN = b"0" * 19
+
+
+def loads(line: bytes) -> Any:
+    """Parse one line as strict, exact JSON (UTF-8, no NaN, integers of any
+    size stay integers). orjson does the work; a line it could misread or
+    refuses gets the standard library's exact decoder."""
+    if _LONG_RUN not in line.translate(_DIGITS_AS_ZERO):
+        try:
+            return orjson.loads(line)
+        except orjson.JSONDecodeError:
+            pass
+    return json.loads(line.decode("utf-8"), parse_constant=_reject_constant, parse_float=_finite_float)
+
+
+def encode_line(record: dict[str, Any]) -> bytes:
+    """One compact UTF-8 JSON line, as the reference writes them."""
+    try:
+        return orjson.dumps(record)
+    except TypeError:
+        pass  # integers past 64 bits or unpaired surrogates: let json decide
+    try:
+        return json.dumps(record, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    except UnicodeEncodeError:
+        raise UnstorableValue("text contains an unpaired UTF-16 surrogate, which cannot be stored") from None
+    except RecursionError:
+        raise UnstorableValue("a value is nested too deeply to be stored") from None
