@@ -38,6 +38,7 @@ from .._wire.events import Event
 from ..clock import Clock, SystemClock
 from ..errors import STORAGE, SessionError, Unavailable
 from ..store import _protocol as sp
+from ..store._core.resync import resync_batches
 from ..store._known import KnownSessions
 from ..store.bridge import BridgeStore
 from .background import SerialWorker
@@ -133,8 +134,6 @@ class Bridge:
             self._resyncer.submit(self._resync, timeout_s=0)
 
     def _resync(self) -> None:
-        from .runtime import resync_batches  # the one definition of "state as events" (it imports us)
-
         if self._closing:
             return
         log.warning("link to the main at %s was lost; resyncing local observers", self.url)
