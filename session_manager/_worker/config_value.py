@@ -41,9 +41,9 @@ from .._service.limits import (
     MAX_REQUEST_BYTES,
     Limits,
 )
-from ..store import pg_defaults
 from ..store._cache import DEFAULT_CACHE_BYTES
 from ..store.fs import Durability
+from ..store.postgres import defaults as pg_defaults
 from ..store.sqlite import settings as sqlite_settings
 
 log = logging.getLogger("session_manager.config")
