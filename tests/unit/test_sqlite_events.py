@@ -131,7 +131,7 @@ def test_a_store_that_lost_its_place_resyncs(tmp_path: Path) -> None:
         gone = b.create().session_id
         wait_for(lambda: any(e["session_id"] == gone for _, e in seen), "the first creation")
         store: Any = a.service.store
-        store.db.rows("DELETE FROM readers WHERE instance = ?", (store.db.instance,))  # as a prune of a dead reader does
+        store.db.rows("DELETE FROM readers WHERE instance = ?", (store.db.instance,))  # as a prune of a dead one does
         b.call("session::delete", {"session_id": gone})
         sid = b.create().session_id
         b.append(sid, message=user("while away"), entry_id="away")

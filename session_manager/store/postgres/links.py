@@ -14,7 +14,7 @@ from typing import Any
 import psycopg
 
 from ..base import Entry
-from .keys import key, key_or_none
+from ..sql.keys import key, key_or_none
 
 
 def link(conn: psycopg.Connection[Any], session_id: str, entries: list[Entry]) -> dict[str, tuple[Any, ...]]:
