@@ -21,7 +21,7 @@ import psycopg
 
 from ...errors import SessionError
 from ..sql.keys import key
-from .core import PgDatastore, Tx, _Local
+from .core import PgDatastore, Tx
 from .in_doubt import settle
 
 __all__ = ["PgTransactions", "lock_key_sql"]
@@ -41,10 +41,6 @@ class PgTransactions:
 
     def __init__(self, db: PgDatastore) -> None:
         self.db = db
-
-    @property
-    def local(self) -> _Local:
-        return self.db.local
 
     @contextmanager
     def mutation(self, session_ids: Collection[str]) -> Iterator[None]:

@@ -36,10 +36,10 @@ class Transactions(Protocol[H]):
     """What an adapter's transactions offer the call runner."""
 
     @property
-    def local(self) -> CallState: ...
-
-    @property
     def driver_error(self) -> type[Exception]: ...
+
+    def mutation(self, session_ids: Collection[str]) -> AbstractContextManager[None]:
+        """One mutation's transaction (its commit deferred while a call runs)."""
 
     def open_tx(self) -> H | None:
         """The mutation's transaction open on this thread, if any."""
@@ -67,30 +67,35 @@ class EventLog(Protocol[H_contra]):
 class CallRunner(Generic[H]):
     """Runs calls so that each commits together with its outbox rows."""
 
-    def __init__(self, transactions: Transactions[H], outbox: EventLog[H]) -> None:
+    def __init__(self, transactions: Transactions[H], outbox: EventLog[H], local: CallState) -> None:
         self.transactions = transactions
         self.outbox = outbox
+        self.local = local  # the calling thread's state (thread-local)
+
+    def mutation(self, session_ids: Collection[str]) -> AbstractContextManager[None]:
+        """The adapter's mutation (so a store may serve both seams from this runner)."""
+        return self.transactions.mutation(session_ids)
 
     def run_call(self, call: Callable[[], tuple[R, list[Event]]]) -> tuple[R, list[Event]]:
         """Run one call; its mutation commits together with its outbox rows."""
-        if self.transactions.local.deferring:  # re-entrant: the outer call commits
+        if self.local.deferring:  # re-entrant: the outer call commits
             return call()
         with self.transactions.call_scope():
             return self.run_deferred(call)
 
     def run_deferred(self, call: Callable[[], tuple[R, list[Event]]]) -> tuple[R, list[Event]]:
         """Run ``call`` with its mutation's commit deferred, then :meth:`finish` it."""
-        txs = self.transactions
-        txs.local.deferring = True
+        txs, local = self.transactions, self.local
+        local.deferring = True
         try:
             response, events = call()
         except BaseException:
-            txs.local.deferring = False
+            local.deferring = False
             tx = txs.open_tx()
             if tx is not None:
                 txs.end(tx, commit=False)
             raise
-        txs.local.deferring = False
+        local.deferring = False
         return self.finish(response, events)
 
     def finish(self, response: R, events: list[Event]) -> tuple[R, list[Event]]:

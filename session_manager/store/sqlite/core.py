@@ -89,10 +89,10 @@ class SqliteDatastore:
             schema.migrate(conn, self.file)
             self._adopt(conn)  # the opening thread's connection from now on
         except sqlite3.Error as e:
-            self.close_connections()
+            self.release()
             raise self.fail(e, opening=True) from None
         except StoreError:
-            self.close_connections()
+            self.release()
             raise
 
     def connect(self) -> sqlite3.Connection:
@@ -209,7 +209,8 @@ class SqliteDatastore:
         if not busy:
             self.erase_pending = False
 
-    def close_connections(self) -> None:
+    def release(self) -> None:
+        """Close every connection this store opened."""
         with self._conns_lock:
             conns, self._conns = self._conns, []
         for conn in conns:

@@ -17,7 +17,7 @@ from collections.abc import Callable, Collection, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 
 from ...errors import SessionError
-from .core import SqliteDatastore, _Local
+from .core import SqliteDatastore
 
 __all__ = ["SqliteTransactions"]
 
@@ -30,15 +30,11 @@ class SqliteTransactions:
     def __init__(self, db: SqliteDatastore) -> None:
         self.db = db
 
-    @property
-    def local(self) -> _Local:
-        return self.db.local
-
     @contextmanager
     def mutation(self, session_ids: Collection[str]) -> Iterator[None]:
         """One mutation's transaction (the write lock first); committed here unless a call defers it."""
         del session_ids  # one writer at a time: the database's lock covers every session
-        if self.local.in_tx:  # nested (fork's new session inside the source's): one transaction
+        if self.db.local.in_tx:  # nested (fork's new session inside the source's): one transaction
             yield
             return
         conn = self.db.begin()
@@ -47,14 +43,14 @@ class SqliteTransactions:
         except BaseException:
             self.db.end(conn, commit=False)
             raise
-        if self.local.deferring:
+        if self.db.local.deferring:
             return  # run_call commits with the call's events
         self.db.end(conn, commit=True)
 
     def in_tx(self, session_id: str, run: Callable[[sqlite3.Connection], None]) -> None:
         """``run`` in the open mutation's transaction, else in one of its own."""
         try:
-            if self.local.in_tx:
+            if self.db.local.in_tx:
                 run(self.db.conn())
                 return
             with self.mutation((session_id,)):
@@ -65,7 +61,7 @@ class SqliteTransactions:
     # -- what the call runner needs (sql.transactions.Transactions) ----------------
 
     def open_tx(self) -> sqlite3.Connection | None:
-        return self.db.conn() if self.local.in_tx else None
+        return self.db.conn() if self.db.local.in_tx else None
 
     def begin(self, session_ids: Collection[str] = ()) -> sqlite3.Connection:
         return self.db.begin()
