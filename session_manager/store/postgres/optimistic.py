@@ -275,10 +275,8 @@ class Optimistic:
         return known.leaf if known is not None else None
 
     def meta_and_leaf_to_commit(self, session_id: str) -> tuple[Meta | None, str | None]:
+        # Two reads a plan serves (the store's meta_and_entry_to_commit is the default's, over these).
         return self.get_meta(session_id), self.get_leaf(session_id)
-
-    def meta_and_entry_to_commit(self, session_id: str, entry_id: str) -> tuple[Meta | None, Entry | None]:
-        return self.get_meta(session_id), self.get_entry(session_id, entry_id)
 
     def get_entry(self, session_id: str, entry_id: str) -> Entry | None:
         plan = self._plan(session_id)

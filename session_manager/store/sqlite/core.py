@@ -222,7 +222,7 @@ class SqliteDatastore:
         return self._closed
 
     def close(self) -> None:
-        """Refuse new connections (the store closes its outbox first, then this)."""
+        """Refuse new connections (the store then stops its outbox and calls :meth:`release`)."""
         self._closed = True
 
     def storage_error(self, e: BaseException) -> SessionError:
