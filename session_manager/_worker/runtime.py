@@ -15,6 +15,7 @@ from ..store.fs import FsStore
 from . import bridge_link as br
 from . import config_client as cfg
 from .config_value import BridgeAdapter, FsAdapter, PostgresAdapter, SqliteAdapter, WorkerConfig, resolve_data_dir
+from .store_factory import build_postgres, build_sqlite
 
 
 @dataclass(frozen=True)
@@ -48,12 +49,8 @@ def build_store(config: WorkerConfig) -> SessionStore:
     if isinstance(adapter, BridgeAdapter):
         raise cfg.BuildError("a bridge store is built by the host (it needs the bridge connection)")
     if isinstance(adapter, PostgresAdapter):
-        from .store_factory import build_postgres
-
         return build_postgres(adapter.config)
     if isinstance(adapter, SqliteAdapter):
-        from .store_factory import build_sqlite
-
         return build_sqlite(adapter.config, str(resolve_data_dir(adapter.config.path)), config.durability)
     path = resolve_data_dir(adapter.config.data_dir)
     try:
