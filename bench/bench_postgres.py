@@ -248,7 +248,7 @@ EXPLAINS = (
 
 
 def explain(long_schema: str, many_schema: str, length: int) -> None:
-    from session_manager.store.postgres.path import _WINDOW_SQL
+    from session_manager.store.sql.path import _WINDOW_SQL
 
     window = ("messages-tail window (64 entries from the leaf)", _WINDOW_SQL,
               {"s": "long", "start": f"e{length - 1:07d}", "a": length - 64, "b": length - 1})

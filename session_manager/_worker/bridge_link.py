@@ -38,7 +38,8 @@ from .._wire.events import Event
 from ..clock import Clock, SystemClock
 from ..errors import STORAGE, SessionError
 from ..errors import BridgeUnavailable as BridgeUnavailable  # (re-exported: the old import path keeps working)
-from ..store._known import KnownSessions
+from ..store._core.known import KnownSessions
+from ..store._core.resync import resync_batches
 from ..store.bridge import BridgeStore
 from ..store.bridge import protocol as sp
 from .background import SerialWorker
@@ -130,8 +131,6 @@ class Bridge:
             self._resyncer.submit(self._resync, timeout_s=0)
 
     def _resync(self) -> None:
-        from .runtime import resync_batches  # the one definition of "state as events" (it imports us)
-
         if self._closing:
             return
         log.warning("link to the main at %s was lost; resyncing local observers", self.url)

@@ -42,8 +42,8 @@ from .._service.limits import (
     Limits,
 )
 from ..errors import ConfigError as ConfigError  # (re-exported: the old import path keeps working)
-from ..store import pg_defaults
 from ..store.fs import DEFAULT_CACHE_BYTES, Durability
+from ..store.postgres import defaults as pg_defaults
 from ..store.sqlite import settings as sqlite_settings
 
 log = logging.getLogger("session_manager.config")

@@ -22,7 +22,7 @@ from pydantic import BaseModel
 from .._wire.models import SessionEntry, SessionMeta
 from .._wire.shape import build
 from ..errors import PARENT_NOT_FOUND, SessionError, invalid_request, not_found
-from ..store._cas import derive_append_meta
+from ..store._core.cas import derive_append_meta
 from ..store.base import Commit, SessionStore
 from ..store.bridge import protocol_cas as atomic
 from ..store.bridge import protocol_search as searching

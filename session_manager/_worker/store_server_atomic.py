@@ -16,7 +16,7 @@ from typing import Any
 
 from .._wire.shape import build
 from ..errors import Conflict, not_found
-from ..store._cas import meta_version
+from ..store._core.cas import meta_version
 from ..store.base import Commit, SessionStore
 from ..store.bridge.protocol_cas import (
     CommitRequest,

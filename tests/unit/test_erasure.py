@@ -207,11 +207,11 @@ def test_sqlite_a_reader_on_an_old_snapshot_delays_the_wal_erasure_until_it_ends
         holds = _fs_holds(tmp_path)
         assert holds(marker.encode()), "with a reader on an old snapshot the WAL cannot be truncated yet"
         store: Any = sm.service.store
-        assert store.erase_pending
+        assert store.db.erase_pending
         reader.execute("COMMIT")
         reader.close()
-        store.checkpoint_erased(store._conn(), wait=True)  # what the follower's next beat runs
-        assert holds(marker.encode()) == [] and not store.erase_pending
+        store.db.checkpoint_erased(store.db.conn(), wait=True)  # what the follower's next beat runs
+        assert holds(marker.encode()) == [] and not store.db.erase_pending
     finally:
         sm.close()
 

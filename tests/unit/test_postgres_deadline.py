@@ -56,7 +56,7 @@ def answer(sm: session_manager.SessionManager, function_id: str, payload: dict[s
 
 def returned_connections(sm: session_manager.SessionManager) -> list[bool]:
     """Spy on the pool: for every connection handed back, whether it was closed by then."""
-    pool = sm.service.store._pool
+    pool = sm.service.store.db.pool
     seen: list[bool] = []
     real = pool.putconn
 

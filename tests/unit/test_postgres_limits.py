@@ -9,7 +9,7 @@ import pytest
 import session_manager
 from session_manager._wire import events as ev
 from session_manager.clock import ManualClock
-from session_manager.store.postgres.keys import ID_BYTES
+from session_manager.store.sql.keys import ID_BYTES
 from tests import pg_support
 from tests.pg_support import text
 

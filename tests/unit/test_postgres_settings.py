@@ -46,7 +46,7 @@ def _server_side(conn: Any) -> dict[str, str]:
 
 def _observed(store: Any) -> tuple[dict[str, str], dict[str, int], dict[str, str]]:
     """A pooled connection's libpq parameters, socket options and server settings."""
-    with store._conn() as conn:
+    with store.db.conn() as conn:
         if conn.info.host.startswith("/"):
             pytest.skip("SESSION_MANAGER_TEST_POSTGRES is a Unix socket: TCP options do not apply")
         return conn.info.get_parameters(), _sockopts(conn), _server_side(conn)
@@ -82,7 +82,7 @@ def test_every_connection_carries_keepalives_and_a_user_timeout(store_factory: A
     # The migration's and the listener's connections are opened from the same string.
     import psycopg
 
-    given = psycopg.conninfo.conninfo_to_dict(store._conninfo)
+    given = psycopg.conninfo.conninfo_to_dict(store.db.conninfo)
     assert {k: given.get(k) for k in KEEPALIVES} == KEEPALIVES
 
 
@@ -156,11 +156,11 @@ def test_a_dsn_s_own_server_options_are_kept_beside_the_adapter_s(store_factory:
 
     dsn = psycopg.conninfo.make_conninfo(pg_support.DSN, options="-c lock_timeout=1234 -c search_path=public")
     store = store_factory(dsn)
-    with store._conn() as conn:
+    with store.db.conn() as conn:
         assert conn.execute("SHOW lock_timeout").fetchone()[0] == "1234ms"
         assert conn.execute("SHOW search_path").fetchone()[0] == f'"{schema}"'
         assert conn.execute("SHOW statement_timeout").fetchone()[0] == "30s"
-    given = psycopg.conninfo.conninfo_to_dict(store._conninfo)  # the listener's and migration's too
+    given = psycopg.conninfo.conninfo_to_dict(store.db.conninfo)  # the listener's and migration's too
     assert str(given["options"]).startswith("-c lock_timeout=1234 -c search_path=public -c ")
     # What it writes lands in its schema: a store on the plain DSN and the same schema reads it back.
     store.commit("s_1", Commit(meta=meta("s_1")))

@@ -52,7 +52,7 @@ def test_calls_after_the_server_ended_idle_pooled_connections_all_succeed(schema
     try:
         sid = sm.call("session::create", {"title": "t"})["session_id"]
         warm(sm, sid, 6)
-        assert sm.service.store._pool.get_stats()["pool_available"] >= 3
+        assert sm.service.store.db.pool.get_stats()["pool_available"] >= 3
         seen: list[dict[str, Any]] = []
         sm.observe({"function_id": ev.ON_MESSAGE_ADDED}, seen.append)
         assert end_idle_pool_connections(schema) >= 3

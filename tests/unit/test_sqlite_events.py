@@ -81,7 +81,7 @@ def test_superseded_updates_coalesce_and_the_file_stays_bounded(tmp_path: Path) 
             text += f"token{i} "
             sm.update_message(sid, entry_id=entry, content=[{"type": "text", "text": text}])
             if i % 100 == 0:
-                rows = store._rows("SELECT count(*) FROM outbox WHERE function_id = 'session::on-message-updated'")
+                rows = store.db.rows("SELECT count(*) FROM outbox WHERE function_id = 'session::on-message-updated'")
                 most = max(most, rows[0][0])
         assert most == 1  # one row per entry: each update replaced the one before
         wait_for(lambda: any(e.get("revision") == 3000 for f, e in updates if f == "session::on-message-updated"),
@@ -107,15 +107,15 @@ def test_rows_are_pruned_and_a_dead_reader_pins_nothing(tmp_path: Path) -> None:
         a.subscribe(lambda events: None)
         b.subscribe(lambda events: None)
         # A reader that was killed: registered at position 0, silent since.
-        a._rows("INSERT INTO readers (instance, seq, seen_ms) VALUES ('dead', 0, ?)", (int(time.time() * 1000),))
-        a._conn().commit()
+        a.db.rows("INSERT INTO readers (instance, seq, seen_ms) VALUES ('dead', 0, ?)", (int(time.time() * 1000),))
+        a.db.conn().commit()
         sm = session_manager.open(store=SqliteStore(settings))
         sid = sm.create().session_id
         for i in range(20):
             sm.append(sid, message=user(str(i)))
-        assert a._rows("SELECT count(*) FROM outbox")[0][0] == 21
-        wait_for(lambda: a._rows("SELECT count(*) FROM outbox")[0][0] == 0, "every row pruned")
-        assert a._rows("SELECT instance FROM readers WHERE instance = 'dead'") == []
+        assert a.db.rows("SELECT count(*) FROM outbox")[0][0] == 21
+        wait_for(lambda: a.db.rows("SELECT count(*) FROM outbox")[0][0] == 0, "every row pruned")
+        assert a.db.rows("SELECT instance FROM readers WHERE instance = 'dead'") == []
         sm.close()
     finally:
         a.close()
@@ -131,7 +131,7 @@ def test_a_store_that_lost_its_place_resyncs(tmp_path: Path) -> None:
         gone = b.create().session_id
         wait_for(lambda: any(e["session_id"] == gone for _, e in seen), "the first creation")
         store: Any = a.service.store
-        store._rows("DELETE FROM readers WHERE instance = ?", (store.instance,))  # as a prune of a dead reader does
+        store.db.rows("DELETE FROM readers WHERE instance = ?", (store.db.instance,))  # as a prune of a dead one does
         b.call("session::delete", {"session_id": gone})
         sid = b.create().session_id
         b.append(sid, message=user("while away"), entry_id="away")
@@ -184,7 +184,7 @@ def test_a_process_stopped_past_the_retention_resyncs_on_waking(tmp_path: Path) 
         made = here.create(title="while away").session_id
         here.append(made, message=user("x"), entry_id="x")
         store: Any = here.service.store
-        wait_for(lambda: store._rows("SELECT count(*) FROM readers")[0][0] == 1, "the stopped reader pruned")
+        wait_for(lambda: store.db.rows("SELECT count(*) FROM readers")[0][0] == 1, "the stopped reader pruned")
         child.send_signal(signal.SIGCONT)
         out, _ = child.communicate(timeout=60)
         seen = [json.loads(line) for line in out.splitlines() if line.startswith("[")]

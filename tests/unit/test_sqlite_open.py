@@ -70,8 +70,8 @@ def test_durability_selects_synchronous(tmp_path: Path, durability: str, level: 
     # Prevents: fsync durability running synchronous=NORMAL (a power loss losing acknowledged commits).
     store = SqliteStore(SqliteSettings(path=str(tmp_path / "d.db"), durability=durability))  # type: ignore[arg-type]
     try:
-        assert store._conn().execute("PRAGMA synchronous").fetchone()[0] == level
-        assert store._conn().execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert store.db.conn().execute("PRAGMA synchronous").fetchone()[0] == level
+        assert store.db.conn().execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     finally:
         store.close()
 

@@ -65,7 +65,7 @@ def _tails(sm: session_manager.SessionManager, sid: str) -> list[list[str]]:
 def _walks(store: SqliteStore) -> list[str]:
     """Window reads that took the jump-pointer walk (the recursive query) instead of the range scan."""
     seen: list[str] = []
-    store._conn().set_trace_callback(lambda sql: seen.append(sql) if "WITH RECURSIVE" in sql else None)
+    store.db.conn().set_trace_callback(lambda sql: seen.append(sql) if "WITH RECURSIVE" in sql else None)
     return seen
 
 

@@ -95,7 +95,7 @@ def test_sigkill_at_random_instants_loses_nothing_acknowledged(tmp_path: Path) -
     assert len(path) - len(acked) <= 5
     with session_manager.open(uri) as sm:
         store: Any = sm.service.store
-        assert store._conn().execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        assert store.db.conn().execute("PRAGMA integrity_check").fetchone()[0] == "ok"
 
 
 def test_a_reader_process_sees_every_acknowledged_write(tmp_path: Path) -> None:

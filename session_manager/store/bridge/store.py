@@ -40,7 +40,7 @@ from ..._bus import Bus
 from ..._wire.models import AttachmentMeta as AttachmentMetaModel
 from ..._wire.models import SessionEntry, SessionMeta
 from ...errors import Conflict, NotFound, StoreError, Unavailable, Vanished
-from .._cas import UNSET, meta_version
+from .._core.cas import UNSET, meta_version
 from .._search_index import Matches
 from .._search_text import Query
 from .._settle import Deadlines, settle

@@ -1,18 +1,19 @@
 """The postgres storage adapter (optional extra ``postgres``: psycopg 3 + psycopg_pool).
 
-Modules: ``store`` (assembles :class:`PostgresStore` from ``core``,
-``transactions``, ``reads`` and ``writes``), ``settings`` (how to connect),
-``links`` (jump pointers of new entries), ``path`` (the lazily read active
-path), ``outbox`` (events across instances), ``schema`` (versioned
-migrations), ``keys`` and ``values`` (how ids and values are stored),
-``secrets`` (password redaction), ``build`` (from a configuration value),
+Modules: ``store`` (:class:`PostgresStore`, a facade over the parts
+below), ``core`` (the datastore every part is handed: pool, deadline,
+failure mapping), ``transactions``, ``reads``, ``writes``, ``optimistic``
+and ``plan`` (a mutation in one round trip through ``sm_apply``),
+``settings`` (how to connect) and ``defaults``, ``links`` (jump pointers of
+new entries), ``outbox`` (events across instances), ``schema`` (versioned
+migrations), ``secrets`` (password redaction), ``build`` (from a DSN),
 ``deadline`` (the watchdog behind ``timeout_ms``), ``in_doubt`` (settling a
-commit whose answer was lost), ``optimistic`` and ``plan`` (a mutation in one
-round trip through ``sm_apply``).
+commit whose answer was lost). What it shares with the sqlite adapter (ids
+and values as stored, the window path reader, the call runner) is in
+:mod:`..sql`.
 
-The two names are imported on first use, so the modules that need no
-psycopg (``keys``, ``values``, ``path``) serve the sqlite adapter without
-the extra installed.
+The two names are imported on first use, so ``defaults`` (which the
+worker's configuration model reads) needs no psycopg.
 """
 
 from __future__ import annotations

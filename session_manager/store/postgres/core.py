@@ -1,8 +1,9 @@
-"""What every part of the postgres adapter shares: the settings, the pool,
-the connection a mutation has bound to the calling thread, the deadline of
-the call in progress (every connection in use is armed with it, see
-:mod:`.deadline`), and the mapping of database failures to
-:class:`StoreError` (password masked)."""
+"""The postgres adapter's datastore, which every part of the store is handed
+(as eventsourcing hands its ``PostgresDatastore`` to its recorders): the
+settings, the pool, the connection a mutation has bound to the calling
+thread, the deadline of the call in progress (every connection in use is
+armed with it, see :mod:`.deadline`), and the mapping of database failures
+to :class:`StoreError` (password masked)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import threading
 import time
 import uuid
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,7 +21,6 @@ from psycopg import sql
 from psycopg_pool import ConnectionPool
 
 from ...errors import STORAGE, SessionError, StoreError, Unavailable
-from ..base import SessionStore
 from . import schema
 from .deadline import Armed, Watchdog
 from .secrets import redact, safe_dsn
@@ -50,28 +50,33 @@ class _Pool(ConnectionPool[psycopg.Connection[Any]]):
     """The pool, whose health check (:meth:`check`, run by the calling thread
     after a lost connection) answers within that thread's deadline too."""
 
-    def __init__(self, core: PgCore, conninfo: str, **kwargs: Any) -> None:
+    def __init__(self, core: PgDatastore, conninfo: str, **kwargs: Any) -> None:
         self._core = core
         super().__init__(conninfo, **kwargs)
 
     def check_connection(self, conn: psycopg.Connection[Any]) -> None:  # type: ignore[override]
-        armed = self._core.watchdog.arm(conn, self._core._deadline())
+        armed = self._core.watchdog.arm(conn, self._core.deadline_at())
         try:
             ConnectionPool.check_connection(conn)
         finally:
             self._core.watchdog.disarm(armed)
 
 
-class PgCore(SessionStore):
-    """The adapter's shared state and plumbing (its capabilities subclass it)."""
+def _no_guard() -> None:
+    return None
 
-    shared = True
+
+class PgDatastore:
+    """One schema of one database, and this instance's pool of connections to it."""
 
     def __init__(self, settings: PostgresSettings) -> None:
         self.settings = settings
         self.instance = uuid.uuid4().hex
-        self._local = _Local()
-        self._closed = False
+        self.local = _Local()
+        self.closed = False
+        # Run before every statement a part sends through conn() and rows(): the
+        # optimistic part turns a mutation it cannot serve into a transaction there.
+        self.guard: Callable[[], None] = _no_guard
         self.watchdog = Watchdog("session-manager-deadline")
         self._started: weakref.WeakKeyDictionary[psycopg.Connection[Any], Any] = weakref.WeakKeyDictionary()
         problem = schema.name_problem(settings.schema)
@@ -81,11 +86,11 @@ class PgCore(SessionStore):
             conninfo = settings.conninfo()
         except psycopg.Error as e:
             self.watchdog.close()
-            raise StoreError(self._say(f"cannot open the database {safe_dsn(settings.dsn)}: {e}")) from None
-        self._conninfo = conninfo
+            raise StoreError(self.say(f"cannot open the database {safe_dsn(settings.dsn)}: {e}")) from None
+        self.conninfo = conninfo
         if (conninfo, settings.schema) not in schema.CHECKED:  # once per process (see schema.CHECKED)
             self._migrate()
-        self._pool = _Pool(
+        self.pool = _Pool(
             self,
             conninfo,
             min_size=1,
@@ -97,29 +102,27 @@ class PgCore(SessionStore):
             name="session-manager",
             open=False,
         )
-        self._pool.open(wait=False)
-        from .outbox import Outbox  # the outbox needs a built store
+        self.pool.open(wait=False)
 
-        self.outbox = Outbox(self, settings.outbox_retention_s)
-
-    def _say(self, text: str) -> str:
+    def say(self, text: str) -> str:
+        """``text`` with the DSN's password masked."""
         return redact(text, self.settings.dsn)
 
     def _migrate(self) -> None:
         try:
-            with psycopg.connect(self._conninfo, autocommit=True) as conn:
-                armed = self.watchdog.arm(conn, self._deadline())  # a silent peer cannot hang the boot
+            with psycopg.connect(self.conninfo, autocommit=True) as conn:
+                armed = self.watchdog.arm(conn, self.deadline_at())  # a silent peer cannot hang the boot
                 try:
                     schema.migrate(conn, self.settings.schema)
                 finally:
                     self.watchdog.disarm(armed)
         except psycopg.Error as e:
             self.watchdog.close()
-            raise StoreError(self._say(f"cannot open the database {safe_dsn(self.settings.dsn)}: {e}")) from None
+            raise StoreError(self.say(f"cannot open the database {safe_dsn(self.settings.dsn)}: {e}")) from None
         except BaseException:
             self.watchdog.close()
             raise
-        schema.CHECKED.add((self._conninfo, self.settings.schema))
+        schema.CHECKED.add((self.conninfo, self.settings.schema))
 
     def _configure(self, conn: psycopg.Connection[Any]) -> None:
         # A new pooled connection: its backend's start time, which with its pid names
@@ -131,108 +134,112 @@ class PgCore(SessionStore):
         """When ``conn``'s backend started (``None`` if unknown)."""
         return self._started.get(conn)
 
-    def _fail(self, e: BaseException) -> StoreError:
-        armed = self._local.armed
+    def fail(self, e: BaseException) -> StoreError:
+        armed = self.local.armed
         if armed is not None and armed.fired:  # the watchdog ended the connection at the call's deadline
-            return self._late("no answer")
+            return self.late("no answer")
         # OperationalError: the server is unreachable, went away, or no
         # connection freed up in time (PoolTimeout): retrying may succeed.
         kind = Unavailable if isinstance(e, psycopg.OperationalError) else StoreError
-        return kind(self._say(f"postgres: {type(e).__name__}: {e}".strip()))
+        return kind(self.say(f"postgres: {type(e).__name__}: {e}".strip()))
 
-    def _late(self, what: str) -> Unavailable:
+    def late(self, what: str) -> Unavailable:
         return Unavailable(f"postgres: {what} within timeout_ms={self.settings.timeout_ms}"
                            " (the connection, if any, was discarded)")
 
     # -- the deadline --------------------------------------------------------------
 
-    def _deadline(self) -> float:
+    def deadline_at(self) -> float:
         """When the call in progress must have answered (a call of its own outside one)."""
-        deadline = self._local.deadline
+        deadline = self.local.deadline
         return deadline if deadline is not None else time.monotonic() + self.settings.timeout_ms / 1000
 
     @contextmanager
     def deadline(self) -> Iterator[None]:
         """Every exchange inside shares one deadline, ``timeout_ms`` from now (kept if already set)."""
-        if self._local.deadline is not None:
+        if self.local.deadline is not None:
             yield
             return
-        self._local.deadline = time.monotonic() + self.settings.timeout_ms / 1000
+        self.local.deadline = time.monotonic() + self.settings.timeout_ms / 1000
         try:
             yield
         finally:
-            self._local.deadline = None
-            self._local.window = None  # read for this call only
+            self.local.deadline = None
+            self.local.window = None  # read for this call only
 
-    def _getconn(self, deadline: float) -> psycopg.Connection[Any]:
+    def getconn(self, deadline: float) -> psycopg.Connection[Any]:
         """A pooled connection armed with ``deadline``; the wait for it counts against it too."""
-        self._local.armed = None
-        if self._closed:
+        self.local.armed = None
+        if self.closed:
             raise StoreError("postgres: the store is closed")
         left = deadline - time.monotonic()
         wait = min(self.settings.pool_timeout_ms / 1000, left)
         if wait <= 0:
-            raise self._late("no connection")
+            raise self.late("no connection")
         try:
-            conn = self._pool.getconn(timeout=wait)
+            conn = self.pool.getconn(timeout=wait)
         except psycopg.Error as e:
             if wait < self.settings.pool_timeout_ms / 1000 and time.monotonic() >= deadline:
-                raise self._late("no connection") from None
-            raise self._fail(e) from None
+                raise self.late("no connection") from None
+            raise self.fail(e) from None
         try:
-            self._local.armed = self.watchdog.arm(conn, deadline)
+            self.local.armed = self.watchdog.arm(conn, deadline)
         except psycopg.Error as e:
-            self._pool.putconn(conn)  # closed already: the pool discards it
-            raise self._fail(e) from None
+            self.pool.putconn(conn)  # closed already: the pool discards it
+            raise self.fail(e) from None
         return conn
 
-    def _putconn(self, conn: psycopg.Connection[Any]) -> None:
+    def putconn(self, conn: psycopg.Connection[Any]) -> None:
         """Back to the pool, unless the deadline ended it (then it is closed and discarded)."""
-        armed = self._local.armed
+        armed = self.local.armed
         if armed is not None and self.watchdog.disarm(armed):
             conn.close()
-        self._pool.putconn(conn)  # a broken or closed connection is discarded by the pool
+        self.pool.putconn(conn)  # a broken or closed connection is discarded by the pool
 
     # -- running statements ---------------------------------------------------------
 
     @contextmanager
-    def _conn(self) -> Iterator[psycopg.Connection[Any]]:
+    def conn(self) -> Iterator[psycopg.Connection[Any]]:
         """The mutation's connection on this thread, else a pooled autocommit one."""
-        tx = self._local.tx
+        self.guard()
+        tx = self.local.tx
         if tx is not None:
             try:
                 yield tx.conn
             except psycopg.Error as e:
-                raise self._fail(e) from None
+                raise self.fail(e) from None
             return
-        conn = self._getconn(self._deadline())
+        conn = self.getconn(self.deadline_at())
         try:
             yield conn
         except psycopg.Error as e:
-            raise self._fail(e) from None
+            raise self.fail(e) from None
         finally:
-            self._putconn(conn)
+            self.putconn(conn)
 
-    def _rows(self, query: str | sql.Composed, params: Any = None) -> list[tuple[Any, ...]]:
-        if self._local.tx is not None or self._closed:
-            with self._conn() as conn:
+    def rows(self, query: str | sql.Composed, params: Any = None) -> list[tuple[Any, ...]]:
+        """A statement's rows: in the mutation's transaction, else on a pooled connection
+        (a read that found its idle connection lost runs again on a live one)."""
+        self.guard()
+        if self.local.tx is not None or self.closed:
+            with self.conn() as conn:
                 return conn.execute(query, params).fetchall()
-        deadline = self._deadline()
+        deadline = self.deadline_at()
         for attempt in (1, 2):
-            conn = self._getconn(deadline)
+            conn = self.getconn(deadline)
             try:
                 return conn.execute(query, params).fetchall()
             except psycopg.Error as e:
-                failure = self._fail(e)
+                failure = self.fail(e)
             finally:
-                self._putconn(conn)
-            armed = self._local.armed
-            if attempt == 1 and not (armed is not None and armed.fired) and self._stale(conn):
+                self.putconn(conn)
+            armed = self.local.armed
+            if attempt == 1 and not (armed is not None and armed.fired) and self.stale(conn):
                 continue  # a read: run it again on a live connection
             raise failure
         raise AssertionError("unreachable")
 
-    def _stale(self, conn: psycopg.Connection[Any]) -> bool:
+    def stale(self, conn: psycopg.Connection[Any]) -> bool:
         """Whether a statement failed because ``conn`` was lost (the server ended
         it, or it went away, while it sat idle in the pool). Then every idle
         connection is checked (within the call's deadline), so the pool drops
@@ -241,17 +248,18 @@ class PgCore(SessionStore):
         on the dead ones."""
         if not conn.broken:
             return False
-        self._pool.check()
+        self.pool.check()
         return True
 
     def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        self.outbox.close()
-        self._pool.close(timeout=5.0)
+        """Refuse new connections (the store stops its outbox next, then :meth:`release`)."""
+        self.closed = True
+
+    def release(self) -> None:
+        """Close the pool and the watchdog."""
+        self.pool.close(timeout=5.0)
         self.watchdog.close()
 
     def storage_error(self, e: BaseException) -> SessionError:
         """A lazy read's failure, as callers see it (it happens outside the service's mapping)."""
-        return SessionError(STORAGE, str(self._fail(e)) if isinstance(e, psycopg.Error) else str(e))
+        return SessionError(STORAGE, str(self.fail(e)) if isinstance(e, psycopg.Error) else str(e))

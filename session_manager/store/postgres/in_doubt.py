@@ -29,7 +29,7 @@ import psycopg
 from ...errors import StoreError, Unavailable
 
 if TYPE_CHECKING:
-    from .core import PgCore, Tx
+    from .core import PgDatastore, Tx
 
 __all__ = ["SETTLE_MIN_S", "settle", "settle_apply"]
 
@@ -52,22 +52,22 @@ _END_OLD_STATEMENT = ("SELECT pg_terminate_backend(pid, 1000) FROM pg_stat_activ
 _LANDED = "SELECT EXISTS (SELECT 1 FROM outbox WHERE instance = %(instance)s AND payload = %(payload)s)"
 
 
-def settle(store: PgCore, tx: Tx, failure: StoreError) -> bool:
+def settle(db: PgDatastore, tx: Tx, failure: StoreError) -> bool:
     """Whether ``tx`` (its COMMIT sent, its answer lost) committed; raises
     :class:`Unavailable` when the database cannot tell before the deadline."""
     assert tx.xid is not None
-    until = _until(store)
+    until = _until(db)
     params = {"pid": tx.pid, "xid32": str(tx.xid % 2**32), "xid": tx.xid}
     while True:
         status: str | None = "unknown"
         try:
-            conn = store._getconn(until)
+            conn = db.getconn(until)
             try:
                 conn.execute(_END_OLD, params)
                 row = conn.execute(_STATUS, params).fetchone()
                 status = row[0] if row else None
             finally:
-                store._putconn(conn)
+                db.putconn(conn)
         except (psycopg.Error, StoreError):
             pass  # unreachable yet: try again until the deadline
         if status == "committed":
@@ -80,8 +80,8 @@ def settle(store: PgCore, tx: Tx, failure: StoreError) -> bool:
         time.sleep(_POLL_S)
 
 
-def _until(store: PgCore) -> float:
-    return max(store._deadline(), time.monotonic() + min(SETTLE_MIN_S, store.settings.timeout_ms / 1000))
+def _until(db: PgDatastore) -> float:
+    return max(db.deadline_at(), time.monotonic() + min(SETTLE_MIN_S, db.settings.timeout_ms / 1000))
 
 
 def _in_doubt(failure: StoreError) -> Unavailable:
@@ -89,23 +89,23 @@ def _in_doubt(failure: StoreError) -> Unavailable:
                        " answer before the deadline): it may have landed")
 
 
-def settle_apply(store: PgCore, pid: int, started: Any, payload: str, failure: StoreError) -> bool:
+def settle_apply(db: PgDatastore, pid: int, started: Any, payload: str, failure: StoreError) -> bool:
     """Whether an ``sm_apply`` (one autocommit statement, whose first event's
     payload is ``payload``) whose answer was lost committed; raises
     :class:`Unavailable` when the database cannot tell before the deadline."""
-    until = _until(store)
+    until = _until(db)
     old = {"pid": pid, "started": started}
     while True:
         row: tuple[Any, ...] | None = None
         try:
-            conn = store._getconn(until)
+            conn = db.getconn(until)
             try:
                 state = conn.execute(_OLD_STATE, old).fetchone()
                 if state is None or state[0] != "active":
                     conn.execute(_END_OLD_STATEMENT, old)
-                    row = conn.execute(_LANDED, {"instance": store.instance, "payload": payload}).fetchone()
+                    row = conn.execute(_LANDED, {"instance": db.instance, "payload": payload}).fetchone()
             finally:
-                store._putconn(conn)
+                db.putconn(conn)
             if row is not None:
                 return bool(row[0])
         except (psycopg.Error, StoreError):

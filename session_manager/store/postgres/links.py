@@ -1,6 +1,6 @@
 """Where a new entry sits in its session's tree: its depth and skew-binary
 jump pointer (Myers' random-access lists), which let the path reader
-(:mod:`.path`) find any ancestor in O(log depth) probes.
+(:mod:`..sql.path`) find any ancestor in O(log depth) probes.
 
 Both write paths now link entries server-side, inside ``sm_apply``
 (:mod:`.schema`, migration 2), by this same rule; :func:`link` stays the
@@ -14,7 +14,7 @@ from typing import Any
 import psycopg
 
 from ..base import Entry
-from .keys import key, key_or_none
+from ..sql.keys import key, key_or_none
 
 
 def link(conn: psycopg.Connection[Any], session_id: str, entries: list[Entry]) -> dict[str, tuple[Any, ...]]:

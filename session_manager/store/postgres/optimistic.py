@@ -1,6 +1,6 @@
 """One round trip per mutation in the common case: optimistic commits.
 
-The transactional path (:mod:`.transactions`) takes a connection, ``BEGIN``,
+The transactional path (:mod:`.transactions`, with the call runner) takes a connection, ``BEGIN``,
 the session's advisory lock, reads the meta and leaf, writes, records the
 events and commits: about seven round trips per append. Here a call runs
 first *optimistically*: the mutation's reads are served from what this
@@ -41,17 +41,20 @@ from typing import Any, TypeVar
 import psycopg
 
 from ..._wire.events import Event
-from .._cas import resolve
-from .._records import loads
+from .._core.cas import resolve
+from .._core.codec import loads
 from ..base import Commit, Entry, Meta
+from ..sql.keys import check_id, key, key_or_none, unkey
+from ..sql.transactions import CallRunner
+from ..sql.values import json_text
+from .core import PgDatastore, Tx
 from .in_doubt import settle_apply
-from .keys import check_id, key, key_or_none, unkey
-from .outbox import NOTIFY_BATCH
+from .outbox import NOTIFY_BATCH, Outbox
 from .plan import Known, Plan, apply_params
-from .reads import Reads
+from .reads import PgReads
 from .schema import APPLY
-from .values import json_text
-from .writes import Writes
+from .transactions import PgTransactions
+from .writes import PgWrites
 
 __all__ = ["CONFLICT", "Fallback", "Known", "Optimistic"]
 
@@ -79,11 +82,14 @@ class _Local(threading.local):
     fresh: bool = False  # a retry after a conflict: entries are read, not assumed absent
 
 
-class Optimistic(Writes, Reads):
-    """The transactional store, with its calls tried optimistically first."""
+class Optimistic:
+    """The store's calls, tried optimistically first, over its transactional parts."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(self, db: PgDatastore, txs: PgTransactions, calls: CallRunner[Tx], reads: PgReads,
+                 writes: PgWrites, outbox: Outbox) -> None:
+        self.db, self.txs, self.calls = db, txs, calls
+        self.reads, self.writes, self.outbox = reads, writes, outbox
+        db.guard = self._guard  # a statement the plan cannot serve upgrades it to a transaction
         self._opt = _Local()
         self._known: OrderedDict[str, Known] = OrderedDict()
         self._known_lock = threading.Lock()
@@ -92,9 +98,10 @@ class Optimistic(Writes, Reads):
     # -- the call -----------------------------------------------------------------------
 
     def run_call(self, call: Callable[[], tuple[R, list[Event]]]) -> tuple[R, list[Event]]:
-        if self._local.deferring or self._local.tx is not None:
-            return super().run_call(call)
-        with self.deadline():
+        local = self.db.local
+        if local.deferring or local.tx is not None:
+            return self.calls.run_call(call)
+        with self.db.deadline():
             try:
                 for attempt in (1, 2):
                     self._opt.fresh = attempt == 2
@@ -106,26 +113,27 @@ class Optimistic(Writes, Reads):
                         break
             finally:
                 self._opt.fresh = False
-            return super().run_call(call)
+            return self.calls.run_call(call)
 
     def _run_optimistic(self, call: Callable[[], tuple[R, list[Event]]]) -> tuple[R, list[Event]]:
         self._opt.optimistic = True
+        local = self.db.local
         try:
             response, events = call()
         except BaseException as e:
             plan = self._opt.plan
-            self._local.deferring = False
-            tx = self._local.tx
+            local.deferring = False
+            tx = local.tx
             if tx is not None:  # upgraded mid-call
-                self._end(tx, commit=False)
+                self.txs.end(tx, commit=False)
             if isinstance(e, Exception) and tx is None and plan is not None and plan.cached:
                 raise Fallback from None  # decided on remembered state: only the database may say no
             raise
         finally:
             plan, self._opt.plan, self._opt.optimistic = self._opt.plan, None, False
-        if self._local.tx is not None:  # upgraded to a transaction mid-call
-            self._local.deferring = False
-            return self._finish(response, events)
+        if local.tx is not None:  # upgraded to a transaction mid-call
+            local.deferring = False
+            return self.calls.finish(response, events)
         if plan is None:
             return response, events
         if plan.commit is None:
@@ -139,10 +147,10 @@ class Optimistic(Writes, Reads):
                 self._upgrade()
             finally:
                 self._opt.plan = None
-            self._local.deferring = False
-            return self._finish(response, events)
+            local.deferring = False
+            return self.calls.finish(response, events)
         self._apply(plan, events)
-        self.outbox.committed(events)
+        self.outbox.committed(None, events)
         return response, events
 
     def _upgrade(self) -> None:
@@ -153,21 +161,21 @@ class Optimistic(Writes, Reads):
         path read inside a mutation: served without running the call again.)"""
         plan = self._opt.plan
         assert plan is not None
-        tx = self._begin((plan.session_id,))
+        tx = self.txs.begin((plan.session_id,))
         try:
             holds = self._holds(tx.conn, plan)
             if holds and plan.commit is not None:
-                self._encode_and_write(tx.conn, plan.session_id, plan.commit)
+                self.writes.encode_and_write(tx.conn, plan.session_id, plan.commit)
         except BaseException:
-            self._end(tx, commit=False)
+            self.txs.end(tx, commit=False)
             raise
         if not holds:
-            self._end(tx, commit=False)
+            self.txs.end(tx, commit=False)
             self.forget(plan.session_id)
             raise Fallback
         self.forget(plan.session_id)
         self._opt.optimistic, self._opt.plan = False, None
-        self._local.tx, self._local.deferring = tx, True
+        self.db.local.tx, self.db.local.deferring = tx, True
 
     def _holds(self, conn: psycopg.Connection[Any], plan: Plan) -> bool:
         """Whether the database still has what ``plan`` read (under the session's lock)."""
@@ -190,6 +198,7 @@ class Optimistic(Writes, Reads):
 
     @contextmanager
     def mutation(self, session_ids: Collection[str]) -> Iterator[None]:
+        """A mutation: planned (nothing sent yet) in an optimistic call, else a transaction."""
         if (self._opt.optimistic and self._opt.plan is None and len(set(session_ids)) == 1
                 and not self._is_contended(next(iter(session_ids)))):
             self._opt.plan = Plan(next(iter(session_ids)))
@@ -197,7 +206,7 @@ class Optimistic(Writes, Reads):
             return
         if self._opt.optimistic:  # a second mutation in the call, or several sessions at once
             self._upgrade_or_begin()
-        with super().mutation(session_ids):
+        with self.txs.mutation(session_ids):
             yield
 
     def _is_contended(self, session_id: str) -> bool:
@@ -218,7 +227,7 @@ class Optimistic(Writes, Reads):
             self._upgrade()
         else:  # nothing optimistic yet: the transactional path from here, committed with the events
             self._opt.optimistic = False
-            self._local.deferring = True
+            self.db.local.deferring = True
 
     # -- the plan's reads -----------------------------------------------------------------
 
@@ -239,16 +248,6 @@ class Optimistic(Writes, Reads):
         if self._opt.optimistic and self._opt.plan is not None and not self._opt.reading:
             self._upgrade()  # anything else the plan cannot serve: a transaction from here
 
-    def _rows(self, query: Any, params: Any = None) -> list[tuple[Any, ...]]:
-        self._guard()
-        return super()._rows(query, params)
-
-    @contextmanager
-    def _conn(self) -> Iterator[psycopg.Connection[Any]]:
-        self._guard()
-        with super()._conn() as conn:
-            yield conn
-
     def _state(self, plan: Plan) -> Known | None:
         """The session as the plan decides on it (remembered, else read once)."""
         if plan.check == 0:
@@ -264,27 +263,25 @@ class Optimistic(Writes, Reads):
     def get_meta(self, session_id: str) -> Meta | None:
         plan = self._plan(session_id)
         if plan is None:
-            return super().get_meta(session_id)
+            return self.reads.get_meta(session_id)
         known = self._state(plan)
         return known.meta if known is not None else None
 
     def get_leaf(self, session_id: str) -> str | None:
         plan = self._plan(session_id)
         if plan is None:
-            return super().get_leaf(session_id)
+            return self.reads.get_leaf(session_id)
         known = self._state(plan)
         return known.leaf if known is not None else None
 
     def meta_and_leaf_to_commit(self, session_id: str) -> tuple[Meta | None, str | None]:
+        # Two reads a plan serves (the store's meta_and_entry_to_commit is the default's, over these).
         return self.get_meta(session_id), self.get_leaf(session_id)
-
-    def meta_and_entry_to_commit(self, session_id: str, entry_id: str) -> tuple[Meta | None, Entry | None]:
-        return self.get_meta(session_id), self.get_entry(session_id, entry_id)
 
     def get_entry(self, session_id: str, entry_id: str) -> Entry | None:
         plan = self._plan(session_id)
         if plan is None:
-            return super().get_entry(session_id, entry_id)
+            return self.reads.get_entry(session_id, entry_id)
         return self._entry(plan, entry_id, assume_absent=False)
 
     def _entry(self, plan: Plan, entry_id: str, *, assume_absent: bool) -> Entry | None:
@@ -305,7 +302,7 @@ class Optimistic(Writes, Reads):
             return None
         self._opt.reading = True
         try:
-            rows = super()._rows("SELECT body FROM entries WHERE session_id = %s AND entry_id = %s",
+            rows = self.db.rows("SELECT body FROM entries WHERE session_id = %s AND entry_id = %s",
                                  (key(plan.session_id), key(entry_id)))
         finally:
             self._opt.reading = False
@@ -336,7 +333,7 @@ class Optimistic(Writes, Reads):
     def _read_known(self, session_id: str) -> Known | None:
         self._opt.reading = True
         try:
-            rows = super()._rows("SELECT meta, leaf FROM sessions WHERE session_id = %s AND meta IS NOT NULL",
+            rows = self.db.rows("SELECT meta, leaf FROM sessions WHERE session_id = %s AND meta IS NOT NULL",
                                  (key(session_id),))
         finally:
             self._opt.reading = False
@@ -350,13 +347,13 @@ class Optimistic(Writes, Reads):
     # -- the commit ------------------------------------------------------------------------
 
     def commit(self, session_id: str, commit: Commit) -> Commit:
-        plan = self._plan(session_id) if self._local.tx is None else None
+        plan = self._plan(session_id) if self.db.local.tx is None else None
         if plan is None:
             self.forget(session_id)  # written on the transactional path: re-read next time
-            return super().commit(session_id, commit)
+            return self.writes.commit(session_id, commit)
         if plan.commit is not None:  # two commits in one call: one transaction writes both
             self._upgrade()
-            return super().commit(session_id, commit)
+            return self.writes.commit(session_id, commit)
         if plan.check == 0 and commit.expect_meta is None and not commit.append:
             plan.check = 2  # a new session: sm_apply checks none exists
             meta, leaf = None, None
@@ -374,37 +371,38 @@ class Optimistic(Writes, Reads):
 
     def delete_session(self, session_id: str) -> bool:
         self.forget(session_id)
-        return super().delete_session(session_id)
+        return self.writes.delete_session(session_id)
 
     def _apply(self, plan: Plan, events: list[Event]) -> None:
         """Send the plan and its events: one statement, one round trip."""
         commit = plan.commit
         assert commit is not None
-        params = apply_params(plan.session_id, commit, plan.bodies, plan.meta_text, instance=self.instance,
-                              schema=self.settings.schema, events=events, plan=plan)
-        conn = self._getconn(self._deadline())
-        pid, started = conn.info.backend_pid, self.started_at(conn)
+        db = self.db
+        params = apply_params(plan.session_id, commit, plan.bodies, plan.meta_text, instance=db.instance,
+                              schema=db.settings.schema, events=events, plan=plan)
+        conn = db.getconn(db.deadline_at())
+        pid, started = conn.info.backend_pid, db.started_at(conn)
         try:
             conn.execute(APPLY, params)
         except psycopg.Error as e:
-            failure = self._fail(e)
+            failure = db.fail(e)
             lost = conn.broken or conn.closed
-            self._putconn(conn)
+            db.putconn(conn)
             if e.sqlstate == CONFLICT:
                 self.forget(plan.session_id)
                 self._contend(plan.session_id)
                 raise _Conflicted from None
             self.forget(plan.session_id)
             if not lost or started is None:
-                raise self.storage_error(failure) from None
-            if not settle_apply(self, pid, started, params["payloads"][0], failure):
-                armed = self._local.armed
+                raise db.storage_error(failure) from None
+            if not settle_apply(db, pid, started, params["payloads"][0], failure):
+                armed = db.local.armed
                 if armed is not None and armed.fired:
-                    raise self.storage_error(failure) from None  # the deadline: no time to apply it again
-                self._stale(conn)
+                    raise db.storage_error(failure) from None  # the deadline: no time to apply it again
+                db.stale(conn)
                 raise Fallback from None  # it did not land (a connection lost while idle): apply it again
         else:
-            self._putconn(conn)
+            db.putconn(conn)
         self._learn(plan)
 
     def _learn(self, plan: Plan) -> None:

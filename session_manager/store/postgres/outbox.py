@@ -42,14 +42,18 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 from psycopg import sql
 
-from ..._wire.events import EVENT_FUNCTIONS, ON_CREATED, ON_DELETED, ON_META_UPDATED, Event
-from .._known import KnownSessions
-from .._records import _line as encode_json
-from .._records import loads
+from ..._wire.events import EVENT_FUNCTIONS, Event
+from .._core.codec import encode_line as encode_json
+from .._core.codec import loads
 from ..base import EventSink
+from ..sql.outbox import Subscribers
 
 if TYPE_CHECKING:
-    from .core import PgCore
+    from .._core.known import KnownSessions
+    from .._core.resync import StateSource
+    from .core import PgDatastore, Tx
+
+__all__ = ["NOTIFY_BATCH", "Outbox", "channel_of"]
 
 log = logging.getLogger("session_manager.store.postgres.outbox")
 
@@ -58,10 +62,6 @@ REPLAY_SLACK = 1000  # ids below the high-water mark replayed after a reconnect
 SEEN_MAX = 100_000
 PRUNE_EVERY_S = 60.0
 POLL_S = 0.5
-# Fetched even when unobserved (rare next to appends): they keep the record of
-# known sessions, so a resync can announce the deletions it missed to
-# whoever observes session::on-deleted by then.
-TRACKED = frozenset({ON_CREATED, ON_DELETED, ON_META_UPDATED})
 
 
 def channel_of(schema: str) -> str:
@@ -72,24 +72,29 @@ def channel_of(schema: str) -> str:
 class Outbox:
     """One instance's side of the outbox: record its events, listen for the others'."""
 
-    def __init__(self, store: PgCore, retention_s: float) -> None:
-        self._store = store
+    def __init__(self, db: PgDatastore, retention_s: float, state: StateSource) -> None:
+        self._db = db
+        self._state = state  # what a resync lists (the store's reads)
         self._retention_s = retention_s
-        self._channel = channel_of(store.settings.schema)
-        self._sinks: list[tuple[EventSink, Callable[[str], bool] | None]] = []
-        self._lock = threading.Lock()
+        self._channel = channel_of(db.settings.schema)
+        self.subscribers = Subscribers()
         self._seen: OrderedDict[int, None] = OrderedDict()
         self._high = -1  # highest id delivered or skipped; -1 until the first connect
         self._stop = threading.Event()
         self._listening = threading.Event()
         self._thread: threading.Thread | None = None
         self._last_prune = 0.0
-        self.known = KnownSessions()  # what this instance's observers were told exists
+
+    @property
+    def known(self) -> KnownSessions:
+        """What this instance's observers were told exists."""
+        return self.subscribers.known
 
     # -- the writing side (inside the mutation's transaction) -----------------
 
-    def record(self, conn: psycopg.Connection[Any], events: list[Event]) -> None:
+    def record(self, tx: Tx, events: list[Event]) -> None:
         """Insert the events' rows and notify their ids: one statement per batch."""
+        conn = tx.conn
         for at in range(0, len(events), NOTIFY_BATCH):
             batch = events[at : at + NOTIFY_BATCH]
             # The payload "<instance>|<id>:<n>,...": listeners skip their own
@@ -101,7 +106,7 @@ class Outbox:
                 " SELECT pg_notify(%(channel)s, %(instance)s || '|' || string_agg("
                 "id::text || ':' || array_position(%(all)s::text[], function_id)::text, ',' ORDER BY id)) FROM ins",
                 {
-                    "instance": self._store.instance,
+                    "instance": self._db.instance,
                     "fids": [e.function_id for e in batch],
                     "payloads": [encode_json(e.payload).decode("utf-8") for e in batch],
                     "channel": self._channel,
@@ -109,7 +114,7 @@ class Outbox:
                 },
             )
 
-    def committed(self, events: list[Event]) -> None:
+    def committed(self, tx: Tx | None, events: list[Event], token: object = None) -> None:
         """This instance's own events, once committed (it delivers them itself,
         so the listener never sees them): the record of known sessions follows."""
         if self._thread is not None:
@@ -118,22 +123,15 @@ class Outbox:
     # -- the reading side -----------------------------------------------------------
 
     def subscribe(self, sink: EventSink, wants: Callable[[str], bool] | None = None) -> Callable[[], None]:
-        entry = (sink, wants)
-        with self._lock:
-            self._sinks.append(entry)
+        with self.subscribers.lock:
+            entry = self.subscribers.add(sink, wants)
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="session-manager-outbox", daemon=True)
                 self._thread.start()
         # Events committed after subscribe returns reach the sink (bounded wait:
         # an unreachable server leaves the listener retrying in the background).
-        self._listening.wait(timeout=self._store.settings.connect_timeout_ms / 1000 + 1)
-
-        def unsubscribe() -> None:
-            with self._lock:
-                if entry in self._sinks:
-                    self._sinks.remove(entry)
-
-        return unsubscribe
+        self._listening.wait(timeout=self._db.settings.connect_timeout_ms / 1000 + 1)
+        return lambda: self.subscribers.drop(entry)
 
     @property
     def listening(self) -> bool:
@@ -148,7 +146,7 @@ class Outbox:
             return
         if self._listening.is_set():
             try:
-                with psycopg.connect(self._store._conninfo, autocommit=True) as conn:
+                with psycopg.connect(self._db.conninfo, autocommit=True) as conn:
                     conn.execute("SELECT pg_notify(%s, '')", (self._channel,))
             except psycopg.Error:
                 pass  # the listener still stops at its next poll
@@ -163,8 +161,8 @@ class Outbox:
         contact: float | None = None
         while not self._stop.is_set():
             try:
-                with psycopg.connect(self._store._conninfo, autocommit=True) as listen, \
-                        psycopg.connect(self._store._conninfo, autocommit=True) as fetch:
+                with psycopg.connect(self._db.conninfo, autocommit=True) as listen, \
+                        psycopg.connect(self._db.conninfo, autocommit=True) as fetch:
                     listen.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self._channel)))
                     self._catch_up(fetch, None if contact is None else time.monotonic() - contact)
                     contact = time.monotonic()
@@ -183,7 +181,7 @@ class Outbox:
                             contact = time.monotonic()
             except psycopg.Error as e:
                 self._listening.clear()
-                log.warning("%s", self._store._say(f"event listener disconnected ({e}); reconnecting"))
+                log.warning("%s", self._db.say(f"event listener disconnected ({e}); reconnecting"))
             except Exception:
                 self._listening.clear()
                 log.exception("event listener failed; restarting it")
@@ -221,16 +219,15 @@ class Outbox:
     def _wanted(self, payload: str) -> list[int]:
         """The notified ids worth fetching: another instance's, of an observed (or tracked) function."""
         instance, _, items = payload.partition("|")
-        if instance == self._store.instance or not items:
+        if instance == self._db.instance or not items:
             return []
-        with self._lock:
-            wants = [w for _, w in self._sinks]
+        wants = self.subscribers.filters()
         out: list[int] = []
         for item in items.split(","):
             oid, _, n = item.partition(":")
             index = int(n) - 1 if n.isdigit() else -1
             fid = EVENT_FUNCTIONS[index] if 0 <= index < len(EVENT_FUNCTIONS) else None
-            if fid is None or fid in TRACKED or any(w is None or w(fid) for w in wants):
+            if fid is None or self.subscribers.wanted(fid, wants):
                 out.append(int(oid))
         return out
 
@@ -247,34 +244,21 @@ class Outbox:
                 continue
             self._mark_seen(oid)
             self._high = max(self._high, oid)
-            if instance != self._store.instance:
+            if instance != self._db.instance:
                 events.append(Event(function_id, loads(payload.encode("utf-8"))))
         if events:
-            self._publish(events)
+            self.subscribers.publish(events)
 
     def _mark_seen(self, oid: int) -> None:
         self._seen[oid] = None
         if len(self._seen) > SEEN_MAX:
             self._seen.popitem(last=False)
 
-    def _publish(self, events: list[Event]) -> None:
-        self.known.note(events)
-        with self._lock:
-            sinks = [sink for sink, _ in self._sinks]
-        for sink in sinks:
-            try:
-                sink(events)
-            except Exception:
-                log.exception("an event subscriber failed; delivery goes on")
-
     def _resync(self) -> None:
-        from ..._worker.runtime import resync_batches  # the one definition of "state as events"
-
         log.warning("event listener was away longer than the outbox retention; resyncing")
         # Known sessions taken before the resync lists the store (see KnownSessions.snapshot).
         known = self.known.snapshot()
-        for batch in resync_batches(self._store, known, int(time.time() * 1000)):  # one session at a time
-            self._publish(batch)
+        self.subscribers.resync(self._state, known, int(time.time() * 1000))  # one session at a time
 
     def _maybe_prune(self, fetch: psycopg.Connection[Any]) -> bool:
         """Prune when due; True if it did (the server answered)."""

@@ -12,11 +12,11 @@ from typing import Any
 from psycopg.types.json import Jsonb
 
 from ..._wire.events import EVENT_FUNCTIONS, Event
-from .._records import _line as encode_json
+from .._core.codec import encode_line as encode_json
 from ..base import Commit, Entry, Meta
-from .keys import key, key_or_none
+from ..sql.keys import key, key_or_none
+from ..sql.values import sanitize
 from .outbox import channel_of
-from .values import sanitize
 
 __all__ = ["Known", "Plan", "apply_params"]
 

@@ -10,12 +10,15 @@ from typing import Any
 
 from psycopg.types.json import Jsonb
 
-from .._records import loads
+from .._core.codec import loads
 from ..base import AttachmentMeta, Entry, Meta
 from ..path import EntryPath
-from .core import PgCore
-from .keys import key, unkey
-from .values import sanitize
+from ..sql.keys import key, unkey
+from ..sql.path import PATH_WINDOW, WindowPath
+from ..sql.values import sanitize
+from .core import PgDatastore
+
+__all__ = ["PgReads"]
 
 LIST_BATCH = 200
 
@@ -62,21 +65,26 @@ WHERE w.depth <= %(b)s
 """
 
 
-class Reads(PgCore):
+class PgReads:
+    """The queries, in the mutation's transaction or on a pooled connection."""
+
+    def __init__(self, db: PgDatastore) -> None:
+        self.db = db
+
     def _seen(self, session_id: str) -> tuple[str | None, str | None] | None:
         """The session's meta text and leaf as the mutation's transaction read them at BEGIN."""
-        tx = self._local.tx
+        tx = self.db.local.tx
         return tx.seen.get(session_id) if tx is not None else None
 
     def get_meta(self, session_id: str) -> Meta | None:
         seen = self._seen(session_id)
         if seen is not None:
             return loads(seen[0].encode("utf-8")) if seen[0] is not None else None
-        rows = self._rows("SELECT meta FROM sessions WHERE session_id = %s AND meta IS NOT NULL", (key(session_id),))
+        rows = self.db.rows("SELECT meta FROM sessions WHERE session_id = %s AND meta IS NOT NULL", (key(session_id),))
         return loads(rows[0][0].encode("utf-8")) if rows else None
 
     def list_metas(self) -> list[Meta]:
-        rows = self._rows("SELECT meta FROM sessions WHERE meta IS NOT NULL")
+        rows = self.db.rows("SELECT meta FROM sessions WHERE meta IS NOT NULL")
         return [loads(r[0].encode("utf-8")) for r in rows]
 
     def ordered_metas(
@@ -103,7 +111,7 @@ class Reads(PgCore):
                 query += f" AND ({column}, session_id) {cmp} (%s, %s)"
                 args += [cursor[0], cursor[1]]  # the stored key, as the row gave it
             query += f" ORDER BY {column} {direction}, session_id {direction} LIMIT {LIST_BATCH}"
-            rows = self._rows(query, args)
+            rows = self.db.rows(query, args)
             for text, sort_key, sid in rows:
                 yield loads(text.encode("utf-8"))
                 cursor = (sort_key, sid)
@@ -113,18 +121,14 @@ class Reads(PgCore):
     def meta_and_leaf(self, session_id: str) -> tuple[Meta | None, str | None]:
         """Both in one read, with the active path's last window kept for this call's
         :meth:`path` of that leaf (a messages-tail page: one round trip)."""
-        from .path import PATH_WINDOW
-
-        rows = self._rows(_META_AND_TAIL, {"s": key(session_id), "window": PATH_WINDOW})
+        rows = self.db.rows(_META_AND_TAIL, {"s": key(session_id), "window": PATH_WINDOW})
         entries = [(unkey(eid), depth, body) for kind, body, eid, depth in rows if kind == 1]
         return self._keep_window(session_id, rows, entries[0][1] if entries else None, entries)
 
     def meta_and_leaf_from_root(self, session_id: str) -> tuple[Meta | None, str | None]:
         """Both in one read, with the active path's first window kept for this call's
         :meth:`path` of that leaf (a messages page from the root: one round trip)."""
-        from .path import PATH_WINDOW
-
-        rows = self._rows(_META_AND_HEAD, {"s": key(session_id), "b": PATH_WINDOW - 1})
+        rows = self.db.rows(_META_AND_HEAD, {"s": key(session_id), "b": PATH_WINDOW - 1})
         entries = [(unkey(eid), depth, body) for kind, body, eid, depth in rows if kind == 1]
         top = next((depth for kind, _, _, depth in rows if kind == 0), None)
         return self._keep_window(session_id, rows, top, entries)
@@ -138,13 +142,14 @@ class Reads(PgCore):
         if not head:
             return None, None
         _, meta, leaf, _ = head[0]
-        in_call = self._local.tx is None and self._local.deadline is not None
+        local = self.db.local
+        in_call = local.tx is None and local.deadline is not None
         if in_call and leaf is not None and top is not None and entries:
-            self._local.window = (session_id, unkey(leaf), top, entries)
+            local.window = (session_id, unkey(leaf), top, entries)
         return loads(meta.encode("utf-8")), unkey(leaf) if leaf is not None else None
 
     def get_entry(self, session_id: str, entry_id: str) -> Entry | None:
-        rows = self._rows(
+        rows = self.db.rows(
             "SELECT body FROM entries WHERE session_id = %s AND entry_id = %s", (key(session_id), key(entry_id))
         )
         return loads(rows[0][0].encode("utf-8")) if rows else None
@@ -153,46 +158,43 @@ class Reads(PgCore):
         seen = self._seen(session_id)
         if seen is not None:
             return unkey(seen[1]) if seen[1] is not None else None
-        rows = self._rows("SELECT leaf FROM sessions WHERE session_id = %s", (key(session_id),))
+        rows = self.db.rows("SELECT leaf FROM sessions WHERE session_id = %s", (key(session_id),))
         return unkey(rows[0][0]) if rows and rows[0][0] is not None else None
 
     def path(self, session_id: str, leaf: str | None) -> EntryPath:
         if leaf is None:
             return EntryPath([], {})
-        window, self._local.window = self._local.window, None
+        local = self.db.local
+        window, local.window = local.window, None
         if window is not None and window[0] == session_id and window[1] == leaf:
-            from .path import PgPath
-
-            read = PgPath(self, session_id, leaf, window[2])
+            read = WindowPath(self.db, session_id, leaf, window[2])
             read.seed(window[3])
             return read
-        rows = self._rows(
+        rows = self.db.rows(
             "SELECT depth FROM entries WHERE session_id = %s AND entry_id = %s", (key(session_id), key(leaf))
         )
         if not rows:
             return EntryPath([], {})
-        from .path import PgPath
-
-        return PgPath(self, session_id, leaf, rows[0][0])
+        return WindowPath(self.db, session_id, leaf, rows[0][0])
 
     def entries(self, session_id: str) -> list[Entry]:
-        rows = self._rows("SELECT body FROM entries WHERE session_id = %s ORDER BY seq", (key(session_id),))
+        rows = self.db.rows("SELECT body FROM entries WHERE session_id = %s ORDER BY seq", (key(session_id),))
         return [loads(r[0].encode("utf-8")) for r in rows]
 
     def get_attachment_meta(self, session_id: str, attachment_id: str) -> AttachmentMeta | None:
-        rows = self._rows(
+        rows = self.db.rows(
             "SELECT meta FROM attachments WHERE session_id = %s AND attachment_id = %s",
             (key(session_id), key(attachment_id)),
         )
         return loads(rows[0][0].encode("utf-8")) if rows else None
 
     def read_attachment(self, session_id: str, attachment_id: str) -> bytes | None:
-        rows = self._rows(
+        rows = self.db.rows(
             "SELECT data FROM attachments WHERE session_id = %s AND attachment_id = %s",
             (key(session_id), key(attachment_id)),
         )
         return bytes(rows[0][0]) if rows else None
 
     def list_attachments(self, session_id: str) -> list[AttachmentMeta]:
-        rows = self._rows("SELECT meta FROM attachments WHERE session_id = %s", (key(session_id),))
+        rows = self.db.rows("SELECT meta FROM attachments WHERE session_id = %s", (key(session_id),))
         return [loads(r[0].encode("utf-8")) for r in rows]

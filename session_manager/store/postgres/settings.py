@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import psycopg
 
-from .. import pg_defaults as defaults
+from . import defaults
 
 OUTBOX_RETENTION_S = defaults.OUTBOX_RETENTION_MS / 1000
 

@@ -4,11 +4,15 @@ Values are stored as their exact JSON text (the same encoder as the fs
 store's lines), so they round-trip byte for byte; the only jsonb column is a
 derived copy of the session metadata that serves list filters.
 
-:class:`PostgresStore` is assembled from its parts: :mod:`.core` (settings,
-pool, failure mapping), :mod:`.transactions` (one transaction per mutation,
-its events committed with it), :mod:`.reads` (the queries), :mod:`.writes`
-(commits, deletions, attachments), :mod:`.optimistic` (a call in one round
-trip when what this instance knows of the session still holds).
+:class:`PostgresStore` is a facade over its parts, each handed the datastore
+(:mod:`.core`: settings, pool, deadline, failure mapping):
+:mod:`.transactions` (one transaction per mutation, under advisory locks),
+the call runner (:mod:`..sql.transactions`: a call's events committed with
+it), :mod:`.reads` (the queries), :mod:`.writes` (commits, deletions,
+attachments), :mod:`.outbox` (events across instances), and
+:mod:`.optimistic` (a call in one round trip when what this instance knows
+of the session still holds), which serves the mutations and the reads they
+make.
 
 Reads outside a mutation run in autocommit on a pooled connection. Every
 database failure becomes a :class:`StoreError` (``session/storage``) with the
@@ -18,11 +22,44 @@ call reconnects by itself.
 
 from __future__ import annotations
 
+from ..base import Meta
+from ..sql.store import SqlStore
+from ..sql.transactions import CallRunner
+from .core import PgDatastore, Tx
 from .optimistic import Optimistic
+from .outbox import Outbox
+from .reads import PgReads
 from .settings import PostgresSettings
+from .transactions import PgTransactions
+from .writes import PgWrites
 
 __all__ = ["PostgresSettings", "PostgresStore"]
 
-
-class PostgresStore(Optimistic):
+class PostgresStore(SqlStore):
     """Sessions, entries and attachments in one PostgreSQL schema."""
+
+    db: PgDatastore
+    reads: PgReads
+    writes: PgWrites
+    outbox: Outbox
+
+    def __init__(self, settings: PostgresSettings) -> None:
+        self.db = PgDatastore(settings)  # checks the schema, migrates it, opens the pool
+        self.settings = settings
+        self.txs = PgTransactions(self.db)
+        self.reads = PgReads(self.db)
+        self.outbox = Outbox(self.db, settings.outbox_retention_s, self.reads)
+        self.calls: CallRunner[Tx] = CallRunner(self.txs, self.outbox, self.db.local)
+        self.writes = PgWrites(self.db, front=self)
+        self.optimistic = Optimistic(self.db, self.txs, self.calls, self.reads, self.writes, self.outbox)
+        # A mutation, the reads it makes and its commit: tried optimistically first.
+        self.calls_part = self.session_reads = self.session_writes = self.optimistic
+
+    # -- what only this adapter has --------------------------------------------------
+
+    def forget(self, session_id: str) -> None:
+        """Drop what this instance remembers of a session (it was written some other way)."""
+        self.optimistic.forget(session_id)
+
+    def meta_and_leaf_from_root(self, session_id: str) -> tuple[Meta | None, str | None]:
+        return self.reads.meta_and_leaf_from_root(session_id)

@@ -10,34 +10,46 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from .._cas import resolve
-from ..base import AttachmentMeta, Commit, Entry
-from .keys import check_id, key
+from .._core.cas import resolve
+from ..base import AttachmentMeta, Commit, Entry, SessionStore
+from ..sql.keys import check_id, key
+from ..sql.values import json_text
+from .core import PgDatastore
 from .plan import apply_params
 from .schema import APPLY
-from .transactions import Transactions
-from .values import json_text
+
+__all__ = ["PgWrites"]
 
 
-class Writes(Transactions):
+class PgWrites:
+    """Commits, deletions and attachments. ``front`` is the store as its callers
+    see it: a commit from outside a mutation opens one and reads the session
+    through it (so the optimistic part serves those, as it serves the service)."""
+
+    def __init__(self, db: PgDatastore, front: SessionStore) -> None:
+        self.db = db
+        self.front = front
+
     def commit(self, session_id: str, commit: Commit) -> Commit:
-        if self._local.tx is not None:
+        local, front = self.db.local, self.front
+        if local.tx is not None:
             # Inside a mutation the decision was read in this transaction under
             # the session's advisory lock: it is current, so the compare-and-set
             # check (and an append's re-parenting / derived meta) is a no-op.
-            self._encode_and_write(self._local.tx.conn, session_id, commit)
+            self.encode_and_write(local.tx.conn, session_id, commit)
             return commit
-        with self.mutation((session_id,)):
-            assert self._local.tx is not None
+        with front.mutation((session_id,)):
+            assert local.tx is not None
             # A commit from outside a mutation is checked against what is
             # stored now, under the lock, like every adapter's (store._cas).
-            commit = resolve(commit, self.get_meta(session_id), self.get_leaf(session_id),
-                             lambda entry_id: self.get_entry(session_id, entry_id))
-            self._encode_and_write(self._local.tx.conn, session_id, commit)
+            commit = resolve(commit, front.get_meta(session_id), front.get_leaf(session_id),
+                             lambda entry_id: front.get_entry(session_id, entry_id))
+            self.encode_and_write(local.tx.conn, session_id, commit)
         return commit
 
-    def _encode_and_write(self, conn: psycopg.Connection[Any], session_id: str, commit: Commit) -> None:
-        # Encode everything first: a value that cannot be stored writes nothing.
+    def encode_and_write(self, conn: psycopg.Connection[Any], session_id: str, commit: Commit) -> None:
+        """Write ``commit`` on ``conn`` (in the mutation's transaction), encoded first:
+        a value that cannot be stored writes nothing."""
         check_id("session_id", session_id)
         for e in commit.entries:
             check_id("entry_id", e["id"])
@@ -50,15 +62,15 @@ class Writes(Transactions):
         # sm_apply with nothing to check (the transaction holds the session's lock)
         # and no events (run_call records them): entries linked server-side, the
         # session row upserted, in one round trip.
-        tx = self._local.tx
+        tx = self.db.local.tx
         if tx is not None:
             tx.seen.pop(session_id, None)  # what the transaction read of it is stale now
         params = apply_params(session_id, commit, [text for _, text in bodies], meta_text,
-                              instance=self.instance, schema=self.settings.schema)
+                              instance=self.db.instance, schema=self.db.settings.schema)
         try:
             conn.execute(APPLY, params)
         except psycopg.Error as e:
-            raise self._fail(e) from None
+            raise self.db.fail(e) from None
 
     def delete_session(self, session_id: str) -> bool:
         removed: list[int] = []
@@ -67,7 +79,7 @@ class Writes(Transactions):
         # read from its row), and deleting them lost its events (test_postgres_instances).
 
         def run(conn: psycopg.Connection[Any]) -> None:
-            tx = self._local.tx
+            tx = self.db.local.tx
             if tx is not None:
                 tx.seen.pop(session_id, None)
             for table in ("entries", "attachments", "sessions"):
@@ -80,11 +92,11 @@ class Writes(Transactions):
         return any(n > 0 for n in removed)
 
     def _in_tx(self, session_id: str, run: Callable[[psycopg.Connection[Any]], None]) -> None:
-        if self._local.tx is not None:
-            with self._conn() as conn:
+        if self.db.local.tx is not None:
+            with self.db.conn() as conn:
                 run(conn)
             return
-        with self.mutation((session_id,)), self._conn() as conn:
+        with self.front.mutation((session_id,)), self.db.conn() as conn:
             run(conn)
 
     def put_attachment(self, meta: AttachmentMeta, chunks: Iterable[bytes]) -> None:

@@ -1,7 +1,8 @@
-"""What every part of the sqlite adapter shares: the settings, one
-connection per thread (every connection is closed with the store), the
-transaction a mutation has open on the calling thread, and the mapping of
-database failures to :class:`StoreError`.
+"""The sqlite adapter's datastore, which every part of the store is handed:
+the settings, one connection per thread (every connection is closed with the
+store), the calling thread's state (the transaction a mutation has open, what
+its reads noted for its commit), and the mapping of database failures to
+:class:`StoreError`.
 
 Opening checks the file before anything is written: a directory, a file
 that is not SQLite, one this process cannot write, a database of a newer
@@ -17,12 +18,10 @@ import re
 import sqlite3
 import threading
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import suppress
 from typing import Any
 
 from ...errors import STORAGE, SessionError, StoreError, Unavailable
-from ..base import SessionStore
 from . import schema
 from .path import Decoded
 from .settings import Durability, SqliteSettings
@@ -62,16 +61,14 @@ class _Local(threading.local):
     links: tuple[str, dict[str, tuple[int, str, int]]] | None = None
 
 
-class SqliteCore(SessionStore):
-    """The adapter's shared state and plumbing (its capabilities subclass it)."""
-
-    shared = True
+class SqliteDatastore:
+    """One database file and this process's connections to it."""
 
     def __init__(self, settings: SqliteSettings) -> None:
         self.settings = settings
         self.file = settings.path
         self.instance = uuid.uuid4().hex
-        self._local = _Local()
+        self.local = _Local()
         self._conns: list[sqlite3.Connection] = []
         self._conns_lock = threading.Lock()
         self._closed = False
@@ -88,20 +85,17 @@ class SqliteCore(SessionStore):
         except OSError as e:
             raise StoreError(f"sqlite: cannot create the directory {parent}: {e.strerror}") from None
         try:
-            conn = self._connect()
+            conn = self.connect()
             schema.migrate(conn, self.file)
             self._adopt(conn)  # the opening thread's connection from now on
         except sqlite3.Error as e:
-            self.close_connections()
-            raise self._fail(e, opening=True) from None
+            self.release()
+            raise self.fail(e, opening=True) from None
         except StoreError:
-            self.close_connections()
+            self.release()
             raise
-        from .outbox import Outbox  # the outbox needs a built store
 
-        self.outbox = Outbox(self)
-
-    def _connect(self) -> sqlite3.Connection:
+    def connect(self) -> sqlite3.Connection:
         conn = sqlite3.connect(self.file, isolation_level=None, check_same_thread=False,
                                timeout=self.settings.busy_timeout_ms / 1000)
         with self._conns_lock:
@@ -130,25 +124,26 @@ class SqliteCore(SessionStore):
     def durability(self, value: Durability) -> None:
         self._synchronous = _SYNCHRONOUS[value]
 
-    def _conn(self) -> sqlite3.Connection:
+    def conn(self) -> sqlite3.Connection:
         """This thread's connection (opened on first use)."""
-        conn = self._local.conn
+        conn = self.local.conn
         if conn is None:
             if self._closed:
                 raise StoreError("sqlite: the store is closed")
             try:
-                conn = self._adopt(self._connect())
+                conn = self._adopt(self.connect())
             except sqlite3.Error as e:
-                raise self._fail(e) from None
+                raise self.fail(e) from None
         return conn
 
     def _adopt(self, conn: sqlite3.Connection) -> sqlite3.Connection:
         """``conn`` as this thread's connection, at the store's durability."""
         conn.execute(f"PRAGMA synchronous={self._synchronous}")
-        self._local.conn, self._local.synchronous = conn, self._synchronous
+        self.local.conn, self.local.synchronous = conn, self._synchronous
         return conn
 
-    def _fail(self, e: sqlite3.Error, *, opening: bool = False) -> StoreError:
+    def fail(self, e: sqlite3.Error, *, opening: bool = False) -> StoreError:
+        """A database failure as the :class:`StoreError` (or :class:`Unavailable`) that says why."""
         code = (getattr(e, "sqlite_errorcode", None) or 0) & 0xFF
         if code == _NOTADB:
             return StoreError(f"sqlite: {self.file} is not a SQLite database (nothing was written)")
@@ -160,47 +155,38 @@ class SqliteCore(SessionStore):
             return Unavailable(f"sqlite: {self.file}: {e} (waited {self.settings.busy_timeout_ms} ms)")
         return StoreError(f"sqlite: {self.file}: {type(e).__name__}: {e}")
 
-    def _rows(self, query: str, params: Any = ()) -> list[tuple[Any, ...]]:
+    def rows(self, query: str, params: Any = ()) -> list[tuple[Any, ...]]:
+        """A statement's rows, on this thread's connection (in its transaction, if one is open)."""
         try:
-            return self._conn().execute(qmark(query), params).fetchall()
+            return self.conn().execute(qmark(query), params).fetchall()
         except sqlite3.Error as e:
-            raise self._fail(e) from None
+            raise self.fail(e) from None
 
-    @contextmanager
-    def _tx(self) -> Iterator[sqlite3.Connection]:
-        """One write transaction of its own (``BEGIN IMMEDIATE``: the write lock first)."""
-        conn = self._begin()
-        try:
-            yield conn
-        except BaseException:
-            self._end(conn, commit=False)
-            raise
-        self._end(conn, commit=True)
-
-    def _begin(self) -> sqlite3.Connection:
+    def begin(self) -> sqlite3.Connection:
         """``BEGIN IMMEDIATE`` on this thread's connection (waits up to busy_timeout_ms for the lock)."""
-        conn = self._conn()
+        conn = self.conn()
         try:
-            if self._local.synchronous != self._synchronous:  # set outside a transaction, where it applies
+            if self.local.synchronous != self._synchronous:  # set outside a transaction, where it applies
                 conn.execute(f"PRAGMA synchronous={self._synchronous}")
-                self._local.synchronous = self._synchronous
+                self.local.synchronous = self._synchronous
             conn.execute("BEGIN IMMEDIATE")
         except sqlite3.Error as e:
-            raise self._fail(e) from None
-        self._local.in_tx = True
+            raise self.fail(e) from None
+        self.local.in_tx = True
         return conn
 
-    def _end(self, conn: sqlite3.Connection, *, commit: bool) -> None:
-        self._local.in_tx = False
-        erased, self._local.erased = self._local.erased, False
-        self._local.links = None
+    def end(self, conn: sqlite3.Connection, *, commit: bool) -> None:
+        """COMMIT (or ROLLBACK); after a commit that deleted a session, checkpoint the WAL."""
+        self.local.in_tx = False
+        erased, self.local.erased = self.local.erased, False
+        self.local.links = None
         try:
             conn.execute("COMMIT" if commit else "ROLLBACK")
         except sqlite3.Error as e:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             if commit:
-                raise self._fail(e) from None
+                raise self.fail(e) from None
             return
         if commit and erased:
             self.erase_pending = True
@@ -223,22 +209,22 @@ class SqliteCore(SessionStore):
         if not busy:
             self.erase_pending = False
 
-    def close_connections(self) -> None:
+    def release(self) -> None:
+        """Close every connection this store opened."""
         with self._conns_lock:
             conns, self._conns = self._conns, []
         for conn in conns:
             with suppress(sqlite3.Error):
                 conn.close()
 
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
     def close(self) -> None:
-        if self._closed:
-            return
+        """Refuse new connections (the store then stops its outbox and calls :meth:`release`)."""
         self._closed = True
-        outbox = getattr(self, "outbox", None)
-        if outbox is not None:
-            outbox.close()
-        self.close_connections()
 
     def storage_error(self, e: BaseException) -> SessionError:
         """A lazy read's failure, as callers see it (it happens outside the service's mapping)."""
-        return SessionError(STORAGE, str(self._fail(e)) if isinstance(e, sqlite3.Error) else str(e))
+        return SessionError(STORAGE, str(self.fail(e)) if isinstance(e, sqlite3.Error) else str(e))

@@ -37,14 +37,18 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..._wire.events import ON_CREATED, ON_DELETED, ON_MESSAGE_UPDATED, ON_META_UPDATED, Event
-from .._known import KnownSessions
-from .._records import _line as encode_json
-from .._records import loads
+from ..._wire.events import ON_MESSAGE_UPDATED, Event
+from .._core.codec import encode_line as encode_json
+from .._core.codec import loads
 from ..base import EventSink
+from ..sql.outbox import Subscribers
 
 if TYPE_CHECKING:
-    from .core import SqliteCore
+    from .._core.known import KnownSessions
+    from .._core.resync import StateSource
+    from .core import SqliteDatastore
+
+__all__ = ["Outbox"]
 
 log = logging.getLogger("session_manager.store.sqlite.outbox")
 
@@ -52,8 +56,6 @@ log = logging.getLogger("session_manager.store.sqlite.outbox")
 _POSITION_SQL = ("SELECT (SELECT seq FROM sqlite_sequence WHERE name = 'outbox'),"
                  " EXISTS (SELECT 1 FROM readers WHERE instance != ? AND seen_ms >= ?)")
 BEAT_S = 1.0  # how often a follower renews its reader row and prunes
-# Handed on even when unobserved: they keep the record of known sessions a resync compares with.
-TRACKED = frozenset({ON_CREATED, ON_DELETED, ON_META_UPDATED})
 
 
 def _now_ms() -> int:
@@ -76,12 +78,12 @@ class _Clock:
 class Outbox:
     """One store's side of the outbox: record its events, follow the others'."""
 
-    def __init__(self, store: SqliteCore) -> None:
-        self._store = store
-        self._retention_ms = int(store.settings.outbox_retention_s * 1000)
-        self._poll_s = store.settings.poll_ms / 1000
-        self._sinks: list[tuple[EventSink, Callable[[str], bool] | None]] = []
-        self._lock = threading.Lock()
+    def __init__(self, db: SqliteDatastore, state: StateSource) -> None:
+        self._db = db
+        self._state = state  # what a resync lists (the store's reads)
+        self._retention_ms = int(db.settings.outbox_retention_s * 1000)
+        self._poll_s = db.settings.poll_ms / 1000
+        self.subscribers = Subscribers()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._conn: sqlite3.Connection | None = None
@@ -89,7 +91,11 @@ class Outbox:
         # Held while rows are handed on (by the follower, or by a call catching up before its
         # own events): one sequence, never two deliveries of a row, never out of order.
         self._delivering = threading.RLock()
-        self.known = KnownSessions()  # what this store's observers were told exists
+
+    @property
+    def known(self) -> KnownSessions:
+        """What this store's observers were told exists."""
+        return self.subscribers.known
 
     # -- the writing side (inside the mutation's transaction) -----------------
 
@@ -102,7 +108,7 @@ class Outbox:
         if not events and not following:
             return None
         now = _now_ms()
-        instance = self._store.instance
+        instance = self._db.instance
         last, others = conn.execute(_POSITION_SQL, (instance, now - self._retention_ms)).fetchone()
         before = (int(last) if last is not None else 0) if following else None
         if not events or not others:
@@ -124,32 +130,29 @@ class Outbox:
         observer sees a session's commits in order), and the known sessions follow."""
         if before is None:
             return
-        if before > self._seq:
-            with self._delivering:
-                self._follow(conn, upto=before)
-        self.known.note(events)
+        try:
+            if before > self._seq:
+                with self._delivering:
+                    self._follow(conn, upto=before)
+            self.known.note(events)
+        except sqlite3.Error as e:  # the mutation stands; the follower hands those rows on instead
+            log.warning("sqlite: catching up before a call's own events failed: %s", e)
 
     # -- the following side -----------------------------------------------------
 
     def subscribe(self, sink: EventSink, wants: Callable[[str], bool] | None = None) -> Callable[[], None]:
-        entry = (sink, wants)
-        with self._lock:
-            self._sinks.append(entry)
+        with self.subscribers.lock:
+            entry = self.subscribers.add(sink, wants)
             if self._thread is None:
                 self._start()
-        return lambda: self._drop(entry)
+        return lambda: self.subscribers.drop(entry)
 
     def _start(self) -> None:
         # Registered before subscribe returns: every commit after it reaches the sink.
-        self._conn = self._store._connect()
+        self._conn = self._db.connect()
         self._register(self._conn, load_known=True)
         self._thread = threading.Thread(target=self._run, name="session-manager-sqlite-outbox", daemon=True)
         self._thread.start()
-
-    def _drop(self, entry: tuple[EventSink, Callable[[str], bool] | None]) -> None:
-        with self._lock:
-            if entry in self._sinks:
-                self._sinks.remove(entry)
 
     def _register(self, conn: sqlite3.Connection, *, load_known: bool) -> None:
         """Start following from the last committed row (under the write lock, so
@@ -159,7 +162,7 @@ class Outbox:
             row = conn.execute("SELECT seq FROM sqlite_sequence WHERE name = 'outbox'").fetchone()
             self._seq = int(row[0]) if row else 0
             conn.execute("INSERT OR REPLACE INTO readers (instance, seq, seen_ms) VALUES (?, ?, ?)",
-                         (self._store.instance, self._seq, _now_ms()))
+                         (self._db.instance, self._seq, _now_ms()))
             if load_known:
                 metas = conn.execute("SELECT meta FROM sessions WHERE meta IS NOT NULL").fetchall()
                 self.known.load(loads(m.encode("utf-8")) for (m,) in metas)
@@ -177,7 +180,7 @@ class Outbox:
         if conn is not None:
             with contextlib.suppress(sqlite3.Error):  # else pruned after the retention all the same
                 conn.execute("PRAGMA busy_timeout = 1000")  # best effort: a close never waits long for it
-                conn.execute("DELETE FROM readers WHERE instance = ?", (self._store.instance,))
+                conn.execute("DELETE FROM readers WHERE instance = ?", (self._db.instance,))
 
     def _run(self) -> None:
         conn = self._conn
@@ -190,7 +193,7 @@ class Outbox:
                 failing = ""
             except sqlite3.Error as e:
                 if str(e) != failing:  # logged once per kind of failure, not once per poll
-                    log.warning("sqlite outbox follower of %s: %s; retrying", self._store.file, e)
+                    log.warning("sqlite outbox follower of %s: %s; retrying", self._db.file, e)
                 failing = str(e)
             except Exception:
                 log.exception("sqlite outbox follower failed; it goes on")
@@ -217,8 +220,8 @@ class Outbox:
         # The WAL copied back into the database here, not by a writer mid-commit
         # (PASSIVE: it waits for nobody and nobody waits for it); after a delete whose
         # own checkpoint a reader held off, a TRUNCATE one (erasure, core.py).
-        if self._store.erase_pending:
-            self._store.checkpoint_erased(conn, wait=True)
+        if self._db.erase_pending:
+            self._db.checkpoint_erased(conn, wait=True)
         else:
             conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
 
@@ -227,16 +230,15 @@ class Outbox:
                             " ORDER BY seq", (self._seq, upto)).fetchall()
         if not rows:
             return
-        with self._lock:
-            wants = [w for _, w in self._sinks]
+        wants = self.subscribers.filters()
         events: list[Event] = []
-        own = self._store.instance
+        own = self._db.instance
         for _, instance, function_id, payload in rows:
-            if instance != own and (function_id in TRACKED or any(w is None or w(function_id) for w in wants)):
+            if instance != own and self.subscribers.wanted(function_id, wants):
                 events.append(Event(function_id, loads(payload.encode("utf-8"))))
         self._seq = rows[-1][0]
         if events:
-            self._publish(events)
+            self.subscribers.publish(events)
 
     def _beat(self, conn: sqlite3.Connection, *, wait: bool) -> bool:
         """Renew this store's reader row and prune; False if skipped (the lock was busy)."""
@@ -250,10 +252,10 @@ class Outbox:
                 raise
             return False
         finally:
-            conn.execute(f"PRAGMA busy_timeout = {self._store.settings.busy_timeout_ms}")
+            conn.execute(f"PRAGMA busy_timeout = {self._db.settings.busy_timeout_ms}")
         try:
             kept = conn.execute("UPDATE readers SET seq = ?, seen_ms = ? WHERE instance = ?",
-                                (self._seq, now, self._store.instance)).rowcount
+                                (self._seq, now, self._db.instance)).rowcount
             conn.execute("DELETE FROM readers WHERE seen_ms < ?", (now - self._retention_ms,))
             floor = conn.execute("SELECT min(seq) FROM readers").fetchone()[0]
             conn.execute("DELETE FROM outbox WHERE seq <= ? OR created_ms < ?",
@@ -267,21 +269,8 @@ class Outbox:
         return True
 
     def _resync(self, conn: sqlite3.Connection, why: str) -> None:
-        from ..._worker.runtime import resync_batches  # the one definition of "state as events"
-
-        log.warning("sqlite outbox follower of %s: %s; resyncing", self._store.file, why)
+        log.warning("sqlite outbox follower of %s: %s; resyncing", self._db.file, why)
         known = self.known.snapshot()  # taken before the resync lists the store
         with self._delivering:
             self._register(conn, load_known=False)
-            for batch in resync_batches(self._store, known, _now_ms()):
-                self._publish(batch)
-
-    def _publish(self, events: list[Event]) -> None:
-        self.known.note(events)
-        with self._lock:
-            sinks = [sink for sink, _ in self._sinks]
-        for sink in sinks:
-            try:
-                sink(events)
-            except Exception:
-                log.exception("an event subscriber failed; delivery goes on")
+            self.subscribers.resync(self._state, known, _now_ms())

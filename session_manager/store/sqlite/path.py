@@ -1,5 +1,5 @@
-"""The sqlite adapter's view of a session's active path: the postgres
-adapter's window reader (:class:`..postgres.path.PgPath`), with each window
+"""The sqlite adapter's view of a session's active path: the shared window
+reader (:class:`..sql.path.WindowPath`), with each window
 read as one range scan of the ``entries_depth`` index instead of a walk.
 
 Every entry's depth is its parent's plus one, so the path's entries at
@@ -15,11 +15,15 @@ instead, which costs O(window + log depth) however the session branches.
 from __future__ import annotations
 
 import threading
+from typing import TYPE_CHECKING
 
-from .._records import loads
+from .._core.codec import loads
 from ..base import Entry
-from ..postgres.keys import key
-from ..postgres.path import PATH_WINDOW, PgPath
+from ..sql.keys import key
+from ..sql.path import PATH_WINDOW, WindowPath
+
+if TYPE_CHECKING:
+    from .core import SqliteDatastore
 
 __all__ = ["Decoded", "SqlitePath"]
 
@@ -55,20 +59,24 @@ _RANGE_SQL = ("SELECT body FROM entries WHERE session_id = ? AND depth BETWEEN ?
               " ORDER BY depth DESC LIMIT ?")
 
 
-class SqlitePath(PgPath):
+class SqlitePath(WindowPath):
     """A session's root -> leaf chain, read a window at a time by depth range."""
 
-    __slots__ = ()
+    __slots__ = ("_decode",)
+
+    def __init__(self, db: SqliteDatastore, session_id: str, leaf: str, depth: int) -> None:
+        super().__init__(db, session_id, leaf, depth)
+        self._decode = db.decoded
 
     def _window(self, start: str, start_depth: int, lo: int, hi: int) -> list[tuple[str, int, Entry]]:
         span = start_depth - lo + 1
         if start_depth - hi > PATH_WINDOW:  # far above the window: the jump pointers get there sooner
             return super()._window(start, start_depth, lo, hi)
         limit = span * SLACK
-        rows = self._store._rows(_RANGE_SQL, (key(self._session), lo, start_depth, limit))
+        rows = self._store.rows(_RANGE_SQL, (key(self._session), lo, start_depth, limit))
         if len(rows) >= limit:  # a bushy stretch: rows off the path would outnumber those on it
             return super()._window(start, start_depth, lo, hi)
-        decode = self._store.decoded  # type: ignore[attr-defined]
+        decode = self._decode
         if len(rows) == span:
             # One entry per depth (the path has one at each): the rows are the path's, if the
             # first is the start (else the session changed meanwhile: the walk below finds out).

@@ -8,11 +8,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from .._records import loads
+from .._core.codec import loads
 from ..base import AttachmentMeta, Entry, Meta
 from ..path import EntryPath
-from ..postgres.keys import key, unkey
-from .core import SqliteCore, sortable
+from ..sql.keys import key, unkey
+from .core import SqliteDatastore, sortable
+
+__all__ = ["SqliteReads"]
 
 LIST_BATCH = 200
 _META_LEAF_LINKS = ("SELECT s.meta, s.leaf, p.depth, p.jump_id, p.jump_depth, j.depth, j.jump_id, j.jump_depth"
@@ -25,28 +27,33 @@ def _load(text: str) -> Any:
     return loads(text.encode("utf-8"))
 
 
-class Reads(SqliteCore):
+class SqliteReads:
+    """The queries, over the datastore's connection on the calling thread."""
+
+    def __init__(self, db: SqliteDatastore) -> None:
+        self.db = db
+
     def get_meta(self, session_id: str) -> Meta | None:
-        rows = self._rows("SELECT meta FROM sessions WHERE session_id = ? AND meta IS NOT NULL", (key(session_id),))
+        rows = self.db.rows("SELECT meta FROM sessions WHERE session_id = ? AND meta IS NOT NULL", (key(session_id),))
         return _load(rows[0][0]) if rows else None
 
     def list_metas(self) -> list[Meta]:
-        return [_load(r[0]) for r in self._rows("SELECT meta FROM sessions WHERE meta IS NOT NULL")]
+        return [_load(r[0]) for r in self.db.rows("SELECT meta FROM sessions WHERE meta IS NOT NULL")]
 
     def meta_and_leaf(self, session_id: str) -> tuple[Meta | None, str | None]:
-        rows = self._rows("SELECT meta, leaf FROM sessions WHERE session_id = ?", (key(session_id),))
+        rows = self.db.rows("SELECT meta, leaf FROM sessions WHERE session_id = ?", (key(session_id),))
         if not rows:
             return None, None
         meta, leaf = rows[0]
         return (_load(meta) if meta is not None else None), (unkey(leaf) if leaf is not None else None)
 
     def meta_and_leaf_to_commit(self, session_id: str) -> tuple[Meta | None, str | None]:
-        if not self._local.in_tx:
+        if not self.db.local.in_tx:
             return self.meta_and_leaf(session_id)
         # An append's read: with the links of the leaf (its default parent) and of the
         # leaf's jump target, which the commit needs next (writes.link), in this transaction.
         sid = key(session_id)
-        rows = self._rows(_META_LEAF_LINKS, (sid,))
+        rows = self.db.rows(_META_LEAF_LINKS, (sid,))
         if not rows:
             return None, None
         meta, leaf, *links = rows[0]
@@ -55,7 +62,7 @@ class Reads(SqliteCore):
             known[leaf] = (links[0], links[1], links[2])
             if links[3] is not None:
                 known[links[1]] = (links[3], links[4], links[5])
-        self._local.links = (sid, known)
+        self.db.local.links = (sid, known)
         return (_load(meta) if meta is not None else None), (unkey(leaf) if leaf is not None else None)
 
     def ordered_metas(
@@ -74,67 +81,67 @@ class Reads(SqliteCore):
         if after is not None:
             args.update(at=sortable(after[0]), sid=key(after[1]))
         while True:
-            rows = self._rows((first if "sid" not in args else following) + tail, args)
+            rows = self.db.rows((first if "sid" not in args else following) + tail, args)
             yield from (_load(text) for text, _, _ in rows)
             if len(rows) < LIST_BATCH:
                 return
             args.update(at=rows[-1][1], sid=rows[-1][2])
 
     def get_entry(self, session_id: str, entry_id: str) -> Entry | None:
-        rows = self._rows("SELECT body FROM entries WHERE session_id = ? AND entry_id = ?",
+        rows = self.db.rows("SELECT body FROM entries WHERE session_id = ? AND entry_id = ?",
                           (key(session_id), key(entry_id)))
         return _load(rows[0][0]) if rows else None
 
     def get_leaf(self, session_id: str) -> str | None:
         # With the leaf's depth: path() of this leaf, called next (a transcript read), needs it.
-        rows = self._rows("SELECT s.leaf, e.depth FROM sessions s LEFT JOIN entries e"
+        rows = self.db.rows("SELECT s.leaf, e.depth FROM sessions s LEFT JOIN entries e"
                           " ON e.session_id = s.session_id AND e.entry_id = s.leaf WHERE s.session_id = ?",
                           (key(session_id),))
         if not rows or rows[0][0] is None:
             return None
         leaf = unkey(rows[0][0])
-        self._local.leaf_depth = (session_id, leaf, rows[0][1])
+        self.db.local.leaf_depth = (session_id, leaf, rows[0][1])
         return leaf
 
     def path(self, session_id: str, leaf: str | None) -> EntryPath:
         if leaf is None:
             return EntryPath([], {})
         # An entry's depth never changes once written; a write on this thread drops the note.
-        noted, self._local.leaf_depth = self._local.leaf_depth, None
+        noted, self.db.local.leaf_depth = self.db.local.leaf_depth, None
         if noted is not None and noted[:2] == (session_id, leaf):
             depth = noted[2]
         else:
-            rows = self._rows("SELECT depth FROM entries WHERE session_id = ? AND entry_id = ?",
+            rows = self.db.rows("SELECT depth FROM entries WHERE session_id = ? AND entry_id = ?",
                               (key(session_id), key(leaf)))
             depth = rows[0][0] if rows else None
         if depth is None:
             return EntryPath([], {})
         from .path import SqlitePath
 
-        return SqlitePath(self, session_id, leaf, depth)  # type: ignore[arg-type]
+        return SqlitePath(self.db, session_id, leaf, depth)
 
     def entries(self, session_id: str) -> list[Entry]:
         return [_load(r[0]) for r in
-                self._rows("SELECT body FROM entries WHERE session_id = ? ORDER BY seq", (key(session_id),))]
+                self.db.rows("SELECT body FROM entries WHERE session_id = ? ORDER BY seq", (key(session_id),))]
 
     def get_attachment_meta(self, session_id: str, attachment_id: str) -> AttachmentMeta | None:
-        rows = self._rows("SELECT meta FROM attachments WHERE session_id = ? AND attachment_id = ?",
+        rows = self.db.rows("SELECT meta FROM attachments WHERE session_id = ? AND attachment_id = ?",
                           (key(session_id), key(attachment_id)))
         return _load(rows[0][0]) if rows else None
 
     def read_attachment(self, session_id: str, attachment_id: str) -> bytes | None:
-        rows = self._rows("SELECT data FROM attachments WHERE session_id = ? AND attachment_id = ?",
+        rows = self.db.rows("SELECT data FROM attachments WHERE session_id = ? AND attachment_id = ?",
                           (key(session_id), key(attachment_id)))
         return bytes(rows[0][0]) if rows else None
 
     def list_attachments(self, session_id: str) -> list[AttachmentMeta]:
         return [_load(r[0]) for r in
-                self._rows("SELECT meta FROM attachments WHERE session_id = ?", (key(session_id),))]
+                self.db.rows("SELECT meta FROM attachments WHERE session_id = ?", (key(session_id),))]
 
     def integrity_check(self) -> list[str]:
         """What ``PRAGMA integrity_check`` finds wrong (empty: the file is sound)."""
-        return [r[0] for r in self._rows("PRAGMA integrity_check") if r[0] != "ok"]
+        return [r[0] for r in self.db.rows("PRAGMA integrity_check") if r[0] != "ok"]
 
     def sessions_without_meta(self) -> list[str]:
         """Sessions holding entries but no meta (the contract allows it mid-way; fsck reports it)."""
-        return [unkey(r[0]) for r in self._rows("SELECT session_id FROM sessions WHERE meta IS NULL")]
+        return [unkey(r[0]) for r in self.db.rows("SELECT session_id FROM sessions WHERE meta IS NULL")]

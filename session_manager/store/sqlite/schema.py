@@ -3,8 +3,8 @@ run when a store opens, inside one ``BEGIN IMMEDIATE`` transaction so two
 processes opening a new file at once apply each step exactly once.
 
 The tables follow the postgres adapter's (values as their exact JSON text,
-ids as :func:`..postgres.keys.key` stores them, entries with depth and a
-skew-binary jump pointer so :class:`..postgres.path.PgPath` reads any
+ids as :func:`..sql.keys.key` stores them, entries with depth and a
+skew-binary jump pointer so :class:`..sql.path.WindowPath` reads any
 window of a path in O(log depth) probes). What differs:
 
 - ``entries.seq`` is the rowid: ``entries()`` in insertion order.

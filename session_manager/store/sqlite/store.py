@@ -2,21 +2,61 @@
 
 Values are stored as their exact JSON text (the fs store's encoder, as in
 the postgres adapter), so big integers round-trip exactly and NaN never
-gets in. :class:`SqliteStore` is assembled from its parts: :mod:`.core`
-(connections, failure mapping, opening checks), :mod:`.transactions` (one
-``BEGIN IMMEDIATE`` transaction per mutation, its events committed with
+gets in. :class:`SqliteStore` is a facade over its parts, each handed the
+datastore (:mod:`.core`: connections, failure mapping, opening checks):
+:mod:`.transactions` (one ``BEGIN IMMEDIATE`` transaction per mutation),
+the call runner (:mod:`..sql.transactions`: a call's events committed with
 it), :mod:`.reads`, :mod:`.writes`, and :mod:`.outbox` (events across
 processes).
 """
 
 from __future__ import annotations
 
-from .reads import Reads
-from .settings import SqliteSettings
-from .writes import Writes
+import sqlite3
+
+from ..sql.store import SqlStore
+from ..sql.transactions import CallRunner
+from .core import SqliteDatastore
+from .outbox import Outbox
+from .reads import SqliteReads
+from .settings import Durability, SqliteSettings
+from .transactions import SqliteTransactions
+from .writes import SqliteWrites
 
 __all__ = ["SqliteSettings", "SqliteStore"]
 
-
-class SqliteStore(Writes, Reads):
+class SqliteStore(SqlStore):
     """Sessions, entries and attachments in one SQLite database file (WAL mode)."""
+
+    db: SqliteDatastore
+    reads: SqliteReads
+    writes: SqliteWrites
+    outbox: Outbox
+
+    def __init__(self, settings: SqliteSettings) -> None:
+        self.db = SqliteDatastore(settings)  # opens (and checks) the file
+        self.settings = settings
+        self.txs = SqliteTransactions(self.db)
+        self.reads = SqliteReads(self.db)
+        self.writes = SqliteWrites(self.db, self.txs, self.reads)
+        self.outbox = Outbox(self.db, self.reads)
+        self.calls: CallRunner[sqlite3.Connection] = CallRunner(self.txs, self.outbox, self.db.local)
+        self.calls_part, self.session_reads, self.session_writes = self.calls, self.reads, self.writes
+
+    @property
+    def durability(self) -> Durability:
+        """``flush`` (``synchronous=NORMAL``) or ``fsync`` (``FULL``); settable
+        (a worker's reload): each connection takes it before its next write."""
+        return self.db.durability
+
+    @durability.setter
+    def durability(self, value: Durability) -> None:
+        self.db.durability = value
+
+    def integrity_check(self) -> list[str]:
+        """What ``PRAGMA integrity_check`` finds wrong (empty: the file is sound)."""
+        return self.reads.integrity_check()
+
+    def sessions_without_meta(self) -> list[str]:
+        """Sessions holding entries but no meta (the contract allows it mid-way; fsck reports it)."""
+        return self.reads.sessions_without_meta()

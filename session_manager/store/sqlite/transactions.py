@@ -1,87 +1,76 @@
 """The sqlite adapter's transaction seam, as the postgres adapter's.
 
-:meth:`Transactions.mutation` (entered by the service around one mutation)
-opens ``BEGIN IMMEDIATE`` on the calling thread's connection: the database's
-write lock, taken before the mutation reads, so its read-check-write is
-serialized against every writer of every process (SQLite has one writer at
-a time; ``busy_timeout_ms`` is how long a writer waits for it). Inside
-:meth:`Transactions.run_call` the commit waits until the call's events are
-in the outbox, so writes and events commit together.
+:meth:`SqliteTransactions.mutation` (entered by the service around one
+mutation) opens ``BEGIN IMMEDIATE`` on the calling thread's connection: the
+database's write lock, taken before the mutation reads, so its
+read-check-write is serialized against every writer of every process (SQLite
+has one writer at a time; ``busy_timeout_ms`` is how long a writer waits for
+it). Inside ``run_call`` (:class:`..sql.transactions.CallRunner`) the commit
+waits until the call's events are in the outbox, so writes and events commit
+together.
 """
 
 from __future__ import annotations
 
-import logging
 import sqlite3
 from collections.abc import Callable, Collection, Iterator
-from contextlib import contextmanager
-from typing import TypeVar
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 
-from ..._wire.events import Event
-from ...errors import StoreError
-from ..base import EventSink
-from .core import SqliteCore
+from ...errors import SessionError
+from .core import SqliteDatastore
 
-R = TypeVar("R")
-log = logging.getLogger("session_manager.store.sqlite")
+__all__ = ["SqliteTransactions"]
 
 
-class Transactions(SqliteCore):
+class SqliteTransactions:
+    """One write transaction per mutation, on the calling thread's connection."""
+
+    driver_error = sqlite3.Error
+
+    def __init__(self, db: SqliteDatastore) -> None:
+        self.db = db
+
     @contextmanager
     def mutation(self, session_ids: Collection[str]) -> Iterator[None]:
-        if self._local.in_tx:  # nested (fork's new session inside the source's): one transaction
+        """One mutation's transaction (the write lock first); committed here unless a call defers it."""
+        del session_ids  # one writer at a time: the database's lock covers every session
+        if self.db.local.in_tx:  # nested (fork's new session inside the source's): one transaction
             yield
             return
-        conn = self._begin()
+        conn = self.db.begin()
         try:
             yield
         except BaseException:
-            self._end(conn, commit=False)
+            self.db.end(conn, commit=False)
             raise
-        if self._local.deferring:
+        if self.db.local.deferring:
             return  # run_call commits with the call's events
-        self._end(conn, commit=True)
+        self.db.end(conn, commit=True)
 
-    def run_call(self, call: Callable[[], tuple[R, list[Event]]]) -> tuple[R, list[Event]]:
-        """Run one call; its mutation commits together with its outbox rows."""
-        local = self._local
-        if local.deferring:  # re-entrant: the outer call commits
-            return call()
-        local.deferring = True
+    def in_tx(self, session_id: str, run: Callable[[sqlite3.Connection], None]) -> None:
+        """``run`` in the open mutation's transaction, else in one of its own."""
         try:
-            response, events = call()
-        except BaseException:
-            local.deferring = False
-            if local.in_tx:
-                self._end(self._conn(), commit=False)
-            raise
-        local.deferring = False
-        if not local.in_tx:
-            if not events:
-                return response, events
-            try:
-                self._begin()  # events without a mutation (none today): a transaction of their own
-            except StoreError as e:
-                raise self.storage_error(e) from None
-        conn = self._conn()
-        # Past the service's error mapping: failures here are the caller's session/storage.
-        try:
-            before = self.outbox.record(conn, events)
+            if self.db.local.in_tx:
+                run(self.db.conn())
+                return
+            with self.mutation((session_id,)):
+                run(self.db.conn())
         except sqlite3.Error as e:
-            self._end(conn, commit=False)
-            raise self.storage_error(e) from None
-        except BaseException:
-            self._end(conn, commit=False)
-            raise
-        try:
-            self._end(conn, commit=True)
-        except StoreError as e:
-            raise self.storage_error(e) from None
-        try:
-            self.outbox.committed(conn, events, before)
-        except sqlite3.Error as e:  # the mutation stands; the follower hands those rows on instead
-            log.warning("sqlite: catching up before a call's own events failed: %s", e)
-        return response, events
+            raise self.db.fail(e) from None
 
-    def subscribe(self, sink: EventSink, wants: Callable[[str], bool] | None = None) -> Callable[[], None]:
-        return self.outbox.subscribe(sink, wants)
+    # -- what the call runner needs (sql.transactions.Transactions) ----------------
+
+    def open_tx(self) -> sqlite3.Connection | None:
+        return self.db.conn() if self.db.local.in_tx else None
+
+    def begin(self, session_ids: Collection[str] = ()) -> sqlite3.Connection:
+        return self.db.begin()
+
+    def end(self, tx: sqlite3.Connection, *, commit: bool) -> None:
+        self.db.end(tx, commit=commit)
+
+    def call_scope(self) -> AbstractContextManager[None]:
+        return nullcontext()
+
+    def storage_error(self, e: BaseException) -> SessionError:
+        return self.db.storage_error(e)

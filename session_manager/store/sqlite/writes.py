@@ -7,15 +7,18 @@ from __future__ import annotations
 
 import functools
 import sqlite3
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
-from .._cas import resolve
+from .._core.cas import resolve
 from ..base import AttachmentMeta, Commit, Entry
-from ..postgres.keys import key, key_or_none
-from ..postgres.values import events_prefix, json_text
-from .core import sortable
-from .transactions import Transactions
+from ..sql.keys import key, key_or_none
+from ..sql.values import events_prefix, json_text
+from .core import SqliteDatastore, sortable
+from .reads import SqliteReads
+from .transactions import SqliteTransactions
+
+__all__ = ["SqliteWrites", "link"]
 
 
 def _links(conn: sqlite3.Connection, sid: str, parent: str | None,
@@ -66,17 +69,25 @@ def _upsert(columns: tuple[str, ...]) -> str:
             + (f"DO UPDATE SET {update}" if columns else "DO NOTHING"))
 
 
-class Writes(Transactions):
+class SqliteWrites:
+    """Commits, deletions and attachments, each in the calling mutation's transaction or one of its own."""
+
+    def __init__(self, db: SqliteDatastore, txs: SqliteTransactions, reads: SqliteReads) -> None:
+        self.db = db
+        self.txs = txs
+        self.reads = reads  # what a commit from outside a mutation is checked against
+
     def commit(self, session_id: str, commit: Commit) -> Commit:
-        if self._local.in_tx:
+        if self.db.local.in_tx:
             # Inside a mutation the decision was read in this transaction, which
             # holds the write lock: it is current, so the compare-and-set is a no-op.
             self._write(session_id, commit)
             return commit
-        with self.mutation((session_id,)):
+        reads = self.reads
+        with self.txs.mutation((session_id,)):
             # A commit from outside a mutation is checked against what is stored now.
-            commit = resolve(commit, self.get_meta(session_id), self.get_leaf(session_id),
-                             lambda entry_id: self.get_entry(session_id, entry_id))
+            commit = resolve(commit, reads.get_meta(session_id), reads.get_leaf(session_id),
+                             lambda entry_id: reads.get_entry(session_id, entry_id))
             self._write(session_id, commit)
         return commit
 
@@ -85,8 +96,8 @@ class Writes(Transactions):
         bodies = [(e, json_text(e)) for e in commit.entries]
         meta = commit.meta
         meta_text = json_text(meta) if meta is not None else None
-        conn, sid = self._conn(), key(session_id)
-        local = self._local
+        conn, sid = self.db.conn(), key(session_id)
+        local = self.db.local
         local.leaf_depth = None
         noted, local.links = local.links, None
         try:
@@ -111,33 +122,24 @@ class Writes(Transactions):
                 columns["leaf"] = key(commit.leaf)
             conn.execute(_upsert(tuple(columns)), (sid, *columns.values()))
         except sqlite3.Error as e:
-            raise self._fail(e) from None
+            raise self.db.fail(e) from None
 
     def delete_session(self, session_id: str) -> bool:
         removed: list[int] = []
         # Erasure: the session's earlier events (message text) leave the outbox with it;
         # secure_delete zeroes the freed cells, and the commit checkpoints the WAL (core.py).
         prefix = events_prefix(session_id)
-        self._local.leaf_depth = self._local.links = None  # its entries' links go with it
+        local = self.db.local
+        local.leaf_depth = local.links = None  # its entries' links go with it
 
         def run(conn: sqlite3.Connection) -> None:
             for table in ("entries", "attachments", "sessions"):
                 removed.append(conn.execute(f"DELETE FROM {table} WHERE session_id = ?", (key(session_id),)).rowcount)
             conn.execute("DELETE FROM outbox WHERE substr(payload, 1, ?) = ?", (len(prefix), prefix))
-            self._local.erased = True
+            local.erased = True
 
-        self._in_tx(session_id, run)
+        self.txs.in_tx(session_id, run)
         return any(n > 0 for n in removed)  # the service fires on-deleted only for a delete that removed something
-
-    def _in_tx(self, session_id: str, run: Callable[[sqlite3.Connection], None]) -> None:
-        try:
-            if self._local.in_tx:
-                run(self._conn())
-                return
-            with self.mutation((session_id,)):
-                run(self._conn())
-        except sqlite3.Error as e:
-            raise self._fail(e) from None
 
     def put_attachment(self, meta: AttachmentMeta, chunks: Iterable[bytes]) -> None:
         data = b"".join(chunks)  # bounded by max_attachment_bytes; a failing producer leaves nothing
@@ -148,7 +150,7 @@ class Writes(Transactions):
                          " ON CONFLICT (session_id, attachment_id) DO UPDATE SET meta = excluded.meta,"
                          " data = excluded.data", (key(meta["session_id"]), key(meta["attachment_id"]), text, data))
 
-        self._in_tx(meta["session_id"], run)
+        self.txs.in_tx(meta["session_id"], run)
 
     def delete_attachment(self, session_id: str, attachment_id: str) -> bool:
         found: list[bool] = []
@@ -158,5 +160,5 @@ class Writes(Transactions):
                                (key(session_id), key(attachment_id)))
             found.append(cur.rowcount > 0)
 
-        self._in_tx(session_id, run)
+        self.txs.in_tx(session_id, run)
         return found[0]

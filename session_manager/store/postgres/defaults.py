@@ -1,5 +1,5 @@
 """The postgres adapter's defaults: one definition for the configuration model
-and the adapter (importable without the postgres extra)."""
+and the adapter (importable without the postgres extra: the package imports nothing on its own)."""
 
 POOL_SIZE = 10
 CONNECT_TIMEOUT_MS = 5000

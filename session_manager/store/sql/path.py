@@ -16,16 +16,15 @@ current when its window was read (as with the fs store's shared cache).
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
-from ...errors import StoreError
-from .._records import loads
+from ...errors import SessionError, StoreError
+from .._core.codec import loads
 from ..base import Entry
 from ..path import EntryPath
 from .keys import key, unkey
 
-if TYPE_CHECKING:
-    from .core import PgCore
+__all__ = ["PATH_WINDOW", "Rows", "WindowPath"]
 
 PATH_WINDOW = 64  # entries per fetch: one round trip serves a typical page
 
@@ -45,12 +44,21 @@ WHERE w.depth BETWEEN %(a)s AND %(b)s
 """
 
 
-class PgPath(EntryPath):
+class Rows(Protocol):
+    """The statements a path reader runs: its adapter's (a query in psycopg's
+    placeholders), and how a failure of a lazy read reaches the caller."""
+
+    def rows(self, query: Any, params: Any = None) -> list[tuple[Any, ...]]: ...
+
+    def storage_error(self, e: BaseException) -> SessionError: ...
+
+
+class WindowPath(EntryPath):
     """The chain ending at ``leaf`` (at ``depth``), fetched lazily by window."""
 
     __slots__ = ("_by_depth", "_depth_of", "_leaf_id", "_session", "_store", "_top")
 
-    def __init__(self, store: PgCore, session_id: str, leaf: str, depth: int) -> None:
+    def __init__(self, store: Rows, session_id: str, leaf: str, depth: int) -> None:
         super().__init__([], {})
         self._store = store
         self._session = session_id
@@ -86,7 +94,7 @@ class PgPath(EntryPath):
         depth = self._depth_of.get(entry_id)
         if depth is None:
             try:
-                rows = self._store._rows(
+                rows = self._store.rows(
                     "SELECT depth FROM entries WHERE session_id = %s AND entry_id = %s",
                     (key(self._session), key(entry_id)),
                 )
@@ -132,5 +140,5 @@ class PgPath(EntryPath):
         """The path's entries at depths ``lo..hi`` (id, depth, entry), walking down from
         ``start`` (an entry of the path at ``start_depth`` > ``hi``, or the leaf at ``hi``)."""
         del start_depth  # the jump pointers find the window's top from any distance
-        rows = self._store._rows(_WINDOW_SQL, {"s": key(self._session), "start": key(start), "a": lo, "b": hi})
+        rows = self._store.rows(_WINDOW_SQL, {"s": key(self._session), "start": key(start), "a": lo, "b": hi})
         return [(unkey(entry_id), depth, loads(body.encode("utf-8"))) for entry_id, depth, body in rows]

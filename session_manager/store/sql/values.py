@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._records import _line as encode_json
+from .._core.codec import encode_line as encode_json
 from .keys import key
 
 
