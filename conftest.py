@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -48,6 +49,14 @@ pytest_plugins = [
     "tests.steps.seed_steps",
     "tests.steps.erasure_steps",
 ]
+
+# Compiled modules are cached even where PYTHONDONTWRITEBYTECODE is set (as on this project's CI
+# image): else every xdist worker, and each of the suite's hundreds of subprocesses (CLI runs, workers,
+# crash-loop writers), compiles the package and rewrites the test modules from source again (measured:
+# a CLI run 0.66 s of CPU, 0.40 s cached; a collection 16 s, 9 s cached). Set before the workers and
+# subprocesses start, so they inherit it. __pycache__ is git-ignored and left out of the sdist.
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+sys.dont_write_bytecode = False
 
 _HERE = Path(__file__).parent
 _PURE_DIRS = (_HERE / "tests" / "unit", _HERE / "tests" / "property")

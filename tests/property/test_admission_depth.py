@@ -27,12 +27,18 @@ def payloads(draw: st.DrawFn) -> dict[str, Any]:
     siblings at random levels, sometimes padded past the bracket count's 4 KB reach."""
     levels = draw(st.integers(MAX_DEPTH - 6, MAX_DEPTH + 6))
     value: Any = draw(st.text(alphabet="[]{}x\"\\", max_size=40))
-    for _ in range(levels - 1):
-        sibling = draw(st.one_of(st.none(), st.text(alphabet="[]{}", max_size=20), st.just([]), st.just({})))
-        if draw(st.booleans()):
+    # One byte per level says its kind, its sibling and their order (three draws per level made
+    # generating one ~120-level example take 50-150 ms: the suite's slowest test). Shrinks to 0:
+    # a list, no sibling.
+    shape = draw(st.binary(min_size=levels - 1, max_size=levels - 1))
+    texts = draw(st.lists(st.text(alphabet="[]{}", max_size=20), min_size=1, max_size=4))
+    for byte in shape:
+        kind = byte & 3
+        sibling: Any = None if kind == 0 else texts[(byte >> 4) % len(texts)] if kind == 1 else [] if kind == 2 else {}
+        if byte & 4:
             value = {"k": value} if sibling is None else {"k": value, "s": sibling}
         else:
-            value = [value] if sibling is None else ([value, sibling] if draw(st.booleans()) else [sibling, value])
+            value = [value] if sibling is None else ([value, sibling] if byte & 8 else [sibling, value])
     pad = draw(st.sampled_from(["", "]" * 2500 + "[" * 2500]))
     return {"v": value, "pad": pad}
 

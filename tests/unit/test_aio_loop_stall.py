@@ -22,7 +22,10 @@ from session_manager._wire.events import ON_MESSAGE_ADDED
 from session_manager._wire.validation import CHUNK_ITEMS, describe
 from session_manager.errors import INVALID_REQUEST, SessionError
 
-# A bound on loop responsiveness (generous: an unloaded run stalls a few ms), not a speed benchmark.
+# A bound on loop responsiveness (generous: the longest step measured here is ~35 ms of CPU), not a
+# speed benchmark. It bounds the CPU time this process spent while the loop waited, not the wall time:
+# on a loaded 2-core box (xdist workers, a second CI lane) the loop waited 300-570 ms of wall time
+# for the scheduler while the process itself used at most ~35 ms, and that wait is not the call's.
 MAX_STALL_S = 0.25
 
 
@@ -33,7 +36,8 @@ def batch(n: int) -> list[dict[str, Any]]:
 
 def test_aio_append_many_of_10k_messages_never_stalls_the_event_loop(tmp_path: Path) -> None:
     # Prevents: the payload copied on the loop thread (and again on the worker), and one long
-    # GIL-holding validation of the whole batch on the worker, stalling every other task.
+    # GIL-holding validation of the whole batch on the worker, stalling every other task (1.2-1.5 s).
+    # Measured in CPU time, not wall time: a loaded CI box stalled the loop 327-507 ms with no such step.
     messages = batch(10_000)
     assert len(orjson.dumps(messages)) > 5_000_000
 
@@ -45,12 +49,15 @@ def test_aio_append_many_of_10k_messages_never_stalls_the_event_loop(tmp_path: P
             stop, gaps = False, [0.0]
 
             async def ticker() -> None:
-                last = time.perf_counter()
+                # A gap is the CPU time the whole process (loop, workers, collector) used between two
+                # ticks, capped by the wall time: a step holding the GIL counts in full, time the
+                # process spent descheduled by other processes does not.
+                last, last_cpu = time.perf_counter(), time.process_time()
                 while not stop:
                     await asyncio.sleep(0.001)
-                    now = time.perf_counter()
-                    gaps.append(now - last)
-                    last = now
+                    now, now_cpu = time.perf_counter(), time.process_time()
+                    gaps.append(min(now - last, now_cpu - last_cpu))
+                    last, last_cpu = now, now_cpu
 
             ticking = asyncio.ensure_future(ticker())
             await asyncio.sleep(0.01)
@@ -62,8 +69,8 @@ def test_aio_append_many_of_10k_messages_never_stalls_the_event_loop(tmp_path: P
     # What the loop waits for while a full collection walks the heap is the interpreter's, not
     # the call's: the heap this process holds before the call (pytest, its plugins, the
     # payload) is frozen out of those walks; the objects the call allocates are still walked.
-    # A stall the call causes (one long GIL-holding step) shows in every try; a gap from another
-    # process taking the core (xdist workers on a loaded 2-core box) does not: the best of three.
+    # A stall the call causes (one long GIL-holding step) shows in every try; a collection or a
+    # thread of this process that the scheduler ran while the loop waited its turn may not: the best of three.
     stalls: list[float] = []
     for attempt in range(3):
         data_dir = tmp_path / f"d{attempt}"
@@ -76,7 +83,7 @@ def test_aio_append_many_of_10k_messages_never_stalls_the_event_loop(tmp_path: P
         stalls.append(stall)
         if stall < MAX_STALL_S:
             break
-    assert min(stalls) < MAX_STALL_S, f"the event loop stalled {[round(s * 1000) for s in stalls]} ms"
+    assert min(stalls) < MAX_STALL_S, f"the event loop stalled {[round(s * 1000) for s in stalls]} ms (CPU)"
     assert len(answer["entry_ids"]) == 10_000 and answer["last_entry_id"] == answer["entry_ids"][-1]
     assert fired == 10_000
     with session_manager.open(data_dir) as sm:  # after a restart: all of it, in order

@@ -116,6 +116,7 @@ CHILD = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow  # the slow lane (`pytest -m slow`): a SIGKILL loop (3 writer processes per durability)
 @pytest.mark.parametrize("durability", ["flush", "fsync"])
 def test_a_crash_between_log_and_index_writes_never_loses_or_invents(tmp_path: Path, durability: str) -> None:
     # Prevents: a SIGKILL between the log write and the sidecar write (or inside either) losing an

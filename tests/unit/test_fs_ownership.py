@@ -132,6 +132,7 @@ _STREAMER = """
 """
 
 
+@pytest.mark.slow  # the slow lane (`pytest -m slow`): a soak (a streaming writer process, readers, a second writer)
 def test_readers_and_a_second_writer_beside_a_streaming_writer_lose_nothing(tmp_path: Path) -> None:
     # Prevents: a reading process compacting on load and renaming its copy over the live log
     # (thousands of acknowledged appends gone), and a second writer interleaving with the first.

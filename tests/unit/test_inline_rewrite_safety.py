@@ -184,6 +184,7 @@ def test_threads_streaming_into_one_session_inline(tmp_path: Path, durability: A
         assert again.call("session::get-message", {"session_id": sid, "entry_id": reply})["entry"] == final
 
 
+@pytest.mark.slow  # the slow lane (`pytest -m slow`): a soak (streams under constant eviction, a follower reading)
 @pytest.mark.parametrize("durability", ["flush", "fsync"])
 def test_streams_under_eviction_pressure_with_a_follower(tmp_path: Path, durability: Any) -> None:
     # Prevents: inline rewrites under constant eviction, with a follower reading, diverging from what

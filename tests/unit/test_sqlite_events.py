@@ -6,6 +6,10 @@ resyncs instead of missing events."""
 
 from __future__ import annotations
 
+import os
+import signal
+import sqlite3
+import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -35,6 +39,29 @@ def wait_for(done: Callable[[], bool], what: str) -> None:
 
 def user(text: str) -> dict[str, Any]:
     return {"role": "user", "content": [{"type": "text", "text": text}], "timestamp": 1}
+
+
+def stop_holding_no_lock(child: subprocess.Popen[str], file: Path) -> None:
+    """SIGSTOP ``child`` at a moment it holds no write lock on ``file``. Its follower takes the
+    lock for a moment every beat (renewing its reader row); a process stopped inside that holds
+    every other writer off until it resumes. Proven, not timed: once the child is stopped, the
+    lock taken here means the child holds none (and a stopped process cannot take it)."""
+    probe = sqlite3.connect(file, timeout=0.2, isolation_level=None)  # a wait covers our own beat
+    try:
+        for _ in range(100):
+            child.send_signal(signal.SIGSTOP)
+            os.waitpid(child.pid, os.WUNTRACED)  # returns once every thread of it has stopped
+            try:
+                probe.execute("BEGIN IMMEDIATE")
+            except sqlite3.OperationalError:  # it was inside a write: let it finish, try again
+                child.send_signal(signal.SIGCONT)
+                time.sleep(0.05)
+                continue
+            probe.execute("ROLLBACK")
+            return
+        raise AssertionError("the stopped child held the write lock every time")
+    finally:
+        probe.close()
 
 
 def test_an_observer_gets_other_processes_events_exactly_once_in_order(tmp_path: Path) -> None:
@@ -167,9 +194,10 @@ def test_a_call_hands_on_earlier_commits_of_other_processes_before_its_own(tmp_p
 def test_a_process_stopped_past_the_retention_resyncs_on_waking(tmp_path: Path) -> None:
     # Prevents: a process suspended longer than the outbox retention (SIGSTOP, a laptop lid)
     # resuming from rows that were pruned meanwhile, i.e. silently missing events: it replays
-    # the state instead, which announces even sessions created before it started.
+    # the state instead, which announces even sessions created before it started. Also: the
+    # child stopped inside its follower's beat (holding the write lock), so this process's
+    # writes waited out the busy timeout ("database is locked", a flaky CI failure).
     import json
-    import signal
 
     file = tmp_path / "away.db"
     uri = f"sqlite:///{file}"
@@ -180,7 +208,7 @@ def test_a_process_stopped_past_the_retention_resyncs_on_waking(tmp_path: Path) 
         before = here.create(title="before").session_id
         child = spawn("observe", uri, "6", "1.0")
         assert child.stdout is not None and child.stdout.readline().strip() == "ready"
-        child.send_signal(signal.SIGSTOP)
+        stop_holding_no_lock(child, file)
         made = here.create(title="while away").session_id
         here.append(made, message=user("x"), entry_id="x")
         store: Any = here.service.store

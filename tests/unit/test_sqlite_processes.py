@@ -14,6 +14,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 import session_manager
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -69,6 +71,7 @@ def test_idempotent_entry_ids_hold_across_processes(tmp_path: Path) -> None:
     assert path == [f"same-{i}" for i in range(100)] and stored == 100 and count == 100
 
 
+@pytest.mark.slow  # the slow lane (`pytest -m slow`): a SIGKILL loop (5 writer processes)
 def test_sigkill_at_random_instants_loses_nothing_acknowledged(tmp_path: Path) -> None:
     # Prevents: an acknowledged append lost (or the file corrupted) when its process is killed
     # mid-write; a crash may lose only the append in flight.
