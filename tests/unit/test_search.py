@@ -1,4 +1,4 @@
-"""``session::search`` over the fs and memory stores: the index against the
+"""``session::search`` over every store: the index against the
 scan oracle, restarts, a corrupted or missing index file, erasure."""
 
 from __future__ import annotations
@@ -16,6 +16,8 @@ from session_manager.errors import NOT_FOUND, SessionError
 from session_manager.store import FsStore, MemoryStore, SessionStore
 from session_manager.store._search_fs import SEARCH_DIR
 from session_manager.store._search_text import parse_query
+from session_manager.store.sqlite.build import open_uri
+from tests import pg_support
 
 TEXTS = ["the quick brown fox", "Über café naïve", "brown bread and butter", "jumped over the lazy dog",
          "foxtrot alpha", "zulu brown"]
@@ -44,9 +46,18 @@ def hits(sm: SessionManager, query: str, **extra: Any) -> list[tuple[str, str, f
 QUERIES = ["brown", "bro", "the", "cafe", "UBER CAF", "fox", "foxtrot a", "nothing", "brown b"]
 
 
-@pytest.fixture(params=["fs", "memory"])
+@pytest.fixture(params=["fs", "memory", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SessionStore]:
-    st = MemoryStore() if request.param == "memory" else FsStore(tmp_path)
+    if request.param == "postgres":
+        with pg_support.schema() as name:
+            st = pg_support.open_store(name)
+            yield st
+            st.close()
+        return
+    if request.param == "sqlite":
+        st = open_uri(f"sqlite:///{tmp_path / 'sessions.db'}")
+    else:
+        st = MemoryStore() if request.param == "memory" else FsStore(tmp_path)
     yield st
     st.close()
 
@@ -177,17 +188,22 @@ def test_fs_index_sees_a_log_changed_by_another_open(tmp_path: Path) -> None:
         sm.close()
 
 
-def test_erasure_no_byte_of_a_deleted_session_remains_in_the_data_dir(tmp_path: Path) -> None:
-    # Prevents: the search index keeping a deleted (or edited-away) text on disk.
+@pytest.mark.parametrize("kind", ["fs", "sqlite"])
+def test_erasure_no_byte_of_a_deleted_session_remains_in_the_data_dir(tmp_path: Path, kind: str) -> None:
+    # Prevents: the search index keeping a deleted (or edited-away) text on disk (sqlite: the
+    # deleted words left in an FTS5 segment until a merge, or in freed pages).
     marker = "zqxmarker7731"
-    sm = session_manager.open(tmp_path)
+    sm = session_manager.open(tmp_path if kind == "fs" else f"sqlite:///{tmp_path / 's.db'}")
     try:
         keep = sm.call("session::create", {})["session_id"]
         sm.call("session::append", {"session_id": keep, "message": user("kept words")})
         sid = sm.call("session::create", {})["session_id"]
         sm.call("session::append", {"session_id": sid, "message": user(f"secret {marker} text")})
+        for i in range(30):  # several FTS5 segments
+            sm.call("session::append", {"session_id": keep, "message": user(f"more words {i}")})
         assert len(hits(sm, marker)) == 1  # the index holds it now
-        assert any(marker.encode() in p.read_bytes() for p in search_files(tmp_path))
+        if kind == "fs":
+            assert any(marker.encode() in p.read_bytes() for p in search_files(tmp_path))
         sm.call("session::delete", {"session_id": sid})
         for root, _dirs, names in os.walk(tmp_path):  # at once, before the store is closed
             for name in names:

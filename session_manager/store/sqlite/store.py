@@ -11,6 +11,12 @@ processes).
 
 from __future__ import annotations
 
+import sqlite3
+from collections.abc import Collection
+
+from .._search_index import Matches
+from .._search_text import Query
+from . import search
 from .reads import Reads
 from .settings import SqliteSettings
 from .writes import Writes
@@ -20,3 +26,18 @@ __all__ = ["SqliteSettings", "SqliteStore"]
 
 class SqliteStore(Writes, Reads):
     """Sessions, entries and attachments in one SQLite database file (WAL mode)."""
+
+    def search(self, query: Query, sessions: Collection[str] | None,
+               roles: Collection[str] | None) -> Matches:
+        """From the FTS5 index (:mod:`.search`), in one snapshot."""
+        if self._local.in_tx:
+            return search.search(self._conn(), query, sessions, roles)
+        conn = self._conn()
+        try:
+            conn.execute("BEGIN")  # deferred: a read snapshot, no lock
+            try:
+                return search.search(conn, query, sessions, roles)
+            finally:
+                conn.execute("COMMIT")
+        except sqlite3.Error as e:
+            raise self._fail(e) from None
