@@ -18,6 +18,11 @@ call reconnects by itself.
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
+from .._search_index import Matches
+from .._search_text import Query
+from . import search
 from .optimistic import Optimistic
 from .settings import PostgresSettings
 
@@ -26,3 +31,12 @@ __all__ = ["PostgresSettings", "PostgresStore"]
 
 class PostgresStore(Optimistic):
     """Sessions, entries and attachments in one PostgreSQL schema."""
+
+    def search(self, query: Query, sessions: Collection[str] | None,
+               roles: Collection[str] | None) -> Matches:
+        """From the ``tsvector`` index (:mod:`.search`), brought up to date first."""
+        if self._local.tx is not None:
+            # (inside a mutation: what it wrote is not queued for others yet; read what is stored)
+            return super().search(query, sessions, roles)
+        with self._conn() as conn:
+            return search.search(conn, query, sessions, roles)
