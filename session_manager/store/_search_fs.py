@@ -26,11 +26,12 @@ from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any, Protocol
 
+from ._search_db import FsSearchDb
 from ._search_index import Matches, TermIndex
 from ._search_text import Query
 from .path import Entry
 
-__all__ = ["SEARCH_DIR", "FsSearch"]
+__all__ = ["SEARCH_DIR", "FsSearch", "open_index"]
 
 SEARCH_DIR = ".search"
 _VERSION = 1
@@ -91,6 +92,9 @@ class FsSearch:
         self._touched: set[str] = set()
         self._stale: set[str] = set()  # touched, not yet caught up (outside an earlier query's scope)
         self._swept_all = False  # every session checked against its log once since the open
+
+    def close(self) -> None:
+        """Nothing to release (the files are written whole, per query)."""
 
     def touched(self, session_id: str) -> None:
         """A commit wrote ``session_id``'s log (O(1); the catch-up waits for the next query)."""
@@ -195,3 +199,12 @@ class FsSearch:
             # Never a source of truth: a query answers from memory; the next one retries.
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
+
+
+def open_index(data_dir: str, stem: Callable[[str], str], *, writable: bool) -> FsSearch | FsSearchDb:
+    """The search index of an fs store: a writable one keeps the persisted FTS5 index
+    (:mod:`._search_db`); a read-only one (not the writer of the logs nor of the index)
+    keeps this in-memory one, made from the logs."""
+    if writable:
+        return FsSearchDb(data_dir)  # (its rows name sessions by number, not by file stem)
+    return FsSearch(data_dir, stem, writable=False)

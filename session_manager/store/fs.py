@@ -48,7 +48,7 @@ from ._logfiles import LogFiles
 from ._online import OnlineCompaction
 from ._opened_listing import OpenedListing
 from ._records import meta_size, written_spans
-from ._search_fs import FsSearch
+from ._search_fs import open_index
 from ._search_index import Matches
 from ._search_text import Query
 from ._sized import encode_sized
@@ -158,8 +158,8 @@ class FsStore(FollowerEvents, CatalogListing, SessionDeletion, OnlineCompaction,
         self._list_dirty: set[str] = set()  # metas changed since the sessions index was written
         self._init_group_commit()  # fsync mode: appends queued on a session share an fsync (:mod:`._group`)
         self._opened: OpenedListing | None = None  # the open's listing, for the first list (writable)
-        self._search = FsSearch(self._dir, functools.partial(checked_stem, self._stem_limit),
-                                writable=not read_only)
+        self._search = open_index(self._dir, functools.partial(checked_stem, self._stem_limit),
+                                  writable=not read_only)
         if self._owner is not None:
             if durability == "fsync":
                 _sync_everything()  # what a flush-mode owner before this one answered may rest in the page cache
@@ -197,6 +197,7 @@ class FsStore(FollowerEvents, CatalogListing, SessionDeletion, OnlineCompaction,
             return
         if self._compactor is not None:
             self._compactor.close()  # before anything it would touch: a rewrite in flight is abandoned
+        self._search.close()
         if self._owner is not None:
             with self._lock:
                 # Indexes only into the data_dir this store locked (not one created again since).

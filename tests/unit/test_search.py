@@ -4,6 +4,7 @@ scan oracle, restarts, a corrupted or missing index file, erasure."""
 from __future__ import annotations
 
 import os
+import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ import session_manager
 from session_manager import SessionManager
 from session_manager.errors import NOT_FOUND, SessionError
 from session_manager.store import FsStore, MemoryStore, SessionStore
+from session_manager.store._search_db import DB_FILE
 from session_manager.store._search_fs import SEARCH_DIR
 from session_manager.store._search_text import parse_query
 from session_manager.store.sqlite.build import open_uri
@@ -144,29 +146,62 @@ def test_snippet_is_at_most_1000_characters_around_the_first_match(sm: SessionMa
 
 
 def search_files(data_dir: Path) -> list[Path]:
-    return sorted((data_dir / SEARCH_DIR).glob("*.json"))
+    return sorted(p for p in (data_dir / SEARCH_DIR).iterdir() if p.is_file())
 
 
-def test_fs_index_survives_restart_and_a_corrupted_or_missing_file_is_rebuilt(tmp_path: Path) -> None:
+def _tamper(db: Path, how: str) -> None:
+    """Damage the fs search index the way ``how`` says (the store closed)."""
+    if how == "missing":
+        for p in db.parent.iterdir():
+            p.unlink()
+    elif how == "garbage":
+        db.write_bytes(b"\x00garbage" * 100)
+    elif how == "truncated":
+        db.write_bytes(db.read_bytes()[: len(db.read_bytes()) // 2])
+    elif how == "another version":
+        with sqlite3.connect(db) as conn:
+            conn.execute("PRAGMA user_version = 99")
+    else:  # rows that lie, made from logs that are not the ones there now
+        with sqlite3.connect(db) as conn:
+            conn.execute("UPDATE logs SET size = size + 1")
+            conn.execute("DELETE FROM docs WHERE id IN (SELECT id FROM docs LIMIT 2)")
+
+
+@pytest.mark.parametrize("how", ["missing", "garbage", "truncated", "another version", "stale"])
+def test_fs_index_survives_restart_and_a_corrupted_or_missing_file_is_rebuilt(tmp_path: Path, how: str) -> None:
     # Prevents: a corrupted index trusted (wrong answers) or a missing one answering nothing.
     sm = session_manager.open(tmp_path)
     fill(sm)
     before = {q: hits(sm, q) for q in QUERIES}
     sm.close()
-    files = search_files(tmp_path)
-    assert len(files) == 3
-    files[0].write_bytes(b'{"v":1,"sig":[0,0,0],"docs":[["x","user",1,{"brown":1}]]}')
-    files[1].write_bytes(b"\x00garbage")
-    files[2].unlink()
+    db = tmp_path / SEARCH_DIR / DB_FILE
+    assert db.exists()
+    _tamper(db, how)
     sm = session_manager.open(tmp_path)
     try:
         assert {q: hits(sm, q) for q in QUERIES} == before
-        assert len(search_files(tmp_path)) == 3  # rebuilt
+        assert db.exists()  # rebuilt
     finally:
         sm.close()
-    sm = session_manager.open(tmp_path)  # and the rebuilt files are trusted on the next open
+    sm = session_manager.open(tmp_path)  # and the rebuilt index is trusted on the next open
     try:
         assert {q: hits(sm, q) for q in QUERIES} == before
+    finally:
+        sm.close()
+
+
+def test_fs_index_of_an_earlier_layout_is_replaced(tmp_path: Path) -> None:
+    # Prevents: the per-session JSON files of the previous index layout left behind (their words
+    # kept forever) or read as the index.
+    sm = session_manager.open(tmp_path)
+    fill(sm)
+    before = hits(sm, "brown")
+    sm.close()
+    (tmp_path / SEARCH_DIR / "s_old.json").write_bytes(b'{"v":1,"sig":[0,0,0],"docs":[]}')
+    sm = session_manager.open(tmp_path)
+    try:
+        assert hits(sm, "brown") == before
+        assert [p.name for p in search_files(tmp_path) if p.suffix == ".json"] == []
     finally:
         sm.close()
 

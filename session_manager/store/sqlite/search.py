@@ -34,7 +34,7 @@ from .._search_index import Candidate, Matches, term_counts
 from .._search_text import Query, entry_role, searchable_text, words
 from ..postgres.keys import key, unkey
 
-__all__ = ["MIGRATION", "TABLES", "backfill", "erase", "index_entry", "search"]
+__all__ = ["MIGRATION", "TABLES", "backfill", "doc", "erase", "index_entry", "quoted", "search"]
 
 _INT64 = 2**63
 
@@ -73,7 +73,7 @@ MIGRATION = """
 """
 
 
-def _doc(entry: dict[str, Any]) -> tuple[str, Any, int, str] | None:
+def doc(entry: dict[str, Any]) -> tuple[str, Any, int, str] | None:
     """``(role, timestamp, length, words)`` of a searchable entry, ``None`` otherwise."""
     text = searchable_text(entry)
     if text is None:
@@ -91,10 +91,10 @@ def index_entry(conn: sqlite3.Connection, seq: int | None, sid: str, eid: str, e
         row = conn.execute("SELECT seq FROM entries WHERE session_id = ? AND entry_id = ?", (sid, eid)).fetchone()
         seq = int(row[0])
         conn.execute("DELETE FROM search_docs WHERE seq = ?", (seq,))
-    doc = _doc(entry)
-    if doc is not None:
+    found_doc = doc(entry)
+    if found_doc is not None:
         conn.execute("INSERT INTO search_docs (seq, session_id, entry_id, role, ts, length, words)"
-                     " VALUES (?, ?, ?, ?, ?, ?, ?)", (seq, sid, eid, *doc))
+                     " VALUES (?, ?, ?, ?, ?, ?, ?)", (seq, sid, eid, *found_doc))
 
 
 def erase(conn: sqlite3.Connection, sid: str) -> None:
@@ -108,15 +108,15 @@ def backfill(conn: sqlite3.Connection) -> None:
     rows = conn.execute("SELECT seq, session_id, entry_id, body FROM entries ORDER BY seq")
     batch: list[tuple[Any, ...]] = []
     for seq, sid, eid, body in rows:
-        doc = _doc(loads(body.encode("utf-8")))
-        if doc is not None:
-            batch.append((seq, sid, eid, *doc))
+        found = doc(loads(body.encode("utf-8")))
+        if found is not None:
+            batch.append((seq, sid, eid, *found))
     conn.executemany("INSERT INTO search_docs (seq, session_id, entry_id, role, ts, length, words)"
                      " VALUES (?, ?, ?, ?, ?, ?, ?)", batch)
     conn.execute("INSERT INTO search_fts (search_fts) VALUES ('optimize')")
 
 
-def _quoted(word: str) -> str:
+def quoted(word: str) -> str:
     return '"' + word.replace('"', '""') + '"'
 
 
@@ -157,7 +157,7 @@ def search(conn: sqlite3.Connection, query: Query, sessions: Collection[str] | N
     the caller's transaction or snapshot."""
     out = Matches()
     out.docs, out.total_length = _totals(conn, sessions)
-    terms = [_quoted(w) for w in query.exact] + [_quoted(query.prefix) + "*"]
+    terms = [quoted(w) for w in query.exact] + [quoted(query.prefix) + "*"]
     out.df = [_count(conn, t, sessions) for t in terms]
     if not all(out.df):
         return out
