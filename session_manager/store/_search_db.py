@@ -43,6 +43,7 @@ __all__ = ["DB_FILE", "FsSearchDb"]
 
 DB_FILE = "index.db"
 _VERSION = 3
+MERGE_DOCS = 1000  # (see _reindex)
 SHIFT = 24  # a doc's rowid: its session's number << SHIFT | its place (a session is one rowid range)
 # The sqlite adapter's FTS5 table (search.py there), over rows keyed for one file: a session is a
 # number (its rows one rowid range, no id repeated per row, no index on it), its totals kept with
@@ -125,6 +126,8 @@ class FsSearchDb:
         self._logs: dict[str, _Log] = {}  # session -> what the index holds of it
         self._names: dict[int, str] = {}  # sn -> session
         self._checked = False  # every live session checked against its log since the open
+        self._all: tuple[int, int] | None = None  # (docs, words) of every session: None, to sum again
+        self._unmerged = 0  # docs added since the segments were last merged into one
         self._touched: set[str] = set()
 
     def touched(self, session_id: str) -> None:
@@ -176,6 +179,7 @@ class FsSearchDb:
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=NORMAL")  # a power loss loses the last commits, caught up again
             conn.execute("PRAGMA secure_delete=ON")
+            conn.execute("PRAGMA mmap_size=268435456")  # reads without a syscall per page (the page cache is shared)
             version = int(conn.execute("PRAGMA user_version").fetchone()[0])
             if version != _VERSION:
                 if version != 0 or conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]:
@@ -273,6 +277,13 @@ class FsSearchDb:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             raise
+        self._all = None
+        added = sum(log.docs for log in learnt.values() if log is not None)
+        self._unmerged += added
+        if added and self._unmerged > max(MERGE_DOCS, sum(log.docs for log in self._logs.values()) // 10):
+            # Many small segments cost every query a probe each: one segment again, every 10% of growth.
+            conn.execute("INSERT INTO fts (fts) VALUES ('optimize')")
+            self._unmerged = 0
         for sid, log in learnt.items():
             if log is None:
                 old = self._logs.pop(sid, None)
@@ -298,6 +309,7 @@ class FsSearchDb:
                 conn.execute("ROLLBACK")
             raise
         self._logs.pop(session_id, None)
+        self._all, self._unmerged = None, 0
         self._names.pop(known.sn, None)
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # the WAL's copies of those pages leave with it
 
@@ -307,8 +319,13 @@ class FsSearchDb:
                roles: Collection[str] | None) -> Matches:
         logs = list(self._logs.values()) if sessions is None else [
             log for log in (self._logs.get(s) for s in set(sessions)) if log is not None]
-        out = Matches(docs=sum(log.docs for log in logs), total_length=sum(log.words for log in logs))
-        where, params = "", tuple[str, ...]()
+        if sessions is None:
+            if self._all is None:
+                self._all = (sum(log.docs for log in logs), sum(log.words for log in logs))
+            out = Matches(docs=self._all[0], total_length=self._all[1])
+        else:
+            out = Matches(docs=sum(log.docs for log in logs), total_length=sum(log.words for log in logs))
+        where, params = "", tuple[str, ...]()  # (typed: a scope adds one)
         if sessions is not None:
             where = f" AND (fts.rowid >> {SHIFT}) IN (SELECT value FROM json_each(?))"
             params = (json.dumps([log.sn for log in logs]),)
