@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import sqlite3
 import threading
 from collections.abc import Collection
@@ -42,7 +43,7 @@ from .sqlite import search as fts
 __all__ = ["DB_FILE", "FsSearchDb"]
 
 DB_FILE = "index.db"
-_VERSION = 3
+_VERSION = 5
 MERGE_DOCS = 1000  # (see _reindex)
 SHIFT = 24  # a doc's rowid: its session's number << SHIFT | its place (a session is one rowid range)
 # The sqlite adapter's FTS5 table (search.py there), over rows keyed for one file: a session is a
@@ -61,7 +62,7 @@ _SCHEMA = """
     );
     CREATE TABLE docs (
         id          INTEGER PRIMARY KEY,
-        entry_id    TEXT NOT NULL,
+        entry_id    NOT NULL,         -- the key, or a service id's 16 bytes (_pack_id)
         role        TEXT NOT NULL,
         ts          NOT NULL,
         length      INTEGER NOT NULL,
@@ -71,6 +72,7 @@ _SCHEMA = """
         words, content='docs', content_rowid='id', detail=none, columnsize=0, tokenize="ascii tokenchars '_'")
 """
 Signature = tuple[int, int, int]
+_SERVICE_ID = re.compile(r"e_[0-9a-f]{32}")
 
 
 class LogSource(Protocol):
@@ -176,6 +178,9 @@ class FsSearchDb:
         self._sweep_files()
         conn = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
         try:
+            # Pages a merge frees go back to the file system (after each merge, below); set before
+            # anything is written (a no-op on an existing file).
+            conn.execute("PRAGMA auto_vacuum=INCREMENTAL")
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=NORMAL")  # a power loss loses the last commits, caught up again
             conn.execute("PRAGMA secure_delete=ON")
@@ -259,7 +264,7 @@ class FsSearchDb:
                 for e in store.entries(sid):
                     found = fts.doc(e)
                     if found is not None:
-                        rows.append((key(e["id"]), *found))
+                        rows.append((_pack_id(e["id"]), *found))
                 docs, words = len(rows), sum(r[3] for r in rows)
                 sn = known.sn if known is not None else conn.execute(
                     "INSERT INTO logs (session_id, size, mtime_ns, ino, docs, words) VALUES (?, 0, 0, 0, 0, 0)"
@@ -283,6 +288,7 @@ class FsSearchDb:
         if added and self._unmerged > max(MERGE_DOCS, sum(log.docs for log in self._logs.values()) // 10):
             # Many small segments cost every query a probe each: one segment again, every 10% of growth.
             conn.execute("INSERT INTO fts (fts) VALUES ('optimize')")
+            conn.executescript("PRAGMA incremental_vacuum;")  # (execute() runs one step: one page)
             self._unmerged = 0
         for sid, log in learnt.items():
             if log is None:
@@ -304,6 +310,7 @@ class FsSearchDb:
             # FTS5 before 3.43 keeps deleted words in older segments until they merge: rewrite them all.
             conn.execute("INSERT INTO fts (fts) VALUES ('optimize')")
             conn.execute("COMMIT")
+            conn.executescript("PRAGMA incremental_vacuum;")  # (execute() runs one step: one page)
         except BaseException:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
@@ -342,7 +349,7 @@ class FsSearchDb:
                 continue
             tfs = (*(term_freq(text, w, prefix=False) for w in exact), term_freq(text, prefix, prefix=True))
             if all(tfs):  # (the tokenizer agrees with words(); checked, never trusted)
-                out.candidates.append(Candidate(self._names[rowid >> SHIFT], unkey(eid), role, int(ts), tfs,
+                out.candidates.append(Candidate(self._names[rowid >> SHIFT], _unpack_id(eid), role, int(ts), tfs,
                                                 length))
         return out
 
@@ -353,6 +360,18 @@ class _Log:
     sig: Signature
     docs: int
     words: int
+
+
+def _pack_id(entry_id: str) -> str | bytes:
+    """An entry id as stored: the service's form (``e_`` and 32 hex digits) as its 16 bytes
+    (half the row's id bytes), any other as its key."""
+    if len(entry_id) == 34 and _SERVICE_ID.fullmatch(entry_id):
+        return bytes.fromhex(entry_id[2:])
+    return key(entry_id)
+
+
+def _unpack_id(stored: str | bytes) -> str:
+    return "e_" + stored.hex() if isinstance(stored, bytes) else unkey(stored)
 
 
 def _delete_docs(conn: sqlite3.Connection, sn: int) -> None:
