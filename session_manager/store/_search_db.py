@@ -3,9 +3,9 @@
 its own words.
 
 It holds, per searchable entry, the folded words of :mod:`._search_text`
-(the tables and queries of the sqlite adapter's index,
-:mod:`.sqlite.search`), and per session the identity of the log it was made
-from (size, mtime, inode). Never a source of truth: a session whose log
+(made as the sqlite adapter's index makes them, :mod:`.sqlite.search`, in
+tables keyed for one file, see ``_SCHEMA``), and per session the identity of
+the log it was made from (size, mtime, inode) and its totals. Never a source of truth: a session whose log
 does not match its identity is indexed again from its log, a file that
 does not open as this index (corrupted, another version) is removed and
 rebuilt, so a corrupted or missing index gives the same answers.
@@ -14,6 +14,9 @@ Brought up to date before each query, not at commit (an append costs a
 set add): the first query of an open checks every session's log identity
 (a ``stat`` each, no index read), later ones only the sessions this process
 committed to since (a writable store is the one writer of its logs).
+
+The segments are merged into one after every 10% of growth (a query probes
+each segment), and the pages a merge frees go back to the file system.
 
 Erasure: a deleted session's rows are deleted, the FTS5 segments rewritten
 without them (``optimize``: FTS5 before 3.43 has no secure-delete), freed

@@ -1,19 +1,12 @@
-"""The fs store's search index: an in-memory :class:`TermIndex` brought up to
-date before each query, persisted beside the logs in ``.search/``.
+"""The search index of a read-only fs open: an in-memory :class:`TermIndex`
+brought up to date before each query, made from the logs.
 
-One file per session (``.search/<stem>.json``) holds, for each searchable
-entry, its id, role, timestamp and word counts, with the identity of the log
-it was made from (size, mtime, inode). Before a query every session in scope
-is checked against its log: a session whose log changed is read from its
-file if the file matches the log, else re-read from the log (the source of
-truth) and its file rewritten. A file that does not parse, or names another
-log, is never trusted: it is rebuilt, so a corrupted or missing index gives
-the same answers. Commits never touch the index (appends cost nothing more).
-
-Erasure: a session's file is removed when the session is deleted (before and
-after the log), and rewritten whole (``os.replace``) when its text changes,
-so the words of a deleted session or of an edited entry's old revision stay
-in no index file. Files whose log is gone are removed at the next query.
+A writable open keeps the persisted index instead (:mod:`._search_db`,
+chosen by :func:`open_index`); a read-only one writes nothing, so it reads
+each session in scope from its log once, then again whenever the log's
+identity (size, mtime, inode) changes. (It still reads per-session files
+``.search/<stem>.json`` of the earlier layout when one names the log; the
+writable index removes them.)
 """
 
 from __future__ import annotations
