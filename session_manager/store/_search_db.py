@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import re
 import sqlite3
@@ -37,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from ._search_index import Candidate, Matches
+from ._search_index import Candidate, Matches, scan
 from ._search_text import Query
 from .path import Entry
 from .postgres.keys import key, unkey
@@ -75,6 +76,7 @@ _SCHEMA = """
         words, content='docs', content_rowid='id', detail=none, columnsize=0, tokenize="ascii tokenchars '_'")
 """
 Signature = tuple[int, int, int]
+log = logging.getLogger("session_manager.store.fs")
 _SERVICE_ID = re.compile(r"e_[0-9a-f]{32}")
 
 
@@ -143,16 +145,23 @@ class FsSearchDb:
                roles: Collection[str] | None) -> Matches:
         """:class:`Matches` from the index, brought up to date with ``store``'s logs first."""
         with self._lock:
-            for attempt in (1, 2):
-                try:
-                    conn = self._open()
-                    self._catch_up_all(store, conn)
-                    return self._query(conn, query, sessions, roles)
-                except sqlite3.DatabaseError:
-                    if attempt == 2:
-                        raise
-                    self._reset()  # not this index, or damaged: rebuilt from the logs
-            raise AssertionError("unreachable")
+            try:
+                conn = self._open()
+                self._catch_up_all(store, conn)
+                return self._query(conn, query, sessions, roles)
+            except (sqlite3.DatabaseError, OSError):
+                self._reset()  # not this index, or damaged: rebuilt from the logs
+            try:
+                conn = self._open()
+                self._catch_up_all(store, conn)
+                return self._query(conn, query, sessions, roles)
+            except (sqlite3.Error, OSError) as e:
+                # Never a source of truth: a file system refusing the index (full, read-only
+                # directory) costs this query a read of the logs, not an answer.
+                log.warning("search index %s unusable (%s): reading the logs", self._path, e)
+                self._reset()
+        ids = sessions if sessions is not None else [m["session_id"] for m in store.list_metas()]
+        return scan(query, ids, store.entries, roles)
 
     def forget(self, session_id: str) -> None:
         """Erase a deleted session from the index, at once."""
@@ -162,8 +171,8 @@ class FsSearchDb:
                 return
             try:
                 self._erase(self._open(), session_id)
-            except sqlite3.DatabaseError:
-                self._reset()  # rebuilt (without it) at the next query
+            except (sqlite3.DatabaseError, OSError):
+                self._reset()  # the whole index goes (erased with it), rebuilt at the next query
 
     def close(self) -> None:
         with self._lock:
@@ -223,7 +232,7 @@ class FsSearchDb:
                 self._conn.close()
             self._conn = None
         for suffix in ("", "-wal", "-shm"):
-            with contextlib.suppress(FileNotFoundError):
+            with contextlib.suppress(OSError):
                 os.unlink(self._path + suffix)
         self._logs, self._names = {}, {}
         self._checked = False

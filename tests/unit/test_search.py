@@ -286,3 +286,23 @@ def test_searches_racing_appends_and_deletes_end_equal_to_the_scan(store: Sessio
     for q in ["race", "word3", "brown wor"]:
         same_matches(store, q, None)
     assert all(h[0] != ids[0] for h in hits(sm, "race"))
+
+
+def test_fs_index_that_cannot_be_written_answers_from_the_logs(tmp_path: Path) -> None:
+    # Prevents: a search failing (or answering nothing) when the index directory refuses writes
+    # (a full disk, a read-only mount): the index is a cache, the logs still answer.
+    sm = session_manager.open(tmp_path)
+    try:
+        fill(sm)
+        before = {q: hits(sm, q) for q in QUERIES}
+        store = sm.service.store
+        assert isinstance(store, FsStore)
+        store._search.close()
+        index = tmp_path / SEARCH_DIR
+        for p in index.iterdir():
+            p.unlink()
+        index.rmdir()
+        index.write_bytes(b"not a directory")  # nothing can be created under it
+        assert {q: hits(sm, q) for q in QUERIES} == before
+    finally:
+        sm.close()
