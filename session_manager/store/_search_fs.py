@@ -1,19 +1,12 @@
-"""The fs store's search index: an in-memory :class:`TermIndex` brought up to
-date before each query, persisted beside the logs in ``.search/``.
+"""The search index of a read-only fs open: an in-memory :class:`TermIndex`
+brought up to date before each query, made from the logs.
 
-One file per session (``.search/<stem>.json``) holds, for each searchable
-entry, its id, role, timestamp and word counts, with the identity of the log
-it was made from (size, mtime, inode). Before a query every session in scope
-is checked against its log: a session whose log changed is read from its
-file if the file matches the log, else re-read from the log (the source of
-truth) and its file rewritten. A file that does not parse, or names another
-log, is never trusted: it is rebuilt, so a corrupted or missing index gives
-the same answers. Commits never touch the index (appends cost nothing more).
-
-Erasure: a session's file is removed when the session is deleted (before and
-after the log), and rewritten whole (``os.replace``) when its text changes,
-so the words of a deleted session or of an edited entry's old revision stay
-in no index file. Files whose log is gone are removed at the next query.
+A writable open keeps the persisted index instead (:mod:`._search_db`,
+chosen by :func:`open_index`); a read-only one writes nothing, so it reads
+each session in scope from its log once, then again whenever the log's
+identity (size, mtime, inode) changes. (It still reads per-session files
+``.search/<stem>.json`` of the earlier layout when one names the log; the
+writable index removes them.)
 """
 
 from __future__ import annotations
@@ -26,11 +19,12 @@ from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any, Protocol
 
+from ._search_db import FsSearchDb
 from ._search_index import Matches, TermIndex
 from ._search_text import Query
 from .path import Entry
 
-__all__ = ["SEARCH_DIR", "FsSearch"]
+__all__ = ["SEARCH_DIR", "FsSearch", "open_index"]
 
 SEARCH_DIR = ".search"
 _VERSION = 1
@@ -91,6 +85,9 @@ class FsSearch:
         self._touched: set[str] = set()
         self._stale: set[str] = set()  # touched, not yet caught up (outside an earlier query's scope)
         self._swept_all = False  # every session checked against its log once since the open
+
+    def close(self) -> None:
+        """Nothing to release (the files are written whole, per query)."""
 
     def touched(self, session_id: str) -> None:
         """A commit wrote ``session_id``'s log (O(1); the catch-up waits for the next query)."""
@@ -195,3 +192,12 @@ class FsSearch:
             # Never a source of truth: a query answers from memory; the next one retries.
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
+
+
+def open_index(data_dir: str, stem: Callable[[str], str], *, writable: bool) -> FsSearch | FsSearchDb:
+    """The search index of an fs store: a writable one keeps the persisted FTS5 index
+    (:mod:`._search_db`); a read-only one (not the writer of the logs nor of the index)
+    keeps this in-memory one, made from the logs."""
+    if writable:
+        return FsSearchDb(data_dir)  # (its rows name sessions by number, not by file stem)
+    return FsSearch(data_dir, stem, writable=False)

@@ -1,9 +1,10 @@
-"""``session::search`` over the fs and memory stores: the index against the
+"""``session::search`` over every store: the index against the
 scan oracle, restarts, a corrupted or missing index file, erasure."""
 
 from __future__ import annotations
 
 import os
+import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,8 +15,11 @@ import session_manager
 from session_manager import SessionManager
 from session_manager.errors import NOT_FOUND, SessionError
 from session_manager.store import FsStore, MemoryStore, SessionStore
+from session_manager.store._search_db import DB_FILE
 from session_manager.store._search_fs import SEARCH_DIR
 from session_manager.store._search_text import parse_query
+from session_manager.store.sqlite.build import open_uri
+from tests import pg_support
 
 TEXTS = ["the quick brown fox", "Über café naïve", "brown bread and butter", "jumped over the lazy dog",
          "foxtrot alpha", "zulu brown"]
@@ -44,9 +48,18 @@ def hits(sm: SessionManager, query: str, **extra: Any) -> list[tuple[str, str, f
 QUERIES = ["brown", "bro", "the", "cafe", "UBER CAF", "fox", "foxtrot a", "nothing", "brown b"]
 
 
-@pytest.fixture(params=["fs", "memory"])
+@pytest.fixture(params=["fs", "memory", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SessionStore]:
-    st = MemoryStore() if request.param == "memory" else FsStore(tmp_path)
+    if request.param == "postgres":
+        with pg_support.schema() as name:
+            st = pg_support.open_store(name)
+            yield st
+            st.close()
+        return
+    if request.param == "sqlite":
+        st = open_uri(f"sqlite:///{tmp_path / 'sessions.db'}")
+    else:
+        st = MemoryStore() if request.param == "memory" else FsStore(tmp_path)
     yield st
     st.close()
 
@@ -133,29 +146,62 @@ def test_snippet_is_at_most_1000_characters_around_the_first_match(sm: SessionMa
 
 
 def search_files(data_dir: Path) -> list[Path]:
-    return sorted((data_dir / SEARCH_DIR).glob("*.json"))
+    return sorted(p for p in (data_dir / SEARCH_DIR).iterdir() if p.is_file())
 
 
-def test_fs_index_survives_restart_and_a_corrupted_or_missing_file_is_rebuilt(tmp_path: Path) -> None:
+def _tamper(db: Path, how: str) -> None:
+    """Damage the fs search index the way ``how`` says (the store closed)."""
+    if how == "missing":
+        for p in db.parent.iterdir():
+            p.unlink()
+    elif how == "garbage":
+        db.write_bytes(b"\x00garbage" * 100)
+    elif how == "truncated":
+        db.write_bytes(db.read_bytes()[: len(db.read_bytes()) // 2])
+    elif how == "another version":
+        with sqlite3.connect(db) as conn:
+            conn.execute("PRAGMA user_version = 99")
+    else:  # rows that lie, made from logs that are not the ones there now
+        with sqlite3.connect(db) as conn:
+            conn.execute("UPDATE logs SET size = size + 1")
+            conn.execute("DELETE FROM docs WHERE id IN (SELECT id FROM docs LIMIT 2)")
+
+
+@pytest.mark.parametrize("how", ["missing", "garbage", "truncated", "another version", "stale"])
+def test_fs_index_survives_restart_and_a_corrupted_or_missing_file_is_rebuilt(tmp_path: Path, how: str) -> None:
     # Prevents: a corrupted index trusted (wrong answers) or a missing one answering nothing.
     sm = session_manager.open(tmp_path)
     fill(sm)
     before = {q: hits(sm, q) for q in QUERIES}
     sm.close()
-    files = search_files(tmp_path)
-    assert len(files) == 3
-    files[0].write_bytes(b'{"v":1,"sig":[0,0,0],"docs":[["x","user",1,{"brown":1}]]}')
-    files[1].write_bytes(b"\x00garbage")
-    files[2].unlink()
+    db = tmp_path / SEARCH_DIR / DB_FILE
+    assert db.exists()
+    _tamper(db, how)
     sm = session_manager.open(tmp_path)
     try:
         assert {q: hits(sm, q) for q in QUERIES} == before
-        assert len(search_files(tmp_path)) == 3  # rebuilt
+        assert db.exists()  # rebuilt
     finally:
         sm.close()
-    sm = session_manager.open(tmp_path)  # and the rebuilt files are trusted on the next open
+    sm = session_manager.open(tmp_path)  # and the rebuilt index is trusted on the next open
     try:
         assert {q: hits(sm, q) for q in QUERIES} == before
+    finally:
+        sm.close()
+
+
+def test_fs_index_of_an_earlier_layout_is_replaced(tmp_path: Path) -> None:
+    # Prevents: the per-session JSON files of the previous index layout left behind (their words
+    # kept forever) or read as the index.
+    sm = session_manager.open(tmp_path)
+    fill(sm)
+    before = hits(sm, "brown")
+    sm.close()
+    (tmp_path / SEARCH_DIR / "s_old.json").write_bytes(b'{"v":1,"sig":[0,0,0],"docs":[]}')
+    sm = session_manager.open(tmp_path)
+    try:
+        assert hits(sm, "brown") == before
+        assert [p.name for p in search_files(tmp_path) if p.suffix == ".json"] == []
     finally:
         sm.close()
 
@@ -177,17 +223,22 @@ def test_fs_index_sees_a_log_changed_by_another_open(tmp_path: Path) -> None:
         sm.close()
 
 
-def test_erasure_no_byte_of_a_deleted_session_remains_in_the_data_dir(tmp_path: Path) -> None:
-    # Prevents: the search index keeping a deleted (or edited-away) text on disk.
+@pytest.mark.parametrize("kind", ["fs", "sqlite"])
+def test_erasure_no_byte_of_a_deleted_session_remains_in_the_data_dir(tmp_path: Path, kind: str) -> None:
+    # Prevents: the search index keeping a deleted (or edited-away) text on disk (sqlite: the
+    # deleted words left in an FTS5 segment until a merge, or in freed pages).
     marker = "zqxmarker7731"
-    sm = session_manager.open(tmp_path)
+    sm = session_manager.open(tmp_path if kind == "fs" else f"sqlite:///{tmp_path / 's.db'}")
     try:
         keep = sm.call("session::create", {})["session_id"]
         sm.call("session::append", {"session_id": keep, "message": user("kept words")})
         sid = sm.call("session::create", {})["session_id"]
         sm.call("session::append", {"session_id": sid, "message": user(f"secret {marker} text")})
+        for i in range(30):  # several FTS5 segments
+            sm.call("session::append", {"session_id": keep, "message": user(f"more words {i}")})
         assert len(hits(sm, marker)) == 1  # the index holds it now
-        assert any(marker.encode() in p.read_bytes() for p in search_files(tmp_path))
+        if kind == "fs":
+            assert any(marker.encode() in p.read_bytes() for p in search_files(tmp_path))
         sm.call("session::delete", {"session_id": sid})
         for root, _dirs, names in os.walk(tmp_path):  # at once, before the store is closed
             for name in names:
@@ -235,3 +286,23 @@ def test_searches_racing_appends_and_deletes_end_equal_to_the_scan(store: Sessio
     for q in ["race", "word3", "brown wor"]:
         same_matches(store, q, None)
     assert all(h[0] != ids[0] for h in hits(sm, "race"))
+
+
+def test_fs_index_that_cannot_be_written_answers_from_the_logs(tmp_path: Path) -> None:
+    # Prevents: a search failing (or answering nothing) when the index directory refuses writes
+    # (a full disk, a read-only mount): the index is a cache, the logs still answer.
+    sm = session_manager.open(tmp_path)
+    try:
+        fill(sm)
+        before = {q: hits(sm, q) for q in QUERIES}
+        store = sm.service.store
+        assert isinstance(store, FsStore)
+        store._search.close()
+        index = tmp_path / SEARCH_DIR
+        for p in index.iterdir():
+            p.unlink()
+        index.rmdir()
+        index.write_bytes(b"not a directory")  # nothing can be created under it
+        assert {q: hits(sm, q) for q in QUERIES} == before
+    finally:
+        sm.close()

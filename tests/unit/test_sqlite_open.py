@@ -196,6 +196,34 @@ def _schema_of(conn: sqlite3.Connection) -> list[tuple[str, str]]:
     return sorted(conn.execute("SELECT name, sql FROM sqlite_master WHERE sql IS NOT NULL").fetchall())
 
 
+def _drop_search(conn: sqlite3.Connection) -> None:
+    """Back to schema version 2: the search index (migration 3) dropped."""
+    conn.execute("DROP TABLE search_fts")
+    conn.execute("DROP TABLE search_docs")  # (its triggers go with it)
+    conn.execute("DROP TABLE search_totals")
+    conn.execute("PRAGMA user_version = 2")
+
+
+def test_a_version_2_file_gets_its_search_index_filled_from_its_entries(tmp_path: Path) -> None:
+    # Prevents: a database written before the FTS5 index (schema version 2) opening with an empty
+    # index (its stored messages never found) or failing to open; the migration indexes them.
+    target = tmp_path / "v2.db"
+    with session_manager.open(f"sqlite:///{target}") as sm:
+        sid = sm.create().session_id
+        first = sm.append(sid, message=_user("Élan vital")).entry_id
+        sm.append(sid, message=_user("brown fox"))
+        before = {q: sm.call("session::search", {"query": q}) for q in ("elan", "fox", "vit", "brown f")}
+    with sqlite3.connect(target) as conn:
+        _drop_search(conn)
+        assert conn.execute("SELECT count(*) FROM sqlite_master WHERE name LIKE 'search%'").fetchone()[0] == 0
+    with session_manager.open(f"sqlite:///{target}") as sm:
+        assert {q: sm.call("session::search", {"query": q}) for q in before} == before
+        assert [h["entry_id"] for h in before["elan"]["hits"]] == [first]
+    with sqlite3.connect(target) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS)
+        assert conn.execute("SELECT count(*) FROM search_docs").fetchone()[0] == 2
+
+
 def test_a_version_1_file_is_upgraded_in_place(tmp_path: Path) -> None:
     # Prevents: a file written before the entries_depth index (schema version 1) failing to open,
     # being rebuilt (its data lost), or read without the index; the upgrade is one in-place step.
@@ -207,6 +235,7 @@ def test_a_version_1_file_is_upgraded_in_place(tmp_path: Path) -> None:
         sm.set_active_leaf(sid, entry_id=ids[29])
         before = sm.call("session::messages-tail", {"session_id": sid, "limit": 10})
     with sqlite3.connect(target) as conn:  # back to version 1: exactly what migration 1 alone makes
+        _drop_search(conn)
         conn.execute("DROP INDEX entries_depth")
         conn.execute("PRAGMA user_version = 1")
         v1 = sqlite3.connect(":memory:")
@@ -216,7 +245,7 @@ def test_a_version_1_file_is_upgraded_in_place(tmp_path: Path) -> None:
         assert sm.call("session::messages-tail", {"session_id": sid, "limit": 10}) == before
         assert sm.get(sid).meta.message_count == 31
     with sqlite3.connect(target) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS) == 2
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS) == 3
         plan = conn.execute("EXPLAIN QUERY PLAN SELECT body FROM entries WHERE session_id = ? AND depth"
                             " BETWEEN ? AND ? ORDER BY depth DESC", (sid, 0, 9)).fetchall()
         assert any("entries_depth" in str(row) for row in plan)

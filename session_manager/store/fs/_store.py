@@ -28,7 +28,7 @@ from typing import Any
 
 from ...errors import StoreError, Vanished
 from .._core.state import SessionState, StateBackedStore
-from .._search_fs import FsSearch
+from .._search_fs import open_index
 from .._search_index import Matches
 from .._search_text import Query
 from ..base import AttachmentMeta, Commit, Entry, EventSink, Meta
@@ -107,7 +107,7 @@ class FsStore(StateBackedStore):
         self._deleter = Deleter(d, self._attachments)
         self._watches = Watches(d)
         self._follow = Follower(d.ops) if read_only else None  # how far each log was read
-        self._search = FsSearch(d.path, functools.partial(checked_stem, d.stem_limit), writable=not read_only)
+        self._search = open_index(d.path, functools.partial(checked_stem, d.stem_limit), writable=not read_only)
         if d.owner is not None:
             if d.durability == "fsync":
                 sync_everything()  # what a flush-mode owner before this one answered may rest in the page cache
@@ -124,6 +124,7 @@ class FsStore(StateBackedStore):
             return
         if self._d.compactor is not None:
             self._d.compactor.close()  # before anything it would touch: a rewrite in flight is abandoned
+        self._search.close()
         if self._d.owner is not None:
             with self._d.lock:
                 # Indexes only into the data_dir this store locked (not one created again since).

@@ -26,6 +26,7 @@ from typing import Any
 from psycopg import Connection, sql
 
 from ...errors import StoreError
+from . import search
 
 # sm_apply(...): the optimistic commit. Under the session's advisory lock (the
 # one the transactional path takes), it checks the state the decision was
@@ -168,6 +169,9 @@ MIGRATIONS: tuple[str, ...] = (
     # 2: one mutation in one round trip (store/postgres/optimistic.py): check what the
     # decision read, write the commit, its outbox rows and their NOTIFY, atomically.
     APPLY_FUNCTION,
+    # 3: the search index (search.py): a tsvector per searchable entry, GIN-indexed,
+    # filled from a queue a trigger on entries keeps (every stored entry queued now).
+    search.MIGRATION,
 )
 
 

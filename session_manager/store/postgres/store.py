@@ -22,9 +22,14 @@ call reconnects by itself.
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
+from .._search_index import Matches
+from .._search_text import Query
 from ..base import Meta
 from ..sql.store import SqlStore
 from ..sql.transactions import CallRunner
+from . import search
 from .core import PgDatastore, Tx
 from .optimistic import Optimistic
 from .outbox import Outbox
@@ -63,3 +68,12 @@ class PostgresStore(SqlStore):
 
     def meta_and_leaf_from_root(self, session_id: str) -> tuple[Meta | None, str | None]:
         return self.reads.meta_and_leaf_from_root(session_id)
+
+    def search(self, query: Query, sessions: Collection[str] | None,
+               roles: Collection[str] | None) -> Matches:
+        """From the ``tsvector`` index (:mod:`.search`), brought up to date first."""
+        if self.db.local.tx is not None:
+            # (inside a mutation: what it wrote is not queued for others yet; read what is stored)
+            return super().search(query, sessions, roles)
+        with self.db.conn() as conn:
+            return search.search(conn, query, sessions, roles)

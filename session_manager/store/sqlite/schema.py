@@ -34,6 +34,7 @@ from __future__ import annotations
 import sqlite3
 
 from ...errors import StoreError
+from . import search
 
 MIGRATIONS: tuple[str, ...] = (
     # 1: sessions, entries, attachments, the event outbox and its readers.
@@ -89,9 +90,28 @@ MIGRATIONS: tuple[str, ...] = (
     """
     CREATE INDEX entries_depth ON entries (session_id, depth);
     """,
+    # 3: the search index (search.py), filled from the stored entries.
+    search.MIGRATION,
 )
+# Python run after a migration's statements, in its transaction (by the version it brings).
+AFTER = {3: search.backfill}
 
-OURS = frozenset({"sessions", "entries", "attachments", "outbox", "readers", "sqlite_sequence"})
+OURS = frozenset({"sessions", "entries", "attachments", "outbox", "readers", "sqlite_sequence"}) | search.TABLES
+
+
+def _statements(script: str) -> list[str]:
+    """The statements of ``script`` (a trigger's body holds semicolons: split where a
+    statement is complete). Not ``executescript``: it would commit the migration's transaction."""
+    out, pending = [], ""
+    for part in script.split(";"):
+        pending += part + ";"
+        if sqlite3.complete_statement(pending):
+            if pending.strip(" \n;"):
+                out.append(pending)
+            pending = ""
+    if pending.strip(" \n;"):
+        out.append(pending)
+    return out
 
 
 def migrate(conn: sqlite3.Connection, path: str) -> int:
@@ -111,10 +131,12 @@ def migrate(conn: sqlite3.Connection, path: str) -> int:
             if foreign:
                 raise StoreError(f"sqlite: {path} is not a session-manager database (it holds the tables "
                                  f"{', '.join(foreign[:5])}); nothing was written")
-        for step in MIGRATIONS[version:]:
-            for statement in step.split(";"):
-                if statement.strip():
-                    conn.execute(statement)
+        for n, step in enumerate(MIGRATIONS[version:], version + 1):
+            for statement in _statements(step):
+                conn.execute(statement)
+            after = AFTER.get(n)
+            if after is not None:
+                after(conn)
         if version < len(MIGRATIONS):
             conn.execute(f"PRAGMA user_version = {len(MIGRATIONS)}")
         conn.execute("COMMIT")

@@ -13,9 +13,13 @@ processes).
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Collection
 
+from .._search_index import Matches
+from .._search_text import Query
 from ..sql.store import SqlStore
 from ..sql.transactions import CallRunner
+from . import search
 from .core import SqliteDatastore
 from .outbox import Outbox
 from .reads import SqliteReads
@@ -60,3 +64,18 @@ class SqliteStore(SqlStore):
     def sessions_without_meta(self) -> list[str]:
         """Sessions holding entries but no meta (the contract allows it mid-way; fsck reports it)."""
         return self.reads.sessions_without_meta()
+
+    def search(self, query: Query, sessions: Collection[str] | None,
+               roles: Collection[str] | None) -> Matches:
+        """From the FTS5 index (:mod:`.search`), in one snapshot."""
+        if self.db.local.in_tx:
+            return search.search(self.db.conn(), query, sessions, roles)
+        conn = self.db.conn()
+        try:
+            conn.execute("BEGIN")  # deferred: a read snapshot, no lock
+            try:
+                return search.search(conn, query, sessions, roles)
+            finally:
+                conn.execute("COMMIT")
+        except sqlite3.Error as e:
+            raise self.db.fail(e) from None

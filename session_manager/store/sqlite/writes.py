@@ -14,6 +14,7 @@ from .._core.cas import resolve
 from ..base import AttachmentMeta, Commit, Entry
 from ..sql.keys import key, key_or_none
 from ..sql.values import events_prefix, json_text
+from . import search
 from .core import SqliteDatastore, sortable
 from .reads import SqliteReads
 from .transactions import SqliteTransactions
@@ -108,11 +109,14 @@ class SqliteWrites:
                 # append's entries are new: checked absent in this transaction).
                 if not commit.append and conn.execute(
                         "UPDATE entries SET body = ? WHERE session_id = ? AND entry_id = ?", (text, sid, eid)).rowcount:
+                    search.index_entry(conn, None, sid, eid, entry)
                     continue
                 depth, jump_id, jump_depth = link(conn, sid, entry, known)
-                conn.execute("INSERT INTO entries (session_id, entry_id, parent_id, depth, jump_id, jump_depth, body)"
-                             " VALUES (?, ?, ?, ?, ?, ?, ?)",
-                             (sid, eid, key_or_none(entry.get("parent_id")), depth, jump_id, jump_depth, text))
+                cur = conn.execute(
+                    "INSERT INTO entries (session_id, entry_id, parent_id, depth, jump_id, jump_depth, body)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    (sid, eid, key_or_none(entry.get("parent_id")), depth, jump_id, jump_depth, text))
+                search.index_entry(conn, cur.lastrowid, sid, eid, entry)
             columns: dict[str, Any] = {}
             if meta is not None:
                 columns.update(meta=meta_text, updated_at=sortable(meta.get("updated_at")))
@@ -133,6 +137,7 @@ class SqliteWrites:
         local.leaf_depth = local.links = None  # its entries' links go with it
 
         def run(conn: sqlite3.Connection) -> None:
+            search.erase(conn, key(session_id))
             for table in ("entries", "attachments", "sessions"):
                 removed.append(conn.execute(f"DELETE FROM {table} WHERE session_id = ?", (key(session_id),)).rowcount)
             conn.execute("DELETE FROM outbox WHERE substr(payload, 1, ?) = ?", (len(prefix), prefix))

@@ -1,0 +1,183 @@
+"""The postgres adapter's search index: a ``tsvector`` per searchable entry
+with a GIN index, brought up to date before each query.
+
+Words are made in Python (:func:`.._search_text.words`: case folding and
+accent folding by NFKD, the one definition every adapter indexes), so this
+index finds exactly what the others do; the ``tsvector`` is built from
+those words as lexemes (``array_to_tsvector``: the ``simple``
+configuration's no-stemming, no-stop-word rule, with no parser of its own
+that would split words differently). A query is a ``tsquery`` of its folded
+words, the last one a prefix (``'word':*``).
+
+Commits stay one round trip (``sm_apply``): a trigger on ``entries``
+queues each new or rewritten entry's ``seq`` in ``search_pending``, in the
+commit's transaction; before a query, :func:`catch_up` turns the queued
+entries into ``search_docs`` rows (any instance may, a batch at a time, its
+rows locked). A deleted entry's row goes with it (the same trigger). The
+migration that adds the index queues every stored entry (the backfill is
+done by the first query).
+
+A document whose words exceed what a ``tsvector`` holds (a lexeme of 2 KB,
+1 MB in all) gets no ``tsvector``: such rows are read and checked in Python
+on every query (a partial index finds them).
+
+Erasure: a deleted session's rows are deleted with its entries; like every
+table's, their old tuples stay in the heap and the GIN index's pages until
+``VACUUM`` reclaims them (no SQL read returns them).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Collection, Iterable
+from decimal import Decimal
+from typing import Any
+
+import psycopg
+
+from .._core.codec import loads
+from .._search_index import Candidate, Matches, term_counts
+from .._search_text import Query, entry_role, searchable_text, words
+from ..sql.keys import key, unkey
+
+__all__ = ["MIGRATION", "catch_up", "search"]
+
+BATCH = 2000
+LEXEME_BYTES = 2046  # PostgreSQL's longest lexeme (MAXSTRLEN - 1)
+TSVECTOR_BYTES = 900_000  # under the 1 MB limit with room for its per-lexeme entries
+
+MIGRATION = """
+CREATE TABLE search_docs (
+    seq         bigint PRIMARY KEY,       -- the entry's entries.seq
+    session_id  text COLLATE "C" NOT NULL,
+    entry_id    text NOT NULL,
+    role        text NOT NULL,
+    ts          numeric NOT NULL,
+    length      integer NOT NULL,
+    words       text NOT NULL,            -- the folded words, sorted, space separated
+    tsv         tsvector                  -- NULL: past a tsvector's limits (checked in Python)
+);
+CREATE INDEX search_docs_tsv ON search_docs USING gin (tsv);
+CREATE INDEX search_docs_session ON search_docs (session_id);
+CREATE INDEX search_docs_unindexed ON search_docs (seq) WHERE tsv IS NULL;
+CREATE TABLE search_pending (seq bigint PRIMARY KEY);
+CREATE FUNCTION sm_search_queue() RETURNS trigger LANGUAGE plpgsql AS $fn$
+BEGIN
+    IF TG_OP = 'DELETE' THEN
+        DELETE FROM search_docs WHERE seq = OLD.seq;
+        DELETE FROM search_pending WHERE seq = OLD.seq;
+        RETURN OLD;
+    END IF;
+    INSERT INTO search_pending (seq) VALUES (NEW.seq) ON CONFLICT DO NOTHING;
+    RETURN NEW;
+END
+$fn$;
+CREATE TRIGGER entries_search AFTER INSERT OR UPDATE OF body OR DELETE ON entries
+    FOR EACH ROW EXECUTE FUNCTION sm_search_queue();
+INSERT INTO search_pending (seq) SELECT seq FROM entries;
+"""
+
+_TAKE = ("DELETE FROM search_pending WHERE seq IN (SELECT seq FROM search_pending ORDER BY seq LIMIT %s FOR UPDATE)"
+         " RETURNING seq")
+_UPSERT = ("INSERT INTO search_docs (seq, session_id, entry_id, role, ts, length, words, tsv)"
+           " VALUES (%s, %s, %s, %s, %s, %s, %s, array_to_tsvector(%s::text[]))"
+           " ON CONFLICT (seq) DO UPDATE SET role = EXCLUDED.role, ts = EXCLUDED.ts, length = EXCLUDED.length,"
+           " words = EXCLUDED.words, tsv = EXCLUDED.tsv")
+
+
+def _lexemes(found: Iterable[str]) -> list[str] | None:
+    """The distinct words as a tsvector's lexemes; ``None`` past its limits."""
+    distinct = sorted(set(found))
+    sizes = [len(w.encode("utf-8")) for w in distinct]
+    if any(n > LEXEME_BYTES for n in sizes) or sum(sizes) + 8 * len(sizes) > TSVECTOR_BYTES:
+        return None
+    return distinct
+
+
+def _row(seq: int, sid: str, eid: str, body: str) -> tuple[Any, ...] | None:
+    entry = loads(body.encode("utf-8"))
+    text = searchable_text(entry)
+    if text is None:
+        return None
+    found = words(text)
+    return (seq, sid, eid, entry_role(entry), int(entry.get("timestamp", 0)), len(found), " ".join(sorted(found)),
+            _lexemes(found))
+
+
+def catch_up(conn: psycopg.Connection[Any]) -> None:
+    """Index the queued entries (autocommit ``conn``: a transaction per batch)."""
+    while True:
+        with conn.transaction():
+            seqs = [r[0] for r in conn.execute(_TAKE, (BATCH,)).fetchall()]
+            if not seqs:
+                return
+            rows = conn.execute("SELECT seq, session_id, entry_id, body FROM entries WHERE seq = ANY(%s)",
+                                (seqs,)).fetchall()
+            docs = [_row(*r) for r in rows]
+            gone = [r[0] for r, d in zip(rows, docs, strict=True) if d is None]
+            if gone:  # (an entry rewritten into one search skips, e.g. a custom entry)
+                conn.execute("DELETE FROM search_docs WHERE seq = ANY(%s)", (gone,))
+            with conn.cursor() as cur:
+                cur.executemany(_UPSERT, [d for d in docs if d is not None])
+        if len(seqs) < BATCH:
+            return
+
+
+def _lexeme(word: str) -> str:
+    return "'" + word.replace("\\", "\\\\").replace("'", "''") + "'"
+
+
+def _tsqueries(query: Query) -> list[str | None]:
+    """Per term its ``tsquery`` (``None``: a word no tsvector can hold)."""
+    out: list[str | None] = [_lexeme(w) if len(w.encode("utf-8")) <= LEXEME_BYTES else None for w in query.exact]
+    p = query.prefix
+    out.append(_lexeme(p) + ":*" if len(p.encode("utf-8")) <= LEXEME_BYTES else None)
+    return out
+
+
+def _scope(sessions: Collection[str] | None) -> tuple[str, list[Any]]:
+    if sessions is None:
+        return "", []
+    return " AND session_id = ANY(%s)", [[key(s) for s in sessions]]
+
+
+def search(conn: psycopg.Connection[Any], query: Query, sessions: Collection[str] | None,
+           roles: Collection[str] | None) -> Matches:
+    """:class:`Matches` inside ``sessions`` (``None``: every indexed session), after a catch-up."""
+    catch_up(conn)
+    where, params = _scope(sessions)
+    out = Matches()
+    docs, total = conn.execute("SELECT count(*), coalesce(sum(length), 0) FROM search_docs WHERE true" + where,
+                               params).fetchone() or (0, 0)
+    out.docs, out.total_length = int(docs), int(total)
+    qs = _tsqueries(query)
+    usable = [q for q in qs if q is not None]
+    counts: list[int] = []
+    if usable:
+        filters = ", ".join("count(*) FILTER (WHERE tsv @@ %s::tsquery)" for _ in usable)
+        row = conn.execute(f"SELECT {filters} FROM search_docs WHERE tsv @@ %s::tsquery" + where,
+                           [*usable, " | ".join(usable), *params]).fetchone()
+        counts = [int(n) for n in row] if row is not None else [0] * len(usable)
+    it = iter(counts)
+    out.df = [next(it) if q is not None else 0 for q in qs]
+    rows: list[tuple[Any, ...]] = []
+    if all(q is not None for q in qs) and all(out.df):
+        rows = conn.execute("SELECT session_id, entry_id, role, ts, length, words FROM search_docs"
+                            " WHERE tsv @@ %s::tsquery" + where, [" & ".join(usable), *params]).fetchall()
+    # Rows without a tsvector: checked here, for the statistics and as candidates.
+    for r in conn.execute("SELECT session_id, entry_id, role, ts, length, words FROM search_docs"
+                          " WHERE tsv IS NULL" + where, params):
+        tfs = term_counts(query, Counter(r[5].split()))
+        out.df = [n + (tf > 0) for n, tf in zip(out.df, tfs, strict=True)]
+        rows.append(r)
+    for sid, eid, role, ts, length, text in rows:
+        if roles is not None and role not in roles:
+            continue
+        tfs = term_counts(query, Counter(text.split()))
+        if all(tfs):
+            out.candidates.append(Candidate(unkey(sid), unkey(eid), role, _int(ts), tfs, length))
+    return out
+
+
+def _int(value: Any) -> int:
+    return int(value) if isinstance(value, (int, Decimal)) else int(str(value))
