@@ -32,7 +32,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import session_manager
-from session_manager.store._search_fs import SEARCH_DIR
+from session_manager.store.fs._search import SEARCH_DIR
 
 
 def vocabulary(n: int, rnd: random.Random) -> list[str]:

@@ -19,9 +19,9 @@ from .._wire import cursors
 from .._wire.search_api import SearchRequest, SearchResponse
 from .._wire.shape import build
 from ..errors import INVALID_CURSOR, SessionError, invalid_request
-from ..store._search_index import Candidate, Matches
-from ..store._search_text import Query, parse_query, searchable_text, snippet
 from ..store.path import EntryPath
+from ..store.search_index import Candidate, Matches
+from ..store.search_text import Query, parse_query, searchable_text, snippet
 from .core import Result, ServiceCore
 from .listing import metadata_matches
 from .storage_errors import storage_errors

@@ -27,10 +27,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ._core.append import UNSET, Unset, derive_append_meta
-from ._search_index import Matches, scan
-from ._search_text import Query
 from .path import Entry as Entry
 from .path import EntryPath
+from .search_index import Matches, scan
+from .search_text import Query
 
 if TYPE_CHECKING:
     from .._wire.events import Event
@@ -160,7 +160,7 @@ class SessionStore(ABC):
     def search(self, query: Query, sessions: Collection[str] | None,
                roles: Collection[str] | None) -> Matches:
         """The searchable entries of ``sessions`` (``None``: every session) matching
-        every term of ``query`` (see :mod:`._search_index`), with the statistics
+        every term of ``query`` (see :mod:`.search_index`), with the statistics
         ranking needs. The default reads every entry in scope; a store with an
         index answers from it."""
         ids = sessions if sessions is not None else [m["session_id"] for m in self.list_metas()]

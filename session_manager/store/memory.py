@@ -10,9 +10,9 @@ import threading
 from collections.abc import Collection, Iterable
 
 from ._core.state import SessionState, StateBackedStore
-from ._search_index import Matches, TermIndex
-from ._search_text import Query
 from .base import AttachmentMeta, Commit, Meta
+from .search_index import Matches, TermIndex
+from .search_text import Query
 
 
 class MemoryStore(StateBackedStore):

@@ -17,8 +17,8 @@ from collections import Counter
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 
-from ._search_text import Query, entry_role, searchable_text, words
 from .path import Entry
+from .search_text import Query, entry_role, searchable_text, words
 
 __all__ = ["Candidate", "Matches", "TermIndex", "scan"]
 

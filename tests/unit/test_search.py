@@ -15,9 +15,9 @@ import session_manager
 from session_manager import SessionManager
 from session_manager.errors import NOT_FOUND, SessionError
 from session_manager.store import FsStore, MemoryStore, SessionStore
-from session_manager.store._search_db import DB_FILE
-from session_manager.store._search_fs import SEARCH_DIR
-from session_manager.store._search_text import parse_query
+from session_manager.store.fs._search import SEARCH_DIR
+from session_manager.store.fs._search_db import DB_FILE
+from session_manager.store.search_text import parse_query
 from session_manager.store.sqlite.build import open_uri
 from tests import pg_support
 

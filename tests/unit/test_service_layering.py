@@ -14,11 +14,10 @@ import session_manager._service as service_package
 SERVICE_DIR = Path(service_package.__file__).parent
 PACKAGE = "session_manager"
 
-# What the domain may use of the store: the interface and the path view it hands out.
-STORE_INTERFACE = {"session_manager.store.base", "session_manager.store.path"}
-# The search text rules and match records every adapter shares; private store modules the domain
-# still reads until the store exposes them beside its interface (issue 22, the store's re-layout).
-STORE_SHARED_FOR_NOW = {"session_manager.store._search_index", "session_manager.store._search_text"}
+# What the domain may use of the store: the interface, the path view it hands out, and the search
+# interface's records and text rules (base names them in its search method).
+STORE_INTERFACE = {"session_manager.store.base", "session_manager.store.path",
+                   "session_manager.store.search_index", "session_manager.store.search_text"}
 # Layers above the domain, and parts beside it it must not lean on.
 ABOVE = ("_hosts", "_worker", "_cli", "mentions", "adapters", "viewer", "testing", "aio")
 
@@ -58,7 +57,7 @@ def test_the_domain_imports_no_host_and_no_store_adapter() -> None:
             part = name.split(".")[1]
             if part in ABOVE:
                 bad.append(f"{path.name} imports {name} (a layer above the domain)")
-            elif part == "store" and name not in STORE_INTERFACE | STORE_SHARED_FOR_NOW:
+            elif part == "store" and name not in STORE_INTERFACE:
                 bad.append(f"{path.name} imports {name} (a store adapter or private store module)")
     assert not bad, "\n".join(bad)
 

@@ -16,8 +16,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ...store._core.state import SessionState
-from ...store._search_fs import SEARCH_DIR
-from ...store.fs import INDEX_DIR, committed_records, decode_id, decode_record
+from ...store.fs import INDEX_DIR, SEARCH_DIR, committed_records, decode_id, decode_record
 
 LOG_SUFFIX = ".jsonl"
 ATTACHMENTS = "attachments"

@@ -2,7 +2,7 @@
 ``session::search`` runs its store part on the main, against the main's own
 index, in one call. The bridge sends the parsed query and the sessions in
 scope (resolved on the bridge, from the main's metas: the tenant filter is
-the bridge's); the main answers the :class:`~._search_index.Matches`.
+the bridge's); the main answers the :class:`~..search_index.Matches`.
 Against a Rust main the call is ``function_not_found`` and the bridge answers
 ``session/storage`` naming what is unsupported.
 """
@@ -14,8 +14,8 @@ from typing import Any, Optional
 from pydantic import Field
 
 from ..._wire.models import Wire
-from .._search_index import Candidate, Matches
-from .._search_text import Query
+from ..search_index import Candidate, Matches
+from ..search_text import Query
 
 __all__ = ["SEARCH", "SearchRequest", "SearchResponse", "matches_from_json", "matches_json", "serve"]
 

@@ -41,11 +41,11 @@ from ..._wire.models import AttachmentMeta as AttachmentMetaModel
 from ..._wire.models import SessionEntry, SessionMeta
 from ...errors import Conflict, NotFound, StoreError, Unavailable, Vanished
 from .._core.cas import UNSET, meta_version
-from .._search_index import Matches
-from .._search_text import Query
 from .._settle import Deadlines, settle
 from ..base import AttachmentMeta, Commit, Entry, Meta, SessionStore
 from ..path import EntryPath, walk_to_root
+from ..search_index import Matches
+from ..search_text import Query
 from . import protocol as sp
 from . import protocol_cas as atomic
 from . import protocol_search as searching

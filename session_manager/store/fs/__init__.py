@@ -19,7 +19,8 @@ modules, grouped by job:
 * delete: ``_deleter`` (the store's delete), ``_removal`` (whole or not at all);
 * attachments: ``_attachments``;
 * follow: ``_follower`` (a read-only store following logs), ``_watch`` (its events);
-* cache: ``_cache`` (loaded sessions within a byte budget).
+* cache: ``_cache`` (loaded sessions within a byte budget);
+* search: ``_search`` (the index a store queries), ``_search_db`` (the persisted FTS5 index).
 
 The names below are the package's public ones: the data CLI reads and writes the
 format through them.
@@ -30,12 +31,14 @@ from ._datadir import Durability, ReadOnlyStore
 from ._encoding import decode_id, encode_id
 from ._lock import DataDirLocked, DataDirLost
 from ._records import committed_records, decode_record, encode_snapshot, valid_entry, valid_meta
+from ._search import SEARCH_DIR
 from ._sidecar import INDEX_DIR
 from ._store import FsStore
 
 __all__ = [
     "DEFAULT_CACHE_BYTES",
     "INDEX_DIR",
+    "SEARCH_DIR",
     "DataDirLocked",
     "DataDirLost",
     "Durability",

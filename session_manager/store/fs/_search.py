@@ -19,10 +19,10 @@ from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any, Protocol
 
+from ..path import Entry
+from ..search_index import Matches, TermIndex
+from ..search_text import Query
 from ._search_db import FsSearchDb
-from ._search_index import Matches, TermIndex
-from ._search_text import Query
-from .path import Entry
 
 __all__ = ["SEARCH_DIR", "FsSearch", "open_index"]
 

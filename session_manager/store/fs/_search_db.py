@@ -38,11 +38,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from ._search_index import Candidate, Matches, scan
-from ._search_text import Query
-from .path import Entry
-from .sql.keys import key, unkey
-from .sqlite import search as fts
+from ..path import Entry
+from ..search_index import Candidate, Matches, scan
+from ..search_text import Query
+from ..sql import fts5 as fts
+from ..sql.keys import key, unkey
 
 __all__ = ["DB_FILE", "FsSearchDb"]
 

@@ -28,10 +28,9 @@ from typing import Any
 
 from ...errors import StoreError, Vanished
 from .._core.state import SessionState, StateBackedStore
-from .._search_fs import open_index
-from .._search_index import Matches
-from .._search_text import Query
 from ..base import AttachmentMeta, Commit, Entry, EventSink, Meta
+from ..search_index import Matches
+from ..search_text import Query
 from ._attachments import Attachments
 from ._cache import DEFAULT_CACHE_BYTES
 from ._compaction import Compaction, loaded_budget
@@ -44,6 +43,7 @@ from ._lazy import LazyEntries
 from ._lister import Lister
 from ._opener import checked_stem, log_exists
 from ._records import written_spans
+from ._search import open_index
 from ._sizes import encode_sized
 from ._watch import Reads, Watches
 from ._writer import Writer
@@ -319,7 +319,7 @@ class FsStore(StateBackedStore):
 
     def search(self, query: Query, sessions: Collection[str] | None,
                roles: Collection[str] | None) -> Matches:
-        """From the persisted search index, brought up to date with the logs (:mod:`._search_fs`)."""
+        """From the persisted search index, brought up to date with the logs (:mod:`._search`)."""
         self._d.not_inherited()
         return self._search.search(self, query, sessions, roles)
 

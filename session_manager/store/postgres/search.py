@@ -1,7 +1,7 @@
 """The postgres adapter's search index: a ``tsvector`` per searchable entry
 with a GIN index, brought up to date before each query.
 
-Words are made in Python (:func:`.._search_text.words`: case folding and
+Words are made in Python (:func:`..search_text.words`: case folding and
 accent folding by NFKD, the one definition every adapter indexes), so this
 index finds exactly what the others do; the ``tsvector`` is built from
 those words as lexemes (``array_to_tsvector``: the ``simple``
@@ -36,8 +36,8 @@ from typing import Any
 import psycopg
 
 from .._core.codec import loads
-from .._search_index import Candidate, Matches, term_counts
-from .._search_text import Query, entry_role, searchable_text, words
+from ..search_index import Candidate, Matches, term_counts
+from ..search_text import Query, entry_role, searchable_text, words
 from ..sql.keys import key, unkey
 
 __all__ = ["MIGRATION", "catch_up", "search"]

@@ -24,9 +24,9 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
-from .._search_index import Matches
-from .._search_text import Query
 from ..base import Meta
+from ..search_index import Matches
+from ..search_text import Query
 from ..sql.store import SqlStore
 from ..sql.transactions import CallRunner
 from . import search

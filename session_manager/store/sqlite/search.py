@@ -1,7 +1,7 @@
 """The sqlite adapter's search index: an FTS5 table over each searchable
 entry's folded words, kept in the transaction of every commit.
 
-Words are made in Python (:func:`.._search_text.words`), so this index
+Words are made in Python (:func:`..search_text.words`), so this index
 splits and folds text exactly as the fs and memory indexes do; each
 entry's words are stored sorted, space separated, in ``search_docs``
 (one row per searchable entry, its rowid the entry's ``seq``), and
@@ -30,13 +30,13 @@ from collections.abc import Collection, Iterator
 from typing import Any
 
 from .._core.codec import loads
-from .._search_index import Candidate, Matches, term_counts
-from .._search_text import Query, entry_role, searchable_text, words
+from ..search_index import Candidate, Matches, term_counts
+from ..search_text import Query
+from ..sql.fts5 import doc, quoted
 from ..sql.keys import key, unkey
 
 __all__ = ["MIGRATION", "TABLES", "backfill", "doc", "erase", "index_entry", "quoted", "search"]
 
-_INT64 = 2**63
 
 TABLES = frozenset({"search_docs", "search_totals", "search_fts", "search_fts_data", "search_fts_idx",
                     "search_fts_config"})
@@ -73,17 +73,6 @@ MIGRATION = """
 """
 
 
-def doc(entry: dict[str, Any]) -> tuple[str, Any, int, str] | None:
-    """``(role, timestamp, length, words)`` of a searchable entry, ``None`` otherwise."""
-    text = searchable_text(entry)
-    if text is None:
-        return None
-    found = words(text)
-    ts = int(entry.get("timestamp", 0))
-    stored_ts: Any = ts if -_INT64 <= ts < _INT64 else str(ts)
-    return entry_role(entry), stored_ts, len(found), " ".join(sorted(found))
-
-
 def index_entry(conn: sqlite3.Connection, seq: int | None, sid: str, eid: str, entry: dict[str, Any]) -> None:
     """Index an entry just written (``sid``, ``eid``: stored keys; ``seq``: its
     rowid when just inserted, ``None`` for a new revision, whose old row goes)."""
@@ -114,10 +103,6 @@ def backfill(conn: sqlite3.Connection) -> None:
     conn.executemany("INSERT INTO search_docs (seq, session_id, entry_id, role, ts, length, words)"
                      " VALUES (?, ?, ?, ?, ?, ?, ?)", batch)
     conn.execute("INSERT INTO search_fts (search_fts) VALUES ('optimize')")
-
-
-def quoted(word: str) -> str:
-    return '"' + word.replace('"', '""') + '"'
 
 
 def _scoped(sessions: Collection[str] | None) -> tuple[str, tuple[Any, ...]]:

@@ -15,8 +15,8 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Collection
 
-from .._search_index import Matches
-from .._search_text import Query
+from ..search_index import Matches
+from ..search_text import Query
 from ..sql.store import SqlStore
 from ..sql.transactions import CallRunner
 from . import search
