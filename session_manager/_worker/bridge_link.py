@@ -38,10 +38,9 @@ from .._wire.events import Event
 from ..clock import Clock, SystemClock
 from ..errors import STORAGE, SessionError
 from ..errors import BridgeUnavailable as BridgeUnavailable  # (re-exported: the old import path keeps working)
-from ..store._core.known import KnownSessions
-from ..store._core.resync import resync_batches
 from ..store.bridge import BridgeStore
 from ..store.bridge import protocol as sp
+from ..store.resync import KnownSessions, resync_batches
 from .background import SerialWorker
 from .sdk import SdkBus
 

@@ -44,11 +44,11 @@ from ..clock import Clock, SystemClock
 from ..errors import STORAGE, BuildError, SessionError
 from ..ids import IdGen, UuidIds
 from ..store.bridge import protocol as sp
+from ..store.bridge import server as ss
 from ..store.fs import FsStore
 from ..store.sqlite import SqliteStore
 from . import bridge_link as br
 from . import config_client as cfg
-from . import store_server as ss
 from .config_value import BridgeAdapter, BridgeConfig, WorkerConfig
 from .emitter import Emitter
 from .inflight import InFlight

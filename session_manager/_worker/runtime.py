@@ -8,9 +8,9 @@ import os
 from dataclasses import dataclass
 
 from .._service.service import SessionService
-from ..store._core.resync import resync_batches as resync_batches
 from ..store.base import SessionStore
 from ..store.fs import DataDirLocked, FsStore
+from ..store.resync import resync_batches as resync_batches
 from . import bridge_link as br
 from . import config_client as cfg
 from .config_value import BridgeAdapter, FsAdapter, PostgresAdapter, SqliteAdapter, WorkerConfig, resolve_data_dir

@@ -3,7 +3,7 @@
 :data:`SERVED` gathers, as rows of one kind, what used to be registered from
 four places: the event functions (:data:`~session_manager._hosts.surface.EVENT_SURFACE`),
 the store protocol (``session::store::on-events``, the
-:data:`~session_manager._worker.store_server.STORE_FUNCTIONS` rows,
+:data:`~session_manager.store.bridge.server.STORE_FUNCTIONS` rows,
 ``session::store::publish-events``), the session functions
 (:data:`~session_manager._hosts.surface.FUNCTIONS`) and the configuration pair
 (``session::on-config-change``, ``session::config-status``). Each row's
@@ -22,8 +22,8 @@ from typing import Any
 from .._hosts.surface import EVENT_SURFACE, FUNCTIONS, Function
 from .._wire.schemas import json_schema
 from ..store.bridge import protocol as sp
+from ..store.bridge import server as ss
 from . import config_client as cfg
-from . import store_server as ss
 
 
 class Kind(enum.Enum):

@@ -1,20 +1,38 @@
 """A store's state as events (a resync): what an observer that may have missed
 events is sent instead, one session at a time, so a large store is never held
 as one list of events. The worker sends it after an adapter swap, the bridge
-after a lost link, an outbox follower after it was away too long."""
+after a lost link, an outbox follower after it was away too long.
+
+:class:`KnownSessions`: The sessions an event listener's observers know of, for its resyncs.
+
+A listener that may have missed events (a postgres listener whose outbox
+rows were pruned while it was away, a bridge whose link to its main went
+down) resyncs: it replays the store's current state as events. The current
+state cannot say which sessions were deleted meanwhile, so the listener
+remembers every session its observers were told about, with the metadata
+they last saw: a session in that record and no longer in the store gets
+one ``session::on-deleted`` (timestamp: the resync's, as the deletion's own
+is not known; ``session_metadata``: the last one seen, so tenant-filtered
+observers still match it), and leaves the record, so a later resync never
+announces it again.
+
+Memory: one entry (id and metadata) per live session, for as long as the
+listener runs."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Protocol
+import threading
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Protocol
 
-from ..._wire import events as ev
-from ..._wire.events import Event
+from .._wire import events as ev
+from .._wire.events import Event
+from .base import Meta
 
 if TYPE_CHECKING:
-    from ..base import Entry, Meta
+    from .base import Entry
 
-__all__ = ["StateSource", "resync_batches"]
+__all__ = ["KnownSessions", "StateSource", "resync_batches"]
 
 
 class StateSource(Protocol):
@@ -46,3 +64,49 @@ def resync_batches(store: StateSource, old_metas: list[Meta], now_ms: int) -> It
             if entry.get("kind") == "message" and entry.get("revision", 0) > 0:
                 batch.append(ev.message_updated(sid, entry, entry.get("origin"), entry["timestamp"], metadata))
         yield batch
+
+
+class KnownSessions:
+    """Session id -> the metadata observers last saw; thread-safe."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._metadata: dict[str, Any] = {}
+
+    def load(self, metas: Iterable[Meta]) -> None:
+        """Sessions that exist as the listener starts (its observers can list them)."""
+        fresh = {str(meta["session_id"]): meta.get("metadata") for meta in metas}  # parsed outside the lock
+        with self._lock:
+            self._metadata.update(fresh)
+
+    def note(self, events: Iterable[Event]) -> None:
+        """Follow the events handed to observers: created adds, deleted removes,
+        every other one refreshes the metadata of a session already known (a
+        late event of a deleted session must not bring it back)."""
+        with self._lock:
+            for event in events:
+                sid = event.payload.get("session_id")
+                if not isinstance(sid, str):
+                    continue
+                if event.function_id == ev.ON_DELETED:
+                    self._metadata.pop(sid, None)
+                elif event.function_id == ev.ON_CREATED or sid in self._metadata:
+                    self._metadata[sid] = event.payload.get("session_metadata")
+
+    def snapshot(self) -> list[Meta]:
+        """The known sessions as the ``old_metas`` a resync compares with.
+
+        Take it *before* the resync lists the store: every session in it was
+        committed before the listing began, so one missing from the listing
+        was deleted (never merely created too late to be listed)."""
+        with self._lock:  # only the copy under the lock: mutations note their events through it
+            known = dict(self._metadata)
+        return [{"session_id": sid, "metadata": md} for sid, md in known.items()]
+
+    def __contains__(self, session_id: object) -> bool:
+        with self._lock:
+            return session_id in self._metadata
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._metadata)

@@ -21,7 +21,6 @@ from iii import InvocationError
 from jsonschema import Draft202012Validator
 
 from session_manager._wire import events as ev
-from session_manager._worker import store_server as ss
 from session_manager._worker.bridge_link import RELAY_PREFIX
 from session_manager._worker.config_client import ON_CONFIG_CHANGE, Retry
 from session_manager._worker.config_value import parse_config
@@ -35,6 +34,7 @@ from session_manager.store.bridge import BridgeStore
 from session_manager.store.bridge import protocol as sp
 from session_manager.store.bridge import protocol_cas as atomic
 from session_manager.store.bridge import protocol_search as searching
+from session_manager.store.bridge import server as ss
 from session_manager.store.fs._encoding import encode_id
 from session_manager.testing import FakeConnection, FakeEngine
 from session_manager.testing.contract import StoreContract

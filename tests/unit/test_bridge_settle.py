@@ -210,7 +210,7 @@ def test_the_main_answers_a_repeated_delete_op_as_the_first_and_no_other_caller(
 
 def test_the_record_of_recent_deletes_is_bounded() -> None:
     # Prevents: the main's memory of delete ops growing with every delete it serves.
-    from session_manager._worker.store_server_atomic import RecentDeletes
+    from session_manager.store.bridge.server_atomic import RecentDeletes
 
     recent = RecentDeletes(size=3)
     for n in range(5):

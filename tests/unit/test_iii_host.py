@@ -17,10 +17,10 @@ from session_manager._wire.schemas import json_schema
 from session_manager._worker.config_value import WorkerConfig, parse_config
 from session_manager._worker.iii_host import IIIHost
 from session_manager._worker.served import SERVED
-from session_manager._worker.store_server import STORE_FUNCTIONS
 from session_manager.clock import ManualClock
 from session_manager.ids import SequentialIds
 from session_manager.store.bridge.protocol import ON_EVENTS, PUBLISH_EVENTS
+from session_manager.store.bridge.server import STORE_FUNCTIONS
 from session_manager.testing import FakeEngine
 
 START_MS = 1_000_000

@@ -2,9 +2,10 @@
 
 :class:`BridgeStore` (:mod:`.store`) is the adapter; :mod:`.protocol`,
 :mod:`.protocol_cas` and :mod:`.protocol_search` hold the protocol's function
-ids and wire models, which the worker's server side
-(:mod:`session_manager._worker.store_server`) shares; :mod:`.remote_path` is
-the active path read window by window.
+ids and wire models, which the server side shares (:mod:`.server`, with
+:mod:`.server_atomic`: a main serving ``session::store::*`` from its local
+store; the worker registers them); :mod:`.remote_path` is the active path
+read window by window.
 """
 
 from typing import TYPE_CHECKING, Any

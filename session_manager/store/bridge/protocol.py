@@ -1,6 +1,6 @@
 """The internal ``session::store::*`` protocol: function ids, wire models
 and event envelopes, shared by the client (:class:`~session_manager.store.bridge.BridgeStore`)
-and the server an fs main runs (:mod:`session_manager._worker.store_server`).
+and the server an fs main runs (:mod:`session_manager.store.bridge.server`).
 
 A bridged instance keeps every domain rule (ids, idempotency, revisions,
 branching, locks) and stores through a main instance running the fs adapter,

@@ -1,6 +1,6 @@
 """The atomic calls of the ``session::store::*`` protocol: ids and wire models
 (ours; a Rust main lacks them; the main serves them from
-:mod:`session_manager._worker.store_server_atomic`).
+:mod:`session_manager.store.bridge.server_atomic`).
 
 * ``session::store::commit``: one :class:`~session_manager.store.base.Commit`
   (a batch of entries, the leaf, the meta) applied whole or not at all under

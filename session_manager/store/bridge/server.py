@@ -19,14 +19,15 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from .._wire.models import SessionEntry, SessionMeta
-from .._wire.shape import build
-from ..errors import PARENT_NOT_FOUND, SessionError, invalid_request, not_found
-from ..store._core.cas import derive_append_meta
-from ..store.base import Commit, SessionStore
-from ..store.bridge import protocol_cas as atomic
-from ..store.bridge import protocol_search as searching
-from ..store.bridge.protocol import (
+from ..._wire.models import SessionEntry, SessionMeta
+from ..._wire.shape import build
+from ...errors import PARENT_NOT_FOUND, SessionError, invalid_request, not_found
+from .._core.cas import derive_append_meta
+from ..base import Commit, SessionStore
+from . import protocol_cas as atomic
+from . import protocol_search as searching
+from . import server_atomic as served
+from .protocol import (
     COMMIT_APPEND,
     DELETE_ACTIVE_LEAF,
     DELETE_ATTACHMENT,
@@ -62,7 +63,6 @@ from ..store.bridge.protocol import (
     SessionIdRequest,
     StoredAttachment,
 )
-from . import store_server_atomic as served
 
 LockFor = Callable[[str], "threading.Lock | threading.RLock"]
 
@@ -198,7 +198,7 @@ def _search(store: SessionStore, lock: LockFor, req: searching.SearchRequest, ra
 _D = "Internal store protocol (fs instances only): "
 
 STORE_FUNCTIONS: tuple[StoreFunction, ...] = (
-    # Ours (store_server_atomic), registered first: a main that serves any
+    # Ours (server_atomic), registered first: a main that serves any
     # reference call already serves these, so a bridge never mistakes a
     # main still registering for a Rust one.
     StoreFunction(atomic.COMMIT, served.commit, atomic.CommitRequest, atomic.CommitResponse,

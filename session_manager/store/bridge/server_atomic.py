@@ -14,11 +14,11 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from typing import Any
 
-from .._wire.shape import build
-from ..errors import Conflict, not_found
-from ..store._core.cas import meta_version
-from ..store.base import Commit, SessionStore
-from ..store.bridge.protocol_cas import (
+from ..._wire.shape import build
+from ...errors import Conflict, not_found
+from .._core.cas import meta_version
+from ..base import Commit, SessionStore
+from .protocol_cas import (
     CommitRequest,
     CommitResponse,
     DeleteSessionRequest,

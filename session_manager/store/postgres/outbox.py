@@ -49,8 +49,7 @@ from ..base import EventSink
 from ..sql.outbox import Subscribers
 
 if TYPE_CHECKING:
-    from .._core.known import KnownSessions
-    from .._core.resync import StateSource
+    from ..resync import KnownSessions, StateSource
     from .core import PgDatastore, Tx
 
 __all__ = ["NOTIFY_BATCH", "Outbox", "channel_of"]

@@ -17,9 +17,8 @@ import threading
 from collections.abc import Callable
 
 from ..._wire.events import ON_CREATED, ON_DELETED, ON_META_UPDATED, Event
-from .._core.known import KnownSessions
-from .._core.resync import StateSource, resync_batches
 from ..base import EventSink, Meta
+from ..resync import KnownSessions, StateSource, resync_batches
 
 __all__ = ["TRACKED", "Subscribers"]
 
