@@ -1,5 +1,5 @@
 """Issue 25 #4: a bridged mutation whose answer is lost, while the main can
-still be read, is settled by one mechanism (:mod:`session_manager.store._settle`):
+still be read, is settled by one mechanism (:mod:`session_manager.store.bridge.settle`):
 it answers as applied, fires its events once, and the whole call ends within
 2.5x ``timeout_ms`` (a deadline of the contract, not a speed figure).
 

@@ -15,8 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from ...store._core.state import SessionState
-from ...store.fs import INDEX_DIR, SEARCH_DIR, committed_records, decode_id, decode_record
+from ...store.fs import INDEX_DIR, SEARCH_DIR, SessionState, committed_records, decode_id, decode_record
 
 LOG_SUFFIX = ".jsonl"
 ATTACHMENTS = "attachments"

@@ -8,7 +8,7 @@ whole or not at all with compare-and-set (a stale one raises
 :class:`~session_manager.errors.Conflict`), a delete one ``delete-session``, and a path
 is read window by window (``read-path``), so a page costs O(page). Every
 mutation whose answer is lost is settled (sent again, then read back, within
-a bounded time: :mod:`session_manager.store._settle`) rather than left in doubt, so an applied
+a bounded time: :mod:`session_manager.store.bridge.settle`) rather than left in doubt, so an applied
 mutation answers as applied and fires its events once. Nothing
 is cached here: the main is the only truth, so two bridges on one main
 never read stale state.
@@ -41,7 +41,6 @@ from ..._wire.models import AttachmentMeta as AttachmentMetaModel
 from ..._wire.models import SessionEntry, SessionMeta
 from ...errors import Conflict, NotFound, StoreError, Unavailable, Vanished
 from .._core.cas import UNSET, meta_version
-from .._settle import Deadlines, settle
 from ..base import AttachmentMeta, Commit, Entry, Meta, SessionStore
 from ..path import EntryPath, walk_to_root
 from ..search_index import Matches
@@ -50,6 +49,7 @@ from . import protocol as sp
 from . import protocol_cas as atomic
 from . import protocol_search as searching
 from .remote_path import RemotePath
+from .settle import Deadlines, settle
 
 log = logging.getLogger("session_manager.store.bridge")
 
@@ -231,7 +231,7 @@ class BridgeStore(SessionStore):
 
     def _settle_commit(self, session_id: str, commit: Commit, payload: dict[str, Any],
                        lost: Unavailable) -> Commit:
-        """A commit whose answer was lost (:mod:`session_manager.store._settle`): sent again (a
+        """A commit whose answer was lost (:mod:`session_manager.store.bridge.settle`): sent again (a
         replay never applies twice, and it is serialized with the first one
         under the main's session lock), and when the replay is refused or
         lost too, read back."""

@@ -23,9 +23,10 @@ modules, grouped by job:
 * search: ``_search`` (the index a store queries), ``_search_db`` (the persisted FTS5 index).
 
 The names below are the package's public ones: the data CLI reads and writes the
-format through them.
+format through them (``SessionState``: what a replay of a log's records builds).
 """
 
+from .._core.state import SessionState
 from ._cache import DEFAULT_CACHE_BYTES
 from ._datadir import Durability, ReadOnlyStore
 from ._encoding import decode_id, encode_id
@@ -44,6 +45,7 @@ __all__ = [
     "Durability",
     "FsStore",
     "ReadOnlyStore",
+    "SessionState",
     "committed_records",
     "decode_id",
     "decode_record",

@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import TypeVar
 
-from ..errors import StoreError, Unavailable
+from ...errors import StoreError, Unavailable
 
 __all__ = ["REPLAY_SHARE", "SETTLE_BUDGET", "Deadlines", "settle"]
 
