@@ -23,7 +23,7 @@ from typing import Any
 
 from ...errors import STORAGE, SessionError, StoreError, Unavailable
 from . import schema
-from .path import Decoded
+from .decoded import Decoded
 from .settings import Durability, SqliteSettings
 
 # Result codes (the primary code, low byte of the extended one) that say why.

@@ -14,10 +14,8 @@ instead, which costs O(window + log depth) however the session branches.
 
 from __future__ import annotations
 
-import threading
 from typing import TYPE_CHECKING
 
-from .._core.codec import loads
 from ..base import Entry
 from ..sql.keys import key
 from ..sql.path import PATH_WINDOW, WindowPath
@@ -25,35 +23,10 @@ from ..sql.path import PATH_WINDOW, WindowPath
 if TYPE_CHECKING:
     from .core import SqliteDatastore
 
-__all__ = ["Decoded", "SqlitePath"]
+__all__ = ["SqlitePath"]
 
 SLACK = 2  # rows per depth a window's scan may read before the walk is cheaper
-DECODED_BYTES = 8 << 20  # body text the decoded cache holds before it starts over
 
-
-class Decoded:
-    """Entries decoded from their stored JSON text, keyed by that text: a transcript
-    read again (a chat view polling its tail) is not decoded again. Keyed by the
-    text itself, so a new revision written by any process is a miss, never stale.
-    The entries are shared, as the fs and memory stores share theirs: the service
-    never changes an entry it reads, and every response is a copy."""
-
-    def __init__(self, budget: int = DECODED_BYTES) -> None:
-        self._budget = budget
-        self._held = 0
-        self._lock = threading.Lock()
-        self._entries: dict[str, Entry] = {}
-
-    def __call__(self, body: str) -> Entry:
-        entry = self._entries.get(body)
-        if entry is None:
-            entry = loads(body.encode("utf-8"))
-            with self._lock:
-                if self._held + len(body) > self._budget:  # start over: O(1) a read, no LRU upkeep
-                    self._entries, self._held = {}, 0
-                self._entries[body] = entry
-                self._held += len(body)
-        return entry
 
 _RANGE_SQL = ("SELECT body FROM entries WHERE session_id = ? AND depth BETWEEN ? AND ?"
               " ORDER BY depth DESC LIMIT ?")
