@@ -1,5 +1,5 @@
 """``python -m session_manager``: the worker CLI."""
 
-from ._worker.main import main
+from ._cli.main import main
 
 raise SystemExit(main())

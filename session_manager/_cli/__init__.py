@@ -1,3 +1,3 @@
-"""The command lines' own parts: shared argument handling (:mod:`.args`) and
-``session-manager data`` (:mod:`.data`). The worker's entry point is
-``session_manager._worker.main``; it dispatches ``data`` here."""
+"""The command line: :mod:`.main` (the ``session-manager`` console script: ``data``
+goes to :mod:`.data`, everything else to the worker's own command line,
+:mod:`session_manager._worker.main`)."""

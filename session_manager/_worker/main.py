@@ -25,8 +25,8 @@ from types import FrameType
 from typing import TYPE_CHECKING
 
 from .. import __version__
+from .._args import OneLineParser, environment_epilog, log_level
 from .._bus import Bus
-from .._cli.args import OneLineParser, environment_epilog, log_level, suggest
 from ..errors import BuildError, ConfigError, ConfigurationRefused, ConfigurationUnavailable, SeedError, SessionError
 from .manifest import DESCRIPTION, NAME, manifest
 from .sdk import SdkBus
@@ -153,17 +153,8 @@ def quiet_retries(client: SdkBus) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``session-manager`` console script."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["data"]:
-        from .._cli.data import main as data_main
-
-        return data_main(argv[1:])
-    # The worker takes no positional argument: a word close to "data" is a typo of it.
-    if argv and not argv[0].startswith("-") and suggest(argv[0], ("data",)):
-        sys.stderr.write(f"{NAME}: error: unknown command {argv[0]!r}; did you mean 'data'? (see --help)\n")
-        return 2
-    args = parse_args(argv)
+    """The worker's command line (``session-manager`` without ``data``; :mod:`session_manager._cli.main` dispatches)."""
+    args = parse_args(list(sys.argv[1:] if argv is None else argv))
     if args.manifest:
         print(json.dumps(manifest(), indent=2))
         return 0

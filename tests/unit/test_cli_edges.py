@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from session_manager._cli.args import ENVIRONMENT
+from session_manager._args import ENVIRONMENT
 
 
 def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

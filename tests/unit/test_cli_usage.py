@@ -13,7 +13,7 @@ import pytest
 import session_manager
 from session_manager._cli.data import main, usage
 from session_manager._cli.data.commands import build_parser
-from session_manager._worker.main import main as worker_main
+from session_manager._cli.main import main as worker_main
 from session_manager.clock import ManualClock
 from session_manager.ids import SequentialIds
 from session_manager.messages import assistant_message, user_message

@@ -15,13 +15,13 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
+from ..._args import OneLineParser
 from ..._browse import reading, render
 from ..._browse.filters import metadata_filter
 from ..._hosts.surface import BY_ID
 from ..._wire.models import STATUSES
 from ...errors import DataDirError, SessionError, StoreError, UsageError, invalid_request, not_found
 from ...store.fs import FsStore
-from ..args import OneLineParser
 from . import fsck, fsck_store, maintenance, purging, serving, transfer, usage
 from .opening import is_engine, is_uri, open_for
 from .outcome import Handler, Outcome

@@ -9,11 +9,11 @@ import argparse
 import os
 from collections.abc import Collection, Iterable
 
+from ..._args import suggest
 from ..._hosts.surface import Function
 from ..._hosts.surface import function as lookup
 from ...errors import SessionError
 from ...errors import UsageError as UsageError  # (re-exported: the old import path keeps working)
-from ..args import suggest
 from .opening import is_engine, is_uri
 
 DIR, POSTGRES, SQLITE, ENGINE = "dir", "postgres", "sqlite", "engine"
