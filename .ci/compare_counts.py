@@ -2,13 +2,14 @@
 and this lane's run (the optional tests and the slow lane) must together have
 passed every collected test, each exactly where it belongs.
 
-    python .ci/compare_counts.py COLLECTED.txt HERE.txt OPTIONAL.txt FRESH.xml HERE.xml
+    python .ci/compare_counts.py COLLECTED.txt HERE.txt OPTIONAL.txt FRESH.xml HERE.xml [HERE.xml ...]
 
 COLLECTED, HERE and OPTIONAL are `pytest --collect-only -q` output of the whole
 suite (`-m "slow or not slow"`), of this lane's selection (`-m "slow or not pure
 or reference"`) and of the optional tests within it (`-m "not pure or reference"`:
 what needs an engine, PostgreSQL or the reference material beside the repository);
-FRESH/HERE.xml are the two runs' JUnit reports. A fresh clone must pass everything
+FRESH.xml is the fresh clone's JUnit report, the HERE.xml files this lane's (its
+selection runs in parts: the engine tests in one process, the rest in parallel). A fresh clone must pass everything
 this lane does not run (plain `pytest` leaves the slow lane out, the optional tests
 skip there); this lane must pass its slow tests, and runs the optional ones (a
 failure fails it; a skip or xfail is listed).
@@ -48,9 +49,12 @@ def listed(collect_txt: str) -> set[str]:
     return {node_key(line.strip()) for line in Path(collect_txt).read_text().splitlines() if "::" in line}
 
 
-def main(collected_txt: str, here_txt: str, optional_txt: str, fresh_xml: str, here_xml: str) -> int:
+def main(collected_txt: str, here_txt: str, optional_txt: str, fresh_xml: str, *here_xmls: str) -> int:
+    if not here_xmls:
+        raise SystemExit(__doc__)
     collected, selected, optional = listed(collected_txt), listed(here_txt), listed(optional_txt)
-    fresh, here = passed(Path(fresh_xml)), passed(Path(here_xml))
+    fresh = passed(Path(fresh_xml))
+    here = set().union(*(passed(Path(x)) for x in here_xmls))
     expected, slow = collected - selected, selected - optional
     print(f"collected {len(collected)}; this lane {len(selected)} (optional {len(optional)}, slow lane {len(slow)}), "
           f"passed here {len(here)}; expected on a fresh clone {len(expected)}, passed there {len(fresh)}")

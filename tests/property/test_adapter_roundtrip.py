@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import tempfile
+from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
@@ -17,13 +18,16 @@ import session_manager
 from session_manager.clock import ManualClock
 from session_manager.ids import SequentialIds
 
-pytest.importorskip("agents", reason="the openai-agents extra is not installed")
 pytest.importorskip("langchain_core", reason="the langchain extra is not installed")
 
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage, message_to_dict
 
 from session_manager.adapters.langchain import SessionChatMessageHistory
 from session_manager.adapters.openai_agents import AgentsSession
+
+# Its adapter imports the SDK only when used: the skip looks for it without importing it (seconds per
+# xdist worker at collection).
+pytestmark = pytest.mark.skipif(find_spec("agents") is None, reason="the openai-agents extra is not installed")
 
 text = st.text(max_size=12)
 numbers = st.integers(-(2**53), 2**53) | st.floats(allow_nan=False, allow_infinity=False)

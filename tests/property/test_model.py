@@ -521,5 +521,16 @@ def model_settings(examples: int, steps: int) -> settings:
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 
 
-SessionModel.TestCase.settings = model_settings(100, 50)
-TestSessionModel = SessionModel.TestCase
+def shards(machine: type[RuleBasedStateMachine], examples: int, steps: int, count: int) -> list[type[Any]]:
+    """``count`` test cases of ``machine`` sharing ``examples`` between them (``steps`` each).
+
+    One case is one test, run by one xdist worker: split, the examples spread over the workers
+    instead of one worker running them all while the others wait. Each shard draws from its own
+    random seed (no ``derandomize``), so together they explore as widely as one case would."""
+    return [type(f"{machine.__name__}Shard{i + 1}", (machine.TestCase,),
+                 {"settings": model_settings(examples // count, steps)}) for i in range(count)]
+
+
+# 100 examples x 50 steps, in four shards: the suite's longest test (~144 s on one worker) set the floor
+# of a parallel run.
+TestSessionModel1, TestSessionModel2, TestSessionModel3, TestSessionModel4 = shards(SessionModel, 100, 50, 4)

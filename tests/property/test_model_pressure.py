@@ -18,7 +18,7 @@ from session_manager import SessionManager
 from session_manager._wire.events import EVENT_FUNCTIONS
 from session_manager.store import FsStore
 from session_manager.store.fs import _logfiles, _rewrite
-from tests.property.test_model import SessionModel, model_settings, texts
+from tests.property.test_model import SessionModel, shards, texts
 
 ORDERS = {"updated_desc": ("updated_at", True), "created_desc": ("created_at", True),
           "created_asc": ("created_at", False)}
@@ -104,7 +104,7 @@ class RoomyPressuredModel(PressuredModel):
     cache_bytes = 200_000  # every session stays: background rewrites land (small and indexed ones)
 
 
-for _model in (PressuredModel, RoomyPressuredModel):
-    _model.TestCase.settings = model_settings(40, 60)
-TestPressuredModel = PressuredModel.TestCase
-TestRoomyPressuredModel = RoomyPressuredModel.TestCase
+# 40 examples x 60 steps each, in two shards apiece (~64 s and ~51 s on one worker when whole), so the
+# workers share them.
+TestPressuredModel1, TestPressuredModel2 = shards(PressuredModel, 40, 60, 2)
+TestRoomyPressuredModel1, TestRoomyPressuredModel2 = shards(RoomyPressuredModel, 40, 60, 2)

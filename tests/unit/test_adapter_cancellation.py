@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Callable, Coroutine, Iterator
+from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
@@ -17,13 +18,16 @@ import pytest
 
 import session_manager
 
-pytest.importorskip("agents", reason="the openai-agents extra is not installed")
 pytest.importorskip("langchain_core", reason="the langchain extra is not installed")
 
 from langchain_core.messages import AIMessage, HumanMessage
 
 from session_manager.adapters.langchain import SessionChatMessageHistory
 from session_manager.adapters.openai_agents import AgentsSession
+
+# Its adapter imports the SDK only when used: the skip looks for it without importing it (seconds per
+# xdist worker at collection).
+pytestmark = pytest.mark.skipif(find_spec("agents") is None, reason="the openai-agents extra is not installed")
 
 
 class Gate:

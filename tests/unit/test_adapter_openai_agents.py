@@ -5,50 +5,27 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-agents = pytest.importorskip("agents", reason="the openai-agents extra is not installed")
+import session_manager
+from session_manager._wire.events import ON_MESSAGE_ADDED
+from session_manager.adapters.openai_agents import ITEM_TYPE, AgentsSession
+from session_manager.clock import ManualClock
+from session_manager.errors import INVALID_REQUEST, SessionError
+from session_manager.ids import SequentialIds
+from session_manager.messages import custom, user_message
 
-from agents import Agent, Runner, function_tool, set_tracing_disabled  # noqa: E402
-from agents.items import ModelResponse  # noqa: E402
-from agents.memory import Session  # noqa: E402
-from agents.models.interface import Model  # noqa: E402
-from agents.usage import Usage  # noqa: E402
-from openai.types.responses import ResponseFunctionToolCall, ResponseOutputMessage, ResponseOutputText  # noqa: E402
-
-import session_manager  # noqa: E402
-from session_manager._wire.events import ON_MESSAGE_ADDED  # noqa: E402
-from session_manager.adapters.openai_agents import ITEM_TYPE, AgentsSession  # noqa: E402
-from session_manager.clock import ManualClock  # noqa: E402
-from session_manager.errors import INVALID_REQUEST, SessionError  # noqa: E402
-from session_manager.ids import SequentialIds  # noqa: E402
-from session_manager.messages import custom, user_message  # noqa: E402
-
-set_tracing_disabled(True)  # no exporter: the tests never leave the machine
+# The SDK is imported only by the tests that run it (tests.agents_sdk): importing it here cost every
+# xdist worker seconds at collection. Without the extra, the whole module skips, as before.
+pytestmark = pytest.mark.skipif(find_spec("agents") is None, reason="the openai-agents extra is not installed")
 
 
 def open_store(where: Path) -> session_manager.SessionManager:
     return session_manager.open(where, ids=SequentialIds(), clock=ManualClock(1_000_000))
-
-
-class ScriptedModel(Model):
-    """A Model that answers from a script and records the input of every turn."""
-
-    def __init__(self, outputs: list[list[Any]]) -> None:
-        self.outputs = list(outputs)
-        self.inputs: list[Any] = []
-
-    async def get_response(self, system_instructions: Any, input: Any, model_settings: Any, tools: Any,
-                           output_schema: Any, handoffs: Any, tracing: Any, *, previous_response_id: Any = None,
-                           conversation_id: Any = None, prompt: Any = None) -> ModelResponse:
-        self.inputs.append(json.loads(json.dumps(input)))
-        return ModelResponse(output=self.outputs.pop(0), usage=Usage(), response_id=None)
-
-    def stream_response(self, *args: Any, **kwargs: Any) -> Any:
-        raise NotImplementedError("the tests run non-streamed")
 
 
 class RecordingSession(AgentsSession):
@@ -61,20 +38,11 @@ class RecordingSession(AgentsSession):
         await super().add_items(items)
 
 
-@function_tool
-def get_weather(city: str) -> str:
-    """The weather in a city."""
-    return f"sunny in {city}"
-
-
-def say(text: str, id: str) -> ResponseOutputMessage:
-    return ResponseOutputMessage(id=id, type="message", role="assistant", status="completed",
-                                 content=[ResponseOutputText(type="output_text", text=text, annotations=[])])
-
-
 def test_runner_runs_stored_natively_and_read_back_equal(tmp_path: Path) -> None:
     # Prevents: items stored opaquely (invisible to session::messages and role filters), items
     # reading back different from what the SDK added, or memory not reaching the next turn.
+    from tests.agents_sdk import Agent, ResponseFunctionToolCall, Runner, ScriptedModel, Session, get_weather, say
+
     model = ScriptedModel([
         [ResponseFunctionToolCall(type="function_call", id="fc_1", call_id="call_1", name="get_weather",
                                   arguments='{"city":"Paris"}', status="completed")],
@@ -390,6 +358,8 @@ def test_runner_turns_see_what_the_sdks_own_sqlite_session_gives(tmp_path: Path)
     from openai.types.responses import ResponseReasoningItem
     from openai.types.responses.response_reasoning_item import Summary
 
+    from tests.agents_sdk import Agent, ResponseFunctionToolCall, Runner, ScriptedModel, get_weather, say
+
     def script() -> list[list[Any]]:
         return [
             [ResponseReasoningItem(id="rs_1", type="reasoning", summary=[Summary(type="summary_text", text="plan")]),
@@ -506,6 +476,8 @@ def test_session_settings_given_as_a_dict_work_as_the_sdks_own_sessions_take_the
     # Prevents: AgentsSession(session_settings={"limit": 2}) (the SDK's SQLiteSession accepts a
     # dict) failing every get_items, and Runner.run, with AttributeError: 'dict' has no 'limit'.
     from agents.memory import SessionSettings
+
+    from tests.agents_sdk import Agent, Runner, ScriptedModel, say
 
     items = [{"role": "user", "content": str(i)} for i in range(4)]
     with open_store(tmp_path / "d") as sm:
