@@ -26,11 +26,21 @@ def _modules() -> dict[str, tuple[Path, str]]:
     return out
 
 
+_PARSED: dict[Path, ast.Module] = {}
+
+
+def _tree(path: Path) -> ast.Module:
+    # Parsed once per run: the cycle check asks for every module's imports many times.
+    if path not in _PARSED:
+        _PARSED[path] = ast.parse(path.read_text(encoding="utf-8"))
+    return _PARSED[path]
+
+
 def _imports(name: str, modules: dict[str, tuple[Path, str]]) -> set[str]:
     """The package's modules ``name`` imports (type-only imports too: a cycle there is one)."""
     path, package = modules[name]
     found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in ast.walk(_tree(path)):
         if isinstance(node, ast.ImportFrom):
             if node.level:
                 base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
