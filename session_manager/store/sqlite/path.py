@@ -55,6 +55,15 @@ class Decoded:
                 self._held += len(body)
         return entry
 
+    def rows(self, rows: list[tuple[str]]) -> list[Entry]:
+        """The entries of ``rows`` (each a body), in order: a window's read, the hits
+        looked up here rather than one call each."""
+        get, entries = self._entries.get, []
+        for (body,) in rows:
+            entry = get(body)
+            entries.append(entry if entry is not None else self(body))
+        return entries
+
 _RANGE_SQL = ("SELECT body FROM entries WHERE session_id = ? AND depth BETWEEN ? AND ?"
               " ORDER BY depth DESC LIMIT ?")
 
@@ -80,7 +89,7 @@ class SqlitePath(WindowPath):
         if len(rows) == span:
             # One entry per depth (the path has one at each): the rows are the path's, if the
             # first is the start (else the session changed meanwhile: the walk below finds out).
-            entries: list[Entry] = [decode(body) for (body,) in rows]
+            entries: list[Entry] = decode.rows(rows)
             if entries[0]["id"] == start:
                 return [(e["id"], start_depth - k, e) for k, e in enumerate(entries) if start_depth - k <= hi]
         out: list[tuple[str, int, Entry]] = []
