@@ -36,3 +36,12 @@ class Decoded:
                 self._entries[body] = entry
                 self._held += len(body)
         return entry
+
+    def rows(self, rows: list[tuple[str]]) -> list[Entry]:
+        """The entries of ``rows`` (each a body), in order: a window's read, the hits
+        looked up here rather than one call each."""
+        get, entries = self._entries.get, []
+        for (body,) in rows:
+            entry = get(body)
+            entries.append(entry if entry is not None else self(body))
+        return entries

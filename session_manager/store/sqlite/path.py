@@ -53,7 +53,7 @@ class SqlitePath(WindowPath):
         if len(rows) == span:
             # One entry per depth (the path has one at each): the rows are the path's, if the
             # first is the start (else the session changed meanwhile: the walk below finds out).
-            entries: list[Entry] = [decode(body) for (body,) in rows]
+            entries: list[Entry] = decode.rows(rows)
             if entries[0]["id"] == start:
                 return [(e["id"], start_depth - k, e) for k, e in enumerate(entries) if start_depth - k <= hi]
         out: list[tuple[str, int, Entry]] = []

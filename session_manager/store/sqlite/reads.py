@@ -21,6 +21,8 @@ _META_LEAF_LINKS = ("SELECT s.meta, s.leaf, p.depth, p.jump_id, p.jump_depth, j.
                     " FROM sessions s LEFT JOIN entries p ON p.session_id = s.session_id AND p.entry_id = s.leaf"
                     " LEFT JOIN entries j ON j.session_id = s.session_id AND j.entry_id = p.jump_id"
                     " WHERE s.session_id = ?")
+_META_LEAF_DEPTH = ("SELECT s.meta, s.leaf, e.depth FROM sessions s LEFT JOIN entries e"
+                    " ON e.session_id = s.session_id AND e.entry_id = s.leaf WHERE s.session_id = ?")
 
 
 def _load(text: str) -> Any:
@@ -41,11 +43,16 @@ class SqliteReads:
         return [_load(r[0]) for r in self.db.rows("SELECT meta FROM sessions WHERE meta IS NOT NULL")]
 
     def meta_and_leaf(self, session_id: str) -> tuple[Meta | None, str | None]:
-        rows = self.db.rows("SELECT meta, leaf FROM sessions WHERE session_id = ?", (key(session_id),))
+        # With the leaf's depth, noted as get_leaf notes it: path() of this leaf (a
+        # messages-tail page, next) is then one range read, not a depth probe and the read.
+        rows = self.db.rows(_META_LEAF_DEPTH, (key(session_id),))
         if not rows:
             return None, None
-        meta, leaf = rows[0]
-        return (_load(meta) if meta is not None else None), (unkey(leaf) if leaf is not None else None)
+        meta, leaf, depth = rows[0]
+        if leaf is not None:
+            leaf = unkey(leaf)
+            self.db.local.leaf_depth = (session_id, leaf, depth)
+        return (_load(meta) if meta is not None else None), leaf
 
     def meta_and_leaf_to_commit(self, session_id: str) -> tuple[Meta | None, str | None]:
         if not self.db.local.in_tx:
