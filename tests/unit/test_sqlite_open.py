@@ -24,7 +24,7 @@ from session_manager.store.sqlite.settings import path_of
 BIG = 2**70 + 1  # past float and int64: must round-trip exactly
 
 
-def _user(text: str) -> dict[str, Any]:
+def _user(text: str) -> Any:
     return {"role": "user", "content": [{"type": "text", "text": text}], "timestamp": 1}
 
 
@@ -196,8 +196,17 @@ def _schema_of(conn: sqlite3.Connection) -> list[tuple[str, str]]:
     return sorted(conn.execute("SELECT name, sql FROM sqlite_master WHERE sql IS NOT NULL").fetchall())
 
 
+def _drop_catch_up(conn: sqlite3.Connection) -> None:
+    """Back to schema version 3: the index's high-water mark and revision queue (migration 4) dropped."""
+    conn.execute("DROP TRIGGER search_revised")
+    conn.execute("DROP TABLE search_state")
+    conn.execute("DROP TABLE search_dirty")
+    conn.execute("PRAGMA user_version = 3")
+
+
 def _drop_search(conn: sqlite3.Connection) -> None:
-    """Back to schema version 2: the search index (migration 3) dropped."""
+    """Back to schema version 2: the search index (migrations 3 and 4) dropped."""
+    _drop_catch_up(conn)
     conn.execute("DROP TABLE search_fts")
     conn.execute("DROP TABLE search_docs")  # (its triggers go with it)
     conn.execute("DROP TABLE search_totals")
@@ -224,6 +233,31 @@ def test_a_version_2_file_gets_its_search_index_filled_from_its_entries(tmp_path
         assert conn.execute("SELECT count(*) FROM search_docs").fetchone()[0] == 2
 
 
+def test_a_version_3_file_keeps_its_index_and_catches_up_from_its_last_entry(tmp_path: Path) -> None:
+    # Prevents: the move to an index caught up before each query (schema version 4) indexing a
+    # version 3 file's entries a second time (duplicate rows, or a failed open), or losing track of
+    # what is indexed: the mark starts at the last entry, which version 3 indexed in its commit.
+    target = tmp_path / "v3.db"
+    with session_manager.open(f"sqlite:///{target}") as sm:
+        sid = sm.create().session_id
+        sm.append(sid, message=_user("Élan vital"))
+        sm.append(sid, message=_user("brown fox"))
+        before = {q: sm.call("session::search", {"query": q}) for q in ("elan", "fox", "brown f")}
+    with sqlite3.connect(target) as conn:
+        _drop_catch_up(conn)
+        last = conn.execute("SELECT max(seq) FROM entries").fetchone()[0]
+    with session_manager.open(f"sqlite:///{target}") as sm:
+        with sqlite3.connect(target) as conn:
+            assert conn.execute("SELECT last_seq FROM search_state").fetchone()[0] == last
+        assert {q: sm.call("session::search", {"query": q}) for q in before} == before
+        later = sm.append(sid, message=_user("brown owl")).entry_id
+        hits = sm.call("session::search", {"query": "brown"})["hits"]
+        assert later in [h["entry_id"] for h in hits] and len(hits) == 2
+    with sqlite3.connect(target) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS) == 4
+        assert conn.execute("SELECT count(*) FROM search_docs").fetchone()[0] == 3
+
+
 def test_a_version_1_file_is_upgraded_in_place(tmp_path: Path) -> None:
     # Prevents: a file written before the entries_depth index (schema version 1) failing to open,
     # being rebuilt (its data lost), or read without the index; the upgrade is one in-place step.
@@ -245,7 +279,7 @@ def test_a_version_1_file_is_upgraded_in_place(tmp_path: Path) -> None:
         assert sm.call("session::messages-tail", {"session_id": sid, "limit": 10}) == before
         assert sm.get(sid).meta.message_count == 31
     with sqlite3.connect(target) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS) == 3
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS) == 4
         plan = conn.execute("EXPLAIN QUERY PLAN SELECT body FROM entries WHERE session_id = ? AND depth"
                             " BETWEEN ? AND ? ORDER BY depth DESC", (sid, 0, 9)).fetchall()
         assert any("entries_depth" in str(row) for row in plan)

@@ -33,10 +33,11 @@ def _statements(store: SqliteStore, work: Any) -> list[str]:
     return seen
 
 
-def test_a_tail_page_is_two_reads_and_an_append_one_transaction_of_seven(tmp_path: Path) -> None:
+def test_a_tail_page_is_two_reads_and_an_append_one_transaction_of_six(tmp_path: Path) -> None:
     # Prevents: a tail page growing back a separate depth probe of the leaf (three reads), an
     # explicit BEGIN/COMMIT around a read, or an append taking more statements than its
-    # transaction needs (read with links, entry, search row, session row, outbox position).
+    # transaction needs (read with links, entry, session row, outbox position), the search
+    # index's row among them again (it is caught up before a query, issue 26).
     with session_manager.open(f"sqlite:///{tmp_path / 's.db'}") as sm:
         store = sm.service.store
         assert isinstance(store, SqliteStore)
@@ -47,5 +48,5 @@ def test_a_tail_page_is_two_reads_and_an_append_one_transaction_of_seven(tmp_pat
         assert len(tail) == 2, tail
         assert tail[0].startswith("SELECT s.meta, s.leaf, e.depth") and "depth BETWEEN" in tail[1]
         append = _statements(store, lambda: sm.append(sid, message=_user("one more")))
-        assert [s.split()[0] for s in append] == ["BEGIN", "SELECT", "INSERT", "INSERT", "INSERT", "SELECT",
-                                                  "COMMIT"], append
+        assert [s.split()[0] for s in append] == ["BEGIN", "SELECT", "INSERT", "INSERT", "SELECT", "COMMIT"], \
+            append

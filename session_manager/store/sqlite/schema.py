@@ -92,6 +92,8 @@ MIGRATIONS: tuple[str, ...] = (
     """,
     # 3: the search index (search.py), filled from the stored entries.
     search.MIGRATION,
+    # 4: the search index caught up before each query, not in each commit (search.py).
+    search.CATCH_UP,
 )
 # Python run after a migration's statements, in its transaction (by the version it brings).
 AFTER = {3: search.backfill}

@@ -1,5 +1,16 @@
 """The sqlite adapter's search index: an FTS5 table over each searchable
-entry's folded words, kept in the transaction of every commit.
+entry's folded words, brought up to date before each query (never in a commit).
+
+Catching up (version 4): ``search_state.last_seq`` is the high-water mark,
+every entry with a greater ``seq`` is not indexed yet; a new revision
+(an UPDATE of ``entries.body``, same ``seq``) queues its ``seq`` in
+``search_dirty`` by trigger. An append writes nothing here, so its commit
+writes no index page. :func:`catch_up` runs at the start of a search, in
+write transactions of at most :data:`BATCH` entries each, re-reading the mark
+inside: two processes catching up at once are serialized by the write lock,
+and the second finds nothing left. :func:`erase` lowers the mark to the
+greatest ``seq`` left (``entries.seq`` is a plain rowid: once the newest rows
+are deleted their numbers are given again, and must not hide under the mark).
 
 Words are made in Python (:func:`..search_text.words`), so this index
 splits and folds text exactly as the fs and memory indexes do; each
@@ -35,11 +46,14 @@ from ..search_text import Query
 from ..sql.fts5 import doc, quoted
 from ..sql.keys import key, unkey
 
-__all__ = ["MIGRATION", "TABLES", "backfill", "doc", "erase", "index_entry", "quoted", "search"]
+__all__ = ["BATCH", "CATCH_UP", "MIGRATION", "TABLES", "backfill", "behind", "catch_up", "doc", "erase", "quoted",
+           "search"]
 
 
 TABLES = frozenset({"search_docs", "search_totals", "search_fts", "search_fts_data", "search_fts_idx",
-                    "search_fts_config"})
+                    "search_fts_config", "search_state", "search_dirty"})
+
+BATCH = 2000  # entries indexed per write transaction of a catch-up (the lock held briefly)
 
 MIGRATION = """
     CREATE TABLE search_docs (
@@ -73,35 +87,73 @@ MIGRATION = """
 """
 
 
-def index_entry(conn: sqlite3.Connection, seq: int | None, sid: str, eid: str, entry: dict[str, Any]) -> None:
-    """Index an entry just written (``sid``, ``eid``: stored keys; ``seq``: its
-    rowid when just inserted, ``None`` for a new revision, whose old row goes)."""
-    if seq is None:
-        row = conn.execute("SELECT seq FROM entries WHERE session_id = ? AND entry_id = ?", (sid, eid)).fetchone()
-        seq = int(row[0])
-        conn.execute("DELETE FROM search_docs WHERE seq = ?", (seq,))
-    found_doc = doc(entry)
-    if found_doc is not None:
-        conn.execute("INSERT INTO search_docs (seq, session_id, entry_id, role, ts, length, words)"
-                     " VALUES (?, ?, ?, ?, ?, ?, ?)", (seq, sid, eid, *found_doc))
+CATCH_UP = """
+    CREATE TABLE search_state (
+        id        INTEGER PRIMARY KEY CHECK (id = 1),
+        last_seq  INTEGER NOT NULL        -- every entry with seq <= last_seq is indexed
+    );
+    CREATE TABLE search_dirty (seq INTEGER PRIMARY KEY);  -- entries revised since they were indexed
+    CREATE TRIGGER search_revised AFTER UPDATE OF body ON entries BEGIN
+        INSERT OR IGNORE INTO search_dirty (seq) VALUES (new.seq);
+    END;
+    INSERT INTO search_state (id, last_seq) SELECT 1, coalesce(max(seq), 0) FROM entries
+"""
+
+_INSERT = "INSERT INTO search_docs (seq, session_id, entry_id, role, ts, length, words) VALUES (?, ?, ?, ?, ?, ?, ?)"
+
+
+def _docs(rows: Iterator[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """The ``search_docs`` rows of ``(seq, session_id, entry_id, body)`` rows (searchable entries only)."""
+    out: list[tuple[Any, ...]] = []
+    for seq, sid, eid, body in rows:
+        found = doc(loads(body.encode("utf-8")))
+        if found is not None:
+            out.append((seq, sid, eid, *found))
+    return out
+
+
+def behind(conn: sqlite3.Connection) -> bool:
+    """Whether any entry is written or revised since it was indexed (a read: no lock)."""
+    row = conn.execute("SELECT coalesce((SELECT max(seq) FROM entries), 0) > (SELECT last_seq FROM search_state)"
+                       " OR EXISTS (SELECT 1 FROM search_dirty)").fetchone()
+    return bool(row[0])
+
+
+def catch_up(conn: sqlite3.Connection, limit: int = BATCH) -> bool:
+    """Index up to ``limit`` revised, then new entries, in the caller's write
+    transaction; returns whether more are left. The mark is read here, under the lock."""
+    mark = int(conn.execute("SELECT last_seq FROM search_state").fetchone()[0])
+    dirty = [r[0] for r in conn.execute("SELECT seq FROM search_dirty ORDER BY seq LIMIT ?", (limit,))]
+    if dirty:
+        # A revision past the mark is indexed with the new entries (its body read then).
+        conn.execute("DELETE FROM search_dirty WHERE seq <= ?", (dirty[-1],))
+        old = [s for s in dirty if s <= mark]
+        conn.executemany("DELETE FROM search_docs WHERE seq = ?", [(s,) for s in old])
+        conn.executemany(_INSERT, _docs(conn.execute(
+            "SELECT seq, session_id, entry_id, body FROM entries WHERE seq IN (SELECT value FROM json_each(?))",
+            (json.dumps(old),))))
+        if len(dirty) == limit:
+            return True
+    rows = conn.execute("SELECT seq, session_id, entry_id, body FROM entries WHERE seq > ? ORDER BY seq LIMIT ?",
+                        (mark, limit)).fetchall()
+    if rows:
+        conn.executemany(_INSERT, _docs(iter(rows)))
+        conn.execute("UPDATE search_state SET last_seq = ?", (rows[-1][0],))
+    return len(rows) == limit
 
 
 def erase(conn: sqlite3.Connection, sid: str) -> None:
-    """Drop a deleted session's rows, and rewrite the FTS segments without them (see the module)."""
+    """Drop a deleted session's rows, and rewrite the FTS segments without them (see the
+    module); called once its entries are deleted (their numbers may be given again)."""
     if conn.execute("DELETE FROM search_docs WHERE session_id = ?", (sid,)).rowcount:
         conn.execute("INSERT INTO search_fts (search_fts) VALUES ('optimize')")
+    conn.execute("UPDATE search_state SET last_seq = min(last_seq, coalesce((SELECT max(seq) FROM entries), 0))")
 
 
 def backfill(conn: sqlite3.Connection) -> None:
     """Index every stored entry (the migration that adds the index, in its transaction)."""
     rows = conn.execute("SELECT seq, session_id, entry_id, body FROM entries ORDER BY seq")
-    batch: list[tuple[Any, ...]] = []
-    for seq, sid, eid, body in rows:
-        found = doc(loads(body.encode("utf-8")))
-        if found is not None:
-            batch.append((seq, sid, eid, *found))
-    conn.executemany("INSERT INTO search_docs (seq, session_id, entry_id, role, ts, length, words)"
-                     " VALUES (?, ?, ?, ?, ?, ?, ?)", batch)
+    conn.executemany(_INSERT, _docs(rows))
     conn.execute("INSERT INTO search_fts (search_fts) VALUES ('optimize')")
 
 
@@ -139,7 +191,7 @@ def _rows(conn: sqlite3.Connection, match: str, sessions: Collection[str] | None
 def search(conn: sqlite3.Connection, query: Query, sessions: Collection[str] | None,
            roles: Collection[str] | None) -> Matches:
     """:class:`Matches` inside ``sessions`` (``None``: every indexed session), read in
-    the caller's transaction or snapshot."""
+    the caller's transaction or snapshot (:func:`catch_up` first)."""
     out = Matches()
     out.docs, out.total_length = _totals(conn, sessions)
     terms = [quoted(w) for w in query.exact] + [quoted(query.prefix) + "*"]

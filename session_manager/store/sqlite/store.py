@@ -67,9 +67,13 @@ class SqliteStore(SqlStore):
 
     def search(self, query: Query, sessions: Collection[str] | None,
                roles: Collection[str] | None) -> Matches:
-        """From the FTS5 index (:mod:`.search`), in one snapshot."""
-        if self.db.local.in_tx:
-            return search.search(self.db.conn(), query, sessions, roles)
+        """From the FTS5 index (:mod:`.search`), caught up first, in one snapshot."""
+        if self.db.local.in_tx:  # the mutation's transaction holds the write lock: catch up in it
+            conn = self.db.conn()
+            while search.catch_up(conn):
+                pass
+            return search.search(conn, query, sessions, roles)
+        self._catch_up()
         conn = self.db.conn()
         try:
             conn.execute("BEGIN")  # deferred: a read snapshot, no lock
@@ -79,3 +83,25 @@ class SqliteStore(SqlStore):
                 conn.execute("COMMIT")
         except sqlite3.Error as e:
             raise self.db.fail(e) from None
+
+    def _catch_up(self) -> None:
+        """Index what was written since the last search: short write transactions, each
+        re-reading the mark (another process may have caught up meanwhile)."""
+        conn = self.db.conn()
+        try:
+            if not search.behind(conn):
+                return  # nothing written since: no write lock taken
+        except sqlite3.Error as e:
+            raise self.db.fail(e) from None
+        more = True
+        while more:
+            conn = self.db.begin()
+            try:
+                more = search.catch_up(conn)
+            except sqlite3.Error as e:
+                self.db.end(conn, commit=False)
+                raise self.db.fail(e) from None
+            except BaseException:
+                self.db.end(conn, commit=False)
+                raise
+            self.db.end(conn, commit=True)

@@ -107,16 +107,15 @@ class SqliteWrites:
                 eid = key(entry["id"])
                 # A new revision keeps its place and links: only the body changes (an
                 # append's entries are new: checked absent in this transaction).
+                # (The search index learns of both by itself: search.py.)
                 if not commit.append and conn.execute(
                         "UPDATE entries SET body = ? WHERE session_id = ? AND entry_id = ?", (text, sid, eid)).rowcount:
-                    search.index_entry(conn, None, sid, eid, entry)
                     continue
                 depth, jump_id, jump_depth = link(conn, sid, entry, known)
-                cur = conn.execute(
+                conn.execute(
                     "INSERT INTO entries (session_id, entry_id, parent_id, depth, jump_id, jump_depth, body)"
                     " VALUES (?, ?, ?, ?, ?, ?, ?)",
                     (sid, eid, key_or_none(entry.get("parent_id")), depth, jump_id, jump_depth, text))
-                search.index_entry(conn, cur.lastrowid, sid, eid, entry)
             columns: dict[str, Any] = {}
             if meta is not None:
                 columns.update(meta=meta_text, updated_at=sortable(meta.get("updated_at")))
@@ -137,9 +136,9 @@ class SqliteWrites:
         local.leaf_depth = local.links = None  # its entries' links go with it
 
         def run(conn: sqlite3.Connection) -> None:
-            search.erase(conn, key(session_id))
             for table in ("entries", "attachments", "sessions"):
                 removed.append(conn.execute(f"DELETE FROM {table} WHERE session_id = ?", (key(session_id),)).rowcount)
+            search.erase(conn, key(session_id))  # after its entries: it lowers the mark to what is left
             conn.execute("DELETE FROM outbox WHERE substr(payload, 1, ?) = ?", (len(prefix), prefix))
             local.erased = True
 
