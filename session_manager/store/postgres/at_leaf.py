@@ -21,17 +21,20 @@ text is not plain, raises ``SM409`` as a stale decision does.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..._wire.events import Event
-from ..base import Commit, Meta
+from .._core.cas import resolve
+from ..base import Commit, Entry, Meta
 from ..sql.values import json_text
 
 if TYPE_CHECKING:
     from .plan import Plan
 
-__all__ = ["APPEND", "APPEND_FUNCTION", "HOLE", "AtLeaf", "append_params", "fill", "fill_known", "segments"]
+__all__ = ["APPEND", "APPEND_FUNCTION", "HOLE", "AtLeaf", "append_params", "fill", "fill_known", "resolve_at_leaf",
+           "segments"]
 
 _TAG = os.urandom(8).hex()  # per process: no stored text holds it
 HOLE = f"\x01sm-leaf-{_TAG}"  # the first entry's parent until the server names it
@@ -173,3 +176,16 @@ def fill_known(plan: Plan, response: Any = None, events: list[Event] | None = No
     if plan.at_leaf is not None and plan.commit is not None and plan.known is not None:
         count = plan.commit.meta["message_count"] if plan.commit.meta is not None else 0
         fill(plan.commit, plan.bodies, plan.known.leaf, count, response, events or ())
+
+
+def resolve_at_leaf(plan: Plan, commit: Commit, meta: Meta | None, leaf: str | None,
+                    entry: Callable[[str], Entry | None]) -> Commit:
+    """``commit`` as decided on the plan's knowledge; a plain append is left for the
+    server to hang on the session's leaf (``plan.at_leaf`` set) whenever that can be done exactly."""
+    known = plan.known
+    if commit.append and commit.chain and known is not None and meta is not None:
+        resolved = resolve(commit, meta, HOLE, entry)
+        plan.at_leaf = segments(known.meta, known.text, resolved)
+        if plan.at_leaf is not None:
+            return resolved
+    return resolve(commit, meta, leaf, entry)

@@ -41,13 +41,12 @@ from typing import Any, TypeVar
 import psycopg
 
 from ..._wire.events import Event
-from .._core.cas import resolve
 from .._core.codec import loads
 from ..base import Commit, Entry, Meta
 from ..sql.keys import check_id, key, key_or_none, unkey
 from ..sql.transactions import CallRunner
 from ..sql.values import json_text
-from .at_leaf import APPEND, HOLE, append_params, fill, fill_known, segments
+from .at_leaf import APPEND, append_params, fill, fill_known, resolve_at_leaf
 from .core import PgDatastore, Tx
 from .in_doubt import settle_apply
 from .outbox import NOTIFY_BATCH, Outbox
@@ -363,7 +362,7 @@ class Optimistic:
         else:
             known = self._state(plan)
             meta, leaf = (known.meta, known.leaf) if known is not None else (None, None)
-        resolved = self._resolve(plan, commit, meta, leaf)
+        resolved = resolve_at_leaf(plan, commit, meta, leaf, lambda eid: self._entry(plan, eid, assume_absent=True))
         check_id("session_id", session_id)
         for e in resolved.entries:
             check_id("entry_id", e["id"])
@@ -371,20 +370,6 @@ class Optimistic:
         plan.meta_text = json_text(resolved.meta) if resolved.meta is not None else None
         plan.commit = resolved
         return resolved
-
-    def _resolve(self, plan: Plan, commit: Commit, meta: Meta | None, leaf: str | None) -> Commit:
-        """The commit as decided here; a plain append is left for the server to hang on
-        the session's leaf (:mod:`.at_leaf`) whenever that can be done exactly."""
-        def entry(eid: str) -> Entry | None:
-            return self._entry(plan, eid, assume_absent=True)
-
-        known = plan.known
-        if commit.append and commit.chain and known is not None and meta is not None:
-            resolved = resolve(commit, meta, HOLE, entry)
-            plan.at_leaf = segments(known.meta, known.text, resolved)
-            if plan.at_leaf is not None:
-                return resolved
-        return resolve(commit, meta, leaf, entry)
 
     def delete_session(self, session_id: str) -> bool:
         self.forget(session_id)
