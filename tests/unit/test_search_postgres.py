@@ -25,6 +25,7 @@ def _downgrade(name: str) -> None:
     with psycopg.connect(pg_support.DSN, autocommit=True) as conn:
         ident = sql.Identifier(name)
         conn.execute(sql.SQL("DROP TRIGGER entries_search ON {}.entries").format(ident))
+        conn.execute(sql.SQL("DROP FUNCTION {}.sm_append").format(ident))  # migration 4, after the index
         for what in ("FUNCTION {}.sm_search_queue", "TABLE {}.search_docs", "TABLE {}.search_pending"):
             conn.execute(sql.SQL("DROP " + what).format(ident))
         conn.execute(sql.SQL("UPDATE {}.schema_version SET version = 2").format(ident))

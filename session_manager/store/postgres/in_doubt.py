@@ -52,6 +52,9 @@ _END_OLD_STATEMENT = ("SELECT pg_terminate_backend(pid, 1000) FROM pg_stat_activ
 _LANDED = "SELECT EXISTS (SELECT 1 FROM outbox WHERE instance = %(instance)s AND payload = %(payload)s)"
 
 
+_LANDED_ENTRY = "SELECT EXISTS (SELECT 1 FROM entries WHERE session_id = %s AND entry_id = %s)"
+
+
 def settle(db: PgDatastore, tx: Tx, failure: StoreError) -> bool:
     """Whether ``tx`` (its COMMIT sent, its answer lost) committed; raises
     :class:`Unavailable` when the database cannot tell before the deadline."""
@@ -89,9 +92,11 @@ def _in_doubt(failure: StoreError) -> Unavailable:
                        " answer before the deadline): it may have landed")
 
 
-def settle_apply(db: PgDatastore, pid: int, started: Any, payload: str, failure: StoreError) -> bool:
+def settle_apply(db: PgDatastore, pid: int, started: Any, payload: str, failure: StoreError, *,
+                 entry: tuple[str, str] | None = None) -> bool:
     """Whether an ``sm_apply`` (one autocommit statement, whose first event's
-    payload is ``payload``) whose answer was lost committed; raises
+    payload is ``payload``; or, for an ``sm_append``, whose payloads the server
+    completed, that wrote ``entry``, a new id checked absent) whose answer was lost committed; raises
     :class:`Unavailable` when the database cannot tell before the deadline."""
     until = _until(db)
     old = {"pid": pid, "started": started}
@@ -103,7 +108,8 @@ def settle_apply(db: PgDatastore, pid: int, started: Any, payload: str, failure:
                 state = conn.execute(_OLD_STATE, old).fetchone()
                 if state is None or state[0] != "active":
                     conn.execute(_END_OLD_STATEMENT, old)
-                    row = conn.execute(_LANDED, {"instance": db.instance, "payload": payload}).fetchone()
+                    row = (conn.execute(_LANDED, {"instance": db.instance, "payload": payload}) if entry is None
+                           else conn.execute(_LANDED_ENTRY, entry)).fetchone()
             finally:
                 db.putconn(conn)
             if row is not None:

@@ -41,12 +41,12 @@ from typing import Any, TypeVar
 import psycopg
 
 from ..._wire.events import Event
-from .._core.cas import resolve
 from .._core.codec import loads
 from ..base import Commit, Entry, Meta
 from ..sql.keys import check_id, key, key_or_none, unkey
 from ..sql.transactions import CallRunner
 from ..sql.values import json_text
+from .at_leaf import APPEND, append_params, fill, fill_known, resolve_at_leaf
 from .core import PgDatastore, Tx
 from .in_doubt import settle_apply
 from .outbox import NOTIFY_BATCH, Outbox
@@ -147,9 +147,10 @@ class Optimistic:
                 self._upgrade()
             finally:
                 self._opt.plan = None
+            fill_known(plan, response, events)
             local.deferring = False
             return self.calls.finish(response, events)
-        self._apply(plan, events)
+        self._apply(plan, events, response)
         self.outbox.committed(None, events)
         return response, events
 
@@ -165,6 +166,7 @@ class Optimistic:
         try:
             holds = self._holds(tx.conn, plan)
             if holds and plan.commit is not None:
+                fill_known(plan)
                 self.writes.encode_and_write(tx.conn, plan.session_id, plan.commit)
         except BaseException:
             self.txs.end(tx, commit=False)
@@ -360,7 +362,7 @@ class Optimistic:
         else:
             known = self._state(plan)
             meta, leaf = (known.meta, known.leaf) if known is not None else (None, None)
-        resolved = resolve(commit, meta, leaf, lambda eid: self._entry(plan, eid, assume_absent=True))
+        resolved = resolve_at_leaf(plan, commit, meta, leaf, lambda eid: self._entry(plan, eid, assume_absent=True))
         check_id("session_id", session_id)
         for e in resolved.entries:
             check_id("entry_id", e["id"])
@@ -373,17 +375,21 @@ class Optimistic:
         self.forget(session_id)
         return self.writes.delete_session(session_id)
 
-    def _apply(self, plan: Plan, events: list[Event]) -> None:
+    def _apply(self, plan: Plan, events: list[Event], response: Any) -> None:
         """Send the plan and its events: one statement, one round trip."""
-        commit = plan.commit
+        commit, cut = plan.commit, plan.at_leaf
         assert commit is not None
         db = self.db
         params = apply_params(plan.session_id, commit, plan.bodies, plan.meta_text, instance=db.instance,
                               schema=db.settings.schema, events=events, plan=plan)
+        if cut is not None:
+            assert commit.meta is not None
+            params = append_params(params, cut, commit.meta["updated_at"])
         conn = db.getconn(db.deadline_at())
         pid, started = conn.info.backend_pid, db.started_at(conn)
+        row: tuple[Any, ...] | None = None
         try:
-            conn.execute(APPLY, params)
+            row = conn.execute(APPEND if cut is not None else APPLY, params).fetchone()
         except psycopg.Error as e:
             failure = db.fail(e)
             lost = conn.broken or conn.closed
@@ -395,14 +401,23 @@ class Optimistic:
             self.forget(plan.session_id)
             if not lost or started is None:
                 raise db.storage_error(failure) from None
-            if not settle_apply(db, pid, started, params["payloads"][0], failure):
+            first = (params["sid"], params["ids"][0]) if cut is not None else None  # its payload had the hole
+            if not settle_apply(db, pid, started, params["payloads"][0], failure, entry=first):
                 armed = db.local.armed
                 if armed is not None and armed.fired:
                     raise db.storage_error(failure) from None  # the deadline: no time to apply it again
                 db.stale(conn)
                 raise Fallback from None  # it did not land (a connection lost while idle): apply it again
+            if cut is not None:  # it landed: the parent the server chose is the entry's
+                parent = db.rows("SELECT parent_id FROM entries WHERE session_id = %s AND entry_id = %s",
+                                 (params["sid"], params["ids"][0]))[0][0]
+                fill(commit, plan.bodies, unkey(parent) if parent is not None else None, 0, response, events)
+                return  # the session was forgotten: its meta is read afresh next time
         else:
             db.putconn(conn)
+        if cut is not None and row is not None:
+            fill(commit, plan.bodies, unkey(row[0]) if row[0] is not None else None, row[1], response, events)
+            plan.meta_text = cut.text(commit.meta["updated_at"] if commit.meta else 0, row[1])
         self._learn(plan)
 
     def _learn(self, plan: Plan) -> None:

@@ -16,6 +16,7 @@ from .._core.codec import encode_line as encode_json
 from ..base import Commit, Entry, Meta
 from ..sql.keys import key, key_or_none
 from ..sql.values import sanitize
+from .at_leaf import AtLeaf
 from .outbox import channel_of
 
 __all__ = ["Known", "Plan", "apply_params"]
@@ -43,6 +44,7 @@ class Plan:
     commit: Commit | None = None
     bodies: list[str] = field(default_factory=list)
     meta_text: str | None = None
+    at_leaf: AtLeaf | None = None  # a plain append: the server chooses the leaf (see at_leaf.py)
 
 
 def apply_params(session_id: str, commit: Commit, bodies: list[str], meta_text: str | None, *,

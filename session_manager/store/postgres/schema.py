@@ -27,6 +27,7 @@ from psycopg import Connection, sql
 
 from ...errors import StoreError
 from . import search
+from .at_leaf import APPEND_FUNCTION
 
 # sm_apply(...): the optimistic commit. Under the session's advisory lock (the
 # one the transactional path takes), it checks the state the decision was
@@ -172,6 +173,9 @@ MIGRATIONS: tuple[str, ...] = (
     # 3: the search index (search.py): a tsvector per searchable entry, GIN-indexed,
     # filled from a queue a trigger on entries keeps (every stored entry queued now).
     search.MIGRATION,
+    # 4: a plain append at the session's leaf as the server has it (at_leaf.py): no
+    # guessing of the leaf, so several writers of one session do not retry.
+    APPEND_FUNCTION,
 )
 
 

@@ -1,0 +1,191 @@
+"""A plain append decided by the server: the new entries hang on the session's
+leaf as the database has it when the statement runs, not as this instance last
+saw it, so several writers of one session append without guessing and retrying.
+
+An append without a named parent (``Commit.chain``) depends on the session only
+through its leaf (the first entry's parent), ``message_count`` (grown by the
+messages added) and ``updated_at`` (set to the last entry's timestamp). The
+instance resolves the commit against what it knows, with a *hole* in place of
+the leaf, and sends ``sm_append`` (migration 4, :mod:`.schema`): under the
+session's lock it takes the current meta text, checks that it differs from the
+known one at most in those two numbers (the known text is sent cut at them:
+three exact pieces), writes the new meta text (the pieces around the new
+numbers: byte for byte what the client path would encode), puts the leaf's JSON
+text in the hole of the first body and of the event payloads, and applies it
+all through ``sm_apply``. It answers the leaf it chose and the new count, with
+which the instance fills the same hole in the entry, the response and the
+events. Anything else changed (the title, the metadata), or a leaf whose JSON
+text is not plain, raises ``SM409`` as a stale decision does.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ..._wire.events import Event
+from .._core.cas import resolve
+from ..base import Commit, Entry, Meta
+from ..sql.values import json_text
+
+if TYPE_CHECKING:
+    from .plan import Plan
+
+__all__ = ["APPEND", "APPEND_FUNCTION", "HOLE", "AtLeaf", "append_params", "fill", "fill_known", "resolve_at_leaf",
+           "segments"]
+
+_TAG = os.urandom(8).hex()  # per process: no stored text holds it
+HOLE = f"\x01sm-leaf-{_TAG}"  # the first entry's parent until the server names it
+_HOLE_U, _HOLE_C = f"\x01sm-updated-{_TAG}", f"\x01sm-count-{_TAG}"
+
+APPEND_FUNCTION = """
+CREATE FUNCTION sm_append(
+    p_sid text, p_s0 text, p_s1 text, p_s2 text, p_updated_first boolean, p_updated_text text, p_added bigint,
+    p_hole text, p_read_ids text[], p_read_bodies text[], p_ids text[], p_parents text[], p_bodies text[],
+    p_status text, p_created bigint, p_updated bigint, p_metadata jsonb, p_leaf text,
+    p_instance text, p_fids text[], p_payloads text[], p_channel text, p_all text[],
+    OUT o_leaf text, OUT o_count bigint
+) LANGUAGE plpgsql AS $fn$
+DECLARE
+    cur text; mid text; k integer; a text; b text; parent_json text; new_meta text;
+BEGIN
+    PERFORM pg_advisory_xact_lock(hashtextextended(current_schema() || ':' || p_sid, 0));
+    SELECT meta, leaf INTO cur, o_leaf FROM sessions WHERE session_id = p_sid AND meta IS NOT NULL;
+    IF cur IS NULL OR length(cur) < length(p_s0) + length(p_s1) + length(p_s2) + 2
+       OR left(cur, length(p_s0)) <> p_s0 OR right(cur, length(p_s2)) <> p_s2 THEN
+        RAISE EXCEPTION 'session % changed', p_sid USING ERRCODE = 'SM409';
+    END IF;
+    mid := substr(cur, length(p_s0) + 1, length(cur) - length(p_s0) - length(p_s2));
+    k := strpos(mid, p_s1);
+    IF k = 0 THEN
+        RAISE EXCEPTION 'session % changed', p_sid USING ERRCODE = 'SM409';
+    END IF;
+    a := left(mid, k - 1);
+    b := substr(mid, k + length(p_s1));
+    IF NOT p_updated_first THEN
+        mid := a; a := b; b := mid;  -- a: the updated_at text, b: the message_count text
+    END IF;
+    IF a !~ '^-?[0-9]+$' OR b !~ '^[0-9]{1,17}$' THEN
+        RAISE EXCEPTION 'session % changed', p_sid USING ERRCODE = 'SM409';
+    END IF;
+    o_count := b::bigint + p_added;
+    IF p_updated_first THEN
+        new_meta := p_s0 || p_updated_text || p_s1 || o_count::text || p_s2;
+    ELSE
+        new_meta := p_s0 || o_count::text || p_s1 || p_updated_text || p_s2;
+    END IF;
+    IF o_leaf IS NULL THEN
+        parent_json := 'null';
+    ELSIF o_leaf ~ '^[A-Za-z0-9_.:-]+$' THEN
+        parent_json := '"' || o_leaf || '"';
+    ELSE
+        RAISE EXCEPTION 'session % has a leaf this path does not encode', p_sid USING ERRCODE = 'SM409';
+    END IF;
+    p_parents[1] := o_leaf;
+    p_bodies[1] := replace(p_bodies[1], p_hole, parent_json);
+    p_payloads := ARRAY(SELECT replace(u.p, p_hole, parent_json)
+                        FROM unnest(p_payloads) WITH ORDINALITY AS u(p, n) ORDER BY u.n);
+    PERFORM sm_apply(p_sid, 0, NULL, NULL, p_read_ids, p_read_bodies, p_ids, p_parents, p_bodies, true, new_meta,
+                     p_status, p_created, p_updated, p_metadata, true, p_leaf,
+                     p_instance, p_fids, p_payloads, p_channel, p_all);
+END
+$fn$;
+"""
+
+APPEND = (
+    "SELECT o_leaf, o_count FROM sm_append(%(sid)s, %(s0)s, %(s1)s, %(s2)s, %(updated_first)s, %(updated_text)s,"
+    " %(added)s, %(hole)s, %(read_ids)s::text[], %(read_bodies)s::text[], %(ids)s::text[], %(parents)s::text[],"
+    " %(bodies)s::text[], %(status)s, %(created)s, %(updated)s, %(metadata)s, %(leaf)s, %(instance)s,"
+    " %(fids)s::text[], %(payloads)s::text[], %(channel)s, %(all)s::text[])"
+)
+
+
+@dataclass(frozen=True)
+class AtLeaf:
+    """The known meta text cut at its two numbers an append changes."""
+
+    s0: str
+    s1: str
+    s2: str
+    updated_first: bool
+    added: int  # messages the append adds to message_count
+
+    def text(self, updated: int, count: int) -> str:
+        """The meta text with these two numbers (as ``sm_append`` builds it)."""
+        a, b = (str(updated), str(count)) if self.updated_first else (str(count), str(updated))
+        return self.s0 + a + self.s1 + b + self.s2
+
+
+def segments(known_meta: Meta, known_text: str, resolved: Commit) -> AtLeaf | None:
+    """The cut of ``known_text`` for ``resolved`` (an append resolved on the hole), or
+    ``None`` when it cannot be made exactly (then the optimistic path applies)."""
+    meta, entries = resolved.meta, resolved.entries
+    u, c = known_meta.get("updated_at"), known_meta.get("message_count")
+    if meta is None or not entries or type(u) is not int or type(c) is not int:
+        return None
+    new_u, new_c = meta.get("updated_at"), meta.get("message_count")
+    if type(new_u) is not int or type(new_c) is not int or {**known_meta, "updated_at": new_u,
+                                                            "message_count": new_c} != meta:
+        return None
+    holed = json_text({**known_meta, "updated_at": _HOLE_U, "message_count": _HOLE_C})
+    hu, hc = json_text(_HOLE_U), json_text(_HOLE_C)
+    if holed.count(hu) != 1 or holed.count(hc) != 1:
+        return None
+    i, j = holed.index(hu), holed.index(hc)
+    first, second = (hu, hc) if i < j else (hc, hu)
+    s0, rest = holed.split(first)
+    s1, s2 = rest.split(second)
+    cut = AtLeaf(s0, s1, s2, i < j, new_c - c)
+    if cut.text(u, c) != known_text or cut.text(new_u, new_c) != json_text(meta):
+        return None
+    hole = json_text(HOLE)
+    if json_text(entries[0]).count(hole) != 1:
+        return None
+    return cut
+
+
+def append_params(apply: dict[str, Any], cut: AtLeaf, updated: int) -> dict[str, Any]:
+    """``sm_append``'s arguments from ``sm_apply``'s (those of the same commit)."""
+    return {**apply, "s0": cut.s0, "s1": cut.s1, "s2": cut.s2, "updated_first": cut.updated_first,
+            "updated_text": str(updated), "added": cut.added, "hole": json_text(HOLE)}
+
+
+def fill(commit: Commit, bodies: list[str], leaf: str | None, count: int, response: Any = None,
+         events: tuple[Event, ...] | list[Event] = ()) -> None:
+    """Put the leaf chosen (by the server; or the known one, checked under the lock
+    on the transactional path) where the hole was: the first entry, its stored
+    text, the response, the events; and the count in the meta. Idempotent."""
+    commit.entries[0]["parent_id"] = leaf
+    if bodies:
+        bodies[0] = bodies[0].replace(json_text(HOLE), json_text(leaf))
+    if commit.meta is not None:
+        commit.meta["message_count"] = count
+    if isinstance(response, dict) and response.get("parent_id") == HOLE:
+        response["parent_id"] = leaf
+    for event in events:
+        payload = event.payload
+        if payload.get("parent_id") == HOLE:
+            payload["parent_id"] = leaf
+
+
+def fill_known(plan: Plan, response: Any = None, events: list[Event] | None = None) -> None:
+    """A plain append left to the server but committed on the transactional path: its
+    leaf is the known one (checked under the session's lock before writing)."""
+    if plan.at_leaf is not None and plan.commit is not None and plan.known is not None:
+        count = plan.commit.meta["message_count"] if plan.commit.meta is not None else 0
+        fill(plan.commit, plan.bodies, plan.known.leaf, count, response, events or ())
+
+
+def resolve_at_leaf(plan: Plan, commit: Commit, meta: Meta | None, leaf: str | None,
+                    entry: Callable[[str], Entry | None]) -> Commit:
+    """``commit`` as decided on the plan's knowledge; a plain append is left for the
+    server to hang on the session's leaf (``plan.at_leaf`` set) whenever that can be done exactly."""
+    known = plan.known
+    if commit.append and commit.chain and known is not None and meta is not None:
+        resolved = resolve(commit, meta, HOLE, entry)
+        plan.at_leaf = segments(known.meta, known.text, resolved)
+        if plan.at_leaf is not None:
+            return resolved
+    return resolve(commit, meta, leaf, entry)

@@ -1,0 +1,115 @@
+"""Plain appends decided by the server (issue 24): the new entry hangs on the leaf the
+database has when the statement runs, so writers of one session neither retry nor fork."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+
+import session_manager
+from session_manager._wire import events as ev
+from session_manager.store.sql.values import json_text
+from tests.pg_relay import Relay
+from tests.pg_support import text
+from tests.unit.test_postgres_instances import Worker, check_linear, open_sm, wait_for
+
+pytestmark = pytest.mark.postgres
+
+
+@pytest.fixture
+def sm(schema: str, relay: Relay) -> Iterator[session_manager.SessionManager]:
+    from session_manager.store.postgres import PostgresSettings, PostgresStore
+
+    with session_manager.open(store=PostgresStore(PostgresSettings(dsn=relay.dsn(), schema=schema,
+                                                                   pool_size=1))) as opened:
+        yield opened
+
+
+def quiet(relay: Relay) -> int:
+    """The relay's round trips once no message has crossed it for a moment."""
+    last = -1
+    while relay.round_trips != last:
+        last = relay.round_trips
+        time.sleep(0.3)
+    return last
+
+
+def test_a_contended_append_is_still_one_round_trip(schema: str, sm: session_manager.SessionManager,
+                                                   relay: Relay) -> None:
+    # Prevents: an append after another instance wrote the session guessing the stale leaf,
+    # conflicting and retrying (several round trips), or forking the chain.
+    other = open_sm(schema)
+    try:
+        sid = sm.call("session::create", {"title": "t"})["session_id"]
+        seen: list[dict[str, object]] = []  # what the other instance is told (the stored payloads)
+        other.observe({"function_id": ev.ON_MESSAGE_ADDED}, seen.append)
+        sm.call("session::append", {"session_id": sid, "message": text("warm")})
+        before = quiet(relay)  # measured as the contended ones are: after the same wait
+        sm.call("session::append", {"session_id": sid, "message": text("uncontended")})
+        alone = relay.round_trips - before
+        assert alone <= 2  # one statement (and a pool's check of a connection idle for that wait)
+        told: list[tuple[str, str]] = []
+        for i in range(5):
+            theirs = other.call("session::append", {"session_id": sid, "message": text(f"o{i}")})["entry_id"]
+            before = quiet(relay)  # this instance's listener fetches that write's event: not the append's trip
+            mine = sm.call("session::append", {"session_id": sid, "message": text(f"m{i}")})
+            # One statement, no conflict, retry or transaction; at most one read beside it: this
+            # instance's listener saw the other's write and dropped what it knew of the session.
+            assert relay.round_trips - before <= alone + 1
+            assert mine["parent_id"] == theirs  # the response names the parent the server chose
+            told.append((mine["entry_id"], theirs))
+        assert wait_for(lambda: len(seen) >= 12)
+        parents = {e["entry_id"]: e["parent_id"] for e in seen}
+        assert all(parents[entry] == parent for entry, parent in told)
+        path = check_linear(sm, sid)
+        assert len(path) == 12
+        assert sm.call("session::get", {"session_id": sid})["meta"]["message_count"] == 12
+    finally:
+        other.close()
+
+
+def test_server_chosen_parents_store_the_bytes_the_client_path_writes(schema: str) -> None:
+    # Prevents: the server's filled-in parent or meta text differing from the client encoder's
+    # bytes (the stored text must round-trip exactly, as every other write's does).
+    a, b = open_sm(schema), open_sm(schema)
+    try:
+        sid = a.call("session::create", {"title": "t", "metadata": {"k": "v\u00e9"}})["session_id"]
+        for i in range(6):
+            (a, b)[i % 2].call("session::append", {"session_id": sid, "message": text(f"é{i}")})
+        store = a.service.store
+        import psycopg
+
+        from tests import pg_support
+        with psycopg.connect(pg_support.DSN) as conn:
+            rows = conn.execute(f'SELECT entry_id, body FROM "{schema}".entries WHERE session_id = %s',
+                                (sid,)).fetchall()
+            meta_text = conn.execute(f'SELECT meta FROM "{schema}".sessions WHERE session_id = %s',
+                                     (sid,)).fetchone()
+        for entry_id, body in rows:
+            entry = store.get_entry(sid, entry_id)
+            assert body == json_text(entry)
+        assert meta_text is not None and meta_text[0] == json_text(store.get_meta(sid))
+        check_linear(a, sid)
+    finally:
+        a.close()
+        b.close()
+
+
+def test_four_processes_times_n_appends_form_one_chain_of_4n(schema: str) -> None:
+    # Prevents: a lost update or a fork when four processes append at the server's leaf at once.
+    sm = open_sm(schema)
+    try:
+        sm.call("session::ensure", {"session_id": "c4"})
+        workers = [Worker(schema, "append", session_id="c4", n=60, tag=f"q{k}", shared=0) for k in range(4)]
+        for w in workers:
+            w.go()
+        for k, w in enumerate(workers):
+            acks, _ = w.finish()
+            assert acks == [f"q{k}-{i}" for i in range(60)]
+        path = check_linear(sm, "c4")
+        assert len(path) == 240
+        assert sm.call("session::get", {"session_id": "c4"})["meta"]["message_count"] == 240
+    finally:
+        sm.close()
