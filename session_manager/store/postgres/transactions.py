@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from collections.abc import Collection, Iterator
 from contextlib import AbstractContextManager, contextmanager
 
@@ -113,6 +114,12 @@ class PgTransactions:
         (:mod:`.in_doubt`): committed returns as applied, else the failure."""
         db = self.db
         db.local.tx = None
+        deadline = db.local.deadline
+        if commit and deadline is not None and time.monotonic() >= deadline:
+            # Past the call's deadline the watchdog ends the connection when its thread next runs
+            # (later on a loaded machine); the rule must not depend on that race: never committed.
+            self.end(tx, commit=False)
+            raise db.late("no COMMIT")
         try:
             tx.conn.execute("COMMIT" if commit else "ROLLBACK")
         except psycopg.Error as e:
