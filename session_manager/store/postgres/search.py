@@ -111,8 +111,11 @@ def catch_up(conn: psycopg.Connection[Any]) -> None:
             seqs = [r[0] for r in conn.execute(_TAKE, (BATCH,)).fetchall()]
             if not seqs:
                 return
-            rows = conn.execute("SELECT seq, session_id, entry_id, body FROM entries WHERE seq = ANY(%s)",
-                                (seqs,)).fetchall()
+            # FOR SHARE: a delete of these entries waits for this batch, so its trigger then removes
+            # the rows written here; without it a delete committing between this read and the insert
+            # left an indexed entry of a deleted session (found by a search racing deletes).
+            rows = conn.execute("SELECT seq, session_id, entry_id, body FROM entries WHERE seq = ANY(%s)"
+                                " ORDER BY seq FOR SHARE", (seqs,)).fetchall()
             docs = [_row(*r) for r in rows]
             gone = [r[0] for r, d in zip(rows, docs, strict=True) if d is None]
             if gone:  # (an entry rewritten into one search skips, e.g. a custom entry)
