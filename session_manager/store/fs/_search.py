@@ -16,35 +16,18 @@ import json
 import os
 import threading
 from collections.abc import Callable, Collection
-from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
-from ..path import Entry
 from ..search_index import Matches, TermIndex
 from ..search_text import Query
-from ._search_db import FsSearchDb
+from ._search_db import FsSearchDb, LogSource, Signature, _signature
 
 __all__ = ["SEARCH_DIR", "FsSearch", "open_index"]
 
 SEARCH_DIR = ".search"
 _VERSION = 1
-Signature = tuple[int, int, int]
 
 
-class LogSource(Protocol):
-    """What the index reads of the fs store."""
-
-    def list_metas(self) -> list[dict[str, Any]]: ...
-    def file_path(self, session_id: str) -> Path: ...
-    def entries(self, session_id: str) -> list[Entry]: ...
-
-
-def _signature(path: str) -> Signature | None:
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        return None
-    return (st.st_size, st.st_mtime_ns, st.st_ino)
 
 
 def _parse(raw: bytes, sig: Signature) -> list[tuple[str, str, int, dict[str, int]]] | None:

@@ -43,6 +43,7 @@ from ..search_index import Candidate, Matches, scan
 from ..search_text import Query
 from ..sql import fts5 as fts
 from ..sql.keys import key, unkey
+from ..sql.statements import statements as _statements
 
 __all__ = ["DB_FILE", "FsSearchDb"]
 
@@ -96,15 +97,6 @@ def _signature(path: str) -> Signature | None:
     return (st.st_size, st.st_mtime_ns, st.st_ino)
 
 
-def _statements(script: str) -> list[str]:
-    out, pending = [], ""
-    for part in script.split(";"):
-        pending += part + ";"
-        if sqlite3.complete_statement(pending):
-            if pending.strip(" \n;"):
-                out.append(pending)
-            pending = ""
-    return out
 
 
 def term_freq(words: str, word: str, *, prefix: bool) -> int:

@@ -34,6 +34,7 @@ from __future__ import annotations
 import sqlite3
 
 from ...errors import StoreError
+from ..sql.statements import statements as _statements
 from . import search
 
 MIGRATIONS: tuple[str, ...] = (
@@ -101,19 +102,6 @@ AFTER = {3: search.backfill}
 OURS = frozenset({"sessions", "entries", "attachments", "outbox", "readers", "sqlite_sequence"}) | search.TABLES
 
 
-def _statements(script: str) -> list[str]:
-    """The statements of ``script`` (a trigger's body holds semicolons: split where a
-    statement is complete). Not ``executescript``: it would commit the migration's transaction."""
-    out, pending = [], ""
-    for part in script.split(";"):
-        pending += part + ";"
-        if sqlite3.complete_statement(pending):
-            if pending.strip(" \n;"):
-                out.append(pending)
-            pending = ""
-    if pending.strip(" \n;"):
-        out.append(pending)
-    return out
 
 
 def migrate(conn: sqlite3.Connection, path: str) -> int:
