@@ -58,11 +58,29 @@ def page(browser: Any) -> Iterator[Any]:
     assert errors == []  # the page's script never failed
 
 
-def _writer(data_dir: Path, body: str) -> subprocess.Popen[str]:
-    """Another process writing the data_dir (it owns it; the viewer reads beside it)."""
+def _writer(data_dir: Path | str, body: str) -> subprocess.Popen[str]:
+    """Another process writing the data_dir or database (an fs data_dir: it owns it; the viewer reads
+    beside it)."""
     script = "import sys, session_manager\n" + f"with session_manager.open({str(data_dir)!r}) as sm:\n" + \
         textwrap.indent(textwrap.dedent(body), "    ")
     return subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+
+# The adapters a second process writes while the viewer follows: an fs data_dir (the viewer's
+# read-only open and its follower) and a sqlite database (its outbox). Postgres (LISTEN) and an engine
+# are followed in test_viewer_postgres.py and test_viewer_engine.py.
+LOCAL_ADAPTERS = ["fs", "sqlite"]
+
+
+def _target(tmp_path: Path, adapter: str) -> str:
+    return str(tmp_path / "d") if adapter == "fs" else f"sqlite:///{tmp_path / 'sessions.db'}"
+
+
+def _viewer_open(target: str) -> session_manager.SessionManager:
+    """The store as `data serve` opens it (an fs data_dir read-only; sqlite as it is)."""
+    from session_manager._cli.data.opening import open_for
+
+    return open_for(target, writable=False)
 
 
 def test_list_then_a_branched_session_active_path_and_alternative(page: Any, tmp_path: Path,
@@ -94,16 +112,19 @@ def test_list_then_a_branched_session_active_path_and_alternative(page: Any, tmp
         record_property("screenshot", str(shot))  # (in the JUnit report too)
 
 
-def test_a_reply_streamed_by_another_process_grows_on_screen_without_reload(page: Any, tmp_path: Path) -> None:
-    """Regression: a page that shows a streamed reply only after a reload. The writer makes each of
-    its 20 updates when told to, and the page must show that very text before the next one."""
-    d = tmp_path / "d"
+@pytest.mark.parametrize("adapter", LOCAL_ADAPTERS)
+def test_a_reply_streamed_by_another_process_grows_on_screen_without_reload(page: Any, tmp_path: Path,
+                                                                            adapter: str) -> None:
+    """Regression: a page that shows a streamed reply only after a reload (over sqlite: a viewer
+    that never followed the outbox). The writer makes each of its 20 updates when told to, and the
+    page must show that very text before the next one."""
+    d = _target(tmp_path, adapter)
     with session_manager.open(d) as sm:
         sid = sm.call("session::create", {"title": "streaming"})["session_id"]
         sm.call("session::append", {"session_id": sid, "message": user("Tell me a story")})
         rid = sm.call("session::append", {"session_id": sid, "message": assistant()})["entry_id"]
     words = [f"w{i}" for i in range(1, 21)]
-    with session_manager.open(d, read_only=True) as sm, running(sm) as base:
+    with _viewer_open(d) as sm, running(sm) as base:
         page.goto(f"{base}/sessions/{sid}")
         page.wait_for_selector("#live.on")
         page.evaluate("window.__same_document = true")
@@ -133,13 +154,15 @@ def test_a_reply_streamed_by_another_process_grows_on_screen_without_reload(page
         assert page.locator(f"#e-{rid} .text").inner_text() == " ".join(words)
 
 
-def test_sessions_made_and_deleted_elsewhere_come_and_go_in_the_list(page: Any, tmp_path: Path) -> None:
+@pytest.mark.parametrize("adapter", LOCAL_ADAPTERS)
+def test_sessions_made_and_deleted_elsewhere_come_and_go_in_the_list(page: Any, tmp_path: Path,
+                                                                     adapter: str) -> None:
     """Regression: a list that misses a new session or keeps showing a deleted one until reloaded."""
-    d = tmp_path / "d"
+    d = _target(tmp_path, adapter)
     with session_manager.open(d) as sm:
         keep = sm.call("session::create", {"title": "stays"})["session_id"]
         doomed = sm.call("session::create", {"title": "doomed"})["session_id"]
-    with session_manager.open(d, read_only=True) as sm, running(sm) as base:
+    with _viewer_open(d) as sm, running(sm) as base:
         page.goto(base + "/")
         page.wait_for_selector("#live.on")
         page.evaluate("window.__same_document = true")
