@@ -159,6 +159,7 @@ class SessionView:
     forks: list[dict[str, Any]] = field(default_factory=list)  # sessions forked from this one
     attachment_url: AttachmentUrl = lambda _aid: None
     link_sessions: bool = True  # the export has no other pages to link to
+    all_branches: bool = True  # False (``export --html --active-path``): the alternatives left out
 
     def results(self) -> dict[str, str]:
         """function_call id -> the entry holding its result (calls and results are paired by id)."""
@@ -219,7 +220,7 @@ def _chain(view: SessionView, group: list[str], out: list[str], results: dict[st
     t = view.tree
     while group:
         main = next((g for g in group if g in t.active), group[-1])
-        others = [g for g in group if g != main]
+        others = [g for g in group if g != main] if view.all_branches else []
         if others:
             out.append(f'<div class="branch"><div class="branch-label">{len(others) + 1} branches here'
                        f'{" · shown: the active one" if main in t.active else ""}</div>')

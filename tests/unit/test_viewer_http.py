@@ -372,3 +372,37 @@ def test_list_page_search_box_shows_session_search_hits(client: Any, data: Any) 
     assert c.get("/", params={"q": "nothing-matches-zz"}).text.count("<tr><td>") == 0
     escaped = c.get("/", params={"q": "<b>x"}).text
     assert "<b>x" not in escaped and "&lt;b&gt;x" in escaped
+
+
+def test_export_all_branches_is_the_html_default_and_active_path_leaves_the_alternatives_out(
+        data: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    """Regression: `--all-branches` (the issue's default for HTML) not accepted, an HTML export that
+    drops a branch by default, or a Markdown export that cannot carry the other branches."""
+    from session_manager._cli.data import main
+
+    d, ids = data
+
+    def export(*flags: str) -> str:
+        code = main(["export", str(d), ids["sid"], *flags])
+        out, err = capsys.readouterr()
+        assert code == 0, err
+        return out
+
+    alternative = "Probably not; the first answer."
+    html = export("--html")
+    assert export("--html", "--all-branches") == html  # the default, spelled out
+    assert alternative in html and f'id="alt-{ids["alternative"]}"' in html
+    active = export("--html", "--active-path")
+    assert alternative not in active and "Take an umbrella." in active and 'id="alt-' not in active
+    assert alternative not in export("--markdown")  # Markdown: the active transcript by default
+    every = export("--markdown", "--all-branches")
+    assert every.index("Take an umbrella.") < every.index("**Other branch 1**, after `" + ids["question"] + "`:") \
+        < every.index(alternative)
+    assert every.count("\n## ") == 5 and export("--markdown", "--active-path") == export("--markdown")
+    assert main(["export", str(d), ids["sid"], "--active-path"]) == 2
+    assert "a JSON Lines export carries every branch" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exited:  # (argparse's own refusal: exit 2)
+        main(["export", str(d), ids["sid"], "--html", "--all-branches", "--active-path"])
+    assert exited.value.code == 2 and "not allowed with argument" in capsys.readouterr().err
+    assert main(["export", str(d), ids["sid"], "--all-branches"]) == 0  # JSON Lines: every branch already
+    assert ids["alternative"] in capsys.readouterr().out
