@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from html import escape
 from typing import Any
+from urllib.parse import quote
 
 from .._browse.reading import Tree
 from .._browse.render import item_parts, one_line, when
@@ -33,6 +34,18 @@ AttachmentUrl = Callable[[str], "str | None"]
 def e(value: Any) -> str:
     """Escaped text of any value (quotes too: safe in attributes)."""
     return escape("" if value is None else str(value), quote=True)
+
+
+def session_href(session_id: str) -> str:
+    """A session page's URL, escaped for an attribute: the id is one path segment whatever it holds
+    (an imported id may carry ``/``, ``?``, ``#``, ``%`` or spaces)."""
+    return e("/sessions/" + quote(session_id, safe=""))
+
+
+def fragment(element_id: str) -> str:
+    """An in-page link to ``element_id``, escaped for an attribute (the browser matches the
+    percent-decoded fragment against the element's id)."""
+    return e("#" + quote(element_id, safe=""))
 
 
 def json_text(value: Any) -> str:
@@ -81,11 +94,11 @@ def session_rows(metas: Sequence[dict[str, Any]]) -> str:
     rows = []
     for m in metas:
         sid = m["session_id"]
-        forked = (f'<a href="/sessions/{e(m["forked_from"])}">{e(m["forked_from"])}</a>'
+        forked = (f'<a href="{session_href(m["forked_from"])}">{e(m["forked_from"])}</a>'
                   if m.get("forked_from") else "")
         metadata = f"<code>{e(json_text(m['metadata']))}</code>" if m.get("metadata") else ""
         rows.append(
-            f'<tr data-session-id="{e(sid)}"><td class="title"><a href="/sessions/{e(sid)}">'
+            f'<tr data-session-id="{e(sid)}"><td class="title"><a href="{session_href(sid)}">'
             f'{e(m.get("title") or "(untitled)")}</a><div class="sid">{e(sid)}</div></td>'
             f'<td><span class="status status-{e(m.get("status"))}">{e(m.get("status"))}</span></td>'
             f'<td class="num">{e(m.get("message_count", 0))}</td>'
@@ -113,7 +126,7 @@ def hit_rows(hits: list[dict[str, Any]]) -> str:
     for h in hits:
         sid = h["session_id"]
         branch = "active path" if h.get("on_active_path") else "other branch"
-        rows.append(f'<tr><td><a href="/sessions/{e(sid)}">{e(sid)}</a></td><td>{e(h.get("role"))}</td>'
+        rows.append(f'<tr><td><a href="{session_href(sid)}">{e(sid)}</a></td><td>{e(h.get("role"))}</td>'
                     f'<td class="snippet">{e(h.get("snippet"))}</td><td class="num">{e(h.get("score"))}</td>'
                     f'<td class="when">{e(when(h.get("timestamp")))}</td><td>{branch}</td></tr>')
     return "".join(rows)
@@ -175,7 +188,7 @@ class SessionView:
 
 
 def _session_link(view: SessionView, sid: str) -> str:
-    return f'<a href="/sessions/{e(sid)}">{e(sid)}</a>' if view.link_sessions else f"<code>{e(sid)}</code>"
+    return f'<a href="{session_href(sid)}">{e(sid)}</a>' if view.link_sessions else f"<code>{e(sid)}</code>"
 
 
 def session_header(view: SessionView) -> str:
@@ -275,7 +288,7 @@ def _message_extra(message: dict[str, Any]) -> str:
     bits = []
     if message.get("role") == "function_result":
         cid = message.get("function_call_id", "")
-        bits.append(f'<a class="pair" href="#call-{e(cid)}">↑ the call {e(cid)}</a>')
+        bits.append(f'<a class="pair" href="{fragment("call-" + str(cid))}">↑ the call {e(cid)}</a>')
         if message.get("is_error"):
             bits.append('<span class="error">error</span>')
     if message.get("role") == "assistant":
@@ -307,8 +320,8 @@ def _block(view: SessionView, block: dict[str, Any], results: dict[str, str]) ->
         return _call(view, block, results)
     if kind == "function_result":
         cid = block.get("function_call_id", "")
-        return (f'<div class="result" id="result-{e(cid)}"><a class="pair" href="#call-{e(cid)}">← result of '
-                f'{e(cid)}</a>{_blocks(view, block.get("content") or [], results)}</div>')
+        return (f'<div class="result" id="result-{e(cid)}"><a class="pair" href="{fragment("call-" + str(cid))}">'
+                f'← result of {e(cid)}</a>{_blocks(view, block.get("content") or [], results)}</div>')
     return f'<div class="muted">[{e(kind)} block]</div>'
 
 
@@ -341,8 +354,9 @@ def _call(view: SessionView, block: dict[str, Any], results: dict[str, str]) -> 
     result_id = results.get(cid)
     if result_id is not None:
         _who, text = _preview(view.tree.entries[result_id])
-        paired = (f'<details class="paired"><summary>result <a class="pair" href="#e-{e(result_id)}">↓</a>'
-                  f'</summary><div class="text">{e(text)}</div></details>')
+        paired = (f'<details class="paired"><summary>result '
+                  f'<a class="pair" href="{fragment("e-" + result_id)}">↓</a></summary>'
+                  f'<div class="text">{e(text)}</div></details>')
     else:
         paired = '<div class="muted">no result yet</div>'
     return (f'<div class="call" id="call-{e(cid)}"><div class="call-head">→ <code>{e(block.get("function_id", ""))}'

@@ -406,3 +406,40 @@ def test_export_all_branches_is_the_html_default_and_active_path_leaves_the_alte
     assert exited.value.code == 2 and "not allowed with argument" in capsys.readouterr().err
     assert main(["export", str(d), ids["sid"], "--all-branches"]) == 0  # JSON Lines: every branch already
     assert ids["alternative"] in capsys.readouterr().out
+
+
+ODD_ID = "s/x?y#z &w%41"  # any non-empty string is an id; an import brings such ones
+
+
+def test_a_session_id_with_url_characters_is_linked_and_served_whole(tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """Regression: a link `/sessions/s/x?y#z …` (the id put into the URL unencoded) leading to a 404
+    or to another session, and a route that cannot take an id holding "/"."""
+    import re
+    from urllib.parse import unquote
+
+    from session_manager._cli.data import main
+
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    with session_manager.open(src) as sm:
+        sid = sm.call("session::create", {"title": "odd"})["session_id"]
+        sm.call("session::append", {"session_id": sid, "message": user("hello")})
+    assert main(["export", str(src), sid]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    doc["meta"]["session_id"] = ODD_ID
+    (tmp_path / "odd.jsonl").write_text(json.dumps(doc) + "\n", encoding="utf-8")
+    assert main(["import", str(dst), str(tmp_path / "odd.jsonl")]) == 0
+    with session_manager.open(dst) as sm:
+        leaf = sm.service.store.get_leaf(ODD_ID)
+        fork = sm.call("session::fork", {"session_id": ODD_ID, "entry_id": leaf, "title": "fork"})["session_id"]
+    # A real server (Starlette's TestClient decodes a path twice: %2541 would reach the app as "A").
+    with session_manager.open(dst, read_only=True) as sm, running(sm) as base, httpx.Client(base_url=base) as c:
+        links = re.findall(r'<a href="(/sessions/[^"]*)">odd</a>', c.get("/").text)
+        assert links == ["/sessions/s%2Fx%3Fy%23z%20%26w%2541"]
+        page = c.get(links[0])
+        assert page.status_code == 200 and "<h1>odd</h1>" in page.text and "hello" in page.text
+        api = c.get("/api" + links[0])
+        assert api.status_code == 200 and api.json()["meta"] == sm.call("session::get", {"session_id": ODD_ID})["meta"]
+        back = re.findall(r'forked from <a href="([^"]*)">', c.get(f"/sessions/{fork}").text)
+        assert [unquote(x) for x in back] == [f"/sessions/{ODD_ID}"]
+        assert c.get("/api/sessions/s%2Fx").status_code == 404  # a prefix of it is not it
