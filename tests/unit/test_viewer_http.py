@@ -443,3 +443,48 @@ def test_a_session_id_with_url_characters_is_linked_and_served_whole(tmp_path: P
         back = re.findall(r'forked from <a href="([^"]*)">', c.get(f"/sessions/{fork}").text)
         assert [unquote(x) for x in back] == [f"/sessions/{ODD_ID}"]
         assert c.get("/api/sessions/s%2Fx").status_code == 404  # a prefix of it is not it
+
+
+def test_attachments_are_shown_served_and_inlined_in_the_export(tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """Regression: an attachment-backed image not shown, a file not downloadable (or served as a page
+    of the viewer's origin: an HTML attachment rendered would run its script), its name unescaped, or
+    the export depending on the server for either."""
+    import base64
+    import re
+
+    from session_manager._cli.data import main
+    from tests.unit.viewer_support import PNG
+
+    page_html = b"<script>window.__pwned = 1</script>"
+    name = 'notes "<b>".html'
+    d = tmp_path / "d"
+    with session_manager.open(d) as sm:
+        sid = sm.call("session::create", {"title": "files"})["session_id"]
+        image = sm.call("session::put-attachment", {"session_id": sid, "name": "chart.png", "mime": "image/png",
+                                                    "data": PNG})["attachment"]
+        file = sm.call("session::put-attachment", {"session_id": sid, "name": name, "mime": "text/html",
+                                                   "data": base64.b64encode(page_html).decode()})
+        sm.call("session::append", {"session_id": sid, "message": assistant(
+            text("a chart and a file"), {"type": "image", "mime": "image/png", "data": "",
+                                         "attachment_id": image["attachment_id"]}, file["block"])})
+    with session_manager.open(d, read_only=True) as sm:
+        c = TestClient(create_app(sm), base_url=BASE)
+        html = c.get(f"/sessions/{sid}").text
+        image_url = f"/sessions/{sid}/attachments/{image['attachment_id']}"
+        file_url = f"/sessions/{sid}/attachments/{file['attachment']['attachment_id']}"
+        assert f'<img src="{image_url}"' in html
+        assert f'<a href="{file_url}" download="notes &quot;&lt;b&gt;&quot;.html">' in html
+        assert '"<b>"' not in html
+        shown = c.get(image_url)
+        assert shown.headers["content-type"] == "image/png" and shown.content == base64.b64decode(PNG)
+        download = c.get(file_url)
+        assert download.content == page_html
+        assert download.headers["content-type"] == "application/octet-stream"  # never text/html here
+        assert download.headers["content-disposition"].startswith("attachment;")
+        assert download.headers["x-content-type-options"] == "nosniff"
+    assert main(["export", str(d), sid, "--html"]) == 0
+    exported = capsys.readouterr().out
+    assert re.findall(r'<img src="data:image/png;base64,([^"]+)"', exported) == [PNG]
+    assert f'data:text/html;base64,{base64.b64encode(page_html).decode()}' in exported  # inline, a download
+    assert "/attachments/" not in exported
