@@ -488,3 +488,27 @@ def test_attachments_are_shown_served_and_inlined_in_the_export(tmp_path: Path,
     assert re.findall(r'<img src="data:image/png;base64,([^"]+)"', exported) == [PNG]
     assert f'data:text/html;base64,{base64.b64encode(page_html).decode()}' in exported  # inline, a download
     assert "/attachments/" not in exported
+
+
+def test_the_viewer_writes_nothing_in_an_fs_data_dir(data: Any) -> None:
+    """Regression: the viewer (its pages, API, search box, attachment route, event stream and the
+    follower behind it) creating, changing or removing any file of the data_dir it follows beside a
+    live owner: it must open it read-only and leave it as it found it."""
+    d, ids = data
+
+    def files() -> dict[str, tuple[int, int]]:
+        return {str(p.relative_to(d)): (p.stat().st_size, p.stat().st_mtime_ns) for p in d.rglob("*")}
+
+    with session_manager.open(d):  # the owner, live (its lock held) and idle meanwhile
+        before = files()
+        with session_manager.open(d, read_only=True) as sm, running(sm) as base, \
+                httpx.Client(base_url=base) as c:
+            got, stop = _listen(base, "/api/events")
+            for path in ("/", "/?q=paris", "/?status=working", f"/sessions/{ids['sid']}",
+                         f"/sessions/{ids['fork']}", "/api/sessions", f"/api/sessions/{ids['sid']}",
+                         "/sessions/s_nope", "/static/viewer.css"):
+                assert c.get(path).status_code in (200, 404), path
+            time.sleep(0.5)  # (the follower polls the logs meanwhile)
+            assert got.empty()
+            stop.set()
+        assert files() == before
