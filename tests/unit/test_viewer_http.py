@@ -512,3 +512,29 @@ def test_the_viewer_writes_nothing_in_an_fs_data_dir(data: Any) -> None:
             assert got.empty()
             stop.set()
         assert files() == before
+
+
+def test_list_rows_show_title_status_count_updated_metadata_and_fork(client: Any, data: Any) -> None:
+    """Regression: a list row missing one of the issue's columns or showing another session's."""
+    import re
+
+    from session_manager._browse.render import when
+
+    c, sm = client
+    ids = data[1]
+    html = c.get("/").text
+    for sid in (ids["sid"], ids["fork"]):
+        meta = sm.call("session::get", {"session_id": sid})["meta"]
+        row = re.search(rf'<tr data-session-id="{sid}">(.*?)</tr>', html)
+        assert row is not None
+        cells = re.findall(r"<td[^>]*>(.*?)</td>", row.group(1))
+        assert len(cells) == 6
+        assert f">{meta['title']}</a>" in cells[0]
+        assert f">{meta['status']}</span>" in cells[1]
+        assert cells[2] == str(meta["message_count"])
+        assert cells[3] == when(meta["updated_at"])
+        if sid == ids["sid"]:
+            assert cells[4] == '<code>{&quot;user&quot;: &quot;u_1&quot;}</code>' and cells[5] == ""
+        else:
+            assert cells[5] == f'<a href="/sessions/{ids["sid"]}">{ids["sid"]}</a>'
+    assert ">working</span>" in html and ">5</td>" in html
