@@ -538,3 +538,24 @@ def test_list_rows_show_title_status_count_updated_metadata_and_fork(client: Any
         else:
             assert cells[5] == f'<a href="/sessions/{ids["sid"]}">{ids["sid"]}</a>'
     assert ">working</span>" in html and ">5</td>" in html
+
+
+def test_ci_makes_the_browser_tests_run_never_skip(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Regression: CI passing with the browser tests skipped (no Chromium, no Playwright): .ci/run
+    requires them before any pytest run, and under that requirement a missing browser fails them."""
+    from tests.unit import viewer_support
+
+    ci = (Path(__file__).parents[2] / ".ci" / "run").read_text(encoding="utf-8")
+    required = ci.index("export SESSION_MANAGER_REQUIRE_BROWSER=1")
+    import re
+
+    first_run = re.search(r"^pytest |^\S.*\bpytest -m ", ci, re.MULTILINE)
+    assert first_run is not None and required < first_run.start()
+    assert "apt-get install -y -q chromium" in ci[:required]
+    monkeypatch.setattr(viewer_support, "CHROMIUM", str(tmp_path / "no-chromium"))
+    monkeypatch.setattr(viewer_support, "REQUIRED", True)
+    with pytest.raises(pytest.fail.Exception, match="SESSION_MANAGER_REQUIRE_BROWSER=1 but no Chromium"):
+        viewer_support.need_browser()
+    monkeypatch.setattr(viewer_support, "REQUIRED", False)
+    with pytest.raises(pytest.skip.Exception, match="no Chromium"):  # elsewhere: a skip saying why
+        viewer_support.need_browser()
