@@ -229,3 +229,29 @@ def test_the_html_export_opened_from_disk_shows_every_branch_and_fetches_nothing
     page.locator(f"#alt-{ids['alternative']} summary").click()
     assert "Probably not; the first answer." in page.locator(f"#e-{ids['alternative']}").inner_text()
     assert page.locator("figure.image img").evaluate("img => img.naturalWidth") > 0
+
+
+def test_the_pages_read_without_javascript(browser: Any, tmp_path: Path) -> None:
+    """Regression: a page whose titles and texts appear only once a script ran (the issue: rendered on
+    the server, read without JavaScript; the script only adds live updates)."""
+    d = tmp_path / "d"
+    with session_manager.open(d) as sm:
+        ids = branched_session(sm)
+    context = browser.new_context(java_script_enabled=False)
+    try:
+        page = context.new_page()
+        page.set_default_timeout(TIMEOUT_MS)
+        with session_manager.open(d, read_only=True) as sm, running(sm) as base:
+            page.goto(base + "/")
+            assert page.locator(f'tr[data-session-id="{ids["sid"]}"] td.title a').inner_text() == "Weather in Paris"
+            page.locator(f'tr[data-session-id="{ids["fork"]}"] td.title a').click()
+            page.wait_for_url(f"**/sessions/{ids['fork']}")
+            page.locator(f'a[href="/sessions/{ids["sid"]}"]').click()  # forked from: the link back
+            page.wait_for_url(f"**/sessions/{ids['sid']}")
+            assert page.locator("#live").inner_text() == "offline"  # no script ran
+            assert "Take an umbrella." in page.locator("article.msg.leaf").inner_text()
+            alternative = page.locator(f"#alt-{ids['alternative']}")
+            alternative.locator("summary").click()  # <details>: no script needed
+            assert "Probably not; the first answer." in alternative.locator(f"#e-{ids['alternative']}").inner_text()
+    finally:
+        context.close()
