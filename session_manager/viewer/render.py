@@ -278,7 +278,7 @@ def entry_html(view: SessionView, entry: dict[str, Any], results: dict[str, str]
     hover = f' title="origin {e(json_text(origin))}"' if origin else ""
     revision = f' · rev {e(entry["revision"])}' if entry.get("revision") else ""
     leaf = ' · <span class="leaf-mark">active leaf</span>' if eid == t.leaf else ""
-    return (f'<article class="{" ".join(classes)}" id="e-{e(eid)}" data-entry-id="{e(eid)}"{hover}>'
+    return (f'<article class="{e(" ".join(classes))}" id="e-{e(eid)}" data-entry-id="{e(eid)}"{hover}>'
             f'<header><span class="role">{e(label)}</span><span class="when">{e(when(entry.get("timestamp")))}'
             f'</span><span class="eid">{e(eid)}{revision}{leaf}</span></header>'
             f'<div class="content">{body}</div>{extra}</article>')

@@ -559,3 +559,19 @@ def test_ci_makes_the_browser_tests_run_never_skip(monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(viewer_support, "REQUIRED", False)
     with pytest.raises(pytest.skip.Exception, match="no Chromium"):  # elsewhere: a skip saying why
         viewer_support.need_browser()
+
+
+def test_a_stored_role_or_block_type_outside_the_schema_is_escaped_too() -> None:
+    """Regression: an entry's role put into a class attribute unescaped. The stores hand back what a
+    log or a database holds (a hand-edited or foreign-written data_dir included), so nothing read is
+    trusted to be one of the schema's words."""
+    from session_manager._browse.reading import Tree
+    from session_manager.viewer.render import SessionView, session_body
+
+    evil = '"><img src=x onerror=alert(1)>'
+    entry = {"id": "e_1", "parent_id": None, "timestamp": 0, "kind": "message",
+             "message": {"role": evil, "content": [{"type": evil}, {"type": "text", "text": evil}]}}
+    tree = Tree({"e_1": entry}, {None: ["e_1"]}, "e_1", frozenset({"e_1"}))
+    html = session_body(SessionView({"session_id": evil, "title": evil, "status": evil}, tree))
+    assert "<img" not in html  # nothing breaks out of an attribute or into markup
+    assert html.count("&quot;&gt;&lt;img src=x onerror=alert(1)&gt;") >= 4  # role, label, block type, text
