@@ -255,3 +255,23 @@ def test_the_pages_read_without_javascript(browser: Any, tmp_path: Path) -> None
             assert "Probably not; the first answer." in alternative.locator(f"#e-{ids['alternative']}").inner_text()
     finally:
         context.close()
+
+
+def test_a_token_visit_sets_the_cookie_that_carries_links_and_the_live_stream(page: Any, tmp_path: Path) -> None:
+    """Regression: behind a token, the first `?token=` page working but its links, its fragment
+    fetches or its EventSource (which cannot send an Authorization header) answered 401."""
+    d = tmp_path / "d"
+    with session_manager.open(d) as sm:
+        sid = sm.call("session::create", {"title": "behind a token"})["session_id"]
+    with session_manager.open(d, read_only=True) as sm, running(sm, token="s3cret-t0ken") as base:
+        assert page.goto(base + "/").status == 401
+        assert page.goto(base + "/?token=s3cret-t0ken").status == 200
+        page.locator(f'tr[data-session-id="{sid}"] td.title a').click()  # no token in this URL
+        page.wait_for_url(f"**/sessions/{sid}")
+        page.wait_for_selector("#live.on")  # the event stream opened with the cookie
+        writer = _writer(d, f"""
+            sm.call("session::append", {{"session_id": {sid!r}, "message": {user("arrived live")!r}}})
+        """)
+        assert writer.wait(timeout=60) == 0
+        page.wait_for_selector("article.role-user")  # the fragment fetch carried the cookie too
+        assert page.locator("article.role-user .text").inner_text() == "arrived live"
