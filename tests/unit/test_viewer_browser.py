@@ -275,3 +275,34 @@ def test_a_token_visit_sets_the_cookie_that_carries_links_and_the_live_stream(pa
         assert writer.wait(timeout=60) == 0
         page.wait_for_selector("article.role-user")  # the fragment fetch carried the cookie too
         assert page.locator("article.role-user .text").inner_text() == "arrived live"
+
+
+def test_a_fork_made_and_deleted_elsewhere_comes_and_goes_on_its_parents_page(page: Any, tmp_path: Path) -> None:
+    """Regression: forks linked both ways only after a reload: the parent's page, following its own
+    session's events only, never heard of a fork made (or deleted) by another process."""
+    d = tmp_path / "d"
+    with session_manager.open(d) as sm:
+        sid = sm.call("session::create", {"title": "parent"})["session_id"]
+        first = sm.call("session::append", {"session_id": sid, "message": user("fork me")})["entry_id"]
+    with session_manager.open(d, read_only=True) as sm, running(sm) as base:
+        page.goto(f"{base}/sessions/{sid}")
+        page.wait_for_selector("#live.on")
+        page.evaluate("window.__same_document = true")
+        assert page.locator("div.fork").count() == 0
+        writer = _writer(d, f"""
+            fork = sm.call("session::fork", {{"session_id": {sid!r}, "entry_id": {first!r}}})["session_id"]
+            print(fork, flush=True)
+            sys.stdin.readline()
+            sm.call("session::delete", {{"session_id": fork}})
+        """)
+        assert writer.stdin is not None and writer.stdout is not None
+        fork = writer.stdout.readline().strip()
+        link = page.locator(f'div.fork a[href="/sessions/{fork}"]')
+        link.wait_for()
+        assert page.locator("div.fork").inner_text() == f"forks: {fork}"
+        writer.stdin.write("go\n")
+        writer.stdin.close()
+        assert writer.wait(timeout=60) == 0
+        link.wait_for(state="detached")
+        assert page.locator("h1").inner_text() == "parent"  # still the parent's page, not "deleted"
+        assert page.evaluate("window.__same_document") is True
