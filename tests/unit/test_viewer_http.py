@@ -5,6 +5,7 @@ Each test names the regression it prevents; the browser-level checks are in test
 
 from __future__ import annotations
 
+import contextlib
 import json
 import queue
 import subprocess
@@ -575,3 +576,36 @@ def test_a_stored_role_or_block_type_outside_the_schema_is_escaped_too() -> None
     html = session_body(SessionView({"session_id": evil, "title": evil, "status": evil}, tree))
     assert "<img" not in html  # nothing breaks out of an attribute or into markup
     assert html.count("&quot;&gt;&lt;img src=x onerror=alert(1)&gt;") >= 4  # role, label, block type, text
+
+
+def test_an_fs_burst_from_another_process_reaches_the_stream_once_and_in_order(tmp_path: Path) -> None:
+    """Regression: the fs follower doubling, dropping or reordering a session's entries when another
+    process writes faster than it polls. (It sees states: a session made and changed between two polls
+    is one on-created of its latest state; docs/viewer.md.)"""
+    from tests.unit.test_viewer_sqlite import _write
+
+    d = tmp_path / "d"
+    with session_manager.open(d):
+        pass
+    with session_manager.open(d, read_only=True) as sm, running(sm) as base:
+        got, stop = _listen(base, "/api/events")
+        expected = _write(str(d), "burst")
+        created = [ev for f, ev in expected if f == "session::on-created"]
+        added = [ev for f, ev in expected if f == "session::on-message-added"]
+        arrived = [got.get(timeout=30) for _ in range(len(created) + len(added))]
+        deadline = time.monotonic() + 2.0  # the status and meta changes, unless folded into on-created
+        while time.monotonic() < deadline:
+            with contextlib.suppress(queue.Empty):
+                arrived.append(got.get(timeout=0.1))
+        for sid in {ev["session_id"] for ev in created}:
+            mine = [(f, ev) for f, ev in arrived if ev["session_id"] == sid]
+            assert mine[0][0] == "session::on-created"
+            assert [ev["entry_id"] for f, ev in mine if f == "session::on-message-added"] == \
+                [ev["entry_id"] for ev in added if ev["session_id"] == sid]  # each once, in order
+            assert [ev["message"] for f, ev in mine if f == "session::on-message-added"] == \
+                [ev["message"] for ev in added if ev["session_id"] == sid]
+            assert len(mine) == len({(f, ev.get("entry_id")) for f, ev in mine})  # nothing twice
+        final = {m["session_id"]: m for m in sm.call("session::list", {})["sessions"]}
+        a, b = created[0]["session_id"], created[1]["session_id"]
+        assert final[a]["status"] == "working" and final[b]["title"] == "b2"  # the latest state
+        stop.set()
