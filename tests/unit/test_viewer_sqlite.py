@@ -77,3 +77,38 @@ def test_another_processs_burst_reaches_the_stream_whole_and_in_order(tmp_path: 
         time.sleep(1.0)
         assert got.empty()
         stop.set()
+
+
+def test_the_viewer_over_sqlite_makes_no_write_call(tmp_path: Path, monkeypatch: Any) -> None:
+    """Regression: a page or API route that mutates (a sqlite store has no read-only mode, so the
+    viewer's own discipline is all there is): every route, the search box and the event stream run
+    with the store's write methods and every mutating function refused."""
+    import httpx
+
+    from session_manager._hosts.surface import BY_ID
+    from tests.unit.viewer_support import branched_session
+
+    uri = f"sqlite:///{tmp_path / 'sessions.db'}"
+    with session_manager.open(uri) as sm:
+        ids = branched_session(sm)
+    with open_for(uri, writable=False) as sm:
+        store = sm.service.store
+        writes: list[str] = []
+        for name in ("commit", "delete_session", "put_attachment", "delete_attachment"):
+            monkeypatch.setattr(store, name, lambda *a, name=name, **k: writes.append(name))
+        real_call = sm.call
+
+        def call(function_id: str, payload: Any = None) -> Any:
+            assert not BY_ID[function_id].mutates, function_id
+            return real_call(function_id, payload)
+
+        monkeypatch.setattr(sm, "call", call)
+        with running(sm) as base, httpx.Client(base_url=base) as c:
+            _events, stop = _listen(base, "/api/events")
+            for path in ("/", "/?q=paris", "/?status=idle&meta=user=u_1", f"/sessions/{ids['sid']}",
+                         f"/sessions/{ids['fork']}", "/api/sessions", f"/api/sessions/{ids['sid']}",
+                         "/sessions/s_nope"):
+                assert c.get(path).status_code in (200, 404), path
+            assert "Weather in Paris" in c.get("/").text
+            stop.set()
+        assert writes == []
