@@ -141,15 +141,47 @@ def tree(meta: dict[str, Any], t: Tree) -> str:
     return "\n".join(out)
 
 
-def markdown(meta: dict[str, Any], items: Sequence[dict[str, Any]]) -> str:
-    """The active transcript as a Markdown document."""
+def _markdown_head(meta: dict[str, Any]) -> list[str]:
     out = [f"# {meta.get('title') or meta['session_id']}", "",
            f"- session: `{meta['session_id']}`",
            f"- status: {meta.get('status')}",
            f"- created: {when(meta.get('created_at'))} UTC", f"- updated: {when(meta.get('updated_at'))} UTC"]
     if meta.get("description"):
         out += ["", str(meta["description"])]
+    return out
+
+
+def markdown(meta: dict[str, Any], items: Sequence[dict[str, Any]]) -> str:
+    """The active transcript as a Markdown document."""
+    out = _markdown_head(meta)
     for item in items:
         who, text = item_parts(item)
         out += ["", f"## {who}", "", text if text else "_(empty)_"]
+    return "\n".join(out) + "\n"
+
+
+def markdown_branches(meta: dict[str, Any], t: Tree) -> str:
+    """Every branch as a Markdown document (``export --markdown --all-branches``): the active
+    transcript first, then each other branch from where it leaves the branch it grew on (its
+    entries down its newest path; branches of branches after it, the same way)."""
+    out = _markdown_head(meta)
+    pending: list[tuple[str, str | None]] = []  # (first entry of a branch, the entry it branches after)
+
+    def chain(group: list[str]) -> None:
+        while group:
+            main = next((g for g in group if g in t.active), group[-1])
+            parent = t.entries[main].get("parent_id")
+            pending.extend((other, parent if parent in t.entries else None) for other in group if other != main)
+            who, text = item_parts(t.entries[main])
+            out.extend(["", f"## {who} · `{main}`", "", text if text else "_(empty)_"])
+            group = t.children.get(main, [])
+
+    chain(t.children.get(None, []))
+    number = 0
+    while pending:
+        first, after = pending.pop(0)
+        number += 1
+        where = f"after `{after}`" if after is not None else "at the start"
+        out.extend(["", "---", "", f"**Other branch {number}**, {where}:"])
+        chain([first])
     return "\n".join(out) + "\n"

@@ -154,10 +154,12 @@ def _build(sm: SessionManager, host: str, token: str | None) -> tuple[ASGIApp, H
 
     app = Starlette(routes=[
         Route("/", viewer.list_page),
-        Route("/sessions/{session_id}", viewer.session_page),
-        Route("/sessions/{session_id}/attachments/{attachment_id}", viewer.attachment),
+        # A session id is any non-empty string (an imported one may hold "/"): one percent-encoded path
+        # segment in the links, decoded back whole here (the attachment route first: it is the longer).
+        Route("/sessions/{session_id:path}/attachments/{attachment_id}", viewer.attachment),
+        Route("/sessions/{session_id:path}", viewer.session_page),
         Route("/api/sessions", viewer.api_sessions),
-        Route("/api/sessions/{session_id}", viewer.api_session),
+        Route("/api/sessions/{session_id:path}", viewer.api_session),
         Route("/api/events", viewer.api_events),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ], lifespan=lifespan)

@@ -21,8 +21,9 @@ FILE_CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
 MAX_INLINE = 8 * 1024 * 1024  # attachments up to this size travel inside the file
 
 
-def export_html(sm: SessionManager, session_id: str) -> str:
-    """The file's text; ``session/not_found`` for an unknown session."""
+def export_html(sm: SessionManager, session_id: str, *, all_branches: bool = True) -> str:
+    """The file's text: every branch (``all_branches=False``: the active path only);
+    ``session/not_found`` for an unknown session."""
     store = sm.service.store
 
     def inline(attachment_id: str) -> str | None:
@@ -35,6 +36,7 @@ def export_html(sm: SessionManager, session_id: str) -> str:
         return f"data:{meta.get('mime') or 'application/octet-stream'};base64,{base64.b64encode(data).decode()}"
 
     view = reads.session_view(sm, session_id, inline, link_sessions=False)
+    view.all_branches = all_branches
     assets = Assets(css=STYLE.read_text(encoding="utf-8"), script=False, csp=FILE_CSP)
     title = f"{view.meta.get('title') or session_id} · session-manager"
     return page(title, session_body(view), assets, kind="export", data={"session_id": session_id})

@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from html import escape
 from typing import Any
+from urllib.parse import quote
 
 from .._browse.reading import Tree
 from .._browse.render import item_parts, one_line, when
@@ -33,6 +34,18 @@ AttachmentUrl = Callable[[str], "str | None"]
 def e(value: Any) -> str:
     """Escaped text of any value (quotes too: safe in attributes)."""
     return escape("" if value is None else str(value), quote=True)
+
+
+def session_href(session_id: str) -> str:
+    """A session page's URL, escaped for an attribute: the id is one path segment whatever it holds
+    (an imported id may carry ``/``, ``?``, ``#``, ``%`` or spaces)."""
+    return e("/sessions/" + quote(session_id, safe=""))
+
+
+def fragment(element_id: str) -> str:
+    """An in-page link to ``element_id``, escaped for an attribute (the browser matches the
+    percent-decoded fragment against the element's id)."""
+    return e("#" + quote(element_id, safe=""))
 
 
 def json_text(value: Any) -> str:
@@ -81,11 +94,11 @@ def session_rows(metas: Sequence[dict[str, Any]]) -> str:
     rows = []
     for m in metas:
         sid = m["session_id"]
-        forked = (f'<a href="/sessions/{e(m["forked_from"])}">{e(m["forked_from"])}</a>'
+        forked = (f'<a href="{session_href(m["forked_from"])}">{e(m["forked_from"])}</a>'
                   if m.get("forked_from") else "")
         metadata = f"<code>{e(json_text(m['metadata']))}</code>" if m.get("metadata") else ""
         rows.append(
-            f'<tr data-session-id="{e(sid)}"><td class="title"><a href="/sessions/{e(sid)}">'
+            f'<tr data-session-id="{e(sid)}"><td class="title"><a href="{session_href(sid)}">'
             f'{e(m.get("title") or "(untitled)")}</a><div class="sid">{e(sid)}</div></td>'
             f'<td><span class="status status-{e(m.get("status"))}">{e(m.get("status"))}</span></td>'
             f'<td class="num">{e(m.get("message_count", 0))}</td>'
@@ -113,7 +126,7 @@ def hit_rows(hits: list[dict[str, Any]]) -> str:
     for h in hits:
         sid = h["session_id"]
         branch = "active path" if h.get("on_active_path") else "other branch"
-        rows.append(f'<tr><td><a href="/sessions/{e(sid)}">{e(sid)}</a></td><td>{e(h.get("role"))}</td>'
+        rows.append(f'<tr><td><a href="{session_href(sid)}">{e(sid)}</a></td><td>{e(h.get("role"))}</td>'
                     f'<td class="snippet">{e(h.get("snippet"))}</td><td class="num">{e(h.get("score"))}</td>'
                     f'<td class="when">{e(when(h.get("timestamp")))}</td><td>{branch}</td></tr>')
     return "".join(rows)
@@ -159,6 +172,7 @@ class SessionView:
     forks: list[dict[str, Any]] = field(default_factory=list)  # sessions forked from this one
     attachment_url: AttachmentUrl = lambda _aid: None
     link_sessions: bool = True  # the export has no other pages to link to
+    all_branches: bool = True  # False (``export --html --active-path``): the alternatives left out
 
     def results(self) -> dict[str, str]:
         """function_call id -> the entry holding its result (calls and results are paired by id)."""
@@ -174,7 +188,7 @@ class SessionView:
 
 
 def _session_link(view: SessionView, sid: str) -> str:
-    return f'<a href="/sessions/{e(sid)}">{e(sid)}</a>' if view.link_sessions else f"<code>{e(sid)}</code>"
+    return f'<a href="{session_href(sid)}">{e(sid)}</a>' if view.link_sessions else f"<code>{e(sid)}</code>"
 
 
 def session_header(view: SessionView) -> str:
@@ -219,7 +233,7 @@ def _chain(view: SessionView, group: list[str], out: list[str], results: dict[st
     t = view.tree
     while group:
         main = next((g for g in group if g in t.active), group[-1])
-        others = [g for g in group if g != main]
+        others = [g for g in group if g != main] if view.all_branches else []
         if others:
             out.append(f'<div class="branch"><div class="branch-label">{len(others) + 1} branches here'
                        f'{" · shown: the active one" if main in t.active else ""}</div>')
@@ -264,7 +278,7 @@ def entry_html(view: SessionView, entry: dict[str, Any], results: dict[str, str]
     hover = f' title="origin {e(json_text(origin))}"' if origin else ""
     revision = f' · rev {e(entry["revision"])}' if entry.get("revision") else ""
     leaf = ' · <span class="leaf-mark">active leaf</span>' if eid == t.leaf else ""
-    return (f'<article class="{" ".join(classes)}" id="e-{e(eid)}" data-entry-id="{e(eid)}"{hover}>'
+    return (f'<article class="{e(" ".join(classes))}" id="e-{e(eid)}" data-entry-id="{e(eid)}"{hover}>'
             f'<header><span class="role">{e(label)}</span><span class="when">{e(when(entry.get("timestamp")))}'
             f'</span><span class="eid">{e(eid)}{revision}{leaf}</span></header>'
             f'<div class="content">{body}</div>{extra}</article>')
@@ -274,7 +288,7 @@ def _message_extra(message: dict[str, Any]) -> str:
     bits = []
     if message.get("role") == "function_result":
         cid = message.get("function_call_id", "")
-        bits.append(f'<a class="pair" href="#call-{e(cid)}">↑ the call {e(cid)}</a>')
+        bits.append(f'<a class="pair" href="{fragment("call-" + str(cid))}">↑ the call {e(cid)}</a>')
         if message.get("is_error"):
             bits.append('<span class="error">error</span>')
     if message.get("role") == "assistant":
@@ -306,8 +320,8 @@ def _block(view: SessionView, block: dict[str, Any], results: dict[str, str]) ->
         return _call(view, block, results)
     if kind == "function_result":
         cid = block.get("function_call_id", "")
-        return (f'<div class="result" id="result-{e(cid)}"><a class="pair" href="#call-{e(cid)}">← result of '
-                f'{e(cid)}</a>{_blocks(view, block.get("content") or [], results)}</div>')
+        return (f'<div class="result" id="result-{e(cid)}"><a class="pair" href="{fragment("call-" + str(cid))}">'
+                f'← result of {e(cid)}</a>{_blocks(view, block.get("content") or [], results)}</div>')
     return f'<div class="muted">[{e(kind)} block]</div>'
 
 
@@ -340,8 +354,9 @@ def _call(view: SessionView, block: dict[str, Any], results: dict[str, str]) -> 
     result_id = results.get(cid)
     if result_id is not None:
         _who, text = _preview(view.tree.entries[result_id])
-        paired = (f'<details class="paired"><summary>result <a class="pair" href="#e-{e(result_id)}">↓</a>'
-                  f'</summary><div class="text">{e(text)}</div></details>')
+        paired = (f'<details class="paired"><summary>result '
+                  f'<a class="pair" href="{fragment("e-" + result_id)}">↓</a></summary>'
+                  f'<div class="text">{e(text)}</div></details>')
     else:
         paired = '<div class="muted">no result yet</div>'
     return (f'<div class="call" id="call-{e(cid)}"><div class="call-head">→ <code>{e(block.get("function_id", ""))}'

@@ -5,6 +5,7 @@ Each test names the regression it prevents; the browser-level checks are in test
 
 from __future__ import annotations
 
+import contextlib
 import json
 import queue
 import subprocess
@@ -372,3 +373,239 @@ def test_list_page_search_box_shows_session_search_hits(client: Any, data: Any) 
     assert c.get("/", params={"q": "nothing-matches-zz"}).text.count("<tr><td>") == 0
     escaped = c.get("/", params={"q": "<b>x"}).text
     assert "<b>x" not in escaped and "&lt;b&gt;x" in escaped
+
+
+def test_export_all_branches_is_the_html_default_and_active_path_leaves_the_alternatives_out(
+        data: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    """Regression: `--all-branches` (the issue's default for HTML) not accepted, an HTML export that
+    drops a branch by default, or a Markdown export that cannot carry the other branches."""
+    from session_manager._cli.data import main
+
+    d, ids = data
+
+    def export(*flags: str) -> str:
+        code = main(["export", str(d), ids["sid"], *flags])
+        out, err = capsys.readouterr()
+        assert code == 0, err
+        return out
+
+    alternative = "Probably not; the first answer."
+    html = export("--html")
+    assert export("--html", "--all-branches") == html  # the default, spelled out
+    assert alternative in html and f'id="alt-{ids["alternative"]}"' in html
+    active = export("--html", "--active-path")
+    assert alternative not in active and "Take an umbrella." in active and 'id="alt-' not in active
+    assert alternative not in export("--markdown")  # Markdown: the active transcript by default
+    every = export("--markdown", "--all-branches")
+    assert every.index("Take an umbrella.") < every.index("**Other branch 1**, after `" + ids["question"] + "`:") \
+        < every.index(alternative)
+    assert every.count("\n## ") == 5 and export("--markdown", "--active-path") == export("--markdown")
+    assert main(["export", str(d), ids["sid"], "--active-path"]) == 2
+    assert "a JSON Lines export carries every branch" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exited:  # (argparse's own refusal: exit 2)
+        main(["export", str(d), ids["sid"], "--html", "--all-branches", "--active-path"])
+    assert exited.value.code == 2 and "not allowed with argument" in capsys.readouterr().err
+    assert main(["export", str(d), ids["sid"], "--all-branches"]) == 0  # JSON Lines: every branch already
+    assert ids["alternative"] in capsys.readouterr().out
+
+
+ODD_ID = "s/x?y#z &w%41"  # any non-empty string is an id; an import brings such ones
+
+
+def test_a_session_id_with_url_characters_is_linked_and_served_whole(tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """Regression: a link `/sessions/s/x?y#z …` (the id put into the URL unencoded) leading to a 404
+    or to another session, and a route that cannot take an id holding "/"."""
+    import re
+    from urllib.parse import unquote
+
+    from session_manager._cli.data import main
+
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    with session_manager.open(src) as sm:
+        sid = sm.call("session::create", {"title": "odd"})["session_id"]
+        sm.call("session::append", {"session_id": sid, "message": user("hello")})
+    assert main(["export", str(src), sid]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    doc["meta"]["session_id"] = ODD_ID
+    (tmp_path / "odd.jsonl").write_text(json.dumps(doc) + "\n", encoding="utf-8")
+    assert main(["import", str(dst), str(tmp_path / "odd.jsonl")]) == 0
+    with session_manager.open(dst) as sm:
+        leaf = sm.service.store.get_leaf(ODD_ID)
+        fork = sm.call("session::fork", {"session_id": ODD_ID, "entry_id": leaf, "title": "fork"})["session_id"]
+    # A real server (Starlette's TestClient decodes a path twice: %2541 would reach the app as "A").
+    with session_manager.open(dst, read_only=True) as sm, running(sm) as base, httpx.Client(base_url=base) as c:
+        links = re.findall(r'<a href="(/sessions/[^"]*)">odd</a>', c.get("/").text)
+        assert links == ["/sessions/s%2Fx%3Fy%23z%20%26w%2541"]
+        page = c.get(links[0])
+        assert page.status_code == 200 and "<h1>odd</h1>" in page.text and "hello" in page.text
+        api = c.get("/api" + links[0])
+        assert api.status_code == 200 and api.json()["meta"] == sm.call("session::get", {"session_id": ODD_ID})["meta"]
+        back = re.findall(r'forked from <a href="([^"]*)">', c.get(f"/sessions/{fork}").text)
+        assert [unquote(x) for x in back] == [f"/sessions/{ODD_ID}"]
+        assert c.get("/api/sessions/s%2Fx").status_code == 404  # a prefix of it is not it
+
+
+def test_attachments_are_shown_served_and_inlined_in_the_export(tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """Regression: an attachment-backed image not shown, a file not downloadable (or served as a page
+    of the viewer's origin: an HTML attachment rendered would run its script), its name unescaped, or
+    the export depending on the server for either."""
+    import base64
+    import re
+
+    from session_manager._cli.data import main
+    from tests.unit.viewer_support import PNG
+
+    page_html = b"<script>window.__pwned = 1</script>"
+    name = 'notes "<b>".html'
+    d = tmp_path / "d"
+    with session_manager.open(d) as sm:
+        sid = sm.call("session::create", {"title": "files"})["session_id"]
+        image = sm.call("session::put-attachment", {"session_id": sid, "name": "chart.png", "mime": "image/png",
+                                                    "data": PNG})["attachment"]
+        file = sm.call("session::put-attachment", {"session_id": sid, "name": name, "mime": "text/html",
+                                                   "data": base64.b64encode(page_html).decode()})
+        sm.call("session::append", {"session_id": sid, "message": assistant(
+            text("a chart and a file"), {"type": "image", "mime": "image/png", "data": "",
+                                         "attachment_id": image["attachment_id"]}, file["block"])})
+    with session_manager.open(d, read_only=True) as sm:
+        c = TestClient(create_app(sm), base_url=BASE)
+        html = c.get(f"/sessions/{sid}").text
+        image_url = f"/sessions/{sid}/attachments/{image['attachment_id']}"
+        file_url = f"/sessions/{sid}/attachments/{file['attachment']['attachment_id']}"
+        assert f'<img src="{image_url}"' in html
+        assert f'<a href="{file_url}" download="notes &quot;&lt;b&gt;&quot;.html">' in html
+        assert '"<b>"' not in html
+        shown = c.get(image_url)
+        assert shown.headers["content-type"] == "image/png" and shown.content == base64.b64decode(PNG)
+        download = c.get(file_url)
+        assert download.content == page_html
+        assert download.headers["content-type"] == "application/octet-stream"  # never text/html here
+        assert download.headers["content-disposition"].startswith("attachment;")
+        assert download.headers["x-content-type-options"] == "nosniff"
+    assert main(["export", str(d), sid, "--html"]) == 0
+    exported = capsys.readouterr().out
+    assert re.findall(r'<img src="data:image/png;base64,([^"]+)"', exported) == [PNG]
+    assert f'data:text/html;base64,{base64.b64encode(page_html).decode()}' in exported  # inline, a download
+    assert "/attachments/" not in exported
+
+
+def test_the_viewer_writes_nothing_in_an_fs_data_dir(data: Any) -> None:
+    """Regression: the viewer (its pages, API, search box, attachment route, event stream and the
+    follower behind it) creating, changing or removing any file of the data_dir it follows beside a
+    live owner: it must open it read-only and leave it as it found it."""
+    d, ids = data
+
+    def files() -> dict[str, tuple[int, int]]:
+        return {str(p.relative_to(d)): (p.stat().st_size, p.stat().st_mtime_ns) for p in d.rglob("*")}
+
+    with session_manager.open(d):  # the owner, live (its lock held) and idle meanwhile
+        before = files()
+        with session_manager.open(d, read_only=True) as sm, running(sm) as base, \
+                httpx.Client(base_url=base) as c:
+            got, stop = _listen(base, "/api/events")
+            for path in ("/", "/?q=paris", "/?status=working", f"/sessions/{ids['sid']}",
+                         f"/sessions/{ids['fork']}", "/api/sessions", f"/api/sessions/{ids['sid']}",
+                         "/sessions/s_nope", "/static/viewer.css"):
+                assert c.get(path).status_code in (200, 404), path
+            time.sleep(0.5)  # (the follower polls the logs meanwhile)
+            assert got.empty()
+            stop.set()
+        assert files() == before
+
+
+def test_list_rows_show_title_status_count_updated_metadata_and_fork(client: Any, data: Any) -> None:
+    """Regression: a list row missing one of the issue's columns or showing another session's."""
+    import re
+
+    from session_manager._browse.render import when
+
+    c, sm = client
+    ids = data[1]
+    html = c.get("/").text
+    for sid in (ids["sid"], ids["fork"]):
+        meta = sm.call("session::get", {"session_id": sid})["meta"]
+        row = re.search(rf'<tr data-session-id="{sid}">(.*?)</tr>', html)
+        assert row is not None
+        cells = re.findall(r"<td[^>]*>(.*?)</td>", row.group(1))
+        assert len(cells) == 6
+        assert f">{meta['title']}</a>" in cells[0]
+        assert f">{meta['status']}</span>" in cells[1]
+        assert cells[2] == str(meta["message_count"])
+        assert cells[3] == when(meta["updated_at"])
+        if sid == ids["sid"]:
+            assert cells[4] == '<code>{&quot;user&quot;: &quot;u_1&quot;}</code>' and cells[5] == ""
+        else:
+            assert cells[5] == f'<a href="/sessions/{ids["sid"]}">{ids["sid"]}</a>'
+    assert ">working</span>" in html and ">5</td>" in html
+
+
+def test_ci_makes_the_browser_tests_run_never_skip(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Regression: CI passing with the browser tests skipped (no Chromium, no Playwright): .ci/run
+    requires them before any pytest run, and under that requirement a missing browser fails them."""
+    from tests.unit import viewer_support
+
+    ci = (Path(__file__).parents[2] / ".ci" / "run").read_text(encoding="utf-8")
+    required = ci.index("export SESSION_MANAGER_REQUIRE_BROWSER=1")
+    import re
+
+    first_run = re.search(r"^pytest |^\S.*\bpytest -m ", ci, re.MULTILINE)
+    assert first_run is not None and required < first_run.start()
+    assert "apt-get install -y -q chromium" in ci[:required]
+    monkeypatch.setattr(viewer_support, "CHROMIUM", str(tmp_path / "no-chromium"))
+    monkeypatch.setattr(viewer_support, "REQUIRED", True)
+    with pytest.raises(pytest.fail.Exception, match="SESSION_MANAGER_REQUIRE_BROWSER=1 but no Chromium"):
+        viewer_support.need_browser()
+    monkeypatch.setattr(viewer_support, "REQUIRED", False)
+    with pytest.raises(pytest.skip.Exception, match="no Chromium"):  # elsewhere: a skip saying why
+        viewer_support.need_browser()
+
+
+def test_a_stored_role_or_block_type_outside_the_schema_is_escaped_too() -> None:
+    """Regression: an entry's role put into a class attribute unescaped. The stores hand back what a
+    log or a database holds (a hand-edited or foreign-written data_dir included), so nothing read is
+    trusted to be one of the schema's words."""
+    from session_manager._browse.reading import Tree
+    from session_manager.viewer.render import SessionView, session_body
+
+    evil = '"><img src=x onerror=alert(1)>'
+    entry = {"id": "e_1", "parent_id": None, "timestamp": 0, "kind": "message",
+             "message": {"role": evil, "content": [{"type": evil}, {"type": "text", "text": evil}]}}
+    tree = Tree({"e_1": entry}, {None: ["e_1"]}, "e_1", frozenset({"e_1"}))
+    html = session_body(SessionView({"session_id": evil, "title": evil, "status": evil}, tree))
+    assert "<img" not in html  # nothing breaks out of an attribute or into markup
+    assert html.count("&quot;&gt;&lt;img src=x onerror=alert(1)&gt;") >= 4  # role, label, block type, text
+
+
+def test_an_fs_burst_from_another_process_reaches_the_stream_once_and_in_order(tmp_path: Path) -> None:
+    """Regression: the fs follower doubling, dropping or reordering a session's entries when another
+    process writes faster than it polls. (It sees states: a session made and changed between two polls
+    is one on-created of its latest state; docs/viewer.md.)"""
+    from tests.unit.test_viewer_sqlite import _write
+
+    d = tmp_path / "d"
+    with session_manager.open(d):
+        pass
+    with session_manager.open(d, read_only=True) as sm, running(sm) as base:
+        got, stop = _listen(base, "/api/events")
+        expected = _write(str(d), "burst")
+        created = [ev for f, ev in expected if f == "session::on-created"]
+        added = [ev for f, ev in expected if f == "session::on-message-added"]
+        arrived = [got.get(timeout=30) for _ in range(len(created) + len(added))]
+        deadline = time.monotonic() + 2.0  # the status and meta changes, unless folded into on-created
+        while time.monotonic() < deadline:
+            with contextlib.suppress(queue.Empty):
+                arrived.append(got.get(timeout=0.1))
+        for sid in {ev["session_id"] for ev in created}:
+            mine = [(f, ev) for f, ev in arrived if ev["session_id"] == sid]
+            assert mine[0][0] == "session::on-created"
+            assert [ev["entry_id"] for f, ev in mine if f == "session::on-message-added"] == \
+                [ev["entry_id"] for ev in added if ev["session_id"] == sid]  # each once, in order
+            assert [ev["message"] for f, ev in mine if f == "session::on-message-added"] == \
+                [ev["message"] for ev in added if ev["session_id"] == sid]
+            assert len(mine) == len({(f, ev.get("entry_id")) for f, ev in mine})  # nothing twice
+        final = {m["session_id"]: m for m in sm.call("session::list", {})["sessions"]}
+        a, b = created[0]["session_id"], created[1]["session_id"]
+        assert final[a]["status"] == "working" and final[b]["title"] == "b2"  # the latest state
+        stop.set()

@@ -2,7 +2,8 @@
 
     session-manager data ls DATA_DIR [--status S] [--meta K=V] [--sort ORDER]
     session-manager data show DATA_DIR SESSION [--tree]
-    session-manager data export DATA_DIR [SESSION ...] [--attachments] [--markdown | --html] [-o FILE]
+    session-manager data export DATA_DIR [SESSION ...] [--attachments] [--markdown | --html]
+                                [--all-branches | --active-path] [-o FILE]
     session-manager data serve DATA_DIR [--host 127.0.0.1] [--port 8765] [--token TOKEN]
     session-manager data import DATA_DIR FILE
     session-manager data fsck DATA_DIR [--repair]

@@ -75,9 +75,12 @@ def cmd_export(args: argparse.Namespace) -> Outcome:
         raise UsageError(f"--{'html' if args.html else 'markdown'} exports one session: name exactly one SESSION")
     if (args.markdown or args.html) and args.meta:
         raise UsageError("--meta selects sessions to export as JSON Lines, not one document")
+    if args.all_branches is False and not (args.markdown or args.html):
+        raise UsageError("--active-path: a JSON Lines export carries every branch (use --markdown or --html)")
     with open_for(args.data_dir, writable=False) as sm, _export_target(args.output) as out:
         if args.markdown or args.html:
-            out.write(_one_document(sm, args.sessions[0], html=args.html))
+            every = args.html if args.all_branches is None else args.all_branches
+            out.write(_one_document(sm, args.sessions[0], html=args.html, all_branches=every))
             count = 1
         else:
             if args.meta and args.sessions:
@@ -100,13 +103,15 @@ def cmd_export(args: argparse.Namespace) -> Outcome:
                    f"exported {render.plural(count, 'session')} to {args.output}")
 
 
-def _one_document(sm: Any, session_id: str, *, html: bool) -> str:
-    """One session as Markdown (its active transcript) or as a self-contained HTML page (every branch)."""
+def _one_document(sm: Any, session_id: str, *, html: bool, all_branches: bool) -> str:
+    """One session as a self-contained HTML page or as Markdown: every branch, or its active path only."""
     if html:
         from ...viewer.export import export_html
 
-        return export_html(sm, session_id)
+        return export_html(sm, session_id, all_branches=all_branches)
     meta = reading.session_meta(sm, session_id)
+    if all_branches:
+        return render.markdown_branches(meta, reading.branch_tree(sm, session_id))
     return render.markdown(meta, reading.active_transcript(sm, session_id))
 
 
@@ -327,6 +332,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--markdown", action="store_true", help="one session's active transcript as Markdown")
     p.add_argument("--html", action="store_true",
                    help="one session as a self-contained HTML page (every branch; opens from disk)")
+    branches = p.add_mutually_exclusive_group()
+    branches.add_argument("--all-branches", dest="all_branches", action="store_true", default=None,
+                          help="every branch (the default for --html and JSON Lines; --markdown adds the "
+                               "other branches after the active transcript)")
+    branches.add_argument("--active-path", dest="all_branches", action="store_false",
+                          help="only the active path (the default for --markdown; --html leaves the "
+                               "alternatives out)")
     p.add_argument("--meta", action="append", default=[], metavar="KEY=VALUE",
                    help="only sessions whose metadata has KEY equal to VALUE (one tenant); repeatable")
 

@@ -44,17 +44,35 @@
     note.textContent = "This session was deleted.";
     region.replaceChildren(note);
   }
-  var url = "/api/events" + (data.page === "session" ? "?session_id=" + encodeURIComponent(data.session_id) : "");
-  var source = new EventSource(url);
+  // The session page follows every event, not only its session's: a fork made elsewhere gets its link
+  // here, and a fork deleted elsewhere loses it.
+  var source = new EventSource("/api/events");
   source.onopen = function () { live.textContent = "live"; live.className = "live on"; schedule(); };
   source.onerror = function () { live.textContent = "reconnecting"; live.className = "live"; };
+  function linked(id) {
+    return Array.prototype.some.call(region.querySelectorAll('a[href^="/sessions/"]'), function (a) {
+      try { return decodeURIComponent(a.getAttribute("href").slice(10)) === id; } catch (e) { return false; }
+    });
+  }
+  function touches(name, event) {
+    if (data.page !== "session" || event.session_id === data.session_id) { return true; }
+    if (name === "session::on-created") { return event.forked_from === data.session_id; }
+    return name === "session::on-deleted" && linked(event.session_id);
+  }
   ["session::on-created", "session::on-message-added", "session::on-message-updated",
    "session::on-status-changed", "session::on-meta-updated"].forEach(function (name) {
-    source.addEventListener(name, schedule);
+    source.addEventListener(name, function (ev) { if (touches(name, JSON.parse(ev.data))) { schedule(); } });
   });
   source.addEventListener("session::on-deleted", function (ev) {
     var event = JSON.parse(ev.data);
-    if (data.page === "session") { gone(); return; }
+    if (data.page === "session") {
+      if (event.session_id === data.session_id) {
+        gone();
+      } else if (touches("session::on-deleted", event)) {
+        schedule();
+      }
+      return;
+    }
     region.querySelectorAll("tr[data-session-id]").forEach(function (row) {
       if (row.getAttribute("data-session-id") === event.session_id) { row.remove(); }
     });

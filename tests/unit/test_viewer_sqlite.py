@@ -1,0 +1,114 @@
+"""The viewer over the sqlite adapter: another process's mutations reach the SSE stream through the
+database's outbox, every event once and in order per session, the very payloads that process's own
+in-process observers got (``data serve sqlite:///…`` opens the database this way).
+
+Regression: a viewer over sqlite that showed nothing live (nothing followed the outbox), or lost,
+doubled or reordered another process's events on their way to the page."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+import session_manager
+from session_manager._cli.data.opening import open_for
+from tests.unit.test_viewer_http import _listen
+from tests.unit.viewer_support import running
+
+WRITER = """
+import json, sys, session_manager
+from session_manager._wire.events import EVENT_FUNCTIONS
+
+def msg(role, t):
+    return {"role": role, "content": [{"type": "text", "text": t}], "timestamp": 0}
+
+seen = []
+with session_manager.open(sys.argv[1]) as sm:
+    for fid in EVENT_FUNCTIONS:
+        sm.observe({"function_id": fid}, lambda ev, fid=fid: seen.append([fid, ev]))
+    if sys.argv[2] == "burst":
+        a = sm.call("session::create", {"title": "a"})["session_id"]
+        b = sm.call("session::create", {"title": "b", "metadata": {"k": 1}})["session_id"]
+        for i in range(5):  # a burst interleaved over both sessions, no pause
+            sm.call("session::append", {"session_id": a, "message": msg("user", f"a{i}")})
+            sm.call("session::append", {"session_id": b, "message": msg("user", f"b{i}")})
+        sm.call("session::set-status", {"session_id": a, "status": "working"})
+        sm.call("session::set-meta", {"session_id": b, "title": "b2"})
+    else:
+        sm.call("session::delete", {"session_id": sys.argv[2]})
+print(json.dumps(seen))
+"""
+
+
+def _write(uri: str, what: str) -> list[tuple[str, Any]]:
+    """Run the writer in another process; the events its own in-process observers got."""
+    done = subprocess.run([sys.executable, "-c", textwrap.dedent(WRITER), uri, what], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    return [(f, ev) for f, ev in json.loads(done.stdout)]
+
+
+def test_another_processs_burst_reaches_the_stream_whole_and_in_order(tmp_path: Path) -> None:
+    uri = f"sqlite:///{tmp_path / 'sessions.db'}"
+    with session_manager.open(uri):
+        pass  # the database exists (a read must not create one)
+    with open_for(uri, writable=False) as viewer_sm, running(viewer_sm) as base:
+        got, stop = _listen(base, "/api/events")
+        expected = _write(uri, "burst")
+        assert len(expected) == 2 + 10 + 2  # created x2, added x10, status, meta
+        arrived = [got.get(timeout=30) for _ in expected]
+        time.sleep(1.0)  # (more than one poll of the outbox)
+        assert got.empty()  # nothing twice
+        sessions = {ev["session_id"] for _, ev in expected}
+        for sid in sessions:  # per session: the very events, in the very order
+            assert [x for x in arrived if x[1]["session_id"] == sid] == \
+                [x for x in expected if x[1]["session_id"] == sid]
+        # A delete: its one event. (A session deleted before the viewer read its earlier events takes
+        # them out of the outbox with it, erasure: the viewer then gets its on-deleted only.)
+        b = expected[1][1]["session_id"]
+        deleted = _write(uri, b)
+        assert [f for f, _ in deleted] == ["session::on-deleted"]
+        assert got.get(timeout=30) == deleted[0]
+        time.sleep(1.0)
+        assert got.empty()
+        stop.set()
+
+
+def test_the_viewer_over_sqlite_makes_no_write_call(tmp_path: Path, monkeypatch: Any) -> None:
+    """Regression: a page or API route that mutates (a sqlite store has no read-only mode, so the
+    viewer's own discipline is all there is): every route, the search box and the event stream run
+    with the store's write methods and every mutating function refused."""
+    import httpx
+
+    from session_manager._hosts.surface import BY_ID
+    from tests.unit.viewer_support import branched_session
+
+    uri = f"sqlite:///{tmp_path / 'sessions.db'}"
+    with session_manager.open(uri) as sm:
+        ids = branched_session(sm)
+    with open_for(uri, writable=False) as sm:
+        store = sm.service.store
+        writes: list[str] = []
+        for name in ("commit", "delete_session", "put_attachment", "delete_attachment"):
+            monkeypatch.setattr(store, name, lambda *a, name=name, **k: writes.append(name))
+        real_call = sm.call
+
+        def call(function_id: str, payload: Any = None) -> Any:
+            assert not BY_ID[function_id].mutates, function_id
+            return real_call(function_id, payload)
+
+        monkeypatch.setattr(sm, "call", call)
+        with running(sm) as base, httpx.Client(base_url=base) as c:
+            _events, stop = _listen(base, "/api/events")
+            for path in ("/", "/?q=paris", "/?status=idle&meta=user=u_1", f"/sessions/{ids['sid']}",
+                         f"/sessions/{ids['fork']}", "/api/sessions", f"/api/sessions/{ids['sid']}",
+                         "/sessions/s_nope"):
+                assert c.get(path).status_code in (200, 404), path
+            assert "Weather in Paris" in c.get("/").text
+            stop.set()
+        assert writes == []
