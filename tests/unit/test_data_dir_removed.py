@@ -160,3 +160,31 @@ def test_data_dir_recreated_gets_no_file_from_the_store_that_lost_it(tmp_path: P
     _refused(sm, where, "session::search", {"query": "one"})
     sm.close()
     assert sorted(p.name for p in where.rglob("*")) == []
+
+
+@pytest.mark.parametrize("replaced", [False, True])
+def test_sqlite_database_file_removed_under_a_running_store_refuses_every_write(tmp_path: Path,
+                                                                                replaced: bool) -> None:
+    # Prevents: the sqlite adapter's database file removed (or removed and created again by a
+    # second open) under a running store: its kept connections committed into the unlinked file
+    # and acknowledged appends nobody could read again.
+    db = tmp_path / "s.db"
+    sm = session_manager.open(f"sqlite:///{db}")
+    sid = sm.call("session::create", {"title": "t", "metadata": {"k": "v"}})["session_id"]
+    sm.call("session::append-many", {"session_id": sid, "messages": [user("one"), user("two")]})
+    sm.call("session::put-attachment", {"session_id": sid, "name": "a.txt", "mime": "text/plain",
+                                        "data": base64.b64encode(b"bytes").decode()})
+    calls = _every_mutation(sm, sid)
+    fired = _fired(sm)
+    for path in tmp_path.iterdir():
+        path.unlink()
+    second = session_manager.open(f"sqlite:///{db}") if replaced else None
+    for function_id, payload in calls:
+        _refused(sm, db, function_id, payload)
+    assert fired == []
+    sm.close()
+    if second is not None:
+        assert second.call("session::list", {})["sessions"] == []
+        second.close()
+    else:
+        assert list(tmp_path.iterdir()) == []
