@@ -199,6 +199,16 @@ def register_and_fetch(client: Bus, seed: Seed | dict[str, Any] | None = None,
     return config
 
 
+def register_again(client: Bus, seed: dict[str, Any], retry: Retry = RELOAD_RETRY) -> None:
+    """After a reconnect: register the schema again, with the seed this worker booted from as
+    the initial value (the configuration worker applies it only when nothing is stored). An
+    engine that came back without the stored configuration (restarted, its store in memory)
+    then holds the one a fresh boot would register, and the re-read finds it."""
+    payload: dict[str, Any] = {"id": CONFIG_ID, "name": CONFIG_NAME, "description": CONFIG_DESCRIPTION,
+                               "schema": config_schema(), "initial_value": seed}
+    call(client, "configuration::register", payload, retry)
+
+
 def observe_updates(client: Bus, timeout_s: float = 5.0) -> ObserverHandle:
     """Observe our entry's ``configuration:updated`` events with
     ``session::on-config-change`` as the target (which must be registered)."""

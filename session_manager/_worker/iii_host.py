@@ -270,6 +270,10 @@ class IIIHost:
         """Swap limits, or (adapter changed) build, swap and resync; called under
         the reloader's lock. Raises BuildError to keep the running runtime."""
         current = self.runtime
+        if config == current.config:
+            # Nothing changed (the re-read after every reconnect, mostly): nothing to apply or log.
+            log.debug("configuration re-read: unchanged")
+            return
         if same_adapter(config, current.config):
             self.retention.set_policy(config.retention_policy())  # read at the next sweep
             self.limits.set(config.limits())

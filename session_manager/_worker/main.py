@@ -22,7 +22,7 @@ import sys
 import threading
 from collections.abc import Callable, Sequence
 from types import FrameType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .. import __version__
 from .._args import OneLineParser, environment_epilog, log_level
@@ -80,10 +80,12 @@ def _install_signals(stop: threading.Event) -> None:
     signal.signal(signal.SIGTERM, handler)
 
 
-def _watch_reconnects(client: Bus, url: str, host: IIIHost) -> Callable[[], None]:
+def _watch_reconnects(client: Bus, url: str, host: IIIHost,
+                      seed: dict[str, Any] | None = None) -> Callable[[], None]:
     """Log connection changes, one line each (down, back, failed for good: the SDK's
-    disconnected/reconnecting steps of one outage are one change); after a reconnect re-read
-    the configuration (it may have changed while we were away)."""
+    disconnected/reconnecting steps of one outage are one change); after a reconnect register
+    the configuration again (``seed``: the boot seed, stored only where nothing is) and re-read
+    it (it may have changed while we were away)."""
     state = {"last": "up"}
 
     def on_state(new: str) -> None:
@@ -93,7 +95,7 @@ def _watch_reconnects(client: Bus, url: str, host: IIIHost) -> Callable[[], None
             return
         if now == "up":
             log.info("reconnected to %s", url)
-            threading.Thread(target=_reload_quietly, args=(host,), daemon=True).start()
+            threading.Thread(target=_reload_quietly, args=(host, seed), daemon=True).start()
         elif now == "down":
             log.warning("connection to %s lost (%s); retrying", url, new)
         else:
@@ -102,9 +104,20 @@ def _watch_reconnects(client: Bus, url: str, host: IIIHost) -> Callable[[], None
     return client.add_connection_state_listener(on_state)
 
 
-def _reload_quietly(host: IIIHost) -> None:
+def _reload_quietly(host: IIIHost, seed: dict[str, Any] | None = None) -> None:
+    """Register and re-read the configuration after a reconnect. A failure is one line: the
+    reloader's own (it names the cause), not a second one here."""
+    from .config_client import register_again
+
+    if seed is not None:  # (without one, nothing to restore: a register alone would read as "no value")
+        try:
+            register_again(host.client, seed)
+        except (ConfigurationUnavailable, ConfigurationRefused) as e:
+            log.debug("configuration register after reconnect failed: %s", e)  # the re-read reports
     try:
         host.reloader.reload()
+    except (ConfigurationUnavailable, ConfigurationRefused):
+        pass  # logged by the reloader, once
     except Exception as e:
         log.warning("configuration re-read after reconnect failed: %s", e)
 
@@ -215,7 +228,8 @@ def run(args: argparse.Namespace) -> int:
             log.error("cannot start: %s (configuration is a required dependency: is the configuration "
                       "worker running on %s?)", e, args.url)
             return 1
-        off = _watch_reconnects(client, args.url, host)
+        off = _watch_reconnects(client, args.url, host,
+                                seed.value if seed is not None and seed.problem is None else None)
         log.info("%s ready: serving %s with adapter %s", NAME, args.url, host.runtime.config.adapter_label())
         while not stop.wait(0.5):
             pass

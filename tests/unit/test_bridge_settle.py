@@ -218,3 +218,63 @@ def test_the_record_of_recent_deletes_is_bounded() -> None:
     assert recent.once(("session", "s_4", "op"), lambda: False) is True  # remembered
     assert recent.once(("session", "s_0", "op"), lambda: False) is False  # forgotten: the oldest went
     assert recent.once(None, lambda: False) is False  # no op: never remembered
+
+
+def first_answer_lost(conn: FakeConnection, function_id: str) -> None:
+    """The first call of ``function_id`` is applied on the main and its answer lost (the caller
+    waits its ``timeout_ms``); the replay's answer comes back."""
+    original = conn.trigger
+    calls = [0]
+
+    def trigger(request: dict[str, Any]) -> Any:
+        answer = original(request)
+        if request["function_id"] == function_id:
+            calls[0] += 1
+            if calls[0] == 1:
+                time.sleep(request["timeout_ms"] / 1000)
+                raise InvocationError("timeout", f"invocation timed out after {request['timeout_ms']}ms")
+        return answer
+
+    conn.trigger = trigger  # type: ignore[method-assign]
+
+
+# (function, its payload given the session, the event it fires or None): the commits MUTATIONS leaves out
+OTHER_COMMITS = [
+    ("session::fork", lambda sid: {"session_id": sid, "entry_id": "u-0"}, ev.ON_CREATED),
+    ("session::ensure", lambda sid: {"session_id": "s-ensured", "title": "e"}, ev.ON_CREATED),
+    ("session::set-active-leaf", lambda sid: {"session_id": sid, "entry_id": "u-0"}, None),
+    ("session::set-draft", lambda sid: {"session_id": sid, "draft": "d"}, None),
+]
+EVERY_EVENT = (ev.ON_CREATED, ev.ON_DELETED, ev.ON_MESSAGE_ADDED, ev.ON_MESSAGE_UPDATED, ev.ON_META_UPDATED,
+               ev.ON_STATUS_CHANGED)
+
+
+@pytest.mark.parametrize("lost", ["every answer", "the first answer"])
+@pytest.mark.parametrize(("function_id", "payload", "event"), OTHER_COMMITS, ids=[c[0] for c in OTHER_COMMITS])
+def test_every_bridged_commit_whose_answer_is_lost_answers_as_applied_and_fires_once(
+        topo: Topology, function_id: str, payload: Any, event: str | None, lost: str) -> None:
+    # Prevents: a fork, ensure, leaf move or draft the main applied answered session/storage (or
+    # its event fired twice, by the first call and its replay) when its answer was lost.
+    local, sid = bridged_session(topo)
+    local.invoke("session::append", {"session_id": sid, "message": user("second"), "entry_id": "u-1"})
+    topo.settle()
+    fired = {(name, fid): fake.add_observer(fid) for name, fake in (("main", topo.main_fake), ("bridge", local))
+             for fid in EVERY_EVENT}
+    if lost == "every answer":
+        answers_never_return(topo.connections[0], atomic.COMMIT)
+    else:
+        first_answer_lost(topo.connections[0], atomic.COMMIT)
+    answer, took = timed(local, function_id, payload(sid))
+    topo.settle()
+    assert took < CONTRACT * TIMEOUT_MS / 1000, f"{took:.3f}s"
+    store = main_store(topo)
+    if function_id == "session::fork":
+        assert [e["message"] for e in store.entries(answer["session_id"])] == [user("first")]
+    elif function_id == "session::ensure":
+        assert answer["created"] is True and (store.get_meta("s-ensured") or {})["title"] == "e"
+    elif function_id == "session::set-active-leaf":
+        assert store.get_leaf(sid) == "u-0"
+    else:
+        assert (store.get_meta(sid) or {})["draft"] == "d"
+    got = {key: len(obs.delivered) for key, obs in fired.items() if obs.delivered}
+    assert got == ({} if event is None else {("main", event): 1, ("bridge", event): 1})

@@ -91,3 +91,100 @@ def test_lock_file_replaced_under_a_running_store_refuses_every_write(tmp_path: 
     # Reads still answer what was acknowledged before.
     assert sm.call("session::get", {"session_id": sid})["meta"]["title"] == "t"
     sm.close()
+
+
+def _every_mutation(sm: session_manager.SessionManager, sid: str) -> list[tuple[str, dict[str, Any]]]:
+    """One call of each mutating function on ``sid`` (which has two entries and an attachment)."""
+    entries = [m["entry_id"] for m in sm.call("session::messages", {"session_id": sid})["messages"]]
+    attachment = sm.call("session::list-attachments", {"session_id": sid})["attachments"][0]["attachment_id"]
+    return [
+        ("session::append", {"session_id": sid, "message": user("lost?")}),
+        ("session::append-many", {"session_id": sid, "messages": [user("m1"), user("m2")]}),
+        ("session::create", {"title": "new"}),
+        ("session::ensure", {"session_id": "s-ensured", "title": "e"}),
+        ("session::set-meta", {"session_id": sid, "title": "renamed"}),
+        ("session::set-status", {"session_id": sid, "status": "working"}),
+        ("session::set-draft", {"session_id": sid, "draft": "d"}),
+        ("session::update-message", {"session_id": sid, "entry_id": entries[1],
+                                     "content": [{"type": "text", "text": "edited"}]}),
+        ("session::fork", {"session_id": sid, "entry_id": entries[0]}),
+        ("session::set-active-leaf", {"session_id": sid, "entry_id": entries[0]}),
+        ("session::put-attachment", {"session_id": sid, "name": "b.txt", "mime": "text/plain",
+                                     "data": base64.b64encode(b"more").decode()}),
+        ("session::delete-attachment", {"session_id": sid, "attachment_id": attachment}),
+        ("session::delete-tree", {"session_id": sid}),
+        ("session::purge", {"metadata": {"k": "v"}}),
+        ("session::delete", {"session_id": sid}),
+    ]
+
+
+def _stored(where: Path, cache_bytes: int | None = None) -> tuple[session_manager.SessionManager, str]:
+    sm = session_manager.open(where) if cache_bytes is None else session_manager.open(where, cache_bytes=cache_bytes)
+    sid = sm.call("session::create", {"title": "t", "metadata": {"k": "v"}})["session_id"]
+    sm.call("session::append-many", {"session_id": sid, "messages": [user("one"), user("two")]})
+    sm.call("session::put-attachment", {"session_id": sid, "name": "a.txt", "mime": "text/plain",
+                                        "data": base64.b64encode(b"bytes").decode()})
+    return sm, sid
+
+
+@pytest.mark.parametrize("recreated", [False, True])
+def test_data_dir_removed_refuses_writes_to_sessions_the_store_holds_no_state_of(tmp_path: Path,
+                                                                                recreated: bool) -> None:
+    # Prevents: with its session not in memory (cache_bytes=0), a write to a removed data_dir
+    # answered session/not_found (set-meta, fork, put-attachment ...) or deleted: false, and a
+    # tree delete or purge listed the (new, empty) directory and answered "nothing deleted", or
+    # failed with "read data_dir" naming no directory: every write is refused naming data_dir.
+    where = tmp_path / "d"
+    sm, sid = _stored(where, cache_bytes=0)
+    calls = _every_mutation(sm, sid)
+    fired = _fired(sm)
+    shutil.rmtree(where)
+    if recreated:
+        where.mkdir()
+    for function_id, payload in calls:
+        _refused(sm, where, function_id, payload)
+    assert fired == []
+    sm.close()
+
+
+def test_data_dir_recreated_gets_no_file_from_the_store_that_lost_it(tmp_path: Path) -> None:
+    # Prevents: a refused write still creating its (empty) log by path in the directory created
+    # again (another owner's files), and a first query there writing a search index (.search).
+    where = tmp_path / "d"
+    sm, sid = _stored(where)
+    calls = _every_mutation(sm, sid)
+    shutil.rmtree(where)
+    where.mkdir()
+    for function_id, payload in calls:
+        _refused(sm, where, function_id, payload)
+    _refused(sm, where, "session::search", {"query": "one"})
+    sm.close()
+    assert sorted(p.name for p in where.rglob("*")) == []
+
+
+@pytest.mark.parametrize("replaced", [False, True])
+def test_sqlite_database_file_removed_under_a_running_store_refuses_every_write(tmp_path: Path,
+                                                                                replaced: bool) -> None:
+    # Prevents: the sqlite adapter's database file removed (or removed and created again by a
+    # second open) under a running store: its kept connections committed into the unlinked file
+    # and acknowledged appends nobody could read again.
+    db = tmp_path / "s.db"
+    sm = session_manager.open(f"sqlite:///{db}")
+    sid = sm.call("session::create", {"title": "t", "metadata": {"k": "v"}})["session_id"]
+    sm.call("session::append-many", {"session_id": sid, "messages": [user("one"), user("two")]})
+    sm.call("session::put-attachment", {"session_id": sid, "name": "a.txt", "mime": "text/plain",
+                                        "data": base64.b64encode(b"bytes").decode()})
+    calls = _every_mutation(sm, sid)
+    fired = _fired(sm)
+    for path in tmp_path.iterdir():
+        path.unlink()
+    second = session_manager.open(f"sqlite:///{db}") if replaced else None
+    for function_id, payload in calls:
+        _refused(sm, db, function_id, payload)
+    assert fired == []
+    sm.close()
+    if second is not None:
+        assert second.call("session::list", {})["sessions"] == []
+        second.close()
+    else:
+        assert list(tmp_path.iterdir()) == []

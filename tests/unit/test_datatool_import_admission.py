@@ -195,3 +195,25 @@ def test_import_refuses_ids_the_api_refuses(capsys: pytest.CaptureFixture[str], 
                                                                                  line(no_session_id))
     no_entry_id = document(entries=[entry("", None)], leaf=None)
     assert f"line 2 (session {SID}): entries[0].id:" in refused(capsys, tmp_path, line(no_entry_id))
+
+
+def test_import_refused_by_the_store_after_a_session_was_written_leaves_nothing(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    # Prevents: an attachment id the fs store cannot name a file after (the API never lets a
+    # caller choose one) refused after its session's entries were committed: the import exited 1
+    # with session/storage naming no line, and the refused session (and the file's earlier ones)
+    # stayed written, without that attachment.
+    data = b"bytes"
+    too_long = document(attachments=[attachment(data, attachment_id="a" * 300)])
+    message = refused(capsys, tmp_path, line(too_long))
+    assert message.startswith(f"line 2 (session {SID}): attachment_id is too long")
+    assert "nothing was imported" in message
+    assert [p for p in (tmp_path / "d").rglob("*") if p.is_file() and "attachments" in p.parts] == []
+
+
+def test_import_of_a_session_id_the_store_cannot_hold_names_the_line(capsys: pytest.CaptureFixture[str],
+                                                                     tmp_path: Path) -> None:
+    # Prevents: an id too long for the data_dir's file names (the API answers invalid_request)
+    # answered session/storage with no line or session named.
+    message = refused(capsys, tmp_path, line(document("s" * 300)))
+    assert message.startswith("line 2 (session sss") and "session_id is too long" in message

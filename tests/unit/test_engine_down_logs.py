@@ -121,3 +121,43 @@ def test_sdk_retry_warnings_are_debug_while_the_engine_is_down(connected: bool, 
         assert quiet.filter(error) and error.levelno == logging.ERROR  # errors always pass
     finally:
         logger.setLevel(before)
+
+
+def _worker_on_a_fake_engine(tmp_path: Path) -> tuple[Any, Any, dict[str, Any]]:
+    from session_manager._worker.iii_host import start
+    from session_manager.testing import FakeEngine
+
+    seed = {"adapter": {"name": "fs", "config": {"data_dir": str(tmp_path / "data")}}}
+    fake = FakeEngine()
+    return fake, start(fake, seed), seed
+
+
+def test_reconnect_to_an_engine_that_lost_the_configuration_registers_the_seed_and_logs_no_more(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    # Prevents: the engine back after a restart (its configuration store in memory, as the
+    # stand-in's) answering the re-read with not found: an ERROR and a WARNING for that one
+    # re-read after the "reconnected" line, and a worker cut off from its configuration until
+    # restarted; and an unchanged configuration re-read logged as "configuration reloaded".
+    fake, host, seed = _worker_on_a_fake_engine(tmp_path)
+    try:
+        fake.config_store.clear()  # the engine came back without it
+        caplog.set_level(logging.INFO, logger="session_manager")
+        cli._reload_quietly(host, seed)
+        assert fake.config_store["session-manager"]["value"] == seed
+        assert [r.getMessage() for r in caplog.records if r.name.startswith("session_manager")] == []
+    finally:
+        host.close()
+
+
+def test_reconnect_reread_that_fails_is_one_line(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    # Prevents: one failed re-read after a reconnect logged twice (the reloader's ERROR, then a
+    # WARNING repeating it).
+    fake, host, _seed = _worker_on_a_fake_engine(tmp_path)
+    try:
+        fake.config_store.clear()
+        caplog.set_level(logging.INFO, logger="session_manager")
+        cli._reload_quietly(host)  # no seed to register: nothing to read back
+        said = [(r.levelname, r.getMessage()) for r in caplog.records if r.name.startswith("session_manager")]
+        assert len(said) == 1 and said[0][0] == "ERROR" and "not found" in said[0][1], said
+    finally:
+        host.close()

@@ -155,12 +155,11 @@ def cmd_import(args: argparse.Namespace) -> Outcome:
         if duplicates:
             raise invalid_request(f"the file holds session {duplicates[0]!r} more than once")
         store = sm.service.store
-        existing = [sid for sid in ids if store.get_meta(sid) is not None]
+        existing = [doc.session_id for doc in parsed if transfer.stored(store, doc)]
         if existing:
             raise invalid_request(f"session {existing[0]!r} already exists in {args.data_dir}; nothing was imported")
         loaded = transfer.Loaded()
-        for doc in progress(parsed, len(parsed), "import"):
-            transfer.load(store, doc, loaded)
+        transfer.load_all(store, progress(parsed, len(parsed), "import"), loaded, args.data_dir)
     data = {"sessions": loaded.sessions, "entries": loaded.entries, "attachments": loaded.attachments,
             "attachments_without_bytes": loaded.attachments_without_bytes}
     text = (f"imported {render.plural(loaded.sessions, 'session')}, "

@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import hashlib
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,7 +31,7 @@ from ..._service.limits import Limits
 from ..._wire.api import Id
 from ..._wire.models import AttachmentMeta, SessionEntry, SessionMeta
 from ..._wire.validation import describe
-from ...errors import SessionError, invalid_request
+from ...errors import SessionError, StoreError, UnstorableValue, invalid_request
 from ...store.base import Commit, SessionStore
 from ...store.fs import valid_entry, valid_meta
 
@@ -70,6 +72,7 @@ class Parsed:
     leaf: str | None
     entries: list[dict[str, Any]]
     attachments: list[tuple[dict[str, Any], bytes | None]] = field(default_factory=list)
+    line: int = 0  # where it is in the file (an error naming it)
 
 
 _META: TypeAdapter[Any] = TypeAdapter(SessionMeta)
@@ -118,7 +121,7 @@ def parse_document(raw: bytes, number: int, limits: Limits) -> Parsed:
         if draft["attachment_id"] not in listed:
             raise invalid_request(f"{where}: meta.draft_attachments[{i}]: attachment {draft['attachment_id']!r:.120} "
                                   "is not one of the session's attachments")
-    return Parsed(meta["session_id"], _derived(meta, entries), leaf, entries, attachments)
+    return Parsed(meta["session_id"], _derived(meta, entries), leaf, entries, attachments, number)
 
 
 def _decode(raw: bytes, where: str) -> Any:
@@ -245,6 +248,37 @@ class Loaded:
     entries: int = 0
     attachments: int = 0
     attachments_without_bytes: int = 0
+
+
+def stored(store: SessionStore, doc: Parsed) -> bool:
+    """Whether the store holds the document's session already; an id the store cannot
+    hold (too long to name its file) is refused naming the line, as the API refuses it."""
+    try:
+        return store.get_meta(doc.session_id) is not None
+    except UnstorableValue as e:
+        raise invalid_request(f"line {doc.line} (session {doc.session_id[:120]}): {e}") from None
+
+
+def load_all(store: SessionStore, parsed: Iterable[Parsed], into: Loaded, shown: str) -> None:
+    """Write every checked document, or none: the first one the store refuses (an
+    attachment id it cannot name a file after, storage failing) deletes what this
+    import wrote before it (its own session's commit too), and the refusal names its
+    line and session. A value the store cannot hold is ``session/invalid_request``,
+    as the API answers it."""
+    written: list[Parsed] = []
+    try:
+        for doc in parsed:
+            written.append(doc)  # before its first write: a half-written one is undone too
+            load(store, doc, into)
+    except StoreError as e:
+        for done in written:
+            with contextlib.suppress(StoreError):
+                store.delete_session(done.session_id)
+        doc = written[-1]
+        detail = f"line {doc.line} (session {doc.session_id[:120]}): {e}; nothing was imported into {shown}"
+        if isinstance(e, UnstorableValue):
+            raise invalid_request(detail) from None
+        raise StoreError(detail) from None
 
 
 def load(store: SessionStore, parsed: Parsed, into: Loaded) -> None:

@@ -116,7 +116,7 @@ class DataDir:
         self.compactor = None if read_only else Compactor(self.ops)  # background rewrites (:mod:`._background`)
         # Kept descriptors, paths computed once, index sidecars (:mod:`._logfiles`). Module
         # functions bound to ops (not methods): no cycle, the data_dir is released at once.
-        self.fds = FdCache(opener=functools.partial(open_append, self.ops))
+        self.fds = FdCache(opener=functools.partial(_open_owned, self.ops, self.owner))
         self.fds.sync_flushed = durability == "fsync"
         self.files = LogFiles(self.dir, self.fds, read_only=read_only,
                               stem=functools.partial(checked_stem, self.stem_limit),
@@ -205,6 +205,16 @@ class DataDir:
             self.list_dirty.add(session_id)
         if self.scans:
             self.changed[session_id] = meta
+
+
+def _open_owned(ops: Ops, owner: DirLock | None, path: str, create: bool) -> tuple[int, bool]:
+    """The kept descriptors' opener: a log is opened by its path only while data_dir is still
+    the directory ``owner`` locked (:meth:`DataDir.still_ours`, asked before the open): once it
+    was removed or replaced, opening by path would create an empty log in, or append to a log
+    of, a directory another owner may hold."""
+    if owner is not None:
+        owner.verify()
+    return open_append(ops, path, create)
 
 
 def _make(path: Path, shown: str, read_only: bool) -> None:

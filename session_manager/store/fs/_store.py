@@ -262,6 +262,7 @@ class FsStore(StateBackedStore):
         if state is None:
             path = self._d.log(session_id)  # checks the id's length (a held state's id passed already)
             if not create and not known and not log_exists(self._d.ops, path):
+                self._missing()
                 return None
             with self._d.lock:
                 state = self._d.sessions.setdefault(session_id, SessionState())
@@ -280,8 +281,17 @@ class FsStore(StateBackedStore):
                     self._d.files.forget(session_id)  # a probe of an unknown id keeps nothing
                     if self._follow is not None:
                         self._follow.forget(session_id)
+            self._missing()
             return None
         return state
+
+    def _missing(self) -> None:
+        """A session found in no log: an answer (``not_found``, ``deleted: false``) only while
+        data_dir is still the directory this store locked; once it was removed or replaced the
+        session may well exist, and every call needing it (each write first reads its session)
+        is refused with :class:`~._lock.DataDirLost` naming data_dir. One ``stat``, on a miss only."""
+        if not self.read_only:
+            self._d.still_ours()
 
     def _state_to_commit(self, session_id: str) -> SessionState | None:
         """:meth:`_state` for the read a commit follows: a loaded session is marked most
@@ -321,9 +331,18 @@ class FsStore(StateBackedStore):
                roles: Collection[str] | None) -> Matches:
         """From the persisted search index, brought up to date with the logs (:mod:`._search`)."""
         self._d.not_inherited()
+        if not self.read_only:
+            self._d.still_ours()  # a query brings the index (a file in data_dir) up to date first
         return self._search.search(self, query, sessions, roles)
 
+    def bulk_delete_problem(self) -> str | None:
+        """A purge, a tree delete or a retention batch first lists the sessions: refused (naming
+        data_dir) once data_dir is not the directory this store locked."""
+        self._d.writable()
+        return None
+
     def delete_session(self, session_id: str) -> bool:
+        self._d.writable()  # before the search index forgets anything of it
         self._search.forget(session_id)  # before the log (a crash between leaves no index of it) ...
         existed = self._deleter.delete_session(session_id)
         self._search.forget(session_id)  # ... and after (a query in between re-read the log)

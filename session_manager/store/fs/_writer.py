@@ -102,8 +102,7 @@ class Writer:
             slot, created = self._d.fds.acquire(path)
             fd, owed = slot.fd, False
             try:
-                if created:
-                    self._d.still_ours()  # a log opened by its path: in the data_dir this store locked?
+                if created:  # (opened by its path only while data_dir is ours: the opener asks)
                     if fsync:
                         self._name_durable(path)
                     else:

@@ -77,6 +77,8 @@ class SqliteDatastore:
         # (a reader on an older snapshot holds it off; the follower's next checkpoint retries).
         self.erase_pending = False
         self.decoded = Decoded()
+        self._identity: tuple[int, int] | None = None
+        self._lost: str | None = None  # why the path no longer names the file opened: for good
         if os.path.isdir(self.file):
             raise StoreError(f"sqlite: {self.file} is a directory, not a database file")
         parent = os.path.dirname(os.path.abspath(self.file))
@@ -88,6 +90,7 @@ class SqliteDatastore:
             conn = self.connect()
             schema.migrate(conn, self.file)
             self._adopt(conn)  # the opening thread's connection from now on
+            self._identity = _identity(self.file)  # the file opened: see still_ours
         except sqlite3.Error as e:
             self.release()
             raise self.fail(e, opening=True) from None
@@ -175,12 +178,38 @@ class SqliteDatastore:
         self.local.in_tx = True
         return conn
 
+    def still_ours(self) -> None:
+        """Raise unless the path still names the database file this store opened: one removed
+        (``rm``) or replaced under it takes the commits through the kept connections, where
+        nobody will find them again. Asked before each COMMIT (one ``stat``), so such a write
+        is rolled back and refused, never acknowledged (as an fs store checks its data_dir)."""
+        if self._lost is None:
+            try:
+                now: tuple[int, int] | None = _identity(self.file)
+            except FileNotFoundError:
+                now = None
+            except OSError as e:
+                raise StoreError(f"sqlite: {self.file}: cannot check the database file: {e.strerror}") from None
+            if now == self._identity:
+                return
+            why = "it is gone" if now is None else "it is another file now"
+            self._lost = (f"sqlite: {self.file} is no longer the database file this store opened ({why}: "
+                          "removed or replaced while open); every write is refused, reopen it")
+        raise StoreError(self._lost)
+
     def end(self, conn: sqlite3.Connection, *, commit: bool) -> None:
-        """COMMIT (or ROLLBACK); after a commit that deleted a session, checkpoint the WAL."""
+        """COMMIT (or ROLLBACK); after a commit that deleted a session, checkpoint the WAL.
+        A commit into a database file removed or replaced meanwhile is rolled back (:meth:`still_ours`)."""
         self.local.in_tx = False
         erased, self.local.erased = self.local.erased, False
         self.local.links = None
         try:
+            if commit:
+                try:
+                    self.still_ours()
+                except StoreError:
+                    conn.execute("ROLLBACK")
+                    raise
             conn.execute("COMMIT" if commit else "ROLLBACK")
         except sqlite3.Error as e:
             if conn.in_transaction:
@@ -228,3 +257,9 @@ class SqliteDatastore:
     def storage_error(self, e: BaseException) -> SessionError:
         """A lazy read's failure, as callers see it (it happens outside the service's mapping)."""
         return SessionError(STORAGE, str(self.fail(e)) if isinstance(e, sqlite3.Error) else str(e))
+
+
+def _identity(path: str) -> tuple[int, int]:
+    """The file ``path`` names now: (device, inode)."""
+    st = os.stat(path)
+    return st.st_dev, st.st_ino
