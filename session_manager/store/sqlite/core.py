@@ -23,7 +23,6 @@ from typing import Any
 
 from ...errors import STORAGE, SessionError, StoreError, Unavailable
 from . import schema
-from .decoded import Decoded
 from .settings import Durability, SqliteSettings
 
 # Result codes (the primary code, low byte of the extended one) that say why.
@@ -76,7 +75,6 @@ class SqliteDatastore:
         # A delete's old pages still sit in the WAL: set until a TRUNCATE checkpoint got through
         # (a reader on an older snapshot holds it off; the follower's next checkpoint retries).
         self.erase_pending = False
-        self.decoded = Decoded()
         if os.path.isdir(self.file):
             raise StoreError(f"sqlite: {self.file} is a directory, not a database file")
         parent = os.path.dirname(os.path.abspath(self.file))
