@@ -58,6 +58,8 @@ class _Local(threading.local):
     leaf_depth: tuple[str, str, int | None] | None = None  # get_leaf's last answer, for path()
     # (session key, entry key -> depth, jump_id, jump_depth) read in this transaction, for its commit
     links: tuple[str, dict[str, tuple[int, str, int]]] | None = None
+    # The outbox's (last sequence, another store follows) read in this transaction, for its events
+    position: tuple[int | None, int] | None = None
 
 
 class SqliteDatastore:
@@ -72,6 +74,7 @@ class SqliteDatastore:
         self._conns_lock = threading.Lock()
         self._closed = False
         self._synchronous = _SYNCHRONOUS[settings.durability]
+        self.retention_ms = int(settings.outbox_retention_s * 1000)  # the outbox's (outbox.py)
         # A delete's old pages still sit in the WAL: set until a TRUNCATE checkpoint got through
         # (a reader on an older snapshot holds it off; the follower's next checkpoint retries).
         self.erase_pending = False
@@ -171,13 +174,14 @@ class SqliteDatastore:
         except sqlite3.Error as e:
             raise self.fail(e) from None
         self.local.in_tx = True
+        self.local.position = None
         return conn
 
     def end(self, conn: sqlite3.Connection, *, commit: bool) -> None:
         """COMMIT (or ROLLBACK); after a commit that deleted a session, checkpoint the WAL."""
         self.local.in_tx = False
         erased, self.local.erased = self.local.erased, False
-        self.local.links = None
+        self.local.links = self.local.position = None
         try:
             conn.execute("COMMIT" if commit else "ROLLBACK")
         except sqlite3.Error as e:
