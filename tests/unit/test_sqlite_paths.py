@@ -153,3 +153,23 @@ def test_stores_whose_paths_are_shared_still_get_their_responses_copied(tmp_path
             again = sm.call("session::messages-tail", {"session_id": sid, "limit": 5})
             assert again["messages"][0]["message"]["content"][0]["text"] == "kept"
 
+
+
+def test_a_window_decoded_in_one_parse_keeps_every_value_exact(tmp_path: Path) -> None:
+    # Prevents: the one-parse decoding of a path window (its bodies joined as one JSON array)
+    # losing what the per-body decoding kept: integers past 64 bits (the whole window then
+    # takes the exact decoder), -0.0, float digits, non-ASCII text, in order, entry by entry.
+    data = {"big": 2**70, "neg": -(2**64) - 1, "zero": -0.0, "f": 0.1, "text": "é\u2028🙂", "n": [1, 1.0]}
+    with session_manager.open(f"sqlite:///{tmp_path / 's.db'}") as sm:
+        sid = sm.create().session_id
+        for i in range(5):
+            sm.call("session::append", {"session_id": sid, "message": _user(f"before {i}")})
+        sm.call("session::append", {"session_id": sid, "custom": {"custom_type": "probe", "data": data}})
+        sm.call("session::append", {"session_id": sid, "message": _user("after")})
+        page = sm.call("session::messages-tail", {"session_id": sid, "limit": 50})
+    items = page["messages"]
+    assert [i.get("message", {}).get("content", [{}])[0].get("text") for i in items] == [
+        "before 0", "before 1", "before 2", "before 3", "before 4", None, "after"]
+    got = items[5]["custom"]["data"]
+    assert got == data and repr(got) == repr(data)
+    assert type(got["big"]) is int and type(got["n"][1]) is float and str(got["zero"]) == "-0.0"
