@@ -27,7 +27,7 @@ from ..store.base import SessionStore
 from ..store.fs import DEFAULT_CACHE_BYTES, Durability, FsStore
 from .gate import CallGate
 from .helpers import Helpers
-from .pipeline import execute, serve
+from .pipeline import execute, same, serve
 from .retention import RetentionPolicy, RetentionSweeper, retention_policy
 from .surface import function as lookup
 from .surface import unknown_function
@@ -38,6 +38,13 @@ EventHandler = Callable[[dict[str, Any]], Any]
 
 
 _LEAVES = frozenset({str, int, float, bool, type(None)})
+
+# Reads whose response the service builds from the path's entries and new containers
+# alone (``_service/tail.py``, ``_service/message_reads.py``: items made by
+# ``transcript.item``, each entry once; nothing a cache, the request or the service
+# holds). Over a store whose paths are private (``SessionStore.private_paths``: decoded
+# for that read alone), such a response is its caller's already and is not copied again.
+_FROM_PATH_ALONE = frozenset({"session::messages", "session::messages-tail"})
 
 
 def copy_json(value: Any) -> Any:
@@ -114,6 +121,7 @@ class SessionManager(Helpers):
         self._wraps_calls = getattr(type(service.store), "run_call", None) is not SessionStore.run_call
         # A store is opened read-only or not for good: read once, not per mutating call.
         self._read_only = bool(getattr(service.store, "read_only", False))
+        self._private_paths = bool(getattr(service.store, "private_paths", False))
         # A shared store (postgres) delivers other instances' events here.
         self._unsubscribe = service.store.subscribe(self.publish, self.is_observed)
         # Off unless a policy is given; its thread starts with the first policy.
@@ -139,8 +147,9 @@ class SessionManager(Helpers):
         if function.mutates and self._read_only:
             raise SessionError(STORAGE, f"{function_id}: this session store is open read-only")
         # A private copy: what is stored must not change when the caller
-        # later changes the dicts it passed in; the answer is a copy too.
-        return serve(function, self.service, payload, self._deliver, private_copy=True, answer=copy_json,
+        # later changes the dicts it passed in; the answer is a copy too (or new already).
+        answer = same if self._private_paths and function_id in _FROM_PATH_ALONE else copy_json
+        return serve(function, self.service, payload, self._deliver, private_copy=True, answer=answer,
                      wraps_calls=self._wraps_calls)
 
     def _deliver(self, events: list[Event]) -> None:

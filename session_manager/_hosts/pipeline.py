@@ -37,12 +37,13 @@ T = TypeVar("T")
 Deliver = Callable[[list[Event]], None]
 
 
-def _same(response: Any) -> Any:
+def same(response: Any) -> Any:
+    """The response itself (an answer that needs no copy)."""
     return response
 
 
 def serve(function: Function, service: SessionService, payload: Any, deliver: Deliver, *,
-          private_copy: bool = False, answer: Callable[[Any], Any] = _same, wraps_calls: bool = True) -> Any:
+          private_copy: bool = False, answer: Callable[[Any], Any] = same, wraps_calls: bool = True) -> Any:
     """Serve one call of ``function`` (a row with a handler) on ``service``; returns the answer.
 
     Raises :class:`~session_manager.errors.SessionError`: ``session/invalid_request``

@@ -21,10 +21,30 @@ from ..messages import Content, blocks
 M = TypeVar("M", bound=BaseModel)
 
 
+_LEAVES = frozenset({str, int, float, bool, type(None)})
+
+
 def to_json(value: Any) -> Any:
     """``value`` with every model in it replaced by its plain form (dicts and
     lists). Not the JSON dump: that would turn NaN into null and a datetime
-    into a string, where call() refuses both; call() checks what this gives."""
+    into a string, where call() refuses both; call() checks what this gives.
+    A dict or list holding no model (nor tuple) is handed back as it is:
+    call() makes its own private copy of the payload anyway."""
+    t = type(value)
+    if t in _LEAVES:
+        return value
+    if t is dict or t is list:
+        items = value.items() if t is dict else enumerate(value)
+        out = None
+        for k, v in items:
+            if type(v) in _LEAVES:
+                continue
+            plain = to_json(v)
+            if plain is not v:
+                if out is None:
+                    out = value.copy()  # the first value that changed: from here on, a new container
+                out[k] = plain
+        return value if out is None else out
     if isinstance(value, BaseModel):
         try:
             return value.model_dump(mode="python")

@@ -30,6 +30,9 @@ class _Walk:
     def __init__(self, path: EntryPath, include_custom: bool) -> None:
         self.path = path
         self.include_custom = include_custom
+        # Whether each index seen is a run member: a page asks twice per entry (where its
+        # block starts, then which items it makes); the entry is classified once.
+        self._members: dict[int, bool] = {}
 
     def keep(self, i: int) -> bool:
         return self.include_custom or self.path[i].get("kind") == "message"
@@ -37,12 +40,17 @@ class _Walk:
     def before(self, i: int) -> int:
         """The nearest kept index below ``i``, or -1."""
         i -= 1
+        if self.include_custom:
+            return i
         while i >= 0 and not self.keep(i):
             i -= 1
         return i
 
     def member(self, i: int) -> bool:
-        return is_run_member(self.path[i])
+        found = self._members.get(i)
+        if found is None:
+            found = self._members[i] = is_run_member(self.path[i])
+        return found
 
     def block_start(self, i: int) -> int:
         """The first index of the block ``i`` belongs to."""

@@ -44,15 +44,27 @@ class Event:
     (then kept), from values the mutation already holds. Most appends are
     observed by nobody, and a host reads the payload only to deliver or record it."""
 
-    __slots__ = ("_args", "_build", "_function_id", "_payload")
+    __slots__ = ("_about", "_args", "_build", "_function_id", "_payload")
 
     def __init__(self, function_id: str, payload: dict[str, Any] | None,
-                 build: Callable[..., dict[str, Any]] | None = None, args: tuple[Any, ...] = ()) -> None:
-        """``payload``, or ``None`` and the ``build`` whose ``build(*args)`` it is (called on the first read)."""
+                 build: Callable[..., dict[str, Any]] | None = None, args: tuple[Any, ...] = (),
+                 about: tuple[str, JsonObject | None] | None = None) -> None:
+        """``payload``, or ``None`` and the ``build`` whose ``build(*args)`` it is (called on the first read);
+        ``about``: a deferred payload's ``session_id`` and ``session_metadata``, as :meth:`about` answers."""
         self._function_id = function_id
         self._payload = payload
         self._build = build
         self._args = args
+        self._about = about
+
+    def about(self) -> tuple[Any, Any]:
+        """The payload's ``session_id`` and ``session_metadata`` (``None`` when absent), without
+        building a deferred payload (a store noting which sessions its observers know of reads
+        these for every event, observed or not)."""
+        if self._about is not None:
+            return self._about
+        payload = self.payload
+        return payload.get("session_id"), payload.get("session_metadata")
 
     @property
     def function_id(self) -> str:
@@ -178,7 +190,7 @@ def created(meta: dict[str, Any]) -> Event:
 
 
 def message_added(session_id: str, entry: dict[str, Any], metadata: JsonObject | None) -> Event:
-    return Event(ON_MESSAGE_ADDED, None, _message_added, (session_id, entry, metadata))
+    return Event(ON_MESSAGE_ADDED, None, _message_added, (session_id, entry, metadata), (session_id, metadata))
 
 
 def _message_added(session_id: str, entry: dict[str, Any], metadata: JsonObject | None) -> dict[str, Any]:
@@ -194,7 +206,8 @@ def _message_added(session_id: str, entry: dict[str, Any], metadata: JsonObject 
 def message_updated(
     session_id: str, entry: dict[str, Any], origin: JsonObject | None, timestamp: int, metadata: JsonObject | None
 ) -> Event:
-    return Event(ON_MESSAGE_UPDATED, None, _message_updated, (session_id, entry, origin, timestamp, metadata))
+    return Event(ON_MESSAGE_UPDATED, None, _message_updated, (session_id, entry, origin, timestamp, metadata),
+                 (session_id, metadata))
 
 
 def _message_updated(

@@ -107,9 +107,14 @@ class SessionStore(ABC):
       instances made (the host keeps delivering its own calls' events).
     - :attr:`shared`: such a store is not a single process's files, so the
       host neither serves ``session::store::*`` nor fans events out to bridges.
+
+    :attr:`private_paths`: every :meth:`path` this store hands out holds entries
+    decoded for that path alone (no cache or other reader holds them), so a
+    response built from them and from new containers is its caller's already.
     """
 
     shared: bool = False
+    private_paths: bool = False
 
     # -- transactions and events across instances -------------------------------
 

@@ -85,13 +85,13 @@ class KnownSessions:
         late event of a deleted session must not bring it back)."""
         with self._lock:
             for event in events:
-                sid = event.payload.get("session_id")
+                sid, metadata = event.about()  # a deferred payload (an append's) is not built for this
                 if not isinstance(sid, str):
                     continue
                 if event.function_id == ev.ON_DELETED:
                     self._metadata.pop(sid, None)
                 elif event.function_id == ev.ON_CREATED or sid in self._metadata:
-                    self._metadata[sid] = event.payload.get("session_metadata")
+                    self._metadata[sid] = metadata
 
     def snapshot(self) -> list[Meta]:
         """The known sessions as the ``old_metas`` a resync compares with.

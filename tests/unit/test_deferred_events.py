@@ -63,3 +63,24 @@ def test_an_update_event_read_after_a_later_update_tells_of_its_own_revision(tmp
                                     "revision": 1, "timestamp": 7_001}
         assert second[0].payload["revision"] == 2 and second[0].payload["message"] == _text("two")
         assert sm.call("session::get-message", {"session_id": sid, "entry_id": entry_id})["entry"]["revision"] == 2
+
+
+def test_what_an_event_says_of_its_session_matches_its_payload_and_builds_nothing() -> None:
+    # Prevents: the known-sessions record (KnownSessions.note, run on every commit of a SQL
+    # store) building each append's deferred payload just to read two fields, or reading
+    # from Event.about() a session or metadata other than the payload's.
+    from session_manager.store.resync import KnownSessions
+
+    entry = {"kind": "message", "id": "e1", "parent_id": None, "timestamp": 3, "revision": 2,
+             "message": _text("hi")}
+    for metadata in ({"tenant": "a"}, None):
+        made = [ev.message_added("s1", entry, metadata), ev.message_updated("s1", entry, None, 4, metadata)]
+        known = KnownSessions()
+        known.load([{"session_id": "s1", "metadata": "before"}])
+        known.note(made)
+        assert all(e._payload is None for e in made)  # nothing built
+        assert known.snapshot() == [{"session_id": "s1", "metadata": metadata}]
+        for event in made:
+            assert event.about() == (event.payload["session_id"], event.payload.get("session_metadata"))
+    built = ev.Event(ev.ON_DELETED, {"session_id": "s2", "timestamp": 1})
+    assert built.about() == ("s2", None)

@@ -3,6 +3,7 @@ with branches, read in any order, is the chain the memory store gives."""
 
 from __future__ import annotations
 
+import copy
 import random
 from pathlib import Path
 from typing import Any
@@ -112,3 +113,63 @@ def test_tail_after_set_active_leaf_and_fork_matches_the_memory_store(tmp_path: 
 
 def _user(text: str) -> dict[str, Any]:
     return {"role": "user", "content": [{"type": "text", "text": text}], "timestamp": 1}
+
+
+def test_an_uncopied_tail_or_messages_page_is_the_callers_alone(tmp_path: Path) -> None:
+    # Prevents: the embedded host skipping its response copy (sqlite paths are decoded
+    # per read: private_paths) while something still shares the objects: a caller changing
+    # a page it got (message text, origin, the item list) must not change what the next
+    # read returns, nor what another thread's read of the same window got.
+    with session_manager.open(f"sqlite:///{tmp_path / 's.db'}") as sm:
+        assert sm.service.store.private_paths
+        sid = sm.create().session_id
+        for i in range(70):
+            sm.call("session::append", {"session_id": sid, "message": _user(f"m{i}"), "origin": {"n": i}})
+        for function, request in (("session::messages-tail", {"session_id": sid, "limit": 50}),
+                                  ("session::messages", {"session_id": sid, "limit": 50})):
+            first = sm.call(function, request)
+            second = sm.call(function, request)
+            assert first == second
+            pristine = copy.deepcopy(first)
+            for item in first["messages"]:
+                item["message"]["content"][0]["text"] = "changed"
+                item["message"]["content"].append({"type": "text", "text": "more"})
+                item["origin"]["n"] = -1
+            first["messages"].clear()
+            assert second == pristine, function
+            assert sm.call(function, request) == pristine, function
+
+
+def test_stores_whose_paths_are_shared_still_get_their_responses_copied(tmp_path: Path) -> None:
+    # Prevents: the copy skipped over a store whose path entries are cached and shared (fs,
+    # memory): a caller's change to its page would then change the store's cached entries.
+    for sm in (session_manager.open(tmp_path / "fs"), session_manager.open(store=MemoryStore())):
+        with sm:
+            assert not sm.service.store.private_paths
+            sid = sm.create().session_id
+            sm.call("session::append", {"session_id": sid, "message": _user("kept")})
+            page = sm.call("session::messages-tail", {"session_id": sid, "limit": 5})
+            page["messages"][0]["message"]["content"][0]["text"] = "changed"
+            again = sm.call("session::messages-tail", {"session_id": sid, "limit": 5})
+            assert again["messages"][0]["message"]["content"][0]["text"] == "kept"
+
+
+
+def test_a_window_decoded_in_one_parse_keeps_every_value_exact(tmp_path: Path) -> None:
+    # Prevents: the one-parse decoding of a path window (its bodies joined as one JSON array)
+    # losing what the per-body decoding kept: integers past 64 bits (the whole window then
+    # takes the exact decoder), -0.0, float digits, non-ASCII text, in order, entry by entry.
+    data = {"big": 2**70, "neg": -(2**64) - 1, "zero": -0.0, "f": 0.1, "text": "é\u2028🙂", "n": [1, 1.0]}
+    with session_manager.open(f"sqlite:///{tmp_path / 's.db'}") as sm:
+        sid = sm.create().session_id
+        for i in range(5):
+            sm.call("session::append", {"session_id": sid, "message": _user(f"before {i}")})
+        sm.call("session::append", {"session_id": sid, "custom": {"custom_type": "probe", "data": data}})
+        sm.call("session::append", {"session_id": sid, "message": _user("after")})
+        page = sm.call("session::messages-tail", {"session_id": sid, "limit": 50})
+    items = page["messages"]
+    assert [i.get("message", {}).get("content", [{}])[0].get("text") for i in items] == [
+        "before 0", "before 1", "before 2", "before 3", "before 4", None, "after"]
+    got = items[5]["custom"]["data"]
+    assert got == data and repr(got) == repr(data)
+    assert type(got["big"]) is int and type(got["n"][1]) is float and str(got["zero"]) == "-0.0"

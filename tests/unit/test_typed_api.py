@@ -314,3 +314,19 @@ def _nested(depth: int) -> Any:
     for _ in range(depth):
         value = {"x": value}
     return value
+
+
+def test_typed_arguments_keep_plain_containers_and_replace_only_the_models_in_them() -> None:
+    # Prevents: to_json copying every plain dict and list of a typed call's arguments (call()
+    # copies the payload once itself), or, handing plain containers back as they are,
+    # changing the caller's objects where a model or a tuple inside had to be replaced.
+    from session_manager._hosts.typed_support import to_json
+
+    plain = {"role": "user", "content": [{"type": "text", "text": "hi"}], "timestamp": 1, "n": 1.5}
+    assert to_json(plain) is plain
+    usage = Usage(input=1, output=2)
+    mixed = {"a": [1, {"usage": usage}], "b": (1, 2), "c": {"d": None}}
+    got = to_json(mixed)
+    assert got == {"a": [1, {"usage": usage.model_dump(mode="python")}], "b": [1, 2], "c": {"d": None}}
+    assert mixed["a"][1]["usage"] is usage and mixed["b"] == (1, 2)  # the caller's objects unchanged
+    assert got["c"] is mixed["c"]  # a plain branch is shared

@@ -23,7 +23,6 @@ from typing import Any
 
 from ...errors import STORAGE, SessionError, StoreError, Unavailable
 from . import schema
-from .decoded import Decoded
 from .settings import Durability, SqliteSettings
 
 # Result codes (the primary code, low byte of the extended one) that say why.
@@ -59,6 +58,8 @@ class _Local(threading.local):
     leaf_depth: tuple[str, str, int | None] | None = None  # get_leaf's last answer, for path()
     # (session key, entry key -> depth, jump_id, jump_depth) read in this transaction, for its commit
     links: tuple[str, dict[str, tuple[int, str, int]]] | None = None
+    # The outbox's (last sequence, another store follows) read in this transaction, for its events
+    position: tuple[int | None, int] | None = None
 
 
 class SqliteDatastore:
@@ -73,10 +74,10 @@ class SqliteDatastore:
         self._conns_lock = threading.Lock()
         self._closed = False
         self._synchronous = _SYNCHRONOUS[settings.durability]
+        self.retention_ms = int(settings.outbox_retention_s * 1000)  # the outbox's (outbox.py)
         # A delete's old pages still sit in the WAL: set until a TRUNCATE checkpoint got through
         # (a reader on an older snapshot holds it off; the follower's next checkpoint retries).
         self.erase_pending = False
-        self.decoded = Decoded()
         self._identity: tuple[int, int] | None = None
         self._lost: str | None = None  # why the path no longer names the file opened: for good
         if os.path.isdir(self.file):
@@ -176,6 +177,7 @@ class SqliteDatastore:
         except sqlite3.Error as e:
             raise self.fail(e) from None
         self.local.in_tx = True
+        self.local.position = None
         return conn
 
     def still_ours(self) -> None:
@@ -202,7 +204,7 @@ class SqliteDatastore:
         A commit into a database file removed or replaced meanwhile is rolled back (:meth:`still_ours`)."""
         self.local.in_tx = False
         erased, self.local.erased = self.local.erased, False
-        self.local.links = None
+        self.local.links = self.local.position = None
         try:
             if commit:
                 try:

@@ -47,17 +47,19 @@ if TYPE_CHECKING:
     from ..resync import KnownSessions, StateSource
     from .core import SqliteDatastore
 
-__all__ = ["Outbox"]
+__all__ = ["POSITION_COLUMNS", "Outbox", "now_ms"]
 
 log = logging.getLogger("session_manager.store.sqlite.outbox")
 
-# The last committed sequence, and whether another live store follows the file.
-_POSITION_SQL = ("SELECT (SELECT seq FROM sqlite_sequence WHERE name = 'outbox'),"
-                 " EXISTS (SELECT 1 FROM readers WHERE instance != ? AND seen_ms >= ?)")
+# The last committed sequence, and whether another live store follows the file (parameters:
+# this store's instance, the oldest live reader's time); an append's read brings them along.
+POSITION_COLUMNS = ("(SELECT seq FROM sqlite_sequence WHERE name = 'outbox'),"
+                    " EXISTS (SELECT 1 FROM readers WHERE instance != ? AND seen_ms >= ?)")
+_POSITION_SQL = "SELECT " + POSITION_COLUMNS
 BEAT_S = 1.0  # how often a follower renews its reader row and prunes
 
 
-def _now_ms() -> int:
+def now_ms() -> int:
     return int(time.time() * 1000)
 
 
@@ -80,7 +82,7 @@ class Outbox:
     def __init__(self, db: SqliteDatastore, state: StateSource) -> None:
         self._db = db
         self._state = state  # what a resync lists (the store's reads)
-        self._retention_ms = int(db.settings.outbox_retention_s * 1000)
+        self._retention_ms = db.retention_ms
         self._poll_s = db.settings.poll_ms / 1000
         self.subscribers = Subscribers()
         self._stop = threading.Event()
@@ -102,13 +104,19 @@ class Outbox:
         """Inside a mutation (holding the write lock): insert the events' rows, superseding
         older updates of the same entry, when another store follows the file. Returns the
         sequence every commit before this one reached, or ``None`` when this store follows
-        nobody (both read by one statement)."""
+        nobody (both read by one statement, or noted by the append's read in this transaction:
+        :meth:`.reads.SqliteReads.meta_and_leaf_to_commit`)."""
         following = self._thread is not None
         if not events and not following:
             return None
-        now = _now_ms()
+        now = now_ms()
         instance = self._db.instance
-        last, others = conn.execute(_POSITION_SQL, (instance, now - self._retention_ms)).fetchone()
+        local = self._db.local
+        noted, local.position = local.position, None
+        if noted is not None:  # read in this transaction (the write lock held since): still current
+            last, others = noted
+        else:
+            last, others = conn.execute(_POSITION_SQL, (instance, now - self._retention_ms)).fetchone()
         before = (int(last) if last is not None else 0) if following else None
         if not events or not others:
             return before  # nobody else follows this file
@@ -161,7 +169,7 @@ class Outbox:
             row = conn.execute("SELECT seq FROM sqlite_sequence WHERE name = 'outbox'").fetchone()
             self._seq = int(row[0]) if row else 0
             conn.execute("INSERT OR REPLACE INTO readers (instance, seq, seen_ms) VALUES (?, ?, ?)",
-                         (self._db.instance, self._seq, _now_ms()))
+                         (self._db.instance, self._seq, now_ms()))
             if load_known:
                 metas = conn.execute("SELECT meta FROM sessions WHERE meta IS NOT NULL").fetchall()
                 self.known.load(loads(m.encode("utf-8")) for (m,) in metas)
@@ -241,7 +249,7 @@ class Outbox:
 
     def _beat(self, conn: sqlite3.Connection, *, wait: bool) -> bool:
         """Renew this store's reader row and prune; False if skipped (the lock was busy)."""
-        now = _now_ms()
+        now = now_ms()
         if not wait:
             conn.execute("PRAGMA busy_timeout = 0")
         try:
@@ -272,4 +280,4 @@ class Outbox:
         known = self.known.snapshot()  # taken before the resync lists the store
         with self._delivering:
             self._register(conn, load_known=False)
-            self.subscribers.resync(self._state, known, _now_ms())
+            self.subscribers.resync(self._state, known, now_ms())

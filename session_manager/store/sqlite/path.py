@@ -10,18 +10,20 @@ and on a linear one (the common case) every row read is a row returned. A
 window whose depths hold many branches (more rows than ``SLACK`` times its
 span), or whose start lies far above it, is read by the jump-pointer walk
 instead, which costs O(window + log depth) however the session branches.
+
+A window's bodies are decoded together, in one parse of their stored texts
+joined as a JSON array (one call of the exact decoder, not one per row), and
+for this read alone: no cache holds the entries, so a response built from
+them belongs to its caller already (:attr:`..base.SessionStore.private_paths`:
+the embedded host does not copy it again).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+from .._core.codec import loads
 from ..base import Entry
 from ..sql.keys import key
 from ..sql.path import PATH_WINDOW, WindowPath
-
-if TYPE_CHECKING:
-    from .core import SqliteDatastore
 
 __all__ = ["SqlitePath"]
 
@@ -32,14 +34,18 @@ _RANGE_SQL = ("SELECT body FROM entries WHERE session_id = ? AND depth BETWEEN ?
               " ORDER BY depth DESC LIMIT ?")
 
 
+def decode_bodies(rows: list[tuple[str]]) -> list[Entry]:
+    """The entries of ``rows`` (each a stored body: exact JSON text of an object), in
+    order, new objects: the texts joined into one array and parsed once."""
+    if not rows:
+        return []
+    return loads(("[" + ",".join([body for (body,) in rows]) + "]").encode("utf-8"))  # type: ignore[no-any-return]
+
+
 class SqlitePath(WindowPath):
     """A session's root -> leaf chain, read a window at a time by depth range."""
 
-    __slots__ = ("_decode",)
-
-    def __init__(self, db: SqliteDatastore, session_id: str, leaf: str, depth: int) -> None:
-        super().__init__(db, session_id, leaf, depth)
-        self._decode = db.decoded
+    __slots__ = ()
 
     def _window(self, start: str, start_depth: int, lo: int, hi: int) -> list[tuple[str, int, Entry]]:
         span = start_depth - lo + 1
@@ -49,19 +55,16 @@ class SqlitePath(WindowPath):
         rows = self._store.rows(_RANGE_SQL, (key(self._session), lo, start_depth, limit))
         if len(rows) >= limit:  # a bushy stretch: rows off the path would outnumber those on it
             return super()._window(start, start_depth, lo, hi)
-        decode = self._decode
-        if len(rows) == span:
-            # One entry per depth (the path has one at each): the rows are the path's, if the
+        entries = decode_bodies(rows)
+        if len(rows) == span and entries[0]["id"] == start:
+            # One entry per depth (the path has one at each): the rows are the path's, as the
             # first is the start (else the session changed meanwhile: the walk below finds out).
-            entries: list[Entry] = decode.rows(rows)
-            if entries[0]["id"] == start:
-                return [(e["id"], start_depth - k, e) for k, e in enumerate(entries) if start_depth - k <= hi]
+            return [(e["id"], start_depth - k, e) for k, e in enumerate(entries) if start_depth - k <= hi]
         out: list[tuple[str, int, Entry]] = []
         want: str | None = start
         depth = start_depth
-        for (body,) in rows:
+        for entry in entries:
             # Rows come deepest first; the path's entry at each depth is the one its child names.
-            entry: Entry = decode(body)
             eid: str = entry["id"]
             if eid != want:
                 continue

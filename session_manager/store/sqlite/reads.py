@@ -13,11 +13,14 @@ from ..base import AttachmentMeta, Entry, Meta
 from ..path import EntryPath
 from ..sql.keys import key, unkey
 from .core import SqliteDatastore, sortable
+from .outbox import POSITION_COLUMNS, now_ms
 
 __all__ = ["SqliteReads"]
 
 LIST_BATCH = 200
-_META_LEAF_LINKS = ("SELECT s.meta, s.leaf, p.depth, p.jump_id, p.jump_depth, j.depth, j.jump_id, j.jump_depth"
+# An append's read: with the outbox's position, which its events need at the commit (outbox.record).
+_META_LEAF_LINKS = ("SELECT s.meta, s.leaf, p.depth, p.jump_id, p.jump_depth, j.depth, j.jump_id, j.jump_depth, "
+                    + POSITION_COLUMNS +
                     " FROM sessions s LEFT JOIN entries p ON p.session_id = s.session_id AND p.entry_id = s.leaf"
                     " LEFT JOIN entries j ON j.session_id = s.session_id AND j.entry_id = p.jump_id"
                     " WHERE s.session_id = ?")
@@ -58,12 +61,15 @@ class SqliteReads:
         if not self.db.local.in_tx:
             return self.meta_and_leaf(session_id)
         # An append's read: with the links of the leaf (its default parent) and of the
-        # leaf's jump target, which the commit needs next (writes.link), in this transaction.
+        # leaf's jump target, which the commit needs next (writes.link), in this transaction,
+        # and the outbox's position, which its events need (outbox.record).
         sid = key(session_id)
-        rows = self.db.rows(_META_LEAF_LINKS, (sid,))
+        db = self.db
+        rows = db.rows(_META_LEAF_LINKS, (db.instance, now_ms() - db.retention_ms, sid))
         if not rows:
             return None, None
-        meta, leaf, *links = rows[0]
+        meta, leaf, *links, last, others = rows[0]
+        db.local.position = (last, others)
         known: dict[str, tuple[int, str, int]] = {}
         if links[0] is not None:
             known[leaf] = (links[0], links[1], links[2])

@@ -32,6 +32,7 @@ __all__ = ["SqliteSettings", "SqliteStore"]
 class SqliteStore(SqlStore):
     """Sessions, entries and attachments in one SQLite database file (WAL mode)."""
 
+    private_paths = True  # each window decoded for its read alone (path.py)
     db: SqliteDatastore
     reads: SqliteReads
     writes: SqliteWrites

@@ -13,13 +13,41 @@ together.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable, Collection, Iterator
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from collections.abc import Callable, Collection
+from contextlib import AbstractContextManager, nullcontext
+from types import TracebackType
 
 from ...errors import SessionError
 from .core import SqliteDatastore
 
 __all__ = ["SqliteTransactions"]
+
+
+class _Mutation:
+    """One mutation's transaction, entered once: ``BEGIN IMMEDIATE`` (none when nested in
+    another's, e.g. a fork's new session inside its source's); on the way out ROLLBACK
+    after a failure, else COMMIT unless a call defers it (run_call commits with the
+    call's events). A class, not a generator: it is entered by every mutation."""
+
+    __slots__ = ("_conn", "_db")
+
+    def __init__(self, db: SqliteDatastore) -> None:
+        self._db = db
+        self._conn: sqlite3.Connection | None = None
+
+    def __enter__(self) -> None:
+        if not self._db.local.in_tx:
+            self._conn = self._db.begin()
+
+    def __exit__(self, kind: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
+        conn = self._conn
+        if conn is None:
+            return
+        self._conn = None
+        if kind is not None:
+            self._db.end(conn, commit=False)
+        elif not self._db.local.deferring:
+            self._db.end(conn, commit=True)
 
 
 class SqliteTransactions:
@@ -30,22 +58,10 @@ class SqliteTransactions:
     def __init__(self, db: SqliteDatastore) -> None:
         self.db = db
 
-    @contextmanager
-    def mutation(self, session_ids: Collection[str]) -> Iterator[None]:
+    def mutation(self, session_ids: Collection[str]) -> AbstractContextManager[None]:
         """One mutation's transaction (the write lock first); committed here unless a call defers it."""
         del session_ids  # one writer at a time: the database's lock covers every session
-        if self.db.local.in_tx:  # nested (fork's new session inside the source's): one transaction
-            yield
-            return
-        conn = self.db.begin()
-        try:
-            yield
-        except BaseException:
-            self.db.end(conn, commit=False)
-            raise
-        if self.db.local.deferring:
-            return  # run_call commits with the call's events
-        self.db.end(conn, commit=True)
+        return _Mutation(self.db)
 
     def in_tx(self, session_id: str, run: Callable[[sqlite3.Connection], None]) -> None:
         """``run`` in the open mutation's transaction, else in one of its own."""
