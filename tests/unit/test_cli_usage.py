@@ -57,6 +57,8 @@ def data_dir(tmp_path: Path) -> Path:
     (["import", "ws://127.0.0.1:9", "FILE"], "import takes a directory or a postgresql:// URI or a sqlite:/// URI, "
                                               "not a ws://"),
     (["call", "ws://127.0.0.1:9", "session::delete", "{}"], "session::delete writes"),
+    # Its --help offered a ws:// URL, then a purge over one exited 1 after trying to connect.
+    (["purge", "ws://127.0.0.1:9", "--idle-days", "3"], "purge deletes; a ws:// engine URL is opened read-only"),
 ])
 def test_usage_errors_exit_2_with_one_line_and_touch_nothing(
         data_dir: Path, capsys: pytest.CaptureFixture[str], args: list[str], named: str) -> None:
@@ -113,6 +115,8 @@ def test_each_help_names_exactly_the_targets_its_command_takes(command: str,
         except usage.UsageError:
             accepted = False
         assert (target in help_text) == accepted, (command, kind)
+    if command == "purge":  # takes an engine URL to list what would go, never to delete
+        assert "a ws:// URL with --dry-run only" in help_text
 
 
 def _minimal(command: str) -> list[str]:

@@ -161,8 +161,8 @@ def cmd_import(args: argparse.Namespace) -> Outcome:
     text = (f"imported {render.plural(loaded.sessions, 'session')}, "
             f"{render.plural(loaded.entries, 'entry', 'entries')}, {render.plural(loaded.attachments, 'attachment')}")
     if loaded.attachments_without_bytes:
-        text += (f"; {loaded.attachments_without_bytes} attachment(s) had no bytes in the file and were left out "
-                 "(export with --attachments)")
+        left_out = render.plural(loaded.attachments_without_bytes, "attachment")
+        text += f"; {left_out} had no bytes in the file and were left out (export with --attachments)"
     return Outcome(data, text)
 
 
@@ -301,11 +301,11 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="SUBCOMMAND", parser_class=OneLineParser)
 
     def command(name: str, handler: Handler, help_text: str, *, data_dir: bool = True,
-                accepts: frozenset[str] = EVERY_TARGET) -> argparse.ArgumentParser:
+                accepts: frozenset[str] = EVERY_TARGET, engine: str | None = None) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_text, description=help_text)
         if data_dir:
             # The help names exactly the targets the command takes; _run refuses the others (exit 2).
-            p.add_argument("data_dir", metavar="DATA_DIR", help=usage.target_help(accepts))
+            p.add_argument("data_dir", metavar="DATA_DIR", help=usage.target_help(accepts, engine))
         p.add_argument("--json", action="store_true", help="print JSON for scripts instead of text")
         p.set_defaults(handler=handler, accepts=accepts if data_dir else None)
         return p
@@ -330,7 +330,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--meta", action="append", default=[], metavar="KEY=VALUE",
                    help="only sessions whose metadata has KEY equal to VALUE (one tenant); repeatable")
 
-    p = command("purge", purging.cmd_purge, "delete whole sessions by age (--idle-days) and/or tenant (--meta)")
+    p = command("purge", purging.cmd_purge, "delete whole sessions by age (--idle-days) and/or tenant (--meta)",
+                engine="a ws:// URL with --dry-run only (a main worker's sessions over its engine, read-only)")
     purging.add_arguments(p)
 
     p = command("serve", serving.cmd_serve, "a live web viewer of the sessions (read-only; Ctrl-C stops it)")

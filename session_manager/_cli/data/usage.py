@@ -29,9 +29,10 @@ _TARGET_NAME = {DIR: "a directory", POSTGRES: "a postgresql:// URI", SQLITE: "a 
                 ENGINE: "a ws:// engine URL"}
 
 
-def target_help(accepts: Collection[str]) -> str:
-    """The DATA_DIR help of a subcommand taking ``accepts``."""
-    parts = [_TARGET_HELP[k] for k in KINDS if k in accepts]
+def target_help(accepts: Collection[str], engine: str | None = None) -> str:
+    """The DATA_DIR help of a subcommand taking ``accepts`` (``engine``: its own words for a ws:// URL,
+    where it takes one only with a flag)."""
+    parts = [engine if k == ENGINE and engine else _TARGET_HELP[k] for k in KINDS if k in accepts]
     return parts[0] if len(parts) == 1 else parts[0] + ", or " + ", or ".join(parts[1:])
 
 
