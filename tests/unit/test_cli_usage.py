@@ -59,6 +59,10 @@ def data_dir(tmp_path: Path) -> Path:
     (["call", "ws://127.0.0.1:9", "session::delete", "{}"], "session::delete writes"),
     # Its --help offered a ws:// URL, then a purge over one exited 1 after trying to connect.
     (["purge", "ws://127.0.0.1:9", "--idle-days", "3"], "purge deletes; a ws:// engine URL is opened read-only"),
+    # A sqlite URI with two slashes (a common slip) ended in a ValueError traceback, exit 1.
+    (["ls", "sqlite://x.db"], "expected sqlite:///relative/path.db"),
+    (["fsck", "sqlite://x.db"], "expected sqlite:///relative/path.db"),
+    (["import", "sqlite://x.db?mode=ro", "FILE"], "expected sqlite:///relative/path.db"),
 ])
 def test_usage_errors_exit_2_with_one_line_and_touch_nothing(
         data_dir: Path, capsys: pytest.CaptureFixture[str], args: list[str], named: str) -> None:
