@@ -2,9 +2,10 @@
 
     III_ENGINE_WS_URL=ws://127.0.0.1:49134 python examples/iii_client.py
 
-Needs an iii engine (or the stand-in: see docs/worker.md) with a session-manager
-worker attached (``session-manager --url "$III_ENGINE_WS_URL"``). Without
-``III_ENGINE_WS_URL`` it says so and exits with status 0.
+Needs an iii engine (or the stand-in: see docs/worker.md). When no session-manager
+worker is attached to it, the script starts one (``session-manager --url URL`` over a
+temporary fs data_dir) and stops it at the end. Without ``III_ENGINE_WS_URL`` it says
+so and exits with status 0.
 
 Two observers show what a remote observer receives: by default the engine's
 envelope (the event under ``input``, and again under ``output``), with
@@ -14,19 +15,66 @@ gets it. Filters address the envelope (``input.…``) either way.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import subprocess
 import sys
+import tempfile
 import threading
+import time
 import uuid
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from iii import InitOptions
 from iii.iii import III
 
+USED = {"session::create", "session::append", "session::messages", "session::on-message-added"}
+
+
+def attached(client: III) -> bool:
+    """Whether a session-manager worker serves the engine (every function used here is listed)."""
+    listed = client.trigger({"function_id": "engine::functions::list",
+                             "payload": {"prefix": "session::", "include_internal": True}})
+    return {f.get("function_id") for f in listed.get("functions", [])} >= USED
+
+
+@contextlib.contextmanager
+def session_manager_worker(client: III, url: str) -> Iterator[None]:
+    """A session-manager worker on the engine for the block: the one attached, or one started here."""
+    if attached(client):
+        yield
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        seed = Path(tmp) / "seed.yaml"
+        seed.write_text(f"adapter:\n  name: fs\n  config:\n    data_dir: {Path(tmp) / 'data'}\n", encoding="utf-8")
+        worker = subprocess.Popen([sys.executable, "-m", "session_manager", "--url", url, "--config", str(seed),
+                                   "--log-level", "warning"])
+        try:
+            deadline = time.monotonic() + 30
+            while not attached(client):
+                if worker.poll() is not None or time.monotonic() > deadline:
+                    raise SystemExit(f"the session-manager worker did not register (exit status {worker.poll()})")
+                time.sleep(0.1)
+            print("started a session-manager worker on the engine")
+            yield
+        finally:
+            worker.terminate()  # SIGTERM: it withdraws its functions and stops
+            worker.wait(timeout=30)
+
 
 def main(url: str) -> dict[str, Any]:
     name = f"example-client-{uuid.uuid4().hex[:8]}"
     client = III(url, InitOptions(worker_name=name, otel={"enabled": False}))
+    try:
+        with session_manager_worker(client, url):
+            return call_and_observe(client, name)
+    finally:
+        client.shutdown()
+
+
+def call_and_observe(client: III, name: str) -> dict[str, Any]:
     received: dict[str, list[Any]] = {"envelope": [], "bare": []}
     both = threading.Event()
 
@@ -65,13 +113,12 @@ def main(url: str) -> dict[str, Any]:
     finally:
         for handle in handles:
             handle.dispose()
-        client.shutdown()
 
 
 if __name__ == "__main__":
     engine = os.environ.get("III_ENGINE_WS_URL")
     if not engine:
-        print("III_ENGINE_WS_URL is not set: start an engine (or the iii stand-in) with a session-manager "
-              "worker and point it there; nothing to do.")
+        print("III_ENGINE_WS_URL is not set: start an iii engine (or the iii stand-in, docs/worker.md) and "
+              "point it there; nothing to do.")
         sys.exit(0)
     main(engine)
