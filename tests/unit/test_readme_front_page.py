@@ -1,0 +1,127 @@
+"""The README as a front page (issue 27): short, its sections in order, the set-up commands CI runs,
+and the stand-in command working from any clone.
+
+The code blocks themselves run in tests/unit/test_docs_blocks.py; the picture of what it does is
+checked against the quickstart's real output in tests/unit/test_examples.py.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.unit.test_docs_blocks import ALL
+
+ROOT = Path(__file__).resolve().parents[2]
+README = (ROOT / "README.md").read_text(encoding="utf-8")
+MAX_LINES = 200
+SECTIONS = ["What it does", "Install", "Quickstart", "Which store", "Documentation", "Set up and test"]
+
+
+def section(heading: str) -> str:
+    start = README.index(f"\n## {heading}")
+    end = README.find("\n## ", start + 1)
+    return README[start: end if end != -1 else len(README)]
+
+
+def test_the_readme_is_a_short_front_page_with_its_sections_in_order() -> None:
+    # Prevents: the README growing back into the manual (it was 1,196 lines with the quickstart at line 244).
+    lines = README.splitlines()
+    assert len(lines) <= MAX_LINES, len(lines)
+    headings = [line[3:] for line in lines if line.startswith("## ")]
+    assert [next(h for h in headings if h.startswith(s)) for s in SECTIONS] == [
+        h for h in headings if any(h.startswith(s) for s in SECTIONS)]
+    assert all(any(h.startswith(s) for h in headings) for s in SECTIONS), headings
+    what = [line for line in README[:README.index("\n## ")].splitlines()[1:] if line.strip()]
+    assert len(what) <= 3, what  # what it is, in three lines
+    assert headings.index(next(h for h in headings if h.startswith("Quickstart"))) <= 2
+
+
+def test_install_says_it_is_unpublished_with_one_command_each() -> None:
+    # Prevents: `pip install iii-session-manager` (not on PyPI) as the first command a user runs.
+    install = section("Install")
+    assert "Not published on PyPI" in install
+    assert "pip install iii-session-manager" not in README
+    (block,) = [b for b in ALL if b.page == "README.md" and "Install" in README[:README.index(b.body)]
+                and "Quickstart" not in README[:README.index(b.body)]]
+    commands = [line.split("#")[0].strip() for line in block.body.splitlines() if line.strip()]
+    assert commands == ["pip install .", "python -m build --wheel && pip install dist/iii_session_manager-*.whl"]
+
+
+def test_the_quickstart_is_twenty_typed_lines() -> None:
+    # Prevents: a quickstart that grows past a screen, or falls back to dicts (`["messages"]`).
+    body = next(b.body for b in ALL if b.page == "README.md" and b.lang == "python")
+    assert len(body.splitlines()) <= 20
+    assert "sm.transcript(" in body and ".text" in body and '["' not in body
+
+
+def test_which_store_names_each_adapter() -> None:
+    # Prevents: a user guessing between the four stores.
+    rows = [line for line in section("Which store").splitlines() if line.startswith("| `")]
+    assert [re.match(r"\| `(\w+)`", r).group(1) for r in rows] == ["fs", "sqlite", "postgres", "bridge"]  # type: ignore[union-attr]
+
+
+def _normalized(command: str) -> list[str]:
+    """A shell command's words without pip's -q and output plumbing (`2>&1 | quiet`)."""
+    command = command.split(" 2>&1")[0]
+    return [w for w in shlex.split(command) if w != "-q"]
+
+
+def test_the_set_up_commands_are_the_ones_ci_runs() -> None:
+    # Prevents: the README's two set-up commands and its test command drifting from what .ci/run's
+    # fresh-clone lane runs (the decision: the README keeps them).
+    block = next(b for b in ALL if b.page == "README.md" and "Set up and test" in README[:README.index(b.body)])
+    setup, test = [line for line in block.body.splitlines() if line.strip()]
+    script = (ROOT / ".ci" / "fresh_clone").read_text(encoding="utf-8")
+    ci_setup = next(line for line in script.splitlines() if line.startswith("python3 -m venv"))
+    assert _normalized(setup) == _normalized(ci_setup)
+    assert test == "pytest" and re.search(r"^\s+pytest -q --junitxml", script, re.M)
+
+
+def standin_dir() -> Path | None:
+    for candidate in (os.environ.get("III_STANDIN_DIR"), str(ROOT.parent / "shared" / "tools" / "iii-standin")):
+        if candidate and (Path(candidate) / "iii_standin").is_dir():
+            return Path(candidate).resolve()
+    return None
+
+
+def test_the_standin_command_starts_from_any_directory_with_iii_standin_dir(tmp_path: Path) -> None:
+    # Prevents: the README's stand-in command working only beside the original checkout (issue 27).
+    found = standin_dir()
+    if found is None:
+        pytest.skip("no iii stand-in beside the repository and no III_STANDIN_DIR")
+    block = next(b for b in ALL if b.page == "README.md" and "iii_standin" in b.body)
+    start = next(line for line in block.body.splitlines() if "iii_standin" in line)
+    assert start.startswith("PYTHONPATH=${III_STANDIN_DIR:-") and start.rstrip().endswith("&")
+    # As written, minus the trailing `&` (this test waits for it), from a directory with nothing beside it.
+    command = start.rstrip().rstrip("&").replace(" python ", f" {shlex.quote(sys.executable)} ", 1)
+    env = {**os.environ, "III_STANDIN_DIR": str(found)}
+    env.pop("PYTHONPATH", None)
+    server = subprocess.Popen(["bash", "-c", command], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        assert server.stdout is not None
+        deadline = time.monotonic() + 30
+        line = ""
+        while time.monotonic() < deadline and server.poll() is None:
+            line = server.stdout.readline()
+            if "listening on ws://" in line:
+                break
+        assert re.search(r"listening on ws://127\.0\.0\.1:\d+", line), (line, server.poll())
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(server.pid, signal.SIGTERM)
+        try:
+            server.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait()
