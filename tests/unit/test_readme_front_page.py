@@ -102,6 +102,8 @@ def test_the_standin_command_starts_from_any_directory_with_iii_standin_dir(tmp_
     block = next(b for b in ALL if b.page == "README.md" and "iii_standin" in b.body)
     start = next(line for line in block.body.splitlines() if "iii_standin" in line)
     assert start.startswith("PYTHONPATH=${III_STANDIN_DIR:-") and start.rstrip().endswith("&")
+    copies = {line for b in ALL if "iii_standin" in b.body for line in b.body.splitlines() if "iii_standin" in line}
+    assert copies == {start}, copies  # the docs' copies (getting started, the worker page) say the same
     # As written, minus the trailing `&` (this test waits for it), from a directory with nothing beside it.
     command = start.rstrip().rstrip("&").replace(" python ", f" {shlex.quote(sys.executable)} ", 1)
     env = {**os.environ, "III_STANDIN_DIR": str(found)}
