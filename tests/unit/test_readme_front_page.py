@@ -54,7 +54,31 @@ def test_install_says_it_is_unpublished_with_one_command_each() -> None:
     (block,) = [b for b in ALL if b.page == "README.md" and "Install" in README[:README.index(b.body)]
                 and "Quickstart" not in README[:README.index(b.body)]]
     commands = [line.split("#")[0].strip() for line in block.body.splitlines() if line.strip()]
-    assert commands == ["pip install .", "python -m build --wheel && pip install dist/iii_session_manager-*.whl"]
+    assert commands == ["pip install .", "pip wheel --no-deps -w dist . && pip install dist/iii_session_manager-*.whl"]
+    # The same block on the getting-started page.
+    assert block.body in (ROOT / "docs" / "getting-started.md").read_text(encoding="utf-8")
+
+
+@pytest.mark.slow
+def test_the_wheel_command_builds_the_wheel_its_install_names(tmp_path: Path) -> None:
+    # Prevents: a wheel command a fresh machine cannot run (it was `python -m build`, a package a new
+    # user does not have), or one whose `dist/iii_session_manager-*.whl` matches nothing. The install
+    # half is .ci/fresh_clone's (it installs a wheel into its venv and smoke-runs it).
+    block = next(b for b in ALL if b.page == "README.md" and "pip wheel" in b.body)
+    line = next(x for x in block.body.splitlines() if "pip wheel" in x)
+    build, install = line.split("#")[0].strip().split(" && ")
+    tree = tmp_path / "clone"
+    files = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout
+    for name in filter(None, files.decode().split("\0")):
+        if (ROOT / name).is_file():
+            (tree / name).parent.mkdir(parents=True, exist_ok=True)
+            (tree / name).write_bytes((ROOT / name).read_bytes())
+    argv = shlex.split(build)
+    assert argv[:2] == ["pip", "wheel"]
+    done = subprocess.run([sys.executable, "-m", *argv], cwd=tree, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    pattern = shlex.split(install)[-1]
+    assert len(list(tree.glob(pattern))) == 1, sorted(p.name for p in (tree / "dist").iterdir())
 
 
 def test_the_quickstart_is_twenty_typed_lines() -> None:
