@@ -55,6 +55,10 @@ def test_install_says_it_is_unpublished_with_one_command_each() -> None:
                 and "Quickstart" not in README[:README.index(b.body)]]
     commands = [line.split("#")[0].strip() for line in block.body.splitlines() if line.strip()]
     assert commands == ["pip install .", "pip wheel --no-deps -w dist . && pip install dist/iii_session_manager-*.whl"]
+    # Nor anywhere else: a page or an error message naming the unpublished distribution to install.
+    texts = [*ROOT.glob("docs/*.md"), *ROOT.glob("session_manager/**/*.py"), *ROOT.glob("examples/*.py")]
+    unpublished = re.compile(r"pip install [\"']?iii-session-manager")
+    assert [p.name for p in texts if unpublished.search(p.read_text(encoding="utf-8"))] == []
     # The same block on the getting-started page.
     assert block.body in (ROOT / "docs" / "getting-started.md").read_text(encoding="utf-8")
 
