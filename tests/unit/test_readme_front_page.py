@@ -155,3 +155,17 @@ def test_the_standin_command_starts_from_any_directory_with_iii_standin_dir(tmp_
         except subprocess.TimeoutExpired:
             os.killpg(server.pid, signal.SIGKILL)
             server.wait()
+
+
+def test_help_of_the_package_opens_with_a_typed_example_that_runs(tmp_path: Path) -> None:
+    # Prevents: `help(session_manager)` opening on a dict example (`sm.call("session::create", {...})`)
+    # while the README teaches the typed API, or on one that no longer runs (issue 27).
+    import session_manager
+
+    doc = session_manager.__doc__ or ""
+    example = doc.split("::\n", 1)[1].split("\n\n", 2)
+    code = "\n".join(line[4:] for line in "\n\n".join(example[:2]).splitlines())
+    assert "sm.transcript(" in code and "sm.call(" not in code
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["user Will it rain in Paris?", "assistant Light rain tonight."]
