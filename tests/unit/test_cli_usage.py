@@ -147,3 +147,20 @@ def test_ls_counts_the_active_path_and_shows_forked_from(data_dir: Path, capsys:
     assert code == 0 and rows[0][5:8] == ["FORKED", "FROM", "TITLE"]
     assert [(r[0], r[2], r[5]) for r in rows[1:]] == [("s_001", "2", "-"), ("s_002", "1", "-"),
                                                       ("s_003", "1", "s_001")]
+
+
+def test_an_unreachable_engine_is_one_error_line(tmp_path: Path) -> None:
+    # Prevents: the iii SDK's "Connection failed: ..." warning once per retry (three lines) before the
+    # command's own error, where the worker has them at DEBUG while its engine is down.
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as s:  # a loopback port nothing listens on once closed
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    done = subprocess.run([sys.executable, "-m", "session_manager", "data", "ls", f"ws://127.0.0.1:{port}"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1 and done.stdout == ""
+    assert done.stderr.splitlines() == [
+        f"session-manager data ls: error: session/storage: the main engine at ws://127.0.0.1:{port} is unreachable"]
