@@ -169,3 +169,23 @@ def test_help_of_the_package_opens_with_a_typed_example_that_runs(tmp_path: Path
     done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ["user Will it rain in Paris?", "assistant Light rain tonight."]
+
+
+def test_the_readme_quickstart_itself_draws_the_picture_above_it(tmp_path: Path) -> None:
+    # Prevents: the README's quickstart drifting from its "What it does" picture (test_examples checks
+    # the picture against examples/quickstart.py, a copy that could stay right while this one changes).
+    from tests.unit.test_examples import normalized_tree
+
+    body = next(b.body for b in ALL if b.page == "README.md" and b.lang == "python")
+    (tmp_path / "quickstart.py").write_text(body, encoding="utf-8")
+    subprocess.run([sys.executable, "quickstart.py"], cwd=tmp_path, check=True, capture_output=True, timeout=60)
+    import session_manager
+
+    with session_manager.open(tmp_path / "data" / "sessions", read_only=True) as sm:
+        (sid,) = [s.session_id for s in sm.list().sessions if s.title == "Weather"]
+    shown = subprocess.run([Path(sys.executable).parent / "session-manager", "data", "show",
+                            str(tmp_path / "data" / "sessions"), sid, "--tree"],
+                           capture_output=True, text=True, timeout=60, check=True)
+    what = section("What it does")
+    picture = what[what.index("```text\n") + 8:]
+    assert normalized_tree(shown.stdout) == normalized_tree(picture[:picture.index("```")])
