@@ -8,6 +8,10 @@ A block's kind is its fence language plus an optional marker on the line just be
   registered on it (skips without one, saying why);
 - ``bash`` with ``<!-- test: shell -->``: run by bash in an empty temp dir, the venv's scripts first
   on ``PATH``;
+- ``bash`` with ``<!-- test: parse -->``: a reference list of ``session-manager`` command lines (over
+  placeholder ids, or servers and engines): each line is parsed by the command's own parser and its
+  DATA_DIR checked against what the subcommand takes, nothing is run (``[optional]`` parts are
+  included, ``s_…`` stands for an id);
 - ``yaml`` with ``<!-- test: config -->``: a worker configuration value, parsed by the worker's own
   model; any other ``yaml`` block must at least load;
 - ``<!-- test: skip: REASON -->``: not run, and the reason is required (a block that installs a
@@ -73,7 +77,7 @@ def kind(block: Block) -> str:
     if block.lang == "python":
         return {"": "run", "postgres": "postgres", "engine": "engine"}.get(block.mark, "unknown")
     if block.lang == "bash":
-        return "shell" if block.mark == "shell" else "unknown"
+        return {"shell": "shell", "parse": "parse"}.get(block.mark, "unknown")
     if block.lang == "yaml":
         return {"": "yaml", "config": "config"}.get(block.mark, "unknown")
     return "unknown"
@@ -113,6 +117,48 @@ def test_block_runs(block: Block, tmp_path: Path) -> None:
     script = tmp_path / ("block.py" if block.lang == "python" else "block.sh")
     script.write_text(block.body, encoding="utf-8")
     _run([sys.executable, str(script)] if block.lang == "python" else ["bash", str(script)], block, tmp_path)
+
+
+def command_lines(block: Block) -> list[list[str]]:
+    """The block's command lines as argv lists (comments, redirections and ``&`` dropped, ``[...]``
+    unbracketed, ``…`` placeholders filled)."""
+    import shlex
+
+    lines = []
+    for raw in block.body.splitlines():
+        line = re.sub(r"\s#\s.*$", "", raw).strip()
+        if not line:
+            continue
+        line = re.sub(r"\[([^\]]*)\]…?", r"\1", line).replace("s_…", "s_0").replace("…", "x")
+        argv = shlex.split(line)
+        for stop in (">", "|", "&"):
+            if stop in argv:
+                argv = argv[:argv.index(stop)]
+        lines.append(argv)
+    return lines
+
+
+@pytest.mark.parametrize("block", _params("parse"))
+def test_command_lines_parse(block: Block) -> None:
+    # Prevents: a reference list of commands (not runnable as written: placeholder ids, servers) naming
+    # a flag, a subcommand or a target the command no longer takes.
+    from session_manager._cli.data import usage
+    from session_manager._cli.data.commands import build_parser
+    from session_manager._worker.main import parse_args
+
+    for argv in command_lines(block):
+        assert argv[0] == "session-manager", f"{block.id}: not a session-manager command: {argv}"
+        try:
+            if argv[1:2] == ["data"]:
+                args = build_parser().parse_args(argv[2:])
+                if getattr(args, "accepts", None) is not None:
+                    usage.check_target(args.command, args.data_dir, args.accepts)
+            else:
+                parse_args(argv[1:])
+        except SystemExit as e:  # argparse: --version and --help exit 0, a bad line exits 2
+            assert e.code == 0, f"{block.id}: {' '.join(argv)} is refused by its parser"
+        except usage.UsageError as e:
+            raise AssertionError(f"{block.id}: {' '.join(argv)}: {e}") from None
 
 
 @pytest.mark.parametrize("block", _params("config", "yaml"))

@@ -113,6 +113,8 @@ def test_the_set_up_commands_are_the_ones_ci_runs() -> None:
     ci_setup = next(line for line in script.splitlines() if line.startswith("python3 -m venv"))
     assert _normalized(setup) == _normalized(ci_setup)
     assert test == "pytest" and re.search(r"^\s+pytest -q --junitxml", script, re.M)
+    # The getting-started page's copy says the same.
+    assert block.body in (ROOT / "docs" / "getting-started.md").read_text(encoding="utf-8")
 
 
 def standin_dir() -> Path | None:
