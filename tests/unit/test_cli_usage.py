@@ -61,6 +61,8 @@ def data_dir(tmp_path: Path) -> Path:
     (["purge", "ws://127.0.0.1:9", "--idle-days", "3"], "purge deletes; a ws:// engine URL is opened read-only"),
     # A sqlite URI with two slashes (a common slip) ended in a ValueError traceback, exit 1.
     (["ls", "sqlite://x.db"], "expected sqlite:///relative/path.db"),
+    # An option the target cannot take: --repair over a database exited 1, like a failed check.
+    (["fsck", "sqlite:///x.db", "--repair"], "a sqlite database has none"),
     (["fsck", "sqlite://x.db"], "expected sqlite:///relative/path.db"),
     (["import", "sqlite://x.db?mode=ro", "FILE"], "expected sqlite:///relative/path.db"),
 ])

@@ -200,7 +200,7 @@ def cmd_fsck(args: argparse.Namespace) -> Outcome:
 
 def _fsck_database(args: argparse.Namespace) -> Outcome:
     if args.repair:
-        raise DataDirError("fsck --repair cuts torn tails of fs logs; a database has none")
+        raise UsageError("fsck --repair cuts torn tails of fs logs; a sqlite database has none")
     if not str(args.data_dir).startswith("sqlite://"):
         raise DataDirError("fsck checks an fs data_dir or a sqlite:/// database; postgres checks itself")
     with open_for(args.data_dir, writable=False) as sm:
@@ -344,7 +344,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("fsck", cmd_fsck, "check every log and attachment of an fs data_dir, or a sqlite:/// database's "
                                   "integrity and chains (postgres checks itself); exit 1 when not healthy",
                 accepts=frozenset({DIR, SQLITE}))
-    p.add_argument("--repair", action="store_true", help="cut torn tails (needs the data_dir to itself)")
+    p.add_argument("--repair", action="store_true",
+                   help="cut torn tails of an fs data_dir's logs (needs the data_dir to itself; "
+                        "a sqlite database has none)")
 
     command("compact", cmd_compact, "rewrite every log of an fs data_dir as its live state (needs the data_dir to "
                                     "itself; other adapters need no compaction)", accepts=frozenset({DIR}))
