@@ -63,6 +63,8 @@ def data_dir(tmp_path: Path) -> Path:
     (["ls", "sqlite://x.db"], "expected sqlite:///relative/path.db"),
     # An option the target cannot take: --repair over a database exited 1, like a failed check.
     (["fsck", "sqlite:///x.db", "--repair"], "a sqlite database has none"),
+    # Exited 1 as a failed export (session/invalid_request), after opening the store.
+    (["export", "DIR", "s_001", "--meta", "user=u_1"], "--meta selects the sessions to export: name no SESSION"),
     (["fsck", "sqlite://x.db"], "expected sqlite:///relative/path.db"),
     (["import", "sqlite://x.db?mode=ro", "FILE"], "expected sqlite:///relative/path.db"),
 ])
@@ -166,3 +168,21 @@ def test_an_unreachable_engine_is_one_error_line(tmp_path: Path) -> None:
     assert done.returncode == 1 and done.stdout == ""
     assert done.stderr.splitlines() == [
         f"session-manager data ls: error: session/storage: the main engine at ws://127.0.0.1:{port} is unreachable"]
+
+
+def test_export_takes_its_sessions_after_its_options_too(data_dir: Path, tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    # Prevents: `export DIR --markdown s_001` (or `-o FILE s_001 s_002`) refused as "unrecognized
+    # arguments" because argparse fills SESSION... before the first option, and a usage error found
+    # after `-o FILE` was created.
+    code, out, err = run(capsys, "export", data_dir, "--markdown", "s_002")
+    assert code == 0 and err == "" and out.startswith("# ")
+    target = tmp_path / "two.jsonl"
+    code, _, err = run(capsys, "export", data_dir, "-o", target, "s_001", "s_002")
+    assert code == 0, err
+    assert [json.loads(line)["meta"]["session_id"] for line in target.read_text().splitlines()] == ["s_001", "s_002"]
+    refused = tmp_path / "refused.jsonl"
+    code, _, err = run(capsys, "export", data_dir, "s_001", "--meta", "user=u_1", "-o", refused)
+    assert code == 2 and not refused.exists()
+    code, _, err = run(capsys, "export", data_dir, "s_001", "--bogus")
+    assert code == 2 and "unrecognized arguments: --bogus" in err

@@ -75,13 +75,13 @@ def cmd_export(args: argparse.Namespace) -> Outcome:
         raise UsageError(f"--{'html' if args.html else 'markdown'} exports one session: name exactly one SESSION")
     if (args.markdown or args.html) and args.meta:
         raise UsageError("--meta selects sessions to export as JSON Lines, not one document")
+    if args.meta and args.sessions:  # before the output file is opened: a usage error touches nothing
+        raise UsageError("--meta selects the sessions to export: name no SESSION with it")
     with open_for(args.data_dir, writable=False) as sm, _export_target(args.output) as out:
         if args.markdown or args.html:
             out.write(_one_document(sm, args.sessions[0], html=args.html))
             count = 1
         else:
-            if args.meta and args.sessions:
-                raise invalid_request("--meta selects the sessions to export: name no SESSION with it")
             metadata = metadata_filter(args.meta) or None
             ids = list(args.sessions) or [m["session_id"]
                                           for m in reading.all_sessions(sm, metadata=metadata, order="created_asc")]
@@ -364,7 +364,12 @@ def build_parser() -> argparse.ArgumentParser:
 def run(argv: Sequence[str]) -> int:
     parser = build_parser()
     usage.check_subcommand(parser, argv, parser.get_default("subcommands"))
-    args = parser.parse_args(list(argv))
+    args, extra = parser.parse_known_args(list(argv))
+    if extra and args.command == "export" and not any(e.startswith("-") for e in extra):
+        # argparse fills SESSION... before the first option: `export DIR --markdown s_1` left s_1 over.
+        args.sessions = [*args.sessions, *extra]
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     try:
         return _run(args)
     except BrokenPipeError:
