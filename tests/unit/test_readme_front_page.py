@@ -68,6 +68,8 @@ def test_the_wheel_command_builds_the_wheel_its_install_names(tmp_path: Path) ->
     # Prevents: a wheel command a fresh machine cannot run (it was `python -m build`, a package a new
     # user does not have), or one whose `dist/iii_session_manager-*.whl` matches nothing. The install
     # half is .ci/fresh_clone's (it installs a wheel into its venv and smoke-runs it).
+    if not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout (an unpacked sdist): the wheel is built from a clone's tracked files")
     block = next(b for b in ALL if b.page == "README.md" and "pip wheel" in b.body)
     line = next(x for x in block.body.splitlines() if "pip wheel" in x)
     build, install = line.split("#")[0].strip().split(" && ")
@@ -109,6 +111,8 @@ def test_the_set_up_commands_are_the_ones_ci_runs() -> None:
     # fresh-clone lane runs (the decision: the README keeps them).
     block = next(b for b in ALL if b.page == "README.md" and "Set up and test" in README[:README.index(b.body)])
     setup, test = [line for line in block.body.splitlines() if line.strip()]
+    if not (ROOT / ".ci" / "fresh_clone").is_file():
+        pytest.skip("no .ci/ here (an unpacked sdist ships none): nothing to compare the README with")
     script = (ROOT / ".ci" / "fresh_clone").read_text(encoding="utf-8")
     ci_setup = next(line for line in script.splitlines() if line.startswith("python3 -m venv"))
     assert _normalized(setup) == _normalized(ci_setup)
@@ -124,6 +128,7 @@ def standin_dir() -> Path | None:
     return None
 
 
+@pytest.mark.reference  # the stand-in is reference material beside the repository: optional, run by the main lane
 def test_the_standin_command_starts_from_any_directory_with_iii_standin_dir(tmp_path: Path) -> None:
     # Prevents: the README's stand-in command working only beside the original checkout (issue 27).
     found = standin_dir()
