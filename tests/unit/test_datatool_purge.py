@@ -129,4 +129,4 @@ def test_export_meta_exports_one_tenant(tmp_path: Path, capsys: pytest.CaptureFi
     docs = [json.loads(line) for line in out.splitlines()]
     assert sorted(doc["meta"]["session_id"] for doc in docs) == sorted(a)
     code, _, err = run(capsys, "export", d, a[0], "--meta", "owner=A")
-    assert code == 1 and "--meta" in err
+    assert code == 2 and "--meta" in err  # a usage error (issue 27: exit 2)
