@@ -94,6 +94,22 @@ def test_every_block_is_classified() -> None:
     assert any(b.page == "README.md" and kind(b) == "run" for b in ALL)
 
 
+def test_every_fence_is_a_block_this_file_sees() -> None:
+    # Prevents: a block the FENCE pattern does not match (```python3, ```py title="x", ~~~, a fence
+    # indented in a list) left out of the runs without a word, or throwing the pairing of fences off.
+    for page in PAGES:
+        opened = []
+        inside = False
+        for number, line in enumerate(page.read_text(encoding="utf-8").splitlines(), 1):
+            stripped = line.strip()
+            if stripped.startswith(("```", "~~~")):
+                if not inside:
+                    opened.append(number)
+                inside = not inside
+        name = page.relative_to(ROOT).as_posix()
+        assert opened == [b.line for b in ALL if b.page == name], name
+
+
 def _env(tmp: Path) -> dict[str, str]:
     env = dict(os.environ)
     env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
