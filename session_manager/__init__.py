@@ -1,12 +1,20 @@
 """session-manager: a durable, reactive, branching store of typed chat entries.
 
-Embedded use::
+Embedded use, typed (``sm.call(function_id, payload)`` is the same in dicts)::
 
     import session_manager
+    from session_manager.messages import assistant_message, user_message
 
-    with session_manager.open("./data/sessions") as sm:
-        created = sm.call("session::create", {"title": "Weather"})
-        ...
+    with session_manager.open("./data/sessions") as sm:  # or "sqlite:///sm.db", "postgresql://..."
+        sid = sm.create(title="Weather").session_id
+        sm.append(sid, message=user_message("Will it rain in Paris?"))
+        sm.append(sid, message=assistant_message("Light rain tonight."))
+        for item in sm.transcript(sid):  # every message of the active path, all pages
+            print(item.message.role, item.message.text)
+
+Every method: ``help(session_manager.SessionManager)``; building messages:
+``help(session_manager.messages)``; the guides: the repository's ``docs/``
+(``mkdocs serve``) and ``examples/``.
 
 What ``__all__`` lists is the public API; so are the modules
 :mod:`session_manager.errors`, :mod:`~session_manager.clock`,

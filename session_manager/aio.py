@@ -2,16 +2,26 @@
 
 ::
 
+    import asyncio
+
     from session_manager import aio
     from session_manager.messages import user_message
 
-    async with aio.open("./data/sessions") as asm:
-        sid = (await asm.create(title="Weather")).session_id
-        await asm.append(sid, message=user_message("hi"))
-        page = await asm.call("session::messages", {"session_id": sid})
-        async with asm.events("session::on-message-added", filters={...}) as events:
-            async for event in events:
-                ...
+
+    async def main() -> None:
+        async with aio.open("./data/sessions") as asm:
+            sid = (await asm.create(title="Weather")).session_id
+            filters = {"input.session_id": {"$eq": sid}}
+            async with asm.events("session::on-message-added", filters=filters) as events:
+                await asm.append(sid, message=user_message("hi"))
+                async for event in events:  # the bare event, as an in-process observer gets it
+                    print(event["message"]["content"][0]["text"])
+                    break
+            async for item in asm.transcript(sid):  # typed; asm.call(...) is the dict form
+                print(item.message.role, item.message.text)
+
+
+    asyncio.run(main())
 
 Storage work runs on a small thread pool owned by the manager, never on the
 event loop: nothing proportional to a payload runs on the loop (the payload

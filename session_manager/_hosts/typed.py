@@ -210,7 +210,6 @@ class TypedMethods:
 
         Calls ``session::purge``; raises :class:`~session_manager.SessionError`.
         """
-        check_limit(limit, self._list_limit_cap())
         result = self.call(
             "session::purge",
             payload(metadata=metadata, status=status, updated_before=updated_before, dry_run=dry_run, limit=limit),
@@ -330,7 +329,7 @@ class TypedMethods:
 
         Calls ``session::messages``; raises :class:`~session_manager.SessionError`.
         """
-        check_limit(limit, self._list_limit_cap())
+        check_limit(limit, self._list_limit_cap(), "page on with next_cursor, or read everything with sm.transcript()")
         result = self.call(
             "session::messages",
             payload(
@@ -394,7 +393,7 @@ class TypedMethods:
 
         Calls ``session::messages-tail``; raises :class:`~session_manager.SessionError`.
         """
-        check_limit(limit, self._list_limit_cap())
+        check_limit(limit, self._list_limit_cap(), "page back with before_entry_id=oldest_entry_id")
         result = self.call(
             "session::messages-tail",
             payload(
@@ -677,7 +676,6 @@ class AsyncTypedMethods:
 
         Calls ``session::purge``; raises :class:`~session_manager.SessionError`.
         """
-        check_limit(limit, self._list_limit_cap())
         result = await self.call(
             "session::purge",
             payload(metadata=metadata, status=status, updated_before=updated_before, dry_run=dry_run, limit=limit),
@@ -797,7 +795,7 @@ class AsyncTypedMethods:
 
         Calls ``session::messages``; raises :class:`~session_manager.SessionError`.
         """
-        check_limit(limit, self._list_limit_cap())
+        check_limit(limit, self._list_limit_cap(), "page on with next_cursor, or read everything with sm.transcript()")
         result = await self.call(
             "session::messages",
             payload(
@@ -861,7 +859,7 @@ class AsyncTypedMethods:
 
         Calls ``session::messages-tail``; raises :class:`~session_manager.SessionError`.
         """
-        check_limit(limit, self._list_limit_cap())
+        check_limit(limit, self._list_limit_cap(), "page back with before_entry_id=oldest_entry_id")
         result = await self.call(
             "session::messages-tail",
             payload(

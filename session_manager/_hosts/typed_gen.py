@@ -31,6 +31,14 @@ from pydantic import BaseModel
 from .. import types
 from .surface import FUNCTIONS, Function
 
+# Functions whose ``limit`` is not a page clamped to ``max_list_limit`` (purge: its own 1..1000, refused past it).
+OWN_LIMIT = frozenset({"session::purge"})
+# How to read on past a clamped page, where it is not check_limit's default (next_cursor).
+PAGE_ON = {
+    "session::messages": "page on with next_cursor, or read everything with sm.transcript()",
+    "session::messages-tail": "page back with before_entry_id=oldest_entry_id",
+}
+
 # The two mention-provider functions serve the console's @session menu;
 # they stay reachable through call() but get no typed method.
 UNTYPED: frozenset[str] = frozenset({"session::mention::search", "session::mention::get"})
@@ -108,8 +116,9 @@ def _method(function: Function, *, is_async: bool) -> list[str]:
         if len(body[2]) > 120:
             body[2:3] = ["            payload(", *[f"                {n}={_argument(function, n)}," for n in fields],
                          "            ),"]
-    if "limit" in fields:
-        body.insert(0, "        check_limit(limit, self._list_limit_cap())")
+    if "limit" in fields and function.id not in OWN_LIMIT:
+        more = PAGE_ON.get(function.id)
+        body.insert(0, "        check_limit(limit, self._list_limit_cap()" + (f", \"{more}\")" if more else ")"))
     body.append(f"        return {convert}({function.response.__name__}, result)")
     return [*signature, *_docstring(function, "        "), *body]
 

@@ -81,9 +81,9 @@ def as_content(content: str | Sequence[Content]) -> list[ContentBlock]:
     raise invalid_request(f"content: expected a string or a list of content blocks, got {type(content).__name__}")
 
 
-def check_limit(limit: int | None, cap: int | None) -> None:
-    """Warn when ``limit`` asks for more than a page can hold (the call clamps it to ``cap``)."""
+def check_limit(limit: int | None, cap: int | None, more: str = "page on with next_cursor") -> None:
+    """Warn when ``limit`` asks for more than a page can hold (the call clamps it to ``cap``);
+    ``more``: how to read past the page."""
     if limit is not None and cap is not None and type(limit) is int and limit > cap:
-        warnings.warn(f"limit={limit} is above max_list_limit ({cap}): the page holds at most {cap}; "
-                      "page on with next_cursor, or read everything with sm.transcript()",
+        warnings.warn(f"limit={limit} is above max_list_limit ({cap}): the page holds at most {cap}; {more}",
                       LimitWarning, stacklevel=3)

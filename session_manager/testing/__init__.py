@@ -7,16 +7,25 @@
   configuration worker. :func:`serve` puts session-manager on it, so an
   application's own observers and callers can be tested against it::
 
+      import tempfile
+      from pathlib import Path
+      from typing import Any
+
       from session_manager.testing import FakeEngine, ManualClock, SequentialIds, serve
 
-      engine = FakeEngine()
-      host = serve(engine, tmp_path / "data", ids=SequentialIds(), clock=ManualClock())
-      caller = engine.connection("app")
-      caller.register_function("app::on-message", seen.append)
-      caller.observe({"function_id": "session::on-message-added", "deliver": "input"}, "app::on-message").ready(1)
-      sid = caller.trigger({"function_id": "session::create", "payload": {}})["session_id"]
-      ...
-      host.flush(); host.close()
+      seen: list[Any] = []
+      with tempfile.TemporaryDirectory() as tmp:
+          engine = FakeEngine()
+          host = serve(engine, Path(tmp) / "data", ids=SequentialIds(), clock=ManualClock())
+          caller = engine.connection("app")
+          caller.register_function("app::on-message", seen.append)
+          caller.observe({"function_id": "session::on-message-added", "deliver": "input"}, "app::on-message").ready(1)
+          sid = caller.trigger({"function_id": "session::create", "payload": {}})["session_id"]
+          caller.trigger({"function_id": "session::append", "payload": {"session_id": sid, "message": {
+              "role": "user", "content": [{"type": "text", "text": "hi"}], "timestamp": 0}}})
+          host.flush()
+          host.close()
+      assert [event["session_id"] for event in seen] == [sid] == ["s_001"]
 
 * :class:`~session_manager.ids.SequentialIds` and
   :class:`~session_manager.clock.ManualClock` — deterministic ids
@@ -27,11 +36,18 @@
   of :class:`~session_manager.store.SessionStore` passes; a third-party
   adapter runs it by subclassing it (:mod:`session_manager.testing.contract`)::
 
+      from collections.abc import Iterator
+      from pathlib import Path
+
+      from session_manager.store import MemoryStore, SessionStore
       from session_manager.testing import StoreContract
 
-      class TestMyStore(StoreContract):
-          def open_store(self, tmp_path):
-              yield MyStore(tmp_path / "data")
+
+      class TestMyStore(StoreContract):  # pytest collects every contract test over this store
+          def open_store(self, tmp_path: Path) -> Iterator[SessionStore]:
+              store = MemoryStore()  # your adapter, opened on tmp_path
+              yield store
+              store.close()
 """
 
 from __future__ import annotations

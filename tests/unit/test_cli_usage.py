@@ -57,6 +57,16 @@ def data_dir(tmp_path: Path) -> Path:
     (["import", "ws://127.0.0.1:9", "FILE"], "import takes a directory or a postgresql:// URI or a sqlite:/// URI, "
                                               "not a ws://"),
     (["call", "ws://127.0.0.1:9", "session::delete", "{}"], "session::delete writes"),
+    # Its --help offered a ws:// URL, then a purge over one exited 1 after trying to connect.
+    (["purge", "ws://127.0.0.1:9", "--idle-days", "3"], "purge deletes; a ws:// engine URL is opened read-only"),
+    # A sqlite URI with two slashes (a common slip) ended in a ValueError traceback, exit 1.
+    (["ls", "sqlite://x.db"], "expected sqlite:///relative/path.db"),
+    # An option the target cannot take: --repair over a database exited 1, like a failed check.
+    (["fsck", "sqlite:///x.db", "--repair"], "a sqlite database has none"),
+    # Exited 1 as a failed export (session/invalid_request), after opening the store.
+    (["export", "DIR", "s_001", "--meta", "user=u_1"], "--meta selects the sessions to export: name no SESSION"),
+    (["fsck", "sqlite://x.db"], "expected sqlite:///relative/path.db"),
+    (["import", "sqlite://x.db?mode=ro", "FILE"], "expected sqlite:///relative/path.db"),
 ])
 def test_usage_errors_exit_2_with_one_line_and_touch_nothing(
         data_dir: Path, capsys: pytest.CaptureFixture[str], args: list[str], named: str) -> None:
@@ -113,6 +123,8 @@ def test_each_help_names_exactly_the_targets_its_command_takes(command: str,
         except usage.UsageError:
             accepted = False
         assert (target in help_text) == accepted, (command, kind)
+    if command == "purge":  # takes an engine URL to list what would go, never to delete
+        assert "a ws:// URL with --dry-run only" in help_text
 
 
 def _minimal(command: str) -> list[str]:
@@ -139,3 +151,38 @@ def test_ls_counts_the_active_path_and_shows_forked_from(data_dir: Path, capsys:
     assert code == 0 and rows[0][5:8] == ["FORKED", "FROM", "TITLE"]
     assert [(r[0], r[2], r[5]) for r in rows[1:]] == [("s_001", "2", "-"), ("s_002", "1", "-"),
                                                       ("s_003", "1", "s_001")]
+
+
+def test_an_unreachable_engine_is_one_error_line(tmp_path: Path) -> None:
+    # Prevents: the iii SDK's "Connection failed: ..." warning once per retry (three lines) before the
+    # command's own error, where the worker has them at DEBUG while its engine is down.
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as s:  # a loopback port nothing listens on once closed
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    done = subprocess.run([sys.executable, "-m", "session_manager", "data", "ls", f"ws://127.0.0.1:{port}"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1 and done.stdout == ""
+    assert done.stderr.splitlines() == [
+        f"session-manager data ls: error: session/storage: the main engine at ws://127.0.0.1:{port} is unreachable"]
+
+
+def test_export_takes_its_sessions_after_its_options_too(data_dir: Path, tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    # Prevents: `export DIR --markdown s_001` (or `-o FILE s_001 s_002`) refused as "unrecognized
+    # arguments" because argparse fills SESSION... before the first option, and a usage error found
+    # after `-o FILE` was created.
+    code, out, err = run(capsys, "export", data_dir, "--markdown", "s_002")
+    assert code == 0 and err == "" and out.startswith("# ")
+    target = tmp_path / "two.jsonl"
+    code, _, err = run(capsys, "export", data_dir, "-o", target, "s_001", "s_002")
+    assert code == 0, err
+    assert [json.loads(line)["meta"]["session_id"] for line in target.read_text().splitlines()] == ["s_001", "s_002"]
+    refused = tmp_path / "refused.jsonl"
+    code, _, err = run(capsys, "export", data_dir, "s_001", "--meta", "user=u_1", "-o", refused)
+    assert code == 2 and not refused.exists()
+    code, _, err = run(capsys, "export", data_dir, "s_001", "--bogus")
+    assert code == 2 and "unrecognized arguments: --bogus" in err

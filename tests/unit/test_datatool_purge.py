@@ -69,15 +69,15 @@ def test_purge_idle_days_with_status_and_dry_run(tmp_path: Path, capsys: pytest.
     recent = _fill(d, "B", 1, old=False, status="done")
     code, out, _ = run(capsys, "purge", d, "--idle-days", "30", "--status", "done", "--dry-run")
     lines = out.splitlines()  # oldest first; these two share their creation ms, so either order
-    assert code == 0 and lines[0] == "would purge 2 session(s)" and sorted(lines[1:]) == sorted(old_done)
+    assert code == 0 and lines[0] == "would purge 2 sessions" and sorted(lines[1:]) == sorted(old_done)
     assert _left(d) == {*old_done, *old_idle, *recent}
     code, out, _ = run(capsys, "purge", d, "--idle-days", "30", "--status", "done")
-    assert code == 0 and out.strip() == "purged 2 session(s)"
+    assert code == 0 and out.strip() == "purged 2 sessions"
     assert _left(d) == {*old_idle, *recent}
     code, out, _ = run(capsys, "purge", d, "--idle-days", "30", "--meta", "owner=B")
-    assert code == 0 and out.strip() == "purged 0 session(s)"  # B's session is recent
+    assert code == 0 and out.strip() == "purged 0 sessions"  # B's session is recent
     code, out, _ = run(capsys, "purge", d, "--idle-days", "30")
-    assert code == 0 and out.strip() == "purged 1 session(s)" and _left(d) == set(recent)
+    assert code == 0 and out.strip() == "purged 1 session" and _left(d) == set(recent)
 
 
 @pytest.mark.parametrize("args", [[], ["--status", "done"], ["--idle-days", "0"], ["--idle-days", "x"],
@@ -109,7 +109,7 @@ def test_purge_draws_a_progress_bar_on_a_terminal_and_erases(tmp_path: Path, cap
     ids = _fill(d, "A", 120, old=True, text=marker)
     monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
     code, out, err = run(capsys, "purge", d, "--meta", "owner=A")
-    assert code == 0 and out.strip() == "purged 120 session(s)"
+    assert code == 0 and out.strip() == "purged 120 sessions"
     assert "purge:" in err and "/120 [" in err  # tqdm draws the bar, with the total counted before deleting
     assert _left(d) == set()
     for root, _dirs, files in os.walk(d):
@@ -129,4 +129,4 @@ def test_export_meta_exports_one_tenant(tmp_path: Path, capsys: pytest.CaptureFi
     docs = [json.loads(line) for line in out.splitlines()]
     assert sorted(doc["meta"]["session_id"] for doc in docs) == sorted(a)
     code, _, err = run(capsys, "export", d, a[0], "--meta", "owner=A")
-    assert code == 1 and "--meta" in err
+    assert code == 2 and "--meta" in err  # a usage error (issue 27: exit 2)

@@ -8,6 +8,10 @@ A block's kind is its fence language plus an optional marker on the line just be
   registered on it (skips without one, saying why);
 - ``bash`` with ``<!-- test: shell -->``: run by bash in an empty temp dir, the venv's scripts first
   on ``PATH``;
+- ``bash`` with ``<!-- test: parse -->``: a reference list of ``session-manager`` command lines (over
+  placeholder ids, or servers and engines): each line is parsed by the command's own parser and its
+  DATA_DIR checked against what the subcommand takes, nothing is run (``[optional]`` parts are
+  included, ``s_…`` stands for an id);
 - ``yaml`` with ``<!-- test: config -->``: a worker configuration value, parsed by the worker's own
   model; any other ``yaml`` block must at least load;
 - ``<!-- test: skip: REASON -->``: not run, and the reason is required (a block that installs a
@@ -24,6 +28,7 @@ import os
 import re
 import subprocess
 import sys
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -73,7 +78,7 @@ def kind(block: Block) -> str:
     if block.lang == "python":
         return {"": "run", "postgres": "postgres", "engine": "engine"}.get(block.mark, "unknown")
     if block.lang == "bash":
-        return "shell" if block.mark == "shell" else "unknown"
+        return {"shell": "shell", "parse": "parse"}.get(block.mark, "unknown")
     if block.lang == "yaml":
         return {"": "yaml", "config": "config"}.get(block.mark, "unknown")
     return "unknown"
@@ -87,6 +92,22 @@ def test_every_block_is_classified() -> None:
     assert all(len(b.mark) > len("skip: ") + 10 for b in ALL if kind(b) == "skip")
     # The README's quickstart is among the blocks run.
     assert any(b.page == "README.md" and kind(b) == "run" for b in ALL)
+
+
+def test_every_fence_is_a_block_this_file_sees() -> None:
+    # Prevents: a block the FENCE pattern does not match (```python3, ```py title="x", ~~~, a fence
+    # indented in a list) left out of the runs without a word, or throwing the pairing of fences off.
+    for page in PAGES:
+        opened = []
+        inside = False
+        for number, line in enumerate(page.read_text(encoding="utf-8").splitlines(), 1):
+            stripped = line.strip()
+            if stripped.startswith(("```", "~~~")):
+                if not inside:
+                    opened.append(number)
+                inside = not inside
+        name = page.relative_to(ROOT).as_posix()
+        assert opened == [b.line for b in ALL if b.page == name], name
 
 
 def _env(tmp: Path) -> dict[str, str]:
@@ -113,6 +134,48 @@ def test_block_runs(block: Block, tmp_path: Path) -> None:
     script = tmp_path / ("block.py" if block.lang == "python" else "block.sh")
     script.write_text(block.body, encoding="utf-8")
     _run([sys.executable, str(script)] if block.lang == "python" else ["bash", str(script)], block, tmp_path)
+
+
+def command_lines(block: Block) -> list[list[str]]:
+    """The block's command lines as argv lists (comments, redirections and ``&`` dropped, ``[...]``
+    unbracketed, ``…`` placeholders filled)."""
+    import shlex
+
+    lines = []
+    for raw in block.body.splitlines():
+        line = re.sub(r"\s#\s.*$", "", raw).strip()
+        if not line:
+            continue
+        line = re.sub(r"\[([^\]]*)\]…?", r"\1", line).replace("s_…", "s_0").replace("…", "x")
+        argv = shlex.split(line)
+        for stop in (">", "|", "&"):
+            if stop in argv:
+                argv = argv[:argv.index(stop)]
+        lines.append(argv)
+    return lines
+
+
+@pytest.mark.parametrize("block", _params("parse"))
+def test_command_lines_parse(block: Block) -> None:
+    # Prevents: a reference list of commands (not runnable as written: placeholder ids, servers) naming
+    # a flag, a subcommand or a target the command no longer takes.
+    from session_manager._cli.data import usage
+    from session_manager._cli.data.commands import build_parser
+    from session_manager._worker.main import parse_args
+
+    for argv in command_lines(block):
+        assert argv[0] == "session-manager", f"{block.id}: not a session-manager command: {argv}"
+        try:
+            if argv[1:2] == ["data"]:
+                args = build_parser().parse_args(argv[2:])
+                if getattr(args, "accepts", None) is not None:
+                    usage.check_target(args.command, args.data_dir, args.accepts)
+            else:
+                parse_args(argv[1:])
+        except SystemExit as e:  # argparse: --version and --help exit 0, a bad line exits 2
+            assert e.code == 0, f"{block.id}: {' '.join(argv)} is refused by its parser"
+        except usage.UsageError as e:
+            raise AssertionError(f"{block.id}: {' '.join(argv)}: {e}") from None
 
 
 @pytest.mark.parametrize("block", _params("config", "yaml"))
@@ -154,3 +217,65 @@ def test_engine_block_runs(block: Block, tmp_path: Path) -> None:
         test_block_runs(block, tmp_path)
     finally:
         bus.close()
+
+
+# -- the API reference: the code blocks of the docstrings docs/reference.md renders ------------------------
+
+REFERENCE_MODULES = re.findall(r"^::: ([\w.]+)", (ROOT / "docs" / "reference.md").read_text(encoding="utf-8"), re.M)
+LITERAL = re.compile(r"::\n\n((?:[ \t]+\S.*\n|[ \t]*\n)+)")
+# Literal blocks that are diagrams, not code: the owner's name -> how the block starts.
+DIAGRAMS = {"session_manager.errors": "Exception\n"}
+
+
+def _own_docstrings(module_name: str) -> list[tuple[str, str]]:
+    """The module's docstring and those its public classes, functions and methods define themselves
+    (an inherited one, such as typing.Protocol's, is not this package's)."""
+    import importlib
+    import inspect
+
+    module = importlib.import_module(module_name)
+    found = [(module_name, module.__doc__ or "")]
+    for name in getattr(module, "__all__", [n for n in dir(module) if not n.startswith("_")]):
+        obj = getattr(module, name, None)
+        if not (inspect.isclass(obj) or inspect.isfunction(obj)) or not obj.__module__.startswith("session_manager"):
+            continue
+        found.append((f"{module_name}.{name}", obj.__doc__ or ""))
+        for attr, value in list(vars(obj).items()) if inspect.isclass(obj) else []:
+            doc = getattr(getattr(value, "__func__", value), "__doc__", None)
+            if not attr.startswith("_") and isinstance(doc, str) and doc is not type(value).__doc__:
+                found.append((f"{module_name}.{name}.{attr}", doc))
+    return found
+
+
+def docstring_blocks() -> list[Block]:
+    import inspect
+
+    found = []
+    for module_name in REFERENCE_MODULES:
+        for owner, doc in _own_docstrings(module_name):
+            text = inspect.cleandoc(doc) + "\n"
+            for m in LITERAL.finditer(text):
+                body = textwrap.dedent(m.group(1)).strip("\n") + "\n"
+                found.append(Block(owner, text.count("\n", 0, m.start(1)) + 1, "python", "", body))
+    return found
+
+
+DOCSTRING_BLOCKS = docstring_blocks()
+
+
+def test_the_reference_has_docstring_blocks_and_each_is_code_or_a_known_diagram() -> None:
+    # Prevents: a code example in a docstring the API reference renders that no test runs.
+    owners = {b.page for b in DOCSTRING_BLOCKS}
+    assert {"session_manager", "session_manager.aio", "session_manager.messages", "session_manager.testing"} <= owners
+    for block in DOCSTRING_BLOCKS:
+        if block.page in DIAGRAMS:
+            assert block.body.startswith(DIAGRAMS[block.page]), block.id
+        else:
+            assert block.body.startswith(("import ", "from ")), f"{block.id}: neither code nor a known diagram"
+
+
+@pytest.mark.parametrize("block", [pytest.param(b, id=b.id) for b in DOCSTRING_BLOCKS if b.page not in DIAGRAMS])
+def test_docstring_block_runs(block: Block, tmp_path: Path) -> None:
+    # Prevents: help() and the API reference showing an example that does not run as written (the aio
+    # module's had a top-level `async with` and `filters={...}`; the testing module's used undefined names).
+    test_block_runs(block, tmp_path)

@@ -235,3 +235,27 @@ def test_iii_client_calls_and_observes_over_the_engine(tmp_path: Path) -> None:
         assert "'session_id'" in out.split("bare event keys:")[1]
     finally:
         bus.close()
+
+
+@pytest.mark.engine
+def test_iii_client_on_a_bare_engine_says_so_or_starts_its_own_worker_and_stops_it(tmp_path: Path) -> None:
+    # Prevents: the example failing on an engine with no session-manager attached (an observer
+    # "still pending after 10s" for a user who started only the stand-in, as the README says), a
+    # worker started (and writing sessions) without being asked, and the worker it starts outliving
+    # it (its functions left registered on the engine).
+    from tests.steps.engine_steps import Bus, engine_url, session_functions, wait_for
+
+    bus = Bus(engine_url(), tmp_path)
+    try:
+        bus.connect()  # skips, saying why, without an engine or beside another session-manager
+        # Without --start-worker it says what is missing (exit 1, one line), and starts nothing.
+        done = subprocess.run([sys.executable, str(EXAMPLES / "iii_client.py")], cwd=tmp_path, capture_output=True,
+                              text=True, timeout=TIMEOUT_S, env={**os.environ, "III_ENGINE_WS_URL": engine_url()})
+        assert done.returncode == 1 and done.stderr.strip().startswith("no session-manager worker is attached"), done
+        assert not session_functions(bus.caller)
+        out = run_example("iii_client.py", "--start-worker", cwd=tmp_path, env={"III_ENGINE_WS_URL": engine_url()})
+        assert out.splitlines()[0] == "started a session-manager worker on the engine", out
+        assert "messages: ['hello over the engine']" in out
+        wait_for(lambda: not session_functions(bus.caller), what="the example's worker withdrawn")
+    finally:
+        bus.close()

@@ -66,13 +66,16 @@ def test_a_limit_above_the_cap_warns_in_the_typed_api_only(tmp_path: Path) -> No
         assert caught[0].filename == __file__  # points at the caller's line
         with pytest.warns(LimitWarning):
             sm.list(limit=CAP + 1)
-        with pytest.warns(LimitWarning):
+        with pytest.warns(LimitWarning, match="page back with before_entry_id"):
             sm.messages_tail(sid, limit=CAP + 1)
         with pytest.warns(LimitWarning):
             assert len(list(sm.transcript(sid, page_size=100))) == 10
         with warnings.catch_warnings():
             warnings.simplefilter("error")
             assert len(sm.messages(sid, limit=CAP).messages) == CAP
+            # purge's limit is its own (1..1000, refused past it), never clamped to the page cap: a
+            # warning there was false (it warned at limit=CAP + 1 and then purged that many).
+            assert sm.purge(metadata={"none": 1}, limit=CAP + 1, dry_run=True).session_ids == []
             assert len(sm.call("session::messages", {"session_id": sid, "limit": 1000})["messages"]) == CAP
 
         async def main() -> None:

@@ -99,3 +99,28 @@ def test_typed_methods_and_helpers_are_visible_to_mypy_strict_from_outside_the_r
         'FunctionResultBlock]"  [arg-type]',
         '40: note: Revealed type is "str"',
     ], out
+
+
+TYPED_PAGES = ("README.md", "docs/getting-started.md", "docs/concepts.md", "docs/embedded-api.md", "docs/helpers.md")
+
+
+def test_the_typed_pages_code_passes_mypy_strict(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Prevents: the pages a new user copies from first (the README's quickstart, getting started, concepts,
+    # the embedded API, the helpers) teaching reads a `mypy --strict` project refuses (issue 27: the
+    # getting-started loop read `item.message.role` off a page whose `message` may be None).
+    from tests.unit.test_docs_blocks import ALL
+
+    files = []
+    for block in ALL:
+        if block.page in TYPED_PAGES and block.lang == "python":
+            name = "block_" + "".join(c if c.isalnum() else "_" for c in block.id) + ".py"
+            (tmp_path / name).write_text(block.body, encoding="utf-8")
+            files.append(name)
+    assert len(files) >= 10, files
+    monkeypatch.delenv("MYPYPATH", raising=False)
+    monkeypatch.chdir(tmp_path)
+    config = tmp_path / "mypy.ini"
+    config.write_text("[mypy]\n", encoding="utf-8")
+    out, err, status = mypy_api.run(["--strict", "--no-incremental", "--cache-dir", os.devnull,
+                                     "--config-file", str(config), *files])
+    assert status == 0 and err == "", out + err

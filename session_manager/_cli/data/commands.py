@@ -77,14 +77,14 @@ def cmd_export(args: argparse.Namespace) -> Outcome:
         raise UsageError("--meta selects sessions to export as JSON Lines, not one document")
     if args.all_branches is False and not (args.markdown or args.html):
         raise UsageError("--active-path: a JSON Lines export carries every branch (use --markdown or --html)")
+    if args.meta and args.sessions:  # before the output file is opened: a usage error touches nothing
+        raise UsageError("--meta selects the sessions to export: name no SESSION with it")
     with open_for(args.data_dir, writable=False) as sm, _export_target(args.output) as out:
         if args.markdown or args.html:
             every = args.html if args.all_branches is None else args.all_branches
             out.write(_one_document(sm, args.sessions[0], html=args.html, all_branches=every))
             count = 1
         else:
-            if args.meta and args.sessions:
-                raise invalid_request("--meta selects the sessions to export: name no SESSION with it")
             metadata = metadata_filter(args.meta) or None
             ids = list(args.sessions) or [m["session_id"]
                                           for m in reading.all_sessions(sm, metadata=metadata, order="created_asc")]
@@ -165,8 +165,8 @@ def cmd_import(args: argparse.Namespace) -> Outcome:
     text = (f"imported {render.plural(loaded.sessions, 'session')}, "
             f"{render.plural(loaded.entries, 'entry', 'entries')}, {render.plural(loaded.attachments, 'attachment')}")
     if loaded.attachments_without_bytes:
-        text += (f"; {loaded.attachments_without_bytes} attachment(s) had no bytes in the file and were left out "
-                 "(export with --attachments)")
+        left_out = render.plural(loaded.attachments_without_bytes, "attachment")
+        text += f"; {left_out} had no bytes in the file and were left out (export with --attachments)"
     return Outcome(data, text)
 
 
@@ -204,7 +204,7 @@ def cmd_fsck(args: argparse.Namespace) -> Outcome:
 
 def _fsck_database(args: argparse.Namespace) -> Outcome:
     if args.repair:
-        raise DataDirError("fsck --repair cuts torn tails of fs logs; a database has none")
+        raise UsageError("fsck --repair cuts torn tails of fs logs; a sqlite database has none")
     if not str(args.data_dir).startswith("sqlite://"):
         raise DataDirError("fsck checks an fs data_dir or a sqlite:/// database; postgres checks itself")
     with open_for(args.data_dir, writable=False) as sm:
@@ -305,11 +305,11 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="SUBCOMMAND", parser_class=OneLineParser)
 
     def command(name: str, handler: Handler, help_text: str, *, data_dir: bool = True,
-                accepts: frozenset[str] = EVERY_TARGET) -> argparse.ArgumentParser:
+                accepts: frozenset[str] = EVERY_TARGET, engine: str | None = None) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_text, description=help_text)
         if data_dir:
             # The help names exactly the targets the command takes; _run refuses the others (exit 2).
-            p.add_argument("data_dir", metavar="DATA_DIR", help=usage.target_help(accepts))
+            p.add_argument("data_dir", metavar="DATA_DIR", help=usage.target_help(accepts, engine))
         p.add_argument("--json", action="store_true", help="print JSON for scripts instead of text")
         p.set_defaults(handler=handler, accepts=accepts if data_dir else None)
         return p
@@ -341,7 +341,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--meta", action="append", default=[], metavar="KEY=VALUE",
                    help="only sessions whose metadata has KEY equal to VALUE (one tenant); repeatable")
 
-    p = command("purge", purging.cmd_purge, "delete whole sessions by age (--idle-days) and/or tenant (--meta)")
+    p = command("purge", purging.cmd_purge, "delete whole sessions by age (--idle-days) and/or tenant (--meta)",
+                engine="a ws:// URL with --dry-run only (a main worker's sessions over its engine, read-only)")
     purging.add_arguments(p)
 
     p = command("serve", serving.cmd_serve, "a live web viewer of the sessions (read-only; Ctrl-C stops it)")
@@ -354,7 +355,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("fsck", cmd_fsck, "check every log and attachment of an fs data_dir, or a sqlite:/// database's "
                                   "integrity and chains (postgres checks itself); exit 1 when not healthy",
                 accepts=frozenset({DIR, SQLITE}))
-    p.add_argument("--repair", action="store_true", help="cut torn tails (needs the data_dir to itself)")
+    p.add_argument("--repair", action="store_true",
+                   help="cut torn tails of an fs data_dir's logs (needs the data_dir to itself; "
+                        "a sqlite database has none)")
 
     command("compact", cmd_compact, "rewrite every log of an fs data_dir as its live state (needs the data_dir to "
                                     "itself; other adapters need no compaction)", accepts=frozenset({DIR}))
@@ -372,7 +375,12 @@ def build_parser() -> argparse.ArgumentParser:
 def run(argv: Sequence[str]) -> int:
     parser = build_parser()
     usage.check_subcommand(parser, argv, parser.get_default("subcommands"))
-    args = parser.parse_args(list(argv))
+    args, extra = parser.parse_known_args(list(argv))
+    if extra and args.command == "export" and not any(e.startswith("-") for e in extra):
+        # argparse fills SESSION... before the first option: `export DIR --markdown s_1` left s_1 over.
+        args.sessions = [*args.sessions, *extra]
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     try:
         return _run(args)
     except BrokenPipeError:

@@ -13,7 +13,10 @@ several), so ``export`` and ``import`` move sessions between adapters; a
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 from ..._hosts.embedded import SessionManager
@@ -30,7 +33,9 @@ def open_for(data_dir: str | os.PathLike[str], writable: bool) -> SessionManager
             raise DataDirError("an engine URL (ws://…) is opened read-only: this command writes")
         from ..._worker.engine_view import open_engine
 
-        return open_store(store=open_engine(os.fspath(data_dir)), read_only=True)
+        with _connect_quietly():
+            view = open_engine(os.fspath(data_dir))
+        return open_store(store=view, read_only=True)
     if is_uri(data_dir):
         uri = os.fspath(data_dir)
         if uri.startswith(SCHEME) and not writable and not os.path.isfile(path_of(uri)):
@@ -40,6 +45,24 @@ def open_for(data_dir: str | os.PathLike[str], writable: bool) -> SessionManager
     if not writable and not path.is_dir():
         raise DataDirError(f"data_dir {os.fspath(data_dir)} does not exist or is not a directory")
     return open_store(path, read_only=not writable)
+
+
+@contextlib.contextmanager
+def _connect_quietly() -> Iterator[None]:
+    """While connecting to an engine, the SDK's per-retry warnings ("Connection failed: …", three before
+    it gives up) are DEBUG, as the worker has them while its engine is down: an unreachable engine is
+    the command's one error line, not four."""
+    from ..._worker.main import RETRYING_LOGGERS, QuietWhileDown
+
+    quiet = QuietWhileDown(lambda: False)
+    loggers = [logging.getLogger(name) for name in RETRYING_LOGGERS]
+    for logger in loggers:
+        logger.addFilter(quiet)
+    try:
+        yield
+    finally:
+        for logger in loggers:
+            logger.removeFilter(quiet)
 
 
 def is_uri(data_dir: str | os.PathLike[str]) -> bool:

@@ -17,10 +17,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from ..._browse import render
 from ..._browse.filters import metadata_filter
 from ..._wire.models import STATUSES
-from ...errors import DataDirError
-from .opening import is_uri, open_for
+from ...errors import DataDirError, UsageError
+from .opening import is_engine, is_uri, open_for
 from .outcome import Outcome
 from .progress import progress
 
@@ -53,6 +54,9 @@ def cmd_purge(args: argparse.Namespace) -> Any:
 
     if args.idle_days is None and not args.meta:
         args.parser.error("--meta KEY=VALUE is required without --idle-days (a purge names a tenant or an age)")
+    if is_engine(args.data_dir) and not args.dry_run:
+        # A usage error (exit 2), said before connecting: the engine URL is only ever opened read-only.
+        raise UsageError("purge deletes; a ws:// engine URL is opened read-only (--dry-run lists what would go)")
     metadata = metadata_filter(args.meta) or None
     statuses = (args.status,) if args.status is not None else None
     if not is_uri(args.data_dir) and not Path(args.data_dir).is_dir():
@@ -67,7 +71,7 @@ def cmd_purge(args: argparse.Namespace) -> Any:
             selection = Selection(metadata, statuses, None)
         found = [m["session_id"] for m in service.select(selection, sys.maxsize)]
         if args.dry_run:
-            lines = [f"would purge {len(found)} session(s)", *found]
+            lines = [f"would purge {render.plural(len(found), 'session')}", *found]
             return Outcome({"session_ids": found, "dry_run": True}, "\n".join(lines))
 
         def deletions() -> Iterator[str]:
@@ -78,4 +82,4 @@ def cmd_purge(args: argparse.Namespace) -> Any:
                     return
 
         deleted = list(progress(deletions(), len(found), "purge"))
-    return Outcome({"session_ids": deleted, "dry_run": False}, f"purged {len(deleted)} session(s)")
+    return Outcome({"session_ids": deleted, "dry_run": False}, f"purged {render.plural(len(deleted), 'session')}")

@@ -16,8 +16,8 @@ def cmd_serve(args: argparse.Namespace) -> Outcome:
         from ...viewer import serve
         from ...viewer.guard import check_bind, is_loopback
     except ImportError as e:  # starlette / uvicorn: the optional extra
-        raise DataDirError(f"data serve needs the viewer extra (pip install 'iii-session-manager[viewer]'): {e}") \
-            from None
+        raise DataDirError("data serve needs the viewer extra (Starlette and uvicorn: pip install '.[viewer]' in "
+                           f"a clone): {e}") from None
     token = args.token
     if token is None and not is_loopback(args.host):
         token = secrets.token_urlsafe(24)  # generated and printed, as Jupyter does

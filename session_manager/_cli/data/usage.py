@@ -14,6 +14,7 @@ from ..._hosts.surface import Function
 from ..._hosts.surface import function as lookup
 from ...errors import SessionError
 from ...errors import UsageError as UsageError  # (re-exported: the old import path keeps working)
+from ...store.sqlite.settings import path_of
 from .opening import is_engine, is_uri
 
 DIR, POSTGRES, SQLITE, ENGINE = "dir", "postgres", "sqlite", "engine"
@@ -29,9 +30,10 @@ _TARGET_NAME = {DIR: "a directory", POSTGRES: "a postgresql:// URI", SQLITE: "a 
                 ENGINE: "a ws:// engine URL"}
 
 
-def target_help(accepts: Collection[str]) -> str:
-    """The DATA_DIR help of a subcommand taking ``accepts``."""
-    parts = [_TARGET_HELP[k] for k in KINDS if k in accepts]
+def target_help(accepts: Collection[str], engine: str | None = None) -> str:
+    """The DATA_DIR help of a subcommand taking ``accepts`` (``engine``: its own words for a ws:// URL,
+    where it takes one only with a flag)."""
+    parts = [engine if k == ENGINE and engine else _TARGET_HELP[k] for k in KINDS if k in accepts]
     return parts[0] if len(parts) == 1 else parts[0] + ", or " + ", or ".join(parts[1:])
 
 
@@ -49,6 +51,11 @@ def check_target(command: str, data_dir: str | os.PathLike[str], accepts: Collec
         if accepts == {DIR}:
             takes += " (an fs data_dir)"
         raise UsageError(f"{command} takes {takes}, not {_TARGET_NAME[kind]}")
+    if kind == SQLITE:
+        try:  # a malformed one (two slashes, a query) is the user's typo: one line, not a traceback
+            path_of(os.fspath(data_dir))
+        except ValueError as e:
+            raise UsageError(str(e)) from None
 
 
 def function(function_id: str) -> Function:
