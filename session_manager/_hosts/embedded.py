@@ -132,16 +132,37 @@ class SessionManager(Helpers):
         finally:
             gate.leave()
 
-    def _call(self, function_id: str, payload: Any) -> Any:
+    def _call(self, function_id: str, payload: Any, owned: bool = False) -> Any:
         function = lookup(function_id)  # an unknown id (or None): session/invalid_request naming it
         if function.handler is None:  # an event function's row (the table serves none): not callable
             raise unknown_function(function_id)
         if function.mutates and self._read_only:
             raise SessionError(STORAGE, f"{function_id}: this session store is open read-only")
-        # A private copy: what is stored must not change when the caller
-        # later changes the dicts it passed in; the answer is a copy too.
-        return serve(function, self.service, payload, self._deliver, private_copy=True, answer=copy_json,
-                     wraps_calls=self._wraps_calls)
+        # A private copy (unless the payload is handed over: _call_owned): what is stored must
+        # not change when the caller later changes the dicts it passed in; the answer is a copy too.
+        return serve(function, self.service, payload, self._deliver, private_copy=not owned, owned=owned,
+                     answer=copy_json, wraps_calls=self._wraps_calls)
+
+    def _call_owned(self, function_id: str, payload: dict[str, Any]) -> Any:
+        """:meth:`call` for a payload this package's own code built and hands over
+        (the adapters' hot writes: a LangGraph checkpoint's entry), stored as it is,
+        without the private copy :meth:`call` makes.
+
+        The builder's promise, which nothing here re-checks: ``payload`` holds
+        exact JSON types only (``dict`` with ``str`` keys, ``list``, ``str``, ``int``,
+        finite ``float``, ``bool``, ``None``), nests at most
+        :data:`~session_manager._service.admission.MAX_DEPTH` deep, is newly
+        built, and the builder neither keeps nor shares any part of it it will
+        change (the store keeps these very objects). Everything else is checked as
+        for any call: the size limits, unsurrogated text and 64-bit integers
+        (admission), the top-level keys, the request model; the same events."""
+        gate = self._gate
+        if not gate.enter():
+            raise RuntimeError("this session manager is closed")
+        try:
+            return self._call(function_id, payload, owned=True)
+        finally:
+            gate.leave()
 
     def _deliver(self, events: list[Event]) -> None:
         """A call's events to the observers. User code runs only in observers: a close()

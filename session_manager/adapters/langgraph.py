@@ -62,6 +62,7 @@ from ._checkpoints import (
     new_writes,
     pack,
     pack_values,
+    text,
     unpack,
 )
 from ._settle import settled
@@ -129,16 +130,18 @@ class SessionManagerSaver(BaseCheckpointSaver[str]):
             self._indexes.pop(thread_id, None)
 
     def _append(self, thread_id: str, index: ThreadIndex, custom_type: str, data: Any, parent: str | None,
-                entry_id: str | None = None) -> str:
+                entry_id: str | None = None, *, owned: bool = False) -> str:
         """Append one custom entry and take it into ``index`` (whose token follows the new leaf)."""
-        written = self._write(thread_id, index, custom_type, data, parent, entry_id)
+        written = self._write(thread_id, index, custom_type, data, parent, entry_id, owned=owned)
         index.add({"id": written, "kind": "custom", "custom_type": custom_type, "data": data})
         return written
 
     def _write(self, thread_id: str, index: ThreadIndex, custom_type: str, data: Any, parent: str | None,
-               entry_id: str | None = None) -> str:
+               entry_id: str | None = None, *, owned: bool = False) -> str:
         """Append one custom entry (rooting the thread first if needed); ``index``'s token
-        follows the new leaf, the caller takes the entry into it."""
+        follows the new leaf, the caller takes the entry into it. ``owned``: ``data`` was
+        built by :mod:`._checkpoints` (exact JSON, newly made, not kept for changing)
+        and is handed to the store as it is, without a private copy."""
         if not index.rooted:
             made = self.sm.call("session::ensure", _dropped_none({"session_id": thread_id, "metadata": self.metadata}))
             root = self.sm.call("session::append", {"session_id": thread_id, "entry_id": ROOT_ID,
@@ -150,7 +153,8 @@ class SessionManagerSaver(BaseCheckpointSaver[str]):
             payload["parent_id"] = parent
         if entry_id is not None:
             payload["entry_id"] = entry_id
-        written = str(self.sm.call("session::append", payload)["entry_id"])
+        call = self.sm._call_owned if owned else self.sm.call
+        written = str(call("session::append", payload)["entry_id"])
         index.token = (index.token[0] if index.token else None, written)
         return written
 
@@ -265,18 +269,22 @@ class SessionManagerSaver(BaseCheckpointSaver[str]):
         one store call, serializing each new value once."""
         configurable = _configurable(config)
         thread_id = _thread_id(configurable.get("thread_id"))
-        ns = str(configurable.get("checkpoint_ns") or "")
+        ns = text(str(configurable.get("checkpoint_ns") or ""), "checkpoint_ns")
         parent_id = configurable.get("checkpoint_id")
-        data = {"ns": ns, "id": checkpoint["id"], "parent": parent_id,
+        if parent_id is not None:
+            parent_id = text(parent_id, "checkpoint_id")
+        checkpoint_id = text(checkpoint["id"], "checkpoint.id")
+        # Built of exact JSON only (see _checkpoints): handed to the store without a copy.
+        data = {"ns": ns, "id": checkpoint_id, "parent": parent_id,
                 "checkpoint": encode_doc(self.serde, {k: v for k, v in checkpoint.items() if k != "channel_values"}),
                 "metadata": encode_doc(self.serde, get_checkpoint_metadata(config, metadata)),
                 "values": pack_values(self.serde, checkpoint["channel_values"], new_versions)}
         with self._lock(thread_id):
             index = self._index(thread_id)
             parent_entry = index.checkpoints.get((ns, parent_id)) if parent_id else None
-            written = self._write(thread_id, index, CHECKPOINT, data, parent_entry or ROOT_ID)
+            written = self._write(thread_id, index, CHECKPOINT, data, parent_entry or ROOT_ID, owned=True)
             index.add_checkpoint(written, data)
-        return _config(thread_id, ns, checkpoint["id"])
+        return _config(thread_id, ns, checkpoint_id)
 
     def put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
                    task_path: str = "") -> None:
@@ -286,8 +294,10 @@ class SessionManagerSaver(BaseCheckpointSaver[str]):
         checkpoint_id = _configurable(config).get("checkpoint_id")
         if not checkpoint_id:
             raise invalid_request("checkpoint_id: put_writes needs the config of the checkpoint the writes belong to")
-        key = (ns, str(checkpoint_id))
-        indexed = [(WRITES_IDX_MAP.get(channel, i), channel, value) for i, (channel, value) in enumerate(writes)]
+        key = (ns, text(str(checkpoint_id), "checkpoint_id"))
+        task_id, task_path = text(task_id, "task_id"), text(task_path, "task_path")
+        indexed = [(WRITES_IDX_MAP.get(channel, i), text(channel, "writes"), value)
+                   for i, (channel, value) in enumerate(writes)]
         with self._lock(thread_id):
             index = self._index(thread_id)
             fresh = new_writes(index, key, indexed, task_id)
@@ -295,7 +305,7 @@ class SessionManagerSaver(BaseCheckpointSaver[str]):
                 return
             data = {"ns": ns, "checkpoint_id": key[1], "task_id": task_id, "task_path": task_path,
                     "writes": [[idx, channel, *pack(self.serde, value)] for idx, channel, value in fresh]}
-            self._append(thread_id, index, WRITES, data, index.checkpoints.get(key, ROOT_ID))
+            self._append(thread_id, index, WRITES, data, index.checkpoints.get(key, ROOT_ID), owned=True)
 
     def delete_thread(self, thread_id: str) -> None:
         """Delete the thread's session: every checkpoint and write, on every branch."""
@@ -395,7 +405,7 @@ class SessionManagerSaver(BaseCheckpointSaver[str]):
 
 
 def _thread_id(value: Any) -> str:
-    thread_id = str(value) if value is not None else ""
+    thread_id = text(str(value), "thread_id") if value is not None else ""
     if not thread_id:
         raise invalid_request("thread_id: a LangGraph thread needs a non-empty thread_id (it names its session)")
     return thread_id
@@ -413,7 +423,7 @@ def _thread(config: RunnableConfig | None) -> str:
 
 
 def _ns(config: RunnableConfig) -> str:
-    return str(_configurable(config).get("checkpoint_ns") or "")
+    return text(str(_configurable(config).get("checkpoint_ns") or ""), "checkpoint_ns")
 
 
 def _config(thread_id: str, ns: str, checkpoint_id: str) -> RunnableConfig:

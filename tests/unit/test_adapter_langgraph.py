@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import math
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
@@ -20,7 +21,7 @@ from langgraph.graph import START, MessagesState, StateGraph
 import session_manager
 from session_manager import SessionError, aio
 from session_manager._wire.events import ON_MESSAGE_ADDED
-from session_manager.adapters._checkpoints import CHECKPOINT, DELETED, ROOT_ID, WRITES
+from session_manager.adapters._checkpoints import CHECKPOINT, DELETED, DOC_DEPTH, ROOT_ID, WRITES
 from session_manager.adapters.langgraph import SessionManagerSaver
 from tests import pg_support
 
@@ -236,6 +237,87 @@ def test_editing_a_read_checkpoint_changes_nothing_stored(tmp_path: Path) -> Non
     assert path[-1]["custom"]["data"]["checkpoint"]["json"]["channel_versions"] == {"x": "1"}
 
 
+def exact_json(value: Any) -> bool:
+    """Only the exact types JSON decodes to: dicts with str keys, lists, str, int, finite float, bool, None."""
+    kind = type(value)
+    if kind is dict:
+        return all(type(k) is str and exact_json(v) for k, v in value.items())
+    if kind is list:
+        return all(exact_json(v) for v in value)
+    if kind is float:
+        return math.isfinite(value)
+    return kind in (str, int, bool, type(None))
+
+
+class Namespace(str):
+    """A str subclass (as a config built by other code may hold)."""
+
+
+def nested(depth: int) -> Any:
+    value: Any = 1
+    for _ in range(depth):
+        value = {"x": value}
+    return value
+
+
+def test_a_checkpoint_is_stored_as_exact_json_built_by_the_saver_not_the_callers_objects(tmp_path: Path) -> None:
+    # Prevents: the checkpoint entry, handed to the store without the host's private copy, holding
+    # the caller's own dicts (editing them after put would rewrite the stored checkpoint) or
+    # anything but exact JSON (a str subclass, NaN, nesting past what a request may hold), which the
+    # copy used to refuse or turn into plain JSON.
+    with session_manager.open(tmp_path / "d") as sm:
+        saver = SessionManagerSaver(sm)
+        checkpoint: Any = {"v": 4, "id": "c1", "ts": "t", "channel_values": {"x": [1]},
+                           "channel_versions": {"x": "1"}, "versions_seen": {"n": {"x": "1"}},
+                           "updated_channels": None}
+        metadata: Any = {"step": 1, "parents": {}, "tags": ["a"], "score": float("nan"),
+                         "deep": nested(DOC_DEPTH - 1), "deeper": nested(DOC_DEPTH)}
+        first = saver.put(config("o", ns=Namespace("ns")), checkpoint, metadata, {"x": "1"})
+        second = saver.put(first, {**checkpoint, "id": "c2"}, {"deep": nested(DOC_DEPTH - 1)}, {"x": "2"})
+        saver.put_writes(second, [("x", 1)], "task", "path")
+        checkpoint["channel_versions"]["x"] = "edited"
+        checkpoint["versions_seen"]["n"]["x"] = "edited"
+        metadata["tags"].append("edited")
+        got = saver.get_tuple(first)
+        entries = [e for e in stored(sm, "o") if e.get("custom_type") in (CHECKPOINT, WRITES)]
+        # What the saver handed over, the copying path (which checks every bound) takes as it is.
+        sm.call("session::ensure", {"session_id": "copy"})
+        for entry in entries:
+            sm.call("session::append", {"session_id": "copy", "custom": {"custom_type": "x", "data": entry["data"]}})
+        copies = [e["data"] for e in stored(sm, "copy")]
+    assert copies == [e["data"] for e in entries]
+    assert got is not None
+    assert got.checkpoint["channel_versions"] == {"x": "1"} and got.checkpoint["versions_seen"] == {"n": {"x": "1"}}
+    assert got.metadata["tags"] == ["a"] and math.isnan(got.metadata["score"])  # type: ignore[typeddict-item]
+    assert got.metadata["deeper"] == nested(DOC_DEPTH)  # type: ignore[typeddict-item]
+    assert got.config["configurable"]["checkpoint_ns"] == "ns"
+    assert len(entries) == 3 and all(exact_json(e["data"]) for e in entries)
+    assert [type(e["data"]["ns"]) for e in entries] == [str, str, str]
+    first_data, second_data = entries[0]["data"], entries[1]["data"]
+    assert list(first_data["metadata"]) == ["packed"]  # NaN, and nesting past DOC_DEPTH: JSON cannot hold them
+    assert second_data["metadata"]["json"] == {"deep": nested(DOC_DEPTH - 1)}  # DOC_DEPTH deep in all: it can
+
+
+@pytest.mark.parametrize(("change", "field"), [
+    ({"new_versions": {"x": float("nan")}}, "new_versions.x"),
+    ({"new_versions": {"x": ("1", 2)}}, "new_versions.x"),
+    ({"new_versions": {1: "1"}}, "new_versions"),
+    ({"id": 7}, "checkpoint.id"),
+])
+def test_what_a_checkpoint_entry_cannot_hold_exactly_is_refused_and_nothing_is_written(
+        tmp_path: Path, change: dict[str, Any], field: str) -> None:
+    # Prevents: a channel version or checkpoint id JSON cannot carry as it is (NaN, a tuple, a
+    # non-string name) reaching the store unchecked on the handed-over path.
+    with session_manager.open(tmp_path / "d") as sm:
+        saver = SessionManagerSaver(sm)
+        checkpoint: Any = {"v": 4, "id": change.get("id", "c1"), "ts": "t", "channel_values": {"x": [1]},
+                           "channel_versions": {"x": "1"}, "versions_seen": {}, "updated_channels": None}
+        with pytest.raises(SessionError) as refused:
+            saver.put(config("r"), checkpoint, {}, change.get("new_versions", {"x": "1"}))
+        assert refused.value.code == "session/invalid_request" and str(refused.value).split(": ")[1] == field
+        assert [e["custom_type"] for e in stored(sm, "r")] == []
+
+
 def got_entry_id(sm: Any, thread: str, checkpoint_id: str) -> str:
     return next(e["id"] for e in stored(sm, thread)
                 if e.get("custom_type") == CHECKPOINT and e["data"]["id"] == checkpoint_id)
@@ -361,7 +443,7 @@ def test_a_cancelled_aput_has_landed_when_cancellation_is_seen(tmp_path: Path) -
     with session_manager.open(tmp_path / "d") as sm:
         saver = SessionManagerSaver(sm)
         entered, release = threading.Event(), threading.Event()
-        real_call = sm.call
+        real_call = sm._call_owned  # (a checkpoint is handed over: see test_a_checkpoint_is_stored_as_exact_json...)
 
         def slow_call(function_id: str, payload: Any = None) -> Any:
             if function_id == "session::append" and payload.get("custom", {}).get("custom_type") == CHECKPOINT:
@@ -369,7 +451,7 @@ def test_a_cancelled_aput_has_landed_when_cancellation_is_seen(tmp_path: Path) -
                 release.wait(5)
             return real_call(function_id, payload)
 
-        sm.call = slow_call  # type: ignore[method-assign]
+        sm._call_owned = slow_call  # type: ignore[method-assign]
         checkpoint = {"v": 4, "id": "c1", "ts": "t", "channel_values": {}, "channel_versions": {},
                       "versions_seen": {}, "updated_channels": None}
 
