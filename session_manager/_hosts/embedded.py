@@ -151,11 +151,12 @@ class SessionManager(Helpers):
         The builder's promise, which nothing here re-checks: ``payload`` holds
         exact JSON types only (``dict`` with ``str`` keys, ``list``, ``str``, ``int``,
         finite ``float``, ``bool``, ``None``), nests at most
-        :data:`~session_manager._service.admission.MAX_DEPTH` deep, is newly
-        built, and the builder neither keeps nor shares any part of it it will
-        change (the store keeps these very objects). Everything else is checked as
-        for any call: the size limits, unsurrogated text and 64-bit integers
-        (admission), the top-level keys, the request model; the same events."""
+        :data:`~session_manager._service.admission.MAX_DEPTH` deep, has only the
+        request's own top-level keys, is newly built, and the builder neither keeps
+        nor shares any part of it it will change (the store keeps these very
+        objects). Everything else is checked as for any call: the size limits and
+        text JSON can carry (admission), the request model, the session's state;
+        the same events."""
         gate = self._gate
         if not gate.enter():
             raise RuntimeError("this session manager is closed")

@@ -12,8 +12,8 @@ only in what they pass:
 * ``owned``: the embedded host's entry for a payload this package's own code
   built as exact JSON and hands over (:meth:`SessionManager._call_owned
   <session_manager._hosts.embedded.SessionManager._call_owned>`): not copied,
-  its size admitted without the scans its builder has made needless, its keys
-  and its shape checked as any other's.
+  its size admitted without the scans its builder has made needless (nor the
+  unknown-key scan: its keys are the request's own), its shape checked as any other's.
 * ``answer``: what the caller receives (the embedded host copies the
   response so the caller cannot change what a later read returns).
 * ``deliver``: where the call's events go (local observers, or the worker's
@@ -61,9 +61,8 @@ def serve(function: Function, service: SessionService, payload: Any, deliver: De
     serve_row = function.handler
     assert serve_row is not None, f"{function.id} is an event function"
     limits = service.limits.get()
-    if owned:
+    if owned:  # (its builder's keys are the request's own: no scan for unknown ones either)
         admit(function.id, payload, limits, mutates=function.mutates, proven=True)
-        reject_unknown_keys(function.request, payload)
     elif private_copy:
         payload = admit_copy(function.id, payload, limits, mutates=function.mutates)
         reject_unknown_keys(function.request, payload)

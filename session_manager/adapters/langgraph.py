@@ -276,7 +276,7 @@ class SessionManagerSaver(BaseCheckpointSaver[str]):
         checkpoint_id = text(checkpoint["id"], "checkpoint.id")
         # Built of exact JSON only (see _checkpoints): handed to the store without a copy.
         data = {"ns": ns, "id": checkpoint_id, "parent": parent_id,
-                "checkpoint": encode_doc(self.serde, {k: v for k, v in checkpoint.items() if k != "channel_values"}),
+                "checkpoint": encode_doc(self.serde, _without_values(checkpoint)),
                 "metadata": encode_doc(self.serde, get_checkpoint_metadata(config, metadata)),
                 "values": pack_values(self.serde, checkpoint["channel_values"], new_versions)}
         with self._lock(thread_id):
@@ -428,6 +428,13 @@ def _ns(config: RunnableConfig) -> str:
 
 def _config(thread_id: str, ns: str, checkpoint_id: str) -> RunnableConfig:
     return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint_id}}
+
+
+def _without_values(checkpoint: Checkpoint) -> dict[str, Any]:
+    """The checkpoint's fields but its channel values (stored per channel version instead)."""
+    fields: dict[str, Any] = dict(checkpoint)
+    fields.pop("channel_values", None)
+    return fields
 
 
 def _dropped_none(payload: dict[str, Any]) -> dict[str, Any]:

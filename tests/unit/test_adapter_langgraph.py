@@ -20,6 +20,7 @@ from langgraph.graph import START, MessagesState, StateGraph
 
 import session_manager
 from session_manager import SessionError, aio
+from session_manager._wire.api import AppendRequest
 from session_manager._wire.events import ON_MESSAGE_ADDED
 from session_manager.adapters._checkpoints import CHECKPOINT, DELETED, DOC_DEPTH, ROOT_ID, WRITES
 from session_manager.adapters.langgraph import SessionManagerSaver
@@ -267,6 +268,14 @@ def test_a_checkpoint_is_stored_as_exact_json_built_by_the_saver_not_the_callers
     # copy used to refuse or turn into plain JSON.
     with session_manager.open(tmp_path / "d") as sm:
         saver = SessionManagerSaver(sm)
+        handed: list[Any] = []
+        real = sm._call_owned
+
+        def record(function_id: str, payload: Any) -> Any:
+            handed.append((function_id, payload))
+            return real(function_id, payload)
+
+        sm._call_owned = record  # type: ignore[method-assign]
         checkpoint: Any = {"v": 4, "id": "c1", "ts": "t", "channel_values": {"x": [1]},
                            "channel_versions": {"x": "1"}, "versions_seen": {"n": {"x": "1"}},
                            "updated_channels": None}
@@ -286,6 +295,9 @@ def test_a_checkpoint_is_stored_as_exact_json_built_by_the_saver_not_the_callers
             sm.call("session::append", {"session_id": "copy", "custom": {"custom_type": "x", "data": entry["data"]}})
         copies = [e["data"] for e in stored(sm, "copy")]
     assert copies == [e["data"] for e in entries]
+    # The whole payload handed over: exact JSON, and only the request's own keys (nothing checks them after).
+    assert [f for f, _ in handed] == ["session::append"] * 3
+    assert all(exact_json(p) and set(p) <= set(AppendRequest.model_fields) for _, p in handed)
     assert got is not None
     assert got.checkpoint["channel_versions"] == {"x": "1"} and got.checkpoint["versions_seen"] == {"n": {"x": "1"}}
     assert got.metadata["tags"] == ["a"] and math.isnan(got.metadata["score"])  # type: ignore[typeddict-item]

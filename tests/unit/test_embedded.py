@@ -274,8 +274,8 @@ def test_a_nested_str_subclass_key_is_stored_and_answered_as_a_plain_str(tmp_pat
 
 def test_a_handed_over_payload_is_stored_as_it_is_and_still_admitted_and_validated(tmp_path: Path) -> None:
     # Prevents: the adapters' handed-over path (_call_owned: no private copy) skipping what
-    # every call gets: the size limit, text JSON cannot carry, unknown keys, the request
-    # model, a missing session, read-only refusal, and the event after a durable write.
+    # every call gets: the size limit, text JSON cannot carry, the request model, a missing
+    # session, read-only refusal, and the event after a durable write.
     where = tmp_path / "d"
     with session_manager.open(where, ids=SequentialIds(), clock=ManualClock(1), max_request_bytes=400) as sm:
         sid = sm.call("session::create", {})["session_id"]
@@ -286,7 +286,6 @@ def test_a_handed_over_payload_is_stored_as_it_is_and_still_admitted_and_validat
         refused = {
             "size": {"session_id": sid, "custom": {"custom_type": "x", "data": "y" * 500}},
             "surrogate": {"session_id": sid, "custom": {"custom_type": "x", "data": "\ud800"}},
-            "unknown key": {"session_id": sid, "custom": {"custom_type": "x"}, "limt": 1},
             "model": {"session_id": sid, "custom": {"data": 1}},
         }
         for why, payload in refused.items():
