@@ -305,14 +305,7 @@ class SessionManagerSaver(BaseCheckpointSaver[str]):
                 return
             data = {"ns": ns, "checkpoint_id": key[1], "task_id": task_id, "task_path": task_path,
                     "writes": [[idx, channel, *pack(self.serde, value)] for idx, channel, value in fresh]}
-            leaf = _newest_tip(index, key)
             self._append(thread_id, index, WRITES, data, index.checkpoints.get(key, ROOT_ID), owned=True)
-            if leaf is not None:
-                # Writes of an older checkpoint that landed after a newer one (LangGraph's default
-                # async durability saves them in the background): the active path, which our
-                # tools show, stays on the newest checkpoint. (Event-silent, as every leaf move.)
-                self.sm.call("session::set-active-leaf", {"session_id": thread_id, "entry_id": leaf})
-                index.token = (index.token[0] if index.token else None, leaf)
 
     def delete_thread(self, thread_id: str) -> None:
         """Delete the thread's session: every checkpoint and write, on every branch."""
@@ -409,19 +402,6 @@ class SessionManagerSaver(BaseCheckpointSaver[str]):
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """:meth:`prune` off the event loop."""
         await settled(asyncio.to_thread(self.prune, thread_ids, strategy=strategy))
-
-
-def _newest_tip(index: ThreadIndex, key: Key) -> str | None:
-    """The session's leaf when it is the newest checkpoint of ``key``'s namespace (or one
-    of its writes) and ``key`` is an older checkpoint there; else ``None``."""
-    leaf = index.token[1] if index.token else None
-    newest = index.latest(key[0])
-    if leaf is None or newest is None or newest == key[1]:
-        return None
-    tip = (key[0], newest)
-    if leaf == index.checkpoints.get(tip) or any(w.entry_id == leaf for w in index.writes.get(tip, {}).values()):
-        return leaf
-    return None
 
 
 def _thread_id(value: Any) -> str:

@@ -376,32 +376,6 @@ def test_checkpoints_are_ordinary_entries_with_events_and_tenant_metadata(tmp_pa
     assert path[-1]["custom"]["custom_type"] == CHECKPOINT  # the active leaf is the newest checkpoint
 
 
-def test_writes_landing_after_a_newer_checkpoint_leave_the_active_path_on_it(tmp_path: Path) -> None:
-    # Prevents: a task's writes that LangGraph's async durability saved after the next checkpoint
-    # moving the session's leaf back onto the older checkpoint's branch, so the active path our
-    # tools show ended before the newest checkpoint (test_checkpoints_are_ordinary_entries... failed
-    # about once in 30 runs on it).
-    with session_manager.open(tmp_path / "d") as sm:
-        saver = SessionManagerSaver(sm)
-        checkpoint: Any = {"v": 4, "id": "c1", "ts": "t", "channel_values": {}, "channel_versions": {},
-                           "versions_seen": {}, "updated_channels": None}
-        first = saver.put(config("late"), checkpoint, {}, {})
-        second = saver.put(first, {**checkpoint, "id": "c2"}, {}, {})
-        saver.put_writes(second, [("x", 2)], "task-2")  # the newest checkpoint's own writes: at the tip
-        saver.put_writes(first, [("x", 1)], "task-1")  # late
-        saver.put_writes(first, [("y", 1)], "task-3")  # and later still
-        path = sm.call("session::messages", {"session_id": "late", "include_custom": True})["messages"]
-        reread = SessionManagerSaver(sm)  # a fresh index, from the entries alone
-        got = [reread.get_tuple(first), reread.get_tuple(second)]
-    assert [(m["custom"]["custom_type"], (m["custom"]["data"] or {}).get("id")) for m in path] == [
-        ("langgraph.root", None), (CHECKPOINT, "c1"), (CHECKPOINT, "c2"), (WRITES, None)]
-    assert [t.pending_writes if t else None for t in got] == [
-        [("task-1", "x", 1), ("task-3", "y", 1)], [("task-2", "x", 2)]]
-    with session_manager.open(tmp_path / "d") as again:  # the leaf move is durable too
-        path = again.call("session::messages", {"session_id": "late", "include_custom": True})["messages"]
-    assert path[-1]["custom"]["custom_type"] == WRITES and path[-2]["custom"]["data"]["id"] == "c2"
-
-
 def test_prune_keeps_the_latest_readable_and_tombstones_the_rest(tmp_path: Path) -> None:
     # Prevents: keep_latest losing the values the kept checkpoint inherited from pruned ones.
     with session_manager.open(tmp_path / "d") as sm:
