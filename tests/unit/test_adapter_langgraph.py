@@ -29,11 +29,14 @@ from tests import pg_support
 Opener = Callable[[], Any]
 
 
-@pytest.fixture(params=["fs", pytest.param("postgres", marks=pytest.mark.postgres)])
+@pytest.fixture(params=["fs", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def opener(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Opener]:
-    """Opens the same store again each call (a restart), over fs or postgres."""
+    """Opens the same store again each call (a restart), over fs, sqlite or postgres."""
     if request.param == "fs":
         yield lambda: session_manager.open(tmp_path / "d")
+        return
+    if request.param == "sqlite":
+        yield lambda: session_manager.open(f"sqlite:///{tmp_path.resolve()}/d.db")
         return
     with pg_support.schema() as name:
         yield lambda: session_manager.open(store=pg_support.open_store(name))
