@@ -29,7 +29,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from .._service.admission import admit, admit_copy
-from .._service.service import SessionService
+from .._service.service import Result, SessionService
 from .._service.storage_errors import at_edge
 from .._wire.events import Event
 from .._wire.validation import parse_request, reject_unknown_keys
@@ -48,7 +48,7 @@ def _same(response: Any) -> Any:
 
 def serve(function: Function, service: SessionService, payload: Any, deliver: Deliver, *,
           private_copy: bool = False, owned: bool = False, answer: Callable[[Any], Any] = _same,
-          wraps_calls: bool = True) -> Any:
+          wraps_calls: bool = True, row: Callable[[SessionService, Any], Result] | None = None) -> Any:
     """Serve one call of ``function`` (a row with a handler) on ``service``; returns the answer.
 
     Raises :class:`~session_manager.errors.SessionError`: ``session/invalid_request``
@@ -57,8 +57,9 @@ def serve(function: Function, service: SessionService, payload: Any, deliver: De
     ``wraps_calls=False`` skips the store's ``run_call`` (a store whose ``run_call``
     only calls: the embedded host's hot path). ``owned`` (the embedded host's
     :meth:`~session_manager._hosts.embedded.SessionManager._call_owned`) takes
-    the payload as it is, proven JSON by its builder."""
-    serve_row = function.handler
+    the payload as it is, proven JSON by its builder; ``row`` serves the parsed
+    request instead of the function's own handler (its precondition variant)."""
+    serve_row = row or function.handler
     assert serve_row is not None, f"{function.id} is an event function"
     limits = service.limits.get()
     if owned:  # (its builder's keys are the request's own: no scan for unknown ones either)

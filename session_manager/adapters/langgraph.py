@@ -18,9 +18,12 @@ Writes go through the function surface (so they fire the usual events);
 reads go through the store the manager serves (the one read the function
 surface lacks is every entry on every branch, which ``list`` needs). An
 index of each thread, derived from its entries, is kept per saver and
-rebuilt whenever the session's leaf is not the one it was derived at, so a
-reader in another process sees a writer's checkpoints. A thread is written
-by one run at a time, as LangGraph runs them.
+rebuilt whenever the session's ``(created_at, leaf)`` is not the one it was
+derived at, so a reader in another process sees a writer's checkpoints: a
+read checks that first; a write does not read, its append lands only while
+the session is still as the index saw it (checked where the append reads the
+session), and is redone with the index derived again otherwise. A thread is
+written by one run at a time, as LangGraph runs them.
 """
 
 from __future__ import annotations
@@ -29,8 +32,8 @@ import asyncio
 import random
 import threading
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Iterator, Sequence
-from typing import Any
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from typing import Any, TypeVar
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
@@ -47,8 +50,9 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from .._hosts.embedded import SessionManager
+from .._service.appending import LeafMoved
 from .._service.storage_errors import storage_errors
-from ..errors import invalid_request, not_found
+from ..errors import NOT_FOUND, SessionError, invalid_request, not_found
 from ._checkpoints import (
     CHECKPOINT,
     DELETED,
@@ -71,6 +75,8 @@ from ._transcript import _session_lock as session_lock
 __all__ = ["SessionManagerSaver"]
 
 _CACHED_THREADS = 1024  # thread indexes kept per saver (least recently used dropped)
+_CHECKED_ATTEMPTS = 5  # writes checked against a moving session before one unconditional
+T = TypeVar("T")
 _PAGE = 500
 Names = list[str]  # (the class's own ``list`` method shadows the builtin in its annotations)
 Keys = list[Key]
@@ -125,23 +131,52 @@ class SessionManagerSaver(BaseCheckpointSaver[str]):
                 self._indexes.popitem(last=False)
         return index
 
+    def _current(self, thread_id: str) -> ThreadIndex:
+        """The index this saver's last write to the thread left, without a read (a write
+        made with it checks the session is still as the index saw it: :meth:`_checked`);
+        :meth:`_index` when there is none (call under the lock)."""
+        with self._indexes_guard:
+            index = self._indexes.get(thread_id)
+            if index is not None and index.rooted and index.token is not None:
+                self._indexes.move_to_end(thread_id)
+                return index
+        return self._index(thread_id)
+
+    def _checked(self, thread_id: str, index: ThreadIndex, write: Callable[[ThreadIndex, bool], T]) -> T:
+        """``write(index, checked)``: a write made with ``index`` that lands only while the
+        session is as the index saw it (``checked``: the store checks ``index.token`` where
+        the append reads the session). When it moved on (another writer's entries, or it was
+        deleted), the index is derived again and the write redone; the last attempt
+        unconditionally, as a write after a read always was (call under the lock)."""
+        for _ in range(_CHECKED_ATTEMPTS):
+            try:
+                return write(index, True)
+            except LeafMoved:
+                pass
+            except SessionError as e:
+                if e.code != NOT_FOUND:
+                    raise
+            index = self._index(thread_id)
+        return write(index, False)
+
     def _forget(self, thread_id: str) -> None:
         with self._indexes_guard:
             self._indexes.pop(thread_id, None)
 
     def _append(self, thread_id: str, index: ThreadIndex, custom_type: str, data: Any, parent: str | None,
-                entry_id: str | None = None, *, owned: bool = False) -> str:
+                entry_id: str | None = None, *, owned: bool = False, checked: bool = False) -> str:
         """Append one custom entry and take it into ``index`` (whose token follows the new leaf)."""
-        written = self._write(thread_id, index, custom_type, data, parent, entry_id, owned=owned)
+        written = self._write(thread_id, index, custom_type, data, parent, entry_id, owned=owned, checked=checked)
         index.add({"id": written, "kind": "custom", "custom_type": custom_type, "data": data})
         return written
 
     def _write(self, thread_id: str, index: ThreadIndex, custom_type: str, data: Any, parent: str | None,
-               entry_id: str | None = None, *, owned: bool = False) -> str:
+               entry_id: str | None = None, *, owned: bool = False, checked: bool = False) -> str:
         """Append one custom entry (rooting the thread first if needed); ``index``'s token
         follows the new leaf, the caller takes the entry into it. ``owned``: ``data`` was
         built by :mod:`._checkpoints` (exact JSON, newly made, not kept for changing)
-        and is handed to the store as it is, without a private copy."""
+        and is handed to the store as it is, without a private copy; ``checked`` (owned
+        only): only while the session is at ``index.token``, else ``LeafMoved``."""
         if not index.rooted:
             made = self.sm.call("session::ensure", _dropped_none({"session_id": thread_id, "metadata": self.metadata}))
             root = self.sm.call("session::append", {"session_id": thread_id, "entry_id": ROOT_ID,
@@ -153,8 +188,11 @@ class SessionManagerSaver(BaseCheckpointSaver[str]):
             payload["parent_id"] = parent
         if entry_id is not None:
             payload["entry_id"] = entry_id
-        call = self.sm._call_owned if owned else self.sm.call
-        written = str(call("session::append", payload)["entry_id"])
+        if owned:
+            at = index.token if checked else None
+            written = str(self.sm._call_owned("session::append", payload, at=at)["entry_id"])
+        else:
+            written = str(self.sm.call("session::append", payload)["entry_id"])
         index.token = (index.token[0] if index.token else None, written)
         return written
 
@@ -279,10 +317,13 @@ class SessionManagerSaver(BaseCheckpointSaver[str]):
                 "checkpoint": encode_doc(self.serde, _without_values(checkpoint)),
                 "metadata": encode_doc(self.serde, get_checkpoint_metadata(config, metadata)),
                 "values": pack_values(self.serde, checkpoint["channel_values"], new_versions)}
-        with self._lock(thread_id):
-            index = self._index(thread_id)
+        def write(index: ThreadIndex, checked: bool) -> tuple[ThreadIndex, str]:
             parent_entry = index.checkpoints.get((ns, parent_id)) if parent_id else None
-            written = self._write(thread_id, index, CHECKPOINT, data, parent_entry or ROOT_ID, owned=True)
+            return index, self._write(thread_id, index, CHECKPOINT, data, parent_entry or ROOT_ID,
+                                      owned=True, checked=checked)
+
+        with self._lock(thread_id):  # no read of the session: the append checks the index is current
+            index, written = self._checked(thread_id, self._current(thread_id), write)
             index.add_checkpoint(written, data)
         return _config(thread_id, ns, checkpoint_id)
 
@@ -298,14 +339,17 @@ class SessionManagerSaver(BaseCheckpointSaver[str]):
         task_id, task_path = text(task_id, "task_id"), text(task_path, "task_path")
         indexed = [(WRITES_IDX_MAP.get(channel, i), text(channel, "writes"), value)
                    for i, (channel, value) in enumerate(writes)]
-        with self._lock(thread_id):
-            index = self._index(thread_id)
+        def write(index: ThreadIndex, checked: bool) -> None:
             fresh = new_writes(index, key, indexed, task_id)
             if not fresh:
                 return
             data = {"ns": ns, "checkpoint_id": key[1], "task_id": task_id, "task_path": task_path,
                     "writes": [[idx, channel, *pack(self.serde, value)] for idx, channel, value in fresh]}
-            self._append(thread_id, index, WRITES, data, index.checkpoints.get(key, ROOT_ID), owned=True)
+            self._append(thread_id, index, WRITES, data, index.checkpoints.get(key, ROOT_ID), owned=True,
+                         checked=checked)
+
+        with self._lock(thread_id):  # no read of the session: the append checks the index is current
+            self._checked(thread_id, self._current(thread_id), write)
 
     def delete_thread(self, thread_id: str) -> None:
         """Delete the thread's session: every checkpoint and write, on every branch."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
 import math
 import threading
@@ -274,9 +275,9 @@ def test_a_checkpoint_is_stored_as_exact_json_built_by_the_saver_not_the_callers
         handed: list[Any] = []
         real = sm._call_owned
 
-        def record(function_id: str, payload: Any) -> Any:
+        def record(function_id: str, payload: Any, **at: Any) -> Any:
             handed.append((function_id, payload))
-            return real(function_id, payload)
+            return real(function_id, payload, **at)
 
         sm._call_owned = record  # type: ignore[method-assign]
         checkpoint: Any = {"v": 4, "id": "c1", "ts": "t", "channel_values": {"x": [1]},
@@ -420,6 +421,64 @@ def test_bad_input_is_a_clear_error_and_writes_nothing(tmp_path: Path) -> None:
 # -- concurrency and other processes ----------------------------------------------------
 
 
+def plain_checkpoint(checkpoint_id: str) -> Any:
+    return {"v": 4, "id": checkpoint_id, "ts": "t", "channel_values": {}, "channel_versions": {},
+            "versions_seen": {}, "updated_channels": None}
+
+
+def test_a_put_reads_nothing_of_the_session_while_its_index_is_current(tmp_path: Path) -> None:
+    # Prevents: the per-put read of the session (its meta and leaf, to check the saver's index is
+    # current) coming back: the append itself checks that now, where it reads the session anyway.
+    with session_manager.open(tmp_path / "d") as sm:
+        saver = SessionManagerSaver(sm)
+        store = sm.service.store
+        reads: list[str] = []
+        for name in ("meta_and_leaf", "entries", "get_meta"):
+            real = getattr(store, name)
+            setattr(store, name, lambda *a, _real=real, _name=name: reads.append(_name) or _real(*a))
+        saved = saver.put(config("quiet"), plain_checkpoint("c0"), {}, {})  # a new thread: derived once
+        first = list(reads)
+        for i in range(1, 6):
+            saver.put_writes(saved, [("x", i)], f"task-{i}")
+            saved = saver.put(saved, plain_checkpoint(f"c{i}"), {}, {})
+    assert first and reads == first
+
+
+@pytest.mark.parametrize("where", ["fs", pytest.param("postgres", marks=pytest.mark.postgres)])
+def test_writes_after_another_writers_find_its_checkpoints(where: str, tmp_path: Path) -> None:
+    # Prevents: a saver writing with the index its own last write left (no read first) missing
+    # another writer's checkpoints: its next checkpoint would hang from the root instead of
+    # their checkpoint, its writes land beside nothing, and a thread deleted meanwhile not come back.
+    with contextlib.ExitStack() as stack:
+        if where == "fs":
+            sm = stack.enter_context(session_manager.open(tmp_path / "d"))
+            mine, theirs = SessionManagerSaver(sm), SessionManagerSaver(sm)  # two indexes, one store
+        else:
+            schema = stack.enter_context(pg_support.schema())
+            sm = stack.enter_context(session_manager.open(store=pg_support.open_store(schema)))
+            other = stack.enter_context(session_manager.open(store=pg_support.open_store(schema)))
+            mine, theirs = SessionManagerSaver(sm), SessionManagerSaver(other)
+        c1 = mine.put(config("shared"), plain_checkpoint("c1"), {}, {})
+        c2 = theirs.put(c1, plain_checkpoint("c2"), {}, {})
+        mine.put_writes(c2, [("x", 2)], "task")
+        c3 = mine.put(c2, plain_checkpoint("c3"), {}, {})
+        entries = {e["id"]: e for e in stored(sm, "shared")}
+        by_checkpoint = {e["data"]["id"]: e for e in entries.values() if e["custom_type"] == CHECKPOINT}
+        writes = [e for e in entries.values() if e["custom_type"] == WRITES]
+        listed = [t.config["configurable"]["checkpoint_id"] for t in mine.list(config("shared"))]
+        got = mine.get_tuple(c2)
+        theirs.delete_thread("shared")
+        mine.put(c3, plain_checkpoint("c4"), {}, {})
+        after = [t.config["configurable"]["checkpoint_id"] for t in mine.list(config("shared"))]
+    assert by_checkpoint["c3"]["parent_id"] == by_checkpoint["c2"]["id"]
+    assert by_checkpoint["c2"]["parent_id"] == by_checkpoint["c1"]["id"]
+    assert [w["parent_id"] for w in writes] == [by_checkpoint["c2"]["id"]]
+    assert listed == ["c3", "c2", "c1"] and got is not None and got.pending_writes == [("task", "x", 2)]
+    assert after == ["c4"]
+
+
+
+
 def test_parallel_tasks_writes_from_threads_are_all_kept(tmp_path: Path) -> None:
     # Prevents: concurrent put_writes (parallel tasks) losing one another's writes.
     with session_manager.open(tmp_path / "d") as sm:
@@ -463,11 +522,11 @@ def test_a_cancelled_aput_has_landed_when_cancellation_is_seen(tmp_path: Path) -
         entered, release = threading.Event(), threading.Event()
         real_call = sm._call_owned  # (a checkpoint is handed over: see test_a_checkpoint_is_stored_as_exact_json...)
 
-        def slow_call(function_id: str, payload: Any = None) -> Any:
+        def slow_call(function_id: str, payload: Any = None, **at: Any) -> Any:
             if function_id == "session::append" and payload.get("custom", {}).get("custom_type") == CHECKPOINT:
                 entered.set()
                 release.wait(5)
-            return real_call(function_id, payload)
+            return real_call(function_id, payload, **at)
 
         sm._call_owned = slow_call  # type: ignore[method-assign]
         checkpoint = {"v": 4, "id": "c1", "ts": "t", "channel_values": {}, "channel_versions": {},

@@ -303,3 +303,26 @@ def test_a_handed_over_payload_is_stored_as_it_is_and_still_admitted_and_validat
         assert [m["custom"]["data"] for m in path] == [data]
     with session_manager.open(where, read_only=True) as inspecting, pytest.raises(session_manager.SessionError):
         inspecting._call_owned("session::append", {"session_id": sid, "custom": {"custom_type": "x"}})
+
+
+def test_a_handed_over_append_at_a_session_state_lands_only_there(tmp_path: Path) -> None:
+    # Prevents: an adapter's append made on its own view of a session (no read first) landing
+    # after another writer moved the session on, or after it was deleted and created again.
+    from session_manager._service.appending import LeafMoved
+
+    with session_manager.open(tmp_path / "d", ids=SequentialIds(), clock=ManualClock(1)) as sm:
+        seen: list[Any] = []
+        sm.observe({"function_id": "session::on-message-added"}, seen.append)
+        made = sm.call("session::ensure", {"session_id": "s"})["meta"]["created_at"]
+        first = sm.call("session::append", {"session_id": "s", "custom": {"custom_type": "x"}})["entry_id"]
+        stale = [(made, None), (made + 1, first), (made, "e_999")]
+        for at in stale:
+            with pytest.raises(LeafMoved):
+                sm._call_owned("session::append", {"session_id": "s", "custom": {"custom_type": "y"}}, at=at)
+        written = sm._call_owned("session::append", {"session_id": "s", "custom": {"custom_type": "y"}},
+                                 at=(made, first))
+        with pytest.raises(ValueError):
+            sm._call_owned("session::delete", {"session_id": "s"}, at=(made, first))
+        path = sm.call("session::messages", {"session_id": "s", "include_custom": True})["messages"]
+    assert [m["entry_id"] for m in path] == [first, written["entry_id"]]
+    assert [e["entry_id"] for e in seen] == [first, written["entry_id"]]
