@@ -21,8 +21,8 @@ Both savers get the same checkpoints through LangGraph's serializer. Speed is
 machine-bound: compare figures from one run, not across machines.
 
 ``--split`` then splits one more run of ``put`` (first state, no sync per write)
-into the serializer's share, the store call's (``SessionManager.call``: ours
-only) and the rest (ours: the saver's own work; SqliteSaver's: its INSERT and
+into the serializer's share, the store call's (``SessionManager.call`` and
+``_call_owned``: ours only) and the rest (ours: the saver's own work; SqliteSaver's: its INSERT and
 commit), medians per put, so a change to the shared append path shows where it landed.
 """
 
@@ -202,7 +202,9 @@ def split_puts(where: Path, rounds: int, batch: int) -> dict[str, tuple[float, f
             thread.ledger = ledgers[name]
             saver.serde = ClockedSerde(saver.serde, ledgers[name])
             threads.append(thread)
-        sm.call = ledgers["SessionManagerSaver"].clock("store call", sm.call)  # type: ignore[method-assign]  # (its own sm)
+        ledger = ledgers["SessionManagerSaver"]  # its own sm: both ways into the store are clocked
+        sm.call = ledger.clock("store call", sm.call)  # type: ignore[method-assign]
+        sm._call_owned = ledger.clock("store call", sm._call_owned)  # type: ignore[method-assign]
         for _ in range(rounds):
             for thread in threads:
                 thread.put(batch)

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
+from .._service.appending import SessionAt
 from .._service.erasure import Selection
 from .._service.limits import Limits, LimitsCell
 from .._service.service import SessionService
@@ -140,17 +141,53 @@ class SessionManager(Helpers):
         finally:
             gate.leave()
 
-    def _call(self, function_id: str, payload: Any) -> Any:
+    def _call(self, function_id: str, payload: Any, owned: bool = False,
+              row: Callable[[SessionService, Any], Any] | None = None) -> Any:
         function = lookup(function_id)  # an unknown id (or None): session/invalid_request naming it
         if function.handler is None:  # an event function's row (the table serves none): not callable
             raise unknown_function(function_id)
         if function.mutates and self._read_only:
             raise SessionError(STORAGE, f"{function_id}: this session store is open read-only")
-        # A private copy: what is stored must not change when the caller
-        # later changes the dicts it passed in; the answer is a copy too (or new already).
+        # A private copy (unless the payload is handed over: _call_owned): what is stored must
+        # not change when the caller later changes the dicts it passed in; the answer is a copy
+        # too (or new already: a store's private path pages).
         answer = same if self._private_paths and function_id in _FROM_PATH_ALONE else copy_json
-        return serve(function, self.service, payload, self._deliver, private_copy=True, answer=answer,
-                     wraps_calls=self._wraps_calls)
+        return serve(function, self.service, payload, self._deliver, private_copy=not owned, owned=owned,
+                     answer=answer, wraps_calls=self._wraps_calls, row=row)
+
+    def _call_owned(self, function_id: str, payload: dict[str, Any], *, at: SessionAt | None = None) -> Any:
+        """:meth:`call` for a payload this package's own code built and hands over
+        (the adapters' hot writes: a LangGraph checkpoint's entry), stored as it is,
+        without the private copy :meth:`call` makes.
+
+        The builder's promise, which nothing here re-checks: ``payload`` holds
+        exact JSON types only (``dict`` with ``str`` keys, ``list``, ``str``, ``int``,
+        finite ``float``, ``bool``, ``None``), nests at most
+        :data:`~session_manager._service.admission.MAX_DEPTH` deep, has only the
+        request's own top-level keys, is newly built, and the builder neither keeps
+        nor shares any part of it it will change (the store keeps these very
+        objects). Everything else is checked as for any call: the size limits and
+        text JSON can carry (admission), the request model, the session's state;
+        the same events.
+
+        ``at`` (``session::append`` only): append only while the session's
+        ``(created_at, active leaf)`` is ``at``, else raise
+        :class:`~session_manager._service.appending.LeafMoved` having written nothing."""
+        row = None
+        if at is not None:
+            if function_id != "session::append":
+                raise ValueError(f"{function_id}: a precondition on the session applies to session::append only")
+
+            def row(service: SessionService, request: Any) -> Any:
+                return service.append_at(request, at)
+
+        gate = self._gate
+        if not gate.enter():
+            raise RuntimeError("this session manager is closed")
+        try:
+            return self._call(function_id, payload, owned=True, row=row)
+        finally:
+            gate.leave()
 
     def _deliver(self, events: list[Event]) -> None:
         """A call's events to the observers. User code runs only in observers: a close()

@@ -9,6 +9,11 @@ only in what they pass:
   be JSON) before anything else, and unknown top-level keys are refused; the
   wire's payload is already the worker's own JSON and, as the reference's
   serde types do, ignores unknown keys.
+* ``owned``: the embedded host's entry for a payload this package's own code
+  built as exact JSON and hands over (:meth:`SessionManager._call_owned
+  <session_manager._hosts.embedded.SessionManager._call_owned>`): not copied,
+  its size admitted without the scans its builder has made needless (nor the
+  unknown-key scan: its keys are the request's own), its shape checked as any other's.
 * ``answer``: what the caller receives (the embedded host copies the
   response so the caller cannot change what a later read returns).
 * ``deliver``: where the call's events go (local observers, or the worker's
@@ -24,7 +29,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from .._service.admission import admit, admit_copy
-from .._service.service import SessionService
+from .._service.service import Result, SessionService
 from .._service.storage_errors import at_edge
 from .._wire.events import Event
 from .._wire.validation import parse_request, reject_unknown_keys
@@ -43,18 +48,24 @@ def same(response: Any) -> Any:
 
 
 def serve(function: Function, service: SessionService, payload: Any, deliver: Deliver, *,
-          private_copy: bool = False, answer: Callable[[Any], Any] = same, wraps_calls: bool = True) -> Any:
+          private_copy: bool = False, owned: bool = False, answer: Callable[[Any], Any] = same,
+          wraps_calls: bool = True, row: Callable[[SessionService, Any], Result] | None = None) -> Any:
     """Serve one call of ``function`` (a row with a handler) on ``service``; returns the answer.
 
     Raises :class:`~session_manager.errors.SessionError`: ``session/invalid_request``
     for a payload refused before any work, the domain's own codes, and a storage
     failure mapped once (:func:`~session_manager._service.storage_errors.at_edge`).
     ``wraps_calls=False`` skips the store's ``run_call`` (a store whose ``run_call``
-    only calls: the embedded host's hot path)."""
-    serve_row = function.handler
+    only calls: the embedded host's hot path). ``owned`` (the embedded host's
+    :meth:`~session_manager._hosts.embedded.SessionManager._call_owned`) takes
+    the payload as it is, proven JSON by its builder; ``row`` serves the parsed
+    request instead of the function's own handler (its precondition variant)."""
+    serve_row = row or function.handler
     assert serve_row is not None, f"{function.id} is an event function"
     limits = service.limits.get()
-    if private_copy:
+    if owned:  # (its builder's keys are the request's own: no scan for unknown ones either)
+        admit(function.id, payload, limits, mutates=function.mutates, proven=True)
+    elif private_copy:
         payload = admit_copy(function.id, payload, limits, mutates=function.mutates)
         reject_unknown_keys(function.request, payload)
     else:

@@ -26,7 +26,15 @@ from ..store.base import Entry
 from .contention import retry_conflicts
 from .core import Result, ServiceCore
 
-__all__ = ["append", "append_many", "update_message"]
+__all__ = ["LeafMoved", "append", "append_at", "append_many", "update_message"]
+
+# A session as a writer last saw it: its created_at and its active leaf.
+SessionAt = tuple[Any, str | None]
+
+
+class LeafMoved(Exception):
+    """:func:`append_at`'s session is no longer as its caller saw it (another
+    writer appended, or it was deleted and created again); nothing was written."""
 
 # update-message's edits of the entry and the meta (every streamed token): the fields they always change.
 _revised = editor(MessageEntry, "revision", "message")
@@ -35,11 +43,26 @@ _touched = editor(SessionMeta, "updated_at")
 
 @retry_conflicts
 def append(core: ServiceCore, req: api.AppendRequest) -> Result:
+    return _append(core, req, None)
+
+
+@retry_conflicts
+def append_at(core: ServiceCore, request: tuple[api.AppendRequest, SessionAt]) -> Result:
+    """:func:`append` only while the session's ``(created_at, active leaf)`` is
+    ``request[1]``, checked where the append reads them (so inside its
+    transaction): :class:`LeafMoved` otherwise. A writer that keeps its own view
+    of a session (an adapter's index) learns it is stale without a read of its own."""
+    return _append(core, request[0], request[1])
+
+
+def _append(core: ServiceCore, req: api.AppendRequest, at: SessionAt | None) -> Result:
     session_id = req.session_id
     with core.mutating(session_id):
         meta, leaf = core.store.meta_and_leaf_to_commit(session_id)  # one lookup: the hot path reads both
         if meta is None:
             raise not_found(session_id)
+        if at is not None and (meta.get("created_at"), leaf) != at:
+            raise LeafMoved(session_id)
         if (req.message is None) == (req.custom is None):
             raise invalid_request("message, custom: exactly one of `message` / `custom` must be supplied")
         if req.entry_id is not None:

@@ -140,6 +140,12 @@ class SessionService:
         """``session::append``: one message or custom entry, idempotent on ``entry_id``."""
         return appending.append(self.core, req)
 
+    def append_at(self, req: api.AppendRequest, at: appending.SessionAt) -> Result:
+        """``session::append`` only while the session's ``(created_at, active leaf)``
+        is ``at`` (:class:`~.appending.LeafMoved` otherwise, nothing written); not a
+        surface function: the embedded host's, for an adapter's own writes."""
+        return appending.append_at(self.core, (req, at))
+
     def append_many(self, req: api.AppendManyRequest) -> Result:
         """``session::append-many``: a chained batch of messages."""
         return appending.append_many(self.core, req)

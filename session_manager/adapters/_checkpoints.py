@@ -26,14 +26,27 @@ faster than ``SqliteSaver``.
 Checkpoint bodies and metadata are stored as plain JSON when JSON holds them
 exactly (so the data tool and the viewer show ``step``, ``source``,
 ``run_id``), else serialized the same way.
+
+Every entry's data is built here, and only of exact JSON: strings this module
+makes (the serializer's bytes as latin-1 text) or checks (ids, channel names,
+types), integers and finite floats it checks, and documents that are orjson's
+own decoding of the value (never the caller's objects), nested within what a
+request may hold. The saver hands such data to the store without the private
+copy a caller's payload gets (:meth:`SessionManager._call_owned
+<session_manager._hosts.embedded.SessionManager._call_owned>`); what this
+module cannot build that way it refuses with ``session/invalid_request``.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
+
+from .._service.admission import MAX_DEPTH
+from ..errors import invalid_request
 
 ROOT_ID = "langgraph-root"
 ROOT = "langgraph.root"
@@ -44,23 +57,46 @@ DELETED = "langgraph.deleted"
 Key = tuple[str, str]  # (checkpoint_ns, checkpoint_id)
 WriteKey = tuple[str, int]  # (task_id, write index)
 
+# How deep a document's value may nest: an append's payload holds it at
+# payload > custom > data > document > value, and MAX_DEPTH counts the payload as 1.
+DOC_DEPTH = MAX_DEPTH - 4
+
+
+def text(value: Any, field: str) -> str:
+    """``value`` as an exact ``str`` (a subclass's own characters), else ``session/invalid_request``."""
+    if type(value) is str:
+        return value
+    if isinstance(value, str):
+        return str.__str__(value)
+    raise invalid_request(f"{field}: expected a string, got {type(value).__name__}")
+
+
+def channel_version(value: Any, channel: str) -> str | int | float:
+    """A channel version as LangGraph types it (``str | int | float``), exactly a JSON value."""
+    kind = type(value)
+    if kind is str or kind is int or (kind is float and math.isfinite(value)):
+        return value  # type: ignore[no-any-return]
+    raise invalid_request(f"new_versions.{channel}: a channel version is a string, an integer or a finite "
+                          f"float, got {value!r}")
+
 
 def pack(serde: Any, value: Any) -> list[str]:
     """``value`` through LangGraph's serializer, as JSON: ``[type, bytes as latin-1 text]``."""
     kind, data = serde.dumps_typed(value)
-    return [kind, data.decode("latin-1")]
+    return [text(kind, "serde type"), data.decode("latin-1")]
 
 
 def pack_values(serde: Any, channel_values: dict[str, Any], new_versions: dict[str, Any]) -> dict[str, list[Any]]:
     """The ``values`` of a checkpoint entry: ``[version, type, data]`` per channel in
     ``new_versions`` (``[version, "empty", ""]`` for a channel without a value)."""
     values: dict[str, list[Any]] = {}
-    for channel, version in new_versions.items():
+    for channel, number in new_versions.items():
+        name = text(channel, "new_versions")
         if channel in channel_values:
             kind, data = serde.dumps_typed(channel_values[channel])
-            values[channel] = [version, kind, data.decode("latin-1")]
+            values[name] = [channel_version(number, name), text(kind, "serde type"), data.decode("latin-1")]
         else:
-            values[channel] = [version, "empty", ""]
+            values[name] = [channel_version(number, name), "empty", ""]
     return values
 
 
@@ -69,14 +105,33 @@ def unpack(serde: Any, packed: list[str]) -> Any:
 
 
 def encode_doc(serde: Any, value: Any) -> dict[str, Any]:
-    """``{"json": value}`` when JSON gives ``value`` back equal and of the same
-    types, else ``{"packed": [type, base64]}``."""
+    """``{"json": copy}`` when JSON gives ``value`` back equal and of the same
+    types (``copy`` is that decoding: exact JSON, nobody else's objects) and
+    within :data:`DOC_DEPTH`, else ``{"packed": [type, latin-1 text]}``."""
     try:
-        if orjson.loads(orjson.dumps(value)) == value:
-            return {"json": value}
+        body = orjson.dumps(value)
     except (TypeError, orjson.JSONEncodeError):
-        pass
+        return {"packed": pack(serde, value)}
+    copy = orjson.loads(body)
+    if copy == value and _within(copy, body):
+        return {"json": copy}
     return {"packed": pack(serde, value)}
+
+
+def _within(copy: Any, body: bytes) -> bool:
+    """Does ``copy`` (encoded as ``body``) nest at most :data:`DOC_DEPTH` deep? A
+    document with no more brackets than that does (brackets in strings count too:
+    an upper bound, and the usual answer); any other is measured."""
+    return body.count(b"{") + body.count(b"[") <= DOC_DEPTH or _depth(copy) <= DOC_DEPTH
+
+
+def _depth(value: Any) -> int:
+    """The nesting of a decoded JSON value (a scalar is 0, ``[]`` 1)."""
+    if type(value) is dict:
+        return 1 + max(map(_depth, value.values()), default=0)
+    if type(value) is list:
+        return 1 + max(map(_depth, value), default=0)
+    return 0
 
 
 def decode_doc(serde: Any, doc: dict[str, Any]) -> Any:

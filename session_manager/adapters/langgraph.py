@@ -18,9 +18,12 @@ Writes go through the function surface (so they fire the usual events);
 reads go through the store the manager serves (the one read the function
 surface lacks is every entry on every branch, which ``list`` needs). An
 index of each thread, derived from its entries, is kept per saver and
-rebuilt whenever the session's leaf is not the one it was derived at, so a
-reader in another process sees a writer's checkpoints. A thread is written
-by one run at a time, as LangGraph runs them.
+rebuilt whenever the session's ``(created_at, leaf)`` is not the one it was
+derived at, so a reader in another process sees a writer's checkpoints: a
+read checks that first; a write does not read, its append lands only while
+the session is still as the index saw it (checked where the append reads the
+session), and is redone with the index derived again otherwise. A thread is
+written by one run at a time, as LangGraph runs them.
 """
 
 from __future__ import annotations
@@ -29,8 +32,8 @@ import asyncio
 import random
 import threading
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Iterator, Sequence
-from typing import Any
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from typing import Any, TypeVar
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
@@ -47,8 +50,9 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from .._hosts.embedded import SessionManager
+from .._service.appending import LeafMoved
 from .._service.storage_errors import storage_errors
-from ..errors import invalid_request, not_found
+from ..errors import NOT_FOUND, SessionError, invalid_request, not_found
 from ._checkpoints import (
     CHECKPOINT,
     DELETED,
@@ -62,6 +66,7 @@ from ._checkpoints import (
     new_writes,
     pack,
     pack_values,
+    text,
     unpack,
 )
 from ._settle import settled
@@ -70,6 +75,8 @@ from ._transcript import _session_lock as session_lock
 __all__ = ["SessionManagerSaver"]
 
 _CACHED_THREADS = 1024  # thread indexes kept per saver (least recently used dropped)
+_CHECKED_ATTEMPTS = 5  # writes checked against a moving session before one unconditional
+T = TypeVar("T")
 _PAGE = 500
 Names = list[str]  # (the class's own ``list`` method shadows the builtin in its annotations)
 Keys = list[Key]
@@ -124,21 +131,52 @@ class SessionManagerSaver(BaseCheckpointSaver[str]):
                 self._indexes.popitem(last=False)
         return index
 
+    def _current(self, thread_id: str) -> ThreadIndex:
+        """The index this saver's last write to the thread left, without a read (a write
+        made with it checks the session is still as the index saw it: :meth:`_checked`);
+        :meth:`_index` when there is none (call under the lock)."""
+        with self._indexes_guard:
+            index = self._indexes.get(thread_id)
+            if index is not None and index.rooted and index.token is not None:
+                self._indexes.move_to_end(thread_id)
+                return index
+        return self._index(thread_id)
+
+    def _checked(self, thread_id: str, index: ThreadIndex, write: Callable[[ThreadIndex, bool], T]) -> T:
+        """``write(index, checked)``: a write made with ``index`` that lands only while the
+        session is as the index saw it (``checked``: the store checks ``index.token`` where
+        the append reads the session). When it moved on (another writer's entries, or it was
+        deleted), the index is derived again and the write redone; the last attempt
+        unconditionally, as a write after a read always was (call under the lock)."""
+        for _ in range(_CHECKED_ATTEMPTS):
+            try:
+                return write(index, True)
+            except LeafMoved:
+                pass
+            except SessionError as e:
+                if e.code != NOT_FOUND:
+                    raise
+            index = self._index(thread_id)
+        return write(index, False)
+
     def _forget(self, thread_id: str) -> None:
         with self._indexes_guard:
             self._indexes.pop(thread_id, None)
 
     def _append(self, thread_id: str, index: ThreadIndex, custom_type: str, data: Any, parent: str | None,
-                entry_id: str | None = None) -> str:
+                entry_id: str | None = None, *, owned: bool = False, checked: bool = False) -> str:
         """Append one custom entry and take it into ``index`` (whose token follows the new leaf)."""
-        written = self._write(thread_id, index, custom_type, data, parent, entry_id)
+        written = self._write(thread_id, index, custom_type, data, parent, entry_id, owned=owned, checked=checked)
         index.add({"id": written, "kind": "custom", "custom_type": custom_type, "data": data})
         return written
 
     def _write(self, thread_id: str, index: ThreadIndex, custom_type: str, data: Any, parent: str | None,
-               entry_id: str | None = None) -> str:
+               entry_id: str | None = None, *, owned: bool = False, checked: bool = False) -> str:
         """Append one custom entry (rooting the thread first if needed); ``index``'s token
-        follows the new leaf, the caller takes the entry into it."""
+        follows the new leaf, the caller takes the entry into it. ``owned``: ``data`` was
+        built by :mod:`._checkpoints` (exact JSON, newly made, not kept for changing)
+        and is handed to the store as it is, without a private copy; ``checked`` (owned
+        only): only while the session is at ``index.token``, else ``LeafMoved``."""
         if not index.rooted:
             made = self.sm.call("session::ensure", _dropped_none({"session_id": thread_id, "metadata": self.metadata}))
             root = self.sm.call("session::append", {"session_id": thread_id, "entry_id": ROOT_ID,
@@ -150,7 +188,11 @@ class SessionManagerSaver(BaseCheckpointSaver[str]):
             payload["parent_id"] = parent
         if entry_id is not None:
             payload["entry_id"] = entry_id
-        written = str(self.sm.call("session::append", payload)["entry_id"])
+        if owned:
+            at = index.token if checked else None
+            written = str(self.sm._call_owned("session::append", payload, at=at)["entry_id"])
+        else:
+            written = str(self.sm.call("session::append", payload)["entry_id"])
         index.token = (index.token[0] if index.token else None, written)
         return written
 
@@ -265,18 +307,25 @@ class SessionManagerSaver(BaseCheckpointSaver[str]):
         one store call, serializing each new value once."""
         configurable = _configurable(config)
         thread_id = _thread_id(configurable.get("thread_id"))
-        ns = str(configurable.get("checkpoint_ns") or "")
+        ns = text(str(configurable.get("checkpoint_ns") or ""), "checkpoint_ns")
         parent_id = configurable.get("checkpoint_id")
-        data = {"ns": ns, "id": checkpoint["id"], "parent": parent_id,
-                "checkpoint": encode_doc(self.serde, {k: v for k, v in checkpoint.items() if k != "channel_values"}),
+        if parent_id is not None:
+            parent_id = text(parent_id, "checkpoint_id")
+        checkpoint_id = text(checkpoint["id"], "checkpoint.id")
+        # Built of exact JSON only (see _checkpoints): handed to the store without a copy.
+        data = {"ns": ns, "id": checkpoint_id, "parent": parent_id,
+                "checkpoint": encode_doc(self.serde, _without_values(checkpoint)),
                 "metadata": encode_doc(self.serde, get_checkpoint_metadata(config, metadata)),
                 "values": pack_values(self.serde, checkpoint["channel_values"], new_versions)}
-        with self._lock(thread_id):
-            index = self._index(thread_id)
+        def write(index: ThreadIndex, checked: bool) -> tuple[ThreadIndex, str]:
             parent_entry = index.checkpoints.get((ns, parent_id)) if parent_id else None
-            written = self._write(thread_id, index, CHECKPOINT, data, parent_entry or ROOT_ID)
+            return index, self._write(thread_id, index, CHECKPOINT, data, parent_entry or ROOT_ID,
+                                      owned=True, checked=checked)
+
+        with self._lock(thread_id):  # no read of the session: the append checks the index is current
+            index, written = self._checked(thread_id, self._current(thread_id), write)
             index.add_checkpoint(written, data)
-        return _config(thread_id, ns, checkpoint["id"])
+        return _config(thread_id, ns, checkpoint_id)
 
     def put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
                    task_path: str = "") -> None:
@@ -286,16 +335,21 @@ class SessionManagerSaver(BaseCheckpointSaver[str]):
         checkpoint_id = _configurable(config).get("checkpoint_id")
         if not checkpoint_id:
             raise invalid_request("checkpoint_id: put_writes needs the config of the checkpoint the writes belong to")
-        key = (ns, str(checkpoint_id))
-        indexed = [(WRITES_IDX_MAP.get(channel, i), channel, value) for i, (channel, value) in enumerate(writes)]
-        with self._lock(thread_id):
-            index = self._index(thread_id)
+        key = (ns, text(str(checkpoint_id), "checkpoint_id"))
+        task_id, task_path = text(task_id, "task_id"), text(task_path, "task_path")
+        indexed = [(WRITES_IDX_MAP.get(channel, i), text(channel, "writes"), value)
+                   for i, (channel, value) in enumerate(writes)]
+        def write(index: ThreadIndex, checked: bool) -> None:
             fresh = new_writes(index, key, indexed, task_id)
             if not fresh:
                 return
             data = {"ns": ns, "checkpoint_id": key[1], "task_id": task_id, "task_path": task_path,
                     "writes": [[idx, channel, *pack(self.serde, value)] for idx, channel, value in fresh]}
-            self._append(thread_id, index, WRITES, data, index.checkpoints.get(key, ROOT_ID))
+            self._append(thread_id, index, WRITES, data, index.checkpoints.get(key, ROOT_ID), owned=True,
+                         checked=checked)
+
+        with self._lock(thread_id):  # no read of the session: the append checks the index is current
+            self._checked(thread_id, self._current(thread_id), write)
 
     def delete_thread(self, thread_id: str) -> None:
         """Delete the thread's session: every checkpoint and write, on every branch."""
@@ -395,7 +449,7 @@ class SessionManagerSaver(BaseCheckpointSaver[str]):
 
 
 def _thread_id(value: Any) -> str:
-    thread_id = str(value) if value is not None else ""
+    thread_id = text(str(value), "thread_id") if value is not None else ""
     if not thread_id:
         raise invalid_request("thread_id: a LangGraph thread needs a non-empty thread_id (it names its session)")
     return thread_id
@@ -413,11 +467,18 @@ def _thread(config: RunnableConfig | None) -> str:
 
 
 def _ns(config: RunnableConfig) -> str:
-    return str(_configurable(config).get("checkpoint_ns") or "")
+    return text(str(_configurable(config).get("checkpoint_ns") or ""), "checkpoint_ns")
 
 
 def _config(thread_id: str, ns: str, checkpoint_id: str) -> RunnableConfig:
     return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint_id}}
+
+
+def _without_values(checkpoint: Checkpoint) -> dict[str, Any]:
+    """The checkpoint's fields but its channel values (stored per channel version instead)."""
+    fields: dict[str, Any] = dict(checkpoint)
+    fields.pop("channel_values", None)
+    return fields
 
 
 def _dropped_none(payload: dict[str, Any]) -> dict[str, Any]:

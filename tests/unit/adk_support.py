@@ -1,5 +1,5 @@
 """The stores the ADK session service's tests run over: fs, fs through the aio
-manager, and postgres (skipped, or failed on CI, when no server answers).
+manager, sqlite, and postgres (skipped, or failed on CI, when no server answers).
 
 ``Backend.run(scenario)`` opens the store, builds the service, awaits
 ``scenario(service)`` and closes the store: two ``run`` calls are a restart.
@@ -19,7 +19,7 @@ from tests import pg_support
 
 T = TypeVar("T")
 # The postgres runs carry the postgres marker: CI's fresh lane (no server) leaves them to the lane with one.
-BACKENDS = ["fs", "aio", pytest.param("postgres", marks=pytest.mark.postgres)]
+BACKENDS = ["fs", "aio", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
 
 
 class Backend:
@@ -36,6 +36,8 @@ class Backend:
 
         if self.schema is not None:
             return session_manager.open(store=pg_support.open_store(self.schema))
+        if self.kind == "sqlite":
+            return session_manager.open(f"sqlite:///{self.data_dir.resolve()}.db")
         return session_manager.open(self.data_dir)
 
     @contextlib.asynccontextmanager

@@ -270,3 +270,59 @@ def test_a_nested_str_subclass_key_is_stored_and_answered_as_a_plain_str(tmp_pat
         assert reopened.call("session::get", {"session_id": "s_001"})["meta"]["metadata"] == {"a": {"b": [1]}}
     finally:
         reopened.close()
+
+
+def test_a_handed_over_payload_is_stored_as_it_is_and_still_admitted_and_validated(tmp_path: Path) -> None:
+    # Prevents: the adapters' handed-over path (_call_owned: no private copy) skipping what
+    # every call gets: the size limit, text JSON cannot carry, the request model, a missing
+    # session, read-only refusal, and the event after a durable write.
+    where = tmp_path / "d"
+    with session_manager.open(where, ids=SequentialIds(), clock=ManualClock(1), max_request_bytes=400) as sm:
+        sid = sm.call("session::create", {})["session_id"]
+        seen: list[Any] = []
+        sm.observe({"function_id": "session::on-message-added"}, seen.append)
+        data = {"values": [["1", "msgpack", "\x00\xff"]], "n": 1.5}
+        sm._call_owned("session::append", {"session_id": sid, "custom": {"custom_type": "x", "data": data}})
+        refused = {
+            "size": {"session_id": sid, "custom": {"custom_type": "x", "data": "y" * 500}},
+            "surrogate": {"session_id": sid, "custom": {"custom_type": "x", "data": "\ud800"}},
+            "model": {"session_id": sid, "custom": {"data": 1}},
+        }
+        for why, payload in refused.items():
+            with pytest.raises(session_manager.SessionError) as caught:
+                sm._call_owned("session::append", payload)
+            assert caught.value.code == INVALID_REQUEST, why
+        with pytest.raises(session_manager.SessionError) as missing:
+            sm._call_owned("session::append", {"session_id": "nope", "custom": {"custom_type": "x"}})
+        assert missing.value.code == "session/not_found"
+        path = sm.call("session::messages", {"session_id": sid, "include_custom": True})["messages"]
+        assert [m["custom"]["data"] for m in path] == [data]
+        assert [e["custom"]["data"] for e in seen] == [data]
+    with session_manager.open(where) as again:  # durable, and what JSON gives back
+        path = again.call("session::messages", {"session_id": sid, "include_custom": True})["messages"]
+        assert [m["custom"]["data"] for m in path] == [data]
+    with session_manager.open(where, read_only=True) as inspecting, pytest.raises(session_manager.SessionError):
+        inspecting._call_owned("session::append", {"session_id": sid, "custom": {"custom_type": "x"}})
+
+
+def test_a_handed_over_append_at_a_session_state_lands_only_there(tmp_path: Path) -> None:
+    # Prevents: an adapter's append made on its own view of a session (no read first) landing
+    # after another writer moved the session on, or after it was deleted and created again.
+    from session_manager._service.appending import LeafMoved
+
+    with session_manager.open(tmp_path / "d", ids=SequentialIds(), clock=ManualClock(1)) as sm:
+        seen: list[Any] = []
+        sm.observe({"function_id": "session::on-message-added"}, seen.append)
+        made = sm.call("session::ensure", {"session_id": "s"})["meta"]["created_at"]
+        first = sm.call("session::append", {"session_id": "s", "custom": {"custom_type": "x"}})["entry_id"]
+        stale = [(made, None), (made + 1, first), (made, "e_999")]
+        for at in stale:
+            with pytest.raises(LeafMoved):
+                sm._call_owned("session::append", {"session_id": "s", "custom": {"custom_type": "y"}}, at=at)
+        written = sm._call_owned("session::append", {"session_id": "s", "custom": {"custom_type": "y"}},
+                                 at=(made, first))
+        with pytest.raises(ValueError):
+            sm._call_owned("session::delete", {"session_id": "s"}, at=(made, first))
+        path = sm.call("session::messages", {"session_id": "s", "include_custom": True})["messages"]
+    assert [m["entry_id"] for m in path] == [first, written["entry_id"]]
+    assert [e["entry_id"] for e in seen] == [first, written["entry_id"]]
