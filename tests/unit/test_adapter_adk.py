@@ -1,6 +1,6 @@
 """The ADK session service keeps ADK's session contract (the behaviours ADK's own
 contract suite holds every backend to, written here in our own tests), over
-fs, fs through the aio manager, and postgres."""
+fs, fs through the aio manager, sqlite, and postgres."""
 
 from __future__ import annotations
 
@@ -117,7 +117,9 @@ def test_list_sessions_one_user_or_all_oldest_update_first(store: Backend) -> No
         assert [(s.id, s.state, s.events) for s in mine] == [("b", {"key": "vb"}, []), ("a", {"key": "va"}, [])]
         assert mine[1].last_update_time == a.last_update_time
         everyone = (await svc.list_sessions(app_name=APP)).sessions
-        assert [(s.user_id, s.id) for s in everyone] == [("u1", "b"), ("u2", "c"), ("u1", "a")]
+        assert [(s.user_id, s.id, s.state) for s in everyone] == [
+            ("u1", "b", {"key": "vb"}), ("u2", "c", {"key": "vc"}), ("u1", "a", {"key": "va"})]
+        assert (await svc.list_sessions(app_name=APP, user_id=None)).sessions == everyone
         assert (await svc.list_sessions(app_name=APP, user_id="nobody")).sessions == []
         assert (await svc.list_sessions(app_name="unknown")).sessions == []
 
