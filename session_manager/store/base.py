@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from ._core.append import UNSET, Unset, derive_append_meta
 from .path import Entry as Entry
 from .path import EntryPath
-from .search_index import Matches, scan
+from .search_index import Candidate, Matches, SortKey, rank, scan
 from .search_text import Query
 
 if TYPE_CHECKING:
@@ -165,6 +165,16 @@ class SessionStore(ABC):
         index answers from it."""
         ids = sessions if sessions is not None else [m["session_id"] for m in self.list_metas()]
         return scan(query, ids, self.entries, roles)
+
+    def search_page(self, query: Query, sessions: Collection[str] | None, roles: Collection[str] | None,
+                    limit: int, after: SortKey | None) -> list[tuple[SortKey, Candidate]]:
+        """The first ``limit`` hits of :meth:`search` in the one total order of
+        ``session::search`` (BM25 over the sessions in scope, rounded, then newer
+        timestamp, session id, entry id: :func:`~.search_index.rank`) strictly after
+        ``after``, with their keys. The default ranks every candidate of
+        :meth:`search`; a store that can rank inside its index hands over only the page
+        (the answer must be the same)."""
+        return rank(self.search(query, sessions, roles), limit, after)
 
     # -- sessions and entries ------------------------------------------------
 
