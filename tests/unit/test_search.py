@@ -17,6 +17,7 @@ from session_manager.errors import NOT_FOUND, SessionError
 from session_manager.store import FsStore, MemoryStore, SessionStore
 from session_manager.store.fs._search import SEARCH_DIR
 from session_manager.store.fs._search_db import DB_FILE
+from session_manager.store.search_index import rank
 from session_manager.store.search_text import parse_query
 from session_manager.store.sqlite.build import open_uri
 from tests import pg_support
@@ -135,6 +136,32 @@ def test_pages_hold_limit_hits_and_the_cursor_walks_them_all(sm: SessionManager)
             break
         assert len(page["hits"]) == 3
     assert len(seen) == len(set(seen)) == 7
+
+
+def test_pages_ranked_in_the_index_match_the_definition_past_many_ties_and_a_wide_prefix(
+        sm: SessionManager, store: SessionStore) -> None:
+    # Prevents: a store that ranks inside its index (fs, sqlite) cutting a page inside a run of
+    # equal scores longer than what it reads at once (a hit lost or repeated at a page boundary),
+    # or missing words of a prefix that begins more words than it expands into an OR.
+    ids = [sm.call("session::create", {})["session_id"] for _ in range(3)]
+    for i in range(40):
+        for sid in ids:
+            sm.call("session::append", {"session_id": sid, "message": user(f"tie pre{i:02d}x filler")})
+    sm.call("session::append", {"session_id": ids[0], "message": user("tie tie pre pre")})
+    for text in ["tie", "pre", "pre0", "tie pre", "filler pre1"]:
+        query = parse_query(text)
+        assert query is not None
+        want = rank(SessionStore.search(store, query, None, None), 1000, None)
+        for limit in (1, 7, 50):
+            walked: list[Any] = []
+            after = None
+            while True:
+                page = store.search_page(query, None, None, limit, after)
+                walked += page
+                if len(page) < limit:
+                    break
+                after = page[-1][0]
+            assert walked == want, (text, limit)
 
 
 def test_snippet_is_at_most_1000_characters_around_the_first_match(sm: SessionManager) -> None:

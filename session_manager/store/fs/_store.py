@@ -29,7 +29,7 @@ from typing import Any
 from ...errors import StoreError, Vanished
 from .._core.state import SessionState, StateBackedStore
 from ..base import AttachmentMeta, Commit, Entry, EventSink, Meta
-from ..search_index import Matches
+from ..search_index import Candidate, Matches, SortKey
 from ..search_text import Query
 from ._attachments import Attachments
 from ._cache import DEFAULT_CACHE_BYTES
@@ -322,6 +322,12 @@ class FsStore(StateBackedStore):
         """From the persisted search index, brought up to date with the logs (:mod:`._search`)."""
         self._d.not_inherited()
         return self._search.search(self, query, sessions, roles)
+
+    def search_page(self, query: Query, sessions: Collection[str] | None, roles: Collection[str] | None,
+                    limit: int, after: SortKey | None) -> list[tuple[SortKey, Candidate]]:
+        """Ranked inside the persisted search index (a read-only open: its in-memory one)."""
+        self._d.not_inherited()
+        return self._search.search_page(self, query, sessions, roles, limit, after)
 
     def delete_session(self, session_id: str) -> bool:
         self._search.forget(session_id)  # before the log (a crash between leaves no index of it) ...
