@@ -404,7 +404,8 @@ class FsSearchDb:
             spaced="(' ' || replace(d.words, ' ', '  ') || ' ')",
             source="FROM fts JOIN docs d ON d.id = fts.rowid WHERE fts MATCH {match}" + scope + only,
             count="SELECT count(*) FROM fts WHERE fts MATCH {match}" + scope,
-            params=params, query=query, docs=docs, total_length=total, limit=limit, after=after,
+            totals="SELECT :docs AS docs, :words AS words", params={**params, "docs": docs, "words": total},
+            query=query, limit=limit, after=after,
             candidate=candidate)
 
 

@@ -11,7 +11,7 @@ import sqlite3
 from collections.abc import Callable
 from typing import Any
 
-from ..search_index import K1, Bm25, Candidate, SortKey, sort_key
+from ..search_index import K1, B, Bm25, Candidate, SortKey, sort_key
 from ..search_text import Query, entry_role, searchable_text, words
 
 __all__ = ["PREFIX_WORDS", "doc", "quoted", "ranked_page", "vocabulary"]
@@ -48,8 +48,9 @@ def vocabulary(conn: sqlite3.Connection, table: str, fts: str) -> None:
     conn.execute(f"CREATE VIRTUAL TABLE IF NOT EXISTS temp.{table} USING fts5vocab(main, {fts}, row)")
 
 
-def ranked_page(conn: sqlite3.Connection, *, vocab: str, cols: str, length: str, spaced: str, source: str,
-                count: str, params: dict[str, Any], query: Query, docs: int, total_length: int, limit: int,
+def ranked_page(conn: sqlite3.Connection, *, vocab: str, fts: str | None = None, cols: str, length: str,
+                spaced: str, source: str,
+                count: str, totals: str, params: dict[str, Any], query: Query, limit: int,
                 after: SortKey | None, candidate: Callable[[tuple[Any, ...], tuple[int, ...]], Candidate]
                 ) -> list[tuple[SortKey, Candidate]]:
     """The first ``limit`` hits after ``after`` in the total order, ranked by SQLite in
@@ -61,7 +62,9 @@ def ranked_page(conn: sqlite3.Connection, *, vocab: str, cols: str, length: str,
     ``spaced``, the words with every word between its own two spaces (sorted); ``count``
     is the ``SELECT count(*)`` of the documents in scope matching ``{match}``; both take
     the named ``params`` (none starting with ``_``). ``vocab`` is the table of
-    :func:`vocabulary`; ``docs`` and ``total_length`` are the scope's totals.
+    :func:`vocabulary` (made on the connection's first query when ``fts`` names the
+    FTS5 table); ``totals`` is a ``SELECT`` of the scope's searchable entries (``docs``)
+    and their words (``words``), read only when something matches.
     ``candidate`` makes a hit of a row's ``cols`` and ``length``, and its term counts.
 
     In the statement: the prefix is expanded to the OR of its indexed words (at most
@@ -75,11 +78,10 @@ def ranked_page(conn: sqlite3.Connection, *, vocab: str, cols: str, length: str,
     read (ties at the boundary, hits the cursor skips).
     """
     nt = len(query.terms)
-    sql = _page_sql(len(query.exact), after is not None, vocab, cols, length, spaced, source, count)
+    sql = _page_sql(len(query.exact), after is not None, vocab, cols, length, spaced, source, count, totals)
     p: dict[str, Any] = dict(params)
-    bm25_len = Bm25.of(docs, total_length, ())
     p.update(_p=query.prefix, _phi=query.prefix + _TOP, _pq=quoted(query.prefix), _cap=PREFIX_WORDS,
-             _n=max(docs, 1), _k=K1 + 1, _base=bm25_len.base, _norm=bm25_len.norm,
+             _k1=K1, _b=B, _k=K1 + 1, _base=K1 * (1 - B),
              _wp=" " + query.prefix, _lp=len(query.prefix) + 1)
     for i, w in enumerate(query.exact):
         p[f"_e{i}"], p[f"_w{i}"], p[f"_l{i}"] = quoted(w), " " + w + " ", len(w) + 2
@@ -91,19 +93,23 @@ def ranked_page(conn: sqlite3.Connection, *, vocab: str, cols: str, length: str,
         try:
             got = conn.execute(sql, p).fetchall()
         except sqlite3.OperationalError as e:
-            if "no such function: ln" not in str(e):
+            if "no such function: ln" in str(e):
+                conn.create_function("ln", 1, math.log, deterministic=True)  # (a build without math functions)
+            elif f"no such table: temp.{vocab}" in str(e) and fts is not None:
+                vocabulary(conn, vocab, fts)  # (a connection's first query)
+            else:
                 raise
-            conn.create_function("ln", 1, math.log, deterministic=True)  # (a build without math functions)
             continue
         if not got:
             return []
-        bm25 = Bm25.of(docs, total_length, got[0][-1 - nt : -1])
+        docs, words = got[0][-3:-1]
+        bm25 = Bm25.of(int(docs), int(words), got[0][-3 - nt : -3])
         kept: list[tuple[SortKey, Candidate]] = []
         for row in got:
-            tf = tuple(row[-1 - 2 * nt : -1 - nt])
+            tf = tuple(row[-3 - 2 * nt : -3 - nt])
             if not all(tf):  # (the tokenizer agrees with words(); checked, never trusted)
                 continue
-            c = candidate(row[: -1 - 2 * nt], tf)
+            c = candidate(row[: -3 - 2 * nt], tf)
             k = sort_key(bm25.score(tf, c.length), c)
             if after is None or k > after:
                 kept.append((k, c))
@@ -115,7 +121,7 @@ def ranked_page(conn: sqlite3.Connection, *, vocab: str, cols: str, length: str,
 
 @functools.lru_cache(maxsize=64)
 def _page_sql(exact: int, after: bool, vocab: str, cols: str, length: str, spaced: str, source: str,
-              count: str) -> str:
+              count: str, totals: str) -> str:
     """The statement of :func:`ranked_page` for a query of ``exact`` whole words and a
     prefix (made once per shape; its parameters are named)."""
     nt = exact + 1
@@ -125,15 +131,18 @@ def _page_sql(exact: int, after: bool, vocab: str, cols: str, length: str, space
                 f" FROM (SELECT term FROM temp.{vocab} WHERE term >= :_p AND term < :_phi LIMIT :_cap + 1)")
     every = "(SELECT " + " || ' AND ' || ".join([*terms[:-1], "m"]) + " FROM x)"
     counts = ", ".join(f"({count.format(match=t)}) AS d{i}" for i, t in enumerate(terms))
-    idfs = ", ".join(f"ln(1.0 + (:_n - d{i} + 0.5) / (d{i} + 0.5)) AS i{i}" for i in range(nt))
+    idfs = ", ".join(f"ln(1.0 + (max(docs, 1) - d{i} + 0.5) / (d{i} + 0.5)) AS i{i}" for i in range(nt))
+    norm = ":_k1 / (CASE WHEN words <> 0 THEN words * 1.0 / max(docs, 1) ELSE 1.0 END) * :_b AS norm"
     tfs = [f"(length({spaced}) - length(replace({spaced}, :_w{i}, ''))) / :_l{i} AS t{i}" for i in range(exact)]
     tfs.append(f"(length({spaced}) - length(replace({spaced}, :_wp, ''))) / :_lp AS t{exact}")  # words it begins
-    score = " + ".join(f"((SELECT i{i} FROM w) * t{i} * :_k / (t{i} + (:_base + :_norm * n)))" for i in range(nt))
-    dfs = ", ".join(f"(SELECT d{i} FROM w)" for i in range(nt))
+    score = " + ".join(f"((SELECT i{i} FROM w) * t{i} * :_k / (t{i} + (:_base + (SELECT norm FROM w) * n)))"
+                       for i in range(nt))
+    stats = ", ".join([*(f"(SELECT d{i} FROM w)" for i in range(nt)), "(SELECT docs FROM w)", "(SELECT words FROM w)"])
     where = " WHERE s <= :_after" if after else ""
     # (LIMIT -1 keeps the inner select from being flattened into the outer one, which would
     # compute each term count twice: for its column and in the score)
-    return (f"WITH x AS MATERIALIZED ({expanded}), w AS MATERIALIZED (SELECT *, {idfs} FROM (SELECT {counts}))"
-            f" SELECT *, {dfs}, {score} AS s FROM"
+    return (f"WITH x AS MATERIALIZED ({expanded}),"
+            f" w AS MATERIALIZED (SELECT *, {idfs}, {norm} FROM (SELECT {counts}), ({totals}))"
+            f" SELECT *, {stats}, {score} AS s FROM"
             f" (SELECT {cols}, {length} AS n, {', '.join(tfs)} {source.format(match=every)} LIMIT -1)"
             f"{where} ORDER BY s DESC LIMIT :_read")
