@@ -41,13 +41,13 @@ from collections.abc import Collection, Iterator
 from typing import Any
 
 from .._core.codec import loads
-from ..search_index import Candidate, Matches, term_counts
+from ..search_index import Candidate, Matches, SortKey, term_counts
 from ..search_text import Query
-from ..sql.fts5 import doc, quoted
+from ..sql.fts5 import doc, quoted, ranked_page
 from ..sql.keys import key, unkey
 
-__all__ = ["BATCH", "CATCH_UP", "MIGRATION", "TABLES", "backfill", "behind", "catch_up", "doc", "erase", "quoted",
-           "search"]
+__all__ = ["BATCH", "CATCH_UP", "MIGRATION", "TABLES", "backfill", "behind", "catch_up", "doc", "erase", "page",
+           "quoted", "search"]
 
 
 TABLES = frozenset({"search_docs", "search_totals", "search_fts", "search_fts_data", "search_fts_idx",
@@ -205,3 +205,38 @@ def search(conn: sqlite3.Connection, query: Query, sessions: Collection[str] | N
         if all(tfs):  # (the tokenizer agrees with words(); checked, never trusted)
             out.candidates.append(Candidate(unkey(sid), unkey(eid), role, int(ts), tfs, length))
     return out
+
+
+def page(conn: sqlite3.Connection, query: Query, sessions: Collection[str] | None, roles: Collection[str] | None,
+         limit: int, after: SortKey | None) -> list[tuple[SortKey, Candidate]]:
+    """The ranked page of :meth:`~session_manager.store.SessionStore.search_page`, ranked by
+    SQLite inside the index (:func:`..sql.fts5.ranked_page`), in the caller's transaction or
+    snapshot (:func:`catch_up` first)."""
+    if limit <= 0:
+        return []
+    scope, params = "", dict[str, Any]()
+    totals = "SELECT total(docs) AS docs, total(words) AS words FROM search_totals"
+    if sessions is not None:
+        scope = " AND d.session_id IN (SELECT value FROM json_each(:scope))"
+        totals += " WHERE session_id IN (SELECT value FROM json_each(:scope))"
+        params["scope"] = json.dumps([key(s) for s in sessions])
+    only = ""
+    if roles is not None:
+        only = " AND d.role IN (SELECT value FROM json_each(:roles))"
+        params["roles"] = json.dumps(sorted(roles))
+
+    def candidate(row: tuple[Any, ...], tfs: tuple[int, ...]) -> Candidate:
+        sid, eid, role, ts, length = row
+        return Candidate(unkey(sid), unkey(eid), role, int(ts), tfs, length)
+
+    if sessions is None:
+        count = "SELECT count(*) FROM search_fts WHERE search_fts MATCH {match}"
+    else:
+        count = ("SELECT count(*) FROM search_fts f JOIN search_docs d ON d.seq = f.rowid"
+                 " WHERE search_fts MATCH {match}" + scope)
+    return ranked_page(
+        conn, vocab="search_vocab", fts="search_fts", cols="d.session_id, d.entry_id, d.role, d.ts",
+        length="d.length", spaced="(' ' || replace(d.words, ' ', '  ') || ' ')",
+        source="FROM search_fts f JOIN search_docs d ON d.seq = f.rowid WHERE search_fts MATCH {match}" + scope + only,
+        count=count, totals=totals, params=params, query=query, limit=limit, after=after,
+        candidate=candidate)

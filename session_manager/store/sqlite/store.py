@@ -13,9 +13,10 @@ processes).
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Collection
+from collections.abc import Callable, Collection
+from typing import TypeVar
 
-from ..search_index import Matches
+from ..search_index import Candidate, Matches, SortKey
 from ..search_text import Query
 from ..sql.store import SqlStore
 from ..sql.transactions import CallRunner
@@ -28,6 +29,8 @@ from .transactions import SqliteTransactions
 from .writes import SqliteWrites
 
 __all__ = ["SqliteSettings", "SqliteStore"]
+
+_T = TypeVar("_T")
 
 class SqliteStore(SqlStore):
     """Sessions, entries and attachments in one SQLite database file (WAL mode)."""
@@ -68,17 +71,25 @@ class SqliteStore(SqlStore):
     def search(self, query: Query, sessions: Collection[str] | None,
                roles: Collection[str] | None) -> Matches:
         """From the FTS5 index (:mod:`.search`), caught up first, in one snapshot."""
+        return self._in_snapshot(lambda conn: search.search(conn, query, sessions, roles))
+
+    def search_page(self, query: Query, sessions: Collection[str] | None, roles: Collection[str] | None,
+                    limit: int, after: SortKey | None) -> list[tuple[SortKey, Candidate]]:
+        """Ranked inside the FTS5 index (:func:`.search.page`), caught up first, in one snapshot."""
+        return self._in_snapshot(lambda conn: search.page(conn, query, sessions, roles, limit, after))
+
+    def _in_snapshot(self, read: Callable[[sqlite3.Connection], _T]) -> _T:
         if self.db.local.in_tx:  # the mutation's transaction holds the write lock: catch up in it
             conn = self.db.conn()
             while search.catch_up(conn):
                 pass
-            return search.search(conn, query, sessions, roles)
+            return read(conn)
         self._catch_up()
         conn = self.db.conn()
         try:
             conn.execute("BEGIN")  # deferred: a read snapshot, no lock
             try:
-                return search.search(conn, query, sessions, roles)
+                return read(conn)
             finally:
                 conn.execute("COMMIT")
         except sqlite3.Error as e:
