@@ -102,17 +102,29 @@ class SqliteStore(SqlStore):
         try:
             if not search.behind(conn):
                 return  # nothing written since: no write lock taken
+            since = search.mark(conn)
         except sqlite3.Error as e:
             raise self.db.fail(e) from None
         more = True
         while more:
-            conn = self.db.begin()
-            try:
-                more = search.catch_up(conn)
-            except sqlite3.Error as e:
-                self.db.end(conn, commit=False)
-                raise self.db.fail(e) from None
-            except BaseException:
-                self.db.end(conn, commit=False)
-                raise
-            self.db.end(conn, commit=True)
+            more = self._write(search.catch_up)
+        try:
+            grown = search.grown(self.db.conn(), since)
+        except sqlite3.Error as e:
+            raise self.db.fail(e) from None
+        if grown:  # a large catch-up left many FTS segments, and a query probes each: one again
+            self._write(search.merge)
+
+    def _write(self, step: Callable[[sqlite3.Connection], _T]) -> _T:
+        """``step`` in a write transaction of its own."""
+        conn = self.db.begin()
+        try:
+            out = step(conn)
+        except sqlite3.Error as e:
+            self.db.end(conn, commit=False)
+            raise self.db.fail(e) from None
+        except BaseException:
+            self.db.end(conn, commit=False)
+            raise
+        self.db.end(conn, commit=True)
+        return out
