@@ -15,12 +15,18 @@ from common words, half from rare ones). Printed side by side:
   date before each query, so "with" charges the appends with the catch-up the
   next query does (target: >= 0.7x).
 
-Run: ``python bench/bench_search.py [--quick] [--rounds N]``.
+``--store sqlite`` or ``--store postgres`` (a server at
+``SESSION_MANAGER_TEST_POSTGRES``, a schema of its own dropped afterwards)
+measures another adapter against the same baseline (sqlite's index bytes:
+its ``search*`` tables; postgres's: ``search_docs`` with its indexes).
+
+Run: ``python bench/bench_search.py [--quick] [--rounds N] [--store fs|sqlite|postgres]``.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import random
 import sqlite3
@@ -28,6 +34,7 @@ import statistics
 import sys
 import tempfile
 import time
+import uuid
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -103,10 +110,54 @@ def interleaved(sm: session_manager.SessionManager, db: sqlite3.Connection, qs: 
     return statistics.median(ours), statistics.median(base)
 
 
+DSN = os.environ.get("SESSION_MANAGER_TEST_POSTGRES", "postgresql://127.0.0.1:5432/test")
+
+
+class Target:
+    """Where the store under test keeps its data: open it, and what its search index weighs."""
+
+    def __init__(self, kind: str, tmp: str) -> None:
+        self.kind, self.tmp = kind, tmp
+        self.schema = f"bench_search_{uuid.uuid4().hex[:8]}"
+
+    def open(self) -> session_manager.SessionManager:
+        if self.kind == "fs":
+            return session_manager.open(Path(self.tmp) / "data")
+        if self.kind == "sqlite":
+            return session_manager.open(f"sqlite:///{self.tmp}/sessions.db")
+        from session_manager.store.postgres import PostgresSettings, PostgresStore
+
+        return session_manager.open(store=PostgresStore(PostgresSettings(dsn=DSN, schema=self.schema)))
+
+    def index_bytes(self) -> int | None:
+        if self.kind == "fs":
+            return sum(f.stat().st_size for f in (Path(self.tmp) / "data" / SEARCH_DIR).iterdir())
+        if self.kind == "sqlite":
+            with contextlib.closing(sqlite3.connect(f"{self.tmp}/sessions.db")) as db:
+                try:
+                    return int(db.execute("SELECT sum(pgsize) FROM dbstat WHERE name LIKE 'search%'").fetchone()[0])
+                except sqlite3.Error:
+                    return None  # (a build without the dbstat table)
+        import psycopg
+
+        with psycopg.connect(DSN) as conn:
+            row = conn.execute("SELECT pg_total_relation_size(%s)", (f"{self.schema}.search_docs",)).fetchone()
+            return int(row[0]) if row else None
+
+    def drop(self) -> None:
+        if self.kind == "postgres":
+            import psycopg
+
+            with psycopg.connect(DSN, autocommit=True) as conn:
+                conn.execute(f'DROP SCHEMA IF EXISTS "{self.schema}" CASCADE')
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="10k messages in 100 sessions")
     ap.add_argument("--rounds", type=int, default=3, help="interleaved passes over the 100 queries")
+    ap.add_argument("--store", choices=["fs", "sqlite", "postgres"], default="fs",
+                    help=f"the adapter (postgres: at SESSION_MANAGER_TEST_POSTGRES, default {DSN})")
     args = ap.parse_args()
     sessions, per = (100, 100) if args.quick else (1000, 100)
     rnd = random.Random(26)
@@ -116,8 +167,8 @@ def main() -> None:
         fts_path = os.path.join(tmp, "fts.db")
         db = fts_baseline(fts_path, texts)
         fts_bytes = os.path.getsize(fts_path)
-        data = Path(tmp) / "data"
-        sm = session_manager.open(data)
+        target = Target(args.store, tmp)
+        sm = target.open()
         append_s = append_all(sm, texts)
         t = time.perf_counter()
         sm.call("session::search", {"query": qs[0]})  # the catch-up the appends leave to a query
@@ -126,22 +177,26 @@ def main() -> None:
         p50, base_p50 = sorted(rounds, key=lambda r: r[0] / r[1])[len(rounds) // 2]  # the median round
         db.close()
         sm.close()
-        index_bytes = sum(f.stat().st_size for f in (data / SEARCH_DIR).iterdir())
-        sm = session_manager.open(data)
+        index_bytes = target.index_bytes()
+        sm = target.open()
         t = time.perf_counter()
         sm.call("session::search", {"query": qs[1], "limit": 20})
         cold = time.perf_counter() - t
         sm.close()
+        target.drop()
     n = sessions * per
-    print(f"session::search, fs store, {n:,} messages in {sessions:,} sessions, 100 queries, "
+    print(f"session::search, {args.store} store, {n:,} messages in {sessions:,} sessions, 100 queries, "
           f"load average {os.getloadavg()[0]:.1f}")
     print(f"{'figure':44} {'ours':>12} {'baseline':>12} {'ratio':>7}  target")
     print(f"{'p50 of one call, limit 20':44} {p50 * 1e3:10.2f}ms {base_p50 * 1e3:10.2f}ms "
           f"{p50 / base_p50:6.2f}x  <= 3x (FTS5 MATCH ... LIMIT 20)")
     print(f"{'  each round (interleaved)':44} " + ", ".join(f"{o / b:.2f}x" for o, b in rounds))
     print(f"{'first query after a cold open':44} {cold * 1e3:10.1f}ms {'':>12} {'':>7}  <= 200 ms")
-    print(f"{'index bytes':44} {index_bytes / 1e6:10.2f}MB {fts_bytes / 1e6:10.2f}MB "
-          f"{index_bytes / fts_bytes:6.2f}x  <= 1.5x (FTS5 database, content included)")
+    if index_bytes is None:
+        print(f"{'index bytes':44} {'n/a':>12} {fts_bytes / 1e6:10.2f}MB")
+    else:
+        print(f"{'index bytes':44} {index_bytes / 1e6:10.2f}MB {fts_bytes / 1e6:10.2f}MB "
+              f"{index_bytes / fts_bytes:6.2f}x  <= 1.5x (FTS5 database, content included)")
     without = n / append_s
     with_index = n / (append_s + catch_up_s)
     print(f"{'appends/s with the index (catch-up charged)':44} {with_index:12,.0f} {without:12,.0f} "
