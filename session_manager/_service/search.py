@@ -80,5 +80,5 @@ def _hit(core: ServiceCore, query: Query, key: SortKey, c: Candidate, paths: dic
         path = paths[c.session_id] = core.store.path(c.session_id, core.store.get_leaf(c.session_id))
     return {"session_id": c.session_id, "entry_id": c.entry_id, "role": c.role,
             "snippet": snippet(text or "", query), "score": -key[0], "timestamp": c.timestamp,
-            "on_active_path": path.index_of(c.entry_id) is not None}
+            "on_active_path": path.holds(c.entry_id)}
 

@@ -117,6 +117,23 @@ def test_on_active_path_marks_the_branch(sm: SessionManager) -> None:
     assert got == {old: False, new: True}
 
 
+def test_a_path_holds_exactly_the_entries_index_of_finds_on_a_long_branched_chain(
+        sm: SessionManager, store: SessionStore) -> None:
+    # Prevents: on_active_path answered by a walk that misses an ancestor far from the leaf
+    # (the jump pointers of the sql stores) or claims an entry of another branch or session.
+    sid = sm.call("session::create", {})["session_id"]
+    other = sm.call("session::create", {})["session_id"]
+    ids = [sm.call("session::append", {"session_id": sid, "message": user(f"m{i}")})["entry_id"] for i in range(150)]
+    sm.call("session::set-active-leaf", {"session_id": sid, "entry_id": ids[100]})
+    ids += [sm.call("session::append", {"session_id": sid, "message": user(f"b{i}")})["entry_id"] for i in range(30)]
+    ids.append(sm.call("session::append", {"session_id": other, "message": user("x")})["entry_id"])
+    for eid in ids:
+        want = store.path(sid, store.get_leaf(sid)).index_of(eid) is not None
+        assert store.path(sid, store.get_leaf(sid)).holds(eid) == want, eid
+    on = [eid for eid in ids if store.path(sid, store.get_leaf(sid)).holds(eid)]
+    assert on == ids[:101] + ids[150:180]
+
+
 def test_pages_hold_limit_hits_and_the_cursor_walks_them_all(sm: SessionManager) -> None:
     # Prevents: short pages, repeated or lost hits across pages, a cursor past the end.
     sid = sm.call("session::create", {"metadata": {"owner": "ann"}})["session_id"]
