@@ -171,7 +171,17 @@ def main() -> None:
         sm = target.open()
         append_s = append_all(sm, texts)
         t = time.perf_counter()
-        sm.call("session::search", {"query": qs[0]})  # the catch-up the appends leave to a query
+        timeouts = 0
+        while True:  # the catch-up the appends leave to a query
+            try:
+                sm.call("session::search", {"query": qs[0]})
+                break
+            except session_manager.SessionError as e:
+                # (postgres: a catch-up of 100k entries outlasts one call's deadline; its batches
+                # are committed, so the next call goes on where it stopped)
+                if "no answer within" not in e.detail or timeouts == 10:
+                    raise
+                timeouts += 1
         catch_up_s = time.perf_counter() - t
         rounds = [interleaved(sm, db, qs) for _ in range(args.rounds)]
         p50, base_p50 = sorted(rounds, key=lambda r: r[0] / r[1])[len(rounds) // 2]  # the median round
@@ -197,6 +207,8 @@ def main() -> None:
     else:
         print(f"{'index bytes':44} {index_bytes / 1e6:10.2f}MB {fts_bytes / 1e6:10.2f}MB "
               f"{index_bytes / fts_bytes:6.2f}x  <= 1.5x (FTS5 database, content included)")
+    if timeouts:
+        print(f"(the catch-up after the appends took {timeouts + 1} calls: {timeouts} ran past the call deadline)")
     without = n / append_s
     with_index = n / (append_s + catch_up_s)
     print(f"{'appends/s with the index (catch-up charged)':44} {with_index:12,.0f} {without:12,.0f} "
