@@ -18,7 +18,7 @@ from .._wire import cursors
 from .._wire.search_api import SearchRequest, SearchResponse
 from .._wire.shape import build
 from ..errors import INVALID_CURSOR, SessionError, invalid_request
-from ..store.path import EntryPath
+from ..store.path import Entry
 from ..store.search_index import Candidate, SortKey
 from ..store.search_text import Query, parse_query, searchable_text, snippet
 from .core import Result, ServiceCore
@@ -49,8 +49,14 @@ def search(core: ServiceCore, req: SearchRequest) -> Result:
         # One more than the page tells whether more remain.
         ranked = core.store.search_page(query, scope, roles, limit + 1, after) if scope is None or scope else []
         page = ranked[:limit]
-        paths: dict[str, EntryPath] = {}
-        hits = [_hit(core, query, k, c, paths) for k, c in page]
+        # One lookup per session of the page: its hits' entries and active-path flags.
+        of_session: dict[str, list[str]] = {}
+        for _, c in page:
+            of_session.setdefault(c.session_id, []).append(c.entry_id)
+        shown: dict[tuple[str, str], tuple[Entry | None, bool]] = {}
+        for sid, eids in of_session.items():
+            shown.update(zip(((sid, eid) for eid in eids), core.store.entries_on_active_path(sid, eids), strict=True))
+        hits = [_hit(query, k, c, *shown[c.session_id, c.entry_id]) for k, c in page]
     next_cursor = None
     if len(ranked) > limit and page:
         k = page[-1][0]
@@ -72,13 +78,8 @@ def _scope(core: ServiceCore, req: SearchRequest) -> list[str] | None:
             if metadata_matches(want, m.get("metadata"))]
 
 
-def _hit(core: ServiceCore, query: Query, key: SortKey, c: Candidate, paths: dict[str, EntryPath]) -> dict[str, Any]:
-    entry = core.store.get_entry(c.session_id, c.entry_id)
+def _hit(query: Query, key: SortKey, c: Candidate, entry: Entry | None, on_path: bool) -> dict[str, Any]:
     text = searchable_text(entry) if entry is not None else None
-    path = paths.get(c.session_id)
-    if path is None:  # one active path per session of the page
-        path = paths[c.session_id] = core.store.path(c.session_id, core.store.get_leaf(c.session_id))
     return {"session_id": c.session_id, "entry_id": c.entry_id, "role": c.role,
             "snippet": snippet(text or "", query), "score": -key[0], "timestamp": c.timestamp,
-            "on_active_path": path.holds(c.entry_id)}
-
+            "on_active_path": on_path}

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import contextlib
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Collection, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -165,6 +165,13 @@ class SessionStore(ABC):
         index answers from it."""
         ids = sessions if sessions is not None else [m["session_id"] for m in self.list_metas()]
         return scan(query, ids, self.entries, roles)
+
+    def entries_on_active_path(self, session_id: str, entry_ids: Sequence[str]) -> list[tuple[Entry | None, bool]]:
+        """Each of ``entry_ids`` of ``session_id`` (``None``: not stored) and whether it is on
+        the session's active path: what a search hit shows. The default reads the leaf and
+        its path once, then each entry; a store may answer from one lookup of the session."""
+        path = self.path(session_id, self.get_leaf(session_id))
+        return [(self.get_entry(session_id, eid), path.holds(eid)) for eid in entry_ids]
 
     def search_page(self, query: Query, sessions: Collection[str] | None, roles: Collection[str] | None,
                     limit: int, after: SortKey | None) -> list[tuple[SortKey, Candidate]]:

@@ -348,6 +348,15 @@ class StoreContract(ConcurrentWriters, ABC):
                         after = page[-1][0]
                     assert walked == want, (text, scope, roles, limit)
 
+    def test_entries_on_active_path_read_each_entry_and_its_place(self, three: SessionStore) -> None:
+        # Prevents: a search hit shown with another entry's body, or flagged on the active path
+        # from a branch the leaf left (or the other way round).
+        append(three, "s_1", message("e_4", "e_2", "branch"), 4)  # the leaf moves to e_4: e_3 is off it
+        got = three.entries_on_active_path("s_1", ["e_3", "e_1", "e_4", "e_9"])
+        assert got == [(message("e_3", "e_2", "m3"), False), (message("e_1", None, "m1"), True),
+                       (message("e_4", "e_2", "branch"), True), (None, False)]
+        assert three.entries_on_active_path("nope", ["e_1"]) == [(None, False)]
+
     # -- attachments ----------------------------------------------------------------------
 
 
