@@ -132,6 +132,9 @@ def test_a_path_holds_exactly_the_entries_index_of_finds_on_a_long_branched_chai
         assert store.path(sid, store.get_leaf(sid)).holds(eid) == want, eid
     on = [eid for eid in ids if store.path(sid, store.get_leaf(sid)).holds(eid)]
     assert on == ids[:101] + ids[150:180]
+    shown = store.entries_on_active_path(sid, ids)  # (what a hit shows: one call per session)
+    assert [eid for eid, (_, flag) in zip(ids, shown, strict=True) if flag] == on
+    assert [entry for entry, _ in shown] == [store.get_entry(sid, eid) for eid in ids]
 
 
 def test_pages_hold_limit_hits_and_the_cursor_walks_them_all(sm: SessionManager) -> None:

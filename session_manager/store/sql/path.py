@@ -24,7 +24,7 @@ from ..base import Entry
 from ..path import EntryPath
 from .keys import key, unkey
 
-__all__ = ["PATH_WINDOW", "Rows", "WindowPath"]
+__all__ = ["HIT_SQL", "PATH_WINDOW", "Rows", "WindowPath"]
 
 PATH_WINDOW = 64  # entries per fetch: one round trip serves a typical page
 
@@ -58,6 +58,25 @@ WITH RECURSIVE t(depth) AS (
     WHERE w.depth > t.depth
 )
 SELECT 1 FROM w CROSS JOIN t WHERE w.depth = t.depth AND w.entry_id = %(e)s
+"""
+
+# A search hit's entry (its body) and whether it is on its session's active path, in one
+# statement: _HOLDS_SQL's walk, started from the session's leaf.
+HIT_SQL = """
+WITH RECURSIVE t(depth) AS (
+    SELECT depth FROM entries WHERE session_id = %(s)s AND entry_id = %(e)s
+), w(entry_id, parent_id, depth, jump_id, jump_depth) AS (
+    SELECT e.entry_id, e.parent_id, e.depth, e.jump_id, e.jump_depth
+    FROM sessions s JOIN entries e ON e.session_id = s.session_id AND e.entry_id = s.leaf
+    WHERE s.session_id = %(s)s
+  UNION ALL
+    SELECT e.entry_id, e.parent_id, e.depth, e.jump_id, e.jump_depth
+    FROM w CROSS JOIN t JOIN entries e ON e.session_id = %(s)s
+     AND e.entry_id = CASE WHEN w.depth > t.depth AND w.jump_depth >= t.depth THEN w.jump_id ELSE w.parent_id END
+    WHERE w.depth > t.depth
+)
+SELECT (SELECT body FROM entries WHERE session_id = %(s)s AND entry_id = %(e)s),
+       EXISTS (SELECT 1 FROM w CROSS JOIN t WHERE w.depth = t.depth AND w.entry_id = %(e)s)
 """
 
 

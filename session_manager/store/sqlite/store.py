@@ -13,9 +13,10 @@ processes).
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 from typing import TypeVar
 
+from ..base import Entry
 from ..search_index import Candidate, Matches, SortKey
 from ..search_text import Query
 from ..sql.store import SqlStore
@@ -77,6 +78,10 @@ class SqliteStore(SqlStore):
                     limit: int, after: SortKey | None) -> list[tuple[SortKey, Candidate]]:
         """Ranked inside the FTS5 index (:func:`.search.page`), caught up first, in one snapshot."""
         return self._in_snapshot(lambda conn: search.page(conn, query, sessions, roles, limit, after))
+
+    def entries_on_active_path(self, session_id: str, entry_ids: Sequence[str]) -> list[tuple[Entry | None, bool]]:
+        """One statement per hit (:meth:`.reads.SqliteReads.entries_on_active_path`)."""
+        return self.reads.entries_on_active_path(session_id, entry_ids)
 
     def _in_snapshot(self, read: Callable[[sqlite3.Connection], _T]) -> _T:
         if self.db.local.in_tx:  # the mutation's transaction holds the write lock: catch up in it
