@@ -6,49 +6,26 @@ resolved (the ``metadata`` subset rule of ``session::list``, so another
 tenant's entries are never candidates), candidates are ranked by BM25, paged
 with a cursor over the total order (score, newer timestamp, session id,
 entry id), and each hit of the page gets its snippet and active-path flag.
+The store ranks (:meth:`~session_manager.store.SessionStore.search_page`):
+it hands over the page, not every candidate.
 """
 
 from __future__ import annotations
 
-import heapq
-import math
-from collections.abc import Callable
 from typing import Any
 
 from .._wire import cursors
 from .._wire.search_api import SearchRequest, SearchResponse
 from .._wire.shape import build
 from ..errors import INVALID_CURSOR, SessionError, invalid_request
-from ..store.path import EntryPath
-from ..store.search_index import Candidate, Matches
+from ..store.path import Entry
+from ..store.search_index import Candidate, SortKey
 from ..store.search_text import Query, parse_query, searchable_text, snippet
 from .core import Result, ServiceCore
 from .listing import metadata_matches
 from .storage_errors import storage_errors
 
-__all__ = ["scorer", "search"]
-
-_K1 = 1.2
-_B = 0.75
-# (-score, -timestamp, session_id, entry_id): the one total order hits are paged in.
-SortKey = tuple[float, int, str, str]
-
-
-def scorer(matches: Matches) -> Callable[[Candidate], float]:
-    """BM25 over the statistics of the sessions in scope (the idf of each term computed
-    once), rounded so the value a cursor carries compares equal on the next page."""
-    n = max(matches.docs, 1)
-    avgdl = matches.total_length / n if matches.total_length else 1.0
-    idfs = [math.log(1.0 + (n - df + 0.5) / (df + 0.5)) for df in matches.df]
-    norm = _K1 / avgdl * _B
-    base = _K1 * (1 - _B)
-
-    def score(c: Candidate) -> float:
-        length_part = base + norm * c.length
-        terms = zip(idfs, c.tfs, strict=True)
-        return round(sum(idf * tf * (_K1 + 1) / (tf + length_part) for idf, tf in terms), 6)
-
-    return score
+__all__ = ["search"]
 
 
 def _decode_cursor(raw: str) -> SortKey:
@@ -69,16 +46,17 @@ def search(core: ServiceCore, req: SearchRequest) -> Result:
     roles = frozenset(req.roles) if req.roles is not None else None
     with storage_errors():
         scope = _scope(core, req)
-        matches = core.store.search(query, scope, roles) if scope is None or scope else Matches()
-        score = scorer(matches)
-        keyed = (((-score(c), -c.timestamp, c.session_id, c.entry_id), c) for c in matches.candidates)
-        if after is not None:
-            keyed = ((k, c) for k, c in keyed if k > after)
-        # One more than the page tells whether more remain; no sort of every candidate.
-        ranked = heapq.nsmallest(limit + 1, keyed, key=lambda kc: kc[0])
+        # One more than the page tells whether more remain.
+        ranked = core.store.search_page(query, scope, roles, limit + 1, after) if scope is None or scope else []
         page = ranked[:limit]
-        paths: dict[str, EntryPath] = {}
-        hits = [_hit(core, query, k, c, paths) for k, c in page]
+        # One lookup per session of the page: its hits' entries and active-path flags.
+        of_session: dict[str, list[str]] = {}
+        for _, c in page:
+            of_session.setdefault(c.session_id, []).append(c.entry_id)
+        shown: dict[tuple[str, str], tuple[Entry | None, bool]] = {}
+        for sid, eids in of_session.items():
+            shown.update(zip(((sid, eid) for eid in eids), core.store.entries_on_active_path(sid, eids), strict=True))
+        hits = [_hit(query, k, c, *shown[c.session_id, c.entry_id]) for k, c in page]
     next_cursor = None
     if len(ranked) > limit and page:
         k = page[-1][0]
@@ -100,13 +78,8 @@ def _scope(core: ServiceCore, req: SearchRequest) -> list[str] | None:
             if metadata_matches(want, m.get("metadata"))]
 
 
-def _hit(core: ServiceCore, query: Query, key: SortKey, c: Candidate, paths: dict[str, EntryPath]) -> dict[str, Any]:
-    entry = core.store.get_entry(c.session_id, c.entry_id)
+def _hit(query: Query, key: SortKey, c: Candidate, entry: Entry | None, on_path: bool) -> dict[str, Any]:
     text = searchable_text(entry) if entry is not None else None
-    path = paths.get(c.session_id)
-    if path is None:  # one active path per session of the page
-        path = paths[c.session_id] = core.store.path(c.session_id, core.store.get_leaf(c.session_id))
     return {"session_id": c.session_id, "entry_id": c.entry_id, "role": c.role,
             "snippet": snippet(text or "", query), "score": -key[0], "timestamp": c.timestamp,
-            "on_active_path": path.index_of(c.entry_id) is not None}
-
+            "on_active_path": on_path}

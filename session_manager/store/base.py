@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import contextlib
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Collection, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from ._core.append import UNSET, Unset, derive_append_meta
 from .path import Entry as Entry
 from .path import EntryPath
-from .search_index import Matches, scan
+from .search_index import Candidate, Matches, SortKey, rank, scan
 from .search_text import Query
 
 if TYPE_CHECKING:
@@ -170,6 +170,23 @@ class SessionStore(ABC):
         index answers from it."""
         ids = sessions if sessions is not None else [m["session_id"] for m in self.list_metas()]
         return scan(query, ids, self.entries, roles)
+
+    def entries_on_active_path(self, session_id: str, entry_ids: Sequence[str]) -> list[tuple[Entry | None, bool]]:
+        """Each of ``entry_ids`` of ``session_id`` (``None``: not stored) and whether it is on
+        the session's active path: what a search hit shows. The default reads the leaf and
+        its path once, then each entry; a store may answer from one lookup of the session."""
+        path = self.path(session_id, self.get_leaf(session_id))
+        return [(self.get_entry(session_id, eid), path.holds(eid)) for eid in entry_ids]
+
+    def search_page(self, query: Query, sessions: Collection[str] | None, roles: Collection[str] | None,
+                    limit: int, after: SortKey | None) -> list[tuple[SortKey, Candidate]]:
+        """The first ``limit`` hits of :meth:`search` in the one total order of
+        ``session::search`` (BM25 over the sessions in scope, rounded, then newer
+        timestamp, session id, entry id: :func:`~.search_index.rank`) strictly after
+        ``after``, with their keys. The default ranks every candidate of
+        :meth:`search`; a store that can rank inside its index hands over only the page
+        (the answer must be the same)."""
+        return rank(self.search(query, sessions, roles), limit, after)
 
     # -- sessions and entries ------------------------------------------------
 

@@ -57,6 +57,12 @@ class EntryPath:
             return None
         return i
 
+    def holds(self, entry_id: str) -> bool:
+        """Whether ``entry_id`` is on this path. (A view that reads its entries lazily may
+        answer without reading those around it, as :meth:`index_of` does to serve the
+        reads of the path that usually follow.)"""
+        return self.index_of(entry_id) is not None
+
     @property
     def leaf(self) -> str | None:
         return self._ids[self._len - 1] if self._len else None

@@ -12,6 +12,8 @@ fs stores keep up to date with their commits.
 from __future__ import annotations
 
 import bisect
+import heapq
+import math
 import threading
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable
@@ -20,7 +22,7 @@ from dataclasses import dataclass, field
 from .path import Entry
 from .search_text import Query, entry_role, searchable_text, words
 
-__all__ = ["Candidate", "Matches", "TermIndex", "scan"]
+__all__ = ["Bm25", "Candidate", "Matches", "SortKey", "TermIndex", "rank", "scan", "scorer", "sort_key"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +48,57 @@ class Matches:
     docs: int = 0
     total_length: int = 0
     df: list[int] = field(default_factory=list)
+
+
+K1 = 1.2
+B = 0.75
+# (-score, -timestamp, session_id, entry_id): the one total order hits are paged in.
+SortKey = tuple[float, int, str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class Bm25:
+    """The BM25 parameters of one query over the sessions in scope: per term its idf,
+    and ``base + norm * length``, the length part of an entry's denominator."""
+
+    idfs: tuple[float, ...]
+    base: float
+    norm: float
+
+    @classmethod
+    def of(cls, docs: int, total_length: int, df: Iterable[int]) -> Bm25:
+        n = max(docs, 1)
+        avgdl = total_length / n if total_length else 1.0
+        return cls(tuple(math.log(1.0 + (n - d + 0.5) / (d + 0.5)) for d in df), K1 * (1 - B), K1 / avgdl * B)
+
+    def score(self, tfs: tuple[int, ...], length: int) -> float:
+        """The score of an entry with these term counts and word count, rounded so the
+        value a cursor carries compares equal on the next page."""
+        length_part = self.base + self.norm * length
+        terms = zip(self.idfs, tfs, strict=True)
+        return round(sum(idf * tf * (K1 + 1) / (tf + length_part) for idf, tf in terms), 6)
+
+
+def scorer(matches: Matches) -> Callable[[Candidate], float]:
+    """BM25 (k1 = 1.2, b = 0.75) over the statistics of the sessions in scope (the idf of
+    each term computed once), rounded to 6 decimals."""
+    bm25 = Bm25.of(matches.docs, matches.total_length, matches.df)
+    return lambda c: bm25.score(c.tfs, c.length)
+
+
+def sort_key(score: float, c: Candidate) -> SortKey:
+    """A hit's place in the total order: higher score, then newer timestamp, session id, entry id."""
+    return (-score, -c.timestamp, c.session_id, c.entry_id)
+
+
+def rank(matches: Matches, limit: int, after: SortKey | None) -> list[tuple[SortKey, Candidate]]:
+    """The first ``limit`` candidates in the total order strictly after ``after``, in order
+    (no sort of every candidate)."""
+    score = scorer(matches)
+    keyed = ((sort_key(score(c), c), c) for c in matches.candidates)
+    if after is not None:
+        keyed = ((k, c) for k, c in keyed if k > after)
+    return heapq.nsmallest(limit, keyed, key=lambda kc: kc[0])
 
 
 def term_counts(query: Query, counts: Counter[str] | dict[str, int],

@@ -112,12 +112,21 @@ def parse_query(text: str) -> Query | None:
     return Query(exact=tuple(found[:-1]), prefix=found[-1])
 
 
+@functools.lru_cache(maxsize=1 << 16)
+def _fold_token(token: str) -> str:
+    return fold(token)
+
+
 def snippet(text: str, query: Query) -> str:
     """At most :data:`SNIPPET_CHARS` of ``text`` around the first word any term matches."""
     start = 0
-    for m in _WORD.finditer(text):
-        w = fold(m.group())
-        if any(query.matches_word(i, w) for i in range(len(query.terms))):
+    exact, prefix = frozenset(query.exact), query.prefix
+    # (ASCII text: each word's fold is its lower case, at the same place in the lowered text)
+    tokens = _WORD.finditer(text.lower() if text.isascii() else text)
+    fold_token = str if text.isascii() else _fold_token
+    for m in tokens:
+        w = fold_token(m.group())
+        if w in exact or w.startswith(prefix):
             start = m.start()
             break
     begin = max(0, start - _BEFORE)

@@ -33,6 +33,8 @@ from typing import Any
 import pytest
 
 from session_manager.store import Commit, SessionStore
+from session_manager.store.search_index import rank
+from session_manager.store.search_text import parse_query
 
 from .contract_concurrency import ConcurrentWriters
 
@@ -299,6 +301,61 @@ class StoreContract(ConcurrentWriters, ABC):
             assert store.get_entry(sid, "e_1") == message("e_1", None, sid)
         assert sorted(m["session_id"] for m in store.list_metas()) == sorted(ids)
 
+
+    # -- search ---------------------------------------------------------------------------
+
+    @pytest.fixture
+    def corpus(self, store: SessionStore) -> SessionStore:
+        """Four sessions whose messages repeat words (term counts above one), share
+        texts and timestamps (score and timestamp ties), hold assistant replies, an
+        edited entry and a custom entry."""
+        texts = ["alpha beta gamma", "alpha alpha beta", "beta delta", "alphabet soup alpha", "gamma gamma gamma",
+                 "alpha beta gamma", "alpine beta", "delta alpha"]
+        for n, sid in enumerate(["s_a", "s_b", "s_c", "s_d"]):
+            store.commit(sid, Commit(meta=meta(sid)))
+            parent = None
+            for i, text in enumerate(texts[n:] + texts[:n]):
+                entry = message(f"e_{i}", parent, text)
+                entry["timestamp"] = T0 + (i % 3)
+                if i % 2:
+                    entry["message"].update(role="assistant", stop_reason="end", model="m", provider="p")
+                append(store, sid, entry, i + 1)
+                parent = entry["id"]
+            append(store, sid, custom("e_c", parent, "alpha alpha"), len(texts) + 1)
+        edited = message("e_0", None, "beta beta omega", revision=1)
+        store.commit("s_b", Commit(entries=(edited,), meta=meta("s_b", message_count=len(texts) + 1,
+                                                                updated_at=T0 + 9)))
+        return store
+
+    @pytest.mark.parametrize("text", ["alpha", "alp", "beta al", "gamma", "delta alpha b", "omega", "nothing", "a"])
+    def test_search_page_is_the_ranked_page_of_the_matches(self, corpus: SessionStore, text: str) -> None:
+        # Prevents: a store ranking inside its index answering a page other than the one the
+        # definition gives (order, score ties, the cursor, the session scope and roles filters).
+        query = parse_query(text)
+        assert query is not None
+        for scope in (None, ["s_b", "s_d"], ["s_x"]):
+            for roles in (None, ["assistant"]):
+                want = rank(SessionStore.search(corpus, query, scope, roles), 1000, None)
+                assert corpus.search_page(query, scope, roles, 1000, None) == want
+                for limit in (1, 2, 5):
+                    walked, after = [], None
+                    while True:
+                        page = corpus.search_page(query, scope, roles, limit, after)
+                        assert len(page) <= limit
+                        walked += page
+                        if len(page) < limit:
+                            break
+                        after = page[-1][0]
+                    assert walked == want, (text, scope, roles, limit)
+
+    def test_entries_on_active_path_read_each_entry_and_its_place(self, three: SessionStore) -> None:
+        # Prevents: a search hit shown with another entry's body, or flagged on the active path
+        # from a branch the leaf left (or the other way round).
+        append(three, "s_1", message("e_4", "e_2", "branch"), 4)  # the leaf moves to e_4: e_3 is off it
+        got = three.entries_on_active_path("s_1", ["e_3", "e_1", "e_4", "e_9"])
+        assert got == [(message("e_3", "e_2", "m3"), False), (message("e_1", None, "m1"), True),
+                       (message("e_4", "e_2", "branch"), True), (None, False)]
+        assert three.entries_on_active_path("nope", ["e_1"]) == [(None, False)]
 
     # -- attachments ----------------------------------------------------------------------
 

@@ -17,6 +17,7 @@ from session_manager.errors import NOT_FOUND, SessionError
 from session_manager.store import FsStore, MemoryStore, SessionStore
 from session_manager.store.fs._search import SEARCH_DIR
 from session_manager.store.fs._search_db import DB_FILE
+from session_manager.store.search_index import rank
 from session_manager.store.search_text import parse_query
 from session_manager.store.sqlite.build import open_uri
 from tests import pg_support
@@ -116,6 +117,26 @@ def test_on_active_path_marks_the_branch(sm: SessionManager) -> None:
     assert got == {old: False, new: True}
 
 
+def test_a_path_holds_exactly_the_entries_index_of_finds_on_a_long_branched_chain(
+        sm: SessionManager, store: SessionStore) -> None:
+    # Prevents: on_active_path answered by a walk that misses an ancestor far from the leaf
+    # (the jump pointers of the sql stores) or claims an entry of another branch or session.
+    sid = sm.call("session::create", {})["session_id"]
+    other = sm.call("session::create", {})["session_id"]
+    ids = [sm.call("session::append", {"session_id": sid, "message": user(f"m{i}")})["entry_id"] for i in range(150)]
+    sm.call("session::set-active-leaf", {"session_id": sid, "entry_id": ids[100]})
+    ids += [sm.call("session::append", {"session_id": sid, "message": user(f"b{i}")})["entry_id"] for i in range(30)]
+    ids.append(sm.call("session::append", {"session_id": other, "message": user("x")})["entry_id"])
+    for eid in ids:
+        want = store.path(sid, store.get_leaf(sid)).index_of(eid) is not None
+        assert store.path(sid, store.get_leaf(sid)).holds(eid) == want, eid
+    on = [eid for eid in ids if store.path(sid, store.get_leaf(sid)).holds(eid)]
+    assert on == ids[:101] + ids[150:180]
+    shown = store.entries_on_active_path(sid, ids)  # (what a hit shows: one call per session)
+    assert [eid for eid, (_, flag) in zip(ids, shown, strict=True) if flag] == on
+    assert [entry for entry, _ in shown] == [store.get_entry(sid, eid) for eid in ids]
+
+
 def test_pages_hold_limit_hits_and_the_cursor_walks_them_all(sm: SessionManager) -> None:
     # Prevents: short pages, repeated or lost hits across pages, a cursor past the end.
     sid = sm.call("session::create", {"metadata": {"owner": "ann"}})["session_id"]
@@ -135,6 +156,32 @@ def test_pages_hold_limit_hits_and_the_cursor_walks_them_all(sm: SessionManager)
             break
         assert len(page["hits"]) == 3
     assert len(seen) == len(set(seen)) == 7
+
+
+def test_pages_ranked_in_the_index_match_the_definition_past_many_ties_and_a_wide_prefix(
+        sm: SessionManager, store: SessionStore) -> None:
+    # Prevents: a store that ranks inside its index (fs, sqlite) cutting a page inside a run of
+    # equal scores longer than what it reads at once (a hit lost or repeated at a page boundary),
+    # or missing words of a prefix that begins more words than it expands into an OR.
+    ids = [sm.call("session::create", {})["session_id"] for _ in range(3)]
+    for i in range(40):
+        for sid in ids:
+            sm.call("session::append", {"session_id": sid, "message": user(f"tie pre{i:02d}x filler")})
+    sm.call("session::append", {"session_id": ids[0], "message": user("tie tie pre pre")})
+    for text in ["tie", "pre", "pre0", "tie pre", "filler pre1"]:
+        query = parse_query(text)
+        assert query is not None
+        want = rank(SessionStore.search(store, query, None, None), 1000, None)
+        for limit in (1, 7, 50):
+            walked: list[Any] = []
+            after = None
+            while True:
+                page = store.search_page(query, None, None, limit, after)
+                walked += page
+                if len(page) < limit:
+                    break
+                after = page[-1][0]
+            assert walked == want, (text, limit)
 
 
 def test_snippet_is_at_most_1000_characters_around_the_first_match(sm: SessionManager) -> None:

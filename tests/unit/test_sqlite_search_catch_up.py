@@ -102,3 +102,26 @@ def test_catch_up_goes_in_batches_and_an_append_writes_no_index_row(tmp_path: Pa
             assert not sqlite_search.behind(conn)
             assert conn.execute("SELECT count(*) FROM search_docs").fetchone()[0] == 7
         assert len(_hits(sm, "batch")) == 7
+
+
+def _segments(path: Path) -> int:
+    """How many segments the FTS5 index has (its structure record: a 4-byte cookie, then
+    the number of levels and of segments as varints, each below 128 here)."""
+    with sqlite3.connect(path) as conn:
+        record = conn.execute("SELECT block FROM search_fts_data WHERE id = 10").fetchone()[0]
+    return int(record[5])
+
+
+def test_a_large_catch_up_leaves_the_index_in_one_segment(tmp_path: Path) -> None:
+    # Prevents: a catch-up of many entries leaving one FTS5 segment per batch, which every later
+    # query probes one by one (a 100,000-entry index answered in twice the time).
+    path = tmp_path / "s.db"
+    sm = session_manager.open(f"sqlite:///{path}")
+    try:
+        sid = sm.create().session_id
+        for i in range(0, sqlite_search.BATCH * 2 + 100, 100):
+            sm.append_many(sid, messages=[_user(f"word{i + j} common") for j in range(100)])
+        assert len(_hits(sm, f"word{sqlite_search.BATCH * 2 + 99}")) == 1
+    finally:
+        sm.close()
+    assert _segments(path) == 1

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 from abc import abstractmethod
-from collections.abc import Iterable, MutableMapping
+from collections.abc import Iterable, MutableMapping, Sequence
 from typing import Any, Protocol, cast
 
 from ..base import Commit, Entry, Meta, SessionStore
@@ -207,6 +207,14 @@ class StateBackedStore(SessionStore):
             return EntryPath([], {})
         with state.lock:
             return state.path(leaf)
+
+    def entries_on_active_path(self, session_id: str, entry_ids: Sequence[str]) -> list[tuple[Entry | None, bool]]:
+        state = self._state(session_id)  # (one lookup of the session for every hit of it)
+        if state is None:
+            return [(None, False) for _ in entry_ids]
+        with state.lock:
+            path = state.path(state.leaf)
+            return [(state.entries.get(eid), path.holds(eid)) for eid in entry_ids]
 
     def entries(self, session_id: str) -> list[Entry]:
         state = self._state(session_id)

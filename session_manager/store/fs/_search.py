@@ -18,7 +18,7 @@ import threading
 from collections.abc import Callable, Collection
 from typing import Any
 
-from ..search_index import Matches, TermIndex
+from ..search_index import Candidate, Matches, SortKey, TermIndex, rank
 from ..search_text import Query
 from ._search_db import FsSearchDb, LogSource, Signature, _signature
 
@@ -103,6 +103,12 @@ class FsSearch:
                     self._catch_up(store, sid)
                 self._swept_all = self._swept_all or sessions is None
             return self._index.search(query, ids, roles)
+
+    def search_page(self, store: LogSource, query: Query, sessions: Collection[str] | None,
+                    roles: Collection[str] | None, limit: int,
+                    after: SortKey | None) -> list[tuple[SortKey, Candidate]]:
+        """Every candidate of :meth:`search`, ranked here."""
+        return rank(self.search(store, query, sessions, roles), limit, after)
 
     def forget(self, session_id: str) -> None:
         """Drop a deleted session: from memory, and its file at once."""

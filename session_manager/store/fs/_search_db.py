@@ -33,13 +33,13 @@ import os
 import re
 import sqlite3
 import threading
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from ..path import Entry
-from ..search_index import Candidate, Matches, scan
+from ..search_index import Candidate, Matches, SortKey, rank, scan
 from ..search_text import Query
 from ..sql import fts5 as fts
 from ..sql.keys import key, unkey
@@ -77,6 +77,7 @@ _SCHEMA = """
         words, content='docs', content_rowid='id', detail=none, columnsize=0, tokenize="ascii tokenchars '_'")
 """
 Signature = tuple[int, int, int]
+_T = TypeVar("_T")
 log = logging.getLogger("session_manager.store.fs")
 _SERVICE_ID = re.compile(r"e_[0-9a-f]{32}")
 
@@ -136,24 +137,36 @@ class FsSearchDb:
     def search(self, store: LogSource, query: Query, sessions: Collection[str] | None,
                roles: Collection[str] | None) -> Matches:
         """:class:`Matches` from the index, brought up to date with ``store``'s logs first."""
+        return self._answer(store, lambda conn: self._query(conn, query, sessions, roles),
+                            lambda ids: scan(query, ids, store.entries, roles), sessions)
+
+    def search_page(self, store: LogSource, query: Query, sessions: Collection[str] | None,
+                    roles: Collection[str] | None, limit: int,
+                    after: SortKey | None) -> list[tuple[SortKey, Candidate]]:
+        """The page of :meth:`~session_manager.store.SessionStore.search_page`, ranked by
+        SQLite inside the index (only the page's rows come back to Python)."""
+        return self._answer(store, lambda conn: self._page(conn, query, sessions, roles, limit, after),
+                            lambda ids: rank(scan(query, ids, store.entries, roles), limit, after), sessions)
+
+    def _answer(self, store: LogSource, ask: Callable[[sqlite3.Connection], _T],
+                fallback: Callable[[Collection[str]], _T], sessions: Collection[str] | None) -> _T:
         with self._lock:
             try:
                 conn = self._open()
                 self._catch_up_all(store, conn)
-                return self._query(conn, query, sessions, roles)
+                return ask(conn)
             except (sqlite3.DatabaseError, OSError):
                 self._reset()  # not this index, or damaged: rebuilt from the logs
             try:
                 conn = self._open()
                 self._catch_up_all(store, conn)
-                return self._query(conn, query, sessions, roles)
+                return ask(conn)
             except (sqlite3.Error, OSError) as e:
                 # Never a source of truth: a file system refusing the index (full, read-only
                 # directory) costs this query a read of the logs, not an answer.
                 log.warning("search index %s unusable (%s): reading the logs", self._path, e)
                 self._reset()
-        ids = sessions if sessions is not None else [m["session_id"] for m in store.list_metas()]
-        return scan(query, ids, store.entries, roles)
+        return fallback(sessions if sessions is not None else [m["session_id"] for m in store.list_metas()])
 
     def forget(self, session_id: str) -> None:
         """Erase a deleted session from the index, at once."""
@@ -198,6 +211,8 @@ class FsSearchDb:
                     conn.execute(statement)
                 conn.execute(f"PRAGMA user_version = {_VERSION}")
                 conn.execute("COMMIT")
+            # The words of the index, for a prefix's expansion (ranked_page); a connection's own.
+            fts.vocabulary(conn, "fts_vocab", "fts")
             self._logs, self._names = {}, {}
             for sn, stored, size, mtime, ino, docs, words in conn.execute("SELECT * FROM logs"):
                 sid = unkey(stored)
@@ -356,6 +371,42 @@ class FsSearchDb:
                 out.candidates.append(Candidate(self._names[rowid >> SHIFT], _unpack_id(eid), role, int(ts), tfs,
                                                 length))
         return out
+
+    def _page(self, conn: sqlite3.Connection, query: Query, sessions: Collection[str] | None,
+              roles: Collection[str] | None, limit: int, after: SortKey | None) -> list[tuple[SortKey, Candidate]]:
+        if sessions is None:
+            if not self._logs or limit <= 0:
+                return []
+            if self._all is None:
+                every = self._logs.values()
+                self._all = (sum(log.docs for log in every), sum(log.words for log in every))
+            docs, total = self._all
+            scope, params = "", dict[str, Any]()
+        else:
+            logs = [log for log in (self._logs.get(s) for s in set(sessions)) if log is not None]
+            if not logs or limit <= 0:
+                return []
+            docs, total = sum(log.docs for log in logs), sum(log.words for log in logs)
+            scope = f" AND (fts.rowid >> {SHIFT}) IN (SELECT value FROM json_each(:scope))"
+            params = {"scope": json.dumps([log.sn for log in logs])}
+        only = ""
+        if roles is not None:
+            only = " AND d.role IN (SELECT value FROM json_each(:roles))"
+            params["roles"] = json.dumps(sorted(roles))
+        names = self._names
+
+        def candidate(row: tuple[Any, ...], tfs: tuple[int, ...]) -> Candidate:
+            rowid, eid, role, ts, length = row
+            return Candidate(names[rowid >> SHIFT], _unpack_id(eid), role, int(ts), tfs, length)
+
+        return fts.ranked_page(
+            conn, vocab="fts_vocab", cols="d.id, d.entry_id, d.role, d.ts", length="d.length",
+            spaced="(' ' || replace(d.words, ' ', '  ') || ' ')",
+            source="FROM fts JOIN docs d ON d.id = fts.rowid WHERE fts MATCH {match}" + scope + only,
+            count="SELECT count(*) FROM fts WHERE fts MATCH {match}" + scope,
+            totals="SELECT :docs AS docs, :words AS words", params={**params, "docs": docs, "words": total},
+            query=query, limit=limit, after=after,
+            candidate=candidate)
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,7 +24,7 @@ from ..base import Entry
 from ..path import EntryPath
 from .keys import key, unkey
 
-__all__ = ["PATH_WINDOW", "Rows", "WindowPath"]
+__all__ = ["HIT_SQL", "PATH_WINDOW", "Rows", "WindowPath"]
 
 PATH_WINDOW = 64  # entries per fetch: one round trip serves a typical page
 
@@ -41,6 +41,42 @@ WITH RECURSIVE w(entry_id, parent_id, depth, jump_id, jump_depth) AS (
 SELECT e.entry_id, e.depth, e.body
 FROM w JOIN entries e ON e.session_id = %(s)s AND e.entry_id = w.entry_id
 WHERE w.depth BETWEEN %(a)s AND %(b)s
+"""
+
+# Whether an entry is on the chain ending at %(start)s: the walk of _WINDOW_SQL down to the
+# entry's depth only, no body read (one statement, O(log distance) probes).
+_HOLDS_SQL = """
+WITH RECURSIVE t(depth) AS (
+    SELECT depth FROM entries WHERE session_id = %(s)s AND entry_id = %(e)s
+), w(entry_id, parent_id, depth, jump_id, jump_depth) AS (
+    SELECT entry_id, parent_id, depth, jump_id, jump_depth
+    FROM entries WHERE session_id = %(s)s AND entry_id = %(start)s
+  UNION ALL
+    SELECT e.entry_id, e.parent_id, e.depth, e.jump_id, e.jump_depth
+    FROM w CROSS JOIN t JOIN entries e ON e.session_id = %(s)s
+     AND e.entry_id = CASE WHEN w.depth > t.depth AND w.jump_depth >= t.depth THEN w.jump_id ELSE w.parent_id END
+    WHERE w.depth > t.depth
+)
+SELECT 1 FROM w CROSS JOIN t WHERE w.depth = t.depth AND w.entry_id = %(e)s
+"""
+
+# A search hit's entry (its body) and whether it is on its session's active path, in one
+# statement: _HOLDS_SQL's walk, started from the session's leaf.
+HIT_SQL = """
+WITH RECURSIVE t(depth) AS (
+    SELECT depth FROM entries WHERE session_id = %(s)s AND entry_id = %(e)s
+), w(entry_id, parent_id, depth, jump_id, jump_depth) AS (
+    SELECT e.entry_id, e.parent_id, e.depth, e.jump_id, e.jump_depth
+    FROM sessions s JOIN entries e ON e.session_id = s.session_id AND e.entry_id = s.leaf
+    WHERE s.session_id = %(s)s
+  UNION ALL
+    SELECT e.entry_id, e.parent_id, e.depth, e.jump_id, e.jump_depth
+    FROM w CROSS JOIN t JOIN entries e ON e.session_id = %(s)s
+     AND e.entry_id = CASE WHEN w.depth > t.depth AND w.jump_depth >= t.depth THEN w.jump_id ELSE w.parent_id END
+    WHERE w.depth > t.depth
+)
+SELECT (SELECT body FROM entries WHERE session_id = %(s)s AND entry_id = %(e)s),
+       EXISTS (SELECT 1 FROM w CROSS JOIN t WHERE w.depth = t.depth AND w.entry_id = %(e)s)
 """
 
 
@@ -107,6 +143,18 @@ class WindowPath(EntryPath):
                 self._fetch_around(depth)  # the window holding the path's entry at that depth
         found = self._by_depth.get(depth)
         return depth if found is not None and found[0] == entry_id else None
+
+    def holds(self, entry_id: str) -> bool:
+        """Whether ``entry_id`` is on the path: from what was read, else by one walk down to
+        its depth that reads no entry (a search's hits in many sessions: no window each)."""
+        if entry_id in self._depth_of or self._leaf_id is None:
+            return self.index_of(entry_id) is not None
+        try:
+            rows = self._store.rows(_HOLDS_SQL, {"s": key(self._session), "start": key(self._leaf_id),
+                                                 "e": key(entry_id)})
+        except StoreError as e:
+            raise self._store.storage_error(e) from None
+        return bool(rows)
 
     def seed(self, rows: list[tuple[str, int, str]]) -> None:
         """Entries already read (id, depth, body text), e.g. with the session's meta."""

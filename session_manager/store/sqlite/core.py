@@ -116,6 +116,10 @@ class SqliteDatastore:
         conn.execute(f"PRAGMA wal_autocheckpoint={WAL_PAGES}")
         conn.execute(f"PRAGMA journal_size_limit={WAL_LIMIT_BYTES}")
         conn.execute("PRAGMA secure_delete=ON")  # erasure: deleted content is overwritten with zeros
+        # Reads map the file instead of copying each page into this connection's cache (2 MB by
+        # default): a search reads its matches' rows scattered over the file (1,511 of them 7 ms
+        # through the cache, 0.5 ms mapped); the mapped pages are the OS's, shared.
+        conn.execute("PRAGMA mmap_size=268435456")
         return conn
 
     @property

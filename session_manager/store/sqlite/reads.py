@@ -5,13 +5,14 @@ the thread's connection in autocommit; inside one, in its transaction."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from .._core.codec import loads
 from ..base import AttachmentMeta, Entry, Meta
 from ..path import EntryPath
 from ..sql.keys import key, unkey
+from ..sql.path import HIT_SQL
 from .core import SqliteDatastore, sortable
 from .outbox import POSITION_COLUMNS, now_ms
 
@@ -115,6 +116,16 @@ class SqliteReads:
         leaf = unkey(rows[0][0])
         self.db.local.leaf_depth = (session_id, leaf, rows[0][1])
         return leaf
+
+    def entries_on_active_path(self, session_id: str, entry_ids: Sequence[str]) -> list[tuple[Entry | None, bool]]:
+        """One statement per entry: its body and whether the walk from the session's leaf
+        reaches it (not the leaf, the entry and the walk apart)."""
+        out: list[tuple[Entry | None, bool]] = []
+        for eid in entry_ids:
+            rows = self.db.rows(HIT_SQL, {"s": key(session_id), "e": key(eid)})
+            body, on_path = rows[0] if rows else (None, 0)
+            out.append((_load(body) if body is not None else None, bool(on_path)))
+        return out
 
     def path(self, session_id: str, leaf: str | None) -> EntryPath:
         if leaf is None:

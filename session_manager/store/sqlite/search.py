@@ -41,13 +41,13 @@ from collections.abc import Collection, Iterator
 from typing import Any
 
 from .._core.codec import loads
-from ..search_index import Candidate, Matches, term_counts
+from ..search_index import Candidate, Matches, SortKey, term_counts
 from ..search_text import Query
-from ..sql.fts5 import doc, quoted
+from ..sql.fts5 import doc, quoted, ranked_page
 from ..sql.keys import key, unkey
 
-__all__ = ["BATCH", "CATCH_UP", "MIGRATION", "TABLES", "backfill", "behind", "catch_up", "doc", "erase", "quoted",
-           "search"]
+__all__ = ["BATCH", "CATCH_UP", "MIGRATION", "TABLES", "backfill", "behind", "catch_up", "doc", "erase", "grown",
+           "mark", "merge", "page", "quoted", "search"]
 
 
 TABLES = frozenset({"search_docs", "search_totals", "search_fts", "search_fts_data", "search_fts_idx",
@@ -142,6 +142,25 @@ def catch_up(conn: sqlite3.Connection, limit: int = BATCH) -> bool:
     return len(rows) == limit
 
 
+def mark(conn: sqlite3.Connection) -> int:
+    """The high-water mark: every entry up to it is indexed."""
+    return int(conn.execute("SELECT last_seq FROM search_state").fetchone()[0])
+
+
+def grown(conn: sqlite3.Connection, since: int) -> bool:
+    """Whether the index took more than :data:`BATCH` entries, and more than a tenth of
+    what it holds, since the mark was ``since``: time to merge its segments into one.
+    (A catch-up's batches each leave FTS5 a segment, and every query probes each; a
+    100,000-entry index caught up at once answers a query in half the time merged.)"""
+    now = mark(conn)
+    return now - since > max(BATCH, now // 10)
+
+
+def merge(conn: sqlite3.Connection) -> None:
+    """Every FTS segment rewritten into one, in the caller's write transaction."""
+    conn.execute("INSERT INTO search_fts (search_fts) VALUES ('optimize')")
+
+
 def erase(conn: sqlite3.Connection, sid: str) -> None:
     """Drop a deleted session's rows, and rewrite the FTS segments without them (see the
     module); called once its entries are deleted (their numbers may be given again)."""
@@ -205,3 +224,38 @@ def search(conn: sqlite3.Connection, query: Query, sessions: Collection[str] | N
         if all(tfs):  # (the tokenizer agrees with words(); checked, never trusted)
             out.candidates.append(Candidate(unkey(sid), unkey(eid), role, int(ts), tfs, length))
     return out
+
+
+def page(conn: sqlite3.Connection, query: Query, sessions: Collection[str] | None, roles: Collection[str] | None,
+         limit: int, after: SortKey | None) -> list[tuple[SortKey, Candidate]]:
+    """The ranked page of :meth:`~session_manager.store.SessionStore.search_page`, ranked by
+    SQLite inside the index (:func:`..sql.fts5.ranked_page`), in the caller's transaction or
+    snapshot (:func:`catch_up` first)."""
+    if limit <= 0:
+        return []
+    scope, params = "", dict[str, Any]()
+    totals = "SELECT total(docs) AS docs, total(words) AS words FROM search_totals"
+    if sessions is not None:
+        scope = " AND d.session_id IN (SELECT value FROM json_each(:scope))"
+        totals += " WHERE session_id IN (SELECT value FROM json_each(:scope))"
+        params["scope"] = json.dumps([key(s) for s in sessions])
+    only = ""
+    if roles is not None:
+        only = " AND d.role IN (SELECT value FROM json_each(:roles))"
+        params["roles"] = json.dumps(sorted(roles))
+
+    def candidate(row: tuple[Any, ...], tfs: tuple[int, ...]) -> Candidate:
+        sid, eid, role, ts, length = row
+        return Candidate(unkey(sid), unkey(eid), role, int(ts), tfs, length)
+
+    if sessions is None:
+        count = "SELECT count(*) FROM search_fts WHERE search_fts MATCH {match}"
+    else:
+        count = ("SELECT count(*) FROM search_fts f JOIN search_docs d ON d.seq = f.rowid"
+                 " WHERE search_fts MATCH {match}" + scope)
+    return ranked_page(
+        conn, vocab="search_vocab", fts="search_fts", cols="d.session_id, d.entry_id, d.role, d.ts",
+        length="d.length", spaced="(' ' || replace(d.words, ' ', '  ') || ' ')",
+        source="FROM search_fts f JOIN search_docs d ON d.seq = f.rowid WHERE search_fts MATCH {match}" + scope + only,
+        count=count, totals=totals, params=params, query=query, limit=limit, after=after,
+        candidate=candidate)

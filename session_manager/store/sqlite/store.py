@@ -13,9 +13,11 @@ processes).
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Collection
+from collections.abc import Callable, Collection, Sequence
+from typing import TypeVar
 
-from ..search_index import Matches
+from ..base import Entry
+from ..search_index import Candidate, Matches, SortKey
 from ..search_text import Query
 from ..sql.store import SqlStore
 from ..sql.transactions import CallRunner
@@ -28,6 +30,8 @@ from .transactions import SqliteTransactions
 from .writes import SqliteWrites
 
 __all__ = ["SqliteSettings", "SqliteStore"]
+
+_T = TypeVar("_T")
 
 class SqliteStore(SqlStore):
     """Sessions, entries and attachments in one SQLite database file (WAL mode)."""
@@ -69,17 +73,29 @@ class SqliteStore(SqlStore):
     def search(self, query: Query, sessions: Collection[str] | None,
                roles: Collection[str] | None) -> Matches:
         """From the FTS5 index (:mod:`.search`), caught up first, in one snapshot."""
+        return self._in_snapshot(lambda conn: search.search(conn, query, sessions, roles))
+
+    def search_page(self, query: Query, sessions: Collection[str] | None, roles: Collection[str] | None,
+                    limit: int, after: SortKey | None) -> list[tuple[SortKey, Candidate]]:
+        """Ranked inside the FTS5 index (:func:`.search.page`), caught up first, in one snapshot."""
+        return self._in_snapshot(lambda conn: search.page(conn, query, sessions, roles, limit, after))
+
+    def entries_on_active_path(self, session_id: str, entry_ids: Sequence[str]) -> list[tuple[Entry | None, bool]]:
+        """One statement per hit (:meth:`.reads.SqliteReads.entries_on_active_path`)."""
+        return self.reads.entries_on_active_path(session_id, entry_ids)
+
+    def _in_snapshot(self, read: Callable[[sqlite3.Connection], _T]) -> _T:
         if self.db.local.in_tx:  # the mutation's transaction holds the write lock: catch up in it
             conn = self.db.conn()
             while search.catch_up(conn):
                 pass
-            return search.search(conn, query, sessions, roles)
+            return read(conn)
         self._catch_up()
         conn = self.db.conn()
         try:
             conn.execute("BEGIN")  # deferred: a read snapshot, no lock
             try:
-                return search.search(conn, query, sessions, roles)
+                return read(conn)
             finally:
                 conn.execute("COMMIT")
         except sqlite3.Error as e:
@@ -92,17 +108,29 @@ class SqliteStore(SqlStore):
         try:
             if not search.behind(conn):
                 return  # nothing written since: no write lock taken
+            since = search.mark(conn)
         except sqlite3.Error as e:
             raise self.db.fail(e) from None
         more = True
         while more:
-            conn = self.db.begin()
-            try:
-                more = search.catch_up(conn)
-            except sqlite3.Error as e:
-                self.db.end(conn, commit=False)
-                raise self.db.fail(e) from None
-            except BaseException:
-                self.db.end(conn, commit=False)
-                raise
-            self.db.end(conn, commit=True)
+            more = self._write(search.catch_up)
+        try:
+            grown = search.grown(self.db.conn(), since)
+        except sqlite3.Error as e:
+            raise self.db.fail(e) from None
+        if grown:  # a large catch-up left many FTS segments, and a query probes each: one again
+            self._write(search.merge)
+
+    def _write(self, step: Callable[[sqlite3.Connection], _T]) -> _T:
+        """``step`` in a write transaction of its own."""
+        conn = self.db.begin()
+        try:
+            out = step(conn)
+        except sqlite3.Error as e:
+            self.db.end(conn, commit=False)
+            raise self.db.fail(e) from None
+        except BaseException:
+            self.db.end(conn, commit=False)
+            raise
+        self.db.end(conn, commit=True)
+        return out
