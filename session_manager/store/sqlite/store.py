@@ -13,7 +13,7 @@ processes).
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 
 from ..search_index import Matches
 from ..search_text import Query
@@ -41,6 +41,7 @@ class SqliteStore(SqlStore):
     def __init__(self, settings: SqliteSettings) -> None:
         self.db = SqliteDatastore(settings)  # opens (and checks) the file
         self.settings = settings
+        self.read_only = settings.read_only  # every mutation refused (SqlStore.writable)
         self.txs = SqliteTransactions(self.db)
         self.reads = SqliteReads(self.db)
         self.writes = SqliteWrites(self.db, self.txs, self.reads)
@@ -68,18 +69,25 @@ class SqliteStore(SqlStore):
 
     def search(self, query: Query, sessions: Collection[str] | None,
                roles: Collection[str] | None) -> Matches:
-        """From the FTS5 index (:mod:`.search`), caught up first, in one snapshot."""
+        """From the FTS5 index (:mod:`.search`), caught up first, in one snapshot
+        (read-only: not caught up, what it lacks read and matched in the snapshot)."""
+        if self.db.read_only:
+            return self._read(lambda conn: search.search_pending(conn, query, sessions, roles))
         if self.db.local.in_tx:  # the mutation's transaction holds the write lock: catch up in it
             conn = self.db.conn()
             while search.catch_up(conn):
                 pass
             return search.search(conn, query, sessions, roles)
         self._catch_up()
+        return self._read(lambda conn: search.search(conn, query, sessions, roles))
+
+    def _read(self, read: Callable[[sqlite3.Connection], Matches]) -> Matches:
+        """``read`` in one read snapshot (a deferred transaction: no lock)."""
         conn = self.db.conn()
         try:
-            conn.execute("BEGIN")  # deferred: a read snapshot, no lock
+            conn.execute("BEGIN")
             try:
-                return search.search(conn, query, sessions, roles)
+                return read(conn)
             finally:
                 conn.execute("COMMIT")
         except sqlite3.Error as e:

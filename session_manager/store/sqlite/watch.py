@@ -1,0 +1,131 @@
+"""Events for a read-only sqlite store: what it sees other processes change, as the six events.
+
+A read-only open writes nothing, so it cannot register in ``readers`` as a
+writable store's follower does (:mod:`.outbox`); and the writers put rows in
+the outbox only while a registered reader follows the file. So a read-only
+store does not read the outbox at all: it compares states, as the fs
+read-only follower does (:mod:`..fs._watch`, whose :func:`session_events`
+it shares). While anyone observes it, one thread checks ``PRAGMA
+data_version`` every ``poll_ms`` (shared memory: no I/O while nothing is
+committed); after another connection's commit it lists every session's meta
+(one query) and, for each session whose meta changed or that was updated
+within :data:`RECENT_MS` of the newest ``updated_at`` it saw before (a
+revision of a streamed reply may keep the meta's millisecond), re-reads its
+entries and delivers the difference:
+
+- a new session: ``on-created``, then ``on-message-added`` per entry; a new
+  entry: ``on-message-added``; a higher revision: ``on-message-updated``
+  (``origin`` ``None``: the database does not keep the update's);
+- another status, title, description or metadata: ``on-status-changed``,
+  ``on-meta-updated``; a session gone: ``on-deleted`` (stamped when noticed).
+
+It sees states, not mutations: updates of one entry committed between two
+polls arrive as one event carrying the last. No gap is possible (nothing is
+pruned under it: the state is the database's), so it never resyncs. What
+exists when the first observer subscribes is the baseline and fires nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from ..._wire.events import Event
+from .._core.codec import loads
+from ..fs._watch import _Seen, session_events
+from ..sql.keys import unkey
+from ..sql.outbox import Subscribers
+
+if TYPE_CHECKING:
+    from ..base import Entry, EventSink
+    from .core import SqliteDatastore
+
+__all__ = ["RECENT_MS", "StateWatch"]
+
+log = logging.getLogger("session_manager.store.sqlite.watch")
+
+RECENT_MS = 5_000  # a session updated this close to the newest update seen is re-read on every commit
+
+
+class StateWatch:
+    """One polling thread delivering what other processes change in a read-only store."""
+
+    def __init__(self, db: SqliteDatastore, entries: Callable[[str], list[Entry]]) -> None:
+        self._db = db
+        self._entries = entries  # the store's reads (on the calling thread's connection)
+        self._poll_s = db.settings.poll_ms / 1000
+        self.subscribers = Subscribers()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._seen: dict[str, tuple[str, _Seen]] = {}  # session id -> (meta text, state)
+        self._newest = 0  # the newest updated_at seen
+        self._version: int | None = None
+
+    def subscribe(self, sink: EventSink, wants: Callable[[str], bool] | None = None) -> Callable[[], None]:
+        with self.subscribers.lock:
+            entry = self.subscribers.add(sink, wants)
+            if self._thread is None:
+                # The baseline before subscribe returns: every commit after it is an event.
+                conn = self._db.conn()
+                self._version = conn.execute("PRAGMA data_version").fetchone()[0]
+                self._pass(conn, baseline=True)
+                self._thread = threading.Thread(target=self._run, name="session-manager-sqlite-watch", daemon=True)
+                self._thread.start()
+        return lambda: self.subscribers.drop(entry)
+
+    def close(self) -> None:
+        self._stop.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=5.0)
+
+    def _run(self) -> None:
+        failing = ""
+        while not self._stop.wait(self._poll_s):
+            try:
+                conn = self._db.conn()  # this thread's read-only connection
+                version = conn.execute("PRAGMA data_version").fetchone()[0]
+                if version != self._version:
+                    self._version = version
+                    self._pass(conn, baseline=False)
+                failing = ""
+            except sqlite3.Error as e:
+                if str(e) != failing:  # logged once per kind of failure, not once per poll
+                    log.warning("sqlite read-only watch of %s: %s; retrying", self._db.file, e)
+                failing = str(e)
+            except Exception:
+                if self._stop.is_set():
+                    return
+                log.exception("sqlite read-only watch failed; it goes on")
+
+    def _pass(self, conn: sqlite3.Connection, *, baseline: bool) -> None:
+        """Compare the sessions with the state last seen; deliver the difference."""
+        rows = conn.execute("SELECT session_id, meta, updated_at FROM sessions WHERE meta IS NOT NULL").fetchall()
+        now = int(time.time() * 1000)
+        recent = self._newest - RECENT_MS
+        current: dict[str, tuple[str, int]] = {unkey(sid): (text, updated or 0) for sid, text, updated in rows}
+        events: list[Event] = []
+        for sid in [s for s in self._seen if s not in current]:
+            events += session_events(sid, self._seen.pop(sid)[1], None, [], now)
+        newest = self._newest
+        for sid, (text, updated) in current.items():
+            newest = max(newest, updated if isinstance(updated, int) else 0)
+            before = self._seen.get(sid)
+            if before is not None and before[0] == text and not (isinstance(updated, int) and updated >= recent):
+                continue
+            meta = loads(text.encode("utf-8"))
+            entries = self._entries(sid)
+            state = _Seen((), meta, {e["id"]: e.get("revision", 0) for e in entries})
+            events += session_events(sid, before[1] if before else None, meta, list(entries), now)
+            self._seen[sid] = (text, state)
+        self._newest = newest
+        if baseline or not events or self._stop.is_set():
+            return
+        wants = self.subscribers.filters()
+        wanted = [e for e in events if self.subscribers.wanted(e.function_id, wants)]
+        if wanted:
+            self.subscribers.publish(wanted)
