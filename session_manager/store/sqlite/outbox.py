@@ -165,6 +165,11 @@ class Outbox:
                 self._start()
         return lambda: self.subscribers.drop(entry)
 
+    def observing(self) -> None:
+        """An observer was added (a read-only store's watch takes its baseline now)."""
+        if self._watch is not None:
+            self._watch.baseline()
+
     def _start(self) -> None:
         # Registered before subscribe returns: every commit after it reaches the sink.
         self._conn = self._db.connect()

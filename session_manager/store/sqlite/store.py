@@ -59,6 +59,10 @@ class SqliteStore(SqlStore):
     def durability(self, value: Durability) -> None:
         self.db.durability = value
 
+    def observing(self) -> None:
+        """An observer was added: a read-only store's changes are events from now on (:mod:`.watch`)."""
+        self.outbox.observing()
+
     def integrity_check(self) -> list[str]:
         """What ``PRAGMA integrity_check`` finds wrong (empty: the file is sound)."""
         return self.reads.integrity_check()

@@ -21,8 +21,11 @@ entries and delivers the difference:
 
 It sees states, not mutations: updates of one entry committed between two
 polls arrive as one event carrying the last. No gap is possible (nothing is
-pruned under it: the state is the database's), so it never resyncs. What
-exists when the first observer subscribes is the baseline and fires nothing.
+pruned under it: the state is the database's), so it never resyncs. As the fs
+watch: what exists when an observer is added while none was
+(:meth:`StateWatch.baseline`, from the store's ``observing``) is the
+baseline and fires nothing; what changes while nobody observes is nobody's
+event (the next observer starts from a new baseline).
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from ..._wire.events import Event
+from ..._wire.events import EVENT_FUNCTIONS, Event
 from .._core.codec import loads
 from ..fs._watch import _Seen, session_events
 from ..sql.keys import unkey
@@ -61,21 +64,37 @@ class StateWatch:
         self.subscribers = Subscribers()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._seen: dict[str, tuple[str, _Seen]] = {}  # session id -> (meta text, state)
+        # Session id -> (meta text, state); None: no baseline (nobody observes).
+        self._seen: dict[str, tuple[str, _Seen]] | None = None
         self._newest = 0  # the newest updated_at seen
         self._version: int | None = None
+        self._polling = threading.RLock()  # one pass at a time
 
     def subscribe(self, sink: EventSink, wants: Callable[[str], bool] | None = None) -> Callable[[], None]:
         with self.subscribers.lock:
             entry = self.subscribers.add(sink, wants)
-            if self._thread is None:
-                # The baseline before subscribe returns: every commit after it is an event.
-                conn = self._db.conn()
-                self._version = conn.execute("PRAGMA data_version").fetchone()[0]
-                self._pass(conn, baseline=True)
+            start = self._thread is None
+            if start:
                 self._thread = threading.Thread(target=self._run, name="session-manager-sqlite-watch", daemon=True)
-                self._thread.start()
+        self.baseline()
+        if start and self._thread is not None:
+            self._thread.start()
         return lambda: self.subscribers.drop(entry)
+
+    def _observed(self) -> bool:
+        return any(w is None or any(w(f) for f in EVENT_FUNCTIONS) for w in self.subscribers.filters())
+
+    def baseline(self) -> None:
+        """Take the state later changes are compared with now, unless there is one (an observer
+        was just added: what another process commits from now on is its event)."""
+        with self._polling:
+            if self._seen is None and self._observed() and not self._stop.is_set():
+                self._take_baseline(self._db.conn())
+
+    def _take_baseline(self, conn: sqlite3.Connection) -> None:
+        self._version = conn.execute("PRAGMA data_version").fetchone()[0]
+        self._seen, self._newest = {}, 0
+        self._pass(conn, baseline=True)
 
     def close(self) -> None:
         self._stop.set()
@@ -88,10 +107,16 @@ class StateWatch:
         while not self._stop.wait(self._poll_s):
             try:
                 conn = self._db.conn()  # this thread's read-only connection
-                version = conn.execute("PRAGMA data_version").fetchone()[0]
-                if version != self._version:
-                    self._version = version
-                    self._pass(conn, baseline=False)
+                with self._polling:
+                    if not self._observed():
+                        self._seen = None  # what changes unobserved is nobody's event
+                    elif self._seen is None:
+                        self._take_baseline(conn)
+                    else:
+                        version = conn.execute("PRAGMA data_version").fetchone()[0]
+                        if version != self._version:
+                            self._version = version
+                            self._pass(conn, baseline=False)
                 failing = ""
             except sqlite3.Error as e:
                 if str(e) != failing:  # logged once per kind of failure, not once per poll
@@ -104,24 +129,26 @@ class StateWatch:
 
     def _pass(self, conn: sqlite3.Connection, *, baseline: bool) -> None:
         """Compare the sessions with the state last seen; deliver the difference."""
+        seen = self._seen
+        assert seen is not None
         rows = conn.execute("SELECT session_id, meta, updated_at FROM sessions WHERE meta IS NOT NULL").fetchall()
         now = int(time.time() * 1000)
         recent = self._newest - RECENT_MS
         current: dict[str, tuple[str, int]] = {unkey(sid): (text, updated or 0) for sid, text, updated in rows}
         events: list[Event] = []
-        for sid in [s for s in self._seen if s not in current]:
-            events += session_events(sid, self._seen.pop(sid)[1], None, [], now)
+        for sid in [s for s in seen if s not in current]:
+            events += session_events(sid, seen.pop(sid)[1], None, [], now)
         newest = self._newest
         for sid, (text, updated) in current.items():
             newest = max(newest, updated if isinstance(updated, int) else 0)
-            before = self._seen.get(sid)
+            before = seen.get(sid)
             if before is not None and before[0] == text and not (isinstance(updated, int) and updated >= recent):
                 continue
             meta = loads(text.encode("utf-8"))
             entries = self._entries(sid)
             state = _Seen((), meta, {e["id"]: e.get("revision", 0) for e in entries})
             events += session_events(sid, before[1] if before else None, meta, list(entries), now)
-            self._seen[sid] = (text, state)
+            seen[sid] = (text, state)
         self._newest = newest
         if baseline or not events or self._stop.is_set():
             return
