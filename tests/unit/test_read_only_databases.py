@@ -81,6 +81,24 @@ def _live(writer: session_manager.SessionManager, ro: session_manager.SessionMan
     assert {h["entry_id"] for h in mine["hits"]} >= {added}
     assert mine == writer.call("session::search", {"query": "paris"})
     assert ro.call("session::get", {"session_id": sid})["meta"]["status"] == "working"
+    # A streamed reply: indexed, then revised (the index's row of it is stale until a catch-up).
+    reply = writer.call("session::append", {"session_id": sid, "message": {
+        "role": "assistant", "content": [{"type": "text", "text": "lyon"}], "model": "m", "provider": "p",
+        "stop_reason": "end", "timestamp": 0}})["entry_id"]
+    assert writer.call("session::search", {"query": "lyon"})["hits"]  # (indexed)
+    for grown in ("marseille", "marseille nice", "marseille nice toulouse"):
+        writer.call("session::update-message", {"session_id": sid, "entry_id": reply,
+                                                "content": [{"type": "text", "text": grown}]})
+    seen: list[str] = []
+    while not seen or seen[-1] != "marseille nice toulouse":
+        fid, event = got.get(timeout=20)
+        if event.get("entry_id") == reply:
+            seen.append(event["message"]["content"][0]["text"])
+    assert seen[0] in ("lyon", "marseille", "marseille nice", "marseille nice toulouse")  # grows, never back
+    for query in ("lyon", "toulouse", "marseille"):
+        mine = ro.call("session::search", {"query": query})
+        assert mine == writer.call("session::search", {"query": query}), query
+    assert ro.call("session::search", {"query": "lyon"})["hits"] == []
 
 
 # -- sqlite -------------------------------------------------------------------------------------
