@@ -135,6 +135,30 @@ def test_a_read_only_sqlite_store_follows_a_live_writer_and_refuses_mutations(tm
             assert readers == [(writer.service.store.db.instance,)]
 
 
+def test_the_sqlite_watch_sees_revisions_that_leave_the_meta_unchanged(tmp_path: Path) -> None:
+    """Regression: a state watch keyed on the meta alone missed a streamed reply's updates made
+    within one millisecond (the meta's text unchanged): each revision is compared by itself."""
+    from session_manager.clock import ManualClock
+
+    uri = f"sqlite:///{tmp_path / 's.db'}"
+    with session_manager.open(uri, clock=ManualClock(5_000)) as writer:  # time never moves
+        sid = writer.call("session::create", {})["session_id"]
+        reply = writer.call("session::append", {"session_id": sid, "message": {
+            "role": "assistant", "content": [{"type": "text", "text": "a"}], "model": "m", "provider": "p",
+            "stop_reason": "end", "timestamp": 0}})["entry_id"]
+        with session_manager.open(uri, read_only=True) as ro:
+            got = _observe(ro)
+            meta = writer.call("session::get", {"session_id": sid})["meta"]
+            for grown in ("a b", "a b c"):
+                writer.call("session::update-message", {"session_id": sid, "entry_id": reply,
+                                                        "content": [{"type": "text", "text": grown}]})
+                fid, event = got.get(timeout=20)
+                assert fid == "session::on-message-updated"
+                assert event["message"]["content"][0]["text"] == grown
+            assert writer.call("session::get", {"session_id": sid})["meta"] == meta  # (the meta never moved)
+            assert got.empty()
+
+
 def test_a_read_only_sqlite_open_creates_nothing_and_never_migrates(tmp_path: Path) -> None:
     db = tmp_path / "old.db"
     with pytest.raises(SessionError) as missing:

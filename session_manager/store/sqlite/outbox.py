@@ -157,7 +157,7 @@ class Outbox:
         if self._db.read_only:
             with self.subscribers.lock:
                 if self._watch is None:
-                    self._watch = StateWatch(self._db, self._state.entries)
+                    self._watch = StateWatch(self._db)
             return self._watch.subscribe(sink, wants)
         with self.subscribers.lock:
             entry = self.subscribers.add(sink, wants)

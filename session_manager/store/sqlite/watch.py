@@ -30,21 +30,22 @@ event (the next observer starts from a new baseline).
 
 from __future__ import annotations
 
+import json
 import logging
 import sqlite3
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..._wire.events import EVENT_FUNCTIONS, Event
 from .._core.codec import loads
-from ..fs._watch import _Seen, session_events
-from ..sql.keys import unkey
+from ..resync import SeenSession, session_events
+from ..sql.keys import key, unkey
 from ..sql.outbox import Subscribers
 
 if TYPE_CHECKING:
-    from ..base import Entry, EventSink
+    from ..base import EventSink, Meta
     from .core import SqliteDatastore
 
 __all__ = ["RECENT_MS", "StateWatch"]
@@ -57,15 +58,14 @@ RECENT_MS = 5_000  # a session updated this close to the newest update seen is r
 class StateWatch:
     """One polling thread delivering what other processes change in a read-only store."""
 
-    def __init__(self, db: SqliteDatastore, entries: Callable[[str], list[Entry]]) -> None:
+    def __init__(self, db: SqliteDatastore) -> None:
         self._db = db
-        self._entries = entries  # the store's reads (on the calling thread's connection)
         self._poll_s = db.settings.poll_ms / 1000
         self.subscribers = Subscribers()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         # Session id -> (meta text, state); None: no baseline (nobody observes).
-        self._seen: dict[str, tuple[str, _Seen]] | None = None
+        self._seen: dict[str, tuple[str, SeenSession]] | None = None
         self._newest = 0  # the newest updated_at seen
         self._version: int | None = None
         self._polling = threading.RLock()  # one pass at a time
@@ -128,31 +128,54 @@ class StateWatch:
                 log.exception("sqlite read-only watch failed; it goes on")
 
     def _pass(self, conn: sqlite3.Connection, *, baseline: bool) -> None:
-        """Compare the sessions with the state last seen; deliver the difference."""
-        seen = self._seen
-        assert seen is not None
-        rows = conn.execute("SELECT session_id, meta, updated_at FROM sessions WHERE meta IS NOT NULL").fetchall()
-        now = int(time.time() * 1000)
-        recent = self._newest - RECENT_MS
-        current: dict[str, tuple[str, int]] = {unkey(sid): (text, updated or 0) for sid, text, updated in rows}
-        events: list[Event] = []
-        for sid in [s for s in seen if s not in current]:
-            events += session_events(sid, seen.pop(sid)[1], None, [], now)
-        newest = self._newest
-        for sid, (text, updated) in current.items():
-            newest = max(newest, updated if isinstance(updated, int) else 0)
-            before = seen.get(sid)
-            if before is not None and before[0] == text and not (isinstance(updated, int) and updated >= recent):
-                continue
-            meta = loads(text.encode("utf-8"))
-            entries = self._entries(sid)
-            state = _Seen((), meta, {e["id"]: e.get("revision", 0) for e in entries})
-            events += session_events(sid, before[1] if before else None, meta, list(entries), now)
-            seen[sid] = (text, state)
-        self._newest = newest
+        """Compare the sessions with the state last seen (in one read snapshot); deliver the difference."""
+        conn.execute("BEGIN")  # deferred: a read snapshot, no lock
+        try:
+            events = self._compare(conn)
+        finally:
+            conn.execute("COMMIT")
         if baseline or not events or self._stop.is_set():
             return
         wants = self.subscribers.filters()
         wanted = [e for e in events if self.subscribers.wanted(e.function_id, wants)]
         if wanted:
             self.subscribers.publish(wanted)
+
+    def _compare(self, conn: sqlite3.Connection) -> list[Event]:
+        seen = self._seen
+        assert seen is not None
+        rows = conn.execute("SELECT session_id, meta, updated_at FROM sessions WHERE meta IS NOT NULL").fetchall()
+        now = int(time.time() * 1000)
+        recent = self._newest - RECENT_MS
+        current = {unkey(sid): (text, updated if isinstance(updated, int) else 0) for sid, text, updated in rows}
+        events: list[Event] = []
+        for sid in [s for s in seen if s not in current]:
+            events += session_events(sid, seen.pop(sid)[1], None, [], now)
+        newest = self._newest
+        for sid, (text, updated) in current.items():
+            newest = max(newest, updated)
+            before = seen.get(sid)
+            if before is not None and before[0] == text and updated < recent:
+                continue
+            meta: Meta = loads(text.encode("utf-8"))
+            state = before[1] if before is not None else None
+            if state is not None and state.meta.get("created_at") != meta.get("created_at"):
+                known: dict[str, int] = {}  # deleted and made again: every entry is new
+            else:
+                known = state.revisions if state is not None else {}
+            revisions: dict[str, int] = {}
+            changed: list[int] = []
+            for seq, eid, revision in conn.execute(
+                    "SELECT seq, entry_id, coalesce(json_extract(body, '$.revision'), 0) FROM entries"
+                    " WHERE session_id = ? ORDER BY seq", (key(sid),)):
+                entry_id = unkey(eid)
+                revisions[entry_id] = revision
+                if known.get(entry_id) != revision:
+                    changed.append(seq)
+            entries: list[dict[str, Any]] = [loads(body.encode("utf-8")) for (body,) in conn.execute(
+                "SELECT body FROM entries WHERE seq IN (SELECT value FROM json_each(?)) ORDER BY seq",
+                (json.dumps(changed),))] if changed else []
+            events += session_events(sid, state, meta, entries, now)
+            seen[sid] = (text, SeenSession((), meta, revisions))
+        self._newest = newest
+        return events
