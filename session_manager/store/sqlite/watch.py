@@ -67,7 +67,9 @@ class StateWatch:
         # Session id -> (meta text, state); None: no baseline (nobody observes).
         self._seen: dict[str, tuple[str, SeenSession]] | None = None
         self._newest = 0  # the newest updated_at seen
-        self._version: int | None = None
+        # PRAGMA data_version as last read, with the connection it was read on (each
+        # connection counts for itself: values of two connections do not compare).
+        self._version: tuple[sqlite3.Connection, int] | None = None
         self._polling = threading.RLock()  # one pass at a time
 
     def subscribe(self, sink: EventSink, wants: Callable[[str], bool] | None = None) -> Callable[[], None]:
@@ -92,7 +94,7 @@ class StateWatch:
                 self._take_baseline(self._db.conn())
 
     def _take_baseline(self, conn: sqlite3.Connection) -> None:
-        self._version = conn.execute("PRAGMA data_version").fetchone()[0]
+        self._version = (conn, conn.execute("PRAGMA data_version").fetchone()[0])  # read before the snapshot
         self._seen, self._newest = {}, 0
         self._pass(conn, baseline=True)
 
@@ -113,9 +115,9 @@ class StateWatch:
                     elif self._seen is None:
                         self._take_baseline(conn)
                     else:
-                        version = conn.execute("PRAGMA data_version").fetchone()[0]
-                        if version != self._version:
-                            self._version = version
+                        version = (conn, conn.execute("PRAGMA data_version").fetchone()[0])
+                        if self._version is None or self._version[0] is not conn or self._version[1] != version[1]:
+                            self._version = version  # (read before the pass's snapshot: nothing slips between)
                             self._pass(conn, baseline=False)
                 failing = ""
             except sqlite3.Error as e:
