@@ -104,9 +104,10 @@ def test_another_processs_burst_reaches_the_stream_whole_and_in_order(tmp_path: 
 
 
 def test_the_viewer_over_sqlite_makes_no_write_call(tmp_path: Path, monkeypatch: Any) -> None:
-    """Regression: a page or API route that mutates (a sqlite store has no read-only mode, so the
-    viewer's own discipline is all there is): every route, the search box and the event stream run
-    with the store's write methods and every mutating function refused."""
+    """Regression: a page or API route that mutates: every route, the search box and the event
+    stream run with the store's write methods and every mutating function refused. (The store is
+    read-only besides, and the file is left byte for byte as it was:
+    test_read_only_databases.py::test_the_viewer_over_sqlite_writes_nothing_beside_a_live_writer.)"""
     import httpx
 
     from session_manager._hosts.surface import BY_ID
@@ -117,6 +118,7 @@ def test_the_viewer_over_sqlite_makes_no_write_call(tmp_path: Path, monkeypatch:
         ids = branched_session(sm)
     with open_for(uri, writable=False) as sm:
         store = sm.service.store
+        assert store.read_only
         writes: list[str] = []
         for name in ("commit", "delete_session", "put_attachment", "delete_attachment"):
             monkeypatch.setattr(store, name, lambda *a, name=name, **k: writes.append(name))
