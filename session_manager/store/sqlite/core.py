@@ -8,6 +8,15 @@ Opening checks the file before anything is written: a directory, a file
 that is not SQLite, one this process cannot write, a database of a newer
 schema version or of another application each get a ``session/storage``
 naming the cause.
+
+A read-only open (``SqliteSettings.read_only``) opens the file with
+``mode=ro`` and ``PRAGMA query_only``, creates nothing (no directory, no
+database file) and checks the schema version instead of migrating
+(:func:`.schema.check`). WAL readers need the ``-shm`` shared memory: beside a
+live writer they use its ``-wal``/``-shm`` files; with no other connection
+open (and those files removed by the last one), SQLite creates both, empty,
+for the reader, as any connection would; the database file itself is never
+written.
 """
 
 from __future__ import annotations
@@ -17,11 +26,12 @@ import os
 import re
 import sqlite3
 import threading
+import urllib.parse
 import uuid
 from contextlib import suppress
 from typing import Any
 
-from ...errors import STORAGE, SessionError, StoreError, Unavailable
+from ...errors import STORAGE, ReadOnlyStore, SessionError, StoreError, Unavailable
 from . import schema
 from .settings import Durability, SqliteSettings
 
@@ -68,6 +78,7 @@ class SqliteDatastore:
     def __init__(self, settings: SqliteSettings) -> None:
         self.settings = settings
         self.file = settings.path
+        self.read_only = settings.read_only
         self.instance = uuid.uuid4().hex
         self.local = _Local()
         self._conns: list[sqlite3.Connection] = []
@@ -82,14 +93,21 @@ class SqliteDatastore:
         self._lost: str | None = None  # why the path no longer names the file opened: for good
         if os.path.isdir(self.file):
             raise StoreError(f"sqlite: {self.file} is a directory, not a database file")
-        parent = os.path.dirname(os.path.abspath(self.file))
-        try:
-            os.makedirs(parent, exist_ok=True)
-        except OSError as e:
-            raise StoreError(f"sqlite: cannot create the directory {parent}: {e.strerror}") from None
+        if self.read_only:
+            if not os.path.isfile(self.file):
+                raise StoreError(f"sqlite: {self.file}: no such database file (a read-only open creates nothing)")
+        else:
+            parent = os.path.dirname(os.path.abspath(self.file))
+            try:
+                os.makedirs(parent, exist_ok=True)
+            except OSError as e:
+                raise StoreError(f"sqlite: cannot create the directory {parent}: {e.strerror}") from None
         try:
             conn = self.connect()
-            schema.migrate(conn, self.file)
+            if self.read_only:
+                schema.check(conn, self.file)
+            else:
+                schema.migrate(conn, self.file)
             self._adopt(conn)  # the opening thread's connection from now on
             self._identity = _identity(self.file)  # the file opened: see still_ours
         except sqlite3.Error as e:
@@ -100,6 +118,8 @@ class SqliteDatastore:
             raise
 
     def connect(self) -> sqlite3.Connection:
+        if self.read_only:
+            return self._connect_read_only()
         conn = sqlite3.connect(self.file, isolation_level=None, check_same_thread=False,
                                timeout=self.settings.busy_timeout_ms / 1000)
         with self._conns_lock:
@@ -121,6 +141,22 @@ class SqliteDatastore:
         # through the cache, 0.5 ms mapped); the mapped pages are the OS's, shared.
         conn.execute("PRAGMA mmap_size=268435456")
         return conn
+
+    def _connect_read_only(self) -> sqlite3.Connection:
+        """A connection that cannot write the file (``mode=ro``) nor try (``query_only``);
+        the journal mode is the file's (a WAL database is read as WAL), never set here."""
+        uri = "file:" + urllib.parse.quote(os.path.abspath(self.file)) + "?mode=ro"
+        conn = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False,
+                               timeout=self.settings.busy_timeout_ms / 1000)
+        with self._conns_lock:
+            self._conns.append(conn)
+        conn.execute("PRAGMA query_only = ON")
+        return conn
+
+    def writable(self) -> None:
+        """Refuse a write transaction of a read-only store (as :meth:`..sql.store.SqlStore.writable`)."""
+        if self.read_only:
+            raise ReadOnlyStore()
 
     @property
     def durability(self) -> Durability:
@@ -146,7 +182,8 @@ class SqliteDatastore:
 
     def _adopt(self, conn: sqlite3.Connection) -> sqlite3.Connection:
         """``conn`` as this thread's connection, at the store's durability."""
-        conn.execute(f"PRAGMA synchronous={self._synchronous}")
+        if not self.read_only:
+            conn.execute(f"PRAGMA synchronous={self._synchronous}")
         self.local.conn, self.local.synchronous = conn, self._synchronous
         return conn
 
@@ -172,6 +209,7 @@ class SqliteDatastore:
 
     def begin(self) -> sqlite3.Connection:
         """``BEGIN IMMEDIATE`` on this thread's connection (waits up to busy_timeout_ms for the lock)."""
+        self.writable()
         conn = self.conn()
         try:
             if self.local.synchronous != self._synchronous:  # set outside a transaction, where it applies

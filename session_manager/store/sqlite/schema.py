@@ -104,6 +104,27 @@ OURS = frozenset({"sessions", "entries", "attachments", "outbox", "readers", "sq
 
 
 
+def check(conn: sqlite3.Connection, path: str) -> int:
+    """A read-only open's check (no transaction, nothing written): the database is a
+    session store at exactly this release's version; an older one is refused (a
+    read-only open never migrates: a writable open of this release does), as are a
+    newer one and a file that holds no session store."""
+    version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+    if version > len(MIGRATIONS):
+        raise StoreError(
+            f"sqlite: {path} is at schema version {version}, newer than this session-manager's "
+            f"{len(MIGRATIONS)}: a newer release wrote it; run that release (nothing was written)")
+    if version == 0:
+        raise StoreError(f"sqlite: {path} holds no session store (schema version 0); a read-only open "
+                         "creates nothing (nothing was written)")
+    if version < len(MIGRATIONS):
+        raise StoreError(
+            f"sqlite: {path} is at schema version {version}, older than this session-manager's "
+            f"{len(MIGRATIONS)}: a read-only open never migrates; open it writable once with this "
+            "release (or run a writer of it) to migrate it, then open it read-only (nothing was written)")
+    return version
+
+
 def migrate(conn: sqlite3.Connection, path: str) -> int:
     """Apply the missing migrations (the caller holds no transaction); returns
     the version. Refuses, writing nothing, a database of a newer version or

@@ -12,6 +12,15 @@ and the second finds nothing left. :func:`erase` lowers the mark to the
 greatest ``seq`` left (``entries.seq`` is a plain rowid: once the newest rows
 are deleted their numbers are given again, and must not hide under the mark).
 
+A read-only store (which must not write the index) answers from the index
+plus what it has not caught up yet, in one read snapshot
+(:func:`search_pending`): the entries past the mark and the revised ones
+(``search_dirty``) are read and matched in Python, the index's stale rows
+of the revised ones left out (of the candidates, the totals and the
+per-term counts), so its answer is the one a writable store gives after
+its catch-up. Its cost grows with what is not indexed yet (every entry of a
+file no writable store has searched since they were written).
+
 Words are made in Python (:func:`..search_text.words`), so this index
 splits and folds text exactly as the fs and memory indexes do; each
 entry's words are stored sorted, space separated, in ``search_docs``
@@ -47,7 +56,7 @@ from ..sql.fts5 import doc, quoted, ranked_page
 from ..sql.keys import key, unkey
 
 __all__ = ["BATCH", "CATCH_UP", "MIGRATION", "TABLES", "backfill", "behind", "catch_up", "doc", "erase", "grown",
-           "mark", "merge", "page", "quoted", "search"]
+           "mark", "merge", "page", "quoted", "search", "search_pending"]
 
 
 TABLES = frozenset({"search_docs", "search_totals", "search_fts", "search_fts_data", "search_fts_idx",
@@ -202,23 +211,25 @@ def _count(conn: sqlite3.Connection, match: str, sessions: Collection[str] | Non
 
 def _rows(conn: sqlite3.Connection, match: str, sessions: Collection[str] | None) -> Iterator[tuple[Any, ...]]:
     where, params = _scoped(sessions)
-    yield from conn.execute("SELECT d.session_id, d.entry_id, d.role, d.ts, d.length, d.words FROM search_fts f"
+    yield from conn.execute("SELECT d.session_id, d.entry_id, d.role, d.ts, d.length, d.words, d.seq"
+                            " FROM search_fts f"
                             " JOIN search_docs d ON d.seq = f.rowid WHERE search_fts MATCH ?" + where,
                             (match, *params))
 
 
 def search(conn: sqlite3.Connection, query: Query, sessions: Collection[str] | None,
-           roles: Collection[str] | None) -> Matches:
+           roles: Collection[str] | None, stale: frozenset[int] = frozenset()) -> Matches:
     """:class:`Matches` inside ``sessions`` (``None``: every indexed session), read in
-    the caller's transaction or snapshot (:func:`catch_up` first)."""
+    the caller's transaction or snapshot (:func:`catch_up` first; else
+    :func:`search_pending`, which passes the ``stale`` rows to leave out)."""
     out = Matches()
     out.docs, out.total_length = _totals(conn, sessions)
     terms = [quoted(w) for w in query.exact] + [quoted(query.prefix) + "*"]
     out.df = [_count(conn, t, sessions) for t in terms]
     if not all(out.df):
         return out
-    for sid, eid, role, ts, length, text in _rows(conn, " AND ".join(terms), sessions):
-        if roles is not None and role not in roles:
+    for sid, eid, role, ts, length, text, seq in _rows(conn, " AND ".join(terms), sessions):
+        if (roles is not None and role not in roles) or seq in stale:
             continue
         tfs = term_counts(query, Counter(text.split()))
         if all(tfs):  # (the tokenizer agrees with words(); checked, never trusted)
@@ -259,3 +270,37 @@ def page(conn: sqlite3.Connection, query: Query, sessions: Collection[str] | Non
         source="FROM search_fts f JOIN search_docs d ON d.seq = f.rowid WHERE search_fts MATCH {match}" + scope + only,
         count=count, totals=totals, params=params, query=query, limit=limit, after=after,
         candidate=candidate)
+
+
+def search_pending(conn: sqlite3.Connection, query: Query, sessions: Collection[str] | None,
+                   roles: Collection[str] | None) -> Matches:
+    """:func:`search` without catching up (a read-only store: nothing written), in the
+    caller's read snapshot: the index, less its rows of revised entries, plus every
+    entry it has not indexed yet (past the mark, or revised), matched here."""
+    mark = int(conn.execute("SELECT last_seq FROM search_state").fetchone()[0])
+    dirty = [int(r[0]) for r in conn.execute("SELECT seq FROM search_dirty WHERE seq <= ?", (mark,))]
+    where, params = ("", ()) if sessions is None else (
+        " AND session_id IN (SELECT value FROM json_each(?))", (json.dumps([key(s) for s in sessions]),))
+    # The index's rows of revised entries: out of the totals and counts (their new words come below).
+    old = conn.execute("SELECT seq, length, words FROM search_docs WHERE seq IN (SELECT value FROM json_each(?))"
+                       + where, (json.dumps(dirty), *params)).fetchall()
+    out = search(conn, query, sessions, roles, frozenset(r[0] for r in old))
+    if not out.df:
+        out.df = [0] * len(query.terms)
+    for _, length, text in old:
+        out.docs -= 1
+        out.total_length -= length
+        for i, n in enumerate(term_counts(query, Counter(text.split()))):
+            out.df[i] -= n > 0
+    pending = conn.execute("SELECT seq, session_id, entry_id, body FROM entries WHERE (seq > ? OR seq IN"
+                           " (SELECT value FROM json_each(?)))" + where + " ORDER BY seq",
+                           (mark, json.dumps(dirty), *params))
+    for _, sid, eid, role, ts, length, text in _docs(iter(pending)):
+        tfs = term_counts(query, Counter(text.split()))
+        out.docs += 1
+        out.total_length += length
+        for i, n in enumerate(tfs):
+            out.df[i] += n > 0
+        if all(tfs) and (roles is None or role in roles):
+            out.candidates.append(Candidate(unkey(sid), unkey(eid), role, int(ts), tfs, length))
+    return out
