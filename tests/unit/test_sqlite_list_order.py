@@ -111,3 +111,31 @@ def test_a_version_4_file_gets_its_list_key_from_updated_at(tmp_path: Path) -> N
                             " ORDER BY listed_at DESC, session_id DESC LIMIT 50").fetchall()
         assert any("sessions_listed" in str(row) for row in plan), plan
         assert conn.execute("SELECT count(*) FROM sqlite_master WHERE name = 'sessions_updated'").fetchone()[0] == 0
+
+
+def test_concurrent_appends_to_several_sessions_keep_one_lagging_key_at_most(tmp_path: Path) -> None:
+    # Prevents: writers racing on their own connections leaving two lagging keys (a session below
+    # the first out of place), or an order that differs from the exact updated_at values.
+    import threading
+
+    target = tmp_path / "s.db"
+    with session_manager.open(f"sqlite:///{target}") as sm:
+        sids = [sm.create(title=f"s{i}").session_id for i in range(4)]
+
+        def work(sid: str) -> None:
+            for i in range(40):
+                sm.append(sid, message=_user(f"{sid} {i}"))
+
+        threads = [threading.Thread(target=work, args=(sid,)) for sid in sids]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        with sqlite3.connect(target) as conn:
+            rows = conn.execute("SELECT session_id, listed_at, updated_at FROM sessions"
+                                " ORDER BY listed_at DESC, session_id DESC").fetchall()
+        assert all(listed == updated for _, listed, updated in rows[1:])
+        assert rows[0][1] <= rows[0][2]
+        exact = sorted(rows, key=lambda r: (r[2], r[0]), reverse=True)
+        assert [r[0] for r in rows] == [r[0] for r in exact] == _order(sm, limit=1)
+        assert all(m.message_count == 40 for m in (sm.get(sid).meta for sid in sids))  # type: ignore[union-attr]
