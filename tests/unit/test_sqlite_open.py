@@ -196,8 +196,17 @@ def _schema_of(conn: sqlite3.Connection) -> list[tuple[str, str]]:
     return sorted(conn.execute("SELECT name, sql FROM sqlite_master WHERE sql IS NOT NULL").fetchall())
 
 
+def _drop_list_key(conn: sqlite3.Connection) -> None:
+    """Back to schema version 4: the list order's own key (migration 5) dropped, its index on updated_at again."""
+    conn.execute("DROP INDEX sessions_listed")
+    conn.execute("ALTER TABLE sessions DROP COLUMN listed_at")
+    conn.execute("CREATE INDEX sessions_updated ON sessions (updated_at, session_id)")
+    conn.execute("PRAGMA user_version = 4")
+
+
 def _drop_catch_up(conn: sqlite3.Connection) -> None:
     """Back to schema version 3: the index's high-water mark and revision queue (migration 4) dropped."""
+    _drop_list_key(conn)
     conn.execute("DROP TRIGGER search_revised")
     conn.execute("DROP TABLE search_state")
     conn.execute("DROP TABLE search_dirty")
@@ -254,7 +263,7 @@ def test_a_version_3_file_keeps_its_index_and_catches_up_from_its_last_entry(tmp
         hits = sm.call("session::search", {"query": "brown"})["hits"]
         assert later in [h["entry_id"] for h in hits] and len(hits) == 2
     with sqlite3.connect(target) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS) == 4
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS) == 5
         assert conn.execute("SELECT count(*) FROM search_docs").fetchone()[0] == 3
 
 
@@ -279,7 +288,7 @@ def test_a_version_1_file_is_upgraded_in_place(tmp_path: Path) -> None:
         assert sm.call("session::messages-tail", {"session_id": sid, "limit": 10}) == before
         assert sm.get(sid).meta.message_count == 31
     with sqlite3.connect(target) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS) == 4
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS) == 5
         plan = conn.execute("EXPLAIN QUERY PLAN SELECT body FROM entries WHERE session_id = ? AND depth"
                             " BETWEEN ? AND ? ORDER BY depth DESC", (sid, 0, 9)).fetchall()
         assert any("entries_depth" in str(row) for row in plan)

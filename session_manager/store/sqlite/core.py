@@ -41,6 +41,8 @@ _SYNCHRONOUS = {"flush": "NORMAL", "fsync": "FULL"}
 _INT64 = 2**63
 WAL_PAGES = 8000  # ~32 MiB of 4 KiB pages
 WAL_LIMIT_BYTES = 64 << 20  # cut back only past it: a WAL cut at every checkpoint regrows at a cost
+# The session first in the updated order (the one whose list key may lag: schema.py).
+FIRST_LISTED = "SELECT session_id FROM sessions ORDER BY listed_at DESC, session_id DESC LIMIT 1"
 
 
 @functools.lru_cache(maxsize=256)
@@ -70,6 +72,8 @@ class _Local(threading.local):
     links: tuple[str, dict[str, tuple[int, str, int]]] | None = None
     # The outbox's (last sequence, another store follows) read in this transaction, for its events
     position: tuple[int | None, int] | None = None
+    # (session key, its listed_at, the key of the session first in the list order) read in this transaction
+    listed: tuple[str, Any, str | None] | None = None
 
 
 class SqliteDatastore:
@@ -219,7 +223,7 @@ class SqliteDatastore:
         except sqlite3.Error as e:
             raise self.fail(e) from None
         self.local.in_tx = True
-        self.local.position = None
+        self.local.position = self.local.listed = None
         return conn
 
     def still_ours(self) -> None:
@@ -246,7 +250,7 @@ class SqliteDatastore:
         A commit into a database file removed or replaced meanwhile is rolled back (:meth:`still_ours`)."""
         self.local.in_tx = False
         erased, self.local.erased = self.local.erased, False
-        self.local.links = self.local.position = None
+        self.local.links = self.local.position = self.local.listed = None
         try:
             if commit:
                 try:

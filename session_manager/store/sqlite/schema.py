@@ -24,6 +24,14 @@ window of a path in O(log depth) probes). What differs:
   pages to its WAL per commit, so each index costs every append a page). Not
   partial (``WHERE meta IS NOT NULL``) either: a partial index is rewritten
   whenever a column of its condition changes, i.e. on every meta write.
+  The updated order's key is ``listed_at`` (version 5), beside the exact
+  ``updated_at`` (not indexed, so written with the row's page for free):
+  the two are equal on every row but the first of that order, whose key may
+  lag (lower) while appends go to that same session, the common run, whose
+  commit then writes no index page for the order; the order is the same
+  (the first stays first), and a cursor read filters the rows it got by the
+  exact value (:meth:`.reads.SqliteReads.ordered_metas`). Any other write of
+  a key first brings the first row's key up to date (:mod:`.writes`).
 - ``readers``: one row per store following the outbox, with the sequence
   it is past and when it last said so; rows are pruned once every live
   reader is past them, and after the retention whatever the readers say.
@@ -95,6 +103,15 @@ MIGRATIONS: tuple[str, ...] = (
     search.MIGRATION,
     # 4: the search index caught up before each query, not in each commit (search.py).
     search.CATCH_UP,
+    # 5: the list order's key apart from the exact updated_at, so an append to the session on
+    # top of that order leaves its index entry alone (writes.py). An older release would trust
+    # a lagging key: the version bump makes it refuse the file.
+    """
+    ALTER TABLE sessions ADD COLUMN listed_at INTEGER;
+    UPDATE sessions SET listed_at = updated_at;
+    DROP INDEX sessions_updated;
+    CREATE INDEX sessions_listed ON sessions (listed_at, session_id);
+    """,
 )
 # Python run after a migration's statements, in its transaction (by the version it brings).
 AFTER = {3: search.backfill}
