@@ -183,8 +183,16 @@ class LimitWarning(UserWarning):
 # --------------------------------------------------------------------------
 
 
+READ_ONLY_TEXT = "this store is open read-only"
+
+
 class ReadOnlyStore(StoreError):
-    """A mutation of a store opened read-only."""
+    """A mutation of a store opened read-only: every adapter's read-only mode
+    (fs, sqlite, postgres) refuses each write with this one error and text,
+    which the service answers as ``session/storage``."""
+
+    def __init__(self, message: str = READ_ONLY_TEXT) -> None:
+        super().__init__(message)
 
 
 class DataDirLocked(StoreError):

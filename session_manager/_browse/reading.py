@@ -74,7 +74,8 @@ def branch_tree(sm: SessionManager, session_id: str) -> Tree:
     entries = {e["id"]: e for e in store.entries(session_id)}
     leaf = store.get_leaf(session_id)
     children: dict[str | None, list[str]] = {}
-    for entry in sorted(entries.values(), key=lambda e: (e["timestamp"], e["id"])):
+    # Stable by timestamp: siblings of one millisecond keep the store's (append) order, not their ids'.
+    for entry in sorted(entries.values(), key=lambda e: e["timestamp"]):
         parent = entry.get("parent_id")
         children.setdefault(parent if parent in entries else None, []).append(entry["id"])
     active = frozenset(e["id"] for e in store.path(session_id, leaf))

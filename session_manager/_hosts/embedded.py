@@ -333,8 +333,11 @@ def open(
     the production uuid ids and system clock. A writable fs open owns the
     data_dir until :meth:`SessionManager.close`: a second one (any process)
     raises ``session/storage`` naming the holder. ``read_only=True`` inspects
-    a data_dir (even one another process owns) without writing anything;
-    every mutating function then answers ``session/storage``. ``cache_bytes``
+    a data_dir (even one another process owns), a sqlite file or a postgres
+    database beside live writers without writing anything (it never migrates
+    either: an older schema is refused with ``session/storage``); every
+    mutating function then answers ``session/storage`` (``this store is open
+    read-only``). ``cache_bytes``
     bounds the memory of the fs adapter's loaded sessions (default 256 MiB;
     least recently used ones are dropped and read again from disk when touched).
     ``retention`` (``{"idle_days": N, "statuses": [...]}``, off by default) deletes
@@ -354,22 +357,17 @@ def open(
         if data_dir is None:
             raise ValueError("open() needs a data_dir or a store")
         if isinstance(data_dir, str) and data_dir.startswith(("postgresql://", "postgres://")):
-            if read_only:
-                # Ignoring it would hand an inspection open every mutation.
-                raise ValueError("read_only=True opens a data_dir read-only; a postgres store has no such mode")
             from ..store.postgres.build import open_dsn  # the optional extra
 
             try:
-                store = open_dsn(data_dir)
+                store = open_dsn(data_dir, read_only=read_only)
             except StoreError as e:  # as the fs open: the text masks the password
                 raise SessionError(STORAGE, str(e)) from None
         elif isinstance(data_dir, str) and data_dir.startswith("sqlite://"):
-            if read_only:
-                raise ValueError("read_only=True opens a data_dir read-only; a sqlite store has no such mode")
             from ..store.sqlite.build import open_uri
 
             try:
-                store = open_uri(data_dir, durability)
+                store = open_uri(data_dir, durability, read_only=read_only)
             except StoreError as e:
                 raise SessionError(STORAGE, str(e)) from None
         else:

@@ -17,12 +17,17 @@ observers still match it), and leaves the record, so a later resync never
 announces it again.
 
 Memory: one entry (id and metadata) per live session, for as long as the
-listener runs."""
+listener runs.
+
+:func:`session_events`: the events that take a session from the state a
+read-only follower saw last to the one it sees now (the fs watch and the
+sqlite one compare states, as neither reads the writers' calls)."""
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .._wire import events as ev
@@ -32,7 +37,9 @@ from .base import Meta
 if TYPE_CHECKING:
     from .base import Entry
 
-__all__ = ["KnownSessions", "StateSource", "resync_batches"]
+__all__ = ["KnownSessions", "SeenSession", "StateSource", "resync_batches", "session_events"]
+
+_META_FIELDS = ("title", "description", "metadata")
 
 
 class StateSource(Protocol):
@@ -110,3 +117,43 @@ class KnownSessions:
     def __len__(self) -> int:
         with self._lock:
             return len(self._metadata)
+
+
+@dataclass
+class SeenSession:
+    """What a state-comparing follower last saw of a session: a change key of its own (the fs
+    watch: the log's stat), the meta, each entry's revision."""
+
+
+    key: tuple[int, ...]
+    meta: Meta
+    revisions: dict[str, int]
+
+
+def session_events(session_id: str, before: SeenSession | None, meta: Meta | None,
+                   entries: list[dict[str, Any]], now_ms: int) -> list[Event]:
+    """The events that take a session from ``before`` (``None``: unknown) to
+    ``meta`` and ``entries`` (``meta`` ``None``: it is gone)."""
+    if meta is None:
+        return [] if before is None else [ev.deleted(session_id, now_ms, before.meta.get("metadata"))]
+    out: list[Event] = []
+    if before is not None and before.meta.get("created_at") != meta.get("created_at"):
+        # Deleted and made again between two polls: the old one went first.
+        out.append(ev.deleted(session_id, now_ms, before.meta.get("metadata")))
+        before = None
+    metadata = meta.get("metadata")
+    if before is None:
+        out.append(ev.created(meta))
+    known = {} if before is None else before.revisions
+    for entry in entries:
+        revision = known.get(entry["id"])
+        if revision is None:
+            out.append(ev.message_added(session_id, entry, metadata))
+        elif entry.get("revision", 0) > revision and entry.get("kind") == "message":
+            out.append(ev.message_updated(session_id, entry, None, meta["updated_at"], metadata))
+    if before is not None:
+        if before.meta.get("status") != meta.get("status"):
+            out.append(ev.status_changed(meta, before.meta["status"], meta["updated_at"]))
+        if any(before.meta.get(f) != meta.get(f) for f in _META_FIELDS):
+            out.append(ev.meta_updated(meta, meta["updated_at"]))
+    return out

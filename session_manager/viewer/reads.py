@@ -80,7 +80,8 @@ def api_session(sm: SessionManager, session_id: str) -> dict[str, Any]:
     """``{meta, active_leaf, entries}``: every entry of every branch, oldest first."""
     meta = reading.session_meta(sm, session_id)
     store = sm.service.store
-    entries = sorted(store.entries(session_id), key=lambda x: (x["timestamp"], x["id"]))
+    # Stable by timestamp: entries of one millisecond keep the store's (append) order, not their ids'.
+    entries = sorted(store.entries(session_id), key=lambda x: x["timestamp"])
     return {"meta": meta, "active_leaf": store.get_leaf(session_id), "entries": entries}
 
 

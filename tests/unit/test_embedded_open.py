@@ -26,10 +26,9 @@ def test_an_unreachable_postgres_uri_is_a_session_storage_error() -> None:
 
 
 def test_read_only_is_refused_where_it_cannot_hold(tmp_path: Path) -> None:
-    # Prevents: read_only=True silently ignored for a postgres URI or a given store, so an
-    # "inspection" open took every mutation.
-    with pytest.raises(ValueError, match="read_only"):
-        session_manager.open(UNREACHABLE, read_only=True)  # refused before any connection
+    # Prevents: read_only=True silently ignored for a given writable store, so an
+    # "inspection" open took every mutation (sqlite and postgres have a read-only mode:
+    # tests/unit/test_read_only_databases.py).
     with pytest.raises(ValueError, match="read_only"):
         session_manager.open(store=MemoryStore(), read_only=True)
     # A data_dir's read-only open is unchanged: it takes no mutation and creates nothing.

@@ -609,3 +609,25 @@ def test_an_fs_burst_from_another_process_reaches_the_stream_once_and_in_order(t
         a, b = created[0]["session_id"], created[1]["session_id"]
         assert final[a]["status"] == "working" and final[b]["title"] == "b2"  # the latest state
         stop.set()
+
+
+def test_entries_of_one_millisecond_keep_their_append_order(tmp_path: Path) -> None:
+    # Prevents: entries written within one millisecond listed by their ids' order instead of the
+    # order they were appended (the API and the tree sorted ties by id: a flaky engine-view test
+    # and a reply shown before its question on a fast writer).
+    from session_manager._browse import reading
+    from session_manager.clock import ManualClock
+    from session_manager.viewer import reads
+
+    with session_manager.open(tmp_path / "data", clock=ManualClock()) as sm:
+        sid = sm.call("session::create", {"title": "tie"})["session_id"]
+        first = sm.call("session::append", {"session_id": sid, "entry_id": "e_zz", "message": user("q")})
+        second = sm.call("session::append", {"session_id": sid, "entry_id": "e_aa", "parent_id": first["entry_id"],
+                                             "message": assistant()})
+        sibling = sm.call("session::append", {"session_id": sid, "entry_id": "e_00", "parent_id": first["entry_id"],
+                                              "message": user("again")})
+        body = reads.api_session(sm, sid)
+        assert [e["id"] for e in body["entries"]] == ["e_zz", "e_aa", "e_00"]
+        assert body["active_leaf"] == sibling["entry_id"]
+        tree = reading.branch_tree(sm, sid)
+        assert tree.children[None] == ["e_zz"] and tree.children["e_zz"] == [second["entry_id"], "e_00"]

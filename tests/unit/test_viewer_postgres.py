@@ -1,5 +1,6 @@
 """The viewer over the postgres adapter: another instance's mutations reach the SSE stream through
-LISTEN, every event once and in order per session (no coalescing: the outbox carries each one).
+LISTEN, every event once and in order per session (no coalescing: the outbox carries each one),
+the viewer's store opened read-only as ``data serve`` opens it.
 Needs a PostgreSQL server: skips, with the reason, without one (fails in CI)."""
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ pytestmark = pytest.mark.postgres
 def test_another_instances_burst_reaches_the_stream_whole_and_in_order() -> None:
     """Regression: events of another instance lost, doubled or reordered on their way to the page."""
     with pg_support.schema() as name, session_manager.open(store=pg_support.open_store(name)) as writer, \
-                session_manager.open(store=pg_support.open_store(name)) as viewer_sm, running(viewer_sm) as base:
+            session_manager.open(store=pg_support.open_store(name, read_only=True), read_only=True) as viewer_sm, \
+            running(viewer_sm) as base:
         own: queue.Queue[tuple[str, Any]] = queue.Queue()
         for fid in EVENT_FUNCTIONS:
             writer.observe({"function_id": fid}, lambda ev, fid=fid: own.put((fid, ev)))

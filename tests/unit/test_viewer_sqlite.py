@@ -1,9 +1,10 @@
-"""The viewer over the sqlite adapter: another process's mutations reach the SSE stream through the
-database's outbox, every event once and in order per session, the very payloads that process's own
-in-process observers got (``data serve sqlite:///…`` opens the database this way).
+"""The viewer over the sqlite adapter: ``data serve sqlite:///…`` opens the database read-only
+(it writes nothing: no reader row, no search catch-up, no migration), and another process's
+mutations reach the SSE stream through the read-only store's state watch (``store/sqlite/watch.py``):
+every change once, in order per session, ending at the state that process left.
 
-Regression: a viewer over sqlite that showed nothing live (nothing followed the outbox), or lost,
-doubled or reordered another process's events on their way to the page."""
+Regression: a viewer over sqlite that showed nothing live, lost or doubled another process's
+changes on their way to the page, or wrote the database it only shows."""
 
 from __future__ import annotations
 
@@ -11,7 +12,6 @@ import json
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 from typing import Any
 
@@ -53,36 +53,61 @@ def _write(uri: str, what: str) -> list[tuple[str, Any]]:
     return [(f, ev) for f, ev in json.loads(done.stdout)]
 
 
+def _drain(got: Any, quiet_s: float = 1.5) -> list[tuple[str, Any]]:
+    """Every event that arrives until none has for ``quiet_s`` (more than many polls)."""
+    import queue
+
+    out: list[tuple[str, Any]] = [got.get(timeout=30)]
+    while True:
+        try:
+            out.append(got.get(timeout=quiet_s))
+        except queue.Empty:
+            return out
+
+
 def test_another_processs_burst_reaches_the_stream_whole_and_in_order(tmp_path: Path) -> None:
+    """A read-only store follows states, not the outbox (it may not register as a reader, and
+    writers put no row in the outbox for a follower that is not registered): a burst arrives as
+    the changes it saw, each once, ending at the writer's final state; the appended messages
+    exactly as the writer's own observers got them, in order."""
     uri = f"sqlite:///{tmp_path / 'sessions.db'}"
     with session_manager.open(uri):
         pass  # the database exists (a read must not create one)
     with open_for(uri, writable=False) as viewer_sm, running(viewer_sm) as base:
+        assert viewer_sm.service.store.read_only
         got, stop = _listen(base, "/api/events")
         expected = _write(uri, "burst")
         assert len(expected) == 2 + 10 + 2  # created x2, added x10, status, meta
-        arrived = [got.get(timeout=30) for _ in expected]
-        time.sleep(1.0)  # (more than one poll of the outbox)
-        assert got.empty()  # nothing twice
-        sessions = {ev["session_id"] for _, ev in expected}
-        for sid in sessions:  # per session: the very events, in the very order
-            assert [x for x in arrived if x[1]["session_id"] == sid] == \
-                [x for x in expected if x[1]["session_id"] == sid]
-        # A delete: its one event. (A session deleted before the viewer read its earlier events takes
-        # them out of the outbox with it, erasure: the viewer then gets its on-deleted only.)
-        b = expected[1][1]["session_id"]
+        arrived = _drain(got)
+        assert len(arrived) == len({json.dumps(x, sort_keys=True) for x in arrived})  # nothing twice
+        a, b = expected[0][1]["session_id"], expected[1][1]["session_id"]
+        for sid in (a, b):
+            mine = [x for x in arrived if x[1]["session_id"] == sid]
+            assert mine[0][0] == "session::on-created"
+            assert [x for x in mine if x[0] == "session::on-message-added"] == \
+                [x for x in expected if x[1]["session_id"] == sid and x[0] == "session::on-message-added"]
+        # The final state, said by the last event that carries it (the creation, if the watch saw it late).
+        status = [x[1]["status"] for x in arrived
+                  if x[1]["session_id"] == a and x[0] in ("session::on-created", "session::on-status-changed")]
+        assert status[-1] == "working"
+        titles = [x[1]["title"] for x in arrived
+                  if x[1]["session_id"] == b and x[0] in ("session::on-created", "session::on-meta-updated")]
+        assert titles[-1] == "b2"
+        # A delete: its one event (stamped when the watch noticed it).
         deleted = _write(uri, b)
         assert [f for f, _ in deleted] == ["session::on-deleted"]
-        assert got.get(timeout=30) == deleted[0]
-        time.sleep(1.0)
-        assert got.empty()
+        (fid, event), = _drain(got)
+        assert fid == "session::on-deleted"
+        assert {k: v for k, v in event.items() if k != "timestamp"} == \
+            {k: v for k, v in deleted[0][1].items() if k != "timestamp"}
         stop.set()
 
 
 def test_the_viewer_over_sqlite_makes_no_write_call(tmp_path: Path, monkeypatch: Any) -> None:
-    """Regression: a page or API route that mutates (a sqlite store has no read-only mode, so the
-    viewer's own discipline is all there is): every route, the search box and the event stream run
-    with the store's write methods and every mutating function refused."""
+    """Regression: a page or API route that mutates: every route, the search box and the event
+    stream run with the store's write methods and every mutating function refused. (The store is
+    read-only besides, and the file is left byte for byte as it was:
+    test_read_only_databases.py::test_the_viewer_over_sqlite_writes_nothing_beside_a_live_writer.)"""
     import httpx
 
     from session_manager._hosts.surface import BY_ID
@@ -93,6 +118,7 @@ def test_the_viewer_over_sqlite_makes_no_write_call(tmp_path: Path, monkeypatch:
         ids = branched_session(sm)
     with open_for(uri, writable=False) as sm:
         store = sm.service.store
+        assert store.read_only
         writes: list[str] = []
         for name in ("commit", "delete_session", "put_attachment", "delete_attachment"):
             monkeypatch.setattr(store, name, lambda *a, name=name, **k: writes.append(name))

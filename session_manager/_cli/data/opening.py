@@ -6,7 +6,8 @@ owner lock, so they fail with ``session/storage`` beside a live writer
 instead of racing it. A ``postgresql://`` URI in place of the
 data_dir opens the postgres adapter (schema ``public``), a ``sqlite:///``
 one the sqlite adapter (safe beside running processes: it is made for
-several), so ``export`` and ``import`` move sessions between adapters; a
+several); reads open those read-only too (nothing written, no migration),
+so ``export`` and ``import`` move sessions between adapters; a
 ``ws://`` engine URL reads a main instance's sessions over its engine
 (read-only, with its events: ``data serve``).
 """
@@ -40,7 +41,7 @@ def open_for(data_dir: str | os.PathLike[str], writable: bool) -> SessionManager
         uri = os.fspath(data_dir)
         if uri.startswith(SCHEME) and not writable and not os.path.isfile(path_of(uri)):
             raise DataDirError(f"{uri}: no such database file")  # a read must not create one
-        return open_store(uri)
+        return open_store(uri, read_only=not writable)  # a read writes nothing on any adapter
     path = Path(data_dir)
     if not writable and not path.is_dir():
         raise DataDirError(f"data_dir {os.fspath(data_dir)} does not exist or is not a directory")

@@ -153,7 +153,7 @@ class DataDir:
     def writable(self) -> None:
         """Refuse a write: read-only, forked from the owner, or data_dir lost."""
         if self.read_only:
-            raise ReadOnlyStore("this store is open read-only")
+            raise ReadOnlyStore()
         self.not_inherited()
         self.still_ours()
 

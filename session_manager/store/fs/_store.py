@@ -360,7 +360,7 @@ class FsStore(StateBackedStore):
 
     def commit(self, session_id: str, commit: Commit) -> Commit:
         if self.read_only:  # (:meth:`_writable`, inline: every write passes here)
-            raise ReadOnlyStore("this store is open read-only")
+            raise ReadOnlyStore()
         self._d.not_inherited()
         state = self._current_state(session_id)
         try:

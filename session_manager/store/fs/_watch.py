@@ -29,11 +29,12 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from ..._wire import events as ev
 from ...errors import StoreError
+from ..resync import SeenSession as _Seen
+from ..resync import session_events
 from ._cold_list import SUFFIX, log_stats
 from ._encoding import decode_id
 
@@ -45,43 +46,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("session_manager.watch")
 
 INTERVAL = 0.2  # seconds between two polls of the logs' stats
-_META_FIELDS = ("title", "description", "metadata")
-
-
-@dataclass
-class _Seen:
-    key: tuple[int, ...]
-    meta: Meta
-    revisions: dict[str, int]
-
-
-def session_events(session_id: str, before: _Seen | None, meta: Meta | None,
-                   entries: list[dict[str, Any]], now_ms: int) -> list[Event]:
-    """The events that take a session from ``before`` (``None``: unknown) to
-    ``meta`` and ``entries`` (``meta`` ``None``: it is gone)."""
-    if meta is None:
-        return [] if before is None else [ev.deleted(session_id, now_ms, before.meta.get("metadata"))]
-    out: list[Event] = []
-    if before is not None and before.meta.get("created_at") != meta.get("created_at"):
-        # Deleted and made again between two polls: the old one went first.
-        out.append(ev.deleted(session_id, now_ms, before.meta.get("metadata")))
-        before = None
-    metadata = meta.get("metadata")
-    if before is None:
-        out.append(ev.created(meta))
-    known = {} if before is None else before.revisions
-    for entry in entries:
-        revision = known.get(entry["id"])
-        if revision is None:
-            out.append(ev.message_added(session_id, entry, metadata))
-        elif entry.get("revision", 0) > revision and entry.get("kind") == "message":
-            out.append(ev.message_updated(session_id, entry, None, meta["updated_at"], metadata))
-    if before is not None:
-        if before.meta.get("status") != meta.get("status"):
-            out.append(ev.status_changed(meta, before.meta["status"], meta["updated_at"]))
-        if any(before.meta.get(f) != meta.get(f) for f in _META_FIELDS):
-            out.append(ev.meta_updated(meta, meta["updated_at"]))
-    return out
 
 
 class Reads(Protocol):

@@ -11,8 +11,9 @@ if TYPE_CHECKING:
 __all__ = ["open_dsn"]
 
 
-def open_dsn(dsn: str) -> PostgresStore:
-    """``session_manager.open("postgresql://…")``: the defaults, schema ``public``."""
+def open_dsn(dsn: str, *, read_only: bool = False) -> PostgresStore:
+    """``session_manager.open("postgresql://…")``: the defaults, schema ``public``
+    (``read_only``: :attr:`PostgresSettings.read_only`)."""
     from .store import PostgresSettings, PostgresStore
 
-    return PostgresStore(PostgresSettings(dsn=dsn))
+    return PostgresStore(PostgresSettings(dsn=dsn, read_only=read_only))

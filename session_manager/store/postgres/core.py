@@ -113,7 +113,10 @@ class PgDatastore:
             with psycopg.connect(self.conninfo, autocommit=True) as conn:
                 armed = self.watchdog.arm(conn, self.deadline_at())  # a silent peer cannot hang the boot
                 try:
-                    schema.migrate(conn, self.settings.schema)
+                    if self.settings.read_only:
+                        schema.check(conn, self.settings.schema)
+                    else:
+                        schema.migrate(conn, self.settings.schema)
                 finally:
                     self.watchdog.disarm(armed)
         except psycopg.Error as e:

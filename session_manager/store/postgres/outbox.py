@@ -143,7 +143,7 @@ class Outbox:
         thread = self._thread
         if thread is None:
             return
-        if self._listening.is_set():
+        if self._listening.is_set() and not self._db.settings.read_only:  # (NOTIFY: not in a read-only session)
             try:
                 with psycopg.connect(self._db.conninfo, autocommit=True) as conn:
                     conn.execute("SELECT pg_notify(%s, '')", (self._channel,))
@@ -262,8 +262,8 @@ class Outbox:
     def _maybe_prune(self, fetch: psycopg.Connection[Any]) -> bool:
         """Prune when due; True if it did (the server answered)."""
         now = time.monotonic()
-        if now - self._last_prune < min(PRUNE_EVERY_S, self._retention_s):
-            return False
+        if self._db.settings.read_only or now - self._last_prune < min(PRUNE_EVERY_S, self._retention_s):
+            return False  # (a read-only store writes nothing: the writers' listeners prune)
         self._last_prune = now
         fetch.execute(
             "DELETE FROM outbox WHERE created_at < now() - make_interval(secs => %s)", (self._retention_s,)

@@ -200,6 +200,31 @@ def name_problem(schema: str) -> str | None:
 CHECKED: set[tuple[str, str]] = set()
 
 
+def check(conn: Connection[Any], schema: str) -> int:
+    """A read-only open's check (a read-only session: nothing written): ``schema``
+    holds a session store at exactly this release's version. An older one is
+    refused, never migrated (a writable open of this release migrates it); so
+    are a newer one and a schema without a store."""
+    ident = sql.Identifier(schema)
+    exists = conn.execute("SELECT to_regclass(%s)", (f"{sql.Identifier(schema).as_string(conn)}.schema_version",))
+    row = exists.fetchone()
+    if row is None or row[0] is None:
+        raise StoreError(f"postgres: schema {schema!r} holds no session store; a read-only open creates "
+                         "nothing (nothing was written)")
+    found = conn.execute(sql.SQL("SELECT version FROM {}.schema_version").format(ident)).fetchone()
+    version = found[0] if found else 0
+    if version > len(MIGRATIONS):
+        raise StoreError(
+            f"postgres: schema {schema!r} is at version {version}, newer than this session-manager's "
+            f"{len(MIGRATIONS)}: a newer release migrated it; run that release (nothing was written)")
+    if version < len(MIGRATIONS):
+        raise StoreError(
+            f"postgres: schema {schema!r} is at version {version}, older than this session-manager's "
+            f"{len(MIGRATIONS)}: a read-only open never migrates; open it writable once with this release "
+            "(or run a writer of it) to migrate it, then open it read-only (nothing was written)")
+    return version
+
+
 def migrate(conn: Connection[Any], schema: str) -> int:
     """Create ``schema`` if needed and apply the missing migrations; returns the version."""
     ident = sql.Identifier(schema)

@@ -21,6 +21,12 @@ A document whose words exceed what a ``tsvector`` holds (a lexeme of 2 KB,
 1 MB in all) gets no ``tsvector``: such rows are read and checked in Python
 on every query (a partial index finds them).
 
+A read-only store (a read-only session: it cannot take the queue) passes
+the queued ``seq``s it read (:func:`pending`, in the same snapshot) to
+:func:`search`: their ``search_docs`` rows (stale, or none yet) are left out
+and their entries read and matched in Python instead, so its answer is the
+one a writable store gives after its catch-up. Its cost grows with the queue.
+
 Erasure: a deleted session's rows are deleted with its entries; like every
 table's, their old tuples stay in the heap and the GIN index's pages until
 ``VACUUM`` reclaims them (no SQL read returns them).
@@ -40,7 +46,7 @@ from ..search_index import Candidate, Matches, term_counts
 from ..search_text import Query, entry_role, searchable_text, words
 from ..sql.keys import key, unkey
 
-__all__ = ["MIGRATION", "catch_up", "search"]
+__all__ = ["MIGRATION", "catch_up", "pending", "search"]
 
 BATCH = 2000
 LEXEME_BYTES = 2046  # PostgreSQL's longest lexeme (MAXSTRLEN - 1)
@@ -144,11 +150,21 @@ def _scope(sessions: Collection[str] | None) -> tuple[str, list[Any]]:
     return " AND session_id = ANY(%s)", [[key(s) for s in sessions]]
 
 
+def pending(conn: psycopg.Connection[Any]) -> list[int]:
+    """The queued entries (new or rewritten since indexed): what a read-only search reads itself."""
+    return [int(r[0]) for r in conn.execute("SELECT seq FROM search_pending")]
+
+
 def search(conn: psycopg.Connection[Any], query: Query, sessions: Collection[str] | None,
-           roles: Collection[str] | None) -> Matches:
-    """:class:`Matches` inside ``sessions`` (``None``: every indexed session), after a catch-up."""
-    catch_up(conn)
+           roles: Collection[str] | None, queued: list[int] | None = None) -> Matches:
+    """:class:`Matches` inside ``sessions`` (``None``: every indexed session), after a catch-up;
+    ``queued`` (a read-only store, in one snapshot: :func:`pending`): no catch-up, those
+    entries' index rows left out and the entries matched here."""
+    if queued is None:
+        catch_up(conn)
     where, params = _scope(sessions)
+    if queued:
+        where, params = where + " AND NOT (seq = ANY(%s))", [*params, queued]
     out = Matches()
     docs, total = conn.execute("SELECT count(*), coalesce(sum(length), 0) FROM search_docs WHERE true" + where,
                                params).fetchone() or (0, 0)
@@ -173,6 +189,18 @@ def search(conn: psycopg.Connection[Any], query: Query, sessions: Collection[str
         tfs = term_counts(query, Counter(r[5].split()))
         out.df = [n + (tf > 0) for n, tf in zip(out.df, tfs, strict=True)]
         rows.append(r)
+    if queued:
+        entry_where, entry_params = _scope(sessions)
+        for seq, sid, eid, body in conn.execute("SELECT seq, session_id, entry_id, body FROM entries"
+                                                " WHERE seq = ANY(%s)" + entry_where, [queued, *entry_params]):
+            found = _row(seq, sid, eid, body)
+            if found is None:
+                continue
+            out.docs += 1
+            out.total_length += found[5]
+            tfs = term_counts(query, Counter(found[6].split()))
+            out.df = [n + (tf > 0) for n, tf in zip(out.df, tfs, strict=True)]
+            rows.append(found[1:7])
     for sid, eid, role, ts, length, text in rows:
         if roles is not None and role not in roles:
             continue

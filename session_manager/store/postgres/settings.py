@@ -50,6 +50,10 @@ class PostgresSettings:
     schema: str = defaults.SCHEMA
     outbox_retention_s: float = OUTBOX_RETENTION_S
     timeout_ms: int = defaults.TIMEOUT_MS  # every call answers within it (see .deadline)
+    # Read-only: every session runs default_transaction_read_only (the server refuses any
+    # write), the schema is checked, never migrated, the listener prunes nothing and a
+    # search reads the index plus its queue without indexing it (see .search).
+    read_only: bool = False
 
     def conninfo(self) -> str:
         # libpq counts connect_timeout in whole seconds (and treats 1 as 2).
@@ -60,6 +64,8 @@ class PostgresSettings:
                    # A transaction its caller abandoned at the deadline (behind a silent
                    # network, the server never hears of it) ends by itself, its locks freed.
                    f"idle_in_transaction_session_timeout={self.timeout_ms + 1000}"]
+        if self.read_only:
+            options.append("default_transaction_read_only=on")
         for client, server in _SERVER_SIDE.items():
             if server == "tcp_user_timeout" or _on(keepalives["keepalives"]):
                 options.append(f"{server}={_quote_option(keepalives[client])}")

@@ -51,6 +51,7 @@ class PostgresStore(SqlStore):
     def __init__(self, settings: PostgresSettings) -> None:
         self.db = PgDatastore(settings)  # checks the schema, migrates it, opens the pool
         self.settings = settings
+        self.read_only = settings.read_only  # every mutation refused (SqlStore.writable)
         self.txs = PgTransactions(self.db)
         self.reads = PgReads(self.db)
         self.outbox = Outbox(self.db, settings.outbox_retention_s, self.reads)
@@ -71,7 +72,12 @@ class PostgresStore(SqlStore):
 
     def search(self, query: Query, sessions: Collection[str] | None,
                roles: Collection[str] | None) -> Matches:
-        """From the ``tsvector`` index (:mod:`.search`), brought up to date first."""
+        """From the ``tsvector`` index (:mod:`.search`), brought up to date first (read-only:
+        not brought up to date, its queue read and matched in one snapshot)."""
+        if self.read_only:
+            with self.db.conn() as conn, conn.transaction():
+                conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")  # one snapshot
+                return search.search(conn, query, sessions, roles, queued=search.pending(conn))
         if self.db.local.tx is not None:
             # (inside a mutation: what it wrote is not queued for others yet; read what is stored)
             return super().search(query, sessions, roles)

@@ -11,6 +11,7 @@ from contextlib import AbstractContextManager
 from typing import Protocol, TypeVar
 
 from ..._wire.events import Event
+from ...errors import ReadOnlyStore
 from ..base import AttachmentMeta, Commit, Entry, EventSink, Meta, SessionStore
 from ..path import EntryPath
 
@@ -88,9 +89,14 @@ class Datastore(Protocol):
 
 
 class SqlStore(SessionStore):
-    """A store several processes share, assembled from its parts."""
+    """A store several processes share, assembled from its parts.
+
+    ``read_only`` (an adapter opened read-only): every mutating seam below refuses
+    with :class:`ReadOnlyStore` before it touches a connection (the one rule; the
+    parts never see a write of such a store)."""
 
     shared = True
+    read_only = False
     db: Datastore
     reads: Reads
     writes: Writes
@@ -99,7 +105,13 @@ class SqlStore(SessionStore):
     session_reads: SessionReads
     session_writes: SessionWrites
 
+    def writable(self) -> None:
+        """Refuse a write of a store opened read-only (the fs store's error, as the service answers it)."""
+        if self.read_only:
+            raise ReadOnlyStore()
+
     def mutation(self, session_ids: Collection[str]) -> AbstractContextManager[None]:
+        self.writable()
         return self.calls_part.mutation(session_ids)
 
     def run_call(self, call: Callable[[], tuple[R, list[Event]]]) -> tuple[R, list[Event]]:
@@ -118,9 +130,11 @@ class SqlStore(SessionStore):
         return self.session_reads.meta_and_leaf_to_commit(session_id)
 
     def commit(self, session_id: str, commit: Commit) -> Commit:
+        self.writable()
         return self.session_writes.commit(session_id, commit)
 
     def delete_session(self, session_id: str) -> bool:
+        self.writable()
         return self.session_writes.delete_session(session_id)
 
     def subscribe(self, sink: EventSink, wants: Callable[[str], bool] | None = None) -> Callable[[], None]:
@@ -153,9 +167,11 @@ class SqlStore(SessionStore):
         return self.reads.list_attachments(session_id)
 
     def put_attachment(self, meta: AttachmentMeta, chunks: Iterable[bytes]) -> None:
+        self.writable()
         self.writes.put_attachment(meta, chunks)
 
     def delete_attachment(self, session_id: str, attachment_id: str) -> bool:
+        self.writable()
         return self.writes.delete_attachment(session_id, attachment_id)
 
     def close(self) -> None:

@@ -9,6 +9,7 @@ from .store import SqliteStore
 __all__ = ["open_uri"]
 
 
-def open_uri(uri: str, durability: Durability = "flush") -> SqliteStore:
-    """``session_manager.open("sqlite:///…")``: the file the URI names, the defaults otherwise."""
-    return SqliteStore(SqliteSettings(path=path_of(uri), durability=durability))
+def open_uri(uri: str, durability: Durability = "flush", *, read_only: bool = False) -> SqliteStore:
+    """``session_manager.open("sqlite:///…")``: the file the URI names, the defaults otherwise
+    (``read_only``: :attr:`SqliteSettings.read_only`)."""
+    return SqliteStore(SqliteSettings(path=path_of(uri), durability=durability, read_only=read_only))

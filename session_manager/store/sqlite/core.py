@@ -8,6 +8,15 @@ Opening checks the file before anything is written: a directory, a file
 that is not SQLite, one this process cannot write, a database of a newer
 schema version or of another application each get a ``session/storage``
 naming the cause.
+
+A read-only open (``SqliteSettings.read_only``) opens the file with
+``mode=ro`` and ``PRAGMA query_only``, creates nothing (no directory, no
+database file) and checks the schema version instead of migrating
+(:func:`.schema.check`). WAL readers need the ``-shm`` shared memory: beside a
+live writer they use its ``-wal``/``-shm`` files; with no other connection
+open (and those files removed by the last one), SQLite creates both, empty,
+for the reader, as any connection would; the database file itself is never
+written.
 """
 
 from __future__ import annotations
@@ -17,11 +26,12 @@ import os
 import re
 import sqlite3
 import threading
+import urllib.parse
 import uuid
 from contextlib import suppress
 from typing import Any
 
-from ...errors import STORAGE, SessionError, StoreError, Unavailable
+from ...errors import STORAGE, ReadOnlyStore, SessionError, StoreError, Unavailable
 from . import schema
 from .settings import Durability, SqliteSettings
 
@@ -31,6 +41,8 @@ _SYNCHRONOUS = {"flush": "NORMAL", "fsync": "FULL"}
 _INT64 = 2**63
 WAL_PAGES = 8000  # ~32 MiB of 4 KiB pages
 WAL_LIMIT_BYTES = 64 << 20  # cut back only past it: a WAL cut at every checkpoint regrows at a cost
+# The session first in the updated order (the one whose list key may lag: schema.py).
+FIRST_LISTED = "SELECT session_id FROM sessions ORDER BY listed_at DESC, session_id DESC LIMIT 1"
 
 
 @functools.lru_cache(maxsize=256)
@@ -60,6 +72,8 @@ class _Local(threading.local):
     links: tuple[str, dict[str, tuple[int, str, int]]] | None = None
     # The outbox's (last sequence, another store follows) read in this transaction, for its events
     position: tuple[int | None, int] | None = None
+    # (session key, its listed_at, the key of the session first in the list order) read in this transaction
+    listed: tuple[str, Any, str | None] | None = None
 
 
 class SqliteDatastore:
@@ -68,6 +82,7 @@ class SqliteDatastore:
     def __init__(self, settings: SqliteSettings) -> None:
         self.settings = settings
         self.file = settings.path
+        self.read_only = settings.read_only
         self.instance = uuid.uuid4().hex
         self.local = _Local()
         self._conns: list[sqlite3.Connection] = []
@@ -82,14 +97,21 @@ class SqliteDatastore:
         self._lost: str | None = None  # why the path no longer names the file opened: for good
         if os.path.isdir(self.file):
             raise StoreError(f"sqlite: {self.file} is a directory, not a database file")
-        parent = os.path.dirname(os.path.abspath(self.file))
-        try:
-            os.makedirs(parent, exist_ok=True)
-        except OSError as e:
-            raise StoreError(f"sqlite: cannot create the directory {parent}: {e.strerror}") from None
+        if self.read_only:
+            if not os.path.isfile(self.file):
+                raise StoreError(f"sqlite: {self.file}: no such database file (a read-only open creates nothing)")
+        else:
+            parent = os.path.dirname(os.path.abspath(self.file))
+            try:
+                os.makedirs(parent, exist_ok=True)
+            except OSError as e:
+                raise StoreError(f"sqlite: cannot create the directory {parent}: {e.strerror}") from None
         try:
             conn = self.connect()
-            schema.migrate(conn, self.file)
+            if self.read_only:
+                schema.check(conn, self.file)
+            else:
+                schema.migrate(conn, self.file)
             self._adopt(conn)  # the opening thread's connection from now on
             self._identity = _identity(self.file)  # the file opened: see still_ours
         except sqlite3.Error as e:
@@ -100,6 +122,8 @@ class SqliteDatastore:
             raise
 
     def connect(self) -> sqlite3.Connection:
+        if self.read_only:
+            return self._connect_read_only()
         conn = sqlite3.connect(self.file, isolation_level=None, check_same_thread=False,
                                timeout=self.settings.busy_timeout_ms / 1000)
         with self._conns_lock:
@@ -121,6 +145,22 @@ class SqliteDatastore:
         # through the cache, 0.5 ms mapped); the mapped pages are the OS's, shared.
         conn.execute("PRAGMA mmap_size=268435456")
         return conn
+
+    def _connect_read_only(self) -> sqlite3.Connection:
+        """A connection that cannot write the file (``mode=ro``) nor try (``query_only``);
+        the journal mode is the file's (a WAL database is read as WAL), never set here."""
+        uri = "file:" + urllib.parse.quote(os.path.abspath(self.file)) + "?mode=ro"
+        conn = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False,
+                               timeout=self.settings.busy_timeout_ms / 1000)
+        with self._conns_lock:
+            self._conns.append(conn)
+        conn.execute("PRAGMA query_only = ON")
+        return conn
+
+    def writable(self) -> None:
+        """Refuse a write transaction of a read-only store (as :meth:`..sql.store.SqlStore.writable`)."""
+        if self.read_only:
+            raise ReadOnlyStore()
 
     @property
     def durability(self) -> Durability:
@@ -146,7 +186,8 @@ class SqliteDatastore:
 
     def _adopt(self, conn: sqlite3.Connection) -> sqlite3.Connection:
         """``conn`` as this thread's connection, at the store's durability."""
-        conn.execute(f"PRAGMA synchronous={self._synchronous}")
+        if not self.read_only:
+            conn.execute(f"PRAGMA synchronous={self._synchronous}")
         self.local.conn, self.local.synchronous = conn, self._synchronous
         return conn
 
@@ -172,6 +213,7 @@ class SqliteDatastore:
 
     def begin(self) -> sqlite3.Connection:
         """``BEGIN IMMEDIATE`` on this thread's connection (waits up to busy_timeout_ms for the lock)."""
+        self.writable()
         conn = self.conn()
         try:
             if self.local.synchronous != self._synchronous:  # set outside a transaction, where it applies
@@ -181,7 +223,7 @@ class SqliteDatastore:
         except sqlite3.Error as e:
             raise self.fail(e) from None
         self.local.in_tx = True
-        self.local.position = None
+        self.local.position = self.local.listed = None
         return conn
 
     def still_ours(self) -> None:
@@ -208,7 +250,7 @@ class SqliteDatastore:
         A commit into a database file removed or replaced meanwhile is rolled back (:meth:`still_ours`)."""
         self.local.in_tx = False
         erased, self.local.erased = self.local.erased, False
-        self.local.links = self.local.position = None
+        self.local.links = self.local.position = self.local.listed = None
         try:
             if commit:
                 try:

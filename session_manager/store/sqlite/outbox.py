@@ -23,6 +23,10 @@ them. A follower that was itself away longer than that (a suspended
 process), or whose reader row was pruned, resyncs like a reload: every
 session's state as events, and one ``on-deleted`` per session its
 observers knew of that is gone.
+
+A read-only store (which writes nothing, so registers no reader row) follows
+no outbox rows: :meth:`Outbox.subscribe` hands its sinks to a
+:class:`.watch.StateWatch`, which compares states instead.
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ from .._core.codec import encode_line as encode_json
 from .._core.codec import loads
 from ..base import EventSink
 from ..sql.outbox import Subscribers
+from .watch import StateWatch
 
 if TYPE_CHECKING:
     from ..resync import KnownSessions, StateSource
@@ -92,6 +97,7 @@ class Outbox:
         # Held while rows are handed on (by the follower, or by a call catching up before its
         # own events): one sequence, never two deliveries of a row, never out of order.
         self._delivering = threading.RLock()
+        self._watch: StateWatch | None = None  # a read-only store's follower (no reader row)
 
     @property
     def known(self) -> KnownSessions:
@@ -148,11 +154,21 @@ class Outbox:
     # -- the following side -----------------------------------------------------
 
     def subscribe(self, sink: EventSink, wants: Callable[[str], bool] | None = None) -> Callable[[], None]:
+        if self._db.read_only:
+            with self.subscribers.lock:
+                if self._watch is None:
+                    self._watch = StateWatch(self._db)
+            return self._watch.subscribe(sink, wants)
         with self.subscribers.lock:
             entry = self.subscribers.add(sink, wants)
             if self._thread is None:
                 self._start()
         return lambda: self.subscribers.drop(entry)
+
+    def observing(self) -> None:
+        """An observer was added (a read-only store's watch takes its baseline now)."""
+        if self._watch is not None:
+            self._watch.baseline()
 
     def _start(self) -> None:
         # Registered before subscribe returns: every commit after it reaches the sink.
@@ -181,6 +197,8 @@ class Outbox:
     def close(self) -> None:
         """Stop following and leave the readers (so this store pins no row)."""
         self._stop.set()
+        if self._watch is not None:
+            self._watch.close()
         thread, conn = self._thread, self._conn
         if thread is not None:
             thread.join(timeout=5.0)

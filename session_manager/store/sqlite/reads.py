@@ -13,15 +13,16 @@ from ..base import AttachmentMeta, Entry, Meta
 from ..path import EntryPath
 from ..sql.keys import key, unkey
 from ..sql.path import HIT_SQL
-from .core import SqliteDatastore, sortable
+from .core import FIRST_LISTED, SqliteDatastore, sortable
 from .outbox import POSITION_COLUMNS, now_ms
 
 __all__ = ["SqliteReads"]
 
 LIST_BATCH = 200
 # An append's read: with the outbox's position, which its events need at the commit (outbox.record).
+# And the session's list-order key with the session first in that order (writes.list_key).
 _META_LEAF_LINKS = ("SELECT s.meta, s.leaf, p.depth, p.jump_id, p.jump_depth, j.depth, j.jump_id, j.jump_depth, "
-                    + POSITION_COLUMNS +
+                    "s.listed_at, (" + FIRST_LISTED + "), " + POSITION_COLUMNS +
                     " FROM sessions s LEFT JOIN entries p ON p.session_id = s.session_id AND p.entry_id = s.leaf"
                     " LEFT JOIN entries j ON j.session_id = s.session_id AND j.entry_id = p.jump_id"
                     " WHERE s.session_id = ?")
@@ -69,8 +70,9 @@ class SqliteReads:
         rows = db.rows(_META_LEAF_LINKS, (db.instance, now_ms() - db.retention_ms, sid))
         if not rows:
             return None, None
-        meta, leaf, *links, last, others = rows[0]
+        meta, leaf, *links, listed_at, first, last, others = rows[0]
         db.local.position = (last, others)
+        db.local.listed = (sid, listed_at, first)
         known: dict[str, tuple[int, str, int]] = {}
         if links[0] is not None:
             known[leaf] = (links[0], links[1], links[2])
@@ -85,18 +87,24 @@ class SqliteReads:
         # Keyset pages of one index (a cursor left open would pin a read snapshot, and with it
         # the WAL, for as long as the caller holds the generator). Metadata is left to the
         # service's rule: a superset is the contract.
-        column = "updated_at" if order == "updated_desc" else "created_at"
+        # The updated order's key is listed_at: the first row's may lag its exact updated_at
+        # (schema.py), so after a cursor it can be a row the cursor is past: dropped here.
+        column = "listed_at" if order == "updated_desc" else "created_at"
         cmp, direction = ("<", "DESC") if order != "created_asc" else (">", "ASC")
         status_sql = "" if status is None else " AND status = :status"
         tail = f" ORDER BY {column} {direction}, session_id {direction} LIMIT {LIST_BATCH}"
-        first = f"SELECT meta, {column}, session_id FROM sessions WHERE meta IS NOT NULL{status_sql}"
+        first = f"SELECT meta, {column}, session_id, updated_at FROM sessions WHERE meta IS NOT NULL{status_sql}"
         following = first + f" AND ({column}, session_id) {cmp} (:at, :sid)"
         args: dict[str, Any] = {"status": status}
+        cursor = None
         if after is not None:
             args.update(at=sortable(after[0]), sid=key(after[1]))
+            cursor = (args["at"], args["sid"]) if column == "listed_at" else None
         while True:
             rows = self.db.rows((first if "sid" not in args else following) + tail, args)
-            yield from (_load(text) for text, _, _ in rows)
+            for text, listed, sid, updated in rows:
+                if cursor is None or listed == updated or (updated, sid) < cursor:
+                    yield _load(text)
             if len(rows) < LIST_BATCH:
                 return
             args.update(at=rows[-1][1], sid=rows[-1][2])

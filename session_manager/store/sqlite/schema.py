@@ -24,6 +24,14 @@ window of a path in O(log depth) probes). What differs:
   pages to its WAL per commit, so each index costs every append a page). Not
   partial (``WHERE meta IS NOT NULL``) either: a partial index is rewritten
   whenever a column of its condition changes, i.e. on every meta write.
+  The updated order's key is ``listed_at`` (version 5), beside the exact
+  ``updated_at`` (not indexed, so written with the row's page for free):
+  the two are equal on every row but the first of that order, whose key may
+  lag (lower) while appends go to that same session, the common run, whose
+  commit then writes no index page for the order; the order is the same
+  (the first stays first), and a cursor read filters the rows it got by the
+  exact value (:meth:`.reads.SqliteReads.ordered_metas`). Any other write of
+  a key first brings the first row's key up to date (:mod:`.writes`).
 - ``readers``: one row per store following the outbox, with the sequence
   it is past and when it last said so; rows are pruned once every live
   reader is past them, and after the retention whatever the readers say.
@@ -95,17 +103,47 @@ MIGRATIONS: tuple[str, ...] = (
     search.MIGRATION,
     # 4: the search index caught up before each query, not in each commit (search.py).
     search.CATCH_UP,
-    # 5: the search index without copies of the entries' ids (half the bytes), rebuilt (search.py).
+    # 5: the list order's key apart from the exact updated_at, so an append to the session on
+    # top of that order leaves its index entry alone (writes.py). An older release would trust
+    # a lagging key: the version bump makes it refuse the file.
+    """
+    ALTER TABLE sessions ADD COLUMN listed_at INTEGER;
+    UPDATE sessions SET listed_at = updated_at;
+    DROP INDEX sessions_updated;
+    CREATE INDEX sessions_listed ON sessions (listed_at, session_id);
+    """,
+    # 6: the search index without copies of the entries' ids (half the bytes), rebuilt (search.py).
     search.COMPACT,
 )
 # Python run after a migration's statements, in its transaction (by the version it brings).
-# (Version 3's index is filled by version 5's rebuild, which replaces it: a file below
+# (Version 3's index is filled by version 6's rebuild, which replaces it: a file below
 # version 3 is not indexed twice.)
-AFTER = {5: search.rebuild}
+AFTER = {6: search.rebuild}
 
 OURS = frozenset({"sessions", "entries", "attachments", "outbox", "readers", "sqlite_sequence"}) | search.TABLES
 
 
+
+
+def check(conn: sqlite3.Connection, path: str) -> int:
+    """A read-only open's check (no transaction, nothing written): the database is a
+    session store at exactly this release's version; an older one is refused (a
+    read-only open never migrates: a writable open of this release does), as are a
+    newer one and a file that holds no session store."""
+    version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+    if version > len(MIGRATIONS):
+        raise StoreError(
+            f"sqlite: {path} is at schema version {version}, newer than this session-manager's "
+            f"{len(MIGRATIONS)}: a newer release wrote it; run that release (nothing was written)")
+    if version == 0:
+        raise StoreError(f"sqlite: {path} holds no session store (schema version 0); a read-only open "
+                         "creates nothing (nothing was written)")
+    if version < len(MIGRATIONS):
+        raise StoreError(
+            f"sqlite: {path} is at schema version {version}, older than this session-manager's "
+            f"{len(MIGRATIONS)}: a read-only open never migrates; open it writable once with this "
+            "release (or run a writer of it) to migrate it, then open it read-only (nothing was written)")
+    return version
 
 
 def migrate(conn: sqlite3.Connection, path: str) -> int:

@@ -12,9 +12,18 @@ and the second finds nothing left. :func:`erase` lowers the mark to the
 greatest ``seq`` left (``entries.seq`` is a plain rowid: once the newest rows
 are deleted their numbers are given again, and must not hide under the mark).
 
+A read-only store (which must not write the index) answers from the index
+plus what it has not caught up yet, in one read snapshot
+(:func:`search_pending`): the entries past the mark and the revised ones
+(``search_dirty``) are read and matched in Python, the index's stale rows
+of the revised ones left out (of the candidates, the totals and the
+per-term counts), so its answer is the one a writable store gives after
+its catch-up. Its cost grows with what is not indexed yet (every entry of a
+file no writable store has searched since they were written).
+
 Words are made in Python (:func:`..search_text.words`), so this index
 splits and folds text exactly as the fs and memory indexes do. Since
-version 5 (:data:`COMPACT`) each searchable entry is one ``search_docs`` row
+version 6 (:data:`COMPACT`) each searchable entry is one ``search_docs`` row
 (its rowid the entry's ``seq``) holding only what a query cannot read
 elsewhere: its session as a small integer (``search_totals.id``), role,
 timestamp, word count and words (sorted, space separated). Its ids are not
@@ -29,7 +38,7 @@ a prefix, no phrases). Triggers keep the FTS rows and the per-session totals
 (``search_totals``: entries and words, the statistics ranking needs) in step
 with ``search_docs``. Version 3 kept each row's session and entry ids as
 text, with an index on the session: twice the bytes of an FTS5 table
-holding the texts (issue 26's target is 1.5x); version 5 rebuilds the index
+holding the texts (issue 26's target is 1.5x); version 6 rebuilds the index
 in the new form (:func:`rebuild`).
 
 Erasure: deleting a session deletes its ``search_docs`` rows (the triggers
@@ -57,7 +66,7 @@ from ..sql.fts5 import doc, quoted, ranked_page
 from ..sql.keys import key, unkey
 
 __all__ = ["BATCH", "CATCH_UP", "COMPACT", "MIGRATION", "TABLES", "behind", "catch_up", "doc", "erase", "grown",
-           "lower", "mark", "merge", "page", "quoted", "rebuild", "search"]
+           "lower", "mark", "merge", "page", "quoted", "rebuild", "search", "search_pending"]
 
 
 TABLES = frozenset({"search_docs", "search_totals", "search_fts", "search_fts_data", "search_fts_idx",
@@ -276,24 +285,25 @@ def _count(conn: sqlite3.Connection, match: str, sessions: Collection[str] | Non
 
 def _rows(conn: sqlite3.Connection, match: str, sessions: Collection[str] | None) -> Iterator[tuple[Any, ...]]:
     where, params = _scoped(sessions)
-    yield from conn.execute("SELECT t.session_id, e.entry_id, d.role, d.ts, d.length, d.words FROM search_fts f"
+    yield from conn.execute("SELECT t.session_id, e.entry_id, d.role, d.ts, d.length, d.words, d.seq FROM search_fts f"
                             " JOIN search_docs d ON d.seq = f.rowid CROSS JOIN search_totals t ON t.id = d.sess"
                             " CROSS JOIN entries e ON e.seq = d.seq WHERE search_fts MATCH ?" + where,
                             (match, *params))
 
 
 def search(conn: sqlite3.Connection, query: Query, sessions: Collection[str] | None,
-           roles: Collection[str] | None) -> Matches:
+           roles: Collection[str] | None, stale: frozenset[int] = frozenset()) -> Matches:
     """:class:`Matches` inside ``sessions`` (``None``: every indexed session), read in
-    the caller's transaction or snapshot (:func:`catch_up` first)."""
+    the caller's transaction or snapshot (:func:`catch_up` first; else
+    :func:`search_pending`, which passes the ``stale`` rows to leave out)."""
     out = Matches()
     out.docs, out.total_length = _totals(conn, sessions)
     terms = [quoted(w) for w in query.exact] + [quoted(query.prefix) + "*"]
     out.df = [_count(conn, t, sessions) for t in terms]
     if not all(out.df):
         return out
-    for sid, eid, role, ts, length, text in _rows(conn, " AND ".join(terms), sessions):
-        if roles is not None and role not in roles:
+    for sid, eid, role, ts, length, text, seq in _rows(conn, " AND ".join(terms), sessions):
+        if (roles is not None and role not in roles) or seq in stale:
             continue
         tfs = term_counts(query, Counter(text.split()))
         if all(tfs):  # (the tokenizer agrees with words(); checked, never trusted)
@@ -336,3 +346,40 @@ def page(conn: sqlite3.Connection, query: Query, sessions: Collection[str] | Non
                  " (SELECT entry_id FROM entries WHERE seq = r.seq)"),
         count=count, totals=totals, params=params, query=query, limit=limit, after=after,
         candidate=candidate)
+
+
+def search_pending(conn: sqlite3.Connection, query: Query, sessions: Collection[str] | None,
+                   roles: Collection[str] | None) -> Matches:
+    """:func:`search` without catching up (a read-only store: nothing written), in the
+    caller's read snapshot: the index, less its rows of revised entries, plus every
+    entry it has not indexed yet (past the mark, or revised), matched here."""
+    mark = int(conn.execute("SELECT last_seq FROM search_state").fetchone()[0])
+    dirty = [int(r[0]) for r in conn.execute("SELECT seq FROM search_dirty WHERE seq <= ?", (mark,))]
+    scoped, params = _scoped(sessions)  # (an index row's session is its search_totals id)
+    where = "" if sessions is None else " AND session_id IN (SELECT value FROM json_each(?))"
+    # The index's rows of revised entries: out of the totals and counts (their new words come below).
+    old = conn.execute("SELECT d.seq, d.length, d.words FROM search_docs d"
+                       " WHERE d.seq IN (SELECT value FROM json_each(?))" + scoped,
+                       (json.dumps(dirty), *params)).fetchall()
+    out = search(conn, query, sessions, roles, frozenset(r[0] for r in old))
+    if not out.df:
+        out.df = [0] * len(query.terms)
+    for _, length, text in old:
+        out.docs -= 1
+        out.total_length -= length
+        for i, n in enumerate(term_counts(query, Counter(text.split()))):
+            out.df[i] -= n > 0
+    pending = conn.execute("SELECT seq, session_id, entry_id, body FROM entries WHERE (seq > ? OR seq IN"
+                           " (SELECT value FROM json_each(?)))" + where + " ORDER BY seq",
+                           (mark, json.dumps(dirty), *params)).fetchall()
+    eids = {seq: eid for seq, _, eid, _ in pending}
+    for seq, sid, role, ts, length, text in _docs((seq, sid, body) for seq, sid, _, body in pending):
+        eid = eids[seq]
+        tfs = term_counts(query, Counter(text.split()))
+        out.docs += 1
+        out.total_length += length
+        for i, n in enumerate(tfs):
+            out.df[i] += n > 0
+        if all(tfs) and (roles is None or role in roles):
+            out.candidates.append(Candidate(unkey(sid), unkey(eid), role, int(ts), tfs, length))
+    return out

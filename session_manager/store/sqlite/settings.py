@@ -25,13 +25,20 @@ class SqliteSettings:
     ``durability``: ``flush`` runs ``synchronous=NORMAL`` (a commit survives
     the process being killed; a power loss may lose the last commits, never
     corrupt the file), ``fsync`` runs ``synchronous=FULL`` (a commit survives
-    power loss once acknowledged)."""
+    power loss once acknowledged).
+
+    ``read_only``: open the file read-only (``mode=ro``, ``query_only``): it must
+    exist at this release's schema version (an older one is refused, never
+    migrated), every mutation answers :class:`~session_manager.errors.ReadOnlyStore`,
+    other processes' changes are followed without a reader row (:mod:`.watch`) and
+    a search reads the index plus what it has not caught up yet (:mod:`.search`)."""
 
     path: str
     durability: Durability = "flush"
     poll_ms: int = POLL_MS
     outbox_retention_s: float = OUTBOX_RETENTION_S
     busy_timeout_ms: int = BUSY_TIMEOUT_MS
+    read_only: bool = False
 
     def __post_init__(self) -> None:
         # What the worker's configuration refuses, refused here too (a ValueError naming the field).

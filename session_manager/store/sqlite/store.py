@@ -45,6 +45,7 @@ class SqliteStore(SqlStore):
     def __init__(self, settings: SqliteSettings) -> None:
         self.db = SqliteDatastore(settings)  # opens (and checks) the file
         self.settings = settings
+        self.read_only = settings.read_only  # every mutation refused (SqlStore.writable)
         self.txs = SqliteTransactions(self.db)
         self.reads = SqliteReads(self.db)
         self.writes = SqliteWrites(self.db, self.txs, self.reads)
@@ -62,6 +63,10 @@ class SqliteStore(SqlStore):
     def durability(self, value: Durability) -> None:
         self.db.durability = value
 
+    def observing(self) -> None:
+        """An observer was added: a read-only store's changes are events from now on (:mod:`.watch`)."""
+        self.outbox.observing()
+
     def integrity_check(self) -> list[str]:
         """What ``PRAGMA integrity_check`` finds wrong (empty: the file is sound)."""
         return self.reads.integrity_check()
@@ -72,12 +77,18 @@ class SqliteStore(SqlStore):
 
     def search(self, query: Query, sessions: Collection[str] | None,
                roles: Collection[str] | None) -> Matches:
-        """From the FTS5 index (:mod:`.search`), caught up first, in one snapshot."""
+        """From the FTS5 index (:mod:`.search`), caught up first, in one snapshot
+        (read-only: not caught up, what it lacks read and matched in the snapshot)."""
+        if self.db.read_only:
+            return self._in_snapshot(lambda conn: search.search_pending(conn, query, sessions, roles))
         return self._in_snapshot(lambda conn: search.search(conn, query, sessions, roles))
 
     def search_page(self, query: Query, sessions: Collection[str] | None, roles: Collection[str] | None,
                     limit: int, after: SortKey | None) -> list[tuple[SortKey, Candidate]]:
-        """Ranked inside the FTS5 index (:func:`.search.page`), caught up first, in one snapshot."""
+        """Ranked inside the FTS5 index (:func:`.search.page`), caught up first, in one snapshot
+        (read-only: the index is not caught up, so every candidate of :meth:`search` is ranked)."""
+        if self.db.read_only:
+            return super().search_page(query, sessions, roles, limit, after)
         return self._in_snapshot(lambda conn: search.page(conn, query, sessions, roles, limit, after))
 
     def entries_on_active_path(self, session_id: str, entry_ids: Sequence[str]) -> list[tuple[Entry | None, bool]]:
@@ -85,12 +96,15 @@ class SqliteStore(SqlStore):
         return self.reads.entries_on_active_path(session_id, entry_ids)
 
     def _in_snapshot(self, read: Callable[[sqlite3.Connection], _T]) -> _T:
+        """``read`` in one read snapshot (a deferred transaction: no lock), the index caught
+        up first unless the store is read-only."""
         if self.db.local.in_tx:  # the mutation's transaction holds the write lock: catch up in it
             conn = self.db.conn()
             while search.catch_up(conn):
                 pass
             return read(conn)
-        self._catch_up()
+        if not self.db.read_only:
+            self._catch_up()
         conn = self.db.conn()
         try:
             conn.execute("BEGIN")  # deferred: a read snapshot, no lock

@@ -15,7 +15,7 @@ from ..base import AttachmentMeta, Commit, Entry
 from ..sql.keys import key, key_or_none
 from ..sql.values import events_prefix, json_text
 from . import search
-from .core import SqliteDatastore, sortable
+from .core import FIRST_LISTED, SqliteDatastore, sortable
 from .reads import SqliteReads
 from .transactions import SqliteTransactions
 
@@ -118,14 +118,37 @@ class SqliteWrites:
                     (sid, eid, key_or_none(entry.get("parent_id")), depth, jump_id, jump_depth, text))
             columns: dict[str, Any] = {}
             if meta is not None:
-                columns.update(meta=meta_text, updated_at=sortable(meta.get("updated_at")))
+                updated = sortable(meta.get("updated_at"))
+                columns.update(meta=meta_text, updated_at=updated)
                 if not commit.append:  # an append's meta keeps them (derive_append_meta): their index stays put
                     columns.update(status=meta.get("status"), created_at=sortable(meta.get("created_at")))
+                if not self._key_may_lag(conn, sid, updated, commit.append):
+                    columns["listed_at"] = updated
             if commit.leaf is not None:
                 columns["leaf"] = key(commit.leaf)
             conn.execute(_upsert(tuple(columns)), (sid, *columns.values()))
         except sqlite3.Error as e:
             raise self.db.fail(e) from None
+
+    def _key_may_lag(self, conn: sqlite3.Connection, sid: str, updated: Any, append: bool) -> bool:
+        """Whether the session's list-order key (``listed_at``) may stay as it is: on an append
+        to the session first in that order, with a new ``updated_at`` no lower than the key (it
+        stays first, the key at most lags: schema.py), so the commit writes no page of that
+        index. Otherwise the key is written, and the first session's lagging key, if any, is
+        brought up to date first, so only the first row's key ever lags."""
+        noted, self.db.local.listed = self.db.local.listed, None
+        if append and noted is not None and noted[0] == sid:
+            listed, first = noted[1], noted[2]
+            if first == sid:
+                return (isinstance(listed, (int, float)) and isinstance(updated, (int, float))
+                        and updated >= listed)
+            if first is not None:
+                conn.execute("UPDATE sessions SET listed_at = updated_at WHERE session_id = ?"
+                             " AND listed_at IS NOT updated_at", (first,))
+            return False
+        conn.execute("UPDATE sessions SET listed_at = updated_at WHERE session_id = (" + FIRST_LISTED + ")"
+                     " AND session_id != ? AND listed_at IS NOT updated_at", (sid,))
+        return False
 
     def delete_session(self, session_id: str) -> bool:
         removed: list[int] = []
