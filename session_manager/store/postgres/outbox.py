@@ -6,8 +6,8 @@ transaction (:meth:`Outbox.record`, from ``run_call``), together with one
 rolled-back mutation notifies nobody, and it carries only ids: a payload of
 any size is read whole from its row (NOTIFY's own limit is 8000 bytes).
 
-Every instance runs one listener thread (two connections of its own: one
-listens, one reads rows) that hands other instances' events to its
+Every instance runs one listener thread (two connections of its own, opened
+at once: one listens, one reads rows) that hands other instances' events to its
 subscribers; the instance that made a mutation delivered it already, so it
 skips its own rows. Ids already delivered are remembered (bounded), so a
 replay never repeats what this instance saw (nor what was committed
@@ -160,8 +160,8 @@ class Outbox:
         contact: float | None = None
         while not self._stop.is_set():
             try:
-                with psycopg.connect(self._db.conninfo, autocommit=True) as listen, \
-                        psycopg.connect(self._db.conninfo, autocommit=True) as fetch:
+                listen, fetch = self._connect_pair()
+                with listen, fetch:
                     listen.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self._channel)))
                     self._catch_up(fetch, None if contact is None else time.monotonic() - contact)
                     contact = time.monotonic()
@@ -188,21 +188,52 @@ class Outbox:
             backoff = min(backoff * 2, 2.0)
         self._listening.clear()
 
+    def _connect_pair(self) -> tuple[psycopg.Connection[Any], psycopg.Connection[Any]]:
+        """The listening and the fetching connection, opened at once (a cold open waits
+        for the listener: one connection's handshake instead of two in a row)."""
+        got: list[psycopg.Connection[Any] | BaseException] = []
+
+        def fetching() -> None:
+            try:
+                got.append(psycopg.connect(self._db.conninfo, autocommit=True))
+            except BaseException as e:  # handed to the listener's thread, which raises it
+                got.append(e)
+
+        helper = threading.Thread(target=fetching, name="session-manager-outbox-connect", daemon=True)
+        helper.start()
+        try:
+            listen = psycopg.connect(self._db.conninfo, autocommit=True)
+        except BaseException:
+            helper.join()  # bounded by connect_timeout
+            if got and isinstance(got[0], psycopg.Connection):
+                got[0].close()
+            raise
+        helper.join()
+        fetch = got[0] if got else RuntimeError("the outbox's fetching connection was not opened")
+        if isinstance(fetch, BaseException):
+            listen.close()
+            raise fetch
+        return listen, fetch
+
     def _catch_up(self, fetch: psycopg.Connection[Any], away_s: float | None) -> None:
         if self._high < 0:  # first connect: only what happens from now on
-            row = fetch.execute("SELECT coalesce(max(id), 0) FROM outbox").fetchone()
-            self._high = int(row[0]) if row else 0
-            # The rows already committed within a later replay's reach happened
-            # before we listened: never ours to deliver. (Rows still in flight
-            # are not visible yet, so they stay deliverable.)
-            for (oid,) in fetch.execute(
-                "SELECT id FROM outbox WHERE id > %s AND id <= %s", (self._high - REPLAY_SLACK, self._high)
-            ):
+            # One statement, one snapshot: the high-water mark; the rows already
+            # committed within a later replay's reach, which happened before we
+            # listened: never ours to deliver (rows still in flight are not
+            # visible yet, so they stay deliverable); and the sessions, listed
+            # with that mark: a session created or deleted since is either in
+            # this listing or in a row still to deliver.
+            row = fetch.execute(
+                "WITH h AS (SELECT coalesce(max(id), 0) AS high FROM outbox)"
+                " SELECT h.high, ARRAY(SELECT id FROM outbox WHERE id > h.high - %s AND id <= h.high),"
+                " ARRAY(SELECT meta FROM sessions WHERE meta IS NOT NULL) FROM h",
+                (REPLAY_SLACK,),
+            ).fetchone()
+            assert row is not None
+            self._high = int(row[0])
+            for oid in row[1]:
                 self._mark_seen(int(oid))
-            # Listed after the high-water mark: a session created or deleted
-            # since is either in this listing or in a row still to deliver.
-            metas = fetch.execute("SELECT meta FROM sessions WHERE meta IS NOT NULL").fetchall()
-            self.known.load(loads(m.encode("utf-8")) for (m,) in metas)
+            self.known.load(loads(m.encode("utf-8")) for m in row[2])
             return
         if away_s is not None and away_s > self._retention_s:
             self._resync()
