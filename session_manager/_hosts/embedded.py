@@ -202,6 +202,9 @@ class SessionManager(Helpers):
         except FilterError as e:
             raise ValueError(f"invalid filters: {e}") from None
         observation = Observation(self, function_id, compiled.matches, handler)
+        # Other instances' events from now on reach it (a postgres listener connecting
+        # in the background since open is waited for here, not at open).
+        self.service.store.events_ready()
         with self._lock:
             self._observers.append(observation)
         self.service.store.observing()  # (a polling store's baseline: changes from now on are events)

@@ -136,6 +136,14 @@ class SessionStore(ABC):
         the unsubscriber."""
         return lambda: None
 
+    def events_ready(self) -> None:  # noqa: B027 - optional hook
+        """Wait (bounded) until the events other instances commit from now on reach
+        the sinks given to :meth:`subscribe`. A host calls it before it counts on
+        them (the embedded host when an observer is added, the iii host once
+        subscribed). A store whose listener connects in the background (postgres:
+        a cold open does not wait for it) waits here; the default is ready when
+        :meth:`subscribe` returns."""
+
     def observing(self) -> None:  # noqa: B027 - optional hook
         """A host just added an observer: a store that finds other processes' changes by
         comparing states (a read-only fs open) takes the state they are compared with now,

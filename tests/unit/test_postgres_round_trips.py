@@ -8,6 +8,7 @@ state is never given without the database's word."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -17,7 +18,7 @@ import session_manager
 from session_manager._wire import events as ev
 from tests.pg_relay import Relay
 from tests.pg_support import text
-from tests.unit.test_postgres_instances import check_linear, open_sm
+from tests.unit.test_postgres_instances import check_linear, open_sm, wait_for
 
 pytestmark = pytest.mark.postgres
 
@@ -159,3 +160,35 @@ def test_messages_of_an_unknown_or_empty_session(sm: session_manager.SessionMana
     assert e.value.code == "session/not_found"
     sid = sm.call("session::create", {"title": "t"})["session_id"]
     assert sm.call("session::messages", {"session_id": sid})["messages"] == []
+
+
+def test_open_leaves_the_listener_to_connect_and_observe_waits_for_it(schema: str, relay: Relay) -> None:
+    # Prevents: a cold open waiting for the event listener's connections (most of a cold open's
+    # time), or an observer added while the listener still connects missing an event another
+    # instance commits after observe() returned.
+    from session_manager.store.postgres import PostgresSettings, PostgresStore
+
+    class Listening(threading.Event):
+        waits = 0
+
+        def wait(self, timeout: float | None = None) -> bool:
+            Listening.waits += 1
+            return super().wait(timeout)
+
+    store = PostgresStore(PostgresSettings(dsn=relay.dsn(), schema=schema, connect_timeout_ms=2000))
+    store.outbox._listening = Listening()
+    relay.silence()  # the listener's handshakes go unanswered from here
+    sm = session_manager.open(store=store)
+    other = open_sm(schema)
+    try:
+        assert Listening.waits == 0 and not store.outbox.listening  # open() returned without waiting for it
+        relay.silence(False)
+        seen: list[str] = []
+        sm.observe({"function_id": ev.ON_MESSAGE_ADDED}, lambda e: seen.append(e["entry_id"]))
+        assert store.outbox.listening  # observe() waited for it
+        sid = other.call("session::create", {})["session_id"]
+        entry = other.call("session::append", {"session_id": sid, "message": text("after")})["entry_id"]
+        assert wait_for(lambda: seen == [entry])
+    finally:
+        other.close()
+        sm.close()

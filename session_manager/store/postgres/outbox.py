@@ -127,10 +127,15 @@ class Outbox:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="session-manager-outbox", daemon=True)
                 self._thread.start()
-        # Events committed after subscribe returns reach the sink (bounded wait:
-        # an unreachable server leaves the listener retrying in the background).
-        self._listening.wait(timeout=self._db.settings.connect_timeout_ms / 1000 + 1)
+        # Not waited for here: a cold open does not wait for the listener's
+        # connections; a host waits in ready() before it counts on the events.
         return lambda: self.subscribers.drop(entry)
+
+    def ready(self) -> None:
+        """Events committed after this returns reach the sinks (bounded wait: an
+        unreachable server leaves the listener retrying in the background)."""
+        if self._thread is not None:
+            self._listening.wait(timeout=self._db.settings.connect_timeout_ms / 1000 + 1)
 
     @property
     def listening(self) -> bool:

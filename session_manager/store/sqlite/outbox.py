@@ -146,6 +146,10 @@ class Outbox:
                 self._start()
         return lambda: self.subscribers.drop(entry)
 
+    def ready(self) -> None:
+        """Ready once :meth:`subscribe` returns (it registers before returning)."""
+        return None
+
     def _start(self) -> None:
         # Registered before subscribe returns: every commit after it reaches the sink.
         self._conn = self._db.connect()
