@@ -127,7 +127,7 @@ class PgDatastore:
     def _configure(self, conn: psycopg.Connection[Any]) -> None:
         # A new pooled connection: its backend's start time, which with its pid names
         # that backend for good (a pid alone may be reused), to end it after a lost answer.
-        row = conn.execute("SELECT backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid()").fetchone()
+        row = conn.execute("SELECT backend_start FROM pg_stat_get_activity(pg_backend_pid())").fetchone()
         self._started[conn] = row[0] if row else None
 
     def started_at(self, conn: psycopg.Connection[Any]) -> Any:

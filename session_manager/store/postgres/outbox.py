@@ -61,6 +61,7 @@ REPLAY_SLACK = 1000  # ids below the high-water mark replayed after a reconnect
 SEEN_MAX = 100_000
 PRUNE_EVERY_S = 60.0
 POLL_S = 0.5
+START_DELAY_S = 1.0  # the listener's first connection, when no host waits for it (see _run)
 
 
 def channel_of(schema: str) -> str:
@@ -81,6 +82,7 @@ class Outbox:
         self._high = -1  # highest id delivered or skipped; -1 until the first connect
         self._stop = threading.Event()
         self._listening = threading.Event()
+        self._wanted_now = threading.Event()  # ready() was called (or close()): connect without delay
         self._thread: threading.Thread | None = None
         self._last_prune = 0.0
 
@@ -135,6 +137,7 @@ class Outbox:
         """Events committed after this returns reach the sinks (bounded wait: an
         unreachable server leaves the listener retrying in the background)."""
         if self._thread is not None:
+            self._wanted_now.set()
             self._listening.wait(timeout=self._db.settings.connect_timeout_ms / 1000 + 1)
 
     @property
@@ -145,6 +148,7 @@ class Outbox:
     def close(self) -> None:
         """Stop the listener (woken by an empty notification, not left to its poll)."""
         self._stop.set()
+        self._wanted_now.set()
         thread = self._thread
         if thread is None:
             return
@@ -163,6 +167,11 @@ class Outbox:
         # was noticed, so a silent partition (noticed only when keepalives
         # give up) counts whole.
         contact: float | None = None
+        # Until a host waits for the events (ready()), the listener only prunes and
+        # keeps the known sessions: it connects a moment later, so a cold open's
+        # first call does not share the server's and the machine's time with its
+        # two handshakes.
+        self._wanted_now.wait(START_DELAY_S)
         while not self._stop.is_set():
             try:
                 listen, fetch = self._connect_pair()
