@@ -9,6 +9,7 @@ state is never given without the database's word."""
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -192,3 +193,18 @@ def test_open_leaves_the_listener_to_connect_and_observe_waits_for_it(schema: st
     finally:
         other.close()
         sm.close()
+
+
+def test_a_statements_first_uses_on_a_connection_are_one_round_trip_too(sm: session_manager.SessionManager,
+                                                                       relay: Relay) -> None:
+    # Prevents: psycopg preparing a statement in a round trip of its own (at its fifth use on a
+    # connection), so that one append or tail in a connection's first few took two.
+    sm.service.store.events_ready()  # the listener connected (its statements are not counted below)
+    last = -1
+    while relay.round_trips != last:  # and idle: its first prune done
+        last = relay.round_trips
+        time.sleep(0.8)
+    sid = sm.call("session::create", {"title": "t"})["session_id"]
+    counts = [trips(relay, sm, "session::append", {"session_id": sid, "message": text(str(i))}) for i in range(7)]
+    counts += [trips(relay, sm, "session::messages-tail", {"session_id": sid, "limit": 50}) for _ in range(7)]
+    assert counts == [1] * 14
