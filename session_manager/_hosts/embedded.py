@@ -39,6 +39,15 @@ EventHandler = Callable[[dict[str, Any]], Any]
 
 _LEAVES = frozenset({str, int, float, bool, type(None)})
 
+# Reads whose answers are built from what the store read for the call (no module
+# constant, no service state): not copied when the store's reads are fresh.
+_FRESH_ANSWERS = frozenset({"session::get", "session::list", "session::messages", "session::messages-range",
+                            "session::messages-tail", "session::get-message"})
+
+
+def _as_is(value: Any) -> Any:
+    return value
+
 
 def copy_json(value: Any) -> Any:
     """A deep copy of a JSON value (strings and numbers are shared). Every
@@ -112,6 +121,8 @@ class SessionManager(Helpers):
         self._depth = threading.local()
         # The default run_call only calls: skipped (and its closure) on every call of such a store.
         self._wraps_calls = getattr(type(service.store), "run_call", None) is not SessionStore.run_call
+        # Reads built from objects decoded for the call alone are the caller's already.
+        self._fresh_reads = bool(getattr(service.store, "fresh_reads", False))
         # A store is opened read-only or not for good: read once, not per mutating call.
         self._read_only = bool(getattr(service.store, "read_only", False))
         # A shared store (postgres) delivers other instances' events here.
