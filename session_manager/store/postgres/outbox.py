@@ -31,6 +31,7 @@ retention, when that is shorter).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import threading
@@ -64,8 +65,9 @@ POLL_S = 0.5
 START_DELAY_S = 1.0  # the listener's first connection, when no host waits for it (see _run)
 
 
+@functools.lru_cache(maxsize=64)
 def channel_of(schema: str) -> str:
-    """The NOTIFY channel of one schema (an identifier under 63 bytes)."""
+    """The NOTIFY channel of one schema (an identifier under 63 bytes; hashed once, not per write)."""
     return "session_manager_" + hashlib.sha256(schema.encode("utf-8")).hexdigest()[:24]
 
 
