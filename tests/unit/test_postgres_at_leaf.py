@@ -45,7 +45,9 @@ def test_a_contended_append_is_still_one_round_trip(schema: str, sm: session_man
         sid = sm.call("session::create", {"title": "t"})["session_id"]
         seen: list[dict[str, object]] = []  # what the other instance is told (the stored payloads)
         other.observe({"function_id": ev.ON_MESSAGE_ADDED}, seen.append)
-        for i in range(6):  # warm: past psycopg's prepare threshold (5), whose one Parse is a trip of its own
+        sm.service.store.events_ready()  # this instance's listener connected (it counts at the relay too)
+        time.sleep(1.0)  # and past its first outbox prune
+        for i in range(6):  # warm: the session known, the connection open, the statement prepared
             sm.call("session::append", {"session_id": sid, "message": text(f"warm {i}")})
         before = quiet(relay)  # measured as the contended ones are: after the same wait
         sm.call("session::append", {"session_id": sid, "message": text("uncontended")})
