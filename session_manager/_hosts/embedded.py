@@ -47,6 +47,11 @@ _LEAVES = frozenset({str, int, float, bool, type(None)})
 # for that read alone), such a response is its caller's already and is not copied again.
 _FROM_PATH_ALONE = frozenset({"session::messages", "session::messages-tail"})
 
+# Reads whose answers are built from what the store read for the call (no module
+# constant, no service state): not copied when the store's reads are fresh.
+_FRESH_ANSWERS = frozenset({"session::get", "session::list", "session::messages", "session::messages-range",
+                            "session::messages-tail", "session::get-message"})
+
 
 def copy_json(value: Any) -> Any:
     """A deep copy of a JSON value (strings and numbers are shared). Every
@@ -122,7 +127,10 @@ class SessionManager(Helpers):
         self._wraps_calls = getattr(type(service.store), "run_call", None) is not SessionStore.run_call
         # A store is opened read-only or not for good: read once, not per mutating call.
         self._read_only = bool(getattr(service.store, "read_only", False))
-        self._private_paths = bool(getattr(service.store, "private_paths", False))
+        # Answers already their caller's (built from objects the store decoded for the call
+        # alone): handed over without the deep copy.
+        self._uncopied = ((_FROM_PATH_ALONE if getattr(service.store, "private_paths", False) else frozenset())
+                          | (_FRESH_ANSWERS if getattr(service.store, "fresh_reads", False) else frozenset()))
         # A shared store (postgres) delivers other instances' events here.
         self._unsubscribe = service.store.subscribe(self.publish, self.is_observed)
         # Off unless a policy is given; its thread starts with the first policy.
@@ -151,7 +159,7 @@ class SessionManager(Helpers):
         # A private copy (unless the payload is handed over: _call_owned): what is stored must
         # not change when the caller later changes the dicts it passed in; the answer is a copy
         # too (or new already: a store's private path pages).
-        answer = same if self._private_paths and function_id in _FROM_PATH_ALONE else copy_json
+        answer = same if function_id in self._uncopied else copy_json
         return serve(function, self.service, payload, self._deliver, private_copy=not owned, owned=owned,
                      answer=answer, wraps_calls=self._wraps_calls, row=row)
 
@@ -248,6 +256,9 @@ class SessionManager(Helpers):
         except FilterError as e:
             raise ValueError(f"invalid filters: {e}") from None
         observation = Observation(self, function_id, compiled.matches, handler)
+        # Other instances' events from now on reach it (a postgres listener connecting
+        # in the background since open is waited for here, not at open).
+        self.service.store.events_ready()
         with self._lock:
             self._observers.append(observation)
         self.service.store.observing()  # (a polling store's baseline: changes from now on are events)

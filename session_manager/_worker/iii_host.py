@@ -114,6 +114,7 @@ class IIIHost:
         store = build_store(config)
         # A shared store hands us the events other instances made (no-op otherwise).
         store.subscribe(lambda events: self.emitter.emit(events), self.emitter.is_observed)
+        store.events_ready()
         service = SessionService(store, ids=self.ids, clock=self.clock, limits=self.limits, stats=self.stats)
         return Runtime(config, store, service)
 

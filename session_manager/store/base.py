@@ -24,7 +24,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from ._core.append import UNSET, Unset, derive_append_meta
 from .path import Entry as Entry
@@ -140,6 +140,20 @@ class SessionStore(ABC):
         ``wants`` names, when given: the store need not fetch the rest); returns
         the unsubscriber."""
         return lambda: None
+
+    #: Every read (``get_meta``, ``meta_and_leaf``, ``path``, ``get_entry``, the
+    #: listings) returns objects decoded for that call alone, which nothing in the
+    #: store keeps: the embedded host then hands the answers of the reads built from
+    #: them over as they are, without the deep copy it makes of every other answer.
+    fresh_reads: ClassVar[bool] = False
+
+    def events_ready(self) -> None:  # noqa: B027 - optional hook
+        """Wait (bounded) until the events other instances commit from now on reach
+        the sinks given to :meth:`subscribe`. A host calls it before it counts on
+        them (the embedded host when an observer is added, the iii host once
+        subscribed). A store whose listener connects in the background (postgres:
+        a cold open does not wait for it) waits here; the default is ready when
+        :meth:`subscribe` returns."""
 
     def observing(self) -> None:  # noqa: B027 - optional hook
         """A host just added an observer: a store that finds other processes' changes by

@@ -7,8 +7,11 @@ keeps a reference to a caller's dict or list, one of these fails.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 import session_manager
 from session_manager.clock import ManualClock
@@ -45,7 +48,21 @@ def everything(sm: session_manager.SessionManager, sid: str) -> dict[str, Any]:
 def test_no_caller_object_is_kept(tmp_path: Path) -> None:
     # Prevents: a store or cache holding a reference to a request's dicts (payload, metadata, content
     # blocks, origin, custom data, details, usage) or handing out its own objects to be changed.
-    sm = open_store(tmp_path)
+    no_caller_object_is_kept(lambda: open_store(tmp_path))
+
+
+@pytest.mark.postgres
+def test_no_caller_object_is_kept_postgres(schema: str) -> None:
+    # Prevents: a postgres read answer handed over uncopied (its reads are fresh) sharing an object
+    # with the store's knowledge of a session or with a later answer.
+    from tests import pg_support
+
+    no_caller_object_is_kept(lambda: session_manager.open(store=pg_support.open_store(schema), ids=SequentialIds(),
+                                                          clock=ManualClock(1_000_000)))
+
+
+def no_caller_object_is_kept(opener: Callable[[], session_manager.SessionManager]) -> None:
+    sm = opener()
     payloads: list[Any] = []
 
     def call(function: str, payload: dict[str, Any]) -> Any:
@@ -84,7 +101,7 @@ def test_no_caller_object_is_kept(tmp_path: Path) -> None:
     again["entry"] = sm.call("session::get-message", {"session_id": sid, "entry_id": user})
     assert again == expected  # nor on what reads handed out
     sm.close()
-    restarted = open_store(tmp_path)
+    restarted = opener()
     after = everything(restarted, sid)
     after["entry"] = restarted.call("session::get-message", {"session_id": sid, "entry_id": user})
     assert after == expected  # and neither did the disk

@@ -8,6 +8,8 @@ state is never given without the database's word."""
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -17,7 +19,7 @@ import session_manager
 from session_manager._wire import events as ev
 from tests.pg_relay import Relay
 from tests.pg_support import text
-from tests.unit.test_postgres_instances import check_linear, open_sm
+from tests.unit.test_postgres_instances import check_linear, open_sm, wait_for
 
 pytestmark = pytest.mark.postgres
 
@@ -29,6 +31,10 @@ def sm(schema: str, relay: Relay) -> Iterator[session_manager.SessionManager]:
     # pool_size 1: every call reuses one warm connection (a new one costs its own handshake).
     with session_manager.open(store=PostgresStore(PostgresSettings(dsn=relay.dsn(), schema=schema,
                                                                    pool_size=1))) as opened:
+        # Its event listener (which connects in the background, through the relay too)
+        # connected and past its first outbox prune: none of its messages is counted.
+        opened.service.store.events_ready()
+        time.sleep(1.0)
         yield opened
 
 
@@ -159,3 +165,45 @@ def test_messages_of_an_unknown_or_empty_session(sm: session_manager.SessionMana
     assert e.value.code == "session/not_found"
     sid = sm.call("session::create", {"title": "t"})["session_id"]
     assert sm.call("session::messages", {"session_id": sid})["messages"] == []
+
+
+def test_open_leaves_the_listener_to_connect_and_observe_waits_for_it(schema: str, relay: Relay) -> None:
+    # Prevents: a cold open waiting for the event listener's connections (most of a cold open's
+    # time), or an observer added while the listener still connects missing an event another
+    # instance commits after observe() returned.
+    from session_manager.store.postgres import PostgresSettings, PostgresStore
+
+    class Listening(threading.Event):
+        waits = 0
+
+        def wait(self, timeout: float | None = None) -> bool:
+            Listening.waits += 1
+            return super().wait(timeout)
+
+    store = PostgresStore(PostgresSettings(dsn=relay.dsn(), schema=schema, connect_timeout_ms=2000))
+    store.outbox._listening = Listening()
+    relay.silence()  # the listener's handshakes go unanswered from here
+    sm = session_manager.open(store=store)
+    other = open_sm(schema)
+    try:
+        assert Listening.waits == 0 and not store.outbox.listening  # open() returned without waiting for it
+        relay.silence(False)
+        seen: list[str] = []
+        sm.observe({"function_id": ev.ON_MESSAGE_ADDED}, lambda e: seen.append(e["entry_id"]))
+        assert store.outbox.listening  # observe() waited for it
+        sid = other.call("session::create", {})["session_id"]
+        entry = other.call("session::append", {"session_id": sid, "message": text("after")})["entry_id"]
+        assert wait_for(lambda: seen == [entry])
+    finally:
+        other.close()
+        sm.close()
+
+
+def test_a_statements_first_uses_on_a_connection_are_one_round_trip_too(sm: session_manager.SessionManager,
+                                                                       relay: Relay) -> None:
+    # Prevents: psycopg preparing a statement in a round trip of its own (at its fifth use on a
+    # connection), so that one append or tail in a connection's first few took two.
+    sid = sm.call("session::create", {"title": "t"})["session_id"]
+    counts = [trips(relay, sm, "session::append", {"session_id": sid, "message": text(str(i))}) for i in range(7)]
+    counts += [trips(relay, sm, "session::messages-tail", {"session_id": sid, "limit": 50}) for _ in range(7)]
+    assert counts == [1] * 14

@@ -94,11 +94,12 @@ END
 $fn$;
 """
 
-APPEND = (
-    "SELECT o_leaf, o_count FROM sm_append(%(sid)s, %(s0)s, %(s1)s, %(s2)s, %(updated_first)s, %(updated_text)s,"
-    " %(added)s, %(hole)s, %(read_ids)s::text[], %(read_bodies)s::text[], %(ids)s::text[], %(parents)s::text[],"
-    " %(bodies)s::text[], %(status)s, %(created)s, %(updated)s, %(metadata)s, %(leaf)s, %(instance)s,"
-    " %(fids)s::text[], %(payloads)s::text[], %(channel)s, %(all)s::text[])"
+APPEND = (  # binary parameters (%b): no text escaping of the arrays' JSON, client or server side
+    "SELECT o_leaf, o_count FROM sm_append(%(sid)b::text, %(s0)b::text, %(s1)b::text, %(s2)b::text,"
+    " %(updated_first)b::boolean, %(updated_text)b::text, %(added)b::bigint, %(hole)b::text, %(read_ids)b::text[],"
+    " %(read_bodies)b::text[], %(ids)b::text[], %(parents)b::text[], %(bodies)b::text[], %(status)b::text,"
+    " %(created)b, %(updated)b, %(metadata)b::jsonb, %(leaf)b::text, %(instance)b::text,"
+    " %(fids)b::text[], %(payloads)b::text[], %(channel)b::text, %(all)b::text[])"
 )
 
 

@@ -66,6 +66,25 @@ def _no_guard() -> None:
     return None
 
 
+def _kind(value: Any) -> Any:
+    """What psycopg's choice of a parameter's type depends on (its prepared statements
+    are per query and types): an int's size, a list's first element's type."""
+    t = type(value)
+    if t is int:
+        return next((size for size in (2, 4, 8) if -(2 ** (8 * size - 1)) <= value < 2 ** (8 * size - 1)), 0)
+    if t is list:
+        return list, type(next((v for v in value if v is not None), None))
+    return t
+
+
+def _shape(params: Any) -> tuple[Any, ...]:
+    if isinstance(params, dict):
+        return tuple(_kind(v) for v in params.values())
+    if params is None:
+        return ()
+    return tuple(_kind(v) for v in params)
+
+
 class PgDatastore:
     """One schema of one database, and this instance's pool of connections to it."""
 
@@ -79,6 +98,9 @@ class PgDatastore:
         self.guard: Callable[[], None] = _no_guard
         self.watchdog = Watchdog("session-manager-deadline")
         self._started: weakref.WeakKeyDictionary[psycopg.Connection[Any], Any] = weakref.WeakKeyDictionary()
+        # The statements each pooled connection has prepared (see execute()).
+        self._prepared: weakref.WeakKeyDictionary[psycopg.Connection[Any], set[Any]] = weakref.WeakKeyDictionary()
+        self._pipelines = psycopg.Pipeline.is_supported()
         problem = schema.name_problem(settings.schema)
         if problem is not None:
             raise StoreError(f"postgres: {problem}")
@@ -130,7 +152,7 @@ class PgDatastore:
     def _configure(self, conn: psycopg.Connection[Any]) -> None:
         # A new pooled connection: its backend's start time, which with its pid names
         # that backend for good (a pid alone may be reused), to end it after a lost answer.
-        row = conn.execute("SELECT backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid()").fetchone()
+        row = conn.execute("SELECT backend_start FROM pg_stat_get_activity(pg_backend_pid())").fetchone()
         self._started[conn] = row[0] if row else None
 
     def started_at(self, conn: psycopg.Connection[Any]) -> Any:
@@ -201,6 +223,24 @@ class PgDatastore:
 
     # -- running statements ---------------------------------------------------------
 
+    def execute(
+        self, conn: psycopg.Connection[Any], query: str | sql.Composed, params: Any = None
+    ) -> psycopg.Cursor[Any]:
+        """``query`` on a pooled (autocommit) connection, prepared: its first use on
+        that connection (with these parameter types) sends the Parse in one pipeline
+        with the execution (psycopg otherwise waits for a prepare on its own, an extra
+        round trip); later uses send the Bind and Execute only. Returns the cursor."""
+        done = self._prepared.get(conn)
+        if done is None:
+            done = self._prepared.setdefault(conn, set())
+        shape = (query, _shape(params))
+        if shape in done or not self._pipelines:
+            return conn.execute(query, params, prepare=True)
+        with conn.pipeline():
+            cursor = conn.execute(query, params, prepare=True)
+        done.add(shape)
+        return cursor
+
     @contextmanager
     def conn(self) -> Iterator[psycopg.Connection[Any]]:
         """The mutation's connection on this thread, else a pooled autocommit one."""
@@ -231,7 +271,7 @@ class PgDatastore:
         for attempt in (1, 2):
             conn = self.getconn(deadline)
             try:
-                return conn.execute(query, params).fetchall()
+                return self.execute(conn, query, params).fetchall()
             except psycopg.Error as e:
                 failure = self.fail(e)
             finally:

@@ -8,7 +8,8 @@ would make a retry store it twice (an append without ``entry_id``, a
 (``txid_current()``, in the ``BEGIN`` round trip) and, after such a loss,
 :func:`settle` asks the server on another connection: ``txid_status`` says
 ``committed`` or ``aborted``. While the old backend still runs the
-transaction (the COMMIT never reached it: a silent network), it is ended
+transaction (the COMMIT never reached it: a silent network; or it has not yet
+read one that did: it gets a quarter second first), it is ended
 first (``pg_terminate_backend``, only while it still holds that transaction
 and runs no statement: one that arrived is left to finish), so the answer
 is final: a backend ends a transaction by aborting it.
@@ -35,6 +36,10 @@ __all__ = ["SETTLE_MIN_S", "settle", "settle_apply"]
 
 SETTLE_MIN_S = 1.0
 _POLL_S = 0.02
+# How long a lost COMMIT's backend, idle in its transaction, is left to read a COMMIT that
+# reached it before it is ended: on a loaded machine it may not have run yet, and ending it
+# then aborts a commit that was on its way (answered as a failure though it was sent whole).
+_GRACE_S = 0.25
 
 # The old backend, only while it still holds this very transaction (its pid
 # could have been reused by then; backend_xid is the 32-bit form of the id)
@@ -61,12 +66,14 @@ def settle(db: PgDatastore, tx: Tx, failure: StoreError) -> bool:
     assert tx.xid is not None
     until = _until(db)
     params = {"pid": tx.pid, "xid32": str(tx.xid % 2**32), "xid": tx.xid}
+    grace = time.monotonic() + min(_GRACE_S, (until - time.monotonic()) / 2)
     while True:
         status: str | None = "unknown"
         try:
             conn = db.getconn(until)
             try:
-                conn.execute(_END_OLD, params)
+                if time.monotonic() >= grace:
+                    conn.execute(_END_OLD, params)
                 row = conn.execute(_STATUS, params).fetchone()
                 status = row[0] if row else None
             finally:

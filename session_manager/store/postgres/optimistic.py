@@ -389,7 +389,7 @@ class Optimistic:
         pid, started = conn.info.backend_pid, db.started_at(conn)
         row: tuple[Any, ...] | None = None
         try:
-            row = conn.execute(APPEND if cut is not None else APPLY, params).fetchone()
+            row = db.execute(conn, APPEND if cut is not None else APPLY, params).fetchone()
         except psycopg.Error as e:
             failure = db.fail(e)
             lost = conn.broken or conn.closed

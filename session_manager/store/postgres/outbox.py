@@ -6,8 +6,8 @@ transaction (:meth:`Outbox.record`, from ``run_call``), together with one
 rolled-back mutation notifies nobody, and it carries only ids: a payload of
 any size is read whole from its row (NOTIFY's own limit is 8000 bytes).
 
-Every instance runs one listener thread (two connections of its own: one
-listens, one reads rows) that hands other instances' events to its
+Every instance runs one listener thread (two connections of its own, opened
+at once: one listens, one reads rows) that hands other instances' events to its
 subscribers; the instance that made a mutation delivered it already, so it
 skips its own rows. Ids already delivered are remembered (bounded), so a
 replay never repeats what this instance saw (nor what was committed
@@ -31,6 +31,7 @@ retention, when that is shorter).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import threading
@@ -61,10 +62,12 @@ REPLAY_SLACK = 1000  # ids below the high-water mark replayed after a reconnect
 SEEN_MAX = 100_000
 PRUNE_EVERY_S = 60.0
 POLL_S = 0.5
+START_DELAY_S = 1.0  # the listener's first connection, when no host waits for it (see _run)
 
 
+@functools.lru_cache(maxsize=64)
 def channel_of(schema: str) -> str:
-    """The NOTIFY channel of one schema (an identifier under 63 bytes)."""
+    """The NOTIFY channel of one schema (an identifier under 63 bytes; hashed once, not per write)."""
     return "session_manager_" + hashlib.sha256(schema.encode("utf-8")).hexdigest()[:24]
 
 
@@ -81,6 +84,7 @@ class Outbox:
         self._high = -1  # highest id delivered or skipped; -1 until the first connect
         self._stop = threading.Event()
         self._listening = threading.Event()
+        self._wanted_now = threading.Event()  # ready() was called (or close()): connect without delay
         self._thread: threading.Thread | None = None
         self._last_prune = 0.0
 
@@ -127,10 +131,16 @@ class Outbox:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="session-manager-outbox", daemon=True)
                 self._thread.start()
-        # Events committed after subscribe returns reach the sink (bounded wait:
-        # an unreachable server leaves the listener retrying in the background).
-        self._listening.wait(timeout=self._db.settings.connect_timeout_ms / 1000 + 1)
+        # Not waited for here: a cold open does not wait for the listener's
+        # connections; a host waits in ready() before it counts on the events.
         return lambda: self.subscribers.drop(entry)
+
+    def ready(self) -> None:
+        """Events committed after this returns reach the sinks (bounded wait: an
+        unreachable server leaves the listener retrying in the background)."""
+        if self._thread is not None:
+            self._wanted_now.set()
+            self._listening.wait(timeout=self._db.settings.connect_timeout_ms / 1000 + 1)
 
     @property
     def listening(self) -> bool:
@@ -140,6 +150,7 @@ class Outbox:
     def close(self) -> None:
         """Stop the listener (woken by an empty notification, not left to its poll)."""
         self._stop.set()
+        self._wanted_now.set()
         thread = self._thread
         if thread is None:
             return
@@ -158,10 +169,15 @@ class Outbox:
         # was noticed, so a silent partition (noticed only when keepalives
         # give up) counts whole.
         contact: float | None = None
+        # Until a host waits for the events (ready()), the listener only prunes and
+        # keeps the known sessions: it connects a moment later, so a cold open's
+        # first call does not share the server's and the machine's time with its
+        # two handshakes.
+        self._wanted_now.wait(START_DELAY_S)
         while not self._stop.is_set():
             try:
-                with psycopg.connect(self._db.conninfo, autocommit=True) as listen, \
-                        psycopg.connect(self._db.conninfo, autocommit=True) as fetch:
+                listen, fetch = self._connect_pair()
+                with listen, fetch:
                     listen.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self._channel)))
                     self._catch_up(fetch, None if contact is None else time.monotonic() - contact)
                     contact = time.monotonic()
@@ -188,21 +204,52 @@ class Outbox:
             backoff = min(backoff * 2, 2.0)
         self._listening.clear()
 
+    def _connect_pair(self) -> tuple[psycopg.Connection[Any], psycopg.Connection[Any]]:
+        """The listening and the fetching connection, opened at once (a cold open waits
+        for the listener: one connection's handshake instead of two in a row)."""
+        got: list[psycopg.Connection[Any] | BaseException] = []
+
+        def fetching() -> None:
+            try:
+                got.append(psycopg.connect(self._db.conninfo, autocommit=True))
+            except BaseException as e:  # handed to the listener's thread, which raises it
+                got.append(e)
+
+        helper = threading.Thread(target=fetching, name="session-manager-outbox-connect", daemon=True)
+        helper.start()
+        try:
+            listen = psycopg.connect(self._db.conninfo, autocommit=True)
+        except BaseException:
+            helper.join()  # bounded by connect_timeout
+            if got and isinstance(got[0], psycopg.Connection):
+                got[0].close()
+            raise
+        helper.join()
+        fetch = got[0] if got else RuntimeError("the outbox's fetching connection was not opened")
+        if isinstance(fetch, BaseException):
+            listen.close()
+            raise fetch
+        return listen, fetch
+
     def _catch_up(self, fetch: psycopg.Connection[Any], away_s: float | None) -> None:
         if self._high < 0:  # first connect: only what happens from now on
-            row = fetch.execute("SELECT coalesce(max(id), 0) FROM outbox").fetchone()
-            self._high = int(row[0]) if row else 0
-            # The rows already committed within a later replay's reach happened
-            # before we listened: never ours to deliver. (Rows still in flight
-            # are not visible yet, so they stay deliverable.)
-            for (oid,) in fetch.execute(
-                "SELECT id FROM outbox WHERE id > %s AND id <= %s", (self._high - REPLAY_SLACK, self._high)
-            ):
+            # One statement, one snapshot: the high-water mark; the rows already
+            # committed within a later replay's reach, which happened before we
+            # listened: never ours to deliver (rows still in flight are not
+            # visible yet, so they stay deliverable); and the sessions, listed
+            # with that mark: a session created or deleted since is either in
+            # this listing or in a row still to deliver.
+            row = fetch.execute(
+                "WITH h AS (SELECT coalesce(max(id), 0) AS high FROM outbox)"
+                " SELECT h.high, ARRAY(SELECT id FROM outbox WHERE id > h.high - %s AND id <= h.high),"
+                " ARRAY(SELECT meta FROM sessions WHERE meta IS NOT NULL) FROM h",
+                (REPLAY_SLACK,),
+            ).fetchone()
+            assert row is not None
+            self._high = int(row[0])
+            for oid in row[1]:
                 self._mark_seen(int(oid))
-            # Listed after the high-water mark: a session created or deleted
-            # since is either in this listing or in a row still to deliver.
-            metas = fetch.execute("SELECT meta FROM sessions WHERE meta IS NOT NULL").fetchall()
-            self.known.load(loads(m.encode("utf-8")) for (m,) in metas)
+            self.known.load(loads(m.encode("utf-8")) for m in row[2])
             return
         if away_s is not None and away_s > self._retention_s:
             self._resync()

@@ -21,6 +21,8 @@ from .outbox import channel_of
 
 __all__ = ["Known", "Plan", "apply_params"]
 
+_ALL = list(EVENT_FUNCTIONS)  # sm_apply numbers the NOTIFY's functions by their place here (never changed)
+
 
 @dataclass
 class Known:
@@ -71,5 +73,5 @@ def apply_params(session_id: str, commit: Commit, bodies: list[str], meta_text: 
         "has_leaf": commit.leaf is not None, "leaf": key_or_none(commit.leaf),
         "instance": instance, "fids": [e.function_id for e in events],
         "payloads": [encode_json(e.payload).decode("utf-8") for e in events],
-        "channel": channel_of(schema), "all": list(EVENT_FUNCTIONS),
+        "channel": channel_of(schema), "all": _ALL,
     }

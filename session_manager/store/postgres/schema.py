@@ -109,11 +109,12 @@ $fn$;
 """
 
 # The call of sm_apply, by name (both write paths send it).
-APPLY = (
-    "SELECT sm_apply(%(sid)s, %(check)s, %(expect_meta)s, %(expect_leaf)s, %(read_ids)s::text[],"
-    " %(read_bodies)s::text[], %(ids)s::text[], %(parents)s::text[], %(bodies)s::text[], %(has_meta)s, %(meta)s,"
-    " %(status)s, %(created)s, %(updated)s, %(metadata)s, %(has_leaf)s, %(leaf)s, %(instance)s,"
-    " %(fids)s::text[], %(payloads)s::text[], %(channel)s, %(all)s::text[])"
+APPLY = (  # binary parameters (%b): no text escaping of the arrays' JSON, client or server side
+    "SELECT sm_apply(%(sid)b::text, %(check)b::integer, %(expect_meta)b::text, %(expect_leaf)b::text,"
+    " %(read_ids)b::text[], %(read_bodies)b::text[], %(ids)b::text[], %(parents)b::text[], %(bodies)b::text[],"
+    " %(has_meta)b::boolean, %(meta)b::text, %(status)b::text, %(created)b, %(updated)b,"
+    " %(metadata)b::jsonb, %(has_leaf)b::boolean, %(leaf)b::text, %(instance)b::text, %(fids)b::text[],"
+    " %(payloads)b::text[], %(channel)b::text, %(all)b::text[])"
 )
 
 # Each step is applied once, in order, inside one transaction with the

@@ -45,6 +45,7 @@ class PostgresStore(SqlStore):
 
     db: PgDatastore
     reads: PgReads
+    fresh_reads = True  # every read decodes the rows it fetched (the optimistic part's knowledge serves mutations only)
     writes: PgWrites
     outbox: Outbox
 

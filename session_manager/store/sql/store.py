@@ -74,6 +74,8 @@ class Writes(Protocol):
 class Follower(Protocol):
     def subscribe(self, sink: EventSink, wants: Callable[[str], bool] | None = None) -> Callable[[], None]: ...
 
+    def ready(self) -> None: ...
+
     def close(self) -> None: ...
 
 
@@ -139,6 +141,9 @@ class SqlStore(SessionStore):
 
     def subscribe(self, sink: EventSink, wants: Callable[[str], bool] | None = None) -> Callable[[], None]:
         return self.outbox.subscribe(sink, wants)
+
+    def events_ready(self) -> None:
+        self.outbox.ready()
 
     def list_metas(self) -> list[Meta]:
         return self.reads.list_metas()

@@ -170,6 +170,10 @@ class Outbox:
         if self._watch is not None:
             self._watch.baseline()
 
+    def ready(self) -> None:
+        """Ready once :meth:`subscribe` returns (it registers before returning)."""
+        return None
+
     def _start(self) -> None:
         # Registered before subscribe returns: every commit after it reaches the sink.
         self._conn = self._db.connect()
