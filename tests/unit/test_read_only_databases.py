@@ -99,6 +99,19 @@ def _live(writer: session_manager.SessionManager, ro: session_manager.SessionMan
         mine = ro.call("session::search", {"query": query})
         assert mine == writer.call("session::search", {"query": query}), query
     assert ro.call("session::search", {"query": "lyon"})["hits"] == []
+    # Scoped to a session and by role, over a revised reply and a new entry neither store has
+    # indexed yet (the read-only answers first): the same answers (sqlite's index keeps a row's
+    # session as a number, so its stale rows are scoped by that).
+    writer.call("session::update-message", {"session_id": sid, "entry_id": reply,
+                                            "content": [{"type": "text", "text": "nice bordeaux"}]})
+    writer.call("session::append", {"session_id": other, "message": _msg("paris nice")})
+    calls: list[dict[str, Any]] = [
+        {"query": "nice", "session_id": sid}, {"query": "nice", "session_id": other}, {"query": "paris"},
+        {"query": "toulouse", "session_id": sid}, {"query": "nice", "roles": ["assistant"]},
+        {"query": "paris", "roles": ["user"], "session_id": sid}, {"query": "nice", "limit": 1}]
+    mine_all = [ro.call("session::search", call) for call in calls]
+    assert [len(m["hits"]) for m in mine_all[:2]] == [1, 1]
+    assert mine_all == [writer.call("session::search", call) for call in calls]
 
 
 # -- sqlite -------------------------------------------------------------------------------------

@@ -5,6 +5,7 @@ nothing changed."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
 import sqlite3
@@ -17,7 +18,9 @@ import pytest
 import session_manager
 from session_manager import aio
 from session_manager.errors import STORAGE, SessionError
-from session_manager.store.sqlite import SqliteSettings, SqliteStore
+from session_manager.store.sql.fts5 import doc
+from session_manager.store.sql.statements import statements
+from session_manager.store.sqlite import SqliteSettings, SqliteStore, search
 from session_manager.store.sqlite.schema import MIGRATIONS
 from session_manager.store.sqlite.settings import path_of
 
@@ -196,8 +199,30 @@ def _schema_of(conn: sqlite3.Connection) -> list[tuple[str, str]]:
     return sorted(conn.execute("SELECT name, sql FROM sqlite_master WHERE sql IS NOT NULL").fetchall())
 
 
-def _drop_list_key(conn: sqlite3.Connection) -> None:
-    """Back to schema version 4: the list order's own key (migration 5) dropped, its index on updated_at again."""
+def _as_version_5(conn: sqlite3.Connection, indexed_up_to: int | None = None) -> None:
+    """Back to schema version 5: the search index as versions 3 to 5 made it (each row with its
+    session and entry ids as text, an index on the session; migration 6 dropped), holding the
+    entries up to ``indexed_up_to`` (default: every entry, the mark at the last)."""
+    if indexed_up_to is None:
+        indexed_up_to = conn.execute("SELECT coalesce(max(seq), 0) FROM entries").fetchone()[0]
+    for table in ("search_fts", "search_docs", "search_totals"):
+        conn.execute(f"DROP TABLE {table}")
+    for statement in statements(search.MIGRATION):
+        conn.execute(statement)
+    for seq, sid, eid, body in conn.execute("SELECT seq, session_id, entry_id, body FROM entries WHERE seq <= ?",
+                                            (indexed_up_to,)).fetchall():
+        found = doc(json.loads(body))
+        if found is not None:
+            conn.execute("INSERT INTO search_docs (seq, session_id, entry_id, role, ts, length, words)"
+                         " VALUES (?, ?, ?, ?, ?, ?, ?)", (seq, sid, eid, *found))
+    conn.execute("UPDATE search_state SET last_seq = ?", (indexed_up_to,))
+    conn.execute("PRAGMA user_version = 5")
+
+
+def _drop_list_key(conn: sqlite3.Connection, indexed_up_to: int | None = None) -> None:
+    """Back to schema version 4: the search index as version 4 made it (:func:`_as_version_5`),
+    the list order's own key (migration 5) dropped, its index on updated_at again."""
+    _as_version_5(conn, indexed_up_to)
     conn.execute("DROP INDEX sessions_listed")
     conn.execute("ALTER TABLE sessions DROP COLUMN listed_at")
     conn.execute("CREATE INDEX sessions_updated ON sessions (updated_at, session_id)")
@@ -263,8 +288,51 @@ def test_a_version_3_file_keeps_its_index_and_catches_up_from_its_last_entry(tmp
         hits = sm.call("session::search", {"query": "brown"})["hits"]
         assert later in [h["entry_id"] for h in hits] and len(hits) == 2
     with sqlite3.connect(target) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS) == 5
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS) == 6
         assert conn.execute("SELECT count(*) FROM search_docs").fetchone()[0] == 3
+
+
+@pytest.mark.parametrize("version", [4, 5])
+def test_an_older_file_gets_its_index_rebuilt_without_the_ids(tmp_path: Path, version: int) -> None:
+    # Prevents: the compact index (schema version 6: no copy of the entries' ids, half the bytes)
+    # failing to open a version 4 file (through version 5, the list key) or a version 5 one,
+    # keeping its old rows (ids as text, an index on the session), or losing what the file had
+    # not indexed yet: the migration rebuilds the index from the entries, and every answer
+    # (scoped, by role, paged) and the list order stay the same.
+    target = tmp_path / f"v{version}.db"
+    with session_manager.open(f"sqlite:///{target}") as sm:
+        a = sm.create(metadata={"owner": "a"}).session_id
+        b = sm.create(metadata={"owner": "b"}).session_id
+        for i in range(12):
+            sm.append(a if i % 2 else b, message=_user(f"Élan vital brown fox {i} " + "owl " * (i % 3)))
+        sm.append(a, message={"role": "assistant", "content": [{"type": "text", "text": "brown owl"}],
+                              "timestamp": 2, "stop_reason": "end", "model": "m", "provider": "p"})
+        calls = [{"query": q} for q in ("elan", "fox", "owl", "brown o")]
+        calls += [{"query": "brown", "metadata": {"owner": "a"}}, {"query": "owl", "roles": ["assistant"]},
+                  {"query": "brown", "limit": 3}]
+        before = [sm.call("session::search", c) for c in calls]
+        assert before[-1]["next_cursor"]
+        calls.append({"query": "brown", "limit": 3, "cursor": before[-1]["next_cursor"]})
+        before.append(sm.call("session::search", calls[-1]))
+        listed = sm.call("session::list", {})
+    with sqlite3.connect(target) as conn:
+        last = conn.execute("SELECT max(seq) FROM entries").fetchone()[0]
+        (_drop_list_key if version == 4 else _as_version_5)(conn, last - 1)  # (its last entry not indexed yet)
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == version
+        assert "entry_id" in {r[1] for r in conn.execute("PRAGMA table_info(search_docs)")}
+        assert ("listed_at" in {r[1] for r in conn.execute("PRAGMA table_info(sessions)")}) == (version == 5)
+    with session_manager.open(f"sqlite:///{target}") as sm:
+        assert [sm.call("session::search", c) for c in calls] == before
+        assert sm.call("session::list", {}) == listed
+    with sqlite3.connect(target) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS) == 6
+        assert {r[1] for r in conn.execute("PRAGMA table_info(search_docs)")} == {
+            "seq", "sess", "role", "ts", "length", "words"}
+        assert conn.execute("SELECT count(*) FROM search_docs").fetchone()[0] == 13
+        assert conn.execute("SELECT last_seq FROM search_state").fetchone()[0] == last
+        assert conn.execute("SELECT count(*) FROM sqlite_master WHERE name = 'search_docs_session'").fetchone()[0] == 0
+        assert conn.execute("SELECT session_id, docs FROM search_totals ORDER BY session_id").fetchall() == sorted(
+            [(a, 7), (b, 6)])
 
 
 def test_a_version_1_file_is_upgraded_in_place(tmp_path: Path) -> None:
@@ -288,7 +356,7 @@ def test_a_version_1_file_is_upgraded_in_place(tmp_path: Path) -> None:
         assert sm.call("session::messages-tail", {"session_id": sid, "limit": 10}) == before
         assert sm.get(sid).meta.message_count == 31
     with sqlite3.connect(target) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS) == 5
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS) == 6
         plan = conn.execute("EXPLAIN QUERY PLAN SELECT body FROM entries WHERE session_id = ? AND depth"
                             " BETWEEN ? AND ? ORDER BY depth DESC", (sid, 0, 9)).fetchall()
         assert any("entries_depth" in str(row) for row in plan)

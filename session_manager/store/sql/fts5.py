@@ -49,7 +49,7 @@ def vocabulary(conn: sqlite3.Connection, table: str, fts: str) -> None:
 
 
 def ranked_page(conn: sqlite3.Connection, *, vocab: str, fts: str | None = None, cols: str, length: str,
-                spaced: str, source: str,
+                spaced: str, source: str, resolve: str = "",
                 count: str, totals: str, params: dict[str, Any], query: Query, limit: int,
                 after: SortKey | None, candidate: Callable[[tuple[Any, ...], tuple[int, ...]], Candidate]
                 ) -> list[tuple[SortKey, Candidate]]:
@@ -66,6 +66,9 @@ def ranked_page(conn: sqlite3.Connection, *, vocab: str, fts: str | None = None,
     FTS5 table); ``totals`` is a ``SELECT`` of the scope's searchable entries (``docs``)
     and their words (``words``), read only when something matches.
     ``candidate`` makes a hit of a row's ``cols`` and ``length``, and its term counts.
+    ``resolve`` (optional) adds columns before ``cols``, computed only for the rows read
+    (not every match): expressions over ``r.<name>`` of the named ``cols`` (ids a
+    document's row does not keep, looked up where they are stored).
 
     In the statement: the prefix is expanded to the OR of its indexed words (at most
     :data:`PREFIX_WORDS`: FTS5 merges a ``"word"*`` term's lists in a much slower way),
@@ -78,7 +81,7 @@ def ranked_page(conn: sqlite3.Connection, *, vocab: str, fts: str | None = None,
     read (ties at the boundary, hits the cursor skips).
     """
     nt = len(query.terms)
-    sql = _page_sql(len(query.exact), after is not None, vocab, cols, length, spaced, source, count, totals)
+    sql = _page_sql(len(query.exact), after is not None, vocab, cols, length, spaced, source, count, totals, resolve)
     p: dict[str, Any] = dict(params)
     p.update(_p=query.prefix, _phi=query.prefix + _TOP, _pq=quoted(query.prefix), _cap=PREFIX_WORDS,
              _k1=K1, _b=B, _k=K1 + 1, _base=K1 * (1 - B),
@@ -121,7 +124,7 @@ def ranked_page(conn: sqlite3.Connection, *, vocab: str, fts: str | None = None,
 
 @functools.lru_cache(maxsize=64)
 def _page_sql(exact: int, after: bool, vocab: str, cols: str, length: str, spaced: str, source: str,
-              count: str, totals: str) -> str:
+              count: str, totals: str, resolve: str = "") -> str:
     """The statement of :func:`ranked_page` for a query of ``exact`` whole words and a
     prefix (made once per shape; its parameters are named)."""
     nt = exact + 1
@@ -141,8 +144,10 @@ def _page_sql(exact: int, after: bool, vocab: str, cols: str, length: str, space
     where = " WHERE s <= :_after" if after else ""
     # (LIMIT -1 keeps the inner select from being flattened into the outer one, which would
     # compute each term count twice: for its column and in the score)
+    ranked = (f" SELECT *, {stats}, {score} AS s FROM"
+              f" (SELECT {cols}, {length} AS n, {', '.join(tfs)} {source.format(match=every)} LIMIT -1)"
+              f"{where} ORDER BY s DESC LIMIT :_read")
+    if resolve:  # (for the rows read only: outside the LIMIT)
+        ranked = f" SELECT {resolve}, r.* FROM ({ranked}) r ORDER BY r.s DESC"
     return (f"WITH x AS MATERIALIZED ({expanded}),"
-            f" w AS MATERIALIZED (SELECT *, {idfs}, {norm} FROM (SELECT {counts}), ({totals}))"
-            f" SELECT *, {stats}, {score} AS s FROM"
-            f" (SELECT {cols}, {length} AS n, {', '.join(tfs)} {source.format(match=every)} LIMIT -1)"
-            f"{where} ORDER BY s DESC LIMIT :_read")
+            f" w AS MATERIALIZED (SELECT *, {idfs}, {norm} FROM (SELECT {counts}), ({totals}))" + ranked)

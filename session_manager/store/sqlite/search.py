@@ -22,23 +22,33 @@ its catch-up. Its cost grows with what is not indexed yet (every entry of a
 file no writable store has searched since they were written).
 
 Words are made in Python (:func:`..search_text.words`), so this index
-splits and folds text exactly as the fs and memory indexes do; each
-entry's words are stored sorted, space separated, in ``search_docs``
-(one row per searchable entry, its rowid the entry's ``seq``), and
-``search_fts`` indexes that column with the ``ascii`` tokenizer (every
-non-ASCII character is a word character there, ``_`` too: a folded word
-is one token, never split again). ``detail=none``: no positions (queries
-are conjunctions of words and a prefix, no phrases). Triggers keep the FTS
-rows and the per-session totals (``search_totals``: entries and words, the
-statistics ranking needs) in step with ``search_docs``.
+splits and folds text exactly as the fs and memory indexes do. Since
+version 6 (:data:`COMPACT`) each searchable entry is one ``search_docs`` row
+(its rowid the entry's ``seq``) holding only what a query cannot read
+elsewhere: its session as a small integer (``search_totals.id``), role,
+timestamp, word count and words (sorted, space separated). Its ids are not
+copied: a page's rows read them from ``entries`` (by ``seq``) and
+``search_totals`` (by id), for the rows read only; a session's rows are
+found for erasure by its entries' ``seq`` (so no index on the session).
+``search_fts`` indexes the words column (external content: the words are
+stored once) with the ``ascii`` tokenizer (every non-ASCII character is a
+word character there, ``_`` too: a folded word is one token, never split
+again). ``detail=none``: no positions (queries are conjunctions of words and
+a prefix, no phrases). Triggers keep the FTS rows and the per-session totals
+(``search_totals``: entries and words, the statistics ranking needs) in step
+with ``search_docs``. Version 3 kept each row's session and entry ids as
+text, with an index on the session: twice the bytes of an FTS5 table
+holding the texts (issue 26's target is 1.5x); version 6 rebuilds the index
+in the new form (:func:`rebuild`).
 
 Erasure: deleting a session deletes its ``search_docs`` rows (the triggers
-add FTS5 delete markers); FTS5 before 3.43 has no ``secure-delete`` option,
-so the deleted words would stay in older index segments until a merge.
-:func:`erase` runs ``optimize`` (every segment rewritten into one, the
-deleted rows left out) in the deleting transaction; with ``secure_delete``
-on, the freed pages are zeroed. Its cost grows with the index (one rewrite
-per deleting transaction).
+add FTS5 delete markers) before its entries (:func:`erase`); FTS5 before 3.43
+has no ``secure-delete`` option, so the deleted words would stay in older
+index segments until a merge. :func:`erase` runs ``optimize`` (every segment
+rewritten into one, the deleted rows left out) in the deleting transaction;
+with ``secure_delete`` on, the freed pages are zeroed. Its cost grows with the
+index (one rewrite per deleting transaction). :func:`lower` then lowers the
+mark to the entries left.
 """
 
 from __future__ import annotations
@@ -55,8 +65,8 @@ from ..search_text import Query
 from ..sql.fts5 import doc, quoted, ranked_page
 from ..sql.keys import key, unkey
 
-__all__ = ["BATCH", "CATCH_UP", "MIGRATION", "TABLES", "backfill", "behind", "catch_up", "doc", "erase", "grown",
-           "mark", "merge", "page", "quoted", "search", "search_pending"]
+__all__ = ["BATCH", "CATCH_UP", "COMPACT", "MIGRATION", "TABLES", "behind", "catch_up", "doc", "erase", "grown",
+           "lower", "mark", "merge", "page", "quoted", "rebuild", "search", "search_pending"]
 
 
 TABLES = frozenset({"search_docs", "search_totals", "search_fts", "search_fts_data", "search_fts_idx",
@@ -64,6 +74,7 @@ TABLES = frozenset({"search_docs", "search_totals", "search_fts", "search_fts_da
 
 BATCH = 2000  # entries indexed per write transaction of a catch-up (the lock held briefly)
 
+# Version 3 (superseded by COMPACT: kept as it was, for the files it upgrades).
 MIGRATION = """
     CREATE TABLE search_docs (
         seq         INTEGER PRIMARY KEY,  -- the entry's entries.seq
@@ -108,17 +119,62 @@ CATCH_UP = """
     INSERT INTO search_state (id, last_seq) SELECT 1, coalesce(max(seq), 0) FROM entries
 """
 
-_INSERT = "INSERT INTO search_docs (seq, session_id, entry_id, role, ts, length, words) VALUES (?, ?, ?, ?, ?, ?, ?)"
+COMPACT = """
+    DROP TABLE search_fts;
+    DROP TABLE search_docs;
+    DROP TABLE search_totals;
+    CREATE TABLE search_totals (
+        id          INTEGER PRIMARY KEY,  -- search_docs.sess
+        session_id  TEXT NOT NULL UNIQUE,
+        docs        INTEGER NOT NULL,
+        words       INTEGER NOT NULL
+    );
+    CREATE TABLE search_docs (
+        seq         INTEGER PRIMARY KEY,  -- the entry's entries.seq (its ids are read there)
+        sess        INTEGER NOT NULL,     -- its session's search_totals.id
+        role        TEXT NOT NULL,
+        ts          NOT NULL,             -- an integer (as text past 64 bits: no affinity, kept exact)
+        length      INTEGER NOT NULL,
+        words       TEXT NOT NULL         -- the folded words, sorted, space separated
+    );
+    CREATE VIRTUAL TABLE search_fts USING fts5(
+        words, content='search_docs', content_rowid='seq', detail=none, columnsize=0,
+        tokenize="ascii tokenchars '_'");
+    CREATE TRIGGER search_docs_in AFTER INSERT ON search_docs BEGIN
+        INSERT INTO search_fts (rowid, words) VALUES (new.seq, new.words);
+        UPDATE search_totals SET docs = docs + 1, words = words + new.length WHERE id = new.sess;
+    END;
+    CREATE TRIGGER search_docs_out AFTER DELETE ON search_docs BEGIN
+        INSERT INTO search_fts (search_fts, rowid, words) VALUES ('delete', old.seq, old.words);
+        UPDATE search_totals SET docs = docs - 1, words = words - old.length WHERE id = old.sess;
+        DELETE FROM search_totals WHERE id = old.sess AND docs = 0;
+    END
+"""
 
 
 def _docs(rows: Iterator[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
-    """The ``search_docs`` rows of ``(seq, session_id, entry_id, body)`` rows (searchable entries only)."""
+    """``(seq, session_id, role, ts, length, words)`` of ``(seq, session_id, body)`` rows
+    (searchable entries only)."""
     out: list[tuple[Any, ...]] = []
-    for seq, sid, eid, body in rows:
+    for seq, sid, body in rows:
         found = doc(loads(body.encode("utf-8")))
         if found is not None:
-            out.append((seq, sid, eid, *found))
+            out.append((seq, sid, *found))
     return out
+
+
+def _insert(conn: sqlite3.Connection, docs: list[tuple[Any, ...]]) -> None:
+    """Index :func:`_docs` rows: each session's ``search_totals`` row made first (its id
+    is what a document keeps; the insert trigger adds the document to its totals)."""
+    if not docs:
+        return
+    sids = sorted({d[1] for d in docs})
+    conn.executemany("INSERT INTO search_totals (session_id, docs, words) VALUES (?, 0, 0)"
+                     " ON CONFLICT (session_id) DO NOTHING", [(s,) for s in sids])
+    ids = dict(conn.execute("SELECT session_id, id FROM search_totals"
+                            " WHERE session_id IN (SELECT value FROM json_each(?))", (json.dumps(sids),)))
+    conn.executemany("INSERT INTO search_docs (seq, sess, role, ts, length, words) VALUES (?, ?, ?, ?, ?, ?)",
+                     [(seq, ids[sid], *rest) for seq, sid, *rest in docs])
 
 
 def behind(conn: sqlite3.Connection) -> bool:
@@ -138,15 +194,15 @@ def catch_up(conn: sqlite3.Connection, limit: int = BATCH) -> bool:
         conn.execute("DELETE FROM search_dirty WHERE seq <= ?", (dirty[-1],))
         old = [s for s in dirty if s <= mark]
         conn.executemany("DELETE FROM search_docs WHERE seq = ?", [(s,) for s in old])
-        conn.executemany(_INSERT, _docs(conn.execute(
-            "SELECT seq, session_id, entry_id, body FROM entries WHERE seq IN (SELECT value FROM json_each(?))",
+        _insert(conn, _docs(conn.execute(
+            "SELECT seq, session_id, body FROM entries WHERE seq IN (SELECT value FROM json_each(?))",
             (json.dumps(old),))))
         if len(dirty) == limit:
             return True
-    rows = conn.execute("SELECT seq, session_id, entry_id, body FROM entries WHERE seq > ? ORDER BY seq LIMIT ?",
+    rows = conn.execute("SELECT seq, session_id, body FROM entries WHERE seq > ? ORDER BY seq LIMIT ?",
                         (mark, limit)).fetchall()
     if rows:
-        conn.executemany(_INSERT, _docs(iter(rows)))
+        _insert(conn, _docs(iter(rows)))
         conn.execute("UPDATE search_state SET last_seq = ?", (rows[-1][0],))
     return len(rows) == limit
 
@@ -171,24 +227,42 @@ def merge(conn: sqlite3.Connection) -> None:
 
 
 def erase(conn: sqlite3.Connection, sid: str) -> None:
-    """Drop a deleted session's rows, and rewrite the FTS segments without them (see the
-    module); called once its entries are deleted (their numbers may be given again)."""
-    if conn.execute("DELETE FROM search_docs WHERE session_id = ?", (sid,)).rowcount:
+    """Drop a session's rows, and rewrite the FTS segments without them (see the module);
+    called before its entries are deleted (its rows are found by their ``seq``)."""
+    if conn.execute("DELETE FROM search_docs WHERE seq IN (SELECT seq FROM entries WHERE session_id = ?)",
+                    (sid,)).rowcount:
         conn.execute("INSERT INTO search_fts (search_fts) VALUES ('optimize')")
+
+
+def lower(conn: sqlite3.Connection) -> None:
+    """Lower the mark to the greatest ``seq`` left, once a session's entries are deleted
+    (their numbers may be given again, and must not hide under the mark)."""
     conn.execute("UPDATE search_state SET last_seq = min(last_seq, coalesce((SELECT max(seq) FROM entries), 0))")
 
 
-def backfill(conn: sqlite3.Connection) -> None:
-    """Index every stored entry (the migration that adds the index, in its transaction)."""
-    rows = conn.execute("SELECT seq, session_id, entry_id, body FROM entries ORDER BY seq")
-    conn.executemany(_INSERT, _docs(rows))
+def rebuild(conn: sqlite3.Connection) -> None:
+    """Index every stored entry into the emptied index, and mark it all indexed (the
+    migration that makes the index anew, in its transaction)."""
+    last = 0
+    while True:
+        rows = conn.execute("SELECT seq, session_id, body FROM entries WHERE seq > ? ORDER BY seq LIMIT ?",
+                            (last, BATCH)).fetchall()
+        if not rows:
+            break
+        _insert(conn, _docs(iter(rows)))
+        last = rows[-1][0]
+    conn.execute("DELETE FROM search_dirty")
+    conn.execute("UPDATE search_state SET last_seq = ?", (last,))
     conn.execute("INSERT INTO search_fts (search_fts) VALUES ('optimize')")
+
+
+_IN_SCOPE = "d.sess IN (SELECT id FROM search_totals WHERE session_id IN (SELECT value FROM json_each({})))"
 
 
 def _scoped(sessions: Collection[str] | None) -> tuple[str, tuple[Any, ...]]:
     if sessions is None:
         return "", ()
-    return " AND d.session_id IN (SELECT value FROM json_each(?))", (json.dumps([key(s) for s in sessions]),)
+    return " AND " + _IN_SCOPE.format("?"), (json.dumps([key(s) for s in sessions]),)
 
 
 def _totals(conn: sqlite3.Connection, sessions: Collection[str] | None) -> tuple[int, int]:
@@ -211,9 +285,9 @@ def _count(conn: sqlite3.Connection, match: str, sessions: Collection[str] | Non
 
 def _rows(conn: sqlite3.Connection, match: str, sessions: Collection[str] | None) -> Iterator[tuple[Any, ...]]:
     where, params = _scoped(sessions)
-    yield from conn.execute("SELECT d.session_id, d.entry_id, d.role, d.ts, d.length, d.words, d.seq"
-                            " FROM search_fts f"
-                            " JOIN search_docs d ON d.seq = f.rowid WHERE search_fts MATCH ?" + where,
+    yield from conn.execute("SELECT t.session_id, e.entry_id, d.role, d.ts, d.length, d.words, d.seq FROM search_fts f"
+                            " JOIN search_docs d ON d.seq = f.rowid CROSS JOIN search_totals t ON t.id = d.sess"
+                            " CROSS JOIN entries e ON e.seq = d.seq WHERE search_fts MATCH ?" + where,
                             (match, *params))
 
 
@@ -247,7 +321,7 @@ def page(conn: sqlite3.Connection, query: Query, sessions: Collection[str] | Non
     scope, params = "", dict[str, Any]()
     totals = "SELECT total(docs) AS docs, total(words) AS words FROM search_totals"
     if sessions is not None:
-        scope = " AND d.session_id IN (SELECT value FROM json_each(:scope))"
+        scope = " AND " + _IN_SCOPE.format(":scope")
         totals += " WHERE session_id IN (SELECT value FROM json_each(:scope))"
         params["scope"] = json.dumps([key(s) for s in sessions])
     only = ""
@@ -256,7 +330,7 @@ def page(conn: sqlite3.Connection, query: Query, sessions: Collection[str] | Non
         params["roles"] = json.dumps(sorted(roles))
 
     def candidate(row: tuple[Any, ...], tfs: tuple[int, ...]) -> Candidate:
-        sid, eid, role, ts, length = row
+        sid, eid, _seq, _sess, role, ts, length = row
         return Candidate(unkey(sid), unkey(eid), role, int(ts), tfs, length)
 
     if sessions is None:
@@ -265,9 +339,11 @@ def page(conn: sqlite3.Connection, query: Query, sessions: Collection[str] | Non
         count = ("SELECT count(*) FROM search_fts f JOIN search_docs d ON d.seq = f.rowid"
                  " WHERE search_fts MATCH {match}" + scope)
     return ranked_page(
-        conn, vocab="search_vocab", fts="search_fts", cols="d.session_id, d.entry_id, d.role, d.ts",
+        conn, vocab="search_vocab", fts="search_fts", cols="d.seq AS seq, d.sess AS sess, d.role, d.ts",
         length="d.length", spaced="(' ' || replace(d.words, ' ', '  ') || ' ')",
         source="FROM search_fts f JOIN search_docs d ON d.seq = f.rowid WHERE search_fts MATCH {match}" + scope + only,
+        resolve=("(SELECT session_id FROM search_totals WHERE id = r.sess),"
+                 " (SELECT entry_id FROM entries WHERE seq = r.seq)"),
         count=count, totals=totals, params=params, query=query, limit=limit, after=after,
         candidate=candidate)
 
@@ -279,11 +355,12 @@ def search_pending(conn: sqlite3.Connection, query: Query, sessions: Collection[
     entry it has not indexed yet (past the mark, or revised), matched here."""
     mark = int(conn.execute("SELECT last_seq FROM search_state").fetchone()[0])
     dirty = [int(r[0]) for r in conn.execute("SELECT seq FROM search_dirty WHERE seq <= ?", (mark,))]
-    where, params = ("", ()) if sessions is None else (
-        " AND session_id IN (SELECT value FROM json_each(?))", (json.dumps([key(s) for s in sessions]),))
+    scoped, params = _scoped(sessions)  # (an index row's session is its search_totals id)
+    where = "" if sessions is None else " AND session_id IN (SELECT value FROM json_each(?))"
     # The index's rows of revised entries: out of the totals and counts (their new words come below).
-    old = conn.execute("SELECT seq, length, words FROM search_docs WHERE seq IN (SELECT value FROM json_each(?))"
-                       + where, (json.dumps(dirty), *params)).fetchall()
+    old = conn.execute("SELECT d.seq, d.length, d.words FROM search_docs d"
+                       " WHERE d.seq IN (SELECT value FROM json_each(?))" + scoped,
+                       (json.dumps(dirty), *params)).fetchall()
     out = search(conn, query, sessions, roles, frozenset(r[0] for r in old))
     if not out.df:
         out.df = [0] * len(query.terms)
@@ -294,8 +371,10 @@ def search_pending(conn: sqlite3.Connection, query: Query, sessions: Collection[
             out.df[i] -= n > 0
     pending = conn.execute("SELECT seq, session_id, entry_id, body FROM entries WHERE (seq > ? OR seq IN"
                            " (SELECT value FROM json_each(?)))" + where + " ORDER BY seq",
-                           (mark, json.dumps(dirty), *params))
-    for _, sid, eid, role, ts, length, text in _docs(iter(pending)):
+                           (mark, json.dumps(dirty), *params)).fetchall()
+    eids = {seq: eid for seq, _, eid, _ in pending}
+    for seq, sid, role, ts, length, text in _docs((seq, sid, body) for seq, sid, _, body in pending):
+        eid = eids[seq]
         tfs = term_counts(query, Counter(text.split()))
         out.docs += 1
         out.total_length += length

@@ -159,9 +159,10 @@ class SqliteWrites:
         local.leaf_depth = local.links = None  # its entries' links go with it
 
         def run(conn: sqlite3.Connection) -> None:
+            search.erase(conn, key(session_id))  # before its entries: its index rows are found by their seq
             for table in ("entries", "attachments", "sessions"):
                 removed.append(conn.execute(f"DELETE FROM {table} WHERE session_id = ?", (key(session_id),)).rowcount)
-            search.erase(conn, key(session_id))  # after its entries: it lowers the mark to what is left
+            search.lower(conn)  # after its entries: the mark lowered to what is left
             conn.execute("DELETE FROM outbox WHERE substr(payload, 1, ?) = ?", (len(prefix), prefix))
             local.erased = True
 
