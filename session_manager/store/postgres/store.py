@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Collection
 
 from ..base import Meta
-from ..search_index import Matches
+from ..search_index import Candidate, Matches, SortKey
 from ..search_text import Query
 from ..sql.store import SqlStore
 from ..sql.transactions import CallRunner
@@ -83,3 +83,12 @@ class PostgresStore(SqlStore):
             return super().search(query, sessions, roles)
         with self.db.conn() as conn:
             return search.search(conn, query, sessions, roles)
+
+    def search_page(self, query: Query, sessions: Collection[str] | None, roles: Collection[str] | None,
+                    limit: int, after: SortKey | None) -> list[tuple[SortKey, Candidate]]:
+        """Ranked by PostgreSQL (:func:`.search.page`: one round trip when the queue is empty);
+        read-only or inside a mutation, every candidate of :meth:`search` is ranked here."""
+        if self.read_only or self.db.local.tx is not None:
+            return super().search_page(query, sessions, roles, limit, after)
+        with self.db.conn() as conn:
+            return search.page(conn, query, sessions, roles, limit, after)
