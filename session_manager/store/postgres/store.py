@@ -22,9 +22,9 @@ call reconnects by itself.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 
-from ..base import Meta
+from ..base import Entry, Meta
 from ..search_index import Candidate, Matches, SortKey
 from ..search_text import Query
 from ..sql.store import SqlStore
@@ -83,6 +83,13 @@ class PostgresStore(SqlStore):
             return super().search(query, sessions, roles)
         with self.db.conn() as conn:
             return search.search(conn, query, sessions, roles)
+
+    def entries_on_active_path(self, session_id: str, entry_ids: Sequence[str]) -> list[tuple[Entry | None, bool]]:
+        """One statement for the session's hits (:meth:`.reads.PgReads.entries_on_active_path`);
+        inside a mutation, what it has read of the session is used (the default)."""
+        if self.db.local.tx is not None:
+            return super().entries_on_active_path(session_id, entry_ids)
+        return self.reads.entries_on_active_path(session_id, entry_ids)
 
     def search_page(self, query: Query, sessions: Collection[str] | None, roles: Collection[str] | None,
                     limit: int, after: SortKey | None) -> list[tuple[SortKey, Candidate]]:
