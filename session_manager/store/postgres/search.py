@@ -348,8 +348,8 @@ def _page_sql(exact: int, indexed: tuple[bool, ...], scoped: bool, by_role: bool
               " FROM search_totals WHERE true" + scope)
     idfs = ", ".join(f"ln(1.0 + (greatest(docs, 1) - d{i} + 0.5) / (d{i} + 0.5)) AS i{i}" for i in range(nt))
     norm = "%(k1)s / (CASE WHEN words <> 0 THEN words / greatest(docs, 1) ELSE 1.0 END) * %(b)s AS norm"
-    tfs = [f"(length({sp}) - length(replace({sp}, %(w{i})s, ''))) / %(l{i})s AS t{i}" for i in range(exact)]
-    tfs.append(f"(length({sp}) - length(replace({sp}, %(wp)s, ''))) / %(lp)s AS t{exact}")
+    tfs = [f"(length(sp) - length(replace(sp, %(w{i})s, ''))) / %(l{i})s AS t{i}" for i in range(exact)]
+    tfs.append(f"(length(sp) - length(replace(sp, %(wp)s, ''))) / %(lp)s AS t{exact}")
     cols = "session_id, entry_id, role, ts, length"
     branches = []
     if all(indexed):
@@ -360,9 +360,13 @@ def _page_sql(exact: int, indexed: tuple[bool, ...], scoped: bool, by_role: bool
     where = " WHERE s <= %(after)s" if after else ""
     ts_ = ", ".join(f"t{i}" for i in range(nt))
     ds = ", ".join(f"w.d{i}" for i in range(nt))
-    return (f"WITH w AS MATERIALIZED (SELECT *, {idfs}, {norm} FROM (SELECT {stats}) c, ({totals}) t),"
+    # (MATERIALIZED and OFFSET 0: each count and each row's spaced words and term counts are
+    # computed once, not once per reference the planner would inline)
+    return (f"WITH c AS MATERIALIZED (SELECT {stats}),"
+            f" w AS MATERIALIZED (SELECT *, {idfs}, {norm} FROM c, ({totals}) t),"
             f" m AS (SELECT {cols}, {ts_}, {score} AS s FROM"
-            f" (SELECT {cols}, {', '.join(tfs)} FROM ({source}) u) v, w)"
+            f" (SELECT {cols}, {', '.join(tfs)} FROM"
+            f" (SELECT {cols}, {sp} AS sp FROM ({source}) u OFFSET 0) x OFFSET 0) v, w)"
             f" SELECT EXISTS (SELECT 1 FROM search_pending), w.docs, w.words, {ds}, r.*"
             f" FROM w LEFT JOIN LATERAL (SELECT * FROM m{where} ORDER BY s DESC LIMIT %(read)s) r ON true")
 
