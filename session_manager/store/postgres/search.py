@@ -144,12 +144,22 @@ def _row(seq: int, sid: str, eid: str, body: str) -> tuple[Any, ...] | None:
 
 
 def catch_up(conn: psycopg.Connection[Any]) -> None:
-    """Index the queued entries (autocommit ``conn``: a transaction per batch)."""
+    """Index the queued entries (autocommit ``conn``: a transaction per batch); after a
+    catch-up of a batch or more, the index tables are vacuumed and analyzed (the planner
+    otherwise has no statistics for new rows and scans search_docs for a rare word, and the
+    queue's and totals' dead rows slow every query's reads of them until autovacuum)."""
+    if _catch_up(conn) >= BATCH:
+        conn.execute("VACUUM (ANALYZE) search_docs, search_totals, search_pending")
+
+
+def _catch_up(conn: psycopg.Connection[Any]) -> int:
+    done = 0
     while True:
         with conn.transaction():
             seqs = [r[0] for r in conn.execute(_TAKE, (BATCH,)).fetchall()]
             if not seqs:
-                return
+                return done
+            done += len(seqs)
             # FOR SHARE: a delete of these entries waits for this batch, so its trigger then removes
             # the rows written here; without it a delete committing between this read and the insert
             # left an indexed entry of a deleted session (found by a search racing deletes).
@@ -162,7 +172,7 @@ def catch_up(conn: psycopg.Connection[Any]) -> None:
             with conn.cursor() as cur:
                 cur.executemany(_UPSERT, [d for d in docs if d is not None])
         if len(seqs) < BATCH:
-            return
+            return done
 
 
 def _lexeme(word: str) -> str:
