@@ -91,6 +91,12 @@ class PostgresStore(SqlStore):
             return super().entries_on_active_path(session_id, entry_ids)
         return self.reads.entries_on_active_path(session_id, entry_ids)
 
+    def hits_on_active_paths(self, hits: Sequence[tuple[str, str]]) -> list[tuple[Entry | None, bool]]:
+        """Every session of the page in one statement (:meth:`.reads.PgReads.hits_on_active_paths`)."""
+        if self.db.local.tx is not None:
+            return super().hits_on_active_paths(hits)
+        return self.reads.hits_on_active_paths(hits)
+
     def search_page(self, query: Query, sessions: Collection[str] | None, roles: Collection[str] | None,
                     limit: int, after: SortKey | None) -> list[tuple[SortKey, Candidate]]:
         """Ranked by PostgreSQL (:func:`.search.page`: one round trip when the queue is empty);
