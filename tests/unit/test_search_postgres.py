@@ -138,3 +138,26 @@ def test_a_deleted_session_leaves_no_index_row() -> None:
                     assert [r for (r,) in conn.execute(query) if word in r] == [], table
         finally:
             sm.close()
+
+
+def test_a_catch_up_of_a_batch_or_more_leaves_the_index_analyzed(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Prevents: a freshly filled search_docs left without planner statistics (every rare word
+    # then read by a sequential scan of the table until autovacuum came by), or the VACUUM
+    # after a large catch-up failing (it cannot run inside a transaction).
+    from session_manager.store.postgres import search as pg_search
+
+    monkeypatch.setattr(pg_search, "BATCH", 2)
+    with pg_support.schema() as name:
+        sm = session_manager.open(store=pg_support.open_store(name))
+        try:
+            sid = sm.call("session::create", {})["session_id"]
+            for text in ("brown fox", "lazy dog", "quick fox", "fox again", "the end"):
+                sm.call("session::append", {"session_id": sid, "message": user(text)})
+            assert len(sm.call("session::search", {"query": "fox"})["hits"]) == 3
+            with psycopg.connect(pg_support.DSN, autocommit=True) as conn:
+                row = conn.execute("SELECT last_analyze IS NOT NULL, last_vacuum IS NOT NULL FROM pg_stat_user_tables"
+                                   " WHERE schemaname = %s AND relname = 'search_docs'", (name,)).fetchone()
+                assert row == (True, True)
+            _totals(name)
+        finally:
+            sm.close()
