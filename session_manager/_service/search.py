@@ -49,14 +49,9 @@ def search(core: ServiceCore, req: SearchRequest) -> Result:
         # One more than the page tells whether more remain.
         ranked = core.store.search_page(query, scope, roles, limit + 1, after) if scope is None or scope else []
         page = ranked[:limit]
-        # One lookup per session of the page: its hits' entries and active-path flags.
-        of_session: dict[str, list[str]] = {}
-        for _, c in page:
-            of_session.setdefault(c.session_id, []).append(c.entry_id)
-        shown: dict[tuple[str, str], tuple[Entry | None, bool]] = {}
-        for sid, eids in of_session.items():
-            shown.update(zip(((sid, eid) for eid in eids), core.store.entries_on_active_path(sid, eids), strict=True))
-        hits = [_hit(query, k, c, *shown[c.session_id, c.entry_id]) for k, c in page]
+        # The page's entries and active-path flags in one store call (per session by default).
+        shown = core.store.hits_on_active_paths([(c.session_id, c.entry_id) for _, c in page])
+        hits = [_hit(query, k, c, *found) for (k, c), found in zip(page, shown, strict=True)]
     next_cursor = None
     if len(ranked) > limit and page:
         k = page[-1][0]

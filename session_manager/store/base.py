@@ -192,6 +192,18 @@ class SessionStore(ABC):
         path = self.path(session_id, self.get_leaf(session_id))
         return [(self.get_entry(session_id, eid), path.holds(eid)) for eid in entry_ids]
 
+    def hits_on_active_paths(self, hits: Sequence[tuple[str, str]]) -> list[tuple[Entry | None, bool]]:
+        """:meth:`entries_on_active_path` for the hits of a page, ``(session_id, entry_id)``
+        each, in their order. The default asks once per session; a store may answer every
+        session of the page in one lookup."""
+        by_session: dict[str, list[str]] = {}
+        for sid, eid in hits:
+            by_session.setdefault(sid, []).append(eid)
+        found: dict[tuple[str, str], tuple[Entry | None, bool]] = {}
+        for sid, eids in by_session.items():
+            found.update(zip(((sid, eid) for eid in eids), self.entries_on_active_path(sid, eids), strict=True))
+        return [found[h] for h in hits]
+
     def search_page(self, query: Query, sessions: Collection[str] | None, roles: Collection[str] | None,
                     limit: int, after: SortKey | None) -> list[tuple[SortKey, Candidate]]:
         """The first ``limit`` hits of :meth:`search` in the one total order of

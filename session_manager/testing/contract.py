@@ -357,6 +357,20 @@ class StoreContract(ConcurrentWriters, ABC):
                        (message("e_4", "e_2", "branch"), True), (None, False)]
         assert three.entries_on_active_path("nope", ["e_1"]) == [(None, False)]
 
+    def test_hits_on_active_paths_read_each_hit_of_many_sessions_in_order(self, three: SessionStore) -> None:
+        # Prevents: a page's hits of several sessions answered in one lookup coming back in
+        # another order, mixed across sessions (the same entry id in two sessions), or losing
+        # a hit whose session or entry is gone.
+        append(three, "s_1", message("e_4", "e_2", "branch"), 4)
+        three.commit("s_2", Commit(meta=meta("s_2")))
+        append(three, "s_2", message("e_1", None, "other"), 1)
+        hits = [("s_1", "e_3"), ("s_2", "e_1"), ("s_1", "e_1"), ("nope", "e_1"), ("s_1", "e_4"), ("s_2", "e_9")]
+        assert three.hits_on_active_paths(hits) == [
+            (message("e_3", "e_2", "m3"), False), (message("e_1", None, "other"), True),
+            (message("e_1", None, "m1"), True), (None, False), (message("e_4", "e_2", "branch"), True),
+            (None, False)]
+        assert three.hits_on_active_paths([]) == []
+
     # -- attachments ----------------------------------------------------------------------
 
 

@@ -5,7 +5,7 @@ transaction."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from psycopg.types.json import Jsonb
@@ -18,9 +18,33 @@ from ..sql.path import PATH_WINDOW, WindowPath
 from ..sql.values import sanitize
 from .core import PgDatastore
 
-__all__ = ["PgReads"]
+__all__ = ["HITS_SQL", "PgReads"]
 
 LIST_BATCH = 200
+
+# Each hit (%(s)s[i], %(e)s[i]: session and entry) with whether its session's active path
+# holds it, in one round trip: per hit a walk from its session's leaf down to the entry's
+# depth by jump pointers (O(log n) probes, reading no body), as sql.path.HIT_SQL does for one.
+HITS_SQL = """
+WITH RECURSIVE t(session_id, entry_id, depth, body) AS (
+    SELECT e.session_id, e.entry_id, e.depth, e.body
+    FROM unnest(%(s)s::text[], %(e)s::text[]) AS h(session_id, entry_id)
+    JOIN entries e ON e.session_id = h.session_id AND e.entry_id = h.entry_id
+), w(sid, target, tdepth, entry_id, depth, parent_id, jump_id, jump_depth) AS (
+    SELECT t.session_id, t.entry_id, t.depth, e.entry_id, e.depth, e.parent_id, e.jump_id, e.jump_depth
+    FROM t JOIN sessions s ON s.session_id = t.session_id
+    JOIN entries e ON e.session_id = s.session_id AND e.entry_id = s.leaf
+  UNION ALL
+    SELECT w.sid, w.target, w.tdepth, e.entry_id, e.depth, e.parent_id, e.jump_id, e.jump_depth
+    FROM w JOIN entries e ON e.session_id = w.sid
+     AND e.entry_id = CASE WHEN w.depth > w.tdepth AND w.jump_depth >= w.tdepth THEN w.jump_id ELSE w.parent_id END
+    WHERE w.depth > w.tdepth
+)
+SELECT t.session_id, t.entry_id, t.body,
+       EXISTS (SELECT 1 FROM w WHERE w.sid = t.session_id AND w.target = t.entry_id AND w.depth = t.depth
+               AND w.entry_id = t.entry_id)
+FROM t
+"""
 
 # The session's meta and leaf with the last PATH_WINDOW entries of its active
 # path, walked from the leaf by parent links (one primary-key probe each): what
@@ -153,6 +177,20 @@ class PgReads:
             "SELECT body FROM entries WHERE session_id = %s AND entry_id = %s", (key(session_id), key(entry_id))
         )
         return loads(rows[0][0].encode("utf-8")) if rows else None
+
+    def entries_on_active_path(self, session_id: str, entry_ids: Sequence[str]) -> list[tuple[Entry | None, bool]]:
+        """Each entry and whether the active path holds it, in one statement (:data:`HITS_SQL`)."""
+        return self.hits_on_active_paths([(session_id, eid) for eid in entry_ids])
+
+    def hits_on_active_paths(self, hits: Sequence[tuple[str, str]]) -> list[tuple[Entry | None, bool]]:
+        """Each ``(session_id, entry_id)``'s entry and whether its session's active path holds
+        it, in one statement (:data:`HITS_SQL`)."""
+        if not hits:
+            return []
+        rows = self.db.rows(HITS_SQL, {"s": [key(s) for s, _ in hits], "e": [key(e) for _, e in hits]})
+        found = {(unkey(sid), unkey(eid)): (loads(body.encode("utf-8")), bool(on_path))
+                 for sid, eid, body, on_path in rows}
+        return [found.get(h, (None, False)) for h in hits]
 
     def get_leaf(self, session_id: str) -> str | None:
         seen = self._seen(session_id)

@@ -177,6 +177,9 @@ MIGRATIONS: tuple[str, ...] = (
     # 4: a plain append at the session's leaf as the server has it (at_leaf.py): no
     # guessing of the leaf, so several writers of one session do not retry.
     APPEND_FUNCTION,
+    # 5: each session's searchable entries and words (search.py), kept by a trigger on
+    # search_docs, so a search reads its totals instead of summing search_docs.
+    search.TOTALS_MIGRATION,
 )
 
 

@@ -34,6 +34,7 @@ table's, their old tuples stay in the heap and the GIN index's pages until
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from collections.abc import Collection, Iterable
 from decimal import Decimal
@@ -42,11 +43,11 @@ from typing import Any
 import psycopg
 
 from .._core.codec import loads
-from ..search_index import Candidate, Matches, term_counts
+from ..search_index import K1, B, Bm25, Candidate, Matches, SortKey, sort_key, term_counts
 from ..search_text import Query, entry_role, searchable_text, words
 from ..sql.keys import key, unkey
 
-__all__ = ["MIGRATION", "catch_up", "pending", "search"]
+__all__ = ["MIGRATION", "TOTALS_MIGRATION", "catch_up", "page", "pending", "search"]
 
 BATCH = 2000
 LEXEME_BYTES = 2046  # PostgreSQL's longest lexeme (MAXSTRLEN - 1)
@@ -83,6 +84,38 @@ CREATE TRIGGER entries_search AFTER INSERT OR UPDATE OF body OR DELETE ON entrie
 INSERT INTO search_pending (seq) SELECT seq FROM entries;
 """
 
+# Each session's searchable entries and their words, kept in step with search_docs by a
+# trigger (the totals BM25 needs, read per query without a scan of search_docs). A row goes
+# when its session has no searchable entry left (nothing of a deleted session stays).
+TOTALS_MIGRATION = """
+CREATE TABLE search_totals (
+    session_id  text COLLATE "C" PRIMARY KEY,
+    docs        bigint NOT NULL,
+    words       bigint NOT NULL
+);
+CREATE FUNCTION sm_search_totals() RETURNS trigger LANGUAGE plpgsql AS $fn$
+BEGIN
+    IF TG_OP = 'INSERT' THEN
+        INSERT INTO search_totals AS t (session_id, docs, words) VALUES (NEW.session_id, 1, NEW.length)
+            ON CONFLICT (session_id) DO UPDATE SET docs = t.docs + 1, words = t.words + EXCLUDED.words;
+        RETURN NEW;
+    ELSIF TG_OP = 'UPDATE' THEN
+        IF NEW.length <> OLD.length THEN
+            UPDATE search_totals SET words = words + NEW.length - OLD.length WHERE session_id = NEW.session_id;
+        END IF;
+        RETURN NEW;
+    END IF;
+    UPDATE search_totals SET docs = docs - 1, words = words - OLD.length WHERE session_id = OLD.session_id;
+    DELETE FROM search_totals WHERE session_id = OLD.session_id AND docs <= 0;
+    RETURN OLD;
+END
+$fn$;
+CREATE TRIGGER search_docs_totals AFTER INSERT OR UPDATE OF length OR DELETE ON search_docs
+    FOR EACH ROW EXECUTE FUNCTION sm_search_totals();
+INSERT INTO search_totals (session_id, docs, words)
+    SELECT session_id, count(*), coalesce(sum(length), 0) FROM search_docs GROUP BY session_id;
+"""
+
 _TAKE = ("DELETE FROM search_pending WHERE seq IN (SELECT seq FROM search_pending ORDER BY seq LIMIT %s FOR UPDATE)"
          " RETURNING seq")
 _UPSERT = ("INSERT INTO search_docs (seq, session_id, entry_id, role, ts, length, words, tsv)"
@@ -111,12 +144,22 @@ def _row(seq: int, sid: str, eid: str, body: str) -> tuple[Any, ...] | None:
 
 
 def catch_up(conn: psycopg.Connection[Any]) -> None:
-    """Index the queued entries (autocommit ``conn``: a transaction per batch)."""
+    """Index the queued entries (autocommit ``conn``: a transaction per batch); after a
+    catch-up of a batch or more, the index tables are vacuumed and analyzed (the planner
+    otherwise has no statistics for new rows and scans search_docs for a rare word, and the
+    queue's and totals' dead rows slow every query's reads of them until autovacuum)."""
+    if _catch_up(conn) >= BATCH:
+        conn.execute("VACUUM (ANALYZE) search_docs, search_totals, search_pending")
+
+
+def _catch_up(conn: psycopg.Connection[Any]) -> int:
+    done = 0
     while True:
         with conn.transaction():
             seqs = [r[0] for r in conn.execute(_TAKE, (BATCH,)).fetchall()]
             if not seqs:
-                return
+                return done
+            done += len(seqs)
             # FOR SHARE: a delete of these entries waits for this batch, so its trigger then removes
             # the rows written here; without it a delete committing between this read and the insert
             # left an indexed entry of a deleted session (found by a search racing deletes).
@@ -129,7 +172,7 @@ def catch_up(conn: psycopg.Connection[Any]) -> None:
             with conn.cursor() as cur:
                 cur.executemany(_UPSERT, [d for d in docs if d is not None])
         if len(seqs) < BATCH:
-            return
+            return done
 
 
 def _lexeme(word: str) -> str:
@@ -166,8 +209,7 @@ def search(conn: psycopg.Connection[Any], query: Query, sessions: Collection[str
     if queued:
         where, params = where + " AND NOT (seq = ANY(%s))", [*params, queued]
     out = Matches()
-    docs, total = conn.execute("SELECT count(*), coalesce(sum(length), 0) FROM search_docs WHERE true" + where,
-                               params).fetchone() or (0, 0)
+    docs, total = _totals(conn, sessions, queued)
     out.docs, out.total_length = int(docs), int(total)
     qs = _tsqueries(query)
     usable = [q for q in qs if q is not None]
@@ -208,6 +250,135 @@ def search(conn: psycopg.Connection[Any], query: Query, sessions: Collection[str
         if all(tfs):
             out.candidates.append(Candidate(unkey(sid), unkey(eid), role, _int(ts), tfs, length))
     return out
+
+
+def _totals(conn: psycopg.Connection[Any], sessions: Collection[str] | None,
+            queued: list[int] | None) -> tuple[int, int]:
+    """The searchable entries in scope and their words (``queued``'s index rows left out)."""
+    where, params = _scope(sessions)
+    row = conn.execute("SELECT coalesce(sum(docs), 0), coalesce(sum(words), 0) FROM search_totals WHERE true"
+                       + where, params).fetchone() or (0, 0)
+    docs, total = int(row[0]), int(row[1])
+    if queued:
+        stale = conn.execute("SELECT count(*), coalesce(sum(length), 0) FROM search_docs WHERE seq = ANY(%s)" + where,
+                             [queued, *params]).fetchone() or (0, 0)
+        docs, total = docs - int(stale[0]), total - int(stale[1])
+    return docs, total
+
+
+# -- ranking inside the database --------------------------------------------------
+
+_MARGIN = 1e-6  # above the rounding (5e-7) and any difference of SQL's arithmetic from Python's (far below)
+
+
+def page(conn: psycopg.Connection[Any], query: Query, sessions: Collection[str] | None,
+         roles: Collection[str] | None, limit: int, after: SortKey | None) -> list[tuple[SortKey, Candidate]]:
+    """The ranked page of :meth:`~session_manager.store.SessionStore.search_page`, ranked by
+    PostgreSQL (autocommit ``conn``): one statement reads the queue's state, the totals of the
+    scope (``search_totals``), each term's document count and the best matches ordered by the
+    BM25 score of :class:`~..search_index.Bm25` computed in SQL (unrounded); when the queue
+    was not empty, :func:`catch_up` runs and the statement again. Here each row's exact score
+    and key are computed and sorted; enough rows were read when the lowest SQL score is below
+    the ``limit``-th kept hit's rounded score by more than rounding can move it (as
+    :func:`..sql.fts5.ranked_page`), else more are read (ties at the boundary, hits the
+    cursor skips). Rows without a ``tsvector`` are matched on their words in SQL."""
+    if limit <= 0:
+        return []
+    qs = _tsqueries(query)
+    nt = len(qs)
+    params: dict[str, Any] = {"k": K1 + 1, "base": K1 * (1 - B), "k1": K1, "b": B,
+                              "wp": " " + query.prefix, "lp": len(query.prefix) + 1}
+    for i, w in enumerate(query.exact):
+        params[f"w{i}"], params[f"l{i}"] = " " + w + " ", len(w) + 2
+    for i, q in enumerate(qs):
+        if q is not None:
+            params[f"q{i}"] = q
+    usable = [q for q in qs if q is not None]
+    if len(usable) == nt:
+        params["qall"] = " & ".join(usable)
+    if sessions is not None:
+        params["scope"] = [key(s) for s in sessions]
+    if roles is not None:
+        params["roles"] = sorted(roles)
+    if after is not None:
+        params["after"] = -after[0] + _MARGIN
+    sql = _page_sql(len(query.exact), tuple(q is not None for q in qs), sessions is not None, roles is not None,
+                    after is not None)
+    read = limit + 16
+    caught_up = False
+    while True:
+        params["read"] = read
+        got = conn.execute(sql, params).fetchall()
+        head = got[0]
+        if head[0] and not caught_up:  # (the queue held entries: index them, then read again)
+            catch_up(conn)
+            caught_up = True
+            continue
+        docs, words = int(head[1]), int(head[2])
+        df = [int(n) for n in head[3 : 3 + nt]]
+        rows = [r[3 + nt :] for r in got if r[3 + nt] is not None]
+        if not rows:
+            return []
+        bm25 = Bm25.of(docs, words, df)
+        kept: list[tuple[SortKey, Candidate]] = []
+        for sid, eid, role, ts, length, *rest in rows:
+            tfs = tuple(int(t) for t in rest[:nt])
+            if not all(tfs):  # (checked, never trusted)
+                continue
+            c = Candidate(unkey(sid), unkey(eid), role, _int(ts), tfs, int(length))
+            k = sort_key(bm25.score(tfs, c.length), c)
+            if after is None or k > after:
+                kept.append((k, c))
+        kept.sort(key=lambda kc: kc[0])
+        lowest = min(float(r[-1]) for r in rows)
+        if len(rows) < read or (len(kept) >= limit and lowest < -kept[limit - 1][0][0] - _MARGIN):
+            return kept[:limit]
+        read *= 8
+
+
+@functools.lru_cache(maxsize=64)
+def _page_sql(exact: int, indexed: tuple[bool, ...], scoped: bool, by_role: bool, after: bool) -> str:
+    """The statement of :func:`page` for a query of ``exact`` whole words and a prefix
+    (``indexed``: per term, whether a tsvector can hold it), made once per shape."""
+    nt = exact + 1
+    scope = " AND session_id = ANY(%(scope)s)" if scoped else ""
+    only = " AND role = ANY(%(roles)s)" if by_role else ""
+    sp = "(' ' || replace(words, ' ', '  ') || ' ')"
+    # A row without a tsvector: each term looked for in its words (one space around each word).
+    text = [f"position(%(w{i})s in {sp}) > 0" for i in range(exact)] + [f"position(%(wp)s in {sp}) > 0"]
+    counts = []
+    for i in range(nt):
+        unindexed = f"(SELECT count(*) FROM search_docs WHERE tsv IS NULL AND {text[i]}{scope})"
+        if indexed[i]:
+            counts.append(f"(SELECT count(*) FROM search_docs WHERE tsv @@ %(q{i})s::tsquery{scope}) + {unindexed}")
+        else:
+            counts.append(unindexed)
+    stats = ", ".join(f"{c} AS d{i}" for i, c in enumerate(counts))
+    totals = ("SELECT coalesce(sum(docs), 0)::float8 AS docs, coalesce(sum(words), 0)::float8 AS words"
+              " FROM search_totals WHERE true" + scope)
+    idfs = ", ".join(f"ln(1.0 + (greatest(docs, 1) - d{i} + 0.5) / (d{i} + 0.5)) AS i{i}" for i in range(nt))
+    norm = "%(k1)s / (CASE WHEN words <> 0 THEN words / greatest(docs, 1) ELSE 1.0 END) * %(b)s AS norm"
+    tfs = [f"(length(sp) - length(replace(sp, %(w{i})s, ''))) / %(l{i})s AS t{i}" for i in range(exact)]
+    tfs.append(f"(length(sp) - length(replace(sp, %(wp)s, ''))) / %(lp)s AS t{exact}")
+    cols = "session_id, entry_id, role, ts, length"
+    branches = []
+    if all(indexed):
+        branches.append(f"SELECT {cols}, words FROM search_docs WHERE tsv @@ %(qall)s::tsquery{scope}{only}")
+    branches.append(f"SELECT {cols}, words FROM search_docs WHERE tsv IS NULL AND {' AND '.join(text)}{scope}{only}")
+    source = " UNION ALL ".join(branches)
+    score = " + ".join(f"(w.i{i} * t{i} * %(k)s / (t{i} + (%(base)s + w.norm * length)))" for i in range(nt))
+    where = " WHERE s <= %(after)s" if after else ""
+    ts_ = ", ".join(f"t{i}" for i in range(nt))
+    ds = ", ".join(f"w.d{i}" for i in range(nt))
+    # (MATERIALIZED and OFFSET 0: each count and each row's spaced words and term counts are
+    # computed once, not once per reference the planner would inline)
+    return (f"WITH c AS MATERIALIZED (SELECT {stats}),"
+            f" w AS MATERIALIZED (SELECT *, {idfs}, {norm} FROM c, ({totals}) t),"
+            f" m AS (SELECT {cols}, {ts_}, {score} AS s FROM"
+            f" (SELECT {cols}, {', '.join(tfs)} FROM"
+            f" (SELECT {cols}, {sp} AS sp FROM ({source}) u OFFSET 0) x OFFSET 0) v, w)"
+            f" SELECT EXISTS (SELECT 1 FROM search_pending), w.docs, w.words, {ds}, r.*"
+            f" FROM w LEFT JOIN LATERAL (SELECT * FROM m{where} ORDER BY s DESC LIMIT %(read)s) r ON true")
 
 
 def _int(value: Any) -> int:

@@ -22,10 +22,10 @@ call reconnects by itself.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 
-from ..base import Meta
-from ..search_index import Matches
+from ..base import Entry, Meta
+from ..search_index import Candidate, Matches, SortKey
 from ..search_text import Query
 from ..sql.store import SqlStore
 from ..sql.transactions import CallRunner
@@ -84,3 +84,25 @@ class PostgresStore(SqlStore):
             return super().search(query, sessions, roles)
         with self.db.conn() as conn:
             return search.search(conn, query, sessions, roles)
+
+    def entries_on_active_path(self, session_id: str, entry_ids: Sequence[str]) -> list[tuple[Entry | None, bool]]:
+        """One statement for the session's hits (:meth:`.reads.PgReads.entries_on_active_path`);
+        inside a mutation, what it has read of the session is used (the default)."""
+        if self.db.local.tx is not None:
+            return super().entries_on_active_path(session_id, entry_ids)
+        return self.reads.entries_on_active_path(session_id, entry_ids)
+
+    def hits_on_active_paths(self, hits: Sequence[tuple[str, str]]) -> list[tuple[Entry | None, bool]]:
+        """Every session of the page in one statement (:meth:`.reads.PgReads.hits_on_active_paths`)."""
+        if self.db.local.tx is not None:
+            return super().hits_on_active_paths(hits)
+        return self.reads.hits_on_active_paths(hits)
+
+    def search_page(self, query: Query, sessions: Collection[str] | None, roles: Collection[str] | None,
+                    limit: int, after: SortKey | None) -> list[tuple[SortKey, Candidate]]:
+        """Ranked by PostgreSQL (:func:`.search.page`: one round trip when the queue is empty);
+        read-only or inside a mutation, every candidate of :meth:`search` is ranked here."""
+        if self.read_only or self.db.local.tx is not None:
+            return super().search_page(query, sessions, roles, limit, after)
+        with self.db.conn() as conn:
+            return search.page(conn, query, sessions, roles, limit, after)
