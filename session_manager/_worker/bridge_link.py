@@ -42,6 +42,7 @@ from ..store.bridge import BridgeStore
 from ..store.bridge import protocol as sp
 from ..store.resync import KnownSessions, resync_batches
 from .background import SerialWorker
+from .fanout_order import Reorder, numbers_of
 from .sdk import SdkBus
 
 log = logging.getLogger("session_manager.bridge")
@@ -83,6 +84,7 @@ class Bridge:
         self.store = BridgeStore(client, timeout_ms)
         self.relay_id = f"{RELAY_PREFIX}{uuid.uuid4()}"
         self._relay = relay
+        self._order = Reorder(self._relay_in_order)
         self._observer: ObserverHandle | None = None
         self.stats = stats or Stats()
         self._worker = SerialWorker("session-bridge-publish", bound=PUBLISH_QUEUE_LIMIT)
@@ -159,9 +161,12 @@ class Bridge:
         if event is None:
             log.warning("bridge relay: malformed envelope ignored: %.200r", data)
             return {"ok": False}
+        self._order.receive(event, numbers_of(data))  # the engine may hand two over the other way round
+        return {"ok": True}
+
+    def _relay_in_order(self, event: Event) -> None:
         self.known.note([event])
         self._relay(event)
-        return {"ok": True}
 
     # -- publish ------------------------------------------------------------------
 
@@ -203,6 +208,7 @@ class Bridge:
             self._off_state()
         self._resyncer.close()
         self._worker.close()
+        self._order.close()
         if self._observer is not None:
             with contextlib.suppress(Exception):
                 self._observer.dispose()

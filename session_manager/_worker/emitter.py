@@ -18,6 +18,7 @@ from .._wire import events as ev
 from .._wire.events import Event
 from ..store.bridge import protocol as sp
 from .event_queue import EventQueue
+from .fanout_order import Numbering
 
 log = logging.getLogger("session_manager.iii")
 
@@ -30,6 +31,7 @@ class Emitter:
         self._observers: dict[str, set[str]] = {fid: set() for fid in (*ev.EVENT_FUNCTIONS, sp.ON_EVENTS)}
         self._lock = threading.Lock()
         self._queue = EventQueue(self._deliver, stats or Stats())
+        self._numbering = Numbering()  # the fan-out's order, for receivers across the engine
 
     # -- observer tracking (ObserveHooks) ------------------------------------
 
@@ -67,7 +69,7 @@ class Emitter:
         if self.is_observed(event.function_id):
             self._void(event.function_id, event.payload)
         if fanout and self.is_observed(sp.ON_EVENTS):
-            self._void(sp.ON_EVENTS, sp.envelope(event))
+            self._void(sp.ON_EVENTS, self._numbering.stamp(sp.envelope(event)))
 
     def _void(self, function_id: str, payload: dict[str, Any]) -> None:
         try:

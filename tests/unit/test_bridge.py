@@ -477,11 +477,13 @@ def test_on_events_is_called_once_per_event_only_while_observed(topo: Topology) 
     topo.main.flush()
     assert [t["function_id"] for t in f.triggers if t["function_id"].startswith("session::store::")] == [
         sp.ON_EVENTS]
+    stream = feed.delivered[0]["stream"]  # numbered, so receivers across the engine keep the order
+    assert isinstance(stream, str) and stream
     assert feed.delivered == [{
         "function_id": ev.ON_MESSAGE_ADDED,
         "payload": {"session_id": "s_001", "entry_id": "e_001", "parent_id": None, "message": user("hi"),
                     "timestamp": START_MS},
-        "session_metadata": {"owner": "u_1"}}]
+        "session_metadata": {"owner": "u_1"}, "stream": stream, "seq": 1}]
     assert f.event_calls() == []  # the event function itself is still unobserved
 
 
@@ -500,9 +502,11 @@ def test_publish_events_fans_out_on_the_main(topo: Topology) -> None:
     assert answer == {"published": 2}
     topo.main.flush()
     assert added.delivered == [{**payload, "session_metadata": {"owner": "u_1"}}]
+    stream = feed.delivered[0]["stream"]
     assert feed.delivered == [
-        {"function_id": ev.ON_MESSAGE_ADDED, "payload": payload, "session_metadata": {"owner": "u_1"}},
-        {"function_id": ev.ON_DELETED, "payload": {"session_id": "s_2", "timestamp": 8}}]
+        {"function_id": ev.ON_MESSAGE_ADDED, "payload": payload, "session_metadata": {"owner": "u_1"},
+         "stream": stream, "seq": 1},
+        {"function_id": ev.ON_DELETED, "payload": {"session_id": "s_2", "timestamp": 8}, "stream": stream, "seq": 2}]
 
 
 def observe_all(fake: FakeEngine) -> dict[str, Any]:

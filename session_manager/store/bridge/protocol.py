@@ -139,6 +139,9 @@ class OnEventsEnvelope(Wire):
     function_id: str
     payload: JsonObject
     session_metadata: Optional[JsonObject] = None
+    stream: Optional[str] = Field(default=None, description=(
+        "The fanning-out main's numbering (one per main process; _worker/fanout_order): absent from an older main."))
+    seq: Optional[int] = Field(default=None, description="This envelope's place in that stream, from 1.")
 
 
 class OkResponse(Wire):
