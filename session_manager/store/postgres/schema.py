@@ -26,6 +26,7 @@ from typing import Any
 from psycopg import Connection, sql
 
 from ...errors import StoreError
+from ..sql import versions
 from . import search
 from .at_leaf import APPEND_FUNCTION
 
@@ -218,14 +219,9 @@ def check(conn: Connection[Any], schema: str) -> int:
     found = conn.execute(sql.SQL("SELECT version FROM {}.schema_version").format(ident)).fetchone()
     version = found[0] if found else 0
     if version > len(MIGRATIONS):
-        raise StoreError(
-            f"postgres: schema {schema!r} is at version {version}, newer than this session-manager's "
-            f"{len(MIGRATIONS)}: a newer release migrated it; run that release (nothing was written)")
+        raise versions.newer(f"postgres: schema {schema!r}", version, len(MIGRATIONS))
     if version < len(MIGRATIONS):
-        raise StoreError(
-            f"postgres: schema {schema!r} is at version {version}, older than this session-manager's "
-            f"{len(MIGRATIONS)}: a read-only open never migrates; open it writable once with this release "
-            "(or run a writer of it) to migrate it, then open it read-only (nothing was written)")
+        raise versions.older_read_only(f"postgres: schema {schema!r}", version, len(MIGRATIONS))
     return version
 
 
@@ -241,9 +237,7 @@ def migrate(conn: Connection[Any], schema: str) -> int:
         row = conn.execute(sql.SQL("SELECT version FROM {}.schema_version").format(ident)).fetchone()
         version = row[0] if row else 0
         if version > len(MIGRATIONS):
-            raise StoreError(
-                f"postgres: schema {schema!r} is at version {version}, newer than this session-manager's "
-                f"{len(MIGRATIONS)}: a newer release migrated it; run that release (nothing was written)")
+            raise versions.newer(f"postgres: schema {schema!r}", version, len(MIGRATIONS))
         if row is None:
             conn.execute(sql.SQL("INSERT INTO {}.schema_version VALUES (0)").format(ident))
         conn.execute(sql.SQL("SET LOCAL search_path TO {}").format(ident))

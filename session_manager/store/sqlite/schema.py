@@ -42,6 +42,7 @@ from __future__ import annotations
 import sqlite3
 
 from ...errors import StoreError
+from ..sql import versions
 from ..sql.statements import statements as _statements
 from . import search
 
@@ -132,17 +133,12 @@ def check(conn: sqlite3.Connection, path: str) -> int:
     newer one and a file that holds no session store."""
     version = int(conn.execute("PRAGMA user_version").fetchone()[0])
     if version > len(MIGRATIONS):
-        raise StoreError(
-            f"sqlite: {path} is at schema version {version}, newer than this session-manager's "
-            f"{len(MIGRATIONS)}: a newer release wrote it; run that release (nothing was written)")
+        raise versions.newer(f"sqlite: {path}", version, len(MIGRATIONS))
     if version == 0:
         raise StoreError(f"sqlite: {path} holds no session store (schema version 0); a read-only open "
                          "creates nothing (nothing was written)")
     if version < len(MIGRATIONS):
-        raise StoreError(
-            f"sqlite: {path} is at schema version {version}, older than this session-manager's "
-            f"{len(MIGRATIONS)}: a read-only open never migrates; open it writable once with this "
-            "release (or run a writer of it) to migrate it, then open it read-only (nothing was written)")
+        raise versions.older_read_only(f"sqlite: {path}", version, len(MIGRATIONS))
     return version
 
 
@@ -154,9 +150,7 @@ def migrate(conn: sqlite3.Connection, path: str) -> int:
     try:
         version = int(conn.execute("PRAGMA user_version").fetchone()[0])
         if version > len(MIGRATIONS):
-            raise StoreError(
-                f"sqlite: {path} is at schema version {version}, newer than this session-manager's "
-                f"{len(MIGRATIONS)}: a newer release wrote it; run that release (nothing was written)")
+            raise versions.newer(f"sqlite: {path}", version, len(MIGRATIONS))
         if version == 0:
             tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
             foreign = sorted(tables - OURS)
