@@ -116,8 +116,10 @@ INSERT INTO search_totals (session_id, docs, words)
     SELECT session_id, count(*), coalesce(sum(length), 0) FROM search_docs GROUP BY session_id;
 """
 
-_TAKE = ("DELETE FROM search_pending WHERE seq IN (SELECT seq FROM search_pending ORDER BY seq LIMIT %s FOR UPDATE)"
-         " RETURNING seq")
+_NEXT = "SELECT seq FROM search_pending ORDER BY seq LIMIT %s"
+# Locked in seq order (two catch-ups taking overlapping batches wait, never deadlock).
+_TAKE = ("DELETE FROM search_pending WHERE seq IN"
+         " (SELECT seq FROM search_pending WHERE seq = ANY(%s) ORDER BY seq FOR UPDATE) RETURNING seq")
 _UPSERT = ("INSERT INTO search_docs (seq, session_id, entry_id, role, ts, length, words, tsv)"
            " VALUES (%s, %s, %s, %s, %s, %s, %s, array_to_tsvector(%s::text[]))"
            " ON CONFLICT (seq) DO UPDATE SET role = EXCLUDED.role, ts = EXCLUDED.ts, length = EXCLUDED.length,"
@@ -156,15 +158,21 @@ def _catch_up(conn: psycopg.Connection[Any]) -> int:
     done = 0
     while True:
         with conn.transaction():
-            seqs = [r[0] for r in conn.execute(_TAKE, (BATCH,)).fetchall()]
+            seqs = [r[0] for r in conn.execute(_NEXT, (BATCH,)).fetchall()]
             if not seqs:
                 return done
-            done += len(seqs)
-            # FOR SHARE: a delete of these entries waits for this batch, so its trigger then removes
-            # the rows written here; without it a delete committing between this read and the insert
+            # The entries first, FOR SHARE, then their queue rows: the order a delete (or rewrite)
+            # of an entry takes them in (its trigger touches the queue after the entry), so the
+            # two never wait on each other (the queue first deadlocked with a racing delete). A
+            # delete of these entries waits for this batch, so its trigger then removes the rows
+            # written here; without the lock a delete committing between this read and the insert
             # left an indexed entry of a deleted session (found by a search racing deletes).
             rows = conn.execute("SELECT seq, session_id, entry_id, body FROM entries WHERE seq = ANY(%s)"
                                 " ORDER BY seq FOR SHARE", (seqs,)).fetchall()
+            # What this batch takes: another catch-up may have taken some, a delete removed others.
+            taken = {r[0] for r in conn.execute(_TAKE, (seqs,)).fetchall()}
+            done += len(seqs)
+            rows = [r for r in rows if r[0] in taken]
             docs = [_row(*r) for r in rows]
             gone = [r[0] for r, d in zip(rows, docs, strict=True) if d is None]
             if gone:  # (an entry rewritten into one search skips, e.g. a custom entry)
