@@ -50,7 +50,10 @@ _STATUS = "SELECT txid_status(%(xid)s)"
 
 # An sm_apply statement's old backend (pid and start time: a pid may be reused):
 # 'active' while it still runs the statement (left to finish), else ended
-# (waiting 1 s at most); then the call's first outbox row says if it landed.
+# (waiting 1 s at most); once it is gone, the call's first outbox row says if it landed.
+# Asking before it is gone raced: idle when looked at, it read the statement just after,
+# was not ended (it was active by then), and the row was looked for before its commit: a
+# landed append was answered "not applied" and retried into a duplicate (a CI run saw it).
 _OLD_STATE = "SELECT state FROM pg_stat_activity WHERE pid = %(pid)s AND backend_start = %(started)s"
 _END_OLD_STATEMENT = ("SELECT pg_terminate_backend(pid, 1000) FROM pg_stat_activity"
                       " WHERE pid = %(pid)s AND backend_start = %(started)s AND state <> 'active'")
@@ -90,6 +93,18 @@ def settle(db: PgDatastore, tx: Tx, failure: StoreError) -> bool:
         time.sleep(_POLL_S)
 
 
+def _old_gone(conn: psycopg.Connection[Any], old: dict[str, Any]) -> bool:
+    """Whether the old backend is gone (ended now, or before): only then can its
+    statement no longer land. One that turned active between the two queries (it read the
+    statement just now) is not ended, nor is one still ending after a second: asked again."""
+    if conn.execute(_OLD_STATE, old).fetchone() is None:
+        return True
+    ended = conn.execute(_END_OLD_STATEMENT, old).fetchone()
+    if ended is not None and ended[0]:
+        return True
+    return conn.execute(_OLD_STATE, old).fetchone() is None
+
+
 def _until(db: PgDatastore) -> float:
     return max(db.deadline_at(), time.monotonic() + min(SETTLE_MIN_S, db.settings.timeout_ms / 1000))
 
@@ -112,9 +127,7 @@ def settle_apply(db: PgDatastore, pid: int, started: Any, payload: str, failure:
         try:
             conn = db.getconn(until)
             try:
-                state = conn.execute(_OLD_STATE, old).fetchone()
-                if state is None or state[0] != "active":
-                    conn.execute(_END_OLD_STATEMENT, old)
+                if _old_gone(conn, old):
                     row = (conn.execute(_LANDED, {"instance": db.instance, "payload": payload}) if entry is None
                            else conn.execute(_LANDED_ENTRY, entry)).fetchone()
             finally:
