@@ -50,8 +50,8 @@ class Transactions(Protocol[H]):
     def end(self, tx: H, *, commit: bool) -> None:
         """COMMIT (or ROLLBACK) ``tx``; a failed COMMIT raises :class:`StoreError`."""
 
-    def call_scope(self) -> AbstractContextManager[None]:
-        """Entered around a whole call (postgres: its deadline)."""
+    def call_scope(self) -> AbstractContextManager[None] | None:
+        """Entered around a whole call (postgres: its deadline); ``None``: none (sqlite)."""
 
     def storage_error(self, e: BaseException) -> SessionError: ...
 
@@ -80,7 +80,10 @@ class CallRunner(Generic[H]):
         """Run one call; its mutation commits together with its outbox rows."""
         if self.local.deferring:  # re-entrant: the outer call commits
             return call()
-        with self.transactions.call_scope():
+        scope = self.transactions.call_scope()
+        if scope is None:  # (sqlite: one context manager fewer per call)
+            return self.run_deferred(call)
+        with scope:
             return self.run_deferred(call)
 
     def run_deferred(self, call: Callable[[], tuple[R, list[Event]]]) -> tuple[R, list[Event]]:

@@ -115,17 +115,17 @@ class Outbox:
         following = self._thread is not None
         if not events and not following:
             return None
-        now = now_ms()
         instance = self._db.instance
         local = self._db.local
         noted, local.position = local.position, None
         if noted is not None:  # read in this transaction (the write lock held since): still current
             last, others = noted
         else:
-            last, others = conn.execute(_POSITION_SQL, (instance, now - self._retention_ms)).fetchone()
+            last, others = conn.execute(_POSITION_SQL, (instance, now_ms() - self._retention_ms)).fetchone()
         before = (int(last) if last is not None else 0) if following else None
         if not events or not others:
             return before  # nobody else follows this file
+        now = now_ms()
         for event in events:
             entry_key = None
             if event.function_id == ON_MESSAGE_UPDATED:

@@ -5,6 +5,7 @@ the thread's connection in autocommit; inside one, in its transaction."""
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -67,19 +68,25 @@ class SqliteReads:
         # and the outbox's position, which its events need (outbox.record).
         sid = key(session_id)
         db = self.db
-        rows = db.rows(_META_LEAF_LINKS, (db.instance, now_ms() - db.retention_ms, sid))
-        if not rows:
+        local = db.local
+        conn = local.conn  # (the mutation's: in_tx)
+        assert conn is not None
+        try:  # on the connection itself: the append's hot read (no db.rows, no placeholder rewrite)
+            row = conn.execute(_META_LEAF_LINKS, (db.instance, now_ms() - db.retention_ms, sid)).fetchone()
+        except sqlite3.Error as e:
+            raise db.fail(e) from None
+        if row is None:
             return None, None
-        meta, leaf, *links, listed_at, first, last, others = rows[0]
-        db.local.position = (last, others)
-        db.local.listed = (sid, listed_at, first)
+        meta, leaf, depth, jump_id, jump_depth, j_depth, j_jump_id, j_jump_depth, listed_at, first, last, others = row
+        local.position = (last, others)
+        local.listed = (sid, listed_at, first)
         known: dict[str, tuple[int, str, int]] = {}
-        if links[0] is not None:
-            known[leaf] = (links[0], links[1], links[2])
-            if links[3] is not None:
-                known[links[1]] = (links[3], links[4], links[5])
-        self.db.local.links = (sid, known)
-        return (_load(meta) if meta is not None else None), (unkey(leaf) if leaf is not None else None)
+        if depth is not None:
+            known[leaf] = (depth, jump_id, jump_depth)
+            if j_depth is not None:
+                known[jump_id] = (j_depth, j_jump_id, j_jump_depth)
+        local.links = (sid, known)
+        return (loads(meta.encode("utf-8")) if meta is not None else None), (unkey(leaf) if leaf is not None else None)
 
     def ordered_metas(
         self, order: str, after: tuple[int, str] | None, status: str | None, metadata: Meta | None

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable, Collection
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager
 from types import TracebackType
 
 from ...errors import SessionError
@@ -23,7 +23,7 @@ from .core import SqliteDatastore
 __all__ = ["SqliteTransactions"]
 
 
-class _Mutation:
+class Mutation:
     """One mutation's transaction, entered once: ``BEGIN IMMEDIATE`` (none when nested in
     another's, e.g. a fork's new session inside its source's); on the way out ROLLBACK
     after a failure, else COMMIT unless a call defers it (run_call commits with the
@@ -61,7 +61,7 @@ class SqliteTransactions:
     def mutation(self, session_ids: Collection[str]) -> AbstractContextManager[None]:
         """One mutation's transaction (the write lock first); committed here unless a call defers it."""
         del session_ids  # one writer at a time: the database's lock covers every session
-        return _Mutation(self.db)
+        return Mutation(self.db)
 
     def in_tx(self, session_id: str, run: Callable[[sqlite3.Connection], None]) -> None:
         """``run`` in the open mutation's transaction, else in one of its own."""
@@ -85,8 +85,8 @@ class SqliteTransactions:
     def end(self, tx: sqlite3.Connection, *, commit: bool) -> None:
         self.db.end(tx, commit=commit)
 
-    def call_scope(self) -> AbstractContextManager[None]:
-        return nullcontext()
+    def call_scope(self) -> None:
+        return None  # no deadline around a call: busy_timeout_ms bounds the wait for the lock
 
     def storage_error(self, e: BaseException) -> SessionError:
         return self.db.storage_error(e)

@@ -11,8 +11,8 @@ from collections.abc import Iterable
 from typing import Any
 
 from .._core.cas import resolve
-from ..base import AttachmentMeta, Commit, Entry
-from ..sql.keys import key, key_or_none
+from ..base import AttachmentMeta, Commit
+from ..sql.keys import key
 from ..sql.values import events_prefix, json_text
 from . import search
 from .core import FIRST_LISTED, SqliteDatastore, sortable
@@ -41,17 +41,18 @@ def _links(conn: sqlite3.Connection, sid: str, parent: str | None,
     return found
 
 
-def link(conn: sqlite3.Connection, sid: str, entry: Entry, known: dict[str, tuple[int, str, int]]) -> tuple[
-        int, str, int]:
+def link(conn: sqlite3.Connection, sid: str, eid: str, parent: str | None,
+         known: dict[str, tuple[int, str, int]]) -> tuple[int, str, int]:
     """A new entry's depth and skew-binary jump pointer (the rule of
-    :mod:`..postgres.links`, probed one row at a time: SQLite is in-process)."""
-    eid, parent = key(entry["id"]), key_or_none(entry.get("parent_id"))
-    p = _links(conn, sid, parent, known)
+    :mod:`..postgres.links`, probed one row at a time: SQLite is in-process);
+    ``eid`` and ``parent`` are stored keys. (``known`` first: an append's parent
+    and its jump target were noted by its read, no call for them.)"""
+    p = None if parent is None else known.get(parent) or _links(conn, sid, parent, known)
     if p is None or parent is None:
         row = (0, eid, 0)  # a root (or an orphan: its path starts here)
     else:
         p_depth, p_jump, p_jump_depth = p
-        j = _links(conn, sid, p_jump, known)
+        j = known.get(p_jump) or _links(conn, sid, p_jump, known)
         if j is not None and p_jump != parent and p_depth - p_jump_depth == p_jump_depth - j[2]:
             row = (p_depth + 1, j[1], j[2])
         else:
@@ -82,28 +83,31 @@ class SqliteWrites:
         if self.db.local.in_tx:
             # Inside a mutation the decision was read in this transaction, which
             # holds the write lock: it is current, so the compare-and-set is a no-op.
-            self._write(session_id, commit)
+            self.write(session_id, commit)
             return commit
         reads = self.reads
         with self.txs.mutation((session_id,)):
             # A commit from outside a mutation is checked against what is stored now.
             commit = resolve(commit, reads.get_meta(session_id), reads.get_leaf(session_id),
                              lambda entry_id: reads.get_entry(session_id, entry_id))
-            self._write(session_id, commit)
+            self.write(session_id, commit)
         return commit
 
-    def _write(self, session_id: str, commit: Commit) -> None:
+    def write(self, session_id: str, commit: Commit) -> None:
+        """``commit`` as it is, in the open transaction (a mutation's: decided in it)."""
         # Encode everything first: a value that cannot be stored writes nothing.
-        bodies = [(e, json_text(e)) for e in commit.entries]
+        entries = commit.entries
+        bodies = list(map(json_text, entries))  # (map: no comprehension frame per commit)
         meta = commit.meta
         meta_text = json_text(meta) if meta is not None else None
-        conn, sid = self.db.conn(), key(session_id)
-        local = self.db.local
+        db = self.db
+        conn, sid = db.conn(), key(session_id)
+        local = db.local
         local.leaf_depth = None
         noted, local.links = local.links, None
         try:
             known = noted[1] if noted is not None and noted[0] == sid else {}
-            for entry, text in bodies:
+            for entry, text in zip(entries, bodies, strict=True):
                 eid = key(entry["id"])
                 # A new revision keeps its place and links: only the body changes (an
                 # append's entries are new: checked absent in this transaction).
@@ -111,11 +115,12 @@ class SqliteWrites:
                 if not commit.append and conn.execute(
                         "UPDATE entries SET body = ? WHERE session_id = ? AND entry_id = ?", (text, sid, eid)).rowcount:
                     continue
-                depth, jump_id, jump_depth = link(conn, sid, entry, known)
+                parent = entry.get("parent_id")
+                parent = key(parent) if isinstance(parent, str) else None
+                depth, jump_id, jump_depth = link(conn, sid, eid, parent, known)
                 conn.execute(
                     "INSERT INTO entries (session_id, entry_id, parent_id, depth, jump_id, jump_depth, body)"
-                    " VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    (sid, eid, key_or_none(entry.get("parent_id")), depth, jump_id, jump_depth, text))
+                    " VALUES (?, ?, ?, ?, ?, ?, ?)", (sid, eid, parent, depth, jump_id, jump_depth, text))
             columns: dict[str, Any] = {}
             if meta is not None:
                 updated = sortable(meta.get("updated_at"))
