@@ -27,7 +27,7 @@ machine-bound: compare figures from one run, not across machines.
 
 ``--split`` then splits one more run of ``put`` (first state, no sync per write)
 into the serializer's share, the store call's (``SessionManager.call`` and
-``_call_owned``: ours only) and the rest (ours: the saver's own work; SqliteSaver's: its INSERT and
+``_append_owned``, the typed append: ours only) and the rest (ours: the saver's own work; SqliteSaver's: its INSERT and
 commit), medians per put, so a change to the shared append path shows where it landed.
 """
 
@@ -209,7 +209,7 @@ def split_puts(where: Path, rounds: int, batch: int) -> dict[str, tuple[float, f
             threads.append(thread)
         ledger = ledgers["SessionManagerSaver"]  # its own sm: both ways into the store are clocked
         sm.call = ledger.clock("store call", sm.call)  # type: ignore[method-assign]
-        sm._call_owned = ledger.clock("store call", sm._call_owned)  # type: ignore[method-assign]
+        sm._append_owned = ledger.clock("store call", sm._append_owned)  # type: ignore[method-assign]
         for _ in range(rounds):
             for thread in threads:
                 thread.put(batch)

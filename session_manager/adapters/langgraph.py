@@ -175,7 +175,9 @@ class SessionManagerSaver(BaseCheckpointSaver[str]):
         """Append one custom entry (rooting the thread first if needed); ``index``'s token
         follows the new leaf, the caller takes the entry into it. ``owned``: ``data`` was
         built by :mod:`._checkpoints` (exact JSON, newly made, not kept for changing)
-        and is handed to the store as it is, without a private copy; ``checked`` (owned
+        and is handed to the store as it is, without a private copy, through the host's
+        typed append (the thread id passed the session's own checks when it was rooted:
+        ``session::ensure``; ``parent`` is an entry id of it); ``checked`` (owned
         only): only while the session is at ``index.token``, else ``LeafMoved``."""
         if not index.rooted:
             made = self.sm.call("session::ensure", _dropped_none({"session_id": thread_id, "metadata": self.metadata}))
@@ -183,15 +185,15 @@ class SessionManagerSaver(BaseCheckpointSaver[str]):
                                                     "custom": {"custom_type": ROOT, "data": None}})
             index.rooted = True
             index.token = (made["meta"]["created_at"], root["entry_id"])
-        payload: dict[str, Any] = {"session_id": thread_id, "custom": {"custom_type": custom_type, "data": data}}
-        if parent is not None:
-            payload["parent_id"] = parent
-        if entry_id is not None:
-            payload["entry_id"] = entry_id
-        if owned:
-            at = index.token if checked else None
-            written = str(self.sm._call_owned("session::append", payload, at=at)["entry_id"])
+        if owned:  # the host's typed call: no payload built, admitted or parsed
+            assert entry_id is None, "an owned write takes the entry id the store draws"
+            written = self.sm._append_owned(thread_id, custom_type, data, parent, at=index.token if checked else None)
         else:
+            payload: dict[str, Any] = {"session_id": thread_id, "custom": {"custom_type": custom_type, "data": data}}
+            if parent is not None:
+                payload["parent_id"] = parent
+            if entry_id is not None:
+                payload["entry_id"] = entry_id
             written = str(self.sm.call("session::append", payload)["entry_id"])
         index.token = (index.token[0] if index.token else None, written)
         return written
