@@ -62,7 +62,7 @@ from ._checkpoints import (
     Key,
     ThreadIndex,
     decode_doc,
-    encode_doc,
+    encode_docs,
     new_writes,
     pack,
     pack_values,
@@ -315,9 +315,8 @@ class SessionManagerSaver(BaseCheckpointSaver[str]):
             parent_id = text(parent_id, "checkpoint_id")
         checkpoint_id = text(checkpoint["id"], "checkpoint.id")
         # Built of exact JSON only (see _checkpoints): handed to the store without a copy.
-        data = {"ns": ns, "id": checkpoint_id, "parent": parent_id,
-                "checkpoint": encode_doc(self.serde, _without_values(checkpoint)),
-                "metadata": encode_doc(self.serde, get_checkpoint_metadata(config, metadata)),
+        body, meta = encode_docs(self.serde, _without_values(checkpoint), get_checkpoint_metadata(config, metadata))
+        data = {"ns": ns, "id": checkpoint_id, "parent": parent_id, "checkpoint": body, "metadata": meta,
                 "values": pack_values(self.serde, checkpoint["channel_values"], new_versions)}
         def write(index: ThreadIndex, checked: bool) -> tuple[ThreadIndex, str]:
             parent_entry = index.checkpoints.get((ns, parent_id)) if parent_id else None
