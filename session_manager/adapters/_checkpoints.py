@@ -32,9 +32,11 @@ makes (the serializer's bytes as latin-1 text) or checks (ids, channel names,
 types), integers and finite floats it checks, and documents that are orjson's
 own decoding of the value (never the caller's objects), nested within what a
 request may hold. The saver hands such data to the store without the private
-copy a caller's payload gets (:meth:`SessionManager._call_owned
-<session_manager._hosts.embedded.SessionManager._call_owned>`); what this
-module cannot build that way it refuses with ``session/invalid_request``.
+copy a caller's payload gets, through the host's typed append
+(:meth:`SessionManager._append_owned
+<session_manager._hosts.embedded.SessionManager._append_owned>`: no payload
+admitted or parsed, the data's size measured); what this module cannot build
+that way it refuses with ``session/invalid_request``.
 """
 
 from __future__ import annotations

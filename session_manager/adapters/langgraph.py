@@ -14,7 +14,9 @@ parent entry is its parent checkpoint's, so time travel (replaying or forking
 from an earlier checkpoint) makes a branch of the session; pending writes are
 entries beside their checkpoint. Layout: :mod:`session_manager.adapters._checkpoints`.
 
-Writes go through the function surface (so they fire the usual events);
+Writes go through the host: the function surface, and for checkpoints and
+pending writes its typed append (the same session checks, size limit and
+events, without a payload to admit and parse: the saver built it);
 reads go through the store the manager serves (the one read the function
 surface lacks is every entry on every branch, which ``list`` needs). An
 index of each thread, derived from its entries, is kept per saver and
