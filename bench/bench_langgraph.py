@@ -12,17 +12,22 @@ state only), and the ratio to SqliteSaver at the same durability (target:
 every checkpoint; ours stores a channel's value once per version, so the
 unchanged channel costs it nothing after the first put:
 
-- no sync per write: our ``durability="flush"`` (the default) beside
-  SqliteSaver with ``PRAGMA synchronous=NORMAL`` (WAL: no fsync per commit);
+- no sync per write: our ``durability="flush"`` (the default: each write handed
+  to the OS before put returns) beside SqliteSaver with ``PRAGMA synchronous=NORMAL``
+  (WAL: each commit written to the WAL file, no fsync): both survive a crash of
+  the process, neither a power loss;
 - a sync per write: our ``durability="fsync"`` beside SqliteSaver as it comes
-  (WAL, ``synchronous=FULL``: an fsync per commit).
+  (WAL, ``synchronous=FULL``: the WAL synced at each commit): both survive a power loss.
+
+The settings each side ran with are read back (SQLite's ``journal_mode`` and
+``synchronous`` pragmas, our store's ``durability``) and printed with the figures.
 
 Both savers get the same checkpoints through LangGraph's serializer. Speed is
 machine-bound: compare figures from one run, not across machines.
 
 ``--split`` then splits one more run of ``put`` (first state, no sync per write)
 into the serializer's share, the store call's (``SessionManager.call`` and
-``_call_owned``: ours only) and the rest (ours: the saver's own work; SqliteSaver's: its INSERT and
+``_append_owned``, the typed append: ours only) and the rest (ours: the saver's own work; SqliteSaver's: its INSERT and
 commit), medians per put, so a change to the shared append path shows where it landed.
 """
 
@@ -204,7 +209,7 @@ def split_puts(where: Path, rounds: int, batch: int) -> dict[str, tuple[float, f
             threads.append(thread)
         ledger = ledgers["SessionManagerSaver"]  # its own sm: both ways into the store are clocked
         sm.call = ledger.clock("store call", sm.call)  # type: ignore[method-assign]
-        sm._call_owned = ledger.clock("store call", sm._call_owned)  # type: ignore[method-assign]
+        sm._append_owned = ledger.clock("store call", sm._append_owned)  # type: ignore[method-assign]
         for _ in range(rounds):
             for thread in threads:
                 thread.put(batch)
@@ -221,6 +226,17 @@ def sqlite_saver(path: Path, synchronous: str | None) -> SqliteSaver:
     return saver
 
 
+_SYNCHRONOUS = {0: "OFF", 1: "NORMAL", 2: "FULL", 3: "EXTRA"}
+
+
+def durability_line(sm: Any, baseline: SqliteSaver) -> str:
+    """The durability each side runs with, as read back from it (not as asked for)."""
+    journal = baseline.conn.execute("PRAGMA journal_mode").fetchone()[0]
+    synchronous = baseline.conn.execute("PRAGMA synchronous").fetchone()[0]
+    return (f"SessionManagerSaver durability={sm.service.store.durability!r}; SqliteSaver "
+            f"journal_mode={journal}, synchronous={_SYNCHRONOUS.get(synchronous, synchronous)}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer operations (a smoke run)")
@@ -228,6 +244,7 @@ def main() -> None:
     args = parser.parse_args()
     rounds, batch = (5, 20) if args.quick else (20, 25)
     rows: list[tuple[str, str, dict[str, tuple[float, float]]]] = []
+    settings_run: dict[str, str] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for workload, settings in WORKLOADS.items():
             for label, durability, synchronous in (("no sync per write", "flush", "NORMAL"),
@@ -236,6 +253,7 @@ def main() -> None:
                 with session_manager.open(where / "sm", durability=durability) as sm:  # type: ignore[arg-type]
                     baseline_saver = sqlite_saver(where.with_suffix(".db"), synchronous)
                     ours_saver = SessionManagerSaver(sm)
+                    settings_run[label] = durability_line(sm, baseline_saver)
                     figures = compare(Thread(ours_saver, "bench", settings),
                                       Thread(baseline_saver, "bench", settings), rounds, batch)
                     if settings is SETTINGS:
@@ -244,7 +262,10 @@ def main() -> None:
                 rows.append((workload, label, figures))
         split = split_puts(Path(tmp) / "split", rounds, batch) if args.split else {}
     print(f"LangGraph checkpointers: {rounds} rounds of {batch} per operation, the savers taking turns; "
-          f"{rounds * batch} checkpoints per thread; medians\n")
+          f"{rounds * batch} checkpoints per thread; medians")
+    for label, line in settings_run.items():
+        print(f"  {label}: {line}")
+    print()
     print(f"{'state':<28} {'durability':<18} {'operation':<19} {'SessionManagerSaver':>19} {'SqliteSaver':>12}"
           f" {'x Sqlite':>9}")
     for workload, label, figures in rows:

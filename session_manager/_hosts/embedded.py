@@ -16,13 +16,16 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
-from .._service.appending import SessionAt
+import orjson
+
+from .._service.admission import admit, admit_size
+from .._service.appending import OwnedCustom, SessionAt
 from .._service.erasure import Selection
 from .._service.limits import Limits, LimitsCell
 from .._service.service import SessionService
 from .._wire.events import EVENT_FUNCTIONS, Event
 from ..clock import Clock
-from ..errors import STORAGE, SessionError, StoreError
+from ..errors import STORAGE, SessionError, StoreError, invalid_request
 from ..ids import IdGen
 from ..store.base import SessionStore
 from ..store.fs import DEFAULT_CACHE_BYTES, Durability, FsStore
@@ -194,6 +197,46 @@ class SessionManager(Helpers):
             raise RuntimeError("this session manager is closed")
         try:
             return self._call(function_id, payload, owned=True, row=row)
+        finally:
+            gate.leave()
+
+    def _append_owned(self, session_id: str, custom_type: str, data: Any, parent_id: str | None = None, *,
+                      at: SessionAt | None = None) -> str:
+        """``session::append`` of a custom entry (no caller's entry id) this package's own
+        code built, as a typed call: the new entry's id. :meth:`_call_owned`'s promise
+        about ``data`` (exact JSON, at most
+        :data:`~session_manager._service.admission.MAX_DEPTH` deep with its request, newly
+        built, handed over), and more: ``session_id``, ``custom_type`` and ``parent_id``
+        are non-empty ``str`` (what the request model would check). Without a payload to
+        admit and parse, what a call costs besides the append itself is the size: ``data``
+        encoded once (orjson keeps each string's UTF-8, so the store's encoding of the
+        entry reuses it), the request measured around it; text JSON cannot carry refused
+        as :func:`~session_manager._service.admission.admit` names it. Then as any append:
+        the session's state (``at`` as :meth:`_call_owned`'s), read-only refusal, the event."""
+        gate = self._gate
+        if not gate.enter():
+            raise RuntimeError("this session manager is closed")
+        try:
+            if self._read_only:
+                raise SessionError(STORAGE, "session::append: this session store is open read-only")
+            service = self.service
+            limits = service.limits.get()
+            envelope: dict[str, Any] = {"session_id": session_id, "custom": {"custom_type": custom_type, "data": None}}
+            if parent_id is not None:
+                envelope["parent_id"] = parent_id
+            try:  # (the request's compact JSON is the envelope's with ``null`` replaced by data's)
+                size = len(orjson.dumps(envelope)) - 4 + len(orjson.dumps(data))
+            except TypeError:  # (orjson.JSONEncodeError too): admission names the field
+                envelope["custom"]["data"] = data
+                admit("session::append", envelope, limits, mutates=True)
+                raise invalid_request("custom.data: not representable as JSON") from None
+            admit_size(size, limits)
+            request = OwnedCustom(session_id, custom_type, data, parent_id, at)
+            entry, events = execute(service.store, lambda: service.append_custom_owned(request),
+                                    wraps_calls=self._wraps_calls)
+            if events:
+                self._deliver(events)  # (inside the gate, as a call's: close() waits for them)
+            return str(entry["id"])
         finally:
             gate.leave()
 

@@ -85,7 +85,15 @@ def admit(function_id: str, payload: Any, limits: Limits, *, mutates: bool, prov
         # the handler's attachment_too_large. Beyond the allowance it counts, so a huge string is still
         # refused before any work.
         size -= min(extra, _bulk_allowance(limits.max_attachment_bytes, bulk or ""))
-    if mutates and size > limits.max_request_bytes:
+    if mutates:
+        admit_size(size, limits)
+
+
+def admit_size(size: int, limits: Limits) -> None:
+    """``session/invalid_request`` unless a mutating request of ``size`` bytes of compact
+    JSON is within ``max_request_bytes`` (:func:`admit`'s bound; also the embedded
+    host's typed append, which measures its request without building it)."""
+    if size > limits.max_request_bytes:
         raise invalid_request(
             f"payload: {size} bytes of JSON exceed max_request_bytes ({limits.max_request_bytes})")
 

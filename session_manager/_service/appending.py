@@ -3,7 +3,7 @@ update-message (streaming revisions)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 from pydantic import BaseModel
 
@@ -22,11 +22,11 @@ from ..errors import (
     invalid_request,
     not_found,
 )
-from ..store.base import Entry
+from ..store.base import Entry, Meta
 from .contention import retry_conflicts
 from .core import Result, ServiceCore
 
-__all__ = ["LeafMoved", "append", "append_at", "append_many", "update_message"]
+__all__ = ["LeafMoved", "OwnedCustom", "append", "append_at", "append_custom_owned", "append_many", "update_message"]
 
 # A session as a writer last saw it: its created_at and its active leaf.
 SessionAt = tuple[Any, str | None]
@@ -35,6 +35,19 @@ SessionAt = tuple[Any, str | None]
 class LeafMoved(Exception):
     """:func:`append_at`'s session is no longer as its caller saw it (another
     writer appended, or it was deleted and created again); nothing was written."""
+
+class OwnedCustom(NamedTuple):
+    """A custom entry this package's own code built (an adapter's hot write), appended
+    without a request model: :func:`append_custom_owned`. Its builder vouches for what
+    parsing an :class:`~session_manager._wire.api.AppendRequest` would check (ids
+    non-empty strings, ``data`` exact JSON it hands over); the host still admits its size."""
+
+    session_id: str
+    custom_type: str
+    data: Any
+    parent_id: str | None
+    at: SessionAt | None  # as :func:`append_at`'s; None: unconditionally
+
 
 # update-message's edits of the entry and the meta (every streamed token): the fields they always change.
 _revised = editor(MessageEntry, "revision", "message")
@@ -55,14 +68,39 @@ def append_at(core: ServiceCore, request: tuple[api.AppendRequest, SessionAt]) -
     return _append(core, request[0], request[1])
 
 
+@retry_conflicts
+def append_custom_owned(core: ServiceCore, req: OwnedCustom) -> Result:
+    """:func:`append` (or, with ``req.at``, :func:`append_at`) of a custom entry without
+    a caller's entry id, for a request built as :class:`OwnedCustom` rather than parsed:
+    the same reads, checks, commit and event; the response is the stored entry itself
+    (the embedded host's typed path hands on only its id)."""
+    session_id = req.session_id
+    with core.mutating(session_id):
+        meta, leaf = _session_at(core, session_id, req.at)
+        parent = _parent(core, session_id, req.parent_id, leaf)
+        entry = build[CustomEntry](kind="custom", id=core.ids.entry_id(), parent_id=parent,
+                                   timestamp=core.clock.now_ms(), revision=0, origin=None,
+                                   custom_type=req.custom_type, data=req.data)
+        applied = core.commit_append(session_id, meta, (entry,), chain=req.parent_id is None)
+        entry, meta = applied.entries[0], applied.meta or meta
+    return entry, [ev.message_added(session_id, entry, meta.get("metadata"))]
+
+
+def _session_at(core: ServiceCore, session_id: str, at: SessionAt | None) -> tuple[Meta, str | None]:
+    """The session's meta and active leaf, read for the commit that follows; ``not_found``
+    without one, :class:`LeafMoved` when ``at`` is given and they are not as it says."""
+    meta, leaf = core.store.meta_and_leaf_to_commit(session_id)  # one lookup: the hot path reads both
+    if meta is None:
+        raise not_found(session_id)
+    if at is not None and (meta.get("created_at"), leaf) != at:
+        raise LeafMoved(session_id)
+    return meta, leaf
+
+
 def _append(core: ServiceCore, req: api.AppendRequest, at: SessionAt | None) -> Result:
     session_id = req.session_id
     with core.mutating(session_id):
-        meta, leaf = core.store.meta_and_leaf_to_commit(session_id)  # one lookup: the hot path reads both
-        if meta is None:
-            raise not_found(session_id)
-        if at is not None and (meta.get("created_at"), leaf) != at:
-            raise LeafMoved(session_id)
+        meta, leaf = _session_at(core, session_id, at)
         if (req.message is None) == (req.custom is None):
             raise invalid_request("message, custom: exactly one of `message` / `custom` must be supplied")
         if req.entry_id is not None:

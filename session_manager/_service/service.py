@@ -146,6 +146,11 @@ class SessionService:
         surface function: the embedded host's, for an adapter's own writes."""
         return appending.append_at(self.core, (req, at))
 
+    def append_custom_owned(self, req: appending.OwnedCustom) -> Result:
+        """A custom entry this package's own code built (:func:`.appending.append_custom_owned`);
+        not a surface function: the embedded host's typed path for an adapter's writes."""
+        return appending.append_custom_owned(self.core, req)
+
     def append_many(self, req: api.AppendManyRequest) -> Result:
         """``session::append-many``: a chained batch of messages."""
         return appending.append_many(self.core, req)

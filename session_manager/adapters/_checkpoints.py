@@ -32,9 +32,11 @@ makes (the serializer's bytes as latin-1 text) or checks (ids, channel names,
 types), integers and finite floats it checks, and documents that are orjson's
 own decoding of the value (never the caller's objects), nested within what a
 request may hold. The saver hands such data to the store without the private
-copy a caller's payload gets (:meth:`SessionManager._call_owned
-<session_manager._hosts.embedded.SessionManager._call_owned>`); what this
-module cannot build that way it refuses with ``session/invalid_request``.
+copy a caller's payload gets, through the host's typed append
+(:meth:`SessionManager._append_owned
+<session_manager._hosts.embedded.SessionManager._append_owned>`: no payload
+admitted or parsed, the data's size measured); what this module cannot build
+that way it refuses with ``session/invalid_request``.
 """
 
 from __future__ import annotations
@@ -118,11 +120,25 @@ def encode_doc(serde: Any, value: Any) -> dict[str, Any]:
     return {"packed": pack(serde, value)}
 
 
-def _within(copy: Any, body: bytes) -> bool:
-    """Does ``copy`` (encoded as ``body``) nest at most :data:`DOC_DEPTH` deep? A
-    document with no more brackets than that does (brackets in strings count too:
-    an upper bound, and the usual answer); any other is measured."""
-    return body.count(b"{") + body.count(b"[") <= DOC_DEPTH or _depth(copy) <= DOC_DEPTH
+def encode_docs(serde: Any, *values: Any) -> list[dict[str, Any]]:
+    """``[encode_doc(serde, v) for v in values]``, in one JSON round trip of them all
+    when each is held exactly (a put's checkpoint and metadata: one encode, one decode,
+    one comparison instead of two of each); any other way, each on its own."""
+    try:
+        body = orjson.dumps(values)  # (the tuple as an array: one level more than each value)
+    except (TypeError, orjson.JSONEncodeError):
+        return [encode_doc(serde, v) for v in values]
+    copies = orjson.loads(body)
+    if copies == list(values) and _within(copies, body, DOC_DEPTH + 1):
+        return [{"json": copy} for copy in copies]
+    return [encode_doc(serde, v) for v in values]
+
+
+def _within(copy: Any, body: bytes, limit: int = DOC_DEPTH) -> bool:
+    """Does ``copy`` (encoded as ``body``) nest at most ``limit`` deep? A document
+    with no more brackets than that does (brackets in strings count too: an upper
+    bound, and the usual answer); any other is measured."""
+    return body.count(b"{") + body.count(b"[") <= limit or _depth(copy) <= limit
 
 
 def _depth(value: Any) -> int:

@@ -14,7 +14,9 @@ parent entry is its parent checkpoint's, so time travel (replaying or forking
 from an earlier checkpoint) makes a branch of the session; pending writes are
 entries beside their checkpoint. Layout: :mod:`session_manager.adapters._checkpoints`.
 
-Writes go through the function surface (so they fire the usual events);
+Writes go through the host: the function surface, and for checkpoints and
+pending writes its typed append (the same session checks, size limit and
+events, without a payload to admit and parse: the saver built it);
 reads go through the store the manager serves (the one read the function
 surface lacks is every entry on every branch, which ``list`` needs). An
 index of each thread, derived from its entries, is kept per saver and
@@ -62,7 +64,7 @@ from ._checkpoints import (
     Key,
     ThreadIndex,
     decode_doc,
-    encode_doc,
+    encode_docs,
     new_writes,
     pack,
     pack_values,
@@ -175,7 +177,9 @@ class SessionManagerSaver(BaseCheckpointSaver[str]):
         """Append one custom entry (rooting the thread first if needed); ``index``'s token
         follows the new leaf, the caller takes the entry into it. ``owned``: ``data`` was
         built by :mod:`._checkpoints` (exact JSON, newly made, not kept for changing)
-        and is handed to the store as it is, without a private copy; ``checked`` (owned
+        and is handed to the store as it is, without a private copy, through the host's
+        typed append (the thread id passed the session's own checks when it was rooted:
+        ``session::ensure``; ``parent`` is an entry id of it); ``checked`` (owned
         only): only while the session is at ``index.token``, else ``LeafMoved``."""
         if not index.rooted:
             made = self.sm.call("session::ensure", _dropped_none({"session_id": thread_id, "metadata": self.metadata}))
@@ -183,15 +187,15 @@ class SessionManagerSaver(BaseCheckpointSaver[str]):
                                                     "custom": {"custom_type": ROOT, "data": None}})
             index.rooted = True
             index.token = (made["meta"]["created_at"], root["entry_id"])
-        payload: dict[str, Any] = {"session_id": thread_id, "custom": {"custom_type": custom_type, "data": data}}
-        if parent is not None:
-            payload["parent_id"] = parent
-        if entry_id is not None:
-            payload["entry_id"] = entry_id
-        if owned:
-            at = index.token if checked else None
-            written = str(self.sm._call_owned("session::append", payload, at=at)["entry_id"])
+        if owned:  # the host's typed call: no payload built, admitted or parsed
+            assert entry_id is None, "an owned write takes the entry id the store draws"
+            written = self.sm._append_owned(thread_id, custom_type, data, parent, at=index.token if checked else None)
         else:
+            payload: dict[str, Any] = {"session_id": thread_id, "custom": {"custom_type": custom_type, "data": data}}
+            if parent is not None:
+                payload["parent_id"] = parent
+            if entry_id is not None:
+                payload["entry_id"] = entry_id
             written = str(self.sm.call("session::append", payload)["entry_id"])
         index.token = (index.token[0] if index.token else None, written)
         return written
@@ -313,9 +317,8 @@ class SessionManagerSaver(BaseCheckpointSaver[str]):
             parent_id = text(parent_id, "checkpoint_id")
         checkpoint_id = text(checkpoint["id"], "checkpoint.id")
         # Built of exact JSON only (see _checkpoints): handed to the store without a copy.
-        data = {"ns": ns, "id": checkpoint_id, "parent": parent_id,
-                "checkpoint": encode_doc(self.serde, _without_values(checkpoint)),
-                "metadata": encode_doc(self.serde, get_checkpoint_metadata(config, metadata)),
+        body, meta = encode_docs(self.serde, _without_values(checkpoint), get_checkpoint_metadata(config, metadata))
+        data = {"ns": ns, "id": checkpoint_id, "parent": parent_id, "checkpoint": body, "metadata": meta,
                 "values": pack_values(self.serde, checkpoint["channel_values"], new_versions)}
         def write(index: ThreadIndex, checked: bool) -> tuple[ThreadIndex, str]:
             parent_entry = index.checkpoints.get((ns, parent_id)) if parent_id else None

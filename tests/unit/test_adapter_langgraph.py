@@ -21,7 +21,6 @@ from langgraph.graph import START, MessagesState, StateGraph
 
 import session_manager
 from session_manager import SessionError, aio
-from session_manager._wire.api import AppendRequest
 from session_manager._wire.events import ON_MESSAGE_ADDED
 from session_manager.adapters._checkpoints import CHECKPOINT, DELETED, DOC_DEPTH, ROOT_ID, WRITES
 from session_manager.adapters.langgraph import SessionManagerSaver
@@ -273,13 +272,13 @@ def test_a_checkpoint_is_stored_as_exact_json_built_by_the_saver_not_the_callers
     with session_manager.open(tmp_path / "d") as sm:
         saver = SessionManagerSaver(sm)
         handed: list[Any] = []
-        real = sm._call_owned
+        real = sm._append_owned
 
-        def record(function_id: str, payload: Any, **at: Any) -> Any:
-            handed.append((function_id, payload))
-            return real(function_id, payload, **at)
+        def record(session_id: Any, custom_type: Any, data: Any, parent_id: Any = None, **at: Any) -> str:
+            handed.append((session_id, custom_type, data, parent_id))
+            return real(session_id, custom_type, data, parent_id, **at)
 
-        sm._call_owned = record  # type: ignore[method-assign]
+        sm._append_owned = record  # type: ignore[method-assign]
         checkpoint: Any = {"v": 4, "id": "c1", "ts": "t", "channel_values": {"x": [1]},
                            "channel_versions": {"x": "1"}, "versions_seen": {"n": {"x": "1"}},
                            "updated_channels": None}
@@ -299,9 +298,10 @@ def test_a_checkpoint_is_stored_as_exact_json_built_by_the_saver_not_the_callers
             sm.call("session::append", {"session_id": "copy", "custom": {"custom_type": "x", "data": entry["data"]}})
         copies = [e["data"] for e in stored(sm, "copy")]
     assert copies == [e["data"] for e in entries]
-    # The whole payload handed over: exact JSON, and only the request's own keys (nothing checks them after).
-    assert [f for f, _ in handed] == ["session::append"] * 3
-    assert all(exact_json(p) and set(p) <= set(AppendRequest.model_fields) for _, p in handed)
+    # What the typed append took: exact JSON data, and the ids and type the request model would
+    # have checked as plain non-empty strs (nothing checks them after).
+    assert [c for _, c, _, _ in handed] == [CHECKPOINT, CHECKPOINT, WRITES]
+    assert all(exact_json(d) and all(type(x) is str and x for x in (s, c, p)) for s, c, d, p in handed)
     assert got is not None
     assert got.checkpoint["channel_versions"] == {"x": "1"} and got.checkpoint["versions_seen"] == {"n": {"x": "1"}}
     assert got.metadata["tags"] == ["a"] and math.isnan(got.metadata["score"])  # type: ignore[typeddict-item]
@@ -520,15 +520,15 @@ def test_a_cancelled_aput_has_landed_when_cancellation_is_seen(tmp_path: Path) -
     with session_manager.open(tmp_path / "d") as sm:
         saver = SessionManagerSaver(sm)
         entered, release = threading.Event(), threading.Event()
-        real_call = sm._call_owned  # (a checkpoint is handed over: see test_a_checkpoint_is_stored_as_exact_json...)
+        real_call = sm._append_owned  # (a checkpoint is handed over: see test_a_checkpoint_is_stored_as_exact_json...)
 
-        def slow_call(function_id: str, payload: Any = None, **at: Any) -> Any:
-            if function_id == "session::append" and payload.get("custom", {}).get("custom_type") == CHECKPOINT:
+        def slow_call(session_id: str, custom_type: str, data: Any, parent_id: Any = None, **at: Any) -> str:
+            if custom_type == CHECKPOINT:
                 entered.set()
                 release.wait(5)
-            return real_call(function_id, payload, **at)
+            return real_call(session_id, custom_type, data, parent_id, **at)
 
-        sm._call_owned = slow_call  # type: ignore[method-assign]
+        sm._append_owned = slow_call  # type: ignore[method-assign]
         checkpoint = {"v": 4, "id": "c1", "ts": "t", "channel_values": {}, "channel_versions": {},
                       "versions_seen": {}, "updated_channels": None}
 

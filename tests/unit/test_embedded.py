@@ -305,6 +305,59 @@ def test_a_handed_over_payload_is_stored_as_it_is_and_still_admitted_and_validat
         inspecting._call_owned("session::append", {"session_id": sid, "custom": {"custom_type": "x"}})
 
 
+def test_the_typed_append_admits_checks_and_fires_as_a_handed_over_call_does(tmp_path: Path) -> None:
+    # Prevents: the adapters' typed append (_append_owned: no payload admitted or parsed) skipping
+    # what a call gets: the size limit measured as admission measures the request (the same
+    # answer at the bound), text JSON cannot carry, a missing session, a moved session (at),
+    # read-only refusal, and the event after a durable write.
+    from session_manager._service.appending import LeafMoved
+
+    where = tmp_path / "d"
+    with session_manager.open(where, ids=SequentialIds(), clock=ManualClock(1), max_request_bytes=400) as sm:
+        sid = sm.call("session::create", {})["session_id"]
+        seen: list[Any] = []
+        sm.observe({"function_id": "session::on-message-added"}, seen.append)
+        data = {"values": [["1", "msgpack", "\x00\xff\u00e9"]], "n": 1.5}
+        first = sm._append_owned(sid, "x", data)
+        # At the limit and one byte past it: the typed append and the handed-over call agree.
+        outcomes = set()
+        for filler in range(140, 170):
+            answers = []
+            for append in (lambda d: sm._append_owned(sid, "x", d, first),
+                           lambda d: sm._call_owned("session::append", {"session_id": sid, "parent_id": first,
+                                                                        "custom": {"custom_type": "x", "data": d}})):
+                try:
+                    append({"t": "\u00e9" * filler})
+                    answers.append("ok")
+                except session_manager.SessionError as e:
+                    answers.append(e.code)
+            assert answers[0] == answers[1], filler
+            outcomes.add(answers[0])
+        assert outcomes == {"ok", INVALID_REQUEST}  # (the sweep crossed the bound)
+        sm.call("session::set-active-leaf", {"session_id": sid, "entry_id": first})
+        for why, bad in {"size": "y" * 500, "surrogate": "\ud800", "big int": 1 << 70}.items():
+            with pytest.raises(session_manager.SessionError) as caught:
+                sm._append_owned(sid, "x", bad)
+            assert caught.value.code == INVALID_REQUEST, why
+        with pytest.raises(session_manager.SessionError) as missing:
+            sm._append_owned("nope", "x", None)
+        assert missing.value.code == "session/not_found"
+        meta = sm.call("session::get", {"session_id": sid})["meta"]
+        with pytest.raises(LeafMoved):
+            sm._append_owned(sid, "x", 1, at=(meta["created_at"], "e_999"))
+        second = sm._append_owned(sid, "x", 2, at=(meta["created_at"], first))
+        path = sm.call("session::messages", {"session_id": sid, "include_custom": True})["messages"]
+        assert [m["entry_id"] for m in path] == [first, second]
+        assert [m["custom"]["data"] for m in path] == [data, 2]
+        assert seen[0]["entry_id"] == first and seen[-1]["entry_id"] == second
+        assert seen[0]["custom"] == {"custom_type": "x", "data": data}
+    with session_manager.open(where) as again:  # durable, and what JSON gives back
+        path = again.call("session::messages", {"session_id": sid, "include_custom": True})["messages"]
+        assert [m["custom"]["data"] for m in path] == [data, 2]
+    with session_manager.open(where, read_only=True) as inspecting, pytest.raises(session_manager.SessionError):
+        inspecting._append_owned(sid, "x", None)
+
+
 def test_a_handed_over_append_at_a_session_state_lands_only_there(tmp_path: Path) -> None:
     # Prevents: an adapter's append made on its own view of a session (no read first) landing
     # after another writer moved the session on, or after it was deleted and created again.
