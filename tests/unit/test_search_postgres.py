@@ -34,6 +34,7 @@ def _downgrade(name: str) -> None:
 
 
 def _drop_totals(conn: psycopg.Connection[Any], ident: sql.Identifier) -> None:
+    conn.execute(sql.SQL("DROP FUNCTION {}.sm_search_page").format(ident))  # migration 6
     conn.execute(sql.SQL("DROP TRIGGER search_docs_totals ON {}.search_docs").format(ident))
     conn.execute(sql.SQL("DROP FUNCTION {}.sm_search_totals").format(ident))
     conn.execute(sql.SQL("DROP TABLE {}.search_totals").format(ident))
