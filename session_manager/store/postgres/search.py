@@ -126,7 +126,9 @@ INSERT INTO search_totals (session_id, docs, words)
 # pages for 1,000 rows, read whole by each query) and once per deleting statement (a
 # statement trigger with the deleted rows). sm_search_page ranks an unscoped search in one
 # call whose statements keep generic plans (the client's statement was planned anew each
-# time: 10-30 ms on a loaded machine for 0.8 ms of execution). Every entry is queued again.
+# time: 10-30 ms on a loaded machine for 0.8 ms of execution), with sequential scans off (a
+# generic plan knows no term's rarity: its EXISTS read the whole table for a rare word).
+# Every entry is queued again.
 LAYOUT_MIGRATION = """
 DROP TABLE search_docs;
 DROP FUNCTION sm_search_totals();
@@ -192,7 +194,7 @@ CREATE FUNCTION sm_search_page(p_terms text[], p_spaced text[], p_qall text, p_r
                                p_read integer, p_k float8, p_base float8, p_k1 float8, p_b float8)
 RETURNS TABLE (pending boolean, docs float8, words float8, df bigint[], session_id text, entry_id text,
                role text, ts text, length integer, tfs integer[], s float8)
-LANGUAGE plpgsql STABLE SET plan_cache_mode = force_generic_plan AS $fn$
+LANGUAGE plpgsql STABLE SET plan_cache_mode = force_generic_plan SET enable_seqscan = off AS $fn$
 #variable_conflict use_column
 DECLARE
     v_pending boolean;
@@ -203,6 +205,18 @@ DECLARE
     v_norm float8;
 BEGIN
     v_pending := EXISTS (SELECT 1 FROM search_pending);
+    -- No entry holding every term: nothing to count (a term's count reads each of its rows).
+    IF NOT v_pending AND NOT EXISTS (
+            SELECT 1 FROM search_docs d WHERE p_qall IS NOT NULL AND d.fits
+            AND array_to_tsvector(string_to_array(d.words, ' ')) @@ p_qall::tsquery)
+       AND NOT EXISTS (
+            SELECT 1 FROM search_docs d WHERE NOT d.fits
+            AND NOT EXISTS (SELECT 1 FROM unnest(p_spaced) AS t(w)
+                            WHERE position(t.w in ' ' || replace(d.words, ' ', '  ') || ' ') = 0)) THEN
+        RETURN QUERY SELECT false, 0::float8, 0::float8, NULL::bigint[], NULL::text, NULL::text, NULL::text,
+                            NULL::text, NULL::integer, NULL::integer[], NULL::float8;
+        RETURN;
+    END IF;
     SELECT array_agg(
         CASE WHEN u.q IS NULL THEN 0
              ELSE (SELECT count(*) FROM search_docs d
@@ -284,8 +298,17 @@ def catch_up(conn: psycopg.Connection[Any]) -> None:
     catch-up of a batch or more, the index tables are vacuumed and analyzed (the planner
     otherwise has no statistics for new rows and scans search_docs for a rare word, and the
     queue's dead rows slow every query's look at it until autovacuum)."""
-    if _catch_up(conn) >= BATCH:
+    done = _catch_up(conn)
+    if done >= BATCH or (done and _stale(conn)):
         conn.execute("VACUUM (ANALYZE) search_docs, search_totals, search_total, search_pending")
+
+
+def _stale(conn: psycopg.Connection[Any]) -> bool:
+    """Whether search_docs changed by a batch or more since analyzed (what a catch-up cut
+    short by a call's deadline leaves: the calls after it index less than a batch each)."""
+    row = conn.execute("SELECT n_mod_since_analyze >= %s FROM pg_stat_user_tables"
+                       " WHERE relid = 'search_docs'::regclass", (BATCH,)).fetchone()
+    return bool(row and row[0])
 
 
 def _catch_up(conn: psycopg.Connection[Any]) -> int:
@@ -515,7 +538,7 @@ def page(conn: psycopg.Connection[Any], query: Query, sessions: Collection[str] 
             got = conn.execute(_PAGE_CALL, {**fn, "read": read}, prepare=True).fetchall()
             head = got[0]
             rows = [(*r[4:9], tuple(r[9]), r[10]) for r in got if r[4] is not None]
-            return bool(head[0]), int(head[1]), int(head[2]), [int(n) for n in head[3]], rows
+            return bool(head[0]), int(head[1]), int(head[2]), [int(n) for n in head[3] or ()], rows
     else:
         sql = _page_sql(len(query.exact), tuple(q is not None for q in qs), roles is not None, after is not None)
 
