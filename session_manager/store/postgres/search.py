@@ -1,25 +1,35 @@
-"""The postgres adapter's search index: a ``tsvector`` per searchable entry
-with a GIN index, brought up to date before each query.
+"""The postgres adapter's search index: per searchable entry its folded words
+under a GIN index of them as a ``tsvector``, brought up to date before each query.
 
 Words are made in Python (:func:`..search_text.words`: case folding and
 accent folding by NFKD, the one definition every adapter indexes), so this
-index finds exactly what the others do; the ``tsvector`` is built from
-those words as lexemes (``array_to_tsvector``: the ``simple``
+index finds exactly what the others do; the GIN index is on an expression
+making those words lexemes (``array_to_tsvector``: the ``simple``
 configuration's no-stemming, no-stop-word rule, with no parser of its own
 that would split words differently). A query is a ``tsquery`` of its folded
 words, the last one a prefix (``'word':*``).
+
+A ``search_docs`` row (schema version 6) keeps only what a query needs for
+every match: its entry's ``entries.seq``, its session as the integer id of
+its ``search_totals`` row, role, word count and words; the entry and session
+ids and the timestamp are read from ``entries`` (by ``entries_seq``) for the
+rows a page reads only.
 
 Commits stay one round trip (``sm_apply``): a trigger on ``entries``
 queues each new or rewritten entry's ``seq`` in ``search_pending``, in the
 commit's transaction; before a query, :func:`catch_up` turns the queued
 entries into ``search_docs`` rows (any instance may, a batch at a time, its
-rows locked). A deleted entry's row goes with it (the same trigger). The
-migration that adds the index queues every stored entry (the backfill is
-done by the first query).
+rows locked), changing each session's totals and the global one once per
+batch. A statement trigger on deletes from ``entries`` removes their rows
+and totals. The migration queues every stored entry (the backfill is done
+by the first query).
+
+An unscoped page is one call of ``sm_search_page`` (its plans kept per
+connection); a page inside a scope is one statement planned per call.
 
 A document whose words exceed what a ``tsvector`` holds (a lexeme of 2 KB,
-1 MB in all) gets no ``tsvector``: such rows are read and checked in Python
-on every query (a partial index finds them).
+1 MB in all) is left out of the GIN index (``fits`` false): such rows are
+matched on their words on every query (a partial index finds them).
 
 A read-only store (a read-only session: it cannot take the queue) passes
 the queued ``seq``s it read (:func:`pending`, in the same snapshot) to
@@ -501,8 +511,9 @@ _MARGIN = 1e-6  # above the rounding (5e-7) and any difference of SQL's arithmet
 def page(conn: psycopg.Connection[Any], query: Query, sessions: Collection[str] | None,
          roles: Collection[str] | None, limit: int, after: SortKey | None) -> list[tuple[SortKey, Candidate]]:
     """The ranked page of :meth:`~session_manager.store.SessionStore.search_page`, ranked by
-    PostgreSQL (autocommit ``conn``): one statement reads the queue's state, the totals of the
-    scope (``search_totals``), each term's document count and the best matches ordered by the
+    PostgreSQL (autocommit ``conn``): one call of ``sm_search_page`` (every session) or one
+    statement (a scope) reads the queue's state, the totals (``search_total``; a scope's
+    ``search_totals`` rows), each term's document count and the best matches ordered by the
     BM25 score of :class:`~..search_index.Bm25` computed in SQL (unrounded); when the queue
     was not empty, :func:`catch_up` runs and the statement again. Here each row's exact score
     and key are computed and sorted; enough rows were read when the lowest SQL score is below
