@@ -18,7 +18,8 @@ from common words, half from rare ones). Printed side by side:
 ``--store sqlite`` or ``--store postgres`` (a server at
 ``SESSION_MANAGER_TEST_POSTGRES``, a schema of its own dropped afterwards)
 measures another adapter against the same baseline (sqlite's index bytes:
-its ``search*`` tables; postgres's: ``search_docs`` with its indexes).
+its ``search*`` tables; postgres's: ``search_docs``, ``search_totals`` and
+``search_total`` with their indexes, the empty queue printed apart).
 
 Run: ``python bench/bench_search.py [--quick] [--rounds N] [--store fs|sqlite|postgres]``.
 """
@@ -119,6 +120,7 @@ class Target:
     def __init__(self, kind: str, tmp: str) -> None:
         self.kind, self.tmp = kind, tmp
         self.schema = f"bench_search_{uuid.uuid4().hex[:8]}"
+        self.queue_bytes: int | None = None
 
     def open(self) -> session_manager.SessionManager:
         if self.kind == "fs":
@@ -141,8 +143,15 @@ class Target:
         import psycopg
 
         with psycopg.connect(DSN) as conn:
-            row = conn.execute("SELECT pg_total_relation_size(%s)", (f"{self.schema}.search_docs",)).fetchone()
-            return int(row[0]) if row else None
+            # (the index's tables with their indexes and TOAST; the queue, empty once caught
+            # up, is printed apart: its primary key keeps the pages of the entries it held)
+            row = conn.execute("SELECT sum(pg_total_relation_size(c.oid)) FROM pg_class c"
+                               " WHERE c.relnamespace = %s::regnamespace AND c.relkind = 'r'"
+                               " AND c.relname IN ('search_docs', 'search_totals', 'search_total')",
+                               (self.schema,)).fetchone()
+            queue = conn.execute("SELECT pg_total_relation_size(%s)", (f"{self.schema}.search_pending",)).fetchone()
+            self.queue_bytes = int(queue[0]) if queue and queue[0] is not None else None
+            return int(row[0]) if row and row[0] is not None else None
 
     def drop(self) -> None:
         if self.kind == "postgres":
@@ -207,6 +216,8 @@ def main() -> None:
     else:
         print(f"{'index bytes':44} {index_bytes / 1e6:10.2f}MB {fts_bytes / 1e6:10.2f}MB "
               f"{index_bytes / fts_bytes:6.2f}x  <= 1.5x (FTS5 database, content included)")
+    if target.queue_bytes is not None:
+        print(f"{'  (the queue, empty: not counted)':44} {target.queue_bytes / 1e6:10.2f}MB")
     if timeouts:
         print(f"(the catch-up after the appends took {timeouts + 1} calls: {timeouts} ran past the call deadline)")
     without = n / append_s

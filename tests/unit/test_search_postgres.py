@@ -11,6 +11,7 @@ from psycopg import sql
 
 import session_manager
 from session_manager.store.postgres import schema as pg_schema
+from session_manager.store.postgres import search as pg_search
 from tests import pg_support
 
 pytestmark = pytest.mark.postgres
@@ -20,33 +21,47 @@ def user(text: str) -> dict[str, Any]:
     return {"role": "user", "content": [{"type": "text", "text": text}], "timestamp": 1}
 
 
+def _drop_search(conn: psycopg.Connection[Any], ident: sql.Identifier) -> None:
+    """Every object of the search index (migrations 3, 5 and 6) dropped."""
+    for what in ("TRIGGER entries_search ON {}.entries", "TRIGGER entries_search_forget ON {}.entries",
+                 "FUNCTION {}.sm_search_queue", "FUNCTION {}.sm_search_forget", "FUNCTION {}.sm_search_page",
+                 "TABLE {}.search_docs", "TABLE {}.search_totals", "TABLE {}.search_pending",
+                 "TABLE IF EXISTS {}.search_total"):
+        conn.execute(sql.SQL("DROP " + what).format(*[ident] * what.count("{}")))
+
+
 def _downgrade(name: str) -> None:
     """Back to schema version 2: the search index (migration 3) dropped."""
     with psycopg.connect(pg_support.DSN, autocommit=True) as conn:
         ident = sql.Identifier(name)
-        _drop_totals(conn, ident)  # migration 5
-        conn.execute(sql.SQL("DROP TRIGGER entries_search ON {}.entries").format(ident))
+        _drop_search(conn, ident)
         conn.execute(sql.SQL("DROP FUNCTION {}.sm_append").format(ident))  # migration 4, after the index
-        for what in ("FUNCTION {}.sm_search_queue", "TABLE {}.search_docs", "TABLE {}.search_pending"):
-            conn.execute(sql.SQL("DROP " + what).format(ident))
         conn.execute(sql.SQL("UPDATE {}.schema_version SET version = 2").format(ident))
     pg_schema.CHECKED.clear()  # the next open plays a new process
 
 
-def _drop_totals(conn: psycopg.Connection[Any], ident: sql.Identifier) -> None:
-    conn.execute(sql.SQL("DROP TRIGGER search_docs_totals ON {}.search_docs").format(ident))
-    conn.execute(sql.SQL("DROP FUNCTION {}.sm_search_totals").format(ident))
-    conn.execute(sql.SQL("DROP TABLE {}.search_totals").format(ident))
+def _back_to_version_4(name: str) -> None:
+    """The search index as migration 3 made it (no totals), every entry queued."""
+    with psycopg.connect(pg_support.DSN, autocommit=True) as conn:
+        ident = sql.Identifier(name)
+        _drop_search(conn, ident)
+        with conn.transaction():
+            conn.execute(sql.SQL("SET LOCAL search_path TO {}").format(ident))
+            conn.execute(pg_search.MIGRATION.encode("utf-8"))
+        conn.execute(sql.SQL("UPDATE {}.schema_version SET version = 4").format(ident))
+    pg_schema.CHECKED.clear()
 
 
 def _totals(name: str) -> list[tuple[Any, ...]]:
     with psycopg.connect(pg_support.DSN, autocommit=True) as conn:
         ident = sql.Identifier(name)
         kept = conn.execute(sql.SQL("SELECT session_id, docs, words FROM {}.search_totals ORDER BY 1").format(ident))
-        summed = conn.execute(sql.SQL("SELECT session_id, count(*), sum(length) FROM {}.search_docs"
-                                      " GROUP BY 1 ORDER BY 1").format(ident))
+        summed = conn.execute(sql.SQL("SELECT t.session_id, count(*), sum(d.length) FROM {0}.search_docs d"
+                                      " JOIN {0}.search_totals t ON t.id = d.sess GROUP BY 1 ORDER BY 1").format(ident))
         got = kept.fetchall()
         assert got == summed.fetchall()
+        total = conn.execute(sql.SQL("SELECT docs, words FROM {}.search_total").format(ident)).fetchone()
+        assert total == (sum(r[1] for r in got), sum(r[2] for r in got))
         return got
 
 
@@ -62,15 +77,11 @@ def test_a_version_4_schema_gets_its_search_totals_from_its_index() -> None:
         sm.call("session::append", {"session_id": sids[0], "message": user("lazy dog")})
         before = {q: sm.call("session::search", {"query": q}) for q in ("fox", "dog", "brown j")}
         sm.close()
-        with psycopg.connect(pg_support.DSN, autocommit=True) as conn:
-            ident = sql.Identifier(name)
-            _drop_totals(conn, ident)
-            conn.execute(sql.SQL("UPDATE {}.schema_version SET version = 4").format(ident))
-        pg_schema.CHECKED.clear()
+        _back_to_version_4(name)
         sm = session_manager.open(store=pg_support.open_store(name))
         try:
-            assert len(_totals(name)) == 2
             assert {q: sm.call("session::search", {"query": q}) for q in before} == before
+            assert len(_totals(name)) == 2  # (migration 6 queues every entry: indexed by the first search)
             eid = sm.call("session::append", {"session_id": sids[1], "message": user("one more fox")})["entry_id"]
             sm.call("session::update-message", {"session_id": sids[1], "entry_id": eid,
                                                 "content": [{"type": "text", "text": "a much longer fox text"}]})

@@ -73,7 +73,7 @@ class PostgresStore(SqlStore):
 
     def search(self, query: Query, sessions: Collection[str] | None,
                roles: Collection[str] | None) -> Matches:
-        """From the ``tsvector`` index (:mod:`.search`), brought up to date first (read-only:
+        """From the search index (:mod:`.search`), brought up to date first (read-only:
         not brought up to date, its queue read and matched in one snapshot)."""
         if self.read_only:
             with self.db.conn() as conn, conn.transaction():
@@ -100,7 +100,8 @@ class PostgresStore(SqlStore):
 
     def search_page(self, query: Query, sessions: Collection[str] | None, roles: Collection[str] | None,
                     limit: int, after: SortKey | None) -> list[tuple[SortKey, Candidate]]:
-        """Ranked by PostgreSQL (:func:`.search.page`: one round trip when the queue is empty);
+        """Ranked by PostgreSQL (:func:`.search.page`: one round trip when the queue is empty,
+        every session's page one call of the server-side ``sm_search_page``);
         read-only or inside a mutation, every candidate of :meth:`search` is ranked here."""
         if self.read_only or self.db.local.tx is not None:
             return super().search_page(query, sessions, roles, limit, after)
