@@ -28,7 +28,7 @@ from psycopg import Connection, sql
 from ...errors import StoreError
 from ..sql import versions
 from . import search
-from .at_leaf import APPEND_FUNCTION
+from .at_leaf import APPEND_CALL_PROCEDURE, APPEND_FUNCTION
 
 # sm_apply(...): the optimistic commit. Under the session's advisory lock (the
 # one the transactional path takes), it checks the state the decision was
@@ -181,6 +181,9 @@ MIGRATIONS: tuple[str, ...] = (
     # 5: each session's searchable entries and words (search.py), kept by a trigger on
     # search_docs, so a search reads its totals instead of summing search_docs.
     search.TOTALS_MIGRATION,
+    # 6: sm_append's lean successor, a procedure that notifies after the write's COMMIT
+    # (at_leaf.py): several writers' commits share the WAL flush again.
+    APPEND_CALL_PROCEDURE,
 )
 
 
