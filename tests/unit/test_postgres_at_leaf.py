@@ -116,3 +116,73 @@ def test_four_processes_times_n_appends_form_one_chain_of_4n(schema: str) -> Non
         assert sm.call("session::get", {"session_id": "c4"})["meta"]["message_count"] == 240
     finally:
         sm.close()
+
+
+def test_two_writers_events_reach_a_third_instance_in_chain_order_and_no_lock_stays_held(schema: str) -> None:
+    # Prevents: sm_append_call's NOTIFY, sent after the write's COMMIT (migration 6), letting a
+    # session's next write notify first (a third instance told of message 2 before message 1),
+    # or leaving the session-level lock that orders them held by a pooled backend (every later
+    # write of the session would wait on it).
+    import threading
+
+    import psycopg
+
+    from tests import pg_support
+
+    a, b, c = open_sm(schema), open_sm(schema), open_sm(schema)
+    try:
+        sid = a.call("session::create", {"title": "t"})["session_id"]
+        told: list[str] = []
+        c.observe({"function_id": ev.ON_MESSAGE_ADDED}, lambda e: told.append(e["entry_id"]))
+        c.service.store.events_ready()
+
+        def write(sm: session_manager.SessionManager, tag: str) -> None:
+            for i in range(40):
+                sm.call("session::append", {"session_id": sid, "message": text(f"{tag}{i}")})
+
+        threads = [threading.Thread(target=write, args=(sm, tag)) for sm, tag in ((a, "a"), (b, "b"))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        path = check_linear(a, sid)
+        assert wait_for(lambda: len(told) >= 80)
+        assert told == path
+        with psycopg.connect(pg_support.DSN, autocommit=True) as conn:
+            held = conn.execute("SELECT count(*) FROM pg_locks l JOIN pg_stat_activity s ON s.pid = l.pid"
+                                " WHERE l.locktype = 'advisory' AND s.application_name = %s",
+                                (f"session-manager:{schema}"[:63],)).fetchone()
+        assert held == (0,)
+    finally:
+        for sm in (a, b, c):
+            sm.close()
+
+
+def test_a_version_5_schema_gets_the_append_procedure(schema: str) -> None:
+    # Prevents: a database written by the previous release (schema version 5, appends through
+    # sm_append) failing to open, or staying without sm_append_call, after the upgrade.
+    import psycopg
+    from psycopg import sql
+
+    from session_manager.store.postgres import schema as pg_schema
+    from tests import pg_support
+
+    sm = open_sm(schema)
+    sid = sm.call("session::create", {"title": "t"})["session_id"]
+    sm.call("session::append", {"session_id": sid, "message": text("before")})
+    sm.close()
+    with psycopg.connect(pg_support.DSN, autocommit=True) as conn:
+        ident = sql.Identifier(schema)
+        conn.execute(sql.SQL("DROP PROCEDURE {}.sm_append_call").format(ident))
+        conn.execute(sql.SQL("UPDATE {}.schema_version SET version = 5").format(ident))
+    pg_schema.CHECKED.clear()  # the next open plays a new process
+    sm = open_sm(schema)
+    try:
+        sm.call("session::append", {"session_id": sid, "message": text("after")})
+        assert len(check_linear(sm, sid)) == 2
+        with psycopg.connect(pg_support.DSN, autocommit=True) as conn:
+            version = conn.execute(sql.SQL("SELECT version FROM {}.schema_version").format(
+                sql.Identifier(schema))).fetchone()
+        assert version == (len(pg_schema.MIGRATIONS),)
+    finally:
+        sm.close()
