@@ -41,6 +41,8 @@ __all__ = ["APPEND", "APPEND_CALL", "APPEND_CALL_PROCEDURE", "APPEND_FUNCTION", 
 _TAG = os.urandom(8).hex()  # per process: no stored text holds it
 HOLE = f"\x01sm-leaf-{_TAG}"  # the first entry's parent until the server names it
 _HOLE_U, _HOLE_C = f"\x01sm-updated-{_TAG}", f"\x01sm-count-{_TAG}"
+# Their JSON texts, encoded once (every append looked for them).
+_HOLE_JSON, _HOLE_U_JSON, _HOLE_C_JSON = json_text(HOLE), json_text(_HOLE_U), json_text(_HOLE_C)
 
 APPEND_FUNCTION = """
 CREATE FUNCTION sm_append(
@@ -250,7 +252,7 @@ def segments(known_meta: Meta, known_text: str, resolved: Commit) -> AtLeaf | No
                                                             "message_count": new_c} != meta:
         return None
     holed = json_text({**known_meta, "updated_at": _HOLE_U, "message_count": _HOLE_C})
-    hu, hc = json_text(_HOLE_U), json_text(_HOLE_C)
+    hu, hc = _HOLE_U_JSON, _HOLE_C_JSON
     if holed.count(hu) != 1 or holed.count(hc) != 1:
         return None
     i, j = holed.index(hu), holed.index(hc)
@@ -260,16 +262,23 @@ def segments(known_meta: Meta, known_text: str, resolved: Commit) -> AtLeaf | No
     cut = AtLeaf(s0, s1, s2, i < j, new_c - c)
     if cut.text(u, c) != known_text or cut.text(new_u, new_c) != json_text(meta):
         return None
-    hole = json_text(HOLE)
-    if json_text(entries[0]).count(hole) != 1:
+    if json_text(entries[0]).count(_HOLE_JSON) != 1:
         return None
     return cut
 
 
+# The arguments of sm_append_call it shares with sm_apply (only these are sent:
+# fewer values to inspect per call).
+_SHARED = ("sid", "read_ids", "read_bodies", "ids", "parents", "bodies", "updated", "leaf", "instance", "fids",
+           "payloads", "channel", "all")
+
+
 def append_params(apply: dict[str, Any], cut: AtLeaf, updated: int) -> dict[str, Any]:
-    """``sm_append``'s arguments from ``sm_apply``'s (those of the same commit)."""
-    return {**apply, "s0": cut.s0, "s1": cut.s1, "s2": cut.s2, "updated_first": cut.updated_first,
-            "updated_text": str(updated), "added": cut.added, "hole": json_text(HOLE)}
+    """``sm_append_call``'s arguments from ``sm_apply``'s (those of the same commit)."""
+    params = {k: apply[k] for k in _SHARED}
+    params.update(s0=cut.s0, s1=cut.s1, s2=cut.s2, updated_first=cut.updated_first, updated_text=str(updated),
+                  added=cut.added, hole=_HOLE_JSON)
+    return params
 
 
 def fill(commit: Commit, bodies: list[str], leaf: str | None, count: int, response: Any = None,
@@ -279,7 +288,7 @@ def fill(commit: Commit, bodies: list[str], leaf: str | None, count: int, respon
     text, the response, the events; and the count in the meta. Idempotent."""
     commit.entries[0]["parent_id"] = leaf
     if bodies:
-        bodies[0] = bodies[0].replace(json_text(HOLE), json_text(leaf))
+        bodies[0] = bodies[0].replace(_HOLE_JSON, json_text(leaf))
     if commit.meta is not None:
         commit.meta["message_count"] = count
     if isinstance(response, dict) and response.get("parent_id") == HOLE:
