@@ -186,3 +186,42 @@ def test_a_version_5_schema_gets_the_append_procedure(schema: str) -> None:
         assert version == (len(pg_schema.MIGRATIONS),)
     finally:
         sm.close()
+
+
+def test_an_error_after_the_append_committed_answers_it_as_applied_and_frees_its_lock(schema: str) -> None:
+    # Prevents: sm_append_call failing after its write's COMMIT (a statement timeout during
+    # the notification) being answered as a failure (a retry without an id stores it twice),
+    # its event never reaching another instance, or the session-level ordering lock staying
+    # held by the pooled backend (every later write of the session would hang on it).
+    import psycopg
+    from psycopg import sql
+
+    from tests import pg_support
+
+    a, b = open_sm(schema), open_sm(schema)
+    try:
+        sid = a.call("session::create", {"title": "t"})["session_id"]
+        a.call("session::append", {"session_id": sid, "message": text("warm")})
+        told: list[str] = []
+        b.observe({"function_id": ev.ON_MESSAGE_ADDED}, lambda e: told.append(e["entry_id"]))
+        b.service.store.events_ready()
+        with psycopg.connect(pg_support.DSN, autocommit=True) as conn:
+            proc = sql.SQL("{}.sm_append_call").format(sql.Identifier(schema)).as_string(conn)
+            source = conn.execute("SELECT pg_get_functiondef(%s::regproc)", (proc,)).fetchone()
+            assert source is not None
+            unlock = "PERFORM pg_advisory_unlock(lock_key);"
+            assert unlock in source[0]
+            conn.execute(source[0].replace(unlock, "RAISE EXCEPTION 'injected after the commits';"))
+            try:
+                entry_id = a.call("session::append", {"session_id": sid, "message": text("x")})["entry_id"]
+            finally:
+                conn.execute(source[0])
+        other = b.call("session::append", {"session_id": sid, "message": text("y")})["entry_id"]
+        path = check_linear(a, sid)
+        assert path[-2:] == [entry_id, other] and len(path) == 3
+        assert wait_for(lambda: entry_id in told)
+        time.sleep(0.3)
+        assert told.count(entry_id) == 1
+    finally:
+        a.close()
+        b.close()
