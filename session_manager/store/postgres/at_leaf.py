@@ -12,8 +12,9 @@ session's lock it takes the current meta text, checks that it differs from the
 known one at most in those two numbers (the known text is sent cut at them:
 three exact pieces), writes the new meta text (the pieces around the new
 numbers: byte for byte what the client path would encode), puts the leaf's JSON
-text in the hole of the first body and of the event payloads, and applies it
-all through ``sm_apply``. It answers the leaf it chose and the new count, with
+text in the hole of the first body and of the event payloads, and writes it all
+as ``sm_apply`` would (entries, session row, outbox rows), commits, then notifies
+(see ``APPEND_CALL_PROCEDURE`` for why after the commit). It answers the leaf it chose and the new count, with
 which the instance fills the same hole in the entry, the response and the
 events. Anything else changed (the title, the metadata), or a leaf whose JSON
 text is not plain, raises ``SM409`` as a stale decision does.
