@@ -116,3 +116,113 @@ def test_four_processes_times_n_appends_form_one_chain_of_4n(schema: str) -> Non
         assert sm.call("session::get", {"session_id": "c4"})["meta"]["message_count"] == 240
     finally:
         sm.close()
+
+
+def test_two_writers_events_reach_a_third_instance_in_chain_order_and_no_lock_stays_held(schema: str) -> None:
+    # Prevents: sm_append_call's NOTIFY, sent after the write's COMMIT (migration 7), letting a
+    # session's next write notify first (a third instance told of message 2 before message 1),
+    # or leaving the session-level lock that orders them held by a pooled backend (every later
+    # write of the session would wait on it).
+    import threading
+
+    import psycopg
+
+    from tests import pg_support
+
+    a, b, c = open_sm(schema), open_sm(schema), open_sm(schema)
+    try:
+        sid = a.call("session::create", {"title": "t"})["session_id"]
+        told: list[str] = []
+        c.observe({"function_id": ev.ON_MESSAGE_ADDED}, lambda e: told.append(e["entry_id"]))
+        c.service.store.events_ready()
+
+        def write(sm: session_manager.SessionManager, tag: str) -> None:
+            for i in range(40):
+                sm.call("session::append", {"session_id": sid, "message": text(f"{tag}{i}")})
+
+        threads = [threading.Thread(target=write, args=(sm, tag)) for sm, tag in ((a, "a"), (b, "b"))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        path = check_linear(a, sid)
+        assert wait_for(lambda: len(told) >= 80)
+        assert told == path
+        with psycopg.connect(pg_support.DSN, autocommit=True) as conn:
+            held = conn.execute("SELECT count(*) FROM pg_locks l JOIN pg_stat_activity s ON s.pid = l.pid"
+                                " WHERE l.locktype = 'advisory' AND s.application_name = %s",
+                                (f"session-manager:{schema}"[:63],)).fetchone()
+        assert held == (0,)
+    finally:
+        for sm in (a, b, c):
+            sm.close()
+
+
+def test_a_schema_one_version_older_gets_the_append_procedure(schema: str) -> None:
+    # Prevents: a database written before the procedure (schema version 6, appends through
+    # sm_append) failing to open, or staying without sm_append_call, after the upgrade.
+    import psycopg
+    from psycopg import sql
+
+    from session_manager.store.postgres import schema as pg_schema
+    from tests import pg_support
+
+    sm = open_sm(schema)
+    sid = sm.call("session::create", {"title": "t"})["session_id"]
+    sm.call("session::append", {"session_id": sid, "message": text("before")})
+    sm.close()
+    with psycopg.connect(pg_support.DSN, autocommit=True) as conn:
+        ident = sql.Identifier(schema)
+        conn.execute(sql.SQL("DROP PROCEDURE {}.sm_append_call").format(ident))
+        conn.execute(sql.SQL("UPDATE {}.schema_version SET version = {}").format(
+            ident, sql.Literal(len(pg_schema.MIGRATIONS) - 1)))
+    pg_schema.CHECKED.clear()  # the next open plays a new process
+    sm = open_sm(schema)
+    try:
+        sm.call("session::append", {"session_id": sid, "message": text("after")})
+        assert len(check_linear(sm, sid)) == 2
+        with psycopg.connect(pg_support.DSN, autocommit=True) as conn:
+            version = conn.execute(sql.SQL("SELECT version FROM {}.schema_version").format(
+                sql.Identifier(schema))).fetchone()
+        assert version == (len(pg_schema.MIGRATIONS),)
+    finally:
+        sm.close()
+
+
+def test_an_error_after_the_append_committed_answers_it_as_applied_and_frees_its_lock(schema: str) -> None:
+    # Prevents: sm_append_call failing after its write's COMMIT (a statement timeout during
+    # the notification) being answered as a failure (a retry without an id stores it twice),
+    # its event never reaching another instance, or the session-level ordering lock staying
+    # held by the pooled backend (every later write of the session would hang on it).
+    import psycopg
+    from psycopg import sql
+
+    from tests import pg_support
+
+    a, b = open_sm(schema), open_sm(schema)
+    try:
+        sid = a.call("session::create", {"title": "t"})["session_id"]
+        a.call("session::append", {"session_id": sid, "message": text("warm")})
+        told: list[str] = []
+        b.observe({"function_id": ev.ON_MESSAGE_ADDED}, lambda e: told.append(e["entry_id"]))
+        b.service.store.events_ready()
+        with psycopg.connect(pg_support.DSN, autocommit=True) as conn:
+            proc = sql.SQL("{}.sm_append_call").format(sql.Identifier(schema)).as_string(conn)
+            source = conn.execute("SELECT pg_get_functiondef(%s::regproc)", (proc,)).fetchone()
+            assert source is not None
+            unlock = "PERFORM pg_advisory_unlock(lock_key);"
+            assert unlock in source[0]
+            conn.execute(source[0].replace(unlock, "RAISE EXCEPTION 'injected after the commits';"))
+            try:
+                entry_id = a.call("session::append", {"session_id": sid, "message": text("x")})["entry_id"]
+            finally:
+                conn.execute(source[0])
+        other = b.call("session::append", {"session_id": sid, "message": text("y")})["entry_id"]
+        path = check_linear(a, sid)
+        assert path[-2:] == [entry_id, other] and len(path) == 3
+        assert wait_for(lambda: entry_id in told)
+        time.sleep(0.3)
+        assert told.count(entry_id) == 1
+    finally:
+        a.close()
+        b.close()

@@ -6,13 +6,15 @@ An append without a named parent (``Commit.chain``) depends on the session only
 through its leaf (the first entry's parent), ``message_count`` (grown by the
 messages added) and ``updated_at`` (set to the last entry's timestamp). The
 instance resolves the commit against what it knows, with a *hole* in place of
-the leaf, and sends ``sm_append`` (migration 4, :mod:`.schema`): under the
+the leaf, and sends ``sm_append_call`` (migration 7, :mod:`.schema`; migration 4's
+``sm_append`` before it, the same decision): under the
 session's lock it takes the current meta text, checks that it differs from the
 known one at most in those two numbers (the known text is sent cut at them:
 three exact pieces), writes the new meta text (the pieces around the new
 numbers: byte for byte what the client path would encode), puts the leaf's JSON
-text in the hole of the first body and of the event payloads, and applies it
-all through ``sm_apply``. It answers the leaf it chose and the new count, with
+text in the hole of the first body and of the event payloads, and writes it all
+as ``sm_apply`` would (entries, session row, outbox rows), commits, then notifies
+(see ``APPEND_CALL_PROCEDURE`` for why after the commit). It answers the leaf it chose and the new count, with
 which the instance fills the same hole in the entry, the response and the
 events. Anything else changed (the title, the metadata), or a leaf whose JSON
 text is not plain, raises ``SM409`` as a stale decision does.
@@ -33,12 +35,15 @@ from ..sql.values import json_text
 if TYPE_CHECKING:
     from .plan import Plan
 
-__all__ = ["APPEND", "APPEND_FUNCTION", "HOLE", "AtLeaf", "append_params", "fill", "fill_known", "resolve_at_leaf",
+__all__ = ["APPEND", "APPEND_CALL", "APPEND_CALL_PROCEDURE", "APPEND_FUNCTION", "HOLE",
+           "AtLeaf", "append_params", "fill", "fill_known", "resolve_at_leaf",
            "segments"]
 
 _TAG = os.urandom(8).hex()  # per process: no stored text holds it
 HOLE = f"\x01sm-leaf-{_TAG}"  # the first entry's parent until the server names it
 _HOLE_U, _HOLE_C = f"\x01sm-updated-{_TAG}", f"\x01sm-count-{_TAG}"
+# Their JSON texts, encoded once (every append looked for them).
+_HOLE_JSON, _HOLE_U_JSON, _HOLE_C_JSON = json_text(HOLE), json_text(_HOLE_U), json_text(_HOLE_C)
 
 APPEND_FUNCTION = """
 CREATE FUNCTION sm_append(
@@ -94,6 +99,123 @@ END
 $fn$;
 """
 
+# sm_append_call (migration 7): sm_append's decision with a leaner body (no nested
+# sm_apply: the meta differs only in its two numbers, so the row update sets those
+# columns alone; each entry read is one index probe), and its NOTIFY in a transaction
+# of its own after the write's COMMIT. A NOTIFY holds a database-wide lock from its
+# commit's start to its end, the WAL flush included: in the write's transaction it
+# kept every other writer's commit waiting (no group commit: 4 writers no faster than
+# 1). The notification's transaction commits without waiting for the disk (nothing
+# else in it: the write it announces is durable already). A session-level lock on the
+# session's key, taken just before the write's COMMIT (nothing after it can fail but
+# the commit) and dropped after the notification's, keeps the session's next writer
+# out until the notification is queued: listeners get a session's events in order.
+APPEND_CALL_PROCEDURE = """
+CREATE OR REPLACE PROCEDURE sm_append_call(
+    p_sid text, p_s0 text, p_s1 text, p_s2 text, p_updated_first boolean, p_updated_text text, p_added bigint,
+    p_hole text, p_read_ids text[], p_read_bodies text[], p_ids text[], p_parents text[], p_bodies text[],
+    p_updated bigint, p_leaf text, p_instance text, p_fids text[], p_payloads text[], p_channel text, p_all text[],
+    INOUT o_leaf text DEFAULT NULL, INOUT o_count bigint DEFAULT NULL
+) LANGUAGE plpgsql AS $fn$
+DECLARE
+    lock_key bigint := hashtextextended(current_schema() || ':' || p_sid, 0);
+    cur text; mid text; k integer; a text; b text; parent_json text; new_meta text; note text;
+    i integer; pd integer; pj text; pjd integer; jjd integer; jj text; d integer; ji text; jd integer;
+BEGIN
+    PERFORM pg_advisory_xact_lock(lock_key);
+    SELECT meta, leaf INTO cur, o_leaf FROM sessions WHERE session_id = p_sid AND meta IS NOT NULL;
+    IF cur IS NULL OR length(cur) < length(p_s0) + length(p_s1) + length(p_s2) + 2
+       OR left(cur, length(p_s0)) <> p_s0 OR right(cur, length(p_s2)) <> p_s2 THEN
+        RAISE EXCEPTION 'session % changed', p_sid USING ERRCODE = 'SM409';
+    END IF;
+    mid := substr(cur, length(p_s0) + 1, length(cur) - length(p_s0) - length(p_s2));
+    k := strpos(mid, p_s1);
+    IF k = 0 THEN
+        RAISE EXCEPTION 'session % changed', p_sid USING ERRCODE = 'SM409';
+    END IF;
+    a := left(mid, k - 1);
+    b := substr(mid, k + length(p_s1));
+    IF NOT p_updated_first THEN
+        mid := a; a := b; b := mid;  -- a: the updated_at text, b: the message_count text
+    END IF;
+    IF a !~ '^-?[0-9]+$' OR b !~ '^[0-9]{1,17}$' THEN
+        RAISE EXCEPTION 'session % changed', p_sid USING ERRCODE = 'SM409';
+    END IF;
+    o_count := b::bigint + p_added;
+    IF p_updated_first THEN
+        new_meta := p_s0 || p_updated_text || p_s1 || o_count::text || p_s2;
+    ELSE
+        new_meta := p_s0 || o_count::text || p_s1 || p_updated_text || p_s2;
+    END IF;
+    IF o_leaf IS NULL THEN
+        parent_json := 'null';
+    ELSIF o_leaf ~ '^[A-Za-z0-9_.:-]+$' THEN
+        parent_json := '"' || o_leaf || '"';
+    ELSE
+        RAISE EXCEPTION 'session % has a leaf this path does not encode', p_sid USING ERRCODE = 'SM409';
+    END IF;
+    FOR i IN 1 .. coalesce(cardinality(p_read_ids), 0) LOOP
+        IF (SELECT body FROM entries WHERE session_id = p_sid AND entry_id = p_read_ids[i])
+           IS DISTINCT FROM p_read_bodies[i] THEN
+            RAISE EXCEPTION 'an entry of session % changed', p_sid USING ERRCODE = 'SM409';
+        END IF;
+    END LOOP;
+    p_parents[1] := o_leaf;
+    p_bodies[1] := replace(p_bodies[1], p_hole, parent_json);
+    FOR i IN 1 .. coalesce(cardinality(p_ids), 0) LOOP
+        pd := NULL;
+        IF p_parents[i] IS NOT NULL THEN
+            SELECT depth, jump_id, jump_depth INTO pd, pj, pjd FROM entries
+             WHERE session_id = p_sid AND entry_id = p_parents[i];
+        END IF;
+        IF pd IS NULL THEN
+            d := 0; ji := p_ids[i]; jd := 0;
+        ELSE
+            jj := NULL;
+            SELECT jump_id, jump_depth INTO jj, jjd FROM entries WHERE session_id = p_sid AND entry_id = pj;
+            IF jj IS NOT NULL AND pd - pjd = pjd - jjd AND pj <> p_parents[i] THEN
+                d := pd + 1; ji := jj; jd := jjd;
+            ELSE
+                d := pd + 1; ji := p_parents[i]; jd := pd;
+            END IF;
+        END IF;
+        INSERT INTO entries (session_id, entry_id, parent_id, depth, jump_id, jump_depth, body)
+        VALUES (p_sid, p_ids[i], p_parents[i], d, ji, jd, p_bodies[i])
+        ON CONFLICT (session_id, entry_id) DO UPDATE SET parent_id = EXCLUDED.parent_id, depth = EXCLUDED.depth,
+            jump_id = EXCLUDED.jump_id, jump_depth = EXCLUDED.jump_depth, body = EXCLUDED.body;
+    END LOOP;
+    -- Only the two numbers of the meta changed (checked above): status, created_at and
+    -- metadata are as stored.
+    UPDATE sessions SET meta = new_meta, updated_at = p_updated, leaf = p_leaf WHERE session_id = p_sid;
+    IF coalesce(cardinality(p_fids), 0) > 0 THEN
+        WITH ins AS (
+            INSERT INTO outbox (instance, function_id, payload)
+            SELECT p_instance, f, replace(p, p_hole, parent_json)
+              FROM unnest(p_fids, p_payloads) WITH ORDINALITY AS u(f, p, n) ORDER BY n
+            RETURNING id, function_id)
+        SELECT p_instance || '|' || string_agg(id::text || ':' || array_position(p_all, function_id)::text, ','
+                                               ORDER BY id) INTO note FROM ins;
+        PERFORM pg_advisory_lock(lock_key);
+    END IF;
+    COMMIT;
+    IF note IS NOT NULL THEN
+        PERFORM set_config('synchronous_commit', 'off', true);
+        PERFORM pg_notify(p_channel, note);
+        COMMIT;
+        PERFORM pg_advisory_unlock(lock_key);
+    END IF;
+END
+$fn$;
+"""
+
+APPEND_CALL = (  # binary parameters (%b), as APPEND
+    "CALL sm_append_call(%(sid)b::text, %(s0)b::text, %(s1)b::text, %(s2)b::text,"
+    " %(updated_first)b::boolean, %(updated_text)b::text, %(added)b::bigint, %(hole)b::text, %(read_ids)b::text[],"
+    " %(read_bodies)b::text[], %(ids)b::text[], %(parents)b::text[], %(bodies)b::text[],"
+    " %(updated)b::bigint, %(leaf)b::text, %(instance)b::text,"
+    " %(fids)b::text[], %(payloads)b::text[], %(channel)b::text, %(all)b::text[])"
+)
+
 APPEND = (  # binary parameters (%b): no text escaping of the arrays' JSON, client or server side
     "SELECT o_leaf, o_count FROM sm_append(%(sid)b::text, %(s0)b::text, %(s1)b::text, %(s2)b::text,"
     " %(updated_first)b::boolean, %(updated_text)b::text, %(added)b::bigint, %(hole)b::text, %(read_ids)b::text[],"
@@ -131,7 +253,7 @@ def segments(known_meta: Meta, known_text: str, resolved: Commit) -> AtLeaf | No
                                                             "message_count": new_c} != meta:
         return None
     holed = json_text({**known_meta, "updated_at": _HOLE_U, "message_count": _HOLE_C})
-    hu, hc = json_text(_HOLE_U), json_text(_HOLE_C)
+    hu, hc = _HOLE_U_JSON, _HOLE_C_JSON
     if holed.count(hu) != 1 or holed.count(hc) != 1:
         return None
     i, j = holed.index(hu), holed.index(hc)
@@ -141,16 +263,23 @@ def segments(known_meta: Meta, known_text: str, resolved: Commit) -> AtLeaf | No
     cut = AtLeaf(s0, s1, s2, i < j, new_c - c)
     if cut.text(u, c) != known_text or cut.text(new_u, new_c) != json_text(meta):
         return None
-    hole = json_text(HOLE)
-    if json_text(entries[0]).count(hole) != 1:
+    if json_text(entries[0]).count(_HOLE_JSON) != 1:
         return None
     return cut
 
 
+# The arguments of sm_append_call it shares with sm_apply (only these are sent:
+# fewer values to inspect per call).
+_SHARED = ("sid", "read_ids", "read_bodies", "ids", "parents", "bodies", "updated", "leaf", "instance", "fids",
+           "payloads", "channel", "all")
+
+
 def append_params(apply: dict[str, Any], cut: AtLeaf, updated: int) -> dict[str, Any]:
-    """``sm_append``'s arguments from ``sm_apply``'s (those of the same commit)."""
-    return {**apply, "s0": cut.s0, "s1": cut.s1, "s2": cut.s2, "updated_first": cut.updated_first,
-            "updated_text": str(updated), "added": cut.added, "hole": json_text(HOLE)}
+    """``sm_append_call``'s arguments from ``sm_apply``'s (those of the same commit)."""
+    params = {k: apply[k] for k in _SHARED}
+    params.update(s0=cut.s0, s1=cut.s1, s2=cut.s2, updated_first=cut.updated_first, updated_text=str(updated),
+                  added=cut.added, hole=_HOLE_JSON)
+    return params
 
 
 def fill(commit: Commit, bodies: list[str], leaf: str | None, count: int, response: Any = None,
@@ -160,7 +289,7 @@ def fill(commit: Commit, bodies: list[str], leaf: str | None, count: int, respon
     text, the response, the events; and the count in the meta. Idempotent."""
     commit.entries[0]["parent_id"] = leaf
     if bodies:
-        bodies[0] = bodies[0].replace(json_text(HOLE), json_text(leaf))
+        bodies[0] = bodies[0].replace(_HOLE_JSON, json_text(leaf))
     if commit.meta is not None:
         commit.meta["message_count"] = count
     if isinstance(response, dict) and response.get("parent_id") == HOLE:

@@ -78,11 +78,9 @@ def _kind(value: Any) -> Any:
 
 
 def _shape(params: Any) -> tuple[Any, ...]:
-    if isinstance(params, dict):
-        return tuple(_kind(v) for v in params.values())
-    if params is None:
-        return ()
-    return tuple(_kind(v) for v in params)
+    values = params.values() if isinstance(params, dict) else () if params is None else params
+    # _kind only where the type alone does not say it (checked on every statement run).
+    return tuple(_kind(v) if type(v) is int or type(v) is list else type(v) for v in values)
 
 
 class PgDatastore:

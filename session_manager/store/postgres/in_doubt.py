@@ -117,7 +117,7 @@ def _in_doubt(failure: StoreError) -> Unavailable:
 def settle_apply(db: PgDatastore, pid: int, started: Any, payload: str, failure: StoreError, *,
                  entry: tuple[str, str] | None = None) -> bool:
     """Whether an ``sm_apply`` (one autocommit statement, whose first event's
-    payload is ``payload``; or, for an ``sm_append``, whose payloads the server
+    payload is ``payload``; or, for an ``sm_append_call``, whose payloads the server
     completed, that wrote ``entry``, a new id checked absent) whose answer was lost committed; raises
     :class:`Unavailable` when the database cannot tell before the deadline."""
     until = _until(db)

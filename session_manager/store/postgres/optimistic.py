@@ -46,7 +46,7 @@ from ..base import Commit, Entry, Meta
 from ..sql.keys import check_id, key, key_or_none, unkey
 from ..sql.transactions import CallRunner
 from ..sql.values import json_text
-from .at_leaf import APPEND, append_params, fill, fill_known, resolve_at_leaf
+from .at_leaf import APPEND_CALL, append_params, fill, fill_known, resolve_at_leaf
 from .core import PgDatastore, Tx
 from .in_doubt import settle_apply
 from .outbox import NOTIFY_BATCH, Outbox
@@ -389,15 +389,22 @@ class Optimistic:
         pid, started = conn.info.backend_pid, db.started_at(conn)
         row: tuple[Any, ...] | None = None
         try:
-            row = db.execute(conn, APPEND if cut is not None else APPLY, params).fetchone()
+            row = db.execute(conn, APPEND_CALL if cut is not None else APPLY, params).fetchone()
         except psycopg.Error as e:
             failure = db.fail(e)
-            lost = conn.broken or conn.closed
-            db.putconn(conn)
-            if e.sqlstate == CONFLICT:
+            if e.sqlstate == CONFLICT:  # raised before anything was written or locked past the call
+                db.putconn(conn)
                 self.forget(plan.session_id)
                 self._contend(plan.session_id)
                 raise _Conflicted from None
+            if cut is not None and not (conn.broken or conn.closed):
+                # sm_append_call commits its write before its notification: an error may come
+                # after the write landed (a statement timeout), and may leave the session's
+                # ordering lock held by this backend. Ending the connection frees it; the
+                # write is then settled like a lost answer (its notification sent again if it landed).
+                conn.close()
+            lost = conn.broken or conn.closed
+            db.putconn(conn)
             self.forget(plan.session_id)
             if not lost or started is None:
                 raise db.storage_error(failure) from None
@@ -411,6 +418,7 @@ class Optimistic:
             if cut is not None:  # it landed: the parent the server chose is the entry's
                 parent = db.rows("SELECT parent_id FROM entries WHERE session_id = %s AND entry_id = %s",
                                  (params["sid"], params["ids"][0]))[0][0]
+                self.outbox.renotify()  # its notification may not have been sent
                 fill(commit, plan.bodies, unkey(parent) if parent is not None else None, 0, response, events)
                 return  # the session was forgotten: its meta is read afresh next time
         else:

@@ -117,6 +117,23 @@ class Outbox:
                 },
             )
 
+    def renotify(self) -> None:
+        """Notify this instance's latest rows again: an ``sm_append_call`` that landed
+        but whose answer was lost may have ended before its notification (listeners
+        skip the ids they have seen, so a repeat is harmless). Best effort: a listener
+        that misses it replays the rows when it reconnects."""
+        try:
+            self._db.rows(
+                "SELECT pg_notify(%(channel)s, %(instance)s || '|' || string_agg("
+                "id::text || ':' || array_position(%(all)s::text[], function_id)::text, ',' ORDER BY id))"
+                " FROM (SELECT id, function_id FROM outbox WHERE instance = %(instance)s"
+                " ORDER BY id DESC LIMIT %(n)s) AS latest",
+                {"channel": self._channel, "instance": self._db.instance, "all": list(EVENT_FUNCTIONS),
+                 "n": NOTIFY_BATCH},
+            )
+        except Exception:
+            log.warning("could not notify the events of a settled append again", exc_info=True)
+
     def committed(self, tx: Tx | None, events: list[Event], token: object = None) -> None:
         """This instance's own events, once committed (it delivers them itself,
         so the listener never sees them): the record of known sessions follows."""

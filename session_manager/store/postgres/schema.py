@@ -28,7 +28,7 @@ from psycopg import Connection, sql
 from ...errors import StoreError
 from ..sql import versions
 from . import search
-from .at_leaf import APPEND_FUNCTION
+from .at_leaf import APPEND_CALL_PROCEDURE, APPEND_FUNCTION
 
 # sm_apply(...): the optimistic commit. Under the session's advisory lock (the
 # one the transactional path takes), it checks the state the decision was
@@ -186,6 +186,9 @@ MIGRATIONS: tuple[str, ...] = (
     # and the ranked page of an unscoped search as one function call whose plans are kept
     # (search.py); every entry queued again.
     search.LAYOUT_MIGRATION,
+    # 7: sm_append's lean successor, a procedure that notifies after the write's COMMIT
+    # (at_leaf.py): several writers' commits share the WAL flush again.
+    APPEND_CALL_PROCEDURE,
 )
 
 
