@@ -131,3 +131,15 @@ def test_the_version_changes_with_every_write_and_only_then(schema: str) -> None
         assert len(set(seen)) == len(seen)
         sm.call("session::delete", {"session_id": sid})
         assert store.meta_and_leaf_since(sid, seen[-1]) == (None, None, None)
+
+
+def test_a_cold_stores_first_call_opens_one_connection(schema: str) -> None:
+    # Prevents: the pool growing for the first call, which waits for the connection open()
+    # started: a second backend started on the server during that call, and the next calls
+    # alternating between two backends that each prepare and plan every statement anew.
+    pg_support.open_store(schema).close()  # the schema migrated: what follows is a cold open
+    with open_sm(schema) as sm:
+        sid = sm.call("session::create", {})["session_id"]
+        for _ in range(5):
+            sm.call("session::messages-tail", {"session_id": sid, "limit": 5})
+        assert sm.service.store.db.pool.get_stats()["pool_size"] == 1
