@@ -7,7 +7,9 @@ meta_and_leaf_since`, postgres) makes pages worth keeping: it checks the version
 the read the call makes anyway (one statement, and no path read when it holds), so
 every call still sees every write, this instance's or another's. A page is kept as
 its exact JSON line and decoded for each answer: each caller gets objects of its own
-(one C call, cheaper than a deep copy), and the bytes bound the memory kept.
+(one C call, cheaper than a deep copy), and the bytes bound the memory kept. A page
+orjson cannot write exactly (an integer past 64 bits, a lone surrogate) is not kept;
+what it writes it reads back equal (the store's values hold no NaN or infinity).
 """
 
 from __future__ import annotations
@@ -17,8 +19,7 @@ from collections import OrderedDict
 from collections.abc import Hashable
 from typing import Any
 
-from ..errors import UnstorableValue
-from ..store._core.codec import encode_line, loads
+import orjson
 
 __all__ = ["PageMemo"]
 
@@ -49,15 +50,15 @@ class PageMemo:
     @staticmethod
     def page(kept: tuple[Hashable, bytes]) -> Any:
         """A fresh copy of a kept page (objects no other caller holds)."""
-        return loads(kept[1])
+        return orjson.loads(kept[1])
 
     def keep(self, key: Hashable, version: Hashable, page: Any) -> None:
         """Keep ``page``, built from the session at ``version``, for ``key``. Call it
         before handing ``page`` out: what is kept is its JSON as built."""
         try:
-            line = encode_line(page)
-        except (UnstorableValue, TypeError, ValueError):
-            return  # not exact JSON: build it each time
+            line = orjson.dumps(page)
+        except TypeError:  # (orjson.JSONEncodeError is one)
+            return  # not for orjson: built each time
         if len(line) > MAX_PAGE_BYTES:
             return
         with self._lock:

@@ -164,12 +164,15 @@ class PgReads:
         meta text (its ``updated_at``) guard against the 32-bit ``xmin`` wrapping around."""
         known = version[0] if isinstance(version, tuple) and len(version) == 3 else ""
         rows = self.db.rows(_META_AND_TAIL, {"s": key(session_id), "window": PATH_WINDOW, "v": known})
-        head = [r for r in rows if r[0] == 0]
-        if not head:
-            return None, None, None
-        _, meta, leaf, _, xmin = head[0]
-        entries = [(unkey(eid), depth, body) for kind, body, eid, depth, _ in rows if kind == 1]
-        self._keep_window(session_id, leaf, entries[0][1] if entries else None, entries)
+        if len(rows) == 1 and rows[0][0] == 0:  # the session alone: at ``version``, or no entries
+            _, meta, leaf, _, xmin = rows[0]
+        else:
+            head = [r for r in rows if r[0] == 0]
+            if not head:
+                return None, None, None
+            _, meta, leaf, _, xmin = head[0]
+            entries = [(unkey(eid), depth, body) for kind, body, eid, depth, _ in rows if kind == 1]
+            self._keep_window(session_id, leaf, entries[0][1] if entries else None, entries)
         return loads(meta.encode("utf-8")), unkey(leaf) if leaf is not None else None, (xmin, leaf, meta)
 
     def meta_and_leaf_from_root(self, session_id: str) -> tuple[Meta | None, str | None]:
