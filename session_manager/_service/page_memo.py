@@ -38,7 +38,7 @@ class PageMemo:
         self._max_bytes = max_bytes
         self._lock = threading.Lock()
 
-    def version(self, key: Hashable) -> tuple[Hashable, bytes] | None:
+    def get(self, key: Hashable) -> tuple[Hashable, bytes] | None:
         """The version and page kept for ``key`` (hold on to both: the page may be
         replaced or dropped before the read that checks the version answers)."""
         with self._lock:

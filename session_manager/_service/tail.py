@@ -116,7 +116,7 @@ def messages_tail(core: ServiceCore, req: api.MessagesTailRequest) -> Result:
     # A page is a function of the session's state and of these alone.
     memo_key = (session_id, size, req.before_entry_id, req.until_entry_id, req.include_custom is not False,
                 req.include_image_data is not False)
-    kept = core.tail_pages.version(memo_key)
+    kept = core.tail_pages.get(memo_key)
     with storage_errors():
         # One call for all three: a store may answer them, and the path's last window, in one
         # read; when the session is still at the version of the page kept, that page is the answer.
