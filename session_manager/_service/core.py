@@ -26,6 +26,7 @@ from ..ids import IdGen, UuidIds
 from ..store.base import NO_TRANSACTION, Commit, Entry, Meta, SessionStore, append_commit
 from ..store.path import EntryPath
 from .limits import LimitsCell
+from .page_memo import PageMemo
 from .stats import Stats
 from .storage_errors import UNSHARED, locked_storage_errors
 
@@ -68,6 +69,9 @@ class ServiceCore:
         # Per stripe, the entry point of a mutation the store runs outside any transaction
         # (the fs store in flush mode): it holds nothing per call, so one serves every call.
         self._plain: list[locked_storage_errors | None] = [None] * LOCK_STRIPES
+        # messages-tail pages by request, each with the session version it was built from
+        # (kept only over a store that names versions: see PageMemo).
+        self.tail_pages = PageMemo()
 
     # -- the mutation entry point ---------------------------------------------
 

@@ -112,11 +112,19 @@ def _collapsed(run: list[Entry], image_data: bool) -> list[dict[str, Any]]:
 
 def messages_tail(core: ServiceCore, req: api.MessagesTailRequest) -> Result:
     session_id = req.session_id
+    size = core.page_size(req.limit)
+    # A page is a function of the session's state and of these alone.
+    memo_key = (session_id, size, req.before_entry_id, req.until_entry_id, req.include_custom is not False,
+                req.include_image_data is not False)
+    kept = core.tail_pages.get(memo_key)
     with storage_errors():
-        # One call for both: a store may answer them, and the path's last window, in one read.
-        meta, leaf = core.store.meta_and_leaf(session_id)
+        # One call for all three: a store may answer them, and the path's last window, in one
+        # read; when the session is still at the version of the page kept, that page is the answer.
+        meta, leaf, version = core.store.meta_and_leaf_since(session_id, kept[0] if kept is not None else None)
         if meta is None:
             raise not_found(session_id)
+        if version is not None and kept is not None and kept[0] == version:
+            return core.tail_pages.page(kept), []
         path = core.path(session_id, leaf)
     walk = _Walk(path, include_custom=req.include_custom is not False)
     if walk.before(len(path)) < 0:
@@ -129,9 +137,12 @@ def messages_tail(core: ServiceCore, req: api.MessagesTailRequest) -> Result:
     until = None
     if req.until_entry_id is not None:
         until = walk.block_start(walk.anchor(req.until_entry_id, "until_entry_id"))
-    start = walk.page_start(end, core.page_size(req.limit), until)
+    start = walk.page_start(end, size, until)
     items = walk.items(start, end, image_data=req.include_image_data is not False)
     oldest = items[0]["entry_id"] if items else None
-    return build[api.MessagesTailResponse](messages=items, has_more=walk.before(start) >= 0,
-                                           oldest_entry_id=oldest), []
-
+    page = build[api.MessagesTailResponse](messages=items, has_more=walk.before(start) >= 0, oldest_entry_id=oldest)
+    if version is not None:
+        # Read from that version on (a later window of the path may be newer: then the
+        # session is past that version, and the page kept is never answered).
+        core.tail_pages.keep(memo_key, version, page)
+    return page, []

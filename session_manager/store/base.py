@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import contextlib
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Hashable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
@@ -237,6 +237,18 @@ class SessionStore(ABC):
         """:meth:`meta_and_leaf` for a read that pages the active path from its root
         (``messages``): a store may answer it with the path's first window in one read."""
         return self.meta_and_leaf(session_id)
+
+    def meta_and_leaf_since(self, session_id: str, version: Hashable | None
+                            ) -> tuple[Meta | None, str | None, Hashable | None]:
+        """:meth:`meta_and_leaf` with the session's version: a value that changes with
+        every write of the session (its meta, leaf, any entry; a deleted and recreated
+        session's too) and never comes back. When it equals ``version`` (one this
+        method returned before), the session is exactly as it was then: the caller
+        may answer what it built from it then, and the store may have skipped the
+        read of the path's last window it makes otherwise (:meth:`path` still reads
+        it, lazily). ``None``: this store names no versions (the default)."""
+        meta, leaf = self.meta_and_leaf(session_id)
+        return meta, leaf, None
 
     def meta_and_entry(self, session_id: str, entry_id: str) -> tuple[Meta | None, Entry | None]:
         """``(get_meta, get_entry)`` in one call (every streamed update reads both)."""

@@ -12,7 +12,7 @@ import orjson
 
 from ...errors import UnstorableValue
 
-__all__ = ["encode_line", "loads"]
+__all__ = ["encode_line", "loads", "loads_texts"]
 
 
 def _reject_constant(name: str) -> Any:
@@ -45,6 +45,18 @@ def loads(line: bytes) -> Any:
         except orjson.JSONDecodeError:
             pass
     return json.loads(line.decode("utf-8"), parse_constant=_reject_constant, parse_float=_finite_float)
+
+
+def loads_texts(texts: list[str]) -> list[Any]:
+    """:func:`loads` of each stored JSON text, in one parse: the texts joined as one
+    array (each is a whole JSON value, so the array's elements are their values).
+    A window of a path is decoded so: one C call, not one per entry."""
+    if not texts:
+        return []
+    values = loads(("[" + ",".join(texts) + "]").encode("utf-8"))
+    if not isinstance(values, list) or len(values) != len(texts):
+        raise ValueError("a stored text is not one JSON value")
+    return values
 
 
 def encode_line(record: dict[str, Any]) -> bytes:

@@ -52,7 +52,22 @@ class _Pool(ConnectionPool[psycopg.Connection[Any]]):
 
     def __init__(self, core: PgDatastore, conninfo: str, **kwargs: Any) -> None:
         self._core = core
+        self._served = False
         super().__init__(conninfo, **kwargs)
+
+    def getconn(self, timeout: float | None = None) -> psycopg.Connection[Any]:
+        conn = super().getconn(timeout)
+        self._served = True
+        return conn
+
+    def _maybe_grow_pool(self) -> None:
+        # A cold store's first call waits for the connection open() started: growing the
+        # pool for it opened a second one racing that one (a second backend started on the
+        # server during the call), and the FIFO pool then alternated the next calls between
+        # two backends, each preparing and planning every statement anew (a warm tail's
+        # first ten calls at 2x). Calls that wait once one was served grow it as before.
+        if self._served:
+            super()._maybe_grow_pool()
 
     def check_connection(self, conn: psycopg.Connection[Any]) -> None:  # type: ignore[override]
         armed = self._core.watchdog.arm(conn, self._core.deadline_at())

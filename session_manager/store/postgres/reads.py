@@ -5,7 +5,7 @@ transaction."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Hashable, Iterator, Sequence
 from typing import Any
 
 from psycopg.types.json import Jsonb
@@ -50,21 +50,24 @@ FROM t
 
 # The session's meta and leaf with the last PATH_WINDOW entries of its active
 # path, walked from the leaf by parent links (one primary-key probe each): what
-# messages-tail reads, in one round trip. Kind 0 is the session, 1 an entry.
+# messages-tail reads, in one round trip. Kind 0 is the session (with its row's
+# xmin: every write of the session rewrites the row, see meta_and_leaf_since),
+# 1 an entry. The walk is skipped when that xmin is %(v)s (the caller's version).
 _META_AND_TAIL = """
 WITH RECURSIVE s AS (
-    SELECT meta, leaf FROM sessions WHERE session_id = %(s)s AND meta IS NOT NULL
+    SELECT meta, leaf, xmin::text AS v FROM sessions WHERE session_id = %(s)s AND meta IS NOT NULL
 ), w(entry_id, parent_id, depth, n, body) AS (
     SELECT e.entry_id, e.parent_id, e.depth, 1, e.body
     FROM s JOIN entries e ON e.session_id = %(s)s AND e.entry_id = s.leaf
+    WHERE s.v <> %(v)s
   UNION ALL
     SELECT p.entry_id, p.parent_id, p.depth, w.n + 1, p.body
     FROM w JOIN entries p ON p.session_id = %(s)s AND p.entry_id = w.parent_id
     WHERE w.n < %(window)s
 )
-SELECT 0, meta, leaf, NULL::integer FROM s
+SELECT 0, meta, leaf, NULL::integer, v FROM s
 UNION ALL
-SELECT 1, body, entry_id, depth FROM w
+SELECT 1, body, entry_id, depth, NULL FROM w
 """
 
 # The session's meta and leaf (with its depth) and the first entries (depths 0
@@ -147,32 +150,53 @@ class PgReads:
     def meta_and_leaf(self, session_id: str) -> tuple[Meta | None, str | None]:
         """Both in one read, with the active path's last window kept for this call's
         :meth:`path` of that leaf (a messages-tail page: one round trip)."""
-        rows = self.db.rows(_META_AND_TAIL, {"s": key(session_id), "window": PATH_WINDOW})
-        entries = [(unkey(eid), depth, body) for kind, body, eid, depth in rows if kind == 1]
-        return self._keep_window(session_id, rows, entries[0][1] if entries else None, entries)
+        meta, leaf, _ = self.meta_and_leaf_since(session_id, None)
+        return meta, leaf
+
+    def meta_and_leaf_since(self, session_id: str, version: Hashable | None
+                            ) -> tuple[Meta | None, str | None, Hashable | None]:
+        """:meth:`meta_and_leaf` and the session's version, in one read; the path's last
+        window is read (and kept for :meth:`path`) unless the session is at ``version``.
+
+        The version is the session row's ``xmin`` (the transaction that wrote it last)
+        with its leaf and meta text. Every write of a session rewrites its row (sm_apply,
+        and so sm_append, upserts it in the writing transaction; a delete removes it), and
+        a transaction id is never used for another write, so the version changes with
+        every commit, another instance's too, with no column to keep. The leaf and the
+        meta text (its ``updated_at``) guard against the 32-bit ``xmin`` wrapping around."""
+        known = version[0] if isinstance(version, tuple) and len(version) == 3 else ""
+        rows = self.db.rows(_META_AND_TAIL, {"s": key(session_id), "window": PATH_WINDOW, "v": known})
+        if len(rows) == 1 and rows[0][0] == 0:  # the session alone: at ``version``, or no entries
+            _, meta, leaf, _, xmin = rows[0]
+        else:
+            head = [r for r in rows if r[0] == 0]
+            if not head:
+                return None, None, None
+            _, meta, leaf, _, xmin = head[0]
+            entries = [(unkey(eid), depth, body) for kind, body, eid, depth, _ in rows if kind == 1]
+            self._keep_window(session_id, leaf, entries[0][1] if entries else None, entries)
+        return loads(meta.encode("utf-8")), unkey(leaf) if leaf is not None else None, (xmin, leaf, meta)
 
     def meta_and_leaf_from_root(self, session_id: str) -> tuple[Meta | None, str | None]:
         """Both in one read, with the active path's first window kept for this call's
         :meth:`path` of that leaf (a messages page from the root: one round trip)."""
         rows = self.db.rows(_META_AND_HEAD, {"s": key(session_id), "b": PATH_WINDOW - 1})
-        entries = [(unkey(eid), depth, body) for kind, body, eid, depth in rows if kind == 1]
-        top = next((depth for kind, _, _, depth in rows if kind == 0), None)
-        return self._keep_window(session_id, rows, top, entries)
-
-    def _keep_window(
-        self, session_id: str, rows: list[tuple[Any, ...]], top: int | None, entries: list[tuple[str, int, str]]
-    ) -> tuple[Meta | None, str | None]:
-        """The meta and leaf of a window read's session row (kind 0); the window (the
-        leaf's depth and the entries read) kept for this call's :meth:`path` of that leaf."""
         head = [r for r in rows if r[0] == 0]
         if not head:
             return None, None
-        _, meta, leaf, _ = head[0]
+        _, meta, leaf, top = head[0]
+        entries = [(unkey(eid), depth, body) for kind, body, eid, depth in rows if kind == 1]
+        self._keep_window(session_id, leaf, top, entries)
+        return loads(meta.encode("utf-8")), unkey(leaf) if leaf is not None else None
+
+    def _keep_window(self, session_id: str, leaf: str | None, top: int | None,
+                     entries: list[tuple[str, int, str]]) -> None:
+        """Keep a window read with its session (the leaf's depth and the entries read)
+        for this call's :meth:`path` of that leaf."""
         local = self.db.local
         in_call = local.tx is None and local.deadline is not None
         if in_call and leaf is not None and top is not None and entries:
             local.window = (session_id, unkey(leaf), top, entries)
-        return loads(meta.encode("utf-8")), unkey(leaf) if leaf is not None else None
 
     def get_entry(self, session_id: str, entry_id: str) -> Entry | None:
         rows = self.db.rows(

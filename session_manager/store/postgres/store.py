@@ -22,7 +22,7 @@ call reconnects by itself.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Hashable, Sequence
 
 from ..base import Entry, Meta
 from ..search_index import Candidate, Matches, SortKey
@@ -70,6 +70,14 @@ class PostgresStore(SqlStore):
 
     def meta_and_leaf_from_root(self, session_id: str) -> tuple[Meta | None, str | None]:
         return self.reads.meta_and_leaf_from_root(session_id)
+
+    def meta_and_leaf_since(self, session_id: str, version: Hashable | None
+                            ) -> tuple[Meta | None, str | None, Hashable | None]:
+        """With the session row's version (:meth:`.reads.PgReads.meta_and_leaf_since`);
+        none inside a mutation (what its transaction sees may yet roll back)."""
+        if self.db.local.tx is not None:
+            return super().meta_and_leaf_since(session_id, version)
+        return self.reads.meta_and_leaf_since(session_id, version)
 
     def search(self, query: Query, sessions: Collection[str] | None,
                roles: Collection[str] | None) -> Matches:

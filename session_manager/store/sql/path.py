@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from typing import Any, Protocol
 
 from ...errors import SessionError, StoreError
-from .._core.codec import loads
+from .._core.codec import loads_texts
 from ..base import Entry
 from ..path import EntryPath
 from .keys import key, unkey
@@ -158,9 +158,10 @@ class WindowPath(EntryPath):
 
     def seed(self, rows: list[tuple[str, int, str]]) -> None:
         """Entries already read (id, depth, body text), e.g. with the session's meta."""
-        for entry_id, depth, body in rows:
-            self._by_depth[depth] = (entry_id, loads(body.encode("utf-8")))
-            self._depth_of[entry_id] = depth
+        by_depth, depth_of = self._by_depth, self._depth_of
+        for (entry_id, depth, _), entry in zip(rows, loads_texts([body for _, _, body in rows]), strict=True):
+            by_depth[depth] = (entry_id, entry)
+            depth_of[entry_id] = depth
 
     @property
     def leaf(self) -> str | None:
@@ -189,4 +190,5 @@ class WindowPath(EntryPath):
         ``start`` (an entry of the path at ``start_depth`` > ``hi``, or the leaf at ``hi``)."""
         del start_depth  # the jump pointers find the window's top from any distance
         rows = self._store.rows(_WINDOW_SQL, {"s": key(self._session), "start": key(start), "a": lo, "b": hi})
-        return [(unkey(entry_id), depth, loads(body.encode("utf-8"))) for entry_id, depth, body in rows]
+        entries = loads_texts([body for _, _, body in rows])
+        return [(unkey(entry_id), depth, entry) for (entry_id, depth, _), entry in zip(rows, entries, strict=True)]
