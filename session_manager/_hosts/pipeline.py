@@ -65,7 +65,7 @@ def serve(function: Function, service: SessionService, payload: Any, deliver: De
     serve_row = row or function.handler
     assert serve_row is not None, f"{function.id} is an event function"
     core = service.core  # (its fields, not the service's properties: this runs on every call)
-    limits = core.limits.get()
+    limits = core.limits.current
     if owned:  # (its builder's keys are the request's own: no scan for unknown ones either)
         admit(function.id, payload, limits, mutates=function.mutates, proven=True)
     elif private_copy:
@@ -74,8 +74,12 @@ def serve(function: Function, service: SessionService, payload: Any, deliver: De
     else:
         admit(function.id, payload, limits, mutates=function.mutates)
     request = parse_request(function.request, payload)
-    # A partial, not a lambda: called from C, no Python frame of its own.
-    response, events = execute(core.store, partial(serve_row, service, request), wraps_calls=wraps_calls)
+    # A partial, not a lambda: called from C, no Python frame of its own (execute, inline).
+    work = partial(serve_row, service, request)
+    try:
+        response, events = core.store.run_call(work) if wraps_calls else work()
+    except StoreError as e:
+        raise at_edge(e) from None
     result = response if answer is same else answer(response)
     if events and deliver is not None:
         deliver(events)

@@ -110,7 +110,8 @@ def admit_copy(function_id: str, payload: Any, limits: Limits, *, mutates: bool)
     admission of the copy (its tuples are lists: see :func:`_within_depth`)."""
     exact = type(payload) is dict
     if exact:
-        _check_batch(function_id, payload, limits)  # first: an oversized batch is refused without copying it
+        if function_id in BATCH_FIELDS:  # first: an oversized batch is refused without copying it
+            _check_batch(function_id, payload, limits)
         private = proven_copy(payload, MAX_DEPTH)
     else:
         private = None
