@@ -1,6 +1,7 @@
 """cProfile of the three workloads the issue asks to profile before optimizing.
 
     python bench/profile_store.py append   # 3,000 flush-mode appends
+    python bench/profile_store.py sqlite-append  # 3,000 typed flush appends over sqlite (issue 23)
     python bench/profile_store.py tail     # cold open + messages-tail 50 of a 20,000-entry session
     python bench/profile_store.py list     # cold open + session::list over 10,000 sessions
     python bench/profile_store.py all [--top 25] [--sort tottime]
@@ -20,6 +21,7 @@ import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(1, str(Path(__file__).resolve().parents[1]))
@@ -38,6 +40,22 @@ def append(root: Path) -> Callable[[], None]:
     def work() -> None:
         for _ in range(3000):
             sm.call("session::append", body)
+        sm.close()
+
+    return work
+
+
+def sqlite_append(root: Path) -> Callable[[], None]:
+    """The typed append bench/bench_sqlite.py times (``sm.append`` over ``sqlite:///``, flush)."""
+    sm = session_manager.open(f"sqlite:///{root / 'append.db'}", durability="flush")
+    sid = sm.create().session_id
+    body: Any = message()  # a plain dict, as bench_sqlite passes it
+    for _ in range(20):  # warm: the statements prepared, the session's row cached
+        sm.append(sid, message=body)
+
+    def work() -> None:
+        for _ in range(APPENDS):
+            sm.append(sid, message=body)
         sm.close()
 
     return work
@@ -68,7 +86,8 @@ def list_sessions(root: Path) -> Callable[[], None]:
     return work
 
 
-WORKLOADS = {"append": append, "tail": tail, "list": list_sessions}
+WORKLOADS = {"append": append, "sqlite-append": sqlite_append, "tail": tail, "list": list_sessions}
+APPENDS = 3000
 
 
 def main() -> None:
@@ -90,6 +109,9 @@ def main() -> None:
             profile.runcall(work)
             print(f"\n==== {name} ====")
             stats = pstats.Stats(profile).strip_dirs().sort_stats(args.sort)
+            if name.endswith("append"):  # the figure issue 23 tracks: Python calls (C ones too) per append
+                calls = sum(ncalls for _, ncalls, _, _, _ in stats.stats.values())  # type: ignore[attr-defined]
+                print(f"{calls / APPENDS:.0f} calls per append")
             stats.print_stats(args.top)
     finally:
         shutil.rmtree(root, ignore_errors=True)

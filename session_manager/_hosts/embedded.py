@@ -33,8 +33,8 @@ from .gate import CallGate
 from .helpers import Helpers
 from .pipeline import execute, same, serve
 from .retention import RetentionPolicy, RetentionSweeper, retention_policy
+from .surface import BY_ID, Function, unknown_function
 from .surface import function as lookup
-from .surface import unknown_function
 
 log = logging.getLogger("session_manager.embedded")
 
@@ -49,6 +49,11 @@ _LEAVES = frozenset({str, int, float, bool, type(None)})
 # holds). Over a store whose paths are private (``SessionStore.private_paths``: decoded
 # for that read alone), such a response is its caller's already and is not copied again.
 _FROM_PATH_ALONE = frozenset({"session::messages", "session::messages-tail"})
+
+# Writes whose answer the service builds new for each call from immutable leaves (ids, a
+# timestamp, a revision; append-many's id list is new too): nobody else holds it, so it is
+# handed over without the copy, over every store (the streaming writes' hot path).
+_NEW_ANSWERS = frozenset({"session::append", "session::append-many", "session::update-message"})
 
 # Reads whose answers are built from what the store read for the call (no module
 # constant, no service state): not copied when the store's reads are fresh.
@@ -132,7 +137,8 @@ class SessionManager(Helpers):
         self._read_only = bool(getattr(service.store, "read_only", False))
         # Answers already their caller's (built from objects the store decoded for the call
         # alone): handed over without the deep copy.
-        self._uncopied = ((_FROM_PATH_ALONE if getattr(service.store, "private_paths", False) else frozenset())
+        self._uncopied = (_NEW_ANSWERS
+                          | (_FROM_PATH_ALONE if getattr(service.store, "private_paths", False) else frozenset())
                           | (_FRESH_ANSWERS if getattr(service.store, "fresh_reads", False) else frozenset()))
         # A shared store (postgres) delivers other instances' events here.
         self._unsubscribe = service.store.subscribe(self.publish, self.is_observed)
@@ -148,23 +154,41 @@ class SessionManager(Helpers):
         if not gate.enter():
             raise RuntimeError("this session manager is closed")
         try:
-            return self._call(function_id, payload)
+            # (_call's steps written out: this runs on every call, _call on the owned ones)
+            function = BY_ID.get(function_id) if type(function_id) is str else None
+            if function is None or function.handler is None:
+                function = self._callable(function_id)
+            if function.mutates and self._read_only:
+                raise SessionError(STORAGE, f"{function_id}: this session store is open read-only")
+            # A private copy: what is stored must not change when the caller later changes the
+            # dicts it passed in; the answer is a copy too (or new already: a store's private path
+            # pages). Events go to the observers there were when the call began (publish's rule).
+            return serve(function, self.service, payload, self._deliver if self._observers else None,
+                         private_copy=True, answer=same if function_id in self._uncopied else copy_json,
+                         wraps_calls=self._wraps_calls)
         finally:
             gate.leave()
 
+    @staticmethod
+    def _callable(function_id: Any) -> Function:
+        """The row serving ``function_id``, or ``session/invalid_request`` naming it
+        (an unknown id, ``None``, or an event function's row: the table serves none)."""
+        function = lookup(function_id)
+        if function.handler is None:
+            raise unknown_function(function_id)
+        return function
+
     def _call(self, function_id: str, payload: Any, owned: bool = False,
               row: Callable[[SessionService, Any], Any] | None = None) -> Any:
-        function = lookup(function_id)  # an unknown id (or None): session/invalid_request naming it
-        if function.handler is None:  # an event function's row (the table serves none): not callable
-            raise unknown_function(function_id)
+        function = self._callable(function_id)
         if function.mutates and self._read_only:
             raise SessionError(STORAGE, f"{function_id}: this session store is open read-only")
         # A private copy (unless the payload is handed over: _call_owned): what is stored must
         # not change when the caller later changes the dicts it passed in; the answer is a copy
         # too (or new already: a store's private path pages).
         answer = same if function_id in self._uncopied else copy_json
-        return serve(function, self.service, payload, self._deliver, private_copy=not owned, owned=owned,
-                     answer=answer, wraps_calls=self._wraps_calls, row=row)
+        return serve(function, self.service, payload, self._deliver if self._observers else None,
+                     private_copy=not owned, owned=owned, answer=answer, wraps_calls=self._wraps_calls, row=row)
 
     def _call_owned(self, function_id: str, payload: dict[str, Any], *, at: SessionAt | None = None) -> Any:
         """:meth:`call` for a payload this package's own code built and hands over
@@ -234,18 +258,16 @@ class SessionManager(Helpers):
             request = OwnedCustom(session_id, custom_type, data, parent_id, at)
             entry, events = execute(service.store, lambda: service.append_custom_owned(request),
                                     wraps_calls=self._wraps_calls)
-            if events:
+            if events and self._observers:
                 self._deliver(events)  # (inside the gate, as a call's: close() waits for them)
             return str(entry["id"])
         finally:
             gate.leave()
 
     def _deliver(self, events: list[Event]) -> None:
-        """A call's events to the observers. User code runs only in observers: a close()
-        from one must not wait for this call (counted only here, off the path of a call
-        nobody observes)."""
-        if not self._observers:
-            return
+        """A call's events to the observers (handed only when there were some as the call
+        began). User code runs only in observers: a close() from one must not wait for this
+        call (counted only here, off the path of a call nobody observes)."""
         depth = getattr(self._depth, "n", 0)
         self._depth.n = depth + 1
         try:

@@ -17,7 +17,8 @@ only in what they pass:
 * ``answer``: what the caller receives (the embedded host copies the
   response so the caller cannot change what a later read returns).
 * ``deliver``: where the call's events go (local observers, or the worker's
-  event functions and bridges), after the write is durable and the answer is made.
+  event functions and bridges), after the write is durable and the answer is made;
+  ``None``: nobody observes them (the embedded host with no observer when the call began).
 
 :func:`execute` is the run-and-map part alone, for work that is not a
 surface row (a retention sweep's batch, ``erase_where``).
@@ -26,6 +27,7 @@ surface row (a retention sweep's batch, ``erase_where``).
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import Any, TypeVar
 
 from .._service.admission import admit, admit_copy
@@ -47,7 +49,7 @@ def same(response: Any) -> Any:
     return response
 
 
-def serve(function: Function, service: SessionService, payload: Any, deliver: Deliver, *,
+def serve(function: Function, service: SessionService, payload: Any, deliver: Deliver | None, *,
           private_copy: bool = False, owned: bool = False, answer: Callable[[Any], Any] = same,
           wraps_calls: bool = True, row: Callable[[SessionService, Any], Result] | None = None) -> Any:
     """Serve one call of ``function`` (a row with a handler) on ``service``; returns the answer.
@@ -62,7 +64,8 @@ def serve(function: Function, service: SessionService, payload: Any, deliver: De
     request instead of the function's own handler (its precondition variant)."""
     serve_row = row or function.handler
     assert serve_row is not None, f"{function.id} is an event function"
-    limits = service.limits.get()
+    core = service.core  # (its fields, not the service's properties: this runs on every call)
+    limits = core.limits.current
     if owned:  # (its builder's keys are the request's own: no scan for unknown ones either)
         admit(function.id, payload, limits, mutates=function.mutates, proven=True)
     elif private_copy:
@@ -71,9 +74,14 @@ def serve(function: Function, service: SessionService, payload: Any, deliver: De
     else:
         admit(function.id, payload, limits, mutates=function.mutates)
     request = parse_request(function.request, payload)
-    response, events = execute(service.store, lambda: serve_row(service, request), wraps_calls=wraps_calls)
-    result = answer(response)
-    if events:
+    # A partial, not a lambda: called from C, no Python frame of its own (execute, inline).
+    work = partial(serve_row, service, request)
+    try:
+        response, events = core.store.run_call(work) if wraps_calls else work()
+    except StoreError as e:
+        raise at_edge(e) from None
+    result = response if answer is same else answer(response)
+    if events and deliver is not None:
         deliver(events)
     return result
 

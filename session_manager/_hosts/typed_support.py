@@ -58,18 +58,24 @@ def to_json(value: Any) -> Any:
 
 
 def payload(**fields: Any) -> dict[str, Any]:
-    """The request payload: arguments left at ``None`` are absent, as in the JSON form."""
-    return {name: to_json(value) for name, value in fields.items() if value is not None}
+    """The request payload: arguments left at ``None`` are absent, as in the JSON form.
+    (A loop, leaves kept without a call: this runs on every typed call.)"""
+    out = {}
+    for name, value in fields.items():
+        if value is not None:
+            out[name] = value if type(value) in _LEAVES else to_json(value)
+    return out
 
 
 def response(model: type[M], result: Any) -> M:
-    """The response model of a call's JSON result."""
-    return model.model_validate(result)
+    """The response model of a call's JSON result (model_validate with no options,
+    without its Python wrapper: this runs on every typed call)."""
+    return model.__pydantic_validator__.validate_python(result)  # type: ignore[no-any-return]
 
 
 def optional_response(model: type[M], result: Any) -> M | None:
     """As :func:`response`, for the functions that answer ``null`` for unknown ids."""
-    return None if result is None else model.model_validate(result)
+    return None if result is None else model.__pydantic_validator__.validate_python(result)
 
 
 def as_content(content: str | Sequence[Content]) -> list[ContentBlock]:

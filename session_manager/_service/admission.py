@@ -50,15 +50,17 @@ BATCH_FIELDS: Mapping[str, str] = {
 }
 
 
-def admit(function_id: str, payload: Any, limits: Limits, *, mutates: bool, proven: bool = False) -> None:
+def admit(function_id: str, payload: Any, limits: Limits, *, mutates: bool, proven: bool = False,
+          batch_checked: bool = False) -> None:
     """Raise ``session/invalid_request`` unless ``payload`` may be served.
     ``proven``: the caller has shown ``payload`` holds no NaN or infinity and
     nests at most :data:`MAX_DEPTH` deep (the embedded host's private copy,
     :func:`~session_manager._wire.validation.proven_copy`), so the encoding
-    is not scanned for either."""
+    is not scanned for either; ``batch_checked``: its batch was checked already."""
     if not isinstance(payload, dict):
         return  # the request model reports a payload of the wrong shape
-    _check_batch(function_id, payload, limits)
+    if not batch_checked:
+        _check_batch(function_id, payload, limits)
     bulk = BULK_FIELDS.get(function_id)
     rest = payload
     try:
@@ -114,12 +116,14 @@ def admit_copy(function_id: str, payload: Any, limits: Limits, *, mutates: bool)
     NaN, infinities and deeper nesting, so admission skips its scans for them;
     any other takes admission's exact path first, then the copy's refusal, then
     admission of the copy (its tuples are lists: see :func:`_within_depth`)."""
-    if type(payload) is dict:
-        _check_batch(function_id, payload, limits)  # first: an oversized batch is refused without copying it
+    exact = type(payload) is dict
+    if exact:
+        if function_id in BATCH_FIELDS:  # first: an oversized batch is refused without copying it
+            _check_batch(function_id, payload, limits)
         private = proven_copy(payload, MAX_DEPTH)
     else:
         private = None
-    admit(function_id, payload, limits, mutates=mutates, proven=private is not None)
+    admit(function_id, payload, limits, mutates=mutates, proven=private is not None, batch_checked=exact)
     if private is not None:
         return private
     private = json_payload(payload)

@@ -54,9 +54,6 @@ _revised = editor(MessageEntry, "revision", "message")
 _touched = editor(SessionMeta, "updated_at")
 
 
-@retry_conflicts
-def append(core: ServiceCore, req: api.AppendRequest) -> Result:
-    return _append(core, req, None)
 
 
 @retry_conflicts
@@ -97,7 +94,7 @@ def _session_at(core: ServiceCore, session_id: str, at: SessionAt | None) -> tup
     return meta, leaf
 
 
-def _append(core: ServiceCore, req: api.AppendRequest, at: SessionAt | None) -> Result:
+def _append(core: ServiceCore, req: api.AppendRequest, at: SessionAt | None = None) -> Result:
     session_id = req.session_id
     with core.mutating(session_id):
         meta, leaf = _session_at(core, session_id, at)
@@ -114,7 +111,14 @@ def _append(core: ServiceCore, req: api.AppendRequest, at: SessionAt | None) -> 
         entry = _new_entry(entry_id, parent, now, req.origin, req.message, req.custom)
         applied = core.commit_append(session_id, meta, (entry,), chain=req.parent_id is None)
         entry, meta = applied.entries[0], applied.meta or meta
-    return _append_response(entry), [ev.message_added(session_id, entry, meta.get("metadata"))]
+    response = build[api.AppendResponse](entry_id=entry["id"], parent_id=entry.get("parent_id"),
+                                         timestamp=entry["timestamp"])  # (_append_response, inline)
+    return response, [ev.message_added(session_id, entry, meta.get("metadata"))]
+
+
+
+# session::append: _append itself retried (no frame of its own between: this runs on every append).
+append = retry_conflicts(_append)
 
 
 def _parent(core: ServiceCore, session_id: str, parent_id: str | None, leaf: str | None) -> str | None:

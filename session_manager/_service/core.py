@@ -99,9 +99,9 @@ class ServiceCore:
         # store.mutation: one transaction, serialized across processes too.
         store = self.store
         inner = store.mutation((session_id,))
-        i = stripe(session_id)
+        i = hash(session_id) % LOCK_STRIPES  # (stripe(), inline: this runs on every mutation)
         if inner is not NO_TRANSACTION:
-            return locked_storage_errors(self._stripe_lock(i), inner, store.settle)
+            return locked_storage_errors(self._locks[i] or self._stripe_lock(i), inner, store.settle)
         plain = self._plain[i]
         if plain is None:  # two threads racing here build equal ones (on the one stripe lock)
             plain = self._plain[i] = locked_storage_errors(self._stripe_lock(i), inner, store.settle)

@@ -35,12 +35,13 @@ class LimitsCell:
     """Holds the live :class:`Limits`; ``get`` is lock-free, ``set`` swaps whole."""
 
     def __init__(self, limits: Limits | None = None) -> None:
-        self._limits = limits or Limits()
+        # ``current`` is what get() returns, read as an attribute on the call path (no call).
+        self.current = limits or Limits()
         self._lock = threading.Lock()
 
     def get(self) -> Limits:
-        return self._limits
+        return self.current
 
     def set(self, limits: Limits) -> None:
         with self._lock:
-            self._limits = limits
+            self.current = limits

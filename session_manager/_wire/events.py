@@ -44,14 +44,18 @@ class Event:
     (then kept), from values the mutation already holds. Most appends are
     observed by nobody, and a host reads the payload only to deliver or record it."""
 
-    __slots__ = ("_about", "_args", "_build", "_function_id", "_payload")
+    __slots__ = ("_about", "_args", "_build", "_payload", "function_id")
+
+    # A plain attribute, not a property: read for every event by every host and store
+    # (delivery, the outbox, the known sessions); nothing assigns it after __init__.
+    function_id: str
 
     def __init__(self, function_id: str, payload: dict[str, Any] | None,
                  build: Callable[..., dict[str, Any]] | None = None, args: tuple[Any, ...] = (),
                  about: tuple[str, JsonObject | None] | None = None) -> None:
         """``payload``, or ``None`` and the ``build`` whose ``build(*args)`` it is (called on the first read);
         ``about``: a deferred payload's ``session_id`` and ``session_metadata``, as :meth:`about` answers."""
-        self._function_id = function_id
+        self.function_id = function_id
         self._payload = payload
         self._build = build
         self._args = args
@@ -65,10 +69,6 @@ class Event:
             return self._about
         payload = self.payload
         return payload.get("session_id"), payload.get("session_metadata")
-
-    @property
-    def function_id(self) -> str:
-        return self._function_id
 
     @property
     def payload(self) -> dict[str, Any]:
@@ -86,12 +86,12 @@ class Event:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Event):
             return NotImplemented
-        return self._function_id == other._function_id and self.payload == other.payload
+        return self.function_id == other.function_id and self.payload == other.payload
 
     __hash__ = None  # type: ignore[assignment]  # as the frozen dataclass with a dict field it replaces
 
     def __repr__(self) -> str:
-        return f"Event(function_id={self._function_id!r}, payload={self.payload!r})"
+        return f"Event(function_id={self.function_id!r}, payload={self.payload!r})"
 
 
 # --------------------------------------------------------------------------

@@ -185,6 +185,16 @@ def _json_copy(value: Any, room: int) -> Any:
         copied = value.copy()
         for i, v in enumerate(copied):
             if type(v) not in _LEAVES:
+                if type(v) is dict and room > 1:
+                    # An object of string keys and exact leaves (a content block), copied here: no call.
+                    # Any other value (a float, a container, another key) takes the call below.
+                    item = v.copy()
+                    for k, x in item.items():
+                        if type(k) is not str or type(x) not in _LEAVES:
+                            break
+                    else:
+                        copied[i] = item
+                        continue
                 try:
                     copied[i] = _json_copy(v, room - 1)
                 except _NotJson as e:

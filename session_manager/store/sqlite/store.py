@@ -17,6 +17,7 @@ from collections.abc import Callable, Collection, Sequence
 from contextlib import AbstractContextManager
 from typing import TypeVar
 
+from ..._wire.events import Event
 from ...errors import ReadOnlyStore
 from ..base import Commit, Entry
 from ..search_index import Candidate, Matches, SortKey
@@ -34,6 +35,7 @@ from .writes import SqliteWrites
 __all__ = ["SqliteSettings", "SqliteStore"]
 
 _T = TypeVar("_T")
+_R = TypeVar("_R")
 
 class SqliteStore(SqlStore):
     """Sessions, entries and attachments in one SQLite database file (WAL mode)."""
@@ -54,6 +56,8 @@ class SqliteStore(SqlStore):
         self.outbox = Outbox(self.db, self.reads)
         self.calls: CallRunner[sqlite3.Connection] = CallRunner(self.txs, self.outbox, self.db.local)
         self.calls_part, self.session_reads, self.session_writes = self.calls, self.reads, self.writes
+        # The append's read, straight to its part (SqlStore relays it: a Python call more per append).
+        self.meta_and_leaf_to_commit = self.reads.meta_and_leaf_to_commit  # type: ignore[method-assign]
 
     # The append's hot seams, each straight to its part (SqlStore's route passes through the
     # call runner and the transactions: two or three Python calls more per append).
@@ -62,6 +66,13 @@ class SqliteStore(SqlStore):
         if self.read_only:
             raise ReadOnlyStore()
         return Mutation(self.db)
+
+    def run_call(self, call: Callable[[], tuple[_R, list[Event]]]) -> tuple[_R, list[Event]]:
+        # CallRunner.run_call, without the relays: sqlite has no call scope.
+        calls = self.calls
+        if calls.local.deferring:  # re-entrant: the outer call commits
+            return call()
+        return calls.run_deferred(call)
 
     def commit(self, session_id: str, commit: Commit) -> Commit:
         if self.db.local.in_tx:  # inside a mutation (its begin refused a read-only store)
