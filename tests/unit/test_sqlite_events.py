@@ -302,3 +302,30 @@ def test_a_follower_registering_mid_stream_gets_every_later_append_once(tmp_path
     finally:
         if child.poll() is None:
             child.kill()
+
+
+def test_a_follower_silent_past_the_retention_resyncs_even_if_its_row_survived(tmp_path: Path) -> None:
+    # Prevents: a follower that stalled past the retention (a slow observer on its thread) and
+    # whose reader row no other store pruned meanwhile renewing it as if nothing happened: the
+    # writers counted it out and wrote no outbox row for their mutations, so those were lost.
+    file = str(tmp_path / "stale.db")
+    a = session_manager.open(store=SqliteStore(SqliteSettings(path=file, outbox_retention_s=2.0)))
+    # A writer whose own follower never beats during the test (so it prunes nobody).
+    b = session_manager.open(store=SqliteStore(SqliteSettings(path=file, outbox_retention_s=2.0, poll_ms=60_000)))
+    try:
+        seen = observe_all(a)
+        sid = b.create().session_id
+        wait_for(lambda: any(f == "session::on-created" for f, _ in seen), "the creation")
+        store: Any = a.service.store
+        conn = sqlite3.connect(file, isolation_level=None)
+        try:  # a's row as a stall leaves it: last renewed longer ago than the retention
+            conn.execute("UPDATE readers SET seen_ms = ? WHERE instance = ?",
+                         (int(time.time() * 1000) - 5_000, store.db.instance))
+        finally:
+            conn.close()
+        b.append(sid, message=user("while stale"), entry_id="stale")
+        wait_for(lambda: any(f == "session::on-message-added" and e["entry_id"] == "stale" for f, e in seen),
+                 "the append made while a was counted out (by a resync)")
+    finally:
+        b.close()
+        a.close()
