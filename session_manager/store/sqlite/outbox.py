@@ -20,7 +20,9 @@ by their caller). Once a second it renews its row and prunes: rows every
 live reader is past, readers silent for longer than the retention (a
 killed process), and rows older than the retention whoever has not read
 them. A follower that was itself away longer than that (a suspended
-process), or whose reader row was pruned, resyncs like a reload: every
+process), whose reader row was pruned, or whose renewal comes later than
+the retention (writers counted it out and wrote no rows for it meanwhile,
+even if nobody pruned its row yet), resyncs like a reload: every
 session's state as events, and one ``on-deleted`` per session its
 observers knew of that is gone.
 
