@@ -3,6 +3,8 @@
 - ``append URI SID PREFIX N``: N appends (entry ids PREFIX-0 ...), one id
   printed per acknowledged append (flushed: what the parent reads was acknowledged).
 - ``forever URI SID PREFIX``: appends until killed, printing each acknowledged id.
+- ``step URI SID PREFIX``: one append per line on stdin (entry ids PREFIX-0 ...),
+  printing each acknowledged id; ends with stdin.
 - ``read URI SID``: for each id on stdin, reads it back at once and prints
   ``ok ID`` or ``missing ID``.
 - ``observe URI SECONDS [RETENTION_S]``: observes every event function for
@@ -37,6 +39,14 @@ def _append(uri: str, sid: str, prefix: str, count: int | None) -> None:
             i += 1
 
 
+def _step(uri: str, sid: str, prefix: str) -> None:
+    with session_manager.open(uri) as sm:
+        for i, _ in enumerate(sys.stdin):
+            entry_id = f"{prefix}-{i}"
+            sm.append(sid, message=user(entry_id), entry_id=entry_id)
+            print(entry_id, flush=True)
+
+
 def _read(uri: str, sid: str) -> None:
     with session_manager.open(uri) as sm:
         for line in sys.stdin:
@@ -69,6 +79,8 @@ def main(argv: list[str]) -> None:
         _append(uri, rest[0], rest[1], int(rest[2]))
     elif role == "forever":
         _append(uri, rest[0], rest[1], None)
+    elif role == "step":
+        _step(uri, rest[0], rest[1])
     elif role == "read":
         _read(uri, rest[0])
     elif role == "observe":

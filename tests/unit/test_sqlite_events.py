@@ -221,3 +221,113 @@ def test_a_process_stopped_past_the_retention_resyncs_on_waking(tmp_path: Path) 
         assert any(f == "session::on-message-added" and e["entry_id"] == "x" for f, e in seen)
     finally:
         here.close()
+
+
+def _raw_count(file: Path, sql: str) -> int:
+    conn = sqlite3.connect(file, isolation_level=None)  # no store: registers nothing, follows nothing
+    try:
+        return int(conn.execute(sql).fetchone()[0])
+    finally:
+        conn.close()
+
+
+def test_a_store_nobody_follows_writes_no_outbox_row_and_a_new_follower_misses_nothing(tmp_path: Path) -> None:
+    # Prevents: the outbox written on every mutation though no other store reads it (a WAL page
+    # per append for nobody), and, the other way, a store that starts following missing the first
+    # writes after it registered (a writer that checked for followers before the registration
+    # skipping rows the newcomer needed), or getting one twice.
+    file = tmp_path / "alone.db"
+    uri = f"sqlite:///{file}"
+    with session_manager.open(uri) as sm:
+        sid = sm.create().session_id
+    child = spawn("step", uri, sid, "a", stdin=True)
+    assert child.stdin is not None and child.stdout is not None
+    try:
+        for i in range(5):
+            child.stdin.write("\n")
+            child.stdin.flush()
+            assert child.stdout.readline().strip() == f"a-{i}"
+        assert _raw_count(file, "SELECT count(*) FROM outbox") == 0  # appending alone: no row
+        # (the appender's own reader row: itself it never writes rows for)
+        assert _raw_count(file, "SELECT count(*) FROM readers") == 1
+        with session_manager.open(uri) as here:
+            seen = observe_all(here)  # registered when observe returns
+            assert _raw_count(file, "SELECT count(*) FROM readers") == 2
+            child.stdin.write("\n")  # the first write after the registration
+            child.stdin.flush()
+            assert child.stdout.readline().strip() == "a-5"
+            wait_for(lambda: any(e.get("entry_id") == "a-5" for _, e in seen), "the first write after registering")
+            child.stdin.write("\n" * 30)  # back to back, while this store follows
+            child.stdin.flush()
+            for i in range(6, 36):
+                assert child.stdout.readline().strip() == f"a-{i}"
+            wait_for(lambda: any(e.get("entry_id") == "a-35" for _, e in seen), "the last write")
+            time.sleep(0.3)  # several polls more: a duplicate would show up now
+            added = [e["entry_id"] for f, e in seen if f == "session::on-message-added"]
+            assert added == [f"a-{i}" for i in range(5, 36)]  # each once, in order, none from before
+            assert {f for f, _ in seen} == {"session::on-message-added"}
+        child.stdin.close()
+        assert child.wait(timeout=60) == 0
+    finally:
+        if child.poll() is None:
+            child.kill()
+
+
+def test_a_follower_registering_mid_stream_gets_every_later_append_once(tmp_path: Path) -> None:
+    # Prevents: a gap or a duplicate at the moment a store starts following a file another
+    # process is appending to back to back (its follower check races the registration).
+    file = tmp_path / "mid.db"
+    uri = f"sqlite:///{file}"
+    with session_manager.open(uri) as sm:
+        sid = sm.create().session_id
+    count_sql = "SELECT count(*) FROM entries"
+    child = spawn("append", uri, sid, "m", "300")
+    assert child.stdout is not None
+    try:
+        for _ in range(20):
+            child.stdout.readline()  # well under way before this store registers
+        # (read before the open: a writable open may register as a follower already, and rows
+        # committed between the open and observe() reach the observer too)
+        before = _raw_count(file, count_sql)
+        with session_manager.open(uri) as here:
+            seen = observe_all(here)
+            after = _raw_count(file, count_sql)  # every entry past these committed after the registration
+            child.stdout.read()
+            assert child.wait(timeout=300) == 0
+            wait_for(lambda: any(e.get("entry_id") == "m-299" for _, e in seen), "the last append")
+            time.sleep(0.3)
+            added = [int(e["entry_id"].split("-")[1]) for f, e in seen if f == "session::on-message-added"]
+            assert added, "no event"
+            first = added[0]
+            assert before <= first <= after, (before, first, after)  # nothing from before, nothing skipped after
+            assert added == list(range(first, 300))  # each once, in order, no gap
+    finally:
+        if child.poll() is None:
+            child.kill()
+
+
+def test_a_follower_silent_past_the_retention_resyncs_even_if_its_row_survived(tmp_path: Path) -> None:
+    # Prevents: a follower that stalled past the retention (a slow observer on its thread) and
+    # whose reader row no other store pruned meanwhile renewing it as if nothing happened: the
+    # writers counted it out and wrote no outbox row for their mutations, so those were lost.
+    file = str(tmp_path / "stale.db")
+    a = session_manager.open(store=SqliteStore(SqliteSettings(path=file, outbox_retention_s=2.0)))
+    # A writer whose own follower never beats during the test (so it prunes nobody).
+    b = session_manager.open(store=SqliteStore(SqliteSettings(path=file, outbox_retention_s=2.0, poll_ms=60_000)))
+    try:
+        seen = observe_all(a)
+        sid = b.create().session_id
+        wait_for(lambda: any(f == "session::on-created" for f, _ in seen), "the creation")
+        store: Any = a.service.store
+        conn = sqlite3.connect(file, isolation_level=None)
+        try:  # a's row as a stall leaves it: last renewed longer ago than the retention
+            conn.execute("UPDATE readers SET seen_ms = ? WHERE instance = ?",
+                         (int(time.time() * 1000) - 5_000, store.db.instance))
+        finally:
+            conn.close()
+        b.append(sid, message=user("while stale"), entry_id="stale")
+        wait_for(lambda: any(f == "session::on-message-added" and e["entry_id"] == "stale" for f, e in seen),
+                 "the append made while a was counted out (by a resync)")
+    finally:
+        b.close()
+        a.close()

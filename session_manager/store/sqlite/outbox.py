@@ -20,7 +20,9 @@ by their caller). Once a second it renews its row and prunes: rows every
 live reader is past, readers silent for longer than the retention (a
 killed process), and rows older than the retention whoever has not read
 them. A follower that was itself away longer than that (a suspended
-process), or whose reader row was pruned, resyncs like a reload: every
+process), whose reader row was pruned, or whose renewal comes later than
+the retention (writers counted it out and wrote no rows for it meanwhile,
+even if nobody pruned its row yet), resyncs like a reload: every
 session's state as events, and one ``on-deleted`` per session its
 observers knew of that is gone.
 
@@ -283,8 +285,10 @@ class Outbox:
         finally:
             conn.execute(f"PRAGMA busy_timeout = {self._db.settings.busy_timeout_ms}")
         try:
-            kept = conn.execute("UPDATE readers SET seq = ?, seen_ms = ? WHERE instance = ?",
-                                (self._seq, now, self._db.instance)).rowcount
+            # Renewed only if still live: silent past the retention (a stalled follower whose
+            # row nobody pruned yet), writers counted it out and wrote no rows for it meanwhile.
+            kept = conn.execute("UPDATE readers SET seq = ?, seen_ms = ? WHERE instance = ? AND seen_ms >= ?",
+                                (self._seq, now, self._db.instance, now - self._retention_ms)).rowcount
             conn.execute("DELETE FROM readers WHERE seen_ms < ?", (now - self._retention_ms,))
             floor = conn.execute("SELECT min(seq) FROM readers").fetchone()[0]
             conn.execute("DELETE FROM outbox WHERE seq <= ? OR created_ms < ?",
@@ -293,7 +297,7 @@ class Outbox:
         except BaseException:
             conn.execute("ROLLBACK")
             raise
-        if not kept:  # counted as dead (silent past the retention): rows it never read may be gone
+        if not kept:  # counted as dead (silent past the retention): rows it never read may be gone or unwritten
             self._resync(conn, "this store's outbox position was pruned")
         return True
 
