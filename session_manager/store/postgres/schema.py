@@ -186,6 +186,9 @@ MIGRATIONS: tuple[str, ...] = (
     # and the ranked page of an unscoped search as one function call whose plans are kept
     # (search.py); every entry queued again.
     search.LAYOUT_MIGRATION,
+    # 7: sm_search_page also returns the body and active-path flag of the rows a page shows
+    # (a search with hits in one round trip).
+    search.PAGE_MIGRATION,
 )
 
 
