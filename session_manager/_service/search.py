@@ -47,10 +47,10 @@ def search(core: ServiceCore, req: SearchRequest) -> Result:
     with storage_errors():
         scope = _scope(core, req)
         # One more than the page tells whether more remain.
-        ranked = core.store.search_page(query, scope, roles, limit + 1, after) if scope is None or scope else []
+        # (with the page's entries and active-path flags: one lookup where the store can)
+        ranked, shown = (core.store.search_page_shown(query, scope, roles, limit + 1, after, limit)
+                         if scope is None or scope else ([], []))
         page = ranked[:limit]
-        # The page's entries and active-path flags in one store call (per session by default).
-        shown = core.store.hits_on_active_paths([(c.session_id, c.entry_id) for _, c in page])
         hits = [_hit(query, k, c, *found) for (k, c), found in zip(page, shown, strict=True)]
     next_cursor = None
     if len(ranked) > limit and page:

@@ -214,6 +214,15 @@ class SessionStore(ABC):
         (the answer must be the same)."""
         return rank(self.search(query, sessions, roles), limit, after)
 
+    def search_page_shown(self, query: Query, sessions: Collection[str] | None, roles: Collection[str] | None,
+                          limit: int, after: SortKey | None,
+                          shown: int) -> tuple[list[tuple[SortKey, Candidate]], list[tuple[Entry | None, bool]]]:
+        """:meth:`search_page` with :meth:`hits_on_active_paths` of its first ``shown`` hits:
+        what a ``session::search`` call shows. The default makes the two calls; a store may
+        answer both in one lookup."""
+        ranked = self.search_page(query, sessions, roles, limit, after)
+        return ranked, self.hits_on_active_paths([(c.session_id, c.entry_id) for _, c in ranked[:shown]])
+
     # -- sessions and entries ------------------------------------------------
 
     @abstractmethod

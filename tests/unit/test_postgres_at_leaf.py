@@ -165,6 +165,7 @@ def test_a_schema_one_version_older_gets_the_append_procedure(schema: str) -> No
     from psycopg import sql
 
     from session_manager.store.postgres import schema as pg_schema
+    from session_manager.store.postgres.at_leaf import APPEND_CALL_PROCEDURE
     from tests import pg_support
 
     sm = open_sm(schema)
@@ -175,7 +176,7 @@ def test_a_schema_one_version_older_gets_the_append_procedure(schema: str) -> No
         ident = sql.Identifier(schema)
         conn.execute(sql.SQL("DROP PROCEDURE {}.sm_append_call").format(ident))
         conn.execute(sql.SQL("UPDATE {}.schema_version SET version = {}").format(
-            ident, sql.Literal(len(pg_schema.MIGRATIONS) - 1)))
+            ident, sql.Literal(pg_schema.MIGRATIONS.index(APPEND_CALL_PROCEDURE))))
     pg_schema.CHECKED.clear()  # the next open plays a new process
     sm = open_sm(schema)
     try:

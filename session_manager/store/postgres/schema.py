@@ -189,6 +189,9 @@ MIGRATIONS: tuple[str, ...] = (
     # 7: sm_append's lean successor, a procedure that notifies after the write's COMMIT
     # (at_leaf.py): several writers' commits share the WAL flush again.
     APPEND_CALL_PROCEDURE,
+    # 8: sm_search_page also returns the body and active-path flag of the rows a page shows
+    # (a search with hits in one round trip).
+    search.PAGE_MIGRATION,
 )
 
 

@@ -53,11 +53,13 @@ from typing import Any
 import psycopg
 
 from .._core.codec import loads
+from ..path import Entry
 from ..search_index import K1, B, Bm25, Candidate, Matches, SortKey, sort_key, term_counts
 from ..search_text import Query, entry_role, searchable_text, words
 from ..sql.keys import key, unkey
 
-__all__ = ["LAYOUT_MIGRATION", "MIGRATION", "TOTALS_MIGRATION", "catch_up", "page", "pending", "search"]
+__all__ = ["LAYOUT_MIGRATION", "MIGRATION", "PAGE_MIGRATION", "TOTALS_MIGRATION", "catch_up", "page", "page_shown",
+           "pending", "search"]
 
 BATCH = 2000
 LEXEME_BYTES = 2046  # PostgreSQL's longest lexeme (MAXSTRLEN - 1)
@@ -272,6 +274,108 @@ BEGIN
         ORDER BY m.s DESC LIMIT p_read) r ON true
     LEFT JOIN search_totals t ON t.id = r.sess
     LEFT JOIN entries e ON e.session_id = t.session_id AND e.seq = r.seq;
+END
+$fn$;
+"""
+
+# Migration 7: sm_search_page also returns, for the first p_shown rows by its score (then
+# newer timestamp), the entry's body and whether its session's active path holds it (the
+# walk of ..reads.HITS_SQL), so a search with hits is one round trip, not two (the page, then
+# hits_on_active_paths). Only the rows a page may show are walked, not all p_read of them.
+# Idempotent (IF EXISTS, OR REPLACE): a test replays it over a schema that has it.
+PAGE_MIGRATION = """
+DROP FUNCTION IF EXISTS sm_search_page(text[], text[], text, text[], float8, integer, float8, float8, float8, float8);
+CREATE OR REPLACE FUNCTION sm_search_page(p_terms text[], p_spaced text[], p_qall text, p_roles text[], p_after float8,
+                               p_read integer, p_k float8, p_base float8, p_k1 float8, p_b float8,
+                               p_shown integer)
+RETURNS TABLE (pending boolean, docs float8, words float8, df bigint[], session_id text, entry_id text,
+               role text, ts text, length integer, tfs integer[], s float8, body text, on_path boolean)
+LANGUAGE plpgsql STABLE SET plan_cache_mode = force_generic_plan SET enable_seqscan = off AS $fn$
+#variable_conflict use_column
+DECLARE
+    v_pending boolean;
+    v_docs float8;
+    v_words float8;
+    v_df bigint[];
+    v_idf float8[];
+    v_norm float8;
+BEGIN
+    v_pending := EXISTS (SELECT 1 FROM search_pending);
+    -- No entry holding every term: nothing to count (a term's count reads each of its rows).
+    IF NOT v_pending AND NOT EXISTS (
+            SELECT 1 FROM search_docs d WHERE p_qall IS NOT NULL AND d.fits
+            AND array_to_tsvector(string_to_array(d.words, ' ')) @@ p_qall::tsquery)
+       AND NOT EXISTS (
+            SELECT 1 FROM search_docs d WHERE NOT d.fits
+            AND NOT EXISTS (SELECT 1 FROM unnest(p_spaced) AS t(w)
+                            WHERE position(t.w in ' ' || replace(d.words, ' ', '  ') || ' ') = 0)) THEN
+        RETURN QUERY SELECT false, 0::float8, 0::float8, NULL::bigint[], NULL::text, NULL::text, NULL::text,
+                            NULL::text, NULL::integer, NULL::integer[], NULL::float8, NULL::text, NULL::boolean;
+        RETURN;
+    END IF;
+    SELECT array_agg(
+        CASE WHEN u.q IS NULL THEN 0
+             ELSE (SELECT count(*) FROM search_docs d
+                   WHERE d.fits AND array_to_tsvector(string_to_array(d.words, ' ')) @@ u.q::tsquery) END
+        + (SELECT count(*) FROM search_docs d WHERE NOT d.fits
+           AND position(u.sp in ' ' || replace(d.words, ' ', '  ') || ' ') > 0)
+        ORDER BY u.i) INTO v_df
+        FROM unnest(p_terms, p_spaced) WITH ORDINALITY AS u(q, sp, i);
+    IF 0 = ANY(v_df) THEN  -- (a term found nowhere: no entry matches them all)
+        RETURN QUERY SELECT v_pending, 0::float8, 0::float8, v_df, NULL::text, NULL::text, NULL::text, NULL::text,
+                            NULL::integer, NULL::integer[], NULL::float8, NULL::text, NULL::boolean;
+        RETURN;
+    END IF;
+    SELECT t.docs, t.words INTO v_docs, v_words FROM search_total t;
+    SELECT array_agg(ln(1.0 + (greatest(v_docs, 1) - n + 0.5) / (n + 0.5)) ORDER BY i) INTO v_idf
+        FROM unnest(v_df) WITH ORDINALITY AS u(n, i);
+    v_norm := p_k1 / (CASE WHEN v_words <> 0 THEN v_words / greatest(v_docs, 1) ELSE 1.0 END) * p_b;
+    RETURN QUERY
+    WITH RECURSIVE p AS MATERIALIZED (
+        SELECT q.*, row_number() OVER (ORDER BY q.s DESC, q.tsn DESC NULLS LAST) AS n
+        FROM (SELECT t.session_id, e.entry_id, r.role, e.body, e.depth, r.length, r.tfs, r.s,
+                     e.body::json->>'timestamp' AS ts, (e.body::json->>'timestamp')::numeric AS tsn
+              FROM (
+                SELECT m.* FROM (
+                    SELECT x.*, (SELECT sum(v_idf[i] * x.tfs[i] * p_k / (x.tfs[i] + (p_base + v_norm * x.length)))
+                                 FROM generate_subscripts(x.tfs, 1) AS i) AS s
+                    FROM (SELECT c.seq, c.sess, c.role, c.length,
+                                 ARRAY(SELECT ((length(c.sp) - length(replace(c.sp, t.w, ''))) / length(t.w))::integer
+                                       FROM unnest(p_spaced) WITH ORDINALITY AS t(w, i) ORDER BY t.i) AS tfs
+                          FROM (SELECT d.seq, d.sess, d.role, d.length, ' ' || replace(d.words, ' ', '  ') || ' ' AS sp
+                                FROM search_docs d
+                                WHERE p_qall IS NOT NULL AND d.fits
+                                  AND array_to_tsvector(string_to_array(d.words, ' ')) @@ p_qall::tsquery
+                                  AND (p_roles IS NULL OR d.role = ANY(p_roles))
+                                UNION ALL
+                                SELECT d.seq, d.sess, d.role, d.length, ' ' || replace(d.words, ' ', '  ') || ' '
+                                FROM search_docs d
+                                WHERE NOT d.fits AND (p_roles IS NULL OR d.role = ANY(p_roles))
+                                  AND NOT EXISTS (SELECT 1 FROM unnest(p_spaced) AS t(w)
+                                                  WHERE position(t.w in ' ' || replace(d.words, ' ', '  ') || ' ') = 0)
+                                OFFSET 0) c
+                          OFFSET 0) x
+                    ) m
+                WHERE p_after IS NULL OR m.s <= p_after
+                ORDER BY m.s DESC LIMIT p_read) r
+              JOIN search_totals t ON t.id = r.sess
+              JOIN entries e ON e.session_id = t.session_id AND e.seq = r.seq) q
+    ), w(sid, target, tdepth, entry_id, depth, parent_id, jump_id, jump_depth) AS (
+        SELECT p.session_id, p.entry_id, p.depth, e.entry_id, e.depth, e.parent_id, e.jump_id, e.jump_depth
+        FROM p JOIN sessions s ON s.session_id = p.session_id
+        JOIN entries e ON e.session_id = p.session_id AND e.entry_id = s.leaf
+        WHERE p.n <= p_shown
+      UNION ALL
+        SELECT w.sid, w.target, w.tdepth, e.entry_id, e.depth, e.parent_id, e.jump_id, e.jump_depth
+        FROM w JOIN entries e ON e.session_id = w.sid
+         AND e.entry_id = CASE WHEN w.depth > w.tdepth AND w.jump_depth >= w.tdepth THEN w.jump_id ELSE w.parent_id END
+        WHERE w.depth > w.tdepth
+    )
+    SELECT v_pending, v_docs, v_words, v_df, p.session_id, p.entry_id, p.role, p.ts, p.length, p.tfs, p.s,
+           CASE WHEN p.n <= p_shown THEN p.body END,
+           CASE WHEN p.n <= p_shown THEN EXISTS (SELECT 1 FROM w WHERE w.sid = p.session_id AND w.target = p.entry_id
+                                                 AND w.depth = p.depth AND w.entry_id = p.entry_id) END
+    FROM (SELECT 1) one LEFT JOIN p ON true;
 END
 $fn$;
 """
@@ -508,8 +612,18 @@ def _totals(conn: psycopg.Connection[Any], sessions: Collection[str] | None,
 _MARGIN = 1e-6  # above the rounding (5e-7) and any difference of SQL's arithmetic from Python's (far below)
 
 
+Shown = dict[tuple[str, str], tuple[Entry, bool]]
+
+
 def page(conn: psycopg.Connection[Any], query: Query, sessions: Collection[str] | None,
          roles: Collection[str] | None, limit: int, after: SortKey | None) -> list[tuple[SortKey, Candidate]]:
+    """:func:`page_shown` without the entries."""
+    return page_shown(conn, query, sessions, roles, limit, after, 0)[0]
+
+
+def page_shown(conn: psycopg.Connection[Any], query: Query, sessions: Collection[str] | None,
+               roles: Collection[str] | None, limit: int, after: SortKey | None,
+               shown: int) -> tuple[list[tuple[SortKey, Candidate]], Shown]:
     """The ranked page of :meth:`~session_manager.store.SessionStore.search_page`, ranked by
     PostgreSQL (autocommit ``conn``): one call of ``sm_search_page`` (every session) or one
     statement (a scope) reads the queue's state, the totals (``search_total``; a scope's
@@ -519,9 +633,15 @@ def page(conn: psycopg.Connection[Any], query: Query, sessions: Collection[str] 
     and key are computed and sorted; enough rows were read when the lowest SQL score is below
     the ``limit``-th kept hit's rounded score by more than rounding can move it (as
     :func:`..sql.fts5.ranked_page`), else more are read (ties at the boundary, hits the
-    cursor skips). Rows without a ``tsvector`` are matched on their words in SQL."""
+    cursor skips). Rows without a ``tsvector`` are matched on their words in SQL.
+
+    With the page, every session's call returns the entry and the active-path flag of its
+    first ``shown`` rows by SQL score (then newer timestamp), keyed by (session, entry) id:
+    usually every hit a page shows (one round trip); a hit missing there (a tie ordered
+    otherwise, a scoped search) is for the caller to read."""
+    found: Shown = {}
     if limit <= 0:
-        return []
+        return [], found
     qs = _tsqueries(query)
     nt = len(qs)
     params: dict[str, Any] = {"k": K1 + 1, "base": K1 * (1 - B), "k1": K1, "b": B,
@@ -546,8 +666,12 @@ def page(conn: psycopg.Connection[Any], query: Query, sessions: Collection[str] 
               "k": K1 + 1, "base": K1 * (1 - B), "k1": K1, "b": B}
 
         def fetch(read: int) -> tuple[bool, int, int, list[int], list[tuple[Any, ...]]]:
-            got = conn.execute(_PAGE_CALL, {**fn, "read": read}, prepare=True).fetchall()
+            got = conn.execute(_PAGE_CALL, {**fn, "read": read, "shown": shown}, prepare=True).fetchall()
             head = got[0]
+            found.clear()
+            for r in got:
+                if r[11] is not None:
+                    found[unkey(r[4]), unkey(r[5])] = (loads(r[11].encode("utf-8")), bool(r[12]))
             rows = [(*r[4:9], tuple(r[9]), r[10]) for r in got if r[4] is not None]
             return bool(head[0]), int(head[1]), int(head[2]), [int(n) for n in head[3] or ()], rows
     else:
@@ -567,7 +691,7 @@ def page(conn: psycopg.Connection[Any], query: Query, sessions: Collection[str] 
             caught_up = True
             continue
         if not rows:
-            return []
+            return [], found
         bm25 = Bm25.of(docs, words, df)
         kept: list[tuple[SortKey, Candidate]] = []
         for sid, eid, role, ts, length, tfs, _ in rows:
@@ -581,13 +705,13 @@ def page(conn: psycopg.Connection[Any], query: Query, sessions: Collection[str] 
         kept.sort(key=lambda kc: kc[0])
         lowest = min(float(r[-1]) for r in rows)
         if len(rows) < read or (len(kept) >= limit and lowest < -kept[limit - 1][0][0] - _MARGIN):
-            return kept[:limit]
+            return kept[:limit], found
         read *= 8
 
 
 _PAGE_CALL = ("SELECT * FROM sm_search_page(%(terms)s::text[], %(spaced)s::text[], %(qall)s::text,"
               " %(roles)s::text[], %(after)s::float8, %(read)s::integer, %(k)s::float8, %(base)s::float8,"
-              " %(k1)s::float8, %(b)s::float8)")
+              " %(k1)s::float8, %(b)s::float8, %(shown)s::integer)")
 
 
 @functools.lru_cache(maxsize=64)

@@ -115,3 +115,20 @@ class PostgresStore(SqlStore):
             return super().search_page(query, sessions, roles, limit, after)
         with self.db.conn() as conn:
             return search.page(conn, query, sessions, roles, limit, after)
+
+    def search_page_shown(self, query: Query, sessions: Collection[str] | None, roles: Collection[str] | None,
+                          limit: int, after: SortKey | None,
+                          shown: int) -> tuple[list[tuple[SortKey, Candidate]], list[tuple[Entry | None, bool]]]:
+        """Every session's page with the entries and active-path flags of its shown hits in
+        one call of ``sm_search_page`` (:func:`.search.page_shown`); a hit it did not return
+        (a tie ordered otherwise there, a scope) is read by :meth:`hits_on_active_paths`."""
+        if self.read_only or self.db.local.tx is not None:
+            return super().search_page_shown(query, sessions, roles, limit, after, shown)
+        with self.db.conn() as conn:
+            ranked, found = search.page_shown(conn, query, sessions, roles, limit, after, shown)
+        hits = [(c.session_id, c.entry_id) for _, c in ranked[:shown]]
+        missing = [h for h in hits if h not in found]
+        got: dict[tuple[str, str], tuple[Entry | None, bool]] = dict(found)
+        if missing:
+            got.update(zip(missing, self.reads.hits_on_active_paths(missing), strict=True))
+        return ranked, [got[h] for h in hits]
