@@ -3,7 +3,6 @@ failover, a DBA's pg_terminate_backend, idle_session_timeout)."""
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 import psycopg
@@ -18,19 +17,14 @@ pytestmark = pytest.mark.postgres
 
 
 def warm(sm: session_manager.SessionManager, sid: str, threads: int) -> None:
-    """Leave several connections idle in the pool (concurrent reads each take one)."""
-    barrier = threading.Barrier(threads)
-
-    def read() -> None:
-        barrier.wait()
-        for _ in range(30):
-            sm.call("session::get", {"session_id": sid})
-
-    workers = [threading.Thread(target=read) for _ in range(threads)]
-    for w in workers:
-        w.start()
-    for w in workers:
-        w.join()
+    """Leave ``threads`` connections idle in the pool: all taken at once, then given back.
+    (Concurrent reads left it to timing: once reads got fast, six threads' calls rarely
+    overlapped and the pool stayed at two connections; the test failed so in a CI run.)"""
+    assert sm.call("session::get", {"session_id": sid})["meta"]["session_id"] == sid
+    pool = sm.service.store.db.pool  # type: ignore[attr-defined]
+    taken = [pool.getconn(timeout=10) for _ in range(threads)]
+    for conn in taken:
+        pool.putconn(conn)
 
 
 def end_idle_pool_connections(schema_name: str) -> int:
