@@ -340,3 +340,47 @@ def test_a_follower_silent_past_the_retention_resyncs_even_if_its_row_survived(t
     finally:
         b.close()
         a.close()
+
+
+def test_own_events_keep_commit_order_with_another_process_committing_right_after(tmp_path: Path) -> None:
+    # Prevents: a call's own events delivered after its commit outside the follower's delivery,
+    # so another process's append to the same session, committed in the moment between this
+    # commit and its delivery, reaches this process's observer first: out of commit order.
+    # The window is held open on purpose (the outbox's after_commit hook): the other process
+    # appends and this store's follower polls while the call waits between COMMIT and delivery.
+    file = tmp_path / "w.db"
+    uri = f"sqlite:///{file}"
+    a = session_manager.open(store=SqliteStore(SqliteSettings(path=str(file), poll_ms=5)))
+    try:
+        seen = observe_all(a)
+        sid = a.create().session_id
+        child = spawn("step", uri, sid, "q", stdin=True)
+        try:
+            outbox = a.service.store.outbox  # type: ignore[attr-defined]
+
+            def added() -> list[str]:
+                return [e["entry_id"] for f, e in seen if f == "session::on-message-added"]
+
+            def between_commit_and_delivery() -> None:
+                outbox.after_commit = None  # once
+                assert child.stdin is not None and child.stdout is not None
+                child.stdin.write("go\n")
+                child.stdin.flush()
+                assert child.stdout.readline().strip() == "q-0"  # committed after ours
+                # Either this store's follower hands it on now (the bug), or it holds it back
+                # behind this call's own events: wait until it has polled past that commit.
+                wait_for(lambda: "q-0" in added() or outbox_holding(outbox), "the follower's poll")
+
+            outbox.after_commit = between_commit_and_delivery
+            a.append(sid, message=user("mine"), entry_id="mine")
+            wait_for(lambda: "q-0" in added(), "the other process's event")
+            assert added() == ["mine", "q-0"]
+        finally:
+            child.communicate(timeout=60)  # (closes its stdin: the child ends)
+    finally:
+        a.close()
+
+
+def outbox_holding(outbox: Any) -> bool:
+    """Whether the follower read a later commit and holds it back behind a call's own events."""
+    return bool(getattr(outbox, "held", False))

@@ -134,11 +134,18 @@ class Outbox:
         except Exception:
             log.warning("could not notify the events of a settled append again", exc_info=True)
 
-    def committed(self, tx: Tx | None, events: list[Event], token: object = None) -> None:
+    def committed(self, tx: Tx | None, events: list[Event], token: object = None,
+                  deliver: EventSink | None = None) -> None:
         """This instance's own events, once committed (it delivers them itself,
-        so the listener never sees them): the record of known sessions follows."""
+        so the listener never sees them): the record of known sessions follows,
+        then ``deliver`` gets them."""
         if self._thread is not None:
             self.known.note(events)
+        if events and deliver is not None:
+            deliver(events)
+
+    def abandoned(self, token: object) -> None:
+        """A call's commit failed: nothing to undo here."""
 
     # -- the reading side -----------------------------------------------------------
 
