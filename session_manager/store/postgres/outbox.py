@@ -87,6 +87,9 @@ class Outbox:
         self._wanted_now = threading.Event()  # ready() was called (or close()): connect without delay
         self._thread: threading.Thread | None = None
         self._last_prune = 0.0
+        # Tests only: called on the calling thread right after a call's COMMIT, before its own
+        # events are handed on (another instance's commit can be made to land in that window).
+        self.after_commit: Callable[[], None] | None = None
 
     @property
     def known(self) -> KnownSessions:
@@ -139,6 +142,8 @@ class Outbox:
         """This instance's own events, once committed (it delivers them itself,
         so the listener never sees them): the record of known sessions follows,
         then ``deliver`` gets them."""
+        if self.after_commit is not None:
+            self.after_commit()
         if self._thread is not None:
             self.known.note(events)
         if events and deliver is not None:
