@@ -256,10 +256,9 @@ class SessionManager(Helpers):
                 raise invalid_request("custom.data: not representable as JSON") from None
             admit_size(size, limits)
             request = OwnedCustom(session_id, custom_type, data, parent_id, at)
-            entry, events = execute(service.store, lambda: service.append_custom_owned(request),
-                                    wraps_calls=self._wraps_calls)
-            if events and self._observers:
-                self._deliver(events)  # (inside the gate, as a call's: close() waits for them)
+            # Its events delivered inside the gate, as a call's: close() waits for them.
+            entry, _ = execute(service.store, lambda: service.append_custom_owned(request),
+                               wraps_calls=self._wraps_calls, deliver=self._deliver if self._observers else None)
             return str(entry["id"])
         finally:
             gate.leave()
@@ -287,8 +286,7 @@ class SessionManager(Helpers):
             ids, events, more = service.erase_selected(selection, limit)
             return (ids, more), events
 
-        (ids, more), events = execute(service.store, run)
-        self.publish(events)
+        (ids, more), _ = execute(service.store, run, deliver=self.publish)
         return ids, more
 
     def _sweep_batch(self, policy: RetentionPolicy, limit: int) -> tuple[int, bool]:

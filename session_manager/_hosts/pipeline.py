@@ -17,8 +17,10 @@ only in what they pass:
 * ``answer``: what the caller receives (the embedded host copies the
   response so the caller cannot change what a later read returns).
 * ``deliver``: where the call's events go (local observers, or the worker's
-  event functions and bridges), after the write is durable and the answer is made;
-  ``None``: nobody observes them (the embedded host with no observer when the call began).
+  event functions and bridges), after the write is durable (a store wrapping calls
+  hands them over itself, ordered with other instances' events:
+  :meth:`~session_manager.store.base.SessionStore.run_and_deliver`); ``None``:
+  nobody observes them (the embedded host with no observer when the call began).
 
 :func:`execute` is the run-and-map part alone, for work that is not a
 surface row (a retention sweep's batch, ``erase_where``).
@@ -76,8 +78,14 @@ def serve(function: Function, service: SessionService, payload: Any, deliver: De
     request = parse_request(function.request, payload)
     # A partial, not a lambda: called from C, no Python frame of its own (execute, inline).
     work = partial(serve_row, service, request)
+    if wraps_calls:  # the store hands the events to deliver (in order with other instances')
+        try:
+            response, events = core.store.run_and_deliver(work, deliver)
+        except StoreError as e:
+            raise at_edge(e) from None
+        return response if answer is same else answer(response)
     try:
-        response, events = core.store.run_call(work) if wraps_calls else work()
+        response, events = work()
     except StoreError as e:
         raise at_edge(e) from None
     result = response if answer is same else answer(response)
@@ -87,10 +95,16 @@ def serve(function: Function, service: SessionService, payload: Any, deliver: De
 
 
 def execute(store: SessionStore, work: Callable[[], tuple[T, list[Event]]], *,
-            wraps_calls: bool = True) -> tuple[T, list[Event]]:
+            wraps_calls: bool = True, deliver: Deliver | None = None) -> tuple[T, list[Event]]:
     """Run ``work`` as one call of ``store`` (a shared store commits the call's
-    events with its writes), a storage failure mapped to its ``session/*`` error."""
+    events with its writes), a storage failure mapped to its ``session/*`` error;
+    its events handed to ``deliver`` (as :func:`serve` hands them)."""
     try:
-        return store.run_call(work) if wraps_calls else work()
+        if wraps_calls:
+            return store.run_and_deliver(work, deliver)
+        response, events = work()
     except StoreError as e:
         raise at_edge(e) from None
+    if events and deliver is not None:
+        deliver(events)
+    return response, events

@@ -261,8 +261,7 @@ class IIIHost:
                 ids, events, more = service.expire(policy.idle_days, policy.statuses, limit)
                 return (len(ids), more), events
 
-            (count, more), events = execute(runtime.store, run)
-            self.deliver(runtime, events)
+            (count, more), _ = execute(runtime.store, run, deliver=lambda events: self.deliver(runtime, events))
         return count, more
 
     # -- reload -----------------------------------------------------------------

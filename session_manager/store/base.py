@@ -104,7 +104,8 @@ class SessionStore(ABC):
       events are recorded with its writes (an outbox, committed atomically).
     - :meth:`subscribe`: a host hands it the function that delivers events to
       its local observers; the store calls it with the events *other*
-      instances made (the host keeps delivering its own calls' events).
+      instances made (the host keeps delivering its own calls' events,
+      through :meth:`run_and_deliver`).
     - :attr:`shared`: such a store is not a single process's files, so the
       host neither serves ``session::store::*`` nor fans events out to bridges.
 
@@ -134,6 +135,19 @@ class SessionStore(ABC):
     def run_call(self, call: Callable[[], tuple[R, list[Event]]]) -> tuple[R, list[Event]]:
         """Run one function call (``(response, events)``); the default just calls it."""
         return call()
+
+    def run_and_deliver(self, call: Callable[[], tuple[R, list[Event]]],
+                        deliver: EventSink | None) -> tuple[R, list[Event]]:
+        """:meth:`run_call`, then the call's events handed to ``deliver`` (the host's
+        delivery of its own calls' events; ``None``: nobody observes them). A store
+        whose :meth:`subscribe` sink gets other instances' events in commit order hands
+        them over itself, in that same order (the sqlite adapter: under its follower's
+        delivery lock, so a commit another process makes right after this call's is
+        never delivered before it); the default delivers once the call returns."""
+        response, events = self.run_call(call)
+        if events and deliver is not None:
+            deliver(events)
+        return response, events
 
     def subscribe(self, sink: EventSink, wants: Callable[[str], bool] | None = None) -> Callable[[], None]:
         """Deliver other instances' events to ``sink`` (only of the event functions

@@ -340,3 +340,107 @@ def test_a_follower_silent_past_the_retention_resyncs_even_if_its_row_survived(t
     finally:
         b.close()
         a.close()
+
+
+def test_own_events_keep_commit_order_with_another_process_committing_right_after(tmp_path: Path) -> None:
+    # Prevents: a call's own events delivered after its commit outside the follower's delivery,
+    # so another process's append to the same session, committed in the moment between this
+    # commit and its delivery, reaches this process's observer first: out of commit order.
+    # The window is held open on purpose (the outbox's after_commit hook): the other process
+    # appends and this store's follower polls while the call waits between COMMIT and delivery.
+    file = tmp_path / "w.db"
+    uri = f"sqlite:///{file}"
+    a = session_manager.open(store=SqliteStore(SqliteSettings(path=str(file), poll_ms=5)))
+    try:
+        seen = observe_all(a)
+        sid = a.create().session_id
+        child = spawn("step", uri, sid, "q", stdin=True)
+        try:
+            outbox = a.service.store.outbox  # type: ignore[attr-defined]
+
+            def added() -> list[str]:
+                return [e["entry_id"] for f, e in seen if f == "session::on-message-added"]
+
+            def between_commit_and_delivery() -> None:
+                outbox.after_commit = None  # once
+                assert child.stdin is not None and child.stdout is not None
+                child.stdin.write("go\n")
+                child.stdin.flush()
+                assert child.stdout.readline().strip() == "q-0"  # committed after ours
+                # Either this store's follower hands it on now (the bug), or it holds it back
+                # behind this call's own events: wait until it has polled past that commit.
+                wait_for(lambda: "q-0" in added() or outbox_holding(outbox), "the follower's poll")
+
+            outbox.after_commit = between_commit_and_delivery
+            a.append(sid, message=user("mine"), entry_id="mine")
+            wait_for(lambda: "q-0" in added(), "the other process's event")
+            assert added() == ["mine", "q-0"]
+        finally:
+            child.communicate(timeout=60)  # (closes its stdin: the child ends)
+    finally:
+        a.close()
+
+
+def outbox_holding(outbox: Any) -> bool:
+    """Whether the follower read a later commit and holds it back behind a call's own events."""
+    return bool(getattr(outbox, "held", False))
+
+
+def test_a_failed_commit_does_not_hold_the_follower_back(tmp_path: Path) -> None:
+    # Prevents: a call noted in flight before its COMMIT (the follower hands on no row past
+    # it until its events are out) staying noted when that COMMIT fails: every later event
+    # of other processes would then be held back for good.
+    from session_manager.errors import SessionError, StoreError
+
+    file = str(tmp_path / "f.db")
+    a = session_manager.open(store=SqliteStore(SqliteSettings(path=file, poll_ms=5)))
+    b = session_manager.open(f"sqlite:///{file}")
+    try:
+        seen = observe_all(a)
+        sid = a.create().session_id
+        txs = a.service.store.calls.transactions  # type: ignore[attr-defined]
+        end = txs.end
+
+        def failing_end(tx: sqlite3.Connection, *, commit: bool) -> None:
+            txs.end = end  # once
+            end(tx, commit=False)
+            if commit:
+                raise StoreError("commit failed (injected)")
+
+        txs.end = failing_end
+        try:
+            a.append(sid, message=user("lost"), entry_id="lost")
+            raise AssertionError("the injected commit failure was not raised")
+        except SessionError:
+            pass
+        assert a.service.store.outbox._in_flight == []  # type: ignore[attr-defined]
+        b.append(sid, message=user("theirs"), entry_id="theirs")
+        wait_for(lambda: any(e.get("entry_id") == "theirs" for _, e in seen), "the other process's event")
+        assert [e["entry_id"] for f, e in seen if f == "session::on-message-added"] == ["theirs"]
+    finally:
+        b.close()
+        a.close()
+
+
+def test_own_and_another_processes_appends_to_one_session_arrive_in_commit_order(tmp_path: Path) -> None:
+    # Prevents: this process's appends and another process's, racing on one session, reaching
+    # this process's observer in another order than they were committed (the chain they form).
+    file = tmp_path / "r.db"
+    uri = f"sqlite:///{file}"
+    a = session_manager.open(store=SqliteStore(SqliteSettings(path=str(file), poll_ms=1)))
+    try:
+        seen = observe_all(a)
+        sid = a.create().session_id
+        child = spawn("append", uri, sid, "q", "150")
+        for i in range(150):
+            a.append(sid, message=user(f"a-{i}"), entry_id=f"a-{i}")
+        child.communicate(timeout=300)
+        assert child.returncode == 0
+        store = a.service.store
+        chain = [e["id"] for e in store.path(sid, store.get_leaf(sid))]
+        assert len(chain) == 300
+        wait_for(lambda: sum(f == "session::on-message-added" for f, _ in seen) >= 300, "every append's event")
+        time.sleep(0.2)  # anything delivered twice would be in by now
+        assert [e["entry_id"] for f, e in seen if f == "session::on-message-added"] == chain
+    finally:
+        a.close()

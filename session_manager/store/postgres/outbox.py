@@ -87,6 +87,9 @@ class Outbox:
         self._wanted_now = threading.Event()  # ready() was called (or close()): connect without delay
         self._thread: threading.Thread | None = None
         self._last_prune = 0.0
+        # Tests only: called on the calling thread right after a call's COMMIT, before its own
+        # events are handed on (another instance's commit can be made to land in that window).
+        self.after_commit: Callable[[], None] | None = None
 
     @property
     def known(self) -> KnownSessions:
@@ -134,11 +137,20 @@ class Outbox:
         except Exception:
             log.warning("could not notify the events of a settled append again", exc_info=True)
 
-    def committed(self, tx: Tx | None, events: list[Event], token: object = None) -> None:
+    def committed(self, tx: Tx | None, events: list[Event], token: object = None,
+                  deliver: EventSink | None = None) -> None:
         """This instance's own events, once committed (it delivers them itself,
-        so the listener never sees them): the record of known sessions follows."""
+        so the listener never sees them): the record of known sessions follows,
+        then ``deliver`` gets them."""
+        if self.after_commit is not None:
+            self.after_commit()
         if self._thread is not None:
             self.known.note(events)
+        if events and deliver is not None:
+            deliver(events)
+
+    def abandoned(self, token: object) -> None:
+        """A call's commit failed: nothing to undo here."""
 
     # -- the reading side -----------------------------------------------------------
 

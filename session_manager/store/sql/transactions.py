@@ -57,11 +57,16 @@ class Transactions(Protocol[H]):
 
 
 class EventLog(Protocol[H_contra]):
-    """An outbox's writing side: rows in the call's transaction, then what follows its commit."""
+    """An outbox's writing side: rows in the call's transaction, then what follows its commit
+    (the call's events handed to ``deliver``, ``None``: nobody observes them), or, when the
+    commit failed, what follows that (``token``: what :meth:`record` returned)."""
 
     def record(self, tx: H_contra, events: list[Event]) -> Any: ...
 
-    def committed(self, tx: H_contra, events: list[Event], token: Any) -> None: ...
+    def committed(self, tx: H_contra, events: list[Event], token: Any,
+                  deliver: Callable[[list[Event]], None] | None = None) -> None: ...
+
+    def abandoned(self, token: Any) -> None: ...
 
 
 class CallRunner(Generic[H]):
@@ -86,7 +91,8 @@ class CallRunner(Generic[H]):
         with scope:
             return self.run_deferred(call)
 
-    def run_deferred(self, call: Callable[[], tuple[R, list[Event]]]) -> tuple[R, list[Event]]:
+    def run_deferred(self, call: Callable[[], tuple[R, list[Event]]],
+                     deliver: Callable[[list[Event]], None] | None = None) -> tuple[R, list[Event]]:
         """Run ``call`` with its mutation's commit deferred, then :meth:`finish` it."""
         txs, local = self.transactions, self.local
         local.deferring = True
@@ -99,10 +105,12 @@ class CallRunner(Generic[H]):
                 txs.end(tx, commit=False)
             raise
         local.deferring = False
-        return self.finish(response, events)
+        return self.finish(response, events, deliver)
 
-    def finish(self, response: R, events: list[Event]) -> tuple[R, list[Event]]:
-        """Commit the call's transaction (if any) with its events in the outbox."""
+    def finish(self, response: R, events: list[Event],
+               deliver: Callable[[list[Event]], None] | None = None) -> tuple[R, list[Event]]:
+        """Commit the call's transaction (if any) with its events in the outbox; the
+        outbox hands them to ``deliver`` once committed (:meth:`EventLog.committed`)."""
         txs = self.transactions
         tx = txs.open_tx()
         if tx is None:
@@ -123,7 +131,10 @@ class CallRunner(Generic[H]):
             raise
         try:
             txs.end(tx, commit=True)
-        except StoreError as e:
-            raise txs.storage_error(e) from None
-        self.outbox.committed(tx, events, token)
+        except BaseException as e:
+            self.outbox.abandoned(token)
+            if isinstance(e, StoreError):
+                raise txs.storage_error(e) from None
+            raise
+        self.outbox.committed(tx, events, token, deliver)
         return response, events

@@ -15,8 +15,14 @@ Following: every store with a subscriber registers a row in ``readers``
 that checks ``PRAGMA data_version`` every ``poll_ms`` (a counter in shared
 memory: no I/O when nothing changed) and, when another connection
 committed, reads the rows past its sequence and hands other stores' events
-to its subscribers in sequence order (its own store's calls were delivered
-by their caller). Once a second it renews its row and prunes: rows every
+to its subscribers in sequence order. Its own store's calls hand theirs on
+themselves, in that same order (:meth:`Outbox.committed`): under the same
+delivery lock, after the other stores' rows committed before them; and a
+call in flight (its position noted before its COMMIT, dropped once its
+events are handed on) holds the follower back from every row committed
+after it, so another process's commit that lands between this call's
+COMMIT and its delivery is never delivered first (the follower reads it
+again at its next poll). Once a second it renews its row and prunes: rows every
 live reader is past, readers silent for longer than the retention (a
 killed process), and rows older than the retention whoever has not read
 them. A follower that was itself away longer than that (a suspended
@@ -97,9 +103,19 @@ class Outbox:
         self._conn: sqlite3.Connection | None = None
         self._seq = 0  # the highest sequence handed on (or skipped)
         # Held while rows are handed on (by the follower, or by a call catching up before its
-        # own events): one sequence, never two deliveries of a row, never out of order.
+        # own events, then handing those on): one sequence, never two deliveries of a row,
+        # never out of order.
         self._delivering = threading.RLock()
+        # The positions (the sequence every commit before it reached) of this store's calls
+        # committing or committed whose events are not handed on yet: the follower hands on
+        # no row past the lowest (a later commit). Noted before the COMMIT, under the write lock.
+        self._in_flight: list[int] = []
+        self._in_flight_lock = threading.Lock()
+        self.held = False  # the follower left rows for after a call's own events (read again next poll)
         self._watch: StateWatch | None = None  # a read-only store's follower (no reader row)
+        # Tests only: called on the calling thread right after a call's COMMIT, before its own
+        # events are handed on (another process's commit can be made to land in that window).
+        self.after_commit: Callable[[], None] | None = None
 
     @property
     def known(self) -> KnownSessions:
@@ -125,33 +141,58 @@ class Outbox:
         else:
             last, others = conn.execute(_POSITION_SQL, (instance, now_ms() - self._retention_ms)).fetchone()
         before = (int(last) if last is not None else 0) if following else None
-        if not events or not others:
-            return before  # nobody else follows this file
-        now = now_ms()
-        for event in events:
-            entry_key = None
-            if event.function_id == ON_MESSAGE_UPDATED:
-                payload = event.payload
-                entry_key = json.dumps([payload.get("session_id"), payload.get("entry_id")])
-                conn.execute("DELETE FROM outbox WHERE entry_key = ?", (entry_key,))
-            conn.execute("INSERT INTO outbox (instance, function_id, entry_key, payload, created_ms)"
-                         " VALUES (?, ?, ?, ?, ?)",
-                         (instance, event.function_id, entry_key, encode_json(event.payload).decode("utf-8"), now))
+        if events and others:  # (else nobody else follows this file)
+            now = now_ms()
+            for event in events:
+                entry_key = None
+                if event.function_id == ON_MESSAGE_UPDATED:
+                    payload = event.payload
+                    entry_key = json.dumps([payload.get("session_id"), payload.get("entry_id")])
+                    conn.execute("DELETE FROM outbox WHERE entry_key = ?", (entry_key,))
+                conn.execute("INSERT INTO outbox (instance, function_id, entry_key, payload, created_ms)"
+                             " VALUES (?, ?, ?, ?, ?)",
+                             (instance, event.function_id, entry_key, encode_json(event.payload).decode("utf-8"),
+                              now))
+        if before is not None and events:  # in flight from before the COMMIT: see _follow
+            with self._in_flight_lock:
+                self._in_flight.append(before)
         return before
 
-    def committed(self, conn: sqlite3.Connection, events: list[Event], before: int | None) -> None:
-        """This store's own events, once committed: the rows other processes committed
-        before them are handed on first (their caller delivers them right after, so an
-        observer sees a session's commits in order), and the known sessions follow."""
-        if before is None:
+    def abandoned(self, before: int | None) -> None:
+        """The COMMIT of a call :meth:`record` noted failed: no longer in flight."""
+        if before is not None:
+            self._land(before)
+
+    def _land(self, before: int) -> None:
+        with self._in_flight_lock:
+            if before in self._in_flight:  # (absent: a call without events)
+                self._in_flight.remove(before)
+
+    def committed(self, conn: sqlite3.Connection, events: list[Event], before: int | None,
+                  deliver: EventSink | None = None) -> None:
+        """This store's own events, once committed, handed to ``deliver`` in commit order
+        with other processes': under the follower's delivery lock, after the rows other
+        processes committed before them; the follower held back the rows committed after
+        them (:meth:`record` noted this call in flight before its COMMIT). The known
+        sessions follow. A store that follows nobody has nothing to order them with."""
+        if before is None or not events:
+            if events and deliver is not None:
+                deliver(events)
             return
-        try:
-            if before > self._seq:
-                with self._delivering:
-                    self._follow(conn, upto=before)
-            self.known.note(events)
-        except sqlite3.Error as e:  # the mutation stands; the follower hands those rows on instead
-            log.warning("sqlite: catching up before a call's own events failed: %s", e)
+        if self.after_commit is not None:
+            self.after_commit()
+        with self._delivering:
+            try:
+                try:
+                    if before > self._seq:
+                        self._follow(conn, upto=before)
+                except sqlite3.Error as e:  # the mutation stands; the follower hands those rows on instead
+                    log.warning("sqlite: catching up before a call's own events failed: %s", e)
+                self.known.note(events)
+                if deliver is not None:
+                    deliver(events)
+            finally:
+                self._land(before)
 
     # -- the following side -----------------------------------------------------
 
@@ -235,9 +276,10 @@ class Outbox:
             self._resync(conn, "this process was away longer than the outbox retention")
         clock.contact = now
         current = conn.execute("PRAGMA data_version").fetchone()[0]
-        if current != clock.version:
+        if current != clock.version or self.held:
             clock.version = current
             with self._delivering:
+                self.held = False
                 self._follow(conn)
         every = min(BEAT_S, self._retention_ms / 4000)
         if now - clock.beat < every:
@@ -257,10 +299,21 @@ class Outbox:
             conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
 
     def _follow(self, conn: sqlite3.Connection, upto: int = 2**62) -> None:
+        """Hand on the rows past :attr:`_seq` up to ``upto``, short of those committed after
+        a call of this store whose own events are not handed on yet (held: read again)."""
         rows = conn.execute("SELECT seq, instance, function_id, payload FROM outbox WHERE seq > ? AND seq <= ?"
                             " ORDER BY seq", (self._seq, upto)).fetchall()
         if not rows:
             return
+        # Read after the rows: a call whose COMMIT those rows follow was noted before it.
+        if self._in_flight:
+            with self._in_flight_lock:
+                floor = min(self._in_flight, default=None)
+            if floor is not None and rows[-1][0] > floor:
+                self.held = True
+                rows = [row for row in rows if row[0] <= floor]
+                if not rows:
+                    return
         wants = self.subscribers.filters()
         events: list[Event] = []
         own = self._db.instance

@@ -19,7 +19,7 @@ from typing import TypeVar
 
 from ..._wire.events import Event
 from ...errors import ReadOnlyStore
-from ..base import Commit, Entry
+from ..base import Commit, Entry, EventSink
 from ..search_index import Candidate, Matches, SortKey
 from ..search_text import Query
 from ..sql.store import SqlStore
@@ -73,6 +73,18 @@ class SqliteStore(SqlStore):
         if calls.local.deferring:  # re-entrant: the outer call commits
             return call()
         return calls.run_deferred(call)
+
+    def run_and_deliver(self, call: Callable[[], tuple[_R, list[Event]]],
+                        deliver: EventSink | None) -> tuple[_R, list[Event]]:
+        """The call's events handed to ``deliver`` by the outbox, in commit order with
+        other processes' (:meth:`.outbox.Outbox.committed`)."""
+        calls = self.calls
+        if calls.local.deferring:  # re-entrant: the outer call commits; these go as they come
+            response, events = call()
+            if events and deliver is not None:
+                deliver(events)
+            return response, events
+        return calls.run_deferred(call, deliver)
 
     def commit(self, session_id: str, commit: Commit) -> Commit:
         if self.db.local.in_tx:  # inside a mutation (its begin refused a read-only store)
