@@ -49,7 +49,8 @@ def test_fsck_reports_a_broken_chain_and_a_wrong_count(
     run_json(capsys, "export", data_dir, "-o", export)
     run_json(capsys, "import", f"sqlite:///{path}", export)
     with sqlite3.connect(path) as conn:
-        conn.execute("DELETE FROM entries WHERE session_id = 's_001' AND entry_id = 'e_001'")
+        conn.execute("DELETE FROM entries WHERE sk = (SELECT sk FROM sessions WHERE session_id = 's_001')"
+                     " AND entry_id = 'e_001'")
         meta = json.loads(conn.execute("SELECT meta FROM sessions WHERE session_id = 's_002'").fetchone()[0])
         meta["message_count"] += 5
         conn.execute("UPDATE sessions SET meta = ? WHERE session_id = 's_002'", (json.dumps(meta),))

@@ -11,6 +11,7 @@ from typing import Any
 
 import session_manager
 from session_manager.clock import ManualClock
+from tests.unit.test_sqlite_open import _as_version_6
 
 
 def _user(text: str) -> Any:
@@ -98,6 +99,7 @@ def test_a_version_4_file_gets_its_list_key_from_updated_at(tmp_path: Path) -> N
             ids.append(sm.create(title=f"s{i}").session_id)
         before = _order(sm, limit=2)
     with sqlite3.connect(target) as conn:  # back to version 4, as its migration left the table
+        _as_version_6(conn)
         conn.execute("DROP INDEX sessions_listed")
         conn.execute("ALTER TABLE sessions DROP COLUMN listed_at")
         conn.execute("CREATE INDEX sessions_updated ON sessions (updated_at, session_id)")
@@ -106,7 +108,7 @@ def test_a_version_4_file_gets_its_list_key_from_updated_at(tmp_path: Path) -> N
         assert before == _order(sm, limit=2) == ids[::-1]
     assert all(listed == updated for listed, updated in _keys(target).values())
     with sqlite3.connect(target) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == 6  # (version 6, the search index, follows)
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == 7  # (versions 6 and 7 follow)
         plan = conn.execute("EXPLAIN QUERY PLAN SELECT meta FROM sessions WHERE meta IS NOT NULL"
                             " ORDER BY listed_at DESC, session_id DESC LIMIT 50").fetchall()
         assert any("sessions_listed" in str(row) for row in plan), plan

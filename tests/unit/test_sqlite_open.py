@@ -21,6 +21,8 @@ from session_manager.errors import STORAGE, SessionError
 from session_manager.store.sql.fts5 import doc
 from session_manager.store.sql.statements import statements
 from session_manager.store.sqlite import SqliteSettings, SqliteStore, search
+from session_manager.store.sqlite.core import qmark
+from session_manager.store.sqlite.path import _RANGE_SQL, HIT_SQL, SqlitePath
 from session_manager.store.sqlite.schema import MIGRATIONS
 from session_manager.store.sqlite.settings import path_of
 
@@ -199,10 +201,34 @@ def _schema_of(conn: sqlite3.Connection) -> list[tuple[str, str]]:
     return sorted(conn.execute("SELECT name, sql FROM sqlite_master WHERE sql IS NOT NULL").fetchall())
 
 
+def _old_statement(script: str, starts: str) -> str:
+    """The statement of an old migration that starts so (its DDL exactly as that release ran it)."""
+    return next(st for st in statements(script) if starts in st)
+
+
+def _as_version_6(conn: sqlite3.Connection) -> None:
+    """Back to schema version 6, exactly as that release made a file: entries naming their session
+    by its text id (migration 7 dropped: no sessions.sk, its index and trigger), seq kept."""
+    conn.execute("ALTER TABLE entries RENAME TO entries_v7")
+    conn.execute("DROP TRIGGER search_revised")
+    conn.execute(_old_statement(MIGRATIONS[0], "CREATE TABLE entries"))
+    conn.execute("INSERT INTO entries (seq, session_id, entry_id, parent_id, depth, jump_id, jump_depth, body)"
+                 " SELECT e.seq, s.session_id, e.entry_id, e.parent_id, e.depth, e.jump_id, e.jump_depth, e.body"
+                 " FROM entries_v7 e JOIN sessions s ON s.sk = e.sk ORDER BY e.seq")
+    conn.execute("DROP TABLE entries_v7")
+    conn.execute(MIGRATIONS[1])
+    conn.execute(_old_statement(search.CATCH_UP, "CREATE TRIGGER search_revised"))
+    conn.execute("DROP TRIGGER sessions_key")
+    conn.execute("DROP INDEX sessions_sk")
+    conn.execute("ALTER TABLE sessions DROP COLUMN sk")
+    conn.execute("PRAGMA user_version = 6")
+
+
 def _as_version_5(conn: sqlite3.Connection, indexed_up_to: int | None = None) -> None:
     """Back to schema version 5: the search index as versions 3 to 5 made it (each row with its
     session and entry ids as text, an index on the session; migration 6 dropped), holding the
     entries up to ``indexed_up_to`` (default: every entry, the mark at the last)."""
+    _as_version_6(conn)
     if indexed_up_to is None:
         indexed_up_to = conn.execute("SELECT coalesce(max(seq), 0) FROM entries").fetchone()[0]
     for table in ("search_fts", "search_docs", "search_totals"):
@@ -288,7 +314,7 @@ def test_a_version_3_file_keeps_its_index_and_catches_up_from_its_last_entry(tmp
         hits = sm.call("session::search", {"query": "brown"})["hits"]
         assert later in [h["entry_id"] for h in hits] and len(hits) == 2
     with sqlite3.connect(target) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS) == 6
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS) == 7
         assert conn.execute("SELECT count(*) FROM search_docs").fetchone()[0] == 3
 
 
@@ -325,7 +351,7 @@ def test_an_older_file_gets_its_index_rebuilt_without_the_ids(tmp_path: Path, ve
         assert [sm.call("session::search", c) for c in calls] == before
         assert sm.call("session::list", {}) == listed
     with sqlite3.connect(target) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS) == 6
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS) == 7
         assert {r[1] for r in conn.execute("PRAGMA table_info(search_docs)")} == {
             "seq", "sess", "role", "ts", "length", "words"}
         assert conn.execute("SELECT count(*) FROM search_docs").fetchone()[0] == 13
@@ -356,8 +382,96 @@ def test_a_version_1_file_is_upgraded_in_place(tmp_path: Path) -> None:
         assert sm.call("session::messages-tail", {"session_id": sid, "limit": 10}) == before
         assert sm.get(sid).meta.message_count == 31
     with sqlite3.connect(target) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS) == 6
-        plan = conn.execute("EXPLAIN QUERY PLAN SELECT body FROM entries WHERE session_id = ? AND depth"
-                            " BETWEEN ? AND ? ORDER BY depth DESC", (sid, 0, 9)).fetchall()
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS) == 7
+        plan = conn.execute("EXPLAIN QUERY PLAN " + _RANGE_SQL, (sid, 0, 9, 20)).fetchall()
         assert any("entries_depth" in str(row) for row in plan)
         assert conn.execute("SELECT count(*) FROM entries").fetchone()[0] == 31
+
+
+def _plan(conn: sqlite3.Connection, sql: str, params: Any) -> str:
+    return " | ".join(row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + qmark(sql), params))
+
+
+def test_a_version_6_file_is_upgraded_in_place_to_integer_session_keys(tmp_path: Path) -> None:
+    # Prevents: the move to entries naming their session by an integer key (schema version 7)
+    # losing or misattributing a version 6 file's entries (two sessions, a branch, a revision, an
+    # entry the search index had not caught up with, entries whose session had no row), breaking
+    # its search index (kept: its rows are keyed by seq, which the upgrade keeps), or leaving a
+    # statement on a scan: each probe is checked with EXPLAIN QUERY PLAN.
+    target = tmp_path / "v6.db"
+    with session_manager.open(f"sqlite:///{target}") as sm:
+        a = sm.create(metadata={"owner": "a"}).session_id
+        b = sm.create(metadata={"owner": "b"}).session_id
+        ids = [sm.append(a if i % 3 else b, message=_user(f"brown fox {i}")).entry_id for i in range(30)]
+        mine = [e for i, e in enumerate(ids) if i % 3]
+        branch = sm.append(a, message=_user("brown owl branch"), parent_id=mine[4]).entry_id
+        sm.set_active_leaf(a, entry_id=mine[-1])
+        sm.update_message(a, entry_id=mine[2], content="brown cat, revised")
+        last = sm.append(b, message=_user("brown heron, not indexed yet")).entry_id
+        calls = [{"query": q} for q in ("brown", "fox", "owl", "cat", "heron", "brown f")]
+        calls += [{"query": "brown", "metadata": {"owner": "b"}}, {"query": "brown", "limit": 4}]
+        searched = [sm.call("session::search", c) for c in calls[:-1]]
+        reads = [sm.call("session::messages-tail", {"session_id": s, "limit": 5}) for s in (a, b)]
+        reads += [sm.call("session::messages", {"session_id": a, "limit": 4})]
+        got = [sm.call("session::get-message", {"session_id": a, "entry_id": e}) for e in (mine[2], branch)]
+        entries = {s: sm.service.store.entries(s) for s in (a, b)}
+    with sqlite3.connect(target) as conn:
+        _as_version_6(conn)
+        # The file as version 6 left it, schema and all: exactly what migrations 1 to 6 make.
+        v6 = sqlite3.connect(":memory:")
+        for step in MIGRATIONS[:6]:
+            for statement in statements(step):
+                v6.execute(statement)
+        assert _schema_of(conn) == _schema_of(v6)
+        # The heron not indexed yet; and an entry whose session has no row (a foreign writer's).
+        conn.execute("DELETE FROM search_docs WHERE seq = (SELECT max(seq) FROM entries)")
+        conn.execute("UPDATE search_state SET last_seq = last_seq - 1")
+        conn.execute("INSERT INTO entries (session_id, entry_id, parent_id, depth, jump_id, jump_depth, body)"
+                     " SELECT 'stray', entry_id, NULL, 0, entry_id, 0, json_set(body, '$.kind', 'custom')"
+                     " FROM entries WHERE entry_id = ?", (last,))  # (not searchable: the answers stay)
+        seqs = dict(conn.execute("SELECT entry_id, seq FROM entries WHERE session_id != 'stray'").fetchall())
+    with session_manager.open(f"sqlite:///{target}") as sm:
+        assert [sm.call("session::search", c) for c in calls[:-1]] == searched
+        assert [sm.call("session::messages-tail", {"session_id": s, "limit": 5}) for s in (a, b)] == reads[:2]
+        assert sm.call("session::messages", {"session_id": a, "limit": 4}) == reads[2]
+        assert [sm.call("session::get-message", {"session_id": a, "entry_id": e}) for e in (mine[2], branch)] == got
+        assert {s: sm.service.store.entries(s) for s in (a, b)} == entries
+        assert [e["id"] for e in sm.service.store.entries("stray")] == [last]
+        # Writes after the upgrade: a revision (re-indexed: the trigger is back), an append, a new
+        # session (its key the next one), a deletion (its entries and index rows go with it).
+        sm.update_message(a, entry_id=mine[3], content="brown lynx, revised after")
+        assert [h["entry_id"] for h in sm.call("session::search", {"query": "lynx"})["hits"]] == [mine[3]]
+        c = sm.create().session_id
+        later = sm.append(c, message=_user("brown wren")).entry_id
+        assert [h["entry_id"] for h in sm.call("session::search", {"query": "wren"})["hits"]] == [later]
+        sm.delete(b)
+        assert sm.call("session::search", {"query": "heron"})["hits"] == []
+    with sqlite3.connect(target) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS) == 7
+        assert "session_id" not in {r[1] for r in conn.execute("PRAGMA table_info(entries)")}
+        keys = dict(conn.execute("SELECT session_id, sk FROM sessions").fetchall())
+        assert set(keys) == {a, c, "stray"} and len(set(keys.values())) == 3
+        assert keys[c] == max(keys.values())  # (b's was the highest but one or not: a new one is past all)
+        kept = dict(conn.execute("SELECT entry_id, seq FROM entries WHERE sk = ?", (keys[a],)).fetchall())
+        assert all(seqs[e] == seq for e, seq in kept.items() if e in seqs)  # seq kept: the index's key
+        assert conn.execute("SELECT count(*) FROM entries e LEFT JOIN sessions s ON s.sk = e.sk"
+                            " WHERE s.session_id IS NULL").fetchone()[0] == 0
+        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        # The plans: each probe a search of an index (no scan of entries, no temporary sort).
+        sk = "sk = (SELECT sk FROM sessions WHERE session_id = %s)"
+        args = {"s": a, "start": mine[-1], "e": mine[1], "a": 0, "b": 3}
+        plans = {
+            "tail": _plan(conn, _RANGE_SQL, (a, 0, 9, 20)),
+            "get-message": _plan(conn, f"SELECT body FROM entries WHERE {sk} AND entry_id = %s", (a, mine[2])),
+            "leaf": _plan(conn, "SELECT s.meta, s.leaf, e.depth FROM sessions s LEFT JOIN entries e"
+                                " ON e.sk = s.sk AND e.entry_id = s.leaf WHERE s.session_id = %s", (a,)),
+            "walk": _plan(conn, SqlitePath.window_sql, args),
+            "holds": _plan(conn, SqlitePath.holds_sql, args),
+            "hit": _plan(conn, HIT_SQL, args),
+            "entries": _plan(conn, f"SELECT body FROM entries WHERE {sk} ORDER BY seq", (a,)),
+        }
+        for name, plan in plans.items():
+            assert "SCAN e" not in plan and "SCAN entries" not in plan, (name, plan)
+        assert "SEARCH entries USING INDEX entries_depth (sk=? AND depth>? AND depth<?)" in plans["tail"]
+        for name in ("get-message", "leaf", "walk", "holds", "hit"):
+            assert "USING INDEX entries_id (sk=? AND entry_id=?)" in plans[name], (name, plans[name])

@@ -94,6 +94,12 @@ class WindowPath(EntryPath):
 
     __slots__ = ("_by_depth", "_depth_of", "_leaf_id", "_session", "_store", "_top")
 
+    # The statements, as an adapter's schema spells them (sqlite: entries name their session by an
+    # integer key, :mod:`..sqlite.path`).
+    window_sql = _WINDOW_SQL
+    holds_sql = _HOLDS_SQL
+    depth_sql = "SELECT depth FROM entries WHERE session_id = %s AND entry_id = %s"
+
     def __init__(self, store: Rows, session_id: str, leaf: str, depth: int) -> None:
         super().__init__([], {})
         self._store = store
@@ -130,10 +136,7 @@ class WindowPath(EntryPath):
         depth = self._depth_of.get(entry_id)
         if depth is None:
             try:
-                rows = self._store.rows(
-                    "SELECT depth FROM entries WHERE session_id = %s AND entry_id = %s",
-                    (key(self._session), key(entry_id)),
-                )
+                rows = self._store.rows(self.depth_sql, (key(self._session), key(entry_id)))
             except StoreError as e:
                 raise self._store.storage_error(e) from None
             if not rows or rows[0][0] > self._top:
@@ -150,7 +153,7 @@ class WindowPath(EntryPath):
         if entry_id in self._depth_of or self._leaf_id is None:
             return self.index_of(entry_id) is not None
         try:
-            rows = self._store.rows(_HOLDS_SQL, {"s": key(self._session), "start": key(self._leaf_id),
+            rows = self._store.rows(self.holds_sql, {"s": key(self._session), "start": key(self._leaf_id),
                                                  "e": key(entry_id)})
         except StoreError as e:
             raise self._store.storage_error(e) from None
@@ -189,6 +192,6 @@ class WindowPath(EntryPath):
         """The path's entries at depths ``lo..hi`` (id, depth, entry), walking down from
         ``start`` (an entry of the path at ``start_depth`` > ``hi``, or the leaf at ``hi``)."""
         del start_depth  # the jump pointers find the window's top from any distance
-        rows = self._store.rows(_WINDOW_SQL, {"s": key(self._session), "start": key(start), "a": lo, "b": hi})
+        rows = self._store.rows(self.window_sql, {"s": key(self._session), "start": key(start), "a": lo, "b": hi})
         entries = loads_texts([body for _, _, body in rows])
         return [(unkey(entry_id), depth, entry) for (entry_id, depth, _), entry in zip(rows, entries, strict=True)]

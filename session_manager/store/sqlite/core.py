@@ -41,6 +41,9 @@ _SYNCHRONOUS = {"flush": "NORMAL", "fsync": "FULL"}
 _INT64 = 2**63
 WAL_PAGES = 8000  # ~32 MiB of 4 KiB pages
 WAL_LIMIT_BYTES = 64 << 20  # cut back only past it: a WAL cut at every checkpoint regrows at a cost
+# A session's integer key (``entries.sk``: schema version 7) from its stored text key, the one
+# parameter: a constant subquery, run once per statement (one probe of the sessions table).
+SK = "(SELECT sk FROM sessions WHERE session_id = ?)"
 # The session first in the updated order (the one whose list key may lag: schema.py).
 FIRST_LISTED = "SELECT session_id FROM sessions ORDER BY listed_at DESC, session_id DESC LIMIT 1"
 

@@ -23,15 +23,33 @@ from __future__ import annotations
 from .._core.codec import loads
 from ..base import Entry
 from ..sql.keys import key
-from ..sql.path import PATH_WINDOW, WindowPath
+from ..sql.path import _HOLDS_SQL, _WINDOW_SQL, PATH_WINDOW, WindowPath
+from ..sql.path import HIT_SQL as _HIT_SQL
 
-__all__ = ["SqlitePath"]
+__all__ = ["HIT_SQL", "SqlitePath"]
+
+
+def keyed(sql: str) -> str:
+    """A shared path statement (:mod:`..sql.path`) over this schema's entries, which name
+    their session by its integer key (``sk``, schema version 7), not its text id."""
+    out = (sql.replace("e.session_id = s.session_id", "e.sk = s.sk")
+           .replace("e.session_id = %(s)s", "e.sk = (SELECT sk FROM sessions WHERE session_id = %(s)s)")
+           .replace("FROM entries WHERE session_id = %(s)s",
+                    "FROM entries WHERE sk = (SELECT sk FROM sessions WHERE session_id = %(s)s)")
+           .replace("FROM entries WHERE session_id = %s", "FROM entries WHERE sk = (SELECT sk FROM sessions"
+                    " WHERE session_id = %s)"))
+    rest = out.replace("FROM sessions WHERE session_id = %", "").replace("s.session_id = %", "")
+    assert "session_id" not in rest.replace("s.session_id", ""), out  # every entries probe rewritten
+    return out
+
+
+HIT_SQL = keyed(_HIT_SQL)
 
 SLACK = 2  # rows per depth a window's scan may read before the walk is cheaper
 
 
-_RANGE_SQL = ("SELECT body FROM entries WHERE session_id = ? AND depth BETWEEN ? AND ?"
-              " ORDER BY depth DESC LIMIT ?")
+_RANGE_SQL = ("SELECT body FROM entries WHERE sk = (SELECT sk FROM sessions WHERE session_id = ?)"
+              " AND depth BETWEEN ? AND ? ORDER BY depth DESC LIMIT ?")
 
 
 def decode_bodies(rows: list[tuple[str]]) -> list[Entry]:
@@ -46,6 +64,10 @@ class SqlitePath(WindowPath):
     """A session's root -> leaf chain, read a window at a time by depth range."""
 
     __slots__ = ()
+
+    window_sql = keyed(_WINDOW_SQL)
+    holds_sql = keyed(_HOLDS_SQL)
+    depth_sql = keyed(WindowPath.depth_sql)
 
     def _window(self, start: str, start_depth: int, lo: int, hi: int) -> list[tuple[str, int, Entry]]:
         span = start_depth - lo + 1

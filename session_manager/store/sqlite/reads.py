@@ -13,9 +13,9 @@ from .._core.codec import loads
 from ..base import AttachmentMeta, Entry, Meta
 from ..path import EntryPath
 from ..sql.keys import key, unkey
-from ..sql.path import HIT_SQL
-from .core import FIRST_LISTED, SqliteDatastore, sortable
+from .core import FIRST_LISTED, SK, SqliteDatastore, sortable
 from .outbox import POSITION_COLUMNS, now_ms
+from .path import HIT_SQL
 
 __all__ = ["SqliteReads"]
 
@@ -24,11 +24,16 @@ LIST_BATCH = 200
 # And the session's list-order key with the session first in that order (writes.list_key).
 _META_LEAF_LINKS = ("SELECT s.meta, s.leaf, p.depth, p.jump_id, p.jump_depth, j.depth, j.jump_id, j.jump_depth, "
                     "s.listed_at, (" + FIRST_LISTED + "), " + POSITION_COLUMNS +
-                    " FROM sessions s LEFT JOIN entries p ON p.session_id = s.session_id AND p.entry_id = s.leaf"
-                    " LEFT JOIN entries j ON j.session_id = s.session_id AND j.entry_id = p.jump_id"
+                    " FROM sessions s LEFT JOIN entries p ON p.sk = s.sk AND p.entry_id = s.leaf"
+                    " LEFT JOIN entries j ON j.sk = s.sk AND j.entry_id = p.jump_id"
                     " WHERE s.session_id = ?")
 _META_LEAF_DEPTH = ("SELECT s.meta, s.leaf, e.depth FROM sessions s LEFT JOIN entries e"
-                    " ON e.session_id = s.session_id AND e.entry_id = s.leaf WHERE s.session_id = ?")
+                    " ON e.sk = s.sk AND e.entry_id = s.leaf WHERE s.session_id = ?")
+
+# Entries name their session by its integer key (schema.py, version 7): SK finds it from the text key.
+_BODY = "SELECT body FROM entries WHERE sk = " + SK + " AND entry_id = ?"
+_DEPTH = "SELECT depth FROM entries WHERE sk = " + SK + " AND entry_id = ?"
+_BODIES = "SELECT body FROM entries WHERE sk = " + SK + " ORDER BY seq"
 
 
 def _load(text: str) -> Any:
@@ -117,14 +122,13 @@ class SqliteReads:
             args.update(at=rows[-1][1], sid=rows[-1][2])
 
     def get_entry(self, session_id: str, entry_id: str) -> Entry | None:
-        rows = self.db.rows("SELECT body FROM entries WHERE session_id = ? AND entry_id = ?",
-                          (key(session_id), key(entry_id)))
+        rows = self.db.rows(_BODY, (key(session_id), key(entry_id)))
         return _load(rows[0][0]) if rows else None
 
     def get_leaf(self, session_id: str) -> str | None:
         # With the leaf's depth: path() of this leaf, called next (a transcript read), needs it.
         rows = self.db.rows("SELECT s.leaf, e.depth FROM sessions s LEFT JOIN entries e"
-                          " ON e.session_id = s.session_id AND e.entry_id = s.leaf WHERE s.session_id = ?",
+                          " ON e.sk = s.sk AND e.entry_id = s.leaf WHERE s.session_id = ?",
                           (key(session_id),))
         if not rows or rows[0][0] is None:
             return None
@@ -150,8 +154,7 @@ class SqliteReads:
         if noted is not None and noted[:2] == (session_id, leaf):
             depth = noted[2]
         else:
-            rows = self.db.rows("SELECT depth FROM entries WHERE session_id = ? AND entry_id = ?",
-                              (key(session_id), key(leaf)))
+            rows = self.db.rows(_DEPTH, (key(session_id), key(leaf)))
             depth = rows[0][0] if rows else None
         if depth is None:
             return EntryPath([], {})
@@ -161,7 +164,7 @@ class SqliteReads:
 
     def entries(self, session_id: str) -> list[Entry]:
         return [_load(r[0]) for r in
-                self.db.rows("SELECT body FROM entries WHERE session_id = ? ORDER BY seq", (key(session_id),))]
+                self.db.rows(_BODIES, (key(session_id),))]
 
     def get_attachment_meta(self, session_id: str, attachment_id: str) -> AttachmentMeta | None:
         rows = self.db.rows("SELECT meta FROM attachments WHERE session_id = ? AND attachment_id = ?",

@@ -152,6 +152,11 @@ COMPACT = """
 """
 
 
+# Entries past a mark, in order, with their session's id (entries name it by its integer key).
+_NEWER = ("SELECT e.seq, s.session_id, e.body FROM entries e JOIN sessions s ON s.sk = e.sk"
+          " WHERE e.seq > ? ORDER BY e.seq LIMIT ?")
+
+
 def _docs(rows: Iterator[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
     """``(seq, session_id, role, ts, length, words)`` of ``(seq, session_id, body)`` rows
     (searchable entries only)."""
@@ -195,12 +200,12 @@ def catch_up(conn: sqlite3.Connection, limit: int = BATCH) -> bool:
         old = [s for s in dirty if s <= mark]
         conn.executemany("DELETE FROM search_docs WHERE seq = ?", [(s,) for s in old])
         _insert(conn, _docs(conn.execute(
-            "SELECT seq, session_id, body FROM entries WHERE seq IN (SELECT value FROM json_each(?))",
+            "SELECT e.seq, s.session_id, e.body FROM entries e JOIN sessions s ON s.sk = e.sk"
+            " WHERE e.seq IN (SELECT value FROM json_each(?))",
             (json.dumps(old),))))
         if len(dirty) == limit:
             return True
-    rows = conn.execute("SELECT seq, session_id, body FROM entries WHERE seq > ? ORDER BY seq LIMIT ?",
-                        (mark, limit)).fetchall()
+    rows = conn.execute(_NEWER, (mark, limit)).fetchall()
     if rows:
         _insert(conn, _docs(iter(rows)))
         conn.execute("UPDATE search_state SET last_seq = ?", (rows[-1][0],))
@@ -229,7 +234,8 @@ def merge(conn: sqlite3.Connection) -> None:
 def erase(conn: sqlite3.Connection, sid: str) -> None:
     """Drop a session's rows, and rewrite the FTS segments without them (see the module);
     called before its entries are deleted (its rows are found by their ``seq``)."""
-    if conn.execute("DELETE FROM search_docs WHERE seq IN (SELECT seq FROM entries WHERE session_id = ?)",
+    if conn.execute("DELETE FROM search_docs WHERE seq IN"
+                    " (SELECT seq FROM entries WHERE sk = (SELECT sk FROM sessions WHERE session_id = ?))",
                     (sid,)).rowcount:
         conn.execute("INSERT INTO search_fts (search_fts) VALUES ('optimize')")
 
@@ -245,8 +251,7 @@ def rebuild(conn: sqlite3.Connection) -> None:
     migration that makes the index anew, in its transaction)."""
     last = 0
     while True:
-        rows = conn.execute("SELECT seq, session_id, body FROM entries WHERE seq > ? ORDER BY seq LIMIT ?",
-                            (last, BATCH)).fetchall()
+        rows = conn.execute(_NEWER, (last, BATCH)).fetchall()
         if not rows:
             break
         _insert(conn, _docs(iter(rows)))
@@ -356,7 +361,7 @@ def search_pending(conn: sqlite3.Connection, query: Query, sessions: Collection[
     mark = int(conn.execute("SELECT last_seq FROM search_state").fetchone()[0])
     dirty = [int(r[0]) for r in conn.execute("SELECT seq FROM search_dirty WHERE seq <= ?", (mark,))]
     scoped, params = _scoped(sessions)  # (an index row's session is its search_totals id)
-    where = "" if sessions is None else " AND session_id IN (SELECT value FROM json_each(?))"
+    where = "" if sessions is None else " AND s.session_id IN (SELECT value FROM json_each(?))"
     # The index's rows of revised entries: out of the totals and counts (their new words come below).
     old = conn.execute("SELECT d.seq, d.length, d.words FROM search_docs d"
                        " WHERE d.seq IN (SELECT value FROM json_each(?))" + scoped,
@@ -369,8 +374,9 @@ def search_pending(conn: sqlite3.Connection, query: Query, sessions: Collection[
         out.total_length -= length
         for i, n in enumerate(term_counts(query, Counter(text.split()))):
             out.df[i] -= n > 0
-    pending = conn.execute("SELECT seq, session_id, entry_id, body FROM entries WHERE (seq > ? OR seq IN"
-                           " (SELECT value FROM json_each(?)))" + where + " ORDER BY seq",
+    pending = conn.execute("SELECT e.seq, s.session_id, e.entry_id, e.body FROM entries e"
+                           " JOIN sessions s ON s.sk = e.sk WHERE (e.seq > ? OR e.seq IN"
+                           " (SELECT value FROM json_each(?)))" + where + " ORDER BY e.seq",
                            (mark, json.dumps(dirty), *params)).fetchall()
     eids = {seq: eid for seq, _, eid, _ in pending}
     for seq, sid, role, ts, length, text in _docs((seq, sid, body) for seq, sid, _, body in pending):

@@ -43,6 +43,7 @@ from .._core.codec import loads
 from ..resync import SeenSession, session_events
 from ..sql.keys import key, unkey
 from ..sql.outbox import Subscribers
+from .core import SK
 
 if TYPE_CHECKING:
     from ..base import EventSink, Meta
@@ -169,7 +170,7 @@ class StateWatch:
             changed: list[int] = []
             for seq, eid, revision in conn.execute(
                     "SELECT seq, entry_id, coalesce(json_extract(body, '$.revision'), 0) FROM entries"
-                    " WHERE session_id = ? ORDER BY seq", (key(sid),)):
+                    " WHERE sk = " + SK + " ORDER BY seq", (key(sid),)):
                 entry_id = unkey(eid)
                 revisions[entry_id] = revision
                 if known.get(entry_id) != revision:

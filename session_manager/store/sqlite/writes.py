@@ -15,11 +15,19 @@ from ..base import AttachmentMeta, Commit
 from ..sql.keys import key
 from ..sql.values import events_prefix, json_text
 from . import search
-from .core import FIRST_LISTED, SqliteDatastore, sortable
+from .core import FIRST_LISTED, SK, SqliteDatastore, sortable
 from .reads import SqliteReads
 from .transactions import SqliteTransactions
 
 __all__ = ["SqliteWrites", "link"]
+
+# Entries name their session by its integer key (schema.py, version 7): SK finds it from the text key.
+_INSERT = ("INSERT INTO entries (sk, entry_id, parent_id, depth, jump_id, jump_depth, body)"
+           " VALUES (" + SK + ", ?, ?, ?, ?, ?, ?)")
+_REVISE = "UPDATE entries SET body = ? WHERE sk = " + SK + " AND entry_id = ?"
+# An entry with its jump target's links: the one statement serves both probes of link().
+_LINKS = ("SELECT p.depth, p.jump_id, p.jump_depth, j.depth, j.jump_id, j.jump_depth FROM entries p"
+          " LEFT JOIN entries j ON j.sk = p.sk AND j.entry_id = p.jump_id WHERE p.sk = " + SK + " AND p.entry_id = ?")
 
 
 def _links(conn: sqlite3.Connection, sid: str, parent: str | None,
@@ -29,10 +37,7 @@ def _links(conn: sqlite3.Connection, sid: str, parent: str | None,
         return None
     found = known.get(parent)
     if found is None:
-        # The entry with its jump target's links: the one statement serves both probes of link().
-        row = conn.execute("SELECT p.depth, p.jump_id, p.jump_depth, j.depth, j.jump_id, j.jump_depth FROM entries p"
-                           " LEFT JOIN entries j ON j.session_id = p.session_id AND j.entry_id = p.jump_id"
-                           " WHERE p.session_id = ? AND p.entry_id = ?", (sid, parent)).fetchone()
+        row = conn.execute(_LINKS, (sid, parent)).fetchone()
         if row is None:
             return None
         found = known[parent] = (row[0], row[1], row[2])
@@ -106,21 +111,24 @@ class SqliteWrites:
         local.leaf_depth = None
         noted, local.links = local.links, None
         try:
-            known = noted[1] if noted is not None and noted[0] == sid else {}
+            if noted is not None and noted[0] == sid:
+                known = noted[1]  # (the session's row was read in this transaction: it exists)
+            else:
+                known = {}
+                if entries:  # its entries name it by the row's integer key (sk): the row first
+                    conn.execute("INSERT INTO sessions (session_id) VALUES (?) ON CONFLICT (session_id) DO NOTHING",
+                                 (sid,))
             for entry, text in zip(entries, bodies, strict=True):
                 eid = key(entry["id"])
                 # A new revision keeps its place and links: only the body changes (an
                 # append's entries are new: checked absent in this transaction).
                 # (The search index learns of both by itself: search.py.)
-                if not commit.append and conn.execute(
-                        "UPDATE entries SET body = ? WHERE session_id = ? AND entry_id = ?", (text, sid, eid)).rowcount:
+                if not commit.append and conn.execute(_REVISE, (text, sid, eid)).rowcount:
                     continue
                 parent = entry.get("parent_id")
                 parent = key(parent) if isinstance(parent, str) else None
                 depth, jump_id, jump_depth = link(conn, sid, eid, parent, known)
-                conn.execute(
-                    "INSERT INTO entries (session_id, entry_id, parent_id, depth, jump_id, jump_depth, body)"
-                    " VALUES (?, ?, ?, ?, ?, ?, ?)", (sid, eid, parent, depth, jump_id, jump_depth, text))
+                conn.execute(_INSERT, (sid, eid, parent, depth, jump_id, jump_depth, text))
             columns: dict[str, Any] = {}
             if meta is not None:
                 updated = sortable(meta.get("updated_at"))
@@ -165,8 +173,9 @@ class SqliteWrites:
 
         def run(conn: sqlite3.Connection) -> None:
             search.erase(conn, key(session_id))  # before its entries: its index rows are found by their seq
-            for table in ("entries", "attachments", "sessions"):
-                removed.append(conn.execute(f"DELETE FROM {table} WHERE session_id = ?", (key(session_id),)).rowcount)
+            for table, column in (("entries", "sk = " + SK), ("attachments", "session_id = ?"),
+                                  ("sessions", "session_id = ?")):
+                removed.append(conn.execute(f"DELETE FROM {table} WHERE {column}", (key(session_id),)).rowcount)
             search.lower(conn)  # after its entries: the mark lowered to what is left
             conn.execute("DELETE FROM outbox WHERE substr(payload, 1, ?) = ?", (len(prefix), prefix))
             local.erased = True
