@@ -55,3 +55,31 @@ def test_the_write_path_sends_its_lists_as_text_arrays() -> None:
     assert set(lists) == {"read_ids", "read_bodies", "ids", "parents", "bodies", "fids", "payloads", "all"}
     assert all(isinstance(v, TextArray) for v in lists.values())
     assert params["ids"][0] == "e1" and params["parents"] == [None]
+
+
+def test_the_append_call_gets_every_argument_it_names_as_sm_apply_would_send_it() -> None:
+    # Prevents: sm_append_call's parameters (built directly, not picked from sm_apply's)
+    # missing one the statement names, carrying one it does not, or differing from the
+    # value sm_apply would get for the same commit.
+    import re
+
+    from session_manager._wire.events import Event
+    from session_manager.store.postgres.at_leaf import APPEND_CALL, HOLE_JSON, AtLeaf
+    from session_manager.store.postgres.plan import Plan, append_call_params
+
+    entry: dict[str, Any] = {"kind": "message", "id": "e\u00012", "parent_id": "e1", "timestamp": 5, "revision": 0,
+                             "message": {"role": "user", "content": []}}
+    meta = {"session_id": "s", "title": "", "created_at": 1, "updated_at": 5, "message_count": 2,
+            "metadata": {"k": "v"}}
+    commit = Commit(entries=(entry,), leaf=entry["id"], meta=meta, append=True)
+    plan = Plan("s")
+    plan.reads[entry["id"]] = None
+    events = [Event("session::on-message-added", {"session_id": "s", "entry_id": entry["id"]})]
+    cut = AtLeaf('{"session_id":"s","title":"","created_at":1,"updated_at":', ',"message_count":',
+                 ',"metadata":{"k":"v"}}', True, 1)
+    got = append_call_params("s", commit, ["{}"], cut, instance="i", schema="public", events=events, plan=plan)
+    assert set(got) == set(re.findall(r"%\((\w+)\)b", APPEND_CALL))
+    full = apply_params("s", commit, ["{}"], None, instance="i", schema="public", events=events, plan=plan)
+    assert {k: v for k, v in got.items() if k in full} == {k: full[k] for k in got if k in full}
+    assert (got["s0"], got["s1"], got["s2"], got["updated_first"], got["added"]) == (cut.s0, cut.s1, cut.s2, True, 1)
+    assert got["updated_text"] == "5" and got["hole"] == HOLE_JSON and got["ids"] == ["e\u0001\u00022"]
