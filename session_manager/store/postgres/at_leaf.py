@@ -35,8 +35,8 @@ from ..sql.values import json_text
 if TYPE_CHECKING:
     from .plan import Plan
 
-__all__ = ["APPEND", "APPEND_CALL", "APPEND_CALL_PROCEDURE", "APPEND_FUNCTION", "HOLE",
-           "AtLeaf", "append_params", "fill", "fill_known", "resolve_at_leaf",
+__all__ = ["APPEND", "APPEND_CALL", "APPEND_CALL_PROCEDURE", "APPEND_FUNCTION", "HOLE", "HOLE_JSON",
+           "AtLeaf", "fill", "fill_known", "resolve_at_leaf",
            "segments"]
 
 _TAG = os.urandom(8).hex()  # per process: no stored text holds it
@@ -44,6 +44,7 @@ HOLE = f"\x01sm-leaf-{_TAG}"  # the first entry's parent until the server names 
 _HOLE_U, _HOLE_C = f"\x01sm-updated-{_TAG}", f"\x01sm-count-{_TAG}"
 # Their JSON texts, encoded once (every append looked for them).
 _HOLE_JSON, _HOLE_U_JSON, _HOLE_C_JSON = json_text(HOLE), json_text(_HOLE_U), json_text(_HOLE_C)
+HOLE_JSON = _HOLE_JSON  # sm_append_call's p_hole
 
 APPEND_FUNCTION = """
 CREATE FUNCTION sm_append(
@@ -266,20 +267,6 @@ def segments(known_meta: Meta, known_text: str, resolved: Commit) -> AtLeaf | No
     if json_text(entries[0]).count(_HOLE_JSON) != 1:
         return None
     return cut
-
-
-# The arguments of sm_append_call it shares with sm_apply (only these are sent:
-# fewer values to inspect per call).
-_SHARED = ("sid", "read_ids", "read_bodies", "ids", "parents", "bodies", "updated", "leaf", "instance", "fids",
-           "payloads", "channel", "all")
-
-
-def append_params(apply: dict[str, Any], cut: AtLeaf, updated: int) -> dict[str, Any]:
-    """``sm_append_call``'s arguments from ``sm_apply``'s (those of the same commit)."""
-    params = {k: apply[k] for k in _SHARED}
-    params.update(s0=cut.s0, s1=cut.s1, s2=cut.s2, updated_first=cut.updated_first, updated_text=str(updated),
-                  added=cut.added, hole=_HOLE_JSON)
-    return params
 
 
 def fill(commit: Commit, bodies: list[str], leaf: str | None, count: int, response: Any = None,

@@ -94,8 +94,11 @@ def _kind(value: Any) -> Any:
 
 def _shape(params: Any) -> tuple[Any, ...]:
     values = params.values() if isinstance(params, dict) else () if params is None else params
-    # _kind only where the type alone does not say it (checked on every statement run).
-    return tuple(_kind(v) if type(v) is int or type(v) is list else type(v) for v in values)
+    types = tuple(map(type, values))  # (checked on every statement run: the types at C speed)
+    if int not in types and list not in types:
+        return types
+    # _kind where the type alone does not say it, beside the types (which still place them).
+    return types, tuple([_kind(v) for v in values if type(v) is int or type(v) is list])
 
 
 class PgDatastore:

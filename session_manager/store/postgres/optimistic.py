@@ -46,11 +46,11 @@ from ..base import Commit, Entry, Meta
 from ..sql.keys import check_id, key, key_or_none, unkey
 from ..sql.transactions import CallRunner
 from ..sql.values import json_text
-from .at_leaf import APPEND_CALL, append_params, fill, fill_known, resolve_at_leaf
+from .at_leaf import APPEND_CALL, fill, fill_known, resolve_at_leaf
 from .core import PgDatastore, Tx
 from .in_doubt import settle_apply
 from .outbox import NOTIFY_BATCH, Outbox
-from .plan import Known, Plan, apply_params
+from .plan import Known, Plan, append_call_params, apply_params
 from .reads import PgReads
 from .schema import APPLY
 from .transactions import PgTransactions
@@ -380,11 +380,12 @@ class Optimistic:
         commit, cut = plan.commit, plan.at_leaf
         assert commit is not None
         db = self.db
-        params = apply_params(plan.session_id, commit, plan.bodies, plan.meta_text, instance=db.instance,
-                              schema=db.settings.schema, events=events, plan=plan)
         if cut is not None:
-            assert commit.meta is not None
-            params = append_params(params, cut, commit.meta["updated_at"])
+            params = append_call_params(plan.session_id, commit, plan.bodies, cut, instance=db.instance,
+                                        schema=db.settings.schema, events=events, plan=plan)
+        else:
+            params = apply_params(plan.session_id, commit, plan.bodies, plan.meta_text, instance=db.instance,
+                                  schema=db.settings.schema, events=events, plan=plan)
         conn = db.getconn(db.deadline_at())
         pid, started = conn.info.backend_pid, db.started_at(conn)
         row: tuple[Any, ...] | None = None

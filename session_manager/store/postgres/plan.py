@@ -16,12 +16,14 @@ from .._core.codec import encode_line as encode_json
 from ..base import Commit, Entry, Meta
 from ..sql.keys import key, key_or_none
 from ..sql.values import sanitize
-from .at_leaf import AtLeaf
+from .arrays import FixedTextArray, TextArray
+from .at_leaf import HOLE_JSON, AtLeaf
 from .outbox import channel_of
 
-__all__ = ["Known", "Plan", "apply_params"]
+__all__ = ["Known", "Plan", "append_call_params", "apply_params"]
 
-_ALL = list(EVENT_FUNCTIONS)  # sm_apply numbers the NOTIFY's functions by their place here (never changed)
+# sm_apply numbers the NOTIFY's functions by their place here (never changed).
+_ALL = FixedTextArray(list(EVENT_FUNCTIONS))
 
 
 @dataclass
@@ -60,18 +62,41 @@ def apply_params(session_id: str, commit: Commit, bodies: list[str], meta_text: 
         "sid": key(session_id), "check": plan.check if plan is not None else 0,
         "expect_meta": known.text if known is not None else None,
         "expect_leaf": key_or_none(known.leaf) if known is not None else None,
-        "read_ids": [key(i) for i in plan.reads] if plan is not None else [],
-        "read_bodies": list(plan.reads.values()) if plan is not None else [],
-        "ids": [key(e["id"]) for e in commit.entries],
-        "parents": [key_or_none(e.get("parent_id")) for e in commit.entries],
-        "bodies": bodies,
+        "read_ids": TextArray(key(i) for i in plan.reads) if plan is not None else TextArray(),
+        "read_bodies": TextArray(plan.reads.values()) if plan is not None else TextArray(),
+        "ids": TextArray(key(e["id"]) for e in commit.entries),
+        "parents": TextArray(key_or_none(e.get("parent_id")) for e in commit.entries),
+        "bodies": TextArray(bodies),
         "has_meta": meta is not None, "meta": meta_text,
         "status": meta.get("status") if meta is not None else None,
         "created": meta.get("created_at") if meta is not None else None,
         "updated": meta.get("updated_at") if meta is not None else None,
         "metadata": Jsonb(sanitize(metadata)) if isinstance(metadata, dict) else None,
         "has_leaf": commit.leaf is not None, "leaf": key_or_none(commit.leaf),
-        "instance": instance, "fids": [e.function_id for e in events],
-        "payloads": [encode_json(e.payload).decode("utf-8") for e in events],
+        "instance": instance, "fids": TextArray(e.function_id for e in events),
+        "payloads": TextArray(encode_json(e.payload).decode("utf-8") for e in events),
+        "channel": channel_of(schema), "all": _ALL,
+    }
+
+
+def append_call_params(session_id: str, commit: Commit, bodies: list[str], cut: AtLeaf, *, instance: str,
+                       schema: str, events: Sequence[Event], plan: Plan) -> dict[str, Any]:
+    """``sm_append_call``'s arguments (see :mod:`.at_leaf`): :func:`apply_params`' for the
+    values the two share, built directly (without the meta's columns and the metadata's
+    jsonb image, which the procedure does not take: the stored ones stay)."""
+    meta = commit.meta
+    assert meta is not None
+    updated = meta["updated_at"]
+    return {
+        "sid": key(session_id), "s0": cut.s0, "s1": cut.s1, "s2": cut.s2, "updated_first": cut.updated_first,
+        "updated_text": str(updated), "added": cut.added, "hole": HOLE_JSON,
+        "read_ids": TextArray(key(i) for i in plan.reads),
+        "read_bodies": TextArray(plan.reads.values()),
+        "ids": TextArray(key(e["id"]) for e in commit.entries),
+        "parents": TextArray(key_or_none(e.get("parent_id")) for e in commit.entries),
+        "bodies": TextArray(bodies),
+        "updated": updated, "leaf": key_or_none(commit.leaf),
+        "instance": instance, "fids": TextArray(e.function_id for e in events),
+        "payloads": TextArray(encode_json(e.payload).decode("utf-8") for e in events),
         "channel": channel_of(schema), "all": _ALL,
     }
