@@ -56,8 +56,6 @@ def test_a_reconnected_listener_does_not_replay_events_from_before_it_started(sc
         writer.close()
 
 
-@pytest.mark.xfail(strict=True, reason="issue 23, open for postgres: a call's own events are delivered after "
-                   "its COMMIT, unordered with the listener's (the sqlite adapter orders them: test_sqlite_events)")
 def test_own_events_keep_commit_order_with_another_instance_committing_right_after(schema: str) -> None:
     # Shows: another instance's append to the same session, committed between this call's COMMIT
     # and the delivery of its own events, reaching this instance's observer first. The window is
@@ -80,6 +78,46 @@ def test_own_events_keep_commit_order_with_another_instance_committing_right_aft
         a.call("session::append", {"session_id": sid, "message": text("mine"), "entry_id": "mine"})
         assert wait_for(lambda: "theirs" in seen)
         assert seen == ["mine", "theirs"]
+    finally:
+        b.close()
+        a.close()
+
+
+def test_two_instances_appending_to_one_session_are_observed_in_chain_order_each_once(schema: str) -> None:
+    # Prevents: an instance's own appends reaching its observer out of the session's commit
+    # order with another instance's racing appends (or with its own from another thread),
+    # or any event twice or never. Real concurrency: no hook holds a window open.
+    import threading
+
+    from tests.unit.test_postgres_instances import check_linear
+
+    a, b = open_sm(schema), open_sm(schema)
+    try:
+        seen: list[str] = []
+        a.observe({"function_id": ON_MESSAGE_ADDED}, lambda e: seen.append(e["entry_id"]))
+        sid = a.call("session::create", {})["session_id"]
+        errors: list[BaseException] = []
+
+        def writer(sm: object, name: str) -> None:
+            try:
+                for i in range(12):
+                    sm.call("session::append",  # type: ignore[attr-defined]
+                            {"session_id": sid, "message": text(f"{name}-{i}"), "entry_id": f"{name}-{i}"})
+            except BaseException as e:  # reported below
+                errors.append(e)
+
+        threads = [threading.Thread(target=writer, args=(sm, name))
+                   for sm, name in ((a, "a1"), (a, "a2"), (b, "b1"), (b, "b2"))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors
+        assert wait_for(lambda: len(seen) >= 48)
+        time.sleep(0.3)  # (nothing more may come)
+        chain = check_linear(a, sid)
+        assert len(seen) == 48 and len(set(seen)) == 48
+        assert seen == [i for i in chain if i in set(seen)]
     finally:
         b.close()
         a.close()

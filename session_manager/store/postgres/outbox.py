@@ -53,7 +53,7 @@ if TYPE_CHECKING:
     from ..resync import KnownSessions, StateSource
     from .core import PgDatastore, Tx
 
-__all__ = ["NOTIFY_BATCH", "Outbox", "channel_of"]
+__all__ = ["NOTIFY_BATCH", "TURN_WAIT_S", "Outbox", "Turn", "channel_of"]
 
 log = logging.getLogger("session_manager.store.postgres.outbox")
 
@@ -63,6 +63,21 @@ SEEN_MAX = 100_000
 PRUNE_EVERY_S = 60.0
 POLL_S = 0.5
 START_DELAY_S = 1.0  # the listener's first connection, when no host waits for it (see _run)
+
+
+TURN_WAIT_S = 5.0  # a call waits this long at most for the listener to reach its notification
+
+
+class Turn:
+    """An observed call in flight (:meth:`Outbox.begin_call`); guarded by the outbox's condition."""
+
+    __slots__ = ("done", "first", "generation", "given")
+
+    def __init__(self, generation: int) -> None:
+        self.generation = generation
+        self.first: tuple[str, str] | None = None  # its first event (function id, payload text), once known
+        self.given = False  # the listener reached its notification
+        self.done = False  # its events handed on (or it failed)
 
 
 @functools.lru_cache(maxsize=64)
@@ -90,6 +105,12 @@ class Outbox:
         # Tests only: called on the calling thread right after a call's COMMIT, before its own
         # events are handed on (another instance's commit can be made to land in that window).
         self.after_commit: Callable[[], None] | None = None
+        # This instance's observed calls in flight (see begin_call), in order of registration;
+        # the condition guards them and wakes the listener when one learns its first event.
+        self._calls: list[Turn] = []
+        self._turns = threading.Condition()
+        self._generation = 0  # counts the listener's disconnections (a waiting call's note may be lost)
+        self._local = threading.local()  # .delivering: a call's own events being handed on (nested: no turn)
 
     @property
     def known(self) -> KnownSessions:
@@ -152,6 +173,61 @@ class Outbox:
     def abandoned(self, token: object) -> None:
         """A call's commit failed: nothing to undo here."""
 
+    # -- a call's own events in commit order with the others' -------------------------
+
+    def begin_call(self) -> Turn | None:
+        """Note an observed call about to run (before anything is sent): the listener
+        holds back every notification after this instance's next own one until the call
+        knows its events (:meth:`await_turn`) or ends (:meth:`end_call`). ``None`` when
+        there is no stream to order with (the listener is not connected), on the
+        listener's thread (an observer's call: it would wait for itself), and inside a
+        call's own delivery (an observer's call: the listener waits for that delivery)."""
+        if (not self._listening.is_set() or threading.current_thread() is self._thread
+                or getattr(self._local, "delivering", False)):
+            return None
+        turn = Turn(self._generation)
+        with self._turns:
+            self._calls.append(turn)
+        return turn
+
+    def await_turn(self, turn: Turn, events: list[Event]) -> None:
+        """Wait until the listener reaches the call's own notification (every event
+        committed before it handed on; none after it until :meth:`end_call`). Not for
+        ever: a lost listener or notification lets the call hand its events on at once
+        (or after ``TURN_WAIT_S``): out of order then, never lost nor twice."""
+        first = events[0]
+        turn.first = (first.function_id, encode_json(first.payload).decode("utf-8"))
+        deadline = time.monotonic() + TURN_WAIT_S
+        with self._turns:
+            self._turns.notify_all()
+            while not turn.given:
+                left = deadline - time.monotonic()
+                if left <= 0 or turn.generation != self._generation or self._stop.is_set():
+                    if left <= 0:
+                        log.warning("postgres events: a call's notification was not heard in time;"
+                                    " its events are handed on unordered")
+                    return
+                self._turns.wait(left)
+
+    def deliver_own(self, deliver: EventSink, events: list[Event]) -> None:
+        """Hand a call's own events to ``deliver`` (calls its observers make are not ordered:
+        the listener waits for this delivery to end)."""
+        local = self._local
+        outer = getattr(local, "delivering", False)
+        local.delivering = True
+        try:
+            deliver(events)
+        finally:
+            local.delivering = outer
+
+    def end_call(self, turn: Turn) -> None:
+        """The call is over (its events handed on, or it failed): the listener goes on."""
+        with self._turns:
+            turn.done = True
+            if turn in self._calls:
+                self._calls.remove(turn)
+            self._turns.notify_all()
+
     # -- the reading side -----------------------------------------------------------
 
     def subscribe(self, sink: EventSink, wants: Callable[[str], bool] | None = None) -> Callable[[], None]:
@@ -213,25 +289,29 @@ class Outbox:
                     backoff = 0.1
                     self._listening.set()
                     while not self._stop.is_set():
-                        ids: list[int] = []
-                        heard = False
                         # Back as soon as something arrives (with whatever came in the same packet).
-                        for note in listen.notifies(timeout=POLL_S, stop_after=1):
-                            heard = True
-                            ids.extend(self._wanted(note.payload))
-                        if ids:
-                            self._deliver(fetch, ids)
-                        if self._maybe_prune(fetch) or heard:
+                        notes = [note.payload for note in listen.notifies(timeout=POLL_S, stop_after=1)]
+                        if notes:
+                            self._take(fetch, notes)
+                        if self._maybe_prune(fetch) or notes:
                             contact = time.monotonic()
             except psycopg.Error as e:
-                self._listening.clear()
+                self._lost()
                 log.warning("%s", self._db.say(f"event listener disconnected ({e}); reconnecting"))
             except Exception:
-                self._listening.clear()
+                self._lost()
                 log.exception("event listener failed; restarting it")
             self._stop.wait(backoff)
             backoff = min(backoff * 2, 2.0)
+        self._lost()
+
+    def _lost(self) -> None:
+        """The listener stopped (or lost its connection): the notifications of the calls
+        waiting for their turn may never come; they hand their events on now."""
         self._listening.clear()
+        with self._turns:
+            self._generation += 1
+            self._turns.notify_all()
 
     def _connect_pair(self) -> tuple[psycopg.Connection[Any], psycopg.Connection[Any]]:
         """The listening and the fetching connection, opened at once (a cold open waits
@@ -305,6 +385,49 @@ class Outbox:
             if fid is None or self.subscribers.wanted(fid, wants):
                 out.append(int(oid))
         return out
+
+    def _take(self, fetch: psycopg.Connection[Any], notes: list[str]) -> None:
+        """Hand on what the notifications ``notes`` (in commit order) announce: other
+        instances' events, and at each of this instance's own notifications, the turn of
+        the call that made it (see :meth:`begin_call`)."""
+        ids: list[int] = []
+        own = self._db.instance + "|"
+        for payload in notes:
+            if not payload.startswith(own):
+                ids.extend(self._wanted(payload))
+            elif self._calls:  # (unlocked: a call registers before anything it sends)
+                if ids:
+                    self._deliver(fetch, ids)
+                    ids = []
+                self._own_turn(fetch, payload[len(own):])
+        if ids:
+            self._deliver(fetch, ids)
+
+    def _own_turn(self, fetch: psycopg.Connection[Any], items: str) -> None:
+        """Give the turn to the call whose first event this own notification's first row is,
+        and wait until it has handed its events on. A notification of no known call (a call
+        nobody observes, a renotification) waits until no call in flight could still claim it."""
+        head = items.partition(",")[0].partition(":")[0]
+        if not head.isdigit():
+            return
+        row = fetch.execute("SELECT function_id, payload FROM outbox WHERE id = %s", (int(head),)).fetchone()
+        if row is None:
+            return
+        first = (row[0], row[1])
+        deadline = time.monotonic() + TURN_WAIT_S
+        with self._turns:
+            while True:
+                turn = next((t for t in self._calls if t.first == first and not t.given), None)
+                if turn is not None:
+                    turn.given = True
+                    self._turns.notify_all()
+                    while not turn.done and not self._stop.is_set():
+                        self._turns.wait(POLL_S)
+                    return
+                left = deadline - time.monotonic()
+                if left <= 0 or self._stop.is_set() or all(t.first is not None for t in self._calls):
+                    return
+                self._turns.wait(min(left, POLL_S))
 
     def _deliver(self, fetch: psycopg.Connection[Any], ids: list[int]) -> None:
         rows = fetch.execute(
