@@ -65,17 +65,20 @@ POLL_S = 0.5
 START_DELAY_S = 1.0  # the listener's first connection, when no host waits for it (see _run)
 
 
+# An event function's position in a notification's payload (array_position in EVENT_FUNCTIONS).
+_POSITION = {fid: str(i) for i, fid in enumerate(EVENT_FUNCTIONS, start=1)}
 TURN_WAIT_S = 5.0  # a call waits this long at most for the listener to reach its notification
 
 
 class Turn:
     """An observed call in flight (:meth:`Outbox.begin_call`); guarded by the outbox's condition."""
 
-    __slots__ = ("done", "first", "generation", "given")
+    __slots__ = ("done", "first", "generation", "given", "signature")
 
     def __init__(self, generation: int) -> None:
         self.generation = generation
         self.first: tuple[str, str] | None = None  # its first event (function id, payload text), once known
+        self.signature: tuple[str, ...] = ()  # its notification's function positions (as in its payload)
         self.given = False  # the listener reached its notification
         self.done = False  # its events handed on (or it failed)
 
@@ -196,9 +199,11 @@ class Outbox:
         ever: a lost listener or notification lets the call hand its events on at once
         (or after ``TURN_WAIT_S``): out of order then, never lost nor twice."""
         first = events[0]
-        turn.first = (first.function_id, encode_json(first.payload).decode("utf-8"))
+        head = (first.function_id, encode_json(first.payload).decode("utf-8"))
+        signature = tuple(_POSITION.get(e.function_id, "") for e in events[:NOTIFY_BATCH])
         deadline = time.monotonic() + TURN_WAIT_S
         with self._turns:
+            turn.first, turn.signature = head, signature
             self._turns.notify_all()
             while not turn.given:
                 left = deadline - time.monotonic()
@@ -404,30 +409,58 @@ class Outbox:
             self._deliver(fetch, ids)
 
     def _own_turn(self, fetch: psycopg.Connection[Any], items: str) -> None:
-        """Give the turn to the call whose first event this own notification's first row is,
-        and wait until it has handed its events on. A notification of no known call (a call
-        nobody observes, a renotification) waits until no call in flight could still claim it."""
-        head = items.partition(",")[0].partition(":")[0]
+        """Give the turn to the call that made this own notification and wait until it has
+        handed its events on. The call is known by the notification's functions (its
+        signature) when one call alone, with none still running, has them; else by the
+        notification's first row (fetched here) as its first event. A notification no
+        call claims (a call nobody observes, a renotification) waits until no call in
+        flight could still claim it."""
+        listed = items.split(",")
+        head = listed[0].partition(":")[0]
         if not head.isdigit():
             return
-        row = fetch.execute("SELECT function_id, payload FROM outbox WHERE id = %s", (int(head),)).fetchone()
-        if row is None:
-            return
-        first = (row[0], row[1])
+        signature = tuple(item.partition(":")[2] for item in listed)
+        exact: tuple[str, str] | None = None
         deadline = time.monotonic() + TURN_WAIT_S
-        with self._turns:
-            while True:
-                turn = next((t for t in self._calls if t.first == first and not t.given), None)
-                if turn is not None:
-                    turn.given = True
+        while True:
+            with self._turns:
+                claim = self._claim(signature, exact)
+                while claim == "wait":
+                    left = deadline - time.monotonic()
+                    if left <= 0 or self._stop.is_set():
+                        return
+                    self._turns.wait(min(left, POLL_S))
+                    claim = self._claim(signature, exact)
+                if isinstance(claim, Turn):
+                    claim.given = True
                     self._turns.notify_all()
-                    while not turn.done and not self._stop.is_set():
+                    while not claim.done and not self._stop.is_set():
                         self._turns.wait(POLL_S)
                     return
-                left = deadline - time.monotonic()
-                if left <= 0 or self._stop.is_set() or all(t.first is not None for t in self._calls):
+                if claim == "skip":
                     return
-                self._turns.wait(min(left, POLL_S))
+            # "fetch": several calls could claim it (the lock is not held meanwhile)
+            row = fetch.execute("SELECT function_id, payload FROM outbox WHERE id = %s", (int(head),)).fetchone()
+            if row is None:
+                return
+            exact = (row[0], row[1])
+
+    def _claim(self, signature: tuple[str, ...], exact: tuple[str, str] | None) -> Turn | str:
+        """Which call an own notification is (under the condition): a :class:`Turn`,
+        ``"wait"`` (a call still running may be it), ``"fetch"`` (its first row says
+        which), or ``"skip"`` (none is)."""
+        running = False
+        found: list[Turn] = []
+        for t in self._calls:
+            if t.first is None:
+                running = True
+            elif not t.given and t.signature == signature and (exact is None or t.first == exact):
+                found.append(t)
+        if not found:
+            return "wait" if running else "skip"
+        if exact is not None or (len(found) == 1 and not running):
+            return found[0]
+        return "fetch"
 
     def _deliver(self, fetch: psycopg.Connection[Any], ids: list[int]) -> None:
         rows = fetch.execute(
