@@ -121,3 +121,35 @@ def test_two_instances_appending_to_one_session_are_observed_in_chain_order_each
     finally:
         b.close()
         a.close()
+
+
+def test_an_observer_appending_from_its_callback_waits_for_no_turn(schema: str,
+                                                                   caplog: pytest.LogCaptureFixture) -> None:
+    # Prevents: an observer's own call (on the listener's thread for another instance's event,
+    # or inside this instance's delivery of its own) waiting for a turn the listener cannot give
+    # while it waits on that observer: a stall until the call gives up waiting (logged), or worse.
+    import logging
+
+    a, b = open_sm(schema), open_sm(schema)
+    try:
+        seen: list[str] = []
+        sid = a.call("session::create", {})["session_id"]
+
+        def on_added(e: dict[str, object]) -> None:
+            seen.append(str(e["entry_id"]))
+            if e["entry_id"] in ("mine", "theirs"):
+                a.call("session::append", {"session_id": sid, "message": text("echo"),
+                                           "entry_id": f"echo-{e['entry_id']}"})
+
+        a.observe({"function_id": ON_MESSAGE_ADDED}, on_added)
+        with caplog.at_level(logging.WARNING, logger="session_manager.store.postgres.outbox"):
+            a.call("session::append", {"session_id": sid, "message": text("mine"), "entry_id": "mine"})
+            b.call("session::append", {"session_id": sid, "message": text("theirs"), "entry_id": "theirs"})
+            assert wait_for(lambda: len(seen) >= 4)
+            a.call("session::append", {"session_id": sid, "message": text("last"), "entry_id": "last"})
+            assert wait_for(lambda: "last" in seen)
+        assert not [r for r in caplog.records if "not heard in time" in r.getMessage()]
+        assert sorted(seen) == sorted(["mine", "echo-mine", "theirs", "echo-theirs", "last"])
+    finally:
+        b.close()
+        a.close()
