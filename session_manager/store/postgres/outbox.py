@@ -8,8 +8,13 @@ any size is read whole from its row (NOTIFY's own limit is 8000 bytes).
 
 Every instance runs one listener thread (two connections of its own, opened
 at once: one listens, one reads rows) that hands other instances' events to its
-subscribers; the instance that made a mutation delivered it already, so it
-skips its own rows. Ids already delivered are remembered (bounded), so a
+subscribers; the instance that made a mutation delivers it itself, so it
+skips its own rows. It does so at its own notification's place in the stream
+(NOTIFY order is commit order): an observed call is noted in flight before it
+sends anything (:meth:`Outbox.begin_call`); at an own notification the
+listener hands on what came before it, then waits while the call that made it
+hands its events on (:meth:`Outbox.await_turn`), so a session's commits reach
+observers in commit order, each once. Ids already delivered are remembered (bounded), so a
 replay never repeats what this instance saw (nor what was committed
 before it first listened).
 
