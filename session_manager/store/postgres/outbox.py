@@ -78,10 +78,12 @@ TURN_WAIT_S = 5.0  # a call waits this long at most for the listener to reach it
 class Turn:
     """An observed call in flight (:meth:`Outbox.begin_call`); guarded by the outbox's condition."""
 
-    __slots__ = ("done", "first", "generation", "given", "signature")
+    __slots__ = ("born", "done", "first", "free", "generation", "given", "signature")
 
-    def __init__(self, generation: int) -> None:
+    def __init__(self, generation: int, free: bool = False) -> None:
         self.generation = generation
+        self.free = free  # an observer's own call: waits for no turn (see Outbox.begin_call)
+        self.born = time.monotonic()
         self.first: tuple[str, str] | None = None  # its first event (function id, payload text), once known
         self.signature: tuple[str, ...] = ()  # its notification's function positions (as in its payload)
         self.given = False  # the listener reached its notification
@@ -187,13 +189,15 @@ class Outbox:
         """Note an observed call about to run (before anything is sent): the listener
         holds back every notification after this instance's next own one until the call
         knows its events (:meth:`await_turn`) or ends (:meth:`end_call`). ``None`` when
-        there is no stream to order with (the listener is not connected), on the
-        listener's thread (an observer's call: it would wait for itself), and inside a
-        call's own delivery (an observer's call: the listener waits for that delivery)."""
-        if (not self._listening.is_set() or threading.current_thread() is self._thread
-                or getattr(self._local, "delivering", False)):
+        there is no stream to order with (the listener is not connected). A call on the
+        listener's thread or inside a call's own delivery (an observer's call) waits
+        for no turn (it would wait for itself, or for the delivery the listener waits
+        on): it is *free*, noted only so that its notification is known for its own and
+        never holds the listener back nor is taken for another call's."""
+        if not self._listening.is_set():
             return None
-        turn = Turn(self._generation)
+        free = threading.current_thread() is self._thread or getattr(self._local, "delivering", False)
+        turn = Turn(self._generation, free)
         with self._turns:
             self._calls.append(turn)
         return turn
@@ -210,7 +214,7 @@ class Outbox:
         with self._turns:
             turn.first, turn.signature = head, signature
             self._turns.notify_all()
-            while not turn.given:
+            while not turn.given and not turn.free:
                 left = deadline - time.monotonic()
                 if left <= 0 or turn.generation != self._generation or self._stop.is_set():
                     if left <= 0:
@@ -231,10 +235,11 @@ class Outbox:
             local.delivering = outer
 
     def end_call(self, turn: Turn) -> None:
-        """The call is over (its events handed on, or it failed): the listener goes on."""
+        """The call is over (its events handed on, or it failed): the listener goes on
+        (a free call with events stays noted until the listener reaches its notification)."""
         with self._turns:
             turn.done = True
-            if turn in self._calls:
+            if turn in self._calls and not (turn.free and turn.first is not None and not turn.given):
                 self._calls.remove(turn)
             self._turns.notify_all()
 
@@ -321,6 +326,7 @@ class Outbox:
         self._listening.clear()
         with self._turns:
             self._generation += 1
+            self._calls = [t for t in self._calls if not (t.free and t.done)]  # (their notifications: lost)
             self._turns.notify_all()
 
     def _connect_pair(self) -> tuple[psycopg.Connection[Any], psycopg.Connection[Any]]:
@@ -418,29 +424,32 @@ class Outbox:
         handed its events on. The call is known by the notification's functions (its
         signature) when one call alone, with none still running, has them; else by the
         notification's first row (fetched here) as its first event. A notification no
-        call claims (a call nobody observes, a renotification) waits until no call in
-        flight could still claim it."""
+        call claims (a call begun before the first observer, a renotification) waits
+        until no call noted before it could still claim it (at most ``TURN_WAIT_S``)."""
         listed = items.split(",")
         head = listed[0].partition(":")[0]
         if not head.isdigit():
             return
         signature = tuple(item.partition(":")[2] for item in listed)
         exact: tuple[str, str] | None = None
-        deadline = time.monotonic() + TURN_WAIT_S
+        heard = time.monotonic()  # a call noted later than this sent it no notification heard before
+        deadline = heard + TURN_WAIT_S
         while True:
             with self._turns:
-                claim = self._claim(signature, exact)
+                claim = self._claim(signature, exact, heard)
                 while claim == "wait":
                     left = deadline - time.monotonic()
                     if left <= 0 or self._stop.is_set():
                         return
                     self._turns.wait(min(left, POLL_S))
-                    claim = self._claim(signature, exact)
+                    claim = self._claim(signature, exact, heard)
                 if isinstance(claim, Turn):
                     claim.given = True
                     self._turns.notify_all()
                     while not claim.done and not self._stop.is_set():
                         self._turns.wait(POLL_S)
+                    if claim in self._calls:  # (a free call, over already)
+                        self._calls.remove(claim)
                     return
                 if claim == "skip":
                     return
@@ -450,14 +459,20 @@ class Outbox:
                 return
             exact = (row[0], row[1])
 
-    def _claim(self, signature: tuple[str, ...], exact: tuple[str, str] | None) -> Turn | str:
-        """Which call an own notification is (under the condition): a :class:`Turn`,
-        ``"wait"`` (a call still running may be it), ``"fetch"`` (its first row says
-        which), or ``"skip"`` (none is)."""
+    def _claim(self, signature: tuple[str, ...], exact: tuple[str, str] | None, heard: float) -> Turn | str:
+        """Which call an own notification (heard at ``heard``) is, under the condition: a
+        :class:`Turn`, ``"wait"`` (a call still running may be it), ``"fetch"`` (its first
+        row says which), or ``"skip"`` (none is). Only calls noted before it was heard
+        can be it (a call is noted before it sends anything)."""
         running = False
         found: list[Turn] = []
-        for t in self._calls:
-            if t.first is None:
+        stale = time.monotonic() - 2 * TURN_WAIT_S
+        for t in list(self._calls):
+            if t.free and t.done and t.born < stale:  # its notification never came (or was skipped)
+                self._calls.remove(t)
+            elif t.born > heard:
+                continue
+            elif t.first is None:
                 running = True
             elif not t.given and t.signature == signature and (exact is None or t.first == exact):
                 found.append(t)
