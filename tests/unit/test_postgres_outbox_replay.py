@@ -153,3 +153,36 @@ def test_an_observer_appending_from_its_callback_waits_for_no_turn(schema: str,
     finally:
         b.close()
         a.close()
+
+
+def test_a_call_waiting_for_its_turn_when_the_listener_is_lost_delivers_once_without_stalling(
+        schema: str, caplog: pytest.LogCaptureFixture) -> None:
+    # Prevents: a call waiting for a notification its lost listener will never hand it (the
+    # reconnected listener replays rows, skipping its own), until it gives up (logged).
+    import logging
+
+    a, b = open_sm(schema), open_sm(schema)
+    try:
+        seen: list[str] = []
+        a.observe({"function_id": ON_MESSAGE_ADDED}, lambda e: seen.append(e["entry_id"]))
+        sid = a.call("session::create", {})["session_id"]
+        outbox = a.service.store.outbox  # type: ignore[attr-defined]
+
+        def lose_the_listener() -> None:
+            outbox.after_commit = None  # once
+            assert terminate_listeners(schema) >= 1
+            assert wait_for(lambda: not outbox.listening)
+
+        outbox.after_commit = lose_the_listener
+        with caplog.at_level(logging.WARNING, logger="session_manager.store.postgres.outbox"):
+            a.call("session::append", {"session_id": sid, "message": text("mine"), "entry_id": "mine"})
+        assert seen == ["mine"]
+        assert not [r for r in caplog.records if "not heard in time" in r.getMessage()]
+        assert wait_for(lambda: outbox.listening)
+        b.call("session::append", {"session_id": sid, "message": text("theirs"), "entry_id": "theirs"})
+        assert wait_for(lambda: "theirs" in seen)
+        time.sleep(0.3)
+        assert seen == ["mine", "theirs"]
+    finally:
+        b.close()
+        a.close()

@@ -440,6 +440,7 @@ class Outbox:
                 while claim == "wait":
                     left = deadline - time.monotonic()
                     if left <= 0 or self._stop.is_set():
+                        self._give_up(heard)
                         return
                     self._turns.wait(min(left, POLL_S))
                     claim = self._claim(signature, exact, heard)
@@ -458,6 +459,15 @@ class Outbox:
             if row is None:
                 return
             exact = (row[0], row[1])
+
+    def _give_up(self, heard: float) -> None:
+        """No call claimed an own notification in time: the calls it waited on (noted before
+        it, still running) wait for no turn either (their notification may be this one, now
+        passed): they deliver as soon as they are done, unordered."""
+        for t in self._calls:
+            if t.born <= heard and t.first is None:
+                t.given = True
+        self._turns.notify_all()
 
     def _claim(self, signature: tuple[str, ...], exact: tuple[str, str] | None, heard: float) -> Turn | str:
         """Which call an own notification (heard at ``heard``) is, under the condition: a
