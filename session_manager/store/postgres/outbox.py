@@ -8,8 +8,13 @@ any size is read whole from its row (NOTIFY's own limit is 8000 bytes).
 
 Every instance runs one listener thread (two connections of its own, opened
 at once: one listens, one reads rows) that hands other instances' events to its
-subscribers; the instance that made a mutation delivered it already, so it
-skips its own rows. Ids already delivered are remembered (bounded), so a
+subscribers; the instance that made a mutation delivers it itself, so it
+skips its own rows. It does so at its own notification's place in the stream
+(NOTIFY order is commit order): an observed call is noted in flight before it
+sends anything (:meth:`Outbox.begin_call`); at an own notification the
+listener hands on what came before it, then waits while the call that made it
+hands its events on (:meth:`Outbox.await_turn`), so a session's commits reach
+observers in commit order, each once. Ids already delivered are remembered (bounded), so a
 replay never repeats what this instance saw (nor what was committed
 before it first listened).
 
@@ -53,7 +58,7 @@ if TYPE_CHECKING:
     from ..resync import KnownSessions, StateSource
     from .core import PgDatastore, Tx
 
-__all__ = ["NOTIFY_BATCH", "Outbox", "channel_of"]
+__all__ = ["NOTIFY_BATCH", "TURN_WAIT_S", "Outbox", "Turn", "channel_of"]
 
 log = logging.getLogger("session_manager.store.postgres.outbox")
 
@@ -63,6 +68,26 @@ SEEN_MAX = 100_000
 PRUNE_EVERY_S = 60.0
 POLL_S = 0.5
 START_DELAY_S = 1.0  # the listener's first connection, when no host waits for it (see _run)
+
+
+# An event function's position in a notification's payload (array_position in EVENT_FUNCTIONS).
+_POSITION = {fid: str(i) for i, fid in enumerate(EVENT_FUNCTIONS, start=1)}
+TURN_WAIT_S = 5.0  # a call waits this long at most for the listener to reach its notification
+
+
+class Turn:
+    """An observed call in flight (:meth:`Outbox.begin_call`); guarded by the outbox's condition."""
+
+    __slots__ = ("born", "done", "first", "free", "generation", "given", "signature")
+
+    def __init__(self, generation: int, free: bool = False) -> None:
+        self.generation = generation
+        self.free = free  # an observer's own call: waits for no turn (see Outbox.begin_call)
+        self.born = time.monotonic()
+        self.first: tuple[str, str] | None = None  # its first event (function id, payload text), once known
+        self.signature: tuple[str, ...] = ()  # its notification's function positions (as in its payload)
+        self.given = False  # the listener reached its notification
+        self.done = False  # its events handed on (or it failed)
 
 
 @functools.lru_cache(maxsize=64)
@@ -90,6 +115,12 @@ class Outbox:
         # Tests only: called on the calling thread right after a call's COMMIT, before its own
         # events are handed on (another instance's commit can be made to land in that window).
         self.after_commit: Callable[[], None] | None = None
+        # This instance's observed calls in flight (see begin_call), in order of registration;
+        # the condition guards them and wakes the listener when one learns its first event.
+        self._calls: list[Turn] = []
+        self._turns = threading.Condition()
+        self._generation = 0  # counts the listener's disconnections (a waiting call's note may be lost)
+        self._local = threading.local()  # .delivering: a call's own events being handed on (nested: no turn)
 
     @property
     def known(self) -> KnownSessions:
@@ -152,6 +183,66 @@ class Outbox:
     def abandoned(self, token: object) -> None:
         """A call's commit failed: nothing to undo here."""
 
+    # -- a call's own events in commit order with the others' -------------------------
+
+    def begin_call(self) -> Turn | None:
+        """Note an observed call about to run (before anything is sent): the listener
+        holds back every notification after this instance's next own one until the call
+        knows its events (:meth:`await_turn`) or ends (:meth:`end_call`). ``None`` when
+        there is no stream to order with (the listener is not connected). A call on the
+        listener's thread or inside a call's own delivery (an observer's call) waits
+        for no turn (it would wait for itself, or for the delivery the listener waits
+        on): it is *free*, noted only so that its notification is known for its own and
+        never holds the listener back nor is taken for another call's."""
+        if not self._listening.is_set():
+            return None
+        free = threading.current_thread() is self._thread or getattr(self._local, "delivering", False)
+        turn = Turn(self._generation, free)
+        with self._turns:
+            self._calls.append(turn)
+        return turn
+
+    def await_turn(self, turn: Turn, events: list[Event]) -> None:
+        """Wait until the listener reaches the call's own notification (every event
+        committed before it handed on; none after it until :meth:`end_call`). Not for
+        ever: a lost listener or notification lets the call hand its events on at once
+        (or after ``TURN_WAIT_S``): out of order then, never lost nor twice."""
+        first = events[0]
+        head = (first.function_id, encode_json(first.payload).decode("utf-8"))
+        signature = tuple(_POSITION.get(e.function_id, "") for e in events[:NOTIFY_BATCH])
+        deadline = time.monotonic() + TURN_WAIT_S
+        with self._turns:
+            turn.first, turn.signature = head, signature
+            self._turns.notify_all()
+            while not turn.given and not turn.free:
+                left = deadline - time.monotonic()
+                if left <= 0 or turn.generation != self._generation or self._stop.is_set():
+                    if left <= 0:
+                        log.warning("postgres events: a call's notification was not heard in time;"
+                                    " its events are handed on unordered")
+                    return
+                self._turns.wait(left)
+
+    def deliver_own(self, deliver: EventSink, events: list[Event]) -> None:
+        """Hand a call's own events to ``deliver`` (calls its observers make are not ordered:
+        the listener waits for this delivery to end)."""
+        local = self._local
+        outer = getattr(local, "delivering", False)
+        local.delivering = True
+        try:
+            deliver(events)
+        finally:
+            local.delivering = outer
+
+    def end_call(self, turn: Turn) -> None:
+        """The call is over (its events handed on, or it failed): the listener goes on
+        (a free call with events stays noted until the listener reaches its notification)."""
+        with self._turns:
+            turn.done = True
+            if turn in self._calls and not (turn.free and turn.first is not None and not turn.given):
+                self._calls.remove(turn)
+            self._turns.notify_all()
+
     # -- the reading side -----------------------------------------------------------
 
     def subscribe(self, sink: EventSink, wants: Callable[[str], bool] | None = None) -> Callable[[], None]:
@@ -213,25 +304,30 @@ class Outbox:
                     backoff = 0.1
                     self._listening.set()
                     while not self._stop.is_set():
-                        ids: list[int] = []
-                        heard = False
                         # Back as soon as something arrives (with whatever came in the same packet).
-                        for note in listen.notifies(timeout=POLL_S, stop_after=1):
-                            heard = True
-                            ids.extend(self._wanted(note.payload))
-                        if ids:
-                            self._deliver(fetch, ids)
-                        if self._maybe_prune(fetch) or heard:
+                        notes = [note.payload for note in listen.notifies(timeout=POLL_S, stop_after=1)]
+                        if notes:
+                            self._take(fetch, notes)
+                        if self._maybe_prune(fetch) or notes:
                             contact = time.monotonic()
             except psycopg.Error as e:
-                self._listening.clear()
+                self._lost()
                 log.warning("%s", self._db.say(f"event listener disconnected ({e}); reconnecting"))
             except Exception:
-                self._listening.clear()
+                self._lost()
                 log.exception("event listener failed; restarting it")
             self._stop.wait(backoff)
             backoff = min(backoff * 2, 2.0)
+        self._lost()
+
+    def _lost(self) -> None:
+        """The listener stopped (or lost its connection): the notifications of the calls
+        waiting for their turn may never come; they hand their events on now."""
         self._listening.clear()
+        with self._turns:
+            self._generation += 1
+            self._calls = [t for t in self._calls if not (t.free and t.done)]  # (their notifications: lost)
+            self._turns.notify_all()
 
     def _connect_pair(self) -> tuple[psycopg.Connection[Any], psycopg.Connection[Any]]:
         """The listening and the fetching connection, opened at once (a cold open waits
@@ -305,6 +401,96 @@ class Outbox:
             if fid is None or self.subscribers.wanted(fid, wants):
                 out.append(int(oid))
         return out
+
+    def _take(self, fetch: psycopg.Connection[Any], notes: list[str]) -> None:
+        """Hand on what the notifications ``notes`` (in commit order) announce: other
+        instances' events, and at each of this instance's own notifications, the turn of
+        the call that made it (see :meth:`begin_call`)."""
+        ids: list[int] = []
+        own = self._db.instance + "|"
+        for payload in notes:
+            if not payload.startswith(own):
+                ids.extend(self._wanted(payload))
+            elif self._calls:  # (unlocked: a call registers before anything it sends)
+                if ids:
+                    self._deliver(fetch, ids)
+                    ids = []
+                self._own_turn(fetch, payload[len(own):])
+        if ids:
+            self._deliver(fetch, ids)
+
+    def _own_turn(self, fetch: psycopg.Connection[Any], items: str) -> None:
+        """Give the turn to the call that made this own notification and wait until it has
+        handed its events on. The call is known by the notification's functions (its
+        signature) when one call alone, with none still running, has them; else by the
+        notification's first row (fetched here) as its first event. A notification no
+        call claims (a call begun before the first observer, a renotification) waits
+        until no call noted before it could still claim it (at most ``TURN_WAIT_S``)."""
+        listed = items.split(",")
+        head = listed[0].partition(":")[0]
+        if not head.isdigit():
+            return
+        signature = tuple(item.partition(":")[2] for item in listed)
+        exact: tuple[str, str] | None = None
+        heard = time.monotonic()  # a call noted later than this sent it no notification heard before
+        deadline = heard + TURN_WAIT_S
+        while True:
+            with self._turns:
+                claim = self._claim(signature, exact, heard)
+                while claim == "wait":
+                    left = deadline - time.monotonic()
+                    if left <= 0 or self._stop.is_set():
+                        self._give_up(heard)
+                        return
+                    self._turns.wait(min(left, POLL_S))
+                    claim = self._claim(signature, exact, heard)
+                if isinstance(claim, Turn):
+                    claim.given = True
+                    self._turns.notify_all()
+                    while not claim.done and not self._stop.is_set():
+                        self._turns.wait(POLL_S)
+                    if claim in self._calls:  # (a free call, over already)
+                        self._calls.remove(claim)
+                    return
+                if claim == "skip":
+                    return
+            # "fetch": several calls could claim it (the lock is not held meanwhile)
+            row = fetch.execute("SELECT function_id, payload FROM outbox WHERE id = %s", (int(head),)).fetchone()
+            if row is None:
+                return
+            exact = (row[0], row[1])
+
+    def _give_up(self, heard: float) -> None:
+        """No call claimed an own notification in time: the calls it waited on (noted before
+        it, still running) wait for no turn either (their notification may be this one, now
+        passed): they deliver as soon as they are done, unordered."""
+        for t in self._calls:
+            if t.born <= heard and t.first is None:
+                t.given = True
+        self._turns.notify_all()
+
+    def _claim(self, signature: tuple[str, ...], exact: tuple[str, str] | None, heard: float) -> Turn | str:
+        """Which call an own notification (heard at ``heard``) is, under the condition: a
+        :class:`Turn`, ``"wait"`` (a call still running may be it), ``"fetch"`` (its first
+        row says which), or ``"skip"`` (none is). Only calls noted before it was heard
+        can be it (a call is noted before it sends anything)."""
+        running = False
+        found: list[Turn] = []
+        stale = time.monotonic() - 2 * TURN_WAIT_S
+        for t in list(self._calls):
+            if t.free and t.done and t.born < stale:  # its notification never came (or was skipped)
+                self._calls.remove(t)
+            elif t.born > heard:
+                continue
+            elif t.first is None:
+                running = True
+            elif not t.given and t.signature == signature and (exact is None or t.first == exact):
+                found.append(t)
+        if not found:
+            return "wait" if running else "skip"
+        if exact is not None or (len(found) == 1 and not running):
+            return found[0]
+        return "fetch"
 
     def _deliver(self, fetch: psycopg.Connection[Any], ids: list[int]) -> None:
         rows = fetch.execute(

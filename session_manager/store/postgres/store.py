@@ -22,9 +22,11 @@ call reconnects by itself.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Hashable, Sequence
+from collections.abc import Callable, Collection, Hashable, Sequence
+from typing import TypeVar
 
-from ..base import Entry, Meta
+from ..._wire.events import Event
+from ..base import Entry, EventSink, Meta
 from ..search_index import Candidate, Matches, SortKey
 from ..search_text import Query
 from ..sql.store import SqlStore
@@ -39,6 +41,8 @@ from .transactions import PgTransactions
 from .writes import PgWrites
 
 __all__ = ["PostgresSettings", "PostgresStore"]
+
+R = TypeVar("R")
 
 class PostgresStore(SqlStore):
     """Sessions, entries and attachments in one PostgreSQL schema."""
@@ -61,6 +65,30 @@ class PostgresStore(SqlStore):
         self.optimistic = Optimistic(self.db, self.txs, self.calls, self.reads, self.writes, self.outbox)
         # A mutation, the reads it makes and its commit: tried optimistically first.
         self.calls_part = self.session_reads = self.session_writes = self.optimistic
+
+    def run_and_deliver(self, call: Callable[[], tuple[R, list[Event]]],
+                        deliver: EventSink | None) -> tuple[R, list[Event]]:
+        """The call's events handed to ``deliver`` in commit order with other instances'
+        (issue 23): noted in flight before anything is sent, the call waits for the
+        listener to reach its own notification (every event committed before it handed
+        on) and delivers while the listener holds back what was committed after it
+        (:meth:`.outbox.Outbox.begin_call`). Nobody observing: nothing of this."""
+        local = self.db.local
+        turn = None
+        if deliver is not None and not local.deferring and local.tx is None:
+            turn = self.outbox.begin_call()
+        if turn is None:
+            return super().run_and_deliver(call, deliver)
+        assert deliver is not None
+        outbox = self.outbox
+        try:
+            response, events = self.run_call(call)
+            if events:
+                outbox.await_turn(turn, events)
+                outbox.deliver_own(deliver, events)
+        finally:
+            outbox.end_call(turn)
+        return response, events
 
     # -- what only this adapter has --------------------------------------------------
 
