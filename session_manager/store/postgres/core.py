@@ -14,6 +14,7 @@ import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from typing import Any
 
 import psycopg
@@ -77,6 +78,11 @@ class _Pool(ConnectionPool[psycopg.Connection[Any]]):
             self._core.watchdog.disarm(armed)
 
 
+_UNREAD = object()
+# A backend start no backend has (see PgDatastore.started_at).
+NO_BACKEND = datetime(1, 1, 1, tzinfo=timezone.utc)
+
+
 def _no_guard() -> None:
     return None
 
@@ -133,11 +139,11 @@ class PgDatastore:
             kwargs={"autocommit": True},
             timeout=settings.pool_timeout_ms / 1000,
             reconnect_timeout=10.0**9,  # keep trying: the server may come back at any time
-            configure=self._configure,
             name="session-manager",
             open=False,
         )
         self.pool.open(wait=False)
+        self.watchdog.start()  # while the pool connects
 
     def say(self, text: str) -> str:
         """``text`` with the DSN's password masked."""
@@ -162,15 +168,20 @@ class PgDatastore:
             raise
         schema.CHECKED.add((self.conninfo, self.settings.schema))
 
-    def _configure(self, conn: psycopg.Connection[Any]) -> None:
-        # A new pooled connection: its backend's start time, which with its pid names
-        # that backend for good (a pid alone may be reused), to end it after a lost answer.
-        row = conn.execute("SELECT backend_start FROM pg_stat_get_activity(pg_backend_pid())").fetchone()
-        self._started[conn] = row[0] if row else None
-
     def started_at(self, conn: psycopg.Connection[Any]) -> Any:
-        """When ``conn``'s backend started (``None`` if unknown)."""
-        return self._started.get(conn)
+        """When ``conn``'s backend started: with its pid, what names that backend for good
+        (a pid alone may be reused), to end it after a lost answer. Read on first need
+        (a connection's first append), not when the pool connects (a round trip that a
+        cold store's first read waited for). A connection that cannot answer is dead: its
+        backend runs nothing more of ours, and :data:`NO_BACKEND` matches no backend."""
+        found = self._started.get(conn, _UNREAD)
+        if found is _UNREAD:
+            try:
+                row = conn.execute("SELECT backend_start FROM pg_stat_get_activity(pg_backend_pid())").fetchone()
+            except psycopg.Error:
+                return NO_BACKEND if conn.broken or conn.closed else None
+            found = self._started[conn] = row[0] if row else None
+        return found
 
     def fail(self, e: BaseException) -> StoreError:
         armed = self.local.armed
