@@ -207,3 +207,27 @@ def test_a_statements_first_uses_on_a_connection_are_one_round_trip_too(sm: sess
     counts = [trips(relay, sm, "session::append", {"session_id": sid, "message": text(str(i))}) for i in range(7)]
     counts += [trips(relay, sm, "session::messages-tail", {"session_id": sid, "limit": 50}) for _ in range(7)]
     assert counts == [1] * 14
+
+
+def test_a_cold_stores_first_tail_is_one_round_trip(schema: str, relay: Relay) -> None:
+    # Prevents: a new pooled connection running a statement of its own before it serves the
+    # first call (its backend's start, read at connect for a lost append's settling: a round
+    # trip a cold open's first read waited for), or the first tail taking more than one.
+    from session_manager.store.postgres import PostgresSettings, PostgresStore
+
+    settings = PostgresSettings(dsn=relay.dsn(), schema=schema, pool_size=1)
+    with session_manager.open(store=PostgresStore(settings)) as first:  # migrates: what follows is a cold open
+        sid = first.call("session::create", {"title": "t"})["session_id"]
+        for i in range(3):
+            first.call("session::append", {"session_id": sid, "message": text(str(i))})
+    before = relay.round_trips
+    with session_manager.open(store=PostgresStore(settings)) as cold:
+        page = cold.call("session::messages-tail", {"session_id": sid, "limit": 50})
+        assert relay.round_trips - before == 1
+        assert [m["message"]["content"][0]["text"] for m in page["messages"]] == ["0", "1", "2"]
+        # Its first append reads the backend's start (once per connection) and lands once.
+        cold.call("session::append", {"session_id": sid, "message": text("3")})
+        store = cold.service.store
+        with store.db.pool.connection() as conn:  # type: ignore[attr-defined]
+            assert store.db.started_at(conn) is not None  # type: ignore[attr-defined]
+        assert cold.call("session::get", {"session_id": sid})["meta"]["message_count"] == 4

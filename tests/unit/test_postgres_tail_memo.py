@@ -127,6 +127,11 @@ def test_the_version_changes_with_every_write_and_only_then(schema: str) -> None
             assert meta is not None and version is not None
             again = store.meta_and_leaf_since(sid, version)
             assert again == (meta, leaf, version)  # unchanged: the same, its path not read again
+            # The server compares the whole version: a row at the same xmin whose leaf or meta
+            # text differs (the 32-bit xmin come round again) is read as changed.
+            xmin, stored_leaf, text_ = version  # type: ignore[misc]
+            for other in ((xmin, stored_leaf, text_ + " "), (xmin, "elsewhere", text_)):
+                assert store.meta_and_leaf_since(sid, other) == (meta, leaf, version)
             seen.append(version)
         assert len(set(seen)) == len(seen)
         sm.call("session::delete", {"session_id": sid})

@@ -42,7 +42,7 @@ class Armed:
 
 
 class Watchdog:
-    """Ends armed connections whose deadline passed (one daemon thread, started on first use)."""
+    """Ends armed connections whose deadline passed (one daemon thread, started on first use or by :meth:`start`)."""
 
     def __init__(self, name: str) -> None:
         self._name = name
@@ -58,12 +58,23 @@ class Watchdog:
         armed = Armed(next(self._keys), deadline, conn.pgconn.socket)
         with self._cond:
             self._armed[armed.key] = armed
-            if self._thread is None and not self._closed:
-                self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
-                self._thread.start()
+            if self._thread is None:
+                self._start()
             if deadline < self._wake_at:
                 self._cond.notify()
         return armed
+
+    def start(self) -> None:
+        """Start the thread now (a store does while its pool connects: its first call's
+        first arm then does not wait for a thread to start)."""
+        with self._cond:
+            if self._thread is None:
+                self._start()
+
+    def _start(self) -> None:
+        if not self._closed:
+            self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
+            self._thread.start()
 
     def disarm(self, armed: Armed) -> bool:
         """Stop watching; whether the deadline had fired (the connection is then dead)."""

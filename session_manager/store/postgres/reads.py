@@ -52,20 +52,25 @@ FROM t
 # path, walked from the leaf by parent links (one primary-key probe each): what
 # messages-tail reads, in one round trip. Kind 0 is the session (with its row's
 # xmin: every write of the session rewrites the row, see meta_and_leaf_since),
-# 1 an entry. The walk is skipped when that xmin is %(v)s (the caller's version).
+# 1 an entry. When the row is still the caller's version (%(v)s its xmin, %(l)s
+# its leaf, %(m)s its meta text, all compared here) the walk is skipped and the
+# session's row comes back empty: only that it is at that version crosses the wire.
 _META_AND_TAIL = """
 WITH RECURSIVE s AS (
-    SELECT meta, leaf, xmin::text AS v FROM sessions WHERE session_id = %(s)s AND meta IS NOT NULL
+    SELECT meta, leaf, xmin::text AS v,
+           (xmin::text = %(v)s AND leaf IS NOT DISTINCT FROM %(l)s AND meta = %(m)s) IS TRUE AS same
+    FROM sessions WHERE session_id = %(s)s AND meta IS NOT NULL
 ), w(entry_id, parent_id, depth, n, body) AS (
     SELECT e.entry_id, e.parent_id, e.depth, 1, e.body
     FROM s JOIN entries e ON e.session_id = %(s)s AND e.entry_id = s.leaf
-    WHERE s.v <> %(v)s
+    WHERE NOT s.same
   UNION ALL
     SELECT p.entry_id, p.parent_id, p.depth, w.n + 1, p.body
     FROM w JOIN entries p ON p.session_id = %(s)s AND p.entry_id = w.parent_id
     WHERE w.n < %(window)s
 )
-SELECT 0, meta, leaf, NULL::integer, v FROM s
+SELECT 0, CASE WHEN same THEN NULL ELSE meta END, CASE WHEN same THEN NULL ELSE leaf END, NULL::integer,
+       CASE WHEN same THEN NULL ELSE v END FROM s
 UNION ALL
 SELECT 1, body, entry_id, depth, NULL FROM w
 """
@@ -164,10 +169,17 @@ class PgReads:
         a transaction id is never used for another write, so the version changes with
         every commit, another instance's too, with no column to keep. The leaf and the
         meta text (its ``updated_at``) guard against the 32-bit ``xmin`` wrapping around."""
-        known = version[0] if isinstance(version, tuple) and len(version) == 3 else ""
-        rows = self.db.rows(_META_AND_TAIL, {"s": key(session_id), "window": PATH_WINDOW, "v": known})
+        if isinstance(version, tuple) and len(version) == 3:
+            known, known_leaf, known_meta = version
+        else:
+            known, known_leaf, known_meta = "", None, None
+        rows = self.db.rows(_META_AND_TAIL, {"s": key(session_id), "window": PATH_WINDOW, "v": known,
+                                             "l": known_leaf, "m": known_meta})
         if len(rows) == 1 and rows[0][0] == 0:  # the session alone: at ``version``, or no entries
             _, meta, leaf, _, xmin = rows[0]
+            if meta is None:  # at ``version`` (its row's meta is never NULL): nothing else was sent
+                return loads(known_meta.encode("utf-8")), unkey(known_leaf) if known_leaf is not None else None, \
+                    version
         else:
             head = [r for r in rows if r[0] == 0]
             if not head:

@@ -4,6 +4,7 @@ listener) is opened with."""
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -56,6 +57,11 @@ class PostgresSettings:
     read_only: bool = False
 
     def conninfo(self) -> str:
+        """The connection string (built once per settings value in a process: libpq's
+        parsing of it took most of a cold open's own time, before the pool could connect)."""
+        return _conninfo(self)
+
+    def _build_conninfo(self) -> str:
         # libpq counts connect_timeout in whole seconds (and treats 1 as 2).
         seconds = max(2, -(-self.connect_timeout_ms // 1000))
         given = psycopg.conninfo.conninfo_to_dict(self.dsn)
@@ -79,6 +85,11 @@ class PostgresSettings:
             application_name=f"session-manager:{self.schema}"[:63],  # tests find their backends by it
             **{k: v for k, v in keepalives.items() if k not in given},
         )
+
+
+@functools.lru_cache(maxsize=64)
+def _conninfo(settings: PostgresSettings) -> str:
+    return settings._build_conninfo()
 
 
 def _on(flag: str) -> bool:
