@@ -178,3 +178,25 @@ def test_a_version_7_file_gets_versions(tmp_path: Path) -> None:
         assert store.meta_and_leaf_since(other, None)[2] is not None
     with sqlite3.connect(target) as conn:
         assert conn.execute("SELECT count(*) FROM sessions WHERE rev IS NULL").fetchone()[0] == 0
+
+
+def test_a_write_that_leaves_rev_as_it_was_is_seen_by_its_leaf_or_meta(tmp_path: Path) -> None:
+    # Prevents: a kept page answered after a write by a process of the previous release that had
+    # the file open before it was migrated (it writes no rev): its leaf and meta are in the version.
+    target = tmp_path / "old.db"
+    with session_manager.open(f"sqlite:///{target}") as sm:
+        sid = sm.create().session_id
+        first = sm.append(sid, message=text("one")).entry_id
+        sm.append(sid, message=text("two"))
+        req = {"session_id": sid, "limit": 10}
+        assert len(sm.call("session::messages-tail", req)["messages"]) == 2
+        with sqlite3.connect(target) as conn:  # as that release's set-active-leaf: rev untouched
+            conn.execute("UPDATE sessions SET leaf = ? WHERE session_id = ?", (first, sid))
+        assert [m["entry_id"] for m in sm.call("session::messages-tail", req)["messages"]] == [first]
+        with sqlite3.connect(target) as conn:
+            meta = conn.execute("SELECT meta FROM sessions WHERE session_id = ?", (sid,)).fetchone()[0]
+            renamed = meta.replace('"title":""', '"title":"x"')
+            conn.execute("UPDATE sessions SET meta = ? WHERE session_id = ?", (renamed, sid))
+        version = sm.service.store.meta_and_leaf_since(sid, None)[2]
+        assert sm.service.store.meta_and_leaf_since(sid, None)[2] == version
+        assert version is not None and '"title":"x"' in str(version)

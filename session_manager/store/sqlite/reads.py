@@ -64,18 +64,23 @@ class SqliteReads:
         commit upserts the row, this process's or another's: writes.py) and random where a
         row is made (a deleted and recreated session's does not come back). None inside a
         mutation (what its transaction sees may yet roll back). ``version`` is not needed:
-        the read is this one statement either way (the path is read lazily, by :meth:`path`)."""
+        the read is this one statement either way (the path is read lazily, by :meth:`path`).
+        The leaf and the meta text go with it: a process of the previous release that had the
+        file open before it was migrated writes no ``rev``, but moves the leaf or rewrites the
+        meta (its ``updated_at``) with nearly every write."""
         # With the leaf's depth, noted as get_leaf notes it: path() of this leaf (a
         # messages-tail page, next) is then one range read, not a depth probe and the read.
         rows = self.db.rows(_META_LEAF_DEPTH, (key(session_id),))
         if not rows:
             return None, None, None
-        meta, leaf, depth, rev = rows[0]
+        meta, stored_leaf, depth, rev = rows[0]
         local = self.db.local
-        if leaf is not None:
-            leaf = unkey(leaf)
+        leaf = None
+        if stored_leaf is not None:
+            leaf = unkey(stored_leaf)
             local.leaf_depth = (session_id, leaf, depth)
-        return (_load(meta) if meta is not None else None), leaf, (None if local.in_tx else rev)
+        version = None if local.in_tx or rev is None else (rev, stored_leaf, meta)
+        return (_load(meta) if meta is not None else None), leaf, version
 
     def meta_and_leaf_to_commit(self, session_id: str) -> tuple[Meta | None, str | None]:
         if not self.db.local.in_tx:
