@@ -33,6 +33,8 @@ class _Walk:
         # Whether each index seen is a run member: a page asks twice per entry (where its
         # block starts, then which items it makes); the entry is classified once.
         self._members: dict[int, bool] = {}
+        self._entry = path.__getitem__  # (bound once: the walk's per-entry lookup)
+        self._seen: dict[int, Entry] = {}  # the entries classified, for the items (no second lookup)
 
     def keep(self, i: int) -> bool:
         return self.include_custom or self.path[i].get("kind") == "message"
@@ -49,7 +51,8 @@ class _Walk:
     def member(self, i: int) -> bool:
         found = self._members.get(i)
         if found is None:
-            found = self._members[i] = is_run_member(self.path[i])
+            entry = self._seen[i] = self._entry(i)
+            found = self._members[i] = is_run_member(entry)
         return found
 
     def block_start(self, i: int) -> int:
@@ -72,22 +75,30 @@ class _Walk:
         """Where a page of ``blocks`` blocks ending before ``end`` starts (at
         the latest ``until``, which extends it)."""
         start, taken = end, 0
-        while taken < blocks:
-            p = self.before(start)
-            if p < 0:
-                break
-            start, taken = self.block_start(p), taken + 1
+        if self.include_custom:  # every index kept (the usual request): before(i) is i - 1
+            member = self.member
+            while taken < blocks and start > 0:
+                start, taken = start - 1, taken + 1
+                if member(start):
+                    start = self.block_start(start)
+        else:
+            while taken < blocks:
+                p = self.before(start)
+                if p < 0:
+                    break
+                start, taken = self.block_start(p), taken + 1
         return until if until is not None and until < start else start
 
     def items(self, start: int, end: int, image_data: bool) -> list[dict[str, Any]]:
         """The items of ``[start, end)``: runs collapsed, the rest whole."""
         out: list[dict[str, Any]] = []
+        keep_all, members, seen = self.include_custom, self._members, self._seen
         i = start
         while i < end:
-            if not self.keep(i):
+            if not keep_all and not self.keep(i):
                 i += 1
-            elif not self.member(i):
-                out.append(item(self.path[i], image_data=image_data))
+            elif not (members[i] if i in members else self.member(i)):
+                out.append(item(seen[i], image_data=image_data))  # (member() saw it)
                 i += 1
             else:
                 run: list[Entry] = []

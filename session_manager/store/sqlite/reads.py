@@ -6,7 +6,7 @@ the thread's connection in autocommit; inside one, in its transaction."""
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator, Sequence
+from collections.abc import Hashable, Iterator, Sequence
 from typing import Any
 
 from .._core.codec import loads
@@ -27,7 +27,7 @@ _META_LEAF_LINKS = ("SELECT s.meta, s.leaf, p.depth, p.jump_id, p.jump_depth, j.
                     " FROM sessions s LEFT JOIN entries p ON p.sk = s.sk AND p.entry_id = s.leaf"
                     " LEFT JOIN entries j ON j.sk = s.sk AND j.entry_id = p.jump_id"
                     " WHERE s.session_id = ?")
-_META_LEAF_DEPTH = ("SELECT s.meta, s.leaf, e.depth FROM sessions s LEFT JOIN entries e"
+_META_LEAF_DEPTH = ("SELECT s.meta, s.leaf, e.depth, s.rev FROM sessions s LEFT JOIN entries e"
                     " ON e.sk = s.sk AND e.entry_id = s.leaf WHERE s.session_id = ?")
 
 # Entries name their session by its integer key (schema.py, version 7): SK finds it from the text key.
@@ -54,16 +54,33 @@ class SqliteReads:
         return [_load(r[0]) for r in self.db.rows("SELECT meta FROM sessions WHERE meta IS NOT NULL")]
 
     def meta_and_leaf(self, session_id: str) -> tuple[Meta | None, str | None]:
+        meta, leaf, _ = self.meta_and_leaf_since(session_id, None)
+        return meta, leaf
+
+    def meta_and_leaf_since(self, session_id: str, version: Hashable | None
+                            ) -> tuple[Meta | None, str | None, Hashable | None]:
+        """:meth:`meta_and_leaf` with the session's version, in one statement: its row's
+        ``rev`` (schema.py, version 8), one more with each commit of the session (every
+        commit upserts the row, this process's or another's: writes.py) and random where a
+        row is made (a deleted and recreated session's does not come back). None inside a
+        mutation (what its transaction sees may yet roll back). ``version`` is not needed:
+        the read is this one statement either way (the path is read lazily, by :meth:`path`).
+        The leaf and the meta text go with it: a process of the previous release that had the
+        file open before it was migrated writes no ``rev``, but moves the leaf or rewrites the
+        meta (its ``updated_at``) with nearly every write."""
         # With the leaf's depth, noted as get_leaf notes it: path() of this leaf (a
         # messages-tail page, next) is then one range read, not a depth probe and the read.
         rows = self.db.rows(_META_LEAF_DEPTH, (key(session_id),))
         if not rows:
-            return None, None
-        meta, leaf, depth = rows[0]
-        if leaf is not None:
-            leaf = unkey(leaf)
-            self.db.local.leaf_depth = (session_id, leaf, depth)
-        return (_load(meta) if meta is not None else None), leaf
+            return None, None, None
+        meta, stored_leaf, depth, rev = rows[0]
+        local = self.db.local
+        leaf = None
+        if stored_leaf is not None:
+            leaf = unkey(stored_leaf)
+            local.leaf_depth = (session_id, leaf, depth)
+        version = None if local.in_tx or rev is None else (rev, stored_leaf, meta)
+        return (_load(meta) if meta is not None else None), leaf, version
 
     def meta_and_leaf_to_commit(self, session_id: str) -> tuple[Meta | None, str | None]:
         if not self.db.local.in_tx:

@@ -160,6 +160,19 @@ MIGRATIONS: tuple[str, ...] = (
         INSERT OR IGNORE INTO search_dirty (seq) VALUES (new.seq);
     END
     """,
+    # 8: the session's version (``sessions.rev``): one more with every write of the session (its
+    # row is upserted by each commit, writes.py), from a random start where a row is made, so a
+    # deleted and recreated session does not come back to a version read before. A messages-tail
+    # page kept at a version is answered while the session is still at it (reads.py).
+    """
+    ALTER TABLE sessions ADD COLUMN rev INTEGER;
+    UPDATE sessions SET rev = random() >> 2;
+    DROP TRIGGER sessions_key;
+    CREATE TRIGGER sessions_key AFTER INSERT ON sessions WHEN new.sk IS NULL BEGIN
+        UPDATE sessions SET sk = (SELECT coalesce(max(sk), 0) + 1 FROM sessions), rev = random() >> 2
+            WHERE session_id = new.session_id;
+    END
+    """,
 )
 # Python run after the migrations' statements (every step's: it reads the final schema), in their
 # transaction, for each version a file is brought to.

@@ -13,13 +13,13 @@ processes).
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Hashable, Sequence
 from contextlib import AbstractContextManager
 from typing import TypeVar
 
 from ..._wire.events import Event
 from ...errors import ReadOnlyStore
-from ..base import Commit, Entry, EventSink
+from ..base import Commit, Entry, EventSink, Meta
 from ..search_index import Candidate, Matches, SortKey
 from ..search_text import Query
 from ..sql.store import SqlStore
@@ -58,6 +58,11 @@ class SqliteStore(SqlStore):
         self.calls_part, self.session_reads, self.session_writes = self.calls, self.reads, self.writes
         # The append's read, straight to its part (SqlStore relays it: a Python call more per append).
         self.meta_and_leaf_to_commit = self.reads.meta_and_leaf_to_commit  # type: ignore[method-assign]
+
+    def meta_and_leaf_since(self, session_id: str, version: Hashable | None
+                            ) -> tuple[Meta | None, str | None, Hashable | None]:
+        """With the session's version (:meth:`.reads.SqliteReads.meta_and_leaf_since`)."""
+        return self.reads.meta_and_leaf_since(session_id, version)
 
     # The append's hot seams, each straight to its part (SqlStore's route passes through the
     # call runner and the transactions: two or three Python calls more per append).

@@ -68,12 +68,14 @@ def link(conn: sqlite3.Connection, sid: str, eid: str, parent: str | None,
 
 @functools.lru_cache(maxsize=32)
 def _upsert(columns: tuple[str, ...]) -> str:
-    """The session row's upsert setting ``columns`` (a handful of shapes: built once each)."""
+    """The session row's upsert setting ``columns`` (a handful of shapes: built once each), and
+    its version one more (every commit's: a new row's is random, the ``sessions_key`` trigger;
+    schema.py, version 8)."""
     names = ", ".join(columns)
-    update = ", ".join(f"{c} = excluded.{c}" for c in columns)
+    update = "".join(f", {c} = excluded.{c}" for c in columns)
     return (f"INSERT INTO sessions (session_id{', ' * bool(columns)}{names}) VALUES "
             f"({', '.join('?' * (len(columns) + 1))}) ON CONFLICT (session_id) "
-            + (f"DO UPDATE SET {update}" if columns else "DO NOTHING"))
+            f"DO UPDATE SET rev = sessions.rev + 1{update}")
 
 
 class SqliteWrites:
