@@ -4,12 +4,13 @@ kept instead of building it anew (``messages-tail``).
 
 Only a store that names versions (:meth:`~session_manager.store.base.SessionStore.
 meta_and_leaf_since`: postgres by the session row's ``xmin``, sqlite by its ``rev``)
-makes pages worth keeping: it checks the version in the read the call makes anyway (one statement, and no path read when it holds), so
-every call still sees every write, this instance's or another's. A page is kept as
-its exact JSON line and decoded for each answer: each caller gets objects of its own
-(one C call, cheaper than a deep copy), and the bytes bound the memory kept. A page
-orjson cannot write exactly (an integer past 64 bits, a lone surrogate) is not kept;
-what it writes it reads back equal (the store's values hold no NaN or infinity).
+makes pages worth keeping: it checks the version in the read the call makes anyway
+(one statement, and no path read when it holds), so every call still sees every
+write, this instance's or another's. A page is kept as its exact JSON line and
+decoded for each answer: each caller gets objects of its own (one C call, cheaper
+than a deep copy), and the bytes bound the memory kept. A page orjson cannot write
+exactly (an integer past 64 bits, a lone surrogate) is not kept; what it writes it
+reads back equal (the store's values hold no NaN or infinity).
 """
 
 from __future__ import annotations
