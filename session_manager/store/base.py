@@ -166,8 +166,10 @@ class SessionStore(ABC):
         the sinks given to :meth:`subscribe`. A host calls it before it counts on
         them (the embedded host when an observer is added, the iii host once
         subscribed). A store whose listener connects in the background (postgres:
-        a cold open does not wait for it) waits here; the default is ready when
-        :meth:`subscribe` returns."""
+        a cold open does not wait for it) waits here; one that follows only what
+        some sink wants (postgres, sqlite: a sink that wants nothing yet, as the
+        embedded host's before its first observer, starts nothing) starts following
+        here. The default is ready when :meth:`subscribe` returns."""
 
     def observing(self) -> None:  # noqa: B027 - optional hook
         """A host just added an observer: a store that finds other processes' changes by

@@ -137,6 +137,8 @@ def test_the_outbox_retention_is_an_adapter_option_that_pruning_honours(schema: 
     try:
         first = host.runtime.store
         assert first.settings.outbox_retention_s == 3600
+        # The worker listens though nothing observes yet (its observers come through the engine).
+        assert first.outbox.listening
         # One hour: the two-hour-old row goes, the half-hour-old one stays (the default would prune it).
         assert wait_for(lambda: ages() == ["30 minutes"])
         fake.set_config(pg_value(schema, outbox_retention_ms=1000))

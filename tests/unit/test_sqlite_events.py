@@ -248,11 +248,12 @@ def test_a_store_nobody_follows_writes_no_outbox_row_and_a_new_follower_misses_n
             child.stdin.flush()
             assert child.stdout.readline().strip() == f"a-{i}"
         assert _raw_count(file, "SELECT count(*) FROM outbox") == 0  # appending alone: no row
-        # (the appender's own reader row: itself it never writes rows for)
-        assert _raw_count(file, "SELECT count(*) FROM readers") == 1
+        # (nor a reader row: the appender observes nothing, so it follows nobody, issue 24)
+        assert _raw_count(file, "SELECT count(*) FROM readers") == 0
         with session_manager.open(uri) as here:
+            assert _raw_count(file, "SELECT count(*) FROM readers") == 0  # open alone follows nothing
             seen = observe_all(here)  # registered when observe returns
-            assert _raw_count(file, "SELECT count(*) FROM readers") == 2
+            assert _raw_count(file, "SELECT count(*) FROM readers") == 1
             child.stdin.write("\n")  # the first write after the registration
             child.stdin.flush()
             assert child.stdout.readline().strip() == "a-5"

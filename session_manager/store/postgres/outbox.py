@@ -6,7 +6,7 @@ transaction (:meth:`Outbox.record`, from ``run_call``), together with one
 rolled-back mutation notifies nobody, and it carries only ids: a payload of
 any size is read whole from its row (NOTIFY's own limit is 8000 bytes).
 
-Every instance runs one listener thread (two connections of its own, opened
+Every instance with observers runs one listener thread (two connections of its own, opened
 at once: one listens, one reads rows) that hands other instances' events to its
 subscribers; the instance that made a mutation delivers it itself, so it
 skips its own rows. It does so at its own notification's place in the stream
@@ -32,6 +32,16 @@ handed on), and each one gone from the database gets one
 ``session::on-deleted``. Rows older than the
 retention are pruned by every listener once a minute (or once per
 retention, when that is shorter).
+
+The listener runs only where there is something to deliver to (issue 24: each
+listening process pays for every append's notification): it starts when a
+subscriber wants some event function as it subscribes, or when a host calls
+:meth:`Outbox.ready` (the embedded host as its first observer is added, the iii
+worker once subscribed); from then on it gets every later event of other
+instances. An instance that writes without listening prunes instead, at the
+same pace, on a thread and a short connection of its own (a cheap ``DELETE`` on
+``outbox_created``): the rows never pile up when nobody listens, and, pruned by
+age alone, a killed process never pins them.
 """
 
 from __future__ import annotations
@@ -67,6 +77,7 @@ REPLAY_SLACK = 1000  # ids below the high-water mark replayed after a reconnect
 SEEN_MAX = 100_000
 PRUNE_EVERY_S = 60.0
 POLL_S = 0.5
+PRUNE = "DELETE FROM outbox WHERE created_at < now() - make_interval(secs => %s)"  # (index outbox_created)
 START_DELAY_S = 1.0  # the listener's first connection, when no host waits for it (see _run)
 
 
@@ -112,6 +123,7 @@ class Outbox:
         self._wanted_now = threading.Event()  # ready() was called (or close()): connect without delay
         self._thread: threading.Thread | None = None
         self._last_prune = 0.0
+        self._pruning: threading.Thread | None = None  # the pruner of an instance that writes, not listening
         # Tests only: called on the calling thread right after a call's COMMIT, before its own
         # events are handed on (another instance's commit can be made to land in that window).
         self.after_commit: Callable[[], None] | None = None
@@ -177,6 +189,8 @@ class Outbox:
             self.after_commit()
         if self._thread is not None:
             self.known.note(events)
+        elif events:
+            self._prune_unheard()
         if events and deliver is not None:
             deliver(events)
 
@@ -246,18 +260,30 @@ class Outbox:
     # -- the reading side -----------------------------------------------------------
 
     def subscribe(self, sink: EventSink, wants: Callable[[str], bool] | None = None) -> Callable[[], None]:
+        """Add a sink. The listener starts now only if it wants some event function
+        already (a host whose observers come later starts it in :meth:`ready`)."""
         with self.subscribers.lock:
             entry = self.subscribers.add(sink, wants)
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="session-manager-outbox", daemon=True)
-                self._thread.start()
+            if wants is None or any(wants(f) for f in EVENT_FUNCTIONS):
+                self._start()
         # Not waited for here: a cold open does not wait for the listener's
         # connections; a host waits in ready() before it counts on the events.
         return lambda: self.subscribers.drop(entry)
 
+    def _start(self) -> None:
+        """Start the listener unless it runs (the caller holds the subscribers' lock)."""
+        if self._thread is None and not self._stop.is_set():
+            self._thread = threading.Thread(target=self._run, name="session-manager-outbox", daemon=True)
+            self._thread.start()
+
     def ready(self) -> None:
         """Events committed after this returns reach the sinks (bounded wait: an
-        unreachable server leaves the listener retrying in the background)."""
+        unreachable server leaves the listener retrying in the background). Starts the
+        listener if a sink was given but it does not run yet (nobody observed so far)."""
+        with self.subscribers.lock:
+            if self._thread is None and self.subscribers.count():
+                self._wanted_now.set()  # (no start delay: a host waits for it)
+                self._start()
         if self._thread is not None:
             self._wanted_now.set()
             self._listening.wait(timeout=self._db.settings.connect_timeout_ms / 1000 + 1)
@@ -271,6 +297,9 @@ class Outbox:
         """Stop the listener (woken by an empty notification, not left to its poll)."""
         self._stop.set()
         self._wanted_now.set()
+        pruning = self._pruning
+        if pruning is not None:
+            pruning.join(timeout=self._db.settings.connect_timeout_ms / 1000 + 1)
         thread = self._thread
         if thread is None:
             return
@@ -527,7 +556,32 @@ class Outbox:
         if self._db.settings.read_only or now - self._last_prune < min(PRUNE_EVERY_S, self._retention_s):
             return False  # (a read-only store writes nothing: the writers' listeners prune)
         self._last_prune = now
-        fetch.execute(
-            "DELETE FROM outbox WHERE created_at < now() - make_interval(secs => %s)", (self._retention_s,)
-        )
+        fetch.execute(PRUNE, (self._retention_s,))
         return True
+
+    def _prune_unheard(self) -> None:
+        """An instance that writes without listening prunes in the listeners' stead: from
+        a moment after its first commit (as the listener's first connection: a cold open's
+        first calls keep the machine to themselves), a thread of its own prunes at the
+        listeners' pace until the listener starts or the store closes, each time on a
+        connection of its own (the callers' pool neither waits for it nor grows). It sleeps
+        between prunes: an append costs it nothing."""
+        if self._pruning is not None or self._db.settings.read_only:
+            return
+        with self.subscribers.lock:
+            if self._pruning is None and self._thread is None and not self._stop.is_set():
+                self._pruning = threading.Thread(target=self._prune_while_unheard,
+                                                 name="session-manager-outbox-prune", daemon=True)
+                self._pruning.start()
+
+    def _prune_while_unheard(self) -> None:
+        every = min(PRUNE_EVERY_S, self._retention_s)
+        self._stop.wait(START_DELAY_S)
+        while not self._stop.is_set() and self._thread is None:
+            try:
+                with psycopg.connect(self._db.conninfo, autocommit=True) as conn:
+                    conn.execute(PRUNE, (self._retention_s,))
+            except psycopg.Error as e:  # best effort: the next one is due a minute later
+                if not self._stop.is_set():
+                    log.warning("%s", self._db.say(f"could not prune the event outbox ({e})"))
+            self._stop.wait(every)

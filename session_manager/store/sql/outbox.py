@@ -51,6 +51,10 @@ class Subscribers:
             if entry in self._sinks:
                 self._sinks.remove(entry)
 
+    def count(self) -> int:
+        """How many sinks there are (the caller holds :attr:`lock`)."""
+        return len(self._sinks)
+
     def wanted(self, function_id: str, wants: list[Callable[[str], bool] | None]) -> bool:
         """Whether an event of ``function_id`` is worth handing on (``wants``: :meth:`filters`)."""
         return function_id in TRACKED or any(w is None or w(function_id) for w in wants)

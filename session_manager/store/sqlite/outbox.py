@@ -10,7 +10,9 @@ follows the file, no row is written (nobody would read it; a follower that
 registers later starts after this commit, as its registration waits for
 the write lock).
 
-Following: every store with a subscriber registers a row in ``readers``
+Following: every store with a subscriber that wants some event function
+(the embedded host's once it has an observer: it calls :meth:`Outbox.ready`
+then) registers a row in ``readers``
 (the sequence it is past, and when it last said so) and runs one thread
 that checks ``PRAGMA data_version`` every ``poll_ms`` (a counter in shared
 memory: no I/O when nothing changed) and, when another connection
@@ -49,7 +51,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..._wire.events import ON_MESSAGE_UPDATED, Event
+from ..._wire.events import EVENT_FUNCTIONS, ON_MESSAGE_UPDATED, Event
 from .._core.codec import encode_line as encode_json
 from .._core.codec import loads
 from ..base import EventSink
@@ -204,7 +206,7 @@ class Outbox:
             return self._watch.subscribe(sink, wants)
         with self.subscribers.lock:
             entry = self.subscribers.add(sink, wants)
-            if self._thread is None:
+            if self._thread is None and (wants is None or any(wants(f) for f in EVENT_FUNCTIONS)):
                 self._start()
         return lambda: self.subscribers.drop(entry)
 
@@ -214,8 +216,14 @@ class Outbox:
             self._watch.baseline()
 
     def ready(self) -> None:
-        """Ready once :meth:`subscribe` returns (it registers before returning)."""
-        return None
+        """Follow from now on, if a sink was given (nobody observed so far: the store
+        followed nobody, and writers wrote no rows for it). Registered before this
+        returns: every commit after it reaches the sinks."""
+        if self._db.read_only:
+            return
+        with self.subscribers.lock:
+            if self._thread is None and self.subscribers.count() and not self._stop.is_set():
+                self._start()
 
     def _start(self) -> None:
         # Registered before subscribe returns: every commit after it reaches the sink.
