@@ -31,6 +31,7 @@ def test_a_text_array_reaches_the_server_as_the_list_sent(items: list[str | None
 
     from tests import pg_support
 
+    pg_support.require()  # skips, saying why, where no server answers (a fresh clone)
     with psycopg.connect(pg_support.DSN, autocommit=True) as conn:
         for value in (TextArray(items), FixedTextArray(items)):
             row = conn.execute("SELECT %b::text[], cardinality(%b::text[])", (value, value),
