@@ -70,13 +70,15 @@ def test_aio_open_takes_the_uri(tmp_path: Path) -> None:
         assert sm.call("session::get", {"session_id": sid})["meta"]["message_count"] == 1
 
 
-@pytest.mark.parametrize(("durability", "level"), [("flush", 1), ("fsync", 2)])
-def test_durability_selects_synchronous(tmp_path: Path, durability: str, level: int) -> None:
-    # Prevents: fsync durability running synchronous=NORMAL (a power loss losing acknowledged commits).
+@pytest.mark.parametrize(("durability", "level", "wal_pages"), [("flush", 1, 8000), ("fsync", 2, 1000)])
+def test_durability_selects_synchronous(tmp_path: Path, durability: str, level: int, wal_pages: int) -> None:
+    # Prevents: fsync durability running synchronous=NORMAL (a power loss losing acknowledged commits);
+    # and a sync per commit on a WAL left to grow for 8,000 pages (each sync then journals the size too).
     store = SqliteStore(SqliteSettings(path=str(tmp_path / "d.db"), durability=durability))  # type: ignore[arg-type]
     try:
         assert store.db.conn().execute("PRAGMA synchronous").fetchone()[0] == level
         assert store.db.conn().execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert store.db.conn().execute("PRAGMA wal_autocheckpoint").fetchone()[0] == wal_pages
     finally:
         store.close()
 

@@ -69,6 +69,7 @@ def test_hot_reload_fs_to_sqlite_and_back(tmp_path: Path) -> None:
         fake.invoke("session::append", {"session_id": lite_sid, "message": {
             "role": "user", "content": [{"type": "text", "text": "x"}], "timestamp": 5}})
         assert store.db.conn().execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL on the next write
+        assert store.db.conn().execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 1000  # and its WAL size
         (tmp_path / "dir.db").mkdir()
         fake.set_config(lite(tmp_path / "dir.db"))
         status = fake.invoke("session::config-status", {})
