@@ -11,31 +11,16 @@ from typing import Any
 import pytest
 
 import session_manager
-from session_manager._service.page_memo import PageMemo
 from session_manager.clock import ManualClock
 from tests import pg_support
 from tests.pg_support import text
-from tests.unit.scripted import PNG
+from tests.unit.tail_memo_support import a_kept_page_is_answered_as_a_copy_of_its_own, every_write_is_in_the_next_tail
 
 pytestmark = pytest.mark.postgres
-
-REQUESTS: list[dict[str, Any]] = [
-    {"limit": 50}, {"limit": 3}, {"limit": 2, "include_custom": False}, {"limit": 4, "include_image_data": False},
-]
 
 
 def open_sm(schema_name: str, **kw: Any) -> session_manager.SessionManager:
     return session_manager.open(store=pg_support.open_store(schema_name), **kw)
-
-
-def tails(sm: session_manager.SessionManager, sid: str) -> list[Any]:
-    out: list[Any] = []
-    for req in REQUESTS:
-        try:
-            out.append(sm.call("session::messages-tail", {"session_id": sid, **req}))
-        except session_manager.SessionError as e:
-            out.append(e.code)
-    return out
 
 
 def test_every_write_by_either_instance_is_in_the_next_tail_as_built_afresh(schema: str) -> None:
@@ -45,44 +30,8 @@ def test_every_write_by_either_instance_is_in_the_next_tail_as_built_afresh(sche
     clock = ManualClock(5_000)  # never moves: consecutive writes leave updated_at as it was
     a, b = open_sm(schema, clock=clock), open_sm(schema, clock=clock)
     fresh = open_sm(schema)
-    fresh.service.core.tail_pages = PageMemo(max_pages=0)  # keeps nothing: builds every page
     try:
-        sid = a.call("session::ensure", {"session_id": "s", "title": "t"})["session_id"]
-        ids: list[str] = []
-
-        def append(sm: session_manager.SessionManager, i: int) -> None:
-            ids.append(sm.call("session::append", {"session_id": sid, "message": text(f"m{i}")})["entry_id"])
-
-        steps: list[Callable[[], Any]] = [
-            lambda: [append(b, i) for i in range(6)],
-            lambda: append(a, 6),
-            lambda: b.call("session::update-message", {"session_id": sid, "entry_id": ids[-1],
-                                                      "content": [{"type": "text", "text": "revised"}]}),
-            lambda: b.call("session::update-message", {"session_id": sid, "entry_id": ids[-1],
-                                                      "content": [{"type": "text", "text": "revised again"}]}),
-            lambda: b.call("session::append", {"session_id": sid, "message": {
-                "role": "assistant", "timestamp": 8, "stop_reason": "function_call", "model": "m", "provider": "p",
-                "content": [{"type": "function_call", "id": "c1", "function_id": "weather::get"}]}}),
-            lambda: a.call("session::append", {"session_id": sid, "message": {
-                "role": "function_result", "timestamp": 9, "function_call_id": "c1", "function_id": "weather::get",
-                "content": [{"type": "text", "text": "wet"}]}}),
-            lambda: a.call("session::append", {"session_id": sid, "custom": {"custom_type": "marker"}}),
-            lambda: b.call("session::append", {"session_id": sid, "message": {
-                "role": "user", "timestamp": 7, "content": [{"type": "image", "mime": "image/png", "data": PNG}]}}),
-            lambda: b.call("session::set-active-leaf", {"session_id": sid, "entry_id": ids[3]}),
-            lambda: append(a, 7),
-            lambda: b.call("session::set-meta", {"session_id": sid, "title": "renamed"}),
-            lambda: b.call("session::delete", {"session_id": sid}),
-            lambda: b.call("session::ensure", {"session_id": sid, "title": "again"}),
-            lambda: append(b, 8),
-        ]
-        assert tails(a, sid) == tails(fresh, sid)
-        for step in steps:
-            step()
-            seen = tails(a, sid)
-            assert seen == tails(fresh, sid)
-            assert tails(a, sid) == seen  # and kept: answered again, unchanged
-            assert tails(b, sid) == seen
+        every_write_is_in_the_next_tail(a, b, fresh)
     finally:
         a.close()
         b.close()
@@ -92,16 +41,7 @@ def test_every_write_by_either_instance_is_in_the_next_tail_as_built_afresh(sche
 def test_a_kept_page_is_answered_as_a_copy_of_its_own(schema: str) -> None:
     # Prevents: two callers handed one object, so one's change shows in the other's answer.
     with open_sm(schema) as sm:
-        sid = sm.call("session::create", {})["session_id"]
-        for i in range(3):
-            sm.call("session::append", {"session_id": sid, "message": text(f"m{i}")})
-        req = {"session_id": sid, "limit": 10}
-        first = sm.call("session::messages-tail", req)
-        expected = sm.call("session::messages-tail", req)
-        assert first == expected
-        first["messages"][0]["message"]["content"].append({"type": "text", "text": "mine"})
-        first["messages"].clear()
-        assert sm.call("session::messages-tail", req) == expected
+        a_kept_page_is_answered_as_a_copy_of_its_own(sm)
 
 
 def test_the_version_changes_with_every_write_and_only_then(schema: str) -> None:
