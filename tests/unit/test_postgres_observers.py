@@ -144,6 +144,8 @@ def test_an_observer_registering_amid_concurrent_appends_gets_each_later_one_onc
             watcher.observe({"function_id": ev.ON_MESSAGE_ADDED},
                             lambda e, seen=seen: seen[e["session_id"]].append(e["entry_id"]))
             watcher.service.store.events_ready()
+            # (events_ready's wait is bounded: on a loaded machine the registration may come later)
+            assert wait_for(lambda watcher=watcher: watcher.service.store.outbox.listening)
             rounds.append((seen, time.monotonic()))
         time.sleep(0.5)
         stop.set()
@@ -156,7 +158,8 @@ def test_an_observer_registering_amid_concurrent_appends_gets_each_later_one_onc
                 path = paths[sid]
                 later = [eid for eid in path if started[eid] > ready]
                 assert later, "no append after the registration: the test proves nothing"
-                assert wait_for(lambda seen=seen, sid=sid, later=later: seen[sid][-len(later):] == later)
+                assert wait_for(lambda seen=seen, sid=sid, later=later: seen[sid][-len(later):] == later), \
+                    (len(later), len(seen[sid]), [e for e in later if e not in seen[sid]][:5])
                 got = seen[sid]
                 # Exactly a suffix of the chain: nothing missed after the first one delivered,
                 # nothing twice, in commit order.

@@ -214,7 +214,9 @@ $fn$;
 # recorded (outbox rows, the ordering lock, the NOTIFY and its second transaction) only while
 # some instance observes (:mod:`.outbox`, "Who is owed events"): an unobserved append is one
 # transaction that writes its entries and its session row alone. (sm_append_call stays for
-# the previous release's processes still running: they record every append.)
+# the previous release's processes still running: they record every append.) Leaner too: a
+# new entry's id is checked unused by its INSERT (no probe of its own), and the parent and
+# its jump's jump pointer are read in one statement.
 APPEND_AT_PROCEDURE = """
 CREATE PROCEDURE sm_append_at(
     p_sid text, p_s0 text, p_s1 text, p_s2 text, p_updated_first boolean, p_updated_text text, p_added bigint,
@@ -227,6 +229,7 @@ DECLARE
     gate integer;
     cur text; mid text; k integer; a text; b text; parent_json text; new_meta text; note text;
     i integer; pd integer; pj text; pjd integer; jjd integer; jj text; d integer; ji text; jd integer;
+    fresh text[];
 BEGIN
     PERFORM pg_advisory_xact_lock(lock_key);
     SELECT meta, leaf INTO cur, o_leaf FROM sessions WHERE session_id = p_sid AND meta IS NOT NULL;
@@ -261,6 +264,10 @@ BEGIN
         RAISE EXCEPTION 'session % has a leaf this path does not encode', p_sid USING ERRCODE = 'SM409';
     END IF;
     FOR i IN 1 .. coalesce(cardinality(p_read_ids), 0) LOOP
+        IF p_read_bodies[i] IS NULL AND p_read_ids[i] = ANY(p_ids) THEN
+            fresh := fresh || p_read_ids[i];  -- a new entry's id: its INSERT checks it is unused
+            CONTINUE;
+        END IF;
         IF (SELECT body FROM entries WHERE session_id = p_sid AND entry_id = p_read_ids[i])
            IS DISTINCT FROM p_read_bodies[i] THEN
             RAISE EXCEPTION 'an entry of session % changed', p_sid USING ERRCODE = 'SM409';
@@ -269,16 +276,15 @@ BEGIN
     p_parents[1] := o_leaf;
     p_bodies[1] := replace(p_bodies[1], p_hole, parent_json);
     FOR i IN 1 .. coalesce(cardinality(p_ids), 0) LOOP
-        pd := NULL;
-        IF p_parents[i] IS NOT NULL THEN
-            SELECT depth, jump_id, jump_depth INTO pd, pj, pjd FROM entries
-             WHERE session_id = p_sid AND entry_id = p_parents[i];
+        pd := NULL; jj := NULL;
+        IF p_parents[i] IS NOT NULL THEN  -- the parent and its jump's jump, in one statement
+            SELECT p.depth, p.jump_id, p.jump_depth, j.jump_id, j.jump_depth INTO pd, pj, pjd, jj, jjd
+              FROM entries p LEFT JOIN entries j ON j.session_id = p_sid AND j.entry_id = p.jump_id
+             WHERE p.session_id = p_sid AND p.entry_id = p_parents[i];
         END IF;
         IF pd IS NULL THEN
             d := 0; ji := p_ids[i]; jd := 0;
         ELSE
-            jj := NULL;
-            SELECT jump_id, jump_depth INTO jj, jjd FROM entries WHERE session_id = p_sid AND entry_id = pj;
             IF jj IS NOT NULL AND pd - pjd = pjd - jjd AND pj <> p_parents[i] THEN
                 d := pd + 1; ji := jj; jd := jjd;
             ELSE
@@ -288,7 +294,11 @@ BEGIN
         INSERT INTO entries (session_id, entry_id, parent_id, depth, jump_id, jump_depth, body)
         VALUES (p_sid, p_ids[i], p_parents[i], d, ji, jd, p_bodies[i])
         ON CONFLICT (session_id, entry_id) DO UPDATE SET parent_id = EXCLUDED.parent_id, depth = EXCLUDED.depth,
-            jump_id = EXCLUDED.jump_id, jump_depth = EXCLUDED.jump_depth, body = EXCLUDED.body;
+            jump_id = EXCLUDED.jump_id, jump_depth = EXCLUDED.jump_depth, body = EXCLUDED.body
+            WHERE fresh IS NULL OR NOT EXCLUDED.entry_id = ANY(fresh);
+        IF NOT FOUND THEN  -- (rolled back whole: nothing written)
+            RAISE EXCEPTION 'an entry of session % changed', p_sid USING ERRCODE = 'SM409';
+        END IF;
     END LOOP;
     -- Only the two numbers of the meta changed (checked above): status, created_at and
     -- metadata are as stored.
@@ -317,8 +327,8 @@ BEGIN
                                                ORDER BY id) INTO note FROM ins;
         PERFORM pg_advisory_lock(lock_key);
     END IF;
-    COMMIT;
-    IF note IS NOT NULL THEN
+    IF note IS NOT NULL THEN  -- (else the CALL's end commits the write: one transaction)
+        COMMIT;
         PERFORM set_config('synchronous_commit', 'off', true);
         PERFORM pg_notify(p_channel, note);
         COMMIT;
