@@ -170,3 +170,33 @@ def test_an_observer_registering_amid_concurrent_appends_gets_each_later_one_onc
             t.join(timeout=60)
         for sm in [*observers, *writers]:
             sm.close()
+
+
+def test_a_listener_whose_registration_lapsed_registers_again_and_resyncs(schema: str) -> None:
+    # Prevents: a listener whose row expired (or was pruned) while it was held up going on
+    # as if appends had recorded its events meanwhile (a silent gap): it registers again and
+    # resyncs (duplicates allowed, as after any resync), and later appends reach it.
+    writer = open_sm(schema)
+    watcher = open_sm(schema, outbox_retention_s=2.0)  # renewed every 0.5 s
+    try:
+        created: list[str] = []
+        added: list[str] = []
+        watcher.observe({"function_id": ev.ON_CREATED}, lambda e: created.append(e["session_id"]))
+        watcher.observe({"function_id": ev.ON_MESSAGE_ADDED}, lambda e: added.append(e["entry_id"]))
+        watcher.service.store.events_ready()
+        sid = writer.call("session::create", {"title": "t"})["session_id"]
+        assert wait_for(lambda: created == [sid])
+        instance = watcher.service.store.db.instance
+        _server(f'DELETE FROM "{schema}".observers')  # as if it had expired unrenewed
+        quiet = writer.call("session::append", {"session_id": sid, "message": text("unrecorded")})["entry_id"]
+        assert _rows(schema) == []
+        # The next renewal finds no row: registered again, then every session re-announced.
+        assert wait_for(lambda: created.count(sid) >= 2, timeout=10)
+        assert _observers(schema) == [instance]
+        loud = writer.call("session::append", {"session_id": sid, "message": text("recorded")})["entry_id"]
+        assert wait_for(lambda: loud in added)
+        assert quiet in added  # (told by the resync: the gap is covered)
+        assert added.count(loud) == 1 and added.index(quiet) < added.index(loud)
+    finally:
+        writer.close()
+        watcher.close()
