@@ -218,7 +218,7 @@ $fn$;
 # new entry's id is checked unused by its INSERT (no probe of its own), and the parent and
 # its jump's jump pointer are read in one statement.
 APPEND_AT_PROCEDURE = """
-CREATE PROCEDURE sm_append_at(
+CREATE OR REPLACE PROCEDURE sm_append_at(
     p_sid text, p_s0 text, p_s1 text, p_s2 text, p_updated_first boolean, p_updated_text text, p_added bigint,
     p_hole text, p_read_ids text[], p_read_bodies text[], p_ids text[], p_parents text[], p_bodies text[],
     p_updated bigint, p_leaf text, p_instance text, p_fids text[], p_payloads text[], p_channel text, p_all text[],

@@ -122,16 +122,18 @@ APPLY = (  # binary parameters (%b): no text escaping of the arrays' JSON, clien
 # renewed while it listens; past ``expires`` it is nobody (a killed process pins nothing).
 # An instance of the previous release listening now (its LISTEN is its connection's last
 # statement) registers nothing: it is counted in for a day, so an upgrade's first writers keep
-# recording for it while the rest of the deployment is upgraded.
+# recording for it while the rest of the deployment is upgraded. (Written to run again over
+# itself, as migration 7: a test that rolls a schema's version back re-applies the steps.)
 OBSERVERS_TABLE = """
-CREATE TABLE observers (
+CREATE TABLE IF NOT EXISTS observers (
     instance  text PRIMARY KEY,
     expires   timestamptz NOT NULL
 );
 INSERT INTO observers (instance, expires)
 SELECT 'previous release', now() + interval '1 day'
  WHERE EXISTS (SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND query = 'LISTEN "'
-               || 'session_manager_' || left(encode(sha256(convert_to(current_schema(), 'UTF8')), 'hex'), 24) || '"');
+               || 'session_manager_' || left(encode(sha256(convert_to(current_schema(), 'UTF8')), 'hex'), 24) || '"')
+ON CONFLICT (instance) DO NOTHING;
 """
 
 # Each step is applied once, in order, inside one transaction with the
