@@ -6,18 +6,19 @@ An append without a named parent (``Commit.chain``) depends on the session only
 through its leaf (the first entry's parent), ``message_count`` (grown by the
 messages added) and ``updated_at`` (set to the last entry's timestamp). The
 instance resolves the commit against what it knows, with a *hole* in place of
-the leaf, and sends ``sm_append_call`` (migration 7, :mod:`.schema`; migration 4's
-``sm_append`` before it, the same decision): under the
+the leaf, and sends ``sm_append_at`` (migration 9, :mod:`.schema`; migration 7's
+``sm_append_call`` and migration 4's ``sm_append`` before it, the same decision): under the
 session's lock it takes the current meta text, checks that it differs from the
 known one at most in those two numbers (the known text is sent cut at them:
 three exact pieces), writes the new meta text (the pieces around the new
 numbers: byte for byte what the client path would encode), puts the leaf's JSON
 text in the hole of the first body and of the event payloads, and writes it all
-as ``sm_apply`` would (entries, session row, outbox rows), commits, then notifies
-(see ``APPEND_CALL_PROCEDURE`` for why after the commit). It answers the leaf it chose and the new count, with
-which the instance fills the same hole in the entry, the response and the
-events. Anything else changed (the title, the metadata), or a leaf whose JSON
-text is not plain, raises ``SM409`` as a stale decision does.
+as ``sm_apply`` would (entries, session row, and, only while some instance observes,
+outbox rows), commits, then notifies (see ``APPEND_CALL_PROCEDURE`` for why after the
+commit). It answers the leaf it chose and the new count, with which the instance fills
+the same hole in the entry, the response and the events. Anything else changed (the
+title, the metadata), or a leaf whose JSON text is not plain, raises ``SM409`` as a stale
+decision does.
 """
 
 from __future__ import annotations
