@@ -23,7 +23,7 @@ from tests import pg_support
 __all__ = ["Relay"]
 
 # What ends a write: a transaction's COMMIT, or the adapter's one-statement commit.
-_COMMITS = (b"COMMIT", b"sm_apply(", b"sm_append(", b"sm_append_call(")
+_COMMITS = (b"COMMIT", b"sm_apply(", b"sm_append(", b"sm_append_call(", b"sm_append_at(")
 
 
 class Relay:

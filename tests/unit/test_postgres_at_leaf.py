@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -175,6 +176,7 @@ def test_a_schema_one_version_older_gets_the_append_procedure(schema: str) -> No
     with psycopg.connect(pg_support.DSN, autocommit=True) as conn:
         ident = sql.Identifier(schema)
         conn.execute(sql.SQL("DROP PROCEDURE {}.sm_append_call").format(ident))
+        _undo_observers(conn, schema)  # (migration 9's, made after it)
         conn.execute(sql.SQL("UPDATE {}.schema_version SET version = {}").format(
             ident, sql.Literal(pg_schema.MIGRATIONS.index(APPEND_CALL_PROCEDURE))))
     pg_schema.CHECKED.clear()  # the next open plays a new process
@@ -190,8 +192,56 @@ def test_a_schema_one_version_older_gets_the_append_procedure(schema: str) -> No
         sm.close()
 
 
+def _undo_observers(conn: Any, schema: str) -> None:
+    """Drop what migration 9 made, as a schema of version 8 is without it."""
+    from psycopg import sql
+
+    ident = sql.Identifier(schema)
+    conn.execute(sql.SQL("DROP PROCEDURE {}.sm_append_at").format(ident))
+    conn.execute(sql.SQL("DROP TABLE {}.observers").format(ident))
+
+
+def test_a_schema_of_version_8_upgrades_and_its_appends_keep_their_events(schema: str) -> None:
+    # Prevents: a database of the previous release (schema version 8) failing to open after
+    # the upgrade, its appends not reaching another instance's observer, or a listener of
+    # that release, still running (it registers nothing), missing the upgraded writers' events.
+    import psycopg
+    from psycopg import sql
+
+    from session_manager.store.postgres import schema as pg_schema
+    from session_manager.store.postgres.outbox import channel_of
+    from tests import pg_support
+
+    sm = open_sm(schema)
+    sid = sm.call("session::create", {"title": "t"})["session_id"]
+    sm.call("session::append", {"session_id": sid, "message": text("before")})
+    sm.close()
+    channel = channel_of(schema)
+    with psycopg.connect(pg_support.DSN, autocommit=True) as conn, \
+            psycopg.connect(pg_support.DSN, autocommit=True) as old_listener:
+        _undo_observers(conn, schema)
+        conn.execute(sql.SQL("UPDATE {}.schema_version SET version = 8").format(sql.Identifier(schema)))
+        old_listener.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))  # as that release listens
+        pg_schema.CHECKED.clear()  # the next open plays a new process
+        sm = open_sm(schema)
+        try:
+            entry_id = sm.call("session::append", {"session_id": sid, "message": text("after")})["entry_id"]
+            assert len(check_linear(sm, sid)) == 2
+            ident = sql.Identifier(schema)
+            version = conn.execute(sql.SQL("SELECT version FROM {}.schema_version").format(ident)).fetchone()
+            assert version == (len(pg_schema.MIGRATIONS),)
+            # The old listener was counted in: the append recorded its event and notified it.
+            rows = conn.execute(sql.SQL("SELECT payload FROM {}.outbox WHERE function_id = %s").format(ident),
+                                (ev.ON_MESSAGE_ADDED,)).fetchall()
+            assert any(entry_id in r[0] for r in rows)
+            got = [n.payload for n in old_listener.notifies(timeout=5, stop_after=1)]
+            assert got and got[0].startswith(sm.service.store.db.instance + "|")
+        finally:
+            sm.close()
+
+
 def test_an_error_after_the_append_committed_answers_it_as_applied_and_frees_its_lock(schema: str) -> None:
-    # Prevents: sm_append_call failing after its write's COMMIT (a statement timeout during
+    # Prevents: sm_append_at failing after its write's COMMIT (a statement timeout during
     # the notification) being answered as a failure (a retry without an id stores it twice),
     # its event never reaching another instance, or the session-level ordering lock staying
     # held by the pooled backend (every later write of the session would hang on it).
@@ -208,7 +258,7 @@ def test_an_error_after_the_append_committed_answers_it_as_applied_and_frees_its
         b.observe({"function_id": ev.ON_MESSAGE_ADDED}, lambda e: told.append(e["entry_id"]))
         b.service.store.events_ready()
         with psycopg.connect(pg_support.DSN, autocommit=True) as conn:
-            proc = sql.SQL("{}.sm_append_call").format(sql.Identifier(schema)).as_string(conn)
+            proc = sql.SQL("{}.sm_append_at").format(sql.Identifier(schema)).as_string(conn)
             source = conn.execute("SELECT pg_get_functiondef(%s::regproc)", (proc,)).fetchone()
             assert source is not None
             unlock = "PERFORM pg_advisory_unlock(lock_key);"

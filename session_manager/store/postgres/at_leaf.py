@@ -6,18 +6,19 @@ An append without a named parent (``Commit.chain``) depends on the session only
 through its leaf (the first entry's parent), ``message_count`` (grown by the
 messages added) and ``updated_at`` (set to the last entry's timestamp). The
 instance resolves the commit against what it knows, with a *hole* in place of
-the leaf, and sends ``sm_append_call`` (migration 7, :mod:`.schema`; migration 4's
-``sm_append`` before it, the same decision): under the
+the leaf, and sends ``sm_append_at`` (migration 9, :mod:`.schema`; migration 7's
+``sm_append_call`` and migration 4's ``sm_append`` before it, the same decision): under the
 session's lock it takes the current meta text, checks that it differs from the
 known one at most in those two numbers (the known text is sent cut at them:
 three exact pieces), writes the new meta text (the pieces around the new
 numbers: byte for byte what the client path would encode), puts the leaf's JSON
 text in the hole of the first body and of the event payloads, and writes it all
-as ``sm_apply`` would (entries, session row, outbox rows), commits, then notifies
-(see ``APPEND_CALL_PROCEDURE`` for why after the commit). It answers the leaf it chose and the new count, with
-which the instance fills the same hole in the entry, the response and the
-events. Anything else changed (the title, the metadata), or a leaf whose JSON
-text is not plain, raises ``SM409`` as a stale decision does.
+as ``sm_apply`` would (entries, session row, and, only while some instance observes,
+outbox rows), commits, then notifies (see ``APPEND_CALL_PROCEDURE`` for why after the
+commit). It answers the leaf it chose and the new count, with which the instance fills
+the same hole in the entry, the response and the events. Anything else changed (the
+title, the metadata), or a leaf whose JSON text is not plain, raises ``SM409`` as a stale
+decision does.
 """
 
 from __future__ import annotations
@@ -35,7 +36,8 @@ from ..sql.values import json_text
 if TYPE_CHECKING:
     from .plan import Plan
 
-__all__ = ["APPEND", "APPEND_CALL", "APPEND_CALL_PROCEDURE", "APPEND_FUNCTION", "HOLE", "HOLE_JSON",
+__all__ = ["APPEND", "APPEND_AT", "APPEND_AT_PROCEDURE", "APPEND_CALL", "APPEND_CALL_PROCEDURE", "APPEND_FUNCTION",
+           "HOLE", "HOLE_JSON",
            "AtLeaf", "fill", "fill_known", "resolve_at_leaf",
            "segments"]
 
@@ -209,6 +211,134 @@ END
 $fn$;
 """
 
+# sm_append_at (migration 9): sm_append_call's decision and writes, but its events are
+# recorded (outbox rows, the ordering lock, the NOTIFY and its second transaction) only while
+# some instance observes (:mod:`.outbox`, "Who is owed events"): an unobserved append is one
+# transaction that writes its entries and its session row alone. (sm_append_call stays for
+# the previous release's processes still running: they record every append.) Leaner too: a
+# new entry's id is checked unused by its INSERT (no probe of its own), and the parent and
+# its jump's jump pointer are read in one statement.
+APPEND_AT_PROCEDURE = """
+CREATE OR REPLACE PROCEDURE sm_append_at(
+    p_sid text, p_s0 text, p_s1 text, p_s2 text, p_updated_first boolean, p_updated_text text, p_added bigint,
+    p_hole text, p_read_ids text[], p_read_bodies text[], p_ids text[], p_parents text[], p_bodies text[],
+    p_updated bigint, p_leaf text, p_instance text, p_fids text[], p_payloads text[], p_channel text, p_all text[],
+    INOUT o_leaf text DEFAULT NULL, INOUT o_count bigint DEFAULT NULL
+) LANGUAGE plpgsql AS $fn$
+DECLARE
+    lock_key bigint := hashtextextended(current_schema() || ':' || p_sid, 0);
+    gate integer;
+    cur text; mid text; k integer; a text; b text; parent_json text; new_meta text; note text;
+    i integer; pd integer; pj text; pjd integer; jjd integer; jj text; d integer; ji text; jd integer;
+    fresh text[];
+BEGIN
+    PERFORM pg_advisory_xact_lock(lock_key);
+    SELECT meta, leaf INTO cur, o_leaf FROM sessions WHERE session_id = p_sid AND meta IS NOT NULL;
+    IF cur IS NULL OR length(cur) < length(p_s0) + length(p_s1) + length(p_s2) + 2
+       OR left(cur, length(p_s0)) <> p_s0 OR right(cur, length(p_s2)) <> p_s2 THEN
+        RAISE EXCEPTION 'session % changed', p_sid USING ERRCODE = 'SM409';
+    END IF;
+    mid := substr(cur, length(p_s0) + 1, length(cur) - length(p_s0) - length(p_s2));
+    k := strpos(mid, p_s1);
+    IF k = 0 THEN
+        RAISE EXCEPTION 'session % changed', p_sid USING ERRCODE = 'SM409';
+    END IF;
+    a := left(mid, k - 1);
+    b := substr(mid, k + length(p_s1));
+    IF NOT p_updated_first THEN
+        mid := a; a := b; b := mid;  -- a: the updated_at text, b: the message_count text
+    END IF;
+    IF a !~ '^-?[0-9]+$' OR b !~ '^[0-9]{1,17}$' THEN
+        RAISE EXCEPTION 'session % changed', p_sid USING ERRCODE = 'SM409';
+    END IF;
+    o_count := b::bigint + p_added;
+    IF p_updated_first THEN
+        new_meta := p_s0 || p_updated_text || p_s1 || o_count::text || p_s2;
+    ELSE
+        new_meta := p_s0 || o_count::text || p_s1 || p_updated_text || p_s2;
+    END IF;
+    IF o_leaf IS NULL THEN
+        parent_json := 'null';
+    ELSIF o_leaf ~ '^[A-Za-z0-9_.:-]+$' THEN
+        parent_json := '"' || o_leaf || '"';
+    ELSE
+        RAISE EXCEPTION 'session % has a leaf this path does not encode', p_sid USING ERRCODE = 'SM409';
+    END IF;
+    FOR i IN 1 .. coalesce(cardinality(p_read_ids), 0) LOOP
+        IF p_read_bodies[i] IS NULL AND p_read_ids[i] = ANY(p_ids) THEN
+            fresh := fresh || p_read_ids[i];  -- a new entry's id: its INSERT checks it is unused
+            CONTINUE;
+        END IF;
+        IF (SELECT body FROM entries WHERE session_id = p_sid AND entry_id = p_read_ids[i])
+           IS DISTINCT FROM p_read_bodies[i] THEN
+            RAISE EXCEPTION 'an entry of session % changed', p_sid USING ERRCODE = 'SM409';
+        END IF;
+    END LOOP;
+    p_parents[1] := o_leaf;
+    p_bodies[1] := replace(p_bodies[1], p_hole, parent_json);
+    FOR i IN 1 .. coalesce(cardinality(p_ids), 0) LOOP
+        pd := NULL; jj := NULL;
+        IF p_parents[i] IS NOT NULL THEN  -- the parent and its jump's jump, in one statement
+            SELECT p.depth, p.jump_id, p.jump_depth, j.jump_id, j.jump_depth INTO pd, pj, pjd, jj, jjd
+              FROM entries p LEFT JOIN entries j ON j.session_id = p_sid AND j.entry_id = p.jump_id
+             WHERE p.session_id = p_sid AND p.entry_id = p_parents[i];
+        END IF;
+        IF pd IS NULL THEN
+            d := 0; ji := p_ids[i]; jd := 0;
+        ELSE
+            IF jj IS NOT NULL AND pd - pjd = pjd - jjd AND pj <> p_parents[i] THEN
+                d := pd + 1; ji := jj; jd := jjd;
+            ELSE
+                d := pd + 1; ji := p_parents[i]; jd := pd;
+            END IF;
+        END IF;
+        INSERT INTO entries (session_id, entry_id, parent_id, depth, jump_id, jump_depth, body)
+        VALUES (p_sid, p_ids[i], p_parents[i], d, ji, jd, p_bodies[i])
+        ON CONFLICT (session_id, entry_id) DO UPDATE SET parent_id = EXCLUDED.parent_id, depth = EXCLUDED.depth,
+            jump_id = EXCLUDED.jump_id, jump_depth = EXCLUDED.jump_depth, body = EXCLUDED.body
+            WHERE fresh IS NULL OR NOT EXCLUDED.entry_id = ANY(fresh);
+        IF NOT FOUND THEN  -- (rolled back whole: nothing written)
+            RAISE EXCEPTION 'an entry of session % changed', p_sid USING ERRCODE = 'SM409';
+        END IF;
+    END LOOP;
+    -- Only the two numbers of the meta changed (checked above): status, created_at and
+    -- metadata are as stored.
+    UPDATE sessions SET meta = new_meta, updated_at = p_updated, leaf = p_leaf WHERE session_id = p_sid;
+    IF coalesce(cardinality(p_fids), 0) > 0 THEN
+        -- Recorded only while something observes (outbox.py's registration rule): the
+        -- shared gate, held to the commit, makes an observer registering meanwhile wait
+        -- for this write; then a live row (a writable observer) or the held lock of a
+        -- read-only one says someone does.
+        gate := hashtext(current_schema());
+        PERFORM pg_advisory_xact_lock_shared(gate, 1);
+        IF NOT EXISTS (SELECT 1 FROM observers WHERE expires > now()) THEN
+            IF pg_try_advisory_lock(gate, 2) THEN
+                PERFORM pg_advisory_unlock(gate, 2);
+                p_fids := NULL;
+            END IF;
+        END IF;
+    END IF;
+    IF coalesce(cardinality(p_fids), 0) > 0 THEN
+        WITH ins AS (
+            INSERT INTO outbox (instance, function_id, payload)
+            SELECT p_instance, f, replace(p, p_hole, parent_json)
+              FROM unnest(p_fids, p_payloads) WITH ORDINALITY AS u(f, p, n) ORDER BY n
+            RETURNING id, function_id)
+        SELECT p_instance || '|' || string_agg(id::text || ':' || array_position(p_all, function_id)::text, ','
+                                               ORDER BY id) INTO note FROM ins;
+        PERFORM pg_advisory_lock(lock_key);
+    END IF;
+    IF note IS NOT NULL THEN  -- (else the CALL's end commits the write: one transaction)
+        COMMIT;
+        PERFORM set_config('synchronous_commit', 'off', true);
+        PERFORM pg_notify(p_channel, note);
+        COMMIT;
+        PERFORM pg_advisory_unlock(lock_key);
+    END IF;
+END
+$fn$;
+"""
+
 APPEND_CALL = (  # binary parameters (%b), as APPEND
     "CALL sm_append_call(%(sid)b::text, %(s0)b::text, %(s1)b::text, %(s2)b::text,"
     " %(updated_first)b::boolean, %(updated_text)b::text, %(added)b::bigint, %(hole)b::text, %(read_ids)b::text[],"
@@ -216,6 +346,8 @@ APPEND_CALL = (  # binary parameters (%b), as APPEND
     " %(updated)b::bigint, %(leaf)b::text, %(instance)b::text,"
     " %(fids)b::text[], %(payloads)b::text[], %(channel)b::text, %(all)b::text[])"
 )
+
+APPEND_AT = APPEND_CALL.replace("CALL sm_append_call(", "CALL sm_append_at(")
 
 APPEND = (  # binary parameters (%b): no text escaping of the arrays' JSON, client or server side
     "SELECT o_leaf, o_count FROM sm_append(%(sid)b::text, %(s0)b::text, %(s1)b::text, %(s2)b::text,"

@@ -46,7 +46,7 @@ from ..base import Commit, Entry, Meta
 from ..sql.keys import check_id, key, key_or_none, unkey
 from ..sql.transactions import CallRunner
 from ..sql.values import json_text
-from .at_leaf import APPEND_CALL, fill, fill_known, resolve_at_leaf
+from .at_leaf import APPEND_AT, fill, fill_known, resolve_at_leaf
 from .core import PgDatastore, Tx
 from .in_doubt import settle_apply
 from .outbox import NOTIFY_BATCH, Outbox
@@ -390,7 +390,7 @@ class Optimistic:
         pid, started = conn.info.backend_pid, db.started_at(conn)
         row: tuple[Any, ...] | None = None
         try:
-            row = db.execute(conn, APPEND_CALL if cut is not None else APPLY, params).fetchone()
+            row = db.execute(conn, APPEND_AT if cut is not None else APPLY, params).fetchone()
         except psycopg.Error as e:
             failure = db.fail(e)
             if e.sqlstate == CONFLICT:  # raised before anything was written or locked past the call

@@ -42,10 +42,31 @@ instances. An instance that writes without listening prunes instead, at the
 same pace, on a thread and a short connection of its own (a cheap ``DELETE`` on
 ``outbox_created``): the rows never pile up when nobody listens, and, pruned by
 age alone, a killed process never pins them.
+
+Who is owed events (issue 24): an append (``sm_append_at``) records its events
+(outbox rows, the NOTIFY) only while some instance observes, so an unobserved
+deployment's append is one transaction with no outbox row. A listener registers
+before it counts on anything: a writable one upserts its row in ``observers``
+(renewed while it listens, every quarter of the retention at most 15 s; it
+expires after the retention plus a margin, so a killed process pins nothing for
+long), a read-only one holds a shared session lock on its listening connection
+(it writes nothing; the lock goes with the connection). Both first take, alone,
+the schema's gate, which every such append holds shared from its check for
+observers to its commit: the registration waits for every append that checked
+without seeing it. The rule: an observer is owed the events of the mutations
+that commit after its registration committed, and gets each once, a session's
+in commit order (rows are recorded for every one of them: any append that did
+not see the registration committed before it). An append to a session just
+before that may be delivered or not, as before. A listener whose registration
+may have lapsed meanwhile (its renewal came later than the row's expiry; a
+read-only one's connection was lost) registers again and resyncs instead of
+replaying. The other writes (``sm_apply``, the transactional path) record
+every mutation, observed or not.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import logging
@@ -77,7 +98,18 @@ REPLAY_SLACK = 1000  # ids below the high-water mark replayed after a reconnect
 SEEN_MAX = 100_000
 PRUNE_EVERY_S = 60.0
 POLL_S = 0.5
-PRUNE = "DELETE FROM outbox WHERE created_at < now() - make_interval(secs => %s)"  # (index outbox_created)
+# (index outbox_created); observers' rows past their expiry go too (a killed process's).
+PRUNE = ("WITH gone AS (DELETE FROM observers WHERE expires < now())"
+         " DELETE FROM outbox WHERE created_at < now() - make_interval(secs => %s)")
+# The registration (see "Who is owed events"): the gate taken alone waits for every append
+# that checked for observers without seeing this one; the row or the read-only lock follows.
+_GATE = "SELECT pg_advisory_xact_lock(hashtext(current_schema()), 1)"
+_REGISTER = ("INSERT INTO observers (instance, expires) VALUES (%(instance)s, now() + make_interval(secs => %(life)s))"
+             " ON CONFLICT (instance) DO UPDATE SET expires = EXCLUDED.expires")
+_RENEW = ("UPDATE observers SET expires = now() + make_interval(secs => %(life)s)"
+          " WHERE instance = %(instance)s AND expires > now()")
+_READ_ONLY_OBSERVER = "SELECT pg_advisory_lock_shared(hashtext(current_schema()), 2)"
+BEAT_MAX_S = 15.0  # a listener renews its row at least this often
 START_DELAY_S = 1.0  # the listener's first connection, when no host waits for it (see _run)
 
 
@@ -133,6 +165,11 @@ class Outbox:
         self._turns = threading.Condition()
         self._generation = 0  # counts the listener's disconnections (a waiting call's note may be lost)
         self._local = threading.local()  # .delivering: a call's own events being handed on (nested: no turn)
+        # Its registration (see "Who is owed events"): renewed every _beat_s, valid for _life_s
+        # from when it was sent (the server counts from later); the last one sent, in monotonic time.
+        self._beat_s = min(BEAT_MAX_S, max(POLL_S, retention_s / 4))
+        self._life_s = retention_s + max(4 * self._beat_s, 10 * POLL_S)
+        self._beat_ok: float | None = None
 
     @property
     def known(self) -> KnownSessions:
@@ -328,7 +365,9 @@ class Outbox:
                 listen, fetch = self._connect_pair()
                 with listen, fetch:
                     listen.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self._channel)))
-                    self._catch_up(fetch, None if contact is None else time.monotonic() - contact)
+                    lapsed = self._register(listen, fetch)
+                    away = None if contact is None else time.monotonic() - contact
+                    self._catch_up(fetch, float("inf") if lapsed else away)
                     contact = time.monotonic()
                     backoff = 0.1
                     self._listening.set()
@@ -339,6 +378,8 @@ class Outbox:
                             self._take(fetch, notes)
                         if self._maybe_prune(fetch) or notes:
                             contact = time.monotonic()
+                        self._maybe_renew(listen, fetch)
+                    self._unregister(fetch)
             except psycopg.Error as e:
                 self._lost()
                 log.warning("%s", self._db.say(f"event listener disconnected ({e}); reconnecting"))
@@ -348,6 +389,49 @@ class Outbox:
             self._stop.wait(backoff)
             backoff = min(backoff * 2, 2.0)
         self._lost()
+
+    def _register(self, listen: psycopg.Connection[Any], fetch: psycopg.Connection[Any]) -> bool:
+        """Register as an observer (see "Who is owed events"); whether the previous
+        registration may have lapsed meanwhile (appends may have recorded nothing for this
+        instance: it resyncs rather than replays). A read-only listener's lock went with its
+        lost connection: each reconnect is a lapse."""
+        before = self._beat_ok
+        sent = time.monotonic()
+        if self._db.settings.read_only:
+            listen.execute(_READ_ONLY_OBSERVER)  # (not held yet: this connection is new)
+            with listen.transaction():
+                listen.execute(_GATE)
+        else:
+            with fetch.transaction():
+                fetch.execute(_GATE)
+                fetch.execute(_REGISTER, {"instance": self._db.instance, "life": self._life_s})
+        self._beat_ok = sent
+        return before is not None and (self._db.settings.read_only or time.monotonic() - before > self._life_s)
+
+    def _maybe_renew(self, listen: psycopg.Connection[Any], fetch: psycopg.Connection[Any]) -> None:
+        """Renew a writable listener's row when due; a row that may have expired meanwhile
+        (this thread was held up longer than its life) is registered again, then resynced."""
+        if self._db.settings.read_only or self._beat_ok is None:
+            return
+        sent = time.monotonic()
+        if sent - self._beat_ok < self._beat_s:
+            return
+        renewed = sent - self._beat_ok < self._life_s and fetch.execute(
+            _RENEW, {"instance": self._db.instance, "life": self._life_s}).rowcount == 1
+        if renewed:
+            self._beat_ok = sent
+            return
+        log.warning("postgres events: the listener's registration lapsed; registering again and resyncing")
+        self._register(listen, fetch)
+        self._catch_up(fetch, float("inf"))
+
+    def _unregister(self, fetch: psycopg.Connection[Any]) -> None:
+        """The listener stops: appends need not record for this instance any longer (best effort:
+        a row left behind expires)."""
+        if self._db.settings.read_only:
+            return
+        with contextlib.suppress(psycopg.Error):
+            fetch.execute("DELETE FROM observers WHERE instance = %s", (self._db.instance,))
 
     def _lost(self) -> None:
         """The listener stopped (or lost its connection): the notifications of the calls

@@ -28,7 +28,7 @@ from psycopg import Connection, sql
 from ...errors import StoreError
 from ..sql import versions
 from . import search
-from .at_leaf import APPEND_CALL_PROCEDURE, APPEND_FUNCTION
+from .at_leaf import APPEND_AT_PROCEDURE, APPEND_CALL_PROCEDURE, APPEND_FUNCTION
 
 # sm_apply(...): the optimistic commit. Under the session's advisory lock (the
 # one the transactional path takes), it checks the state the decision was
@@ -118,6 +118,24 @@ APPLY = (  # binary parameters (%b): no text escaping of the arrays' JSON, clien
     " %(payloads)b::text[], %(channel)b::text, %(all)b::text[])"
 )
 
+# The instances that observe events (outbox.py, "Who is owed events"): a writable one's row,
+# renewed while it listens; past ``expires`` it is nobody (a killed process pins nothing).
+# An instance of the previous release listening now (its LISTEN is its connection's last
+# statement) registers nothing: it is counted in for a day, so an upgrade's first writers keep
+# recording for it while the rest of the deployment is upgraded. (Written to run again over
+# itself, as migration 7: a test that rolls a schema's version back re-applies the steps.)
+OBSERVERS_TABLE = """
+CREATE TABLE IF NOT EXISTS observers (
+    instance  text PRIMARY KEY,
+    expires   timestamptz NOT NULL
+);
+INSERT INTO observers (instance, expires)
+SELECT 'previous release', now() + interval '1 day'
+ WHERE EXISTS (SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND query = 'LISTEN "'
+               || 'session_manager_' || left(encode(sha256(convert_to(current_schema(), 'UTF8')), 'hex'), 24) || '"')
+ON CONFLICT (instance) DO NOTHING;
+"""
+
 # Each step is applied once, in order, inside one transaction with the
 # version bump. Never edit a released step: add one.
 MIGRATIONS: tuple[str, ...] = (
@@ -192,6 +210,10 @@ MIGRATIONS: tuple[str, ...] = (
     # 8: sm_search_page also returns the body and active-path flag of the rows a page shows
     # (a search with hits in one round trip).
     search.PAGE_MIGRATION,
+    # 9: appends record their events only while some instance observes (the observers table,
+    # sm_append_at; at_leaf.py, outbox.py): an unobserved append is one transaction, no
+    # outbox row, no NOTIFY.
+    OBSERVERS_TABLE + APPEND_AT_PROCEDURE,
 )
 
 

@@ -1,0 +1,202 @@
+"""Appends record their events only while some instance observes (issue 24, schema version 9).
+
+An unobserved append (``sm_append_at``) is one transaction with no outbox row, no
+NOTIFY and no lock left behind; an observer registers (a row in ``observers``, or a
+read-only listener's lock) behind a gate every such append holds from its check to its
+commit, so it is owed, and gets once, a session's in commit order, exactly the appends
+that commit after its registration: per session, a suffix of the chain.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import pytest
+
+import session_manager
+from session_manager._wire import events as ev
+from session_manager.store.postgres.outbox import channel_of
+from tests import pg_support
+from tests.pg_support import text
+from tests.unit.test_postgres_instances import check_linear, open_sm, wait_for
+
+pytestmark = pytest.mark.postgres
+
+
+def _server(query: str, params: Any = None) -> list[tuple[Any, ...]]:
+    import psycopg
+
+    with psycopg.connect(pg_support.DSN, autocommit=True) as conn:
+        cur = conn.execute(query, params)
+        return cur.fetchall() if cur.description is not None else []
+
+
+def _rows(schema: str, function_id: str = ev.ON_MESSAGE_ADDED) -> list[str]:
+    return [r[0] for r in _server(f'SELECT payload FROM "{schema}".outbox WHERE function_id = %s ORDER BY id',
+                                  (function_id,))]
+
+
+def _observers(schema: str) -> list[str]:
+    return [r[0] for r in _server(f'SELECT instance FROM "{schema}".observers WHERE expires > now()')]
+
+
+def _advisory_locks(schema: str) -> int:
+    return int(_server("SELECT count(*) FROM pg_locks l JOIN pg_stat_activity s ON s.pid = l.pid"
+                       " WHERE l.locktype = 'advisory' AND s.application_name = %s",
+                       (f"session-manager:{schema}"[:63],))[0][0])
+
+
+def test_an_unobserved_append_records_and_notifies_nothing_and_an_observed_one_does(schema: str) -> None:
+    # Prevents: every append paying for an outbox row, a NOTIFY and a second transaction when
+    # no instance observes; or an observed deployment's appends no longer recording their events.
+    import psycopg
+    from psycopg import sql
+
+    writer, watcher = open_sm(schema), open_sm(schema)
+    try:
+        sid = writer.call("session::create", {"title": "t"})["session_id"]
+        with psycopg.connect(pg_support.DSN, autocommit=True) as raw:
+            raw.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel_of(schema))))
+            quiet = [writer.call("session::append", {"session_id": sid, "message": text(f"q{i}")})["entry_id"]
+                     for i in range(3)]
+            assert [n.payload for n in raw.notifies(timeout=0.5, stop_after=1)] == []
+            assert _rows(schema) == [] and _observers(schema) == []
+            assert _advisory_locks(schema) == 0
+            seen: list[str] = []
+            watcher.observe({"function_id": ev.ON_MESSAGE_ADDED}, lambda e: seen.append(e["entry_id"]))
+            watcher.service.store.events_ready()
+            assert _observers(schema) == [watcher.service.store.db.instance]
+            loud = [writer.call("session::append", {"session_id": sid, "message": text(f"l{i}")})["entry_id"]
+                    for i in range(3)]
+            assert wait_for(lambda: seen == loud)
+            assert [n.payload.partition("|")[0] for n in raw.notifies(timeout=2, stop_after=3)] == \
+                [writer.service.store.db.instance] * 3
+            assert len(_rows(schema)) == 3 and all(eid in r for eid, r in zip(loud, _rows(schema), strict=True))
+        assert check_linear(writer, sid) == quiet + loud
+        assert _advisory_locks(schema) == 0
+        watcher.close()  # its row goes with its listener: appends record nothing again
+        assert _observers(schema) == []
+        writer.call("session::append", {"session_id": sid, "message": text("after")})
+        assert len(_rows(schema)) == 3
+        time.sleep(0.2)
+        assert seen == loud
+    finally:
+        writer.close()
+        watcher.close()
+
+
+def test_a_dead_observers_row_counts_until_it_expires(schema: str) -> None:
+    # Prevents: a killed process's registration pinning every later append to record (and
+    # notify) for ever, or an unexpired one being ignored (its listener, reconnecting within
+    # the retention, replays what it missed from these rows).
+    writer = open_sm(schema)
+    try:
+        sid = writer.call("session::create", {"title": "t"})["session_id"]
+        _server(f'INSERT INTO "{schema}".observers VALUES (%s, now() + interval \'1 second\')', ("killed",))
+        first = writer.call("session::append", {"session_id": sid, "message": text("a")})["entry_id"]
+        assert len(_rows(schema)) == 1 and first in _rows(schema)[0]
+        assert wait_for(lambda: _observers(schema) == [], timeout=5)
+        writer.call("session::append", {"session_id": sid, "message": text("b")})
+        assert len(_rows(schema)) == 1
+        assert len(check_linear(writer, sid)) == 2
+    finally:
+        writer.close()
+
+
+@pytest.mark.parametrize("read_only", [False, True], ids=["writable", "read-only"])
+def test_an_observer_registering_amid_concurrent_appends_gets_each_later_one_once_in_order(
+        schema: str, read_only: bool) -> None:
+    # Prevents: an append that checked for observers just before one registered committing
+    # after it unrecorded (a gap in the observer's stream), an event twice, or a session's
+    # events out of commit order, with four writer instances appending to two sessions at once.
+    writers = [open_sm(schema) for _ in range(4)]
+    sids = [writers[0].call("session::create", {"title": f"s{k}"})["session_id"] for k in range(2)]
+    stop = threading.Event()
+    started: dict[str, float] = {}  # entry id -> when its append was sent
+    errors: list[BaseException] = []
+    lock = threading.Lock()
+
+    def write(sm: session_manager.SessionManager, sid: str, tag: str) -> None:
+        i = 0
+        try:
+            while not stop.is_set():
+                eid = f"{tag}-{i}"
+                i += 1
+                with lock:
+                    started[eid] = time.monotonic()
+                sm.call("session::append", {"session_id": sid, "entry_id": eid, "message": text(eid)})
+        except BaseException as e:  # reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=write, args=(sm, sids[k % 2], f"w{k}")) for k, sm in enumerate(writers)]
+    observers: list[session_manager.SessionManager] = []
+    try:
+        for t in threads:
+            t.start()
+        rounds: list[tuple[dict[str, list[str]], float]] = []
+        for _ in range(3):  # three registrations, each amid the appends
+            time.sleep(0.3)
+            seen: dict[str, list[str]] = {sid: [] for sid in sids}
+            watcher = open_sm(schema, read_only=read_only)
+            observers.append(watcher)
+            watcher.observe({"function_id": ev.ON_MESSAGE_ADDED},
+                            lambda e, seen=seen: seen[e["session_id"]].append(e["entry_id"]))
+            watcher.service.store.events_ready()
+            # (events_ready's wait is bounded: on a loaded machine the registration may come later)
+            assert wait_for(lambda watcher=watcher: watcher.service.store.outbox.listening)
+            rounds.append((seen, time.monotonic()))
+        time.sleep(0.5)
+        stop.set()
+        for t in threads:
+            t.join(timeout=60)
+        assert errors == []
+        paths = {sid: check_linear(writers[0], sid) for sid in sids}
+        for seen, ready in rounds:
+            for sid in sids:
+                path = paths[sid]
+                later = [eid for eid in path if started[eid] > ready]
+                assert later, "no append after the registration: the test proves nothing"
+                assert wait_for(lambda seen=seen, sid=sid, later=later: seen[sid][-len(later):] == later), \
+                    (len(later), len(seen[sid]), [e for e in later if e not in seen[sid]][:5])
+                got = seen[sid]
+                # Exactly a suffix of the chain: nothing missed after the first one delivered,
+                # nothing twice, in commit order.
+                assert got == path[len(path) - len(got):], (len(got), len(path))
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(timeout=60)
+        for sm in [*observers, *writers]:
+            sm.close()
+
+
+def test_a_listener_whose_registration_lapsed_registers_again_and_resyncs(schema: str) -> None:
+    # Prevents: a listener whose row expired (or was pruned) while it was held up going on
+    # as if appends had recorded its events meanwhile (a silent gap): it registers again and
+    # resyncs (duplicates allowed, as after any resync), and later appends reach it.
+    writer = open_sm(schema)
+    watcher = open_sm(schema, outbox_retention_s=2.0)  # renewed every 0.5 s
+    try:
+        created: list[str] = []
+        added: list[str] = []
+        watcher.observe({"function_id": ev.ON_CREATED}, lambda e: created.append(e["session_id"]))
+        watcher.observe({"function_id": ev.ON_MESSAGE_ADDED}, lambda e: added.append(e["entry_id"]))
+        watcher.service.store.events_ready()
+        sid = writer.call("session::create", {"title": "t"})["session_id"]
+        assert wait_for(lambda: created == [sid])
+        instance = watcher.service.store.db.instance
+        _server(f'DELETE FROM "{schema}".observers')  # as if it had expired unrenewed
+        quiet = writer.call("session::append", {"session_id": sid, "message": text("unrecorded")})["entry_id"]
+        assert _rows(schema) == []
+        # The next renewal finds no row: registered again, then every session re-announced.
+        assert wait_for(lambda: created.count(sid) >= 2, timeout=10)
+        assert _observers(schema) == [instance]
+        loud = writer.call("session::append", {"session_id": sid, "message": text("recorded")})["entry_id"]
+        assert wait_for(lambda: loud in added)
+        assert quiet in added  # (told by the resync: the gap is covered)
+        assert added.count(loud) == 1 and added.index(quiet) < added.index(loud)
+    finally:
+        writer.close()
+        watcher.close()
