@@ -83,8 +83,9 @@ class _Local(threading.local):
     deferring: bool = False
     erased: bool = False  # this transaction deleted a session: checkpoint the WAL after its commit
     leaf_depth: tuple[str, str, int | None] | None = None  # get_leaf's last answer, for path()
-    # (session key, entry key -> depth, jump_id, jump_depth) read in this transaction, for its commit
-    links: tuple[str, dict[str, tuple[int, str, int]]] | None = None
+    # (session key, its sessions.sk, entry key -> depth, jump_id, jump_depth) read in this
+    # transaction, for its commit
+    links: tuple[str, int, dict[str, tuple[int, str, int]]] | None = None
     # The outbox's (last sequence, another store follows) read in this transaction, for its events
     position: tuple[int | None, int] | None = None
     # (session key, its listed_at, the key of the session first in the list order) read in this transaction
