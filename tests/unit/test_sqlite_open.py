@@ -18,7 +18,7 @@ import pytest
 
 import session_manager
 from session_manager import aio
-from session_manager.errors import STORAGE, SessionError
+from session_manager.errors import STORAGE, SessionError, StoreError
 from session_manager.store import Commit
 from session_manager.store.sql.fts5 import doc
 from session_manager.store.sql.statements import statements
@@ -126,6 +126,33 @@ def test_fsync_sizes_the_wal_once_past_its_frames(tmp_path: Path) -> None:
         store: Any = sm.service.store
         assert store.db.conn().execute("PRAGMA integrity_check").fetchone()[0] == "ok"
         assert len(store.entries("s")) == 30 and store.get_meta("t")["title"] == "again"
+
+
+def test_the_wal_of_a_file_moved_in_under_the_path_is_never_sized(tmp_path: Path) -> None:
+    # Prevents: a fsync store whose file was removed and made again under its path (by another
+    # open) writing zeros into the new database's WAL, whose writers it does not lock out.
+    path = tmp_path / "m.db"
+    meta = {"session_id": "s", "title": "", "description": "", "status": "idle", "created_at": 1,
+            "updated_at": 1, "message_count": 0}
+    old = SqliteStore(SqliteSettings(path=str(path), durability="fsync"))
+    other = None
+    try:
+        old.commit("s", Commit(meta=meta))
+        for f in tmp_path.iterdir():
+            f.unlink()
+        other = SqliteStore(SqliteSettings(path=str(path)))  # flush: its WAL is never sized
+        other.commit("t", Commit(meta={**meta, "session_id": "t"}))
+        wal = Path(str(path) + "-wal")
+        before = wal.read_bytes()
+        old.db.wal_short = True  # as after a TRUNCATE checkpoint: sized again at the next write
+        with pytest.raises(StoreError, match="no longer the database file"):
+            old.commit("s", Commit(meta={**meta, "title": "lost"}))
+        assert wal.read_bytes() == before
+        assert other.get_meta("t") == {**meta, "session_id": "t"} and other.get_meta("s") is None
+    finally:
+        old.close()
+        if other is not None:
+            other.close()
 
 
 def test_a_crash_over_a_sized_wal_keeps_every_commit(tmp_path: Path) -> None:

@@ -106,6 +106,9 @@ class SqliteDatastore:
         self._closed = False
         self._synchronous = _SYNCHRONOUS[settings.durability]
         self.wal_short = self._synchronous == "FULL"  # the WAL still to be sized (size_wal)
+        # The WAL SQLite opened (it resolves the path when it opens the file, as here: not
+        # after a chdir, where the relative path would name another database's WAL).
+        self._wal_file = os.path.abspath(self.file) + "-wal"
         self.retention_ms = int(settings.outbox_retention_s * 1000)  # the outbox's (outbox.py)
         # A delete's old pages still sit in the WAL: set until a TRUNCATE checkpoint got through
         # (a reader on an older snapshot holds it off; the follower's next checkpoint retries).
@@ -259,10 +262,14 @@ class SqliteDatastore:
         try:
             page = int(conn.execute("PRAGMA page_size").fetchone()[0])
             want = 32 + _WAL_SIZED_PAGES * (24 + page)  # the WAL header, then frames (header and page)
-            fd = os.open(self.file + "-wal", os.O_WRONLY)  # (never created here: SQLite made it)
+            fd = os.open(self._wal_file, os.O_WRONLY)  # (never created here: SQLite made it)
         except (OSError, sqlite3.Error):
             return
         try:
+            # The WAL beside the file opened, not another database's (one moved in under the path
+            # meanwhile: its writers hold their own lock; this commit is then refused, still_ours).
+            if self._lost is not None or _identity(self._wal_file[:-4]) != self._identity:
+                return
             size = os.fstat(fd).st_size
             if size < want:
                 os.pwrite(fd, bytes(want - size), size)
