@@ -2,7 +2,7 @@
 
 - ``append URI SID PREFIX N``: N appends (entry ids PREFIX-0 ...), one id
   printed per acknowledged append (flushed: what the parent reads was acknowledged).
-- ``forever URI SID PREFIX``: appends until killed, printing each acknowledged id.
+- ``forever URI SID PREFIX [DURABILITY]``: appends until killed, printing each acknowledged id.
 - ``step URI SID PREFIX``: one append per line on stdin (entry ids PREFIX-0 ...),
   printing each acknowledged id; ends with stdin.
 - ``read URI SID``: for each id on stdin, reads it back at once and prints
@@ -29,8 +29,8 @@ def user(text: str) -> dict[str, Any]:
     return {"role": "user", "content": [{"type": "text", "text": text}], "timestamp": 1}
 
 
-def _append(uri: str, sid: str, prefix: str, count: int | None) -> None:
-    with session_manager.open(uri) as sm:
+def _append(uri: str, sid: str, prefix: str, count: int | None, durability: str = "flush") -> None:
+    with session_manager.open(uri, durability=durability) as sm:  # type: ignore[arg-type]
         i = 0
         while count is None or i < count:
             entry_id = f"{prefix}-{i}"
@@ -78,7 +78,7 @@ def main(argv: list[str]) -> None:
     if role == "append":
         _append(uri, rest[0], rest[1], int(rest[2]))
     elif role == "forever":
-        _append(uri, rest[0], rest[1], None)
+        _append(uri, rest[0], rest[1], None, *rest[2:3])
     elif role == "step":
         _step(uri, rest[0], rest[1])
     elif role == "read":

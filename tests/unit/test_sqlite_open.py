@@ -10,6 +10,7 @@ import os
 import shutil
 import sqlite3
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,8 @@ import pytest
 
 import session_manager
 from session_manager import aio
-from session_manager.errors import STORAGE, SessionError
+from session_manager.errors import STORAGE, SessionError, StoreError
+from session_manager.store import Commit
 from session_manager.store.sql.fts5 import doc
 from session_manager.store.sql.statements import statements
 from session_manager.store.sqlite import SqliteSettings, SqliteStore, search
@@ -81,6 +83,104 @@ def test_durability_selects_synchronous(tmp_path: Path, durability: str, level: 
         assert store.db.conn().execute("PRAGMA wal_autocheckpoint").fetchone()[0] == wal_pages
     finally:
         store.close()
+
+
+def test_fsync_sizes_the_wal_once_past_its_frames(tmp_path: Path) -> None:
+    # Prevents: with durability fsync, every commit's sync also journaling the WAL file's new
+    # size (the WAL is sized once, at the first write); and the sizing touching frames another
+    # connection's snapshot still reads (zeros go past the file's end only), or a zeroed tail
+    # read back as frames (every write of both stores reads back, the file checks sound).
+    path = tmp_path / "w.db"
+    wal = Path(str(path) + "-wal")
+    frame = 24 + 4096
+    first = SqliteStore(SqliteSettings(path=str(path)))  # flush: its WAL grows as it goes
+    second = SqliteStore(SqliteSettings(path=str(path), durability="fsync"))
+    try:
+        meta = {"session_id": "s", "title": "", "description": "", "status": "idle", "created_at": 1,
+                "updated_at": 1, "message_count": 0}
+        first.commit("s", Commit(meta=meta))
+        parent = None
+        for i in range(30):
+            entry = {"kind": "message", "id": f"e{i}", "parent_id": parent, "timestamp": i, "revision": 0,
+                     "message": _user(f"m{i}")}
+            first.commit("s", Commit(entries=(entry,), leaf=f"e{i}", meta={**meta, "message_count": i + 1}))
+            parent = f"e{i}"
+        grown = wal.stat().st_size
+        assert grown < 1100 * frame
+        reader = first.db.conn()
+        reader.execute("BEGIN")  # a snapshot held over the sizing: its frames must stay as they are
+        assert len(first.entries("s")) == 30
+        second.commit("t", Commit(meta={**meta, "session_id": "t"}))
+        assert 32 + 1100 * frame <= wal.stat().st_size
+        assert [e["id"] for e in first.entries("s")] == [f"e{i}" for i in range(30)]
+        reader.execute("COMMIT")
+        sized = wal.stat().st_size
+        second.commit("t", Commit(meta={**meta, "session_id": "t", "title": "again"}))
+        assert wal.stat().st_size == sized  # once: the next commit writes into the sized file
+        assert first.get_meta("t") == {**meta, "session_id": "t", "title": "again"}
+        assert [e["id"] for e in second.entries("s")] == [f"e{i}" for i in range(30)]
+    finally:
+        first.close()
+        second.close()
+    with session_manager.open(f"sqlite:///{path}") as sm:  # reopened (the last close removed the WAL)
+        store: Any = sm.service.store
+        assert store.db.conn().execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        assert len(store.entries("s")) == 30 and store.get_meta("t")["title"] == "again"
+
+
+def test_the_wal_of_a_file_moved_in_under_the_path_is_never_sized(tmp_path: Path) -> None:
+    # Prevents: a fsync store whose file was removed and made again under its path (by another
+    # open) writing zeros into the new database's WAL, whose writers it does not lock out.
+    path = tmp_path / "m.db"
+    meta = {"session_id": "s", "title": "", "description": "", "status": "idle", "created_at": 1,
+            "updated_at": 1, "message_count": 0}
+    old = SqliteStore(SqliteSettings(path=str(path), durability="fsync"))
+    other = None
+    try:
+        old.commit("s", Commit(meta=meta))
+        for f in tmp_path.iterdir():
+            f.unlink()
+        other = SqliteStore(SqliteSettings(path=str(path)))  # flush: its WAL is never sized
+        other.commit("t", Commit(meta={**meta, "session_id": "t"}))
+        wal = Path(str(path) + "-wal")
+        before = wal.read_bytes()
+        old.db.wal_short = True  # as after a TRUNCATE checkpoint: sized again at the next write
+        with pytest.raises(StoreError, match="no longer the database file"):
+            old.commit("s", Commit(meta={**meta, "title": "lost"}))
+        assert wal.read_bytes() == before
+        assert other.get_meta("t") == {**meta, "session_id": "t"} and other.get_meta("s") is None
+    finally:
+        old.close()
+        if other is not None:
+            other.close()
+
+
+def test_a_crash_over_a_sized_wal_keeps_every_commit(tmp_path: Path) -> None:
+    # Prevents: a WAL sized with zeros past its frames misread when the file is recovered after a
+    # crash (the process gone, its WAL never checkpointed): a commit lost, or zeros taken as frames.
+    path = tmp_path / "c.db"
+    script = (
+        "import os, sys\n"
+        "from session_manager.store import Commit\n"
+        "from session_manager.store.sqlite import SqliteSettings, SqliteStore\n"
+        f"store = SqliteStore(SqliteSettings(path={str(path)!r}, durability='fsync'))\n"
+        "meta = {'session_id': 's', 'title': '', 'description': '', 'status': 'idle', 'created_at': 1,"
+        " 'updated_at': 1, 'message_count': 0}\n"
+        "store.commit('s', Commit(meta=meta))\n"
+        "parent = None\n"
+        "for i in range(20):\n"
+        "    e = {'kind': 'message', 'id': f'e{i}', 'parent_id': parent, 'timestamp': i, 'revision': 0,"
+        " 'message': {'role': 'user', 'content': [{'type': 'text', 'text': str(i)}], 'timestamp': 1}}\n"
+        "    store.commit('s', Commit(entries=(e,), leaf=e['id'], meta={**meta, 'message_count': i + 1}))\n"
+        "    parent = e['id']\n"
+        "os._exit(0)  # no close: the WAL stays as a crash leaves it\n")
+    subprocess.run([sys.executable, "-c", script], check=True, cwd=Path(__file__).resolve().parents[2])
+    assert Path(str(path) + "-wal").stat().st_size >= 32 + 1100 * (24 + 4096)  # sized, never checkpointed
+    with session_manager.open(f"sqlite:///{path}") as sm:
+        store: Any = sm.service.store
+        assert store.db.conn().execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        assert [e["id"] for e in store.path("s", store.get_leaf("s"))] == [f"e{i}" for i in range(20)]
+        assert store.get_meta("s")["message_count"] == 20
 
 
 def _refused(uri: str, *words: str) -> str:

@@ -48,5 +48,9 @@ def test_a_tail_page_is_two_reads_and_an_append_one_transaction_of_six(tmp_path:
         assert len(tail) == 2, tail
         assert tail[0].startswith("SELECT s.meta, s.leaf, e.depth") and "depth BETWEEN" in tail[1]
         append = _statements(store, lambda: sm.append(sid, message=_user("one more")))
-        assert [s.split()[0] for s in append] == ["BEGIN", "SELECT", "INSERT", "INSERT", "COMMIT"], \
+        assert [s.split()[0] for s in append] == ["BEGIN", "SELECT", "INSERT", "UPDATE", "COMMIT"], \
             append
+        # The session's row was read first: the entry names it by the key read (no subquery), the
+        # row is updated (no insert tried first).
+        assert append[2].startswith("INSERT INTO entries") and "SELECT" not in append[2], append[2]
+        assert append[3].startswith("UPDATE sessions SET rev = rev + 1"), append[3]

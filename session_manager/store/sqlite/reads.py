@@ -21,9 +21,10 @@ __all__ = ["SqliteReads"]
 
 LIST_BATCH = 200
 # An append's read: with the outbox's position, which its events need at the commit (outbox.record).
-# And the session's list-order key with the session first in that order (writes.list_key).
+# And the session's list-order key with the session first in that order (writes.list_key), and
+# its integer key (its entries are inserted under it: writes.write).
 _META_LEAF_LINKS = ("SELECT s.meta, s.leaf, p.depth, p.jump_id, p.jump_depth, j.depth, j.jump_id, j.jump_depth, "
-                    "s.listed_at, (" + FIRST_LISTED + "), " + POSITION_COLUMNS +
+                    "s.listed_at, (" + FIRST_LISTED + "), s.sk, " + POSITION_COLUMNS +
                     " FROM sessions s LEFT JOIN entries p ON p.sk = s.sk AND p.entry_id = s.leaf"
                     " LEFT JOIN entries j ON j.sk = s.sk AND j.entry_id = p.jump_id"
                     " WHERE s.session_id = ?")
@@ -99,7 +100,8 @@ class SqliteReads:
             raise db.fail(e) from None
         if row is None:
             return None, None
-        meta, leaf, depth, jump_id, jump_depth, j_depth, j_jump_id, j_jump_depth, listed_at, first, last, others = row
+        (meta, leaf, depth, jump_id, jump_depth, j_depth, j_jump_id, j_jump_depth, listed_at, first, sk,
+         last, others) = row
         local.position = (last, others)
         local.listed = (sid, listed_at, first)
         known: dict[str, tuple[int, str, int]] = {}
@@ -107,7 +109,7 @@ class SqliteReads:
             known[leaf] = (depth, jump_id, jump_depth)
             if j_depth is not None:
                 known[jump_id] = (j_depth, j_jump_id, j_jump_depth)
-        local.links = (sid, known)
+        local.links = (sid, sk, known)
         return (loads(meta.encode("utf-8")) if meta is not None else None), (unkey(leaf) if leaf is not None else None)
 
     def ordered_metas(

@@ -24,6 +24,9 @@ __all__ = ["SqliteWrites", "link"]
 # Entries name their session by its integer key (schema.py, version 7): SK finds it from the text key.
 _INSERT = ("INSERT INTO entries (sk, entry_id, parent_id, depth, jump_id, jump_depth, body)"
            " VALUES (" + SK + ", ?, ?, ?, ?, ?, ?)")
+# The same under the session's integer key, read in this transaction (an append's: reads.py).
+_INSERT_KEYED = ("INSERT INTO entries (sk, entry_id, parent_id, depth, jump_id, jump_depth, body)"
+                 " VALUES (?, ?, ?, ?, ?, ?, ?)")
 _REVISE = "UPDATE entries SET body = ? WHERE sk = " + SK + " AND entry_id = ?"
 # An entry with its jump target's links: the one statement serves both probes of link().
 _LINKS = ("SELECT p.depth, p.jump_id, p.jump_depth, j.depth, j.jump_id, j.jump_depth FROM entries p"
@@ -78,6 +81,12 @@ def _upsert(columns: tuple[str, ...]) -> str:
             f"DO UPDATE SET rev = sessions.rev + 1{update}")
 
 
+@functools.lru_cache(maxsize=32)
+def _update(columns: tuple[str, ...]) -> str:
+    """:func:`_upsert` of a row read in this transaction (so it exists): one UPDATE, no insert tried."""
+    return "UPDATE sessions SET rev = rev + 1" + "".join(f", {c} = ?" for c in columns) + " WHERE session_id = ?"
+
+
 class SqliteWrites:
     """Commits, deletions and attachments, each in the calling mutation's transaction or one of its own."""
 
@@ -112,11 +121,15 @@ class SqliteWrites:
         local = db.local
         local.leaf_depth = None
         noted, local.links = local.links, None
+        # The session's row was read in this transaction (an append's): it exists, its key is known.
+        read = noted is not None and noted[0] == sid
+        session: int | str  # what the entries' INSERT names the session by
         try:
-            if noted is not None and noted[0] == sid:
-                known = noted[1]  # (the session's row was read in this transaction: it exists)
+            if read:
+                assert noted is not None
+                insert, session, known = _INSERT_KEYED, noted[1], noted[2]
             else:
-                known = {}
+                insert, session, known = _INSERT, sid, {}
                 if entries:  # its entries name it by the row's integer key (sk): the row first
                     conn.execute("INSERT INTO sessions (session_id) VALUES (?) ON CONFLICT (session_id) DO NOTHING",
                                  (sid,))
@@ -130,7 +143,7 @@ class SqliteWrites:
                 parent = entry.get("parent_id")
                 parent = key(parent) if isinstance(parent, str) else None
                 depth, jump_id, jump_depth = link(conn, sid, eid, parent, known)
-                conn.execute(_INSERT, (sid, eid, parent, depth, jump_id, jump_depth, text))
+                conn.execute(insert, (session, eid, parent, depth, jump_id, jump_depth, text))
             columns: dict[str, Any] = {}
             if meta is not None:
                 updated = sortable(meta.get("updated_at"))
@@ -141,7 +154,10 @@ class SqliteWrites:
                     columns["listed_at"] = updated
             if commit.leaf is not None:
                 columns["leaf"] = key(commit.leaf)
-            conn.execute(_upsert(tuple(columns)), (sid, *columns.values()))
+            if read:
+                conn.execute(_update(tuple(columns)), (*columns.values(), sid))
+            else:
+                conn.execute(_upsert(tuple(columns)), (sid, *columns.values()))
         except sqlite3.Error as e:
             raise self.db.fail(e) from None
 
