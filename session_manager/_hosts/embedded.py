@@ -13,6 +13,7 @@ import logging
 import os
 import threading
 from collections.abc import Callable
+from functools import partial
 from types import TracebackType
 from typing import Any
 
@@ -29,6 +30,7 @@ from ..errors import STORAGE, SessionError, StoreError, invalid_request
 from ..ids import IdGen
 from ..store.base import SessionStore
 from ..store.fs import DEFAULT_CACHE_BYTES, Durability, FsStore
+from ..store.serial import Serial
 from .gate import CallGate
 from .helpers import Helpers
 from .pipeline import execute, same, serve
@@ -114,6 +116,13 @@ class Observation:
         self._owner._remove(self)
 
 
+def _hand(observers: list[Observation], events: list[Event]) -> None:
+    for event in events:
+        for observation in observers:
+            if observation.function_id == event.function_id:
+                observation.deliver(event)
+
+
 class SessionManager(Helpers):
     """An open session store: ``call`` functions, ``observe`` events, ``close``.
 
@@ -126,6 +135,7 @@ class SessionManager(Helpers):
         self.service = service
         self._observers: list[Observation] = []
         self._lock = threading.Lock()
+        self._serial = Serial()  # the observers' deliveries, one at a time (see store/serial.py)
         # Calls in flight, so close() releases the store only once they are done (the
         # rule the iii host's shutdown shares). _depth counts this thread's own calls
         # delivering events (close() from an observer must not wait for the call that runs it).
@@ -342,10 +352,9 @@ class SessionManager(Helpers):
             return
         with self._lock:
             observers = list(self._observers)
-        for event in events:
-            for observation in observers:
-                if observation.function_id == event.function_id:
-                    observation.deliver(event)
+        # One delivery at a time, in order, never waiting on an observer running elsewhere: a
+        # call an observer makes (or waits for on another thread) is delivered after this one.
+        self._serial.submit(partial(_hand, observers, events))
 
     # -- lifetime -------------------------------------------------------------
 

@@ -62,6 +62,7 @@ from ..._wire.events import EVENT_FUNCTIONS, Event
 from .._core.codec import encode_line as encode_json
 from .._core.codec import loads
 from ..base import EventSink
+from ..serial import Serial
 from ..sql.outbox import Subscribers
 
 if TYPE_CHECKING:
@@ -132,7 +133,10 @@ class Outbox:
         self._calls: list[Turn] = []
         self._turns = threading.Condition()
         self._generation = 0  # counts the listener's disconnections (a waiting call's note may be lost)
-        self._local = threading.local()  # .delivering: a call's own events being handed on (nested: no turn)
+        # Deliveries, one at a time in stream order. The listener only queues them (a background
+        # thread of the serial runs them): calls wait on the listener, so it never waits on an
+        # observer (one may make a call, or wait for a thread that does).
+        self._serial = Serial("session-manager-outbox-delivery")
 
     @property
     def known(self) -> KnownSessions:
@@ -204,15 +208,15 @@ class Outbox:
         holds back every notification after this instance's next own one until the call
         knows its events (:meth:`await_turn`) or ends (:meth:`end_call`). ``None`` when
         there is no stream to order with (the listener is not connected). A call on the
-        listener's thread or inside a call's own delivery (an observer's call) waits
-        for no turn (it would wait for itself, or for the delivery the listener waits
-        on): it is *free*, noted only so that its notification is known for its own and
-        never holds the listener back nor is taken for another call's."""
-        if not self._listening.is_set():
-            return None
-        free = threading.current_thread() is self._thread or getattr(self._local, "delivering", False)
-        turn = Turn(self._generation, free)
-        with self._turns:
+        listener's thread waits for no turn (it would wait for itself): it is *free*, noted
+        only so that its notification is known for its own and never holds the listener
+        back nor is taken for another call's. (An observer's call waits for its turn as any:
+        the listener runs no observer, so it reaches the call's notification.)"""
+        free = threading.current_thread() is self._thread
+        with self._turns:  # (with _lost: a turn noted while listening is released when it stops)
+            if not self._listening.is_set():
+                return None
+            turn = Turn(self._generation, free)
             self._calls.append(turn)
         return turn
 
@@ -237,16 +241,15 @@ class Outbox:
                     return
                 self._turns.wait(left)
 
-    def deliver_own(self, deliver: EventSink, events: list[Event]) -> None:
-        """Hand a call's own events to ``deliver`` (calls its observers make are not ordered:
-        the listener waits for this delivery to end)."""
-        local = self._local
-        outer = getattr(local, "delivering", False)
-        local.delivering = True
-        try:
-            deliver(events)
-        finally:
-            local.delivering = outer
+    def queue_own(self, deliver: EventSink, events: list[Event]) -> None:
+        """Queue a call's own events for ``deliver`` at its turn's place (after what the listener
+        queued before it; the listener goes on once :meth:`end_call` says so): :meth:`drain`
+        runs the queue."""
+        self._serial.put(functools.partial(deliver, events))
+
+    def drain(self) -> None:
+        """Run the queued deliveries here, unless a thread runs them already (it runs ours)."""
+        self._serial.drain()
 
     def end_call(self, turn: Turn) -> None:
         """The call is over (its events handed on, or it failed): the listener goes on
@@ -297,6 +300,7 @@ class Outbox:
         """Stop the listener (woken by an empty notification, not left to its poll)."""
         self._stop.set()
         self._wanted_now.set()
+        self._serial.close()
         pruning = self._pruning
         if pruning is not None:
             pruning.join(timeout=self._db.settings.connect_timeout_ms / 1000 + 1)
@@ -352,8 +356,8 @@ class Outbox:
     def _lost(self) -> None:
         """The listener stopped (or lost its connection): the notifications of the calls
         waiting for their turn may never come; they hand their events on now."""
-        self._listening.clear()
         with self._turns:
+            self._listening.clear()
             self._generation += 1
             self._calls = [t for t in self._calls if not (t.free and t.done)]  # (their notifications: lost)
             self._turns.notify_all()
@@ -537,7 +541,7 @@ class Outbox:
             if instance != self._db.instance:
                 events.append(Event(function_id, loads(payload.encode("utf-8"))))
         if events:
-            self.subscribers.publish(events)
+            self._serial.hand_off(functools.partial(self.subscribers.publish, events))
 
     def _mark_seen(self, oid: int) -> None:
         self._seen[oid] = None
@@ -548,7 +552,9 @@ class Outbox:
         log.warning("event listener was away longer than the outbox retention; resyncing")
         # Known sessions taken before the resync lists the store (see KnownSessions.snapshot).
         known = self.known.snapshot()
-        self.subscribers.resync(self._state, known, int(time.time() * 1000))  # one session at a time
+        now = int(time.time() * 1000)
+        # One session at a time, run by the delivery thread after what was queued before.
+        self._serial.hand_off(functools.partial(self.subscribers.resync, self._state, known, now))
 
     def _maybe_prune(self, fetch: psycopg.Connection[Any]) -> bool:
         """Prune when due; True if it did (the server answered)."""

@@ -85,9 +85,10 @@ class PostgresStore(SqlStore):
             response, events = self.run_call(call)
             if events:
                 outbox.await_turn(turn, events)
-                outbox.deliver_own(deliver, events)
+                outbox.queue_own(deliver, events)  # its place in the order, before the listener goes on
         finally:
             outbox.end_call(turn)
+        outbox.drain()
         return response, events
 
     # -- what only this adapter has --------------------------------------------------

@@ -42,6 +42,7 @@ no outbox rows: :meth:`Outbox.subscribe` hands its sinks to a
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import sqlite3
@@ -55,6 +56,7 @@ from ..._wire.events import EVENT_FUNCTIONS, ON_MESSAGE_UPDATED, Event
 from .._core.codec import encode_line as encode_json
 from .._core.codec import loads
 from ..base import EventSink
+from ..serial import Serial
 from ..sql.outbox import Subscribers
 from .watch import StateWatch
 
@@ -104,10 +106,10 @@ class Outbox:
         self._thread: threading.Thread | None = None
         self._conn: sqlite3.Connection | None = None
         self._seq = 0  # the highest sequence handed on (or skipped)
-        # Held while rows are handed on (by the follower, or by a call catching up before its
-        # own events, then handing those on): one sequence, never two deliveries of a row,
-        # never out of order.
-        self._delivering = threading.RLock()
+        # Rows are handed on (by the follower, or by a call catching up before its own events,
+        # then handing those on) one delivery at a time, in order, and no thread waits for
+        # another's (an observer may call back into the store, or wait for a thread that does).
+        self._serial = Serial("session-manager-sqlite-delivery")
         # The positions (the sequence every commit before it reached) of this store's calls
         # committing or committed whose events are not handed on yet: the follower hands on
         # no row past the lowest (a later commit). Noted before the COMMIT, under the write lock.
@@ -183,18 +185,37 @@ class Outbox:
             return
         if self.after_commit is not None:
             self.after_commit()
-        with self._delivering:
+        self._serial.submit(functools.partial(self._hand_own, events, before, deliver))
+
+    def _hand_own(self, events: list[Event], before: int, deliver: EventSink | None) -> None:
+        """A call's delivery (on whichever thread runs the serial's queue)."""
+        try:
             try:
-                try:
-                    if before > self._seq:
-                        self._follow(conn, upto=before)
-                except sqlite3.Error as e:  # the mutation stands; the follower hands those rows on instead
-                    log.warning("sqlite: catching up before a call's own events failed: %s", e)
-                self.known.note(events)
-                if deliver is not None:
-                    deliver(events)
-            finally:
-                self._land(before)
+                if before > self._seq:
+                    self._follow(self._reader(), upto=before)
+            except sqlite3.Error as e:  # the mutation stands; the follower hands those rows on instead
+                log.warning("sqlite: catching up before a call's own events failed: %s", e)
+            self.known.note(events)
+            if deliver is not None:
+                deliver(events)
+        finally:
+            self._land(before)
+
+    def _reader(self) -> sqlite3.Connection:
+        """The connection of the thread running a delivery (the follower's own, else the
+        thread's: a delivery runs between calls, never inside one's transaction)."""
+        if threading.current_thread() is self._thread and self._conn is not None:
+            return self._conn
+        return self._db.conn()
+
+    def _follow_now(self) -> None:
+        """The follower's delivery: what was committed since (a failure retried next poll)."""
+        self.held = False
+        try:
+            self._follow(self._reader())
+        except sqlite3.Error as e:
+            self.held = True
+            log.warning("sqlite outbox follower of %s: %s; retrying", self._db.file, e)
 
     # -- the following side -----------------------------------------------------
 
@@ -286,9 +307,7 @@ class Outbox:
         current = conn.execute("PRAGMA data_version").fetchone()[0]
         if current != clock.version or self.held:
             clock.version = current
-            with self._delivering:
-                self.held = False
-                self._follow(conn)
+            self._serial.submit(self._follow_now)
         every = min(BEAT_S, self._retention_ms / 4000)
         if now - clock.beat < every:
             return
@@ -365,6 +384,9 @@ class Outbox:
     def _resync(self, conn: sqlite3.Connection, why: str) -> None:
         log.warning("sqlite outbox follower of %s: %s; resyncing", self._db.file, why)
         known = self.known.snapshot()  # taken before the resync lists the store
-        with self._delivering:
-            self._register(conn, load_known=False)
+
+        def resync() -> None:
+            self._register(self._reader(), load_known=False)
             self.subscribers.resync(self._state, known, now_ms())
+
+        self._serial.submit(resync)
