@@ -203,7 +203,7 @@ class Outbox:
 
     # -- a call's own events in commit order with the others' -------------------------
 
-    def begin_call(self) -> Turn | None:
+    def begin_call(self, free: bool = False) -> Turn | None:
         """Note an observed call about to run (before anything is sent): the listener
         holds back every notification after this instance's next own one until the call
         knows its events (:meth:`await_turn`) or ends (:meth:`end_call`). ``None`` when
@@ -211,10 +211,15 @@ class Outbox:
         listener's thread waits for no turn (it would wait for itself): it is *free*, noted
         only so that its notification is known for its own and never holds the listener
         back nor is taken for another call's. (An observer's call waits for its turn as any:
-        the listener runs no observer, so it reaches the call's notification.)"""
-        free = threading.current_thread() is self._thread
+        the listener runs no observer, so it reaches the call's notification.) A call nobody
+        observes is ``free`` too, once the listener runs: its notification, claimed by no
+        turn, would else be taken for an observed call's with the same functions (handing
+        that call its turn early) or hold the listener until no call could claim it."""
+        if self._thread is None:  # (nothing listens: no stream, nothing to note)
+            return None
+        free = free or threading.current_thread() is self._thread
         with self._turns:  # (with _lost: a turn noted while listening is released when it stops)
-            if not self._listening.is_set():
+            if not self._listening.is_set() and not free:
                 return None
             turn = Turn(self._generation, free)
             self._calls.append(turn)
