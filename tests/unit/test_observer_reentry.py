@@ -335,3 +335,86 @@ def test_postgres_calls_waiting_for_their_turn_are_released_when_the_listener_dr
         assert sorted(logged) == sorted(path)  # once each; order across a drop is not promised
     finally:
         close_all([sm, other])
+
+
+def listeners(schema_name: str) -> int:
+    """This schema's LISTEN connections (every instance's)."""
+    import psycopg
+
+    with psycopg.connect(pg_support.DSN, autocommit=True) as conn:
+        row = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name = %s"
+                           " AND query LIKE 'LISTEN %%'", (f"session-manager:{schema_name}"[:63],)).fetchone()
+        return int(row[0]) if row else 0
+
+
+def test_postgres_stops_listening_when_its_last_observer_leaves(pg_schema: str) -> None:
+    # Prevents: an instance whose observers are all gone keeping its listener (two connections,
+    # woken by every append of every instance), and one observing again getting events committed
+    # while nobody observed, or missing the ones after it was added.
+    sm = session_manager.open(store=pg_support.open_store(pg_schema))
+    other = session_manager.open(store=pg_support.open_store(pg_schema))
+    try:
+        outbox = sm.service.store.outbox
+        sid = other.create().session_id
+        first: list[str] = []
+        observations = [sm.observe({"function_id": ADDED}, lambda e: first.append(e["entry_id"])) for _ in range(2)]
+        assert outbox.listening and listeners(pg_schema) == 1
+        other.append(sid, message=text("user", "a"), entry_id="a")
+        wait_for(lambda: first == ["a", "a"], "the observed event")
+        observations[0].dispose()
+        time.sleep(0.7)  # (more than the listener's poll: it would leave by now)
+        assert outbox.listening and listeners(pg_schema) == 1  # one observer left: still listening
+        observations[1].dispose()
+        wait_for(lambda: not outbox.listening and listeners(pg_schema) == 0, "the listener left")
+        other.append(sid, message=text("user", "b"), entry_id="b")  # nobody observes: nobody's event
+        sm.append(sid, message=text("user", "c"), entry_id="c")  # unobserved own call: delivered to nobody
+        second: list[str] = []
+        sm.observe({"function_id": ADDED}, lambda e: second.append(e["entry_id"]))
+        assert outbox.listening and listeners(pg_schema) == 1
+        other.append(sid, message=text("user", "d"), entry_id="d")
+        sm.append(sid, message=text("user", "e"), entry_id="e")
+        wait_for(lambda: len(second) >= 2, "the events after observing again")
+        time.sleep(0.5)  # (nothing replayed may follow: a short grace for it to show)
+        assert second == ["d", "e"]
+        assert first == ["a", "a"]
+        assert path_ids(sm, sid) == ["a", "b", "c", "d", "e"]
+    finally:
+        close_all([sm, other])
+
+
+def test_sqlite_stops_following_when_its_last_observer_leaves(tmp_path: Path) -> None:
+    # Prevents: a store whose observers are all gone still polling and registered as a reader
+    # (so every other process keeps writing outbox rows for it), and one observing again getting
+    # events committed while nobody observed, or missing the ones after it was added.
+    import sqlite3
+
+    uri = f"sqlite:///{tmp_path / 'f.db'}"
+    sm, other = session_manager.open(uri), session_manager.open(uri)
+    try:
+        instance = sm.service.store.db.instance
+
+        def readers() -> int:
+            with sqlite3.connect(tmp_path / "f.db") as conn:
+                return int(conn.execute("SELECT count(*) FROM readers WHERE instance = ?", (instance,)).fetchone()[0])
+
+        sid = other.create().session_id
+        first: list[str] = []
+        obs = sm.observe({"function_id": ADDED}, lambda e: first.append(e["entry_id"]))
+        assert readers() == 1
+        other.append(sid, message=text("user", "a"), entry_id="a")
+        wait_for(lambda: first == ["a"], "the observed event")
+        obs.dispose()
+        wait_for(lambda: readers() == 0 and sm.service.store.outbox._thread is None, "the follower left")
+        other.append(sid, message=text("user", "b"), entry_id="b")  # nobody observes: no row, nobody's event
+        second: list[str] = []
+        sm.observe({"function_id": ADDED}, lambda e: second.append(e["entry_id"]))
+        assert readers() == 1
+        other.append(sid, message=text("user", "c"), entry_id="c")
+        sm.append(sid, message=text("user", "d"), entry_id="d")
+        wait_for(lambda: len(second) >= 2, "the events after observing again")
+        time.sleep(0.3)  # (nothing replayed may follow: a short grace for it to show)
+        assert second == ["c", "d"]
+        assert first == ["a"]
+        assert path_ids(sm, sid) == ["a", "b", "c", "d"]
+    finally:
+        close_all([sm, other])

@@ -122,6 +122,7 @@ class Outbox:
         self._stop = threading.Event()
         self._listening = threading.Event()
         self._wanted_now = threading.Event()  # ready() was called (or close()): connect without delay
+        self._idle = False  # idle() asked the listener to stop (nobody wants events): it leaves at its next poll
         self._thread: threading.Thread | None = None
         self._last_prune = 0.0
         self._pruning: threading.Thread | None = None  # the pruner of an instance that writes, not listening
@@ -289,12 +290,34 @@ class Outbox:
         unreachable server leaves the listener retrying in the background). Starts the
         listener if a sink was given but it does not run yet (nobody observed so far)."""
         with self.subscribers.lock:
+            self._idle = False  # (a listener about to leave stays)
             if self._thread is None and self.subscribers.count():
                 self._wanted_now.set()  # (no start delay: a host waits for it)
                 self._start()
         if self._thread is not None:
             self._wanted_now.set()
             self._listening.wait(timeout=self._db.settings.connect_timeout_ms / 1000 + 1)
+
+    def idle(self) -> None:
+        """No sink wants any event function (the embedded host's last observer left): the
+        listener leaves at its next poll (its connections closed, its wake-up per append
+        gone), unless :meth:`ready` comes first; a later :meth:`ready` starts a new one,
+        which, as the first, delivers only what is committed from then on."""
+        with self.subscribers.lock:
+            if self._thread is not None and not self._stop.is_set() and not self.subscribers.wanting():
+                self._idle = True
+
+    def _leave(self) -> bool:
+        """Stop the listener if :meth:`idle` asked and :meth:`ready` did not come since (on its thread)."""
+        with self.subscribers.lock:
+            if not self._idle or self._stop.is_set():
+                return False
+            self._idle = False
+            self._lost()  # (calls waiting for their turn deliver at once)
+            self._thread = None
+            self._high = -1  # the next listener starts from its own connection: nothing replayed
+            self._seen.clear()
+            return True
 
     @property
     def listening(self) -> bool:
@@ -333,6 +356,8 @@ class Outbox:
         # two handshakes.
         self._wanted_now.wait(START_DELAY_S)
         while not self._stop.is_set():
+            if self._idle and self._leave():
+                return
             try:
                 listen, fetch = self._connect_pair()
                 with listen, fetch:
@@ -342,6 +367,8 @@ class Outbox:
                     backoff = 0.1
                     self._listening.set()
                     while not self._stop.is_set():
+                        if self._idle and self._leave():
+                            return  # (the connections closed on the way out)
                         # Back as soon as something arrives (with whatever came in the same packet).
                         notes = [note.payload for note in listen.notifies(timeout=POLL_S, stop_after=1)]
                         if notes:
@@ -577,10 +604,12 @@ class Outbox:
         listeners' pace until the listener starts or the store closes, each time on a
         connection of its own (the callers' pool neither waits for it nor grows). It sleeps
         between prunes: an append costs it nothing."""
-        if self._pruning is not None or self._db.settings.read_only:
+        pruning = self._pruning
+        if (pruning is not None and pruning.is_alive()) or self._db.settings.read_only:
             return
-        with self.subscribers.lock:
-            if self._pruning is None and self._thread is None and not self._stop.is_set():
+        with self.subscribers.lock:  # (a pruner ended when a listener started; one left since)
+            if (self._pruning is None or not self._pruning.is_alive()) and self._thread is None \
+                    and not self._stop.is_set():
                 self._pruning = threading.Thread(target=self._prune_while_unheard,
                                                  name="session-manager-outbox-prune", daemon=True)
                 self._pruning.start()

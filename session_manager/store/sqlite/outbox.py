@@ -117,6 +117,7 @@ class Outbox:
         self._in_flight_lock = threading.Lock()
         self.held = False  # the follower left rows for after a call's own events (read again next poll)
         self._watch: StateWatch | None = None  # a read-only store's follower (no reader row)
+        self._idle = False  # idle() asked the follower to stop (nobody wants events): it leaves at its next poll
         # Tests only: called on the calling thread right after a call's COMMIT, before its own
         # events are handed on (another process's commit can be made to land in that window).
         self.after_commit: Callable[[], None] | None = None
@@ -243,12 +244,35 @@ class Outbox:
         if self._db.read_only:
             return
         with self.subscribers.lock:
+            self._idle = False  # (a follower about to leave stays)
             if self._thread is None and self.subscribers.count() and not self._stop.is_set():
                 self._start()
 
+    def idle(self) -> None:
+        """No sink wants any event function (the embedded host's last observer left): the
+        follower leaves at its next poll and drops its reader row (writers stop writing
+        rows for it), unless :meth:`ready` comes first; a later :meth:`ready` registers
+        again, from the last committed row. (A read-only store's watch stops comparing by
+        itself once nobody observes.)"""
+        with self.subscribers.lock:
+            if self._thread is not None and not self._stop.is_set() and not self.subscribers.wanting():
+                self._idle = True
+
+    def _leave(self, conn: sqlite3.Connection) -> bool:
+        """Stop following if :meth:`idle` asked and :meth:`ready` did not come since (on its thread)."""
+        with self.subscribers.lock:
+            if not self._idle or self._stop.is_set():
+                return False
+            self._idle = False
+            self._thread = None
+            with contextlib.suppress(sqlite3.Error):  # else pruned after the retention all the same
+                conn.execute("DELETE FROM readers WHERE instance = ?", (self._db.instance,))
+            return True
+
     def _start(self) -> None:
         # Registered before subscribe returns: every commit after it reaches the sink.
-        self._conn = self._db.connect()
+        if self._conn is None:  # (a follower started again after idle() reuses it)
+            self._conn = self._db.connect()
         self._register(self._conn, load_known=True)
         self._thread = threading.Thread(target=self._run, name="session-manager-sqlite-outbox", daemon=True)
         self._thread.start()
@@ -289,6 +313,8 @@ class Outbox:
         clock = _Clock(time.monotonic())
         failing = ""
         while not self._stop.wait(self._poll_s):
+            if self._idle and self._leave(conn):
+                return
             try:
                 self._poll(conn, clock)
                 failing = ""
