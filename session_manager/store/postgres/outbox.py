@@ -539,7 +539,7 @@ class Outbox:
         :class:`Turn`, ``"wait"`` (a call still running may be it), ``"fetch"`` (its first
         row says which), or ``"skip"`` (none is). Only calls noted before it was heard
         can be it (a call is noted before it sends anything)."""
-        running = False
+        running = bound = False  # a call still running may be it; one that waits for its turn
         found: list[Turn] = []
         stale = time.monotonic() - 2 * TURN_WAIT_S
         for t in list(self._calls):
@@ -549,11 +549,14 @@ class Outbox:
                 continue
             elif t.first is None:
                 running = True
+                bound = bound or not t.free
             elif not t.given and t.signature == signature and (exact is None or t.first == exact):
                 found.append(t)
         if not found:
             return "wait" if running else "skip"
         if exact is not None or (len(found) == 1 and not running):
+            return found[0]
+        if not bound and all(t.free for t in found):  # (free calls deliver nothing ordered: any of them will do)
             return found[0]
         return "fetch"
 
