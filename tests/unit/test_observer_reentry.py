@@ -418,3 +418,25 @@ def test_sqlite_stops_following_when_its_last_observer_leaves(tmp_path: Path) ->
         assert path_ids(sm, sid) == ["a", "b", "c", "d"]
     finally:
         close_all([sm, other])
+
+
+@pytest.mark.parametrize("opener", ["sqlite", "postgres"], indirect=True)
+def test_an_observer_closing_its_manager_on_another_instances_event(
+        opener: Opener, caplog: pytest.LogCaptureFixture) -> None:
+    # Prevents: close() from an observer running on the store's follower (sqlite) failing
+    # ("cannot join current thread") and leaving the store half closed.
+    sm, other = opener(), opener()
+    sid = other.create().session_id
+    closed = threading.Event()
+
+    def on_added(e: dict[str, Any]) -> None:
+        sm.close()
+        closed.set()
+
+    sm.observe({"function_id": ADDED}, on_added)
+    other.append(sid, message=text("user", "bye"), entry_id="bye")
+    wait_for(closed.is_set, "the observer closed its manager")
+    with pytest.raises(RuntimeError, match="closed"):
+        sm.append(sid, message=text("user", "late"))
+    assert path_ids(other, sid) == ["bye"]
+    assert not [r for r in caplog.records if "failed" in r.getMessage()]

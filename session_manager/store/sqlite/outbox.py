@@ -300,7 +300,7 @@ class Outbox:
         if self._watch is not None:
             self._watch.close()
         thread, conn = self._thread, self._conn
-        if thread is not None:
+        if thread is not None and thread is not threading.current_thread():  # (an observer it runs may close)
             thread.join(timeout=5.0)
         if conn is not None:
             with contextlib.suppress(sqlite3.Error):  # else pruned after the retention all the same
@@ -334,6 +334,8 @@ class Outbox:
         if current != clock.version or self.held:
             clock.version = current
             self._serial.submit(self._follow_now)
+            if self._stop.is_set():  # (an observer it ran closed the store)
+                return
         every = min(BEAT_S, self._retention_ms / 4000)
         if now - clock.beat < every:
             return
