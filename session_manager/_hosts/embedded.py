@@ -13,6 +13,7 @@ import logging
 import os
 import threading
 from collections.abc import Callable
+from functools import partial
 from types import TracebackType
 from typing import Any
 
@@ -29,6 +30,7 @@ from ..errors import STORAGE, SessionError, StoreError, invalid_request
 from ..ids import IdGen
 from ..store.base import SessionStore
 from ..store.fs import DEFAULT_CACHE_BYTES, Durability, FsStore
+from ..store.serial import Serial
 from .gate import CallGate
 from .helpers import Helpers
 from .pipeline import execute, same, serve
@@ -114,6 +116,13 @@ class Observation:
         self._owner._remove(self)
 
 
+def _hand(observers: list[Observation], events: list[Event]) -> None:
+    for event in events:
+        for observation in observers:
+            if observation.function_id == event.function_id:
+                observation.deliver(event)
+
+
 class SessionManager(Helpers):
     """An open session store: ``call`` functions, ``observe`` events, ``close``.
 
@@ -126,6 +135,8 @@ class SessionManager(Helpers):
         self.service = service
         self._observers: list[Observation] = []
         self._lock = threading.Lock()
+        self._serial = Serial()  # the observers' deliveries, one at a time (see store/serial.py)
+        self._adding = 0  # observe() calls between events_ready() and their observer's registration
         # Calls in flight, so close() releases the store only once they are done (the
         # rule the iii host's shutdown shares). _depth counts this thread's own calls
         # delivering events (close() from an observer must not wait for the call that runs it).
@@ -319,22 +330,34 @@ class SessionManager(Helpers):
         except FilterError as e:
             raise ValueError(f"invalid filters: {e}") from None
         observation = Observation(self, function_id, compiled.matches, handler)
-        # Other instances' events from now on reach it (a postgres listener connecting
-        # in the background since open is waited for here, not at open).
-        self.service.store.events_ready()
         with self._lock:
+            self._adding += 1  # (counted as observed meanwhile: a concurrent last dispose stops no follower)
+        try:
+            # Other instances' events from now on reach it (a postgres listener connecting
+            # in the background since open is waited for here, not at open).
+            self.service.store.events_ready()
+        except BaseException:
+            with self._lock:
+                self._adding -= 1
+            raise
+        with self._lock:
+            self._adding -= 1
             self._observers.append(observation)
         self.service.store.observing()  # (a polling store's baseline: changes from now on are events)
         return observation
 
     def _remove(self, observation: Observation) -> None:
         with self._lock:
-            if observation in self._observers:
-                self._observers.remove(observation)
+            if observation not in self._observers:
+                return
+            self._observers.remove(observation)
+            last = not self._observers and not self._adding
+        if last:  # (a store following other instances for them stops: no wake-up per append)
+            self.service.store.events_idle()
 
     def is_observed(self, function_id: str) -> bool:
         with self._lock:
-            return any(o.function_id == function_id for o in self._observers)
+            return self._adding > 0 or any(o.function_id == function_id for o in self._observers)
 
     def publish(self, events: list[Event]) -> None:
         # Unlocked emptiness check: an observer registered during a call has no claim on its events.
@@ -342,10 +365,9 @@ class SessionManager(Helpers):
             return
         with self._lock:
             observers = list(self._observers)
-        for event in events:
-            for observation in observers:
-                if observation.function_id == event.function_id:
-                    observation.deliver(event)
+        # One delivery at a time, in order, never waiting on an observer running elsewhere: a
+        # call an observer makes (or waits for on another thread) is delivered after this one.
+        self._serial.submit(partial(_hand, observers, events))
 
     # -- lifetime -------------------------------------------------------------
 

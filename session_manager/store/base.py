@@ -171,6 +171,11 @@ class SessionStore(ABC):
         embedded host's before its first observer, starts nothing) starts following
         here. The default is ready when :meth:`subscribe` returns."""
 
+    def events_idle(self) -> None:  # noqa: B027 - optional hook
+        """A host's last observer left: a store that follows other instances only for
+        some sink (postgres, sqlite) stops following once no sink wants any event
+        function (:meth:`events_ready` starts it again). The default follows nothing."""
+
     def observing(self) -> None:  # noqa: B027 - optional hook
         """A host just added an observer: a store that finds other processes' changes by
         comparing states (a read-only fs open) takes the state they are compared with now,

@@ -83,6 +83,7 @@ from ..._wire.events import EVENT_FUNCTIONS, Event
 from .._core.codec import encode_line as encode_json
 from .._core.codec import loads
 from ..base import EventSink
+from ..serial import Serial
 from ..sql.outbox import Subscribers
 
 if TYPE_CHECKING:
@@ -153,6 +154,7 @@ class Outbox:
         self._stop = threading.Event()
         self._listening = threading.Event()
         self._wanted_now = threading.Event()  # ready() was called (or close()): connect without delay
+        self._idle = False  # idle() asked the listener to stop (nobody wants events): it leaves at its next poll
         self._thread: threading.Thread | None = None
         self._last_prune = 0.0
         self._pruning: threading.Thread | None = None  # the pruner of an instance that writes, not listening
@@ -164,12 +166,15 @@ class Outbox:
         self._calls: list[Turn] = []
         self._turns = threading.Condition()
         self._generation = 0  # counts the listener's disconnections (a waiting call's note may be lost)
-        self._local = threading.local()  # .delivering: a call's own events being handed on (nested: no turn)
         # Its registration (see "Who is owed events"): renewed every _beat_s, valid for _life_s
         # from when it was sent (the server counts from later); the last one sent, in monotonic time.
         self._beat_s = min(BEAT_MAX_S, max(POLL_S, retention_s / 4))
         self._life_s = retention_s + max(4 * self._beat_s, 10 * POLL_S)
         self._beat_ok: float | None = None
+        # Deliveries, one at a time in stream order. The listener only queues them (a background
+        # thread of the serial runs them): calls wait on the listener, so it never waits on an
+        # observer (one may make a call, or wait for a thread that does).
+        self._serial = Serial("session-manager-outbox-delivery")
 
     @property
     def known(self) -> KnownSessions:
@@ -236,20 +241,25 @@ class Outbox:
 
     # -- a call's own events in commit order with the others' -------------------------
 
-    def begin_call(self) -> Turn | None:
+    def begin_call(self, free: bool = False) -> Turn | None:
         """Note an observed call about to run (before anything is sent): the listener
         holds back every notification after this instance's next own one until the call
         knows its events (:meth:`await_turn`) or ends (:meth:`end_call`). ``None`` when
         there is no stream to order with (the listener is not connected). A call on the
-        listener's thread or inside a call's own delivery (an observer's call) waits
-        for no turn (it would wait for itself, or for the delivery the listener waits
-        on): it is *free*, noted only so that its notification is known for its own and
-        never holds the listener back nor is taken for another call's."""
-        if not self._listening.is_set():
+        listener's thread waits for no turn (it would wait for itself): it is *free*, noted
+        only so that its notification is known for its own and never holds the listener
+        back nor is taken for another call's. (An observer's call waits for its turn as any:
+        the listener runs no observer, so it reaches the call's notification.) A call nobody
+        observes is ``free`` too, once the listener runs: its notification, claimed by no
+        turn, would else be taken for an observed call's with the same functions (handing
+        that call its turn early) or hold the listener until no call could claim it."""
+        if self._thread is None:  # (nothing listens: no stream, nothing to note)
             return None
-        free = threading.current_thread() is self._thread or getattr(self._local, "delivering", False)
-        turn = Turn(self._generation, free)
-        with self._turns:
+        free = free or threading.current_thread() is self._thread
+        with self._turns:  # (with _lost: a turn noted while listening is released when it stops)
+            if not self._listening.is_set() and not free:
+                return None
+            turn = Turn(self._generation, free)
             self._calls.append(turn)
         return turn
 
@@ -274,16 +284,15 @@ class Outbox:
                     return
                 self._turns.wait(left)
 
-    def deliver_own(self, deliver: EventSink, events: list[Event]) -> None:
-        """Hand a call's own events to ``deliver`` (calls its observers make are not ordered:
-        the listener waits for this delivery to end)."""
-        local = self._local
-        outer = getattr(local, "delivering", False)
-        local.delivering = True
-        try:
-            deliver(events)
-        finally:
-            local.delivering = outer
+    def queue_own(self, deliver: EventSink, events: list[Event]) -> None:
+        """Queue a call's own events for ``deliver`` at its turn's place (after what the listener
+        queued before it; the listener goes on once :meth:`end_call` says so): :meth:`drain`
+        runs the queue."""
+        self._serial.put(functools.partial(deliver, events))
+
+    def drain(self) -> None:
+        """Run the queued deliveries here, unless a thread runs them already (it runs ours)."""
+        self._serial.drain()
 
     def end_call(self, turn: Turn) -> None:
         """The call is over (its events handed on, or it failed): the listener goes on
@@ -318,12 +327,34 @@ class Outbox:
         unreachable server leaves the listener retrying in the background). Starts the
         listener if a sink was given but it does not run yet (nobody observed so far)."""
         with self.subscribers.lock:
+            self._idle = False  # (a listener about to leave stays)
             if self._thread is None and self.subscribers.count():
                 self._wanted_now.set()  # (no start delay: a host waits for it)
                 self._start()
         if self._thread is not None:
             self._wanted_now.set()
             self._listening.wait(timeout=self._db.settings.connect_timeout_ms / 1000 + 1)
+
+    def idle(self) -> None:
+        """No sink wants any event function (the embedded host's last observer left): the
+        listener leaves at its next poll (its connections closed, its wake-up per append
+        gone), unless :meth:`ready` comes first; a later :meth:`ready` starts a new one,
+        which, as the first, delivers only what is committed from then on."""
+        with self.subscribers.lock:
+            if self._thread is not None and not self._stop.is_set() and not self.subscribers.wanting():
+                self._idle = True
+
+    def _leave(self) -> bool:
+        """Stop the listener if :meth:`idle` asked and :meth:`ready` did not come since (on its thread)."""
+        with self.subscribers.lock:
+            if not self._idle or self._stop.is_set():
+                return False
+            self._idle = False
+            self._lost()  # (calls waiting for their turn deliver at once)
+            self._thread = None
+            self._high = -1  # the next listener starts from its own connection: nothing replayed
+            self._seen.clear()
+            return True
 
     @property
     def listening(self) -> bool:
@@ -334,6 +365,7 @@ class Outbox:
         """Stop the listener (woken by an empty notification, not left to its poll)."""
         self._stop.set()
         self._wanted_now.set()
+        self._serial.close()
         pruning = self._pruning
         if pruning is not None:
             pruning.join(timeout=self._db.settings.connect_timeout_ms / 1000 + 1)
@@ -361,6 +393,8 @@ class Outbox:
         # two handshakes.
         self._wanted_now.wait(START_DELAY_S)
         while not self._stop.is_set():
+            if self._idle and self._leave():
+                return
             try:
                 listen, fetch = self._connect_pair()
                 with listen, fetch:
@@ -372,6 +406,8 @@ class Outbox:
                     backoff = 0.1
                     self._listening.set()
                     while not self._stop.is_set():
+                        if self._idle and self._leave():
+                            return  # (the connections closed on the way out)
                         # Back as soon as something arrives (with whatever came in the same packet).
                         notes = [note.payload for note in listen.notifies(timeout=POLL_S, stop_after=1)]
                         if notes:
@@ -436,8 +472,8 @@ class Outbox:
     def _lost(self) -> None:
         """The listener stopped (or lost its connection): the notifications of the calls
         waiting for their turn may never come; they hand their events on now."""
-        self._listening.clear()
         with self._turns:
+            self._listening.clear()
             self._generation += 1
             self._calls = [t for t in self._calls if not (t.free and t.done)]  # (their notifications: lost)
             self._turns.notify_all()
@@ -587,7 +623,7 @@ class Outbox:
         :class:`Turn`, ``"wait"`` (a call still running may be it), ``"fetch"`` (its first
         row says which), or ``"skip"`` (none is). Only calls noted before it was heard
         can be it (a call is noted before it sends anything)."""
-        running = False
+        running = bound = False  # a call still running may be it; one that waits for its turn
         found: list[Turn] = []
         stale = time.monotonic() - 2 * TURN_WAIT_S
         for t in list(self._calls):
@@ -597,11 +633,14 @@ class Outbox:
                 continue
             elif t.first is None:
                 running = True
+                bound = bound or not t.free
             elif not t.given and t.signature == signature and (exact is None or t.first == exact):
                 found.append(t)
         if not found:
             return "wait" if running else "skip"
         if exact is not None or (len(found) == 1 and not running):
+            return found[0]
+        if not bound and all(t.free for t in found):  # (free calls deliver nothing ordered: any of them will do)
             return found[0]
         return "fetch"
 
@@ -621,7 +660,7 @@ class Outbox:
             if instance != self._db.instance:
                 events.append(Event(function_id, loads(payload.encode("utf-8"))))
         if events:
-            self.subscribers.publish(events)
+            self._serial.hand_off(functools.partial(self.subscribers.publish, events))
 
     def _mark_seen(self, oid: int) -> None:
         self._seen[oid] = None
@@ -632,7 +671,9 @@ class Outbox:
         log.warning("event listener was away longer than the outbox retention; resyncing")
         # Known sessions taken before the resync lists the store (see KnownSessions.snapshot).
         known = self.known.snapshot()
-        self.subscribers.resync(self._state, known, int(time.time() * 1000))  # one session at a time
+        now = int(time.time() * 1000)
+        # One session at a time, run by the delivery thread after what was queued before.
+        self._serial.hand_off(functools.partial(self.subscribers.resync, self._state, known, now))
 
     def _maybe_prune(self, fetch: psycopg.Connection[Any]) -> bool:
         """Prune when due; True if it did (the server answered)."""
@@ -650,10 +691,12 @@ class Outbox:
         listeners' pace until the listener starts or the store closes, each time on a
         connection of its own (the callers' pool neither waits for it nor grows). It sleeps
         between prunes: an append costs it nothing."""
-        if self._pruning is not None or self._db.settings.read_only:
+        pruning = self._pruning
+        if (pruning is not None and pruning.is_alive()) or self._db.settings.read_only:
             return
-        with self.subscribers.lock:
-            if self._pruning is None and self._thread is None and not self._stop.is_set():
+        with self.subscribers.lock:  # (a pruner ended when a listener started; one left since)
+            if (self._pruning is None or not self._pruning.is_alive()) and self._thread is None \
+                    and not self._stop.is_set():
                 self._pruning = threading.Thread(target=self._prune_while_unheard,
                                                  name="session-manager-outbox-prune", daemon=True)
                 self._pruning.start()

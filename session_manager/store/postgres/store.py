@@ -72,22 +72,25 @@ class PostgresStore(SqlStore):
         (issue 23): noted in flight before anything is sent, the call waits for the
         listener to reach its own notification (every event committed before it handed
         on) and delivers while the listener holds back what was committed after it
-        (:meth:`.outbox.Outbox.begin_call`). Nobody observing: nothing of this."""
+        (:meth:`.outbox.Outbox.begin_call`). Nobody observing: nothing of this (once the
+        listener runs, the call is noted, free, so its notification is known for its own)."""
         local = self.db.local
         turn = None
-        if deliver is not None and not local.deferring and local.tx is None:
-            turn = self.outbox.begin_call()
+        if not local.deferring and local.tx is None:  # (unobserved: free, its notification known for its own)
+            turn = self.outbox.begin_call(free=deliver is None)
         if turn is None:
             return super().run_and_deliver(call, deliver)
-        assert deliver is not None
         outbox = self.outbox
         try:
             response, events = self.run_call(call)
             if events:
                 outbox.await_turn(turn, events)
-                outbox.deliver_own(deliver, events)
+                if deliver is not None:
+                    outbox.queue_own(deliver, events)  # its place in the order, before the listener goes on
         finally:
             outbox.end_call(turn)
+        if deliver is not None:
+            outbox.drain()
         return response, events
 
     # -- what only this adapter has --------------------------------------------------

@@ -16,7 +16,7 @@ import logging
 import threading
 from collections.abc import Callable
 
-from ..._wire.events import ON_CREATED, ON_DELETED, ON_META_UPDATED, Event
+from ..._wire.events import EVENT_FUNCTIONS, ON_CREATED, ON_DELETED, ON_META_UPDATED, Event
 from ..base import EventSink, Meta
 from ..resync import KnownSessions, StateSource, resync_batches
 
@@ -54,6 +54,10 @@ class Subscribers:
     def count(self) -> int:
         """How many sinks there are (the caller holds :attr:`lock`)."""
         return len(self._sinks)
+
+    def wanting(self) -> bool:
+        """Whether some sink wants some event function (the caller holds :attr:`lock`)."""
+        return any(w is None or any(w(f) for f in EVENT_FUNCTIONS) for _, w in self._sinks)
 
     def wanted(self, function_id: str, wants: list[Callable[[str], bool] | None]) -> bool:
         """Whether an event of ``function_id`` is worth handing on (``wants``: :meth:`filters`)."""

@@ -76,6 +76,8 @@ class Follower(Protocol):
 
     def ready(self) -> None: ...
 
+    def idle(self) -> None: ...
+
     def close(self) -> None: ...
 
 
@@ -144,6 +146,9 @@ class SqlStore(SessionStore):
 
     def events_ready(self) -> None:
         self.outbox.ready()
+
+    def events_idle(self) -> None:
+        self.outbox.idle()
 
     def list_metas(self) -> list[Meta]:
         return self.reads.list_metas()

@@ -42,6 +42,7 @@ no outbox rows: :meth:`Outbox.subscribe` hands its sinks to a
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import sqlite3
@@ -55,6 +56,7 @@ from ..._wire.events import EVENT_FUNCTIONS, ON_MESSAGE_UPDATED, Event
 from .._core.codec import encode_line as encode_json
 from .._core.codec import loads
 from ..base import EventSink
+from ..serial import Serial
 from ..sql.outbox import Subscribers
 from .watch import StateWatch
 
@@ -104,10 +106,10 @@ class Outbox:
         self._thread: threading.Thread | None = None
         self._conn: sqlite3.Connection | None = None
         self._seq = 0  # the highest sequence handed on (or skipped)
-        # Held while rows are handed on (by the follower, or by a call catching up before its
-        # own events, then handing those on): one sequence, never two deliveries of a row,
-        # never out of order.
-        self._delivering = threading.RLock()
+        # Rows are handed on (by the follower, or by a call catching up before its own events,
+        # then handing those on) one delivery at a time, in order, and no thread waits for
+        # another's (an observer may call back into the store, or wait for a thread that does).
+        self._serial = Serial("session-manager-sqlite-delivery")
         # The positions (the sequence every commit before it reached) of this store's calls
         # committing or committed whose events are not handed on yet: the follower hands on
         # no row past the lowest (a later commit). Noted before the COMMIT, under the write lock.
@@ -115,6 +117,7 @@ class Outbox:
         self._in_flight_lock = threading.Lock()
         self.held = False  # the follower left rows for after a call's own events (read again next poll)
         self._watch: StateWatch | None = None  # a read-only store's follower (no reader row)
+        self._idle = False  # idle() asked the follower to stop (nobody wants events): it leaves at its next poll
         # Tests only: called on the calling thread right after a call's COMMIT, before its own
         # events are handed on (another process's commit can be made to land in that window).
         self.after_commit: Callable[[], None] | None = None
@@ -183,18 +186,37 @@ class Outbox:
             return
         if self.after_commit is not None:
             self.after_commit()
-        with self._delivering:
+        self._serial.submit(functools.partial(self._hand_own, events, before, deliver))
+
+    def _hand_own(self, events: list[Event], before: int, deliver: EventSink | None) -> None:
+        """A call's delivery (on whichever thread runs the serial's queue)."""
+        try:
             try:
-                try:
-                    if before > self._seq:
-                        self._follow(conn, upto=before)
-                except sqlite3.Error as e:  # the mutation stands; the follower hands those rows on instead
-                    log.warning("sqlite: catching up before a call's own events failed: %s", e)
-                self.known.note(events)
-                if deliver is not None:
-                    deliver(events)
-            finally:
-                self._land(before)
+                if before > self._seq:
+                    self._follow(self._reader(), upto=before)
+            except sqlite3.Error as e:  # the mutation stands; the follower hands those rows on instead
+                log.warning("sqlite: catching up before a call's own events failed: %s", e)
+            self.known.note(events)
+            if deliver is not None:
+                deliver(events)
+        finally:
+            self._land(before)
+
+    def _reader(self) -> sqlite3.Connection:
+        """The connection of the thread running a delivery (the follower's own, else the
+        thread's: a delivery runs between calls, never inside one's transaction)."""
+        if threading.current_thread() is self._thread and self._conn is not None:
+            return self._conn
+        return self._db.conn()
+
+    def _follow_now(self) -> None:
+        """The follower's delivery: what was committed since (a failure retried next poll)."""
+        self.held = False
+        try:
+            self._follow(self._reader())
+        except sqlite3.Error as e:
+            self.held = True
+            log.warning("sqlite outbox follower of %s: %s; retrying", self._db.file, e)
 
     # -- the following side -----------------------------------------------------
 
@@ -222,12 +244,35 @@ class Outbox:
         if self._db.read_only:
             return
         with self.subscribers.lock:
+            self._idle = False  # (a follower about to leave stays)
             if self._thread is None and self.subscribers.count() and not self._stop.is_set():
                 self._start()
 
+    def idle(self) -> None:
+        """No sink wants any event function (the embedded host's last observer left): the
+        follower leaves at its next poll and drops its reader row (writers stop writing
+        rows for it), unless :meth:`ready` comes first; a later :meth:`ready` registers
+        again, from the last committed row. (A read-only store's watch stops comparing by
+        itself once nobody observes.)"""
+        with self.subscribers.lock:
+            if self._thread is not None and not self._stop.is_set() and not self.subscribers.wanting():
+                self._idle = True
+
+    def _leave(self, conn: sqlite3.Connection) -> bool:
+        """Stop following if :meth:`idle` asked and :meth:`ready` did not come since (on its thread)."""
+        with self.subscribers.lock:
+            if not self._idle or self._stop.is_set():
+                return False
+            self._idle = False
+            self._thread = None
+            with contextlib.suppress(sqlite3.Error):  # else pruned after the retention all the same
+                conn.execute("DELETE FROM readers WHERE instance = ?", (self._db.instance,))
+            return True
+
     def _start(self) -> None:
         # Registered before subscribe returns: every commit after it reaches the sink.
-        self._conn = self._db.connect()
+        if self._conn is None:  # (a follower started again after idle() reuses it)
+            self._conn = self._db.connect()
         self._register(self._conn, load_known=True)
         self._thread = threading.Thread(target=self._run, name="session-manager-sqlite-outbox", daemon=True)
         self._thread.start()
@@ -255,7 +300,7 @@ class Outbox:
         if self._watch is not None:
             self._watch.close()
         thread, conn = self._thread, self._conn
-        if thread is not None:
+        if thread is not None and thread is not threading.current_thread():  # (an observer it runs may close)
             thread.join(timeout=5.0)
         if conn is not None:
             with contextlib.suppress(sqlite3.Error):  # else pruned after the retention all the same
@@ -268,6 +313,8 @@ class Outbox:
         clock = _Clock(time.monotonic())
         failing = ""
         while not self._stop.wait(self._poll_s):
+            if self._idle and self._leave(conn):
+                return
             try:
                 self._poll(conn, clock)
                 failing = ""
@@ -286,9 +333,9 @@ class Outbox:
         current = conn.execute("PRAGMA data_version").fetchone()[0]
         if current != clock.version or self.held:
             clock.version = current
-            with self._delivering:
-                self.held = False
-                self._follow(conn)
+            self._serial.submit(self._follow_now)
+            if self._stop.is_set():  # (an observer it ran closed the store)
+                return
         every = min(BEAT_S, self._retention_ms / 4000)
         if now - clock.beat < every:
             return
@@ -365,6 +412,9 @@ class Outbox:
     def _resync(self, conn: sqlite3.Connection, why: str) -> None:
         log.warning("sqlite outbox follower of %s: %s; resyncing", self._db.file, why)
         known = self.known.snapshot()  # taken before the resync lists the store
-        with self._delivering:
-            self._register(conn, load_known=False)
+
+        def resync() -> None:
+            self._register(self._reader(), load_known=False)
             self.subscribers.resync(self._state, known, now_ms())
+
+        self._serial.submit(resync)

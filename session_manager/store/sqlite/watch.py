@@ -110,6 +110,7 @@ class StateWatch:
         while not self._stop.wait(self._poll_s):
             try:
                 conn = self._db.conn()  # this thread's read-only connection
+                events: list[Event] = []
                 with self._polling:
                     if not self._observed():
                         self._seen = None  # what changes unobserved is nobody's event
@@ -119,7 +120,9 @@ class StateWatch:
                         version = (conn, conn.execute("PRAGMA data_version").fetchone()[0])
                         if self._version is None or self._version[0] is not conn or self._version[1] != version[1]:
                             self._version = version  # (read before the pass's snapshot: nothing slips between)
-                            self._pass(conn, baseline=False)
+                            events = self._pass(conn, baseline=False)
+                if events:  # (outside the lock: an observer may add another, which takes it)
+                    self.subscribers.publish(events)
                 failing = ""
             except sqlite3.Error as e:
                 if str(e) != failing:  # logged once per kind of failure, not once per poll
@@ -130,19 +133,17 @@ class StateWatch:
                     return
                 log.exception("sqlite read-only watch failed; it goes on")
 
-    def _pass(self, conn: sqlite3.Connection, *, baseline: bool) -> None:
-        """Compare the sessions with the state last seen (in one read snapshot); deliver the difference."""
+    def _pass(self, conn: sqlite3.Connection, *, baseline: bool) -> list[Event]:
+        """Compare the sessions with the state last seen (in one read snapshot): the difference to deliver."""
         conn.execute("BEGIN")  # deferred: a read snapshot, no lock
         try:
             events = self._compare(conn)
         finally:
             conn.execute("COMMIT")
         if baseline or not events or self._stop.is_set():
-            return
+            return []
         wants = self.subscribers.filters()
-        wanted = [e for e in events if self.subscribers.wanted(e.function_id, wants)]
-        if wanted:
-            self.subscribers.publish(wanted)
+        return [e for e in events if self.subscribers.wanted(e.function_id, wants)]
 
     def _compare(self, conn: sqlite3.Connection) -> list[Event]:
         seen = self._seen
