@@ -3,7 +3,8 @@
 ``python -m tests.pg_observer_child <schema> <options as JSON>``. Options: ``read_only``,
 ``retention`` (the outbox retention, seconds), ``stop_at_gate`` (the process stops itself,
 SIGSTOP, right after a statement taking the registration's gate returns), ``append`` (a
-session id: append to it in a loop, ``ack <id>`` per acknowledged append, until stdin closes).
+session id: append to it in a loop, ``ack <id>`` per acknowledged append, until stdin closes;
+``tag`` prefixes the ids), ``observe`` (false: observes nothing).
 Prints ``ready`` once its listener is registered, then ``seen <entry id>`` per message-added
 event it observes. Run by tests/unit/test_postgres_observer_attacks.py (also under an older
 release's package, put first on ``sys.path`` by the test).
@@ -52,8 +53,9 @@ def main() -> None:
     if "retention" in options:
         overrides["outbox_retention_s"] = float(options["retention"])
     sm = session_manager.open(store=pg_support.open_store(schema_name, **overrides))
-    sm.observe({"function_id": "session::on-message-added"}, lambda e: say("seen", e["entry_id"]))
-    sm.service.store.events_ready()
+    if options.get("observe", True):
+        sm.observe({"function_id": "session::on-message-added"}, lambda e: say("seen", e["entry_id"]))
+        sm.service.store.events_ready()
     say("ready")
     sid = options.get("append")
     if sid is None:
@@ -63,7 +65,7 @@ def main() -> None:
     threading.Thread(target=lambda: (sys.stdin.read(), done.set()), daemon=True).start()
     i = 0
     while not done.is_set():
-        eid = f"old-{i}"
+        eid = f"{options.get('tag', 'old')}-{i}"
         i += 1
         sm.call("session::append", {"session_id": sid, "entry_id": eid, "message": pg_support.text(eid)})
         say("ack", eid)

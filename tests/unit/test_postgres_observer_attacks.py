@@ -350,3 +350,53 @@ def test_an_upgrade_to_version_9_under_a_running_older_release_loses_no_write_no
         child.kill()
         if new is not None:
             new.close()
+
+
+@pytest.mark.parametrize("read_only", [False, True], ids=["writable", "read-only"])
+def test_observers_registering_amid_appends_from_several_processes_get_all_later_appends_once_in_order(
+        schema: str, read_only: bool) -> None:
+    # Prevents: an append of another process that checked for observers just before a
+    # registration and committed after it unrecorded (a gap), an event twice, or a session's
+    # events out of commit order; three writer processes (observing nothing themselves: their
+    # appends record only for the parent's observers) append to two sessions meanwhile.
+    setup = open_sm(schema)
+    sids = [setup.call("session::create", {"title": f"s{k}"})["session_id"] for k in range(2)]
+    writers = [Child(schema, append=sids[k % 2], tag=f"p{k}", observe=False) for k in range(3)]
+    watchers: list[session_manager.SessionManager] = []
+    try:
+        assert wait_for(lambda: all(len(w.said("ack")) >= 10 for w in writers), 120)
+        rounds: list[tuple[dict[str, list[str]], dict[str, int]]] = []
+        for _ in range(3):
+            seen: dict[str, list[str]] = {sid: [] for sid in sids}
+            watcher = open_sm(schema, read_only=read_only)
+            watchers.append(watcher)
+            watcher.observe({"function_id": ev.ON_MESSAGE_ADDED},
+                            lambda e, seen=seen: seen[e["session_id"]].append(e["entry_id"]))
+            watcher.service.store.events_ready()
+            assert wait_for(lambda watcher=watcher: watcher.service.store.outbox.listening)
+            # Registered: every entry past this length of each chain committed after it.
+            # (one statement, one snapshot: the appends go on meanwhile)
+            counts = dict(_server(f'SELECT session_id, count(*) FROM "{schema}".entries GROUP BY session_id'))
+            rounds.append((seen, {sid: int(counts.get(sid, 0)) for sid in sids}))
+            acked = sum(len(w.said("ack")) for w in writers)
+            assert wait_for(lambda acked=acked: sum(len(w.said("ack")) for w in writers) >= acked + 30, 120)
+        for w in writers:
+            w.end_input()
+        for w in writers:
+            assert w.proc.wait(timeout=120) == 0, w.errors()
+        paths = {sid: check_linear(setup, sid) for sid in sids}
+        assert sorted(e for p in paths.values() for e in p) == sorted(a for w in writers for a in w.said("ack"))
+        for seen, at in rounds:
+            for sid in sids:
+                path = paths[sid]
+                owed = len(path) - at[sid]
+                assert owed > 0, "no append after the registration: the test proves nothing"
+                assert wait_for(lambda seen=seen, sid=sid, owed=owed, path=path:
+                                len(seen[sid]) >= owed and seen[sid][-1] == path[-1], 60), (owed, len(seen[sid]))
+                got = seen[sid]
+                assert got == path[len(path) - len(got):], (len(got), len(path))
+    finally:
+        for w in writers:
+            w.kill()
+        for sm in [*watchers, setup]:
+            sm.close()
