@@ -400,3 +400,30 @@ def test_observers_registering_amid_appends_from_several_processes_get_all_later
             w.kill()
         for sm in [*watchers, setup]:
             sm.close()
+
+
+def test_a_listener_reconnecting_after_its_row_expired_resyncs_though_its_own_clock_says_live(
+        schema: str) -> None:
+    # Prevents: a writable listener that lost its connection judging, on its reconnection, that
+    # its registration never lapsed from its own clock alone: a row the server expired (its
+    # clock stepped forward, or the registration ran late) made appends record nothing, and the
+    # listener replayed rows that were never written instead of resyncing (a silent gap).
+    writer = open_sm(schema)
+    watcher = open_sm(schema)  # (the default retention: its next renewal is many seconds away)
+    try:
+        seen: list[str] = []
+        watcher.observe({"function_id": ev.ON_MESSAGE_ADDED}, lambda e: seen.append(e["entry_id"]))
+        watcher.service.store.events_ready()
+        assert wait_for(lambda: watcher.service.store.outbox.listening)
+        sid = writer.call("session::create", {"title": "t"})["session_id"]
+        _server(f'UPDATE "{schema}".observers SET expires = now() - interval \'1 second\'')  # expired
+        writer.call("session::append", {"session_id": sid, "entry_id": "gap", "message": text("gap")})
+        assert _outbox(schema) == []  # recorded for nobody
+        assert wait_for(lambda: _terminate_listener(schema) > 0)
+        assert wait_for(lambda: _observers(schema) == [watcher.service.store.db.instance])  # back
+        writer.call("session::append", {"session_id": sid, "entry_id": "next", "message": text("next")})
+        assert wait_for(lambda: "next" in seen)
+        assert "gap" in seen and seen.count("next") == 1  # (the resync told it)
+    finally:
+        writer.close()
+        watcher.close()

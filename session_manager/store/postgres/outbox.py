@@ -107,9 +107,13 @@ PRUNE = ("WITH gone AS (DELETE FROM observers WHERE expires < now())"
 # holds the gate while it waits on this process (a stopped or cut-off listener would stall every
 # append behind its registration until its connection died).
 _GATE = "SELECT pg_advisory_xact_lock(hashtext(current_schema()), 1)"
-_REGISTER = (_GATE + "; INSERT INTO observers (instance, expires)"
-             " VALUES ({instance}, now() + make_interval(secs => {life}))"
-             " ON CONFLICT (instance) DO UPDATE SET expires = EXCLUDED.expires")
+# It answers whether its previous row was still live once the gate was held (by the server's
+# clock: the listener's own may not tell an expiry the server saw, e.g. after a clock step).
+_REGISTER = (_GATE + "; WITH old AS (SELECT expires > clock_timestamp() AS live FROM observers"
+             " WHERE instance = {instance})"
+             " INSERT INTO observers (instance, expires) VALUES ({instance}, now() + make_interval(secs => {life}))"
+             " ON CONFLICT (instance) DO UPDATE SET expires = EXCLUDED.expires"
+             " RETURNING coalesce((SELECT live FROM old), false)")
 # A renewal is a registration too (behind the gate, the expiry checked by the clock once it is
 # held): else one whose transaction began before the row's expiry could renew it after an
 # append that began past that expiry had checked and recorded nothing (an unnoticed gap).
@@ -406,17 +410,21 @@ class Outbox:
     def _register(self, listen: psycopg.Connection[Any], fetch: psycopg.Connection[Any]) -> bool:
         """Register as an observer (see "Who is owed events"); whether the previous
         registration may have lapsed meanwhile (appends may have recorded nothing for this
-        instance: it resyncs rather than replays). A read-only listener's lock went with its
-        lost connection: each reconnect is a lapse."""
+        instance: it resyncs rather than replays): its row was not live when the gate was held
+        (by the server's clock), or its own clock says it may have expired. A read-only
+        listener's lock went with its lost connection: each reconnect is a lapse."""
         before = self._beat_ok
         sent = time.monotonic()
+        live = False
         if self._db.settings.read_only:
             listen.execute(_READ_ONLY_OBSERVER)  # (not held yet: this connection is new)
             listen.execute(_GATE)  # (autocommit: taken and let go in one implicit transaction)
         else:
-            fetch.execute(registration(_REGISTER, self._db.instance, self._life_s))
+            cur = fetch.execute(registration(_REGISTER, self._db.instance, self._life_s))
+            row = cur.fetchone() if cur.nextset() else None  # (the INSERT's answer: the second)
+            live = bool(row and row[0])
         self._beat_ok = sent
-        return before is not None and (self._db.settings.read_only or time.monotonic() - before > self._life_s)
+        return before is not None and (not live or time.monotonic() - before > self._life_s)
 
     def _maybe_renew(self, listen: psycopg.Connection[Any], fetch: psycopg.Connection[Any]) -> None:
         """Renew a writable listener's row when due; a row that may have expired meanwhile
