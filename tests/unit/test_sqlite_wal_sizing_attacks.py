@@ -143,3 +143,30 @@ def test_a_crash_part_way_through_sizing_after_a_switch_from_flush_keeps_every_a
     path, stored, count = chain_ids(uri, sid)
     assert path == [*acked, "after"] and stored == count == 21
     _sound(uri)
+
+
+def test_a_wal_removed_under_a_running_fsync_store_is_never_made_again_by_the_sizing(tmp_path: Path) -> None:
+    # Prevents: the sizing (core.size_wal) creating a WAL file where SQLite's was removed (a
+    # file beside the database that its connections never read: zeros in it, or frames read
+    # from it by a later open), or failing the writes: the connections keep writing their open
+    # WAL, and a clean close checkpoints every acknowledged write into the database.
+    file = tmp_path / "d.db"
+    uri = f"sqlite:///{file}"
+    wal = Path(str(file) + "-wal")
+    with session_manager.open(uri, durability="fsync") as sm:
+        sid = sm.create().session_id
+        for i in range(5):
+            sm.append(sid, message={"role": "user", "content": [{"type": "text", "text": str(i)}], "timestamp": 1},
+                      entry_id=f"e{i}")
+        assert wal.stat().st_size > 0
+        wal.unlink()
+        store: Any = sm.service.store
+        store.db.wal_short = True  # as after a TRUNCATE checkpoint: sized again at the next write
+        for i in range(5, 10):
+            sm.append(sid, message={"role": "user", "content": [{"type": "text", "text": str(i)}], "timestamp": 1},
+                      entry_id=f"e{i}")
+        assert not wal.exists()
+        assert [e["id"] for e in store.path(sid, store.get_leaf(sid))] == [f"e{i}" for i in range(10)]
+    path, stored, count = chain_ids(uri, sid)
+    assert path == [f"e{i}" for i in range(10)] and stored == count == 10
+    _sound(uri)
