@@ -1,8 +1,9 @@
 """Adversarial tests of the sqlite fsync WAL sizing (core.size_wal: zeros written past the WAL's
 end under the write lock): processes of both durabilities on one file, another process's
 TRUNCATE checkpoints, a crash part way through the sizing after a hot switch from flush, with
-another process's snapshot held over it. Every acknowledged write must read back, the file
-must check sound. No timing asserts: waits are bounded only to end a hung test."""
+another process's snapshot held over it; and the append's entries inserted under the session
+key its own read brought, racing another process's delete and re-create. Every acknowledged
+write must read back, the file must check sound. No timing asserts: waits are bounded only to end a hung test."""
 
 from __future__ import annotations
 
@@ -169,4 +170,65 @@ def test_a_wal_removed_under_a_running_fsync_store_is_never_made_again_by_the_si
         assert [e["id"] for e in store.path(sid, store.get_leaf(sid))] == [f"e{i}" for i in range(10)]
     path, stored, count = chain_ids(uri, sid)
     assert path == [f"e{i}" for i in range(10)] and stored == count == 10
+    _sound(uri)
+
+
+_APPEND_THROUGH_DELETES = """
+import sys
+import session_manager
+uri, sid = sys.argv[1], sys.argv[2]
+with session_manager.open(uri, durability=sys.argv[3]) as sm:
+    i = 0
+    for _ in sys.stdin:  # one append per line; the session may be gone meanwhile
+        try:
+            sm.append(sid, message={"role": "user", "content": [{"type": "text", "text": str(i)}], "timestamp": 1},
+                      entry_id=f"a{i}")
+            print("ok", flush=True)
+        except session_manager.SessionError as e:
+            print("refused", e.code, flush=True)
+        i += 1
+"""
+
+
+def test_appends_racing_another_process_deleting_and_recreating_the_session_leave_no_orphan_entries(
+        tmp_path: Path) -> None:
+    # Prevents: an append inserting its entries under a session key (sessions.sk) not read in
+    # its own transaction: after another process deleted the session and made it again under the
+    # same id (a new key), entries under a key no session has, or a count that disagrees.
+    file = tmp_path / "o.db"
+    uri = f"sqlite:///{file}"
+    with session_manager.open(uri) as sm:
+        sid = sm.create().session_id
+    children = [subprocess.Popen([sys.executable, "-c", _APPEND_THROUGH_DELETES, uri, sid, kind], cwd=ROOT,
+                                 text=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+                for kind in ("flush", "fsync")]
+    answers: list[str] = []
+    try:
+        with session_manager.open(uri) as sm:
+            for _ in range(40):
+                for child in children:
+                    assert child.stdin is not None and child.stdout is not None
+                    child.stdin.write("go\n")
+                    child.stdin.flush()
+                sm.call("session::delete", {"session_id": sid})
+                sm.ensure(sid)
+                for child in children:
+                    assert child.stdout is not None
+                    answers.append(child.stdout.readline().strip())
+    finally:
+        for child in children:
+            assert child.stdin is not None
+            child.stdin.close()
+            child.wait(timeout=60)
+    assert all(a == "ok" or a.startswith("refused") for a in answers), answers
+    assert "ok" in answers
+    conn = sqlite3.connect(file)
+    try:
+        orphans = conn.execute("SELECT count(*) FROM entries e"
+                               " WHERE NOT EXISTS (SELECT 1 FROM sessions s WHERE s.sk = e.sk)").fetchone()[0]
+    finally:
+        conn.close()
+    assert orphans == 0
+    path, stored, count = chain_ids(uri, sid)
+    assert len(path) == stored == count
     _sound(uri)
