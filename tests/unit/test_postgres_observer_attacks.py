@@ -427,3 +427,42 @@ def test_a_listener_reconnecting_after_its_row_expired_resyncs_though_its_own_cl
     finally:
         writer.close()
         watcher.close()
+
+
+def test_an_append_that_waited_on_a_registration_records_for_it_under_a_repeatable_read_default(
+        schema: str) -> None:
+    # Prevents: the gate failing where the DSN (or the database) makes repeatable read the
+    # default: the append's snapshot, taken as its CALL began, predates the registration it then
+    # waited for at the gate, so it found no observer and committed after it unrecorded (a gap).
+    from urllib.parse import quote
+
+    import psycopg
+
+    from session_manager.store.postgres import PostgresSettings, PostgresStore
+
+    dsn = pg_support.DSN + ("&" if "?" in pg_support.DSN else "?") + "options=" + quote(
+        "-c default_transaction_isolation=repeatable\\ read")
+    writer = session_manager.open(store=PostgresStore(PostgresSettings(dsn=dsn, schema=schema)))
+    try:
+        sid = writer.call("session::create", {"title": "t"})["session_id"]
+        writer.call("session::append", {"session_id": sid, "entry_id": "warm", "message": text("warm")})
+        done: list[Any] = []
+        with psycopg.connect(pg_support.DSN) as registering:  # a registration, held open at its gate
+            registering.execute(psycopg.sql.SQL("SET search_path TO {}").format(psycopg.sql.Identifier(schema)))
+            registering.execute(outbox._GATE)
+            t = threading.Thread(target=lambda: done.append(writer.call(
+                "session::append", {"session_id": sid, "entry_id": "waited", "message": text("w")})))
+            t.start()
+            assert wait_for(lambda: _server(  # the append waits at the gate
+                "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity s ON s.pid = l.pid"
+                " WHERE l.locktype = 'advisory' AND NOT l.granted AND s.application_name = %s",
+                (f"session-manager:{schema}"[:63],))[0][0] == 1)
+            registering.execute("INSERT INTO observers VALUES ('registering', now() + interval '1 minute')")
+            registering.commit()
+        t.join(timeout=60)
+        assert done
+        rows = _outbox(schema)
+        assert len(rows) == 1 and "waited" in rows[0]
+        assert check_linear(writer, sid) == ["warm", "waited"]
+    finally:
+        writer.close()
