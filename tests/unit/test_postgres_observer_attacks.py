@@ -298,6 +298,7 @@ def test_a_store_on_a_schema_recreated_at_version_9_by_another_process_skips_not
         watcher.close()
 
 
+@pytest.mark.slow  # the slow lane: the previous release in a process of its own (6-23 s, loaded)
 def test_an_upgrade_to_version_9_under_a_running_older_release_loses_no_write_nor_event(
         schema: str, tmp_path: Path) -> None:
     # Prevents: migration 9 stalling or failing the previous release's appends (sm_append_call)
@@ -352,6 +353,7 @@ def test_an_upgrade_to_version_9_under_a_running_older_release_loses_no_write_no
             new.close()
 
 
+@pytest.mark.slow  # the slow lane: three writer processes (5-20 s, loaded)
 @pytest.mark.parametrize("read_only", [False, True], ids=["writable", "read-only"])
 def test_observers_registering_amid_appends_from_several_processes_get_all_later_appends_once_in_order(
         schema: str, read_only: bool) -> None:
