@@ -1,6 +1,6 @@
 """Child processes for the sqlite multi-process tests (``python -m tests.sqlite_procs ROLE ...``).
 
-- ``append URI SID PREFIX N``: N appends (entry ids PREFIX-0 ...), one id
+- ``append URI SID PREFIX N [DURABILITY]``: N appends (entry ids PREFIX-0 ...), one id
   printed per acknowledged append (flushed: what the parent reads was acknowledged).
 - ``forever URI SID PREFIX [DURABILITY]``: appends until killed, printing each acknowledged id.
 - ``step URI SID PREFIX``: one append per line on stdin (entry ids PREFIX-0 ...),
@@ -76,7 +76,7 @@ def _observe(uri: str, seconds: float, retention_s: float | None) -> None:
 def main(argv: list[str]) -> None:
     role, uri, *rest = argv
     if role == "append":
-        _append(uri, rest[0], rest[1], int(rest[2]))
+        _append(uri, rest[0], rest[1], int(rest[2]), *rest[3:4])
     elif role == "forever":
         _append(uri, rest[0], rest[1], None, *rest[2:3])
     elif role == "step":

@@ -47,7 +47,7 @@ Who is owed events (issue 24): an append (``sm_append_at``) records its events
 (outbox rows, the NOTIFY) only while some instance observes, so an unobserved
 deployment's append is one transaction with no outbox row. A listener registers
 before it counts on anything: a writable one upserts its row in ``observers``
-(renewed while it listens, every quarter of the retention at most 15 s; it
+(renewed while it listens, every quarter of the retention at most 15 s, behind the gate too; it
 expires after the retention plus a margin, so a killed process pins nothing for
 long), a read-only one holds a shared session lock on its listening connection
 (it writes nothing; the lock goes with the connection). Both first take, alone,
@@ -90,7 +90,7 @@ if TYPE_CHECKING:
     from ..resync import KnownSessions, StateSource
     from .core import PgDatastore, Tx
 
-__all__ = ["NOTIFY_BATCH", "TURN_WAIT_S", "Outbox", "Turn", "channel_of"]
+__all__ = ["NOTIFY_BATCH", "TURN_WAIT_S", "Outbox", "Turn", "channel_of", "registration"]
 
 log = logging.getLogger("session_manager.store.postgres.outbox")
 
@@ -104,11 +104,22 @@ PRUNE = ("WITH gone AS (DELETE FROM observers WHERE expires < now())"
          " DELETE FROM outbox WHERE created_at < now() - make_interval(secs => %s)")
 # The registration (see "Who is owed events"): the gate taken alone waits for every append
 # that checked for observers without seeing this one; the row or the read-only lock follows.
+# Each is sent as one query string (one implicit transaction, no parameters): the server never
+# holds the gate while it waits on this process (a stopped or cut-off listener would stall every
+# append behind its registration until its connection died).
 _GATE = "SELECT pg_advisory_xact_lock(hashtext(current_schema()), 1)"
-_REGISTER = ("INSERT INTO observers (instance, expires) VALUES (%(instance)s, now() + make_interval(secs => %(life)s))"
-             " ON CONFLICT (instance) DO UPDATE SET expires = EXCLUDED.expires")
-_RENEW = ("UPDATE observers SET expires = now() + make_interval(secs => %(life)s)"
-          " WHERE instance = %(instance)s AND expires > now()")
+# It answers whether its previous row was still live once the gate was held (by the server's
+# clock: the listener's own may not tell an expiry the server saw, e.g. after a clock step).
+_REGISTER = (_GATE + "; WITH old AS (SELECT expires > clock_timestamp() AS live FROM observers"
+             " WHERE instance = {instance})"
+             " INSERT INTO observers (instance, expires) VALUES ({instance}, now() + make_interval(secs => {life}))"
+             " ON CONFLICT (instance) DO UPDATE SET expires = EXCLUDED.expires"
+             " RETURNING coalesce((SELECT live FROM old), false)")
+# A renewal is a registration too (behind the gate, the expiry checked by the clock once it is
+# held): else one whose transaction began before the row's expiry could renew it after an
+# append that began past that expiry had checked and recorded nothing (an unnoticed gap).
+_RENEW = (_GATE + "; UPDATE observers SET expires = now() + make_interval(secs => {life})"
+          " WHERE instance = {instance} AND expires > clock_timestamp()")
 _READ_ONLY_OBSERVER = "SELECT pg_advisory_lock_shared(hashtext(current_schema()), 2)"
 BEAT_MAX_S = 15.0  # a listener renews its row at least this often
 START_DELAY_S = 1.0  # the listener's first connection, when no host waits for it (see _run)
@@ -132,6 +143,12 @@ class Turn:
         self.signature: tuple[str, ...] = ()  # its notification's function positions (as in its payload)
         self.given = False  # the listener reached its notification
         self.done = False  # its events handed on (or it failed)
+
+
+def registration(statement: str, instance: str, life_s: float) -> sql.Composed:
+    """:data:`_REGISTER` or :data:`_RENEW` for ``instance``, valid ``life_s`` seconds: values
+    inlined (several statements in one query string take no parameters)."""
+    return sql.SQL(statement).format(instance=sql.Literal(instance), life=sql.Literal(float(life_s)))
 
 
 @functools.lru_cache(maxsize=64)
@@ -429,20 +446,21 @@ class Outbox:
     def _register(self, listen: psycopg.Connection[Any], fetch: psycopg.Connection[Any]) -> bool:
         """Register as an observer (see "Who is owed events"); whether the previous
         registration may have lapsed meanwhile (appends may have recorded nothing for this
-        instance: it resyncs rather than replays). A read-only listener's lock went with its
-        lost connection: each reconnect is a lapse."""
+        instance: it resyncs rather than replays): its row was not live when the gate was held
+        (by the server's clock), or its own clock says it may have expired. A read-only
+        listener's lock went with its lost connection: each reconnect is a lapse."""
         before = self._beat_ok
         sent = time.monotonic()
+        live = False
         if self._db.settings.read_only:
             listen.execute(_READ_ONLY_OBSERVER)  # (not held yet: this connection is new)
-            with listen.transaction():
-                listen.execute(_GATE)
+            listen.execute(_GATE)  # (autocommit: taken and let go in one implicit transaction)
         else:
-            with fetch.transaction():
-                fetch.execute(_GATE)
-                fetch.execute(_REGISTER, {"instance": self._db.instance, "life": self._life_s})
+            cur = fetch.execute(registration(_REGISTER, self._db.instance, self._life_s))
+            row = cur.fetchone() if cur.nextset() else None  # (the INSERT's answer: the second)
+            live = bool(row and row[0])
         self._beat_ok = sent
-        return before is not None and (self._db.settings.read_only or time.monotonic() - before > self._life_s)
+        return before is not None and (not live or time.monotonic() - before > self._life_s)
 
     def _maybe_renew(self, listen: psycopg.Connection[Any], fetch: psycopg.Connection[Any]) -> None:
         """Renew a writable listener's row when due; a row that may have expired meanwhile
@@ -452,8 +470,10 @@ class Outbox:
         sent = time.monotonic()
         if sent - self._beat_ok < self._beat_s:
             return
-        renewed = sent - self._beat_ok < self._life_s and fetch.execute(
-            _RENEW, {"instance": self._db.instance, "life": self._life_s}).rowcount == 1
+        renewed = False
+        if sent - self._beat_ok < self._life_s:
+            cur = fetch.execute(registration(_RENEW, self._db.instance, self._life_s))
+            renewed = cur.nextset() is True and cur.rowcount == 1  # (the UPDATE's result: the second)
         if renewed:
             self._beat_ok = sent
             return

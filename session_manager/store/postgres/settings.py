@@ -69,7 +69,11 @@ class PostgresSettings:
         options = [f"statement_timeout={self.statement_timeout_ms}", f"search_path={_quote_path(self.schema)}",
                    # A transaction its caller abandoned at the deadline (behind a silent
                    # network, the server never hears of it) ends by itself, its locks freed.
-                   f"idle_in_transaction_session_timeout={self.timeout_ms + 1000}"]
+                   f"idle_in_transaction_session_timeout={self.timeout_ms + 1000}",
+                   # Each statement sees what committed before it (whatever the DSN or the database
+                   # default): an append that waited on an observer's registration at the gate must
+                   # see its row (sm_append_at), and one waiting on a session's lock its new state.
+                   f"default_transaction_isolation={_quote_option('read committed')}"]
         if self.read_only:
             options.append("default_transaction_read_only=on")
         for client, server in _SERVER_SIDE.items():
