@@ -14,7 +14,10 @@ from typing import Any, TypeVar
 from pydantic import BaseModel
 from pydantic_core import PydanticSerializationError
 
+from .._service.admission import MAX_DEPTH
+from .._wire.dumping import exact_dump
 from .._wire.models import ContentBlock
+from .._wire.validation import ProvenPayload, private_value
 from ..errors import LimitWarning, invalid_request
 from ..messages import Content, blocks
 
@@ -22,6 +25,8 @@ M = TypeVar("M", bound=BaseModel)
 
 
 _LEAVES = frozenset({str, int, float, bool, type(None)})
+# Exact values a private copy keeps as they are (a float is checked to be finite: private_value).
+_EXACT = frozenset({str, int, bool})
 
 
 def to_json(value: Any) -> Any:
@@ -57,9 +62,33 @@ def to_json(value: Any) -> Any:
     return value
 
 
+# A typed call's payload nests its fields' values one level below the payload object.
+_ROOM = MAX_DEPTH - 1
+
+
 def payload(**fields: Any) -> dict[str, Any]:
     """The request payload: arguments left at ``None`` are absent, as in the JSON form.
-    (A loop, leaves kept without a call: this runs on every typed call.)"""
+
+    Built as the private copy call() would make (a :class:`ProvenPayload`: models
+    dumped, containers copied and checked in one walk, so call() neither copies
+    nor scans it again); where a value is not plainly JSON, the caller's values with
+    only their models replaced (:func:`to_json`), which call() checks and copies as
+    any payload, naming what is wrong. (A loop, leaves kept without a call: this
+    runs on every typed call.)"""
+    out = ProvenPayload()
+    for name, value in fields.items():
+        if value is not None:
+            if type(value) in _EXACT:
+                out[name] = value
+                continue
+            try:
+                out[name] = private_value(value, _ROOM, exact_dump)
+            except ValueError:
+                return _plain_payload(fields)
+    return out
+
+
+def _plain_payload(fields: dict[str, Any]) -> dict[str, Any]:
     out = {}
     for name, value in fields.items():
         if value is not None:

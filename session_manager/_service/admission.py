@@ -27,7 +27,7 @@ from typing import Any
 
 import orjson
 
-from .._wire.validation import json_payload, proven_copy
+from .._wire.validation import ProvenPayload, json_payload, proven_copy
 from ..errors import invalid_request
 from .limits import Limits
 
@@ -117,6 +117,9 @@ def admit_copy(function_id: str, payload: Any, limits: Limits, *, mutates: bool)
     any other takes admission's exact path first, then the copy's refusal, then
     admission of the copy (its tuples are lists: see :func:`_within_depth`)."""
     exact = type(payload) is dict
+    if not exact and type(payload) is ProvenPayload:  # (a typed call's: its builder made it as our copy)
+        admit(function_id, payload, limits, mutates=mutates, proven=True)
+        return payload
     if exact:
         if function_id in BATCH_FIELDS:  # first: an oversized batch is refused without copying it
             _check_batch(function_id, payload, limits)

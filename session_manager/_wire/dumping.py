@@ -138,3 +138,15 @@ def fast_dump(model: BaseModel) -> JsonObject:
         return out
     except (_Unusual, RecursionError):
         return dump(model)
+
+
+def exact_dump(model: BaseModel) -> JsonObject:
+    """What ``model.model_dump(mode="python")`` returns for ``model``, when that is exact
+    JSON nested at most :data:`MAX_DEPTH` below it (string keys, finite floats, no tuple):
+    new containers, shared with nothing. :class:`ValueError` for any other model (its
+    dump may hold what a JSON copy refuses or changes: the caller takes its exact path)."""
+    try:
+        out: JsonObject = _DUMPERS[type(model)](model, 0)
+    except (_Unusual, RecursionError):
+        raise ValueError("not exact JSON") from None
+    return out

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
@@ -140,6 +140,34 @@ def proven_copy(value: dict[str, Any], max_depth: int) -> dict[str, Any] | None:
     except (_NotJson, RecursionError):
         return None
     return copied
+
+
+class ProvenPayload(dict[str, Any]):
+    """A request payload this package built as :func:`proven_copy` would have copied it:
+    new containers of exact JSON types (no NaN or infinity, string keys), nested at most
+    admission's ``MAX_DEPTH`` deep, holding only the request's own top-level keys, shared
+    with nobody (the typed methods' payloads: ``_hosts.typed_support.payload``).
+    Admission takes it as its private copy: not copied nor scanned again."""
+
+    __slots__ = ()
+
+
+def private_value(value: Any, room: int, dump: Callable[[Any], Any]) -> Any:
+    """A field's value copied as :func:`proven_copy` copies it (``room``: the levels of
+    containers it may open), where a model, the value itself or an item of it, is
+    ``dump(model)`` (exact JSON, new: no further copy). :class:`ValueError` where the
+    copy is refused (the caller then takes the exact path, which names what is wrong)."""
+    try:
+        if isinstance(value, BaseModel):
+            return dump(value)
+        t = type(value)
+        if t is list or t is tuple:
+            if room <= 0:
+                raise ValueError("nested too deeply")
+            return [dump(v) if isinstance(v, BaseModel) else _json_copy(v, room - 1) for v in value]
+        return _json_copy(value, room)
+    except (_NotJson, RecursionError):
+        raise ValueError("not exact JSON") from None
 
 
 # No depth bound (json_payload's own: only Python's recursion limit).

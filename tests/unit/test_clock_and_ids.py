@@ -138,3 +138,13 @@ def _drawn_after_fork(draw: Callable[[], str]) -> tuple[set[str], set[str]]:
         child = set(pipe.read().split())
     os.waitpid(pid, 0)
     return child, {draw() for _ in range(5)}
+
+
+def test_entry_ids_made_a_batch_at_a_time_are_the_uuid4_of_their_random_bytes() -> None:
+    # Prevents: the batch's bulk setting of the version and variant bits (byte 6 and 8 of each
+    # 16) drifting from uuid4's (the integer masks), e.g. touching the wrong byte of later ids.
+    from session_manager.ids import _prefixed_uuid4s
+
+    raw = bytes(range(256)) * 2  # every byte value at each position of some id
+    expected = ["e_" + uuid.UUID(bytes=raw[i:i + 16], version=4).hex for i in range(0, len(raw), 16)]
+    assert _prefixed_uuid4s("e_")(raw) == expected

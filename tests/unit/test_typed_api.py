@@ -330,3 +330,46 @@ def test_typed_arguments_keep_plain_containers_and_replace_only_the_models_in_th
     assert got == {"a": [1, {"usage": usage.model_dump(mode="python")}], "b": [1, 2], "c": {"d": None}}
     assert mixed["a"][1]["usage"] is usage and mixed["b"] == (1, 2)  # the caller's objects unchanged
     assert got["c"] is mixed["c"]  # a plain branch is shared
+
+
+def test_typed_payloads_are_private_copies_built_once_or_the_plain_form_call_checks() -> None:
+    # Prevents: the typed payload call() takes without a second copy (ProvenPayload) sharing a
+    # container with the caller (a later change of theirs would reach the store), holding a tuple
+    # or a model, or being claimed for a value a JSON copy refuses (NaN, a model inside a dict:
+    # those must take call()'s exact path, which names the field).
+    from session_manager._hosts.typed_support import payload
+    from session_manager._wire.validation import ProvenPayload
+
+    content = [{"type": "text", "text": "hi"}]
+    message = {"role": "user", "content": content, "timestamp": 1}
+    got = payload(session_id="s", message=message, parent_id=None, origin={"n": (1, 2.5)})
+    assert type(got) is ProvenPayload
+    assert got == {"session_id": "s", "message": message, "origin": {"n": [1, 2.5]}}
+    assert got["message"] is not message and got["message"]["content"] is not content
+    assert got["message"]["content"][0] is not content[0]
+    blocks = payload(content=as_content(["a", text("b")]), usage=Usage(input=1))
+    assert type(blocks) is ProvenPayload
+    assert blocks == {"content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}], "usage": {"input": 1}}
+    usage = Usage(input=1)
+    for fallback in ({"x": float("nan")}, {"usage": usage}, [usage, (usage,)]):
+        plain = payload(session_id="s", details=fallback)
+        assert type(plain) is dict  # call() copies and checks it as any caller's payload
+    assert payload(details={"usage": usage})["details"] == {"usage": {"input": 1}}
+
+
+def test_a_typed_append_stores_what_its_dict_call_stores_and_nothing_the_caller_keeps(tmp_path: Path) -> None:
+    # Prevents: the typed path's single copy keeping the caller's containers (or a tuple) in the
+    # stored entry, or storing bytes other than the dict call's.
+    with open_store(tmp_path / "d") as sm:
+        sid = sm.create().session_id
+        message: dict[str, Any] = {"role": "user", "content": ({"type": "text", "text": "hi"},), "timestamp": 1}
+        origin = {"worker": "w", "tags": ("a",)}
+        typed = sm.append(sid, message=message, origin=origin)
+        raw = sm.call("session::append", {"session_id": sid, "message": message, "origin": origin})
+        message["content"] = [{"type": "text", "text": "changed"}]
+        origin["worker"] = "changed"
+        stored = sm.call("session::messages", {"session_id": sid})["messages"]
+        assert [m["entry_id"] for m in stored] == [typed.entry_id, raw["entry_id"]]
+        for m in stored:
+            assert m["message"]["content"] == [{"type": "text", "text": "hi"}]
+            assert m["origin"] == {"worker": "w", "tags": ["a"]}
