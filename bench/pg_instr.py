@@ -54,6 +54,8 @@ def _open(schema: str) -> Any:
 def workload(kind: str, n: int) -> Any:
     """(set-up done) a function running ``n`` operations of ``kind``, and a clean-up."""
     schema = _schema()
+    if kind.startswith("raw-"):
+        return _raw(kind, n, schema)
     sm = _open(schema)
     sid = sm.create().session_id
     if kind == "append":
@@ -86,6 +88,45 @@ def workload(kind: str, n: int) -> Any:
 
     def done() -> None:
         sm.close()
+        _drop(schema)
+
+    return run, done
+
+
+def _raw(kind: str, n: int, schema: str) -> Any:
+    """The floor of bench/pg_floor.py: a prepared autocommit INSERT per message, a prepared
+    SELECT ... ORDER BY ... LIMIT 50 per tail, on one psycopg connection."""
+    import psycopg
+    from psycopg import sql
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    import pg_floor
+
+    with psycopg.connect(DSN, autocommit=True) as c:
+        c.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
+    with pg_floor.connect(DSN, schema) as c:  # (several statements: not prepared)
+        c.execute(pg_floor.RAW_TABLE)
+        c.execute(pg_floor.RAW_TAIL_TABLE)
+    conn = pg_floor.connect(DSN, schema, prepare_threshold=0)
+    if kind == "raw-append":
+        def op() -> None:
+            conn.execute(pg_floor.RAW_INSERT, ("s", '{"role":"user"}'))
+    else:
+        with conn.cursor() as cur:
+            cur.executemany("INSERT INTO raw_tail (session_id, body) VALUES (%s, %s)",
+                            [("long", f'{{"n":{i}}}') for i in range(200)])
+
+        def op() -> None:
+            conn.execute(pg_floor.RAW_TAIL, ("long",)).fetchall()
+    for _ in range(WARM):
+        op()
+
+    def run() -> None:
+        for _ in range(n):
+            op()
+
+    def done() -> None:
+        conn.close()
         _drop(schema)
 
     return run, done

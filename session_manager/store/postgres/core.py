@@ -7,6 +7,9 @@ to :class:`StoreError` (password masked)."""
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import re
 import threading
 import time
 import uuid
@@ -18,11 +21,19 @@ from datetime import datetime, timezone
 from typing import Any
 
 import psycopg
+from psycopg import errors as pg_errors
+from psycopg import abc as pg_abc
 from psycopg import sql
+from psycopg.adapt import Transformer
+from psycopg.generators import execute as pq_execute
+from psycopg.generators import fetch_many, send
+from psycopg.pq import ExecStatus
 from psycopg_pool import ConnectionPool
 
 from ...errors import STORAGE, SessionError, StoreError, Unavailable
 from . import schema
+from .arrays import FixedTextArray, TextArray
+from .arrays import encode as encode_array
 from .deadline import Armed, Watchdog
 from .secrets import redact, safe_dsn
 from .settings import PostgresSettings
@@ -49,9 +60,80 @@ class _Local(threading.local):
 
 class _Conn(psycopg.Connection[Any]):
     """A pooled connection, with the cursor :meth:`PgDatastore.execute` runs its statements
-    on (a new cursor for each was a sixth of a warm read's client time: ~20 us)."""
+    on (a new cursor for each was a sixth of a warm read's client time: ~20 us), and what
+    :meth:`PgDatastore.run` keeps per connection (its prepared :class:`Statement` names,
+    the rows' decoder)."""
 
     cursor_in_use: psycopg.Cursor[Any] | None = None
+    statements: set[bytes] | None = None
+    decoder: pg_abc.Transformer | None = None
+
+
+_PLACEHOLDER = re.compile(r"%\((\w+)\)[sb]|%%")
+_TUPLES_OK, _COMMAND_OK, _FATAL = ExecStatus.TUPLES_OK, ExecStatus.COMMAND_OK, ExecStatus.FATAL_ERROR
+
+
+class Statement:
+    """A hot statement (an append's call, the tail's read) sent through libpq directly by
+    :meth:`PgDatastore.run`, prepared once per connection under a name of its own.
+
+    psycopg's cursor works out, on every ``execute``, the query's conversion, a dumper
+    per parameter, its prepared-statement cache key and the result's row maker: about
+    50,000 instructions a statement, as many as all the rest of a warm tail's store
+    side. Here the query is converted once (``%(name)s`` and ``%(name)b`` to ``$n``,
+    a repeated name to one ``$n``, their types inferred by the server from the query),
+    and each value is passed as bytes: a ``str`` as its UTF-8 (binary format: its length
+    is sent, nothing is cut at a NUL), an ``int`` or ``bool`` as its text, a
+    :class:`~.arrays.TextArray` in ``text[]``'s binary form; the rows come back as
+    psycopg's loaders make them (a cursor's ``fetchall()``)."""
+
+    __slots__ = ("name", "names", "query", "sql")
+
+    def __init__(self, query: str) -> None:
+        names: list[str] = []
+
+        def number(m: re.Match[str]) -> str:
+            if m.group(1) is None:
+                return "%"
+            if m.group(1) not in names:
+                names.append(m.group(1))
+            return f"${names.index(m.group(1)) + 1}"
+
+        text = _PLACEHOLDER.sub(number, query)
+        self.query = query
+        self.sql = text.encode("utf-8")
+        self.names = tuple(names)
+        # Named by its text: the same on every connection, never one of psycopg's (_pg3_*).
+        self.name = b"sm_" + hashlib.sha1(self.sql).hexdigest()[:20].encode("ascii")
+
+    def values(self, params: dict[str, Any]) -> tuple[list[bytes | None], list[int]]:
+        """The parameters as libpq takes them: each value's bytes and format (0 text, 1 binary)."""
+        values: list[bytes | None] = []
+        formats: list[int] = []
+        for name in self.names:
+            value = params[name]
+            kind = type(value)
+            if kind is str:
+                values.append(value.encode("utf-8"))
+                formats.append(1)
+            elif value is None:
+                values.append(None)
+                formats.append(0)
+            elif kind is FixedTextArray:
+                values.append(value.wire)
+                formats.append(1)
+            elif kind is TextArray:
+                values.append(encode_array(value))
+                formats.append(1)
+            elif kind is bool:
+                values.append(b"t" if value else b"f")
+                formats.append(0)
+            elif kind is int:
+                values.append(str(value).encode("ascii"))
+                formats.append(0)
+            else:
+                raise TypeError(f"{name}: a {kind.__name__} is not a parameter of a direct statement")
+        return values, formats
 
 
 class _Pool(ConnectionPool[psycopg.Connection[Any]]):
@@ -282,6 +364,72 @@ class PgDatastore:
         done.add(shape)
         return cursor
 
+    def run(self, conn: psycopg.Connection[Any], stmt: Statement, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+        """``stmt`` on a pooled (autocommit) connection, straight through libpq (see
+        :class:`Statement`): its first run on that connection sends the Parse in one
+        pipeline with the execution (one round trip, as :meth:`execute`), later runs
+        the Bind and Execute only. Returns its rows; a failure raises psycopg's error."""
+        values, formats = stmt.values(params)
+        pg = conn.pgconn
+        ready = getattr(conn, "statements", None)
+        if ready is None:
+            ready = set()
+            if isinstance(conn, _Conn):
+                conn.statements = ready
+        if stmt.name in ready:
+            pg.send_query_prepared(stmt.name, values, formats, 0)
+            results = conn.wait(pq_execute(pg))
+        else:
+            results = self._prepare_and_run(conn, stmt, values, formats, ready)
+        for res in results:
+            if res.status == _FATAL:
+                raise pg_errors.error_from_result(res, encoding=conn.info.encoding)
+        res = results[-1]
+        if res.status != _TUPLES_OK:
+            if res.status == _COMMAND_OK:
+                return []
+            raise pg_errors.InternalError(f"unexpected result {ExecStatus(res.status).name} from {stmt.name!r}")
+        decoder = conn.decoder if isinstance(conn, _Conn) else None
+        if decoder is None:
+            decoder = Transformer(conn)
+            if isinstance(conn, _Conn):
+                conn.decoder = decoder
+        decoder.set_pgresult(res)
+        try:
+            return decoder.load_rows(0, res.ntuples, tuple)
+        finally:
+            decoder.set_pgresult(None)  # (the result's memory is not kept past the call)
+
+    def _prepare_and_run(self, conn: psycopg.Connection[Any], stmt: Statement, values: list[bytes | None],
+                         formats: list[int], ready: set[bytes]) -> list[Any]:
+        """Prepare ``stmt`` on ``conn`` and run it: in one pipeline where libpq has them."""
+        pg = conn.pgconn
+        if not self._pipelines:
+            pg.send_prepare(stmt.name, stmt.sql)
+            for res in conn.wait(pq_execute(pg)):
+                if res.status == _FATAL:
+                    raise pg_errors.error_from_result(res, encoding=conn.info.encoding)
+            ready.add(stmt.name)
+            pg.send_query_prepared(stmt.name, values, formats, 0)
+            return conn.wait(pq_execute(pg))
+        pg.enter_pipeline_mode()
+        try:
+            pg.send_prepare(stmt.name, stmt.sql)
+            pg.send_query_prepared(stmt.name, values, formats, 0)
+            pg.pipeline_sync()
+            conn.wait(send(pg))
+            prepared = conn.wait(fetch_many(pg))
+            results = conn.wait(fetch_many(pg))
+            conn.wait(fetch_many(pg))  # the Sync's
+        except BaseException:
+            with contextlib.suppress(psycopg.Error):  # (a lost connection: the pool discards it)
+                pg.exit_pipeline_mode()
+            raise
+        pg.exit_pipeline_mode()
+        if all(res.status == _COMMAND_OK for res in prepared):
+            ready.add(stmt.name)  # prepared, whatever the execution did
+        return [*prepared, *results]
+
     @contextmanager
     def conn(self) -> Iterator[psycopg.Connection[Any]]:
         """The mutation's connection on this thread, else a pooled autocommit one."""
@@ -301,17 +449,19 @@ class PgDatastore:
         finally:
             self.putconn(conn)
 
-    def rows(self, query: str | sql.Composed, params: Any = None) -> list[tuple[Any, ...]]:
+    def rows(self, query: str | sql.Composed | Statement, params: Any = None) -> list[tuple[Any, ...]]:
         """A statement's rows: in the mutation's transaction, else on a pooled connection
         (a read that found its idle connection lost runs again on a live one)."""
         self.guard()
         if self.local.tx is not None or self.closed:
             with self.conn() as conn:
-                return conn.execute(query, params).fetchall()
+                return conn.execute(query.query if isinstance(query, Statement) else query, params).fetchall()
         deadline = self.deadline_at()
         for attempt in (1, 2):
             conn = self.getconn(deadline)
             try:
+                if isinstance(query, Statement):
+                    return self.run(conn, query, params)
                 return self.execute(conn, query, params).fetchall()
             except psycopg.Error as e:
                 failure = self.fail(e)

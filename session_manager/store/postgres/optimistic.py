@@ -47,7 +47,7 @@ from ..sql.keys import check_id, key, key_or_none, unkey
 from ..sql.transactions import CallRunner
 from ..sql.values import json_text
 from .at_leaf import APPEND_CALL, fill, fill_known, resolve_at_leaf
-from .core import PgDatastore, Tx
+from .core import PgDatastore, Statement, Tx
 from .in_doubt import settle_apply
 from .outbox import NOTIFY_BATCH, Outbox
 from .plan import Known, Plan, append_call_params, apply_params
@@ -64,6 +64,7 @@ CONFLICT = "SM409"  # sm_apply's "the state changed" (nothing written)
 KNOWN_SESSIONS = 10_000  # sessions this instance remembers (least recently used dropped)
 KNOWN_BODIES = 16  # entries per session whose text it remembers (a stream updates the last ones)
 CONTENDED_S = 1.0  # after a conflict, the session's calls take the transactional path this long
+_APPEND_CALL = Statement(APPEND_CALL)  # a plain append's one statement: sent directly
 
 
 
@@ -390,7 +391,10 @@ class Optimistic:
         pid, started = conn.info.backend_pid, db.started_at(conn)
         row: tuple[Any, ...] | None = None
         try:
-            row = db.execute(conn, APPEND_CALL if cut is not None else APPLY, params).fetchone()
+            if cut is not None:
+                row = db.run(conn, _APPEND_CALL, params)[0]
+            else:
+                row = db.execute(conn, APPLY, params).fetchone()
         except psycopg.Error as e:
             failure = db.fail(e)
             if e.sqlstate == CONFLICT:  # raised before anything was written or locked past the call
