@@ -21,8 +21,8 @@ from datetime import datetime, timezone
 from typing import Any
 
 import psycopg
-from psycopg import errors as pg_errors
 from psycopg import abc as pg_abc
+from psycopg import errors as pg_errors
 from psycopg import sql
 from psycopg.adapt import Transformer
 from psycopg.generators import execute as pq_execute

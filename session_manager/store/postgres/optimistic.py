@@ -41,12 +41,13 @@ from typing import Any, TypeVar
 import psycopg
 
 from ..._wire.events import Event
+from .._core.cas import resolve
 from .._core.codec import loads
 from ..base import Commit, Entry, Meta
 from ..sql.keys import check_id, key, key_or_none, unkey
 from ..sql.transactions import CallRunner
 from ..sql.values import json_text
-from .at_leaf import APPEND_CALL, fill, fill_known, resolve_at_leaf
+from .at_leaf import APPEND_CALL, choose_at_leaf, fill, fill_known, resolve_at_leaf
 from .core import PgDatastore, Statement, Tx
 from .in_doubt import settle_apply
 from .outbox import NOTIFY_BATCH, Outbox
@@ -363,12 +364,17 @@ class Optimistic:
         else:
             known = self._state(plan)
             meta, leaf = (known.meta, known.leaf) if known is not None else (None, None)
-        resolved = resolve_at_leaf(plan, commit, meta, leaf, lambda eid: self._entry(plan, eid, assume_absent=True))
+        entry = lambda eid: self._entry(plan, eid, assume_absent=True)  # noqa: E731
+        resolved = resolve_at_leaf(plan, commit, meta, leaf, entry)
         check_id("session_id", session_id)
         for e in resolved.entries:
             check_id("entry_id", e["id"])
-        plan.bodies = [json_text(e) for e in resolved.entries]
-        plan.meta_text = json_text(resolved.meta) if resolved.meta is not None else None
+        bodies = [json_text(e) for e in resolved.entries]
+        meta_text = json_text(resolved.meta) if resolved.meta is not None else None
+        if plan.holed and not choose_at_leaf(plan, resolved, bodies, meta_text):
+            resolved = resolve(commit, meta, leaf, entry)  # the known leaf, checked by sm_apply
+            bodies = [json_text(e) for e in resolved.entries]
+        plan.bodies, plan.meta_text = bodies, meta_text
         plan.commit = resolved
         return resolved
 
@@ -452,4 +458,5 @@ class Optimistic:
             bodies[entry["id"]] = (entry, body)
         while len(bodies) > KNOWN_BODIES:
             bodies.popitem(last=False)
-        self._remember(plan.session_id, Known(meta, text, leaf, bodies))
+        # An append the server placed left the text its cut describes (see at_leaf.segments).
+        self._remember(plan.session_id, Known(meta, text, leaf, bodies, plan.at_leaf))

@@ -34,6 +34,7 @@ class Known:
     text: str
     leaf: str | None
     bodies: OrderedDict[str, tuple[Entry, str]] = field(default_factory=OrderedDict)
+    cut: AtLeaf | None = None  # ``text`` cut at its two numbers an append changes (at_leaf.segments)
 
 
 @dataclass
@@ -49,6 +50,7 @@ class Plan:
     bodies: list[str] = field(default_factory=list)
     meta_text: str | None = None
     at_leaf: AtLeaf | None = None  # a plain append: the server chooses the leaf (see at_leaf.py)
+    holed: bool = False  # the commit was resolved on the hole, not yet cut (at_leaf.choose_at_leaf)
 
 
 def apply_params(session_id: str, commit: Commit, bodies: list[str], meta_text: str | None, *,
