@@ -103,19 +103,29 @@ class Optimistic:
         local = self.db.local
         if local.deferring or local.tx is not None:
             return self.calls.run_call(call)
-        with self.db.deadline():
-            try:
-                for attempt in (1, 2):
-                    self._opt.fresh = attempt == 2
-                    try:
-                        return self._run_optimistic(call)
-                    except _Conflicted:
-                        continue  # the session was forgotten: decide again from the database's state
-                    except Fallback:
-                        break
-            finally:
-                self._opt.fresh = False
-            return self.calls.run_call(call)
+        if local.deadline is not None:  # (a call inside a call: the outer one's deadline holds)
+            return self._run(call)
+        # db.deadline(), inline: every call passes here (its context manager is four Python calls more).
+        local.deadline = time.monotonic() + self.db.settings.timeout_ms / 1000
+        try:
+            return self._run(call)
+        finally:
+            local.deadline = None
+            local.window = None  # read for this call only
+
+    def _run(self, call: Callable[[], tuple[R, list[Event]]]) -> tuple[R, list[Event]]:
+        try:
+            for attempt in (1, 2):
+                self._opt.fresh = attempt == 2
+                try:
+                    return self._run_optimistic(call)
+                except _Conflicted:
+                    continue  # the session was forgotten: decide again from the database's state
+                except Fallback:
+                    break
+        finally:
+            self._opt.fresh = False
+        return self.calls.run_call(call)
 
     def _run_optimistic(self, call: Callable[[], tuple[R, list[Event]]]) -> tuple[R, list[Event]]:
         self._opt.optimistic = True
@@ -394,7 +404,7 @@ class Optimistic:
             params = apply_params(plan.session_id, commit, plan.bodies, plan.meta_text, instance=db.instance,
                                   schema=db.settings.schema, events=events, plan=plan)
         conn = db.getconn(db.deadline_at())
-        pid, started = conn.info.backend_pid, db.started_at(conn)
+        pid, started = conn.pgconn.backend_pid, db.started_at(conn)
         row: tuple[Any, ...] | None = None
         try:
             if cut is not None:
