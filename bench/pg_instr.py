@@ -83,6 +83,15 @@ def workload(kind: str, n: int) -> Any:
         def run() -> None:
             for _ in range(n):
                 sm.call("session::messages-tail", req)
+    elif kind == "store-tail":  # the store's part of a warm tail alone (its one read)
+        for i in range(200):
+            sm.append(sid, message={**MSG, "content": [{"type": "text", "text": f"message {i}"}]})
+        store = sm.service.store
+        version = store.meta_and_leaf_since(sid, None)[2]
+
+        def run() -> None:
+            for _ in range(n):
+                store.meta_and_leaf_since(sid, version)
     else:
         raise SystemExit(f"unknown workload {kind!r}")
 

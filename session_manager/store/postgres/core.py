@@ -32,7 +32,7 @@ from psycopg_pool import ConnectionPool
 
 from ...errors import STORAGE, SessionError, StoreError, Unavailable
 from . import schema
-from .arrays import FixedTextArray, TextArray
+from .arrays import LENGTH, ONE_HEADER, FixedTextArray, TextArray
 from .arrays import encode as encode_array
 from .deadline import Armed, Watchdog
 from .secrets import redact, safe_dsn
@@ -123,7 +123,11 @@ class Statement:
                 values.append(value.wire)
                 formats.append(1)
             elif kind is TextArray:
-                values.append(encode_array(value))
+                if len(value) == 1 and value[0] is not None:  # (encode_array's usual case, without the call)
+                    data = value[0].encode("utf-8")
+                    values.append(ONE_HEADER + LENGTH.pack(len(data)) + data)
+                else:
+                    values.append(encode_array(value))
                 formats.append(1)
             elif kind is bool:
                 values.append(b"t" if value else b"f")

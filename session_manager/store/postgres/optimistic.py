@@ -289,8 +289,12 @@ class Optimistic:
         return known.leaf if known is not None else None
 
     def meta_and_leaf_to_commit(self, session_id: str) -> tuple[Meta | None, str | None]:
-        # Two reads a plan serves (the store's meta_and_entry_to_commit is the default's, over these).
-        return self.get_meta(session_id), self.get_leaf(session_id)
+        # Two reads a plan serves at once (the store's meta_and_entry_to_commit is the default's, over these).
+        plan = self._plan(session_id)
+        if plan is None:
+            return self.reads.get_meta(session_id), self.reads.get_leaf(session_id)
+        known = self._state(plan)
+        return (known.meta, known.leaf) if known is not None else (None, None)
 
     def get_entry(self, session_id: str, entry_id: str) -> Entry | None:
         plan = self._plan(session_id)

@@ -85,20 +85,22 @@ def append_call_params(session_id: str, commit: Commit, bodies: list[str], cut: 
                        schema: str, events: Sequence[Event], plan: Plan) -> dict[str, Any]:
     """``sm_append_call``'s arguments (see :mod:`.at_leaf`): :func:`apply_params`' for the
     values the two share, built directly (without the meta's columns and the metadata's
-    jsonb image, which the procedure does not take: the stored ones stay)."""
+    jsonb image, which the procedure does not take: the stored ones stay). Lists, not
+    generators: every append builds seven (a generator is a call per element and one more)."""
     meta = commit.meta
     assert meta is not None
     updated = meta["updated_at"]
+    entries = commit.entries
     return {
         "sid": key(session_id), "s0": cut.s0, "s1": cut.s1, "s2": cut.s2, "updated_first": cut.updated_first,
         "updated_text": str(updated), "added": cut.added, "hole": HOLE_JSON,
-        "read_ids": TextArray(key(i) for i in plan.reads),
+        "read_ids": TextArray([key(i) for i in plan.reads]),
         "read_bodies": TextArray(plan.reads.values()),
-        "ids": TextArray(key(e["id"]) for e in commit.entries),
-        "parents": TextArray(key_or_none(e.get("parent_id")) for e in commit.entries),
+        "ids": TextArray([key(e["id"]) for e in entries]),
+        "parents": TextArray([key_or_none(e.get("parent_id")) for e in entries]),
         "bodies": TextArray(bodies),
         "updated": updated, "leaf": key_or_none(commit.leaf),
-        "instance": instance, "fids": TextArray(e.function_id for e in events),
-        "payloads": TextArray(encode_json(e.payload).decode("utf-8") for e in events),
+        "instance": instance, "fids": TextArray([e.function_id for e in events]),
+        "payloads": TextArray([encode_json(e.payload).decode("utf-8") for e in events]),
         "channel": channel_of(schema), "all": _ALL,
     }
