@@ -264,7 +264,8 @@ def segments(known: Known, resolved: Commit, first_body: str, meta_text: str) ->
         known.cut = cut
     if cut.text(new_u, new_c) != meta_text or first_body.count(_HOLE_JSON) != 1:
         return None
-    return AtLeaf(cut.s0, cut.s1, cut.s2, cut.updated_first, new_c - c)
+    # (the last append's cut is kept: one message after one message, the same one serves)
+    return cut if cut.added == new_c - c else AtLeaf(cut.s0, cut.s1, cut.s2, cut.updated_first, new_c - c)
 
 
 def _cut(known_meta: Meta, known_text: str, u: int, c: int) -> AtLeaf | None:

@@ -58,6 +58,9 @@ class _Local(threading.local):
     window: Any = None  # a path window (last or first) read with its session's meta, for this call's path() (reads.py)
 
 
+_UNREAD = object()
+
+
 class _Conn(psycopg.Connection[Any]):
     """A pooled connection, with the cursor :meth:`PgDatastore.execute` runs its statements
     on (a new cursor for each was a sixth of a warm read's client time: ~20 us), and what
@@ -65,6 +68,7 @@ class _Conn(psycopg.Connection[Any]):
     the rows' decoder)."""
 
     cursor_in_use: psycopg.Cursor[Any] | None = None
+    backend_start: Any = _UNREAD  # PgDatastore.started_at (an attribute: a WeakKeyDictionary's get is Python code)
     statements: set[bytes] | None = None
     decoder: pg_abc.Transformer | None = None
 
@@ -208,7 +212,6 @@ class _Pool(ConnectionPool[psycopg.Connection[Any]]):
             self._core.watchdog.disarm(armed)
 
 
-_UNREAD = object()
 # A backend start no backend has (see PgDatastore.started_at).
 NO_BACKEND = datetime(1, 1, 1, tzinfo=timezone.utc)
 
@@ -308,13 +311,18 @@ class PgDatastore:
         (a connection's first append), not when the pool connects (a round trip that a
         cold store's first read waited for). A connection that cannot answer is dead: its
         backend runs nothing more of ours, and :data:`NO_BACKEND` matches no backend."""
-        found = self._started.get(conn, _UNREAD)
+        pooled = type(conn) is _Conn
+        found = conn.backend_start if pooled else self._started.get(conn, _UNREAD)  # type: ignore[attr-defined]
         if found is _UNREAD:
             try:
                 row = conn.execute("SELECT backend_start FROM pg_stat_get_activity(pg_backend_pid())").fetchone()
             except psycopg.Error:
                 return NO_BACKEND if conn.broken or conn.closed else None
-            found = self._started[conn] = row[0] if row else None
+            found = row[0] if row else None
+            if pooled:
+                conn.backend_start = found  # type: ignore[attr-defined]
+            else:
+                self._started[conn] = found
         return found
 
     def fail(self, e: BaseException) -> StoreError:

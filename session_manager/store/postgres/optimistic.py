@@ -466,11 +466,11 @@ class Optimistic:
         if meta is None or text is None:
             return
         leaf = commit.leaf if commit.leaf is not None else old.leaf if old is not None else None
-        bodies = OrderedDict(old.bodies) if old is not None else OrderedDict()
+        bodies = old.bodies.copy() if old is not None else {}
         for entry, body in zip(commit.entries, plan.bodies, strict=True):
-            bodies.pop(entry["id"], None)
+            bodies.pop(entry["id"], None)  # (re-inserted last: the newest)
             bodies[entry["id"]] = (entry, body)
         while len(bodies) > KNOWN_BODIES:
-            bodies.popitem(last=False)
+            del bodies[next(iter(bodies))]  # the oldest
         # An append the server placed left the text its cut describes (see at_leaf.segments).
         self._remember(plan.session_id, Known(meta, text, leaf, bodies, plan.at_leaf))

@@ -4,7 +4,7 @@ send (see :mod:`.optimistic` and :mod:`.writes`)."""
 
 from __future__ import annotations
 
-from collections import OrderedDict
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,7 +18,9 @@ from ..sql.keys import key, key_or_none
 from ..sql.values import sanitize
 from .arrays import FixedTextArray, TextArray
 from .at_leaf import HOLE_JSON, AtLeaf
-from .outbox import channel_of
+from .outbox import channel_of as _channel_of
+
+channel_of = functools.lru_cache(maxsize=64)(_channel_of)  # (a sha256 per write otherwise)
 
 __all__ = ["Known", "Plan", "append_call_params", "apply_params"]
 
@@ -33,7 +35,9 @@ class Known:
     meta: Meta
     text: str
     leaf: str | None
-    bodies: OrderedDict[str, tuple[Entry, str]] = field(default_factory=OrderedDict)
+    # The entries it wrote last (at most optimistic.KNOWN_BODIES), oldest first: a dict (its copy,
+    # each append's, copies its table at once; an OrderedDict's re-inserts item by item).
+    bodies: dict[str, tuple[Entry, str]] = field(default_factory=dict)
     cut: AtLeaf | None = None  # ``text`` cut at its two numbers an append changes (at_leaf.segments)
 
 
