@@ -255,6 +255,8 @@ class PgDatastore:
         self._started: weakref.WeakKeyDictionary[psycopg.Connection[Any], Any] = weakref.WeakKeyDictionary()
         # The statements each pooled connection has prepared (see execute()).
         self._prepared: weakref.WeakKeyDictionary[psycopg.Connection[Any], set[Any]] = weakref.WeakKeyDictionary()
+        # The Statement names another connection has prepared (run(); a pooled one keeps its own).
+        self._statements: weakref.WeakKeyDictionary[psycopg.Connection[Any], set[bytes]] = weakref.WeakKeyDictionary()
         self._pipelines = psycopg.Pipeline.is_supported()
         problem = schema.name_problem(settings.schema)
         if problem is not None:
@@ -421,11 +423,13 @@ class PgDatastore:
         the Bind and Execute only. Returns its rows; a failure raises psycopg's error."""
         values, formats = stmt.values(params)
         pg = conn.pgconn
-        ready = getattr(conn, "statements", None)
+        ready = conn.statements if isinstance(conn, _Conn) else self._statements.get(conn)
         if ready is None:
             ready = set()
             if isinstance(conn, _Conn):
                 conn.statements = ready
+            else:
+                self._statements[conn] = ready
         if stmt.name in ready:
             pg.send_query_prepared(stmt.name, values, formats, 0)
             results = conn.wait(pq_execute(pg))
