@@ -21,7 +21,7 @@ import psycopg
 from psycopg.adapt import Dumper
 from psycopg.pq import Format
 
-__all__ = ["TEXT_ARRAY_OID", "FixedTextArray", "TextArray", "encode"]
+__all__ = ["LENGTH", "ONE_HEADER", "TEXT_ARRAY_OID", "FixedTextArray", "TextArray", "encode"]
 
 TEXT_OID = 25
 TEXT_ARRAY_OID = 1009
@@ -31,6 +31,8 @@ _LEN = Struct("!i")
 _NULL = _LEN.pack(-1)
 _ONE = _HEADER.pack(1, 0, TEXT_OID, 1, 1)
 _ONE_NULL = _HEADER.pack(1, 1, TEXT_OID, 1, 1) + _NULL
+# A one-element array is ONE_HEADER, LENGTH.pack(len(data)), data (for callers inlining the usual case).
+ONE_HEADER, LENGTH = _ONE, _LEN
 
 
 class TextArray(list[str | None]):

@@ -34,11 +34,11 @@ from ..base import Commit, Entry, Meta
 from ..sql.values import json_text
 
 if TYPE_CHECKING:
-    from .plan import Plan
+    from .plan import Known, Plan
 
 __all__ = ["APPEND", "APPEND_AT", "APPEND_AT_PROCEDURE", "APPEND_CALL", "APPEND_CALL_PROCEDURE", "APPEND_FUNCTION",
            "HOLE", "HOLE_JSON",
-           "AtLeaf", "fill", "fill_known", "resolve_at_leaf",
+           "AtLeaf", "choose_at_leaf", "fill", "fill_known", "resolve_at_leaf",
            "segments"]
 
 _TAG = os.urandom(8).hex()  # per process: no stored text holds it
@@ -374,10 +374,12 @@ class AtLeaf:
         return self.s0 + a + self.s1 + b + self.s2
 
 
-def segments(known_meta: Meta, known_text: str, resolved: Commit) -> AtLeaf | None:
-    """The cut of ``known_text`` for ``resolved`` (an append resolved on the hole), or
-    ``None`` when it cannot be made exactly (then the optimistic path applies)."""
+def segments(known: Known, resolved: Commit, first_body: str, meta_text: str) -> AtLeaf | None:
+    """The cut of ``known.text`` for ``resolved`` (an append resolved on the hole, its first
+    entry's text ``first_body``, its meta's ``meta_text``), or ``None`` when it cannot be
+    made exactly (then the optimistic path applies)."""
     meta, entries = resolved.meta, resolved.entries
+    known_meta = known.meta
     u, c = known_meta.get("updated_at"), known_meta.get("message_count")
     if meta is None or not entries or type(u) is not int or type(c) is not int:
         return None
@@ -385,6 +387,22 @@ def segments(known_meta: Meta, known_text: str, resolved: Commit) -> AtLeaf | No
     if type(new_u) is not int or type(new_c) is not int or {**known_meta, "updated_at": new_u,
                                                             "message_count": new_c} != meta:
         return None
+    cut = known.cut
+    if cut is None:
+        cut = _cut(known_meta, known.text, u, c)
+        if cut is None:
+            return None
+        # The session's next appends cut the text they leave (these pieces around new numbers) alike.
+        known.cut = cut
+    if cut.text(new_u, new_c) != meta_text or first_body.count(_HOLE_JSON) != 1:
+        return None
+    # (the last append's cut is kept: one message after one message, the same one serves)
+    return cut if cut.added == new_c - c else AtLeaf(cut.s0, cut.s1, cut.s2, cut.updated_first, new_c - c)
+
+
+def _cut(known_meta: Meta, known_text: str, u: int, c: int) -> AtLeaf | None:
+    """``known_text`` cut at its two numbers (``added`` 0), if the meta's encoding with
+    those numbers as holes gives it back exactly."""
     holed = json_text({**known_meta, "updated_at": _HOLE_U, "message_count": _HOLE_C})
     hu, hc = _HOLE_U_JSON, _HOLE_C_JSON
     if holed.count(hu) != 1 or holed.count(hc) != 1:
@@ -393,12 +411,8 @@ def segments(known_meta: Meta, known_text: str, resolved: Commit) -> AtLeaf | No
     first, second = (hu, hc) if i < j else (hc, hu)
     s0, rest = holed.split(first)
     s1, s2 = rest.split(second)
-    cut = AtLeaf(s0, s1, s2, i < j, new_c - c)
-    if cut.text(u, c) != known_text or cut.text(new_u, new_c) != json_text(meta):
-        return None
-    if json_text(entries[0]).count(_HOLE_JSON) != 1:
-        return None
-    return cut
+    cut = AtLeaf(s0, s1, s2, i < j, 0)
+    return cut if cut.text(u, c) == known_text else None
 
 
 def fill(commit: Commit, bodies: list[str], leaf: str | None, count: int, response: Any = None,
@@ -429,12 +443,19 @@ def fill_known(plan: Plan, response: Any = None, events: list[Event] | None = No
 
 def resolve_at_leaf(plan: Plan, commit: Commit, meta: Meta | None, leaf: str | None,
                     entry: Callable[[str], Entry | None]) -> Commit:
-    """``commit`` as decided on the plan's knowledge; a plain append is left for the
-    server to hang on the session's leaf (``plan.at_leaf`` set) whenever that can be done exactly."""
+    """``commit`` as decided on the plan's knowledge; a plain append is resolved on
+    the hole (``plan.at_leaf`` is then set by :func:`choose_at_leaf`, once its texts
+    are made) whenever the server may choose its leaf."""
+    plan.holed = bool(commit.append and commit.chain and plan.known is not None and meta is not None)
+    return resolve(commit, meta, HOLE if plan.holed else leaf, entry)
+
+
+def choose_at_leaf(plan: Plan, resolved: Commit, bodies: list[str], meta_text: str | None) -> bool:
+    """Whether the append resolved on the hole (:func:`resolve_at_leaf`) is left to the
+    server (``plan.at_leaf`` set): when its meta text can be cut exactly."""
     known = plan.known
-    if commit.append and commit.chain and known is not None and meta is not None:
-        resolved = resolve(commit, meta, HOLE, entry)
-        plan.at_leaf = segments(known.meta, known.text, resolved)
-        if plan.at_leaf is not None:
-            return resolved
-    return resolve(commit, meta, leaf, entry)
+    plan.holed = False
+    if known is None or meta_text is None or not bodies:
+        return False
+    plan.at_leaf = segments(known, resolved, bodies[0], meta_text)
+    return plan.at_leaf is not None

@@ -7,6 +7,9 @@ to :class:`StoreError` (password masked)."""
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import re
 import threading
 import time
 import uuid
@@ -18,11 +21,19 @@ from datetime import datetime, timezone
 from typing import Any
 
 import psycopg
+from psycopg import abc as pg_abc
+from psycopg import errors as pg_errors
 from psycopg import sql
+from psycopg.adapt import Transformer
+from psycopg.generators import execute as pq_execute
+from psycopg.generators import fetch_many, send
+from psycopg.pq import ExecStatus
 from psycopg_pool import ConnectionPool
 
 from ...errors import STORAGE, SessionError, StoreError, Unavailable
 from . import schema
+from .arrays import LENGTH, ONE_HEADER, FixedTextArray, TextArray
+from .arrays import encode as encode_array
 from .deadline import Armed, Watchdog
 from .secrets import redact, safe_dsn
 from .settings import PostgresSettings
@@ -47,26 +58,142 @@ class _Local(threading.local):
     window: Any = None  # a path window (last or first) read with its session's meta, for this call's path() (reads.py)
 
 
+_UNREAD = object()
+
+
 class _Conn(psycopg.Connection[Any]):
     """A pooled connection, with the cursor :meth:`PgDatastore.execute` runs its statements
-    on (a new cursor for each was a sixth of a warm read's client time: ~20 us)."""
+    on (a new cursor for each was a sixth of a warm read's client time: ~20 us), and what
+    :meth:`PgDatastore.run` keeps per connection (its prepared :class:`Statement` names,
+    the rows' decoder)."""
 
     cursor_in_use: psycopg.Cursor[Any] | None = None
+    backend_start: Any = _UNREAD  # PgDatastore.started_at (an attribute: a WeakKeyDictionary's get is Python code)
+    statements: set[bytes] | None = None
+    decoder: pg_abc.Transformer | None = None
+
+
+_PLACEHOLDER = re.compile(r"%\((\w+)\)[sb]|%%")
+_TUPLES_OK, _COMMAND_OK, _FATAL = ExecStatus.TUPLES_OK, ExecStatus.COMMAND_OK, ExecStatus.FATAL_ERROR
+
+
+class Statement:
+    """A hot statement (an append's call, the tail's read) sent through libpq directly by
+    :meth:`PgDatastore.run`, prepared once per connection under a name of its own.
+
+    psycopg's cursor works out, on every ``execute``, the query's conversion, a dumper
+    per parameter, its prepared-statement cache key and the result's row maker: about
+    50,000 instructions a statement, as many as all the rest of a warm tail's store
+    side. Here the query is converted once (``%(name)s`` and ``%(name)b`` to ``$n``,
+    a repeated name to one ``$n``, their types inferred by the server from the query),
+    and each value is passed as bytes: a ``str`` as its UTF-8 (binary format: its length
+    is sent, nothing is cut at a NUL), an ``int`` or ``bool`` as its text, a
+    :class:`~.arrays.TextArray` in ``text[]``'s binary form; the rows come back as
+    psycopg's loaders make them (a cursor's ``fetchall()``)."""
+
+    __slots__ = ("name", "names", "query", "sql")
+
+    def __init__(self, query: str) -> None:
+        names: list[str] = []
+
+        def number(m: re.Match[str]) -> str:
+            if m.group(1) is None:
+                return "%"
+            if m.group(1) not in names:
+                names.append(m.group(1))
+            return f"${names.index(m.group(1)) + 1}"
+
+        text = _PLACEHOLDER.sub(number, query)
+        self.query = query
+        self.sql = text.encode("utf-8")
+        self.names = tuple(names)
+        # Named by its text: the same on every connection, never one of psycopg's (_pg3_*).
+        self.name = b"sm_" + hashlib.sha1(self.sql).hexdigest()[:20].encode("ascii")
+
+    def values(self, params: dict[str, Any]) -> tuple[list[bytes | None], list[int]]:
+        """The parameters as libpq takes them: each value's bytes and format (0 text, 1 binary)."""
+        values: list[bytes | None] = []
+        formats: list[int] = []
+        for name in self.names:
+            value = params[name]
+            kind = type(value)
+            if kind is str:
+                values.append(value.encode("utf-8"))
+                formats.append(1)
+            elif value is None:
+                values.append(None)
+                formats.append(0)
+            elif kind is FixedTextArray:
+                values.append(value.wire)
+                formats.append(1)
+            elif kind is TextArray:
+                if len(value) == 1 and value[0] is not None:  # (encode_array's usual case, without the call)
+                    data = value[0].encode("utf-8")
+                    values.append(ONE_HEADER + LENGTH.pack(len(data)) + data)
+                else:
+                    values.append(encode_array(value))
+                formats.append(1)
+            elif kind is bool:
+                values.append(b"t" if value else b"f")
+                formats.append(0)
+            elif kind is int:
+                values.append(str(value).encode("ascii"))
+                formats.append(0)
+            else:
+                raise TypeError(f"{name}: a {kind.__name__} is not a parameter of a direct statement")
+        return values, formats
+
+
+# What the pool's fast path reads of psycopg_pool's own state (see _Pool): where a
+# release lacks any of it, every call takes psycopg_pool's own getconn and putconn.
+_POOL_STATE = ("_lock", "_pool", "_waiting", "_closed", "_nconns_min", "_stats", "_REQUESTS_NUM", "_check",
+               "_reset", "_drained_at", "_pool_full_event")
+_IDLE = psycopg.pq.TransactionStatus.IDLE
 
 
 class _Pool(ConnectionPool[psycopg.Connection[Any]]):
     """The pool, whose health check (:meth:`check`, run by the calling thread
-    after a lost connection) answers within that thread's deadline too."""
+    after a lost connection) answers within that thread's deadline too.
+
+    Its :meth:`getconn` and :meth:`putconn` take a fast path in the common case (a
+    connection idle in the pool, nobody waiting, no check or reset callback, the
+    connection returned idle and within its lifetime): the same steps as
+    psycopg_pool's, under its lock, without its logging calls, statistics objects and
+    layers of calls: about 30,000 instructions a call (a warm append's or tail's),
+    counted with callgrind, down to a few thousand. Anything else is psycopg_pool's."""
 
     def __init__(self, core: PgDatastore, conninfo: str, **kwargs: Any) -> None:
         self._core = core
         self._served = False
         super().__init__(conninfo, **kwargs)
+        self._fast = all(hasattr(self, name) for name in _POOL_STATE) and not self._check and not self._reset
 
     def getconn(self, timeout: float | None = None) -> psycopg.Connection[Any]:
+        if self._fast:
+            with self._lock:
+                ready = self._pool
+                if ready and not self._closed:
+                    conn = ready.popleft()
+                    if len(ready) < self._nconns_min:
+                        self._nconns_min = len(ready)
+                    self._stats[self._REQUESTS_NUM] += 1
+                    conn._pool = self  # (as psycopg_pool marks a connection served)
+                    self._served = True
+                    return conn
         conn = super().getconn(timeout)
         self._served = True
         return conn
+
+    def putconn(self, conn: psycopg.Connection[Any]) -> None:
+        if (self._fast and conn._pool is self and conn.pgconn.transaction_status == _IDLE
+                and conn._created_at > self._drained_at and conn._expire_at > time.monotonic()):
+            conn._pool = None
+            with self._lock:
+                if not self._closed and not self._waiting and self._pool_full_event is None:
+                    self._pool.append(conn)
+                    return
+            conn._pool = self  # someone waits (or the pool closed): psycopg_pool hands it on
+        super().putconn(conn)
 
     def _maybe_grow_pool(self) -> None:
         # A cold store's first call waits for the connection open() started: growing the
@@ -85,7 +212,6 @@ class _Pool(ConnectionPool[psycopg.Connection[Any]]):
             self._core.watchdog.disarm(armed)
 
 
-_UNREAD = object()
 # A backend start no backend has (see PgDatastore.started_at).
 NO_BACKEND = datetime(1, 1, 1, tzinfo=timezone.utc)
 
@@ -129,6 +255,8 @@ class PgDatastore:
         self._started: weakref.WeakKeyDictionary[psycopg.Connection[Any], Any] = weakref.WeakKeyDictionary()
         # The statements each pooled connection has prepared (see execute()).
         self._prepared: weakref.WeakKeyDictionary[psycopg.Connection[Any], set[Any]] = weakref.WeakKeyDictionary()
+        # The Statement names another connection has prepared (run(); a pooled one keeps its own).
+        self._statements: weakref.WeakKeyDictionary[psycopg.Connection[Any], set[bytes]] = weakref.WeakKeyDictionary()
         self._pipelines = psycopg.Pipeline.is_supported()
         problem = schema.name_problem(settings.schema)
         if problem is not None:
@@ -185,13 +313,18 @@ class PgDatastore:
         (a connection's first append), not when the pool connects (a round trip that a
         cold store's first read waited for). A connection that cannot answer is dead: its
         backend runs nothing more of ours, and :data:`NO_BACKEND` matches no backend."""
-        found = self._started.get(conn, _UNREAD)
+        pooled = type(conn) is _Conn
+        found = conn.backend_start if pooled else self._started.get(conn, _UNREAD)  # type: ignore[attr-defined]
         if found is _UNREAD:
             try:
                 row = conn.execute("SELECT backend_start FROM pg_stat_get_activity(pg_backend_pid())").fetchone()
             except psycopg.Error:
                 return NO_BACKEND if conn.broken or conn.closed else None
-            found = self._started[conn] = row[0] if row else None
+            found = row[0] if row else None
+            if pooled:
+                conn.backend_start = found  # type: ignore[attr-defined]
+            else:
+                self._started[conn] = found
         return found
 
     def fail(self, e: BaseException) -> StoreError:
@@ -216,7 +349,8 @@ class PgDatastore:
 
     @contextmanager
     def deadline(self) -> Iterator[None]:
-        """Every exchange inside shares one deadline, ``timeout_ms`` from now (kept if already set)."""
+        """Every exchange inside shares one deadline, ``timeout_ms`` from now (kept if already set).
+        (:meth:`.optimistic.Optimistic.run_call`, every call's way in, does the same inline.)"""
         if self.local.deadline is not None:
             yield
             return
@@ -282,6 +416,74 @@ class PgDatastore:
         done.add(shape)
         return cursor
 
+    def run(self, conn: psycopg.Connection[Any], stmt: Statement, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+        """``stmt`` on a pooled (autocommit) connection, straight through libpq (see
+        :class:`Statement`): its first run on that connection sends the Parse in one
+        pipeline with the execution (one round trip, as :meth:`execute`), later runs
+        the Bind and Execute only. Returns its rows; a failure raises psycopg's error."""
+        values, formats = stmt.values(params)
+        pg = conn.pgconn
+        ready = conn.statements if isinstance(conn, _Conn) else self._statements.get(conn)
+        if ready is None:
+            ready = set()
+            if isinstance(conn, _Conn):
+                conn.statements = ready
+            else:
+                self._statements[conn] = ready
+        if stmt.name in ready:
+            pg.send_query_prepared(stmt.name, values, formats, 0)
+            results = conn.wait(pq_execute(pg))
+        else:
+            results = self._prepare_and_run(conn, stmt, values, formats, ready)
+        for res in results:
+            if res.status == _FATAL:
+                raise pg_errors.error_from_result(res, encoding=conn.info.encoding)
+        res = results[-1]
+        if res.status != _TUPLES_OK:
+            if res.status == _COMMAND_OK:
+                return []
+            raise pg_errors.InternalError(f"unexpected result {ExecStatus(res.status).name} from {stmt.name!r}")
+        decoder = conn.decoder if isinstance(conn, _Conn) else None
+        if decoder is None:
+            decoder = Transformer(conn)
+            if isinstance(conn, _Conn):
+                conn.decoder = decoder
+        decoder.set_pgresult(res)
+        try:
+            return decoder.load_rows(0, res.ntuples, tuple)
+        finally:
+            decoder.set_pgresult(None)  # (the result's memory is not kept past the call)
+
+    def _prepare_and_run(self, conn: psycopg.Connection[Any], stmt: Statement, values: list[bytes | None],
+                         formats: list[int], ready: set[bytes]) -> list[Any]:
+        """Prepare ``stmt`` on ``conn`` and run it: in one pipeline where libpq has them."""
+        pg = conn.pgconn
+        if not self._pipelines:
+            pg.send_prepare(stmt.name, stmt.sql)
+            for res in conn.wait(pq_execute(pg)):
+                if res.status == _FATAL:
+                    raise pg_errors.error_from_result(res, encoding=conn.info.encoding)
+            ready.add(stmt.name)
+            pg.send_query_prepared(stmt.name, values, formats, 0)
+            return conn.wait(pq_execute(pg))
+        pg.enter_pipeline_mode()
+        try:
+            pg.send_prepare(stmt.name, stmt.sql)
+            pg.send_query_prepared(stmt.name, values, formats, 0)
+            pg.pipeline_sync()
+            conn.wait(send(pg))
+            prepared = conn.wait(fetch_many(pg))
+            results = conn.wait(fetch_many(pg))
+            conn.wait(fetch_many(pg))  # the Sync's
+        except BaseException:
+            with contextlib.suppress(psycopg.Error):  # (a lost connection: the pool discards it)
+                pg.exit_pipeline_mode()
+            raise
+        pg.exit_pipeline_mode()
+        if all(res.status == _COMMAND_OK for res in prepared):
+            ready.add(stmt.name)  # prepared, whatever the execution did
+        return [*prepared, *results]
+
     @contextmanager
     def conn(self) -> Iterator[psycopg.Connection[Any]]:
         """The mutation's connection on this thread, else a pooled autocommit one."""
@@ -301,17 +503,19 @@ class PgDatastore:
         finally:
             self.putconn(conn)
 
-    def rows(self, query: str | sql.Composed, params: Any = None) -> list[tuple[Any, ...]]:
+    def rows(self, query: str | sql.Composed | Statement, params: Any = None) -> list[tuple[Any, ...]]:
         """A statement's rows: in the mutation's transaction, else on a pooled connection
         (a read that found its idle connection lost runs again on a live one)."""
         self.guard()
         if self.local.tx is not None or self.closed:
             with self.conn() as conn:
-                return conn.execute(query, params).fetchall()
+                return conn.execute(query.query if isinstance(query, Statement) else query, params).fetchall()
         deadline = self.deadline_at()
         for attempt in (1, 2):
             conn = self.getconn(deadline)
             try:
+                if isinstance(query, Statement):
+                    return self.run(conn, query, params)
                 return self.execute(conn, query, params).fetchall()
             except psycopg.Error as e:
                 failure = self.fail(e)

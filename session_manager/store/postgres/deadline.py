@@ -46,7 +46,10 @@ class Watchdog:
 
     def __init__(self, name: str) -> None:
         self._name = name
-        self._cond = threading.Condition()
+        # arm() and disarm() take the lock itself (a C call): the Condition's own
+        # __enter__/__exit__ are Python methods, four calls a statement more.
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
         self._armed: dict[int, Armed] = {}
         self._keys = itertools.count()
         self._wake_at = math.inf  # when the thread wakes next (it is woken early only for an earlier deadline)
@@ -56,7 +59,7 @@ class Watchdog:
     def arm(self, conn: psycopg.Connection[Any], deadline: float) -> Armed:
         """Arm ``conn`` (in use by the calling thread) until :meth:`disarm`."""
         armed = Armed(next(self._keys), deadline, conn.pgconn.socket)
-        with self._cond:
+        with self._lock:
             self._armed[armed.key] = armed
             if self._thread is None:
                 self._start()
@@ -78,7 +81,7 @@ class Watchdog:
 
     def disarm(self, armed: Armed) -> bool:
         """Stop watching; whether the deadline had fired (the connection is then dead)."""
-        with self._cond:  # after this, the watchdog never touches the socket again
+        with self._lock:  # after this, the watchdog never touches the socket again
             self._armed.pop(armed.key, None)
         return armed.fired
 

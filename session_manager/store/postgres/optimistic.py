@@ -41,13 +41,14 @@ from typing import Any, TypeVar
 import psycopg
 
 from ..._wire.events import Event
+from .._core.cas import resolve
 from .._core.codec import loads
 from ..base import Commit, Entry, Meta
 from ..sql.keys import check_id, key, key_or_none, unkey
 from ..sql.transactions import CallRunner
 from ..sql.values import json_text
-from .at_leaf import APPEND_AT, fill, fill_known, resolve_at_leaf
-from .core import PgDatastore, Tx
+from .at_leaf import APPEND_AT, choose_at_leaf, fill, fill_known, resolve_at_leaf
+from .core import PgDatastore, Statement, Tx
 from .in_doubt import settle_apply
 from .outbox import NOTIFY_BATCH, Outbox
 from .plan import Known, Plan, append_call_params, apply_params
@@ -64,6 +65,7 @@ CONFLICT = "SM409"  # sm_apply's "the state changed" (nothing written)
 KNOWN_SESSIONS = 10_000  # sessions this instance remembers (least recently used dropped)
 KNOWN_BODIES = 16  # entries per session whose text it remembers (a stream updates the last ones)
 CONTENDED_S = 1.0  # after a conflict, the session's calls take the transactional path this long
+_APPEND_AT = Statement(APPEND_AT)  # a plain append's one statement: sent directly
 
 
 
@@ -101,19 +103,29 @@ class Optimistic:
         local = self.db.local
         if local.deferring or local.tx is not None:
             return self.calls.run_call(call)
-        with self.db.deadline():
-            try:
-                for attempt in (1, 2):
-                    self._opt.fresh = attempt == 2
-                    try:
-                        return self._run_optimistic(call)
-                    except _Conflicted:
-                        continue  # the session was forgotten: decide again from the database's state
-                    except Fallback:
-                        break
-            finally:
-                self._opt.fresh = False
-            return self.calls.run_call(call)
+        if local.deadline is not None:  # (a call inside a call: the outer one's deadline holds)
+            return self._run(call)
+        # db.deadline(), inline: every call passes here (its context manager is four Python calls more).
+        local.deadline = time.monotonic() + self.db.settings.timeout_ms / 1000
+        try:
+            return self._run(call)
+        finally:
+            local.deadline = None
+            local.window = None  # read for this call only
+
+    def _run(self, call: Callable[[], tuple[R, list[Event]]]) -> tuple[R, list[Event]]:
+        try:
+            for attempt in (1, 2):
+                self._opt.fresh = attempt == 2
+                try:
+                    return self._run_optimistic(call)
+                except _Conflicted:
+                    continue  # the session was forgotten: decide again from the database's state
+                except Fallback:
+                    break
+        finally:
+            self._opt.fresh = False
+        return self.calls.run_call(call)
 
     def _run_optimistic(self, call: Callable[[], tuple[R, list[Event]]]) -> tuple[R, list[Event]]:
         self._opt.optimistic = True
@@ -277,8 +289,12 @@ class Optimistic:
         return known.leaf if known is not None else None
 
     def meta_and_leaf_to_commit(self, session_id: str) -> tuple[Meta | None, str | None]:
-        # Two reads a plan serves (the store's meta_and_entry_to_commit is the default's, over these).
-        return self.get_meta(session_id), self.get_leaf(session_id)
+        # Two reads a plan serves at once (the store's meta_and_entry_to_commit is the default's, over these).
+        plan = self._plan(session_id)
+        if plan is None:
+            return self.reads.get_meta(session_id), self.reads.get_leaf(session_id)
+        known = self._state(plan)
+        return (known.meta, known.leaf) if known is not None else (None, None)
 
     def get_entry(self, session_id: str, entry_id: str) -> Entry | None:
         plan = self._plan(session_id)
@@ -362,12 +378,17 @@ class Optimistic:
         else:
             known = self._state(plan)
             meta, leaf = (known.meta, known.leaf) if known is not None else (None, None)
-        resolved = resolve_at_leaf(plan, commit, meta, leaf, lambda eid: self._entry(plan, eid, assume_absent=True))
+        entry = lambda eid: self._entry(plan, eid, assume_absent=True)  # noqa: E731
+        resolved = resolve_at_leaf(plan, commit, meta, leaf, entry)
         check_id("session_id", session_id)
         for e in resolved.entries:
             check_id("entry_id", e["id"])
-        plan.bodies = [json_text(e) for e in resolved.entries]
-        plan.meta_text = json_text(resolved.meta) if resolved.meta is not None else None
+        bodies = [json_text(e) for e in resolved.entries]
+        meta_text = json_text(resolved.meta) if resolved.meta is not None else None
+        if plan.holed and not choose_at_leaf(plan, resolved, bodies, meta_text):
+            resolved = resolve(commit, meta, leaf, entry)  # the known leaf, checked by sm_apply
+            bodies = [json_text(e) for e in resolved.entries]
+        plan.bodies, plan.meta_text = bodies, meta_text
         plan.commit = resolved
         return resolved
 
@@ -387,10 +408,11 @@ class Optimistic:
             params = apply_params(plan.session_id, commit, plan.bodies, plan.meta_text, instance=db.instance,
                                   schema=db.settings.schema, events=events, plan=plan)
         conn = db.getconn(db.deadline_at())
-        pid, started = conn.info.backend_pid, db.started_at(conn)
+        pid, started = conn.pgconn.backend_pid, db.started_at(conn)
         row: tuple[Any, ...] | None = None
         try:
-            row = db.execute(conn, APPEND_AT if cut is not None else APPLY, params).fetchone()
+            row = (db.run(conn, _APPEND_AT, params)[0] if cut is not None
+                   else db.execute(conn, APPLY, params).fetchone())
         except psycopg.Error as e:
             failure = db.fail(e)
             if e.sqlstate == CONFLICT:  # raised before anything was written or locked past the call
@@ -442,10 +464,11 @@ class Optimistic:
         if meta is None or text is None:
             return
         leaf = commit.leaf if commit.leaf is not None else old.leaf if old is not None else None
-        bodies = OrderedDict(old.bodies) if old is not None else OrderedDict()
+        bodies = old.bodies.copy() if old is not None else {}
         for entry, body in zip(commit.entries, plan.bodies, strict=True):
-            bodies.pop(entry["id"], None)
+            bodies.pop(entry["id"], None)  # (re-inserted last: the newest)
             bodies[entry["id"]] = (entry, body)
         while len(bodies) > KNOWN_BODIES:
-            bodies.popitem(last=False)
-        self._remember(plan.session_id, Known(meta, text, leaf, bodies))
+            del bodies[next(iter(bodies))]  # the oldest
+        # An append the server placed left the text its cut describes (see at_leaf.segments).
+        self._remember(plan.session_id, Known(meta, text, leaf, bodies, plan.at_leaf))

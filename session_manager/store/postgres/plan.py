@@ -4,7 +4,7 @@ send (see :mod:`.optimistic` and :mod:`.writes`)."""
 
 from __future__ import annotations
 
-from collections import OrderedDict
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,7 +18,9 @@ from ..sql.keys import key, key_or_none
 from ..sql.values import sanitize
 from .arrays import FixedTextArray, TextArray
 from .at_leaf import HOLE_JSON, AtLeaf
-from .outbox import channel_of
+from .outbox import channel_of as _channel_of
+
+channel_of = functools.lru_cache(maxsize=64)(_channel_of)  # (a sha256 per write otherwise)
 
 __all__ = ["Known", "Plan", "append_call_params", "apply_params"]
 
@@ -33,7 +35,10 @@ class Known:
     meta: Meta
     text: str
     leaf: str | None
-    bodies: OrderedDict[str, tuple[Entry, str]] = field(default_factory=OrderedDict)
+    # The entries it wrote last (at most optimistic.KNOWN_BODIES), oldest first: a dict (its copy,
+    # each append's, copies its table at once; an OrderedDict's re-inserts item by item).
+    bodies: dict[str, tuple[Entry, str]] = field(default_factory=dict)
+    cut: AtLeaf | None = None  # ``text`` cut at its two numbers an append changes (at_leaf.segments)
 
 
 @dataclass
@@ -49,6 +54,7 @@ class Plan:
     bodies: list[str] = field(default_factory=list)
     meta_text: str | None = None
     at_leaf: AtLeaf | None = None  # a plain append: the server chooses the leaf (see at_leaf.py)
+    holed: bool = False  # the commit was resolved on the hole, not yet cut (at_leaf.choose_at_leaf)
 
 
 def apply_params(session_id: str, commit: Commit, bodies: list[str], meta_text: str | None, *,
@@ -83,20 +89,22 @@ def append_call_params(session_id: str, commit: Commit, bodies: list[str], cut: 
                        schema: str, events: Sequence[Event], plan: Plan) -> dict[str, Any]:
     """``sm_append_call``'s arguments (see :mod:`.at_leaf`): :func:`apply_params`' for the
     values the two share, built directly (without the meta's columns and the metadata's
-    jsonb image, which the procedure does not take: the stored ones stay)."""
+    jsonb image, which the procedure does not take: the stored ones stay). Lists, not
+    generators: every append builds seven (a generator is a call per element and one more)."""
     meta = commit.meta
     assert meta is not None
     updated = meta["updated_at"]
+    entries = commit.entries
     return {
         "sid": key(session_id), "s0": cut.s0, "s1": cut.s1, "s2": cut.s2, "updated_first": cut.updated_first,
         "updated_text": str(updated), "added": cut.added, "hole": HOLE_JSON,
-        "read_ids": TextArray(key(i) for i in plan.reads),
+        "read_ids": TextArray([key(i) for i in plan.reads]),
         "read_bodies": TextArray(plan.reads.values()),
-        "ids": TextArray(key(e["id"]) for e in commit.entries),
-        "parents": TextArray(key_or_none(e.get("parent_id")) for e in commit.entries),
+        "ids": TextArray([key(e["id"]) for e in entries]),
+        "parents": TextArray([key_or_none(e.get("parent_id")) for e in entries]),
         "bodies": TextArray(bodies),
         "updated": updated, "leaf": key_or_none(commit.leaf),
-        "instance": instance, "fids": TextArray(e.function_id for e in events),
-        "payloads": TextArray(encode_json(e.payload).decode("utf-8") for e in events),
+        "instance": instance, "fids": TextArray([e.function_id for e in events]),
+        "payloads": TextArray([encode_json(e.payload).decode("utf-8") for e in events]),
         "channel": channel_of(schema), "all": _ALL,
     }

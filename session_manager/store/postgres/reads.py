@@ -16,7 +16,7 @@ from ..path import EntryPath
 from ..sql.keys import key, unkey
 from ..sql.path import PATH_WINDOW, WindowPath
 from ..sql.values import sanitize
-from .core import PgDatastore
+from .core import PgDatastore, Statement
 
 __all__ = ["HITS_SQL", "PgReads"]
 
@@ -74,6 +74,7 @@ SELECT 0, CASE WHEN same THEN NULL ELSE meta END, CASE WHEN same THEN NULL ELSE 
 UNION ALL
 SELECT 1, body, entry_id, depth, NULL FROM w
 """
+_META_AND_TAIL_STATEMENT = Statement(_META_AND_TAIL)  # a warm tail's one statement: sent directly
 
 # The session's meta and leaf (with its depth) and the first entries (depths 0
 # .. window - 1) of its active path: jump pointers from the leaf down to the
@@ -173,7 +174,7 @@ class PgReads:
             known, known_leaf, known_meta = version
         else:
             known, known_leaf, known_meta = "", None, None
-        rows = self.db.rows(_META_AND_TAIL, {"s": key(session_id), "window": PATH_WINDOW, "v": known,
+        rows = self.db.rows(_META_AND_TAIL_STATEMENT, {"s": key(session_id), "window": PATH_WINDOW, "v": known,
                                              "l": known_leaf, "m": known_meta})
         if len(rows) == 1 and rows[0][0] == 0:  # the session alone: at ``version``, or no entries
             _, meta, leaf, _, xmin = rows[0]
