@@ -105,6 +105,27 @@ def test_a_dead_observers_row_counts_until_it_expires(schema: str) -> None:
         writer.close()
 
 
+def owed_suffix(path: list[str], started: dict[str, float], ready: float) -> list[str]:
+    """What an observer listening (registration committed) at ``ready`` is owed of a session
+    whose chain is ``path`` (commit order): from the first entry sent after ``ready`` on, every
+    one, including those sent before ``ready`` that committed after it (an append sent earlier
+    may commit later: a writer held up, or retrying a conflict). The entries sent after ``ready``
+    alone are no suffix of the chain then."""
+    first = next((i for i, eid in enumerate(path) if started[eid] > ready), len(path))
+    return path[first:]
+
+
+def test_owed_suffix_counts_an_append_sent_before_the_registration_that_committed_after_a_later_one() -> None:
+    # Prevents: the concurrent test below expecting the appends sent after the registration to be
+    # the chain's tail (it failed under load with nothing missing: "(61, 63, [])"), when an append
+    # sent just before commits after one sent just after. Its order as seen in such a failure.
+    path = ["w2-61", "w0-63", "w0-64", "w2-62", "w0-65"]
+    started = {"w2-61": 1.0, "w0-63": 2.0, "w2-62": 2.5, "w0-64": 3.5, "w0-65": 4.0}
+    assert owed_suffix(path, started, ready=3.0) == ["w0-64", "w2-62", "w0-65"]
+    assert owed_suffix(path, started, ready=0.0) == path
+    assert owed_suffix(path, started, ready=5.0) == []
+
+
 @pytest.mark.parametrize("read_only", [False, True], ids=["writable", "read-only"])
 def test_an_observer_registering_amid_concurrent_appends_gets_each_later_one_once_in_order(
         schema: str, read_only: bool) -> None:
@@ -156,10 +177,10 @@ def test_an_observer_registering_amid_concurrent_appends_gets_each_later_one_onc
         for seen, ready in rounds:
             for sid in sids:
                 path = paths[sid]
-                later = [eid for eid in path if started[eid] > ready]
-                assert later, "no append after the registration: the test proves nothing"
-                assert wait_for(lambda seen=seen, sid=sid, later=later: seen[sid][-len(later):] == later), \
-                    (len(later), len(seen[sid]), [e for e in later if e not in seen[sid]][:5])
+                owed = owed_suffix(path, started, ready)
+                assert owed, "no append after the registration: the test proves nothing"
+                assert wait_for(lambda seen=seen, sid=sid, owed=owed: seen[sid][-len(owed):] == owed), \
+                    (len(owed), len(seen[sid]), [e for e in owed if e not in seen[sid]][:5])
                 got = seen[sid]
                 # Exactly a suffix of the chain: nothing missed after the first one delivered,
                 # nothing twice, in commit order.
