@@ -57,11 +57,7 @@ without seeing it. The rule: an observer is owed the events of the mutations
 that commit after its registration committed, and gets each once, a session's
 in commit order (rows are recorded for every one of them: any append that did
 not see the registration committed before it). An append to a session just
-before that may be delivered or not, as before. (Known gap: a first listener
-delivers from its starting snapshot, taken just after the registration committed
-and before it counts as listening: an append committing in between is recorded but
-not delivered; :meth:`Outbox.ready` has not returned yet then. See the strict xfail
-in tests/unit/test_postgres_observers.py.) A listener whose registration
+before that may be delivered or not, as before. A listener whose registration
 may have lapsed meanwhile (its renewal came later than the row's expiry; a
 read-only one's connection was lost) registers again and resyncs instead of
 replaying. The other writes (``sm_apply``, the transactional path) record
@@ -403,9 +399,11 @@ class Outbox:
                 listen, fetch = self._connect_pair()
                 with listen, fetch:
                     listen.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self._channel)))
-                    lapsed = self._register(listen, fetch)
-                    away = None if contact is None else time.monotonic() - contact
-                    self._catch_up(fetch, float("inf") if lapsed else away)
+                    first = self._high < 0
+                    lapsed = self._register(listen, fetch)  # (a first one takes its starting point there)
+                    if not first:
+                        away = None if contact is None else time.monotonic() - contact
+                        self._catch_up(fetch, float("inf") if lapsed else away)
                     contact = time.monotonic()
                     backoff = 0.1
                     self._listening.set()
@@ -437,14 +435,28 @@ class Outbox:
         lost connection: each reconnect is a lapse."""
         before = self._beat_ok
         sent = time.monotonic()
-        if self._db.settings.read_only:
-            listen.execute(_READ_ONLY_OBSERVER)  # (not held yet: this connection is new)
-            with listen.transaction():
-                listen.execute(_GATE)
-        else:
-            with fetch.transaction():
-                fetch.execute(_GATE)
-                fetch.execute(_REGISTER, {"instance": self._db.instance, "life": self._life_s})
+        # A first listener takes its starting point while the gate is held, before the
+        # registration commits: an append committing after the registration but before a
+        # later snapshot would be counted as before its time (marked seen, never delivered).
+        first = self._high < 0
+        try:
+            if self._db.settings.read_only:
+                listen.execute(_READ_ONLY_OBSERVER)  # (not held yet: this connection is new)
+                with listen.transaction():
+                    listen.execute(_GATE)
+                    if first:
+                        self._start_from(fetch)  # (a new snapshot, taken after the gate was granted)
+            else:
+                with fetch.transaction():
+                    fetch.execute(_GATE)
+                    fetch.execute(_REGISTER, {"instance": self._db.instance, "life": self._life_s})
+                    if first:
+                        self._start_from(fetch)
+        except BaseException:
+            if first:  # (not registered: the next connection starts afresh)
+                self._high = -1
+                self._seen.clear()
+            raise
         self._beat_ok = sent
         return before is not None and (self._db.settings.read_only or time.monotonic() - before > self._life_s)
 
@@ -509,26 +521,29 @@ class Outbox:
             raise fetch
         return listen, fetch
 
+    def _start_from(self, conn: psycopg.Connection[Any]) -> None:
+        """A first listener's starting point (from :meth:`_register`, before its registration
+        commits): only what commits from now on is delivered."""
+        # One statement, one snapshot: the high-water mark; the rows already
+        # committed within a later replay's reach, which happened before we
+        # listened: never ours to deliver (rows still in flight are not
+        # visible yet, so they stay deliverable); and the sessions, listed
+        # with that mark: a session created or deleted since is either in
+        # this listing or in a row still to deliver.
+        row = conn.execute(
+            "WITH h AS (SELECT coalesce(max(id), 0) AS high FROM outbox)"
+            " SELECT h.high, ARRAY(SELECT id FROM outbox WHERE id > h.high - %s AND id <= h.high),"
+            " ARRAY(SELECT meta FROM sessions WHERE meta IS NOT NULL) FROM h",
+            (REPLAY_SLACK,),
+        ).fetchone()
+        assert row is not None
+        self._high = int(row[0])
+        for oid in row[1]:
+            self._mark_seen(int(oid))
+        self.known.load(loads(m.encode("utf-8")) for m in row[2])
+
     def _catch_up(self, fetch: psycopg.Connection[Any], away_s: float | None) -> None:
-        if self._high < 0:  # first connect: only what happens from now on
-            # One statement, one snapshot: the high-water mark; the rows already
-            # committed within a later replay's reach, which happened before we
-            # listened: never ours to deliver (rows still in flight are not
-            # visible yet, so they stay deliverable); and the sessions, listed
-            # with that mark: a session created or deleted since is either in
-            # this listing or in a row still to deliver.
-            row = fetch.execute(
-                "WITH h AS (SELECT coalesce(max(id), 0) AS high FROM outbox)"
-                " SELECT h.high, ARRAY(SELECT id FROM outbox WHERE id > h.high - %s AND id <= h.high),"
-                " ARRAY(SELECT meta FROM sessions WHERE meta IS NOT NULL) FROM h",
-                (REPLAY_SLACK,),
-            ).fetchone()
-            assert row is not None
-            self._high = int(row[0])
-            for oid in row[1]:
-                self._mark_seen(int(oid))
-            self.known.load(loads(m.encode("utf-8")) for m in row[2])
-            return
+        """What a reconnected listener may have missed: replayed, or resynced when away too long."""
         if away_s is not None and away_s > self._retention_s:
             self._resync()
             row = fetch.execute("SELECT coalesce(max(id), 0) FROM outbox").fetchone()
