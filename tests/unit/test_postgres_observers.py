@@ -105,6 +105,27 @@ def test_a_dead_observers_row_counts_until_it_expires(schema: str) -> None:
         writer.close()
 
 
+def owed_suffix(path: list[str], started: dict[str, float], ready: float) -> list[str]:
+    """What an observer listening (registration committed) at ``ready`` is owed of a session
+    whose chain is ``path`` (commit order): from the first entry sent after ``ready`` on, every
+    one, including those sent before ``ready`` that committed after it (an append sent earlier
+    may commit later: a writer held up, or retrying a conflict). The entries sent after ``ready``
+    alone are no suffix of the chain then."""
+    first = next((i for i, eid in enumerate(path) if started[eid] > ready), len(path))
+    return path[first:]
+
+
+def test_owed_suffix_counts_an_append_sent_before_the_registration_that_committed_after_a_later_one() -> None:
+    # Prevents: the concurrent test below expecting the appends sent after the registration to be
+    # the chain's tail (it failed under load with nothing missing: "(61, 63, [])"), when an append
+    # sent just before commits after one sent just after. Its order as seen in such a failure.
+    path = ["w2-61", "w0-63", "w0-64", "w2-62", "w0-65"]
+    started = {"w2-61": 1.0, "w0-63": 2.0, "w2-62": 2.5, "w0-64": 3.5, "w0-65": 4.0}
+    assert owed_suffix(path, started, ready=3.0) == ["w0-64", "w2-62", "w0-65"]
+    assert owed_suffix(path, started, ready=0.0) == path
+    assert owed_suffix(path, started, ready=5.0) == []
+
+
 @pytest.mark.parametrize("read_only", [False, True], ids=["writable", "read-only"])
 def test_an_observer_registering_amid_concurrent_appends_gets_each_later_one_once_in_order(
         schema: str, read_only: bool) -> None:
@@ -156,14 +177,10 @@ def test_an_observer_registering_amid_concurrent_appends_gets_each_later_one_onc
         for seen, ready in rounds:
             for sid in sids:
                 path = paths[sid]
-                later = [eid for eid in path if started[eid] > ready]
-                assert later, "no append after the registration: the test proves nothing"
-                # Owed: the chain from the first append sent after the registration on (an append
-                # sent before it may commit among those: in the chain, so in the suffix too).
-                owed = len(path) - path.index(later[0])
-                assert wait_for(lambda seen=seen, sid=sid, owed=owed, path=path: len(seen[sid]) >= owed
-                                and seen[sid][-1] == path[-1]), \
-                    (owed, len(seen[sid]), [e for e in later if e not in seen[sid]][:5])
+                owed = owed_suffix(path, started, ready)
+                assert owed, "no append after the registration: the test proves nothing"
+                assert wait_for(lambda seen=seen, sid=sid, owed=owed: seen[sid][-len(owed):] == owed), \
+                    (len(owed), len(seen[sid]), [e for e in owed if e not in seen[sid]][:5])
                 got = seen[sid]
                 # Exactly a suffix of the chain: nothing missed after the first one delivered,
                 # nothing twice, in commit order.
@@ -201,6 +218,42 @@ def test_a_listener_whose_registration_lapsed_registers_again_and_resyncs(schema
         assert wait_for(lambda: loud in added)
         assert quiet in added  # (told by the resync: the gap is covered)
         assert added.count(loud) == 1 and added.index(quiet) < added.index(loud)
+    finally:
+        writer.close()
+        watcher.close()
+
+
+@pytest.mark.parametrize("read_only", [False, True], ids=["writable", "read-only"])
+def test_an_append_committed_between_the_registration_and_the_listener_starting_is_delivered(
+        schema: str, read_only: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Prevents: the listener's first snapshot (what it counts as before its time) taken after its
+    # registration committed, so that an append committing in between, recorded for it (it saw
+    # the registration), is marked seen and never delivered: a gap in what it is owed.
+    from session_manager.store.postgres import outbox as outbox_module
+
+    writer, watcher = open_sm(schema), open_sm(schema, read_only=read_only)
+    sid = writer.call("session::create", {"title": "t"})["session_id"]
+    between: list[str] = []
+    register = outbox_module.Outbox._register
+
+    def register_then_append(self: Any, listen: Any, fetch: Any) -> bool:
+        lapsed = register(self, listen, fetch)
+        if self is watcher.service.store.outbox and not between:
+            between.append(writer.call("session::append", {"session_id": sid, "message": text("between")})["entry_id"])
+        return lapsed
+
+    monkeypatch.setattr(outbox_module.Outbox, "_register", register_then_append)
+    try:
+        seen: list[str] = []
+        watcher.observe({"function_id": ev.ON_MESSAGE_ADDED}, lambda e: seen.append(e["entry_id"]))
+        watcher.service.store.events_ready()
+        assert wait_for(lambda: watcher.service.store.outbox.listening) and len(between) == 1
+        assert len(_rows(schema)) == 1 and between[0] in _rows(schema)[0]  # (recorded: it saw the registration)
+        after = writer.call("session::append", {"session_id": sid, "message": text("after")})["entry_id"]
+        assert wait_for(lambda: seen == [*between, after]), seen
+        time.sleep(0.2)
+        assert seen == [*between, after]
+        assert check_linear(writer, sid) == [*between, after]
     finally:
         writer.close()
         watcher.close()

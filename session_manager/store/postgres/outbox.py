@@ -121,6 +121,16 @@ _REGISTER = (_GATE + "; WITH old AS (SELECT expires > clock_timestamp() AS live 
 _RENEW = (_GATE + "; UPDATE observers SET expires = now() + make_interval(secs => {life})"
           " WHERE instance = {instance} AND expires > clock_timestamp()")
 _READ_ONLY_OBSERVER = "SELECT pg_advisory_lock_shared(hashtext(current_schema()), 2)"
+# A first listener's starting point, one statement, one snapshot: the high-water mark; the
+# rows already committed within a later replay's reach, which happened before it listened:
+# never its to deliver (rows still in flight are not visible yet, so they stay deliverable);
+# and the sessions, listed with that mark: a session created or deleted since is either in
+# this listing or in a row still to deliver.
+_START = sql.SQL(
+    "WITH h AS (SELECT coalesce(max(id), 0) AS high FROM outbox)"
+    " SELECT h.high, ARRAY(SELECT id FROM outbox WHERE id > h.high - {slack} AND id <= h.high),"
+    " ARRAY(SELECT meta FROM sessions WHERE meta IS NOT NULL) FROM h"
+).format(slack=sql.Literal(REPLAY_SLACK))
 BEAT_MAX_S = 15.0  # a listener renews its row at least this often
 START_DELAY_S = 1.0  # the listener's first connection, when no host waits for it (see _run)
 
@@ -416,9 +426,11 @@ class Outbox:
                 listen, fetch = self._connect_pair()
                 with listen, fetch:
                     listen.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self._channel)))
-                    lapsed = self._register(listen, fetch)
-                    away = None if contact is None else time.monotonic() - contact
-                    self._catch_up(fetch, float("inf") if lapsed else away)
+                    first = self._high < 0
+                    lapsed = self._register(listen, fetch)  # (a first one takes its starting point there)
+                    if not first:
+                        away = None if contact is None else time.monotonic() - contact
+                        self._catch_up(fetch, float("inf") if lapsed else away)
                     contact = time.monotonic()
                     backoff = 0.1
                     self._listening.set()
@@ -452,13 +464,28 @@ class Outbox:
         before = self._beat_ok
         sent = time.monotonic()
         live = False
-        if self._db.settings.read_only:
-            listen.execute(_READ_ONLY_OBSERVER)  # (not held yet: this connection is new)
-            listen.execute(_GATE)  # (autocommit: taken and let go in one implicit transaction)
-        else:
-            cur = fetch.execute(registration(_REGISTER, self._db.instance, self._life_s))
-            row = cur.fetchone() if cur.nextset() else None  # (the INSERT's answer: the second)
-            live = bool(row and row[0])
+        # A first listener takes its starting point while the gate is held, before the
+        # registration commits: an append committing after the registration but before a
+        # later snapshot would be counted as before its time (marked seen, never delivered).
+        # In the same query string as the gate (one implicit transaction): the server never
+        # waits on this client while it holds the gate.
+        first = self._high < 0
+        start = sql.SQL("; ") + _START if first else sql.SQL("")
+        try:
+            if self._db.settings.read_only:
+                listen.execute(_READ_ONLY_OBSERVER)  # (not held yet: this connection is new)
+                cur = listen.execute(sql.SQL(_GATE) + start)  # (autocommit: one implicit transaction)
+            else:
+                cur = fetch.execute(registration(_REGISTER, self._db.instance, self._life_s) + start)
+                row = cur.fetchone() if cur.nextset() else None  # (the INSERT's answer: the second)
+                live = bool(row and row[0])
+            if first:
+                self._start_at(cur.fetchone() if cur.nextset() else None)
+        except BaseException:
+            if first:  # (not registered: the next connection starts afresh)
+                self._high = -1
+                self._seen.clear()
+            raise
         self._beat_ok = sent
         return before is not None and (not live or time.monotonic() - before > self._life_s)
 
@@ -525,26 +552,18 @@ class Outbox:
             raise fetch
         return listen, fetch
 
+    def _start_at(self, row: tuple[Any, ...] | None) -> None:
+        """A first listener's starting point (:data:`_START`'s row, read in :meth:`_register`
+        before its registration commits): only what commits from now on is delivered."""
+        if row is None:
+            raise psycopg.OperationalError("postgres events: the listener's starting point was not read")
+        self._high = int(row[0])
+        for oid in row[1]:
+            self._mark_seen(int(oid))
+        self.known.load(loads(m.encode("utf-8")) for m in row[2])
+
     def _catch_up(self, fetch: psycopg.Connection[Any], away_s: float | None) -> None:
-        if self._high < 0:  # first connect: only what happens from now on
-            # One statement, one snapshot: the high-water mark; the rows already
-            # committed within a later replay's reach, which happened before we
-            # listened: never ours to deliver (rows still in flight are not
-            # visible yet, so they stay deliverable); and the sessions, listed
-            # with that mark: a session created or deleted since is either in
-            # this listing or in a row still to deliver.
-            row = fetch.execute(
-                "WITH h AS (SELECT coalesce(max(id), 0) AS high FROM outbox)"
-                " SELECT h.high, ARRAY(SELECT id FROM outbox WHERE id > h.high - %s AND id <= h.high),"
-                " ARRAY(SELECT meta FROM sessions WHERE meta IS NOT NULL) FROM h",
-                (REPLAY_SLACK,),
-            ).fetchone()
-            assert row is not None
-            self._high = int(row[0])
-            for oid in row[1]:
-                self._mark_seen(int(oid))
-            self.known.load(loads(m.encode("utf-8")) for m in row[2])
-            return
+        """What a reconnected listener may have missed: replayed, or resynced when away too long."""
         if away_s is not None and away_s > self._retention_s:
             self._resync()
             row = fetch.execute("SELECT coalesce(max(id), 0) FROM outbox").fetchone()
