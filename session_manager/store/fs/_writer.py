@@ -132,8 +132,9 @@ class Writer:
                     raise
                 slot.end = start + len(data)
                 # Before the answer: a log whose data_dir was removed or replaced took these
-                # bytes through its kept descriptor, where nobody will find them again.
-                self._d.still_ours()
+                # bytes through its kept descriptor, where nobody will find them again (an
+                # fstat of the held lock file, its path looked up at most every 0.1 s: _lock).
+                self._d.still_ours_after_write()
             finally:
                 if not owed:  # an owed fsync keeps the descriptor pinned until settle()
                     self._d.fds.release(path, slot)
