@@ -93,7 +93,8 @@ class Writer:
         """Write one commit's lines through the kept descriptor; returns the
         log offset they start at."""
         path = self._d.files.log_path(session_id)
-        fix = self._d.tail_fix.pop(session_id, None)
+        tail_fix = self._d.tail_fix
+        fix = tail_fix.pop(session_id, None) if tail_fix else None  # (none to fix, nearly always: no call)
         fsync = self._d.durability == "fsync"
         try:
             # Read access too: the tail check after a failed write preads the file.
