@@ -7,12 +7,14 @@ from __future__ import annotations
 import base64
 import shutil
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 import session_manager
 from session_manager.errors import STORAGE, SessionError
+from session_manager.store.fs import _lock
 
 
 def user(text: str) -> dict[str, Any]:
@@ -78,6 +80,34 @@ def test_data_dir_recreated_under_a_running_store_is_not_written_by_it(tmp_path:
     with session_manager.open(where) as again:  # after a restart: only the second owner's session
         assert [m["session_id"] for m in again.call("session::list", {})["sessions"]] == [other]
         assert again.call("session::get", {"session_id": sid}) is None
+
+
+def test_data_dir_renamed_away_is_refused_once_its_path_is_looked_up_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Prevents: the per-commit check (the held lock file's link count, no path lookup) never
+    # noticing a data_dir renamed away and created again, which keeps every link count: the lock
+    # file's path is looked up again at most FULL_CHECK_SECONDS after the last look, and from then
+    # on every write is refused. What was acknowledged before is in the moved directory, not lost.
+    now = [1000.0]
+    monkeypatch.setattr(_lock, "time", SimpleNamespace(monotonic=lambda: now[0]))
+    where, moved = tmp_path / "d", tmp_path / "moved"
+    sm = session_manager.open(where)
+    sid = sm.call("session::create", {"title": "t"})["session_id"]  # its write looks the path up
+    before = [m["entry_id"] for m in sm.call("session::messages", {"session_id": sid})["messages"]]
+    where.rename(moved)
+    where.mkdir()
+    inside = sm.call("session::append", {"session_id": sid, "message": user("within the period")})["entry_id"]
+    now[0] += _lock.FULL_CHECK_SECONDS
+    fired = _fired(sm)
+    _every_write_refused(sm, where, sid)  # (named as it was opened)
+    assert fired == []
+    sm.close()
+    assert list(where.iterdir()) == []  # nothing written into the new directory at that path
+    with session_manager.open(moved) as again:
+        # (Its prefix: the refused append's line went in before the check that refused it, as it
+        # always has; a removed data_dir loses it with the file, a moved one still holds it.)
+        ids = [m["entry_id"] for m in again.call("session::messages", {"session_id": sid})["messages"]]
+        assert ids[:len(before) + 1] == [*before, inside]
 
 
 def test_lock_file_replaced_under_a_running_store_refuses_every_write(tmp_path: Path) -> None:

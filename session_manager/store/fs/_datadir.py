@@ -166,6 +166,14 @@ class DataDir:
         if owner is not None:
             owner.verify()
 
+    def still_ours_after_write(self) -> None:
+        """:meth:`still_ours` for a commit just written, before its answer: the cheaper
+        :meth:`~._lock.DirLock.check` (a removed data_dir is refused at once, a renamed
+        one within ``FULL_CHECK_SECONDS``)."""
+        owner = self.owner
+        if owner is not None:
+            owner.check()
+
     def owns(self) -> bool:
         """:meth:`still_ours` for writes nobody waits on (indexes, rewrites): skip them instead."""
         try:

@@ -361,7 +361,10 @@ class FsStore(StateBackedStore):
     def commit(self, session_id: str, commit: Commit) -> Commit:
         if self.read_only:  # (:meth:`_writable`, inline: every write passes here)
             raise ReadOnlyStore()
-        self._d.not_inherited()
+        d = self._d
+        owner = d.owner
+        if owner is not None and owner.inherited_from is not None:
+            d.not_inherited()  # (raises: its test inline, every write passes here)
         state = self._current_state(session_id)
         try:
             commit = state.resolve(commit)  # compare-and-set, inside the write's critical section
@@ -375,10 +378,10 @@ class FsStore(StateBackedStore):
             state.apply(commit, written_spans(len(commit.entries), data, start))
             self._search.touched(session_id)  # (a set add: the search index catches up at its next query)
             self._d.files.note_commit(session_id, state, start + len(data))
-            with self._d.lock:
-                if commit.meta is not None:
-                    self._d.catalogue(session_id, commit.meta)
-                self._d.sessions.committed(session_id, state, self._drop)  # O(1): the bodies just written count
+            with d.lock:
+                if commit.meta is not None and (d.metas is not None or d.scans):  # (no list yet: no call)
+                    d.catalogue(session_id, commit.meta)
+                d.sessions.committed(session_id, state, self._drop)  # O(1): the bodies just written count
             if budget.wants_background():  # (nearly every commit is below the line: no call)
                 self._compaction.maybe_compact(session_id, state)
             return commit
@@ -389,7 +392,7 @@ class FsStore(StateBackedStore):
         """The session's cached state, its lock held: one the cache dropped
         meanwhile is never written to (a newer load would not see the write).
 
-        A loaded one in the cache is only marked most recent (the commit
+        A loaded one in the cache is taken as it is (the commit marks it most recent,
         re-charges it, settles the others and evicts once it has written:
         :meth:`StateCache.committed`); any other is loaded (or created) as a read would."""
         lock = self._d.lock
@@ -397,10 +400,10 @@ class FsStore(StateBackedStore):
             lock.acquire()  # (acquire/try/finally, not ``with``: half the cost, on every write)
             try:
                 state = self._d.sessions.get(session_id)
-                if state is not None and state.loaded:
-                    self._d.sessions.move_to_end(session_id)
-                else:
+                if state is not None and not state.loaded:
                     state = None
+                # (Not marked most recent here: the commit does, once written. Dropped by an
+                # eviction meanwhile, it is taken again below.)
             finally:
                 lock.release()
             if state is None:

@@ -93,7 +93,8 @@ class Writer:
         """Write one commit's lines through the kept descriptor; returns the
         log offset they start at."""
         path = self._d.files.log_path(session_id)
-        fix = self._d.tail_fix.pop(session_id, None)
+        tail_fix = self._d.tail_fix
+        fix = tail_fix.pop(session_id, None) if tail_fix else None  # (none to fix, nearly always: no call)
         fsync = self._d.durability == "fsync"
         try:
             # Read access too: the tail check after a failed write preads the file.
@@ -132,8 +133,9 @@ class Writer:
                     raise
                 slot.end = start + len(data)
                 # Before the answer: a log whose data_dir was removed or replaced took these
-                # bytes through its kept descriptor, where nobody will find them again.
-                self._d.still_ours()
+                # bytes through its kept descriptor, where nobody will find them again (an
+                # fstat of the held lock file, its path looked up at most every 0.1 s: _lock).
+                self._d.still_ours_after_write()
             finally:
                 if not owed:  # an owed fsync keeps the descriptor pinned until settle()
                     self._d.fds.release(path, slot)
