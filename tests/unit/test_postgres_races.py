@@ -20,7 +20,7 @@ from tests.pg_support import text
 pytestmark = pytest.mark.postgres
 
 
-def role(schema_name: str, job: str, sids: dict[str, str], start: Any, out: Any) -> None:
+def role(schema_name: str, job: str, sids: dict[str, str], start: Any, deleted: Any, out: Any) -> None:
     """One instance playing one part; puts ``(job, results)`` on ``out``."""
     sm = session_manager.open(store=pg_support.open_store(schema_name))
     results: list[Any] = []
@@ -36,6 +36,11 @@ def role(schema_name: str, job: str, sids: dict[str, str], start: Any, out: Any)
     try:
         if job == "append":
             for i in range(60):
+                if i == 30:
+                    # Half the rounds come after the delete whatever the scheduling: the
+                    # rounds before race it (appends got fast enough to finish all 60
+                    # before a deleter that a loaded machine started late).
+                    deleted.wait(60)
                 for name in ("S", "L", "D"):
                     try:
                         sm.call("session::append", {"session_id": sids[name], "entry_id": f"{name}{i}",
@@ -63,6 +68,7 @@ def role(schema_name: str, job: str, sids: dict[str, str], start: Any, out: Any)
         elif job == "delete":
             wait_for_messages("D", 10)
             results.append(sm.call("session::delete", {"session_id": sids["D"]})["deleted"])
+            deleted.set()
     except BaseException as e:  # reported, so the test fails naming it instead of timing out
         results = [f"{job} failed: {type(e).__name__}: {e}"]
     finally:
@@ -77,8 +83,8 @@ def test_fork_leaf_moves_and_delete_racing_appends_from_other_processes(schema: 
     ctx = multiprocessing.get_context("spawn")
     with session_manager.open(store=pg_support.open_store(schema)) as sm:
         sids = {name: sm.call("session::create", {"title": name})["session_id"] for name in ("S", "L", "D")}
-        start, out = ctx.Event(), ctx.Queue()
-        procs = [ctx.Process(target=role, args=(schema, job, sids, start, out))
+        start, deleted, out = ctx.Event(), ctx.Event(), ctx.Queue()
+        procs = [ctx.Process(target=role, args=(schema, job, sids, start, deleted, out))
                  for job in ("append", "fork", "leaf", "delete")]
         for p in procs:
             p.start()

@@ -122,3 +122,22 @@ def test_a_connection_outside_the_pool_prepares_a_statement_once(db: Any) -> Non
     with psycopg.connect(pg_support.DSN, autocommit=True) as conn:
         assert db.run(conn, stmt, {"x": "a"}) == [("ay",)]
         assert db.run(conn, stmt, {"x": "b"}) == [("by",)]
+
+
+def test_a_statement_psycopg_deallocated_after_a_rollback_is_prepared_again(db: Any) -> None:
+    # Prevents: "prepared statement sm_... does not exist" answered as session/storage after
+    # psycopg's DEALLOCATE ALL (it sends one after a ROLLBACK, DROP or ALTER on a connection
+    # where it prepared statements of its own), which drops ours too (seen in CI: a LangGraph
+    # put_writes over postgres failed so).
+    stmt = Statement("SELECT %(x)s::text || 'z'")
+    conn = db.getconn(db.deadline_at())
+    try:
+        assert db.run(conn, stmt, {"x": "a"}) == [("az",)]
+        conn.execute("DEALLOCATE ALL")
+        assert stmt.name in conn.statements  # (what the adapter believes: stale)
+        assert db.run(conn, stmt, {"x": "b"}) == [("bz",)]
+        names = {r[0] for r in conn.execute("SELECT name FROM pg_prepared_statements").fetchall()}
+        assert stmt.name.decode() in names
+        assert db.run(conn, stmt, {"x": "c"}) == [("cz",)]
+    finally:
+        db.putconn(conn)

@@ -27,7 +27,7 @@ from psycopg import sql
 from psycopg.adapt import Transformer
 from psycopg.generators import execute as pq_execute
 from psycopg.generators import fetch_many, send
-from psycopg.pq import ExecStatus
+from psycopg.pq import DiagnosticField, ExecStatus, TransactionStatus
 from psycopg_pool import ConnectionPool
 
 from ...errors import STORAGE, SessionError, StoreError, Unavailable
@@ -75,6 +75,14 @@ class _Conn(psycopg.Connection[Any]):
 
 _PLACEHOLDER = re.compile(r"%\((\w+)\)[sb]|%%")
 _TUPLES_OK, _COMMAND_OK, _FATAL = ExecStatus.TUPLES_OK, ExecStatus.COMMAND_OK, ExecStatus.FATAL_ERROR
+
+
+def _deallocated(results: list[Any], pg: Any) -> bool:
+    """Whether a prepared run failed only because the statement is gone from the session
+    (``26000``, invalid_sql_statement_name), outside a transaction (so nothing is aborted)."""
+    return (len(results) == 1 and results[0].status == _FATAL
+            and results[0].error_field(DiagnosticField.SQLSTATE) == b"26000"
+            and pg.transaction_status == TransactionStatus.IDLE)
 
 
 class Statement:
@@ -433,6 +441,12 @@ class PgDatastore:
         if stmt.name in ready:
             pg.send_query_prepared(stmt.name, values, formats, 0)
             results = conn.wait(pq_execute(pg))
+            if _deallocated(results, pg):
+                # psycopg sends DEALLOCATE ALL after a ROLLBACK, DROP or ALTER on a connection
+                # where it prepared statements of its own: ours went too. Nothing ran (no such
+                # statement) and the connection is idle: prepare again and run.
+                ready.clear()
+                results = self._prepare_and_run(conn, stmt, values, formats, ready)
         else:
             results = self._prepare_and_run(conn, stmt, values, formats, ready)
         for res in results:
