@@ -192,9 +192,6 @@ class Outbox:
         # the condition guards them and wakes the listener when one learns its first event.
         self._calls: list[Turn] = []
         self._turns = threading.Condition()
-        # A listener started whose first connection is not made yet (cleared once it listens or
-        # fails): an observed call waits for it when a host does (begin_call).
-        self._starting = False
         self._generation = 0  # counts the listener's disconnections (a waiting call's note may be lost)
         # Its registration (see "Who is owed events"): renewed every _beat_s, valid for _life_s
         # from when it was sent (the server counts from later); the last one sent, in monotonic time.
@@ -287,17 +284,6 @@ class Outbox:
             return None
         free = free or threading.current_thread() is self._thread
         with self._turns:  # (with _lost: a turn noted while listening is released when it stops)
-            if not free and self._starting and not self._listening.is_set() and self._wanted_now.is_set():
-                # A host waits for this listener (ready()): the call waits too, before it sends
-                # anything, so it commits after the listener's starting point and is recorded and
-                # heard (its turn claimed). Delivered at once instead, it would overtake another
-                # instance's earlier commit that the listener delivers later. Bounded as ready().
-                deadline = time.monotonic() + self._db.settings.connect_timeout_ms / 1000 + 1
-                while self._starting and not self._listening.is_set() and not self._stop.is_set():
-                    left = deadline - time.monotonic()
-                    if left <= 0:
-                        break
-                    self._turns.wait(left)
             if not self._listening.is_set() and not free:
                 return None
             turn = Turn(self._generation, free)
@@ -360,8 +346,6 @@ class Outbox:
     def _start(self) -> None:
         """Start the listener unless it runs (the caller holds the subscribers' lock)."""
         if self._thread is None and not self._stop.is_set():
-            with self._turns:
-                self._starting = True
             self._thread = threading.Thread(target=self._run, name="session-manager-outbox", daemon=True)
             self._thread.start()
 
@@ -449,10 +433,7 @@ class Outbox:
                         self._catch_up(fetch, float("inf") if lapsed else away)
                     contact = time.monotonic()
                     backoff = 0.1
-                    with self._turns:  # (calls waiting for the first connection go on: see begin_call)
-                        self._listening.set()
-                        self._starting = False
-                        self._turns.notify_all()
+                    self._listening.set()
                     while not self._stop.is_set():
                         if self._idle and self._leave():
                             return  # (the connections closed on the way out)
@@ -540,7 +521,6 @@ class Outbox:
         waiting for their turn may never come; they hand their events on now."""
         with self._turns:
             self._listening.clear()
-            self._starting = False  # (a failed first connection: calls waiting for it deliver unordered)
             self._generation += 1
             self._calls = [t for t in self._calls if not (t.free and t.done)]  # (their notifications: lost)
             self._turns.notify_all()
