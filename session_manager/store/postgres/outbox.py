@@ -143,7 +143,7 @@ TURN_WAIT_S = 5.0  # a call waits this long at most for the listener to reach it
 class Turn:
     """An observed call in flight (:meth:`Outbox.begin_call`); guarded by the outbox's condition."""
 
-    __slots__ = ("born", "done", "first", "free", "generation", "given", "signature")
+    __slots__ = ("born", "done", "first", "free", "generation", "given", "orphaned", "signature")
 
     def __init__(self, generation: int, free: bool = False) -> None:
         self.generation = generation
@@ -153,6 +153,10 @@ class Turn:
         self.signature: tuple[str, ...] = ()  # its notification's function positions (as in its payload)
         self.given = False  # the listener reached its notification
         self.done = False  # its events handed on (or it failed)
+        # The listener left (nobody observed: see Outbox._leave) before reaching its notification:
+        # every observer it was made for is gone, and one added since has no claim on its events
+        # (delivered now, they could overtake an earlier commit a new listener delivers later).
+        self.orphaned = False
 
 
 def registration(statement: str, instance: str, life_s: float) -> sql.Composed:
@@ -377,7 +381,10 @@ class Outbox:
             if not self._idle or self._stop.is_set():
                 return False
             self._idle = False
-            self._lost()  # (calls waiting for their turn deliver at once)
+            with self._turns:  # (calls waiting for their turn deliver nothing: see Turn.orphaned)
+                for t in self._calls:
+                    t.orphaned = t.orphaned or not t.given
+            self._lost()  # (... and go on at once)
             self._thread = None
             self._high = -1  # the next listener starts from its own connection: nothing replayed
             self._seen.clear()

@@ -90,7 +90,7 @@ class PostgresStore(SqlStore):
             response, events = self.run_call(call)
             if events:
                 outbox.await_turn(turn, events)
-                if deliver is not None:
+                if deliver is not None and not turn.orphaned:
                     outbox.queue_own(deliver, events)  # its place in the order, before the listener goes on
         finally:
             outbox.end_call(turn)
