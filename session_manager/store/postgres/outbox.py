@@ -196,6 +196,11 @@ class Outbox:
         # the condition guards them and wakes the listener when one learns its first event.
         self._calls: list[Turn] = []
         self._turns = threading.Condition()
+        # Until then an own notification is claimed by its first row only, never by its functions
+        # alone: a call noted by no turn (begun with no listener, or before it listened) may have
+        # sent it, and taken for a noted call's it would hand that call its turn early, ahead of
+        # another instance's commit made between the two (see unnoted).
+        self._exact_until = 0.0
         self._generation = 0  # counts the listener's disconnections (a waiting call's note may be lost)
         # Its registration (see "Who is owed events"): renewed every _beat_s, valid for _life_s
         # from when it was sent (the server counts from later); the last one sent, in monotonic time.
@@ -293,6 +298,11 @@ class Outbox:
             turn = Turn(self._generation, free)
             self._calls.append(turn)
         return turn
+
+    def unnoted(self) -> None:
+        """A call noted by no turn (:meth:`begin_call` said ``None``) committed: its notification,
+        if any, may still be heard; until it surely was, own notifications are claimed exactly."""
+        self._exact_until = time.monotonic() + TURN_WAIT_S
 
     def await_turn(self, turn: Turn, events: list[Event]) -> None:
         """Wait until the listener reaches the call's own notification (every event
@@ -440,6 +450,8 @@ class Outbox:
                         self._catch_up(fetch, float("inf") if lapsed else away)
                     contact = time.monotonic()
                     backoff = 0.1
+                    # (calls begun before it listened, noted by no turn, may commit from now on)
+                    self._exact_until = time.monotonic() + TURN_WAIT_S
                     self._listening.set()
                     while not self._stop.is_set():
                         if self._idle and self._leave():
@@ -684,6 +696,8 @@ class Outbox:
                 found.append(t)
         if not found:
             return "wait" if running else "skip"
+        if exact is None and heard < self._exact_until:  # (see _exact_until)
+            return "fetch"
         if exact is not None or (len(found) == 1 and not running):
             return found[0]
         if not bound and all(t.free for t in found):  # (free calls deliver nothing ordered: any of them will do)

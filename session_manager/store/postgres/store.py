@@ -82,6 +82,8 @@ class PostgresStore(SqlStore):
             turn = self.outbox.begin_call(free=deliver is None)
         if turn is None:  # (SessionStore.run_and_deliver, straight to the part that runs calls)
             response, events = self.optimistic.run_call(call)
+            if events:
+                self.outbox.unnoted()  # (its notification, if heard, is no noted call's)
             if events and deliver is not None:
                 deliver(events)
             return response, events
