@@ -300,8 +300,9 @@ class Outbox:
         return turn
 
     def unnoted(self) -> None:
-        """A call noted by no turn (:meth:`begin_call` said ``None``) committed: its notification,
-        if any, may still be heard; until it surely was, own notifications are claimed exactly."""
+        """A call noted by no turn (:meth:`begin_call` said ``None``) is about to run, or committed:
+        its notification, if any, may be heard until a while after; own notifications are claimed
+        exactly meanwhile (a listener's fetch each: only around a listener's start or outage)."""
         self._exact_until = time.monotonic() + TURN_WAIT_S
 
     def await_turn(self, turn: Turn, events: list[Event]) -> None:
@@ -450,8 +451,6 @@ class Outbox:
                         self._catch_up(fetch, float("inf") if lapsed else away)
                     contact = time.monotonic()
                     backoff = 0.1
-                    # (calls begun before it listened, noted by no turn, may commit from now on)
-                    self._exact_until = time.monotonic() + TURN_WAIT_S
                     self._listening.set()
                     while not self._stop.is_set():
                         if self._idle and self._leave():

@@ -81,6 +81,7 @@ class PostgresStore(SqlStore):
         if not local.deferring and local.tx is None:  # (unobserved: free, its notification known for its own)
             turn = self.outbox.begin_call(free=deliver is None)
         if turn is None:  # (SessionStore.run_and_deliver, straight to the part that runs calls)
+            self.outbox.unnoted()  # (its notification, if heard, is no noted call's)
             response, events = self.optimistic.run_call(call)
             if events:
                 self.outbox.unnoted()  # (its notification, if heard, is no noted call's)
