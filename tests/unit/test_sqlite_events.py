@@ -445,3 +445,24 @@ def test_own_and_another_processes_appends_to_one_session_arrive_in_commit_order
         assert [e["entry_id"] for f, e in seen if f == "session::on-message-added"] == chain
     finally:
         a.close()
+
+
+def test_a_lone_observed_store_delivers_each_call_s_events_before_the_call_returns(tmp_path: Path) -> None:
+    # Prevents: the follower taking the delivery queue for a change that is only this store's
+    # own commit (every one of them changes its connection's data_version), so a call that
+    # found the queue taken returned before its observers ran: with one process and one
+    # thread, an observer's list checked right after the call was sometimes still empty
+    # (seen in CI: a Gherkin scenario's "the call delivered events" over sqlite).
+    with session_manager.open(f"sqlite:///{tmp_path / 'one.db'}") as sm:
+        seen = observe_all(sm)
+        sid = sm.call("session::create", {})["session_id"]
+        late = []
+        for i in range(300):
+            before = len(seen)
+            sm.call("session::append", {"session_id": sid, "message": user(f"m{i}")})
+            if [f for f, _ in seen[before:]] != ["session::on-message-added"]:
+                late.append(i)
+            if i % 50 == 0:
+                time.sleep(0.03)  # (a poll of the follower falls between calls too)
+        assert late == []
+        assert len(sm.call("session::messages", {"session_id": sid, "limit": 500})["messages"]) == 300
