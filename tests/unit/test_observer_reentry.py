@@ -26,7 +26,7 @@ from session_manager import aio
 from session_manager.store.memory import MemoryStore
 from tests import pg_support
 
-ADAPTERS = ["memory", "fs", "sqlite", "postgres"]
+ADAPTERS = ["memory", "fs", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
 ADDED = "session::on-message-added"
 HANG_S = 60.0  # a correctness bound on a loaded machine (a deadlock never ends), not a timing claim
 
@@ -190,7 +190,7 @@ def test_an_observer_that_raises_fails_no_call_and_starves_no_other_observer(
     assert sum("observer of session::on-message-added failed" in r.getMessage() for r in caplog.records) == 3
 
 
-@pytest.mark.parametrize("opener", ["sqlite", "postgres"], indirect=True)
+@pytest.mark.parametrize("opener", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)], indirect=True)
 def test_a_slow_observer_gets_every_event_once_in_order_while_another_instance_commits(opener: Opener) -> None:
     # Prevents: a slow observer (holding the delivery while it runs) blocking another instance's
     # commits or this instance's, or its events arriving twice, missing, or out of commit order.
@@ -258,6 +258,7 @@ def pg_schema(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
         yield name
 
 
+@pytest.mark.postgres
 def test_postgres_calls_never_wait_out_their_turn_as_observers_come_and_go(pg_schema: str) -> None:
     # Prevents: a call stalling for its turn (TURN_WAIT_S) when observers are added and removed
     # while calls run (calls begun unobserved, notifications no turn claims), and an observer
@@ -299,6 +300,7 @@ def test_postgres_calls_never_wait_out_their_turn_as_observers_come_and_go(pg_sc
         close_all([sm, other])
 
 
+@pytest.mark.postgres
 def test_postgres_calls_waiting_for_their_turn_are_released_when_the_listener_drops(pg_schema: str) -> None:
     # Prevents: calls waiting for their turn stalling (TURN_WAIT_S) after the listener's
     # connection dropped under them, and the observer missing or repeating events across it.
@@ -347,6 +349,7 @@ def listeners(schema_name: str) -> int:
         return int(row[0]) if row else 0
 
 
+@pytest.mark.postgres
 def test_postgres_stops_listening_when_its_last_observer_leaves(pg_schema: str) -> None:
     # Prevents: an instance whose observers are all gone keeping its listener (two connections,
     # woken by every append of every instance), and one observing again getting events committed
@@ -420,7 +423,7 @@ def test_sqlite_stops_following_when_its_last_observer_leaves(tmp_path: Path) ->
         close_all([sm, other])
 
 
-@pytest.mark.parametrize("opener", ["sqlite", "postgres"], indirect=True)
+@pytest.mark.parametrize("opener", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)], indirect=True)
 def test_an_observer_closing_its_manager_on_another_instances_event(
         opener: Opener, caplog: pytest.LogCaptureFixture) -> None:
     # Prevents: close() from an observer running on the store's follower (sqlite) failing
