@@ -143,7 +143,7 @@ TURN_WAIT_S = 5.0  # a call waits this long at most for the listener to reach it
 class Turn:
     """An observed call in flight (:meth:`Outbox.begin_call`); guarded by the outbox's condition."""
 
-    __slots__ = ("born", "done", "first", "free", "generation", "given", "orphaned", "signature")
+    __slots__ = ("born", "done", "first", "free", "generation", "given", "signature")
 
     def __init__(self, generation: int, free: bool = False) -> None:
         self.generation = generation
@@ -153,10 +153,6 @@ class Turn:
         self.signature: tuple[str, ...] = ()  # its notification's function positions (as in its payload)
         self.given = False  # the listener reached its notification
         self.done = False  # its events handed on (or it failed)
-        # The listener left (nobody observed: see Outbox._leave) before reaching its notification:
-        # every observer it was made for is gone, and one added since has no claim on its events
-        # (delivered now, they could overtake an earlier commit a new listener delivers later).
-        self.orphaned = False
 
 
 def registration(statement: str, instance: str, life_s: float) -> sql.Composed:
@@ -196,11 +192,6 @@ class Outbox:
         # the condition guards them and wakes the listener when one learns its first event.
         self._calls: list[Turn] = []
         self._turns = threading.Condition()
-        # Until then an own notification is claimed by its first row only, never by its functions
-        # alone: a call noted by no turn (begun with no listener, or before it listened) may have
-        # sent it, and taken for a noted call's it would hand that call its turn early, ahead of
-        # another instance's commit made between the two (see unnoted).
-        self._exact_until = 0.0
         self._generation = 0  # counts the listener's disconnections (a waiting call's note may be lost)
         # Its registration (see "Who is owed events"): renewed every _beat_s, valid for _life_s
         # from when it was sent (the server counts from later); the last one sent, in monotonic time.
@@ -299,12 +290,6 @@ class Outbox:
             self._calls.append(turn)
         return turn
 
-    def unnoted(self) -> None:
-        """A call noted by no turn (:meth:`begin_call` said ``None``) is about to run, or committed:
-        its notification, if any, may be heard until a while after; own notifications are claimed
-        exactly meanwhile (a listener's fetch each: only around a listener's start or outage)."""
-        self._exact_until = time.monotonic() + TURN_WAIT_S
-
     def await_turn(self, turn: Turn, events: list[Event]) -> None:
         """Wait until the listener reaches the call's own notification (every event
         committed before it handed on; none after it until :meth:`end_call`). Not for
@@ -392,10 +377,7 @@ class Outbox:
             if not self._idle or self._stop.is_set():
                 return False
             self._idle = False
-            with self._turns:  # (calls waiting for their turn deliver nothing: see Turn.orphaned)
-                for t in self._calls:
-                    t.orphaned = t.orphaned or not t.given
-            self._lost()  # (... and go on at once)
+            self._lost()  # (calls waiting for their turn deliver at once)
             self._thread = None
             self._high = -1  # the next listener starts from its own connection: nothing replayed
             self._seen.clear()
@@ -695,8 +677,6 @@ class Outbox:
                 found.append(t)
         if not found:
             return "wait" if running else "skip"
-        if exact is None and heard < self._exact_until:  # (see _exact_until)
-            return "fetch"
         if exact is not None or (len(found) == 1 and not running):
             return found[0]
         if not bound and all(t.free for t in found):  # (free calls deliver nothing ordered: any of them will do)

@@ -81,10 +81,7 @@ class PostgresStore(SqlStore):
         if not local.deferring and local.tx is None:  # (unobserved: free, its notification known for its own)
             turn = self.outbox.begin_call(free=deliver is None)
         if turn is None:  # (SessionStore.run_and_deliver, straight to the part that runs calls)
-            self.outbox.unnoted()  # (its notification, if heard, is no noted call's)
             response, events = self.optimistic.run_call(call)
-            if events:
-                self.outbox.unnoted()  # (its notification, if heard, is no noted call's)
             if events and deliver is not None:
                 deliver(events)
             return response, events
@@ -93,7 +90,7 @@ class PostgresStore(SqlStore):
             response, events = self.run_call(call)
             if events:
                 outbox.await_turn(turn, events)
-                if deliver is not None and not turn.orphaned:
+                if deliver is not None:
                     outbox.queue_own(deliver, events)  # its place in the order, before the listener goes on
         finally:
             outbox.end_call(turn)
