@@ -47,6 +47,12 @@ LOCK = ("SELECT pg_advisory_xact_lock(hashtextextended(current_schema() || ':' |
 
 # The parent's depth and jump pointer, and its jump's (a skew-binary jump, as links.py and
 # sm_append_at): the new entry jumps to its parent's jump's jump when the two spans are equal.
+# Both probes are primary-key lookups whatever the statistics when the connection's generic
+# plan is made: they name the session by the parameter (joined on the session row's session_id,
+# of collation "C" where entries' is the default, neither used the key: a scan of every entry),
+# and the jump's jump is a subquery of its own (OFFSET 0: not flattened), where the parent's
+# jump_id is a parameter; joined, a plan made while the table was small took the session's
+# entries by entries_seq and filtered them (every append reading the whole session).
 _TWIN = ("j.jump_id IS NOT NULL AND p.depth - p.jump_depth = p.jump_depth - j.jump_depth"
          " AND p.jump_id <> p.entry_id")
 APPEND = (
@@ -60,8 +66,9 @@ APPEND = (
     " SELECT u.session_id, %(id)b::text, %(parent)b::text, coalesce(p.depth + 1, 0),"
     f" CASE WHEN p.depth IS NULL THEN %(id)b::text WHEN {_TWIN} THEN j.jump_id ELSE p.entry_id END,"
     f" CASE WHEN p.depth IS NULL THEN 0 WHEN {_TWIN} THEN j.jump_depth ELSE p.depth END, %(body)b::text"
-    " FROM upd u LEFT JOIN entries p ON p.session_id = u.session_id AND p.entry_id = %(parent)b::text"
-    " LEFT JOIN entries j ON j.session_id = u.session_id AND j.entry_id = p.jump_id RETURNING 1)"
+    " FROM upd u LEFT JOIN entries p ON p.session_id = %(sid)b::text AND p.entry_id = %(parent)b::text"
+    " LEFT JOIN LATERAL (SELECT jump_id, jump_depth FROM entries WHERE session_id = %(sid)b::text"
+    " AND entry_id = p.jump_id OFFSET 0) j ON true RETURNING 1)"
     " SELECT (SELECT seen FROM o), EXISTS (SELECT 1 FROM ins)"
 )
 
