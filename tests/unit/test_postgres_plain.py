@@ -75,7 +75,9 @@ def test_warm_unobserved_appends_take_one_round_trip_and_store_what_the_procedur
     for i in range(40):
         sm.call("session::append", {"session_id": other, "message": text(str(i))})
     procedure = _links(schema, other)
-    assert _same_shape(plain, procedure)
+    assert _same_shape(plain, procedure)  # (sm_append_at as migration 10 left it: its probe a subquery)
+    source = _server("SELECT pg_get_functiondef(%s::regproc)", (f'"{schema}".sm_append_at',))[0][0]
+    assert "OFFSET 0) j ON true" in source
     assert [r[1] for r in plain] == [None, *[r[0] for r in plain[:-1]]]
     assert all(json.loads(r[5])["parent_id"] == r[1] for r in plain)  # the hole filled in the body too
     stored = sm.call("session::get", {"session_id": sid})["meta"]
