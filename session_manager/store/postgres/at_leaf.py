@@ -36,7 +36,8 @@ from ..sql.values import json_text
 if TYPE_CHECKING:
     from .plan import Known, Plan
 
-__all__ = ["APPEND", "APPEND_AT", "APPEND_AT_PROCEDURE", "APPEND_CALL", "APPEND_CALL_PROCEDURE", "APPEND_FUNCTION",
+__all__ = ["APPEND", "APPEND_AT", "APPEND_AT_PROBED", "APPEND_AT_PROCEDURE", "APPEND_CALL", "APPEND_CALL_PROCEDURE",
+           "APPEND_FUNCTION",
            "HOLE", "HOLE_JSON",
            "AtLeaf", "choose_at_leaf", "fill", "fill_known", "resolve_at_leaf",
            "segments"]
@@ -338,6 +339,20 @@ BEGIN
 END
 $fn$;
 """
+
+# sm_append_at again (migration 10), its parent probe's jump's jump a subquery of its own
+# (OFFSET 0: not flattened into a join), where the parent's jump_id is a parameter: a primary-key
+# lookup. Joined, the generic plan a connection keeps from its sixth append on, if made while
+# entries was small, took the session's entries by entries_seq and filtered them: every later
+# append read the whole session (server instructions per append grew with it: 1.19M at 120
+# entries, 1.43M at 420). Otherwise as migration 9's (the same signature: running processes of
+# the previous release call it unchanged).
+_JOINED = """              FROM entries p LEFT JOIN entries j ON j.session_id = p_sid AND j.entry_id = p.jump_id
+             WHERE p.session_id = p_sid AND p.entry_id = p_parents[i];"""
+_PROBED = """              FROM entries p LEFT JOIN LATERAL (SELECT jump_id, jump_depth FROM entries
+                                                 WHERE session_id = p_sid AND entry_id = p.jump_id OFFSET 0) j ON true
+             WHERE p.session_id = p_sid AND p.entry_id = p_parents[i];"""
+APPEND_AT_PROBED = APPEND_AT_PROCEDURE.replace(_JOINED, _PROBED)
 
 APPEND_CALL = (  # binary parameters (%b), as APPEND
     "CALL sm_append_call(%(sid)b::text, %(s0)b::text, %(s1)b::text, %(s2)b::text,"

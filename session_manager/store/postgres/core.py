@@ -431,13 +431,7 @@ class PgDatastore:
         the Bind and Execute only. Returns its rows; a failure raises psycopg's error."""
         values, formats = stmt.values(params)
         pg = conn.pgconn
-        ready = conn.statements if isinstance(conn, _Conn) else self._statements.get(conn)
-        if ready is None:
-            ready = set()
-            if isinstance(conn, _Conn):
-                conn.statements = ready
-            else:
-                self._statements[conn] = ready
+        ready = self._ready(conn)
         if stmt.name in ready:
             pg.send_query_prepared(stmt.name, values, formats, 0)
             results = conn.wait(pq_execute(pg))
@@ -449,6 +443,21 @@ class PgDatastore:
                 results = self._prepare_and_run(conn, stmt, values, formats, ready)
         else:
             results = self._prepare_and_run(conn, stmt, values, formats, ready)
+        return self._rows(conn, stmt, results)
+
+    def _ready(self, conn: psycopg.Connection[Any]) -> set[bytes]:
+        """The names of the :class:`Statement` s prepared on ``conn``."""
+        ready = conn.statements if isinstance(conn, _Conn) else self._statements.get(conn)
+        if ready is None:
+            ready = set()
+            if isinstance(conn, _Conn):
+                conn.statements = ready
+            else:
+                self._statements[conn] = ready
+        return ready
+
+    def _rows(self, conn: psycopg.Connection[Any], stmt: Statement, results: list[Any]) -> list[tuple[Any, ...]]:
+        """The last result's rows (the first failure among ``results`` raised as psycopg's error)."""
         for res in results:
             if res.status == _FATAL:
                 raise pg_errors.error_from_result(res, encoding=conn.info.encoding)
@@ -467,6 +476,50 @@ class PgDatastore:
             return decoder.load_rows(0, res.ntuples, tuple)
         finally:
             decoder.set_pgresult(None)  # (the result's memory is not kept past the call)
+
+    def run_pair(self, conn: psycopg.Connection[Any], first: Statement, second: Statement,
+                 params: dict[str, Any]) -> list[tuple[Any, ...]]:
+        """``first`` then ``second`` (each taking its parameters from ``params``) on a pooled
+        (autocommit) connection, in one pipeline with one Sync: one round trip and one
+        implicit transaction, committed at the Sync, or rolled back whole if either fails.
+        ``second``'s snapshot is taken once ``first`` has run (the locks it took are held).
+        Each is prepared in the same pipeline on its first use on ``conn``. Returns
+        ``second``'s rows; a failure raises psycopg's error. Needs libpq's pipeline mode
+        (:attr:`pipelines`)."""
+        pg = conn.pgconn
+        ready = self._ready(conn)
+        sent = ((first, *first.values(params)), (second, *second.values(params)))
+        for attempt in (1, 2):
+            new = [stmt for stmt, _, _ in sent if stmt.name not in ready]
+            pg.enter_pipeline_mode()
+            try:
+                for stmt in new:
+                    pg.send_prepare(stmt.name, stmt.sql)
+                for stmt, values, formats in sent:
+                    pg.send_query_prepared(stmt.name, values, formats, 0)
+                pg.pipeline_sync()
+                conn.wait(send(pg))
+                prepared = [res for _ in new for res in conn.wait(fetch_many(pg))]
+                results = [res for _ in sent for res in conn.wait(fetch_many(pg))]
+                conn.wait(fetch_many(pg))  # the Sync's
+            except BaseException:
+                with contextlib.suppress(psycopg.Error):  # (a lost connection: the pool discards it)
+                    pg.exit_pipeline_mode()
+                raise
+            pg.exit_pipeline_mode()
+            if all(res.status == _COMMAND_OK for res in prepared):
+                ready.update(stmt.name for stmt in new)
+            failed = [res for res in results if res.status == _FATAL]
+            if (attempt == 1 and not new and len(failed) == 1 and _deallocated(failed, pg)):
+                ready.clear()  # psycopg's DEALLOCATE ALL took ours (see run): nothing ran; prepare again
+                continue
+            return self._rows(conn, second, [*prepared, *results])
+        raise AssertionError("unreachable")
+
+    @property
+    def pipelines(self) -> bool:
+        """Whether libpq has pipeline mode (:meth:`run_pair` needs it)."""
+        return self._pipelines
 
     def _prepare_and_run(self, conn: psycopg.Connection[Any], stmt: Statement, values: list[bytes | None],
                          formats: list[int], ready: set[bytes]) -> list[Any]:

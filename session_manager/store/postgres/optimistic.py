@@ -47,6 +47,7 @@ from ..base import Commit, Entry, Meta
 from ..sql.keys import check_id, key, key_or_none, unkey
 from ..sql.transactions import CallRunner
 from ..sql.values import json_text
+from . import plain
 from .at_leaf import APPEND_AT, choose_at_leaf, fill, fill_known, resolve_at_leaf
 from .core import PgDatastore, Statement, Tx
 from .in_doubt import settle_apply
@@ -66,6 +67,10 @@ KNOWN_SESSIONS = 10_000  # sessions this instance remembers (least recently used
 KNOWN_BODIES = 16  # entries per session whose text it remembers (a stream updates the last ones)
 CONTENDED_S = 1.0  # after a conflict, the session's calls take the transactional path this long
 _APPEND_AT = Statement(APPEND_AT)  # a plain append's one statement: sent directly
+# The warm unobserved append's two statements, one round trip (plain.py); PLAIN off: always
+# sm_append_at (the bench's A/B).
+_PLAIN_LOCK, _PLAIN = Statement(plain.LOCK), Statement(plain.APPEND)
+PLAIN = True
 
 
 
@@ -96,6 +101,8 @@ class Optimistic:
         self._known: OrderedDict[str, Known] = OrderedDict()
         self._known_lock = threading.Lock()
         self._contended: dict[str, float] = {}  # session -> until when it skips the optimistic attempt
+        self._unplain: dict[str, float] = {}  # session -> until when its appends skip the plain statement
+        self._observed_until = 0.0  # until then appends skip the plain statement (someone observes)
 
     # -- the call -----------------------------------------------------------------------
 
@@ -402,6 +409,8 @@ class Optimistic:
         assert commit is not None
         db = self.db
         if cut is not None:
+            if self._plain_ok(plan) and self._apply_plain(plan, events, response):
+                return
             params = append_call_params(plan.session_id, commit, plan.bodies, cut, instance=db.instance,
                                         schema=db.settings.schema, events=events, plan=plan)
         else:
@@ -450,6 +459,64 @@ class Optimistic:
             fill(commit, plan.bodies, unkey(row[0]) if row[0] is not None else None, row[1], response, events)
             plan.meta_text = cut.text(commit.meta["updated_at"] if commit.meta else 0, row[1])
         self._learn(plan)
+
+    def _plain_ok(self, plan: Plan) -> bool:
+        """Whether a plain append may try the plain statement (plain.py): nobody observes as
+        far as this instance knows, and its session's last one did not miss."""
+        if not PLAIN or self.outbox.observing or not self.db.pipelines:
+            return False
+        now = time.monotonic()
+        if now < self._observed_until:
+            return False
+        until = self._unplain.get(plan.session_id)
+        return until is None or until <= now
+
+    def _apply_plain(self, plan: Plan, events: list[Event], response: Any) -> bool:
+        """The plain statement (plain.py): ``True`` when it wrote the append, ``False`` when
+        ``sm_append_at`` must (nothing was written: someone observes, the session changed, or
+        the append is not a plain one)."""
+        params = plain.params(plan)
+        if params is None:
+            return False
+        commit, known = plan.commit, plan.known
+        assert commit is not None and known is not None and commit.meta is not None
+        db = self.db
+        conn = db.getconn(db.deadline_at())
+        pid, started = conn.pgconn.backend_pid, db.started_at(conn)
+        try:
+            seen, wrote = db.run_pair(conn, _PLAIN_LOCK, _PLAIN, params)[0]
+        except psycopg.Error as e:
+            failure = db.fail(e)
+            lost = conn.broken or conn.closed
+            db.putconn(conn)
+            self.forget(plan.session_id)
+            if e.sqlstate == plain.UNIQUE_VIOLATION:  # a new entry's id in use: nothing written
+                self._contend(plan.session_id)
+                raise _Conflicted from None
+            if not lost or started is None:
+                raise db.storage_error(failure) from None  # (one transaction: nothing written)
+            if not settle_apply(db, pid, started, "", failure, entry=(params["sid"], params["id"])):
+                armed = db.local.armed
+                if armed is not None and armed.fired:
+                    raise db.storage_error(failure) from None  # the deadline: no time to apply it again
+                db.stale(conn)
+                raise Fallback from None  # it did not land: apply it again
+            fill(commit, plan.bodies, known.leaf, commit.meta["message_count"], response, events)
+            return True  # it landed (the session was forgotten: its meta is read afresh next time)
+        db.putconn(conn)
+        if not wrote:
+            now = time.monotonic()
+            if seen:
+                self._observed_until = now + plain.OBSERVED_S
+            else:  # the session changed: the procedure places this append, and the next ones for a while
+                with self._known_lock:
+                    if len(self._unplain) > KNOWN_SESSIONS:
+                        self._unplain = {s: t for s, t in self._unplain.items() if t > now}
+                    self._unplain[plan.session_id] = now + CONTENDED_S
+            return False
+        fill(commit, plan.bodies, known.leaf, commit.meta["message_count"], response, events)
+        self._learn(plan)
+        return True
 
     def _learn(self, plan: Plan) -> None:
         """After sm_apply: the session as written (this instance wrote it last)."""

@@ -384,6 +384,12 @@ class Outbox:
             return True
 
     @property
+    def observing(self) -> bool:
+        """Whether this instance's listener runs (it registers as an observer: its appends
+        record their events, so they skip the plain statement, see plain.py)."""
+        return self._thread is not None
+
+    @property
     def listening(self) -> bool:
         """Whether the listener is connected (tests wait on it after an outage)."""
         return self._listening.is_set()

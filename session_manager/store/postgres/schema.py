@@ -28,7 +28,7 @@ from psycopg import Connection, sql
 from ...errors import StoreError
 from ..sql import versions
 from . import search
-from .at_leaf import APPEND_AT_PROCEDURE, APPEND_CALL_PROCEDURE, APPEND_FUNCTION
+from .at_leaf import APPEND_AT_PROBED, APPEND_AT_PROCEDURE, APPEND_CALL_PROCEDURE, APPEND_FUNCTION
 
 # sm_apply(...): the optimistic commit. Under the session's advisory lock (the
 # one the transactional path takes), it checks the state the decision was
@@ -214,6 +214,9 @@ MIGRATIONS: tuple[str, ...] = (
     # sm_append_at; at_leaf.py, outbox.py): an unobserved append is one transaction, no
     # outbox row, no NOTIFY.
     OBSERVERS_TABLE + APPEND_AT_PROCEDURE,
+    # 10: sm_append_at's jump-pointer probe a primary-key lookup whatever the statistics its
+    # generic plan was made with (at_leaf.py, APPEND_AT_PROBED).
+    APPEND_AT_PROBED,
 )
 
 

@@ -1,0 +1,154 @@
+"""The warm unobserved append as plain statements (issue 24, store/postgres/plain.py): one round
+trip, the same rows as ``sm_append_at`` writes, and ``sm_append_at`` whenever the session changed
+behind this instance's back, an entry id is taken, or someone observes."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+import session_manager
+from session_manager._wire import events as ev
+from session_manager.store.sql.values import json_text
+from tests import pg_support
+from tests.pg_relay import Relay
+from tests.pg_support import text
+from tests.unit.test_postgres_instances import check_linear, open_sm, wait_for
+
+pytestmark = pytest.mark.postgres
+
+
+@pytest.fixture
+def sm(schema: str, relay: Relay) -> Iterator[session_manager.SessionManager]:
+    from session_manager.store.postgres import PostgresSettings, PostgresStore
+
+    pg_support.require()
+    # No observer: the listener never starts (nothing of this instance observes).
+    with session_manager.open(store=PostgresStore(PostgresSettings(dsn=relay.dsn(), schema=schema,
+                                                                   pool_size=1))) as opened:
+        yield opened
+
+
+def _server(query: str, params: Any = None) -> list[tuple[Any, ...]]:
+    import psycopg
+
+    with psycopg.connect(pg_support.DSN, autocommit=True) as conn:
+        cur = conn.execute(query, params)
+        return cur.fetchall() if cur.description is not None else []
+
+
+def _links(schema: str, sid: str) -> list[tuple[Any, ...]]:
+    return _server(f'SELECT entry_id, parent_id, depth, jump_id, jump_depth, body FROM "{schema}".entries'
+                   " WHERE session_id = %s ORDER BY seq", (sid,))
+
+
+def test_warm_unobserved_appends_take_one_round_trip_and_store_what_the_procedure_stores(
+        schema: str, sm: session_manager.SessionManager, relay: Relay, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Prevents: the plain statement taking more than one round trip, writing a depth or jump
+    # pointer (skew-binary), a parent, a body or a meta text other than sm_append_at's, or an
+    # outbox row nobody is owed.
+    import session_manager.store.postgres.optimistic as opt
+
+    wrote: list[bool] = []
+    apply_plain = opt.Optimistic._apply_plain
+    monkeypatch.setattr(opt.Optimistic, "_apply_plain",
+                        lambda self, *a: wrote.append(apply_plain(self, *a)) or wrote[-1])
+
+    sid = sm.call("session::create", {"title": "t"})["session_id"]
+    trips = []
+    for i in range(40):
+        before = relay.round_trips
+        sm.call("session::append", {"session_id": sid, "message": text(str(i))})
+        trips.append(relay.round_trips - before)
+    assert trips[5:] == [1] * 35
+    plain = _links(schema, sid)
+    meta = _server(f'SELECT meta, updated_at, leaf FROM "{schema}".sessions WHERE session_id = %s', (sid,))[0]
+    assert _server(f'SELECT count(*) FROM "{schema}".outbox WHERE function_id = %s', (ev.ON_MESSAGE_ADDED,)) == [(0,)]
+    assert wrote.count(True) >= 35  # (not sm_append_at: see the comparison below)
+    # The same appends through sm_append_at, in another session: the same links.
+    monkeypatch.setattr(opt, "PLAIN", False)
+    other = sm.call("session::create", {"title": "t"})["session_id"]
+    for i in range(40):
+        sm.call("session::append", {"session_id": other, "message": text(str(i))})
+    procedure = _links(schema, other)
+    assert _same_shape(plain, procedure)  # (sm_append_at as migration 10 left it: its probe a subquery)
+    source = _server("SELECT pg_get_functiondef(%s::regproc)", (f'"{schema}".sm_append_at',))[0][0]
+    assert "OFFSET 0) j ON true" in source
+    assert [r[1] for r in plain] == [None, *[r[0] for r in plain[:-1]]]
+    assert all(json.loads(r[5])["parent_id"] == r[1] for r in plain)  # the hole filled in the body too
+    stored = sm.call("session::get", {"session_id": sid})["meta"]
+    assert stored["message_count"] == 40 and meta[1] == stored["updated_at"] and meta[2] == plain[-1][0]
+    assert meta[0] == json_text(stored)  # the client encoder's bytes
+    assert len(check_linear(sm, sid)) == 40
+    page = sm.call("session::messages", {"session_id": sid, "limit": 50})["messages"]
+    assert [m["message"]["content"][0]["text"] for m in page] == [str(i) for i in range(40)]
+
+
+def test_an_append_after_another_instance_wrote_hangs_on_its_entry(schema: str, sm: session_manager.SessionManager,
+                                                                   relay: Relay) -> None:
+    # Prevents: the compare-and-set writing over another instance's append (a fork, a lost
+    # message_count) or answering the stale leaf; or the session staying off the one-trip path.
+    other = open_sm(schema)
+    try:
+        sid = sm.call("session::create", {"title": "t"})["session_id"]
+        for i in range(5):
+            sm.call("session::append", {"session_id": sid, "message": text(f"w{i}")})
+        for i in range(3):
+            theirs = other.call("session::append", {"session_id": sid, "message": text(f"o{i}")})["entry_id"]
+            mine = sm.call("session::append", {"session_id": sid, "message": text(f"m{i}")})
+            assert mine["parent_id"] == theirs
+        assert len(check_linear(sm, sid)) == 11
+        assert sm.call("session::get", {"session_id": sid})["meta"]["message_count"] == 11
+        time.sleep(1.1)  # (past CONTENDED_S: the plain statement again)
+        sm.call("session::append", {"session_id": sid, "message": text("again")})
+        before = relay.round_trips
+        sm.call("session::append", {"session_id": sid, "message": text("warm")})
+        assert relay.round_trips - before == 1
+        assert len(check_linear(sm, sid)) == 13
+    finally:
+        other.close()
+
+
+def test_an_entry_id_already_stored_is_a_replay_not_a_second_copy(schema: str,
+                                                                  sm: session_manager.SessionManager) -> None:
+    # Prevents: the plain INSERT's unique violation surfacing as a storage error, or a second
+    # copy of an append retried after this instance forgot its body (it remembers the last 16).
+    sid = sm.call("session::create", {"title": "t"})["session_id"]
+    first = sm.call("session::append", {"session_id": sid, "entry_id": "x", "message": text("x")})
+    for i in range(20):
+        sm.call("session::append", {"session_id": sid, "message": text(str(i))})
+    again = sm.call("session::append", {"session_id": sid, "entry_id": "x", "message": text("x")})
+    assert again == first
+    assert sm.call("session::get", {"session_id": sid})["meta"]["message_count"] == 21
+    assert len(check_linear(sm, sid)) == 21
+
+
+def test_an_observer_of_another_instance_gets_every_append_after_it_registered(
+        schema: str, sm: session_manager.SessionManager) -> None:
+    # Prevents: the plain statement writing while someone observes (no outbox row, no
+    # NOTIFY: the observer misses the append), or staying off once nobody observes.
+    watcher = open_sm(schema)
+    try:
+        sid = sm.call("session::create", {"title": "t"})["session_id"]
+        for i in range(3):
+            sm.call("session::append", {"session_id": sid, "message": text(f"q{i}")})
+        seen: list[str] = []
+        watcher.observe({"function_id": ev.ON_MESSAGE_ADDED}, lambda e: seen.append(e["entry_id"]))
+        watcher.service.store.events_ready()
+        loud = [sm.call("session::append", {"session_id": sid, "message": text(f"l{i}")})["entry_id"]
+                for i in range(3)]
+        assert wait_for(lambda: seen == loud)
+        assert len(check_linear(sm, sid)) == 6
+    finally:
+        watcher.close()
+
+
+def _same_shape(a: list[tuple[Any, ...]], b: list[tuple[Any, ...]]) -> bool:
+    """Both chains' depths and jump pointers alike, entry by entry (ids differ: by position)."""
+    pos_a = {r[0]: i for i, r in enumerate(a)}
+    pos_b = {r[0]: i for i, r in enumerate(b)}
+    return [(r[2], pos_a[r[3]], r[4]) for r in a] == [(r[2], pos_b[r[3]], r[4]) for r in b]
