@@ -87,7 +87,11 @@ class PostgresStore(SqlStore):
             return response, events
         outbox = self.outbox
         try:
-            response, events = self.run_call(call)
+            local.sender = turn.sender  # (its rows and notification name the call: see Outbox.begin_call)
+            try:
+                response, events = self.run_call(call)
+            finally:
+                local.sender = None
             if events:
                 outbox.await_turn(turn, events)
                 if deliver is not None:
