@@ -17,7 +17,9 @@ parameter every write sends already); at an own notification the listener hands
 on what came before it, then waits while the call it names hands its events on
 (:meth:`Outbox.await_turn`), so a session's commits reach observers in commit
 order, each once. An own notification naming no call in flight (a call begun
-before the listener listened) is passed over: never taken for another call's.
+before the listener listened) is passed over: never taken for another call's. A
+call nobody here observed as it began records as ``"<instance>+"``, which the
+listener hands on as another instance's (an observer added meanwhile is owed it).
 Ids already delivered are remembered (bounded), so a replay never repeats what
 this instance saw (nor what was committed before it first listened).
 
@@ -192,6 +194,7 @@ class Outbox:
         # guards them and wakes whoever waits on a turn given or a call over.
         self._calls: dict[str, Turn] = {}
         self._count = 0  # calls noted so far (each one's sender: "<instance>.<count in hex>")
+        self.unheard = db.instance + "+"  # the sender of a call nobody here observed as it began (begin_call)
         self._turns = threading.Condition()
         self._generation = 0  # counts the listener's disconnections (a waiting call's note may be lost)
         # Its registration (see "Who is owed events"): renewed every _beat_s, valid for _life_s
@@ -284,7 +287,12 @@ class Outbox:
         ``None`` when there is no stream to order with (the listener is not connected). A
         call on the listener's thread waits for no turn (it would wait for itself): it is
         *free*. (An observer's call waits for its turn as any: the listener runs no observer,
-        so it reaches the call's notification.) A call nobody observes is ``free`` too."""
+        so it reaches the call's notification.) A call nobody observes is ``free`` too.
+        A call nobody here observed as it began (noted or not) hands its events to nobody:
+        it records them as :attr:`unheard` (``"<instance>+"``), which the listener hands on
+        as another instance's (to the observers that want them once it hears them: one
+        added meanwhile is owed them when they commit after its registration), never as
+        this instance's own."""
         if self._thread is None:  # (nothing listens: no stream, nothing to note)
             return None
         free = free or threading.current_thread() is self._thread
@@ -609,17 +617,16 @@ class Outbox:
         ids: list[int] = []
         own = self._db.instance
         for payload in notes:
-            if not payload.startswith(own):
-                ids.extend(self._wanted(payload))
-            elif self._calls:  # (unlocked: a call is noted before anything it sends)
+            if payload.startswith(own):
                 sender = payload.partition("|")[0]
-                if not self._own(sender):  # (another instance's id, this one's as its prefix)
-                    ids.extend(self._wanted(payload))
+                if self._own(sender):  # (else another instance's, or this one's unheard: see begin_call)
+                    if self._calls:  # (unlocked: a call is noted before anything it sends)
+                        if ids:
+                            self._deliver(fetch, ids)
+                            ids = []
+                        self._own_turn(sender)
                     continue
-                if ids:
-                    self._deliver(fetch, ids)
-                    ids = []
-                self._own_turn(sender)
+            ids.extend(self._wanted(payload))
         if ids:
             self._deliver(fetch, ids)
 
