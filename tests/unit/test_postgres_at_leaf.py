@@ -235,7 +235,7 @@ def test_a_schema_of_version_8_upgrades_and_its_appends_keep_their_events(schema
                                 (ev.ON_MESSAGE_ADDED,)).fetchall()
             assert any(entry_id in r[0] for r in rows)
             got = [n.payload for n in old_listener.notifies(timeout=5, stop_after=1)]
-            assert got and got[0].startswith(sm.service.store.db.instance + "|")
+            assert got and got[0].startswith(sm.service.store.outbox.unheard + "|")  # (nobody observed in sm)
         finally:
             sm.close()
 

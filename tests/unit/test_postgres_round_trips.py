@@ -17,6 +17,7 @@ import pytest
 
 import session_manager
 from session_manager._wire import events as ev
+from tests import pg_support
 from tests.pg_relay import Relay
 from tests.pg_support import text
 from tests.unit.test_postgres_instances import check_linear, open_sm, wait_for
@@ -73,6 +74,47 @@ def test_warm_uncontended_calls_take_one_round_trip_each(sm: session_manager.Ses
     page = sm.call("session::messages", {"session_id": sid, "limit": 50})
     assert [m["message"]["content"][0]["text"] for m in page["messages"]] == [str(i) for i in range(50)]
     assert page["next_cursor"] is not None
+
+
+@pytest.mark.parametrize("observed_here", [False, True], ids=["listener only", "observed here too"])
+def test_a_warm_append_is_one_round_trip_while_another_instance_observes(schema: str, relay: Relay,
+                                                                        observed_here: bool) -> None:
+    # Prevents: this instance's own listener paying a round trip per own append (fetching the
+    # notification's row to tell which call it is) whenever another instance observes, so every
+    # append is recorded and notified: a warm append then costs 2 at the wire, not 1 (issue 24).
+    from session_manager.store.postgres import PostgresSettings, PostgresStore
+
+    pg_support.require()
+    other = open_sm(schema)  # another store object (another process): straight to the server, not counted
+    seen_there: list[str] = []
+    other.observe({"function_id": ev.ON_MESSAGE_ADDED}, lambda e: seen_there.append(e["entry_id"]))
+    with session_manager.open(store=PostgresStore(PostgresSettings(dsn=relay.dsn(), schema=schema,
+                                                                   pool_size=1))) as sm:
+        seen_here: list[str] = []
+        if observed_here:
+            sm.observe({"function_id": ev.ON_MESSAGE_ADDED}, lambda e: seen_here.append(e["entry_id"]))
+        sm.service.store.events_ready()  # its own listener runs (through the relay: counted)
+        time.sleep(1.0)  # connected, registered and past its first outbox prune
+        try:
+            sid = sm.call("session::create", {"title": "t"})["session_id"]
+            for i in range(30):  # warm
+                sm.call("session::append", {"session_id": sid, "message": text(str(i))})
+            ids, counts = [], []
+            for i in range(10):
+                before = relay.round_trips
+                ids.append(sm.call("session::append", {"session_id": sid, "message": text(f"c{i}")})["entry_id"])
+                # Its listener heard the notification and is done with it before the next is counted.
+                assert wait_for(lambda: ids[-1] in seen_there, 10.0)
+                time.sleep(0.05)
+                counts.append(relay.round_trips - before)
+            assert counts == [1] * 10
+            # Each append was delivered: there once each, in order; here (observed) once each.
+            assert seen_there[-10:] == ids and len(set(seen_there)) == len(seen_there) == 40
+            if observed_here:
+                assert seen_here[-10:] == ids and len(seen_here) == 40
+            assert check_linear(other, sid)[-10:] == ids
+        finally:
+            other.close()
 
 
 def test_two_instances_appending_in_turn_form_one_chain(schema: str) -> None:

@@ -56,6 +56,7 @@ class _Local(threading.local):
     deadline: float | None = None  # the call in progress must answer by then (time.monotonic())
     armed: Armed | None = None  # this thread's connection in use, armed with that deadline
     window: Any = None  # a path window (last or first) read with its session's meta, for this call's path() (reads.py)
+    sender: str | None = None  # the observed call in progress records its events as this instance (outbox.begin_call)
 
 
 _UNREAD = object()

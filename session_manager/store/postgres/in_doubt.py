@@ -115,20 +115,22 @@ def _in_doubt(failure: StoreError) -> Unavailable:
 
 
 def settle_apply(db: PgDatastore, pid: int, started: Any, payload: str, failure: StoreError, *,
-                 entry: tuple[str, str] | None = None) -> bool:
+                 entry: tuple[str, str] | None = None, sender: str | None = None) -> bool:
     """Whether an ``sm_apply`` (one autocommit statement, whose first event's
     payload is ``payload``; or, for an ``sm_append_call``, whose payloads the server
-    completed, that wrote ``entry``, a new id checked absent) whose answer was lost committed; raises
+    completed, that wrote ``entry``, a new id checked absent; its rows recorded as ``sender``, the
+    instance by default) whose answer was lost committed; raises
     :class:`Unavailable` when the database cannot tell before the deadline."""
     until = _until(db)
     old = {"pid": pid, "started": started}
+    landed = {"instance": sender or db.instance, "payload": payload}
     while True:
         row: tuple[Any, ...] | None = None
         try:
             conn = db.getconn(until)
             try:
                 if _old_gone(conn, old):
-                    row = (conn.execute(_LANDED, {"instance": db.instance, "payload": payload}) if entry is None
+                    row = (conn.execute(_LANDED, landed) if entry is None
                            else conn.execute(_LANDED_ENTRY, entry)).fetchone()
             finally:
                 db.putconn(conn)

@@ -408,13 +408,14 @@ class Optimistic:
         commit, cut = plan.commit, plan.at_leaf
         assert commit is not None
         db = self.db
+        sender = db.local.sender or db.instance  # (an observed call's: see Outbox.begin_call)
         if cut is not None:
             if self._plain_ok(plan) and self._apply_plain(plan, events, response):
                 return
-            params = append_call_params(plan.session_id, commit, plan.bodies, cut, instance=db.instance,
+            params = append_call_params(plan.session_id, commit, plan.bodies, cut, instance=sender,
                                         schema=db.settings.schema, events=events, plan=plan)
         else:
-            params = apply_params(plan.session_id, commit, plan.bodies, plan.meta_text, instance=db.instance,
+            params = apply_params(plan.session_id, commit, plan.bodies, plan.meta_text, instance=sender,
                                   schema=db.settings.schema, events=events, plan=plan)
         conn = db.getconn(db.deadline_at())
         pid, started = conn.pgconn.backend_pid, db.started_at(conn)
@@ -441,7 +442,7 @@ class Optimistic:
             if not lost or started is None:
                 raise db.storage_error(failure) from None
             first = (params["sid"], params["ids"][0]) if cut is not None else None  # its payload had the hole
-            if not settle_apply(db, pid, started, params["payloads"][0], failure, entry=first):
+            if not settle_apply(db, pid, started, params["payloads"][0], failure, entry=first, sender=sender):
                 armed = db.local.armed
                 if armed is not None and armed.fired:
                     raise db.storage_error(failure) from None  # the deadline: no time to apply it again

@@ -11,12 +11,17 @@ at once: one listens, one reads rows) that hands other instances' events to its
 subscribers; the instance that made a mutation delivers it itself, so it
 skips its own rows. It does so at its own notification's place in the stream
 (NOTIFY order is commit order): an observed call is noted in flight before it
-sends anything (:meth:`Outbox.begin_call`); at an own notification the
-listener hands on what came before it, then waits while the call that made it
-hands its events on (:meth:`Outbox.await_turn`), so a session's commits reach
-observers in commit order, each once. Ids already delivered are remembered (bounded), so a
-replay never repeats what this instance saw (nor what was committed
-before it first listened).
+sends anything (:meth:`Outbox.begin_call`) and records its rows and its
+notification under a name of its own (``"<instance>.<n>"``, sent as the instance
+parameter every write sends already); at an own notification the listener hands
+on what came before it, then waits while the call it names hands its events on
+(:meth:`Outbox.await_turn`), so a session's commits reach observers in commit
+order, each once. An own notification naming no call in flight (a call begun
+before the listener listened) is passed over: never taken for another call's. A
+call nobody here observed as it began records as ``"<instance>+"``, which the
+listener hands on as another instance's (an observer added meanwhile is owed it).
+Ids already delivered are remembered (bounded), so a replay never repeats what
+this instance saw (nor what was committed before it first listened).
 
 After a lost connection the listener reconnects and replays the rows it
 may have missed (ids above its high-water mark, less a slack for
@@ -135,23 +140,20 @@ BEAT_MAX_S = 15.0  # a listener renews its row at least this often
 START_DELAY_S = 1.0  # the listener's first connection, when no host waits for it (see _run)
 
 
-# An event function's position in a notification's payload (array_position in EVENT_FUNCTIONS).
-_POSITION = {fid: str(i) for i, fid in enumerate(EVENT_FUNCTIONS, start=1)}
 TURN_WAIT_S = 5.0  # a call waits this long at most for the listener to reach its notification
 
 
 class Turn:
     """An observed call in flight (:meth:`Outbox.begin_call`); guarded by the outbox's condition."""
 
-    __slots__ = ("born", "done", "first", "free", "generation", "given", "signature")
+    __slots__ = ("done", "free", "generation", "given", "ready", "sender")
 
-    def __init__(self, generation: int, free: bool = False) -> None:
+    def __init__(self, generation: int, sender: str, free: bool = False) -> None:
         self.generation = generation
+        self.sender = sender  # what its rows and notification name as their instance: "<instance>.<call>"
         self.free = free  # an observer's own call: waits for no turn (see Outbox.begin_call)
-        self.born = time.monotonic()
-        self.first: tuple[str, str] | None = None  # its first event (function id, payload text), once known
-        self.signature: tuple[str, ...] = ()  # its notification's function positions (as in its payload)
         self.given = False  # the listener reached its notification
+        self.ready = False  # it knows its events and waits for its turn (Outbox.await_turn)
         self.done = False  # its events handed on (or it failed)
 
 
@@ -188,9 +190,11 @@ class Outbox:
         # Tests only: called on the calling thread right after a call's COMMIT, before its own
         # events are handed on (another instance's commit can be made to land in that window).
         self.after_commit: Callable[[], None] | None = None
-        # This instance's observed calls in flight (see begin_call), in order of registration;
-        # the condition guards them and wakes the listener when one learns its first event.
-        self._calls: list[Turn] = []
+        # This instance's observed calls in flight (see begin_call), by sender; the condition
+        # guards them and wakes whoever waits on a turn given or a call over.
+        self._calls: dict[str, Turn] = {}
+        self._count = 0  # calls noted so far (each one's sender: "<instance>.<count in hex>")
+        self.unheard = db.instance + "+"  # the sender of a call nobody here observed as it began (begin_call)
         self._turns = threading.Condition()
         self._generation = 0  # counts the listener's disconnections (a waiting call's note may be lost)
         # Its registration (see "Who is owed events"): renewed every _beat_s, valid for _life_s
@@ -213,9 +217,10 @@ class Outbox:
     def record(self, tx: Tx, events: list[Event]) -> None:
         """Insert the events' rows and notify their ids: one statement per batch."""
         conn = tx.conn
+        sender = self._db.local.sender or self._db.instance  # (see begin_call)
         for at in range(0, len(events), NOTIFY_BATCH):
             batch = events[at : at + NOTIFY_BATCH]
-            # The payload "<instance>|<id>:<n>,...": listeners skip their own
+            # The payload "<instance>[.<call>]|<id>:<n>,...": listeners skip their own
             # rows and fetch only rows of event functions someone observes.
             conn.execute(
                 "WITH ins AS (INSERT INTO outbox (instance, function_id, payload)"
@@ -224,7 +229,7 @@ class Outbox:
                 " SELECT pg_notify(%(channel)s, %(instance)s || '|' || string_agg("
                 "id::text || ':' || array_position(%(all)s::text[], function_id)::text, ',' ORDER BY id)) FROM ins",
                 {
-                    "instance": self._db.instance,
+                    "instance": sender,
                     "fids": [e.function_id for e in batch],
                     "payloads": [encode_json(e.payload).decode("utf-8") for e in batch],
                     "channel": self._channel,
@@ -233,18 +238,19 @@ class Outbox:
             )
 
     def renotify(self) -> None:
-        """Notify this instance's latest rows again: an ``sm_append_call`` that landed
-        but whose answer was lost may have ended before its notification (listeners
-        skip the ids they have seen, so a repeat is harmless). Best effort: a listener
-        that misses it replays the rows when it reconnects."""
+        """Notify the calling call's rows again (those recorded as its sender, among the
+        latest): an ``sm_append_call`` that landed but whose answer was lost may have ended
+        before its notification (listeners skip the ids they have seen, so a repeat is
+        harmless; this instance's listener hands that call its turn there). Best effort: a
+        listener that misses it replays the rows when it reconnects."""
         try:
             self._db.rows(
-                "SELECT pg_notify(%(channel)s, %(instance)s || '|' || string_agg("
+                "SELECT pg_notify(%(channel)s, %(sender)s || '|' || string_agg("
                 "id::text || ':' || array_position(%(all)s::text[], function_id)::text, ',' ORDER BY id))"
-                " FROM (SELECT id, function_id FROM outbox WHERE instance = %(instance)s"
-                " ORDER BY id DESC LIMIT %(n)s) AS latest",
-                {"channel": self._channel, "instance": self._db.instance, "all": list(EVENT_FUNCTIONS),
-                 "n": NOTIFY_BATCH},
+                " FROM (SELECT id, function_id FROM outbox WHERE instance = %(sender)s"
+                " AND id > (SELECT max(id) FROM outbox) - %(reach)s ORDER BY id DESC LIMIT %(n)s) AS latest",
+                {"channel": self._channel, "sender": self._db.local.sender or self._db.instance,
+                 "all": list(EVENT_FUNCTIONS), "reach": 10 * REPLAY_SLACK, "n": NOTIFY_BATCH},
             )
         except Exception:
             log.warning("could not notify the events of a settled append again", exc_info=True)
@@ -270,24 +276,34 @@ class Outbox:
 
     def begin_call(self, free: bool = False) -> Turn | None:
         """Note an observed call about to run (before anything is sent): the listener
-        holds back every notification after this instance's next own one until the call
-        knows its events (:meth:`await_turn`) or ends (:meth:`end_call`). ``None`` when
-        there is no stream to order with (the listener is not connected). A call on the
-        listener's thread waits for no turn (it would wait for itself): it is *free*, noted
-        only so that its notification is known for its own and never holds the listener
-        back nor is taken for another call's. (An observer's call waits for its turn as any:
-        the listener runs no observer, so it reaches the call's notification.) A call nobody
-        observes is ``free`` too, once the listener runs: its notification, claimed by no
-        turn, would else be taken for an observed call's with the same functions (handing
-        that call its turn early) or hold the listener until no call could claim it."""
+        holds back every notification after the call's own until the call has handed
+        its events on (:meth:`await_turn`, :meth:`end_call`). The call records its rows and
+        its notification as its *sender*, ``"<instance>.<n>"`` (the caller sets it as
+        ``local.sender`` while the call runs: the instance parameter every write sends
+        already, so no statement and no round trip is added), so the listener knows the
+        call of each own notification exactly, with nothing to fetch: an own notification
+        naming no noted call (made by a call begun before it listened, or by another
+        release's process, or sent again) is nobody's turn and is passed over at once.
+        ``None`` when there is no stream to order with (the listener is not connected). A
+        call on the listener's thread waits for no turn (it would wait for itself): it is
+        *free*. (An observer's call waits for its turn as any: the listener runs no observer,
+        so it reaches the call's notification.) A call nobody observes is ``free`` too.
+        A call nobody here observed as it began (noted or not) hands its events to nobody:
+        it records them as :attr:`unheard` (``"<instance>+"``), which the listener hands on
+        as another instance's (to the observers that want them once it hears them: one
+        added meanwhile is owed them when they commit after its registration), never as
+        this instance's own."""
         if self._thread is None:  # (nothing listens: no stream, nothing to note)
             return None
         free = free or threading.current_thread() is self._thread
         with self._turns:  # (with _lost: a turn noted while listening is released when it stops)
             if not self._listening.is_set() and not free:
                 return None
-            turn = Turn(self._generation, free)
-            self._calls.append(turn)
+            if free:  # (recorded as the instance: its notification names no call, passed over)
+                return Turn(self._generation, self._db.instance, free)
+            self._count += 1
+            turn = Turn(self._generation, f"{self._db.instance}.{self._count:x}")
+            self._calls[turn.sender] = turn
         return turn
 
     def await_turn(self, turn: Turn, events: list[Event]) -> None:
@@ -295,14 +311,13 @@ class Outbox:
         committed before it handed on; none after it until :meth:`end_call`). Not for
         ever: a lost listener or notification lets the call hand its events on at once
         (or after ``TURN_WAIT_S``): out of order then, never lost nor twice."""
-        first = events[0]
-        head = (first.function_id, encode_json(first.payload).decode("utf-8"))
-        signature = tuple(_POSITION.get(e.function_id, "") for e in events[:NOTIFY_BATCH])
+        if turn.free:
+            return
         deadline = time.monotonic() + TURN_WAIT_S
         with self._turns:
-            turn.first, turn.signature = head, signature
+            turn.ready = True
             self._turns.notify_all()
-            while not turn.given and not turn.free:
+            while not turn.given:
                 left = deadline - time.monotonic()
                 if left <= 0 or turn.generation != self._generation or self._stop.is_set():
                     if left <= 0:
@@ -322,12 +337,13 @@ class Outbox:
         self._serial.drain()
 
     def end_call(self, turn: Turn) -> None:
-        """The call is over (its events handed on, or it failed): the listener goes on
-        (a free call with events stays noted until the listener reaches its notification)."""
+        """The call is over (its events handed on, or it failed): the listener goes on (its
+        notification, if heard later, names no noted call: passed over)."""
+        if turn.free:
+            return
         with self._turns:
             turn.done = True
-            if turn in self._calls and not (turn.free and turn.first is not None and not turn.given):
-                self._calls.remove(turn)
+            self._calls.pop(turn.sender, None)
             self._turns.notify_all()
 
     # -- the reading side -----------------------------------------------------------
@@ -528,7 +544,6 @@ class Outbox:
         with self._turns:
             self._listening.clear()
             self._generation += 1
-            self._calls = [t for t in self._calls if not (t.free and t.done)]  # (their notifications: lost)
             self._turns.notify_all()
 
     def _connect_pair(self) -> tuple[psycopg.Connection[Any], psycopg.Connection[Any]]:
@@ -584,7 +599,7 @@ class Outbox:
     def _wanted(self, payload: str) -> list[int]:
         """The notified ids worth fetching: another instance's, of an observed (or tracked) function."""
         instance, _, items = payload.partition("|")
-        if instance == self._db.instance or not items:
+        if self._own(instance) or not items:
             return []
         wants = self.subscribers.filters()
         out: list[int] = []
@@ -596,98 +611,52 @@ class Outbox:
                 out.append(int(oid))
         return out
 
+    def _own(self, instance: str) -> bool:
+        """Whether a row's or a notification's instance is this one's (or one of its calls', see begin_call)."""
+        own = self._db.instance
+        return instance == own or (instance.startswith(own) and instance[len(own) : len(own) + 1] == ".")
+
     def _take(self, fetch: psycopg.Connection[Any], notes: list[str]) -> None:
         """Hand on what the notifications ``notes`` (in commit order) announce: other
         instances' events, and at each of this instance's own notifications, the turn of
         the call that made it (see :meth:`begin_call`)."""
         ids: list[int] = []
-        own = self._db.instance + "|"
+        own = self._db.instance
         for payload in notes:
-            if not payload.startswith(own):
-                ids.extend(self._wanted(payload))
-            elif self._calls:  # (unlocked: a call registers before anything it sends)
-                if ids:
-                    self._deliver(fetch, ids)
-                    ids = []
-                self._own_turn(fetch, payload[len(own):])
+            if payload.startswith(own):
+                sender = payload.partition("|")[0]
+                if self._own(sender):  # (else another instance's, or this one's unheard: see begin_call)
+                    if self._calls:  # (unlocked: a call is noted before anything it sends)
+                        if ids:
+                            self._deliver(fetch, ids)
+                            ids = []
+                        self._own_turn(sender)
+                    continue
+            ids.extend(self._wanted(payload))
         if ids:
             self._deliver(fetch, ids)
 
-    def _own_turn(self, fetch: psycopg.Connection[Any], items: str) -> None:
-        """Give the turn to the call that made this own notification and wait until it has
-        handed its events on. The call is known by the notification's functions (its
-        signature) when one call alone, with none still running, has them; else by the
-        notification's first row (fetched here) as its first event. A notification no
-        call claims (a call begun before the first observer, a renotification) waits
-        until no call noted before it could still claim it (at most ``TURN_WAIT_S``)."""
-        listed = items.split(",")
-        head = listed[0].partition(":")[0]
-        if not head.isdigit():
-            return
-        signature = tuple(item.partition(":")[2] for item in listed)
-        exact: tuple[str, str] | None = None
-        heard = time.monotonic()  # a call noted later than this sent it no notification heard before
-        deadline = heard + TURN_WAIT_S
-        while True:
-            with self._turns:
-                claim = self._claim(signature, exact, heard)
-                while claim == "wait":
-                    left = deadline - time.monotonic()
-                    if left <= 0 or self._stop.is_set():
-                        self._give_up(heard)
-                        return
-                    self._turns.wait(min(left, POLL_S))
-                    claim = self._claim(signature, exact, heard)
-                if isinstance(claim, Turn):
-                    claim.given = True
-                    self._turns.notify_all()
-                    while not claim.done and not self._stop.is_set():
-                        self._turns.wait(POLL_S)
-                    if claim in self._calls:  # (a free call, over already)
-                        self._calls.remove(claim)
-                    return
-                if claim == "skip":
-                    return
-            # "fetch": several calls could claim it (the lock is not held meanwhile)
-            row = fetch.execute("SELECT function_id, payload FROM outbox WHERE id = %s", (int(head),)).fetchone()
-            if row is None:
+    def _own_turn(self, sender: str) -> None:
+        """Give the turn to the call whose notification names it (see :meth:`begin_call`) and
+        wait until it has handed its events on. A notification naming no noted call (made
+        before the listener listened, or by a free call; a renotification of one over; a
+        later batch of one whose turn was given) is passed over at once. A call that does
+        not come for its turn within ``TURN_WAIT_S`` (held up between its commit and its
+        events: the listener goes back to its connection meanwhile) hands them on when it
+        does, unordered."""
+        deadline = time.monotonic() + TURN_WAIT_S
+        with self._turns:
+            turn = self._calls.get(sender)
+            if turn is None or turn.given:
                 return
-            exact = (row[0], row[1])
-
-    def _give_up(self, heard: float) -> None:
-        """No call claimed an own notification in time: the calls it waited on (noted before
-        it, still running) wait for no turn either (their notification may be this one, now
-        passed): they deliver as soon as they are done, unordered."""
-        for t in self._calls:
-            if t.born <= heard and t.first is None:
-                t.given = True
-        self._turns.notify_all()
-
-    def _claim(self, signature: tuple[str, ...], exact: tuple[str, str] | None, heard: float) -> Turn | str:
-        """Which call an own notification (heard at ``heard``) is, under the condition: a
-        :class:`Turn`, ``"wait"`` (a call still running may be it), ``"fetch"`` (its first
-        row says which), or ``"skip"`` (none is). Only calls noted before it was heard
-        can be it (a call is noted before it sends anything)."""
-        running = bound = False  # a call still running may be it; one that waits for its turn
-        found: list[Turn] = []
-        stale = time.monotonic() - 2 * TURN_WAIT_S
-        for t in list(self._calls):
-            if t.free and t.done and t.born < stale:  # its notification never came (or was skipped)
-                self._calls.remove(t)
-            elif t.born > heard:
-                continue
-            elif t.first is None:
-                running = True
-                bound = bound or not t.free
-            elif not t.given and t.signature == signature and (exact is None or t.first == exact):
-                found.append(t)
-        if not found:
-            return "wait" if running else "skip"
-        if exact is not None or (len(found) == 1 and not running):
-            return found[0]
-        if not bound and all(t.free for t in found):  # (free calls deliver nothing ordered: any of them will do)
-            return found[0]
-        return "fetch"
+            turn.given = True
+            self._turns.notify_all()
+            while not turn.done and not self._stop.is_set():
+                left = deadline - time.monotonic()
+                if not turn.ready and left <= 0:
+                    break
+                self._turns.wait(POLL_S if turn.ready else min(left, POLL_S))
+            self._calls.pop(sender, None)
 
     def _deliver(self, fetch: psycopg.Connection[Any], ids: list[int]) -> None:
         rows = fetch.execute(
@@ -702,7 +671,7 @@ class Outbox:
                 continue
             self._mark_seen(oid)
             self._high = max(self._high, oid)
-            if instance != self._db.instance:
+            if not self._own(instance):
                 events.append(Event(function_id, loads(payload.encode("utf-8"))))
         if events:
             self._serial.hand_off(functools.partial(self.subscribers.publish, events))

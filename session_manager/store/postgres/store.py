@@ -74,20 +74,33 @@ class PostgresStore(SqlStore):
         (issue 23): noted in flight before anything is sent, the call waits for the
         listener to reach its own notification (every event committed before it handed
         on) and delivers while the listener holds back what was committed after it
-        (:meth:`.outbox.Outbox.begin_call`). Nobody observing: nothing of this (once the
-        listener runs, the call is noted, free, so its notification is known for its own)."""
+        (:meth:`.outbox.Outbox.begin_call`). Nobody observing here: nothing of this; its
+        events are recorded as nobody's here (``Outbox.unheard``), for the listener to hand on
+        once it hears them (to an observer added meanwhile)."""
         local = self.db.local
         turn = None
-        if not local.deferring and local.tx is None:  # (unobserved: free, its notification known for its own)
+        outer = not local.deferring and local.tx is None  # (else part of a call that is running)
+        if outer:  # (unobserved: free)
             turn = self.outbox.begin_call(free=deliver is None)
         if turn is None:  # (SessionStore.run_and_deliver, straight to the part that runs calls)
-            response, events = self.optimistic.run_call(call)
-            if events and deliver is not None:
-                deliver(events)
-            return response, events
+            if deliver is not None or not outer:
+                response, events = self.optimistic.run_call(call)
+                if events and deliver is not None:
+                    deliver(events)
+                return response, events
+            local.sender = self.outbox.unheard  # (its events handed on by a listener that hears them)
+            try:
+                return self.optimistic.run_call(call)
+            finally:
+                local.sender = None
         outbox = self.outbox
         try:
-            response, events = self.run_call(call)
+            # (its rows and notification name the call, or say nobody here had it: see Outbox.begin_call)
+            local.sender = turn.sender if deliver is not None else outbox.unheard
+            try:
+                response, events = self.run_call(call)
+            finally:
+                local.sender = None
             if events:
                 outbox.await_turn(turn, events)
                 if deliver is not None:
