@@ -597,17 +597,24 @@ class Outbox:
         self._hand_on(rows)
 
     def _wanted(self, payload: str) -> list[int]:
-        """The notified ids worth fetching: another instance's, of an observed (or tracked) function."""
+        """The notified ids worth fetching: another instance's, of an observed (or tracked)
+        function; this instance's unheard calls' (see :meth:`begin_call`) only when observed
+        (what tracking keeps, this instance knew as it wrote them: fetched, a create's
+        notification cost an unobserved instance a round trip)."""
         instance, _, items = payload.partition("|")
         if self._own(instance) or not items:
             return []
         wants = self.subscribers.filters()
+        unheard = instance == self.unheard
+        if unheard and not wants:
+            return []
         out: list[int] = []
         for item in items.split(","):
             oid, _, n = item.partition(":")
             index = int(n) - 1 if n.isdigit() else -1
             fid = EVENT_FUNCTIONS[index] if 0 <= index < len(EVENT_FUNCTIONS) else None
-            if fid is None or self.subscribers.wanted(fid, wants):
+            if fid is None or (any(w is None or w(fid) for w in wants) if unheard
+                               else self.subscribers.wanted(fid, wants)):
                 out.append(int(oid))
         return out
 
