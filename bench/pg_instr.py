@@ -2,6 +2,7 @@
 
     valgrind --tool=callgrind --callgrind-out-file=/tmp/cg.%p python bench/pg_instr.py append 200
     python bench/pg_instr.py per-op          # runs callgrind itself: append and tail, per operation
+    python bench/pg_instr.py per-op tail-anew   # a tail whose page is built anew
     python bench/pg_instr.py profile append 2000   # cProfile call counts instead
 
 Wall-clock time on a shared box swings with its load; the instructions this
@@ -9,6 +10,12 @@ process executes per operation do not (the server's are another process's).
 ``per-op`` runs each workload twice (n and 2n operations, after the same
 warm-up) and divides the difference by n: the set-up, the interpreter's start
 and the warm-up cancel out. Each run uses its own schema (dropped afterwards).
+
+``tail-anew`` is a warm store's tail whose page is built anew each time (the
+service's kept page dropped first): what a tail right after an append costs
+the client, its append aside. (A cold open is not counted here: its pool's
+threads make the count swing with the machine's timing; on 2026-12-06 a run
+of 40 cold opens counted fewer instructions than one of 20.)
 """
 
 from __future__ import annotations
@@ -92,6 +99,24 @@ def workload(kind: str, n: int) -> Any:
         def run() -> None:
             for _ in range(n):
                 store.meta_and_leaf_since(sid, version)
+    elif kind == "tail-anew":  # the page built anew each time (as right after an append), the read warm
+        for i in range(200):
+            sm.append(sid, message={**MSG, "content": [{"type": "text", "text": f"message {i}"}]})
+        from session_manager._service.page_memo import PageMemo
+
+        req = {"session_id": sid, "limit": 50}
+        core = sm.service.core
+
+        def tail_anew() -> None:
+            core.tail_pages = PageMemo()  # (nothing kept: the page is built)
+            sm.call("session::messages-tail", req)
+
+        for _ in range(WARM):
+            tail_anew()
+
+        def run() -> None:
+            for _ in range(n):
+                tail_anew()
     else:
         raise SystemExit(f"unknown workload {kind!r}")
 
