@@ -1,0 +1,145 @@
+"""Instructions per LangGraph ``put`` by part, counted by valgrind's callgrind (load-independent,
+unlike the timings of ``bench_langgraph.py``): ``SessionManagerSaver`` beside ``SqliteSaver``.
+
+Run: ``python bench/lg_instr.py [--puts 200] [--durability flush|fsync]`` (valgrind installed;
+~3-4 minutes: both savers at once, each ~4 G instructions of imports first). Each saver puts
+``bench_langgraph``'s checkpoints (messages + 2 KB settings), 30 as a warm-up, then ``--puts``
+more with the cyclic GC off. Each part is wrapped in a C function of CPython's own that nothing
+else on the path calls, so callgrind's inclusive cost of that function is the part's cost:
+
+- put: ``functools.reduce`` around the measured puts;
+- serializer: ``min(key=...)`` around ``serde.dumps_typed``;
+- ours: store call (``SessionManager._append_owned``): ``operator.call``; the fs store's
+  ``commit`` within it: ``any(map(...))``; its ``os.write`` step (``_writer.append``):
+  ``all(map(...))``; ``encode_docs`` (the checkpoint and metadata documents): ``max(key=...)``;
+- SqliteSaver: its ``INSERT`` and ``commit`` (``pysqlite_cursor_execute``,
+  ``pysqlite_connection_commit``, C functions already).
+
+Each wrapper adds ~5-12 k instructions to the parts around it (the store call holds two);
+compare runs of one version of this script. ``--keep DIR`` keeps the callgrind files.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import gc
+import operator
+import re
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+PARTS = {  # callgrind function name -> the part it wraps
+    "functools_reduce": "put",
+    "builtin_min": "serializer",
+    "_operator_call": "store call",
+    "builtin_any": "fs commit",
+    "builtin_all": "fs write step",
+    "builtin_max": "encode_docs",
+    "pysqlite_cursor_execute": "INSERT",
+    "pysqlite_connection_commit": "commit",
+}
+
+
+def _via(kind: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` called from inside the C function ``kind`` names (its inclusive cost is fn's)."""
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        out: list[Any] = []
+
+        def call(*_: Any) -> Any:
+            out.append(fn(*args, **kwargs))
+            return 0
+
+        if kind == "min":
+            min([0], key=call)
+        elif kind == "max":
+            max([0], key=call)
+        elif kind == "any":
+            any(map(lambda _: call() and False, [0]))
+        elif kind == "all":
+            all(map(lambda _: call() or True, [0]))
+        else:
+            operator.call(call)
+        return out[0]
+    return wrapped
+
+
+def child(which: str, puts: int, durability: str) -> None:
+    """The measured process (run under callgrind)."""
+    sys.path.insert(0, str(ROOT))
+    sys.path.insert(0, str(ROOT / "bench"))
+    import bench_langgraph as bench
+
+    import session_manager
+    from session_manager.adapters import langgraph as adapter
+
+    tmp = Path(tempfile.mkdtemp())
+    saver: Any
+    if which == "ours":
+        sm = session_manager.open(tmp / "sm", durability=durability)  # type: ignore[arg-type]
+        saver = adapter.SessionManagerSaver(sm)
+        sm._append_owned = _via("call", sm._append_owned)  # type: ignore[method-assign]
+        adapter.encode_docs = _via("max", adapter.encode_docs)  # type: ignore[assignment]
+        store: Any = sm.service.store
+        store.commit = _via("any", store.commit)
+        if hasattr(store, "_writer"):
+            store._writer.append = _via("all", store._writer.append)
+    else:
+        saver = bench.sqlite_saver(tmp / "x.db", "NORMAL" if durability == "flush" else None)
+    saver.serde.dumps_typed = _via("min", saver.serde.dumps_typed)
+    thread = bench.Thread(saver, "bench", bench.SETTINGS)
+    thread.put(30)  # warm-up
+    gc.collect()
+    gc.disable()
+    functools.reduce(lambda _a, _b: thread.put(puts), [0, 0])
+
+
+def per_put(out: Path, puts: int) -> dict[str, float]:
+    """Inclusive instructions per put of each wrapper function in a callgrind file."""
+    text = subprocess.run(["callgrind_annotate", "--inclusive=yes", "--threshold=100", str(out)],
+                          capture_output=True, text=True, check=True).stdout
+    found: dict[str, float] = {}
+    for line in text.splitlines():
+        m = re.match(r"\s*([\d,]+) .*?:(\w+) \[", line)
+        if m and m.group(2) in PARTS and PARTS[m.group(2)] not in found:
+            found[PARTS[m.group(2)]] = int(m.group(1).replace(",", "")) / puts
+    return found
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--puts", type=int, default=200)
+    parser.add_argument("--durability", choices=("flush", "fsync"), default="flush")
+    parser.add_argument("--keep", type=Path, help="keep the callgrind files in this directory")
+    parser.add_argument("--child", choices=("ours", "sqlite"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        child(args.child, args.puts, args.durability)
+        return
+    where = args.keep or Path(tempfile.mkdtemp())
+    where.mkdir(parents=True, exist_ok=True)
+    runs = {}
+    for which in ("ours", "sqlite"):
+        out = where / f"callgrind.{which}"
+        runs[which] = (out, subprocess.Popen(
+            ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable, __file__,
+             "--child", which, "--puts", str(args.puts), "--durability", args.durability],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+    results = {}
+    for which, (out, proc) in runs.items():
+        if proc.wait() != 0:
+            raise SystemExit(f"{which}: the callgrind run failed (exit {proc.returncode})")
+        results[which] = per_put(out, args.puts)
+    print(f"instructions per put (k), {args.puts} puts after 30, durability={args.durability}, GC off")
+    for which, found in results.items():
+        shown = ", ".join(f"{part} {found[part] / 1e3:.1f}" for part in PARTS.values() if part in found)
+        print(f"  {'SessionManagerSaver' if which == 'ours' else 'SqliteSaver':<20} {shown}")
+
+
+if __name__ == "__main__":
+    main()
