@@ -76,6 +76,9 @@ def sortable(value: Any) -> Any:
     return value
 
 
+Memo = tuple[str, int, int, str, str, dict[str, tuple[int, str, int]], Any, str, tuple[Any, int]]
+
+
 class _Local(threading.local):
     conn: sqlite3.Connection | None = None
     synchronous: str = ""  # the level last set on conn
@@ -90,6 +93,16 @@ class _Local(threading.local):
     position: tuple[int | None, int] | None = None
     # (session key, its listed_at, the key of the session first in the list order) read in this transaction
     listed: tuple[str, Any, str | None] | None = None
+    # The connection's ``PRAGMA data_version`` read by this transaction's append read: it changes
+    # when another connection committed, never with this connection's own commits.
+    version: int | None = None
+    # What the append read would find after this connection's last commit, when that commit was an
+    # append whose outcome this process knows whole (writes.py): (session key, data_version, its
+    # sk, meta text, leaf key, leaf links, listed_at, first listed, outbox position). Staged by
+    # the append's write, kept by its COMMIT; the next append to the session takes it instead of
+    # its read while data_version says nobody else committed since (reads.py).
+    staged: Memo | None = None
+    memo: Memo | None = None
 
 
 class SqliteDatastore:
@@ -247,8 +260,9 @@ class SqliteDatastore:
             raise self.fail(e) from None
         if self.wal_short:  # (under the write lock now: nobody writes the WAL meanwhile)
             self.size_wal(conn)
-        self.local.in_tx = True
-        self.local.position = self.local.listed = None
+        local = self.local
+        local.in_tx = True
+        local.position = local.listed = local.staged = None
         return conn
 
     def size_wal(self, conn: sqlite3.Connection) -> None:
@@ -306,6 +320,8 @@ class SqliteDatastore:
         local.in_tx = False
         erased, local.erased = local.erased, False
         local.links = local.position = local.listed = None
+        # An append's outcome is known only once it committed (anything else: read again).
+        staged, local.staged, local.memo = local.staged, None, None
         try:
             if commit:
                 try:
@@ -320,6 +336,8 @@ class SqliteDatastore:
             if commit:
                 raise self.fail(e) from None
             return
+        if commit:
+            local.memo = staged
         if commit and erased:
             self.erase_pending = True
             self.checkpoint_erased(conn, wait=False)

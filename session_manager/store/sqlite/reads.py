@@ -25,6 +25,7 @@ LIST_BATCH = 200
 # its integer key (its entries are inserted under it: writes.write).
 _META_LEAF_LINKS = ("SELECT s.meta, s.leaf, p.depth, p.jump_id, p.jump_depth, j.depth, j.jump_id, j.jump_depth, "
                     "s.listed_at, (" + FIRST_LISTED + "), s.sk, " + POSITION_COLUMNS +
+                    ", (SELECT data_version FROM pragma_data_version())"
                     " FROM sessions s LEFT JOIN entries p ON p.sk = s.sk AND p.entry_id = s.leaf"
                     " LEFT JOIN entries j ON j.sk = s.sk AND j.entry_id = p.jump_id"
                     " WHERE s.session_id = ?")
@@ -94,14 +95,24 @@ class SqliteReads:
         local = db.local
         conn = local.conn  # (the mutation's: in_tx)
         assert conn is not None
+        memo = local.memo
         try:  # on the connection itself: the append's hot read (no db.rows, no placeholder rewrite)
+            if memo is not None and memo[0] == sid:
+                # This connection's last commit was an append to this session: while no other
+                # connection committed since (data_version), what it left is what the read finds.
+                version = conn.execute("PRAGMA data_version").fetchone()[0]
+                if version == memo[1]:
+                    _, local.version, sk, meta, leaf, links, listed_at, first, local.position = memo
+                    local.listed = (sid, listed_at, first)
+                    local.links = (sid, sk, links)  # (the commit adds to it; dropped unless it commits)
+                    return loads(meta.encode("utf-8")), unkey(leaf)
             row = conn.execute(_META_LEAF_LINKS, (db.instance, now_ms() - db.retention_ms, sid)).fetchone()
         except sqlite3.Error as e:
             raise db.fail(e) from None
         if row is None:
             return None, None
         (meta, leaf, depth, jump_id, jump_depth, j_depth, j_jump_id, j_jump_depth, listed_at, first, sk,
-         last, others) = row
+         last, others, local.version) = row
         local.position = (last, others)
         local.listed = (sid, listed_at, first)
         known: dict[str, tuple[int, str, int]] = {}

@@ -69,6 +69,10 @@ def link(conn: sqlite3.Connection, sid: str, eid: str, parent: str | None,
     return row
 
 
+# The most entries' links an append's memo carries on to the next (core.py: staged).
+_KNOWN_MAX = 1024
+
+
 @functools.lru_cache(maxsize=32)
 def _upsert(columns: tuple[str, ...]) -> str:
     """The session row's upsert setting ``columns`` (a handful of shapes: built once each), and
@@ -119,8 +123,9 @@ class SqliteWrites:
         db = self.db
         conn, sid = db.conn(), key(session_id)
         local = db.local
-        local.leaf_depth = None
+        local.leaf_depth = local.staged = None
         noted, local.links = local.links, None
+        listed, position = local.listed, local.position  # (for the memo: _key_may_lag takes listed)
         # The session's row was read in this transaction (an append's): it exists, its key is known.
         read = noted is not None and noted[0] == sid
         session: int | str  # what the entries' INSERT names the session by
@@ -160,6 +165,22 @@ class SqliteWrites:
                 conn.execute(_upsert(tuple(columns)), (sid, *columns.values()))
         except sqlite3.Error as e:
             raise self.db.fail(e) from None
+        if (read and commit.append and meta_text is not None and "listed_at" not in columns
+                and listed is not None and position is not None and not position[1]
+                and local.version is not None):
+            # What the next append's read would find once this commits, all known here: its meta
+            # and leaf as written, the leaf's links (and its jump target's, when noted), the list
+            # key that stayed (this session is first in the order and stays so: only its key may
+            # lag), and the outbox position (nobody else follows: no row written, the sequence
+            # unchanged). Kept by the COMMIT (core.py), taken while data_version is unchanged.
+            leaf: str | None = columns.get("leaf")
+            links = known.get(leaf) if leaf is not None else None
+            if leaf is not None and links is not None and isinstance(session, int):
+                # The links noted so far go on with it (a later leaf's jump target is an older
+                # entry: probed once, then known), up to a bound.
+                if len(known) > _KNOWN_MAX:
+                    known = {leaf: links}
+                local.staged = (sid, local.version, session, meta_text, leaf, known, listed[1], sid, position)
 
     def _key_may_lag(self, conn: sqlite3.Connection, sid: str, updated: Any, append: bool) -> bool:
         """Whether the session's list-order key (``listed_at``) may stay as it is: on an append
@@ -187,7 +208,7 @@ class SqliteWrites:
         # secure_delete zeroes the freed cells, and the commit checkpoints the WAL (core.py).
         prefix = events_prefix(session_id)
         local = self.db.local
-        local.leaf_depth = local.links = None  # its entries' links go with it
+        local.leaf_depth = local.links = local.staged = None  # its entries' links go with it
 
         def run(conn: sqlite3.Connection) -> None:
             search.erase(conn, key(session_id))  # before its entries: its index rows are found by their seq
