@@ -101,9 +101,11 @@ def test_an_append_after_anything_but_its_own_append_reads_the_session(tmp_path:
         assert ours("memo again") == "memo"
         sm.update_message(sid, entry_id=ids[-1], content="revised")  # this connection, not an append
         assert ours("after an update") == "read"
+        # (Each sleep puts the next write's updated_at past the last: the list order is by time.)
+        time.sleep(0.01)
         other_sid = sm.create().session_id
-        sm.append(other_sid, message=_user("elsewhere"))  # this connection, another session
-        time.sleep(0.01)  # (the next append's updated_at is then past it: first in the list order again)
+        sm.append(other_sid, message=_user("elsewhere"))  # this connection, another session: first now
+        time.sleep(0.01)
         assert ours("after elsewhere") == "read"
         assert ours("first in the list again") == "read"  # (the last one wrote its list key)
         assert ours("memo once more") == "memo"

@@ -100,7 +100,7 @@ class SqliteWrites:
         self.reads = reads  # what a commit from outside a mutation is checked against
 
     def commit(self, session_id: str, commit: Commit) -> Commit:
-        if self.db.local.in_tx:
+        if self.db.local.state.in_tx:
             # Inside a mutation the decision was read in this transaction, which
             # holds the write lock: it is current, so the compare-and-set is a no-op.
             self.write(session_id, commit)
@@ -121,11 +121,11 @@ class SqliteWrites:
         meta = commit.meta
         meta_text = json_text(meta) if meta is not None else None
         db = self.db
-        conn, sid = db.conn(), key(session_id)
-        local = db.local
-        local.leaf_depth = local.staged = None
-        noted, local.links = local.links, None
-        listed, position = local.listed, local.position  # (for the memo: _key_may_lag takes listed)
+        state = db.local.state
+        conn, sid = state.conn or db.conn(), key(session_id)
+        state.leaf_depth = state.staged = None
+        noted, state.links = state.links, None
+        listed, position, state.listed = state.listed, state.position, None
         # The session's row was read in this transaction (an append's): it exists, its key is known.
         read = noted is not None and noted[0] == sid
         session: int | str  # what the entries' INSERT names the session by
@@ -155,7 +155,7 @@ class SqliteWrites:
                 columns.update(meta=meta_text, updated_at=updated)
                 if not commit.append:  # an append's meta keeps them (derive_append_meta): their index stays put
                     columns.update(status=meta.get("status"), created_at=sortable(meta.get("created_at")))
-                if not self._key_may_lag(conn, sid, updated, commit.append):
+                if not self._key_may_lag(conn, sid, updated, commit.append, listed):
                     columns["listed_at"] = updated
             if commit.leaf is not None:
                 columns["leaf"] = key(commit.leaf)
@@ -167,7 +167,7 @@ class SqliteWrites:
             raise self.db.fail(e) from None
         if (read and commit.append and meta_text is not None and "listed_at" not in columns
                 and listed is not None and position is not None and not position[1]
-                and local.version is not None):
+                and state.version is not None):
             # What the next append's read would find once this commits, all known here: its meta
             # and leaf as written, the leaf's links (and its jump target's, when noted), the list
             # key that stayed (this session is first in the order and stays so: only its key may
@@ -180,15 +180,16 @@ class SqliteWrites:
                 # entry: probed once, then known), up to a bound.
                 if len(known) > _KNOWN_MAX:
                     known = {leaf: links}
-                local.staged = (sid, local.version, session, meta_text, leaf, known, listed[1], sid, position)
+                state.staged = (sid, state.version, session, meta_text, leaf, known, listed[1], sid, position)
 
-    def _key_may_lag(self, conn: sqlite3.Connection, sid: str, updated: Any, append: bool) -> bool:
+    def _key_may_lag(self, conn: sqlite3.Connection, sid: str, updated: Any, append: bool,
+                     noted: tuple[str, Any, str | None] | None) -> bool:
         """Whether the session's list-order key (``listed_at``) may stay as it is: on an append
         to the session first in that order, with a new ``updated_at`` no lower than the key (it
         stays first, the key at most lags: schema.py), so the commit writes no page of that
         index. Otherwise the key is written, and the first session's lagging key, if any, is
-        brought up to date first, so only the first row's key ever lags."""
-        noted, self.db.local.listed = self.db.local.listed, None
+        brought up to date first, so only the first row's key ever lags. (``noted``: the append
+        read's (session key, its listed_at, the first session's key) in this transaction.)"""
         if append and noted is not None and noted[0] == sid:
             listed, first = noted[1], noted[2]
             if first == sid:
@@ -207,8 +208,8 @@ class SqliteWrites:
         # Erasure: the session's earlier events (message text) leave the outbox with it;
         # secure_delete zeroes the freed cells, and the commit checkpoints the WAL (core.py).
         prefix = events_prefix(session_id)
-        local = self.db.local
-        local.leaf_depth = local.links = local.staged = None  # its entries' links go with it
+        state = self.db.local.state
+        state.leaf_depth = state.links = state.staged = None  # its entries' links go with it
 
         def run(conn: sqlite3.Connection) -> None:
             search.erase(conn, key(session_id))  # before its entries: its index rows are found by their seq
@@ -217,7 +218,7 @@ class SqliteWrites:
                 removed.append(conn.execute(f"DELETE FROM {table} WHERE {column}", (key(session_id),)).rowcount)
             search.lower(conn)  # after its entries: the mark lowered to what is left
             conn.execute("DELETE FROM outbox WHERE substr(payload, 1, ?) = ?", (len(prefix), prefix))
-            local.erased = True
+            state.erased = True
 
         self.txs.in_tx(session_id, run)
         return any(n > 0 for n in removed)  # the service fires on-deleted only for a delete that removed something
