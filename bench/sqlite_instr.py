@@ -8,7 +8,8 @@
 ``per-op`` runs each workload twice (n and 2n operations, after the same warm-up, each in a
 fresh temp file) and divides the difference by n: the interpreter's start, the set-up and the
 warm-up cancel out. Only the main thread is counted (``--separate-threads``): a follower's
-beat once a second would otherwise count wall time. The workloads are bench_sqlite.py's:
+beat once a second would otherwise count wall time (the agents' session: every thread, its
+``add_items`` runs in a worker thread). The workloads are bench_sqlite.py's:
 a typed ``sm.append`` with ``durability: flush``, the raw ``synchronous=NORMAL`` INSERT
 (bench/baselines.py), OpenAI Agents' ``SQLiteSession.add_items`` of one item, and a
 messages-tail of 50 right after an append (``tail-written``: append and tail, less ``append``).
@@ -131,11 +132,15 @@ def _callgrind(kind: str, n: int) -> int:
                               capture_output=True, text=True, cwd=ROOT)
         if proc.returncode != 0:
             raise SystemExit(proc.stderr[-2000:])
-        main_thread = Path(f"{out}-01")  # the main thread's file (separate threads: -01, -02, ...)
-        found = re.findall(r"^summary: (\d+)", main_thread.read_text(), re.M)
-        if not found:
-            found = re.findall(r"^totals: (\d+)", main_thread.read_text(), re.M)
-        return int(found[-1])
+        # The main thread's file (separate threads: -01, -02, ...), or every thread's for the
+        # agents' session, which runs each add_items in a worker thread (asyncio.to_thread).
+        files = sorted(Path(tmp).glob("cg.out-*")) if kind == "agents-append" else [Path(f"{out}-01")]
+        total = 0
+        for file in files:
+            text = file.read_text()
+            found = re.findall(r"^summary: (\d+)", text, re.M) or re.findall(r"^totals: (\d+)", text, re.M)
+            total += int(found[-1])
+        return total
 
 
 if __name__ == "__main__":
