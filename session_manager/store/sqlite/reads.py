@@ -93,20 +93,20 @@ class SqliteReads:
         # leaf's jump target, which the commit needs next (writes.link), in this transaction,
         # and the outbox's position, which its events need (outbox.record).
         sid = key(session_id)
-        conn = state.conn  # (the mutation's: in_tx)
-        assert conn is not None
+        cur = state.cur  # (the mutation's connection's: in_tx)
+        assert cur is not None
         memo = state.memo
         try:  # on the connection itself: the append's hot read (no db.rows, no placeholder rewrite)
             if memo is not None and memo[0] == sid:
                 # This connection's last commit was an append to this session: while no other
                 # connection committed since (data_version), what it left is what the read finds.
-                version = conn.execute("PRAGMA data_version").fetchone()[0]
+                version = cur.execute("PRAGMA data_version").fetchone()[0]
                 if version == memo[1]:
                     _, state.version, sk, meta, leaf, links, listed_at, first, state.position = memo
                     state.listed = (sid, listed_at, first)
                     state.links = (sid, sk, links)  # (the commit adds to it; dropped unless it commits)
                     return loads(meta.encode("utf-8")), unkey(leaf)
-            row = conn.execute(_META_LEAF_LINKS, (db.instance, now_ms() - db.retention_ms, sid)).fetchone()
+            row = cur.execute(_META_LEAF_LINKS, (db.instance, now_ms() - db.retention_ms, sid)).fetchone()
         except sqlite3.Error as e:
             raise db.fail(e) from None
         if row is None:

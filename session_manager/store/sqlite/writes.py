@@ -123,6 +123,7 @@ class SqliteWrites:
         db = self.db
         state = db.local.state
         conn, sid = state.conn or db.conn(), key(session_id)
+        cur = state.cur or conn  # (the append's statements: no cursor made per statement)
         state.leaf_depth = state.staged = None
         noted, state.links = state.links, None
         listed, position, state.listed = state.listed, state.position, None
@@ -148,7 +149,7 @@ class SqliteWrites:
                 parent = entry.get("parent_id")
                 parent = key(parent) if isinstance(parent, str) else None
                 depth, jump_id, jump_depth = link(conn, sid, eid, parent, known)
-                conn.execute(insert, (session, eid, parent, depth, jump_id, jump_depth, text))
+                cur.execute(insert, (session, eid, parent, depth, jump_id, jump_depth, text))
             columns: dict[str, Any] = {}
             if meta is not None:
                 updated = sortable(meta.get("updated_at"))
@@ -160,7 +161,7 @@ class SqliteWrites:
             if commit.leaf is not None:
                 columns["leaf"] = key(commit.leaf)
             if read:
-                conn.execute(_update(tuple(columns)), (*columns.values(), sid))
+                cur.execute(_update(tuple(columns)), (*columns.values(), sid))
             else:
                 conn.execute(_upsert(tuple(columns)), (sid, *columns.values()))
         except sqlite3.Error as e:
