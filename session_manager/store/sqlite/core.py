@@ -76,20 +76,52 @@ def sortable(value: Any) -> Any:
     return value
 
 
+Memo = tuple[str, int, int, str, str, dict[str, tuple[int, str, int]], Any, str, tuple[Any, int]]
+
+
+class _State:
+    """The calling thread's state (:class:`_Local`'s ``state``): a plain object, as an attribute of
+    a ``threading.local`` costs about 500 instructions to reach, ~45 of them per append."""
+
+    __slots__ = ("conn", "cur", "erased", "in_tx", "leaf_depth", "links", "listed", "memo", "position", "staged",
+                 "synchronous", "version")
+
+    def __init__(self) -> None:
+        self.conn: sqlite3.Connection | None = None
+        # A cursor of conn kept for the append's statements: conn.execute makes a cursor (and its
+        # weak reference) per statement, ~1.3k instructions each (callgrind).
+        self.cur: sqlite3.Cursor | None = None
+        self.synchronous = ""  # the level last set on conn
+        self.in_tx = False
+        self.erased = False  # this transaction deleted a session: checkpoint the WAL after its commit
+        self.leaf_depth: tuple[str, str, int | None] | None = None  # get_leaf's last answer, for path()
+        # (session key, its sessions.sk, entry key -> depth, jump_id, jump_depth) read in this
+        # transaction, for its commit
+        self.links: tuple[str, int, dict[str, tuple[int, str, int]]] | None = None
+        # The outbox's (last sequence, another store follows) read in this transaction, for its events
+        self.position: tuple[int | None, int] | None = None
+        # (session key, its listed_at, the key of the session first in the list order) read in this transaction
+        self.listed: tuple[str, Any, str | None] | None = None
+        # The connection's ``PRAGMA data_version`` read by this transaction's append read: it changes
+        # when another connection committed, never with this connection's own commits.
+        self.version: int | None = None
+        # What the append read would find after this connection's last commit, when that commit was an
+        # append whose outcome this process knows whole (writes.py): (session key, data_version, its
+        # sk, meta text, leaf key, leaf links, listed_at, first listed, outbox position). Staged by
+        # the append's write, kept by its COMMIT; the next append to the session takes it instead of
+        # its read while data_version says nobody else committed since (reads.py).
+        self.staged: Memo | None = None
+        self.memo: Memo | None = None
+
+
 class _Local(threading.local):
-    conn: sqlite3.Connection | None = None
-    synchronous: str = ""  # the level last set on conn
-    in_tx: bool = False
+    """Per thread: whether a call defers its mutation's commit (the call runner's), and the rest
+    of the thread's state, reached once per function (:class:`_State`)."""
+
     deferring: bool = False
-    erased: bool = False  # this transaction deleted a session: checkpoint the WAL after its commit
-    leaf_depth: tuple[str, str, int | None] | None = None  # get_leaf's last answer, for path()
-    # (session key, its sessions.sk, entry key -> depth, jump_id, jump_depth) read in this
-    # transaction, for its commit
-    links: tuple[str, int, dict[str, tuple[int, str, int]]] | None = None
-    # The outbox's (last sequence, another store follows) read in this transaction, for its events
-    position: tuple[int | None, int] | None = None
-    # (session key, its listed_at, the key of the session first in the list order) read in this transaction
-    listed: tuple[str, Any, str | None] | None = None
+
+    def __init__(self) -> None:  # (run in each thread at its first use)
+        self.state = _State()
 
 
 class SqliteDatastore:
@@ -196,7 +228,7 @@ class SqliteDatastore:
 
     def conn(self) -> sqlite3.Connection:
         """This thread's connection (opened on first use)."""
-        conn = self.local.conn
+        conn = self.local.state.conn
         if conn is None:
             if self._closed:
                 raise StoreError("sqlite: the store is closed")
@@ -210,7 +242,8 @@ class SqliteDatastore:
         """``conn`` as this thread's connection, at the store's durability."""
         if not self.read_only:
             conn.execute(f"PRAGMA synchronous={self._synchronous}")
-        self.local.conn, self.local.synchronous = conn, self._synchronous
+        state = self.local.state
+        state.conn, state.cur, state.synchronous = conn, conn.cursor(), self._synchronous
         return conn
 
     def fail(self, e: sqlite3.Error, *, opening: bool = False) -> StoreError:
@@ -236,19 +269,21 @@ class SqliteDatastore:
     def begin(self) -> sqlite3.Connection:
         """``BEGIN IMMEDIATE`` on this thread's connection (waits up to busy_timeout_ms for the lock)."""
         self.writable()
-        conn = self.conn()
+        state = self.local.state
+        conn = state.conn or self.conn()
+        cur = state.cur or conn
         try:
-            if self.local.synchronous != self._synchronous:  # set outside a transaction, where it applies
+            if state.synchronous != self._synchronous:  # set outside a transaction, where it applies
                 conn.execute(f"PRAGMA synchronous={self._synchronous}")
                 conn.execute(f"PRAGMA wal_autocheckpoint={_WAL_PAGES[self._synchronous]}")
-                self.local.synchronous = self._synchronous
-            conn.execute("BEGIN IMMEDIATE")
+                state.synchronous = self._synchronous
+            cur.execute("BEGIN IMMEDIATE")
         except sqlite3.Error as e:
             raise self.fail(e) from None
         if self.wal_short:  # (under the write lock now: nobody writes the WAL meanwhile)
             self.size_wal(conn)
-        self.local.in_tx = True
-        self.local.position = self.local.listed = None
+        state.in_tx = True
+        state.position = state.listed = state.staged = None
         return conn
 
     def size_wal(self, conn: sqlite3.Connection) -> None:
@@ -302,10 +337,12 @@ class SqliteDatastore:
     def end(self, conn: sqlite3.Connection, *, commit: bool) -> None:
         """COMMIT (or ROLLBACK); after a commit that deleted a session, checkpoint the WAL.
         A commit into a database file removed or replaced meanwhile is rolled back (:meth:`still_ours`)."""
-        local = self.local
-        local.in_tx = False
-        erased, local.erased = local.erased, False
-        local.links = local.position = local.listed = None
+        state = self.local.state
+        state.in_tx = False
+        erased, state.erased = state.erased, False
+        state.links = state.position = state.listed = None
+        # An append's outcome is known only once it committed (anything else: read again).
+        staged, state.staged, state.memo = state.staged, None, None
         try:
             if commit:
                 try:
@@ -313,13 +350,16 @@ class SqliteDatastore:
                 except StoreError:
                     conn.execute("ROLLBACK")
                     raise
-            conn.execute("COMMIT" if commit else "ROLLBACK")
+            (state.cur if conn is state.conn and state.cur is not None else conn).execute(
+                "COMMIT" if commit else "ROLLBACK")
         except sqlite3.Error as e:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             if commit:
                 raise self.fail(e) from None
             return
+        if commit:
+            state.memo = staged
         if commit and erased:
             self.erase_pending = True
             self.checkpoint_erased(conn, wait=False)

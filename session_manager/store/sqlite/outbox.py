@@ -139,8 +139,8 @@ class Outbox:
         if not events and not following:
             return None
         instance = self._db.instance
-        local = self._db.local
-        noted, local.position = local.position, None
+        state = self._db.local.state
+        noted, state.position = state.position, None
         if noted is not None:  # read in this transaction (the write lock held since): still current
             last, others = noted
         else:

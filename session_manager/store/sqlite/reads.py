@@ -25,6 +25,7 @@ LIST_BATCH = 200
 # its integer key (its entries are inserted under it: writes.write).
 _META_LEAF_LINKS = ("SELECT s.meta, s.leaf, p.depth, p.jump_id, p.jump_depth, j.depth, j.jump_id, j.jump_depth, "
                     "s.listed_at, (" + FIRST_LISTED + "), s.sk, " + POSITION_COLUMNS +
+                    ", (SELECT data_version FROM pragma_data_version())"
                     " FROM sessions s LEFT JOIN entries p ON p.sk = s.sk AND p.entry_id = s.leaf"
                     " LEFT JOIN entries j ON j.sk = s.sk AND j.entry_id = p.jump_id"
                     " WHERE s.session_id = ?")
@@ -75,41 +76,51 @@ class SqliteReads:
         if not rows:
             return None, None, None
         meta, stored_leaf, depth, rev = rows[0]
-        local = self.db.local
+        state = self.db.local.state
         leaf = None
         if stored_leaf is not None:
             leaf = unkey(stored_leaf)
-            local.leaf_depth = (session_id, leaf, depth)
-        version = None if local.in_tx or rev is None else (rev, stored_leaf, meta)
+            state.leaf_depth = (session_id, leaf, depth)
+        version = None if state.in_tx or rev is None else (rev, stored_leaf, meta)
         return (_load(meta) if meta is not None else None), leaf, version
 
     def meta_and_leaf_to_commit(self, session_id: str) -> tuple[Meta | None, str | None]:
-        if not self.db.local.in_tx:
+        db = self.db
+        state = db.local.state
+        if not state.in_tx:
             return self.meta_and_leaf(session_id)
         # An append's read: with the links of the leaf (its default parent) and of the
         # leaf's jump target, which the commit needs next (writes.link), in this transaction,
         # and the outbox's position, which its events need (outbox.record).
         sid = key(session_id)
-        db = self.db
-        local = db.local
-        conn = local.conn  # (the mutation's: in_tx)
-        assert conn is not None
+        cur = state.cur  # (the mutation's connection's: in_tx)
+        assert cur is not None
+        memo = state.memo
         try:  # on the connection itself: the append's hot read (no db.rows, no placeholder rewrite)
-            row = conn.execute(_META_LEAF_LINKS, (db.instance, now_ms() - db.retention_ms, sid)).fetchone()
+            if memo is not None and memo[0] == sid:
+                # This connection's last commit was an append to this session: while no other
+                # connection committed since (data_version), what it left is what the read finds.
+                version = cur.execute("PRAGMA data_version").fetchone()[0]
+                if version == memo[1]:
+                    _, state.version, sk, meta, leaf, links, listed_at, first, state.position = memo
+                    state.listed = (sid, listed_at, first)
+                    state.links = (sid, sk, links)  # (the commit adds to it; dropped unless it commits)
+                    return loads(meta.encode("utf-8")), unkey(leaf)
+            row = cur.execute(_META_LEAF_LINKS, (db.instance, now_ms() - db.retention_ms, sid)).fetchone()
         except sqlite3.Error as e:
             raise db.fail(e) from None
         if row is None:
             return None, None
         (meta, leaf, depth, jump_id, jump_depth, j_depth, j_jump_id, j_jump_depth, listed_at, first, sk,
-         last, others) = row
-        local.position = (last, others)
-        local.listed = (sid, listed_at, first)
+         last, others, state.version) = row
+        state.position = (last, others)
+        state.listed = (sid, listed_at, first)
         known: dict[str, tuple[int, str, int]] = {}
         if depth is not None:
             known[leaf] = (depth, jump_id, jump_depth)
             if j_depth is not None:
                 known[jump_id] = (j_depth, j_jump_id, j_jump_depth)
-        local.links = (sid, sk, known)
+        state.links = (sid, sk, known)
         return (loads(meta.encode("utf-8")) if meta is not None else None), (unkey(leaf) if leaf is not None else None)
 
     def ordered_metas(
@@ -152,7 +163,7 @@ class SqliteReads:
         if not rows or rows[0][0] is None:
             return None
         leaf = unkey(rows[0][0])
-        self.db.local.leaf_depth = (session_id, leaf, rows[0][1])
+        self.db.local.state.leaf_depth = (session_id, leaf, rows[0][1])
         return leaf
 
     def entries_on_active_path(self, session_id: str, entry_ids: Sequence[str]) -> list[tuple[Entry | None, bool]]:
@@ -169,7 +180,8 @@ class SqliteReads:
         if leaf is None:
             return EntryPath([], {})
         # An entry's depth never changes once written; a write on this thread drops the note.
-        noted, self.db.local.leaf_depth = self.db.local.leaf_depth, None
+        state = self.db.local.state
+        noted, state.leaf_depth = state.leaf_depth, None
         if noted is not None and noted[:2] == (session_id, leaf):
             depth = noted[2]
         else:

@@ -92,7 +92,7 @@ class SqliteStore(SqlStore):
         return calls.run_deferred(call, deliver)
 
     def commit(self, session_id: str, commit: Commit) -> Commit:
-        if self.db.local.in_tx:  # inside a mutation (its begin refused a read-only store)
+        if self.db.local.state.in_tx:  # inside a mutation (its begin refused a read-only store)
             self.writes.write(session_id, commit)
             return commit
         return super().commit(session_id, commit)
@@ -142,7 +142,7 @@ class SqliteStore(SqlStore):
     def _in_snapshot(self, read: Callable[[sqlite3.Connection], _T]) -> _T:
         """``read`` in one read snapshot (a deferred transaction: no lock), the index caught
         up first unless the store is read-only."""
-        if self.db.local.in_tx:  # the mutation's transaction holds the write lock: catch up in it
+        if self.db.local.state.in_tx:  # the mutation's transaction holds the write lock: catch up in it
             conn = self.db.conn()
             while search.catch_up(conn):
                 pass

@@ -36,7 +36,7 @@ class Mutation:
         self._conn: sqlite3.Connection | None = None
 
     def __enter__(self) -> None:
-        if not self._db.local.in_tx:
+        if not self._db.local.state.in_tx:
             self._conn = self._db.begin()
 
     def __exit__(self, kind: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
@@ -66,7 +66,7 @@ class SqliteTransactions:
     def in_tx(self, session_id: str, run: Callable[[sqlite3.Connection], None]) -> None:
         """``run`` in the open mutation's transaction, else in one of its own."""
         try:
-            if self.db.local.in_tx:
+            if self.db.local.state.in_tx:
                 run(self.db.conn())
                 return
             with self.mutation((session_id,)):
@@ -77,7 +77,8 @@ class SqliteTransactions:
     # -- what the call runner needs (sql.transactions.Transactions) ----------------
 
     def open_tx(self) -> sqlite3.Connection | None:
-        return self.db.conn() if self.db.local.in_tx else None
+        state = self.db.local.state
+        return state.conn if state.in_tx else None
 
     def begin(self, session_ids: Collection[str] = ()) -> sqlite3.Connection:
         return self.db.begin()

@@ -69,6 +69,10 @@ def link(conn: sqlite3.Connection, sid: str, eid: str, parent: str | None,
     return row
 
 
+# The most entries' links an append's memo carries on to the next (core.py: staged).
+_KNOWN_MAX = 1024
+
+
 @functools.lru_cache(maxsize=32)
 def _upsert(columns: tuple[str, ...]) -> str:
     """The session row's upsert setting ``columns`` (a handful of shapes: built once each), and
@@ -96,7 +100,7 @@ class SqliteWrites:
         self.reads = reads  # what a commit from outside a mutation is checked against
 
     def commit(self, session_id: str, commit: Commit) -> Commit:
-        if self.db.local.in_tx:
+        if self.db.local.state.in_tx:
             # Inside a mutation the decision was read in this transaction, which
             # holds the write lock: it is current, so the compare-and-set is a no-op.
             self.write(session_id, commit)
@@ -117,10 +121,12 @@ class SqliteWrites:
         meta = commit.meta
         meta_text = json_text(meta) if meta is not None else None
         db = self.db
-        conn, sid = db.conn(), key(session_id)
-        local = db.local
-        local.leaf_depth = None
-        noted, local.links = local.links, None
+        state = db.local.state
+        conn, sid = state.conn or db.conn(), key(session_id)
+        cur = state.cur or conn  # (the append's statements: no cursor made per statement)
+        state.leaf_depth = state.staged = None
+        noted, state.links = state.links, None
+        listed, position, state.listed = state.listed, state.position, None
         # The session's row was read in this transaction (an append's): it exists, its key is known.
         read = noted is not None and noted[0] == sid
         session: int | str  # what the entries' INSERT names the session by
@@ -143,31 +149,48 @@ class SqliteWrites:
                 parent = entry.get("parent_id")
                 parent = key(parent) if isinstance(parent, str) else None
                 depth, jump_id, jump_depth = link(conn, sid, eid, parent, known)
-                conn.execute(insert, (session, eid, parent, depth, jump_id, jump_depth, text))
+                cur.execute(insert, (session, eid, parent, depth, jump_id, jump_depth, text))
             columns: dict[str, Any] = {}
             if meta is not None:
                 updated = sortable(meta.get("updated_at"))
                 columns.update(meta=meta_text, updated_at=updated)
                 if not commit.append:  # an append's meta keeps them (derive_append_meta): their index stays put
                     columns.update(status=meta.get("status"), created_at=sortable(meta.get("created_at")))
-                if not self._key_may_lag(conn, sid, updated, commit.append):
+                if not self._key_may_lag(conn, sid, updated, commit.append, listed):
                     columns["listed_at"] = updated
             if commit.leaf is not None:
                 columns["leaf"] = key(commit.leaf)
             if read:
-                conn.execute(_update(tuple(columns)), (*columns.values(), sid))
+                cur.execute(_update(tuple(columns)), (*columns.values(), sid))
             else:
                 conn.execute(_upsert(tuple(columns)), (sid, *columns.values()))
         except sqlite3.Error as e:
             raise self.db.fail(e) from None
+        if (read and commit.append and meta_text is not None and "listed_at" not in columns
+                and listed is not None and position is not None and not position[1]
+                and state.version is not None):
+            # What the next append's read would find once this commits, all known here: its meta
+            # and leaf as written, the leaf's links (and its jump target's, when noted), the list
+            # key that stayed (this session is first in the order and stays so: only its key may
+            # lag), and the outbox position (nobody else follows: no row written, the sequence
+            # unchanged). Kept by the COMMIT (core.py), taken while data_version is unchanged.
+            leaf: str | None = columns.get("leaf")
+            links = known.get(leaf) if leaf is not None else None
+            if leaf is not None and links is not None and isinstance(session, int):
+                # The links noted so far go on with it (a later leaf's jump target is an older
+                # entry: probed once, then known), up to a bound.
+                if len(known) > _KNOWN_MAX:
+                    known = {leaf: links}
+                state.staged = (sid, state.version, session, meta_text, leaf, known, listed[1], sid, position)
 
-    def _key_may_lag(self, conn: sqlite3.Connection, sid: str, updated: Any, append: bool) -> bool:
+    def _key_may_lag(self, conn: sqlite3.Connection, sid: str, updated: Any, append: bool,
+                     noted: tuple[str, Any, str | None] | None) -> bool:
         """Whether the session's list-order key (``listed_at``) may stay as it is: on an append
         to the session first in that order, with a new ``updated_at`` no lower than the key (it
         stays first, the key at most lags: schema.py), so the commit writes no page of that
         index. Otherwise the key is written, and the first session's lagging key, if any, is
-        brought up to date first, so only the first row's key ever lags."""
-        noted, self.db.local.listed = self.db.local.listed, None
+        brought up to date first, so only the first row's key ever lags. (``noted``: the append
+        read's (session key, its listed_at, the first session's key) in this transaction.)"""
         if append and noted is not None and noted[0] == sid:
             listed, first = noted[1], noted[2]
             if first == sid:
@@ -186,8 +209,8 @@ class SqliteWrites:
         # Erasure: the session's earlier events (message text) leave the outbox with it;
         # secure_delete zeroes the freed cells, and the commit checkpoints the WAL (core.py).
         prefix = events_prefix(session_id)
-        local = self.db.local
-        local.leaf_depth = local.links = None  # its entries' links go with it
+        state = self.db.local.state
+        state.leaf_depth = state.links = state.staged = None  # its entries' links go with it
 
         def run(conn: sqlite3.Connection) -> None:
             search.erase(conn, key(session_id))  # before its entries: its index rows are found by their seq
@@ -196,7 +219,7 @@ class SqliteWrites:
                 removed.append(conn.execute(f"DELETE FROM {table} WHERE {column}", (key(session_id),)).rowcount)
             search.lower(conn)  # after its entries: the mark lowered to what is left
             conn.execute("DELETE FROM outbox WHERE substr(payload, 1, ?) = ?", (len(prefix), prefix))
-            local.erased = True
+            state.erased = True
 
         self.txs.in_tx(session_id, run)
         return any(n > 0 for n in removed)  # the service fires on-deleted only for a delete that removed something
