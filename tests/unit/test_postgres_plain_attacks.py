@@ -387,3 +387,28 @@ def test_a_plain_append_waiting_on_the_session_lock_meets_its_deadline_and_never
     finally:
         sm.close()
 
+
+def test_a_replay_whose_plain_answer_was_lost_answers_the_stored_original(
+        schema: str, cut_sm: session_manager.SessionManager, relay: Relay, plain_wrote: list[bool]) -> None:
+    # Prevents: a retried append (its entry id stored meanwhile by another instance, on top of
+    # an entry this one never saw) whose plain pipeline wrote nothing (the compare-and-set
+    # missed) and whose answer was lost, settled as "landed" because the id exists: answered
+    # with the parent and count this instance assumed, not the stored original's.
+    sm = cut_sm
+    other = open_sm(schema)
+    try:
+        sid = sm.call("session::create", {"title": "t"})["session_id"]
+        for i in range(8):
+            sm.call("session::append", {"session_id": sid, "message": text(f"w{i}")})
+        assert plain_wrote[-1] is True
+        theirs = other.call("session::append", {"session_id": sid, "message": text("theirs")})["entry_id"]
+        original = other.call("session::append", {"session_id": sid, "entry_id": "dup", "message": text("dup")})
+        assert original["parent_id"] == theirs
+        relay.cut_at_commit("after", on=(PLAIN_APPEND,))
+        again = sm.call("session::append", {"session_id": sid, "entry_id": "dup", "message": text("dup")})
+        assert relay.cuts == 1
+        assert again == original
+        assert len(check_linear(sm, sid)) == 10
+        assert sm.call("session::get", {"session_id": sid})["meta"]["message_count"] == 10
+    finally:
+        other.close()
