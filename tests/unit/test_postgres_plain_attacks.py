@@ -412,3 +412,27 @@ def test_a_replay_whose_plain_answer_was_lost_answers_the_stored_original(
         assert sm.call("session::get", {"session_id": sid})["meta"]["message_count"] == 10
     finally:
         other.close()
+
+
+def test_a_read_only_observer_in_another_process_gets_every_plain_append_after_it_registered(
+        schema: str, plain_wrote: list[bool]) -> None:
+    # Prevents: the plain statement missing a read-only observer (it has no observers row,
+    # only its advisory lock) and writing appends it is owed with no outbox row.
+    sm = open_sm(schema)
+    child: _Child | None = None
+    try:
+        sid = sm.call("session::create", {"title": "t"})["session_id"]
+        for i in range(6):
+            sm.call("session::append", {"session_id": sid, "message": text(f"w{i}")})
+        assert plain_wrote[-1] is True
+        child = _Child(schema, read_only=True)  # ready: registered
+        loud = [sm.call("session::append", {"session_id": sid, "message": text(f"l{i}")})["entry_id"]
+                for i in range(10)]
+        assert child.wait(lambda: len(child.tagged("seen")) >= 10, timeout=30), child.tagged("seen")
+        time.sleep(0.2)
+        assert child.tagged("seen") == loud
+        assert len(check_linear(sm, sid)) == 16
+    finally:
+        if child is not None:
+            child.stop()
+        sm.close()
