@@ -436,3 +436,38 @@ def test_a_read_only_observer_in_another_process_gets_every_plain_append_after_i
         if child is not None:
             child.stop()
         sm.close()
+
+
+def test_plain_appends_under_generic_plans_link_as_the_procedure_does(
+        schema: str, plain_wrote: list[bool], monkeypatch: pytest.MonkeyPatch) -> None:
+    # Prevents: the plain statement's generic plan (every run of it on a connection forced
+    # generic, from the first: a session's first entry, a NULL parent, included) writing
+    # another depth or jump pointer than sm_append_at, or another parent.
+    import psycopg
+
+    import session_manager.store.postgres.optimistic as opt
+    from tests.unit.test_postgres_plain import _links, _same_shape
+
+    own = str(psycopg.conninfo.conninfo_to_dict(pg_support.DSN).get("options") or "")
+    dsn = psycopg.conninfo.make_conninfo(pg_support.DSN, options=f"{own} -c plan_cache_mode=force_generic_plan")
+    from session_manager.store.postgres import PostgresSettings, PostgresStore
+
+    sm = session_manager.open(store=PostgresStore(PostgresSettings(dsn=dsn, schema=schema, pool_size=1)))
+    try:
+        sids = [sm.call("session::create", {"title": f"g{k}"})["session_id"] for k in range(2)]
+        for i in range(37):  # interleaved: each statement's plan serves both sessions
+            for sid in sids:
+                sm.call("session::append", {"session_id": sid, "message": text(f"{sid}-{i}")})
+        assert plain_wrote.count(True) >= 70
+        monkeypatch.setattr(opt, "PLAIN", False)
+        ref = sm.call("session::create", {"title": "ref"})["session_id"]
+        for i in range(37):
+            sm.call("session::append", {"session_id": ref, "message": text(str(i))})
+        want = _links(schema, ref)
+        for sid in sids:
+            got = _links(schema, sid)
+            assert _same_shape(got, want)
+            assert [r[1] for r in got] == [None, *[r[0] for r in got[:-1]]]
+            assert len(check_linear(sm, sid)) == 37
+    finally:
+        sm.close()
