@@ -20,10 +20,14 @@ import psycopg
 
 from tests import pg_support
 
-__all__ = ["Relay"]
+__all__ = ["PLAIN_APPEND", "Relay"]
 
 # What ends a write: a transaction's COMMIT, or the adapter's one-statement commit.
 _COMMITS = (b"COMMIT", b"sm_apply(", b"sm_append(", b"sm_append_call(", b"sm_append_at(")
+# The plain append's pipeline (store/postgres/plain.py: committed at its Sync, in the same chunk):
+# cut only when asked (``cut_at_commit(on=(PLAIN_APPEND,))``), never by default.
+PLAIN_APPEND = b"ins AS (INSERT INTO entries"
+_MARKS = (*_COMMITS, PLAIN_APPEND)
 
 
 class Relay:
@@ -161,10 +165,10 @@ class _Frontend:
 
     def _commits(self, kind: bytes, body: bytes) -> set[bytes]:
         if kind == b"Q":
-            return {c for c in _COMMITS if c in body}
+            return {c for c in _MARKS if c in body}
         if kind == b"P":  # Parse: statement name, query
             name, _, rest = body.partition(b"\x00")
-            found = {c for c in _COMMITS if c in rest.split(b"\x00")[0]}
+            found = {c for c in _MARKS if c in rest.split(b"\x00")[0]}
             if found and name:  # prepared now, run by a later Bind
                 self._commit_statements[name] = next(iter(found))
                 return set()

@@ -61,6 +61,11 @@ _LANDED = "SELECT EXISTS (SELECT 1 FROM outbox WHERE instance = %(instance)s AND
 
 
 _LANDED_ENTRY = "SELECT EXISTS (SELECT 1 FROM entries WHERE session_id = %s AND entry_id = %s)"
+# A plain append's (plain.py), which assumed its id unused without checking it: the id stored
+# by another instance meanwhile (a retry of the same append, on top of entries this one never
+# saw) is not this write landing; only the entry as this one wrote it (its parent and text) is.
+_LANDED_AS = ("SELECT EXISTS (SELECT 1 FROM entries WHERE session_id = %s AND entry_id = %s"
+              " AND parent_id IS NOT DISTINCT FROM %s AND body = %s)")
 
 
 def settle(db: PgDatastore, tx: Tx, failure: StoreError) -> bool:
@@ -115,11 +120,13 @@ def _in_doubt(failure: StoreError) -> Unavailable:
 
 
 def settle_apply(db: PgDatastore, pid: int, started: Any, payload: str, failure: StoreError, *,
-                 entry: tuple[str, str] | None = None, sender: str | None = None) -> bool:
+                 entry: tuple[str, str] | None = None, sender: str | None = None,
+                 written: tuple[str, str, str | None, str] | None = None) -> bool:
     """Whether an ``sm_apply`` (one autocommit statement, whose first event's
     payload is ``payload``; or, for an ``sm_append_call``, whose payloads the server
     completed, that wrote ``entry``, a new id checked absent; its rows recorded as ``sender``, the
-    instance by default) whose answer was lost committed; raises
+    instance by default; or a plain append's, that wrote ``written``: session, id, parent, text)
+    whose answer was lost committed; raises
     :class:`Unavailable` when the database cannot tell before the deadline."""
     until = _until(db)
     old = {"pid": pid, "started": started}
@@ -130,8 +137,11 @@ def settle_apply(db: PgDatastore, pid: int, started: Any, payload: str, failure:
             conn = db.getconn(until)
             try:
                 if _old_gone(conn, old):
-                    row = (conn.execute(_LANDED, landed) if entry is None
-                           else conn.execute(_LANDED_ENTRY, entry)).fetchone()
+                    if written is not None:
+                        row = conn.execute(_LANDED_AS, written).fetchone()
+                    else:
+                        row = (conn.execute(_LANDED, landed) if entry is None
+                               else conn.execute(_LANDED_ENTRY, entry)).fetchone()
             finally:
                 db.putconn(conn)
             if row is not None:

@@ -496,12 +496,13 @@ class Optimistic:
                 raise _Conflicted from None
             if not lost or started is None:
                 raise db.storage_error(failure) from None  # (one transaction: nothing written)
-            if not settle_apply(db, pid, started, "", failure, entry=(params["sid"], params["id"])):
+            written = (params["sid"], params["id"], params["parent"], params["body"])
+            if not settle_apply(db, pid, started, "", failure, written=written):
                 armed = db.local.armed
                 if armed is not None and armed.fired:
                     raise db.storage_error(failure) from None  # the deadline: no time to apply it again
                 db.stale(conn)
-                raise Fallback from None  # it did not land: apply it again
+                raise Fallback from None  # it did not land (the id may be another's: a replay then)
             fill(commit, plan.bodies, known.leaf, commit.meta["message_count"], response, events)
             return True  # it landed (the session was forgotten: its meta is read afresh next time)
         db.putconn(conn)
