@@ -76,10 +76,15 @@ class _Walk:
         the latest ``until``, which extends it)."""
         start, taken = end, 0
         if self.include_custom:  # every index kept (the usual request): before(i) is i - 1
-            member = self.member
+            # member(start), written out (once per entry of the page)
+            members, seen, entry_at = self._members, self._seen, self._entry
             while taken < blocks and start > 0:
                 start, taken = start - 1, taken + 1
-                if member(start):
+                found = members.get(start)
+                if found is None:
+                    entry = seen[start] = entry_at(start)
+                    found = members[start] = is_run_member(entry)
+                if found:
                     start = self.block_start(start)
         else:
             while taken < blocks:

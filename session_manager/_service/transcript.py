@@ -91,7 +91,15 @@ def item(entry: Entry, *, image_data: bool = True, elided: bool = False) -> dict
     # Items carry provenance for messages only (wire contract); get-message shows a custom entry's origin.
     if elided:
         return build[TailItem](entry_id=entry["id"], message=message, origin=entry.get("origin"), elided=True)
-    return build[MessageItem](entry_id=entry["id"], message=message, origin=entry.get("origin"))
+    # build[MessageItem](entry_id=..., message=..., origin=...) written out (a page builds one per
+    # entry): its fields in the model's order, None left out.
+    out = {"entry_id": entry["id"]}
+    if message is not None:
+        out["message"] = message
+    origin = entry.get("origin")
+    if origin is not None:
+        out["origin"] = origin
+    return out
 
 
 # --------------------------------------------------------------------------
@@ -133,17 +141,20 @@ def is_run_member(entry: Entry) -> bool:
         return entry.get("custom_type") == WAKE_CUSTOM_TYPE or _is_wake(entry)
     message = entry.get("message") or {}
     role = message.get("role")
-    if role == "assistant":
-        return _calls_functions(message)
-    if role == "function_result":
-        return True
-    if role == "custom" and message.get("custom_type") == WAKE_CUSTOM_TYPE:
-        return True
+    if role != "user":  # (the usual entry: a user's message is a member by its origin or id alone)
+        if role == "assistant":
+            return _calls_functions(message)
+        if role == "function_result":
+            return True
+        if role == "custom" and message.get("custom_type") == WAKE_CUSTOM_TYPE:
+            return True
     # _is_wake(entry), written out (a tail classifies every entry of its page: one call fewer each)
     origin = entry.get("origin")
-    if isinstance(origin, dict) and (origin.get("notification") is True or origin.get("trigger_fired") is True):
+    if origin is not None and isinstance(origin, dict) and (
+            origin.get("notification") is True or origin.get("trigger_fired") is True):
         return True
-    return str(entry.get("id", "")).startswith(WAKE_ID_PREFIXES)
+    entry_id = entry.get("id", "")
+    return (entry_id if type(entry_id) is str else str(entry_id)).startswith(WAKE_ID_PREFIXES)
 
 
 def kept_whole_in_run(run: list[Entry]) -> list[bool]:

@@ -186,7 +186,9 @@ class PgReads:
             if not head:
                 return None, None, None
             _, meta, leaf, _, xmin = head[0]
-            entries = [(unkey(eid), depth, body) for kind, body, eid, depth, _ in rows if kind == 1]
+            # (unkey(eid), written out: an id holds no escape but for a rare NUL or U+0001)
+            entries = [(eid if "\x01" not in eid else unkey(eid), depth, body)
+                       for kind, body, eid, depth, _ in rows if kind == 1]
             self._keep_window(session_id, leaf, entries[0][1] if entries else None, entries)
         return loads(meta.encode("utf-8")), unkey(leaf) if leaf is not None else None, (xmin, leaf, meta)
 
