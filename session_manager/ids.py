@@ -97,8 +97,9 @@ class UuidIds:
     def session_id(self) -> str:
         return f"s_{_RANDOM.hex()}"
 
-    def entry_id(self) -> str:
-        return _ENTRY_IDS.hex()
+    # The pool's own bound method: an instance attribute lookup hands it on unchanged (no frame
+    # of this class's on every append).
+    entry_id: Callable[[], str] = _ENTRY_IDS.hex
 
     def attachment_id(self) -> str:
         return f"a_{_RANDOM.hex()}"

@@ -20,7 +20,7 @@ from typing import Any
 import orjson
 
 from .._service.admission import admit, admit_size
-from .._service.appending import OwnedCustom, SessionAt
+from .._service.appending import OwnedCustom, SessionAt, append_custom_owned
 from .._service.erasure import Selection
 from .._service.limits import Limits, LimitsCell
 from .._service.service import SessionService
@@ -254,8 +254,8 @@ class SessionManager(Helpers):
         try:
             if self._read_only:
                 raise SessionError(STORAGE, "session::append: this session store is open read-only")
-            service = self.service
-            limits = service.limits.get()
+            core = self.service.core  # (the service's properties and method, skipped: every typed append)
+            limits = core.limits.current  # (LimitsCell.get, inline)
             envelope: dict[str, Any] = {"session_id": session_id, "custom": {"custom_type": custom_type, "data": None}}
             if parent_id is not None:
                 envelope["parent_id"] = parent_id
@@ -265,10 +265,11 @@ class SessionManager(Helpers):
                 envelope["custom"]["data"] = data
                 admit("session::append", envelope, limits, mutates=True)
                 raise invalid_request("custom.data: not representable as JSON") from None
-            admit_size(size, limits)
+            if size > limits.max_request_bytes:  # (:func:`admit_size`'s test, inline: it raises)
+                admit_size(size, limits)
             request = OwnedCustom(session_id, custom_type, data, parent_id, at)
             # Its events delivered inside the gate, as a call's: close() waits for them.
-            entry, _ = execute(service.store, lambda: service.append_custom_owned(request),
+            entry, _ = execute(core.store, partial(append_custom_owned, core, request),
                                wraps_calls=self._wraps_calls, deliver=self._deliver if self._observers else None)
             return str(entry["id"])
         finally:

@@ -112,15 +112,21 @@ class SessionState:
     def apply(self, commit: Commit, written: Iterable[tuple[int, int]] | None = None) -> None:
         """``written``: the (offset, length) of each entry's log line, in order,
         when the commit was just written to a log whose entries are held lazily."""
-        located = None if written is None else _located(self.entries)
-        if located is not None and written is not None:
+        entries = self.entries
+        if written is not None and type(entries) is not dict:  # (:func:`_located`, inline: every commit)
+            located: LocatedEntries = entries  # type: ignore[assignment]
+            put_written = located.put_written
             for entry, (offset, length) in zip(commit.entries, written, strict=False):  # (its other lines follow)
-                located.put_written(entry, offset, length)
+                put_written(entry, offset, length)
         else:
             for entry in commit.entries:
                 self.put_entry(entry)
-        if commit.leaf is not None:
-            self.set_leaf(commit.leaf)
+        leaf = commit.leaf
+        if leaf is not None and leaf != self.leaf:
+            if self.path_ids is None:  # (:meth:`set_leaf`'s no-path case, inline: always so when held lazily)
+                self.leaf = leaf
+            else:
+                self.set_leaf(leaf)
         if commit.meta is not None:
             self.meta = commit.meta
 

@@ -79,9 +79,16 @@ class StateCache(OrderedDict[str, SessionState]):
         written count), mark it most recent, and evict. It stays pending, as a
         touch leaves it: a reader handed it before the write may still be decoding."""
         if self.get(session_id) is state:
-            self._settle_others(session_id)  # it is charged here, once
-            self.charge(session_id, state)
-            self._pending[session_id] = state
+            pending = self._pending  # (:meth:`_settle_others` and :meth:`charge`, inline: every commit)
+            pending.pop(session_id, None)
+            if pending:
+                self.settle()  # the others; it is charged here, once
+            new = footprint(state)
+            charges = self._charges
+            self.total += new - charges.get(session_id, 0)
+            charges[session_id] = new
+            self.move_to_end(session_id)
+            pending[session_id] = state
         if self.total > self.budget:
             self.evict(session_id, drop)
 
@@ -90,19 +97,14 @@ class StateCache(OrderedDict[str, SessionState]):
         :meth:`touch`, but its own charge is left to that commit
         (:meth:`committed`), so a mutation pays one. It stays pending, so a read
         that ends without a commit is charged at the next touch, as any other."""
-        self._settle_others(session_id)
-        self.move_to_end(session_id)
-        self._pending[session_id] = state
-        if self.total > self.budget:
-            self.evict(session_id, drop)
-
-    def _settle_others(self, session_id: str) -> None:
-        """Charge every session handed out since its last charge but ``session_id``
-        (whose charge the caller makes or leaves pending)."""
-        pending = self._pending
+        pending = self._pending  # (:meth:`_settle_others`, inline: every commit's read)
         pending.pop(session_id, None)
         if pending:
             self.settle()
+        self.move_to_end(session_id)
+        pending[session_id] = state
+        if self.total > self.budget:
+            self.evict(session_id, drop)
 
     def touch(self, session_id: str, state: SessionState, drop: Drop) -> None:
         """``state`` (cached, loaded) is handed out again: charge what the

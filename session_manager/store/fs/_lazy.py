@@ -417,6 +417,9 @@ class LazyEntries(BodyReads, MutableMapping[str, Entry]):
                 self.note_location(eid, *loc)
 
     def __contains__(self, entry_id: object) -> bool:
+        pos = self._pos
+        if pos is not None and type(entry_id) is str:  # (:meth:`_index_of`'s map case, inline: every commit asks)
+            return entry_id in pos
         return self._index_of(entry_id) is not None
 
     def __iter__(self) -> Iterator[str]:

@@ -121,7 +121,7 @@ class LogFiles:
     def note_commit(self, session_id: str, state: SessionState, end: int) -> None:
         """After a commit's whole lines landed, up to ``end``, and the state holds
         where (:meth:`SessionState.apply`): (amortized) a fresh index."""
-        files = self.files(session_id)
+        files = self._files.get(session_id) or self.files(session_id)  # (known: the write just made them)
         files.covered = end
         if files.saved < 0 or end - files.saved > max(SAVE_MIN_BYTES, files.saved // 2):
             self.save(session_id, state)

@@ -28,7 +28,7 @@ from typing import Any
 
 from ...errors import StoreError, Vanished
 from .._core.state import SessionState, StateBackedStore
-from ..base import AttachmentMeta, Commit, Entry, EventSink, Meta
+from ..base import NO_TRANSACTION, AttachmentMeta, Commit, Entry, EventSink, Meta
 from ..search_index import Candidate, Matches, SortKey
 from ..search_text import Query
 from ._attachments import Attachments
@@ -297,12 +297,16 @@ class FsStore(StateBackedStore):
         """:meth:`_state` for the read a commit follows: a loaded session is marked most
         recent and its charge left to that commit (:meth:`.StateCache.reserve`), so a
         mutation charges it once; any other case (a load, read-only) is a read's."""
-        self._d.not_inherited()
+        d = self._d
+        owner = d.owner
+        if owner is not None and owner.inherited_from is not None:
+            d.not_inherited()  # (raises: its test inline, every write's read passes here)
         if not self.read_only:
-            with self._d.lock:
-                state = self._d.sessions.get(session_id)
+            with d.lock:
+                sessions = d.sessions
+                state = sessions.get(session_id)
                 if state is not None and state.loaded and state.meta is not None:
-                    self._d.sessions.reserve(session_id, state, self._drop)
+                    sessions.reserve(session_id, state, self._drop)
                     return state
         return self._state(session_id)
 
@@ -369,15 +373,17 @@ class FsStore(StateBackedStore):
         try:
             commit = state.resolve(commit)  # compare-and-set, inside the write's critical section
             data, sizes = encode_sized(commit)
-            if self._d.fold is not None:
-                self._d.fold.claim(session_id)
-            start = self._writer.append(session_id, data)
-            if self._d.compactor is not None:  # in the log now: a rewrite in flight must carry it over
-                self._d.compactor.appended(session_id, data, commit.entries)
-            budget = self._writer.account(session_id, commit, data, sizes)  # (before apply: a loaded entry's old line)
+            if d.fold is not None:
+                d.fold.claim(session_id)
+            writer = self._writer
+            start = writer.append(session_id, data)
+            compactor = d.compactor
+            if compactor is not None:  # in the log now: a rewrite in flight must carry it over
+                compactor.appended(session_id, data, commit.entries)
+            budget = writer.account(session_id, commit, data, sizes)  # (before apply: a loaded entry's old line)
             state.apply(commit, written_spans(len(commit.entries), data, start))
             self._search.touched(session_id)  # (a set add: the search index catches up at its next query)
-            self._d.files.note_commit(session_id, state, start + len(data))
+            d.files.note_commit(session_id, state, start + len(data))
             with d.lock:
                 if commit.meta is not None and (d.metas is not None or d.scans):  # (no list yet: no call)
                     d.catalogue(session_id, commit.meta)
@@ -395,11 +401,12 @@ class FsStore(StateBackedStore):
         A loaded one in the cache is taken as it is (the commit marks it most recent,
         re-charges it, settles the others and evicts once it has written:
         :meth:`StateCache.committed`); any other is loaded (or created) as a read would."""
-        lock = self._d.lock
+        d = self._d
+        lock = d.lock
         while True:
             lock.acquire()  # (acquire/try/finally, not ``with``: half the cost, on every write)
             try:
-                state = self._d.sessions.get(session_id)
+                state = d.sessions.get(session_id)
                 if state is not None and not state.loaded:
                     state = None
                 # (Not marked most recent here: the commit does, once written. Dropped by an
@@ -410,8 +417,8 @@ class FsStore(StateBackedStore):
                 state = self._state(session_id, create=True)
                 assert state is not None
             state.lock.acquire()
-            if self._d.sessions.get(session_id) is state:
-                compactor = self._d.compactor  # (no rewrite in flight, nearly always: no call)
+            if d.sessions.get(session_id) is state:
+                compactor = d.compactor  # (no rewrite in flight, nearly always: no call)
                 if (compactor is None or not compactor.rewriting(session_id)
                         or not self._compaction.must_wait(session_id)):
                     return state
@@ -424,6 +431,8 @@ class FsStore(StateBackedStore):
     # -- the parts' calls ----------------------------------------------------------
 
     def mutation(self, session_ids: Collection[str]) -> AbstractContextManager[None]:
+        if self._d.durability != "fsync":  # (:meth:`.GroupCommit.mutation`'s flush-mode answer, inline)
+            return NO_TRANSACTION
         return self._group.mutation(session_ids)
 
     def settle(self) -> None:

@@ -92,15 +92,17 @@ class Writer:
     def append(self, session_id: str, data: bytes) -> int:
         """Write one commit's lines through the kept descriptor; returns the
         log offset they start at."""
-        path = self._d.files.log_path(session_id)
-        tail_fix = self._d.tail_fix
+        d = self._d
+        path = d.files.files(session_id).log  # (:meth:`log_path`, one call fewer: every write)
+        tail_fix = d.tail_fix
         fix = tail_fix.pop(session_id, None) if tail_fix else None  # (none to fix, nearly always: no call)
-        fsync = self._d.durability == "fsync"
+        fsync = d.durability == "fsync"
         try:
             # Read access too: the tail check after a failed write preads the file.
             if self._names_unsynced and fsync:
                 self._sync_names()
-            slot, created = self._d.fds.acquire(path)
+            fds = d.fds
+            slot, created = fds.acquire(path)
             fd, owed = slot.fd, False
             try:
                 if created:  # (opened by its path only while data_dir is ours: the opener asks)
@@ -135,10 +137,12 @@ class Writer:
                 # Before the answer: a log whose data_dir was removed or replaced took these
                 # bytes through its kept descriptor, where nobody will find them again (an
                 # fstat of the held lock file, its path looked up at most every 0.1 s: _lock).
-                self._d.still_ours_after_write()
+                owner = d.owner  # (:meth:`still_ours_after_write`, inline: every write)
+                if owner is not None:
+                    owner.check()
             finally:
                 if not owed:  # an owed fsync keeps the descriptor pinned until settle()
-                    self._d.fds.release(path, slot)
+                    fds.release(path, slot)
         except NotRegular:
             raise StoreError(f"the log of session {os.path.basename(path)} is not a regular file") from None
         except OSError as e:
