@@ -55,8 +55,8 @@ class PausingStore(PostgresStore):
     def settle(self) -> None:
         # Only on the transactional path: the optimistic attempt a call makes first
         # (store/postgres/optimistic.py) holds no lock, and a fork falls back from it.
-        if threading.current_thread() is self.forking and not self.between.is_set() and self.db.local.tx is not None:
-            tx = self.db.local.tx
+        tx = self.db.local.state.tx
+        if threading.current_thread() is self.forking and not self.between.is_set() and tx is not None:
             self.forker_backend = tx.conn.info.backend_pid
             self.between.set()
             self.resume.wait(10)

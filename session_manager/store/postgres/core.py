@@ -50,13 +50,30 @@ class Tx:
     seen: dict[str, tuple[str | None, str | None]] = field(default_factory=dict)  # read at BEGIN: meta text, leaf
 
 
+class _State:
+    """The calling thread's state (:class:`_Local`'s ``state``): a plain object, reached once per
+    function, as each attribute of a ``threading.local`` costs about 480 instructions to reach."""
+
+    __slots__ = ("armed", "deadline", "sender", "tx", "window")
+
+    def __init__(self) -> None:
+        self.tx: Tx | None = None
+        self.deadline: float | None = None  # the call in progress must answer by then (time.monotonic())
+        self.armed: Armed | None = None  # this thread's connection in use, armed with that deadline
+        # a path window (last or first) read with its session's meta, for this call's path() (reads.py)
+        self.window: Any = None
+        # the observed call in progress records its events as this instance (outbox.begin_call)
+        self.sender: str | None = None
+
+
 class _Local(threading.local):
-    tx: Tx | None = None
+    """Per thread: whether a call defers its mutation's commit (the call runner's), and the rest
+    of the thread's state, reached once per function (:class:`_State`)."""
+
     deferring: bool = False
-    deadline: float | None = None  # the call in progress must answer by then (time.monotonic())
-    armed: Armed | None = None  # this thread's connection in use, armed with that deadline
-    window: Any = None  # a path window (last or first) read with its session's meta, for this call's path() (reads.py)
-    sender: str | None = None  # the observed call in progress records its events as this instance (outbox.begin_call)
+
+    def __init__(self) -> None:  # (run in each thread at its first use)
+        self.state = _State()
 
 
 _UNREAD = object()
@@ -337,7 +354,7 @@ class PgDatastore:
         return found
 
     def fail(self, e: BaseException) -> StoreError:
-        armed = self.local.armed
+        armed = self.local.state.armed
         if armed is not None and armed.fired:  # the watchdog ended the connection at the call's deadline
             return self.late("no answer")
         # OperationalError: the server is unreachable, went away, or no
@@ -353,26 +370,28 @@ class PgDatastore:
 
     def deadline_at(self) -> float:
         """When the call in progress must have answered (a call of its own outside one)."""
-        deadline = self.local.deadline
+        deadline = self.local.state.deadline
         return deadline if deadline is not None else time.monotonic() + self.settings.timeout_ms / 1000
 
     @contextmanager
     def deadline(self) -> Iterator[None]:
         """Every exchange inside shares one deadline, ``timeout_ms`` from now (kept if already set).
         (:meth:`.optimistic.Optimistic.run_call`, every call's way in, does the same inline.)"""
-        if self.local.deadline is not None:
+        state = self.local.state
+        if state.deadline is not None:
             yield
             return
-        self.local.deadline = time.monotonic() + self.settings.timeout_ms / 1000
+        state.deadline = time.monotonic() + self.settings.timeout_ms / 1000
         try:
             yield
         finally:
-            self.local.deadline = None
-            self.local.window = None  # read for this call only
+            state.deadline = None
+            state.window = None  # read for this call only
 
     def getconn(self, deadline: float) -> psycopg.Connection[Any]:
         """A pooled connection armed with ``deadline``; the wait for it counts against it too."""
-        self.local.armed = None
+        state = self.local.state
+        state.armed = None
         if self.closed:
             raise StoreError("postgres: the store is closed")
         left = deadline - time.monotonic()
@@ -386,7 +405,7 @@ class PgDatastore:
                 raise self.late("no connection") from None
             raise self.fail(e) from None
         try:
-            self.local.armed = self.watchdog.arm(conn, deadline)
+            state.armed = self.watchdog.arm(conn, deadline)
         except psycopg.Error as e:
             self.pool.putconn(conn)  # closed already: the pool discards it
             raise self.fail(e) from None
@@ -394,7 +413,7 @@ class PgDatastore:
 
     def putconn(self, conn: psycopg.Connection[Any]) -> None:
         """Back to the pool, unless the deadline ended it (then it is closed and discarded)."""
-        armed = self.local.armed
+        armed = self.local.state.armed
         if armed is not None and self.watchdog.disarm(armed):
             conn.close()
         self.pool.putconn(conn)  # a broken or closed connection is discarded by the pool
@@ -556,7 +575,7 @@ class PgDatastore:
     def conn(self) -> Iterator[psycopg.Connection[Any]]:
         """The mutation's connection on this thread, else a pooled autocommit one."""
         self.guard()
-        tx = self.local.tx
+        tx = self.local.state.tx
         if tx is not None:
             try:
                 yield tx.conn
@@ -575,7 +594,7 @@ class PgDatastore:
         """A statement's rows: in the mutation's transaction, else on a pooled connection
         (a read that found its idle connection lost runs again on a live one)."""
         self.guard()
-        if self.local.tx is not None or self.closed:
+        if self.local.state.tx is not None or self.closed:
             with self.conn() as conn:
                 return conn.execute(query.query if isinstance(query, Statement) else query, params).fetchall()
         deadline = self.deadline_at()
@@ -589,7 +608,7 @@ class PgDatastore:
                 failure = self.fail(e)
             finally:
                 self.putconn(conn)
-            armed = self.local.armed
+            armed = self.local.state.armed
             if attempt == 1 and not (armed is not None and armed.fired) and self.stale(conn):
                 continue  # a read: run it again on a live connection
             raise failure

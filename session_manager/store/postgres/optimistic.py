@@ -82,11 +82,22 @@ class _Conflicted(Exception):
     """sm_apply found the state changed: nothing was written."""
 
 
+class _OptState:
+    """The calling thread's optimistic state (:class:`_Local`'s ``state``): a plain object, reached
+    once per function (an attribute of a ``threading.local`` costs ~480 instructions to reach)."""
+
+    __slots__ = ("fresh", "optimistic", "plan", "reading")
+
+    def __init__(self) -> None:
+        self.optimistic = False
+        self.plan: Plan | None = None
+        self.reading = False  # the plan's own reads of the database (not a reason to fall back)
+        self.fresh = False  # a retry after a conflict: entries are read, not assumed absent
+
+
 class _Local(threading.local):
-    optimistic: bool = False
-    plan: Plan | None = None
-    reading: bool = False  # the plan's own reads of the database (not a reason to fall back)
-    fresh: bool = False  # a retry after a conflict: entries are read, not assumed absent
+    def __init__(self) -> None:  # (run in each thread at its first use)
+        self.state = _OptState()
 
 
 class Optimistic:
@@ -108,22 +119,24 @@ class Optimistic:
 
     def run_call(self, call: Callable[[], tuple[R, list[Event]]]) -> tuple[R, list[Event]]:
         local = self.db.local
-        if local.deferring or local.tx is not None:
+        state = local.state
+        if local.deferring or state.tx is not None:
             return self.calls.run_call(call)
-        if local.deadline is not None:  # (a call inside a call: the outer one's deadline holds)
+        if state.deadline is not None:  # (a call inside a call: the outer one's deadline holds)
             return self._run(call)
         # db.deadline(), inline: every call passes here (its context manager is four Python calls more).
-        local.deadline = time.monotonic() + self.db.settings.timeout_ms / 1000
+        state.deadline = time.monotonic() + self.db.settings.timeout_ms / 1000
         try:
             return self._run(call)
         finally:
-            local.deadline = None
-            local.window = None  # read for this call only
+            state.deadline = None
+            state.window = None  # read for this call only
 
     def _run(self, call: Callable[[], tuple[R, list[Event]]]) -> tuple[R, list[Event]]:
+        opt = self._opt.state
         try:
             for attempt in (1, 2):
-                self._opt.fresh = attempt == 2
+                opt.fresh = attempt == 2
                 try:
                     return self._run_optimistic(call)
                 except _Conflicted:
@@ -131,26 +144,28 @@ class Optimistic:
                 except Fallback:
                     break
         finally:
-            self._opt.fresh = False
+            opt.fresh = False
         return self.calls.run_call(call)
 
     def _run_optimistic(self, call: Callable[[], tuple[R, list[Event]]]) -> tuple[R, list[Event]]:
-        self._opt.optimistic = True
+        opt = self._opt.state
+        opt.optimistic = True
         local = self.db.local
+        state = local.state
         try:
             response, events = call()
         except BaseException as e:
-            plan = self._opt.plan
+            plan = opt.plan
             local.deferring = False
-            tx = local.tx
+            tx = state.tx
             if tx is not None:  # upgraded mid-call
                 self.txs.end(tx, commit=False)
             if isinstance(e, Exception) and tx is None and plan is not None and plan.cached:
                 raise Fallback from None  # decided on remembered state: only the database may say no
             raise
         finally:
-            plan, self._opt.plan, self._opt.optimistic = self._opt.plan, None, False
-        if local.tx is not None:  # upgraded to a transaction mid-call
+            plan, opt.plan, opt.optimistic = opt.plan, None, False
+        if state.tx is not None:  # upgraded to a transaction mid-call
             local.deferring = False
             return self.calls.finish(response, events)
         if plan is None:
@@ -161,11 +176,11 @@ class Optimistic:
             return response, events
         if not events or len(events) > NOTIFY_BATCH:
             # A landed sm_apply is recognized by its first event's row: this one commits in a transaction.
-            self._opt.plan = plan
+            opt.plan = plan
             try:
                 self._upgrade()
             finally:
-                self._opt.plan = None
+                opt.plan = None
             fill_known(plan, response, events)
             local.deferring = False
             return self.calls.finish(response, events)
@@ -179,7 +194,7 @@ class Optimistic:
         write its commit if it made one; the rest of the call runs in the
         transaction, committed with the call's events. (A fork, an attachment, a
         path read inside a mutation: served without running the call again.)"""
-        plan = self._opt.plan
+        plan = self._opt.state.plan
         assert plan is not None
         tx = self.txs.begin((plan.session_id,))
         try:
@@ -195,8 +210,10 @@ class Optimistic:
             self.forget(plan.session_id)
             raise Fallback
         self.forget(plan.session_id)
-        self._opt.optimistic, self._opt.plan = False, None
-        self.db.local.tx, self.db.local.deferring = tx, True
+        opt = self._opt.state
+        opt.optimistic, opt.plan = False, None
+        local = self.db.local
+        local.state.tx, local.deferring = tx, True
 
     def _holds(self, conn: psycopg.Connection[Any], plan: Plan) -> bool:
         """Whether the database still has what ``plan`` read (under the session's lock)."""
@@ -220,12 +237,13 @@ class Optimistic:
     @contextmanager
     def mutation(self, session_ids: Collection[str]) -> Iterator[None]:
         """A mutation: planned (nothing sent yet) in an optimistic call, else a transaction."""
-        if (self._opt.optimistic and self._opt.plan is None and len(set(session_ids)) == 1
+        opt = self._opt.state
+        if (opt.optimistic and opt.plan is None and len(set(session_ids)) == 1
                 and not self._is_contended(next(iter(session_ids)))):
-            self._opt.plan = Plan(next(iter(session_ids)))
+            opt.plan = Plan(next(iter(session_ids)))
             yield
             return
-        if self._opt.optimistic:  # a second mutation in the call, or several sessions at once
+        if opt.optimistic:  # a second mutation in the call, or several sessions at once
             self._upgrade_or_begin()
         with self.txs.mutation(session_ids):
             yield
@@ -244,18 +262,19 @@ class Optimistic:
             self._contended[session_id] = now + CONTENDED_S
 
     def _upgrade_or_begin(self) -> None:
-        if self._opt.plan is not None:
+        if self._opt.state.plan is not None:
             self._upgrade()
         else:  # nothing optimistic yet: the transactional path from here, committed with the events
-            self._opt.optimistic = False
+            self._opt.state.optimistic = False
             self.db.local.deferring = True
 
     # -- the plan's reads -----------------------------------------------------------------
 
     def _plan(self, session_id: str) -> Plan | None:
-        if not self._opt.optimistic:
+        opt = self._opt.state
+        if not opt.optimistic:
             return None
-        plan = self._opt.plan
+        plan = opt.plan
         if plan is None:
             return None  # a read outside any mutation: the database's
         if plan.session_id != session_id or plan.commit is not None:
@@ -266,7 +285,8 @@ class Optimistic:
         return plan
 
     def _guard(self) -> None:
-        if self._opt.optimistic and self._opt.plan is not None and not self._opt.reading:
+        opt = self._opt.state
+        if opt.optimistic and opt.plan is not None and not opt.reading:
             self._upgrade()  # anything else the plan cannot serve: a transaction from here
 
     def _state(self, plan: Plan) -> Known | None:
@@ -319,18 +339,18 @@ class Optimistic:
             plan.cached = True
             plan.reads[entry_id] = held[1]
             return held[0]
-        if assume_absent or not self._opt.fresh:
+        if assume_absent or not self._opt.state.fresh:
             # A new entry's id, or one asked about (an idempotent append's): assumed
             # unused, which sm_apply checks; an answer that relied on it is rechecked.
             plan.cached = plan.cached or not assume_absent
             plan.reads[entry_id] = None
             return None
-        self._opt.reading = True
+        self._opt.state.reading = True
         try:
             rows = self.db.rows("SELECT body FROM entries WHERE session_id = %s AND entry_id = %s",
                                  (key(plan.session_id), key(entry_id)))
         finally:
-            self._opt.reading = False
+            self._opt.state.reading = False
         plan.reads[entry_id] = rows[0][0] if rows else None
         return loads(rows[0][0].encode("utf-8")) if rows else None
 
@@ -356,12 +376,12 @@ class Optimistic:
             self._known.pop(session_id, None)
 
     def _read_known(self, session_id: str) -> Known | None:
-        self._opt.reading = True
+        self._opt.state.reading = True
         try:
             rows = self.db.rows("SELECT meta, leaf FROM sessions WHERE session_id = %s AND meta IS NOT NULL",
                                  (key(session_id),))
         finally:
-            self._opt.reading = False
+            self._opt.state.reading = False
         if not rows:
             return None
         text, leaf = rows[0]
@@ -372,7 +392,7 @@ class Optimistic:
     # -- the commit ------------------------------------------------------------------------
 
     def commit(self, session_id: str, commit: Commit) -> Commit:
-        plan = self._plan(session_id) if self.db.local.tx is None else None
+        plan = self._plan(session_id) if self.db.local.state.tx is None else None
         if plan is None:
             self.forget(session_id)  # written on the transactional path: re-read next time
             return self.writes.commit(session_id, commit)
@@ -408,7 +428,7 @@ class Optimistic:
         commit, cut = plan.commit, plan.at_leaf
         assert commit is not None
         db = self.db
-        sender = db.local.sender or db.instance  # (an observed call's: see Outbox.begin_call)
+        sender = db.local.state.sender or db.instance  # (an observed call's: see Outbox.begin_call)
         if cut is not None:
             if self._plain_ok(plan) and self._apply_plain(plan, events, response):
                 return
@@ -443,7 +463,7 @@ class Optimistic:
                 raise db.storage_error(failure) from None
             first = (params["sid"], params["ids"][0]) if cut is not None else None  # its payload had the hole
             if not settle_apply(db, pid, started, params["payloads"][0], failure, entry=first, sender=sender):
-                armed = db.local.armed
+                armed = db.local.state.armed
                 if armed is not None and armed.fired:
                     raise db.storage_error(failure) from None  # the deadline: no time to apply it again
                 db.stale(conn)
@@ -498,7 +518,7 @@ class Optimistic:
                 raise db.storage_error(failure) from None  # (one transaction: nothing written)
             written = (params["sid"], params["id"], params["parent"], params["body"])
             if not settle_apply(db, pid, started, "", failure, written=written):
-                armed = db.local.armed
+                armed = db.local.state.armed
                 if armed is not None and armed.fired:
                     raise db.storage_error(failure) from None  # the deadline: no time to apply it again
                 db.stale(conn)

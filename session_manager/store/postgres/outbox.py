@@ -217,7 +217,7 @@ class Outbox:
     def record(self, tx: Tx, events: list[Event]) -> None:
         """Insert the events' rows and notify their ids: one statement per batch."""
         conn = tx.conn
-        sender = self._db.local.sender or self._db.instance  # (see begin_call)
+        sender = self._db.local.state.sender or self._db.instance  # (see begin_call)
         for at in range(0, len(events), NOTIFY_BATCH):
             batch = events[at : at + NOTIFY_BATCH]
             # The payload "<instance>[.<call>]|<id>:<n>,...": listeners skip their own
@@ -249,7 +249,7 @@ class Outbox:
                 "id::text || ':' || array_position(%(all)s::text[], function_id)::text, ',' ORDER BY id))"
                 " FROM (SELECT id, function_id FROM outbox WHERE instance = %(sender)s"
                 " AND id > (SELECT max(id) FROM outbox) - %(reach)s ORDER BY id DESC LIMIT %(n)s) AS latest",
-                {"channel": self._channel, "sender": self._db.local.sender or self._db.instance,
+                {"channel": self._channel, "sender": self._db.local.state.sender or self._db.instance,
                  "all": list(EVENT_FUNCTIONS), "reach": 10 * REPLAY_SLACK, "n": NOTIFY_BATCH},
             )
         except Exception:

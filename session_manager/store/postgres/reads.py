@@ -108,7 +108,7 @@ class PgReads:
 
     def _seen(self, session_id: str) -> tuple[str | None, str | None] | None:
         """The session's meta text and leaf as the mutation's transaction read them at BEGIN."""
-        tx = self.db.local.tx
+        tx = self.db.local.state.tx
         return tx.seen.get(session_id) if tx is not None else None
 
     def get_meta(self, session_id: str) -> Meta | None:
@@ -208,7 +208,7 @@ class PgReads:
                      entries: list[tuple[str, int, str]]) -> None:
         """Keep a window read with its session (the leaf's depth and the entries read)
         for this call's :meth:`path` of that leaf."""
-        local = self.db.local
+        local = self.db.local.state
         in_call = local.tx is None and local.deadline is not None
         if in_call and leaf is not None and top is not None and entries:
             local.window = (session_id, unkey(leaf), top, entries)
@@ -243,7 +243,7 @@ class PgReads:
     def path(self, session_id: str, leaf: str | None) -> EntryPath:
         if leaf is None:
             return EntryPath([], {})
-        local = self.db.local
+        local = self.db.local.state
         window, local.window = local.window, None
         if window is not None and window[0] == session_id and window[1] == leaf:
             read = WindowPath(self.db, session_id, leaf, window[2])

@@ -78,8 +78,9 @@ class PostgresStore(SqlStore):
         events are recorded as nobody's here (``Outbox.unheard``), for the listener to hand on
         once it hears them (to an observer added meanwhile)."""
         local = self.db.local
+        state = local.state
         turn = None
-        outer = not local.deferring and local.tx is None  # (else part of a call that is running)
+        outer = not local.deferring and state.tx is None  # (else part of a call that is running)
         if outer:  # (unobserved: free)
             turn = self.outbox.begin_call(free=deliver is None)
         if turn is None:  # (SessionStore.run_and_deliver, straight to the part that runs calls)
@@ -88,19 +89,19 @@ class PostgresStore(SqlStore):
                 if events and deliver is not None:
                     deliver(events)
                 return response, events
-            local.sender = self.outbox.unheard  # (its events handed on by a listener that hears them)
+            state.sender = self.outbox.unheard  # (its events handed on by a listener that hears them)
             try:
                 return self.optimistic.run_call(call)
             finally:
-                local.sender = None
+                state.sender = None
         outbox = self.outbox
         try:
             # (its rows and notification name the call, or say nobody here had it: see Outbox.begin_call)
-            local.sender = turn.sender if deliver is not None else outbox.unheard
+            state.sender = turn.sender if deliver is not None else outbox.unheard
             try:
                 response, events = self.run_call(call)
             finally:
-                local.sender = None
+                state.sender = None
             if events:
                 outbox.await_turn(turn, events)
                 if deliver is not None:
@@ -142,7 +143,7 @@ class PostgresStore(SqlStore):
                             ) -> tuple[Meta | None, str | None, Hashable | None]:
         """With the session row's version (:meth:`.reads.PgReads.meta_and_leaf_since`);
         none inside a mutation (what its transaction sees may yet roll back)."""
-        if self.db.local.tx is not None:
+        if self.db.local.state.tx is not None:
             return super().meta_and_leaf_since(session_id, version)
         return self.reads.meta_and_leaf_since(session_id, version)
 
@@ -154,7 +155,7 @@ class PostgresStore(SqlStore):
             with self.db.conn() as conn, conn.transaction():
                 conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")  # one snapshot
                 return search.search(conn, query, sessions, roles, queued=search.pending(conn))
-        if self.db.local.tx is not None:
+        if self.db.local.state.tx is not None:
             # (inside a mutation: what it wrote is not queued for others yet; read what is stored)
             return super().search(query, sessions, roles)
         with self.db.conn() as conn:
@@ -163,13 +164,13 @@ class PostgresStore(SqlStore):
     def entries_on_active_path(self, session_id: str, entry_ids: Sequence[str]) -> list[tuple[Entry | None, bool]]:
         """One statement for the session's hits (:meth:`.reads.PgReads.entries_on_active_path`);
         inside a mutation, what it has read of the session is used (the default)."""
-        if self.db.local.tx is not None:
+        if self.db.local.state.tx is not None:
             return super().entries_on_active_path(session_id, entry_ids)
         return self.reads.entries_on_active_path(session_id, entry_ids)
 
     def hits_on_active_paths(self, hits: Sequence[tuple[str, str]]) -> list[tuple[Entry | None, bool]]:
         """Every session of the page in one statement (:meth:`.reads.PgReads.hits_on_active_paths`)."""
-        if self.db.local.tx is not None:
+        if self.db.local.state.tx is not None:
             return super().hits_on_active_paths(hits)
         return self.reads.hits_on_active_paths(hits)
 
@@ -178,7 +179,7 @@ class PostgresStore(SqlStore):
         """Ranked by PostgreSQL (:func:`.search.page`: one round trip when the queue is empty,
         every session's page one call of the server-side ``sm_search_page``);
         read-only or inside a mutation, every candidate of :meth:`search` is ranked here."""
-        if self.read_only or self.db.local.tx is not None:
+        if self.read_only or self.db.local.state.tx is not None:
             return super().search_page(query, sessions, roles, limit, after)
         with self.db.conn() as conn:
             return search.page(conn, query, sessions, roles, limit, after)
@@ -189,7 +190,7 @@ class PostgresStore(SqlStore):
         """Every session's page with the entries and active-path flags of its shown hits in
         one call of ``sm_search_page`` (:func:`.search.page_shown`); a hit it did not return
         (a tie ordered otherwise there, a scope) is read by :meth:`hits_on_active_paths`."""
-        if self.read_only or self.db.local.tx is not None:
+        if self.read_only or self.db.local.state.tx is not None:
             return super().search_page_shown(query, sessions, roles, limit, after, shown)
         with self.db.conn() as conn:
             ranked, found = search.page_shown(conn, query, sessions, roles, limit, after, shown)

@@ -47,7 +47,8 @@ class PgTransactions:
     def mutation(self, session_ids: Collection[str]) -> Iterator[None]:
         """One mutation's transaction, bound to this thread; committed here unless a call defers it."""
         local = self.db.local
-        tx = local.tx
+        state = local.state
+        tx = state.tx
         if tx is not None:  # nested (fork locks its new session inside the source's)
             self.lock(tx, session_ids)
             yield
@@ -55,7 +56,7 @@ class PgTransactions:
         with self.db.deadline():  # outside run_call, the mutation is the call
             tx = self.begin(session_ids)
             try:
-                local.tx = tx
+                state.tx = tx
                 yield
             except BaseException:
                 self.end(tx, commit=False)
@@ -89,7 +90,7 @@ class PgTransactions:
                         conn.execute("ROLLBACK")
                 failure = db.fail(e) if isinstance(e, psycopg.Error) else None
                 db.putconn(conn)
-                armed = db.local.armed
+                armed = db.local.state.armed
                 if attempt == 1 and not (armed is not None and armed.fired) and db.stale(conn):
                     continue  # nothing ran: begin again on a live connection
                 if failure is not None:
@@ -113,8 +114,9 @@ class PgTransactions:
         answer was lost with its connection is settled before this returns
         (:mod:`.in_doubt`): committed returns as applied, else the failure."""
         db = self.db
-        db.local.tx = None
-        deadline = db.local.deadline
+        state = db.local.state
+        state.tx = None
+        deadline = state.deadline
         if commit and deadline is not None and time.monotonic() >= deadline:
             # Past the call's deadline the watchdog ends the connection when its thread next runs
             # (later on a loaded machine); the rule must not depend on that race: never committed.
@@ -137,7 +139,7 @@ class PgTransactions:
     # -- what the call runner needs (sql.transactions.Transactions) ----------------
 
     def open_tx(self) -> Tx | None:
-        return self.db.local.tx
+        return self.db.local.state.tx
 
     def call_scope(self) -> AbstractContextManager[None]:
         return self.db.deadline()  # the whole call answers within timeout_ms

@@ -31,20 +31,20 @@ class PgWrites:
         self.front = front
 
     def commit(self, session_id: str, commit: Commit) -> Commit:
-        local, front = self.db.local, self.front
-        if local.tx is not None:
+        state, front = self.db.local.state, self.front
+        if state.tx is not None:
             # Inside a mutation the decision was read in this transaction under
             # the session's advisory lock: it is current, so the compare-and-set
             # check (and an append's re-parenting / derived meta) is a no-op.
-            self.encode_and_write(local.tx.conn, session_id, commit)
+            self.encode_and_write(state.tx.conn, session_id, commit)
             return commit
         with front.mutation((session_id,)):
-            assert local.tx is not None
+            assert state.tx is not None
             # A commit from outside a mutation is checked against what is
             # stored now, under the lock, like every adapter's (store._cas).
             commit = resolve(commit, front.get_meta(session_id), front.get_leaf(session_id),
                              lambda entry_id: front.get_entry(session_id, entry_id))
-            self.encode_and_write(local.tx.conn, session_id, commit)
+            self.encode_and_write(state.tx.conn, session_id, commit)
         return commit
 
     def encode_and_write(self, conn: psycopg.Connection[Any], session_id: str, commit: Commit) -> None:
@@ -62,7 +62,7 @@ class PgWrites:
         # sm_apply with nothing to check (the transaction holds the session's lock)
         # and no events (run_call records them): entries linked server-side, the
         # session row upserted, in one round trip.
-        tx = self.db.local.tx
+        tx = self.db.local.state.tx
         if tx is not None:
             tx.seen.pop(session_id, None)  # what the transaction read of it is stale now
         params = apply_params(session_id, commit, [text for _, text in bodies], meta_text,
@@ -79,7 +79,7 @@ class PgWrites:
         # read from its row), and deleting them lost its events (test_postgres_instances).
 
         def run(conn: psycopg.Connection[Any]) -> None:
-            tx = self.db.local.tx
+            tx = self.db.local.state.tx
             if tx is not None:
                 tx.seen.pop(session_id, None)
             for table in ("entries", "attachments", "sessions"):
@@ -92,7 +92,7 @@ class PgWrites:
         return any(n > 0 for n in removed)
 
     def _in_tx(self, session_id: str, run: Callable[[psycopg.Connection[Any]], None]) -> None:
-        if self.db.local.tx is not None:
+        if self.db.local.state.tx is not None:
             with self.db.conn() as conn:
                 run(conn)
             return
