@@ -202,7 +202,10 @@ def test_a_stopped_observer_whose_row_expired_resyncs_when_it_resumes(schema: st
         assert wait_for(lambda: child is not None and "after" in child.said("seen"), 60)
         seen = child.said("seen")
         assert "unrecorded" in seen  # (told by the resync)
-        assert seen.count("after") == 1 and seen.index("unrecorded") < seen.index("after")
+        # The resync runs on the delivery thread after the listener registered again, so it may
+        # list "after" too, then its notification repeats it: duplicates, never a gap (the rule
+        # in outbox.py; "before" is repeated the same way). Seen under load: [..., 'after', 'after'].
+        assert seen.index("unrecorded") < seen.index("after")
     finally:
         if child is not None:
             child.kill()
