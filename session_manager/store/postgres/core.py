@@ -266,6 +266,31 @@ def _shape(params: Any) -> tuple[Any, ...]:
     return types, tuple([_kind(v) for v in values if type(v) is int or type(v) is list])
 
 
+
+def _pipeline(conn: psycopg.Connection[Any], new: list[Statement],
+              sent: list[tuple[Statement, list[bytes | None], list[int]]] | tuple[Any, ...],
+              ) -> tuple[list[Any], list[Any]]:
+    """Prepare ``new`` and run ``sent`` in one libpq pipeline with one Sync (one round trip):
+    the prepares' results and the runs' results."""
+    pg = conn.pgconn
+    pg.enter_pipeline_mode()
+    try:
+        for stmt in new:
+            pg.send_prepare(stmt.name, stmt.sql)
+        for stmt, values, formats in sent:
+            pg.send_query_prepared(stmt.name, values, formats, 0)
+        pg.pipeline_sync()
+        conn.wait(send(pg))
+        prepared = [res for _ in new for res in conn.wait(fetch_many(pg))]
+        results = [res for _ in sent for res in conn.wait(fetch_many(pg))]
+        conn.wait(fetch_many(pg))  # the Sync's
+    except BaseException:
+        with contextlib.suppress(psycopg.Error):  # (a lost connection: the pool discards it)
+            pg.exit_pipeline_mode()
+        raise
+    pg.exit_pipeline_mode()
+    return prepared, results
+
 class PgDatastore:
     """One schema of one database, and this instance's pool of connections to it."""
 
@@ -511,22 +536,7 @@ class PgDatastore:
         sent = ((first, *first.values(params)), (second, *second.values(params)))
         for attempt in (1, 2):
             new = [stmt for stmt, _, _ in sent if stmt.name not in ready]
-            pg.enter_pipeline_mode()
-            try:
-                for stmt in new:
-                    pg.send_prepare(stmt.name, stmt.sql)
-                for stmt, values, formats in sent:
-                    pg.send_query_prepared(stmt.name, values, formats, 0)
-                pg.pipeline_sync()
-                conn.wait(send(pg))
-                prepared = [res for _ in new for res in conn.wait(fetch_many(pg))]
-                results = [res for _ in sent for res in conn.wait(fetch_many(pg))]
-                conn.wait(fetch_many(pg))  # the Sync's
-            except BaseException:
-                with contextlib.suppress(psycopg.Error):  # (a lost connection: the pool discards it)
-                    pg.exit_pipeline_mode()
-                raise
-            pg.exit_pipeline_mode()
+            prepared, results = _pipeline(conn, new, sent)
             if all(res.status == _COMMAND_OK for res in prepared):
                 ready.update(stmt.name for stmt in new)
             failed = [res for res in results if res.status == _FATAL]
@@ -553,20 +563,7 @@ class PgDatastore:
             ready.add(stmt.name)
             pg.send_query_prepared(stmt.name, values, formats, 0)
             return conn.wait(pq_execute(pg))
-        pg.enter_pipeline_mode()
-        try:
-            pg.send_prepare(stmt.name, stmt.sql)
-            pg.send_query_prepared(stmt.name, values, formats, 0)
-            pg.pipeline_sync()
-            conn.wait(send(pg))
-            prepared = conn.wait(fetch_many(pg))
-            results = conn.wait(fetch_many(pg))
-            conn.wait(fetch_many(pg))  # the Sync's
-        except BaseException:
-            with contextlib.suppress(psycopg.Error):  # (a lost connection: the pool discards it)
-                pg.exit_pipeline_mode()
-            raise
-        pg.exit_pipeline_mode()
+        prepared, results = _pipeline(conn, [stmt], [(stmt, values, formats)])
         if all(res.status == _COMMAND_OK for res in prepared):
             ready.add(stmt.name)  # prepared, whatever the execution did
         return [*prepared, *results]
