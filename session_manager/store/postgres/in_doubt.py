@@ -23,16 +23,20 @@ unreachable for all that time leaves the write in doubt, answered as
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import psycopg
 
 from ...errors import StoreError, Unavailable
+from .._core.codec import loads
 
 if TYPE_CHECKING:
     from .core import PgDatastore, Tx
 
-__all__ = ["SETTLE_MIN_S", "settle", "settle_apply"]
+__all__ = ["SETTLE_MIN_S", "settle", "settle_apply", "settle_placed"]
+
+T = TypeVar("T")
 
 SETTLE_MIN_S = 1.0
 _POLL_S = 0.02
@@ -60,7 +64,16 @@ _END_OLD_STATEMENT = ("SELECT pg_terminate_backend(pid, 1000) FROM pg_stat_activ
 _LANDED = "SELECT EXISTS (SELECT 1 FROM outbox WHERE instance = %(instance)s AND payload = %(payload)s)"
 
 
-_LANDED_ENTRY = "SELECT EXISTS (SELECT 1 FROM entries WHERE session_id = %s AND entry_id = %s)"
+# An append the server placed (sm_append_at, sm_append_call): landed only if its first entry is
+# stored as this call wrote it, its body the one sent with the hole filled by the stored parent as
+# the procedure fills it; an entry with its id alone may be another writer's (a replayed id, ids
+# drawn twice, a session deleted and created again), whose answer and events are not this call's.
+# Answers that parent and the session's count now (read with it: the entry may go between two
+# reads), and the stored text when it is not the one sent (see _revised).
+_PLACED = ("SELECT e.parent_id, (SELECT (s.meta::json ->> 'message_count')::bigint FROM sessions s"
+           " WHERE s.session_id = e.session_id), NULLIF(e.body, replace(%(body)s, %(hole)s,"
+           " CASE WHEN e.parent_id IS NULL THEN 'null' ELSE '\"' || e.parent_id || '\"' END))"
+           " FROM entries e WHERE e.session_id = %(sid)s AND e.entry_id = %(id)s")
 # A plain append's (plain.py), which assumed its id unused without checking it: the id stored
 # by another instance meanwhile (a retry of the same append, on top of entries this one never
 # saw) is not this write landing; only the entry as this one wrote it (its parent and text) is.
@@ -120,32 +133,78 @@ def _in_doubt(failure: StoreError) -> Unavailable:
 
 
 def settle_apply(db: PgDatastore, pid: int, started: Any, payload: str, failure: StoreError, *,
-                 entry: tuple[str, str] | None = None, sender: str | None = None,
-                 written: tuple[str, str, str | None, str] | None = None) -> bool:
+                 sender: str | None = None, written: tuple[str, str, str | None, str] | None = None) -> bool:
     """Whether an ``sm_apply`` (one autocommit statement, whose first event's
-    payload is ``payload``; or, for an ``sm_append_call``, whose payloads the server
-    completed, that wrote ``entry``, a new id checked absent; its rows recorded as ``sender``, the
-    instance by default; or a plain append's, that wrote ``written``: session, id, parent, text)
-    whose answer was lost committed; raises
-    :class:`Unavailable` when the database cannot tell before the deadline."""
+    payload is ``payload``, its rows recorded as ``sender``, the instance by default; or a
+    plain append's, that wrote ``written``: session, id, parent, text) whose answer was lost
+    committed; raises :class:`Unavailable` when the database cannot tell before the deadline."""
+    landed = {"instance": sender or db.instance, "payload": payload}
+
+    def ask(conn: psycopg.Connection[Any]) -> bool:
+        row = (conn.execute(_LANDED_AS, written) if written is not None else conn.execute(_LANDED, landed)).fetchone()
+        return bool(row is not None and row[0])
+
+    return _once_gone(db, pid, started, failure, ask)
+
+
+def settle_placed(db: PgDatastore, pid: int, started: Any, failure: StoreError, first: dict[str, Any]
+                  ) -> tuple[str | None, int | None] | None:
+    """For an append the server placed (``sm_append_at``; ``first``: its ``sid``, first
+    entry's ``id``, that entry's ``body`` with the ``hole`` for its parent) whose answer was
+    lost: its first entry's stored parent key and the session's count now if it landed (that
+    entry stored as sent, or revised since), else ``None``; raises :class:`Unavailable` when
+    the database cannot tell before the deadline."""
+
+    def ask(conn: psycopg.Connection[Any]) -> tuple[str | None, int | None] | None:
+        row = conn.execute(_PLACED, first).fetchone()
+        if row is None:
+            return None
+        parent, count, other = row
+        if other is not None and not _revised(other, first["body"].replace(first["hole"], _parent_json(parent))):
+            return None
+        return parent, count
+
+    return _once_gone(db, pid, started, failure, ask)
+
+
+def _parent_json(parent: str | None) -> str:
+    """The parent's JSON text as ``sm_append_at`` fills the hole (any other leaf: nothing written)."""
+    return "null" if parent is None else '"' + parent + '"'
+
+
+def _revised(stored: str, sent: str) -> bool:
+    """Whether ``stored`` is ``sent`` revised since (update-message by another writer before the
+    settle looked: its message and revision alone change); everything else the same (its id,
+    parent, timestamp to the millisecond, origin), it is this call's write, not another's."""
+    try:
+        now, then = loads(stored.encode("utf-8")), loads(sent.encode("utf-8"))
+    except ValueError:
+        return False
+    if not isinstance(now, dict) or not isinstance(then, dict) or then.get("kind") != "message":
+        return False
+    revision, was = now.get("revision"), then.get("revision")
+    if type(revision) is not int or type(was) is not int or revision <= was:
+        return False
+    return {k: v for k, v in now.items() if k not in _REVISED} == {k: v for k, v in then.items() if k not in _REVISED}
+
+
+_REVISED = frozenset({"message", "revision"})  # what update-message changes of an entry
+
+
+def _once_gone(db: PgDatastore, pid: int, started: Any, failure: StoreError,
+               ask: Callable[[psycopg.Connection[Any]], T]) -> T:
+    """``ask`` on another connection once the statement's old backend is gone (ended now, or
+    before), trying until the deadline."""
     until = _until(db)
     old = {"pid": pid, "started": started}
-    landed = {"instance": sender or db.instance, "payload": payload}
     while True:
-        row: tuple[Any, ...] | None = None
         try:
             conn = db.getconn(until)
             try:
                 if _old_gone(conn, old):
-                    if written is not None:
-                        row = conn.execute(_LANDED_AS, written).fetchone()
-                    else:
-                        row = (conn.execute(_LANDED, landed) if entry is None
-                               else conn.execute(_LANDED_ENTRY, entry)).fetchone()
+                    return ask(conn)
             finally:
                 db.putconn(conn)
-            if row is not None:
-                return bool(row[0])
         except (psycopg.Error, StoreError):
             pass  # unreachable yet: try again until the deadline
         if time.monotonic() + _POLL_S >= until:

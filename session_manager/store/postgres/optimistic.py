@@ -26,7 +26,8 @@ autocommit statement is its own transaction).
   was sent, so nothing is done twice.
 - A lost answer is settled like a lost ``COMMIT`` (:mod:`.in_doubt`): the old
   backend is ended if still there (by pid and start time), then the call's
-  first outbox row (this instance, that payload) says whether it committed.
+  first outbox row (this instance, that payload) says whether it committed; for
+  an append the server placed, its first entry stored exactly as it was sent.
 """
 
 from __future__ import annotations
@@ -48,9 +49,9 @@ from ..sql.keys import check_id, key, key_or_none, unkey
 from ..sql.transactions import CallRunner
 from ..sql.values import json_text
 from . import plain
-from .at_leaf import APPEND_AT, choose_at_leaf, fill, fill_known, resolve_at_leaf
+from .at_leaf import APPEND_AT, HOLE_JSON, choose_at_leaf, fill, fill_known, resolve_at_leaf
 from .core import PgDatastore, Statement, Tx
-from .in_doubt import settle_apply
+from .in_doubt import settle_apply, settle_placed
 from .outbox import NOTIFY_BATCH, Outbox
 from .plan import Known, Plan, append_call_params, apply_params
 from .reads import PgReads
@@ -461,18 +462,25 @@ class Optimistic:
             self.forget(plan.session_id)
             if not lost or started is None:
                 raise db.storage_error(failure) from None
-            first = (params["sid"], params["ids"][0]) if cut is not None else None  # its payload had the hole
-            if not settle_apply(db, pid, started, params["payloads"][0], failure, entry=first, sender=sender):
+            placed: tuple[str | None, int | None] | None = None
+            if cut is not None:  # (its payload had the hole: its first entry, as it sent it, says)
+                first = {"sid": params["sid"], "id": params["ids"][0], "body": plan.bodies[0], "hole": HOLE_JSON}
+                placed = settle_placed(db, pid, started, failure, first)
+                landed = placed is not None
+            else:
+                landed = settle_apply(db, pid, started, params["payloads"][0], failure, sender=sender)
+            if not landed:
                 armed = db.local.state.armed
                 if armed is not None and armed.fired:
                     raise db.storage_error(failure) from None  # the deadline: no time to apply it again
                 db.stale(conn)
                 raise Fallback from None  # it did not land (a connection lost while idle): apply it again
-            if cut is not None:  # it landed: the parent the server chose is the entry's
-                parent = db.rows("SELECT parent_id FROM entries WHERE session_id = %s AND entry_id = %s",
-                                 (params["sid"], params["ids"][0]))[0][0]
+            if placed is not None:  # it landed: the parent the server chose is the entry's
+                parent, count = placed
                 self.outbox.renotify()  # its notification may not have been sent
-                fill(commit, plan.bodies, unkey(parent) if parent is not None else None, 0, response, events)
+                if count is None:  # (no meta to read the count from: the one this call computed)
+                    count = commit.meta["message_count"] if commit.meta is not None else 0
+                fill(commit, plan.bodies, unkey(parent) if parent is not None else None, count, response, events)
                 return  # the session was forgotten: its meta is read afresh next time
         else:
             db.putconn(conn)
