@@ -398,3 +398,33 @@ def test_a_create_whose_session_id_another_instance_drew_first_makes_its_own_ses
     finally:
         other.close()
         sm.close()
+
+
+def test_a_create_on_the_transactional_path_never_takes_an_existing_session(
+        schema: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Prevents: create's commit (expect_meta None: the session must not exist) written on the
+    # transactional path (a lost answer applied again, a call upgraded mid-way) without that
+    # check: it upserted over another instance's session when both drew the same id (found by
+    # review3's settle attacks: "theirs" became "mine"). Now the id taken is a conflict, and
+    # the create draws the next id, as every other adapter's does.
+    from session_manager.store.postgres.optimistic import Optimistic
+
+    monkeypatch.setattr(Optimistic, "_run", lambda self, call: self.calls.run_call(call))
+    sm = _open(pg_support.DSN, schema, ids=SequentialIds())
+    other = _open(pg_support.DSN, schema, ids=SequentialIds())
+    try:
+        theirs = other.call("session::create", {"title": "theirs"})["session_id"]
+        created: list[str] = []
+        sm.observe({"function_id": ev.ON_CREATED}, lambda e: created.append(e["session_id"]))
+        sm.service.store.events_ready()
+        mine = sm.call("session::create", {"title": "mine"})["session_id"]
+        assert mine != theirs
+        titles = {s["session_id"]: s["title"] for s in other.call("session::list", {})["sessions"]}
+        assert titles == {theirs: "theirs", mine: "mine"}
+        assert wait_for(lambda: created == [mine])
+        # ensure on the same path still answers an existing session as it is (its read decides)
+        again = sm.call("session::ensure", {"session_id": theirs, "title": "x"})
+        assert again["created"] is False and again["meta"]["title"] == "theirs"
+    finally:
+        other.close()
+        sm.close()

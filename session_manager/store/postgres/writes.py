@@ -10,6 +10,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from ...errors import Conflict
 from .._core.cas import resolve
 from ..base import AttachmentMeta, Commit, Entry, SessionStore
 from ..sql.keys import check_id, key
@@ -35,7 +36,11 @@ class PgWrites:
         if state.tx is not None:
             # Inside a mutation the decision was read in this transaction under
             # the session's advisory lock: it is current, so the compare-and-set
-            # check (and an append's re-parenting / derived meta) is a no-op.
+            # check (and an append's re-parenting / derived meta) is a no-op. But for one
+            # that must make the session (create: expect_meta None), which reads nothing
+            # first: the row BEGIN read under the lock says whether another took the id.
+            if commit.expect_meta is None and self._exists(state.tx.conn, state.tx.seen.get(session_id), session_id):
+                raise Conflict("the session already exists")
             self.encode_and_write(state.tx.conn, session_id, commit)
             return commit
         with front.mutation((session_id,)):
@@ -46,6 +51,18 @@ class PgWrites:
                              lambda entry_id: front.get_entry(session_id, entry_id))
             self.encode_and_write(state.tx.conn, session_id, commit)
         return commit
+
+    def _exists(self, conn: psycopg.Connection[Any], seen: tuple[str | None, str | None] | None,
+                session_id: str) -> bool:
+        """Whether the session is stored: as BEGIN read it (``seen``), else asked (this
+        transaction wrote it since, or locked it later)."""
+        if seen is not None:
+            return seen[0] is not None
+        try:
+            row = conn.execute("SELECT 1 FROM sessions WHERE session_id = %s", (key(session_id),)).fetchone()
+            return row is not None
+        except psycopg.Error as e:
+            raise self.db.fail(e) from None
 
     def encode_and_write(self, conn: psycopg.Connection[Any], session_id: str, commit: Commit) -> None:
         """Write ``commit`` on ``conn`` (in the mutation's transaction), encoded first:
