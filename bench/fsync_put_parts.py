@@ -14,7 +14,8 @@ machine falls on all of them), ``bench_langgraph``'s checkpoints (messages + 2 K
   slept on while its sync ran), and again back to back with another flush put (warm);
 - the bytes the fsync-mode put appended, appended again to plain files of the same directory:
   ``write`` + ``fsync``, ``write`` + ``fdatasync``; and written over bytes already there (a file
-  written once and synced, as SQLite overwrites its WAL once it wraps) + ``fdatasync``, + ``fsync``.
+  written once and synced, as SQLite overwrites its WAL once it wraps) + ``fdatasync``, + ``fsync``
+  (these four in a rotating order: whichever syncs first after the savers' puts fares differently).
 
 Prints medians, 10th and 25th percentiles, the load average and how the temp directory's file
 system is mounted (on ext4, whether it has a journal: what an append's sync must write besides
@@ -116,7 +117,7 @@ def main() -> None:
             os.write(fd, bytes(room))
             os.fsync(fd)
         log, seen, at = where / "fsync" / "bench.jsonl", 0, 0
-        for _ in range(args.puts):
+        for i in range(args.puts):
             clock.fsync_s = clock.write_s = 0.0
             took = fsync_put.put(1)[0]
             rows["ours fsync put"].append(took)
@@ -133,10 +134,12 @@ def main() -> None:
             seen += len(data)
             if at + len(data) > room:
                 at = 0
-            for name, fd, sync, offset in (("raw append + fsync", append_fsync, _fsync, None),
-                                           ("raw append + fdatasync", append_fdatasync, os.fdatasync, None),
-                                           ("raw overwrite + fdatasync", over_fdatasync, os.fdatasync, at),
-                                           ("raw overwrite + fsync", over_fsync, _fsync, at)):
+            raw = [("raw append + fsync", append_fsync, _fsync, None),
+                   ("raw append + fdatasync", append_fdatasync, os.fdatasync, None),
+                   ("raw overwrite + fdatasync", over_fdatasync, os.fdatasync, at),
+                   ("raw overwrite + fsync", over_fsync, _fsync, at)]
+            turn = i % len(raw)  # each first in turn: the first sync after the savers' puts fares differently
+            for name, fd, sync, offset in raw[turn:] + raw[:turn]:
                 start = time.perf_counter()
                 if offset is None:
                     _write(fd, data)
