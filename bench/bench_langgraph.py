@@ -25,6 +25,11 @@ The settings each side ran with are read back (SQLite's ``journal_mode`` and
 Both savers get the same checkpoints through LangGraph's serializer. Speed is
 machine-bound: compare figures from one run, not across machines.
 
+Beside the put rows, a floor: the bytes of each of our puts appended again to a plain file
+beside the data_dir, one ``write`` each (and one ``fsync`` in the fsync rows), timed in the
+same rounds: what the kernel and the disk alone cost to append them as ours does. Ours less
+the floor is the library's share (its CPU, which after a put's fsync runs with cold caches).
+
 ``--split`` then splits one more run of ``put`` (first state, no sync per write)
 into the serializer's share, the store call's (``SessionManager.call`` and
 ``_append_owned``, the typed append: ours only) and the rest (ours: the saver's own work; SqliteSaver's: its INSERT and
@@ -34,6 +39,7 @@ commit), medians per put, so a change to the shared append path shows where it l
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import sqlite3
 import statistics
@@ -74,6 +80,7 @@ class Thread:
         self.configs: list[Any] = []
         self.picks = random.Random(7)
         self.ledger: Ledger | None = None
+        self.floor: Floor | None = None  # told of each put, once it is timed
 
     def put(self, count: int) -> list[float]:
         """Put ``count`` more checkpoints; the seconds each put took."""
@@ -97,6 +104,8 @@ class Thread:
             timings.append(time.perf_counter() - start)
             if self.ledger is not None:
                 self.ledger.stop(timings[-1])
+            if self.floor is not None:
+                self.floor.capture()
             self.configs.append(self.config)
         return timings
 
@@ -117,15 +126,66 @@ def timed(fn: Callable[[], Any]) -> float:
 OPERATIONS = {"put": Thread.put, "get_tuple (newest)": Thread.get_newest, "get_tuple (by id)": Thread.get_by_id}
 
 
-def compare(ours: Thread, baseline: Thread, rounds: int, batch: int) -> dict[str, tuple[float, float]]:
+class Floor:
+    """What a put's write costs with no library at all: the bytes each of our saver's puts
+    appended to its logs, appended again to a plain file of the same directory, one ``write``
+    each (and, with ``sync``, one ``fsync``: what ``durability="fsync"`` runs per write), timed
+    in the same rounds as the savers. Ours less this is the library's share of a put."""
+
+    def __init__(self, data_dir: Path, sync: bool) -> None:
+        self.data_dir = data_dir
+        self.sync = sync
+        self.seen: dict[Path, int] = {}  # bytes of each log already taken
+        self.queued: list[bytes] = []
+        self.fd = os.open(data_dir.parent / f"{data_dir.name}-floor.jsonl", os.O_RDWR | os.O_APPEND | os.O_CREAT,
+                          0o644)
+
+    def capture(self) -> None:
+        """Take the bytes the put just made appended (after its timing)."""
+        chunk = b""
+        for log in sorted(self.data_dir.glob("*.jsonl")):
+            with log.open("rb") as f:
+                f.seek(self.seen.get(log, 0))
+                new = f.read()
+            self.seen[log] = self.seen.get(log, 0) + len(new)
+            chunk += new
+        self.queued.append(chunk)
+
+    def put(self, count: int) -> list[float]:
+        """Append the next ``count`` puts' bytes; the seconds each took."""
+        timings = []
+        fd, sync = self.fd, self.sync
+        for data in self.queued[:count]:
+            start = time.perf_counter()
+            os.write(fd, data)
+            if sync:
+                os.fsync(fd)
+            timings.append(time.perf_counter() - start)
+        del self.queued[:count]
+        return timings
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
+def compare(ours: Thread, baseline: Thread, rounds: int, batch: int,
+            floor: Floor | None = None) -> tuple[dict[str, tuple[float, float]], list[list[float]]]:
     """Each operation in ``rounds`` rounds of ``batch``, the two savers taking turns (so a
-    busy moment of a shared machine falls on both); the medians per operation."""
+    busy moment of a shared machine falls on both); the medians per operation, and the
+    put timings of ours, the baseline and ``floor`` (its appends of our puts' bytes, made
+    after each round's puts; none without it)."""
     samples: dict[str, tuple[list[float], list[float]]] = {op: ([], []) for op in OPERATIONS}
+    floors: list[float] = []
+    ours.floor = floor
     for _ in range(rounds):
         for op, fn in OPERATIONS.items():
             samples[op][0].extend(fn(ours, batch))
             samples[op][1].extend(fn(baseline, batch))
-    return {op: (statistics.median(a), statistics.median(b)) for op, (a, b) in samples.items()}
+            if op == "put" and floor is not None:
+                floors.extend(floor.put(batch))
+    ours.floor = None
+    return ({op: (statistics.median(a), statistics.median(b)) for op, (a, b) in samples.items()},
+            [*samples["put"], floors])
 
 
 def chat_graph(saver: BaseCheckpointSaver[Any]) -> Any:
@@ -244,6 +304,8 @@ def main() -> None:
     args = parser.parse_args()
     rounds, batch = (5, 20) if args.quick else (20, 25)
     rows: list[tuple[str, str, dict[str, tuple[float, float]]]] = []
+    # state, durability, statistic, then the floor's, our and SqliteSaver's put by it
+    floors: list[tuple[str, str, str, float, float, float]] = []
     settings_run: dict[str, str] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for workload, settings in WORKLOADS.items():
@@ -254,8 +316,14 @@ def main() -> None:
                     baseline_saver = sqlite_saver(where.with_suffix(".db"), synchronous)
                     ours_saver = SessionManagerSaver(sm)
                     settings_run[label] = durability_line(sm, baseline_saver)
-                    figures = compare(Thread(ours_saver, "bench", settings),
-                                      Thread(baseline_saver, "bench", settings), rounds, batch)
+                    floor = Floor(where / "sm", sync=durability == "fsync")
+                    figures, (ours_puts, baseline_puts, floor_puts) = compare(
+                        Thread(ours_saver, "bench", settings), Thread(baseline_saver, "bench", settings), rounds,
+                        batch, floor)
+                    floor.close()
+                    for stat, of in (("median", statistics.median),
+                                     ("p10", lambda xs: statistics.quantiles(xs, n=10)[0])):
+                        floors.append((workload, label, stat, of(floor_puts), of(ours_puts), of(baseline_puts)))
                     if settings is SETTINGS:
                         figures["graph.invoke (a turn)"] = compare_turns(ours_saver, baseline_saver, rounds // 2, 10)
                     baseline_saver.conn.close()
@@ -272,6 +340,15 @@ def main() -> None:
         for op, (ours, baseline) in figures.items():
             print(f"{workload:<28} {label:<18} {op:<19} {ours * 1e6:>16.0f} us {baseline * 1e6:>9.0f} us"
                   f" {baseline / ours:>8.2f}x")
+
+    print("\nput beside its floor: the bytes of each of our puts appended again to a plain file (one write,"
+          " and one fsync\nin the fsync rows) in the same rounds; ours less the floor is the library's share."
+          " On a busy disk the\nmedians of the fsync rows are its queue; the 10th percentiles are nearer its own cost")
+    print(f"{'state':<28} {'durability':<18} {'':<6} {'raw append floor':>16} {'SessionManagerSaver':>19}"
+          f" {'SqliteSaver':>12} {'ours - floor':>12}")
+    for workload, label, stat, floor_put, ours, baseline in floors:
+        print(f"{workload:<28} {label:<18} {stat:<6} {floor_put * 1e6:>13.0f} us {ours * 1e6:>16.0f} us"
+              f" {baseline * 1e6:>9.0f} us {(ours - floor_put) * 1e6:>9.0f} us")
 
     if split:
         print("\nput, split (messages + 2 KB settings, no sync per write; medians per put, which need not add up)")
