@@ -8,8 +8,9 @@ Prints one table: append and update-message latency, cold and warm
 (processes) on 4 sessions vs 1 instance, and 4 instances on one session.
 ``--explain`` also prints the plans of the queries behind those calls.
 ``--floor`` prints only issue 24's table (``bench/pg_floor.py``): ours beside
-raw psycopg and langchain-postgres (the ``bench`` extra), with round trips
-counted at the wire; the full run prints it last.
+raw psycopg and langchain-postgres (the ``bench`` extra), and contenders that run
+no service code (our SQL alone, the contract's minimum), with round trips counted
+at the wire and the CPU per append; the full run prints it last.
 Everything lives in a private schema (dropped afterwards) and a temp dir.
 The server shares the machine with the benchmark, so compare runs on one box.
 """

@@ -6,7 +6,16 @@ Contenders, each on its own private schema of the same server:
   ``SELECT ... ORDER BY seq DESC LIMIT 50`` per tail: the floor;
 - langchain-postgres (``PostgresChatMessageHistory``, the ``bench`` extra):
   one ``INSERT`` per message in a transaction; its read returns every message;
-- ours: ``session::append`` / ``session::messages-tail`` on an embedded store.
+- ours: ``session::append`` / ``session::messages-tail`` on an embedded store;
+- and, to tell the server's and the wire's share of an append from the client's,
+  contenders that run no service code, each a minimal libpq pipeline loop over
+  parameters built before the timing (the same loop for all three):
+  "our SQL, bare" sends exactly what ours' warm plain append sends (store/postgres/plain.py:
+  the same two prepared statements, one Sync) on ours' tables (a session of its own);
+  "contract minimum" is one prepared statement, one implicit transaction: the entry
+  inserted and the session row's leaf, count and ``updated_at`` set (the row a
+  list by last update, exact counts and the leaf need), on minimal tables of its own;
+  "raw, bare" is raw's ``INSERT`` sent the same way (raw's own client share).
 
 Rates are medians of interleaved rounds; round trips per operation are counted
 at the wire (``tests/pg_relay.py``: every Sync or Query the client sends) in a
@@ -15,20 +24,23 @@ separate, untimed pass. Run through ``bench/bench_postgres.py --floor``.
 
 from __future__ import annotations
 
+import json
 import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import psycopg
 from psycopg import sql
+from psycopg.generators import fetch_many, send
 
 import session_manager
 from session_manager.store import Commit
-from session_manager.store.postgres import PostgresSettings, PostgresStore
+from session_manager.store.postgres import PostgresSettings, PostgresStore, plain
+from session_manager.store.postgres.core import Statement
 
 ROOT = Path(__file__).resolve().parents[1]
 MSG = {"role": "user", "content": [{"type": "text", "text": "hi"}], "timestamp": 1}
@@ -42,7 +54,24 @@ RAW_INSERT = "INSERT INTO raw_msgs (session_id, body) VALUES (%s, %s)"
 RAW_TAIL_TABLE = "CREATE TABLE IF NOT EXISTS raw_tail (seq bigint GENERATED ALWAYS AS IDENTITY," \
                  " session_id text NOT NULL, body text NOT NULL, PRIMARY KEY (session_id, seq))"
 RAW_TAIL = "SELECT body FROM raw_tail WHERE session_id = %s ORDER BY seq DESC LIMIT 50"
+# The contract's floor: an entry, and its session's row kept current in the same transaction
+# (leaf, exact count, updated_at indexed for the list by last update); the entry's depth
+# comes from the row's count, so nothing else is read.
+MIN_TABLES = "CREATE TABLE IF NOT EXISTS min_sessions (session_id text PRIMARY KEY, leaf text," \
+             " message_count bigint NOT NULL, updated_at bigint NOT NULL);" \
+             " CREATE INDEX IF NOT EXISTS min_sessions_updated ON min_sessions (updated_at DESC, session_id DESC);" \
+             " CREATE TABLE IF NOT EXISTS min_entries (session_id text NOT NULL, seq bigint NOT NULL," \
+             " body text NOT NULL, PRIMARY KEY (session_id, seq))"
+MIN_APPEND = Statement(
+    "WITH s AS (UPDATE min_sessions SET leaf = %(id)b::text, message_count = message_count + 1,"
+    " updated_at = %(updated)b::bigint WHERE session_id = %(sid)b::text RETURNING message_count)"
+    " INSERT INTO min_entries (session_id, seq, body) SELECT %(sid)b::text, message_count, %(body)b::text FROM s")
+RAW_BARE = Statement("INSERT INTO raw_msgs (session_id, body) VALUES (%(sid)b::text, %(body)b::text)")
+OUR_LOCK, OUR_APPEND = Statement(plain.LOCK), Statement(plain.APPEND)
 Row = tuple[str, str, str, str, str]
+BARE_NOTES = (("our SQL, bare", "ours' two statements, no service: the server's and the wire's share"),
+              ("contract minimum", "1 CTE: entry + session row (leaf, count, updated_at)"),
+              ("raw, bare", "raw's INSERT in the same loop"))
 
 
 def connect(dsn: str, schema: str, **kw: Any) -> psycopg.Connection[Any]:
@@ -55,6 +84,7 @@ def setup(dsn: str, schema: str) -> None:
     with connect(dsn, schema) as conn:
         conn.execute(RAW_TABLE)
         conn.execute(RAW_TAIL_TABLE)
+        conn.execute(MIN_TABLES)
         try:
             from langchain_postgres import PostgresChatMessageHistory
 
@@ -82,28 +112,138 @@ def ours(dsn: str, schema: str) -> session_manager.SessionManager:
 # -- one writer ---------------------------------------------------------------------------------
 
 
-def appenders(dsn: str, schema: str, opened: list[Any]) -> dict[str, Callable[[], None]]:
-    """One append per call, per contender (connections opened and warmed here, listed in ``opened``)."""
+class Bare:
+    """One append per call, sent as a minimal libpq pipeline: each statement's prepared
+    parameters (built before, one tuple per call), one Sync, one round trip; the last
+    statement's row checked against ``expect`` (its first row, as text) when given."""
+
+    def __init__(self, conn: psycopg.Connection[Any], statements: tuple[Statement, ...],
+                 calls: Sequence[tuple[tuple[list[bytes | None], list[int]], ...]], expect: tuple[bytes, ...] | None):
+        self.conn, self.statements, self.expect = conn, statements, expect
+        self.calls = iter(calls)
+        for stmt in statements:
+            res = conn.pgconn.prepare(stmt.name, stmt.sql)
+            assert res.status == psycopg.pq.ExecStatus.COMMAND_OK, res.get_error_message()
+
+    def __call__(self) -> None:
+        conn = self.conn
+        pg = conn.pgconn
+        pg.enter_pipeline_mode()
+        for stmt, (values, formats) in zip(self.statements, next(self.calls), strict=True):
+            pg.send_query_prepared(stmt.name, values, formats, 0)
+        pg.pipeline_sync()
+        conn.wait(send(pg))
+        for _ in self.statements:
+            res = conn.wait(fetch_many(pg))
+        conn.wait(fetch_many(pg))  # the Sync's
+        pg.exit_pipeline_mode()
+        last = res[-1]
+        if last.status == psycopg.pq.ExecStatus.FATAL_ERROR:
+            raise AssertionError(last.get_error_message())
+        if self.expect is not None:
+            got = tuple(last.get_value(0, i) for i in range(last.nfields))
+            if got != self.expect:
+                raise AssertionError(f"bare append answered {got}, not {self.expect}")
+
+
+def our_sql(dsn: str, schema: str, sm: session_manager.SessionManager, calls: int,
+            opened: list[Any]) -> Callable[[], None]:
+    """Ours' warm plain append without the service: plain.LOCK and plain.APPEND with the
+    parameters plain.params gives, for ``calls`` appends to a session of its own (created
+    and appended to once by ``sm``, so its row and first entry are as ours writes them)."""
+    import uuid
+
+    sid = sm.call("session::create", {})["session_id"]
+    sm.call("session::append", {"session_id": sid, "message": MSG})
+    conn = connect(dsn, schema)
+    opened.append(conn)
+    row = conn.execute("SELECT meta, leaf FROM sessions WHERE session_id = %s", (sid,)).fetchone()
+    assert row is not None
+    expect, parent = row
+    meta = json.loads(expect)
+    built = []
+    for _ in range(calls):
+        eid = f"e_{uuid.uuid4().hex}"
+        meta = {**meta, "updated_at": meta["updated_at"] + 1, "message_count": meta["message_count"] + 1}
+        text = json.dumps(meta, separators=(",", ":"))
+        body = json.dumps({"kind": "message", "id": eid, "parent_id": parent, "timestamp": meta["updated_at"],
+                           "revision": 0, "message": MSG}, separators=(",", ":"))
+        params = {"sid": sid, "meta": text, "updated": meta["updated_at"], "leaf": eid, "expect_meta": expect,
+                  "parent": parent, "id": eid, "body": body}
+        built.append((OUR_LOCK.values(params), OUR_APPEND.values(params)))
+        expect, parent = text, eid
+    return Bare(conn, (OUR_LOCK, OUR_APPEND), built, (b"f", b"t"))  # nobody observes; it wrote
+
+
+def contract_minimum(dsn: str, schema: str, calls: int, opened: list[Any]) -> Callable[[], None]:
+    """:data:`MIN_APPEND` for ``calls`` appends to a session row of its own."""
+    import uuid
+
+    sid = uuid.uuid4().hex
+    conn = connect(dsn, schema)
+    opened.append(conn)
+    conn.execute("INSERT INTO min_sessions (session_id, leaf, message_count, updated_at) VALUES (%s, NULL, 0, 1)",
+                 (sid,))
+    built = []
+    for i in range(calls):
+        eid = f"e_{uuid.uuid4().hex}"
+        body = json.dumps({"kind": "message", "id": eid, "parent_id": None, "timestamp": i, "revision": 0,
+                           "message": MSG}, separators=(",", ":"))
+        built.append((MIN_APPEND.values({"sid": sid, "id": eid, "updated": 2 + i, "body": body}),))
+    return Bare(conn, (MIN_APPEND,), built, None)
+
+
+def raw_bare(dsn: str, schema: str, calls: int, opened: list[Any]) -> Callable[[], None]:
+    """Raw's INSERT, sent by :class:`Bare`."""
+    import uuid
+
+    conn = connect(dsn, schema)
+    opened.append(conn)
+    values = RAW_BARE.values({"sid": uuid.uuid4().hex, "body": '{"role":"user"}'})
+    return Bare(conn, (RAW_BARE,), [(values,)] * calls, None)
+
+
+def appenders(dsn: str, schema: str, opened: list[Any], calls: int) -> dict[str, Callable[[], None]]:
+    """One append per call, per contender (connections opened and warmed here, listed in
+    ``opened``); the bare ones can be called ``calls`` times after the warm-up."""
     import uuid
 
     from langchain_core.messages import HumanMessage
 
     out: dict[str, Callable[[], None]] = {}
-    raw = connect(dsn, schema, prepare_threshold=0)
+    raw = connect(tag(dsn, "raw"), schema, prepare_threshold=0)
     opened.append(raw)
     raw_sid = uuid.uuid4().hex
     out["raw"] = lambda: raw.execute(RAW_INSERT, (raw_sid, '{"role":"user"}')) and None
-    history = langchain(dsn, schema, str(uuid.uuid4()), opened)
+    history = langchain(tag(dsn, "langchain-postgres"), schema, str(uuid.uuid4()), opened)
     if history is not None:
         out["langchain-postgres"] = lambda: history.add_message(HumanMessage("hi"))
-    sm = ours(dsn, schema)
+    sm = ours(tag(dsn, "ours"), schema)
     opened.append(sm)
     sid = sm.call("session::create", {})["session_id"]
     out["ours"] = lambda: sm.call("session::append", {"session_id": sid, "message": MSG}) and None
+    out["our SQL, bare"] = our_sql(tag(dsn, "our SQL, bare"), schema, sm, calls + 20, opened)
+    out["contract minimum"] = contract_minimum(tag(dsn, "contract minimum"), schema, calls + 20, opened)
+    out["raw, bare"] = raw_bare(tag(dsn, "raw, bare"), schema, calls + 20, opened)
     for fn in out.values():
         for _ in range(20):
             fn()
     return out
+
+
+def tag(dsn: str, name: str) -> str:
+    """``dsn`` with the contender's name as its connections' application_name (to find its
+    server processes)."""
+    return psycopg.conninfo.make_conninfo(dsn, application_name=f"floor {name}")
+
+
+def server_ns(pids: list[int]) -> int | None:
+    """The CPU time the kernel counts for these server processes (their schedstat), or None
+    where the server is not on this machine (or not readable)."""
+    try:
+        return sum(int(Path(f"/proc/{pid}/schedstat").read_text().split()[0]) for pid in pids)
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def rate(fn: Callable[[], None], n: int) -> float:
@@ -113,15 +253,34 @@ def rate(fn: Callable[[], None], n: int) -> float:
     return n / (time.perf_counter() - start)
 
 
-def one_writer(dsn: str, schema: str, n: int, rounds: int) -> dict[str, float]:
+Cost = tuple[float, float | None]  # this process's CPU and the contender's server processes', µs per append
+
+
+def one_writer(dsn: str, schema: str, n: int, rounds: int) -> tuple[dict[str, float], dict[str, Cost]]:
+    """Each contender's median appends/s, and the CPU each append cost (medians of the same
+    rounds): wall-clock time swings with the box's load, CPU per append much less."""
     opened: list[Any] = []
     try:
-        fns = appenders(dsn, schema, opened)
+        fns = appenders(dsn, schema, opened, n * rounds)
+        with connect(dsn, schema) as watch:
+            # (ours' store names its connections itself: PostgresSettings.conninfo)
+            names = {name: f"session-manager:{schema}"[:63] if name == "ours" else f"floor {name}" for name in fns}
+            pids = {name: [pid for (pid,) in watch.execute(
+                "SELECT pid FROM pg_stat_activity WHERE application_name = %s", (names[name],))]
+                for name in fns}
         samples: dict[str, list[float]] = {k: [] for k in fns}
+        client: dict[str, list[float]] = {k: [] for k in fns}
+        server: dict[str, list[float]] = {k: [] for k in fns}
         for _ in range(rounds):  # interleaved, so load on the shared box hits every contender alike
             for name, fn in fns.items():
+                cpu, before = time.process_time(), server_ns(pids[name])
                 samples[name].append(rate(fn, n))
-        return {k: statistics.median(v) for k, v in samples.items()}
+                client[name].append((time.process_time() - cpu) / n * 1e6)
+                after = server_ns(pids[name])
+                if before is not None and after is not None and pids[name]:
+                    server[name].append((after - before) / n / 1000)
+        costs = {k: (statistics.median(client[k]), statistics.median(server[k]) if server[k] else None) for k in fns}
+        return {k: statistics.median(v) for k, v in samples.items()}, costs
     finally:
         for thing in opened:
             thing.close()
@@ -259,7 +418,12 @@ def round_trips(dsn: str, schema: str) -> dict[str, float]:
     opened: list[Any] = []
     try:
         via = relay.dsn()
-        fns = appenders(via, schema, opened)
+        fns = appenders(via, schema, opened, 25)
+        for fn in fns.values():
+            if isinstance(fn, Bare):
+                # The stores below listen, so observe: ours' SQL sees them and writes nothing,
+                # in as many round trips (what is counted here).
+                fn.expect = None
         raw = connect(via, schema, prepare_threshold=0)
         opened.append(raw)
         fns["raw tail"] = lambda: raw.execute(RAW_TAIL, ("long",)).fetchall() and None
@@ -293,7 +457,7 @@ def report(dsn: str, schema: str, quick: bool) -> None:
     setup(dsn, schema)
     long_session(dsn, schema, length)
     trips = round_trips(dsn, schema)
-    one = one_writer(dsn, schema, n, rounds)
+    one, costs = one_writer(dsn, schema, n, rounds)
     raw4 = processes("raw", dsn, schema, [f"r{k}" for k in range(4)], par)
     ours4 = processes("ours", dsn, schema, [f"p{k}" for k in range(4)], par)
     raw1 = processes("raw", dsn, schema, ["shared"] * 4, par)
@@ -304,6 +468,10 @@ def report(dsn: str, schema: str, quick: bool) -> None:
     rows = [
         ("append/s, one writer", f"{one['raw']:,.0f}", f"{lc:,.0f}" if lc else "n/a", f"{one['ours']:,.0f}",
          f"{one['ours'] / one['raw']:.2f}x raw (>= 0.5)" + (f", {one['ours'] / lc:.2f}x lc (>= 1.5)" if lc else "")),
+        *[(f"append/s, one writer: {name}", "", "", f"{one[name]:,.0f}",
+           f"{one[name] / one['raw']:.2f}x raw" + (f", {one[name] / lc:.2f}x lc" if lc else "")
+           + f"; {trips[name]:.1f} round trips; {note}")
+          for name, note in BARE_NOTES],
         ("append/s, 4 procs x 4 sessions", f"{raw4:,.0f}", "", f"{ours4:,.0f}", f"{ours4 / raw4:.2f}x raw (>= 0.5)"),
         ("append/s, 4 procs x 1 session", f"{raw1:,.0f}", "", f"{ours1:,.0f}",
          f"{ours1 / raw1:.2f}x raw (>= 0.3); no lost update: {intact}"),
@@ -322,3 +490,17 @@ def report(dsn: str, schema: str, quick: bool) -> None:
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(5)]
     for r in [header, *rows]:
         print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)))
+    # Where one writer's append goes: this process's CPU, the contender's server processes'
+    # CPU, and the rest of its wall-clock time (the wire, the commit's WAL flush, waiting
+    # for a core on a loaded box). Ours' gap to "our SQL, bare" is the service's Python;
+    # "our SQL, bare"'s to "contract minimum" is what our SQL costs beyond the contract's.
+    print()
+    cols = ("one writer, per append", "wall µs", "client CPU µs", "server CPU µs", "rest µs")
+    lines = [cols]
+    for name, (cpu, srv) in costs.items():
+        wall = 1e6 / one[name]
+        lines.append((name, f"{wall:,.0f}", f"{cpu:,.0f}", "n/a" if srv is None else f"{srv:,.0f}",
+                      "n/a" if srv is None else f"{wall - cpu - srv:,.0f}"))
+    widths = [max(len(r[i]) for r in lines) for i in range(5)]
+    for r in lines:
+        print("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True))))
