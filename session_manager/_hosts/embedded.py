@@ -260,14 +260,15 @@ class SessionManager(Helpers):
             if parent_id is not None:
                 envelope["parent_id"] = parent_id
             try:  # (the request's compact JSON is the envelope's with ``null`` replaced by data's)
-                size = len(orjson.dumps(envelope)) - 4 + len(orjson.dumps(data))
+                data_json = orjson.dumps(data)  # (handed on: the store's encoding of the entry splices it in)
+                size = len(orjson.dumps(envelope)) - 4 + len(data_json)
             except TypeError:  # (orjson.JSONEncodeError too): admission names the field
                 envelope["custom"]["data"] = data
                 admit("session::append", envelope, limits, mutates=True)
                 raise invalid_request("custom.data: not representable as JSON") from None
             if size > limits.max_request_bytes:  # (:func:`admit_size`'s test, inline: it raises)
                 admit_size(size, limits)
-            request = OwnedCustom(session_id, custom_type, data, parent_id, at)
+            request = OwnedCustom(session_id, custom_type, data, parent_id, at, data_json)
             # Its events delivered inside the gate, as a call's: close() waits for them.
             entry, _ = execute(core.store, partial(append_custom_owned, core, request),
                                wraps_calls=self._wraps_calls, deliver=self._deliver if self._observers else None)

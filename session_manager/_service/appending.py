@@ -47,6 +47,7 @@ class OwnedCustom(NamedTuple):
     data: Any
     parent_id: str | None
     at: SessionAt | None  # as :func:`append_at`'s; None: unconditionally
+    data_json: bytes | None = None  # ``orjson.dumps(data)``, when the host encoded it (to size the request)
 
 
 # update-message's edits of the entry and the meta (every streamed token): the fields they always change.
@@ -78,7 +79,8 @@ def append_custom_owned(core: ServiceCore, req: OwnedCustom) -> Result:
         entry = build[CustomEntry](kind="custom", id=core.ids.entry_id(), parent_id=parent,
                                    timestamp=core.clock.now_ms(), revision=0, origin=None,
                                    custom_type=req.custom_type, data=req.data)
-        applied = core.commit_append(session_id, meta, (entry,), chain=req.parent_id is None)
+        applied = core.commit_append(session_id, meta, (entry,), chain=req.parent_id is None,
+                                     data_json=req.data_json)
         entry, meta = applied.entries[0], applied.meta or meta
     return entry, [ev.message_added(session_id, entry, meta.get("metadata"))]
 

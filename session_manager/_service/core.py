@@ -126,11 +126,15 @@ class ServiceCore:
         return self.store.commit(session_id, Commit(entries=entries, leaf=leaf, meta=meta, tx=self._tx,
                                                     **decided_on))
 
-    def commit_append(self, session_id: str, meta: Meta, entries: tuple[Entry, ...], *, chain: bool) -> Commit:
+    def commit_append(self, session_id: str, meta: Meta, entries: tuple[Entry, ...], *, chain: bool,
+                      data_json: bytes | None = None) -> Commit:
         """Append new entries; the store derives the meta from its own (and,
         with ``chain``, parents the first entry on its current leaf), so
-        concurrent appends neither fork the session nor lose a count."""
-        return self.store.commit(session_id, append_commit(meta, entries, chain=chain, tx=self._tx))
+        concurrent appends neither fork the session nor lose a count.
+        ``data_json``: the one entry's data as JSON, when encoded already
+        (:class:`~session_manager.store.base.Commit`)."""
+        return self.store.commit(session_id, append_commit(meta, entries, chain=chain, tx=self._tx,
+                                                           data_json=data_json))
 
     # -- lookups ----------------------------------------------------------------
 

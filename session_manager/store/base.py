@@ -69,6 +69,11 @@ class Commit:
     ``derived_from``: the meta an append's ``meta`` was derived from (set only
     by :func:`append_commit`); while it is still the session's meta (the
     very object), :func:`._cas.resolve` need not derive it again to compare.
+
+    ``data_json``: the compact JSON (``orjson.dumps``) of the one appended
+    entry's ``data``, when the caller encoded it already (the typed append
+    measures its request so): a store writing entries as JSON may splice it in
+    instead of encoding the data again; any store may ignore it.
     """
 
     entries: tuple[Entry, ...] = ()
@@ -80,15 +85,17 @@ class Commit:
     append: bool = False
     chain: bool = False
     derived_from: Meta | None = None
+    data_json: bytes | None = None
 
 
 def append_commit(meta: Meta, entries: tuple[Entry, ...], *, chain: bool,
-                  tx: Callable[[], str] | None = None) -> Commit:
+                  tx: Callable[[], str] | None = None, data_json: bytes | None = None) -> Commit:
     """An append of ``entries`` decided on ``meta`` (the session's, as read):
     its meta derived here, once; :func:`._cas.resolve` derives it again only
-    if the session's meta is no longer that object."""
+    if the session's meta is no longer that object. ``data_json``: as :class:`Commit`'s
+    (one entry only)."""
     return Commit(entries=entries, leaf=entries[-1]["id"], meta=derive_append_meta(meta, entries), tx=tx,
-                  append=True, chain=chain, derived_from=meta)
+                  append=True, chain=chain, derived_from=meta, data_json=data_json)
 
 
 class SessionStore(ABC):

@@ -52,6 +52,29 @@ def test_the_pieces_make_encode_commits_bytes_and_sizes(commit: Commit) -> None:
     assert meta_bytes == (None if commit.meta is None else meta_size(commit.meta))
 
 
+@settings(max_examples=200, deadline=None)
+@given(values, st.sampled_from(["s", "ü☃", "\x00\xff\u00e9\n\"\\"]), st.booleans())
+def test_an_append_whose_data_json_is_handed_on_writes_the_same_bytes(data: Any, text: str, chained: bool) -> None:
+    # Prevents: the typed append's data JSON, spliced into the entry line (Commit.data_json, so the
+    # data is not encoded twice), making a line that differs by a byte from the one encode_commit
+    # writes, or sizes that differ from the ones compaction charged before.
+    import orjson
+
+    data = {"values": [["1", "msgpack", text]], "doc": data}
+    try:
+        data_json = orjson.dumps(data)
+    except TypeError:  # (the typed append refuses what orjson cannot encode before any commit)
+        return
+    entry = {"kind": "custom", "id": "e_1", "parent_id": "e_0" if chained else None, "timestamp": 1,
+             "revision": 0, "custom_type": "langgraph.checkpoint", "data": data}
+    meta = session_meta("s", message_count=1)
+    plain = Commit(entries=(entry,), leaf="e_1", meta=meta, append=True)
+    spliced = Commit(entries=(entry,), leaf="e_1", meta=meta, append=True, data_json=data_json)
+    written, (entry_sizes, meta_bytes) = encode_sized(spliced)
+    assert written == encode_sized(plain)[0] == encode_commit(plain)
+    assert entry_sizes == (snapshot_size(entry),) and meta_bytes == meta_size(meta)
+
+
 def test_an_update_draws_its_commit_id_once_and_replays_whole() -> None:
     # Prevents: the update shape (entries and a meta, no leaf) drawing a second commit id, or its
     # lines not sharing one (replay would leave the update out as an incomplete commit).
