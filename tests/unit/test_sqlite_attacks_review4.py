@@ -652,3 +652,31 @@ def test_memo_appends_hand_back_big_integer_metadata_exactly(tmp_path: Path) -> 
         assert seen == [metadata] * 20
         assert all(type(m["big"]) is int for m in seen)
     read_back(file, sid)
+
+
+@pytest.mark.parametrize("kind", ["foreign", "newer"])
+def test_a_refused_rollback_journal_database_keeps_its_journal_mode_and_bytes(tmp_path: Path, kind: str) -> None:
+    """Prevents: a database the store refuses (another application's, or a newer schema
+    version's) left switched to WAL mode by the open that refused it: its header rewritten and
+    -wal/-shm files made beside it, where the refusal says nothing was written (the other
+    program may rely on its rollback journal: an older SQLite, a network file system)."""
+    target = tmp_path / "theirs.db"
+    conn = sqlite3.connect(target)
+    try:
+        if kind == "foreign":
+            conn.execute("CREATE TABLE orders (id INTEGER)")
+            conn.execute("INSERT INTO orders VALUES (1)")
+        else:
+            conn.execute("CREATE TABLE sessions (session_id TEXT)")
+            conn.execute("PRAGMA user_version = 999")
+        conn.commit()
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
+    finally:
+        conn.close()
+    before = target.read_bytes()
+    with pytest.raises(session_manager.SessionError) as refused:
+        session_manager.open(f"sqlite:///{target}")
+    assert refused.value.code == "session/storage"
+    assert ("not a session-manager database" if kind == "foreign" else "schema version 999") in str(refused.value)
+    assert target.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["theirs.db"]
