@@ -364,6 +364,16 @@ with session_manager.open(uri) as sm:
             conn.set_trace_callback(None)
             hits += not any(s.startswith("SELECT s.meta, s.leaf, p.depth") for s in statements)
             print("ok", flush=True)
+        elif cmd == "r":  # an idempotent replay: nothing written, nothing fired
+            assert sm.append(sid, message={"role": "user", "content": [{"type": "text", "text": "again"}],
+                             "timestamp": 1}, entry_id=arg).entry_id == arg
+            print("ok", flush=True)
+        elif cmd == "x":  # a refused append (no such parent): rolled back, nothing fired
+            try:
+                sm.append(sid, message={"role": "user", "content": [{"type": "text", "text": "no"}], "timestamp": 1},
+                          parent_id=arg)
+            except session_manager.SessionError:
+                print("ok", flush=True)
         elif cmd == "wait":
             deadline = time.monotonic() + 120
             while len(seen) < int(arg) and time.monotonic() < deadline:
@@ -386,8 +396,9 @@ def test_memo_appends_of_an_observing_writer_and_another_process_reach_every_obs
     (another process's commit, a follower registering, then leaving): own events handed on out
     of commit order with the other process's, rows not written for a follower that registered
     after the memo was staged (its observer missing appends), or written twice. The writer's
-    observer sees every append of both processes once, in chain (commit) order; an observer
-    that came and went sees exactly the appends committed while it followed."""
+    observer sees every append of both processes once, in chain (commit) order, and nothing for
+    an idempotent replay or a refused append; an observer that came and went sees exactly the
+    appends committed while it followed."""
     file = tmp_path / "ev.db"
     uri = f"sqlite:///{file}"
     with session_manager.open(uri) as sm:
@@ -418,7 +429,12 @@ def test_memo_appends_of_an_observing_writer_and_another_process_reach_every_obs
                     _wait_for(lambda want=want: len(late_seen) >= want, "the late observer caught up")
                     late.close()
                     late = None
-                if rng.random() < 0.7:
+                roll = rng.random()
+                if roll < 0.1 and acked:  # a replay or a refusal between memo appends: no event either way
+                    a.stdin.write(f"r {rng.choice(acked)}\n" if roll < 0.05 else "x e_nope\n")
+                    a.stdin.flush()
+                    assert a.stdout.readline().strip() == "ok"
+                elif roll < 0.7:
                     for _ in range(rng.randint(1, 8)):  # a burst: memo hits in the writer
                         eid = f"a{step}"
                         step += 1
@@ -680,3 +696,49 @@ def test_a_refused_rollback_journal_database_keeps_its_journal_mode_and_bytes(tm
     assert ("not a session-manager database" if kind == "foreign" else "schema version 999") in str(refused.value)
     assert target.read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["theirs.db"]
+
+
+def test_threads_of_one_store_with_its_own_observer_get_every_event_once(tmp_path: Path) -> None:
+    """Prevents: threads of one process (each its own connection, so its own memo) losing or
+    doubling an event or an entry when their memo appends interleave with each other's commits
+    and with another process's: each thread's own session gets its events in commit order,
+    the shared session one chain with every append, each event once. (The order of the shared
+    session's events across this process's threads is not asserted: the hosts hand a call's
+    events on after its COMMIT, so two threads' deliveries may swap, over every adapter.)"""
+    file = tmp_path / "t.db"
+    uri = f"sqlite:///{file}"
+    added: list[tuple[str, str]] = []
+    with session_manager.open(uri) as sm:
+        shared = sm.create().session_id
+        own = [sm.create().session_id for _ in range(4)]
+        ours = {shared, *own}  # (the other process appends to a session of its own too)
+        sm.observe({"function_id": "session::on-message-added"},
+                   lambda e: added.append((e["session_id"], e["entry_id"])) if e["session_id"] in ours else None)
+        other = _looper("append", uri, shared, "proc", "150")  # another process on the shared session
+        errors: list[BaseException] = []
+
+        def work(t: int) -> None:
+            try:
+                rng = random.Random(t)
+                for i in range(120):
+                    target = own[t] if rng.random() < 0.5 else shared
+                    sm.append(target, message=user(f"t{t}-{i}"), entry_id=f"t{t}-{i}")
+            except BaseException as e:  # handed to the test's thread
+                errors.append(e)
+
+        threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join(timeout=300)
+        other.communicate(timeout=300)
+        assert other.returncode == 0 and not errors, errors
+        total = 4 * 120 + 150
+        _wait_for(lambda: len(added) >= total, "every append observed")
+        time.sleep(0.3)  # (a duplicate would land meanwhile: it must not)
+    chains = {sid: read_back(file, sid) for sid in [shared, *own]}
+    assert sum(map(len, chains.values())) == total == len(added) == len(set(added))
+    for sid in own:
+        assert [e for s, e in added if s == sid] == chains[sid]
+    assert sorted(e for s, e in added if s == shared) == sorted(chains[shared])
+    assert [e for e in chains[shared] if e.startswith("proc-")] == [f"proc-{i}" for i in range(150)]
