@@ -742,3 +742,39 @@ def test_threads_of_one_store_with_its_own_observer_get_every_event_once(tmp_pat
         assert [e for s, e in added if s == sid] == chains[sid]
     assert sorted(e for s, e in added if s == shared) == sorted(chains[shared])
     assert [e for e in chains[shared] if e.startswith("proc-")] == [f"proc-{i}" for i in range(150)]
+
+
+def test_threads_appending_to_one_session_are_observed_in_its_commit_order(tmp_path: Path) -> None:
+    """Prevents: a store's own calls on several threads handing their events on in the order
+    they reached the delivery queue, not the order they committed: one thread's append
+    committed first but observed after another thread's append chained onto it (the window
+    between a call's COMMIT and its delivery; the thread switch interval is shortened here to
+    widen it, as a loaded machine does). In-process observers get each session's events in
+    its commit order, which for one session's appends is its chain."""
+    file = tmp_path / "o.db"
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)
+    try:
+        with session_manager.open(f"sqlite:///{file}") as sm:
+            sid = sm.create().session_id
+            seen: list[str] = []
+            sm.observe({"function_id": "session::on-message-added"}, lambda e: seen.append(e["entry_id"]))
+            errors: list[BaseException] = []
+
+            def work(t: int) -> None:
+                try:
+                    for i in range(150):
+                        sm.append(sid, message=user(f"t{t}-{i}"), entry_id=f"t{t}-{i}")
+                except BaseException as e:  # handed to the test's thread
+                    errors.append(e)
+
+            threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
+            for th in threads:
+                th.start()
+            for th in threads:
+                th.join(timeout=300)
+            assert not errors, errors
+            _wait_for(lambda: len(seen) >= 600, "every append observed")
+    finally:
+        sys.setswitchinterval(switch)
+    assert seen == read_back(file, sid)
