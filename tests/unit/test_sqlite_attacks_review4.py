@@ -777,3 +777,67 @@ def test_threads_appending_to_one_session_are_observed_in_its_commit_order(tmp_p
     finally:
         sys.setswitchinterval(switch)
     assert seen == read_back(file, sid)
+
+
+def _delete_amid_appends(sm: session_manager.SessionManager, attempt: int) -> None:
+    """One session appended to by a thread and deleted by this one mid-stream; its events checked."""
+    sid = sm.create().session_id
+    seen: list[str] = []
+
+    def note(e: dict[str, Any]) -> None:
+        seen.append(e.get("entry_id") or "deleted")
+
+    for fid in ("session::on-message-added", "session::on-deleted"):
+        sm.observe({"function_id": fid, "filters": {"input.session_id": {"$eq": sid}}}, note)
+    acked: list[str] = []
+    started = threading.Event()
+    errors: list[BaseException] = []
+
+    def writer() -> None:
+        try:
+            for i in range(10_000):
+                eid = f"w{i}"
+                try:
+                    sm.append(sid, message=user(eid), entry_id=eid)
+                except session_manager.SessionError as e:
+                    assert e.code == "session/not_found", e
+                    return
+                acked.append(eid)
+                if i == 20 + 10 * attempt:
+                    started.set()
+        except BaseException as e:  # handed to the test's thread
+            errors.append(e)
+        finally:
+            started.set()
+
+    th = threading.Thread(target=writer)
+    th.start()
+    started.wait(timeout=120)
+    assert sm.delete(sid).deleted
+    th.join(timeout=300)
+    assert not errors, errors
+    _wait_for(lambda: "deleted" in seen, "on-deleted observed")
+    time.sleep(0.2)  # (a late event would land meanwhile: it must not)
+    assert seen == [*acked, "deleted"]
+    assert sm.get(sid) is None
+
+
+def test_a_delete_on_another_thread_is_observed_after_every_append_it_followed(tmp_path: Path) -> None:
+    """Prevents: a session's on-deleted observed before an append that committed before the
+    delete (two threads of one store, each its own connection and memo), or an append after
+    the delete taken (the memo of a deleted session): the session's events are its acknowledged
+    appends in order, then on-deleted, then nothing; and the session stays gone."""
+    file = tmp_path / "del.db"
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)  # (widens the window between a call's COMMIT and its delivery)
+    try:
+        with session_manager.open(f"sqlite:///{file}") as sm:
+            for attempt in range(5):
+                _delete_amid_appends(sm, attempt)
+    finally:
+        sys.setswitchinterval(switch)
+    conn = sqlite3.connect(file)
+    try:
+        assert conn.execute("SELECT count(*) FROM entries WHERE sk NOT IN (SELECT sk FROM sessions)").fetchone()[0] == 0
+    finally:
+        conn.close()
