@@ -159,7 +159,7 @@ class SqliteDatastore:
             except OSError as e:
                 raise StoreError(f"sqlite: cannot create the directory {parent}: {e.strerror}") from None
         try:
-            conn = self.connect()
+            conn = self.connect(opening=True)
             if self.read_only:
                 schema.check(conn, self.file)
             else:
@@ -173,13 +173,15 @@ class SqliteDatastore:
             self.release()
             raise
 
-    def connect(self) -> sqlite3.Connection:
+    def connect(self, *, opening: bool = False) -> sqlite3.Connection:
         if self.read_only:
             return self._connect_read_only()
         conn = sqlite3.connect(self.file, isolation_level=None, check_same_thread=False,
                                timeout=self.settings.busy_timeout_ms / 1000)
         with self._conns_lock:
             self._conns.append(conn)
+        if opening:  # a file the open refuses is refused before WAL mode is asked for (it rewrites the header)
+            schema.refuse(conn, self.file)
         # WAL: readers never block the writer nor each other; one writer at a
         # time across every process (BEGIN IMMEDIATE). The mode is the file's:
         # asking again is a no-op, and it fails on a file that is not SQLite.

@@ -115,6 +115,17 @@ class Outbox:
         # no row past the lowest (a later commit). Noted before the COMMIT, under the write lock.
         self._in_flight: list[int] = []
         self._in_flight_lock = threading.Lock()
+        # This store's calls with events, numbered as they record (under the write lock: in
+        # commit order, whichever of this process's threads made them), and handed to the
+        # delivery queue in that order: a call that committed after another of this store's
+        # yet reached the queue first waits there (its number noted with its delivery) until
+        # the earlier one is queued, by whichever of the two comes last. (A call that thereby
+        # finds its delivery queued by another thread returns before its observers ran, as
+        # when it finds a delivery running: Serial's price.)
+        self._tickets = 0  # the last number given
+        self._queued = 0  # the last number queued (or abandoned)
+        self._waiting: dict[int, Callable[[], None] | None] = {}
+        self._tickets_lock = threading.Lock()
         self.held = False  # the follower left rows for after a call's own events (read again next poll)
         self._watch: StateWatch | None = None  # a read-only store's follower (no reader row)
         self._idle = False  # idle() asked the follower to stop (nobody wants events): it leaves at its next poll
@@ -129,12 +140,13 @@ class Outbox:
 
     # -- the writing side (inside the mutation's transaction) -----------------
 
-    def record(self, conn: sqlite3.Connection, events: list[Event]) -> int | None:
+    def record(self, conn: sqlite3.Connection, events: list[Event]) -> tuple[int, int] | None:
         """Inside a mutation (holding the write lock): insert the events' rows, superseding
         older updates of the same entry, when another store follows the file. Returns the
-        sequence every commit before this one reached, or ``None`` when this store follows
-        nobody (both read by one statement, or noted by the append's read in this transaction:
-        :meth:`.reads.SqliteReads.meta_and_leaf_to_commit`)."""
+        sequence every commit before this one reached (both read by one statement, or noted by
+        the append's read in this transaction: :meth:`.reads.SqliteReads.meta_and_leaf_to_commit`)
+        with the call's number in this store's commit order, or ``None`` when this store follows
+        nobody or the call has no events."""
         following = self._thread is not None
         if not events and not following:
             return None
@@ -158,35 +170,56 @@ class Outbox:
                              " VALUES (?, ?, ?, ?, ?)",
                              (instance, event.function_id, entry_key, encode_json(event.payload).decode("utf-8"),
                               now))
-        if before is not None and events:  # in flight from before the COMMIT: see _follow
-            with self._in_flight_lock:
-                self._in_flight.append(before)
-        return before
+        if before is None or not events:
+            return None
+        with self._in_flight_lock:  # in flight from before the COMMIT: see _follow
+            self._in_flight.append(before)
+        with self._tickets_lock:
+            self._tickets += 1
+            return before, self._tickets
 
-    def abandoned(self, before: int | None) -> None:
-        """The COMMIT of a call :meth:`record` noted failed: no longer in flight."""
-        if before is not None:
-            self._land(before)
+    def abandoned(self, token: tuple[int, int] | None) -> None:
+        """The COMMIT of a call :meth:`record` noted failed: no longer in flight, nor awaited."""
+        if token is not None:
+            self._land(token[0])
+            self._queue(token[1], None)
+
+    def _queue(self, ticket: int, delivery: Callable[[], None] | None) -> None:
+        """``delivery`` (``None``: the call's COMMIT failed) into the delivery queue once every
+        call of this store that committed before it is in, then the queue run here unless a
+        delivery runs."""
+        with self._tickets_lock:
+            self._waiting[ticket] = delivery
+            while self._queued + 1 in self._waiting:
+                self._queued += 1
+                ready = self._waiting.pop(self._queued)
+                if ready is not None:
+                    self._serial.put(ready)
+        self._serial.drain()
 
     def _land(self, before: int) -> None:
         with self._in_flight_lock:
             if before in self._in_flight:  # (absent: a call without events)
                 self._in_flight.remove(before)
 
-    def committed(self, conn: sqlite3.Connection, events: list[Event], before: int | None,
+    def committed(self, conn: sqlite3.Connection, events: list[Event], token: tuple[int, int] | None,
                   deliver: EventSink | None = None) -> None:
         """This store's own events, once committed, handed to ``deliver`` in commit order
         with other processes': under the follower's delivery lock, after the rows other
         processes committed before them; the follower held back the rows committed after
         them (:meth:`record` noted this call in flight before its COMMIT). The known
-        sessions follow. A store that follows nobody has nothing to order them with."""
-        if before is None or not events:
+        sessions follow. A store that follows nobody has nothing to order them with. (``token``:
+        what :meth:`record` returned; its number keeps this store's calls in commit order.)"""
+        if token is None or not events:
             if events and deliver is not None:
                 deliver(events)
             return
-        if self.after_commit is not None:
-            self.after_commit()
-        self._serial.submit(functools.partial(self._hand_own, events, before, deliver))
+        before, ticket = token
+        try:
+            if self.after_commit is not None:
+                self.after_commit()
+        finally:  # (queued whatever the hook does: every later call of this store waits for it)
+            self._queue(ticket, functools.partial(self._hand_own, events, before, deliver))
 
     def _hand_own(self, events: list[Event], before: int, deliver: EventSink | None) -> None:
         """A call's delivery (on whichever thread runs the serial's queue)."""

@@ -201,21 +201,30 @@ def check(conn: sqlite3.Connection, path: str) -> int:
     return version
 
 
+def refuse(conn: sqlite3.Connection, path: str) -> int:
+    """The file's schema version, unless it is one a writable open refuses: a newer
+    version's, or (version 0) another application's database. Reads only: the opening
+    connection asks before it switches the file to WAL mode (core.py), so a refused file
+    keeps its journal mode, its header and no -wal/-shm beside it."""
+    version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+    if version > len(MIGRATIONS):
+        raise versions.newer(f"sqlite: {path}", version, len(MIGRATIONS))
+    if version == 0:
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        foreign = sorted(tables - OURS)
+        if foreign:
+            raise StoreError(f"sqlite: {path} is not a session-manager database (it holds the tables "
+                             f"{', '.join(foreign[:5])}); nothing was written")
+    return version
+
+
 def migrate(conn: sqlite3.Connection, path: str) -> int:
     """Apply the missing migrations (the caller holds no transaction); returns
     the version. Refuses, writing nothing, a database of a newer version or
     one that holds other tables (not a session store)."""
     conn.execute("BEGIN IMMEDIATE")
     try:
-        version = int(conn.execute("PRAGMA user_version").fetchone()[0])
-        if version > len(MIGRATIONS):
-            raise versions.newer(f"sqlite: {path}", version, len(MIGRATIONS))
-        if version == 0:
-            tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-            foreign = sorted(tables - OURS)
-            if foreign:
-                raise StoreError(f"sqlite: {path} is not a session-manager database (it holds the tables "
-                                 f"{', '.join(foreign[:5])}); nothing was written")
+        version = refuse(conn, path)  # (again, under the write lock: another process may have migrated)
         for step in MIGRATIONS[version:]:
             for statement in _statements(step):
                 conn.execute(statement)
