@@ -93,14 +93,12 @@ def pack_values(serde: Any, channel_values: dict[str, Any], new_versions: dict[s
     ``new_versions`` (``[version, "empty", ""]`` for a channel without a value)."""
     values: dict[str, list[Any]] = {}
     for channel, number in new_versions.items():
-        # (A plain str is taken without text()'s or channel_version()'s call: what LangGraph passes.)
-        name = channel if type(channel) is str else text(channel, "new_versions")
+        name = text(channel, "new_versions")
         if channel in channel_values:
             kind, data = serde.dumps_typed(channel_values[channel])
-            values[name] = [number if type(number) is str else channel_version(number, name),
-                            kind if type(kind) is str else text(kind, "serde type"), data.decode("latin-1")]
+            values[name] = [channel_version(number, name), text(kind, "serde type"), data.decode("latin-1")]
         else:
-            values[name] = [number if type(number) is str else channel_version(number, name), "empty", ""]
+            values[name] = [channel_version(number, name), "empty", ""]
     return values
 
 

@@ -311,16 +311,11 @@ class SessionManagerSaver(BaseCheckpointSaver[str]):
         one store call, serializing each new value once."""
         configurable = _configurable(config)
         thread_id = _thread_id(configurable.get("thread_id"))
-        # (A plain str is taken as it is, without text()'s call: what every put passes.)
-        ns = configurable.get("checkpoint_ns") or ""
-        if type(ns) is not str:
-            ns = text(str(ns), "checkpoint_ns")
+        ns = text(str(configurable.get("checkpoint_ns") or ""), "checkpoint_ns")
         parent_id = configurable.get("checkpoint_id")
-        if parent_id is not None and type(parent_id) is not str:
+        if parent_id is not None:
             parent_id = text(parent_id, "checkpoint_id")
-        checkpoint_id = checkpoint["id"]
-        if type(checkpoint_id) is not str:
-            checkpoint_id = text(checkpoint_id, "checkpoint.id")
+        checkpoint_id = text(checkpoint["id"], "checkpoint.id")
         # Built of exact JSON only (see _checkpoints): handed to the store without a copy.
         body, meta = encode_docs(self.serde, _without_values(checkpoint), get_checkpoint_metadata(config, metadata))
         data = {"ns": ns, "id": checkpoint_id, "parent": parent_id, "checkpoint": body, "metadata": meta,
