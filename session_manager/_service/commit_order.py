@@ -68,27 +68,59 @@ class CommitOrder:
         try:
             response, events = call()
         except BaseException:
-            self._hand(self._end(outer), None)
+            self._finish(outer, None)
             raise
-        ticket = self._end(outer)
-        if not events:
-            self._hand(ticket, None)
-        else:
-            if not ticket:  # events of a call that let no session's lock go: next in line now
-                with self._lock:
-                    self._given += 1
-                    ticket = self._given
-            self._hand(ticket, (deliver, events))
+        self._finish(outer, (deliver, events) if events else None)
         return response, events
 
-    def _end(self, outer: int | None) -> int:
-        """This thread's call is over: its number (0: none), the outer call's restored."""
+    def _finish(self, outer: int | None, delivery: _Delivery | None) -> None:
+        """This thread's call is over (the outer call's state restored): ``delivery``
+        (``None``: none) handed in for its number; then the deliveries now next in line
+        run here, unless a thread runs them."""
         local = self._local
         ticket: int = local.ticket
         local.ticket = outer
-        with self._lock:
+        with self._lock:  # (one acquisition: a lone call's hand-in and its own delivery taken)
             self.calls -= 1
-        return ticket
+            if not ticket:
+                if delivery is None:
+                    return
+                self._given += 1  # events of a call that let no session's lock go: next in line now
+                ticket = self._given
+            waiting = self._waiting
+            waiting[ticket] = delivery
+            if self._running:
+                return
+            ready = self._ready()
+            if ready is None:
+                return
+            self._running = True
+        failure: BaseException | None = None
+        while True:
+            try:
+                ready[0](ready[1])
+            except BaseException as e:  # the rest still delivered; the first failure raised after
+                if failure is None:
+                    failure = e
+                else:
+                    log.exception("an event delivery failed")
+            with self._lock:
+                ready = self._ready()
+                if ready is None:
+                    self._running = False
+                    break
+        if failure is not None:
+            raise failure
+
+    def _ready(self) -> _Delivery | None:
+        """(Holding the lock) the next delivery in line, past the numbers given up."""
+        waiting = self._waiting
+        while self._next in waiting:
+            ready = waiting.pop(self._next)
+            self._next += 1
+            if ready is not None:
+                return ready
+        return None
 
     def note(self) -> None:
         """Under a session's lock, after its mutation: this thread's call (if it takes one)
@@ -103,33 +135,3 @@ class CommitOrder:
             local.ticket = self._given
             if held:
                 self._waiting[held] = None
-
-    def _hand(self, ticket: int, delivery: _Delivery | None) -> None:
-        """``delivery`` (``None``: none) for ``ticket``; then the deliveries now next in line
-        run here, unless a thread runs them."""
-        if not ticket:
-            return
-        with self._lock:
-            self._waiting[ticket] = delivery
-            if self._running or self._next not in self._waiting:
-                return
-            self._running = True
-        failure: BaseException | None = None
-        while True:
-            with self._lock:
-                ready: _Delivery | None = None
-                while ready is None and self._next in self._waiting:
-                    ready = self._waiting.pop(self._next)
-                    self._next += 1
-                if ready is None:
-                    self._running = False
-                    break
-            try:
-                ready[0](ready[1])
-            except BaseException as e:  # the rest still delivered; the first failure raised after
-                if failure is None:
-                    failure = e
-                else:
-                    log.exception("an event delivery failed")
-        if failure is not None:
-            raise failure
