@@ -271,7 +271,8 @@ class SessionManager(Helpers):
             request = OwnedCustom(session_id, custom_type, data, parent_id, at, data_json)
             # Its events delivered inside the gate, as a call's: close() waits for them.
             entry, _ = execute(core.store, partial(append_custom_owned, core, request),
-                               wraps_calls=self._wraps_calls, deliver=self._deliver if self._observers else None)
+                               wraps_calls=self._wraps_calls, deliver=self._deliver if self._observers else None,
+                               order=core.order)
             return str(entry["id"])
         finally:
             gate.leave()
@@ -299,7 +300,7 @@ class SessionManager(Helpers):
             ids, events, more = service.erase_selected(selection, limit)
             return (ids, more), events
 
-        (ids, more), _ = execute(service.store, run, deliver=self.publish)
+        (ids, more), _ = execute(service.store, run, deliver=self.publish, order=service.core.order)
         return ids, more
 
     def _sweep_batch(self, policy: RetentionPolicy, limit: int) -> tuple[int, bool]:

@@ -33,6 +33,7 @@ from functools import partial
 from typing import Any, TypeVar
 
 from .._service.admission import admit, admit_copy
+from .._service.commit_order import CommitOrder
 from .._service.service import Result, SessionService
 from .._service.storage_errors import at_edge
 from .._wire.events import Event
@@ -78,6 +79,13 @@ def serve(function: Function, service: SessionService, payload: Any, deliver: De
     request = parse_request(function.request, payload)
     # A partial, not a lambda: called from C, no Python frame of its own (execute, inline).
     work = partial(serve_row, service, request)
+    order = core.order
+    if deliver is not None and order is not None:  # delivered in commit order (see commit_order)
+        try:
+            response, events = order.run(partial(core.store.run_call, work) if wraps_calls else work, deliver)
+        except StoreError as e:
+            raise at_edge(e) from None
+        return response if answer is same else answer(response)
     if wraps_calls:  # the store hands the events to deliver (in order with other instances')
         try:
             response, events = core.store.run_and_deliver(work, deliver)
@@ -95,11 +103,15 @@ def serve(function: Function, service: SessionService, payload: Any, deliver: De
 
 
 def execute(store: SessionStore, work: Callable[[], tuple[T, list[Event]]], *,
-            wraps_calls: bool = True, deliver: Deliver | None = None) -> tuple[T, list[Event]]:
+            wraps_calls: bool = True, deliver: Deliver | None = None,
+            order: CommitOrder | None = None) -> tuple[T, list[Event]]:
     """Run ``work`` as one call of ``store`` (a shared store commits the call's
     events with its writes), a storage failure mapped to its ``session/*`` error;
-    its events handed to ``deliver`` (as :func:`serve` hands them)."""
+    its events handed to ``deliver`` (as :func:`serve` hands them: in commit order
+    through ``order``, the service's :attr:`~session_manager._service.core.ServiceCore.order`)."""
     try:
+        if deliver is not None and order is not None:
+            return order.run(partial(store.run_call, work) if wraps_calls else work, deliver)
         if wraps_calls:
             return store.run_and_deliver(work, deliver)
         response, events = work()

@@ -25,6 +25,7 @@ from ..errors import entry_not_found, not_found
 from ..ids import IdGen, UuidIds
 from ..store.base import NO_TRANSACTION, Commit, Entry, Meta, SessionStore, append_commit
 from ..store.path import EntryPath
+from .commit_order import CommitOrder
 from .limits import LimitsCell
 from .page_memo import PageMemo
 from .stats import Stats
@@ -72,6 +73,11 @@ class ServiceCore:
         # messages-tail pages by request, each with the session version it was built from
         # (kept only over a store that names versions: see PageMemo).
         self.tail_pages = PageMemo()
+        # The calls' events delivered in commit order (see .commit_order), for a store that
+        # leaves that to the default run_and_deliver (fs, memory; sqlite and postgres order
+        # their own with other processes'): None for those.
+        self.order: CommitOrder | None = (
+            CommitOrder() if getattr(type(store), "run_and_deliver", None) is SessionStore.run_and_deliver else None)
 
     # -- the mutation entry point ---------------------------------------------
 
@@ -101,10 +107,10 @@ class ServiceCore:
         inner = store.mutation((session_id,))
         i = hash(session_id) % LOCK_STRIPES  # (stripe(), inline: this runs on every mutation)
         if inner is not NO_TRANSACTION:
-            return locked_storage_errors(self._locks[i] or self._stripe_lock(i), inner, store.settle)
+            return locked_storage_errors(self._locks[i] or self._stripe_lock(i), inner, store.settle, self.order)
         plain = self._plain[i]
         if plain is None:  # two threads racing here build equal ones (on the one stripe lock)
-            plain = self._plain[i] = locked_storage_errors(self._stripe_lock(i), inner, store.settle)
+            plain = self._plain[i] = locked_storage_errors(self._stripe_lock(i), inner, store.settle, self.order)
         return plain
 
     def mutating_new(self, session_id: str) -> locked_storage_errors:
@@ -115,7 +121,7 @@ class ServiceCore:
         waiting there for the new id's stripe, held by a writer of the source
         that waits for that lock, would stall both until a timeout."""
         store = self.store
-        return locked_storage_errors(UNSHARED, store.mutation((session_id,)), store.settle)
+        return locked_storage_errors(UNSHARED, store.mutation((session_id,)), store.settle, self.order)
 
     def commit(self, session_id: str, *, entries: tuple[Entry, ...] = (), leaf: str | None = None,
                meta: Meta | None = None, **decided_on: Any) -> Commit:

@@ -7,6 +7,7 @@ import threading
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from types import TracebackType
+from typing import TYPE_CHECKING
 
 from ..errors import (
     STORAGE,
@@ -19,6 +20,9 @@ from ..errors import (
     not_found,
 )
 from ..store.base import NO_TRANSACTION
+
+if TYPE_CHECKING:
+    from .commit_order import CommitOrder
 
 
 def mapped(e: BaseException) -> SessionError | None:
@@ -81,14 +85,16 @@ UNSHARED = Unshared()
 class locked_storage_errors(storage_errors):
     """``with lock, storage_errors(), inner:`` as one object (a mutation's
     entry point): the lock held around the store's transaction ``inner``,
-    failures of either mapped."""
+    failures of either mapped. ``order``: where a call whose events are delivered
+    in commit order takes its number, as the lock is let go."""
 
-    __slots__ = ("_inner", "_lock", "_settle")
+    __slots__ = ("_inner", "_lock", "_order", "_settle")
     _inner: AbstractContextManager[None] | None
 
     def __init__(self, lock: threading.Lock | threading.RLock | Unshared, inner: AbstractContextManager[None],
-                 settle: Callable[[], None]) -> None:
+                 settle: Callable[[], None], order: CommitOrder | None = None) -> None:
         self._lock = lock
+        self._order = order
         # A store with no transactions (the fs one) hands out a shared no-op: not entered at all.
         self._inner = None if inner is NO_TRANSACTION else inner
         self._settle = settle  # the store's wait for durability, once the lock is let go
@@ -114,7 +120,12 @@ class locked_storage_errors(storage_errors):
         except BaseException as inner_error:
             raised = inner_error  # the transaction's own failure (a commit that did not hold)
         finally:
-            self._lock.release()
+            order = self._order
+            try:
+                if order is not None and order.calls:  # (0: no call in flight delivers events)
+                    order.note()  # under the lock: numbers in this session's commit order
+            finally:
+                self._lock.release()
         try:
             # Outside the lock, so the writers queued on it can share the wait (group
             # commit); before the answer, which must only tell of durable writes.

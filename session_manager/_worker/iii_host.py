@@ -261,7 +261,8 @@ class IIIHost:
                 ids, events, more = service.expire(policy.idle_days, policy.statuses, limit)
                 return (len(ids), more), events
 
-            (count, more), _ = execute(runtime.store, run, deliver=lambda events: self.deliver(runtime, events))
+            (count, more), _ = execute(runtime.store, run, deliver=lambda events: self.deliver(runtime, events),
+                                      order=service.core.order)
         return count, more
 
     # -- reload -----------------------------------------------------------------

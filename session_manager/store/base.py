@@ -150,7 +150,9 @@ class SessionStore(ABC):
         whose :meth:`subscribe` sink gets other instances' events in commit order hands
         them over itself, in that same order (the sqlite adapter: under its follower's
         delivery lock, so a commit another process makes right after this call's is
-        never delivered before it); the default delivers once the call returns."""
+        never delivered before it); the default delivers once the call returns. (A store
+        that keeps this default has its calls' events put in commit order by the hosts:
+        numbered under the session's lock, :mod:`session_manager._service.commit_order`.)"""
         response, events = self.run_call(call)
         if events and deliver is not None:
             deliver(events)
