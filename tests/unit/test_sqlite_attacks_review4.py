@@ -469,7 +469,7 @@ def test_memo_appends_of_an_observing_writer_and_another_process_reach_every_obs
 # acknowledged id; ``cas``: appends too, and between them races update-message with
 # expected_revision (the revision it just read) on TARGET, printing each revision it won.
 LOOPER = r'''
-import json, sys
+import json, os, sys
 import session_manager
 from session_manager import SessionError
 
@@ -485,7 +485,8 @@ with session_manager.open(uri) as sm:
     own = sm.create().session_id
     store = sm.service.store
     i = 0
-    while count < 0 or i < count:
+    stop = os.environ.get("LOOPER_STOP")  # (a file whose appearance ends the loop between appends)
+    while (count < 0 or i < count) and not (stop and os.path.exists(stop)):
         eid = f"{prefix}-{i}"
         try:
             sm.append(sid, message=user(eid), entry_id=eid)
@@ -522,9 +523,13 @@ with session_manager.open(uri) as sm:
 '''
 
 
-def _looper(*args: str) -> subprocess.Popen[str]:
+def _looper(*args: str, stop: Path | None = None) -> subprocess.Popen[str]:
+    """The looper in a process of its own; with ``stop``, it ends (between appends) once that file exists."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    if stop is not None:
+        env["LOOPER_STOP"] = str(stop)
     return subprocess.Popen([sys.executable, "-c", LOOPER, *args], cwd=ROOT, text=True, stdout=subprocess.PIPE,
-                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+                            env=env)
 
 
 def _lines(out: str) -> list[dict[str, Any]]:
@@ -597,13 +602,25 @@ def test_a_delete_and_recreate_racing_memo_appends_leaves_only_appends_made_afte
     uri = f"sqlite:///{file}"
     with session_manager.open(uri) as sm:
         sid = sm.create().session_id
-        p = _looper("append", uri, sid, "r", "400")
+        # (Looping until told to stop, once the new session holds 30 of its appends: a fixed
+        # count raced the delete, all of it landing before, under load or when appends got faster.)
+        p = _looper("append", uri, sid, "r", "-1", stop=tmp_path / "stop")
         assert p.stdout is not None
         before = [json.loads(p.stdout.readline()) for _ in range(60)]
         assert all("a" in rec for rec in before)
         sm.delete(sid)
         sm.ensure(sid)
-        out, _ = p.communicate(timeout=300)
+        got: list[str] = []
+        reader = threading.Thread(target=lambda out=p.stdout: got.extend(out))
+        reader.start()
+        deadline = time.monotonic() + 120
+        while (got_meta := sm.get(sid)) is not None and got_meta.meta.message_count < 30:
+            assert time.monotonic() < deadline and p.poll() is None, "the looper stopped appending"
+            time.sleep(0.01)
+        (tmp_path / "stop").touch()
+        p.wait(timeout=300)
+        reader.join(timeout=60)
+        out = "".join(got)
         assert p.returncode == 0
         recs = before + _lines(out)
         acked = [rec["a"] for rec in recs if "a" in rec]
