@@ -5,7 +5,9 @@ their events on once they returned, outside the lock, in whatever order their
 threads got there: an append committed first could reach the observers after the
 one chained onto it. Here a call that delivers takes a number as it lets the
 session's lock go (:meth:`CommitOrder.note`, from the mutation's entry point; its
-last mutation's, when it makes several: an earlier number is given up), so the
+last mutation's, when it makes several: an earlier number is given up, unless the
+call handed that mutation's events on at it (:meth:`CommitOrder.hand`: a purge's
+deletes, one session each)), so the
 numbers follow each session's commit order; its delivery is handed on once every
 lower number's was (or was given up: a call that failed, had no events, or
 committed nothing), by whichever thread completes the run. So nobody waits: a call
@@ -25,7 +27,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from .._wire.events import Event
 from ..store.base import EventSink
@@ -37,6 +39,7 @@ log = logging.getLogger("session_manager.commit_order")
 R = TypeVar("R")
 
 _Delivery = tuple[EventSink, list[Event]]
+_Part = list[Any]  # [the call's deliver, how many of its events hand() handed on]
 
 
 class CommitOrder:
@@ -62,15 +65,21 @@ class CommitOrder:
         commit order; its number given up whatever the call does."""
         local = self._local
         outer: int | None = getattr(local, "ticket", None)  # (a call inside a call on this thread)
+        outer_part: _Part | None = getattr(local, "part", None)
         local.ticket = 0
+        part = local.part = [deliver, 0]
         with self._lock:
             self.calls += 1
         try:
             response, events = call()
         except BaseException:
+            local.part = outer_part
             self._finish(outer, None)
             raise
-        self._finish(outer, (deliver, events) if events else None)
+        local.part = outer_part
+        handed: int = part[1]  # (the events :meth:`hand` handed on already)
+        rest = events[handed:] if handed else events
+        self._finish(outer, (deliver, rest) if rest else None)
         return response, events
 
     def _finish(self, outer: int | None, delivery: _Delivery | None) -> None:
@@ -82,13 +91,12 @@ class CommitOrder:
         local.ticket = outer
         with self._lock:  # (one acquisition: a lone call's hand-in and its own delivery taken)
             self.calls -= 1
-            if not ticket:
-                if delivery is None:
-                    return
+            if ticket:
+                self._waiting[ticket] = delivery
+            elif delivery is not None:
                 self._given += 1  # events of a call that let no session's lock go: next in line now
-                ticket = self._given
-            waiting = self._waiting
-            waiting[ticket] = delivery
+                self._waiting[self._given] = delivery
+            # (else nothing of its own, but parts it handed on may be next in line: see hand())
             if self._running:
                 return
             ready = self._ready()
@@ -121,6 +129,29 @@ class CommitOrder:
             if ready is not None:
                 return ready
         return None
+
+    def hand(self, events: list[Event]) -> None:
+        """From a call making several mutations, each of its own sessions (a purge, a
+        tree's delete), right after one: the call's ``events`` it has not handed on yet
+        (this mutation's, its list so far) go at this mutation's number, not its last one's.
+        Held to the last, the events of a session it deleted first went out after those of
+        a call that re-created that session before its last delete. Run by whichever thread
+        completes the run (at the latest, this call's own as it returns)."""
+        local = self._local
+        ticket: int | None = getattr(local, "ticket", None)
+        if ticket is None:
+            return  # (not a call that takes a number)
+        part: _Part = local.part
+        new = events[part[1]:]
+        part[1] = len(events)
+        with self._lock:
+            if not ticket:
+                if not new:
+                    return
+                self._given += 1
+                ticket = self._given
+            self._waiting[ticket] = (part[0], new) if new else None
+            local.ticket = 0  # (its next mutation takes a number of its own, giving none up)
 
     def note(self) -> None:
         """Under a session's lock, after its mutation: this thread's call (if it takes one)
