@@ -39,7 +39,9 @@ log = logging.getLogger("session_manager.commit_order")
 R = TypeVar("R")
 
 _Delivery = tuple[EventSink, list[Event]]
-_Part = list[Any]  # [the call's deliver, how many of its events hand() handed on]
+# This thread's call: [its number (0: none yet), its deliver, how many of its events hand()
+# handed on already]; one thread-local attribute, as a call in flight costs one look-up.
+_Call = list[Any]
 
 
 class CommitOrder:
@@ -52,7 +54,7 @@ class CommitOrder:
         # (0: nobody observes, and note() is not even called). A thread's own increment is
         # seen by that thread, which is all note() needs.
         self.calls = 0
-        # This thread's call: no attribute / None: takes no number; 0: no number yet.
+        # .call: this thread's _Call (no attribute / None: it takes no number).
         self._local = threading.local()
         self._lock = threading.Lock()
         self._given = 0  # the last number given
@@ -64,31 +66,26 @@ class CommitOrder:
         """``call`` (``(response, events)``), its events then handed to ``deliver`` in
         commit order; its number given up whatever the call does."""
         local = self._local
-        outer: int | None = getattr(local, "ticket", None)  # (a call inside a call on this thread)
-        outer_part: _Part | None = getattr(local, "part", None)
-        local.ticket = 0
-        part = local.part = [deliver, 0]
+        outer: _Call | None = getattr(local, "call", None)  # (a call inside a call on this thread)
+        mine = local.call = [0, deliver, 0]
         with self._lock:
             self.calls += 1
         try:
             response, events = call()
         except BaseException:
-            local.part = outer_part
-            self._finish(outer, None)
+            self._finish(mine, outer, None)
             raise
-        local.part = outer_part
-        handed: int = part[1]  # (the events :meth:`hand` handed on already)
+        handed: int = mine[2]  # (the events :meth:`hand` handed on already)
         rest = events[handed:] if handed else events
-        self._finish(outer, (deliver, rest) if rest else None)
+        self._finish(mine, outer, (deliver, rest) if rest else None)
         return response, events
 
-    def _finish(self, outer: int | None, delivery: _Delivery | None) -> None:
+    def _finish(self, mine: _Call, outer: _Call | None, delivery: _Delivery | None) -> None:
         """This thread's call is over (the outer call's state restored): ``delivery``
         (``None``: none) handed in for its number; then the deliveries now next in line
         run here, unless a thread runs them."""
-        local = self._local
-        ticket: int = local.ticket
-        local.ticket = outer
+        self._local.call = outer
+        ticket: int = mine[0]
         with self._lock:  # (one acquisition: a lone call's hand-in and its own delivery taken)
             self.calls -= 1
             if ticket:
@@ -137,32 +134,31 @@ class CommitOrder:
         Held to the last, the events of a session it deleted first went out after those of
         a call that re-created that session before its last delete. Run by whichever thread
         completes the run (at the latest, this call's own as it returns)."""
-        local = self._local
-        ticket: int | None = getattr(local, "ticket", None)
-        if ticket is None:
+        mine: _Call | None = getattr(self._local, "call", None)
+        if mine is None:
             return  # (not a call that takes a number)
-        part: _Part = local.part
-        new = events[part[1]:]
-        part[1] = len(events)
+        new = events[mine[2]:]
+        mine[2] = len(events)
         with self._lock:
+            ticket: int = mine[0]
             if not ticket:
                 if not new:
                     return
                 self._given += 1
                 ticket = self._given
-            self._waiting[ticket] = (part[0], new) if new else None
-            local.ticket = 0  # (its next mutation takes a number of its own, giving none up)
+            self._waiting[ticket] = (mine[1], new) if new else None
+            mine[0] = 0  # (its next mutation takes a number of its own, giving none up)
 
     def note(self) -> None:
         """Under a session's lock, after its mutation: this thread's call (if it takes one)
         gets the next number; the number of its earlier mutation, if any, is given up (not
         run here: observers never run under a session's lock; the call's own hand runs it)."""
-        local = self._local
-        held: int | None = getattr(local, "ticket", None)
-        if held is None:
+        mine: _Call | None = getattr(self._local, "call", None)
+        if mine is None:
             return
         with self._lock:
+            held: int = mine[0]
             self._given += 1
-            local.ticket = self._given
+            mine[0] = self._given
             if held:
                 self._waiting[held] = None
