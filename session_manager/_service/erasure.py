@@ -97,6 +97,8 @@ def erase_selected(core: ServiceCore, selection: Selection, limit: int) -> tuple
             if event is not None:
                 ids.append(meta["session_id"])
                 events.append(event)
+            if core.order is not None:  # each session's event at its own delete's place in commit order
+                core.order.hand(events)
     return ids, events, len(found) > limit
 
 
@@ -134,6 +136,8 @@ def delete_tree(core: ServiceCore, req: api.DeleteTreeRequest) -> Result:
                 if event is not None:
                     deleted.append(session_id)
                     events.append(event)
+                if core.order is not None:  # (as erase_selected's)
+                    core.order.hand(events)
     return build[api.DeleteTreeResponse](deleted=deleted), events
 
 
