@@ -63,6 +63,14 @@ class Seen:
         return [t for i, t in self.added if i == entry_id]
 
 
+def observed_with_three(sm: session_manager.SessionManager) -> tuple[str, Seen, list[str]]:
+    """A new session with three appends, observed here: its id, the observer, the appends' ids."""
+    sid = sm.call("session::create", {"title": "t"})["session_id"]
+    seen = Seen(sm)
+    return sid, seen, [sm.call("session::append", {"session_id": sid, "message": text(f"w{i}")})["entry_id"]
+                       for i in range(3)]
+
+
 def stored_texts(sm: session_manager.SessionManager, sid: str) -> dict[str, str]:
     return {e["id"]: e["message"]["content"][0]["text"] for e in sm.service.store.entries(sid)}
 
@@ -162,10 +170,7 @@ def test_a_replay_whose_procedure_answer_was_lost_answers_the_stored_original(
     sm = _open(relay.dsn(), schema)
     other = _open(pg_support.DSN, schema)
     try:
-        sid = sm.call("session::create", {"title": "t"})["session_id"]
-        seen = Seen(sm)
-        for i in range(3):
-            sm.call("session::append", {"session_id": sid, "message": text(f"w{i}")})
+        sid, seen, _ = observed_with_three(sm)
         original = other.call("session::append", {"session_id": sid, "entry_id": "dup", "message": text("first")})
         assert wait_for(lambda: seen.of("dup") == ["first"])
         relay.cut_at_commit(when)
@@ -188,10 +193,7 @@ def test_a_replay_stored_between_a_call_that_never_ran_and_its_settle_is_not_thi
     sm = _open(relay.dsn(), schema)
     other = _open(pg_support.DSN, schema)
     try:
-        sid = sm.call("session::create", {"title": "t"})["session_id"]
-        seen = Seen(sm)
-        for i in range(3):
-            sm.call("session::append", {"session_id": sid, "message": text(f"w{i}")})
+        sid, seen, _ = observed_with_three(sm)
         got: dict[str, Any] = {}
 
         def theirs() -> None:
@@ -222,10 +224,7 @@ def test_a_landed_append_settled_after_others_moved_the_session_answers_its_own_
     sm = _open(relay.dsn(), schema)
     other = _open(pg_support.DSN, schema)
     try:
-        sid = sm.call("session::create", {"title": "t"})["session_id"]
-        seen = Seen(sm)
-        ids = [sm.call("session::append", {"session_id": sid, "message": text(f"w{i}")})["entry_id"]
-               for i in range(3)]
+        sid, seen, ids = observed_with_three(sm)
         got: dict[str, Any] = {}
 
         def theirs() -> None:
@@ -309,10 +308,7 @@ def test_a_landed_append_revised_by_another_instance_before_its_settle_still_fir
     sm = _open(relay.dsn(), schema)
     other = _open(pg_support.DSN, schema)
     try:
-        sid = sm.call("session::create", {"title": "t"})["session_id"]
-        seen = Seen(sm)
-        ids = [sm.call("session::append", {"session_id": sid, "message": text(f"w{i}")})["entry_id"]
-               for i in range(3)]
+        sid, seen, ids = observed_with_three(sm)
         revised: dict[str, Any] = {}
 
         def revise() -> None:

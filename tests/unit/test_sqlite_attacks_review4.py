@@ -24,6 +24,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -164,6 +165,16 @@ def _expected_links(path: list[str]) -> dict[str, tuple[int, str, int]]:
         else:
             links[eid] = (p_depth + 1, parent, p_depth)
     return links
+
+
+def run_threads(work: Callable[[int], None], n: int) -> None:
+    """``work(0)`` .. ``work(n - 1)`` on threads of their own, each joined (bounded: a hang fails)."""
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(n)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(timeout=300)
+        assert not th.is_alive(), "a thread hung"
 
 
 def read_back(file: Path, sid: str) -> list[str]:
@@ -742,11 +753,7 @@ def test_threads_of_one_store_with_its_own_observer_get_every_event_once(tmp_pat
             except BaseException as e:  # handed to the test's thread
                 errors.append(e)
 
-        threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
-        for th in threads:
-            th.start()
-        for th in threads:
-            th.join(timeout=300)
+        run_threads(work, 4)
         other.communicate(timeout=300)
         assert other.returncode == 0 and not errors, errors
         total = 4 * 120 + 150
@@ -784,11 +791,7 @@ def test_threads_appending_to_one_session_are_observed_in_its_commit_order(tmp_p
                 except BaseException as e:  # handed to the test's thread
                     errors.append(e)
 
-            threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
-            for th in threads:
-                th.start()
-            for th in threads:
-                th.join(timeout=300)
+            run_threads(work, 4)
             assert not errors, errors
             _wait_for(lambda: len(seen) >= 600, "every append observed")
     finally:
