@@ -48,7 +48,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -319,12 +319,12 @@ def main() -> None:
     settings_run: dict[str, str] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for workload, settings in WORKLOADS.items():
-            for label, durability, synchronous in (("no sync per write", "flush", "NORMAL"),
-                                                   ("fsync per write", "fsync", None)):
+            runs: tuple[tuple[str, Literal["flush", "fsync"], str | None], ...] = (
+                ("no sync per write", "flush", "NORMAL"), ("fsync per write", "fsync", None))
+            for label, durability, synchronous in runs:
                 where = Path(tmp) / f"{len(rows)}"
                 with session_manager.open(where / "sm", durability=durability) as sm, \
-                        session_manager.open(f"sqlite:///{where.resolve()}-sm.db",
-                                             durability=durability) as on_sqlite:  # type: ignore[arg-type]
+                        session_manager.open(f"sqlite:///{where.resolve()}-sm.db", durability=durability) as on_sqlite:
                     baseline_saver = sqlite_saver(where.with_suffix(".db"), synchronous)
                     savers = [SessionManagerSaver(sm), SessionManagerSaver(on_sqlite), baseline_saver]
                     floor = Floor(where / "sm", sync=durability == "fsync")
@@ -350,9 +350,9 @@ def main() -> None:
     print(f"{'state':<28} {'durability':<18} {'operation':<22} {'ours over fs':>12} {'ours / sqlite':>13}"
           f" {'SqliteSaver':>12} {'x (fs)':>7} {'x (sqlite)':>10}")
     for workload, label, figures in rows:
-        for op, (fs, on_sqlite, baseline) in figures.items():
-            print(f"{workload:<28} {label:<18} {op:<22} {fs * 1e6:>9.0f} us {on_sqlite * 1e6:>10.0f} us"
-                  f" {baseline * 1e6:>9.0f} us {baseline / fs:>6.2f}x {baseline / on_sqlite:>9.2f}x")
+        for op, (fs, sq, baseline) in figures.items():
+            print(f"{workload:<28} {label:<18} {op:<22} {fs * 1e6:>9.0f} us {sq * 1e6:>10.0f} us"
+                  f" {baseline * 1e6:>9.0f} us {baseline / fs:>6.2f}x {baseline / sq:>9.2f}x")
     print("(x = SqliteSaver's time / ours: above 1 is faster)")
 
     print("\nput beside its floor: the bytes of each of our fs puts appended again to a plain file (one write,"
@@ -360,9 +360,9 @@ def main() -> None:
           " On a busy disk the\nmedians of the fsync rows are its queue; the 10th percentiles are nearer its own cost")
     print(f"{'state':<28} {'durability':<18} {'':<6} {'raw append floor':>16} {'ours over fs':>12}"
           f" {'ours / sqlite':>13} {'SqliteSaver':>12} {'fs - floor':>10}")
-    for workload, label, stat, floor_put, (fs, on_sqlite, baseline) in floors:
+    for workload, label, stat, floor_put, (fs, sq, baseline) in floors:
         print(f"{workload:<28} {label:<18} {stat:<6} {floor_put * 1e6:>13.0f} us {fs * 1e6:>9.0f} us"
-              f" {on_sqlite * 1e6:>10.0f} us {baseline * 1e6:>9.0f} us {(fs - floor_put) * 1e6:>7.0f} us")
+              f" {sq * 1e6:>10.0f} us {baseline * 1e6:>9.0f} us {(fs - floor_put) * 1e6:>7.0f} us")
 
     if split:
         print("\nput, split (messages + 2 KB settings, no sync per write; medians per put, which need not add up)")
