@@ -1,5 +1,6 @@
-"""LangGraph checkpointers in one run (not a test): ``SessionManagerSaver`` beside
-``SqliteSaver`` (langgraph-checkpoint-sqlite), each over a file in a temp dir.
+"""LangGraph checkpointers in one run (not a test): ``SessionManagerSaver`` over our fs
+store and over our sqlite store, beside ``SqliteSaver`` (langgraph-checkpoint-sqlite), each
+over files in a temp dir, the three taking turns (in that order) in every round.
 
 Run: ``python bench/bench_langgraph.py [--quick] [--split]``. Prints, per saver, the
 median time of ``put`` (a checkpoint whose messages channel, 10 to 19
@@ -18,6 +19,11 @@ unchanged channel costs it nothing after the first put:
   the process, neither a power loss;
 - a sync per write: our ``durability="fsync"`` beside SqliteSaver as it comes
   (WAL, ``synchronous=FULL``: the WAL synced at each commit): both survive a power loss.
+
+Our sqlite store runs at the same two settings (``durability="flush"``: WAL,
+``synchronous=NORMAL``; ``"fsync"``: ``synchronous=FULL``, its WAL sized once so each
+commit's sync overwrites, as SqliteSaver's does once its WAL has wrapped): the
+configuration of ours whose sync is SQLite's (docs/langgraph.md, "a sync on every checkpoint").
 
 The settings each side ran with are read back (SQLite's ``journal_mode`` and
 ``synchronous`` pragmas, our store's ``durability``) and printed with the figures.
