@@ -1,5 +1,6 @@
-"""LangGraph checkpointers in one run (not a test): ``SessionManagerSaver`` beside
-``SqliteSaver`` (langgraph-checkpoint-sqlite), each over a file in a temp dir.
+"""LangGraph checkpointers in one run (not a test): ``SessionManagerSaver`` over our fs
+store and over our sqlite store, beside ``SqliteSaver`` (langgraph-checkpoint-sqlite), each
+over files in a temp dir, the three taking turns (in that order) in every round.
 
 Run: ``python bench/bench_langgraph.py [--quick] [--split]``. Prints, per saver, the
 median time of ``put`` (a checkpoint whose messages channel, 10 to 19
@@ -18,6 +19,11 @@ unchanged channel costs it nothing after the first put:
   the process, neither a power loss;
 - a sync per write: our ``durability="fsync"`` beside SqliteSaver as it comes
   (WAL, ``synchronous=FULL``: the WAL synced at each commit): both survive a power loss.
+
+Our sqlite store runs at the same two settings (``durability="flush"``: WAL,
+``synchronous=NORMAL``; ``"fsync"``: ``synchronous=FULL``, its WAL sized once so each
+commit's sync overwrites, as SqliteSaver's does once its WAL has wrapped): the
+configuration of ours whose sync is SQLite's (docs/langgraph.md, "a sync on every checkpoint").
 
 The settings each side ran with are read back (SQLite's ``journal_mode`` and
 ``synchronous`` pragmas, our store's ``durability``) and printed with the figures.
@@ -48,7 +54,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -168,23 +174,23 @@ class Floor:
         os.close(self.fd)
 
 
-def compare(ours: Thread, baseline: Thread, rounds: int, batch: int,
-            floor: Floor | None = None) -> tuple[dict[str, tuple[float, float]], list[list[float]]]:
-    """Each operation in ``rounds`` rounds of ``batch``, the two savers taking turns (so a
-    busy moment of a shared machine falls on both); the medians per operation, and the
-    put timings of ours, the baseline and ``floor`` (its appends of our puts' bytes, made
-    after each round's puts; none without it)."""
-    samples: dict[str, tuple[list[float], list[float]]] = {op: ([], []) for op in OPERATIONS}
+def compare(threads: list[Thread], rounds: int, batch: int,
+            floor: Floor | None = None) -> tuple[dict[str, list[float]], list[list[float]]]:
+    """Each operation in ``rounds`` rounds of ``batch``, the savers taking turns in the order
+    given (so a busy moment of a shared machine falls on all of them); the medians per
+    operation and saver, and the put timings of each saver, then of ``floor`` (its appends of
+    the first saver's puts' bytes, made after each round's puts; none without it)."""
+    samples: dict[str, list[list[float]]] = {op: [[] for _ in threads] for op in OPERATIONS}
     floors: list[float] = []
     for _ in range(rounds):
         for op, fn in OPERATIONS.items():
-            samples[op][0].extend(fn(ours, batch))
-            if op == "put" and floor is not None:
-                floor.capture(batch)
-            samples[op][1].extend(fn(baseline, batch))
+            for i, thread in enumerate(threads):
+                samples[op][i].extend(fn(thread, batch))
+                if op == "put" and floor is not None and i == 0:
+                    floor.capture(batch)
             if op == "put" and floor is not None:
                 floors.extend(floor.put(batch))
-    return ({op: (statistics.median(a), statistics.median(b)) for op, (a, b) in samples.items()},
+    return ({op: [statistics.median(xs) for xs in per] for op, per in samples.items()},
             [*samples["put"], floors])
 
 
@@ -200,11 +206,10 @@ def chat_graph(saver: BaseCheckpointSaver[Any]) -> Any:
     return builder.compile(checkpointer=saver)
 
 
-def compare_turns(ours: BaseCheckpointSaver[Any], baseline: BaseCheckpointSaver[Any], rounds: int,
-                  batch: int) -> tuple[float, float]:
+def compare_turns(savers: list[BaseCheckpointSaver[Any]], rounds: int, batch: int) -> list[float]:
     """Median seconds of one ``graph.invoke`` turn (get_tuple, then puts and put_writes as the loop
     makes them) on a thread growing by a user and a bot message per turn, the savers taking turns."""
-    graphs: list[tuple[Any, list[float]]] = [(chat_graph(saver), []) for saver in (ours, baseline)]
+    graphs: list[tuple[Any, list[float]]] = [(chat_graph(saver), []) for saver in savers]
     thread: Any = {"configurable": {"thread_id": "turns"}}
     for _ in range(rounds):
         for graph, samples in graphs:
@@ -212,7 +217,7 @@ def compare_turns(ours: BaseCheckpointSaver[Any], baseline: BaseCheckpointSaver[
                 start = time.perf_counter()
                 graph.invoke({"messages": [HumanMessage(f"question {i}: " + "lorem ipsum " * 16)]}, thread)
                 samples.append(time.perf_counter() - start)
-    return statistics.median(graphs[0][1]), statistics.median(graphs[1][1])
+    return [statistics.median(samples) for _, samples in graphs]
 
 
 class Ledger:
@@ -289,12 +294,23 @@ def sqlite_saver(path: Path, synchronous: str | None) -> SqliteSaver:
 _SYNCHRONOUS = {0: "OFF", 1: "NORMAL", 2: "FULL", 3: "EXTRA"}
 
 
-def durability_line(sm: Any, baseline: SqliteSaver) -> str:
-    """The durability each side runs with, as read back from it (not as asked for)."""
-    journal = baseline.conn.execute("PRAGMA journal_mode").fetchone()[0]
-    synchronous = baseline.conn.execute("PRAGMA synchronous").fetchone()[0]
-    return (f"SessionManagerSaver durability={sm.service.store.durability!r}; SqliteSaver "
-            f"journal_mode={journal}, synchronous={_SYNCHRONOUS.get(synchronous, synchronous)}")
+def pragmas(conn: sqlite3.Connection) -> str:
+    """A connection's journal mode and synchronous level, as read back from it."""
+    journal = conn.execute("PRAGMA journal_mode").fetchone()[0]
+    synchronous = conn.execute("PRAGMA synchronous").fetchone()[0]
+    return f"journal_mode={journal}, synchronous={_SYNCHRONOUS.get(synchronous, synchronous)}"
+
+
+def durability_line(sm: Any, on_sqlite: Any, baseline: SqliteSaver) -> str:
+    """The durability each side runs with, as read back from it (not as asked for): our
+    sqlite store's from the connection its writes used (this thread's)."""
+    return (f"ours over fs durability={sm.service.store.durability!r}; ours over sqlite "
+            f"durability={on_sqlite.service.store.durability!r}, "
+            f"{pragmas(on_sqlite.service.store.db.local.state.conn)}; SqliteSaver {pragmas(baseline.conn)}")
+
+
+# The contenders, in the order they take turns and are printed: ours over each of our stores, then the baseline.
+SAVERS = ("ours over fs", "ours over sqlite", "SqliteSaver")
 
 
 def main() -> None:
@@ -303,52 +319,56 @@ def main() -> None:
     parser.add_argument("--split", action="store_true", help="then split put into serializer, store call, rest")
     args = parser.parse_args()
     rounds, batch = (5, 20) if args.quick else (20, 25)
-    rows: list[tuple[str, str, dict[str, tuple[float, float]]]] = []
-    # state, durability, statistic, then the floor's, our and SqliteSaver's put by it
-    floors: list[tuple[str, str, str, float, float, float]] = []
+    rows: list[tuple[str, str, dict[str, list[float]]]] = []
+    # state, durability, statistic, then the floor's and each saver's put by it
+    floors: list[tuple[str, str, str, float, list[float]]] = []
     settings_run: dict[str, str] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for workload, settings in WORKLOADS.items():
-            for label, durability, synchronous in (("no sync per write", "flush", "NORMAL"),
-                                                   ("fsync per write", "fsync", None)):
+            runs: tuple[tuple[str, Literal["flush", "fsync"], str | None], ...] = (
+                ("no sync per write", "flush", "NORMAL"), ("fsync per write", "fsync", None))
+            for label, durability, synchronous in runs:
                 where = Path(tmp) / f"{len(rows)}"
-                with session_manager.open(where / "sm", durability=durability) as sm:  # type: ignore[arg-type]
+                with session_manager.open(where / "sm", durability=durability) as sm, \
+                        session_manager.open(f"sqlite:///{where.resolve()}-sm.db", durability=durability) as on_sqlite:
                     baseline_saver = sqlite_saver(where.with_suffix(".db"), synchronous)
-                    ours_saver = SessionManagerSaver(sm)
-                    settings_run[label] = durability_line(sm, baseline_saver)
+                    savers = [SessionManagerSaver(sm), SessionManagerSaver(on_sqlite), baseline_saver]
                     floor = Floor(where / "sm", sync=durability == "fsync")
-                    figures, (ours_puts, baseline_puts, floor_puts) = compare(
-                        Thread(ours_saver, "bench", settings), Thread(baseline_saver, "bench", settings), rounds,
-                        batch, floor)
+                    figures, puts = compare([Thread(saver, "bench", settings) for saver in savers], rounds,
+                                            batch, floor)
+                    settings_run[label] = durability_line(sm, on_sqlite, baseline_saver)
                     floor.close()
+                    *saver_puts, floor_puts = puts
                     for stat, of in (("median", statistics.median),
                                      ("p10", lambda xs: statistics.quantiles(xs, n=10)[0])):
-                        floors.append((workload, label, stat, of(floor_puts), of(ours_puts), of(baseline_puts)))
+                        floors.append((workload, label, stat, of(floor_puts), [of(xs) for xs in saver_puts]))
                     if settings is SETTINGS:
-                        figures["graph.invoke (a turn)"] = compare_turns(ours_saver, baseline_saver, rounds // 2, 10)
+                        figures["graph.invoke (a turn)"] = compare_turns(savers, rounds // 2, 10)
                     baseline_saver.conn.close()
                 rows.append((workload, label, figures))
         split = split_puts(Path(tmp) / "split", rounds, batch) if args.split else {}
     print(f"LangGraph checkpointers: {rounds} rounds of {batch} per operation, the savers taking turns; "
-          f"{rounds * batch} checkpoints per thread; medians")
+          f"{rounds * batch} checkpoints per thread; medians; SessionManagerSaver over our fs store and "
+          f"over our sqlite store")
     for label, line in settings_run.items():
         print(f"  {label}: {line}")
     print()
-    print(f"{'state':<28} {'durability':<18} {'operation':<19} {'SessionManagerSaver':>19} {'SqliteSaver':>12}"
-          f" {'x Sqlite':>9}")
+    print(f"{'state':<28} {'durability':<18} {'operation':<22} {'ours over fs':>12} {'ours / sqlite':>13}"
+          f" {'SqliteSaver':>12} {'x (fs)':>7} {'x (sqlite)':>10}")
     for workload, label, figures in rows:
-        for op, (ours, baseline) in figures.items():
-            print(f"{workload:<28} {label:<18} {op:<19} {ours * 1e6:>16.0f} us {baseline * 1e6:>9.0f} us"
-                  f" {baseline / ours:>8.2f}x")
+        for op, (fs, sq, baseline) in figures.items():
+            print(f"{workload:<28} {label:<18} {op:<22} {fs * 1e6:>9.0f} us {sq * 1e6:>10.0f} us"
+                  f" {baseline * 1e6:>9.0f} us {baseline / fs:>6.2f}x {baseline / sq:>9.2f}x")
+    print("(x = SqliteSaver's time / ours: above 1 is faster)")
 
-    print("\nput beside its floor: the bytes of each of our puts appended again to a plain file (one write,"
-          " and one fsync\nin the fsync rows) in the same rounds; ours less the floor is the library's share."
+    print("\nput beside its floor: the bytes of each of our fs puts appended again to a plain file (one write,"
+          " and one fsync\nin the fsync rows) in the same rounds; ours over fs less the floor is the library's share."
           " On a busy disk the\nmedians of the fsync rows are its queue; the 10th percentiles are nearer its own cost")
-    print(f"{'state':<28} {'durability':<18} {'':<6} {'raw append floor':>16} {'SessionManagerSaver':>19}"
-          f" {'SqliteSaver':>12} {'ours - floor':>12}")
-    for workload, label, stat, floor_put, ours, baseline in floors:
-        print(f"{workload:<28} {label:<18} {stat:<6} {floor_put * 1e6:>13.0f} us {ours * 1e6:>16.0f} us"
-              f" {baseline * 1e6:>9.0f} us {(ours - floor_put) * 1e6:>9.0f} us")
+    print(f"{'state':<28} {'durability':<18} {'':<6} {'raw append floor':>16} {'ours over fs':>12}"
+          f" {'ours / sqlite':>13} {'SqliteSaver':>12} {'fs - floor':>10}")
+    for workload, label, stat, floor_put, (fs, sq, baseline) in floors:
+        print(f"{workload:<28} {label:<18} {stat:<6} {floor_put * 1e6:>13.0f} us {fs * 1e6:>9.0f} us"
+              f" {sq * 1e6:>10.0f} us {baseline * 1e6:>9.0f} us {(fs - floor_put) * 1e6:>7.0f} us")
 
     if split:
         print("\nput, split (messages + 2 KB settings, no sync per write; medians per put, which need not add up)")

@@ -8,6 +8,8 @@ machine falls on all of them), ``bench_langgraph``'s checkpoints (messages + 2 K
 - ``SessionManagerSaver`` over ``durability="fsync"``: the whole put, and within it the
   ``fsync`` of the log (``os.fsync`` as ``_descriptors`` calls it), the ``write`` of its bytes
   (``os.write`` as ``_fileops.write_all`` calls it) and the rest (CPU: the saver, the store);
+- ``SessionManagerSaver`` over our sqlite store with ``durability="fsync"`` (WAL,
+  ``synchronous=FULL``, its WAL sized once: each commit's sync overwrites), the whole put;
 - ``SqliteSaver`` as it comes (WAL, ``synchronous=FULL``), the whole put;
 - ``SessionManagerSaver`` over ``durability="flush"`` (no sync: CPU and one ``write``), right
   after the SqliteSaver put (it starts as an fsync-mode put does, on a CPU the process just
@@ -99,7 +101,8 @@ def main() -> None:
     _descriptors.os = clock  # type: ignore[assignment]
     _fileops.os = clock  # type: ignore[assignment]
     rows: dict[str, list[float]] = {name: [] for name in (
-        "ours fsync put", "  its fsync", "  its write", "  the rest (CPU)", "SqliteSaver FULL put",
+        "ours fsync put", "  its fsync", "  its write", "  the rest (CPU)",
+        "ours over sqlite, fsync put", "SqliteSaver FULL put",
         "ours flush put, after SqliteSaver's", "ours flush put, back to back",
         "raw append + fsync", "raw append + fdatasync", "raw overwrite + fdatasync", "raw overwrite + fsync")}
     with tempfile.TemporaryDirectory() as tmp:
@@ -108,6 +111,8 @@ def main() -> None:
                   for name, durability in (("fsync", "fsync"), ("flush", "flush"), ("warm", "flush"))]
         fsync_put, after_put, warm_put = (bench.Thread(SessionManagerSaver(sm), "bench", bench.SETTINGS)
                                           for sm in stores)
+        on_sqlite = session_manager.open(f"sqlite:///{where.resolve()}/sm.db", durability="fsync")
+        sqlite_put = bench.Thread(SessionManagerSaver(on_sqlite), "bench", bench.SETTINGS)
         baseline = bench.Thread(bench.sqlite_saver(where / "sqlite.db", None), "bench", bench.SETTINGS)
         flags = os.O_RDWR | os.O_CREAT | os.O_APPEND
         append_fsync, append_fdatasync = (os.open(where / name, flags, 0o644) for name in ("a.jsonl", "b.jsonl"))
@@ -124,6 +129,7 @@ def main() -> None:
             rows["  its fsync"].append(clock.fsync_s)
             rows["  its write"].append(clock.write_s)
             rows["  the rest (CPU)"].append(took - clock.fsync_s - clock.write_s)
+            rows["ours over sqlite, fsync put"].extend(sqlite_put.put(1))
             rows["SqliteSaver FULL put"].extend(baseline.put(1))
             rows["ours flush put, after SqliteSaver's"].extend(after_put.put(1))
             warm_put.put(1)
@@ -148,7 +154,7 @@ def main() -> None:
                 sync(fd)
                 rows[name].append(time.perf_counter() - start)
             at += len(data)
-        for sm in stores:
+        for sm in (*stores, on_sqlite):
             sm.close()
         baseline.saver.conn.close()  # type: ignore[attr-defined]
         for fd in (append_fsync, append_fdatasync, over_fdatasync, over_fsync):

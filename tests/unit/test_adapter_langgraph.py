@@ -42,6 +42,15 @@ def opener(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Opener]:
         yield lambda: session_manager.open(store=pg_support.open_store(name))
 
 
+@pytest.fixture(params=["fs", "sqlite"])
+def local_opener(request: pytest.FixtureRequest, tmp_path: Path) -> Opener:
+    """Opens the same store again each call (a restart), over fs or sqlite (the tests of one
+    process's saver: each put goes through either store's write path)."""
+    if request.param == "fs":
+        return lambda: session_manager.open(tmp_path / "d")
+    return lambda: session_manager.open(f"sqlite:///{tmp_path.resolve()}/d.db")
+
+
 def config(thread: str, checkpoint_id: str | None = None, ns: str = "") -> Any:
     configurable: dict[str, Any] = {"thread_id": thread, "checkpoint_ns": ns}
     if checkpoint_id is not None:
@@ -186,7 +195,7 @@ def test_async_graph_over_an_aio_manager(tmp_path: Path) -> None:
 # -- storage: exact values, linear growth, ordinary entries, events ---------------------
 
 
-def test_values_round_trip_exactly_and_are_stored_as_serializer_type_and_bytes(tmp_path: Path) -> None:
+def test_values_round_trip_exactly_and_are_stored_as_serializer_type_and_bytes(local_opener: Opener) -> None:
     # Prevents: bytes, sets, datetimes, unicode coming back other than LangGraph's serializer gives
     # them (InMemorySaver, beside it, is the reference), or values stored opaquely.
     from langgraph.checkpoint.memory import InMemorySaver
@@ -197,7 +206,7 @@ def test_values_round_trip_exactly_and_are_stored_as_serializer_type_and_bytes(t
     checkpoint = {"v": 4, "id": "1f0-a", "ts": "2026-01-01T00:00:00+00:00", "channel_values": {"x": value},
                   "channel_versions": {"x": "1.0"}, "versions_seen": {"n": {"x": "1.0"}}, "updated_channels": ["x"]}
     metadata: Any = {"source": "input", "step": -1, "parents": {}, "when": datetime.date(2026, 1, 2)}
-    with session_manager.open(tmp_path / "d") as sm:
+    with local_opener() as sm:
         results = []
         for saver in (SessionManagerSaver(sm), InMemorySaver()):
             saved = saver.put(config("v"), dict(checkpoint), dict(metadata), {"x": "1.0"})  # type: ignore[arg-type]
@@ -219,10 +228,10 @@ def test_values_round_trip_exactly_and_are_stored_as_serializer_type_and_bytes(t
     assert data["checkpoint"]["json"]["id"] == "1f0-a"  # plain JSON where JSON holds it exactly
 
 
-def test_editing_a_read_checkpoint_changes_nothing_stored(tmp_path: Path) -> None:
+def test_editing_a_read_checkpoint_changes_nothing_stored(local_opener: Opener) -> None:
     # Prevents: get_tuple handing out the store's own entry objects, so LangGraph updating a
     # checkpoint's channel_versions in place (as its loop does) rewrote the stored checkpoint.
-    with session_manager.open(tmp_path / "d") as sm:
+    with local_opener() as sm:
         saver = SessionManagerSaver(sm)
         checkpoint = {"v": 4, "id": "1", "ts": "t", "channel_values": {"x": [1]}, "channel_versions": {"x": "1"},
                       "versions_seen": {"n": {"x": "1"}}, "updated_channels": None}
@@ -264,12 +273,12 @@ def nested(depth: int) -> Any:
     return value
 
 
-def test_a_checkpoint_is_stored_as_exact_json_built_by_the_saver_not_the_callers_objects(tmp_path: Path) -> None:
+def test_a_checkpoint_is_stored_as_exact_json_built_by_the_saver_not_the_callers_objects(local_opener: Opener) -> None:
     # Prevents: the checkpoint entry, handed to the store without the host's private copy, holding
     # the caller's own dicts (editing them after put would rewrite the stored checkpoint) or
     # anything but exact JSON (a str subclass, NaN, nesting past what a request may hold), which the
     # copy used to refuse or turn into plain JSON.
-    with session_manager.open(tmp_path / "d") as sm:
+    with local_opener() as sm:
         saver = SessionManagerSaver(sm)
         handed: list[Any] = []
         real = sm._append_owned
@@ -321,10 +330,10 @@ def test_a_checkpoint_is_stored_as_exact_json_built_by_the_saver_not_the_callers
     ({"id": 7}, "checkpoint.id"),
 ])
 def test_what_a_checkpoint_entry_cannot_hold_exactly_is_refused_and_nothing_is_written(
-        tmp_path: Path, change: dict[str, Any], field: str) -> None:
+        local_opener: Opener, change: dict[str, Any], field: str) -> None:
     # Prevents: a channel version or checkpoint id JSON cannot carry as it is (NaN, a tuple, a
     # non-string name) reaching the store unchecked on the handed-over path.
-    with session_manager.open(tmp_path / "d") as sm:
+    with local_opener() as sm:
         saver = SessionManagerSaver(sm)
         checkpoint: Any = {"v": 4, "id": change.get("id", "c1"), "ts": "t", "channel_values": {"x": [1]},
                            "channel_versions": {"x": "1"}, "versions_seen": {}, "updated_channels": None}
@@ -339,9 +348,9 @@ def got_entry_id(sm: Any, thread: str, checkpoint_id: str) -> str:
                 if e.get("custom_type") == CHECKPOINT and e["data"]["id"] == checkpoint_id)
 
 
-def test_a_long_thread_stores_each_channel_version_once(tmp_path: Path) -> None:
+def test_a_long_thread_stores_each_channel_version_once(local_opener: Opener) -> None:
     # Prevents: quadratic growth (every checkpoint re-storing every channel's whole value).
-    with session_manager.open(tmp_path / "d") as sm:
+    with local_opener() as sm:
         graph = chat_graph(SessionManagerSaver(sm))
         for i in range(30):
             graph.invoke({"messages": [HumanMessage(f"turn {i}")]}, config("long"))
@@ -358,11 +367,11 @@ def test_a_long_thread_stores_each_channel_version_once(tmp_path: Path) -> None:
     assert any("messages" not in e["data"]["values"] for e in checkpoints)
 
 
-def test_checkpoints_are_ordinary_entries_with_events_and_tenant_metadata(tmp_path: Path) -> None:
+def test_checkpoints_are_ordinary_entries_with_events_and_tenant_metadata(local_opener: Opener) -> None:
     # Prevents: checkpoints written around the function surface (no events) or sessions
     # created without the tenant metadata the list filters and observers rely on.
     added: list[Any] = []
-    with session_manager.open(tmp_path / "d") as sm:
+    with local_opener() as sm:
         sm.observe({"function_id": ON_MESSAGE_ADDED}, added.append)
         saver = SessionManagerSaver(sm, metadata={"tenant": "acme"})
         other = SessionManagerSaver(sm, metadata={"tenant": "other"})
@@ -383,9 +392,9 @@ def test_checkpoints_are_ordinary_entries_with_events_and_tenant_metadata(tmp_pa
     assert path[-1]["custom"]["custom_type"] == CHECKPOINT  # the active leaf is the newest checkpoint
 
 
-def test_prune_keeps_the_latest_readable_and_tombstones_the_rest(tmp_path: Path) -> None:
+def test_prune_keeps_the_latest_readable_and_tombstones_the_rest(local_opener: Opener) -> None:
     # Prevents: keep_latest losing the values the kept checkpoint inherited from pruned ones.
-    with session_manager.open(tmp_path / "d") as sm:
+    with local_opener() as sm:
         saver = SessionManagerSaver(sm)
         graph = chat_graph(saver)
         graph.invoke({"messages": [HumanMessage("a")]}, config("p"))
@@ -394,14 +403,14 @@ def test_prune_keeps_the_latest_readable_and_tombstones_the_rest(tmp_path: Path)
         assert [texts(graph.get_state(config("p")))] == [["a", "seen 1", "b", "seen 3"]]
         assert len(list(saver.list(config("p")))) == 1
         assert [e["custom_type"] for e in stored(sm, "p")].count(DELETED) == 1
-    with session_manager.open(tmp_path / "d") as sm:  # after a restart too
+    with local_opener() as sm:  # after a restart too
         assert len(list(SessionManagerSaver(sm).list(config("p")))) == 1
 
 
-def test_bad_input_is_a_clear_error_and_writes_nothing(tmp_path: Path) -> None:
+def test_bad_input_is_a_clear_error_and_writes_nothing(local_opener: Opener) -> None:
     # Prevents: a traceback (or a half-written thread) on an empty thread id, a config without
     # ``configurable``, writes without their checkpoint, or an unknown prune strategy.
-    with session_manager.open(tmp_path / "d") as sm:
+    with local_opener() as sm:
         saver = SessionManagerSaver(sm)
         with pytest.raises(SessionError) as empty:
             saver.get_tuple(config(""))
@@ -426,10 +435,10 @@ def plain_checkpoint(checkpoint_id: str) -> Any:
             "versions_seen": {}, "updated_channels": None}
 
 
-def test_a_put_reads_nothing_of_the_session_while_its_index_is_current(tmp_path: Path) -> None:
+def test_a_put_reads_nothing_of_the_session_while_its_index_is_current(local_opener: Opener) -> None:
     # Prevents: the per-put read of the session (its meta and leaf, to check the saver's index is
     # current) coming back: the append itself checks that now, where it reads the session anyway.
-    with session_manager.open(tmp_path / "d") as sm:
+    with local_opener() as sm:
         saver = SessionManagerSaver(sm)
         store = sm.service.store
         reads: list[str] = []
@@ -444,7 +453,7 @@ def test_a_put_reads_nothing_of_the_session_while_its_index_is_current(tmp_path:
     assert first and reads == first
 
 
-@pytest.mark.parametrize("where", ["fs", pytest.param("postgres", marks=pytest.mark.postgres)])
+@pytest.mark.parametrize("where", ["fs", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def test_writes_after_another_writers_find_its_checkpoints(where: str, tmp_path: Path) -> None:
     # Prevents: a saver writing with the index its own last write left (no read first) missing
     # another writer's checkpoints: its next checkpoint would hang from the root instead of
@@ -453,6 +462,11 @@ def test_writes_after_another_writers_find_its_checkpoints(where: str, tmp_path:
         if where == "fs":
             sm = stack.enter_context(session_manager.open(tmp_path / "d"))
             mine, theirs = SessionManagerSaver(sm), SessionManagerSaver(sm)  # two indexes, one store
+        elif where == "sqlite":  # two instances over one file (as two processes would be)
+            uri = f"sqlite:///{tmp_path.resolve()}/d.db"
+            sm = stack.enter_context(session_manager.open(uri))
+            other = stack.enter_context(session_manager.open(uri))
+            mine, theirs = SessionManagerSaver(sm), SessionManagerSaver(other)
         else:
             schema = stack.enter_context(pg_support.schema())
             sm = stack.enter_context(session_manager.open(store=pg_support.open_store(schema)))
@@ -479,9 +493,9 @@ def test_writes_after_another_writers_find_its_checkpoints(where: str, tmp_path:
 
 
 
-def test_parallel_tasks_writes_from_threads_are_all_kept(tmp_path: Path) -> None:
+def test_parallel_tasks_writes_from_threads_are_all_kept(local_opener: Opener) -> None:
     # Prevents: concurrent put_writes (parallel tasks) losing one another's writes.
-    with session_manager.open(tmp_path / "d") as sm:
+    with local_opener() as sm:
         saver = SessionManagerSaver(sm)
         checkpoint = {"v": 4, "id": "1", "ts": "t", "channel_values": {}, "channel_versions": {},
                       "versions_seen": {}, "updated_channels": None}
@@ -515,9 +529,9 @@ def test_a_reader_in_another_instance_sees_new_checkpoints(schema: str) -> None:
         assert texts(reader.get_state(config("x"))) == ["one", "seen 1", "two", "seen 3"]
 
 
-def test_a_cancelled_aput_has_landed_when_cancellation_is_seen(tmp_path: Path) -> None:
+def test_a_cancelled_aput_has_landed_when_cancellation_is_seen(local_opener: Opener) -> None:
     # Prevents: CancelledError raised while the checkpoint is still being written (it would land later).
-    with session_manager.open(tmp_path / "d") as sm:
+    with local_opener() as sm:
         saver = SessionManagerSaver(sm)
         entered, release = threading.Event(), threading.Event()
         real_call = sm._append_owned  # (a checkpoint is handed over: see test_a_checkpoint_is_stored_as_exact_json...)
