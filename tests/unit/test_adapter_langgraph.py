@@ -219,6 +219,28 @@ def test_values_round_trip_exactly_and_are_stored_as_serializer_type_and_bytes(t
     assert data["checkpoint"]["json"]["id"] == "1f0-a"  # plain JSON where JSON holds it exactly
 
 
+def test_a_checkpoint_kept_in_memory_holds_its_values_text_without_a_utf8_copy(tmp_path: Path) -> None:
+    # Prevents: the store keeping, beside each checkpoint's serialized values (latin-1 text, one
+    # character per byte), the UTF-8 orjson made of that text when the entry was encoded and left on
+    # the string: as much memory again per checkpoint kept, fresh pages on every put. The entry on
+    # disk is the same: the log, read again after a reopen, gives the same data.
+    import sys
+
+    value = ["caf\u00e9 \u00ff" * 50, 3]
+    checkpoint: Any = {"v": 4, "id": "1f0-a", "ts": "t", "channel_values": {"x": value, "y": 1},
+                       "channel_versions": {"x": "1", "y": "1"}, "versions_seen": {}, "updated_channels": None}
+    with session_manager.open(tmp_path / "d") as sm:
+        SessionManagerSaver(sm).put(config("u"), checkpoint, {"step": 1}, {"x": "1", "y": "1"})
+        kept = next(e for e in stored(sm, "u") if e.get("custom_type") == CHECKPOINT)["data"]
+        text = kept["values"]["x"][2]
+        assert not text.isascii()
+        assert sys.getsizeof(text) == sys.getsizeof(text.encode("latin-1").decode("latin-1"))  # no UTF-8 kept
+    with session_manager.open(tmp_path / "d") as sm:
+        assert next(e for e in stored(sm, "u") if e.get("custom_type") == CHECKPOINT)["data"] == kept
+        got = SessionManagerSaver(sm).get_tuple(config("u"))
+    assert got is not None and got.checkpoint["channel_values"] == {"x": value, "y": 1}
+
+
 def test_editing_a_read_checkpoint_changes_nothing_stored(tmp_path: Path) -> None:
     # Prevents: get_tuple handing out the store's own entry objects, so LangGraph updating a
     # checkpoint's channel_versions in place (as its loop does) rewrote the stored checkpoint.
