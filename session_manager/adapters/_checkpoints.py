@@ -88,6 +88,19 @@ def pack(serde: Any, value: Any) -> list[str]:
     return [text(kind, "serde type"), data.decode("latin-1")]
 
 
+def pack_writes(serde: Any, writes: list[tuple[int, str, Any]]) -> tuple[list[list[Any]], list[list[Any]]]:
+    """The ``writes`` of a writes entry: ``[idx, channel, type, data]`` per ``(idx, channel,
+    value)``, and their twin to encode (:func:`data_json`): equal, each text another string."""
+    packed: list[list[Any]] = []
+    twin: list[list[Any]] = []
+    for idx, channel, value in writes:
+        kind, data = serde.dumps_typed(value)
+        kind = text(kind, "serde type")
+        packed.append([idx, channel, kind, data.decode("latin-1")])
+        twin.append([idx, channel, kind, data.decode("latin-1")])
+    return packed, twin
+
+
 def pack_values(serde: Any, channel_values: dict[str, Any],
                 new_versions: dict[str, Any]) -> tuple[dict[str, list[Any]], dict[str, list[Any]]]:
     """The ``values`` of a checkpoint entry: ``[version, type, data]`` per channel in

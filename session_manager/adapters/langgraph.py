@@ -67,8 +67,8 @@ from ._checkpoints import (
     decode_doc,
     encode_docs,
     new_writes,
-    pack,
     pack_values,
+    pack_writes,
     text,
     unpack,
 )
@@ -167,9 +167,11 @@ class SessionManagerSaver(BaseCheckpointSaver[str]):
             self._indexes.pop(thread_id, None)
 
     def _append(self, thread_id: str, index: ThreadIndex, custom_type: str, data: Any, parent: str | None,
-                entry_id: str | None = None, *, owned: bool = False, checked: bool = False) -> str:
+                entry_id: str | None = None, *, owned: bool = False, checked: bool = False,
+                data_json: bytes | None = None) -> str:
         """Append one custom entry and take it into ``index`` (whose token follows the new leaf)."""
-        written = self._write(thread_id, index, custom_type, data, parent, entry_id, owned=owned, checked=checked)
+        written = self._write(thread_id, index, custom_type, data, parent, entry_id, owned=owned, checked=checked,
+                              data_json=data_json)
         index.add({"id": written, "kind": "custom", "custom_type": custom_type, "data": data})
         return written
 
@@ -352,10 +354,10 @@ class SessionManagerSaver(BaseCheckpointSaver[str]):
             fresh = new_writes(index, key, indexed, task_id)
             if not fresh:
                 return
-            data = {"ns": ns, "checkpoint_id": key[1], "task_id": task_id, "task_path": task_path,
-                    "writes": [[idx, channel, *pack(self.serde, value)] for idx, channel, value in fresh]}
+            packed, twin = pack_writes(self.serde, fresh)
+            data = {"ns": ns, "checkpoint_id": key[1], "task_id": task_id, "task_path": task_path, "writes": packed}
             self._append(thread_id, index, WRITES, data, index.checkpoints.get(key, ROOT_ID), owned=True,
-                         checked=checked)
+                         checked=checked, data_json=data_json(data, "writes", twin))
 
         with self._lock(thread_id):  # no read of the session: the append checks the index is current
             self._checked(thread_id, self._current(thread_id), write)
