@@ -236,7 +236,7 @@ class SessionManager(Helpers):
             gate.leave()
 
     def _append_owned(self, session_id: str, custom_type: str, data: Any, parent_id: str | None = None, *,
-                      at: SessionAt | None = None) -> str:
+                      at: SessionAt | None = None, data_json: bytes | None = None) -> str:
         """``session::append`` of a custom entry (no caller's entry id) this package's own
         code built, as a typed call: the new entry's id. :meth:`_call_owned`'s promise
         about ``data`` (exact JSON, at most
@@ -247,7 +247,9 @@ class SessionManager(Helpers):
         encoded once (orjson keeps each string's UTF-8, so the store's encoding of the
         entry reuses it), the request measured around it; text JSON cannot carry refused
         as :func:`~session_manager._service.admission.admit` names it. Then as any append:
-        the session's state (``at`` as :meth:`_call_owned`'s), read-only refusal, the event."""
+        the session's state (``at`` as :meth:`_call_owned`'s), read-only refusal, the event.
+        ``data_json``: ``orjson.dumps(data)`` byte for byte, when the builder encoded it (then
+        it is measured and handed on as it is, not encoded again here)."""
         gate = self._gate
         if not gate.enter():
             raise RuntimeError("this session manager is closed")
@@ -260,7 +262,8 @@ class SessionManager(Helpers):
             if parent_id is not None:
                 envelope["parent_id"] = parent_id
             try:  # (the request's compact JSON is the envelope's with ``null`` replaced by data's)
-                data_json = orjson.dumps(data)  # (handed on: the store's encoding of the entry splices it in)
+                if data_json is None:
+                    data_json = orjson.dumps(data)  # (handed on: the store's encoding of the entry splices it in)
                 size = len(orjson.dumps(envelope)) - 4 + len(data_json)
             except TypeError:  # (orjson.JSONEncodeError too): admission names the field
                 envelope["custom"]["data"] = data

@@ -47,7 +47,7 @@ class OwnedCustom(NamedTuple):
     data: Any
     parent_id: str | None
     at: SessionAt | None  # as :func:`append_at`'s; None: unconditionally
-    data_json: bytes | None = None  # ``orjson.dumps(data)``, when the host encoded it (to size the request)
+    data_json: bytes | None = None  # ``orjson.dumps(data)``, when encoded (to size the request, or by its builder)
 
 
 # update-message's edits of the entry and the meta (every streamed token): the fields they always change.

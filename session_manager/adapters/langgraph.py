@@ -63,11 +63,12 @@ from ._checkpoints import (
     WRITES,
     Key,
     ThreadIndex,
+    data_json,
     decode_doc,
     encode_docs,
     new_writes,
-    pack,
     pack_values,
+    pack_writes,
     text,
     unpack,
 )
@@ -166,21 +167,25 @@ class SessionManagerSaver(BaseCheckpointSaver[str]):
             self._indexes.pop(thread_id, None)
 
     def _append(self, thread_id: str, index: ThreadIndex, custom_type: str, data: Any, parent: str | None,
-                entry_id: str | None = None, *, owned: bool = False, checked: bool = False) -> str:
+                entry_id: str | None = None, *, owned: bool = False, checked: bool = False,
+                data_json: bytes | None = None) -> str:
         """Append one custom entry and take it into ``index`` (whose token follows the new leaf)."""
-        written = self._write(thread_id, index, custom_type, data, parent, entry_id, owned=owned, checked=checked)
+        written = self._write(thread_id, index, custom_type, data, parent, entry_id, owned=owned, checked=checked,
+                              data_json=data_json)
         index.add({"id": written, "kind": "custom", "custom_type": custom_type, "data": data})
         return written
 
     def _write(self, thread_id: str, index: ThreadIndex, custom_type: str, data: Any, parent: str | None,
-               entry_id: str | None = None, *, owned: bool = False, checked: bool = False) -> str:
+               entry_id: str | None = None, *, owned: bool = False, checked: bool = False,
+               data_json: bytes | None = None) -> str:
         """Append one custom entry (rooting the thread first if needed); ``index``'s token
         follows the new leaf, the caller takes the entry into it. ``owned``: ``data`` was
         built by :mod:`._checkpoints` (exact JSON, newly made, not kept for changing)
         and is handed to the store as it is, without a private copy, through the host's
         typed append (the thread id passed the session's own checks when it was rooted:
         ``session::ensure``; ``parent`` is an entry id of it); ``checked`` (owned
-        only): only while the session is at ``index.token``, else ``LeafMoved``."""
+        only): only while the session is at ``index.token``, else ``LeafMoved``;
+        ``data_json`` (owned only): ``data``'s JSON, when made (:func:`._checkpoints.data_json`)."""
         if not index.rooted:
             made = self.sm.call("session::ensure", _dropped_none({"session_id": thread_id, "metadata": self.metadata}))
             root = self.sm.call("session::append", {"session_id": thread_id, "entry_id": ROOT_ID,
@@ -189,7 +194,8 @@ class SessionManagerSaver(BaseCheckpointSaver[str]):
             index.token = (made["meta"]["created_at"], root["entry_id"])
         if owned:  # the host's typed call: no payload built, admitted or parsed
             assert entry_id is None, "an owned write takes the entry id the store draws"
-            written = self.sm._append_owned(thread_id, custom_type, data, parent, at=index.token if checked else None)
+            written = self.sm._append_owned(thread_id, custom_type, data, parent, at=index.token if checked else None,
+                                            data_json=data_json)
         else:
             payload: dict[str, Any] = {"session_id": thread_id, "custom": {"custom_type": custom_type, "data": data}}
             if parent is not None:
@@ -318,12 +324,14 @@ class SessionManagerSaver(BaseCheckpointSaver[str]):
         checkpoint_id = text(checkpoint["id"], "checkpoint.id")
         # Built of exact JSON only (see _checkpoints): handed to the store without a copy.
         body, meta = encode_docs(self.serde, _without_values(checkpoint), get_checkpoint_metadata(config, metadata))
+        values, twin = pack_values(self.serde, checkpoint["channel_values"], new_versions)
         data = {"ns": ns, "id": checkpoint_id, "parent": parent_id, "checkpoint": body, "metadata": meta,
-                "values": pack_values(self.serde, checkpoint["channel_values"], new_versions)}
+                "values": values}
+        encoded = data_json(data, "values", twin)
         def write(index: ThreadIndex, checked: bool) -> tuple[ThreadIndex, str]:
             parent_entry = index.checkpoints.get((ns, parent_id)) if parent_id else None
             return index, self._write(thread_id, index, CHECKPOINT, data, parent_entry or ROOT_ID,
-                                      owned=True, checked=checked)
+                                      owned=True, checked=checked, data_json=encoded)
 
         with self._lock(thread_id):  # no read of the session: the append checks the index is current
             index, written = self._checked(thread_id, self._current(thread_id), write)
@@ -346,10 +354,10 @@ class SessionManagerSaver(BaseCheckpointSaver[str]):
             fresh = new_writes(index, key, indexed, task_id)
             if not fresh:
                 return
-            data = {"ns": ns, "checkpoint_id": key[1], "task_id": task_id, "task_path": task_path,
-                    "writes": [[idx, channel, *pack(self.serde, value)] for idx, channel, value in fresh]}
+            packed, twin = pack_writes(self.serde, fresh)
+            data = {"ns": ns, "checkpoint_id": key[1], "task_id": task_id, "task_path": task_path, "writes": packed}
             self._append(thread_id, index, WRITES, data, index.checkpoints.get(key, ROOT_ID), owned=True,
-                         checked=checked)
+                         checked=checked, data_json=data_json(data, "writes", twin))
 
         with self._lock(thread_id):  # no read of the session: the append checks the index is current
             self._checked(thread_id, self._current(thread_id), write)

@@ -228,6 +228,36 @@ def test_values_round_trip_exactly_and_are_stored_as_serializer_type_and_bytes(l
     assert data["checkpoint"]["json"]["id"] == "1f0-a"  # plain JSON where JSON holds it exactly
 
 
+def test_checkpoints_and_writes_kept_in_memory_hold_their_text_without_a_utf8_copy(tmp_path: Path) -> None:
+    # Prevents: the store keeping, beside each checkpoint's serialized values and each task's
+    # writes (latin-1 text, one character per byte), the UTF-8 orjson made of that text when the
+    # entry was encoded and left on the string: as much memory again per entry kept, fresh pages
+    # on every put. The entries on disk are the same: the log, read again after a reopen, gives
+    # the same data.
+    import sys
+
+    def utf8_kept(text: str) -> bool:
+        return sys.getsizeof(text) != sys.getsizeof(text.encode("latin-1").decode("latin-1"))
+
+    value = ["caf\u00e9 \u00ff" * 50, 3]
+    checkpoint: Any = {"v": 4, "id": "1f0-a", "ts": "t", "channel_values": {"x": value, "y": 1},
+                       "channel_versions": {"x": "1", "y": "1"}, "versions_seen": {}, "updated_channels": None}
+    with session_manager.open(tmp_path / "d") as sm:
+        saver = SessionManagerSaver(sm)
+        saved = saver.put(config("u"), checkpoint, {"step": 1}, {"x": "1", "y": "1"})
+        saver.put_writes(saved, [("x", value), ("y", 2)], "task-1")
+        kept = {e["custom_type"]: e["data"] for e in stored(sm, "u") if e.get("custom_type") in (CHECKPOINT, WRITES)}
+        texts = [kept[CHECKPOINT]["values"]["x"][2], kept[WRITES]["writes"][0][3]]
+        assert not any(text.isascii() for text in texts)
+        assert not any(utf8_kept(text) for text in texts)
+    with session_manager.open(tmp_path / "d") as sm:
+        assert {e["custom_type"]: e["data"] for e in stored(sm, "u")
+                if e.get("custom_type") in (CHECKPOINT, WRITES)} == kept
+        got = SessionManagerSaver(sm).get_tuple(config("u"))
+    assert got is not None and got.checkpoint["channel_values"] == {"x": value, "y": 1}
+    assert got.pending_writes == [("task-1", "x", value), ("task-1", "y", 2)]
+
+
 def test_editing_a_read_checkpoint_changes_nothing_stored(local_opener: Opener) -> None:
     # Prevents: get_tuple handing out the store's own entry objects, so LangGraph updating a
     # checkpoint's channel_versions in place (as its loop does) rewrote the stored checkpoint.
