@@ -22,7 +22,6 @@ described in :mod:`session_manager.adapters._adk_codec`.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import threading
 import uuid
 from collections.abc import Callable
@@ -58,6 +57,7 @@ from ._adk_codec import (
     split_state,
     user_state_key,
 )
+from ._settle import settled
 
 __all__ = ["SessionManagerSessionService"]
 
@@ -66,16 +66,10 @@ _PAGE = 1_000  # entries per read; the store clamps it to its max_list_limit
 
 
 async def _run(fn: Callable[..., T], *args: Any) -> T:
-    """Run ``fn`` on a worker thread. A cancelled caller still waits until the
-    write has happened or failed before ``CancelledError`` surfaces: the caller
-    never sees a cancellation whose write lands later."""
-    task = asyncio.ensure_future(asyncio.to_thread(fn, *args))
-    try:
-        return await asyncio.shield(task)
-    except asyncio.CancelledError:
-        with contextlib.suppress(Exception):
-            await task
-        raise
+    """Run ``fn`` on a worker thread. A cancelled caller (once or repeatedly) still
+    waits until the write has happened or failed before ``CancelledError`` surfaces:
+    the caller never sees a cancellation whose write lands later."""
+    return await settled(asyncio.to_thread(fn, *args))
 
 
 class SessionManagerSessionService(BaseSessionService):
