@@ -22,6 +22,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 from collections.abc import Iterable
 from typing import Any
@@ -40,6 +41,7 @@ USER_PREFIX = "user:"
 TEMP_PREFIX = "temp:"
 
 Json = dict[str, Any]
+_MAX_SECONDS = 2**53 / 1000  # event times past this (year 285,000+) give their message time 0
 Write = tuple[Json | None, Json | None, Json | None]  # (message, custom, origin) of one entry
 
 
@@ -88,8 +90,17 @@ def json_state(state: Json) -> Json:
     become their ``str``, as ADK's database service stores them."""
     from pydantic_core import to_jsonable_python
 
-    out: Json = orjson.loads(orjson.dumps(to_jsonable_python(state, fallback=str)))
+    out: Json = _json_copy(to_jsonable_python(state, fallback=str))
     return out
+
+
+def _json_copy(value: Any) -> Any:
+    """A fresh copy of JSON data: orjson's round trip, or the standard library's when it
+    holds an integer beyond 64 bits (which JSON and the store keep, orjson does not)."""
+    try:
+        return orjson.loads(orjson.dumps(value))
+    except TypeError:  # orjson.JSONEncodeError: "Integer exceeds 64-bit range"
+        return json.loads(json.dumps(value))
 
 
 def encode_event(data: Json) -> Write:
@@ -98,7 +109,9 @@ def encode_event(data: Json) -> Write:
     if not texts:
         return None, {"custom_type": EVENT_TYPE, "data": data}, None
     stamp = data.get("timestamp")
-    millis = int(stamp * 1000) if isinstance(stamp, (int, float)) and math.isfinite(stamp) else 0
+    millis = 0
+    if isinstance(stamp, (int, float)) and math.isfinite(stamp) and abs(stamp) < _MAX_SECONDS:
+        millis = int(stamp * 1000)  # (the event keeps its own time; a message's is in ms, within 2**53)
     blocks = [{"type": "text", "text": t} for t in texts]
     message: Json
     if data.get("author") == "user":
@@ -141,7 +154,7 @@ def fold_session_state(initial: Json, events: Iterable[Json]) -> Json:
         if isinstance(delta, dict):
             state.update(split_state(delta)[2])
     # A copy: the values must not be the very objects inside the events read with them.
-    copied: Json = orjson.loads(orjson.dumps(state))
+    copied: Json = _json_copy(state)
     return copied
 
 

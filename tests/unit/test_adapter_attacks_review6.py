@@ -192,7 +192,6 @@ def test_redelivery_through_a_stale_copy_is_stored_once_and_changes_no_state(sto
 # -- values -----------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="review6 D3: an int beyond 64 bits in state bricks every read")
 @pytest.mark.parametrize("value", [2**64, -(2**63) - 1, 10**40])
 def test_an_integer_beyond_64_bits_in_state_is_kept_and_reads_never_break(store: Backend, value: int) -> None:
     # Prevents: an int outside 64 bits (a 128-bit id kept as an int) stored in the event and
@@ -248,7 +247,6 @@ def test_odd_but_json_values_round_trip_exactly(store: Backend) -> None:
     store.run(after_restart)
 
 
-@pytest.mark.xfail(strict=True, reason="review6 D4: a huge event timestamp overflows the message time")
 def test_an_events_timestamp_far_in_the_future_still_stores(store: Backend) -> None:
     # Prevents: an event with text whose timestamp is huge (1e306 s) failing the append with
     # OverflowError (its message time in ms computed from it), where every other store keeps it.
