@@ -11,7 +11,8 @@
   and the viewer see it, with the whole event (``model_dump(mode="json")``) in
   ``origin.adk.event``; one without text is a custom entry ``adk.event`` whose
   data is the event. Reading an entry back validates that JSON, so the event
-  equals the one appended.
+  equals the one appended. Its entry id is ``adk_e_<digest of that JSON>``:
+  an equal event appended again is the store's replay of the entry.
 - The shared state lives in one session per app (``adk_a_<hash>``) and one
   per app and user (``adk_u_<hash>``), each entry a custom ``adk.state`` entry
   holding one delta: the state is the fold of the deltas in log order, so
@@ -63,6 +64,27 @@ def app_state_key(app_name: str) -> str:
 def user_state_key(app_name: str, user_id: str) -> str:
     """The store's id of a user's shared (``user:``) state within an app."""
     return f"adk_u_{_digest(app_name, user_id)}"
+
+
+def event_entry_id(data: Json) -> str:
+    """The entry id of an event's entry: a digest of the event's whole JSON form. An equal
+    event appended again (a retry after a failure or a cancellation, a re-delivery through
+    a stale copy of the session) is then the store's idempotent replay of that entry:
+    stored once, as ADK's in-memory service keeps it; distinct events sharing an ADK id differ."""
+    return f"adk_e_{hashlib.sha256(_canonical(data)).hexdigest()[:32]}"
+
+
+def delta_entry_id(session_key_: str, event_entry: str) -> str:
+    """The entry id, in a shared-state session, of the delta an event of one session brought
+    (so a replayed event's delta is replayed too, never applied again over newer values)."""
+    return f"adk_d_{_digest(session_key_, event_entry)}"
+
+
+def _canonical(data: Json) -> bytes:
+    try:
+        return orjson.dumps(data, option=orjson.OPT_SORT_KEYS)
+    except TypeError:  # an integer beyond 64 bits
+        return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
 
 
 def session_metadata(app_name: str, user_id: str, session_id: str, created: float, state: Json) -> Json:

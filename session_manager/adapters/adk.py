@@ -47,8 +47,10 @@ from ._adk_codec import (
     USER_PREFIX,
     Json,
     app_state_key,
+    delta_entry_id,
     encode_event,
     event_data,
+    event_entry_id,
     fold_deltas,
     fold_session_state,
     json_state,
@@ -248,7 +250,8 @@ class SessionManagerSessionService(BaseSessionService):
 
     def _store_event(self, app_name: str, user_id: str, sid: str, data: Json, stored: threading.Event) -> None:
         message, custom, origin = encode_event(data)
-        payload: Json = {"session_id": session_key(app_name, user_id, sid)}
+        key, entry_id = session_key(app_name, user_id, sid), event_entry_id(data)
+        payload: Json = {"session_id": key, "entry_id": entry_id}  # an equal event again: a replay
         if message is not None:
             payload["message"] = message
             payload["origin"] = origin
@@ -264,15 +267,19 @@ class SessionManagerSessionService(BaseSessionService):
         delta = (data.get("actions") or {}).get("state_delta")
         app_delta, user_delta, _ = split_state(delta if isinstance(delta, dict) else {})
         # After the event: a session that is not stored changes no shared state.
+        delta_id = delta_entry_id(key, entry_id)  # replayed with its event, never re-applied
         if app_delta:
-            self._add_delta(app_state_key(app_name), _app_meta(app_name), app_delta, sid)
+            self._add_delta(app_state_key(app_name), _app_meta(app_name), app_delta, sid, delta_id)
         if user_delta:
-            self._add_delta(user_state_key(app_name, user_id), _user_meta(app_name, user_id), user_delta, sid)
+            self._add_delta(user_state_key(app_name, user_id), _user_meta(app_name, user_id), user_delta, sid,
+                            delta_id)
 
-    def _add_delta(self, key: str, metadata: Json, delta: Json, sid: str) -> None:
+    def _add_delta(self, key: str, metadata: Json, delta: Json, sid: str, entry_id: str | None = None) -> None:
         """Append one delta to a shared-state session, creating it on first use."""
         payload: Json = {"session_id": key, "custom": {"custom_type": STATE_TYPE, "data": {"delta": delta}},
                          "origin": {ORIGIN_KEY: {"session_id": sid}}}
+        if entry_id is not None:
+            payload["entry_id"] = entry_id
         if key not in self._ensured:
             self._ensure_state(key, metadata)
         try:
@@ -322,8 +329,8 @@ class SessionManagerSessionService(BaseSessionService):
         for item in kept:
             if event_data(item) is None:
                 continue  # another writer's entry: not part of the ADK session
-            payload: Json = {"session_id": new_key}
-            payload.update((k, item[k]) for k in ("message", "custom", "origin") if k in item)
+            payload: Json = {"session_id": new_key}  # (its entry id too: a re-delivery to the fork replays)
+            payload.update((k, item[k]) for k in ("entry_id", "message", "custom", "origin") if k in item)
             self._call("session::append", payload)
         forked = self._get(app_name, user_id, sid, None)
         if forked is None:

@@ -135,7 +135,6 @@ def test_twice_cancelled_create_and_delete_have_settled_when_cancelled_error_is_
 # -- retries and re-deliveries (ADK's in-memory service dedupes against what it stored) ----
 
 
-@pytest.mark.xfail(strict=True, reason="review6 D2: a retried append whose event had landed is stored twice")
 def test_retry_after_an_append_that_landed_but_failed_stores_the_event_once(store: Backend) -> None:
     # Prevents: an append_event whose event landed but whose call then failed (the shared
     # state write after it refused, a connection lost after the commit) stored a second time
@@ -164,7 +163,6 @@ def test_retry_after_an_append_that_landed_but_failed_stores_the_event_once(stor
     store.run(scenario)
 
 
-@pytest.mark.xfail(strict=True, reason="review6 D2: a re-delivered event is stored again and its old delta re-applied")
 def test_redelivery_through_a_stale_copy_is_stored_once_and_changes_no_state(store: Backend) -> None:
     # Prevents: an equal event re-delivered through another (stale) copy of the session stored
     # again, or its (old) state delta applied again over newer values, where ADK's in-memory
