@@ -1,0 +1,381 @@
+"""Attacks on the LangGraph checkpointer's contract (issue 29, review 6): namespaces,
+pending writes (idempotency, special writes), list's filters, before and limit,
+copy / delete_for_runs / prune, concurrent writers, cancellation and restarts,
+over fs, sqlite and postgres; compared with LangGraph's own InMemorySaver where
+it implements the method. Also the transcript adapters' cancellation."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("langgraph.checkpoint.base", reason="the langgraph extra is not installed")
+
+from langgraph.checkpoint.base import ERROR, INTERRUPT, RESUME, WRITES_IDX_MAP, empty_checkpoint
+from langgraph.checkpoint.memory import InMemorySaver
+
+import session_manager
+from session_manager.adapters.langgraph import SessionManagerSaver
+from tests import pg_support
+
+Opener = Callable[[], Any]
+
+
+@pytest.fixture(params=["fs", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def opener(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Opener]:
+    """Opens the same store again each call (a restart)."""
+    if request.param == "fs":
+        yield lambda: session_manager.open(tmp_path / "d")
+        return
+    if request.param == "sqlite":
+        yield lambda: session_manager.open(f"sqlite:///{tmp_path.resolve()}/d.db")
+        return
+    with pg_support.schema() as name:
+        yield lambda: session_manager.open(store=pg_support.open_store(name))
+
+
+def config(thread: str, checkpoint_id: str | None = None, ns: str = "") -> Any:
+    configurable: dict[str, Any] = {"thread_id": thread, "checkpoint_ns": ns}
+    if checkpoint_id is not None:
+        configurable["checkpoint_id"] = checkpoint_id
+    return {"configurable": configurable}
+
+
+def cid(n: int) -> str:
+    """Checkpoint ids that sort as LangGraph's (time-ordered uuid6 text) do."""
+    return f"1f0{n:05d}-0000-6000-8000-000000000000"
+
+
+def checkpoint(n: int, values: dict[str, Any], versions: dict[str, Any]) -> Any:
+    c = empty_checkpoint()
+    c["id"] = cid(n)
+    c["ts"] = f"2026-01-01T00:00:{n:02d}+00:00"
+    c["channel_values"] = values
+    c["channel_versions"] = versions
+    return c
+
+
+def view(t: Any) -> Any:
+    """A checkpoint tuple as comparable data."""
+    if t is None:
+        return None
+    return (t.config, t.checkpoint, t.metadata, t.parent_config, t.pending_writes)
+
+
+ODD = "n\u00e9e \u0000 \U0001f600 \u202e"
+
+
+def build(saver: Any) -> None:
+    """A thread with two namespaces sharing checkpoint ids, branches, pending writes
+    (regular ones written twice, special ones replaced), odd values and nested metadata."""
+    parent: str | None = None
+    for n in range(5):
+        values = {"a": [n, ODD, b"\x00\xff" * n], "big": 2**63 - 1 - n, "neg": -(2**63)} if n != 3 else {"a": None}
+        versions = {"a": n + 1, "big": 1} if n == 0 else {"a": n + 1}
+        meta = {"step": n, "source": "loop", "run_id": f"run-{n % 2}",
+                "info": {"tags": ["x", ODD], "n": n % 2, "deep": {"f": 1e308, "z": -0.0}}}
+        saver.put(config("t", parent), checkpoint(n, values, {"a": n + 1, "big": 1}), meta,
+                  versions if n != 3 else {"a": n + 1})
+        parent = cid(n)
+    # a branch: a child of checkpoint 1 (time travel)
+    saver.put(config("t", cid(1)), checkpoint(7, {"a": "branch"}, {"a": "9"}), {"step": 2, "source": "fork"},
+              {"a": "9"})
+    # the subgraph namespace: the same ids, other values
+    for n in range(2):
+        saver.put(config("t", cid(n - 1) if n else None, "sub:1"), checkpoint(n, {"s": f"sub{n}"}, {"s": n + 1}),
+                  {"step": n, "source": "sub"}, {"s": n + 1})
+    saver.put_writes(config("t", cid(1)), [("a", 1), ("b", ODD)], "task-1", "path-1")
+    saver.put_writes(config("t", cid(1)), [("a", 99), ("b", 98), ("c", 3)], "task-1", "path-1")  # a, b kept
+    saver.put_writes(config("t", cid(1)), [(ERROR, "first error")], "task-2")
+    saver.put_writes(config("t", cid(1)), [(ERROR, "second error")], "task-2")  # special: replaces
+    saver.put_writes(config("t", cid(1)), [(INTERRUPT, {"value": "ask"}), (RESUME, "yes")], "task-3", "p3")
+    saver.put_writes(config("t", cid(1), "sub:1"), [("s", "only in sub")], "task-1")
+    saver.put_writes(config("t", cid(4)), [("a", "after")], "task-9")
+    saver.put(config("u"), checkpoint(0, {"a": 0}, {"a": 1}), {"step": 0, "source": "input", "run_id": "run-0"},
+              {"a": 1})
+
+
+def read(saver: Any) -> dict[str, Any]:
+    """Everything the read methods say about the built threads."""
+    out: dict[str, Any] = {}
+    for ns in ("", "sub:1", "none"):
+        out[f"latest {ns}"] = view(saver.get_tuple(config("t", ns=ns)))
+        for n in (0, 1, 3, 4, 7):
+            out[f"get {ns} {n}"] = view(saver.get_tuple(config("t", cid(n), ns)))
+        out[f"list {ns}"] = [view(t) for t in saver.list(config("t", ns=ns))]
+        out[f"list {ns} limit 2"] = [view(t) for t in saver.list(config("t", ns=ns), limit=2)]
+        out[f"list {ns} before 3"] = [view(t) for t in saver.list(config("t", ns=ns), before=config("t", cid(3)))]
+        out[f"list {ns} before 3 limit 1"] = [
+            view(t) for t in saver.list(config("t", ns=ns), before=config("t", cid(3)), limit=1)]
+    filters = [{"step": 1}, {"source": "loop", "run_id": "run-1"},
+               {"info": {"tags": ["x", ODD], "n": 1, "deep": {"f": 1e308, "z": -0.0}}},
+               {"info": {"n": 1}}, {"nope": None}, {"step": 2}, {"run_id": "run-0"}]
+    whole = {"configurable": {"thread_id": "t"}}  # every namespace
+    for i, f in enumerate(filters):
+        out[f"filter {i}"] = sorted(repr(view(t)) for t in saver.list(whole, filter=f))
+        out[f"filter all threads {i}"] = sorted(repr(view(t)) for t in saver.list(None, filter=f))
+    out["all namespaces"] = sorted(repr(view(t)) for t in saver.list(whole))
+    out["all namespaces, before 1"] = sorted(repr(view(t)) for t in saver.list(whole, before=config("t", cid(1))))
+    return out
+
+
+def test_namespaces_writes_filters_before_limit_match_in_memory_saver_and_survive_a_restart(opener: Opener) -> None:
+    # Prevents: one namespace's checkpoints, values or writes showing in another with the same
+    # checkpoint id; a regular pending write stored twice or replaced on a retry, a special one
+    # (error, interrupt: negative WRITES_IDX_MAP indexes) not replaced; list's before / limit /
+    # nested metadata filters picking other checkpoints than LangGraph's InMemorySaver; odd values
+    # (NUL and astral text, bytes, int64 limits, 1e308, -0.0) changed; any of it after a restart.
+    assert WRITES_IDX_MAP[ERROR] < 0 and WRITES_IDX_MAP[INTERRUPT] < 0
+    reference = InMemorySaver()
+    build(reference)
+    expected = read(reference)
+    sm = opener()
+    try:
+        saver = SessionManagerSaver(sm)
+        build(saver)
+        assert read(saver) == expected
+    finally:
+        sm.close()
+    sm = opener()
+    try:
+        assert read(SessionManagerSaver(sm)) == expected
+    finally:
+        sm.close()
+
+
+def test_copy_thread_then_writes_to_both_stay_apart(opener: Opener) -> None:
+    # Prevents: a copy sharing state with its source (a later write to one showing in the other),
+    # a copy missing a namespace, branch or pending write, a second copy failing, or the copy lost
+    # over a restart.
+    sm = opener()
+    try:
+        saver = SessionManagerSaver(sm)
+        build(saver)
+        before = read(saver)
+        saver.copy_thread("t", "copy")
+        saver.copy_thread("t", "copy")  # again: nothing doubled
+        copied = {k: [view(t) for t in saver.list(config("copy", ns=ns))] for k, ns in (("root", ""), ("sub", "sub:1"))}
+        source = {k: [view(t) for t in saver.list(config("t", ns=ns))] for k, ns in (("root", ""), ("sub", "sub:1"))}
+
+        def retarget(views: list[Any]) -> list[Any]:
+            return [repr(v).replace("'thread_id': 't'", "'thread_id': 'copy'") for v in views]
+
+        assert {k: [repr(v) for v in vs] for k, vs in copied.items()} == {k: retarget(vs) for k, vs in source.items()}
+        saver.put(config("copy", cid(4)), checkpoint(8, {"a": "copy only"}, {"a": "c8"}), {"step": 8}, {"a": "c8"})
+        saver.put_writes(config("copy", cid(1)), [("z", "copy write")], "task-c")
+        saver.put(config("t", cid(4)), checkpoint(9, {"a": "source only"}, {"a": "s9"}), {"step": 9}, {"a": "s9"})
+        assert saver.get_tuple(config("copy")).checkpoint["channel_values"]["a"] == "copy only"
+        assert saver.get_tuple(config("t")).checkpoint["channel_values"]["a"] == "source only"
+        assert saver.get_tuple(config("t", cid(8))) is None and saver.get_tuple(config("copy", cid(9))) is None
+        assert ("task-c", "z", "copy write") in saver.get_tuple(config("copy", cid(1))).pending_writes
+        assert ("task-c", "z", "copy write") not in saver.get_tuple(config("t", cid(1))).pending_writes
+        saver.delete_thread("t")
+        assert saver.get_tuple(config("copy", cid(1))) is not None
+    finally:
+        sm.close()
+    sm = opener()
+    try:
+        saver = SessionManagerSaver(sm)
+        assert saver.get_tuple(config("t")) is None and list(saver.list(config("t"))) == []
+        assert saver.get_tuple(config("copy")).checkpoint["channel_values"]["a"] == "copy only"
+        every_ns = {"configurable": {"thread_id": "copy"}}
+        assert len(list(saver.list(every_ns))) == len(before["list "]) + 1 + len(before["list sub:1"])
+    finally:
+        sm.close()
+
+
+def test_delete_for_runs_and_prune_keep_what_they_must_across_a_restart(opener: Opener) -> None:
+    # Prevents: delete_for_runs removing another run's checkpoints (or another thread's), keeping a
+    # removed one's writes, or the kept checkpoints losing values introduced by removed ones;
+    # keep_latest pruning a namespace's newest checkpoint; either undone by a restart.
+    sm = opener()
+    try:
+        saver = SessionManagerSaver(sm)
+        build(saver)
+        latest_t = view(saver.get_tuple(config("t")))
+        saver.delete_for_runs(["run-1"])  # checkpoints 1 and 3 of "t"
+        left = [t.config["configurable"]["checkpoint_id"] for t in saver.list(config("t", ns=""))]
+        assert left == [cid(7), cid(4), cid(2), cid(0)]
+        assert saver.get_tuple(config("t", cid(1))) is None
+        assert view(saver.get_tuple(config("t"))) == latest_t  # (its values came from 2 and 4: still there)
+        assert saver.get_tuple(config("u")) is not None
+        saver.prune(["t", "u", "never-made"], strategy="keep_latest")
+        kept = sorted((t.config["configurable"]["checkpoint_ns"], t.config["configurable"]["checkpoint_id"])
+                      for t in saver.list(None))
+        assert kept == sorted([("", cid(7)), ("sub:1", cid(1)), ("", cid(0))])
+        assert view(saver.get_tuple(config("t"))) == latest_t
+    finally:
+        sm.close()
+    sm = opener()
+    try:
+        saver = SessionManagerSaver(sm)
+        assert view(saver.get_tuple(config("t"))) == latest_t
+        assert len(list(saver.list(None))) == 3
+        saver.prune(["t"], strategy="delete")
+        assert list(saver.list(config("t"))) == [] and saver.get_tuple(config("u")) is not None
+    finally:
+        sm.close()
+
+
+def test_concurrent_puts_and_writes_on_one_thread_from_threads_lose_nothing(opener: Opener) -> None:
+    # Prevents: checkpoints or writes lost, or parents crossed, when several threads put chains
+    # (one namespace each) and pending writes on one LangGraph thread at once, through one saver
+    # and through a second saver over the same manager.
+    sm = opener()
+    try:
+        savers = [SessionManagerSaver(sm), SessionManagerSaver(sm)]
+        errors: list[BaseException] = []
+        start = threading.Barrier(6)
+
+        def chain(w: int) -> None:
+            try:
+                saver, ns, parent = savers[w % 2], f"w{w}", None
+                start.wait(30)
+                for n in range(10):
+                    saver.put(config("busy", parent, ns), checkpoint(n, {"v": [w, n]}, {"v": n + 1}),
+                              {"step": n, "w": w}, {"v": n + 1})
+                    saver.put_writes(config("busy", cid(n), ns), [("v", [w, n, "write"])], f"task-{w}")
+                    parent = cid(n)
+            except BaseException as e:
+                errors.append(e)
+
+        threads = [threading.Thread(target=chain, args=(w,)) for w in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        assert not errors and not any(t.is_alive() for t in threads)
+        for saver in (SessionManagerSaver(sm), *savers):
+            for w in range(6):
+                got = list(saver.list(config("busy", ns=f"w{w}")))
+                assert [t.checkpoint["channel_values"]["v"] for t in got] == [[w, n] for n in reversed(range(10))]
+                assert [t.parent_config["configurable"]["checkpoint_id"] if t.parent_config else None
+                        for t in got] == [cid(n - 1) if n else None for n in reversed(range(10))]
+                assert all(t.pending_writes == [(f"task-{w}", "v", [w, n, "write"])]
+                           for t, n in zip(got, reversed(range(10)), strict=True))
+    finally:
+        sm.close()
+
+
+class HeldPut:
+    """Holds the saver's store writes (its typed append) until released."""
+
+    def __init__(self, sm: Any) -> None:
+        self.entered, self.release, self.landed = threading.Event(), threading.Event(), threading.Event()
+        real = sm._append_owned
+
+        def append(*args: Any, **kwargs: Any) -> Any:
+            if not self.release.is_set():
+                self.entered.set()
+                self.release.wait(30)
+            out = real(*args, **kwargs)
+            self.landed.set()
+            return out
+
+        sm._append_owned = append
+
+
+@pytest.mark.parametrize("method", ["aput", "aput_writes"])
+def test_twice_cancelled_async_writes_have_landed_when_cancelled_error_is_seen(method: str, tmp_path: Path) -> None:
+    # Prevents: a second cancellation surfacing CancelledError while the checkpoint (or the
+    # pending writes) is still being written, so it lands unannounced.
+    with session_manager.open(tmp_path / "d") as sm:
+        saver = SessionManagerSaver(sm)
+        saver.put(config("c"), checkpoint(0, {"a": 0}, {"a": 1}), {"step": 0}, {"a": 1})
+        held = HeldPut(sm)
+
+        def start() -> Any:
+            if method == "aput":
+                return saver.aput(config("c", cid(0)), checkpoint(1, {"a": 1}, {"a": 2}), {"step": 1}, {"a": 2})
+            return saver.aput_writes(config("c", cid(0)), [("a", "w")], "task")
+
+        async def main() -> list[bool]:
+            task = asyncio.ensure_future(start())
+            landed_at_end: list[bool] = []
+            task.add_done_callback(lambda _: landed_at_end.append(held.landed.is_set()))
+            await asyncio.to_thread(held.entered.wait, 30)
+            for _ in range(2):
+                task.cancel()
+                for _ in range(20):
+                    await asyncio.sleep(0)
+            held.release.set()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            return landed_at_end
+
+        try:
+            assert asyncio.run(main()) == [True]
+        finally:
+            held.release.set()
+        got = saver.get_tuple(config("c"))
+        assert got is not None
+        assert (got.checkpoint["id"], got.pending_writes) == (
+            (cid(1), []) if method == "aput" else (cid(0), [("task", "a", "w")]))
+
+
+# -- the transcript adapters: cancelled twice ------------------------------------------------
+
+
+@pytest.mark.parametrize("which", ["add_items", "pop_item", "clear_session", "aadd_messages", "aclear"])
+def test_transcript_writes_cancelled_twice_have_settled_when_cancelled_error_is_seen(
+        which: str, tmp_path: Path) -> None:
+    # Prevents: a second cancellation of an Agents SDK session's or a LangChain history's async
+    # write surfacing before the write settled.
+    pytest.importorskip("langchain_core", reason="the langchain extra is not installed")
+    from importlib.util import find_spec
+
+    if which in ("add_items", "pop_item", "clear_session") and find_spec("agents") is None:
+        pytest.skip("the openai-agents extra is not installed")
+    from langchain_core.messages import HumanMessage
+
+    from session_manager.adapters.langchain import SessionChatMessageHistory
+    from session_manager.adapters.openai_agents import AgentsSession
+
+    with session_manager.open(tmp_path / "d") as sm:
+        agents, history = AgentsSession("s", sm), SessionChatMessageHistory("s", sm)
+        asyncio.run(agents.add_items([{"role": "user", "content": "one"}, {"role": "user", "content": "two"}]))
+        function = {"add_items": "session::append", "pop_item": "session::set-active-leaf",
+                    "clear_session": "session::delete", "aadd_messages": "session::append",
+                    "aclear": "session::delete"}[which]
+        entered, release, landed = threading.Event(), threading.Event(), threading.Event()
+        real = sm.call
+
+        def call(fid: str, payload: Any = None) -> Any:
+            if fid == function and not release.is_set():
+                entered.set()
+                release.wait(30)
+                out = real(fid, payload)
+                landed.set()
+                return out
+            return real(fid, payload)
+
+        sm.call = call
+        start = {"add_items": lambda: agents.add_items([{"role": "user", "content": "three"}]),
+                 "pop_item": agents.pop_item, "clear_session": agents.clear_session,
+                 "aadd_messages": lambda: history.aadd_messages([HumanMessage("three")]),
+                 "aclear": history.aclear}[which]
+
+        async def main() -> list[bool]:
+            task = asyncio.ensure_future(start())
+            landed_at_end: list[bool] = []
+            task.add_done_callback(lambda _: landed_at_end.append(landed.is_set()))
+            done = await asyncio.to_thread(entered.wait, 30)
+            assert done, f"{function} was never called"
+            for _ in range(2):
+                task.cancel()
+                for _ in range(20):
+                    await asyncio.sleep(0)
+            release.set()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            return landed_at_end
+
+        try:
+            assert asyncio.run(main()) == [True]
+        finally:
+            release.set()
