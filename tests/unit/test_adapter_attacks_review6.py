@@ -434,3 +434,41 @@ def test_appends_from_several_processes_lose_no_event_and_no_key(kind: str, tmp_
             assert user == {f"u{w}_{j}": j for w in range(workers) for j in range(count)}
 
         b.run(check)
+
+
+# -- paging: every read goes past one page of the store --------------------------------------
+
+
+def test_reads_page_through_the_store_as_the_in_memory_service(tmp_path: Path) -> None:
+    # Prevents: get_session / list_sessions / get_user_state / fork_session reading only the
+    # store's first page of entries or sessions (a store whose max_list_limit is small).
+    import session_manager
+
+    async def scenario(svc: Any) -> Any:
+        out: list[Any] = []
+        for u in range(2):
+            for i in range(4):
+                s = await svc.create_session(app_name=APP, user_id=f"u{u}", session_id=f"s{i}", state={"i": i})
+                for j in range(5):
+                    event = said(f"{u}/{i}/{j}", **{"k": j, f"user:{i}_{j}": j, f"app:{u}_{i}_{j}": j})
+                    event.timestamp = 1000.0 + 100 * i + 10 * u + j
+                    await svc.append_event(s, event)
+        fork = await svc.fork_session(app_name=APP, user_id="u1", session_id="s2", new_session_id="fork") \
+            if isinstance(svc, SessionManagerSessionService) else None
+        for config in (None, GetSessionConfig(num_recent_events=3), GetSessionConfig(after_timestamp=1212.0)):
+            got = await svc.get_session(app_name=APP, user_id="u1", session_id="s2", config=config)
+            out.append(([e.content.parts[0].text for e in got.events], got.state, got.last_update_time))
+            if fork is not None and config is None:
+                assert [e.content.parts[0].text for e in fork.events] == out[-1][0]
+        for user in (None, "u0"):
+            listed = await svc.list_sessions(app_name=APP, user_id=user)
+            out.append([(x.user_id, x.id, x.state, x.last_update_time) for x in listed.sessions
+                        if x.id != "fork"])
+        out.append(await svc.get_user_state(app_name=APP, user_id="u1"))
+        return out
+
+    async def ours() -> Any:
+        with session_manager.open(tmp_path / "d", max_list_limit=2) as sm:
+            return await scenario(SessionManagerSessionService(sm))
+
+    assert asyncio.run(ours()) == asyncio.run(scenario(InMemorySessionService()))

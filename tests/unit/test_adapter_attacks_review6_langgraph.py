@@ -7,6 +7,7 @@ it implements the method. Also the transcript adapters' cancellation."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -379,3 +380,79 @@ def test_transcript_writes_cancelled_twice_have_settled_when_cancelled_error_is_
             assert asyncio.run(main()) == [True]
         finally:
             release.set()
+
+
+# -- several processes on one thread; paging -------------------------------------------------
+
+
+def _chain_in_process(kind: str, where: str, w: int, start: Any) -> None:
+    """A child process: a chain of checkpoints (and writes) in namespace ``w{w}`` of thread "multi"."""
+    sm = session_manager.open(store=pg_support.open_store(where)) if kind == "postgres" \
+        else session_manager.open(f"sqlite:///{where}")
+    try:
+        saver, parent = SessionManagerSaver(sm), None
+        start.wait(60)
+        for n in range(12):
+            saver.put(config("multi", parent, f"w{w}"), checkpoint(n, {"v": [w, n]}, {"v": n + 1}), {"step": n},
+                      {"v": n + 1})
+            saver.put_writes(config("multi", cid(n), f"w{w}"), [("v", [w, n])], f"task-{w}")
+            parent = cid(n)
+            if n == 5:
+                assert saver.get_tuple(config("multi", ns=f"w{w}")).checkpoint["id"] == cid(5)
+    finally:
+        sm.close()
+
+
+@pytest.mark.parametrize("kind", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def test_writers_in_several_processes_on_one_thread_lose_nothing(kind: str, tmp_path: Path) -> None:
+    # Prevents: a saver writing with the index its own last write left (no read first) losing or
+    # misplacing another process's checkpoints on the same thread, or its own parents crossing
+    # another process's entries.
+    import multiprocessing
+
+    with contextlib.ExitStack() as stack:
+        where = stack.enter_context(pg_support.schema()) if kind == "postgres" else f"{tmp_path.resolve()}/m.db"
+        context = multiprocessing.get_context("spawn")
+        start = context.Event()
+        procs = [context.Process(target=_chain_in_process, args=(kind, where, w, start)) for w in range(3)]
+        for p in procs:
+            p.start()
+        start.set()
+        for p in procs:
+            p.join(180)
+        assert [p.exitcode for p in procs] == [0, 0, 0]
+        sm = session_manager.open(store=pg_support.open_store(where)) if kind == "postgres" \
+            else session_manager.open(f"sqlite:///{where}")
+        try:
+            saver = SessionManagerSaver(sm)
+            for w in range(3):
+                got = list(saver.list(config("multi", ns=f"w{w}")))
+                assert [t.checkpoint["channel_values"]["v"] for t in got] == [[w, n] for n in reversed(range(12))]
+                assert [t.parent_config["configurable"]["checkpoint_id"] if t.parent_config else None
+                        for t in got] == [cid(n - 1) if n else None for n in reversed(range(12))]
+                assert [t.pending_writes for t in got] == [[(f"task-{w}", "v", [w, n])] for n in reversed(range(12))]
+        finally:
+            sm.close()
+
+
+def test_every_thread_read_pages_through_the_store(tmp_path: Path) -> None:
+    # Prevents: list(None), delete_for_runs or prune seeing only the store's first page of
+    # sessions (a store whose max_list_limit is small), or a thread's other sessions (not
+    # LangGraph threads) taken for threads.
+    with session_manager.open(tmp_path / "d", max_list_limit=2) as sm:
+        saver = SessionManagerSaver(sm)
+        sm.call("session::ensure", {"session_id": "not-a-thread"})
+        sm.call("session::append", {"session_id": "not-a-thread", "custom": {"custom_type": "x", "data": 1}})
+        for t in range(5):
+            parent = None
+            for n in range(3):
+                saver.put(config(f"t{t}", parent), checkpoint(n, {"a": n}, {"a": n + 1}),
+                          {"step": n, "run_id": f"r{n}"}, {"a": n + 1})
+                parent = cid(n)
+        assert len(list(saver.list(None))) == 15
+        assert len(list(saver.list(None, limit=7))) == 7
+        saver.delete_for_runs(["r1"])
+        assert sorted({t.metadata["run_id"] for t in saver.list(None)}) == ["r0", "r2"]
+        assert len(list(saver.list(None))) == 10
+        saver.prune([f"t{t}" for t in range(5)])
+        assert [t.checkpoint["channel_values"] for t in saver.list(None)] == [{"a": 2}] * 5
