@@ -135,7 +135,10 @@ class SessionManagerSessionService(BaseSessionService):
 
     async def _apply(self, session: Session, event: Event) -> None:
         """Once stored: the caller's session shows the event, its state (``temp:``
-        keys included, for the rest of the invocation) and its time."""
+        keys included, for the rest of the invocation) and its time; once, when an overlapping
+        call with the same event (the store's replay of it) has shown it already."""
+        if any(e is event or e == event for e in session.events if e.id == event.id):
+            return
         await super().append_event(session, event)
         session.last_update_time = event.timestamp
 

@@ -26,6 +26,7 @@ from google.genai import types
 
 from session_manager import SessionError
 from session_manager.adapters._adk_codec import session_key
+from session_manager.adapters.adk import SessionManagerSessionService
 from session_manager.errors import STORAGE
 from tests.unit.adk_support import BACKENDS, Backend, backend
 
@@ -472,3 +473,18 @@ def test_reads_page_through_the_store_as_the_in_memory_service(tmp_path: Path) -
             return await scenario(SessionManagerSessionService(sm))
 
     assert asyncio.run(ours()) == asyncio.run(scenario(InMemorySessionService()))
+
+
+def test_one_event_appended_twice_at_once_is_stored_and_shown_once(store: Backend) -> None:
+    # Prevents: two overlapping append_event calls with the same event on one session object
+    # (a retry racing the first try) storing it twice, or the caller's session listing it twice.
+    async def scenario(svc: Any) -> None:
+        s = await svc.create_session(app_name=APP, user_id="u", session_id="twice")
+        event = said("once", k=1, **{"app:a": 1})
+        results = await asyncio.gather(svc.append_event(s, event), svc.append_event(s, event))
+        assert results == [event, event]
+        assert s.events == [event]
+        got = await svc.get_session(app_name=APP, user_id="u", session_id="twice")
+        assert got is not None and got.events == [event] and got.state == {"k": 1, "app:a": 1}
+
+    store.run(scenario)
