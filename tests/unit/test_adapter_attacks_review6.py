@@ -488,3 +488,20 @@ def test_one_event_appended_twice_at_once_is_stored_and_shown_once(store: Backen
         assert got is not None and got.events == [event] and got.state == {"k": 1, "app:a": 1}
 
     store.run(scenario)
+
+
+def test_floats_json_lacks_read_back_as_none_as_documented(store: Backend) -> None:
+    # Prevents: inf / nan failing an append or a read, or reading back as anything but what
+    # docs/adk.md says (None: pydantic's JSON form of them), in state and in an event.
+    async def scenario(svc: Any) -> None:
+        s = await svc.create_session(app_name=APP, user_id="u", session_id="inf", state={"c": float("inf")})
+        event = said("inf", p=float("nan"), **{"user:q": float("-inf")})
+        event.custom_metadata = {"m": [float("inf")]}
+        await svc.append_event(s, event)
+        got = await svc.get_session(app_name=APP, user_id="u", session_id="inf")
+        assert got is not None and got.state == {"c": None, "p": None, "user:q": None}
+        assert got.events[0].custom_metadata == {"m": [None]}
+        assert got.events[0].model_copy(update={"custom_metadata": event.custom_metadata,
+                                                "actions": event.actions}) == event
+
+    store.run(scenario)
