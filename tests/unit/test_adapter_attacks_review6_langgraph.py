@@ -456,3 +456,55 @@ def test_every_thread_read_pages_through_the_store(tmp_path: Path) -> None:
         assert len(list(saver.list(None))) == 10
         saver.prune([f"t{t}" for t in range(5)])
         assert [t.checkpoint["channel_values"] for t in saver.list(None)] == [{"a": 2}] * 5
+
+
+@pytest.mark.parametrize("method", ["adelete_thread", "acopy_thread", "adelete_for_runs", "aprune"])
+def test_twice_cancelled_thread_operations_have_settled_when_cancelled_error_is_seen(
+        method: str, tmp_path: Path) -> None:
+    # Prevents: a second cancellation of delete / copy / delete_for_runs / prune surfacing before
+    # the write settled (the thread then changes after the caller was told it was cancelled).
+    with session_manager.open(tmp_path / "d") as sm:
+        saver = SessionManagerSaver(sm)
+        saver.put(config("t"), checkpoint(0, {"a": 0}, {"a": 1}), {"step": 0, "run_id": "r"}, {"a": 1})
+        saver.put(config("t", cid(0)), checkpoint(1, {"a": 1}, {"a": 2}), {"step": 1, "run_id": "s"}, {"a": 2})
+        function = "session::delete" if method == "adelete_thread" else "session::append"
+        entered, release, landed = threading.Event(), threading.Event(), threading.Event()
+        real = sm.call
+
+        def call(fid: str, payload: Any = None) -> Any:
+            if fid == function and not release.is_set():
+                entered.set()
+                release.wait(30)
+                out = real(fid, payload)
+                landed.set()
+                return out
+            return real(fid, payload)
+
+        sm.call = call
+        start = {"adelete_thread": lambda: saver.adelete_thread("t"),
+                 "acopy_thread": lambda: saver.acopy_thread("t", "copy"),
+                 "adelete_for_runs": lambda: saver.adelete_for_runs(["r"]),
+                 "aprune": lambda: saver.aprune(["t"])}[method]
+
+        async def main() -> list[bool]:
+            task = asyncio.ensure_future(start())
+            landed_at_end: list[bool] = []
+            task.add_done_callback(lambda _: landed_at_end.append(landed.is_set()))
+            assert await asyncio.to_thread(entered.wait, 30)
+            for _ in range(2):
+                task.cancel()
+                for _ in range(20):
+                    await asyncio.sleep(0)
+            release.set()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            return landed_at_end
+
+        try:
+            assert asyncio.run(main()) == [True]
+        finally:
+            release.set()
+        sm.call = real
+        left = [t.checkpoint["id"] for t in saver.list(config("t"))]
+        assert left == {"adelete_thread": [], "acopy_thread": [cid(1), cid(0)], "adelete_for_runs": [cid(1)],
+                        "aprune": [cid(1)]}[method]
