@@ -97,6 +97,9 @@ def build(saver: Any) -> None:
     saver.put_writes(config("t", cid(1)), [(INTERRUPT, {"value": "ask"}), (RESUME, "yes")], "task-3", "p3")
     saver.put_writes(config("t", cid(1), "sub:1"), [("s", "only in sub")], "task-1")
     saver.put_writes(config("t", cid(4)), [("a", "after")], "task-9")
+    # checkpoint 4 put again (a replayed put): it replaces the first, its writes stay
+    saver.put(config("t", cid(3)), checkpoint(4, {"a": "again"}, {"a": 5, "big": 1}),
+              {"step": 4, "source": "again", "run_id": "run-0"}, {"a": 5})
     saver.put(config("u"), checkpoint(0, {"a": 0}, {"a": 1}), {"step": 0, "source": "input", "run_id": "run-0"},
               {"a": 1})
 
@@ -121,6 +124,11 @@ def read(saver: Any) -> dict[str, Any]:
         out[f"filter {i}"] = sorted(repr(view(t)) for t in saver.list(whole, filter=f))
         out[f"filter all threads {i}"] = sorted(repr(view(t)) for t in saver.list(None, filter=f))
     out["all namespaces"] = sorted(repr(view(t)) for t in saver.list(whole))
+    out["one id"] = [view(t) for t in saver.list(config("t", cid(1)))]
+    out["one id, every namespace"] = sorted(
+        repr(view(t)) for t in saver.list({"configurable": {"thread_id": "t", "checkpoint_id": cid(1)}}))
+    for limit in (0, -1, 1):
+        out[f"limit {limit}"] = [view(t) for t in saver.list(config("t"), limit=limit)]
     out["all namespaces, before 1"] = sorted(repr(view(t)) for t in saver.list(whole, before=config("t", cid(1))))
     return out
 
