@@ -505,3 +505,24 @@ def test_floats_json_lacks_read_back_as_none_as_documented(store: Backend) -> No
                                                 "actions": event.actions}) == event
 
     store.run(scenario)
+
+
+def test_an_event_appended_again_after_delete_and_recreate_is_stored(store: Backend) -> None:
+    # Prevents: the replay by entry id finding the deleted session's entry (a stale index of
+    # entry ids) and so storing nothing in the session created again with the same id.
+    async def scenario(svc: Any) -> None:
+        event = said("again", k=1, **{"user:u": 1})
+        first = await svc.create_session(app_name=APP, user_id="u", session_id="phoenix")
+        await svc.append_event(first, event)
+        await svc.delete_session(app_name=APP, user_id="u", session_id="phoenix")
+        second = await svc.create_session(app_name=APP, user_id="u", session_id="phoenix")
+        await svc.append_event(second, event)
+        got = await svc.get_session(app_name=APP, user_id="u", session_id="phoenix")
+        assert got is not None and got.events == [event] and got.state == {"k": 1, "user:u": 1}
+
+    async def after_restart(svc: Any) -> None:
+        got = await svc.get_session(app_name=APP, user_id="u", session_id="phoenix")
+        assert got is not None and [e.content.parts[0].text for e in got.events] == ["again"]
+
+    store.run(scenario)
+    store.run(after_restart)
