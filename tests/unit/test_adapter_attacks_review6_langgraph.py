@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import enum
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -516,3 +517,19 @@ def test_twice_cancelled_thread_operations_have_settled_when_cancelled_error_is_
         left = [t.checkpoint["id"] for t in saver.list(config("t"))]
         assert left == {"adelete_thread": [], "acopy_thread": [cid(1), cid(0)], "adelete_for_runs": [cid(1)],
                         "aprune": [cid(1)]}[method]
+
+
+class Level(enum.IntEnum):
+    HIGH = 3
+
+
+def test_metadata_int_enum_keeps_its_type_as_through_langgraphs_serializer(tmp_path: Path) -> None:
+    # Prevents: checkpoint metadata values coming back of another type than LangGraph's
+    # serializer gives (an IntEnum as a plain int).
+    reference = InMemorySaver()
+    with session_manager.open(tmp_path / "d") as sm:
+        saver = SessionManagerSaver(sm)
+        for s in (reference, saver):
+            s.put(config("t"), checkpoint(0, {"a": 1}, {"a": 1}), {"step": 0, "level": Level.HIGH}, {"a": 1})
+        assert type(reference.get_tuple(config("t")).metadata["level"]) is Level
+        assert type(saver.get_tuple(config("t")).metadata["level"]) is Level
