@@ -74,10 +74,11 @@ def event_entry_id(data: Json) -> str:
     return f"adk_e_{hashlib.sha256(_canonical(data)).hexdigest()[:32]}"
 
 
-def delta_entry_id(session_key_: str, event_entry: str) -> str:
-    """The entry id, in a shared-state session, of the delta an event of one session brought
-    (so a replayed event's delta is replayed too, never applied again over newer values)."""
-    return f"adk_d_{_digest(session_key_, event_entry)}"
+def delta_entry_id(session_key_: str, event_entry: str, stored_at: int) -> str:
+    """The entry id, in a shared-state session, of the delta an event's entry (stored at
+    ``stored_at``, ms) brought: a replayed event's delta is replayed too, never applied
+    again over newer values."""
+    return f"adk_d_{_digest(session_key_, event_entry, str(stored_at))}"
 
 
 def _canonical(data: Json) -> bytes:

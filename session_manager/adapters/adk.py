@@ -261,7 +261,7 @@ class SessionManagerSessionService(BaseSessionService):
         else:
             payload["custom"] = custom
         try:
-            self._call("session::append", payload)
+            written = self._call("session::append", payload)
         except SessionError as e:
             if e.code == NOT_FOUND:
                 raise SessionNotFoundError(f"Session {sid} not found.") from e
@@ -270,7 +270,9 @@ class SessionManagerSessionService(BaseSessionService):
         delta = (data.get("actions") or {}).get("state_delta")
         app_delta, user_delta, _ = split_state(delta if isinstance(delta, dict) else {})
         # After the event: a session that is not stored changes no shared state.
-        delta_id = delta_entry_id(key, entry_id)  # replayed with its event, never re-applied
+        # Replayed with its event (whose replay answers the entry's own time), never re-applied;
+        # the same event in the session deleted and created again is a new entry: a new delta.
+        delta_id = delta_entry_id(key, entry_id, written["timestamp"])
         if app_delta:
             self._add_delta(app_state_key(app_name), _app_meta(app_name), app_delta, sid, delta_id)
         if user_delta:

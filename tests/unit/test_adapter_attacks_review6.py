@@ -526,3 +526,25 @@ def test_an_event_appended_again_after_delete_and_recreate_is_stored(store: Back
 
     store.run(scenario)
     store.run(after_restart)
+
+
+def test_an_event_appended_again_after_re_create_applies_its_shared_delta_again(store: Backend) -> None:
+    # Prevents: the shared-state delta of an event appended again to a session deleted and
+    # created again (a new session that does not hold it) taken for a replay of the deleted
+    # session's delta, so newer user: / app: values are not replaced, where ADK's in-memory
+    # service applies it.
+    async def scenario(svc: Any) -> Any:
+        event = said("again", **{"user:u": 1, "app:a": 1})
+        first = await svc.create_session(app_name=APP, user_id="u", session_id="phoenix")
+        await svc.append_event(first, event)
+        await svc.delete_session(app_name=APP, user_id="u", session_id="phoenix")
+        other = await svc.create_session(app_name=APP, user_id="u", session_id="other")
+        await svc.append_event(other, said("newer", **{"user:u": 5, "app:a": 5}))
+        second = await svc.create_session(app_name=APP, user_id="u", session_id="phoenix")
+        await svc.append_event(second, event)
+        got = await svc.get_session(app_name=APP, user_id="u", session_id="phoenix")
+        return got.state, [e.content.parts[0].text for e in got.events]
+
+    ours = store.run(scenario)
+    assert ours == asyncio.run(scenario(InMemorySessionService()))
+    assert ours[0] == {"user:u": 1, "app:a": 1}
