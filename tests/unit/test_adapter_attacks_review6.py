@@ -25,7 +25,7 @@ from google.adk.sessions.in_memory_session_service import InMemorySessionService
 from google.genai import types
 
 from session_manager import SessionError
-from session_manager.adapters._adk_codec import session_key
+from session_manager.adapters._adk_codec import session_key, user_state_key
 from session_manager.adapters.adk import SessionManagerSessionService
 from session_manager.errors import STORAGE
 from tests.unit.adk_support import BACKENDS, Backend, backend
@@ -548,3 +548,52 @@ def test_an_event_appended_again_after_re_create_applies_its_shared_delta_again(
     ours = store.run(scenario)
     assert ours == asyncio.run(scenario(InMemorySessionService()))
     assert ours[0] == {"user:u": 1, "app:a": 1}
+
+
+def _redeliver_in_process(kind: str, where: str, payloads: list[str], start: Any) -> None:
+    """A child process: append every event (JSON) to the shared session, through a stale copy."""
+    backend_ = Backend(kind, Path(where), where if kind == "postgres" else None)
+
+    async def scenario(svc: Any) -> None:
+        stale = await svc.get_session(app_name="race", user_id="u", session_id="dup")
+        start.wait(60)
+        for payload in payloads:
+            await svc.append_event(stale, Event.model_validate_json(payload))
+
+    backend_.run(scenario)
+
+
+@pytest.mark.parametrize("kind", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def test_one_event_redelivered_by_several_processes_at_once_is_stored_once(kind: str, tmp_path: Path) -> None:
+    # Prevents: the replay check (an entry with the event's id exists?) racing between
+    # processes: an event re-delivered by three processes at once stored twice, or one of them
+    # failing on the duplicate entry id; its user: delta applied more than once.
+    events = [said(f"#{i}", **{f"k{i}": i, "user:n": i}) for i in range(15)]
+    payloads = [e.model_dump_json() for e in events]
+    with backend(kind, tmp_path) as b:
+        where = b.schema if kind == "postgres" else str(b.data_dir)
+
+        async def create(svc: Any) -> None:
+            await svc.create_session(app_name="race", user_id="u", session_id="dup")
+
+        b.run(create)
+        context = multiprocessing.get_context("spawn")
+        start = context.Event()
+        procs = [context.Process(target=_redeliver_in_process, args=(kind, where, payloads, start)) for _ in range(3)]
+        for p in procs:
+            p.start()
+        start.set()
+        for p in procs:
+            p.join(180)
+        assert [p.exitcode for p in procs] == [0, 0, 0]
+
+        async def check(svc: Any) -> None:
+            got = await svc.get_session(app_name="race", user_id="u", session_id="dup")
+            assert got is not None and got.events == events
+            assert got.state == {**{f"k{i}": i for i in range(15)}, "user:n": 14}
+            sm = svc._sm
+            deltas = sm.call("session::messages", {"session_id": user_state_key("race", "u"),
+                                                   "include_custom": True, "limit": 1000})["messages"]
+            assert len(deltas) == 15
+
+        b.run(check)
