@@ -533,3 +533,35 @@ def test_metadata_int_enum_keeps_its_type_as_through_langgraphs_serializer(tmp_p
             s.put(config("t"), checkpoint(0, {"a": 1}, {"a": 1}), {"step": 0, "level": Level.HIGH}, {"a": 1})
         assert type(reference.get_tuple(config("t")).metadata["level"]) is Level
         assert type(saver.get_tuple(config("t")).metadata["level"]) is Level
+
+
+def test_the_sessions_tree_is_the_checkpoint_tree(opener: Opener) -> None:
+    # Prevents: a checkpoint entry hanging from another than its parent checkpoint's entry (in
+    # its own namespace), a namespace's first not from the root sentinel, writes not beside
+    # their checkpoint; so the branch tree the tools draw is not LangGraph's.
+    from session_manager.adapters._checkpoints import CHECKPOINT, ROOT_ID, WRITES
+
+    sm = opener()
+    try:
+        build(SessionManagerSaver(sm))
+        entries = {e["id"]: e for e in sm.service.store.entries("t")}
+        by_key: dict[Any, str] = {}
+        every: dict[Any, set[str]] = {}
+        for e in entries.values():  # (in append order: a checkpoint put again is the later entry)
+            if e.get("custom_type") == CHECKPOINT:
+                by_key[(e["data"]["ns"], e["data"]["id"])] = e["id"]
+                every.setdefault((e["data"]["ns"], e["data"]["id"]), set()).add(e["id"])
+        for e in entries.values():
+            data = e.get("data")
+            if e.get("custom_type") == CHECKPOINT:
+                parent = data["parent"]
+                expected = ROOT_ID if parent is None else by_key[(data["ns"], parent)]
+                if parent is not None and data["id"] == cid(4) and e["id"] != by_key[(data["ns"], cid(4))]:
+                    continue  # the first put of checkpoint 4, replaced
+                assert e["parent_id"] == expected, (data["ns"], data["id"])
+            elif e.get("custom_type") == WRITES:
+                # beside the checkpoint's entry they were written for (checkpoint 4's first put)
+                assert e["parent_id"] in every[(data["ns"], data["checkpoint_id"])]
+        assert sorted(k for k in by_key if k[0] == "") == [("", cid(n)) for n in (0, 1, 2, 3, 4, 7)]
+    finally:
+        sm.close()
