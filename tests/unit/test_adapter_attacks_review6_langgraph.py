@@ -565,3 +565,29 @@ def test_the_sessions_tree_is_the_checkpoint_tree(opener: Opener) -> None:
         assert sorted(k for k in by_key if k[0] == "") == [("", cid(n)) for n in (0, 1, 2, 3, 4, 7)]
     finally:
         sm.close()
+
+
+def test_async_puts_from_many_tasks_over_an_aio_manager_lose_nothing(tmp_path: Path) -> None:
+    # Prevents: the async methods over an AsyncSessionManager losing or crossing checkpoints
+    # when many tasks put chains (one namespace each) on one thread at once.
+    from session_manager import aio
+
+    async def chain(saver: Any, w: int) -> None:
+        parent = None
+        for n in range(6):
+            await saver.aput(config("a", parent, f"w{w}"), checkpoint(n, {"v": [w, n]}, {"v": n + 1}), {"step": n},
+                             {"v": n + 1})
+            await saver.aput_writes(config("a", cid(n), f"w{w}"), [("v", n)], f"t{w}")
+            parent = cid(n)
+
+    async def main() -> None:
+        async with aio.open(tmp_path / "d") as asm:
+            saver = SessionManagerSaver(asm)
+            await asyncio.gather(*(chain(saver, w) for w in range(8)))
+            for w in range(8):
+                got = [t async for t in saver.alist(config("a", ns=f"w{w}"))]
+                assert [t.checkpoint["channel_values"]["v"] for t in got] == [[w, n] for n in reversed(range(6))]
+                assert [t.pending_writes for t in got] == [[(f"t{w}", "v", n)] for n in reversed(range(6))]
+                assert (await saver.aget_tuple(config("a", ns=f"w{w}"))).checkpoint["id"] == cid(5)
+
+    asyncio.run(main())
