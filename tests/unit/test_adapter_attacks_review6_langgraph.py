@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime
 import enum
 import threading
 from collections.abc import Callable, Iterator
@@ -69,6 +70,7 @@ def view(t: Any) -> Any:
     return (t.config, t.checkpoint, t.metadata, t.parent_config, t.pending_writes)
 
 
+WHEN = datetime.datetime(2026, 1, 2, 3, 4, 5, 6, tzinfo=datetime.timezone.utc)
 ODD = "n\u00e9e \u0000 \U0001f600 \u202e"
 
 
@@ -81,6 +83,8 @@ def build(saver: Any) -> None:
         versions = {"a": n + 1, "big": 1} if n == 0 else {"a": n + 1}
         meta = {"step": n, "source": "loop", "run_id": f"run-{n % 2}",
                 "info": {"tags": ["x", ODD], "n": n % 2, "deep": {"f": 1e308, "z": -0.0}}}
+        if n == 2:  # a value JSON does not hold: the metadata goes through the serializer
+            meta["when"] = WHEN
         saver.put(config("t", parent), checkpoint(n, values, {"a": n + 1, "big": 1}), meta,
                   versions if n != 3 else {"a": n + 1})
         parent = cid(n)
@@ -119,7 +123,8 @@ def read(saver: Any) -> dict[str, Any]:
             view(t) for t in saver.list(config("t", ns=ns), before=config("t", cid(3)), limit=1)]
     filters = [{"step": 1}, {"source": "loop", "run_id": "run-1"},
                {"info": {"tags": ["x", ODD], "n": 1, "deep": {"f": 1e308, "z": -0.0}}},
-               {"info": {"n": 1}}, {"nope": None}, {"step": 2}, {"run_id": "run-0"}]
+               {"info": {"n": 1}}, {"nope": None}, {"step": 2}, {"run_id": "run-0"}, {"when": WHEN},
+               {"when": WHEN.isoformat()}]
     whole = {"configurable": {"thread_id": "t"}}  # every namespace
     for i, f in enumerate(filters):
         out[f"filter {i}"] = sorted(repr(view(t)) for t in saver.list(whole, filter=f))
