@@ -596,3 +596,33 @@ def test_async_puts_from_many_tasks_over_an_aio_manager_lose_nothing(tmp_path: P
                 assert (await saver.aget_tuple(config("a", ns=f"w{w}"))).checkpoint["id"] == cid(5)
 
     asyncio.run(main())
+
+
+def test_tenant_savers_list_and_delete_runs_only_in_their_own_threads(opener: Opener) -> None:
+    # Prevents: list(None) or delete_for_runs of a saver made with tenant metadata reaching
+    # another tenant's threads (same run ids), or missing its own after a restart.
+    def fill(saver: Any, prefix: str) -> None:
+        for t in range(3):
+            saver.put(config(f"{prefix}{t}"), checkpoint(0, {"a": prefix}, {"a": 1}), {"step": 0, "run_id": "r"},
+                      {"a": 1})
+            saver.put(config(f"{prefix}{t}", cid(0)), checkpoint(1, {"a": prefix}, {"a": 2}),
+                      {"step": 1, "run_id": "keep"}, {"a": 2})
+
+    sm = opener()
+    try:
+        a, b = SessionManagerSaver(sm, metadata={"tenant": "a"}), SessionManagerSaver(sm, metadata={"tenant": "b"})
+        fill(a, "a")
+        fill(b, "b")
+        a.delete_for_runs(["r"])
+    finally:
+        sm.close()
+    sm = opener()
+    try:
+        a, b = SessionManagerSaver(sm, metadata={"tenant": "a"}), SessionManagerSaver(sm, metadata={"tenant": "b"})
+        every = SessionManagerSaver(sm)
+        assert sorted(t.config["configurable"]["thread_id"] for t in a.list(None)) == ["a0", "a1", "a2"]
+        assert sorted((t.config["configurable"]["thread_id"], t.metadata["run_id"]) for t in b.list(None)) == sorted(
+            (f"b{t}", run) for t in range(3) for run in ("r", "keep"))
+        assert len(list(every.list(None))) == 9
+    finally:
+        sm.close()
