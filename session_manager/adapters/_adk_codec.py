@@ -11,7 +11,8 @@
   and the viewer see it, with the whole event (``model_dump(mode="json")``) in
   ``origin.adk.event``; one without text is a custom entry ``adk.event`` whose
   data is the event. Reading an entry back validates that JSON, so the event
-  equals the one appended.
+  equals the one appended. Its entry id is ``adk_e_<digest of that JSON>``:
+  an equal event appended again is the store's replay of the entry.
 - The shared state lives in one session per app (``adk_a_<hash>``) and one
   per app and user (``adk_u_<hash>``), each entry a custom ``adk.state`` entry
   holding one delta: the state is the fold of the deltas in log order, so
@@ -22,6 +23,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 from collections.abc import Iterable
 from typing import Any
@@ -40,6 +42,7 @@ USER_PREFIX = "user:"
 TEMP_PREFIX = "temp:"
 
 Json = dict[str, Any]
+_MAX_SECONDS = 2**53 / 1000  # event times past this (year 285,000+) give their message time 0
 Write = tuple[Json | None, Json | None, Json | None]  # (message, custom, origin) of one entry
 
 
@@ -61,6 +64,28 @@ def app_state_key(app_name: str) -> str:
 def user_state_key(app_name: str, user_id: str) -> str:
     """The store's id of a user's shared (``user:``) state within an app."""
     return f"adk_u_{_digest(app_name, user_id)}"
+
+
+def event_entry_id(data: Json) -> str:
+    """The entry id of an event's entry: a digest of the event's whole JSON form. An equal
+    event appended again (a retry after a failure or a cancellation, a re-delivery through
+    a stale copy of the session) is then the store's idempotent replay of that entry:
+    stored once, as ADK's in-memory service keeps it; distinct events sharing an ADK id differ."""
+    return f"adk_e_{hashlib.sha256(_canonical(data)).hexdigest()[:32]}"
+
+
+def delta_entry_id(session_key_: str, event_entry: str, stored_at: int) -> str:
+    """The entry id, in a shared-state session, of the delta an event's entry (stored at
+    ``stored_at``, ms) brought: a replayed event's delta is replayed too, never applied
+    again over newer values."""
+    return f"adk_d_{_digest(session_key_, event_entry, str(stored_at))}"
+
+
+def _canonical(data: Json) -> bytes:
+    try:
+        return orjson.dumps(data, option=orjson.OPT_SORT_KEYS)
+    except TypeError:  # an integer beyond 64 bits
+        return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
 
 
 def session_metadata(app_name: str, user_id: str, session_id: str, created: float, state: Json) -> Json:
@@ -88,8 +113,17 @@ def json_state(state: Json) -> Json:
     become their ``str``, as ADK's database service stores them."""
     from pydantic_core import to_jsonable_python
 
-    out: Json = orjson.loads(orjson.dumps(to_jsonable_python(state, fallback=str)))
+    out: Json = _json_copy(to_jsonable_python(state, fallback=str))
     return out
+
+
+def _json_copy(value: Any) -> Any:
+    """A fresh copy of JSON data: orjson's round trip, or the standard library's when it
+    holds an integer beyond 64 bits (which JSON and the store keep, orjson does not)."""
+    try:
+        return orjson.loads(orjson.dumps(value))
+    except TypeError:  # orjson.JSONEncodeError: "Integer exceeds 64-bit range"
+        return json.loads(json.dumps(value))
 
 
 def encode_event(data: Json) -> Write:
@@ -98,7 +132,9 @@ def encode_event(data: Json) -> Write:
     if not texts:
         return None, {"custom_type": EVENT_TYPE, "data": data}, None
     stamp = data.get("timestamp")
-    millis = int(stamp * 1000) if isinstance(stamp, (int, float)) and math.isfinite(stamp) else 0
+    millis = 0
+    if isinstance(stamp, (int, float)) and math.isfinite(stamp) and abs(stamp) < _MAX_SECONDS:
+        millis = int(stamp * 1000)  # (the event keeps its own time; a message's is in ms, within 2**53)
     blocks = [{"type": "text", "text": t} for t in texts]
     message: Json
     if data.get("author") == "user":
@@ -141,7 +177,7 @@ def fold_session_state(initial: Json, events: Iterable[Json]) -> Json:
         if isinstance(delta, dict):
             state.update(split_state(delta)[2])
     # A copy: the values must not be the very objects inside the events read with them.
-    copied: Json = orjson.loads(orjson.dumps(state))
+    copied: Json = _json_copy(state)
     return copied
 
 

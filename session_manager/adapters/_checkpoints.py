@@ -152,6 +152,20 @@ def encode_doc(serde: Any, value: Any) -> dict[str, Any]:
     return {"packed": pack(serde, value)}
 
 
+_PLAIN = frozenset({str, int, float, bool, type(None)})
+
+
+def plain(value: Any) -> bool:
+    """Is ``value`` made of JSON's own types only (no subclass: an ``IntEnum`` equals its int,
+    and JSON would give back the int)?"""
+    kind = type(value)
+    if kind is dict:
+        return all(type(k) is str and plain(v) for k, v in value.items())
+    if kind is list:
+        return all(map(plain, value))
+    return kind in _PLAIN
+
+
 def encode_docs(serde: Any, *values: Any) -> list[dict[str, Any]]:
     """``[encode_doc(serde, v) for v in values]``, in one JSON round trip of them all
     when each is held exactly (a put's checkpoint and metadata: one encode, one decode,

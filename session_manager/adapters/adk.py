@@ -22,7 +22,6 @@ described in :mod:`session_manager.adapters._adk_codec`.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import threading
 import uuid
 from collections.abc import Callable
@@ -48,8 +47,10 @@ from ._adk_codec import (
     USER_PREFIX,
     Json,
     app_state_key,
+    delta_entry_id,
     encode_event,
     event_data,
+    event_entry_id,
     fold_deltas,
     fold_session_state,
     json_state,
@@ -58,6 +59,7 @@ from ._adk_codec import (
     split_state,
     user_state_key,
 )
+from ._settle import settled
 
 __all__ = ["SessionManagerSessionService"]
 
@@ -66,16 +68,10 @@ _PAGE = 1_000  # entries per read; the store clamps it to its max_list_limit
 
 
 async def _run(fn: Callable[..., T], *args: Any) -> T:
-    """Run ``fn`` on a worker thread. A cancelled caller still waits until the
-    write has happened or failed before ``CancelledError`` surfaces: the caller
-    never sees a cancellation whose write lands later."""
-    task = asyncio.ensure_future(asyncio.to_thread(fn, *args))
-    try:
-        return await asyncio.shield(task)
-    except asyncio.CancelledError:
-        with contextlib.suppress(Exception):
-            await task
-        raise
+    """Run ``fn`` on a worker thread. A cancelled caller (once or repeatedly) still
+    waits until the write has happened or failed before ``CancelledError`` surfaces:
+    the caller never sees a cancellation whose write lands later."""
+    return await settled(asyncio.to_thread(fn, *args))
 
 
 class SessionManagerSessionService(BaseSessionService):
@@ -139,7 +135,10 @@ class SessionManagerSessionService(BaseSessionService):
 
     async def _apply(self, session: Session, event: Event) -> None:
         """Once stored: the caller's session shows the event, its state (``temp:``
-        keys included, for the rest of the invocation) and its time."""
+        keys included, for the rest of the invocation) and its time; once, when an overlapping
+        call with the same event (the store's replay of it) has shown it already."""
+        if any(e is event or e == event for e in session.events if e.id == event.id):
+            return
         await super().append_event(session, event)
         session.last_update_time = event.timestamp
 
@@ -254,14 +253,15 @@ class SessionManagerSessionService(BaseSessionService):
 
     def _store_event(self, app_name: str, user_id: str, sid: str, data: Json, stored: threading.Event) -> None:
         message, custom, origin = encode_event(data)
-        payload: Json = {"session_id": session_key(app_name, user_id, sid)}
+        key, entry_id = session_key(app_name, user_id, sid), event_entry_id(data)
+        payload: Json = {"session_id": key, "entry_id": entry_id}  # an equal event again: a replay
         if message is not None:
             payload["message"] = message
             payload["origin"] = origin
         else:
             payload["custom"] = custom
         try:
-            self._call("session::append", payload)
+            written = self._call("session::append", payload)
         except SessionError as e:
             if e.code == NOT_FOUND:
                 raise SessionNotFoundError(f"Session {sid} not found.") from e
@@ -270,15 +270,21 @@ class SessionManagerSessionService(BaseSessionService):
         delta = (data.get("actions") or {}).get("state_delta")
         app_delta, user_delta, _ = split_state(delta if isinstance(delta, dict) else {})
         # After the event: a session that is not stored changes no shared state.
+        # Replayed with its event (whose replay answers the entry's own time), never re-applied;
+        # the same event in the session deleted and created again is a new entry: a new delta.
+        delta_id = delta_entry_id(key, entry_id, written["timestamp"])
         if app_delta:
-            self._add_delta(app_state_key(app_name), _app_meta(app_name), app_delta, sid)
+            self._add_delta(app_state_key(app_name), _app_meta(app_name), app_delta, sid, delta_id)
         if user_delta:
-            self._add_delta(user_state_key(app_name, user_id), _user_meta(app_name, user_id), user_delta, sid)
+            self._add_delta(user_state_key(app_name, user_id), _user_meta(app_name, user_id), user_delta, sid,
+                            delta_id)
 
-    def _add_delta(self, key: str, metadata: Json, delta: Json, sid: str) -> None:
+    def _add_delta(self, key: str, metadata: Json, delta: Json, sid: str, entry_id: str | None = None) -> None:
         """Append one delta to a shared-state session, creating it on first use."""
         payload: Json = {"session_id": key, "custom": {"custom_type": STATE_TYPE, "data": {"delta": delta}},
                          "origin": {ORIGIN_KEY: {"session_id": sid}}}
+        if entry_id is not None:
+            payload["entry_id"] = entry_id
         if key not in self._ensured:
             self._ensure_state(key, metadata)
         try:
@@ -328,8 +334,8 @@ class SessionManagerSessionService(BaseSessionService):
         for item in kept:
             if event_data(item) is None:
                 continue  # another writer's entry: not part of the ADK session
-            payload: Json = {"session_id": new_key}
-            payload.update((k, item[k]) for k in ("message", "custom", "origin") if k in item)
+            payload: Json = {"session_id": new_key}  # (its entry id too: a re-delivery to the fork replays)
+            payload.update((k, item[k]) for k in ("entry_id", "message", "custom", "origin") if k in item)
             self._call("session::append", payload)
         forked = self._get(app_name, user_id, sid, None)
         if forked is None:

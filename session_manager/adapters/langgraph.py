@@ -67,8 +67,10 @@ from ._checkpoints import (
     decode_doc,
     encode_docs,
     new_writes,
+    pack,
     pack_values,
     pack_writes,
+    plain,
     text,
     unpack,
 )
@@ -323,7 +325,10 @@ class SessionManagerSaver(BaseCheckpointSaver[str]):
             parent_id = text(parent_id, "checkpoint_id")
         checkpoint_id = text(checkpoint["id"], "checkpoint.id")
         # Built of exact JSON only (see _checkpoints): handed to the store without a copy.
-        body, meta = encode_docs(self.serde, _without_values(checkpoint), get_checkpoint_metadata(config, metadata))
+        merged = get_checkpoint_metadata(config, metadata)
+        body, meta = encode_docs(self.serde, _without_values(checkpoint), merged)
+        if "json" in meta and not plain(merged):  # (the caller's metadata: an IntEnum keeps its type)
+            meta = {"packed": pack(self.serde, merged)}
         values, twin = pack_values(self.serde, checkpoint["channel_values"], new_versions)
         data = {"ns": ns, "id": checkpoint_id, "parent": parent_id, "checkpoint": body, "metadata": meta,
                 "values": values}
