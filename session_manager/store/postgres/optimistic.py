@@ -70,7 +70,7 @@ CONTENDED_S = 1.0  # after a conflict, the session's calls take the transactiona
 _APPEND_AT = Statement(APPEND_AT)  # a plain append's one statement: sent directly
 # The warm unobserved append's two statements, one round trip (plain.py); PLAIN off: always
 # sm_append_at (the bench's A/B).
-_PLAIN_LOCK, _PLAIN = Statement(plain.LOCK), Statement(plain.APPEND)
+_PLAIN_LOCK, _PLAIN, _PLAIN_LINKED = Statement(plain.LOCK), Statement(plain.APPEND), Statement(plain.LINKED)
 PLAIN = True
 
 
@@ -513,7 +513,8 @@ class Optimistic:
         conn = db.getconn(db.deadline_at())
         pid, started = conn.pgconn.backend_pid, db.started_at(conn)
         try:
-            seen, wrote = db.run_pair(conn, _PLAIN_LOCK, _PLAIN, params)[0]
+            row = db.run_pair(conn, _PLAIN_LOCK, _PLAIN_LINKED if "depth" in params else _PLAIN, params)[0]
+            seen, wrote = row[0], row[1]
         except psycopg.Error as e:
             failure = db.fail(e)
             lost = conn.broken or conn.closed
@@ -545,6 +546,7 @@ class Optimistic:
                     self._unplain[plan.session_id] = now + CONTENDED_S
             return False
         fill(commit, plan.bodies, known.leaf, commit.meta["message_count"], response, events)
+        plan.links = plain.learn(known.links, params, row)
         self._learn(plan)
         return True
 
@@ -567,5 +569,11 @@ class Optimistic:
             bodies[entry["id"]] = (entry, body)
         while len(bodies) > KNOWN_BODIES:
             del bodies[next(iter(bodies))]  # the oldest
+        links = plan.links
+        if links is None:  # written by sm_apply / sm_append_at: the known links of the new leaf's chain
+            links = old.links if old is not None else {}
+            if links:  # (an entry it rewrote forgotten: its links are the server's)
+                rewritten = {key(e["id"]) for e in commit.entries}
+                links = plain.chain({k: v for k, v in links.items() if k not in rewritten}, key_or_none(leaf))
         # An append the server placed left the text its cut describes (see at_leaf.segments).
-        self._remember(plan.session_id, Known(meta, text, leaf, bodies, plan.at_leaf))
+        self._remember(plan.session_id, Known(meta, text, leaf, bodies, plan.at_leaf, links))
