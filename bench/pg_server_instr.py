@@ -58,6 +58,7 @@ def run(dsn: str, out: Path, n: int) -> int:
         bare = pg_floor.our_sql(dsn, schema, sm, WARM + n, opened)
         conn = bare.conn
         pid = conn.pgconn.backend_pid
+        (out / f"cg.{pid}").unlink(missing_ok=True)  # (a file an earlier process of that pid left)
         for _ in range(WARM + n):
             bare()
         conn.close()
@@ -86,6 +87,7 @@ def run_ours(dsn: str, out: Path, n: int) -> int:
             pids = [r[0] for r in c.execute("SELECT pid FROM pg_stat_activity WHERE backend_type = 'client backend'"
                                             " AND pid <> pg_backend_pid() AND query LIKE %s", ("%sessions%",))]
         assert len(pids) == 1, pids
+        (out / f"cg.{pids[0]}").unlink(missing_ok=True)
     finally:
         sm.close()
     try:

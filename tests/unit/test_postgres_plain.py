@@ -234,3 +234,45 @@ def test_links_known_for_a_leaf_are_never_sent_for_another_one(schema: str, sm: 
         assert len(check_linear(sm, sid)) == 13
     finally:
         other.close()
+
+
+def test_a_linked_miss_is_told_observed_or_changed_by_where_the_procedure_places_the_entry(
+        schema: str, sm: session_manager.SessionManager, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Prevents: plain.LINKED, which does not say why it wrote nothing, leaving an instance on the
+    # plain path while another instance observes (two round trips per append, every append),
+    # or sending every session to sm_append_at when only one session changed behind its back.
+    import session_manager.store.postgres.optimistic as opt
+
+    tried: list[str] = []
+    run_pair = opt.PgDatastore.run_pair
+
+    def spy(self: Any, conn: Any, first: Any, second: Any, params: dict[str, Any]) -> Any:
+        tried.append(params["sid"])
+        return run_pair(self, conn, first, second, params)
+
+    monkeypatch.setattr(opt.PgDatastore, "run_pair", spy)
+    other = open_sm(schema)
+    try:
+        a, b = (sm.call("session::create", {"title": t})["session_id"] for t in "ab")
+        for sid in (a, b, a, b):
+            sm.call("session::append", {"session_id": sid, "message": text("warm")})
+        # Changed: another instance appended to a; b stays on the plain path.
+        other.call("session::append", {"session_id": a, "message": text("theirs")})
+        tried.clear()
+        sm.call("session::append", {"session_id": a, "message": text("mine")})
+        sm.call("session::append", {"session_id": a, "message": text("mine again")})
+        sm.call("session::append", {"session_id": b, "message": text("b")})
+        assert tried == [a, b]  # (a's second append: sm_append_at directly, for a while)
+        time.sleep(1.1)  # (past CONTENDED_S)
+        # Observed: another instance observes; the miss sends every session to sm_append_at.
+        got: list[str] = []
+        other.observe({"function_id": ev.ON_MESSAGE_ADDED}, lambda e: got.append(e["entry_id"]))
+        other.service.store.events_ready()
+        tried.clear()
+        first = sm.call("session::append", {"session_id": a, "message": text("seen")})["entry_id"]
+        second = sm.call("session::append", {"session_id": b, "message": text("seen too")})["entry_id"]
+        assert tried == [a]  # (b's: sm_append_at directly, someone observes)
+        assert wait_for(lambda: {first, second} <= set(got))
+        assert len(check_linear(sm, a)) == 6 and len(check_linear(sm, b)) == 4
+    finally:
+        other.close()

@@ -98,13 +98,22 @@ APPEND = (
     " SELECT (SELECT seen FROM o), EXISTS (SELECT 1 FROM ins), ARRAY(SELECT entry_id FROM c),"
     " ARRAY(SELECT depth FROM c), ARRAY(SELECT jump_id FROM c), ARRAY(SELECT jump_depth FROM c)"
 )
-# The same write with the new entry's links as the client computed them (no entry read).
+# The same write with the new entry's links as the client computed them (no entry read), and
+# leaner: the INSERT is the statement itself and the check for observers a condition of the
+# UPDATE (no CTE of its own, no final SELECT: ~50k fewer server instructions, mostly executor
+# start-up). It answers one row when it wrote and none otherwise, without saying why: the
+# caller tells an observer from a changed session by where sm_append_at then places the entry
+# (at the known leaf: the session was as known, so someone observes).
+_SEEN = ("EXISTS (SELECT 1 FROM observers WHERE expires > now())"
+         " OR NOT CASE WHEN pg_try_advisory_lock(hashtext(current_schema()), 2)"
+         " THEN pg_advisory_unlock(hashtext(current_schema()), 2) ELSE false END")
 LINKED = (
-    "WITH " + _OBSERVED +
-    " ins AS (INSERT INTO entries (session_id, entry_id, parent_id, depth, jump_id, jump_depth, body)"
+    "WITH upd AS (UPDATE sessions SET meta = %(meta)b::text, updated_at = %(updated)b::bigint,"
+    " leaf = %(leaf)b::text WHERE session_id = %(sid)b::text AND meta = %(expect_meta)b::text"
+    f" AND leaf IS NOT DISTINCT FROM %(parent)b::text AND NOT ({_SEEN}) RETURNING session_id)"
+    " INSERT INTO entries (session_id, entry_id, parent_id, depth, jump_id, jump_depth, body)"
     " SELECT u.session_id, %(id)b::text, %(parent)b::text, %(depth)b::integer, %(jump)b::text,"
-    " %(jump_depth)b::integer, %(body)b::text FROM upd u RETURNING 1)"
-    " SELECT (SELECT seen FROM o), EXISTS (SELECT 1 FROM ins)"
+    " %(jump_depth)b::integer, %(body)b::text FROM upd u RETURNING 1"
 )
 
 Link = tuple[int, str, int]  # an entry's (depth, jump_id, jump_depth), by stored keys

@@ -59,6 +59,7 @@ class Plan:
     at_leaf: AtLeaf | None = None  # a plain append: the server chooses the leaf (see at_leaf.py)
     holed: bool = False  # the commit was resolved on the hole, not yet cut (at_leaf.choose_at_leaf)
     links: dict[str, tuple[int, str, int]] | None = None  # Known.links after a plain append (plain.learn)
+    plain_missed: bool = False  # plain.LINKED wrote nothing, not saying why (see Optimistic._apply)
 
 
 def apply_params(session_id: str, commit: Commit, bodies: list[str], meta_text: str | None, *,
