@@ -276,3 +276,32 @@ def test_a_linked_miss_is_told_observed_or_changed_by_where_the_procedure_places
         assert len(check_linear(sm, a)) == 6 and len(check_linear(sm, b)) == 4
     finally:
         other.close()
+
+
+def test_a_session_learned_by_a_read_probes_once_and_learns_the_leafs_chain(
+        schema: str, sm: session_manager.SessionManager, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Prevents: an instance that knows a session's meta and leaf but not its links (read, not
+    # written, by it) probing on every append, or learning a chain that is not the server's
+    # (plain.APPEND answers the parent's chain of jump pointers: the next appends send links).
+    import session_manager.store.postgres.optimistic as opt
+
+    writer = open_sm(schema)
+    try:
+        sid = writer.call("session::create", {"title": "t"})["session_id"]
+        for i in range(37):
+            writer.call("session::append", {"session_id": sid, "message": text(str(i))})
+    finally:
+        writer.close()
+    sent: list[str] = []
+    run_pair = opt.PgDatastore.run_pair
+
+    def spy(self: Any, conn: Any, first: Any, second: Any, params: dict[str, Any]) -> Any:
+        sent.append("linked" if second.sql == opt._PLAIN_LINKED.sql else "probed")
+        return run_pair(self, conn, first, second, params)
+
+    monkeypatch.setattr(opt.PgDatastore, "run_pair", spy)
+    for i in range(12):
+        sm.call("session::append", {"session_id": sid, "message": text(f"r{i}")})
+    assert sent == ["probed"] + ["linked"] * 11
+    checked = _rule_links(schema, sid)
+    assert len(checked) == 49 and all(stored == expect for stored, expect in checked)
