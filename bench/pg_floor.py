@@ -67,7 +67,7 @@ MIN_APPEND = Statement(
     " updated_at = %(updated)b::bigint WHERE session_id = %(sid)b::text RETURNING message_count)"
     " INSERT INTO min_entries (session_id, seq, body) SELECT %(sid)b::text, message_count, %(body)b::text FROM s")
 RAW_BARE = Statement("INSERT INTO raw_msgs (session_id, body) VALUES (%(sid)b::text, %(body)b::text)")
-OUR_LOCK, OUR_APPEND = Statement(plain.LOCK), Statement(plain.APPEND)
+OUR_LOCK, OUR_APPEND = Statement(plain.LOCK), Statement(plain.LINKED)
 Row = tuple[str, str, str, str, str]
 BARE_NOTES = (("our SQL, bare", "ours' two statements, no service: the server's and the wire's share"),
               ("contract minimum", "1 CTE: entry + session row (leaf, count, updated_at)"),
@@ -148,7 +148,7 @@ class Bare:
 
 def our_sql(dsn: str, schema: str, sm: session_manager.SessionManager, calls: int,
             opened: list[Any]) -> Callable[[], None]:
-    """Ours' warm plain append without the service: plain.LOCK and plain.APPEND with the
+    """Ours' warm plain append without the service: plain.LOCK and plain.LINKED with the
     parameters plain.params gives, for ``calls`` appends to a session of its own (created
     and appended to once by ``sm``, so its row and first entry are as ours writes them)."""
     import uuid
@@ -160,6 +160,9 @@ def our_sql(dsn: str, schema: str, sm: session_manager.SessionManager, calls: in
     row = conn.execute("SELECT meta, leaf FROM sessions WHERE session_id = %s", (sid,)).fetchone()
     assert row is not None
     expect, parent = row
+    # The links ours knows of the entries it wrote (plain.LINKED: the new entry's sent, no probe).
+    links: dict[str, plain.Link] = {eid: (d, j, jd) for eid, d, j, jd in conn.execute(
+        "SELECT entry_id, depth, jump_id, jump_depth FROM entries WHERE session_id = %s", (sid,))}
     meta = json.loads(expect)
     built = []
     for _ in range(calls):
@@ -168,11 +171,15 @@ def our_sql(dsn: str, schema: str, sm: session_manager.SessionManager, calls: in
         text = json.dumps(meta, separators=(",", ":"))
         body = json.dumps({"kind": "message", "id": eid, "parent_id": parent, "timestamp": meta["updated_at"],
                            "revision": 0, "message": MSG}, separators=(",", ":"))
+        link = plain.next_link(links, parent, eid)
+        assert link is not None
+        links[eid] = link
         params = {"sid": sid, "meta": text, "updated": meta["updated_at"], "leaf": eid, "expect_meta": expect,
-                  "parent": parent, "id": eid, "body": body}
+                  "parent": parent, "id": eid, "body": body, "depth": link[0], "jump": link[1],
+                  "jump_depth": link[2]}
         built.append((OUR_LOCK.values(params), OUR_APPEND.values(params)))
         expect, parent = text, eid
-    return Bare(conn, (OUR_LOCK, OUR_APPEND), built, (b"f", b"t"))  # nobody observes; it wrote
+    return Bare(conn, (OUR_LOCK, OUR_APPEND), built, (b"1",))  # it wrote (nobody observes)
 
 
 def contract_minimum(dsn: str, schema: str, calls: int, opened: list[Any]) -> Callable[[], None]:

@@ -26,7 +26,7 @@ __all__ = ["PLAIN_APPEND", "Relay"]
 _COMMITS = (b"COMMIT", b"sm_apply(", b"sm_append(", b"sm_append_call(", b"sm_append_at(")
 # The plain append's pipeline (store/postgres/plain.py: committed at its Sync, in the same chunk):
 # cut only when asked (``cut_at_commit(on=(PLAIN_APPEND,))``), never by default.
-PLAIN_APPEND = b"ins AS (INSERT INTO entries"
+PLAIN_APPEND = b"upd AS (UPDATE sessions SET meta"  # (plain.APPEND and plain.LINKED)
 _MARKS = (*_COMMITS, PLAIN_APPEND)
 
 

@@ -152,3 +152,156 @@ def _same_shape(a: list[tuple[Any, ...]], b: list[tuple[Any, ...]]) -> bool:
     pos_a = {r[0]: i for i, r in enumerate(a)}
     pos_b = {r[0]: i for i, r in enumerate(b)}
     return [(r[2], pos_a[r[3]], r[4]) for r in a] == [(r[2], pos_b[r[3]], r[4]) for r in b]
+
+
+def _rule_links(schema: str, sid: str) -> list[tuple[Any, ...]]:
+    """Each stored entry's (id, depth, jump_id, jump_depth) beside what the skew-binary rule
+    gives from its parent (entries in insertion order; links.py's rule, as plain.next_link)."""
+    from session_manager.store.postgres import plain
+
+    links: dict[str, plain.Link] = {}
+    out = []
+    for eid, parent, depth, jump, jump_depth, _ in _links(schema, sid):
+        expect = plain.next_link(links, parent if parent in links else None, eid)
+        links[eid] = (depth, jump, jump_depth)
+        out.append(((eid, depth, jump, jump_depth), (eid, *expect) if expect is not None else None))
+    return out
+
+
+def test_warm_appends_send_the_links_they_know_and_store_what_the_server_would(
+        schema: str, sm: session_manager.SessionManager, relay: Relay, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Prevents: the plain append probing the parent and its jump target on the server every
+    # time (two primary-key lookups, ~85k server instructions) although this instance wrote
+    # them; or sending a depth or jump pointer other than the rule's: after its own appends,
+    # after another instance's (its knowledge stale: the compare-and-set refuses it), after a
+    # rewrite (update-message) and after a fork (an append naming its parent, through sm_apply).
+    import session_manager.store.postgres.optimistic as opt
+    from session_manager.store.postgres import plain
+
+    sent: list[str] = []
+    run_pair = opt.PgDatastore.run_pair
+
+    def spy(self: Any, conn: Any, first: Any, second: Any, params: dict[str, Any]) -> Any:
+        sent.append("linked" if second.sql == opt._PLAIN_LINKED.sql else "probed")
+        return run_pair(self, conn, first, second, params)
+
+    monkeypatch.setattr(opt.PgDatastore, "run_pair", spy)
+    other = open_sm(schema)
+    try:
+        sid = sm.call("session::create", {"title": "t"})["session_id"]
+        ids = [sm.call("session::append", {"session_id": sid, "message": text(str(i))})["entry_id"]
+               for i in range(30)]
+        assert sent == ["linked"] * 30  # (the first: a root, whose links need no parent's)
+        sent.clear()
+        theirs = other.call("session::append", {"session_id": sid, "message": text("theirs")})["entry_id"]
+        mine = sm.call("session::append", {"session_id": sid, "message": text("mine")})
+        assert mine["parent_id"] == theirs  # (the stale knowledge refused: sm_append_at placed it)
+        time.sleep(1.1)  # (past CONTENDED_S: the plain statement again)
+        first = sm.call("session::append", {"session_id": sid, "message": text("a")})["entry_id"]
+        sm.call("session::update-message", {"session_id": sid, "entry_id": first,
+                                             "content": [{"type": "text", "text": "a2"}]})
+        sm.call("session::append", {"session_id": sid, "parent_id": ids[10], "message": text("fork")})
+        for i in range(20):
+            sm.call("session::append", {"session_id": sid, "message": text(f"b{i}")})
+        assert sent.count("linked") >= 15
+        checked = _rule_links(schema, sid)
+        assert len(checked) == 54 and all(stored == expect for stored, expect in checked)
+        page = sm.call("session::messages", {"session_id": sid, "limit": 100})["messages"]
+        assert [m["message"]["content"][0]["text"] for m in page] == [
+            *[str(i) for i in range(11)], "fork", *[f"b{i}" for i in range(20)]]  # (the fork's branch)
+        known = sm.service.store.optimistic._known[sid]
+        assert plain.chain(known.links, known.leaf) == known.links and known.leaf in known.links
+    finally:
+        other.close()
+
+
+def test_links_known_for_a_leaf_are_never_sent_for_another_one(schema: str, sm: session_manager.SessionManager,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    # Prevents: an instance whose knowledge of a session is stale (another instance appended)
+    # writing its entry with links computed for the leaf it knew: the compare-and-set on the
+    # meta text and leaf runs in the same statement, so nothing is written and sm_append_at
+    # places the entry (its links probed by the server).
+    other = open_sm(schema)
+    try:
+        sid = sm.call("session::create", {"title": "t"})["session_id"]
+        for i in range(6):
+            sm.call("session::append", {"session_id": sid, "message": text(str(i))})
+        for i in range(6):
+            other.call("session::append", {"session_id": sid, "message": text(f"o{i}")})
+        sm.call("session::append", {"session_id": sid, "message": text("late")})
+        checked = _rule_links(schema, sid)
+        assert len(checked) == 13 and all(stored == expect for stored, expect in checked)
+        assert len(check_linear(sm, sid)) == 13
+    finally:
+        other.close()
+
+
+def test_a_linked_miss_is_told_observed_or_changed_by_where_the_procedure_places_the_entry(
+        schema: str, sm: session_manager.SessionManager, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Prevents: plain.LINKED, which does not say why it wrote nothing, leaving an instance on the
+    # plain path while another instance observes (two round trips per append, every append),
+    # or sending every session to sm_append_at when only one session changed behind its back.
+    import session_manager.store.postgres.optimistic as opt
+
+    tried: list[str] = []
+    run_pair = opt.PgDatastore.run_pair
+
+    def spy(self: Any, conn: Any, first: Any, second: Any, params: dict[str, Any]) -> Any:
+        tried.append(params["sid"])
+        return run_pair(self, conn, first, second, params)
+
+    monkeypatch.setattr(opt.PgDatastore, "run_pair", spy)
+    other = open_sm(schema)
+    try:
+        a, b = (sm.call("session::create", {"title": t})["session_id"] for t in "ab")
+        for sid in (a, b, a, b):
+            sm.call("session::append", {"session_id": sid, "message": text("warm")})
+        # Changed: another instance appended to a; b stays on the plain path.
+        other.call("session::append", {"session_id": a, "message": text("theirs")})
+        tried.clear()
+        sm.call("session::append", {"session_id": a, "message": text("mine")})
+        sm.call("session::append", {"session_id": a, "message": text("mine again")})
+        sm.call("session::append", {"session_id": b, "message": text("b")})
+        assert tried == [a, b]  # (a's second append: sm_append_at directly, for a while)
+        time.sleep(1.1)  # (past CONTENDED_S)
+        # Observed: another instance observes; the miss sends every session to sm_append_at.
+        got: list[str] = []
+        other.observe({"function_id": ev.ON_MESSAGE_ADDED}, lambda e: got.append(e["entry_id"]))
+        other.service.store.events_ready()
+        tried.clear()
+        first = sm.call("session::append", {"session_id": a, "message": text("seen")})["entry_id"]
+        second = sm.call("session::append", {"session_id": b, "message": text("seen too")})["entry_id"]
+        assert tried == [a]  # (b's: sm_append_at directly, someone observes)
+        assert wait_for(lambda: {first, second} <= set(got))
+        assert len(check_linear(sm, a)) == 6 and len(check_linear(sm, b)) == 4
+    finally:
+        other.close()
+
+
+def test_a_session_learned_by_a_read_probes_once_and_learns_the_leafs_chain(
+        schema: str, sm: session_manager.SessionManager, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Prevents: an instance that knows a session's meta and leaf but not its links (read, not
+    # written, by it) probing on every append, or learning a chain that is not the server's
+    # (plain.APPEND answers the parent's chain of jump pointers: the next appends send links).
+    import session_manager.store.postgres.optimistic as opt
+
+    writer = open_sm(schema)
+    try:
+        sid = writer.call("session::create", {"title": "t"})["session_id"]
+        for i in range(37):
+            writer.call("session::append", {"session_id": sid, "message": text(str(i))})
+    finally:
+        writer.close()
+    sent: list[str] = []
+    run_pair = opt.PgDatastore.run_pair
+
+    def spy(self: Any, conn: Any, first: Any, second: Any, params: dict[str, Any]) -> Any:
+        sent.append("linked" if second.sql == opt._PLAIN_LINKED.sql else "probed")
+        return run_pair(self, conn, first, second, params)
+
+    monkeypatch.setattr(opt.PgDatastore, "run_pair", spy)
+    for i in range(12):
+        sm.call("session::append", {"session_id": sid, "message": text(f"r{i}")})
+    assert sent == ["probed"] + ["linked"] * 11
+    checked = _rule_links(schema, sid)
+    assert len(checked) == 49 and all(stored == expect for stored, expect in checked)

@@ -22,8 +22,9 @@ def user(text: str) -> dict[str, Any]:
 
 
 def _drop_search(conn: psycopg.Connection[Any], ident: sql.Identifier) -> None:
-    """Every object of the search index (migrations 3, 5 and 6) dropped."""
+    """Every object of the search index (migrations 3, 5, 6 and 11) dropped."""
     for what in ("TRIGGER entries_search ON {}.entries", "TRIGGER entries_search_forget ON {}.entries",
+                 "TRIGGER IF EXISTS entries_search_born ON {}.entries", "FUNCTION IF EXISTS {}.sm_search_born",
                  "FUNCTION {}.sm_search_queue", "FUNCTION {}.sm_search_forget", "FUNCTION {}.sm_search_page",
                  "TABLE {}.search_docs", "TABLE {}.search_totals", "TABLE {}.search_pending",
                  "TABLE IF EXISTS {}.search_total"):

@@ -70,7 +70,7 @@ CONTENDED_S = 1.0  # after a conflict, the session's calls take the transactiona
 _APPEND_AT = Statement(APPEND_AT)  # a plain append's one statement: sent directly
 # The warm unobserved append's two statements, one round trip (plain.py); PLAIN off: always
 # sm_append_at (the bench's A/B).
-_PLAIN_LOCK, _PLAIN = Statement(plain.LOCK), Statement(plain.APPEND)
+_PLAIN_LOCK, _PLAIN, _PLAIN_LINKED = Statement(plain.LOCK), Statement(plain.APPEND), Statement(plain.LINKED)
 PLAIN = True
 
 
@@ -485,7 +485,12 @@ class Optimistic:
         else:
             db.putconn(conn)
         if cut is not None and row is not None:
-            fill(commit, plan.bodies, unkey(row[0]) if row[0] is not None else None, row[1], response, events)
+            chosen = unkey(row[0]) if row[0] is not None else None
+            if plan.plain_missed and plan.known is not None:
+                # plain.LINKED wrote nothing: placed at the leaf it knew, the session was as known
+                # (its meta at most in the two numbers sm_append_at rewrites): someone observes.
+                self._plain_missed(plan.session_id, chosen == plan.known.leaf)
+            fill(commit, plan.bodies, chosen, row[1], response, events)
             plan.meta_text = cut.text(commit.meta["updated_at"] if commit.meta else 0, row[1])
         self._learn(plan)
 
@@ -513,7 +518,11 @@ class Optimistic:
         conn = db.getconn(db.deadline_at())
         pid, started = conn.pgconn.backend_pid, db.started_at(conn)
         try:
-            seen, wrote = db.run_pair(conn, _PLAIN_LOCK, _PLAIN, params)[0]
+            linked = "depth" in params
+            rows = db.run_pair(conn, _PLAIN_LOCK, _PLAIN_LINKED if linked else _PLAIN, params)
+            # (LINKED: a row when it wrote, none otherwise, not saying why; APPEND: seen, wrote, ...)
+            row: tuple[Any, ...] = () if linked else rows[0]
+            seen, wrote = (None, bool(rows)) if linked else (row[0], row[1])
         except psycopg.Error as e:
             failure = db.fail(e)
             lost = conn.broken or conn.closed
@@ -535,18 +544,27 @@ class Optimistic:
             return True  # it landed (the session was forgotten: its meta is read afresh next time)
         db.putconn(conn)
         if not wrote:
-            now = time.monotonic()
-            if seen:
-                self._observed_until = now + plain.OBSERVED_S
-            else:  # the session changed: the procedure places this append, and the next ones for a while
-                with self._known_lock:
-                    if len(self._unplain) > KNOWN_SESSIONS:
-                        self._unplain = {s: t for s, t in self._unplain.items() if t > now}
-                    self._unplain[plan.session_id] = now + CONTENDED_S
+            if seen is None:
+                plan.plain_missed = True  # (why: told by where sm_append_at places it, see _apply)
+            else:
+                self._plain_missed(plan.session_id, seen)
             return False
         fill(commit, plan.bodies, known.leaf, commit.meta["message_count"], response, events)
+        plan.links = plain.learn(known.links, params, row)
         self._learn(plan)
         return True
+
+    def _plain_missed(self, session_id: str, observed: bool) -> None:
+        """The plain statement wrote nothing: someone observes (every append takes sm_append_at
+        for a while), or the session changed (its appends take it for a while)."""
+        now = time.monotonic()
+        if observed:
+            self._observed_until = now + plain.OBSERVED_S
+            return
+        with self._known_lock:
+            if len(self._unplain) > KNOWN_SESSIONS:
+                self._unplain = {s: t for s, t in self._unplain.items() if t > now}
+            self._unplain[session_id] = now + CONTENDED_S
 
     def _learn(self, plan: Plan) -> None:
         """After sm_apply: the session as written (this instance wrote it last)."""
@@ -567,5 +585,11 @@ class Optimistic:
             bodies[entry["id"]] = (entry, body)
         while len(bodies) > KNOWN_BODIES:
             del bodies[next(iter(bodies))]  # the oldest
+        links = plan.links
+        if links is None:  # written by sm_apply / sm_append_at: the known links of the new leaf's chain
+            links = old.links if old is not None else {}
+            if links:  # (an entry it rewrote forgotten: its links are the server's)
+                rewritten = {key(e["id"]) for e in commit.entries}
+                links = plain.chain({k: v for k, v in links.items() if k not in rewritten}, key_or_none(leaf))
         # An append the server placed left the text its cut describes (see at_leaf.segments).
-        self._remember(plan.session_id, Known(meta, text, leaf, bodies, plan.at_leaf))
+        self._remember(plan.session_id, Known(meta, text, leaf, bodies, plan.at_leaf, links))

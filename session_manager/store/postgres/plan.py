@@ -39,6 +39,9 @@ class Known:
     # each append's, copies its table at once; an OrderedDict's re-inserts item by item).
     bodies: dict[str, tuple[Entry, str]] = field(default_factory=dict)
     cut: AtLeaf | None = None  # ``text`` cut at its two numbers an append changes (at_leaf.segments)
+    # The links (depth, jump_id, jump_depth) of the entries on the leaf's chain of jump pointers, by
+    # stored key, as far as known (plain.py: a plain append sends its new entry's, computed from them).
+    links: dict[str, tuple[int, str, int]] = field(default_factory=dict)
 
 
 @dataclass
@@ -55,6 +58,8 @@ class Plan:
     meta_text: str | None = None
     at_leaf: AtLeaf | None = None  # a plain append: the server chooses the leaf (see at_leaf.py)
     holed: bool = False  # the commit was resolved on the hole, not yet cut (at_leaf.choose_at_leaf)
+    links: dict[str, tuple[int, str, int]] | None = None  # Known.links after a plain append (plain.learn)
+    plain_missed: bool = False  # plain.LINKED wrote nothing, not saying why (see Optimistic._apply)
 
 
 def apply_params(session_id: str, commit: Commit, bodies: list[str], meta_text: str | None, *,

@@ -17,6 +17,7 @@ from ..sql.keys import key, unkey
 from ..sql.path import PATH_WINDOW, WindowPath
 from ..sql.values import sanitize
 from .core import PgDatastore, Statement
+from .schema import RARE_STATUSES
 
 __all__ = ["HITS_SQL", "PgReads"]
 
@@ -130,12 +131,15 @@ class PgReads:
         cmp, direction = ("<", "DESC") if descending else (">", "ASC")
         where = ["meta IS NOT NULL"]
         params: list[Any] = []
-        if status is not None:
+        if status in RARE_STATUSES:  # a literal: the partial index's predicate must be provable
+            where.append(f"status = '{status}'")
+        elif status is not None:
             where.append("status = %s")
             params.append(status)
-        if metadata:
-            where.append("metadata @> %s")
-            params.append(Jsonb(sanitize(metadata)))
+        wanted = sanitize(metadata) if metadata else None
+        if wanted:  # (only a session with metadata contains a non-empty filter: the index's predicate)
+            where.append("metadata @> %s AND metadata <> '{}'")
+            params.append(Jsonb(wanted))
         base = " AND ".join(where)
         # The caller's cursor names the session by its id; rows compare by stored key.
         cursor = (after[0], key(after[1])) if after is not None else None

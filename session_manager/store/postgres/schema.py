@@ -9,10 +9,12 @@ instances of *different* schemas never wait for each other.
 Why each index exists (the queries they serve are in ``store.py``):
 
 - ``sessions_updated`` / ``sessions_created`` (and the ``status``-prefixed
-  pair): ``session::list`` in each order, optionally filtered by status, is an
-  index scan that stops after one page.
-- ``sessions_metadata`` (GIN, ``jsonb_path_ops``): a metadata filter is a
-  bitmap index scan on containment; the service rechecks its equality rule.
+  pair, since migration 11 for the statuses done and error only): ``session::list``
+  in each order, optionally filtered by status, is an index scan that stops after
+  one page (idle or working: the unprefixed index, filtered).
+- ``sessions_metadata`` (GIN, ``jsonb_path_ops``, since migration 11 only the
+  sessions with metadata): a metadata filter is a bitmap index scan on
+  containment; the service rechecks its equality rule.
 - ``entries`` primary key ``(session_id, entry_id)``: get-message and every
   step of a path walk are one index probe.
 - ``entries_seq``: ``entries()`` in insertion order.
@@ -136,6 +138,40 @@ SELECT 'previous release', now() + interval '1 day'
 ON CONFLICT (instance) DO NOTHING;
 """
 
+# Migration 11 (issue 24: an append's server work). The session row is rewritten by every append
+# and its update is not HOT (updated_at is indexed), so each of its indexes takes a new entry per
+# append, whether the row matches anything a list looks for or not. The status-prefixed pair now
+# holds only the sessions a status filter may find rare (done, error: a list of idle or working
+# sessions walks sessions_updated / sessions_created, where those are near the top or common), and
+# the metadata index only sessions with metadata: an append to an idle or working session without
+# metadata feeds neither (reads.py states the predicates, so the planner can use them). The search
+# queue's row for a new entry is a plain INSERT (a new seq is never queued yet: no ON CONFLICT, no
+# speculative insertion); a rewrite still merges its flag. Safe while processes of the previous
+# release run (docs/postgres-round-trips.md, "Migration 11 and a rolling upgrade"): no statement
+# names an index, and triggers act on every writer's rows alike; the swap is atomic (one
+# transaction, under the tables' locks). Written to run again over itself.
+SESSION_ROW_INDEXES = """
+CREATE OR REPLACE FUNCTION sm_search_born() RETURNS trigger LANGUAGE plpgsql AS $fn$
+BEGIN
+    INSERT INTO search_pending (seq, rewrite) VALUES (NEW.seq, false);
+    RETURN NULL;
+END
+$fn$;
+DROP TRIGGER IF EXISTS entries_search ON entries;
+DROP TRIGGER IF EXISTS entries_search_born ON entries;
+CREATE TRIGGER entries_search AFTER UPDATE OF body ON entries FOR EACH ROW EXECUTE FUNCTION sm_search_queue();
+CREATE TRIGGER entries_search_born AFTER INSERT ON entries FOR EACH ROW EXECUTE FUNCTION sm_search_born();
+DROP INDEX IF EXISTS sessions_status_updated;
+DROP INDEX IF EXISTS sessions_status_created;
+DROP INDEX IF EXISTS sessions_metadata;
+CREATE INDEX sessions_status_updated ON sessions (status, updated_at DESC, session_id DESC)
+    WHERE meta IS NOT NULL AND status IN ('done', 'error');
+CREATE INDEX sessions_status_created ON sessions (status, created_at, session_id)
+    WHERE meta IS NOT NULL AND status IN ('done', 'error');
+CREATE INDEX sessions_metadata ON sessions USING gin (metadata jsonb_path_ops) WHERE metadata <> '{}';
+"""
+RARE_STATUSES = ("done", "error")  # the statuses the status-prefixed indexes hold (migration 11)
+
 # Each step is applied once, in order, inside one transaction with the
 # version bump. Never edit a released step: add one.
 MIGRATIONS: tuple[str, ...] = (
@@ -217,6 +253,10 @@ MIGRATIONS: tuple[str, ...] = (
     # 10: sm_append_at's jump-pointer probe a primary-key lookup whatever the statistics its
     # generic plan was made with (at_leaf.py, APPEND_AT_PROBED).
     APPEND_AT_PROBED,
+    # 11: an append's session-row update and entry insert leaner on the server (SESSION_ROW_INDEXES:
+    # the search queue's insert trigger without ON CONFLICT; the status and metadata indexes
+    # partial, so an append to a working or idle session without metadata feeds neither).
+    SESSION_ROW_INDEXES,
 )
 
 
