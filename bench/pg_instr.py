@@ -6,7 +6,8 @@
     python bench/pg_instr.py profile append 2000   # cProfile call counts instead
 
 Wall-clock time on a shared box swings with its load; the instructions this
-process executes per operation do not (the server's are another process's).
+process's calling thread executes per operation do not (the server's are another process's;
+the store's own threads are left out: their timing varies).
 ``per-op`` runs each workload twice (n and 2n operations, after the same
 warm-up) and divides the difference by n: the set-up, the interpreter's start
 and the warm-up cancel out. Each run uses its own schema (dropped afterwards).
@@ -190,13 +191,18 @@ def main(argv: list[str]) -> None:
 def _callgrind(kind: str, n: int) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "cg.out"
-        proc = subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
-                               sys.executable, __file__, kind, str(n)], capture_output=True, text=True, cwd=ROOT)
-        found = re.findall(r"Collected : (\d+)", proc.stderr)
+        # Each thread counted apart: the calling thread's count only (the caller's cost per
+        # operation). The store's other threads (pool, watchdog, listener, the outbox pruner,
+        # which opens a connection of its own a second after the first commit, then each
+        # minute) ran in one of the two runs and not the other: a swing of ~150,000 a call.
+        proc = subprocess.run(["valgrind", "--tool=callgrind", "--separate-threads=yes",
+                               f"--callgrind-out-file={out}", sys.executable, __file__, kind, str(n)],
+                              capture_output=True, text=True, cwd=ROOT, env={**os.environ, "PYTHONHASHSEED": "0"})
+        main = Path(f"{out}-01")
+        found = re.findall(r"^summary: (\d+)", main.read_text(), re.M) if main.exists() else []
         if proc.returncode != 0 or not found:
             raise SystemExit(proc.stderr[-2000:])
-        # Only the main process's count (the pool's and watchdog's threads are in it too).
-        return int(found[-1])
+        return int(found[0])
 
 
 if __name__ == "__main__":

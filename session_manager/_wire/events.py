@@ -79,6 +79,11 @@ class Event:
             payload = self._payload = self._build(*self._args)
         return payload
 
+    def built(self) -> dict[str, Any] | None:
+        """The payload if it is built already, else ``None`` (a deferred one still to build:
+        it will be built from the values the mutation holds as they are then)."""
+        return self._payload
+
     @property
     def session_id(self) -> str:
         return str(self.payload["session_id"])

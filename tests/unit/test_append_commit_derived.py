@@ -73,3 +73,27 @@ def test_fs_append_reads_back_after_a_restart(tmp_path: Path) -> None:
         assert again.get_leaf(SID) == "e2"
     finally:
         again.close()
+
+
+def test_an_append_given_another_parent_keeps_every_field_and_its_derivation() -> None:
+    # Prevents: resolve's field-by-field rebuild (no dataclasses.replace) dropping a field a
+    # commit carries, or the meta derived once being shared with the commit as decided (a
+    # store fills the resolved commit's meta in: postgres sets its count from the server's).
+    from dataclasses import fields
+
+    from session_manager.store._core.cas import resolve
+
+    read = dict(META)
+    built = append_commit(read, (_entry("e2", "e0", 20),), chain=True, tx=lambda: "t", data_json=b"{}")
+    resolved = resolve(built, read, "e1", lambda eid: None)
+    assert resolved.entries[0]["parent_id"] == "e1" and built.entries[0]["parent_id"] == "e0"
+    assert resolved.meta == derive_append_meta(read, resolved.entries) == built.meta
+    assert resolved.meta is not built.meta and resolved.derived_from is read
+    changed = {"entries", "meta"}
+    for f in fields(Commit):
+        if f.name not in changed:
+            assert getattr(resolved, f.name) == getattr(built, f.name), f.name
+    # Decided on another meta object: derived again from the one read now.
+    newer = {**META, "message_count": 5}
+    again = resolve(built, newer, "e1", lambda eid: None)
+    assert again.meta == derive_append_meta(newer, again.entries) and again.meta["message_count"] == 6

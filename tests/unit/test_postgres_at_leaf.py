@@ -277,3 +277,25 @@ def test_an_error_after_the_append_committed_answers_it_as_applied_and_frees_its
     finally:
         a.close()
         b.close()
+
+
+def test_an_unobserved_plain_append_builds_no_event_payload_and_its_payload_names_the_parent(schema: str) -> None:
+    # Prevents: the plain append building every event's payload to fill the server's parent in
+    # (work for an append nobody observes), or a payload built later naming the hole, not the
+    # parent the server chose (the deferred payload reads the entry as filled in).
+    from session_manager._wire import api
+
+    sm = open_sm(schema)
+    try:
+        sid = sm.call("session::create", {"title": "t"})["session_id"]
+        ids = [sm.call("session::append", {"session_id": sid, "message": text(f"warm {i}")})["entry_id"]
+               for i in range(3)]
+        request = api.AppendRequest.model_validate({"session_id": sid, "message": text("plain")})
+        store, service = sm.service.store, sm.service
+        response, events = store.run_call(lambda: service.append(request))
+        assert response["parent_id"] == ids[-1]
+        assert len(events) == 1 and events[0].built() is None  # nobody read it
+        assert events[0].payload["parent_id"] == ids[-1] and events[0].payload["entry_id"] == response["entry_id"]
+        assert check_linear(sm, sid)[-1] == response["entry_id"]
+    finally:
+        sm.close()

@@ -141,3 +141,27 @@ def test_a_statement_psycopg_deallocated_after_a_rollback_is_prepared_again(db: 
         assert db.run(conn, stmt, {"x": "c"}) == [("cz",)]
     finally:
         db.putconn(conn)
+
+
+def test_a_pair_psycopg_deallocated_is_prepared_again_and_a_pair_failing_rolls_back_whole(db: Any) -> None:
+    # Prevents: run_pair's warm path (both statements taken as prepared, no prepare sent)
+    # answering psycopg's DEALLOCATE ALL as a failure instead of preparing both again, or
+    # reporting a pair whose second statement fails as anything but that failure.
+    import psycopg
+
+    first = Statement("SELECT %(x)s::text || 'p'")
+    second = Statement("SELECT %(x)s::text || 'q'")
+    failing = Statement("SELECT 1 / %(n)s::int")
+    conn = db.getconn(db.deadline_at())
+    try:
+        assert db.run_pair(conn, first, second, {"x": "a"}) == [("aq",)]  # prepared in the pipeline
+        assert db.run_pair(conn, first, second, {"x": "b"}) == [("bq",)]  # warm: both ready
+        conn.execute("DEALLOCATE ALL")
+        assert db.run_pair(conn, first, second, {"x": "c"}) == [("cq",)]  # prepared again
+        names = {r[0] for r in conn.execute("SELECT name FROM pg_prepared_statements").fetchall()}
+        assert {first.name.decode(), second.name.decode()} <= names
+        with pytest.raises(psycopg.errors.DivisionByZero):
+            db.run_pair(conn, first, failing, {"x": "d", "n": 0})
+        assert db.run_pair(conn, first, failing, {"x": "e", "n": 1}) == [(1,)]  # usable after
+    finally:
+        db.putconn(conn)

@@ -443,8 +443,10 @@ def fill(commit: Commit, bodies: list[str], leaf: str | None, count: int, respon
     if isinstance(response, dict) and response.get("parent_id") == HOLE:
         response["parent_id"] = leaf
     for event in events:
-        payload = event.payload
-        if payload.get("parent_id") == HOLE:
+        # A payload not built yet is left so: built later (if ever: most appends are observed by
+        # nobody), it reads the entry filled in above (the event's, the commit's first).
+        payload = event.built()
+        if payload is not None and payload.get("parent_id") == HOLE:
             payload["parent_id"] = leaf
 
 

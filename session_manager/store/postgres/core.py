@@ -281,8 +281,13 @@ def _pipeline(conn: psycopg.Connection[Any], new: list[Statement],
             pg.send_query_prepared(stmt.name, values, formats, 0)
         pg.pipeline_sync()
         conn.wait(send(pg))
-        prepared = [res for _ in new for res in conn.wait(fetch_many(pg))]
-        results = [res for _ in sent for res in conn.wait(fetch_many(pg))]
+        # (loops, not comprehensions: no frame of their own; a warm run prepares nothing)
+        prepared: list[Any] = []
+        for _ in new:
+            prepared += conn.wait(fetch_many(pg))
+        results: list[Any] = []
+        for _ in sent:
+            results += conn.wait(fetch_many(pg))
         conn.wait(fetch_many(pg))  # the Sync's
     except BaseException:
         with contextlib.suppress(psycopg.Error):  # (a lost connection: the pool discards it)
@@ -535,15 +540,19 @@ class PgDatastore:
         ready = self._ready(conn)
         sent = ((first, *first.values(params)), (second, *second.values(params)))
         for attempt in (1, 2):
-            new = [stmt for stmt, _, _ in sent if stmt.name not in ready]
+            # (both prepared: the warm case, without a comprehension)
+            new = [] if first.name in ready and second.name in ready else \
+                [stmt for stmt, _, _ in sent if stmt.name not in ready]
             prepared, results = _pipeline(conn, new, sent)
-            if all(res.status == _COMMAND_OK for res in prepared):
-                ready.update(stmt.name for stmt in new)
-            failed = [res for res in results if res.status == _FATAL]
-            if (attempt == 1 and not new and len(failed) == 1 and _deallocated(failed, pg)):
-                ready.clear()  # psycopg's DEALLOCATE ALL took ours (see run): nothing ran; prepare again
-                continue
-            return self._rows(conn, second, [*prepared, *results])
+            if new:
+                if all(res.status == _COMMAND_OK for res in prepared):
+                    ready.update(stmt.name for stmt in new)
+            elif attempt == 1:
+                failed = [res for res in results if res.status == _FATAL]
+                if len(failed) == 1 and _deallocated(failed, pg):
+                    ready.clear()  # psycopg's DEALLOCATE ALL took ours (see run): nothing ran; prepare again
+                    continue
+            return self._rows(conn, second, [*prepared, *results] if prepared else results)
         raise AssertionError("unreachable")
 
     @property

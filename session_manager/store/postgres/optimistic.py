@@ -35,8 +35,9 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Collection, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Collection
+from contextlib import AbstractContextManager
+from types import TracebackType
 from typing import Any, TypeVar
 
 import psycopg
@@ -99,6 +100,30 @@ class _OptState:
 class _Local(threading.local):
     def __init__(self) -> None:  # (run in each thread at its first use)
         self.state = _OptState()
+
+
+class _Mutation:
+    """:meth:`Optimistic.mutation`'s context: a class, not a generator, as every append
+    enters one (a ``contextmanager``'s generator and wrapper are six Python calls more).
+    What it is (planned, or a transaction) is decided when it is entered, under the
+    session's lock the service takes first."""
+
+    __slots__ = ("_ids", "_inner", "_owner")
+
+    def __init__(self, owner: Optimistic, session_ids: Collection[str]) -> None:
+        self._owner = owner
+        self._ids = session_ids
+        self._inner: AbstractContextManager[None] | None = None
+
+    def __enter__(self) -> None:
+        self._inner = self._owner._enter_mutation(self._ids)
+
+    def __exit__(self, kind: type[BaseException] | None, e: BaseException | None,
+                 tb: TracebackType | None) -> bool | None:
+        inner, self._inner = self._inner, None
+        if inner is None:  # planned: nothing to end here (the call sends it, or falls back)
+            return None
+        return inner.__exit__(kind, e, tb)
 
 
 class Optimistic:
@@ -235,19 +260,23 @@ class Optimistic:
             return all(found.get(i) == body for i, body in plan.reads.items())
         return True
 
-    @contextmanager
-    def mutation(self, session_ids: Collection[str]) -> Iterator[None]:
-        """A mutation: planned (nothing sent yet) in an optimistic call, else a transaction."""
+    def mutation(self, session_ids: Collection[str]) -> AbstractContextManager[None]:
+        """A mutation: planned (nothing sent yet) in an optimistic call, else a transaction
+        (decided as it is entered: see :class:`_Mutation`)."""
+        return _Mutation(self, session_ids)
+
+    def _enter_mutation(self, session_ids: Collection[str]) -> AbstractContextManager[None] | None:
+        """Enter a mutation of ``session_ids``: ``None`` when it is planned, else the transaction entered."""
         opt = self._opt.state
-        if (opt.optimistic and opt.plan is None and len(set(session_ids)) == 1
+        if (opt.optimistic and opt.plan is None and (len(session_ids) == 1 or len(set(session_ids)) == 1)
                 and not self._is_contended(next(iter(session_ids)))):
             opt.plan = Plan(next(iter(session_ids)))
-            yield
-            return
+            return None
         if opt.optimistic:  # a second mutation in the call, or several sessions at once
             self._upgrade_or_begin()
-        with self.txs.mutation(session_ids):
-            yield
+        inner = self.txs.mutation(session_ids)
+        inner.__enter__()
+        return inner
 
     def _is_contended(self, session_id: str) -> bool:
         """Whether another writer beat this instance to the session a moment ago: then

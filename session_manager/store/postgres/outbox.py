@@ -187,6 +187,9 @@ class Outbox:
         self._thread: threading.Thread | None = None
         self._last_prune = 0.0
         self._pruning: threading.Thread | None = None  # the pruner of an instance that writes, not listening
+        # Whether that pruner runs (set as it starts, cleared as it leaves): read on every commit of
+        # such an instance, where Thread.is_alive() is three Python calls.
+        self._pruner_runs = False
         # Tests only: called on the calling thread right after a call's COMMIT, before its own
         # events are handed on (another instance's commit can be made to land in that window).
         self.after_commit: Callable[[], None] | None = None
@@ -712,24 +715,30 @@ class Outbox:
         listeners' pace until the listener starts or the store closes, each time on a
         connection of its own (the callers' pool neither waits for it nor grows). It sleeps
         between prunes: an append costs it nothing."""
-        pruning = self._pruning
-        if (pruning is not None and pruning.is_alive()) or self._db.settings.read_only:
+        if self._pruner_runs or self._db.settings.read_only:
             return
         with self.subscribers.lock:  # (a pruner ended when a listener started; one left since)
-            if (self._pruning is None or not self._pruning.is_alive()) and self._thread is None \
-                    and not self._stop.is_set():
+            if not self._pruner_runs and self._thread is None and not self._stop.is_set():
+                self._pruner_runs = True
                 self._pruning = threading.Thread(target=self._prune_while_unheard,
                                                  name="session-manager-outbox-prune", daemon=True)
-                self._pruning.start()
+                try:
+                    self._pruning.start()
+                except BaseException:
+                    self._pruner_runs = False
+                    raise
 
     def _prune_while_unheard(self) -> None:
-        every = min(PRUNE_EVERY_S, self._retention_s)
-        self._stop.wait(START_DELAY_S)
-        while not self._stop.is_set() and self._thread is None:
-            try:
-                with psycopg.connect(self._db.conninfo, autocommit=True) as conn:
-                    conn.execute(PRUNE, (self._retention_s,))
-            except psycopg.Error as e:  # best effort: the next one is due a minute later
-                if not self._stop.is_set():
-                    log.warning("%s", self._db.say(f"could not prune the event outbox ({e})"))
-            self._stop.wait(every)
+        try:
+            every = min(PRUNE_EVERY_S, self._retention_s)
+            self._stop.wait(START_DELAY_S)
+            while not self._stop.is_set() and self._thread is None:
+                try:
+                    with psycopg.connect(self._db.conninfo, autocommit=True) as conn:
+                        conn.execute(PRUNE, (self._retention_s,))
+                except psycopg.Error as e:  # best effort: the next one is due a minute later
+                    if not self._stop.is_set():
+                        log.warning("%s", self._db.say(f"could not prune the event outbox ({e})"))
+                self._stop.wait(every)
+        finally:
+            self._pruner_runs = False  # (a later commit starts another, if still unheard)
