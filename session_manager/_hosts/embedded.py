@@ -271,11 +271,15 @@ class SessionManager(Helpers):
                 raise invalid_request("custom.data: not representable as JSON") from None
             if size > limits.max_request_bytes:  # (:func:`admit_size`'s test, inline: it raises)
                 admit_size(size, limits)
-            request = OwnedCustom(session_id, custom_type, data, parent_id, at, data_json)
+            deliver = self._deliver if self._observers else None
+            wraps_calls = self._wraps_calls
+            # Without an observer, a store whose calls are not wrapped (one that records no events:
+            # fs, memory) leaves the event to nobody (:func:`execute`): it is not built.
+            request = OwnedCustom(session_id, custom_type, data, parent_id, at, data_json,
+                                  deliver is None and not wraps_calls)
             # Its events delivered inside the gate, as a call's: close() waits for them.
             entry, _ = execute(core.store, partial(append_custom_owned, core, request),
-                               wraps_calls=self._wraps_calls, deliver=self._deliver if self._observers else None,
-                               order=core.order)
+                               wraps_calls=wraps_calls, deliver=deliver, order=core.order)
             return str(entry["id"])
         finally:
             gate.leave()

@@ -48,6 +48,9 @@ class OwnedCustom(NamedTuple):
     parent_id: str | None
     at: SessionAt | None  # as :func:`append_at`'s; None: unconditionally
     data_json: bytes | None = None  # ``orjson.dumps(data)``, when encoded (to size the request, or by its builder)
+    # Nothing will receive the append's event (no observer as the call began, and a store that
+    # records none: its host drops them): not built. Whoever receives it gets it as before.
+    unheard: bool = False
 
 
 # update-message's edits of the entry and the meta (every streamed token): the fields they always change.
@@ -82,6 +85,8 @@ def append_custom_owned(core: ServiceCore, req: OwnedCustom) -> Result:
         applied = core.commit_append(session_id, meta, (entry,), chain=req.parent_id is None,
                                      data_json=req.data_json)
         entry, meta = applied.entries[0], applied.meta or meta
+    if req.unheard:
+        return entry, []
     return entry, [ev.message_added(session_id, entry, meta.get("metadata"))]
 
 

@@ -252,13 +252,15 @@ class ThreadIndex:
         self.checkpoints[key] = entry_id  # a checkpoint put again replaces the earlier one (its writes stay)
         if data["id"] > self.newest.get(ns, ""):
             self.newest[ns] = data["id"]
-        for channel, (version, *_) in data.get("values", {}).items():
-            self.blobs[(ns, channel, version)] = entry_id
+        blobs = self.blobs
+        for channel, packed in data.get("values", {}).items():  # ([version, ...]: indexed, not unpacked: every put)
+            blobs[(ns, channel, packed[0])] = entry_id
 
     def add_writes(self, entry_id: str, data: dict[str, Any]) -> None:
         slot = self.writes.setdefault((data["ns"], data["checkpoint_id"]), {})
-        for position, (idx, *_) in enumerate(data["writes"]):
-            slot[(data["task_id"], idx)] = Write(entry_id, position, data["task_path"])
+        task_id, task_path = data["task_id"], data["task_path"]
+        for position, packed in enumerate(data["writes"]):  # ([idx, ...]: indexed, not unpacked)
+            slot[(task_id, packed[0])] = Write(entry_id, position, task_path)
 
     def latest(self, ns: str) -> str | None:
         """The newest checkpoint id of ``ns`` (ids grow with time, as LangGraph's savers order them)."""

@@ -358,6 +358,40 @@ def test_the_typed_append_admits_checks_and_fires_as_a_handed_over_call_does(tmp
         inspecting._append_owned(sid, "x", None)
 
 
+def test_the_typed_append_builds_its_event_only_for_someone_to_receive(tmp_path: Path, monkeypatch: Any) -> None:
+    # Prevents: the typed append (every LangGraph put) building an event nobody receives (no
+    # observer, over a store that records no events: the host drops it), and the other side:
+    # an observer, or a store that records its calls' events (sqlite's outbox), not getting it.
+    from session_manager._service import appending
+
+    built: list[str] = []
+    make = appending.ev.message_added
+
+    def counted(session_id: str, entry: dict[str, Any], metadata: Any) -> Any:
+        built.append(entry["id"])
+        return make(session_id, entry, metadata)
+
+    monkeypatch.setattr(appending.ev, "message_added", counted)
+    with session_manager.open(tmp_path / "d", ids=SequentialIds(), clock=ManualClock(1)) as sm:
+        sid = sm.call("session::create", {"metadata": {"team": "a"}})["session_id"]
+        quiet = sm._append_owned(sid, "x", {"n": 1})
+        assert built == []
+        seen: list[Any] = []
+        sm.observe({"function_id": "session::on-message-added"}, seen.append)
+        heard = sm._append_owned(sid, "x", {"n": 2}, quiet)
+        assert built == [heard]
+        by_call = sm.call("session::append", {"session_id": sid, "parent_id": heard,
+                                              "custom": {"custom_type": "x", "data": {"n": 2}}})["entry_id"]
+    assert [e["entry_id"] for e in seen] == [heard, by_call]
+    assert {**seen[0], "entry_id": "", "parent_id": "", "timestamp": 0} \
+        == {**seen[1], "entry_id": "", "parent_id": "", "timestamp": 0}  # the same event as a call's
+    assert seen[0]["session_metadata"] == {"team": "a"} and seen[0]["parent_id"] == quiet
+    built.clear()
+    with session_manager.open(f"sqlite:///{tmp_path / 's.db'}") as recorded:  # an outbox: built, no observer
+        sid = recorded.call("session::create", {})["session_id"]
+        assert built == [] and recorded._append_owned(sid, "x", 1) in built
+
+
 def test_a_handed_over_append_at_a_session_state_lands_only_there(tmp_path: Path) -> None:
     # Prevents: an adapter's append made on its own view of a session (no read first) landing
     # after another writer moved the session on, or after it was deleted and created again.

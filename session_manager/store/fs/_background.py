@@ -125,7 +125,9 @@ class Compactor:
     def __init__(self, ops: Ops) -> None:
         self._ops = ops
         self._cond = threading.Condition(threading.Lock())
-        self._jobs: dict[str, Job] = {}  # rewriting: snapshot taken, not landed or abandoned yet
+        # Rewriting: snapshot taken, not landed or abandoned yet (a commit calls :meth:`appended`
+        # only while it holds one: read without the lock, as :meth:`appended` reads it).
+        self.jobs: dict[str, Job] = {}
         self._busy: dict[str, int] = {}  # tasks outstanding per session (rewrite and cleanup)
         self._closed = False
         self._rewriter = _Worker("session-manager-compactor")
@@ -135,7 +137,7 @@ class Compactor:
 
     def rewriting(self, session_id: str) -> bool:
         """A job of ``session_id`` is in flight (its log is about to be replaced)."""
-        return session_id in self._jobs
+        return session_id in self.jobs
 
     def busy(self, session_id: str) -> bool:
         """Anything of ``session_id`` is in flight, its cleanup included."""
@@ -144,9 +146,9 @@ class Compactor:
     def start(self, job: Job) -> bool:
         """Hand ``job`` to the worker; ``False`` when one is in flight or the store is closing."""
         with self._cond:
-            if self._closed or job.session_id in self._jobs:
+            if self._closed or job.session_id in self.jobs:
                 return False
-            self._jobs[job.session_id] = job
+            self.jobs[job.session_id] = job
             self._busy[job.session_id] = self._busy.get(job.session_id, 0) + 1
         self._rewriter.submit(lambda: self._rewrite(job))
         return True
@@ -154,13 +156,13 @@ class Compactor:
     def appended(self, session_id: str, data: bytes, entries: tuple[Entry, ...]) -> None:
         """A commit's bytes (of ``entries``) just landed in the log: the new log must
         carry them too. The ids are taken only when a job is in flight (every commit calls this)."""
-        job = self._jobs.get(session_id)
+        job = self.jobs.get(session_id)
         if job is not None:
             job.journal.append((data, tuple(e["id"] for e in entries)))
 
     def cancel(self, session_id: str) -> None:
         """The job in flight (if any) must not land (the session is being deleted)."""
-        job = self._jobs.get(session_id)
+        job = self.jobs.get(session_id)
         if job is not None:
             job.cancelled = True
 
@@ -175,15 +177,15 @@ class Compactor:
         """Until the job of ``session_id`` in flight now has landed or was
         abandoned (not the one that may follow it). No session lock held."""
         with self._cond:
-            job = self._jobs.get(session_id)
-            while job is not None and self._jobs.get(session_id) is job:
+            job = self.jobs.get(session_id)
+            while job is not None and self.jobs.get(session_id) is job:
                 self._cond.wait()
 
     def close(self) -> None:
         """Cancel every job and wait until all work is done (holding no session lock)."""
         with self._cond:
             self._closed = True
-            for job in self._jobs.values():
+            for job in self.jobs.values():
                 job.cancelled = True
             while self._busy:
                 self._cond.wait()
@@ -221,7 +223,7 @@ class Compactor:
         finally:
             if cleanup is None:
                 with self._cond:
-                    self._jobs.pop(job.session_id, None)
+                    self.jobs.pop(job.session_id, None)
                 if fd >= 0:
                     os.close(fd)
                 with contextlib.suppress(OSError):
@@ -255,9 +257,9 @@ class Compactor:
             with self._cond:
                 # Before the lock is released: the next commit sees it landed (and
                 # journals into the next job, if any).
-                del self._jobs[job.session_id]
+                del self.jobs[job.session_id]
                 if after is not None and not self._closed:
-                    self._jobs[job.session_id] = after
+                    self.jobs[job.session_id] = after
                     self._busy[job.session_id] += 1
                 else:
                     after = None

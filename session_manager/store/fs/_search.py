@@ -66,15 +66,14 @@ class FsSearch:
         # Sessions this process committed to since their last catch-up (a writable store is the
         # only writer of its logs: the others need no stat per query).
         self._touched: set[str] = set()
+        # ``touched(session_id)``: a commit wrote that session's log (O(1); the catch-up waits for
+        # the next query). The set's own add: no frame of this class's on every commit.
+        self.touched: Callable[[str], None] = self._touched.add
         self._stale: set[str] = set()  # touched, not yet caught up (outside an earlier query's scope)
         self._swept_all = False  # every session checked against its log once since the open
 
     def close(self) -> None:
         """Nothing to release (the files are written whole, per query)."""
-
-    def touched(self, session_id: str) -> None:
-        """A commit wrote ``session_id``'s log (O(1); the catch-up waits for the next query)."""
-        self._touched.add(session_id)
 
     def _file(self, session_id: str) -> str:
         return os.path.join(self._dir, self._stem(session_id) + ".json")

@@ -100,6 +100,8 @@ class FsStore(StateBackedStore):
         # Weakly: a part calling back holds no cycle (the data_dir is released with the store).
         d.load, d.detach = weakly(self._state), weakly(self._detach)
         self._group = GroupCommit(d)  # fsync mode: appends queued on a session share an fsync
+        # :meth:`settle` as the group's own (every mutation calls it once its lock is let go: one frame fewer).
+        self.settle = self._group.settle  # type: ignore[method-assign]
         self._writer = Writer(d, self._group)
         self._compaction = Compaction(d, self._writer, self._group)
         self._lister = Lister(d)
@@ -378,8 +380,8 @@ class FsStore(StateBackedStore):
             writer = self._writer
             start = writer.append(session_id, data)
             compactor = d.compactor
-            if compactor is not None:  # in the log now: a rewrite in flight must carry it over
-                compactor.appended(session_id, data, commit.entries)
+            if compactor is not None and compactor.jobs:  # in the log now: a rewrite in flight must carry it
+                compactor.appended(session_id, data, commit.entries)  # over (none in flight nearly always: no call)
             budget = writer.account(session_id, commit, data, sizes)  # (before apply: a loaded entry's old line)
             state.apply(commit, written_spans(len(commit.entries), data, start))
             self._search.touched(session_id)  # (a set add: the search index catches up at its next query)
