@@ -21,6 +21,8 @@ import _thread
 import contextlib
 import threading
 import weakref
+from _weakref import _remove_dead_weakref  # type: ignore[attr-defined]  # (what WeakValueDictionary uses)
+from collections.abc import Callable
 from typing import Any
 
 from .._hosts.embedded import SessionManager
@@ -34,16 +36,14 @@ Write = tuple[Json | None, Json | None, Json | None]  # (message, custom, origin
 
 class _SessionLock(_thread.RLock):  # type: ignore[misc]  # (final in typeshed; subclassable in CPython)
     """The one lock of a session of one ``sm``, shared by every adapter object on it,
-    carrying whether the session is known rooted (a clear by any object resets it).
+    carrying whether the session is known rooted (a clear by any object resets it; set
+    when made, by :func:`_session_lock`: no ``__init__`` of its own, a C-speed make).
 
     An ``RLock`` itself (its ``with`` costs what a plain one does), so whoever holds or waits
     for it references the very object its registry entry points to (see :class:`_Registry`)."""
 
     __slots__ = ("rooted",)
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.rooted = False
+    rooted: bool
 
 
 _RECENT = 1024  # session locks kept per ``sm`` past their last use (then all let go at once)
@@ -52,12 +52,13 @@ _RECENT = 1024  # session locks kept per ``sm`` past their last use (then all le
 class _Registry:
     """The session locks of one ``sm``.
 
-    ``live``: session id -> its lock, held weakly. An entry goes only when its lock is
-    unreferenced: no adapter object keeps it (a Transcript does for its life), no call holds
+    ``live``: session id -> a weak reference to its lock. An entry goes only when its lock
+    is unreferenced: no adapter object keeps it (a Transcript does for its life), no call holds
     or waits for it (``with lock:`` keeps a reference until the block ends). So two callers
     never hold different locks for one session, and a process serving millions of ids keeps
-    only those in use. (The stdlib drops a dead entry atomically, and only while the key still
-    maps to it: a lock made since for the same id stays.)
+    only those in use. (The entry is dropped as ``WeakValueDictionary`` drops one: atomically,
+    and only while the key still maps to the dead reference; a lock made since for the same
+    id stays.) A plain dict of plain references: a look-up is a ``dict.get`` and a call.
 
     ``recent``: the locks last handed out, held strongly, at most :data:`_RECENT` (emptied
     when full): a session used again soon (one adapter object per request, a LangGraph thread
@@ -66,7 +67,7 @@ class _Registry:
     __slots__ = ("live", "recent")
 
     def __init__(self) -> None:
-        self.live: weakref.WeakValueDictionary[str, _SessionLock] = weakref.WeakValueDictionary()
+        self.live: dict[str, weakref.ref[_SessionLock]] = {}
         self.recent: dict[str, _SessionLock] = {}
 
 
@@ -83,18 +84,31 @@ def _registry(sm: SessionManager) -> _Registry:
         return registry
 
 
+def _dropper(live: dict[str, weakref.ref[_SessionLock]], key: str) -> Callable[[weakref.ref[_SessionLock]], None]:
+    def drop(_: weakref.ref[_SessionLock]) -> None:
+        _remove_dead_weakref(live, key)
+    return drop
+
+
 def _session_lock(sm: SessionManager, session_id: str, registry: _Registry | None = None) -> _SessionLock:
     """The one lock of ``session_id`` in ``sm``, shared by every adapter object: the one in
     use, else a new one. Keep a reference for as long as you hold it (``with`` does)."""
     registry = _registry(sm) if registry is None else registry
+    live = registry.live
     with _locks_guard:  # two callers must never make two locks for one session
-        lock = registry.live.get(session_id)
+        ref = live.get(session_id)
+        lock = ref() if ref is not None else None
         if lock is None:
-            lock = registry.live[session_id] = _SessionLock()
-        if session_id not in registry.recent:
-            if len(registry.recent) >= _RECENT:
-                registry.recent.clear()  # (their locks go too, unless in use: then they stay registered)
-            registry.recent[session_id] = lock
+            lock = _SessionLock()
+            lock.rooted = False
+            # (The callback runs where the lock's last reference goes, maybe under this guard:
+            # it takes no lock, and removes the entry only while it is still this dead one.)
+            live[session_id] = weakref.ref(lock, _dropper(live, session_id))
+        recent = registry.recent
+        if session_id not in recent:
+            if len(recent) >= _RECENT:
+                recent.clear()  # (their locks go too, unless in use: then they stay registered)
+            recent[session_id] = lock
         return lock
 
 

@@ -113,7 +113,8 @@ class SessionManagerSaver(BaseCheckpointSaver[str]):
     def _lock(self, thread_id: str) -> SessionLock:
         """The session's one lock in this process (shared with every adapter object on it):
         hold it with ``with``, which keeps it (and so its registry entry) until the block ends."""
-        lock = self._locks.live.get(thread_id)
+        ref = self._locks.live.get(thread_id)
+        lock = ref() if ref is not None else None
         return session_lock(self.sm, thread_id, self._locks) if lock is None else lock
 
     def _index(self, thread_id: str) -> ThreadIndex:

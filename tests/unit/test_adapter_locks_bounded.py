@@ -60,7 +60,7 @@ def registered(sm: Any) -> int:
     registry: Any = _transcript._locks.get(sm)
     if registry is None:
         return 0
-    return len(registry.live) if hasattr(registry, "live") else len(registry)
+    return len(registry.live) if hasattr(registry, "live") else len(registry)  # (one per id before)
 
 
 def largest_container(obj: Any) -> int:
@@ -256,3 +256,39 @@ def test_one_lock_per_session_while_objects_and_ids_come_and_go(
         savers.clear()
         del reader
         assert registered(sm) <= RECENT
+
+
+def test_a_lock_held_by_a_call_stays_the_sessions_one_lock_after_it_is_let_go_of_everywhere_else() -> None:
+    # Prevents: the entry of a lock a put holds (nothing else referencing it: no adapter
+    # object, pushed out of the recent ones) dropped, so a history object on the same session
+    # gets a new lock and writes while the put is inside its critical section.
+    with open_memory() as sm:
+        saver = SessionManagerSaver(sm)
+        inside, leave, done = threading.Event(), threading.Event(), threading.Event()
+
+        def hold() -> None:
+            with saver._lock("x"):
+                inside.set()
+                leave.wait(10)
+
+        holder = threading.Thread(target=hold)
+        holder.start()
+        assert inside.wait(10)
+        for n in range(4 * RECENT):  # "x" leaves the recent ones
+            saver.put(config(f"other{n}"), checkpoint(n), {"step": n}, {"x": "1"})
+        gc.collect()
+        history = SessionChatMessageHistory("x", sm)
+        assert history._transcript.lock is saver._lock("x")
+        assert not history._transcript.lock.acquire(blocking=False)  # the put's, still held
+        def write() -> None:
+            history.add_messages([HumanMessage("q")])
+            done.set()
+
+        writer = threading.Thread(target=write)
+        writer.start()
+        assert not done.wait(0.2)  # waits for the holder
+        leave.set()
+        holder.join()
+        writer.join(10)
+        assert done.is_set()
+        assert [m.content for m in history.messages] == ["q"]
