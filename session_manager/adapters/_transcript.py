@@ -46,7 +46,7 @@ class _SessionLock(_thread.RLock):  # type: ignore[misc]  # (final in typeshed; 
     rooted: bool
 
 
-_RECENT = 1024  # session locks kept per ``sm`` past their last use (then all let go at once)
+_RECENT = 4096  # session locks kept per ``sm`` past their last use (then all let go at once)
 
 
 class _Registry:
