@@ -17,9 +17,12 @@ Every read and write goes through the public function surface.
 
 from __future__ import annotations
 
+import _thread
 import contextlib
 import threading
 import weakref
+from _weakref import _remove_dead_weakref  # type: ignore[attr-defined]  # (what WeakValueDictionary uses)
+from collections.abc import Callable
 from typing import Any
 
 from .._hosts.embedded import SessionManager
@@ -31,30 +34,82 @@ Json = dict[str, Any]
 Write = tuple[Json | None, Json | None, Json | None]  # (message, custom, origin) of one new entry
 
 
-class _Shared:
-    """What every adapter object on one session of one ``sm`` shares: the lock,
-    and whether the session is known rooted (a clear by any object resets it)."""
+class _SessionLock(_thread.RLock):  # type: ignore[misc]  # (final in typeshed; subclassable in CPython)
+    """The one lock of a session of one ``sm``, shared by every adapter object on it,
+    carrying whether the session is known rooted (a clear by any object resets it; set
+    when made, by :func:`_session_lock`: no ``__init__`` of its own, a C-speed make).
 
-    __slots__ = ("lock", "rooted")
+    An ``RLock`` itself (its ``with`` costs what a plain one does), so whoever holds or waits
+    for it references the very object its registry entry points to (see :class:`_Registry`)."""
+
+    __slots__ = ("rooted",)
+    rooted: bool
+
+
+_RECENT = 4096  # session locks kept per ``sm`` past their last use (then all let go at once)
+
+
+class _Registry:
+    """The session locks of one ``sm``.
+
+    ``live``: session id -> a weak reference to its lock. An entry goes only when its lock
+    is unreferenced: no adapter object keeps it (a Transcript does for its life), no call holds
+    or waits for it (``with lock:`` keeps a reference until the block ends). So two callers
+    never hold different locks for one session, and a process serving millions of ids keeps
+    only those in use. (The entry is dropped as ``WeakValueDictionary`` drops one: atomically,
+    and only while the key still maps to the dead reference; a lock made since for the same
+    id stays.) A plain dict of plain references: a look-up is a ``dict.get`` and a call.
+
+    ``recent``: the locks last handed out, held strongly, at most :data:`_RECENT` (emptied
+    when full): a session used again soon (one adapter object per request, a LangGraph thread
+    between puts) finds its lock, and its ``rooted``, without making them again."""
+
+    __slots__ = ("live", "recent")
 
     def __init__(self) -> None:
-        self.lock = threading.RLock()
-        self.rooted = False
+        self.live: dict[str, weakref.ref[_SessionLock]] = {}
+        self.recent: dict[str, _SessionLock] = {}
 
 
 _locks_guard = threading.Lock()
-_locks: weakref.WeakKeyDictionary[SessionManager, dict[str, _Shared]] = weakref.WeakKeyDictionary()
+_locks: weakref.WeakKeyDictionary[SessionManager, _Registry] = weakref.WeakKeyDictionary()
 
 
-def _session_shared(sm: SessionManager, session_id: str) -> _Shared:
-    """The one shared state of ``session_id`` in ``sm``, shared by every adapter object."""
+def _registry(sm: SessionManager) -> _Registry:
+    """The session locks of ``sm`` (an adapter object keeps this for its look-ups)."""
     with _locks_guard:
-        return _locks.setdefault(sm, {}).setdefault(session_id, _Shared())
+        registry = _locks.get(sm)
+        if registry is None:
+            registry = _locks[sm] = _Registry()
+        return registry
 
 
-def _session_lock(sm: SessionManager, session_id: str) -> threading.RLock:
-    """The one lock of ``session_id`` in ``sm``, shared by every adapter object."""
-    return _session_shared(sm, session_id).lock
+def _dropper(live: dict[str, weakref.ref[_SessionLock]], key: str) -> Callable[[weakref.ref[_SessionLock]], None]:
+    def drop(_: weakref.ref[_SessionLock]) -> None:
+        _remove_dead_weakref(live, key)
+    return drop
+
+
+def _session_lock(sm: SessionManager, session_id: str, registry: _Registry | None = None) -> _SessionLock:
+    """The one lock of ``session_id`` in ``sm``, shared by every adapter object: the one in
+    use, else a new one. Keep a reference for as long as you hold it (``with`` does)."""
+    registry = _registry(sm) if registry is None else registry
+    live = registry.live
+    with _locks_guard:  # two callers must never make two locks for one session
+        ref = live.get(session_id)
+        lock = ref() if ref is not None else None
+        if lock is None:
+            lock = _SessionLock()
+            lock.rooted = False
+            # (The callback runs where the lock's last reference goes, maybe under this guard:
+            # it takes no lock, and removes the entry only while it is still this dead one.)
+            live[session_id] = weakref.ref(lock, _dropper(live, session_id))
+        recent = registry.recent
+        if session_id not in recent:
+            if len(recent) >= _RECENT:
+                recent.clear()  # (their locks go too, unless in use: then they stay registered)
+            recent[session_id] = lock
+        return lock
 
 
 def root_entry_id(prefix: str) -> str:
@@ -70,19 +125,19 @@ class Transcript:
         self.session_id = session_id
         self.root_type = f"{prefix}.root"
         self.root_id = root_entry_id(prefix)
-        self._shared = _session_shared(self.sm, session_id)
         # Serializes read-modify-writes (pop, add, clear) of every adapter object on
         # this session in this process, so a batch stays contiguous and two pops never
-        # pop one item twice (apps make one adapter object per request).
-        self.lock = self._shared.lock
+        # pop one item twice (apps make one adapter object per request). Kept for this
+        # object's life: its registry entry (and whether the session is rooted) with it.
+        self.lock: _SessionLock = _session_lock(self.sm, session_id)
 
     @property
     def _rooted(self) -> bool:
-        return self._shared.rooted
+        return bool(self.lock.rooted)
 
     @_rooted.setter
     def _rooted(self, value: bool) -> None:
-        self._shared.rooted = value
+        self.lock.rooted = value
 
     def is_root(self, item: Item) -> bool:
         return item.get("entry_id") == self.root_id and (item.get("custom") or {}).get("custom_type") == self.root_type

@@ -65,6 +65,7 @@ __all__ = ["SessionManagerSessionService"]
 
 T = TypeVar("T")
 _PAGE = 1_000  # entries per read; the store clamps it to its max_list_limit
+_ENSURED_KEPT = 4_096  # app / user state sessions remembered as existing (then forgotten at once)
 
 
 async def _run(fn: Callable[..., T], *args: Any) -> T:
@@ -300,6 +301,8 @@ class SessionManagerSessionService(BaseSessionService):
             str(metadata[k]) for k in ("app_name", "user_id") if k in metadata)
         self._call("session::ensure", {"session_id": key, "title": title, "metadata": metadata})
         with self._ensured_lock:
+            if len(self._ensured) >= _ENSURED_KEPT:
+                self._ensured.clear()  # (bounded: one forgotten is ensured again on its next delta)
             self._ensured.add(key)
 
     def _read_state(self, key: str) -> Json:

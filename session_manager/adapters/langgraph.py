@@ -75,7 +75,9 @@ from ._checkpoints import (
     unpack,
 )
 from ._settle import settled
+from ._transcript import _registry as lock_registry
 from ._transcript import _session_lock as session_lock
+from ._transcript import _SessionLock as SessionLock
 
 __all__ = ["SessionManagerSaver"]
 
@@ -104,16 +106,16 @@ class SessionManagerSaver(BaseCheckpointSaver[str]):
         self._store = self.sm.service.store
         self._indexes: OrderedDict[str, ThreadIndex] = OrderedDict()
         self._indexes_guard = threading.Lock()
-        self._locks: dict[str, threading.RLock] = {}
+        self._locks = lock_registry(self.sm)  # (held weakly: kept only while in use, or recent)
 
     # -- the thread index ----------------------------------------------------------
 
-    def _lock(self, thread_id: str) -> threading.RLock:
-        """The session's one lock in this process (shared with every adapter object on it), remembered."""
-        lock = self._locks.get(thread_id)
-        if lock is None:
-            lock = self._locks[thread_id] = session_lock(self.sm, thread_id)
-        return lock
+    def _lock(self, thread_id: str) -> SessionLock:
+        """The session's one lock in this process (shared with every adapter object on it):
+        hold it with ``with``, which keeps it (and so its registry entry) until the block ends."""
+        ref = self._locks.live.get(thread_id)
+        lock = ref() if ref is not None else None
+        return session_lock(self.sm, thread_id, self._locks) if lock is None else lock
 
     def _index(self, thread_id: str) -> ThreadIndex:
         """The thread's index, derived again when the session moved on since (call under the lock)."""
