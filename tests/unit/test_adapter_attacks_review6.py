@@ -7,7 +7,6 @@ postgres. The LangGraph and transcript adapters' attacks are in
 from __future__ import annotations
 
 import asyncio
-import multiprocessing
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -29,6 +28,7 @@ from session_manager.adapters._adk_codec import session_key, user_state_key
 from session_manager.adapters.adk import SessionManagerSessionService
 from session_manager.errors import STORAGE
 from tests.unit.adk_support import BACKENDS, Backend, backend
+from tests.unit.process_support import run_spawned
 
 APP = "attack"
 
@@ -408,16 +408,7 @@ def test_appends_from_several_processes_lose_no_event_and_no_key(kind: str, tmp_
             await svc.create_session(app_name="race", user_id="u", session_id="shared")
 
         b.run(create)
-        context = multiprocessing.get_context("spawn")
-        start = context.Event()
-        procs = [context.Process(target=_append_in_process, args=(kind, where, w, count, start))
-                 for w in range(workers)]
-        for p in procs:
-            p.start()
-        start.set()
-        for p in procs:
-            p.join(180)
-        assert [p.exitcode for p in procs] == [0] * workers
+        assert run_spawned(_append_in_process, [(kind, where, w, count) for w in range(workers)]) == [0] * workers
 
         async def check(svc: Any) -> None:
             got = await svc.get_session(app_name="race", user_id="u", session_id="shared")
@@ -577,15 +568,7 @@ def test_one_event_redelivered_by_several_processes_at_once_is_stored_once(kind:
             await svc.create_session(app_name="race", user_id="u", session_id="dup")
 
         b.run(create)
-        context = multiprocessing.get_context("spawn")
-        start = context.Event()
-        procs = [context.Process(target=_redeliver_in_process, args=(kind, where, payloads, start)) for _ in range(3)]
-        for p in procs:
-            p.start()
-        start.set()
-        for p in procs:
-            p.join(180)
-        assert [p.exitcode for p in procs] == [0, 0, 0]
+        assert run_spawned(_redeliver_in_process, [(kind, where, payloads) for _ in range(3)]) == [0, 0, 0]
 
         async def check(svc: Any) -> None:
             got = await svc.get_session(app_name="race", user_id="u", session_id="dup")

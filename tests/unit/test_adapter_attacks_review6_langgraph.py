@@ -25,6 +25,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 import session_manager
 from session_manager.adapters.langgraph import SessionManagerSaver
 from tests import pg_support
+from tests.unit.process_support import run_spawned
 
 Opener = Callable[[], Any]
 
@@ -422,19 +423,9 @@ def test_writers_in_several_processes_on_one_thread_lose_nothing(kind: str, tmp_
     # Prevents: a saver writing with the index its own last write left (no read first) losing or
     # misplacing another process's checkpoints on the same thread, or its own parents crossing
     # another process's entries.
-    import multiprocessing
-
     with contextlib.ExitStack() as stack:
         where = stack.enter_context(pg_support.schema()) if kind == "postgres" else f"{tmp_path.resolve()}/m.db"
-        context = multiprocessing.get_context("spawn")
-        start = context.Event()
-        procs = [context.Process(target=_chain_in_process, args=(kind, where, w, start)) for w in range(3)]
-        for p in procs:
-            p.start()
-        start.set()
-        for p in procs:
-            p.join(180)
-        assert [p.exitcode for p in procs] == [0, 0, 0]
+        assert run_spawned(_chain_in_process, [(kind, where, w) for w in range(3)]) == [0, 0, 0]
         sm = session_manager.open(store=pg_support.open_store(where)) if kind == "postgres" \
             else session_manager.open(f"sqlite:///{where}")
         try:
