@@ -296,6 +296,48 @@ class HeldPut:
         sm._append_owned = append
 
 
+class HeldCall:
+    """Holds the manager's calls of one function (``sm.call``) until released; ``real`` is the
+    manager's own ``call``, for putting back."""
+
+    def __init__(self, sm: Any, function_id: str) -> None:
+        self.entered, self.release, self.landed = threading.Event(), threading.Event(), threading.Event()
+        self.real = real = sm.call
+
+        def call(fid: str, payload: Any = None) -> Any:
+            if fid == function_id and not self.release.is_set():
+                self.entered.set()
+                self.release.wait(30)
+                out = real(fid, payload)
+                self.landed.set()
+                return out
+            return real(fid, payload)
+
+        sm.call = call
+
+
+async def cancel_twice_while_held(held: HeldPut | HeldCall, start: Callable[[], Any],
+                                  called: str | None = None) -> list[bool]:
+    """Start the call, cancel it twice while its write is held, then release the write; fails
+    unless the task ends with CancelledError. Gives, once per time the task finished, whether
+    the held write had landed by then. With ``called``: fails first when the held function
+    (so named) is not called within 30 s."""
+    task = asyncio.ensure_future(start())
+    landed_at_end: list[bool] = []
+    task.add_done_callback(lambda _: landed_at_end.append(held.landed.is_set()))
+    entered = await asyncio.to_thread(held.entered.wait, 30)
+    if called is not None:
+        assert entered, f"{called} was never called"
+    for _ in range(2):
+        task.cancel()
+        for _ in range(20):
+            await asyncio.sleep(0)
+    held.release.set()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    return landed_at_end
+
+
 @pytest.mark.parametrize("method", ["aput", "aput_writes"])
 def test_twice_cancelled_async_writes_have_landed_when_cancelled_error_is_seen(method: str, tmp_path: Path) -> None:
     # Prevents: a second cancellation surfacing CancelledError while the checkpoint (or the
@@ -310,22 +352,8 @@ def test_twice_cancelled_async_writes_have_landed_when_cancelled_error_is_seen(m
                 return saver.aput(config("c", cid(0)), checkpoint(1, {"a": 1}, {"a": 2}), {"step": 1}, {"a": 2})
             return saver.aput_writes(config("c", cid(0)), [("a", "w")], "task")
 
-        async def main() -> list[bool]:
-            task = asyncio.ensure_future(start())
-            landed_at_end: list[bool] = []
-            task.add_done_callback(lambda _: landed_at_end.append(held.landed.is_set()))
-            await asyncio.to_thread(held.entered.wait, 30)
-            for _ in range(2):
-                task.cancel()
-                for _ in range(20):
-                    await asyncio.sleep(0)
-            held.release.set()
-            with pytest.raises(asyncio.CancelledError):
-                await task
-            return landed_at_end
-
         try:
-            assert asyncio.run(main()) == [True]
+            assert asyncio.run(cancel_twice_while_held(held, start)) == [True]
         finally:
             held.release.set()
         got = saver.get_tuple(config("c"))
@@ -358,43 +386,16 @@ def test_transcript_writes_cancelled_twice_have_settled_when_cancelled_error_is_
         function = {"add_items": "session::append", "pop_item": "session::set-active-leaf",
                     "clear_session": "session::delete", "aadd_messages": "session::append",
                     "aclear": "session::delete"}[which]
-        entered, release, landed = threading.Event(), threading.Event(), threading.Event()
-        real = sm.call
-
-        def call(fid: str, payload: Any = None) -> Any:
-            if fid == function and not release.is_set():
-                entered.set()
-                release.wait(30)
-                out = real(fid, payload)
-                landed.set()
-                return out
-            return real(fid, payload)
-
-        sm.call = call
+        held = HeldCall(sm, function)
         start = {"add_items": lambda: agents.add_items([{"role": "user", "content": "three"}]),
                  "pop_item": agents.pop_item, "clear_session": agents.clear_session,
                  "aadd_messages": lambda: history.aadd_messages([HumanMessage("three")]),
                  "aclear": history.aclear}[which]
 
-        async def main() -> list[bool]:
-            task = asyncio.ensure_future(start())
-            landed_at_end: list[bool] = []
-            task.add_done_callback(lambda _: landed_at_end.append(landed.is_set()))
-            done = await asyncio.to_thread(entered.wait, 30)
-            assert done, f"{function} was never called"
-            for _ in range(2):
-                task.cancel()
-                for _ in range(20):
-                    await asyncio.sleep(0)
-            release.set()
-            with pytest.raises(asyncio.CancelledError):
-                await task
-            return landed_at_end
-
         try:
-            assert asyncio.run(main()) == [True]
+            assert asyncio.run(cancel_twice_while_held(held, start, function)) == [True]
         finally:
-            release.set()
+            held.release.set()
 
 
 # -- several processes on one thread; paging -------------------------------------------------
@@ -473,43 +474,17 @@ def test_twice_cancelled_thread_operations_have_settled_when_cancelled_error_is_
         saver.put(config("t"), checkpoint(0, {"a": 0}, {"a": 1}), {"step": 0, "run_id": "r"}, {"a": 1})
         saver.put(config("t", cid(0)), checkpoint(1, {"a": 1}, {"a": 2}), {"step": 1, "run_id": "s"}, {"a": 2})
         function = "session::delete" if method == "adelete_thread" else "session::append"
-        entered, release, landed = threading.Event(), threading.Event(), threading.Event()
-        real = sm.call
-
-        def call(fid: str, payload: Any = None) -> Any:
-            if fid == function and not release.is_set():
-                entered.set()
-                release.wait(30)
-                out = real(fid, payload)
-                landed.set()
-                return out
-            return real(fid, payload)
-
-        sm.call = call
+        held = HeldCall(sm, function)
         start = {"adelete_thread": lambda: saver.adelete_thread("t"),
                  "acopy_thread": lambda: saver.acopy_thread("t", "copy"),
                  "adelete_for_runs": lambda: saver.adelete_for_runs(["r"]),
                  "aprune": lambda: saver.aprune(["t"])}[method]
 
-        async def main() -> list[bool]:
-            task = asyncio.ensure_future(start())
-            landed_at_end: list[bool] = []
-            task.add_done_callback(lambda _: landed_at_end.append(landed.is_set()))
-            assert await asyncio.to_thread(entered.wait, 30)
-            for _ in range(2):
-                task.cancel()
-                for _ in range(20):
-                    await asyncio.sleep(0)
-            release.set()
-            with pytest.raises(asyncio.CancelledError):
-                await task
-            return landed_at_end
-
         try:
-            assert asyncio.run(main()) == [True]
+            assert asyncio.run(cancel_twice_while_held(held, start, function)) == [True]
         finally:
-            release.set()
-        sm.call = real
+            held.release.set()
+        sm.call = held.real
         left = [t.checkpoint["id"] for t in saver.list(config("t"))]
         assert left == {"adelete_thread": [], "acopy_thread": [cid(1), cid(0)], "adelete_for_runs": [cid(1)],
                         "aprune": [cid(1)]}[method]
