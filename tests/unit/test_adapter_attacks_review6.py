@@ -7,8 +7,7 @@ postgres. The LangGraph and transcript adapters' attacks are in
 from __future__ import annotations
 
 import asyncio
-import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +27,7 @@ from session_manager.adapters._adk_codec import session_key, user_state_key
 from session_manager.adapters.adk import SessionManagerSessionService
 from session_manager.errors import STORAGE
 from tests.unit.adk_support import BACKENDS, Backend, backend
-from tests.unit.process_support import run_spawned
+from tests.unit.attack_support import Held, cancel_twice_while_held, run_spawned
 
 APP = "attack"
 
@@ -45,50 +44,6 @@ def said(text: str, author: str = "user", **state: Any) -> Event:
                  content=types.Content(role=role, parts=[types.Part(text=text)]))
 
 
-class Held:
-    """Holds the service's store calls of one function until released; records, when the
-    awaiting task finished, whether the held write had returned by then."""
-
-    def __init__(self, svc: Any, function_id: str) -> None:
-        self.entered, self.release, self.landed = threading.Event(), threading.Event(), threading.Event()
-        real = svc._call
-
-        def call(fid: str, payload: Any) -> Any:
-            if fid != function_id or self.release.is_set():
-                return real(fid, payload)
-            self.entered.set()
-            self.release.wait(30)
-            out = real(fid, payload)
-            self.landed.set()
-            return out
-
-        svc._call = call
-        self._svc, self._real = svc, real
-
-    def restore(self) -> None:
-        self.release.set()
-        self._svc._call = self._real
-
-
-async def cancel_twice_while_held(held: Held, start: Callable[[], Any]) -> bool:
-    """Start the call, cancel it twice while its write is held, then release the write:
-    whether the write had landed when the caller's task finished (with CancelledError)."""
-    task = asyncio.ensure_future(start())
-    landed_at_end: list[bool] = []
-    task.add_done_callback(lambda _: landed_at_end.append(held.landed.is_set()))
-    await asyncio.to_thread(held.entered.wait, 30)
-    task.cancel()
-    for _ in range(20):  # the first cancellation is taken in; the task now waits for the write
-        await asyncio.sleep(0)
-    task.cancel()
-    for _ in range(20):
-        await asyncio.sleep(0)
-    held.release.set()
-    with pytest.raises(asyncio.CancelledError):
-        await task
-    return landed_at_end == [True]
-
-
 # -- cancellation -------------------------------------------------------------------------
 
 
@@ -98,10 +53,10 @@ def test_twice_cancelled_append_event_has_landed_and_shows_when_cancelled_error_
     # and the caller's session never shows it (a retry would store it twice).
     async def scenario(svc: Any) -> None:
         s = await svc.create_session(app_name=APP, user_id="u", session_id="c")
-        held = Held(svc, "session::append")
+        held = Held(svc, "session::append", "_call")
         event = said("cancel me twice", k=1)
         try:
-            assert await cancel_twice_while_held(held, lambda: svc.append_event(s, event))
+            assert await cancel_twice_while_held(held, lambda: svc.append_event(s, event)) == [True]
         finally:
             held.restore()
         got = await svc.get_session(app_name=APP, user_id="u", session_id="c")
@@ -115,17 +70,17 @@ def test_twice_cancelled_create_and_delete_have_settled_when_cancelled_error_is_
     # Prevents: create_session / delete_session raising CancelledError (on a second
     # cancellation) before their write settled: the session appears, or disappears, later.
     async def scenario(svc: Any) -> None:
-        held = Held(svc, "session::ensure")
+        held = Held(svc, "session::ensure", "_call")
         try:
             assert await cancel_twice_while_held(
-                held, lambda: svc.create_session(app_name=APP, user_id="u", session_id="made"))
+                held, lambda: svc.create_session(app_name=APP, user_id="u", session_id="made")) == [True]
         finally:
             held.restore()
         assert await svc.get_session(app_name=APP, user_id="u", session_id="made") is not None
-        held = Held(svc, "session::delete")
+        held = Held(svc, "session::delete", "_call")
         try:
             assert await cancel_twice_while_held(
-                held, lambda: svc.delete_session(app_name=APP, user_id="u", session_id="made"))
+                held, lambda: svc.delete_session(app_name=APP, user_id="u", session_id="made")) == [True]
         finally:
             held.restore()
         assert await svc.get_session(app_name=APP, user_id="u", session_id="made") is None

@@ -25,7 +25,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 import session_manager
 from session_manager.adapters.langgraph import SessionManagerSaver
 from tests import pg_support
-from tests.unit.process_support import run_spawned
+from tests.unit.attack_support import Held, cancel_twice_while_held, run_spawned
 
 Opener = Callable[[], Any]
 
@@ -296,48 +296,6 @@ class HeldPut:
         sm._append_owned = append
 
 
-class HeldCall:
-    """Holds the manager's calls of one function (``sm.call``) until released; ``real`` is the
-    manager's own ``call``, for putting back."""
-
-    def __init__(self, sm: Any, function_id: str) -> None:
-        self.entered, self.release, self.landed = threading.Event(), threading.Event(), threading.Event()
-        self.real = real = sm.call
-
-        def call(fid: str, payload: Any = None) -> Any:
-            if fid == function_id and not self.release.is_set():
-                self.entered.set()
-                self.release.wait(30)
-                out = real(fid, payload)
-                self.landed.set()
-                return out
-            return real(fid, payload)
-
-        sm.call = call
-
-
-async def cancel_twice_while_held(held: HeldPut | HeldCall, start: Callable[[], Any],
-                                  called: str | None = None) -> list[bool]:
-    """Start the call, cancel it twice while its write is held, then release the write; fails
-    unless the task ends with CancelledError. Gives, once per time the task finished, whether
-    the held write had landed by then. With ``called``: fails first when the held function
-    (so named) is not called within 30 s."""
-    task = asyncio.ensure_future(start())
-    landed_at_end: list[bool] = []
-    task.add_done_callback(lambda _: landed_at_end.append(held.landed.is_set()))
-    entered = await asyncio.to_thread(held.entered.wait, 30)
-    if called is not None:
-        assert entered, f"{called} was never called"
-    for _ in range(2):
-        task.cancel()
-        for _ in range(20):
-            await asyncio.sleep(0)
-    held.release.set()
-    with pytest.raises(asyncio.CancelledError):
-        await task
-    return landed_at_end
-
-
 @pytest.mark.parametrize("method", ["aput", "aput_writes"])
 def test_twice_cancelled_async_writes_have_landed_when_cancelled_error_is_seen(method: str, tmp_path: Path) -> None:
     # Prevents: a second cancellation surfacing CancelledError while the checkpoint (or the
@@ -386,7 +344,7 @@ def test_transcript_writes_cancelled_twice_have_settled_when_cancelled_error_is_
         function = {"add_items": "session::append", "pop_item": "session::set-active-leaf",
                     "clear_session": "session::delete", "aadd_messages": "session::append",
                     "aclear": "session::delete"}[which]
-        held = HeldCall(sm, function)
+        held = Held(sm, function)
         start = {"add_items": lambda: agents.add_items([{"role": "user", "content": "three"}]),
                  "pop_item": agents.pop_item, "clear_session": agents.clear_session,
                  "aadd_messages": lambda: history.aadd_messages([HumanMessage("three")]),
@@ -474,7 +432,7 @@ def test_twice_cancelled_thread_operations_have_settled_when_cancelled_error_is_
         saver.put(config("t"), checkpoint(0, {"a": 0}, {"a": 1}), {"step": 0, "run_id": "r"}, {"a": 1})
         saver.put(config("t", cid(0)), checkpoint(1, {"a": 1}, {"a": 2}), {"step": 1, "run_id": "s"}, {"a": 2})
         function = "session::delete" if method == "adelete_thread" else "session::append"
-        held = HeldCall(sm, function)
+        held = Held(sm, function)
         start = {"adelete_thread": lambda: saver.adelete_thread("t"),
                  "acopy_thread": lambda: saver.acopy_thread("t", "copy"),
                  "adelete_for_runs": lambda: saver.adelete_for_runs(["r"]),
