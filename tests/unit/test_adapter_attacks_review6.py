@@ -7,7 +7,7 @@ postgres. The LangGraph and transcript adapters' attacks are in
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +44,16 @@ def said(text: str, author: str = "user", **state: Any) -> Event:
                  content=types.Content(role=role, parts=[types.Part(text=text)]))
 
 
+async def cancel_twice_holding(svc: Any, function_id: str, start: Callable[[], Any]) -> list[bool]:
+    """:func:`cancel_twice_while_held` with the service's store calls of ``function_id`` held
+    (its ``_call`` put back afterwards)."""
+    held = Held(svc, function_id, "_call")
+    try:
+        return await cancel_twice_while_held(held, start)
+    finally:
+        held.restore()
+
+
 # -- cancellation -------------------------------------------------------------------------
 
 
@@ -53,12 +63,8 @@ def test_twice_cancelled_append_event_has_landed_and_shows_when_cancelled_error_
     # and the caller's session never shows it (a retry would store it twice).
     async def scenario(svc: Any) -> None:
         s = await svc.create_session(app_name=APP, user_id="u", session_id="c")
-        held = Held(svc, "session::append", "_call")
         event = said("cancel me twice", k=1)
-        try:
-            assert await cancel_twice_while_held(held, lambda: svc.append_event(s, event)) == [True]
-        finally:
-            held.restore()
+        assert await cancel_twice_holding(svc, "session::append", lambda: svc.append_event(s, event)) == [True]
         got = await svc.get_session(app_name=APP, user_id="u", session_id="c")
         assert got is not None and got.events == [event] and s.events == [event]
         assert s.state == got.state == {"k": 1}
@@ -70,19 +76,11 @@ def test_twice_cancelled_create_and_delete_have_settled_when_cancelled_error_is_
     # Prevents: create_session / delete_session raising CancelledError (on a second
     # cancellation) before their write settled: the session appears, or disappears, later.
     async def scenario(svc: Any) -> None:
-        held = Held(svc, "session::ensure", "_call")
-        try:
-            assert await cancel_twice_while_held(
-                held, lambda: svc.create_session(app_name=APP, user_id="u", session_id="made")) == [True]
-        finally:
-            held.restore()
+        assert await cancel_twice_holding(
+            svc, "session::ensure", lambda: svc.create_session(app_name=APP, user_id="u", session_id="made")) == [True]
         assert await svc.get_session(app_name=APP, user_id="u", session_id="made") is not None
-        held = Held(svc, "session::delete", "_call")
-        try:
-            assert await cancel_twice_while_held(
-                held, lambda: svc.delete_session(app_name=APP, user_id="u", session_id="made")) == [True]
-        finally:
-            held.restore()
+        assert await cancel_twice_holding(
+            svc, "session::delete", lambda: svc.delete_session(app_name=APP, user_id="u", session_id="made")) == [True]
         assert await svc.get_session(app_name=APP, user_id="u", session_id="made") is None
 
     store.run(scenario)
