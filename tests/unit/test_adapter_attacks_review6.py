@@ -7,8 +7,6 @@ postgres. The LangGraph and transcript adapters' attacks are in
 from __future__ import annotations
 
 import asyncio
-import multiprocessing
-import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -29,6 +27,7 @@ from session_manager.adapters._adk_codec import session_key, user_state_key
 from session_manager.adapters.adk import SessionManagerSessionService
 from session_manager.errors import STORAGE
 from tests.unit.adk_support import BACKENDS, Backend, backend
+from tests.unit.attack_support import Held, cancel_twice_while_held, run_spawned
 
 APP = "attack"
 
@@ -45,48 +44,14 @@ def said(text: str, author: str = "user", **state: Any) -> Event:
                  content=types.Content(role=role, parts=[types.Part(text=text)]))
 
 
-class Held:
-    """Holds the service's store calls of one function until released; records, when the
-    awaiting task finished, whether the held write had returned by then."""
-
-    def __init__(self, svc: Any, function_id: str) -> None:
-        self.entered, self.release, self.landed = threading.Event(), threading.Event(), threading.Event()
-        real = svc._call
-
-        def call(fid: str, payload: Any) -> Any:
-            if fid != function_id or self.release.is_set():
-                return real(fid, payload)
-            self.entered.set()
-            self.release.wait(30)
-            out = real(fid, payload)
-            self.landed.set()
-            return out
-
-        svc._call = call
-        self._svc, self._real = svc, real
-
-    def restore(self) -> None:
-        self.release.set()
-        self._svc._call = self._real
-
-
-async def cancel_twice_while_held(held: Held, start: Callable[[], Any]) -> bool:
-    """Start the call, cancel it twice while its write is held, then release the write:
-    whether the write had landed when the caller's task finished (with CancelledError)."""
-    task = asyncio.ensure_future(start())
-    landed_at_end: list[bool] = []
-    task.add_done_callback(lambda _: landed_at_end.append(held.landed.is_set()))
-    await asyncio.to_thread(held.entered.wait, 30)
-    task.cancel()
-    for _ in range(20):  # the first cancellation is taken in; the task now waits for the write
-        await asyncio.sleep(0)
-    task.cancel()
-    for _ in range(20):
-        await asyncio.sleep(0)
-    held.release.set()
-    with pytest.raises(asyncio.CancelledError):
-        await task
-    return landed_at_end == [True]
+async def cancel_twice_holding(svc: Any, function_id: str, start: Callable[[], Any]) -> list[bool]:
+    """:func:`cancel_twice_while_held` with the service's store calls of ``function_id`` held
+    (its ``_call`` put back afterwards)."""
+    held = Held(svc, function_id, "_call")
+    try:
+        return await cancel_twice_while_held(held, start)
+    finally:
+        held.restore()
 
 
 # -- cancellation -------------------------------------------------------------------------
@@ -98,12 +63,8 @@ def test_twice_cancelled_append_event_has_landed_and_shows_when_cancelled_error_
     # and the caller's session never shows it (a retry would store it twice).
     async def scenario(svc: Any) -> None:
         s = await svc.create_session(app_name=APP, user_id="u", session_id="c")
-        held = Held(svc, "session::append")
         event = said("cancel me twice", k=1)
-        try:
-            assert await cancel_twice_while_held(held, lambda: svc.append_event(s, event))
-        finally:
-            held.restore()
+        assert await cancel_twice_holding(svc, "session::append", lambda: svc.append_event(s, event)) == [True]
         got = await svc.get_session(app_name=APP, user_id="u", session_id="c")
         assert got is not None and got.events == [event] and s.events == [event]
         assert s.state == got.state == {"k": 1}
@@ -115,19 +76,11 @@ def test_twice_cancelled_create_and_delete_have_settled_when_cancelled_error_is_
     # Prevents: create_session / delete_session raising CancelledError (on a second
     # cancellation) before their write settled: the session appears, or disappears, later.
     async def scenario(svc: Any) -> None:
-        held = Held(svc, "session::ensure")
-        try:
-            assert await cancel_twice_while_held(
-                held, lambda: svc.create_session(app_name=APP, user_id="u", session_id="made"))
-        finally:
-            held.restore()
+        assert await cancel_twice_holding(
+            svc, "session::ensure", lambda: svc.create_session(app_name=APP, user_id="u", session_id="made")) == [True]
         assert await svc.get_session(app_name=APP, user_id="u", session_id="made") is not None
-        held = Held(svc, "session::delete")
-        try:
-            assert await cancel_twice_while_held(
-                held, lambda: svc.delete_session(app_name=APP, user_id="u", session_id="made"))
-        finally:
-            held.restore()
+        assert await cancel_twice_holding(
+            svc, "session::delete", lambda: svc.delete_session(app_name=APP, user_id="u", session_id="made")) == [True]
         assert await svc.get_session(app_name=APP, user_id="u", session_id="made") is None
 
     store.run(scenario)
@@ -408,16 +361,7 @@ def test_appends_from_several_processes_lose_no_event_and_no_key(kind: str, tmp_
             await svc.create_session(app_name="race", user_id="u", session_id="shared")
 
         b.run(create)
-        context = multiprocessing.get_context("spawn")
-        start = context.Event()
-        procs = [context.Process(target=_append_in_process, args=(kind, where, w, count, start))
-                 for w in range(workers)]
-        for p in procs:
-            p.start()
-        start.set()
-        for p in procs:
-            p.join(180)
-        assert [p.exitcode for p in procs] == [0] * workers
+        assert run_spawned(_append_in_process, [(kind, where, w, count) for w in range(workers)]) == [0] * workers
 
         async def check(svc: Any) -> None:
             got = await svc.get_session(app_name="race", user_id="u", session_id="shared")
@@ -577,15 +521,7 @@ def test_one_event_redelivered_by_several_processes_at_once_is_stored_once(kind:
             await svc.create_session(app_name="race", user_id="u", session_id="dup")
 
         b.run(create)
-        context = multiprocessing.get_context("spawn")
-        start = context.Event()
-        procs = [context.Process(target=_redeliver_in_process, args=(kind, where, payloads, start)) for _ in range(3)]
-        for p in procs:
-            p.start()
-        start.set()
-        for p in procs:
-            p.join(180)
-        assert [p.exitcode for p in procs] == [0, 0, 0]
+        assert run_spawned(_redeliver_in_process, [(kind, where, payloads) for _ in range(3)]) == [0, 0, 0]
 
         async def check(svc: Any) -> None:
             got = await svc.get_session(app_name="race", user_id="u", session_id="dup")

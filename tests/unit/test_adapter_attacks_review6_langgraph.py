@@ -25,6 +25,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 import session_manager
 from session_manager.adapters.langgraph import SessionManagerSaver
 from tests import pg_support
+from tests.unit.attack_support import Held, cancel_twice_while_held, run_spawned
 
 Opener = Callable[[], Any]
 
@@ -309,22 +310,8 @@ def test_twice_cancelled_async_writes_have_landed_when_cancelled_error_is_seen(m
                 return saver.aput(config("c", cid(0)), checkpoint(1, {"a": 1}, {"a": 2}), {"step": 1}, {"a": 2})
             return saver.aput_writes(config("c", cid(0)), [("a", "w")], "task")
 
-        async def main() -> list[bool]:
-            task = asyncio.ensure_future(start())
-            landed_at_end: list[bool] = []
-            task.add_done_callback(lambda _: landed_at_end.append(held.landed.is_set()))
-            await asyncio.to_thread(held.entered.wait, 30)
-            for _ in range(2):
-                task.cancel()
-                for _ in range(20):
-                    await asyncio.sleep(0)
-            held.release.set()
-            with pytest.raises(asyncio.CancelledError):
-                await task
-            return landed_at_end
-
         try:
-            assert asyncio.run(main()) == [True]
+            assert asyncio.run(cancel_twice_while_held(held, start)) == [True]
         finally:
             held.release.set()
         got = saver.get_tuple(config("c"))
@@ -357,43 +344,16 @@ def test_transcript_writes_cancelled_twice_have_settled_when_cancelled_error_is_
         function = {"add_items": "session::append", "pop_item": "session::set-active-leaf",
                     "clear_session": "session::delete", "aadd_messages": "session::append",
                     "aclear": "session::delete"}[which]
-        entered, release, landed = threading.Event(), threading.Event(), threading.Event()
-        real = sm.call
-
-        def call(fid: str, payload: Any = None) -> Any:
-            if fid == function and not release.is_set():
-                entered.set()
-                release.wait(30)
-                out = real(fid, payload)
-                landed.set()
-                return out
-            return real(fid, payload)
-
-        sm.call = call
+        held = Held(sm, function)
         start = {"add_items": lambda: agents.add_items([{"role": "user", "content": "three"}]),
                  "pop_item": agents.pop_item, "clear_session": agents.clear_session,
                  "aadd_messages": lambda: history.aadd_messages([HumanMessage("three")]),
                  "aclear": history.aclear}[which]
 
-        async def main() -> list[bool]:
-            task = asyncio.ensure_future(start())
-            landed_at_end: list[bool] = []
-            task.add_done_callback(lambda _: landed_at_end.append(landed.is_set()))
-            done = await asyncio.to_thread(entered.wait, 30)
-            assert done, f"{function} was never called"
-            for _ in range(2):
-                task.cancel()
-                for _ in range(20):
-                    await asyncio.sleep(0)
-            release.set()
-            with pytest.raises(asyncio.CancelledError):
-                await task
-            return landed_at_end
-
         try:
-            assert asyncio.run(main()) == [True]
+            assert asyncio.run(cancel_twice_while_held(held, start, function)) == [True]
         finally:
-            release.set()
+            held.release.set()
 
 
 # -- several processes on one thread; paging -------------------------------------------------
@@ -422,19 +382,9 @@ def test_writers_in_several_processes_on_one_thread_lose_nothing(kind: str, tmp_
     # Prevents: a saver writing with the index its own last write left (no read first) losing or
     # misplacing another process's checkpoints on the same thread, or its own parents crossing
     # another process's entries.
-    import multiprocessing
-
     with contextlib.ExitStack() as stack:
         where = stack.enter_context(pg_support.schema()) if kind == "postgres" else f"{tmp_path.resolve()}/m.db"
-        context = multiprocessing.get_context("spawn")
-        start = context.Event()
-        procs = [context.Process(target=_chain_in_process, args=(kind, where, w, start)) for w in range(3)]
-        for p in procs:
-            p.start()
-        start.set()
-        for p in procs:
-            p.join(180)
-        assert [p.exitcode for p in procs] == [0, 0, 0]
+        assert run_spawned(_chain_in_process, [(kind, where, w) for w in range(3)]) == [0, 0, 0]
         sm = session_manager.open(store=pg_support.open_store(where)) if kind == "postgres" \
             else session_manager.open(f"sqlite:///{where}")
         try:
@@ -482,43 +432,17 @@ def test_twice_cancelled_thread_operations_have_settled_when_cancelled_error_is_
         saver.put(config("t"), checkpoint(0, {"a": 0}, {"a": 1}), {"step": 0, "run_id": "r"}, {"a": 1})
         saver.put(config("t", cid(0)), checkpoint(1, {"a": 1}, {"a": 2}), {"step": 1, "run_id": "s"}, {"a": 2})
         function = "session::delete" if method == "adelete_thread" else "session::append"
-        entered, release, landed = threading.Event(), threading.Event(), threading.Event()
-        real = sm.call
-
-        def call(fid: str, payload: Any = None) -> Any:
-            if fid == function and not release.is_set():
-                entered.set()
-                release.wait(30)
-                out = real(fid, payload)
-                landed.set()
-                return out
-            return real(fid, payload)
-
-        sm.call = call
+        held = Held(sm, function)
         start = {"adelete_thread": lambda: saver.adelete_thread("t"),
                  "acopy_thread": lambda: saver.acopy_thread("t", "copy"),
                  "adelete_for_runs": lambda: saver.adelete_for_runs(["r"]),
                  "aprune": lambda: saver.aprune(["t"])}[method]
 
-        async def main() -> list[bool]:
-            task = asyncio.ensure_future(start())
-            landed_at_end: list[bool] = []
-            task.add_done_callback(lambda _: landed_at_end.append(landed.is_set()))
-            assert await asyncio.to_thread(entered.wait, 30)
-            for _ in range(2):
-                task.cancel()
-                for _ in range(20):
-                    await asyncio.sleep(0)
-            release.set()
-            with pytest.raises(asyncio.CancelledError):
-                await task
-            return landed_at_end
-
         try:
-            assert asyncio.run(main()) == [True]
+            assert asyncio.run(cancel_twice_while_held(held, start, function)) == [True]
         finally:
-            release.set()
-        sm.call = real
+            held.release.set()
+        sm.call = held.real
         left = [t.checkpoint["id"] for t in saver.list(config("t"))]
         assert left == {"adelete_thread": [], "acopy_thread": [cid(1), cid(0)], "adelete_for_runs": [cid(1)],
                         "aprune": [cid(1)]}[method]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -31,6 +31,29 @@ def sm(schema: str, relay: Relay) -> Iterator[session_manager.SessionManager]:
     with session_manager.open(store=PostgresStore(PostgresSettings(dsn=relay.dsn(), schema=schema,
                                                                    pool_size=1))) as opened:
         yield opened
+
+
+def _spy_run_pair(monkeypatch: pytest.MonkeyPatch, record: Callable[[Any, dict[str, Any]], str]) -> list[str]:
+    """Spies on the plain append's one round trip (``PgDatastore.run_pair``): the list it returns
+    gets ``record(second, params)`` for each pair run (the statements then run as before)."""
+    import session_manager.store.postgres.optimistic as opt
+
+    seen: list[str] = []
+    run_pair = opt.PgDatastore.run_pair
+
+    def spy(self: Any, conn: Any, first: Any, second: Any, params: dict[str, Any]) -> Any:
+        seen.append(record(second, params))
+        return run_pair(self, conn, first, second, params)
+
+    monkeypatch.setattr(opt.PgDatastore, "run_pair", spy)
+    return seen
+
+
+def _kind(second: Any, params: dict[str, Any]) -> str:
+    """What a pair sent: "linked" (the links this instance knows) or "probed" (the server looks them up)."""
+    import session_manager.store.postgres.optimistic as opt
+
+    return "linked" if second.sql == opt._PLAIN_LINKED.sql else "probed"
 
 
 def _server(query: str, params: Any = None) -> list[tuple[Any, ...]]:
@@ -175,17 +198,9 @@ def test_warm_appends_send_the_links_they_know_and_store_what_the_server_would(
     # them; or sending a depth or jump pointer other than the rule's: after its own appends,
     # after another instance's (its knowledge stale: the compare-and-set refuses it), after a
     # rewrite (update-message) and after a fork (an append naming its parent, through sm_apply).
-    import session_manager.store.postgres.optimistic as opt
     from session_manager.store.postgres import plain
 
-    sent: list[str] = []
-    run_pair = opt.PgDatastore.run_pair
-
-    def spy(self: Any, conn: Any, first: Any, second: Any, params: dict[str, Any]) -> Any:
-        sent.append("linked" if second.sql == opt._PLAIN_LINKED.sql else "probed")
-        return run_pair(self, conn, first, second, params)
-
-    monkeypatch.setattr(opt.PgDatastore, "run_pair", spy)
+    sent = _spy_run_pair(monkeypatch, _kind)
     other = open_sm(schema)
     try:
         sid = sm.call("session::create", {"title": "t"})["session_id"]
@@ -241,16 +256,7 @@ def test_a_linked_miss_is_told_observed_or_changed_by_where_the_procedure_places
     # Prevents: plain.LINKED, which does not say why it wrote nothing, leaving an instance on the
     # plain path while another instance observes (two round trips per append, every append),
     # or sending every session to sm_append_at when only one session changed behind its back.
-    import session_manager.store.postgres.optimistic as opt
-
-    tried: list[str] = []
-    run_pair = opt.PgDatastore.run_pair
-
-    def spy(self: Any, conn: Any, first: Any, second: Any, params: dict[str, Any]) -> Any:
-        tried.append(params["sid"])
-        return run_pair(self, conn, first, second, params)
-
-    monkeypatch.setattr(opt.PgDatastore, "run_pair", spy)
+    tried = _spy_run_pair(monkeypatch, lambda second, params: params["sid"])
     other = open_sm(schema)
     try:
         a, b = (sm.call("session::create", {"title": t})["session_id"] for t in "ab")
@@ -283,8 +289,6 @@ def test_a_session_learned_by_a_read_probes_once_and_learns_the_leafs_chain(
     # Prevents: an instance that knows a session's meta and leaf but not its links (read, not
     # written, by it) probing on every append, or learning a chain that is not the server's
     # (plain.APPEND answers the parent's chain of jump pointers: the next appends send links).
-    import session_manager.store.postgres.optimistic as opt
-
     writer = open_sm(schema)
     try:
         sid = writer.call("session::create", {"title": "t"})["session_id"]
@@ -292,14 +296,7 @@ def test_a_session_learned_by_a_read_probes_once_and_learns_the_leafs_chain(
             writer.call("session::append", {"session_id": sid, "message": text(str(i))})
     finally:
         writer.close()
-    sent: list[str] = []
-    run_pair = opt.PgDatastore.run_pair
-
-    def spy(self: Any, conn: Any, first: Any, second: Any, params: dict[str, Any]) -> Any:
-        sent.append("linked" if second.sql == opt._PLAIN_LINKED.sql else "probed")
-        return run_pair(self, conn, first, second, params)
-
-    monkeypatch.setattr(opt.PgDatastore, "run_pair", spy)
+    sent = _spy_run_pair(monkeypatch, _kind)
     for i in range(12):
         sm.call("session::append", {"session_id": sid, "message": text(f"r{i}")})
     assert sent == ["probed"] + ["linked"] * 11
