@@ -407,12 +407,19 @@ def test_observers_registering_amid_appends_from_several_processes_get_all_later
             sm.close()
 
 
+@pytest.mark.parametrize("late_resync", [False, True], ids=["resync-any-time", "resync-after-next"])
 def test_a_listener_reconnecting_after_its_row_expired_resyncs_though_its_own_clock_says_live(
-        schema: str) -> None:
+        schema: str, late_resync: bool) -> None:
     # Prevents: a writable listener that lost its connection judging, on its reconnection, that
     # its registration never lapsed from its own clock alone: a row the server expired (its
     # clock stepped forward, or the registration ran late) made appends record nothing, and the
     # listener replayed rows that were never written instead of resyncing (a silent gap).
+    # A resync is "like a reload" (docs/storage.md; outbox.py: "observers may see duplicates
+    # then, never a gap"): it lists every session as the delivery thread reaches it, so an entry
+    # committed after the re-registration and before that listing ("next") comes in the listing
+    # and again from its own notification. That is what the loaded machine hit 1 run in 3 (the
+    # delivery thread late); "resync-after-next" makes it every run: the resync held until
+    # "next" has committed.
     writer = open_sm(schema)
     watcher = open_sm(schema)  # (the default retention: its next renewal is many seconds away)
     try:
@@ -420,6 +427,16 @@ def test_a_listener_reconnecting_after_its_row_expired_resyncs_though_its_own_cl
         watcher.observe({"function_id": ev.ON_MESSAGE_ADDED}, lambda e: seen.append(e["entry_id"]))
         watcher.service.store.events_ready()
         assert wait_for(lambda: watcher.service.store.outbox.listening)
+        next_committed = threading.Event()
+        if late_resync:
+            subscribers = watcher.service.store.outbox.subscribers
+            resync = subscribers.resync
+
+            def held(*args: Any) -> None:  # (on the delivery thread, before it lists the store)
+                next_committed.wait(30)
+                resync(*args)
+
+            subscribers.resync = held
         sid = writer.call("session::create", {"title": "t"})["session_id"]
         _server(f'UPDATE "{schema}".observers SET expires = now() - interval \'1 second\'')  # expired
         writer.call("session::append", {"session_id": sid, "entry_id": "gap", "message": text("gap")})
@@ -427,8 +444,14 @@ def test_a_listener_reconnecting_after_its_row_expired_resyncs_though_its_own_cl
         assert wait_for(lambda: _terminate_listener(schema) > 0)
         assert wait_for(lambda: _observers(schema) == [watcher.service.store.db.instance])  # back
         writer.call("session::append", {"session_id": sid, "entry_id": "next", "message": text("next")})
+        next_committed.set()
         assert wait_for(lambda: "next" in seen)
-        assert "gap" in seen and seen.count("next") == 1  # (the resync told it)
+        # The resync told it "gap" (no gap), then "next" came: once from its notification, and
+        # once more from the listing when the resync listed the session after it committed.
+        assert seen[:2] == ["gap", "next"] and seen[2:] in ([], ["next"]), seen
+        if late_resync:  # (the listing reached "next": this variant ran the interleaving it is for;
+            # an exactly-once resync, not promised today, would end this line)
+            assert wait_for(lambda: seen == ["gap", "next", "next"]), seen
     finally:
         writer.close()
         watcher.close()

@@ -204,3 +204,60 @@ def test_a_previous_release_writer_running_through_the_migration_loses_no_search
         assert sm.call("session::get", {"session_id": sid})["meta"]["message_count"] == 4
     finally:
         sm.close()
+
+
+@pytest.mark.parametrize("first", ["sessions", "entries"])
+def test_the_migration_never_deadlocks_with_a_writer_holding_one_table_then_taking_the_other(
+        schema: str, first: str) -> None:
+    # Prevents: the migration holding one of sessions and entries while it waits for the other,
+    # as a running writer holds that other and goes on to the first: a deadlock, the server
+    # failing one of them, the new process's open or the writer's call (migration 11 took
+    # entries, then sessions; the previous release's sm_append_call holds its session row, then
+    # reads entries: the upgrade attack test failed so, 1 run in 8 under load). Writers take
+    # them in both orders (sm_apply without a check reads entries, then writes sessions).
+    import threading
+
+    import psycopg
+
+    from session_manager.store.postgres import schema as pg_schema
+
+    sm = open_sm(schema)
+    sid = sm.call("session::create", {"title": "t"})["session_id"]
+    sm.call("session::append", {"session_id": sid, "message": text("alpha")})
+    sm.close()
+    _server(schema, _VERSION_10)
+    pg_schema.CHECKED.clear()  # the next open plays a new process: it migrates
+    opened: list[Any] = []
+    failed: list[BaseException] = []
+
+    def migrate() -> None:
+        try:
+            opened.append(open_sm(schema))
+        except BaseException as e:
+            failed.append(e)
+
+    touch = {"sessions": ("UPDATE sessions SET updated_at = updated_at WHERE session_id = %s", None),
+             "entries": ("SELECT count(*) FROM entries WHERE session_id = %s", (1,))}
+    second = "entries" if first == "sessions" else "sessions"
+    with psycopg.connect(pg_support.DSN, options=f"-c search_path={schema}") as writer:
+        writer.execute(touch[first][0], (sid,))  # (the writer holds its first table)
+        t = threading.Thread(target=migrate)
+        t.start()
+        deadline = time.monotonic() + 60
+        while not _server(schema, "SELECT 1 FROM pg_locks WHERE NOT granted AND relation = %s::regclass",
+                          (first,)):
+            assert time.monotonic() < deadline and not failed, f"the migration never waited on {first}: {failed}"
+            time.sleep(0.02)
+        # The writer goes on to its other table while the migration waits (a deadlock is
+        # reported within deadlock_timeout, 1 s; the migration lets go of what it holds sooner).
+        cur = writer.execute(touch[second][0], (sid,))
+        if touch[second][1] is not None:
+            assert cur.fetchone() == touch[second][1]
+        writer.commit()
+    t.join(timeout=60)
+    assert opened and not failed, failed
+    try:
+        assert _server(schema, "SELECT version FROM schema_version") == [(len(pg_schema.MIGRATIONS),)]
+        assert opened[0].call("session::get", {"session_id": sid})["meta"]["message_count"] == 1
+    finally:
+        opened[0].close()

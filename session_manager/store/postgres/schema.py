@@ -23,8 +23,10 @@ Why each index exists (the queries they serve are in ``store.py``):
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
+import psycopg
 from psycopg import Connection, sql
 
 from ...errors import StoreError
@@ -301,6 +303,34 @@ def check(conn: Connection[Any], schema: str) -> int:
     return version
 
 
+LOCK_TRY_S = 0.2  # how long a migration holding sessions waits for entries before it lets go
+
+
+def _lock_tables(conn: Connection[Any]) -> None:
+    """Take the tables the steps alter (``sessions``, ``entries``) exclusively before any step,
+    never holding one while it waits long for the other. Writers take them in both orders (the
+    previous release's ``sm_append_call`` its session row, then entries; ``sm_apply`` without a
+    check reads entries, then writes sessions), so any fixed order deadlocks with one of them,
+    and PostgreSQL fails one of the two (migration 11 took entries, then sessions: the upgrade
+    test's opens failed so). It waits for ``sessions`` holding nothing a writer wants, then
+    tries ``entries`` for :data:`LOCK_TRY_S`; when a writer holds entries (and so may be
+    waiting for sessions) it lets ``sessions`` go (a savepoint) and tries again."""
+    row = conn.execute("SELECT current_setting('lock_timeout')").fetchone()
+    before = str(row[0]) if row else "0"
+    try_for = sql.SQL("SET LOCAL lock_timeout = {}").format(sql.Literal(f"{int(LOCK_TRY_S * 1000)}ms"))
+    while True:
+        try:
+            with conn.transaction():  # (a savepoint: rolled back, it lets sessions go)
+                conn.execute("LOCK TABLE sessions IN ACCESS EXCLUSIVE MODE")
+                conn.execute(try_for)
+                conn.execute("LOCK TABLE entries IN ACCESS EXCLUSIVE MODE")
+        except psycopg.errors.LockNotAvailable:
+            time.sleep(LOCK_TRY_S / 4)  # (the writer that held entries goes on)
+            continue
+        conn.execute("SELECT set_config('lock_timeout', %s, true)", (before,))
+        return
+
+
 def migrate(conn: Connection[Any], schema: str) -> int:
     """Create ``schema`` if needed and apply the missing migrations; returns the version."""
     ident = sql.Identifier(schema)
@@ -317,6 +347,8 @@ def migrate(conn: Connection[Any], schema: str) -> int:
         if row is None:
             conn.execute(sql.SQL("INSERT INTO {}.schema_version VALUES (0)").format(ident))
         conn.execute(sql.SQL("SET LOCAL search_path TO {}").format(ident))
+        if 1 <= version < len(MIGRATIONS):
+            _lock_tables(conn)
         for step in MIGRATIONS[version:]:
             conn.execute(step.encode("utf-8"))
         if version < len(MIGRATIONS):
