@@ -187,3 +187,44 @@ def test_an_observer_registering_while_appends_run_misses_none_after_it_register
     finally:
         writer.close()
         watcher.close()
+
+
+def test_an_append_whose_backend_is_terminated_mid_way_then_retried_is_stored_once(
+        schema: str, pair: tuple[session_manager.SessionManager, session_manager.SessionManager]) -> None:
+    # The warm append waits on the session's lock; its backend is terminated while it waits.
+    # The call lands once (applied again, or settled); a retry with the same entry_id, here and
+    # on another instance, answers the stored entry (no second copy), links by the rule.
+    import psycopg
+
+    a, b = pair
+    sid = "s-killed"
+    a.call("session::ensure", {"session_id": sid, "title": "t"})
+    for i in range(6):
+        _app(a, sid, f"w{i}")
+    got: list[Any] = []
+    with psycopg.connect(pg_support.DSN) as holder:
+        holder.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s || ':' || %s, 0))",
+                       (schema, sid))
+        t = threading.Thread(target=lambda: got.append(_app(a, sid, "k")))
+        t.start()
+        me = holder.info.backend_pid
+        query = ("SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND pid <> %s"
+                 " AND query LIKE %s")
+
+        def waiting() -> list[tuple[Any, ...]]:
+            with psycopg.connect(pg_support.DSN, autocommit=True) as c:
+                return c.execute(query, (me, "%advisory%")).fetchall()
+
+        assert wait_for(lambda: bool(waiting()))
+        with psycopg.connect(pg_support.DSN, autocommit=True) as c:
+            for (pid,) in waiting():
+                c.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        holder.rollback()
+    t.join(60)
+    assert got and got[0]["entry_id"] == "k"
+    assert _app(a, sid, "k") == got[0]
+    assert _app(b, sid, "k") == got[0]
+    _app(a, sid, "after")
+    assert len(check_linear(a, sid)) == 8
+    _rule_ok(schema, sid, 8)
+    assert _same_as_fresh(schema, a, sid) == [*(f"w{i}" for i in range(6)), "k", "after"]
