@@ -55,9 +55,6 @@ def _view(sm: session_manager.SessionManager, sid: str) -> list[str]:
     return [m["entry_id"] for m in page]
 
 
-@pytest.mark.xfail(strict=True, reason="plain.LINKED's compare-and-set (meta text, leaf id) cannot tell a session"
-                   " deleted and re-created alike (same id, title, clock ms, entry ids) from the one whose links"
-                   " this instance knows: it stores the old session's depth and jump pointer")
 def test_a_session_deleted_and_recreated_alike_by_another_instance_gets_the_rules_links(
         schema: str, pair: tuple[session_manager.SessionManager, session_manager.SessionManager]) -> None:
     # Attack: A knows s's links (e1 -> e2 -> e3, e3 at depth 2). B deletes s and re-creates it
@@ -228,3 +225,24 @@ def test_an_append_whose_backend_is_terminated_mid_way_then_retried_is_stored_on
     assert len(check_linear(a, sid)) == 8
     _rule_ok(schema, sid, 8)
     assert _same_as_fresh(schema, a, sid) == [*(f"w{i}" for i in range(6)), "k", "after"]
+
+
+def test_a_session_recreated_alike_then_set_meta_here_then_appended_gets_the_rules_links(
+        schema: str, pair: tuple[session_manager.SessionManager, session_manager.SessionManager]) -> None:
+    # As above, with a write of this instance in between that keeps its links (set-meta through
+    # sm_apply: its compare-and-set on the meta text holds too).
+    a, b = pair
+    sid = "s-recreated-meta"
+    a.call("session::ensure", {"session_id": sid, "title": "t"})
+    for eid in ("e1", "e2", "e3"):
+        _app(a, sid, eid)
+    b.call("session::delete", {"session_id": sid})
+    b.call("session::ensure", {"session_id": sid, "title": "t"})
+    _app(b, sid, "e1")
+    _app(b, sid, "e2", "e1")
+    _app(b, sid, "e3", "e1")
+    a.call("session::set-meta", {"session_id": sid, "description": "d"})
+    _app(a, sid, "e4")
+    _app(a, sid, "e5")
+    _rule_ok(schema, sid, 5)
+    assert _same_as_fresh(schema, a, sid) == ["e1", "e3", "e4", "e5"]

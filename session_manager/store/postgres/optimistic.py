@@ -550,7 +550,8 @@ class Optimistic:
             linked = "depth" in params
             rows = db.run_pair(conn, _PLAIN_LOCK, _PLAIN_LINKED if linked else _PLAIN, params)
             # (LINKED: a row when it wrote, none otherwise, not saying why; APPEND: seen, wrote, ...)
-            row: tuple[Any, ...] = () if linked else rows[0]
+            row: tuple[Any, ...] = () if linked else rows[0][:6]
+            version = (rows[0][0] if rows else None) if linked else rows[0][6]
             seen, wrote = (None, bool(rows)) if linked else (row[0], row[1])
         except psycopg.Error as e:
             failure = db.fail(e)
@@ -579,7 +580,7 @@ class Optimistic:
                 self._plain_missed(plan.session_id, seen)
             return False
         fill(commit, plan.bodies, known.leaf, commit.meta["message_count"], response, events)
-        plan.links = plain.learn(known.links, params, row)
+        plan.links, plan.row = plain.learn(known.links, params, row), version
         self._learn(plan)
         return True
 
@@ -621,4 +622,4 @@ class Optimistic:
                 rewritten = {key(e["id"]) for e in commit.entries}
                 links = plain.chain({k: v for k, v in links.items() if k not in rewritten}, key_or_none(leaf))
         # An append the server placed left the text its cut describes (see at_leaf.segments).
-        self._remember(plan.session_id, Known(meta, text, leaf, bodies, plan.at_leaf, links))
+        self._remember(plan.session_id, Known(meta, text, leaf, bodies, plan.at_leaf, links, plan.row))
