@@ -246,3 +246,32 @@ def test_a_session_recreated_alike_then_set_meta_here_then_appended_gets_the_rul
     _app(a, sid, "e5")
     _rule_ok(schema, sid, 5)
     assert _same_as_fresh(schema, a, sid) == ["e1", "e3", "e4", "e5"]
+
+
+def test_a_meta_change_by_another_instance_keeps_other_sessions_on_the_plain_path(
+        schema: str, pair: tuple[session_manager.SessionManager, session_manager.SessionManager],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Performance only (the miss always goes to sm_append_at, which emits what is owed).
+    from tests.unit.test_postgres_plain import _spy_run_pair
+
+    a, b = pair
+    for sid in ("s-x", "s-y"):
+        a.call("session::ensure", {"session_id": sid, "title": "t"})
+        _app(a, sid, f"{sid}-0")
+        _app(a, sid, f"{sid}-1")
+    tried = _spy_run_pair(monkeypatch, lambda second, params: params["sid"])
+    b.call("session::set-status", {"session_id": "s-x", "status": "done"})
+    _app(a, "s-x", "s-x-2")
+    _app(a, "s-y", "s-y-2")
+    assert tried == ["s-x", "s-y"]
+    # Only the row version changed (a draft set and cleared: the meta text byte-identical).
+    time.sleep(1.1)  # (past CONTENDED_S)
+    _app(a, "s-x", "s-x-3")
+    b.call("session::set-draft", {"session_id": "s-x", "draft": "typing"})
+    b.call("session::set-draft", {"session_id": "s-x", "draft": ""})
+    tried.clear()
+    _app(a, "s-x", "s-x-4")
+    _app(a, "s-y", "s-y-3")
+    assert tried == ["s-x", "s-y"]
+    _rule_ok(schema, "s-x", 5)
+    _rule_ok(schema, "s-y", 4)

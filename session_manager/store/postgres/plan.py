@@ -63,7 +63,8 @@ class Plan:
     holed: bool = False  # the commit was resolved on the hole, not yet cut (at_leaf.choose_at_leaf)
     links: dict[str, tuple[int, str, int]] | None = None  # Known.links after a plain append (plain.learn)
     row: str | None = None  # Known.row after a plain append (the session row version it left)
-    plain_missed: bool = False  # plain.LINKED wrote nothing, not saying why (see Optimistic._apply)
+    # plain.LINKED wrote nothing, not saying why (see Optimistic._apply): 1; 2: it checked a row version
+    plain_missed: int = 0
 
 
 def apply_params(session_id: str, commit: Commit, bodies: list[str], meta_text: str | None, *,
