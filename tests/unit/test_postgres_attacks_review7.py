@@ -275,3 +275,28 @@ def test_a_meta_change_by_another_instance_keeps_other_sessions_on_the_plain_pat
     assert tried == ["s-x", "s-y"]
     _rule_ok(schema, "s-x", 5)
     _rule_ok(schema, "s-y", 4)
+
+
+def test_an_observer_arriving_while_row_versions_are_known_gets_every_append_and_is_told_soon(
+        schema: str, pair: tuple[session_manager.SessionManager, session_manager.SessionManager],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # A versioned LINKED miss at the known leaf concludes nothing; the session's next append
+    # (plain.APPEND) says someone observes, and every session then takes sm_append_at directly.
+    from session_manager._wire import events as ev
+    from tests.unit.test_postgres_plain import _spy_run_pair
+
+    a, b = pair
+    for sid in ("s-x", "s-y"):
+        a.call("session::ensure", {"session_id": sid, "title": "t"})
+        _app(a, sid, f"{sid}-0")
+        _app(a, sid, f"{sid}-1")
+    got: list[str] = []
+    b.observe({"function_id": ev.ON_MESSAGE_ADDED}, lambda e: got.append(e["entry_id"]))
+    b.service.store.events_ready()
+    tried = _spy_run_pair(monkeypatch, lambda second, params: params["sid"])
+    owed = [_app(a, sid, eid)["entry_id"] for sid, eid in
+            (("s-x", "s-x-2"), ("s-x", "s-x-3"), ("s-y", "s-y-2"), ("s-x", "s-x-4"))]
+    assert tried == ["s-x", "s-x"]
+    assert wait_for(lambda: got == owed)
+    _rule_ok(schema, "s-x", 5)
+    _rule_ok(schema, "s-y", 3)
