@@ -176,10 +176,10 @@ def our_sql(dsn: str, schema: str, sm: session_manager.SessionManager, calls: in
         links[eid] = link
         params = {"sid": sid, "meta": text, "updated": meta["updated_at"], "leaf": eid, "expect_meta": expect,
                   "parent": parent, "id": eid, "body": body, "depth": link[0], "jump": link[1],
-                  "jump_depth": link[2]}
+                  "jump_depth": link[2], "row": None}  # (the row version: unknown before each commit)
         built.append((OUR_LOCK.values(params), OUR_APPEND.values(params)))
         expect, parent = text, eid
-    return Bare(conn, (OUR_LOCK, OUR_APPEND), built, (b"1",))  # it wrote (nobody observes)
+    return Bare(conn, (OUR_LOCK, OUR_APPEND), built, None)  # (it answers its transaction's id when it wrote)
 
 
 def contract_minimum(dsn: str, schema: str, calls: int, opened: list[Any]) -> Callable[[], None]:

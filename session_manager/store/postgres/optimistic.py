@@ -517,8 +517,13 @@ class Optimistic:
             chosen = unkey(row[0]) if row[0] is not None else None
             if plan.plain_missed and plan.known is not None:
                 # plain.LINKED wrote nothing: placed at the leaf it knew, the session was as known
-                # (its meta at most in the two numbers sm_append_at rewrites): someone observes.
-                self._plain_missed(plan.session_id, chosen == plan.known.leaf)
+                # (its meta at most in the two numbers sm_append_at rewrites): someone observes;
+                # unless it checked a row version (another write may have left the meta text and
+                # leaf alike): then nothing is concluded, the session's next append, its version
+                # now unknown, takes plain.APPEND, which says whether someone observes.
+                at_known = chosen == plan.known.leaf
+                if not (at_known and plan.plain_missed == 2):
+                    self._plain_missed(plan.session_id, at_known)
             fill(commit, plan.bodies, chosen, row[1], response, events)
             plan.meta_text = cut.text(commit.meta["updated_at"] if commit.meta else 0, row[1])
         self._learn(plan)
@@ -550,7 +555,8 @@ class Optimistic:
             linked = "depth" in params
             rows = db.run_pair(conn, _PLAIN_LOCK, _PLAIN_LINKED if linked else _PLAIN, params)
             # (LINKED: a row when it wrote, none otherwise, not saying why; APPEND: seen, wrote, ...)
-            row: tuple[Any, ...] = () if linked else rows[0]
+            row: tuple[Any, ...] = () if linked else rows[0][:6]
+            version = (rows[0][0] if rows else None) if linked else rows[0][6]
             seen, wrote = (None, bool(rows)) if linked else (row[0], row[1])
         except psycopg.Error as e:
             failure = db.fail(e)
@@ -574,12 +580,13 @@ class Optimistic:
         db.putconn(conn)
         if not wrote:
             if seen is None:
-                plan.plain_missed = True  # (why: told by where sm_append_at places it, see _apply)
+                # (why: told by where sm_append_at places it, see _apply; 2: a row version checked)
+                plan.plain_missed = 2 if params.get("row") is not None else 1
             else:
                 self._plain_missed(plan.session_id, seen)
             return False
         fill(commit, plan.bodies, known.leaf, commit.meta["message_count"], response, events)
-        plan.links = plain.learn(known.links, params, row)
+        plan.links, plan.row = plain.learn(known.links, params, row), version
         self._learn(plan)
         return True
 
@@ -621,4 +628,4 @@ class Optimistic:
                 rewritten = {key(e["id"]) for e in commit.entries}
                 links = plain.chain({k: v for k, v in links.items() if k not in rewritten}, key_or_none(leaf))
         # An append the server placed left the text its cut describes (see at_leaf.segments).
-        self._remember(plan.session_id, Known(meta, text, leaf, bodies, plan.at_leaf, links))
+        self._remember(plan.session_id, Known(meta, text, leaf, bodies, plan.at_leaf, links, plan.row))

@@ -31,8 +31,10 @@ the links of the known leaf and of the leaf's jump target: :data:`LINKED` sends 
 server reads no entry (its two primary-key probes cost about 85,000 instructions per append,
 callgrind). ``Known.links`` holds them: the links of the entries along the known leaf's
 chain of jump pointers, each new entry's added as it is written (:func:`learn`). The
-compare-and-set of the session row on the known meta text and leaf is what keeps that
-knowledge current: an entry's links never change while its session lives (a rewrite keeps
+compare-and-set of the session row on the known meta text, leaf and row version (its
+``xmin``, as the last plain statement left it, ``Known.row``: the meta text and leaf alone do
+not tell the session from one deleted and re-created alike, same id, title, clock and entry ids)
+is what keeps that knowledge current: an entry's links never change while its session lives (a rewrite keeps
 its parent, and the rewritten entries' links are dropped anyway), and a session written any
 other way is forgotten with them. Without them :data:`APPEND` probes as before and also
 answers the parent's whole chain (O(log depth) rows), so the session's next appends send
@@ -74,7 +76,7 @@ _OBSERVED = (
     " THEN pg_advisory_unlock(hashtext(current_schema()), 2) ELSE false END AS seen),"
     " upd AS (UPDATE sessions SET meta = %(meta)b::text, updated_at = %(updated)b::bigint, leaf = %(leaf)b::text"
     " WHERE session_id = %(sid)b::text AND meta = %(expect_meta)b::text"
-    " AND leaf IS NOT DISTINCT FROM %(parent)b::text AND NOT (SELECT seen FROM o) RETURNING session_id),"
+    " AND leaf IS NOT DISTINCT FROM %(parent)b::text AND NOT (SELECT seen FROM o) RETURNING session_id, xmin),"
 )
 # The parent's chain of jump pointers (itself, its jump target, that one's, ... to a root, which
 # jumps to itself), each step a primary-key probe (OFFSET 0: never a join a generic plan could
@@ -96,7 +98,8 @@ APPEND = (
     " LEFT JOIN LATERAL (SELECT jump_id, jump_depth FROM entries WHERE session_id = %(sid)b::text"
     " AND entry_id = p.jump_id OFFSET 0) j ON true RETURNING 1)," + _CHAIN +
     " SELECT (SELECT seen FROM o), EXISTS (SELECT 1 FROM ins), ARRAY(SELECT entry_id FROM c),"
-    " ARRAY(SELECT depth FROM c), ARRAY(SELECT jump_id FROM c), ARRAY(SELECT jump_depth FROM c)"
+    " ARRAY(SELECT depth FROM c), ARRAY(SELECT jump_id FROM c), ARRAY(SELECT jump_depth FROM c),"
+    " (SELECT xmin::text FROM upd)"
 )
 # The same write with the new entry's links as the client computed them (no entry read), and
 # leaner: the INSERT is the statement itself and the check for observers a condition of the
@@ -110,10 +113,11 @@ _SEEN = ("EXISTS (SELECT 1 FROM observers WHERE expires > now())"
 LINKED = (
     "WITH upd AS (UPDATE sessions SET meta = %(meta)b::text, updated_at = %(updated)b::bigint,"
     " leaf = %(leaf)b::text WHERE session_id = %(sid)b::text AND meta = %(expect_meta)b::text"
+    " AND (%(row)b::text IS NULL OR xmin::text = %(row)b::text)"
     f" AND leaf IS NOT DISTINCT FROM %(parent)b::text AND NOT ({_SEEN}) RETURNING session_id)"
     " INSERT INTO entries (session_id, entry_id, parent_id, depth, jump_id, jump_depth, body)"
     " SELECT u.session_id, %(id)b::text, %(parent)b::text, %(depth)b::integer, %(jump)b::text,"
-    " %(jump_depth)b::integer, %(body)b::text FROM upd u RETURNING 1"
+    " %(jump_depth)b::integer, %(body)b::text FROM upd u RETURNING xid(pg_current_xact_id())::text"
 )
 
 Link = tuple[int, str, int]  # an entry's (depth, jump_id, jump_depth), by stored keys
@@ -188,7 +192,11 @@ def params(plan: Plan) -> dict[str, Any] | None:
         "leaf": key_or_none(commit.leaf), "expect_meta": known.text, "parent": parent,
         "id": stored_id, "body": plan.bodies[0].replace(HOLE_JSON, json_text(leaf)),
     }
-    link = next_link(known.links, parent, stored_id)
+    # The links are sent only for the session row version they were learned on (``Known.row``,
+    # its xmin as the last plain statement left it): the meta text and leaf alone do not tell
+    # the session from one deleted and re-created alike (same id, title, clock, entry ids).
+    # A root's links need none (they name only itself).
+    link = next_link(known.links, parent, stored_id) if known.row is not None or parent is None else None
     if link is not None:
-        out["depth"], out["jump"], out["jump_depth"] = link
+        out["depth"], out["jump"], out["jump_depth"], out["row"] = *link, known.row
     return out

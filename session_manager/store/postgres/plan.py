@@ -42,6 +42,9 @@ class Known:
     # The links (depth, jump_id, jump_depth) of the entries on the leaf's chain of jump pointers, by
     # stored key, as far as known (plain.py: a plain append sends its new entry's, computed from them).
     links: dict[str, tuple[int, str, int]] = field(default_factory=dict)
+    # The session row's version (its xmin, as text) the last plain statement left, ``links`` valid
+    # for it (plain.LINKED's compare-and-set); None when another path wrote it last.
+    row: str | None = None
 
 
 @dataclass
@@ -59,7 +62,9 @@ class Plan:
     at_leaf: AtLeaf | None = None  # a plain append: the server chooses the leaf (see at_leaf.py)
     holed: bool = False  # the commit was resolved on the hole, not yet cut (at_leaf.choose_at_leaf)
     links: dict[str, tuple[int, str, int]] | None = None  # Known.links after a plain append (plain.learn)
-    plain_missed: bool = False  # plain.LINKED wrote nothing, not saying why (see Optimistic._apply)
+    row: str | None = None  # Known.row after a plain append (the session row version it left)
+    # plain.LINKED wrote nothing, not saying why (see Optimistic._apply): 1; 2: it checked a row version
+    plain_missed: int = 0
 
 
 def apply_params(session_id: str, commit: Commit, bodies: list[str], meta_text: str | None, *,
