@@ -50,6 +50,24 @@ def _app(sm: session_manager.SessionManager, sid: str, eid: str, parent: str | N
     return sm.call("session::append", req)
 
 
+def _chain_of_three(sm: session_manager.SessionManager, sid: str) -> None:
+    """``sid`` ensured (title "t") with e1 -> e2 -> e3: e3 at depth 2, the leaf."""
+    sm.call("session::ensure", {"session_id": sid, "title": "t"})
+    for eid in ("e1", "e2", "e3"):
+        _app(sm, sid, eid)
+
+
+def _recreated_alike(sm: session_manager.SessionManager, sid: str) -> None:
+    """``sid`` deleted and ensured again (same title; the pair's frozen clock) with the same
+    entry ids but e3 under e1 (depth 1): three messages, leaf e3, the meta text and leaf
+    byte-identical to :func:`_chain_of_three`'s."""
+    sm.call("session::delete", {"session_id": sid})
+    sm.call("session::ensure", {"session_id": sid, "title": "t"})
+    _app(sm, sid, "e1")
+    _app(sm, sid, "e2", "e1")
+    _app(sm, sid, "e3", "e1")
+
+
 def _view(sm: session_manager.SessionManager, sid: str) -> list[str]:
     page = sm.call("session::messages", {"session_id": sid, "limit": 100})["messages"]
     return [m["entry_id"] for m in page]
@@ -63,15 +81,9 @@ def test_a_session_deleted_and_recreated_alike_by_another_instance_gets_the_rule
     # to A's knowledge, so the compare-and-set holds: A must not send links of the old session.
     a, b = pair
     sid = "s-review7"
-    a.call("session::ensure", {"session_id": sid, "title": "t"})
-    for eid in ("e1", "e2", "e3"):
-        _app(a, sid, eid)
+    _chain_of_three(a, sid)
     a.call("session::get", {"session_id": sid})
-    b.call("session::delete", {"session_id": sid})
-    b.call("session::ensure", {"session_id": sid, "title": "t"})
-    _app(b, sid, "e1")
-    _app(b, sid, "e2", "e1")
-    _app(b, sid, "e3", "e1")
+    _recreated_alike(b, sid)
     _app(a, sid, "e4")
     _rule_ok(schema, sid, 4)
     fresh = _open(schema)
@@ -233,14 +245,8 @@ def test_a_session_recreated_alike_then_set_meta_here_then_appended_gets_the_rul
     # sm_apply: its compare-and-set on the meta text holds too).
     a, b = pair
     sid = "s-recreated-meta"
-    a.call("session::ensure", {"session_id": sid, "title": "t"})
-    for eid in ("e1", "e2", "e3"):
-        _app(a, sid, eid)
-    b.call("session::delete", {"session_id": sid})
-    b.call("session::ensure", {"session_id": sid, "title": "t"})
-    _app(b, sid, "e1")
-    _app(b, sid, "e2", "e1")
-    _app(b, sid, "e3", "e1")
+    _chain_of_three(a, sid)
+    _recreated_alike(b, sid)
     a.call("session::set-meta", {"session_id": sid, "description": "d"})
     _app(a, sid, "e4")
     _app(a, sid, "e5")
