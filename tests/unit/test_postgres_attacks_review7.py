@@ -254,6 +254,14 @@ def test_a_session_recreated_alike_then_set_meta_here_then_appended_gets_the_rul
     assert _same_as_fresh(schema, a, sid) == ["e1", "e3", "e4", "e5"]
 
 
+def _two_warm_sessions(sm: session_manager.SessionManager) -> None:
+    """Sessions s-x and s-y, two appends each by ``sm``: both on its plain path."""
+    for sid in ("s-x", "s-y"):
+        sm.call("session::ensure", {"session_id": sid, "title": "t"})
+        _app(sm, sid, f"{sid}-0")
+        _app(sm, sid, f"{sid}-1")
+
+
 def test_a_meta_change_by_another_instance_keeps_other_sessions_on_the_plain_path(
         schema: str, pair: tuple[session_manager.SessionManager, session_manager.SessionManager],
         monkeypatch: pytest.MonkeyPatch) -> None:
@@ -261,10 +269,7 @@ def test_a_meta_change_by_another_instance_keeps_other_sessions_on_the_plain_pat
     from tests.unit.test_postgres_plain import _spy_run_pair
 
     a, b = pair
-    for sid in ("s-x", "s-y"):
-        a.call("session::ensure", {"session_id": sid, "title": "t"})
-        _app(a, sid, f"{sid}-0")
-        _app(a, sid, f"{sid}-1")
+    _two_warm_sessions(a)
     tried = _spy_run_pair(monkeypatch, lambda second, params: params["sid"])
     b.call("session::set-status", {"session_id": "s-x", "status": "done"})
     _app(a, "s-x", "s-x-2")
@@ -292,10 +297,7 @@ def test_an_observer_arriving_while_row_versions_are_known_gets_every_append_and
     from tests.unit.test_postgres_plain import _spy_run_pair
 
     a, b = pair
-    for sid in ("s-x", "s-y"):
-        a.call("session::ensure", {"session_id": sid, "title": "t"})
-        _app(a, sid, f"{sid}-0")
-        _app(a, sid, f"{sid}-1")
+    _two_warm_sessions(a)
     got: list[str] = []
     b.observe({"function_id": ev.ON_MESSAGE_ADDED}, lambda e: got.append(e["entry_id"]))
     b.service.store.events_ready()
