@@ -557,7 +557,10 @@ class PgDatastore:
                 if all(res.status == _COMMAND_OK for res in prepared):
                     ready.update(stmt.name for stmt in new)
             elif attempt == 1:
-                failed = [res for res in results if res.status == _FATAL]
+                failed = []
+                for res in results:  # (a loop: a comprehension is a frame of its own, every warm append)
+                    if res.status == _FATAL:
+                        failed.append(res)
                 if len(failed) == 1 and _deallocated(failed, pg):
                     ready.clear()  # psycopg's DEALLOCATE ALL took ours (see run): nothing ran; prepare again
                     continue

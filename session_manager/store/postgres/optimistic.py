@@ -37,6 +37,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Collection
 from contextlib import AbstractContextManager
+from functools import partial
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -561,7 +562,7 @@ class Optimistic:
         ahead: list[Known] = []
         try:
             rows = db.run_pair(conn, _PLAIN_LOCK, _PLAIN_LINKED if linked else _PLAIN, params,
-                               (lambda: self._learn_ahead(plan, params, ahead)) if linked and AHEAD else None)
+                               partial(self._learn_ahead, plan, params, ahead) if linked and AHEAD else None)
             # (LINKED: a row when it wrote, none otherwise, not saying why; APPEND: seen, wrote, ...)
             row: tuple[Any, ...] = () if linked else rows[0][:6]
             version = (rows[0][0] if rows else None) if linked else rows[0][6]
