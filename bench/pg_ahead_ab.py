@@ -2,7 +2,7 @@
 in one process (not a test): ``optimistic.AHEAD`` on and off taking turns call by call (in a
 shuffled order), on the same store and session, so the box's load hits both alike.
 
-Run: ``python bench/pg_ahead_ab.py [--rounds 40] [--n 100]`` with a server at
+Run: ``python bench/pg_ahead_ab.py [--rounds 40] [--n 100] [--block 1]`` with a server at
 ``SESSION_MANAGER_TEST_POSTGRES`` (default ``postgresql://127.0.0.1:5432/test``). Prints each
 side's median µs per append, the ratio (``off/on`` above 1: the overlap is faster), the 10th
 percentiles and the load.
@@ -36,6 +36,8 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=40)
     parser.add_argument("--n", type=int, default=100)
+    parser.add_argument("--block", type=int, default=1, help="calls in a row per side (the scheduler settles"
+                        " into each side's pattern only over a few)")
     args = parser.parse_args()
     schema = f"sm_ab_{uuid.uuid4().hex[:10]}"
     sm = session_manager.open(store=PostgresStore(PostgresSettings(dsn=DSN, schema=schema)))
@@ -44,20 +46,21 @@ def main() -> None:
         body = {"session_id": sid, "message": MSG}
         for _ in range(50):
             sm.call("session::append", body)
-        # Every call alternates the side (its order shuffled per pair), each call timed alone:
+        # The sides alternate every ``block`` calls (their order shuffled per pair), each call timed alone:
         # the medians of all calls, so a burst of load on the shared box hits both sides alike.
         samples: dict[bool, list[float]] = {True: [], False: []}
         load = []
         clock = time.perf_counter
         for _ in range(args.rounds):
-            for _ in range(args.n):
+            for _ in range(args.n // args.block):
                 sides = [True, False]
                 random.shuffle(sides)
                 for side in sides:
                     optimistic.AHEAD = side
-                    start = clock()
-                    sm.call("session::append", body)
-                    samples[side].append((clock() - start) * 1e6)
+                    for _ in range(args.block):
+                        start = clock()
+                        sm.call("session::append", body)
+                        samples[side].append((clock() - start) * 1e6)
             load.append(float(Path("/proc/loadavg").read_text().split()[0]))
         on, off = statistics.median(samples[True]), statistics.median(samples[False])
         q_on, q_off = (statistics.quantiles(samples[s], n=10)[0] for s in (True, False))
