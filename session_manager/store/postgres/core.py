@@ -541,9 +541,10 @@ class PgDatastore:
         (:attr:`pipelines`).
 
         ``meanwhile`` (once, whatever the answer) is the caller's work that does not need the
-        answer, run while the server executes and commits (this machine's other core): once
-        everything is sent, before the answer is read. It must not raise (a failure there
-        would leave the exchange half read)."""
+        answer, run once everything is sent and before the answer is read: while the server
+        executes and commits (mostly while its backend waits for the commit's WAL flush: woken
+        by the send, it usually takes the caller's core until then). It must not raise (a
+        failure there would leave the exchange half read)."""
         pg = conn.pgconn
         ready = self._ready(conn)
         sent = ((first, *first.values(params)), (second, *second.values(params)))
