@@ -41,9 +41,9 @@ def _spy_run_pair(monkeypatch: pytest.MonkeyPatch, record: Callable[[Any, dict[s
     seen: list[str] = []
     run_pair = opt.PgDatastore.run_pair
 
-    def spy(self: Any, conn: Any, first: Any, second: Any, params: dict[str, Any]) -> Any:
+    def spy(self: Any, conn: Any, first: Any, second: Any, params: dict[str, Any], *rest: Any) -> Any:
         seen.append(record(second, params))
-        return run_pair(self, conn, first, second, params)
+        return run_pair(self, conn, first, second, params, *rest)
 
     monkeypatch.setattr(opt.PgDatastore, "run_pair", spy)
     return seen

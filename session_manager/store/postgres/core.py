@@ -269,9 +269,10 @@ def _shape(params: Any) -> tuple[Any, ...]:
 
 def _pipeline(conn: psycopg.Connection[Any], new: list[Statement],
               sent: list[tuple[Statement, list[bytes | None], list[int]]] | tuple[Any, ...],
-              ) -> tuple[list[Any], list[Any]]:
+              meanwhile: Callable[[], None] | None = None) -> tuple[list[Any], list[Any]]:
     """Prepare ``new`` and run ``sent`` in one libpq pipeline with one Sync (one round trip):
-    the prepares' results and the runs' results."""
+    the prepares' results and the runs' results. ``meanwhile`` runs once all is sent, before
+    the answer is read (see :meth:`PgDatastore.run_pair`)."""
     pg = conn.pgconn
     pg.enter_pipeline_mode()
     try:
@@ -281,6 +282,8 @@ def _pipeline(conn: psycopg.Connection[Any], new: list[Statement],
             pg.send_query_prepared(stmt.name, values, formats, 0)
         pg.pipeline_sync()
         conn.wait(send(pg))
+        if meanwhile is not None:
+            meanwhile()
         # (loops, not comprehensions: no frame of their own; a warm run prepares nothing)
         prepared: list[Any] = []
         for _ in new:
@@ -528,14 +531,20 @@ class PgDatastore:
             decoder.set_pgresult(None)  # (the result's memory is not kept past the call)
 
     def run_pair(self, conn: psycopg.Connection[Any], first: Statement, second: Statement,
-                 params: dict[str, Any]) -> list[tuple[Any, ...]]:
+                 params: dict[str, Any], meanwhile: Callable[[], None] | None = None) -> list[tuple[Any, ...]]:
         """``first`` then ``second`` (each taking its parameters from ``params``) on a pooled
         (autocommit) connection, in one pipeline with one Sync: one round trip and one
         implicit transaction, committed at the Sync, or rolled back whole if either fails.
         ``second``'s snapshot is taken once ``first`` has run (the locks it took are held).
         Each is prepared in the same pipeline on its first use on ``conn``. Returns
         ``second``'s rows; a failure raises psycopg's error. Needs libpq's pipeline mode
-        (:attr:`pipelines`)."""
+        (:attr:`pipelines`).
+
+        ``meanwhile`` (once, whatever the answer) is the caller's work that does not need the
+        answer, run once everything is sent and before the answer is read: while the server
+        executes and commits (mostly while its backend waits for the commit's WAL flush: woken
+        by the send, it usually takes the caller's core until then). It must not raise (a
+        failure there would leave the exchange half read)."""
         pg = conn.pgconn
         ready = self._ready(conn)
         sent = ((first, *first.values(params)), (second, *second.values(params)))
@@ -543,12 +552,16 @@ class PgDatastore:
             # (both prepared: the warm case, without a comprehension)
             new = [] if first.name in ready and second.name in ready else \
                 [stmt for stmt, _, _ in sent if stmt.name not in ready]
-            prepared, results = _pipeline(conn, new, sent)
+            prepared, results = _pipeline(conn, new, sent, meanwhile)
+            meanwhile = None  # (run once: a second attempt only prepares again)
             if new:
                 if all(res.status == _COMMAND_OK for res in prepared):
                     ready.update(stmt.name for stmt in new)
             elif attempt == 1:
-                failed = [res for res in results if res.status == _FATAL]
+                failed = []
+                for res in results:  # (a loop: a comprehension is a frame of its own, every warm append)
+                    if res.status == _FATAL:
+                        failed.append(res)
                 if len(failed) == 1 and _deallocated(failed, pg):
                     ready.clear()  # psycopg's DEALLOCATE ALL took ours (see run): nothing ran; prepare again
                     continue

@@ -37,6 +37,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Collection
 from contextlib import AbstractContextManager
+from functools import partial
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -73,6 +74,9 @@ _APPEND_AT = Statement(APPEND_AT)  # a plain append's one statement: sent direct
 # sm_append_at (the bench's A/B).
 _PLAIN_LOCK, _PLAIN, _PLAIN_LINKED = Statement(plain.LOCK), Statement(plain.APPEND), Statement(plain.LINKED)
 PLAIN = True
+# A warm linked append learns the session as it will be while the server writes it (see
+# _apply_plain); off: after the answer, as every other path (the bench's A/B).
+AHEAD = True
 
 
 
@@ -551,9 +555,14 @@ class Optimistic:
         db = self.db
         conn = db.getconn(db.deadline_at())
         pid, started = conn.pgconn.backend_pid, db.started_at(conn)
+        linked = "depth" in params
+        # A linked append's answer says only whether it wrote: what the session then is (its
+        # Known, but for the row version the answer gives) is built while the server writes
+        # and commits, and used only if it did (unpublished, it is simply dropped otherwise).
+        ahead: list[Known] = []
         try:
-            linked = "depth" in params
-            rows = db.run_pair(conn, _PLAIN_LOCK, _PLAIN_LINKED if linked else _PLAIN, params)
+            rows = db.run_pair(conn, _PLAIN_LOCK, _PLAIN_LINKED if linked else _PLAIN, params,
+                               partial(self._learn_ahead, plan, params, ahead) if linked and AHEAD else None)
             # (LINKED: a row when it wrote, none otherwise, not saying why; APPEND: seen, wrote, ...)
             row: tuple[Any, ...] = () if linked else rows[0][:6]
             version = (rows[0][0] if rows else None) if linked else rows[0][6]
@@ -586,9 +595,26 @@ class Optimistic:
                 self._plain_missed(plan.session_id, seen)
             return False
         fill(commit, plan.bodies, known.leaf, commit.meta["message_count"], response, events)
+        if ahead:  # (its entry is commit's first, filled in place just now; its body the one sent)
+            ahead[0].row = version
+            self._remember(plan.session_id, ahead[0])
+            return True
         plan.links, plan.row = plain.learn(known.links, params, row), version
         self._learn(plan)
         return True
+
+    def _learn_ahead(self, plan: Plan, params: dict[str, Any], out: list[Known]) -> None:
+        """What :meth:`_learn` will know after ``plan``'s linked plain append wrote (its
+        ``params``; the row version left to fill in), into ``out``: run while the server
+        executes it, so it must not raise: a failure leaves ``out`` empty, and
+        :meth:`_learn` runs after the answer as on every other path (failing there as it would)."""
+        try:
+            known = self._learned(plan, [params["body"]], plain.learn(plan.known.links if plan.known else {},
+                                                                      params, ()), None)
+        except Exception:  # (see above: the same work runs again after the answer)
+            return
+        if known is not None:
+            out.append(known)
 
     def _plain_missed(self, session_id: str, observed: bool) -> None:
         """The plain statement wrote nothing: someone observes (every append takes sm_append_at
@@ -606,26 +632,36 @@ class Optimistic:
         """After sm_apply: the session as written (this instance wrote it last)."""
         commit = plan.commit
         assert commit is not None
-        old = plan.known
-        if commit.meta is None and old is None:
+        if commit.meta is None and plan.known is None:
             self.forget(plan.session_id)
             return
+        known = self._learned(plan, plan.bodies, plan.links, plan.row)
+        if known is not None:
+            self._remember(plan.session_id, known)
+
+    @staticmethod
+    def _learned(plan: Plan, texts: list[str], links: dict[str, plain.Link] | None,
+                 row: str | None) -> Known | None:
+        """The session as ``plan``'s commit leaves it (its entries stored as ``texts``), or
+        ``None`` when that is not known (neither the commit nor the plan knows its meta)."""
+        commit = plan.commit
+        assert commit is not None
+        old = plan.known
         meta = commit.meta if commit.meta is not None else old.meta if old is not None else None
         text = plan.meta_text if plan.meta_text is not None else old.text if old is not None else None
         if meta is None or text is None:
-            return
+            return None
         leaf = commit.leaf if commit.leaf is not None else old.leaf if old is not None else None
         bodies = old.bodies.copy() if old is not None else {}
-        for entry, body in zip(commit.entries, plan.bodies, strict=True):
+        for entry, body in zip(commit.entries, texts, strict=True):
             bodies.pop(entry["id"], None)  # (re-inserted last: the newest)
             bodies[entry["id"]] = (entry, body)
         while len(bodies) > KNOWN_BODIES:
             del bodies[next(iter(bodies))]  # the oldest
-        links = plan.links
         if links is None:  # written by sm_apply / sm_append_at: the known links of the new leaf's chain
             links = old.links if old is not None else {}
             if links:  # (an entry it rewrote forgotten: its links are the server's)
                 rewritten = {key(e["id"]) for e in commit.entries}
                 links = plain.chain({k: v for k, v in links.items() if k not in rewritten}, key_or_none(leaf))
         # An append the server placed left the text its cut describes (see at_leaf.segments).
-        self._remember(plan.session_id, Known(meta, text, leaf, bodies, plan.at_leaf, links, plan.row))
+        return Known(meta, text, leaf, bodies, plan.at_leaf, links, row)
