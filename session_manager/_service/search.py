@@ -12,7 +12,8 @@ it hands over the page, not every candidate.
 
 from __future__ import annotations
 
-from typing import Any
+import math
+from typing import Any, TypeGuard
 
 from .._wire import cursors
 from .._wire.search_api import SearchRequest, SearchResponse
@@ -31,10 +32,21 @@ __all__ = ["search"]
 def _decode_cursor(raw: str) -> SortKey:
     value = cursors.decode(raw)
     s, t, sid, eid = value.get("s"), value.get("t"), value.get("sid"), value.get("id")
-    if (not isinstance(s, (int, float)) or isinstance(s, bool) or not isinstance(t, int) or isinstance(t, bool)
+    if (not _finite(s) or not isinstance(t, int) or isinstance(t, bool)
             or not isinstance(sid, str) or not isinstance(eid, str)):
         raise SessionError(INVALID_CURSOR, "cursor payload is malformed: expected s, t, sid and id")
     return (-float(s), -t, sid, eid)
+
+
+def _finite(s: Any) -> TypeGuard[int | float]:
+    """Whether a cursor's score is one a page can issue: a number a float holds, not NaN or
+    infinite (Python's JSON reads both, and an integer past a float's range)."""
+    if not isinstance(s, (int, float)) or isinstance(s, bool):
+        return False
+    try:
+        return math.isfinite(s)
+    except OverflowError:  # (an integer too large for a float)
+        return False
 
 
 def search(core: ServiceCore, req: SearchRequest) -> Result:
