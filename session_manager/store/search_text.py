@@ -112,21 +112,16 @@ def parse_query(text: str) -> Query | None:
     return Query(exact=tuple(found[:-1]), prefix=found[-1])
 
 
-@functools.lru_cache(maxsize=1 << 16)
-def _fold_token(token: str) -> str:
-    return fold(token)
-
-
 def snippet(text: str, query: Query) -> str:
     """At most :data:`SNIPPET_CHARS` of ``text`` around the first word any term matches."""
     start = 0
     exact, prefix = frozenset(query.exact), query.prefix
-    # (ASCII text: each word's fold is its lower case, at the same place in the lowered text)
-    tokens = _WORD.finditer(text.lower() if text.isascii() else text)
-    fold_token = str if text.isascii() else _fold_token
-    for m in tokens:
-        w = fold_token(m.group())
-        if w in exact or w.startswith(prefix):
+    # (ASCII text: each word's fold is its lower case, at the same place in the lowered text;
+    # otherwise a run's fold may be several words, as words() has it: "½" is 1 and 2)
+    ascii_text = text.isascii()
+    for m in _WORD.finditer(text.lower() if ascii_text else text):
+        folded = (m.group(),) if ascii_text else _folded(m.group())
+        if any(w in exact or w.startswith(prefix) for w in folded):
             start = m.start()
             break
     begin = max(0, start - _BEFORE)

@@ -130,3 +130,18 @@ def test_postgres_matches_of_an_entry_holding_a_nul_character_read_like_the_scan
             sm.close()
     finally:
         pg_support.drop_schema(name)
+
+
+def test_the_snippet_reaches_a_match_inside_a_character_that_folds_to_several_words() -> None:
+    # Prevents: a snippet starting at the text's start, without the match, when the matching word
+    # comes from a character whose fold is several words ("½" folds to 1, a fraction slash and 2:
+    # the words 1 and 2, found by the query "2"); the snippet compared the whole fold with the words.
+    sm = session_manager.open(store=MemoryStore())
+    try:
+        sid = sm.call("session::create", {})["session_id"]
+        sm.call("session::append", {"session_id": sid, "message": user("filler " * 300 + "half ½ cup")})
+        for query in ("2", "cup 2"):
+            (hit,) = search(sm, query)["hits"]
+            assert hit["snippet"] == "filler " * 10 + "half ½ cup", query  # (from a word start 80 before "½")
+    finally:
+        sm.close()
