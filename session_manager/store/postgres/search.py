@@ -58,8 +58,8 @@ from ..search_index import K1, B, Bm25, Candidate, Matches, SortKey, sort_key, t
 from ..search_text import Query, entry_role, searchable_text, words
 from ..sql.keys import key, unkey
 
-__all__ = ["LAYOUT_MIGRATION", "MIGRATION", "NUL_SAFE_PAGE_MIGRATION", "PAGE_MIGRATION", "TOTALS_MIGRATION",
-           "catch_up", "page", "page_shown", "pending", "search"]
+__all__ = ["LAYOUT_MIGRATION", "MIGRATION", "NUL_SAFE_PAGE_MIGRATION", "PAGE_MIGRATION", "REINDEX_MIGRATION",
+           "TOTALS_MIGRATION", "catch_up", "page", "page_shown", "pending", "search"]
 
 BATCH = 2000
 LEXEME_BYTES = 2046  # PostgreSQL's longest lexeme (MAXSTRLEN - 1)
@@ -391,6 +391,16 @@ $fn$;
 # cast the body to json, which the server refuses for a body holding the escape \u0000 (no text
 # holds NUL) wherever it stands: every search whose page read such an entry failed.
 NUL_SAFE_PAGE_MIGRATION = PAGE_MIGRATION.replace(_BODY_TIMESTAMP, TIMESTAMP)
+
+# Migration 13: the index emptied and every entry queued again (the first query indexes them),
+# since words are the runs of the text's NFC form (search_text.py): a text typed decomposed
+# was indexed as other words. (No trigger is on search_docs: the totals are set here.)
+REINDEX_MIGRATION = """
+DELETE FROM search_docs;
+DELETE FROM search_totals;
+UPDATE search_total SET docs = 0, words = 0;
+INSERT INTO search_pending (seq, rewrite) SELECT seq, false FROM entries ON CONFLICT (seq) DO NOTHING;
+"""
 
 _NEXT = "SELECT seq FROM search_pending ORDER BY seq LIMIT %s"
 # Locked in seq order (two catch-ups taking overlapping batches wait, never deadlock).
