@@ -63,7 +63,10 @@ def search(core: ServiceCore, req: SearchRequest) -> Result:
         ranked, shown = (core.store.search_page_shown(query, scope, roles, limit + 1, after, limit)
                          if scope is None or scope else ([], []))
         page = ranked[:limit]
-        hits = [_hit(query, k, c, *found) for (k, c), found in zip(page, shown, strict=True)]
+        # A hit whose entry is gone: its session was deleted after the page was ranked (another
+        # read on most stores); a deleted session's entries are never shown (the cursor below
+        # still names the page's last place, so nothing after it is skipped).
+        hits = [_hit(query, k, c, *found) for (k, c), found in zip(page, shown, strict=True) if found[0] is not None]
     next_cursor = None
     if len(ranked) > limit and page:
         k = page[-1][0]

@@ -18,6 +18,7 @@ from psycopg import sql
 
 import session_manager
 from session_manager import SessionManager
+from session_manager.clock import ManualClock
 from session_manager.errors import INVALID_CURSOR, SessionError
 from session_manager.store import FsStore, MemoryStore, SessionStore
 from session_manager.store.fs._search import SEARCH_DIR
@@ -215,5 +216,35 @@ def test_an_index_made_by_the_previous_release_is_made_again_with_the_words_of_t
             got, want = store.search(query, None, None), SessionStore.search(store, query, None, None)
             assert (got.candidates, got.docs, got.total_length, got.df) == (
                 want.candidates, want.docs, want.total_length, want.df), text
+    finally:
+        sm.close()
+
+
+@pytest.mark.parametrize("kind", ["fs", "memory", "sqlite"])
+def test_a_session_deleted_between_the_page_and_its_entries_shows_no_hit(
+        kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Prevents: a hit of a deleted session (its snippet empty, off the active path) when the delete
+    # lands between the ranked page and the read of its entries (two reads on these stores): a
+    # deleted session's entries are never found; the cursor still names the page's last place.
+    store = open_kind(kind, tmp_path, None)
+    clock = ManualClock(1_000)
+    sm = session_manager.open(store=store, clock=clock)
+    try:
+        gone, kept = (sm.call("session::create", {})["session_id"] for _ in range(2))
+        for i, sid in enumerate((gone, kept, gone)):  # equal scores, ranked newest first: gone, kept, gone
+            clock.set(2_000 + i)
+            sm.call("session::append", {"session_id": sid, "message": user("needle")})
+        ranked = store.search_page
+
+        def delete_after_ranking(*args: Any) -> Any:
+            page = ranked(*args)
+            store.delete_session(gone)  # (another caller's delete, landing right after the page)
+            return page
+
+        monkeypatch.setattr(store, "search_page", delete_after_ranking)
+        first = search(sm, "needle", limit=2)
+        monkeypatch.undo()
+        assert [(h["session_id"], h["snippet"], h["on_active_path"]) for h in first["hits"]] == [(kept, "needle", True)]
+        assert search(sm, "needle", limit=2, cursor=first["next_cursor"])["hits"] == []
     finally:
         sm.close()
