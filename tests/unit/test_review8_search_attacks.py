@@ -4,8 +4,11 @@ the search promises (docs/search.md) must survive, on every store alike."""
 from __future__ import annotations
 
 import base64
+import multiprocessing
 import re
+import signal
 import sqlite3
+import time
 import unicodedata
 import uuid
 from collections.abc import Iterator
@@ -29,6 +32,7 @@ from session_manager.store.search_text import fold, parse_query
 from session_manager.store.sql import fts5
 from session_manager.store.sqlite.build import open_uri
 from tests import pg_support
+from tests.unit.attack_support import run_spawned
 
 KINDS = ["fs", "memory", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
 
@@ -313,3 +317,109 @@ def _walk(sm: SessionManager, query: str, limit: int, scope: dict[str, Any]) -> 
         if cursor is None:
             return out
         assert len(page["hits"]) == limit
+
+
+def _open_where(kind: str, where: str) -> SessionManager:
+    """A manager on the shared store (``where``: the sqlite file, or the postgres schema)."""
+    store = open_uri(f"sqlite:///{where}") if kind == "sqlite" else pg_support.open_store(where)
+    return session_manager.open(store=store)
+
+
+def _write_and_search(kind: str, where: str, w: int, count: int, start: Any) -> None:
+    """A writer process: ``count`` appends of its own words, each followed by a search (so the
+    processes catch the index up at once, each its own batches)."""
+    start.wait(60)
+    sm = _open_where(kind, where)
+    try:
+        sid = sm.call("session::ensure", {"session_id": f"p{w}"})["meta"]["session_id"]
+        for i in range(count):
+            sm.call("session::append", {"session_id": sid, "message": user(f"shared w{w}n{i}")})
+            sm.call("session::search", {"query": "shared", "limit": 3})
+    finally:
+        sm.close()
+
+
+def _write_forever(kind: str, where: str, start: Any) -> None:
+    """Appends and searches until killed (the parent waits for some, then SIGKILLs it)."""
+    start.wait(60)
+    sm = _open_where(kind, where)
+    i = 0
+    while True:
+        sm.call("session::append", {"session_id": "doomed", "message": user(f"shared k{i} " + "pad " * (i % 50))})
+        sm.call("session::search", {"query": f"k{i} sha"})
+        i += 1
+
+
+def _where(kind: str, schema: str | None, tmp_path: Path) -> str:
+    if kind == "sqlite":
+        return str(tmp_path / "shared.db")
+    assert schema is not None
+    return schema
+
+
+def _found_once_each(sm: SessionManager, store: SessionStore) -> None:
+    """Every stored searchable entry is found exactly once by its own word (a whole word: the
+    prefix is the word after it), and the index's matches are the scan's."""
+    for meta in store.list_metas():
+        for entry in store.entries(meta["session_id"]):
+            word = entry["message"]["content"][0]["text"].split()[1]
+            got = [(h["session_id"], h["entry_id"]) for h in search(sm, f"{word} shared", limit=5)["hits"]]
+            assert got == [(meta["session_id"], entry["id"])], word
+    for text in ("shared", "shared w1", "k", "pad"):
+        query = parse_query(text)
+        assert query is not None
+        got, want = store.search(query, None, None), SessionStore.search(store, query, None, None)
+        assert sorted(got.candidates, key=repr) == sorted(want.candidates, key=repr), text
+        assert (got.docs, got.total_length, got.df) == (want.docs, want.total_length, want.df), text
+
+
+@pytest.mark.parametrize("kind", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def test_processes_writing_and_searching_at_once_leave_every_entry_found_exactly_once(
+        kind: str, schema: str | None, tmp_path: Path) -> None:
+    # Prevents: two processes catching the index up at once indexing an entry twice (a hit
+    # repeated, totals counted twice) or skipping one (an entry committed while another process
+    # held the catch-up's batch, never found), while a third searches.
+    where = _where(kind, schema, tmp_path)
+    sm = _open_where(kind, where)  # (the schema or file made before the processes start)
+    try:
+        writers, count = 3, 40
+        assert run_spawned(_write_and_search, [(kind, where, w, count) for w in range(writers)]) == [0] * writers
+        store = sm.service.store
+        assert sorted(len(store.entries(m["session_id"])) for m in store.list_metas()) == [count] * writers
+        _found_once_each(sm, store)
+        assert len(_walk(sm, "shared", 50, {})) == writers * count
+    finally:
+        sm.close()
+
+
+@pytest.mark.parametrize("kind", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def test_a_writer_killed_mid_stream_leaves_an_index_that_catches_up_exactly(
+        kind: str, schema: str | None, tmp_path: Path) -> None:
+    # Prevents: a writer SIGKILLed inside its catch-up (or its commit) leaving the index stale
+    # (an entry never found), doubled (found twice) or its mark past entries it never indexed.
+    where = _where(kind, schema, tmp_path)
+    sm = _open_where(kind, where)
+    try:
+        sm.call("session::ensure", {"session_id": "doomed"})
+        context = multiprocessing.get_context("spawn")
+        start = context.Event()
+        proc = context.Process(target=_write_forever, args=(kind, where, start))
+        proc.start()
+        start.set()
+        store = sm.service.store
+        for _ in range(6000):  # (a bound, not a timing: the writer is killed once it has written 60)
+            if len(store.entries("doomed")) >= 60 or not proc.is_alive():
+                break
+            time.sleep(0.01)
+        proc.kill()
+        proc.join(30)
+        assert proc.exitcode == -signal.SIGKILL
+        assert len(store.entries("doomed")) >= 60
+        _found_once_each(sm, store)
+    finally:
+        sm.close()
+    sm = _open_where(kind, where)  # and after a restart
+    try:
+        _found_once_each(sm, sm.service.store)
+    finally:
+        sm.close()
