@@ -28,7 +28,7 @@ from session_manager.store.fs._search import SEARCH_DIR
 from session_manager.store.fs._search_db import DB_FILE
 from session_manager.store.postgres import schema as pg_schema
 from session_manager.store.postgres import search as pg_search
-from session_manager.store.search_text import fold, parse_query
+from session_manager.store.search_text import Query, fold, parse_query
 from session_manager.store.sql import fts5
 from session_manager.store.sqlite.build import open_uri
 from tests import pg_support
@@ -423,3 +423,65 @@ def test_a_writer_killed_mid_stream_leaves_an_index_that_catches_up_exactly(
         _found_once_each(sm, sm.service.store)
     finally:
         sm.close()
+
+
+ODD_ID = "s'\"%_\\ü🎉 x"  # (quotes, LIKE wildcards, a backslash, non-ASCII, astral, a space)
+
+
+def test_a_deleted_session_made_again_with_the_same_ids_is_found_by_its_new_words_only(
+        sm: SessionManager, kind: str) -> None:
+    # Prevents: the index keeping a deleted session's rows under a session or entry number given
+    # again (sqlite reuses the top seq numbers once they are deleted; a revision queued for a seq
+    # before the delete), so the new session is found by the old words, or its new entries hide
+    # under the index's high-water mark; an odd session id breaking a scope.
+    sm.call("session::ensure", {"session_id": ODD_ID, "metadata": {"tenant": "t1"}})
+    for i in range(3):
+        sm.call("session::append", {"session_id": ODD_ID, "entry_id": f"e{i}", "message": user(f"oldword n{i}")})
+    assert len(search(sm, "oldword")["hits"]) == 3  # (indexed)
+    sm.call("session::update-message", {"session_id": ODD_ID, "entry_id": "e2",
+                                        "content": [{"type": "text", "text": "revised oldword"}]})
+    sm.call("session::delete", {"session_id": ODD_ID})  # (the revision queued, never indexed)
+    sm.call("session::ensure", {"session_id": ODD_ID, "metadata": {"tenant": "t1"}})
+    for i in range(2):
+        sm.call("session::append", {"session_id": ODD_ID, "entry_id": f"e{i}", "message": user(f"newword n{i}")})
+    for scope in ({}, {"session_id": ODD_ID}, {"metadata": {"tenant": "t1"}}):
+        assert search(sm, "oldword", **scope)["hits"] == search(sm, "revised", **scope)["hits"] == []
+        got = search(sm, "newword", **scope)["hits"]
+        assert sorted((h["session_id"], h["entry_id"], h["snippet"]) for h in got) == [
+            (ODD_ID, "e0", "newword n0"), (ODD_ID, "e1", "newword n1")], scope
+        assert sorted(h["entry_id"] for h in search(sm, "n", **scope)["hits"]) == ["e0", "e1"]
+    store = sm.service.store
+    for text in ("oldword", "newword", "n"):
+        query = parse_query(text)
+        assert query is not None
+        _same_as_the_scan(store, query, text)
+
+
+def test_the_longest_queries_are_answered_alike(sm: SessionManager, caplog: pytest.LogCaptureFixture) -> None:
+    # Prevents: a 256-character query failing a store: 256 "ﷺ" fold to 1,024 words, a term each in
+    # the FTS5 page's statement, past SQLite's expression depth (sqlite: session/storage; fs: its
+    # index thrown away and the logs read, every such query). Also 128 one-letter words, and words
+    # whose fold outgrows a postgres lexeme (2 KB: matched on the stored words), each answered as
+    # the definition says.
+    many = " ".join(chr(ord("a") + i % 26) for i in range(128))
+    wide = "ﷺ" * 256  # (NFKD: 18 characters each, 4,608 in all)
+    sid = sm.call("session::create", {})["session_id"]
+    eids = [sm.call("session::append", {"session_id": sid, "message": user(text)})["entry_id"]
+            for text in (many, wide, "ß" * 256, "tail")]
+    for query, want in ((many, [eids[0]]), (wide, [eids[1]]), ("SS" * 128, [eids[2]]), ("s" * 256, [eids[2]]),
+                        ("ss" * 127 + "x", []), ("z " * 127 + "q", [eids[0]]), ("tail " * 51 + "t", [eids[3]])):
+        assert len(query) <= 256
+        assert [h["entry_id"] for h in search(sm, query)["hits"]] == want, query[:20]
+    assert [r.getMessage() for r in caplog.records if "unusable" in r.getMessage()] == []  # (fs: kept)
+    store = sm.service.store
+    for query_text in (many, wide, "s" * 256):
+        query = parse_query(query_text)
+        assert query is not None
+        _same_as_the_scan(store, query, query_text[:20])
+
+
+def _same_as_the_scan(store: SessionStore, query: Query, label: str) -> None:
+    """The store's matches (its index) are the scan's, the definition's."""
+    got, want = store.search(query, None, None), SessionStore.search(store, query, None, None)
+    assert sorted(got.candidates, key=repr) == sorted(want.candidates, key=repr), label
+    assert (got.docs, got.total_length, got.df) == (want.docs, want.total_length, want.df), label
