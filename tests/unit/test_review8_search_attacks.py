@@ -485,3 +485,31 @@ def _same_as_the_scan(store: SessionStore, query: Query, label: str) -> None:
     got, want = store.search(query, None, None), SessionStore.search(store, query, None, None)
     assert sorted(got.candidates, key=repr) == sorted(want.candidates, key=repr), label
     assert (got.docs, got.total_length, got.df) == (want.docs, want.total_length, want.df), label
+
+
+def test_a_reply_streamed_by_updates_is_found_once_by_its_newest_text_at_every_step(sm: SessionManager) -> None:
+    # Prevents: each revision of a streamed reply indexed beside the earlier ones (the reply found
+    # twice, or by a word only an earlier revision had: "placeholder"), or a revision made between
+    # two searches (sqlite's queue, postgres' rewrite flag, fs's log) missed, or the totals drifting
+    # from the stored entries (each revision counted again), on the active branch and off it.
+    sid = sm.call("session::create", {})["session_id"]
+    root = sm.call("session::append", {"session_id": sid, "message": user("question")})["entry_id"]
+    off = sm.call("session::append", {"session_id": sid, "message": _assistant("placeholder")})["entry_id"]
+    sm.call("session::set-active-leaf", {"session_id": sid, "entry_id": root})
+    on = sm.call("session::append", {"session_id": sid, "message": _assistant("placeholder")})["entry_id"]
+    store = sm.service.store
+    streamed = ""
+    for step in range(12):
+        streamed += f" tok{step}"
+        for eid in (on, off):
+            sm.call("session::update-message", {"session_id": sid, "entry_id": eid,
+                                                "content": [{"type": "text", "text": "reply" + streamed}]})
+        if step % 3:  # (some revisions land between searches unseen: two or more in a row)
+            continue
+        got = {h["entry_id"]: (h["snippet"], h["on_active_path"]) for h in search(sm, f"reply tok{step}")["hits"]}
+        assert got == {on: ("reply" + streamed, True), off: ("reply" + streamed, False)}, step
+        assert search(sm, "placeholder")["hits"] == []
+        for text in ("reply", "tok0 tok", "question"):
+            query = parse_query(text)
+            assert query is not None
+            _same_as_the_scan(store, query, text)
