@@ -513,3 +513,27 @@ def test_a_reply_streamed_by_updates_is_found_once_by_its_newest_text_at_every_s
             query = parse_query(text)
             assert query is not None
             _same_as_the_scan(store, query, text)
+
+
+def test_another_tenants_entries_never_change_a_tenants_hits_scores_or_pages(sm: SessionManager) -> None:
+    # Prevents: a tenant's scores computed over every session's statistics (another tenant's
+    # writes, purge or deletes moving this tenant's ranking and cursors), or another tenant's
+    # entries taking a place in a page's limit.
+    mine = {"tenant": "a"}
+    sid = sm.call("session::create", {"metadata": mine})["session_id"]
+    for text in ("alpha beta", "alpha alpha gamma", "beta delta alpha", "omega"):
+        sm.call("session::append", {"session_id": sid, "message": user(text)})
+    queries = ["alpha", "beta alp", "gamma", "a"]
+    before = {q: _walk(sm, q, 2, {"metadata": mine}) for q in queries}
+    for t in range(3):
+        other = sm.call("session::create", {"metadata": {"tenant": f"b{t}"}})["session_id"]
+        for i in range(5):
+            sm.call("session::append", {"session_id": other, "message": user("alpha " * (i + 1) + "beta")})
+    assert {q: _walk(sm, q, 2, {"metadata": mine}) for q in queries} == before
+    assert {q: _walk(sm, q, 2, {"session_id": sid}) for q in queries} == before
+    assert len(_walk(sm, "alpha", 4, {})) == 3 + 15  # (unscoped: every tenant's)
+    purged = sm.call("session::purge", {"metadata": {"tenant": "b1"}})
+    assert len(purged["session_ids"]) == 1
+    assert {q: _walk(sm, q, 2, {"metadata": mine}) for q in queries} == before
+    assert all(h["session_id"] != purged["session_ids"][0] for h in _walk(sm, "alpha", 4, {}))
+    assert len(_walk(sm, "alpha", 4, {})) == 3 + 10
