@@ -537,3 +537,28 @@ def test_another_tenants_entries_never_change_a_tenants_hits_scores_or_pages(sm:
     assert {q: _walk(sm, q, 2, {"metadata": mine}) for q in queries} == before
     assert all(h["session_id"] != purged["session_ids"][0] for h in _walk(sm, "alpha", 4, {}))
     assert len(_walk(sm, "alpha", 4, {})) == 3 + 10
+
+
+def test_a_forks_copies_are_found_under_the_fork_with_its_own_active_path(sm: SessionManager) -> None:
+    # Prevents: a fork's hits flagged by the source session's active path (or the source's by the
+    # fork's), the copies past the fork point found under the fork, or a long forked chain's
+    # flags wrong far from the leaf (postgres walks jump pointers in its page statement).
+    sid = sm.call("session::create", {})["session_id"]
+    chain = [sm.call("session::append", {"session_id": sid, "message": user(f"step s{i}")})["entry_id"]
+             for i in range(60)]
+    fork = sm.call("session::fork", {"session_id": sid, "entry_id": chain[40]})["session_id"]
+    copies = [m["entry_id"] for m in sm.call("session::messages", {"session_id": fork, "limit": 500})["messages"]]
+    assert len(copies) == 41
+    sm.call("session::set-active-leaf", {"session_id": fork, "entry_id": copies[10]})
+    branch = sm.call("session::append", {"session_id": fork, "message": user("step forked")})["entry_id"]
+    hits = _walk(sm, "step", 7, {})
+    flags = {(h["session_id"], h["entry_id"]): h["on_active_path"] for h in hits}
+    assert len(hits) == len(flags) == 60 + 41 + 1
+    assert all(flags[sid, eid] for eid in chain)
+    assert sorted(eid for s, eid in flags if s == fork) == sorted([*copies, branch])
+    assert {eid for s, eid in flags if s == fork and flags[s, eid]} == {*copies[:11], branch}
+    for scope in ({"session_id": fork}, {}):
+        for word, i, on in (("s5", 5, True), ("s40", 40, False)):
+            got = {(h["session_id"], h["entry_id"]): h["on_active_path"] for h in _walk(sm, f"{word} step", 3, scope)}
+            want = {(fork, copies[i]): on} | ({(sid, chain[i]): True} if scope == {} else {})
+            assert got == want, (scope, word)
