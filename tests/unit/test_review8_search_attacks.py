@@ -562,3 +562,52 @@ def test_a_forks_copies_are_found_under_the_fork_with_its_own_active_path(sm: Se
             got = {(h["session_id"], h["entry_id"]): h["on_active_path"] for h in _walk(sm, f"{word} step", 3, scope)}
             want = {(fork, copies[i]): on} | ({(sid, chain[i]): True} if scope == {} else {})
             assert got == want, (scope, word)
+
+
+def _open_read_only(kind: str, tmp_path: Path, schema: str | None) -> SessionStore:
+    if kind == "postgres":
+        store: SessionStore = pg_support.open_store(schema, read_only=True)
+    elif kind == "sqlite":
+        store = open_uri(f"sqlite:///{tmp_path / 'sessions.db'}", read_only=True)
+    else:
+        store = FsStore(tmp_path, read_only=True)
+    return store
+
+
+@pytest.mark.parametrize("kind", ["fs", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def test_a_read_only_open_answers_what_the_writer_answers_with_its_index_behind(
+        kind: str, schema: str | None, tmp_path: Path) -> None:
+    # Prevents: a read-only open (which must not catch the index up: it matches what is not indexed
+    # yet itself) answering otherwise than the writer: a revised entry found by its old words or
+    # twice, a deleted session's queued revision, numbers given again after a delete (sqlite
+    # seq), a re-created id, totals counted with stale rows; every page the same, cursor by cursor.
+    sm = session_manager.open(store=open_kind(kind, tmp_path, schema))
+    reader = _open_read_only(kind, tmp_path, schema)
+    ro = session_manager.open(store=reader)
+    try:
+        ids = [sm.call("session::create", {"metadata": {"t": i % 2}})["session_id"] for i in range(3)]
+        eids = {sid: [sm.call("session::append", {"session_id": sid, "message": user(f"word{j} common")})["entry_id"]
+                      for j in range(4)] for sid in ids}
+        search(sm, "common")  # (the writer's index caught up: what follows is behind it)
+        sm.call("session::update-message", {"session_id": ids[0], "entry_id": eids[ids[0]][1],
+                                            "content": [{"type": "text", "text": "revised common"}]})
+        sm.call("session::update-message", {"session_id": ids[2], "entry_id": eids[ids[2]][3],
+                                            "content": [{"type": "text", "text": "gone revision"}]})
+        sm.call("session::delete", {"session_id": ids[2]})  # (the newest entries: sqlite gives their seq again)
+        sm.call("session::ensure", {"session_id": ids[2], "metadata": {"t": 0}})
+        for j in range(2):
+            sm.call("session::append", {"session_id": ids[2], "message": user(f"again{j} common nul\x00")})
+        sm.call("session::append", {"session_id": ids[1], "message": user("late word1 common")})
+        queries = ["common", "word1", "word", "revised", "gone", "again", "nul commo"]
+        scopes: list[dict[str, Any]] = [{}, {"metadata": {"t": 0}}, {"session_id": ids[2]}]
+        want = {(q, i): _walk(ro, q, 2, scope) for q in queries for i, scope in enumerate(scopes)}  # (first)
+        assert {(q, i): _walk(sm, q, 2, scope) for q in queries for i, scope in enumerate(scopes)} == want
+        assert [h["snippet"] for h in want["revised", 0]] == ["revised common"] and want["gone", 0] == []
+        assert sorted(h["snippet"] for h in want["again", 2]) == ["again0 common nul\x00", "again1 common nul\x00"]
+        for text in queries:
+            query = parse_query(text)
+            assert query is not None
+            _same_as_the_scan(reader, query, text)
+    finally:
+        ro.close()
+        sm.close()
