@@ -271,10 +271,12 @@ def _result(text: str) -> dict[str, Any]:
 # prefix of more than 32 indexed words (FTS5: a "word"* term), NUL, decomposed accents, Greek sigma.
 CORPUS = ["Straße ﬁle Ⅻ İstanbul", "東京タワー 東京 tokyo", "emoji 🎉 party🎉time", "under_score snake_case_word",
           "x" * 3000 + " bigword", "pre " + " ".join(f"pre{i:02d}" for i in range(40)), "nul\x00byte text",
-          "café CAFE Café cafés", "the the the the quick", "1½ fraction ⑴ one", "ΣΊΣΥΦΟΣ σίσυφος", NFD]
+          "café CAFE Café cafés", "the the the the quick", "1½ fraction ⑴ one", "ΣΊΣΥΦΟΣ σίσυφος", NFD,
+          "__init__ _private ǅungla \u0131i İI ﬅ \u212a\u212b 0042 ٣٤ x²"]
 QUERIES = ["strasse", "file", "xii", "istanbul", "東京", "東", "tokyo", "party", "under", "snake_case", "bigw",
            "xxxxxxxxxx", "pre", "pre0", "pre pre1", "byte", "cafe", "cafes", "the quick", "the", "2", "σισυφος",
-           "lookup", "lookup_w", "hidden", "élysée", "CREME BRU"]
+           "lookup", "lookup_w", "hidden", "élysée", "CREME BRU", "_", "__init", "džungla", "st", "ka", "0042",
+           "٣", "x2", "\u0131", "ii"]
 
 
 def test_every_store_answers_the_same_pages_for_the_same_data(kind: str, schema: str | None, tmp_path: Path) -> None:
