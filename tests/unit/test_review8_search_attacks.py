@@ -297,7 +297,8 @@ def test_every_store_answers_the_same_pages_for_the_same_data(kind: str, schema:
                     message = [user(text), _assistant(text), _result(text)][(i + s) % 3]
                     sm.call("session::append", {"session_id": sid, "entry_id": f"e{i:02d}", "message": message})
             scopes: list[dict[str, Any]] = [{}, {"metadata": {"owner": "ann"}}, {"session_id": "s1"},
-                                            {"roles": ["assistant", "function_result"]}]
+                                            {"roles": ["assistant", "function_result"]}, {"roles": []},
+                                            {"metadata": {"owner": "ann"}, "roles": ["user"], "session_id": "s2"}]
             answers[k] = {(q, i): _walk(sm, q, 3, scope) for q in QUERIES for i, scope in enumerate(scopes)}
             for (q, i), hits in answers[k].items():
                 assert _walk(sm, q, 500, scopes[i]) == hits, (k, q, scopes[i])  # one page: the same hits
@@ -306,6 +307,8 @@ def test_every_store_answers_the_same_pages_for_the_same_data(kind: str, schema:
     assert answers[kind] == answers["memory"]
     assert all(answers["memory"][q, 0] for q in QUERIES if q != "hidden")  # (each found)
     assert answers["memory"]["hidden", 0] == []  # (thinking is not searched)
+    assert all(answers["memory"][q, 4] == [] for q in QUERIES)  # (no role allowed: no hit)
+    assert {h["session_id"] for q in QUERIES for h in answers["memory"][q, 5]} == {"s2"}
 
 
 def _walk(sm: SessionManager, query: str, limit: int, scope: dict[str, Any]) -> list[dict[str, Any]]:
