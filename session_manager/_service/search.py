@@ -12,7 +12,8 @@ it hands over the page, not every candidate.
 
 from __future__ import annotations
 
-from typing import Any
+import math
+from typing import Any, TypeGuard
 
 from .._wire import cursors
 from .._wire.search_api import SearchRequest, SearchResponse
@@ -31,10 +32,21 @@ __all__ = ["search"]
 def _decode_cursor(raw: str) -> SortKey:
     value = cursors.decode(raw)
     s, t, sid, eid = value.get("s"), value.get("t"), value.get("sid"), value.get("id")
-    if (not isinstance(s, (int, float)) or isinstance(s, bool) or not isinstance(t, int) or isinstance(t, bool)
+    if (not _finite(s) or not isinstance(t, int) or isinstance(t, bool)
             or not isinstance(sid, str) or not isinstance(eid, str)):
         raise SessionError(INVALID_CURSOR, "cursor payload is malformed: expected s, t, sid and id")
     return (-float(s), -t, sid, eid)
+
+
+def _finite(s: Any) -> TypeGuard[int | float]:
+    """Whether a cursor's score is one a page can issue: a number a float holds, not NaN or
+    infinite (Python's JSON reads both, and an integer past a float's range)."""
+    if not isinstance(s, (int, float)) or isinstance(s, bool):
+        return False
+    try:
+        return math.isfinite(s)
+    except OverflowError:  # (an integer too large for a float)
+        return False
 
 
 def search(core: ServiceCore, req: SearchRequest) -> Result:
@@ -51,7 +63,10 @@ def search(core: ServiceCore, req: SearchRequest) -> Result:
         ranked, shown = (core.store.search_page_shown(query, scope, roles, limit + 1, after, limit)
                          if scope is None or scope else ([], []))
         page = ranked[:limit]
-        hits = [_hit(query, k, c, *found) for (k, c), found in zip(page, shown, strict=True)]
+        # A hit whose entry is gone: its session was deleted after the page was ranked (another
+        # read on most stores); a deleted session's entries are never shown (the cursor below
+        # still names the page's last place, so nothing after it is skipped).
+        hits = [_hit(query, k, c, *found) for (k, c), found in zip(page, shown, strict=True) if found[0] is not None]
     next_cursor = None
     if len(ranked) > limit and page:
         k = page[-1][0]

@@ -4,9 +4,11 @@ One definition for every adapter: the fs and memory indexes, the sqlite
 FTS5 table and the postgres ``tsvector`` all index :func:`searchable_text`
 folded by :func:`fold`, so a query finds the same entries on each.
 
-Words are runs of Unicode word characters (``\\w``) of the text, each
+Words are runs of Unicode word characters (``\\w``) of the text in NFC, each
 compared case- and accent-insensitively: NFKD, combining marks dropped, then
-``casefold``.
+``casefold``. (NFC first: a combining mark is no word character, so a text
+typed decomposed, ``E`` and U+0301, would split where its composed form
+does not; a mark with no composed form still splits its run.)
 Searched: ``text`` blocks of every message, ``function_call`` names and the
 text of function results; not ``thinking``, not custom entries, not
 attachments.
@@ -44,12 +46,12 @@ def _folded(token: str) -> tuple[str, ...]:
 
 
 def words(text: str) -> list[str]:
-    """The folded words of ``text``, in order: its runs of word characters, each
-    folded (memoized per distinct word: a corpus repeats its words)."""
+    """The folded words of ``text``, in order: the runs of word characters of its NFC
+    form, each folded (memoized per distinct word: a corpus repeats its words)."""
     if text.isascii():
         return _WORD.findall(text.lower())
     out: list[str] = []
-    for token in _WORD.findall(text):
+    for token in _WORD.findall(unicodedata.normalize("NFC", text)):
         out.extend(_folded(token))
     return out
 
@@ -112,21 +114,19 @@ def parse_query(text: str) -> Query | None:
     return Query(exact=tuple(found[:-1]), prefix=found[-1])
 
 
-@functools.lru_cache(maxsize=1 << 16)
-def _fold_token(token: str) -> str:
-    return fold(token)
-
-
 def snippet(text: str, query: Query) -> str:
-    """At most :data:`SNIPPET_CHARS` of ``text`` around the first word any term matches."""
+    """At most :data:`SNIPPET_CHARS` of ``text`` (in NFC, split as :func:`words` splits it)
+    around the first word any term matches."""
     start = 0
     exact, prefix = frozenset(query.exact), query.prefix
-    # (ASCII text: each word's fold is its lower case, at the same place in the lowered text)
-    tokens = _WORD.finditer(text.lower() if text.isascii() else text)
-    fold_token = str if text.isascii() else _fold_token
-    for m in tokens:
-        w = fold_token(m.group())
-        if w in exact or w.startswith(prefix):
+    # (ASCII text: each word's fold is its lower case, at the same place in the lowered text;
+    # otherwise a run's fold may be several words, as words() has it: "½" is 1 and 2)
+    ascii_text = text.isascii()
+    if not ascii_text:
+        text = unicodedata.normalize("NFC", text)
+    for m in _WORD.finditer(text.lower() if ascii_text else text):
+        folded = (m.group(),) if ascii_text else _folded(m.group())
+        if any(w in exact or w.startswith(prefix) for w in folded):
             start = m.start()
             break
     begin = max(0, start - _BEFORE)

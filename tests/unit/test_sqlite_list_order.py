@@ -108,7 +108,7 @@ def test_a_version_4_file_gets_its_list_key_from_updated_at(tmp_path: Path) -> N
         assert before == _order(sm, limit=2) == ids[::-1]
     assert all(listed == updated for listed, updated in _keys(target).values())
     with sqlite3.connect(target) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == 8  # (versions 6 to 8 follow)
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == 9  # (versions 6 to 9 follow)
         plan = conn.execute("EXPLAIN QUERY PLAN SELECT meta FROM sessions WHERE meta IS NOT NULL"
                             " ORDER BY listed_at DESC, session_id DESC LIMIT 50").fetchall()
         assert any("sessions_listed" in str(row) for row in plan), plan

@@ -426,7 +426,7 @@ def test_a_version_3_file_keeps_its_index_and_catches_up_from_its_last_entry(tmp
         hits = sm.call("session::search", {"query": "brown"})["hits"]
         assert later in [h["entry_id"] for h in hits] and len(hits) == 2
     with sqlite3.connect(target) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS) == 8
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS) == 9
         assert conn.execute("SELECT count(*) FROM search_docs").fetchone()[0] == 3
 
 
@@ -463,7 +463,7 @@ def test_an_older_file_gets_its_index_rebuilt_without_the_ids(tmp_path: Path, ve
         assert [sm.call("session::search", c) for c in calls] == before
         assert sm.call("session::list", {}) == listed
     with sqlite3.connect(target) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS) == 8
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS) == 9
         assert {r[1] for r in conn.execute("PRAGMA table_info(search_docs)")} == {
             "seq", "sess", "role", "ts", "length", "words"}
         assert conn.execute("SELECT count(*) FROM search_docs").fetchone()[0] == 13
@@ -494,7 +494,7 @@ def test_a_version_1_file_is_upgraded_in_place(tmp_path: Path) -> None:
         assert sm.call("session::messages-tail", {"session_id": sid, "limit": 10}) == before
         assert sm.get(sid).meta.message_count == 31
     with sqlite3.connect(target) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS) == 8
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS) == 9
         plan = conn.execute("EXPLAIN QUERY PLAN " + _RANGE_SQL, (sid, 0, 9, 20)).fetchall()
         assert any("entries_depth" in str(row) for row in plan)
         assert conn.execute("SELECT count(*) FROM entries").fetchone()[0] == 31
@@ -559,7 +559,7 @@ def test_a_version_6_file_is_upgraded_in_place_to_integer_session_keys(tmp_path:
         sm.delete(b)
         assert sm.call("session::search", {"query": "heron"})["hits"] == []
     with sqlite3.connect(target) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS) == 8
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS) == 9
         assert "session_id" not in {r[1] for r in conn.execute("PRAGMA table_info(entries)")}
         keys = dict(conn.execute("SELECT session_id, sk FROM sessions").fetchall())
         assert set(keys) == {a, c, "stray"} and len(set(keys.values())) == 3

@@ -25,7 +25,7 @@ from ._search_db import FsSearchDb, LogSource, Signature, _signature
 __all__ = ["SEARCH_DIR", "FsSearch", "open_index"]
 
 SEARCH_DIR = ".search"
-_VERSION = 1
+_VERSION = 2  # (2: words of the text in NFC, search_text.py; a file of 1 holds the older words)
 
 
 

@@ -48,7 +48,7 @@ from ..sql.statements import statements as _statements
 __all__ = ["DB_FILE", "FsSearchDb"]
 
 DB_FILE = "index.db"
-_VERSION = 5
+_VERSION = 6  # (6: words of the text in NFC, search_text.py; a file of 5 is made again)
 MERGE_DOCS = 1000  # (see _reindex)
 SHIFT = 24  # a doc's rowid: its session's number << SHIFT | its place (a session is one rowid range)
 # The sqlite adapter's FTS5 table (search.py there), over rows keyed for one file: a session is a

@@ -259,6 +259,12 @@ MIGRATIONS: tuple[str, ...] = (
     # the search queue's insert trigger without ON CONFLICT; the status and metadata indexes
     # partial, so an append to a working or idle session without metadata feeds neither).
     SESSION_ROW_INDEXES,
+    # 12: sm_search_page reads a hit's timestamp so that a body holding \u0000 does not fail the
+    # search (search.py, TIMESTAMP).
+    search.NUL_SAFE_PAGE_MIGRATION,
+    # 13: every entry indexed again (search.py, REINDEX_MIGRATION): words are the runs of the
+    # text's NFC form since (search_text.py), so a decomposed text was indexed as other words.
+    search.REINDEX_MIGRATION,
 )
 
 

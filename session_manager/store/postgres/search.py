@@ -58,12 +58,19 @@ from ..search_index import K1, B, Bm25, Candidate, Matches, SortKey, sort_key, t
 from ..search_text import Query, entry_role, searchable_text, words
 from ..sql.keys import key, unkey
 
-__all__ = ["LAYOUT_MIGRATION", "MIGRATION", "PAGE_MIGRATION", "TOTALS_MIGRATION", "catch_up", "page", "page_shown",
-           "pending", "search"]
+__all__ = ["LAYOUT_MIGRATION", "MIGRATION", "NUL_SAFE_PAGE_MIGRATION", "PAGE_MIGRATION", "REINDEX_MIGRATION",
+           "TOTALS_MIGRATION", "catch_up", "page", "page_shown", "pending", "search"]
 
 BATCH = 2000
 LEXEME_BYTES = 2046  # PostgreSQL's longest lexeme (MAXSTRLEN - 1)
 TSVECTOR_BYTES = 900_000  # under the 1 MB limit with room for its per-lexeme entries
+# An entry's timestamp read on the server from its JSON text (the alias ``e``: entries). The
+# server's JSON operators refuse a text holding the escape \u0000 anywhere in it (no text type
+# holds NUL), so the escape becomes \u0020 first: still valid JSON (a \u0000 after an escaped
+# backslash, \\u0000, becomes \\u0020: the same backslash and five characters), the timestamp
+# unchanged.
+TIMESTAMP = r"(replace(e.body, E'\\u0000', E'\\u0020')::json->>'timestamp')"
+_BODY_TIMESTAMP = "e.body::json->>'timestamp'"  # (how migration 8's function read it)
 
 MIGRATION = """
 CREATE TABLE search_docs (
@@ -380,13 +387,28 @@ END
 $fn$;
 """
 
+# Migration 12: sm_search_page reads a hit's timestamp with TIMESTAMP. Migration 8's function
+# cast the body to json, which the server refuses for a body holding the escape \u0000 (no text
+# holds NUL) wherever it stands: every search whose page read such an entry failed.
+NUL_SAFE_PAGE_MIGRATION = PAGE_MIGRATION.replace(_BODY_TIMESTAMP, TIMESTAMP)
+
+# Migration 13: the index emptied and every entry queued again (the first query indexes them),
+# since words are the runs of the text's NFC form (search_text.py): a text typed decomposed
+# was indexed as other words. (No trigger is on search_docs: the totals are set here.)
+REINDEX_MIGRATION = """
+DELETE FROM search_docs;
+DELETE FROM search_totals;
+UPDATE search_total SET docs = 0, words = 0;
+INSERT INTO search_pending (seq, rewrite) SELECT seq, false FROM entries ON CONFLICT (seq) DO NOTHING;
+"""
+
 _NEXT = "SELECT seq FROM search_pending ORDER BY seq LIMIT %s"
 # Locked in seq order (two catch-ups taking overlapping batches wait, never deadlock).
 _TAKE = ("DELETE FROM search_pending WHERE seq IN"
          " (SELECT seq FROM search_pending WHERE seq = ANY(%s) ORDER BY seq FOR UPDATE) RETURNING seq, rewrite")
 _INSERT = "INSERT INTO search_docs (seq, sess, length, fits, role, words) VALUES (%s, %s, %s, %s, %s, %s)"
 # The entries' ids and timestamps, for index rows (sessions' ids, seqs).
-_ENTRIES = ("SELECT e.session_id, e.seq, e.entry_id, e.body::json->>'timestamp'"
+_ENTRIES = (f"SELECT e.session_id, e.seq, e.entry_id, {TIMESTAMP}"
             " FROM unnest(%s::text[], %s::bigint[]) AS u(s, q) JOIN entries e ON e.session_id = u.s AND e.seq = u.q")
 
 
@@ -761,7 +783,7 @@ def _page_sql(exact: int, indexed: tuple[bool, ...], by_role: bool, after: bool)
             f" m AS (SELECT {cols}, {ts_}, {score} AS s FROM"
             f" (SELECT {cols}, {', '.join(tfs)} FROM ({source} OFFSET 0) x OFFSET 0) v, w)"
             f" SELECT EXISTS (SELECT 1 FROM search_pending), w.docs, w.words, {ds},"
-            f" t.session_id, e.entry_id, r.role, e.body::json->>'timestamp', r.length, {rts}, r.s"
+            f" t.session_id, e.entry_id, r.role, {TIMESTAMP}, r.length, {rts}, r.s"
             f" FROM w LEFT JOIN LATERAL (SELECT * FROM m{where} ORDER BY s DESC LIMIT %(read)s) r ON true"
             f" LEFT JOIN search_totals t ON t.id = r.sess"
             f" LEFT JOIN entries e ON e.session_id = t.session_id AND e.seq = r.seq")

@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import math
 import sqlite3
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -80,14 +81,22 @@ def ranked_page(conn: sqlite3.Connection, *, vocab: str, fts: str | None = None,
     rounding can move it: no row unread can come before that hit. Otherwise more are
     read (ties at the boundary, hits the cursor skips).
     """
-    nt = len(query.terms)
-    sql = _page_sql(len(query.exact), after is not None, vocab, cols, length, spaced, source, count, totals, resolve)
+    # Each whole word once in the statement, its summand weighted by how often the query
+    # repeats it (a query's fold may repeat a word hundreds of times: "ﷺ" is four words, and 256
+    # of them, a term per word, outgrew SQLite's expression depth and column limits); the
+    # statement's columns are the distinct terms', ``slot`` maps each query term to its column.
+    exact = list(dict.fromkeys(query.exact))
+    column = {w: i for i, w in enumerate(exact)}
+    slot = [column[w] for w in query.exact] + [len(exact)]
+    nt = len(exact) + 1
+    sql = _page_sql(len(exact), after is not None, vocab, cols, length, spaced, source, count, totals, resolve)
     p: dict[str, Any] = dict(params)
     p.update(_p=query.prefix, _phi=query.prefix + _TOP, _pq=quoted(query.prefix), _cap=PREFIX_WORDS,
              _k1=K1, _b=B, _k=K1 + 1, _base=K1 * (1 - B),
-             _wp=" " + query.prefix, _lp=len(query.prefix) + 1)
-    for i, w in enumerate(query.exact):
-        p[f"_e{i}"], p[f"_w{i}"], p[f"_l{i}"] = quoted(w), " " + w + " ", len(w) + 2
+             _wp=" " + query.prefix, _lp=len(query.prefix) + 1, **{f"_m{len(exact)}": 1})
+    repeats = Counter(query.exact)
+    for i, w in enumerate(exact):
+        p[f"_e{i}"], p[f"_w{i}"], p[f"_l{i}"], p[f"_m{i}"] = quoted(w), " " + w + " ", len(w) + 2, repeats[w]
     if after is not None:
         p["_after"] = -after[0] + _MARGIN
     read = limit + 16
@@ -106,10 +115,12 @@ def ranked_page(conn: sqlite3.Connection, *, vocab: str, fts: str | None = None,
         if not got:
             return []
         docs, words = got[0][-3:-1]
-        bm25 = Bm25.of(int(docs), int(words), got[0][-3 - nt : -3])
+        df = got[0][-3 - nt : -3]
+        bm25 = Bm25.of(int(docs), int(words), [df[j] for j in slot])
         kept: list[tuple[SortKey, Candidate]] = []
         for row in got:
-            tf = tuple(row[-3 - 2 * nt : -3 - nt])
+            tfs = row[-3 - 2 * nt : -3 - nt]
+            tf = tuple(tfs[j] for j in slot)
             if not all(tf):  # (the tokenizer agrees with words(); checked, never trusted)
                 continue
             c = candidate(row[: -3 - 2 * nt], tf)
@@ -125,8 +136,9 @@ def ranked_page(conn: sqlite3.Connection, *, vocab: str, fts: str | None = None,
 @functools.lru_cache(maxsize=64)
 def _page_sql(exact: int, after: bool, vocab: str, cols: str, length: str, spaced: str, source: str,
               count: str, totals: str, resolve: str = "") -> str:
-    """The statement of :func:`ranked_page` for a query of ``exact`` whole words and a
-    prefix (made once per shape; its parameters are named)."""
+    """The statement of :func:`ranked_page` for a query of ``exact`` distinct whole words and
+    a prefix (made once per shape; its parameters are named; ``:_m<i>``: how often the query
+    holds term ``i``)."""
     nt = exact + 1
     terms = [f":_e{i}" for i in range(exact)] + ["(SELECT m FROM x)"]
     expanded = ("SELECT CASE WHEN count(*) > :_cap THEN :_pq || '*' WHEN count(*) = 0 THEN :_pq"
@@ -138,7 +150,7 @@ def _page_sql(exact: int, after: bool, vocab: str, cols: str, length: str, space
     norm = ":_k1 / (CASE WHEN words <> 0 THEN words * 1.0 / max(docs, 1) ELSE 1.0 END) * :_b AS norm"
     tfs = [f"(length({spaced}) - length(replace({spaced}, :_w{i}, ''))) / :_l{i} AS t{i}" for i in range(exact)]
     tfs.append(f"(length({spaced}) - length(replace({spaced}, :_wp, ''))) / :_lp AS t{exact}")  # words it begins
-    score = " + ".join(f"((SELECT i{i} FROM w) * t{i} * :_k / (t{i} + (:_base + (SELECT norm FROM w) * n)))"
+    score = " + ".join(f"(:_m{i} * (SELECT i{i} FROM w) * t{i} * :_k / (t{i} + (:_base + (SELECT norm FROM w) * n)))"
                        for i in range(nt))
     stats = ", ".join([*(f"(SELECT d{i} FROM w)" for i in range(nt)), "(SELECT docs FROM w)", "(SELECT words FROM w)"])
     where = " WHERE s <= :_after" if after else ""
