@@ -67,10 +67,8 @@ from ._checkpoints import (
     decode_doc,
     encode_docs,
     new_writes,
-    pack,
     pack_values,
     pack_writes,
-    plain,
     text,
     unpack,
 )
@@ -329,8 +327,6 @@ class SessionManagerSaver(BaseCheckpointSaver[str]):
         # Built of exact JSON only (see _checkpoints): handed to the store without a copy.
         merged = get_checkpoint_metadata(config, metadata)
         body, meta = encode_docs(self.serde, _without_values(checkpoint), merged)
-        if "json" in meta and not plain(merged):  # (the caller's metadata: an IntEnum keeps its type)
-            meta = {"packed": pack(self.serde, merged)}
         values, twin = pack_values(self.serde, checkpoint["channel_values"], new_versions)
         data = {"ns": ns, "id": checkpoint_id, "parent": parent_id, "checkpoint": body, "metadata": meta,
                 "values": values}
