@@ -112,14 +112,18 @@ def pack_values(serde: Any, channel_values: dict[str, Any],
     their twin to encode (:func:`data_json`): equal, each text another string."""
     values: dict[str, list[Any]] = {}
     twin: dict[str, list[Any]] = {}
-    for channel, number in new_versions.items():
-        name = text(channel, "new_versions")
+    for channel, number in new_versions.items():  # (text() and channel_version() inline for what they
+        # take as it is, a str name, type and version: every channel of every put)
+        name = channel if type(channel) is str else text(channel, "new_versions")
+        version = number if type(number) is str else channel_version(number, name)
         if channel in channel_values:
             kind, data = serde.dumps_typed(channel_values[channel])
-            packed = [channel_version(number, name), text(kind, "serde type"), data.decode("latin-1")]
-            twin[name] = [packed[0], packed[1], data.decode("latin-1")]
+            if type(kind) is not str:
+                kind = text(kind, "serde type")
+            packed = [version, kind, data.decode("latin-1")]
+            twin[name] = [version, kind, data.decode("latin-1")]
         else:
-            packed = twin[name] = [channel_version(number, name), "empty", ""]
+            packed = twin[name] = [version, "empty", ""]
         values[name] = packed
     return values, twin
 

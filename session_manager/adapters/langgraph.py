@@ -319,11 +319,15 @@ class SessionManagerSaver(BaseCheckpointSaver[str]):
         one store call, serializing each new value once."""
         configurable = _configurable(config)
         thread_id = _thread_id(configurable.get("thread_id"))
-        ns = text(str(configurable.get("checkpoint_ns") or ""), "checkpoint_ns")
+        ns = configurable.get("checkpoint_ns") or ""
+        if type(ns) is not str:  # (text() inline for what it takes as it is, here and below: every put)
+            ns = text(str(ns), "checkpoint_ns")
         parent_id = configurable.get("checkpoint_id")
-        if parent_id is not None:
+        if parent_id is not None and type(parent_id) is not str:
             parent_id = text(parent_id, "checkpoint_id")
-        checkpoint_id = text(checkpoint["id"], "checkpoint.id")
+        checkpoint_id = checkpoint["id"]
+        if type(checkpoint_id) is not str:
+            checkpoint_id = text(checkpoint_id, "checkpoint.id")
         # Built of exact JSON only (see _checkpoints): handed to the store without a copy.
         merged = get_checkpoint_metadata(config, metadata)
         body, meta = encode_docs(self.serde, _without_values(checkpoint), merged)
