@@ -67,10 +67,8 @@ from ._checkpoints import (
     decode_doc,
     encode_docs,
     new_writes,
-    pack,
     pack_values,
     pack_writes,
-    plain,
     text,
     unpack,
 )
@@ -321,16 +319,18 @@ class SessionManagerSaver(BaseCheckpointSaver[str]):
         one store call, serializing each new value once."""
         configurable = _configurable(config)
         thread_id = _thread_id(configurable.get("thread_id"))
-        ns = text(str(configurable.get("checkpoint_ns") or ""), "checkpoint_ns")
+        ns = configurable.get("checkpoint_ns") or ""
+        if type(ns) is not str:  # (text() inline for what it takes as it is, here and below: every put)
+            ns = text(str(ns), "checkpoint_ns")
         parent_id = configurable.get("checkpoint_id")
-        if parent_id is not None:
+        if parent_id is not None and type(parent_id) is not str:
             parent_id = text(parent_id, "checkpoint_id")
-        checkpoint_id = text(checkpoint["id"], "checkpoint.id")
+        checkpoint_id = checkpoint["id"]
+        if type(checkpoint_id) is not str:
+            checkpoint_id = text(checkpoint_id, "checkpoint.id")
         # Built of exact JSON only (see _checkpoints): handed to the store without a copy.
         merged = get_checkpoint_metadata(config, metadata)
         body, meta = encode_docs(self.serde, _without_values(checkpoint), merged)
-        if "json" in meta and not plain(merged):  # (the caller's metadata: an IntEnum keeps its type)
-            meta = {"packed": pack(self.serde, merged)}
         values, twin = pack_values(self.serde, checkpoint["channel_values"], new_versions)
         data = {"ns": ns, "id": checkpoint_id, "parent": parent_id, "checkpoint": body, "metadata": meta,
                 "values": values}

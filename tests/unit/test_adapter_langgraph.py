@@ -5,12 +5,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime
+import enum
 import math
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 pytest.importorskip("langgraph.checkpoint.base", reason="the langgraph extra is not installed")
@@ -225,7 +227,9 @@ def test_values_round_trip_exactly_and_are_stored_as_serializer_type_and_bytes(l
     assert (version, kind) == ("1.0", "msgpack")
     assert encoded.encode("latin-1") == JsonPlusSerializer().dumps_typed(value)[1]  # one char per byte
     assert list(data["metadata"]) == ["packed"]  # a date: JSON would not give it back
-    assert data["checkpoint"]["json"]["id"] == "1f0-a"  # plain JSON where JSON holds it exactly
+    # The body (the checkpoint but its values) as its JSON text where JSON holds it exactly.
+    assert data["checkpoint"] == {"text": orjson.dumps({k: v for k, v in checkpoint.items()
+                                                        if k != "channel_values"}).decode()}
 
 
 def test_checkpoints_and_writes_kept_in_memory_hold_their_text_without_a_utf8_copy(tmp_path: Path) -> None:
@@ -277,7 +281,7 @@ def test_editing_a_read_checkpoint_changes_nothing_stored(local_opener: Opener) 
     assert again is not None
     assert again.checkpoint["channel_versions"] == {"x": "1"} and again.checkpoint["versions_seen"] == {"n": {"x": "1"}}
     assert again.checkpoint["channel_values"] == {"x": [1]} and again.metadata == {"step": 1, "parents": {}}
-    assert path[-1]["custom"]["data"]["checkpoint"]["json"]["channel_versions"] == {"x": "1"}
+    assert orjson.loads(path[-1]["custom"]["data"]["checkpoint"]["text"])["channel_versions"] == {"x": "1"}
 
 
 def exact_json(value: Any) -> bool:
@@ -294,6 +298,12 @@ def exact_json(value: Any) -> bool:
 
 class Namespace(str):
     """A str subclass (as a config built by other code may hold)."""
+
+
+class Level(enum.IntEnum):
+    """An IntEnum (equal to its int: JSON would give back the int)."""
+
+    HIGH = 2
 
 
 def nested(depth: int) -> Any:
@@ -353,6 +363,64 @@ def test_a_checkpoint_is_stored_as_exact_json_built_by_the_saver_not_the_callers
     assert second_data["metadata"]["json"] == {"deep": nested(DOC_DEPTH - 1)}  # DOC_DEPTH deep in all: it can
 
 
+def test_a_checkpoint_body_json_cannot_give_back_exactly_is_packed_and_reads_back_with_its_types(
+        local_opener: Opener) -> None:
+    # Prevents: a body field JSON gives back as something else (a tuple as a list, an IntEnum as
+    # its int, NaN as null, a str subclass as a str) stored as JSON text and read back changed.
+    from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+    fields: Any = {"v": 4, "id": "c1", "ts": "t", "channel_versions": {"x": "1"},
+                   "versions_seen": {"n": {"x": "1"}}, "updated_channels": None}
+    odd = {"pair": (1, "a"), "level": Level.HIGH, "score": float("nan"), "name": Namespace("n")}
+    with local_opener() as sm:
+        saver = SessionManagerSaver(sm)
+        saved = saver.put(config("b"), {**fields, "channel_values": {}}, {"step": 1}, {})
+        for key, value in odd.items():
+            saved = saver.put(saved, {**fields, "id": f"c-{key}", key: value, "channel_values": {}}, {"step": 1}, {})
+        bodies = {e["data"]["id"]: e["data"]["checkpoint"] for e in stored(sm, "b")
+                  if e.get("custom_type") == CHECKPOINT}
+        got = {key: SessionManagerSaver(sm).get_tuple(config("b", f"c-{key}")) for key in odd}
+    assert bodies["c1"] == {"text": orjson.dumps(fields).decode()}
+    assert all(list(bodies[f"c-{key}"]) == ["packed"] for key in odd)
+    # Each as LangGraph's serializer gives it back (what its own savers store): the IntEnum an
+    # IntEnum, NaN a float, the tuple and the str subclass as msgpack carries them.
+    serde = JsonPlusSerializer()
+    for key, value in odd.items():
+        checkpoint: Any = got[key].checkpoint  # type: ignore[union-attr]
+        expected = serde.loads_typed(serde.dumps_typed({**fields, "id": f"c-{key}", key: value}))
+        assert {k: v for k, v in checkpoint.items() if k != "channel_values"}.keys() == expected.keys()
+        assert checkpoint["channel_versions"] == {"x": "1"} and type(checkpoint[key]) is type(expected[key])
+        if key != "score":
+            assert checkpoint[key] == expected[key]
+    assert got["level"].checkpoint["level"] is Level.HIGH  # type: ignore[union-attr,typeddict-item]
+    assert math.isnan(got["score"].checkpoint["score"])  # type: ignore[union-attr,typeddict-item]
+
+
+def test_a_checkpoint_stored_with_its_body_as_json_reads_back_as_it_did(local_opener: Opener) -> None:
+    # Prevents: checkpoints stored before bodies were kept as JSON text (``{"json": body}``, as
+    # metadata still is) no longer reading back, or reading back other than they were put.
+    with local_opener() as sm:
+        saver = SessionManagerSaver(sm)
+        fields: Any = {"v": 4, "id": "c1", "ts": "t", "channel_versions": {"x": "1"},
+                       "versions_seen": {"n": {"x": "1"}}, "updated_channels": None}
+        saved = saver.put(config("j"), {**fields, "channel_values": {"x": [1]}}, {"step": 1}, {"x": "1"})
+        entry = next(e for e in stored(sm, "j") if e.get("custom_type") == CHECKPOINT)
+        old = {**entry["data"], "id": "c2", "parent": "c1", "checkpoint": {"json": {**fields, "id": "c2"}}}
+        sm.call("session::append", {"session_id": "j", "parent_id": entry["id"],
+                                    "custom": {"custom_type": CHECKPOINT, "data": old}})
+        fresh = SessionManagerSaver(sm)  # (its index derived from the entries)
+        got = fresh.get_tuple(config("j", "c2"))
+        listed = [t.config["configurable"]["checkpoint_id"] for t in fresh.list(config("j"))]
+        after = fresh.put(config("j", "c2"), {**fields, "id": "c3", "channel_values": {"x": [1]}}, {"step": 3}, {})
+        newest = fresh.get_tuple(config("j"))
+    assert saved["configurable"]["checkpoint_id"] == "c1" and listed == ["c2", "c1"]
+    assert got is not None and got.parent_config == config("j", "c1")
+    assert got.checkpoint == {**fields, "id": "c2", "channel_values": {"x": [1]}}
+    assert got.metadata == {"step": 1}
+    assert newest is not None and newest.config == after and newest.parent_config == config("j", "c2")
+    assert newest.checkpoint == {**fields, "id": "c3", "channel_values": {"x": [1]}}
+
+
 @pytest.mark.parametrize(("change", "field"), [
     ({"new_versions": {"x": float("nan")}}, "new_versions.x"),
     ({"new_versions": {"x": ("1", 2)}}, "new_versions.x"),
@@ -391,7 +459,7 @@ def test_a_long_thread_stores_each_channel_version_once(local_opener: Opener) ->
     stored_versions = [(ch, v[0]) for e in checkpoints for ch, v in e["data"]["values"].items()]
     assert len(stored_versions) == len(set(stored_versions))
     versions_in_use = {(ch, v) for e in checkpoints
-                       for ch, v in e["data"]["checkpoint"]["json"]["channel_versions"].items()}
+                       for ch, v in orjson.loads(e["data"]["checkpoint"]["text"])["channel_versions"].items()}
     assert set(stored_versions) == versions_in_use
     assert len([v for v in stored_versions if v[0] == "messages"]) == 60  # one per turn's two updates
     assert any("messages" not in e["data"]["values"] for e in checkpoints)
