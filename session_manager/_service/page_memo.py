@@ -6,30 +6,26 @@ Only a store that names versions (:meth:`~session_manager.store.base.SessionStor
 meta_and_leaf_since`: postgres by the session row's ``xmin``, sqlite by its ``rev``)
 makes pages worth keeping: it checks the version in the read the call makes anyway
 (one statement, and no path read when it holds), so every call still sees every
-write, this instance's or another's. A page is kept as its ``marshal`` bytes and
-loaded for each answer: each caller gets containers of its own (one C call, cheaper
-than a deep copy), and the bytes bound the memory kept. ``marshal`` writes every
-value exactly (an integer of any size, a lone surrogate, a float's bits), and its
-bytes name each key and repeated string once, so loading makes one string per distinct
-one: 242,000 client instructions per 50-message page, where parsing the page's JSON
-took 336,000 (callgrind: the load and the previous copy's release). Only this process
-writes and reads them (``marshal`` reads no bytes from anywhere else here). A page
-holding anything but dicts, lists, tuples, strings, numbers, booleans and ``None``
-is not kept (it is built each time).
+write, this instance's or another's. A page is kept as its exact JSON line and
+decoded for each answer: each caller gets objects of its own (one C call, cheaper
+than a deep copy), and the bytes bound the memory kept. A page orjson cannot write
+exactly (an integer past 64 bits, a lone surrogate) is not kept; what it writes it
+reads back equal (the store's values hold no NaN or infinity).
 """
 
 from __future__ import annotations
 
-import marshal
 import threading
 from collections import OrderedDict
 from collections.abc import Hashable
 from typing import Any
 
+import orjson
+
 __all__ = ["PageMemo"]
 
 MAX_PAGES = 256  # sessions x requests kept (the least recently used goes first)
-MAX_BYTES = 8 * 1024 * 1024  # their bytes, all together
+MAX_BYTES = 8 * 1024 * 1024  # their JSON, all together
 MAX_PAGE_BYTES = 512 * 1024  # a larger page is built each time (a rare, heavy page is no hot path)
 
 
@@ -55,15 +51,15 @@ class PageMemo:
     @staticmethod
     def page(kept: tuple[Hashable, bytes]) -> Any:
         """A fresh copy of a kept page (objects no other caller holds)."""
-        return marshal.loads(kept[1])
+        return orjson.loads(kept[1])
 
     def keep(self, key: Hashable, version: Hashable, page: Any) -> None:
         """Keep ``page``, built from the session at ``version``, for ``key``. Call it
-        before handing ``page`` out: what is kept is the page as built."""
+        before handing ``page`` out: what is kept is its JSON as built."""
         try:
-            line = marshal.dumps(page)
-        except ValueError:  # an object marshal does not write: built each time
-            return
+            line = orjson.dumps(page)
+        except TypeError:  # (orjson.JSONEncodeError is one)
+            return  # not for orjson: built each time
         if len(line) > MAX_PAGE_BYTES:
             return
         with self._lock:
