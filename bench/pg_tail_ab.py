@@ -3,7 +3,7 @@ the sides take turns call by call (in a shuffled order), on the same store and s
 box's load hits both alike. "old" is the service's :class:`~session_manager._service.page_memo.
 PageMemo` (the page kept as its JSON, parsed by ``orjson`` for each answer); "new" keeps it as
 its ``marshal`` bytes, loaded for each answer (tried on 2026-12-07: ~20,000 fewer client
-instructions per tail, ~2% slower at the 10th percentile in two runs: not taken). Each side
+instructions per tail, ~2% slower at the 10th percentile in four runs: not taken). Each side
 has a memo of its own (swapped into the service before its call), so each answers its own page.
 
 Run: ``python bench/pg_tail_ab.py [--rounds 40] [--n 100] [--length 2000]`` with a server at
