@@ -3,6 +3,8 @@ failover, a DBA's pg_terminate_backend, idle_session_timeout)."""
 
 from __future__ import annotations
 
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import psycopg
@@ -84,5 +86,33 @@ def test_a_read_after_the_server_ended_idle_pooled_connections_succeeds(schema: 
         for _ in range(4):
             assert sm.call("session::get", {"session_id": sid})["meta"]["title"] == "t"
             assert [m["session_id"] for m in sm.call("session::list", {})["sessions"]] == [sid]
+    finally:
+        sm.close()
+
+
+def test_a_store_starts_one_pool_worker_which_replaces_every_lost_connection(schema: str) -> None:
+    # Prevents: a cold store's open() starting (and waiting for) threads before its first
+    # connection is attempted beyond the pool's scheduler and one worker; and that one worker
+    # leaving lost connections unreplaced (each call after a restart then waiting in turn).
+    before = set(threading.enumerate())
+    sm = session_manager.open(store=pg_support.open_store(schema, pool_size=4))
+    try:
+        started = [t.name for t in set(threading.enumerate()) - before if t.name.startswith("session-manager-")]
+        assert sorted(started) == ["session-manager-deadline", "session-manager-scheduler", "session-manager-worker-0"]
+        sid = sm.call("session::create", {"title": "t"})["session_id"]
+        warm(sm, sid, 4)
+        assert end_idle_pool_connections(schema) == 4
+        # Four callers at once, each needing a connection of its own: all answered, the pool
+        # back to four live connections.
+        pool = sm.service.store.db.pool
+        taken: list[Any] = []
+        assert sm.call("session::get", {"session_id": sid})["meta"]["title"] == "t"  # (checks the pool)
+        with ThreadPoolExecutor(4) as ex:
+            titles = list(ex.map(lambda _: sm.call("session::get", {"session_id": sid})["meta"]["title"], range(4)))
+        assert titles == ["t"] * 4
+        taken = [pool.getconn(timeout=10) for _ in range(4)]
+        assert all(not conn.broken and conn.execute("SELECT 1").fetchone() == (1,) for conn in taken)
+        for conn in taken:
+            pool.putconn(conn)
     finally:
         sm.close()

@@ -176,6 +176,15 @@ _POOL_STATE = ("_lock", "_pool", "_waiting", "_closed", "_nconns_min", "_stats",
                "_reset", "_drained_at", "_pool_full_event")
 _IDLE = psycopg.pq.TransactionStatus.IDLE
 
+# The pool's maintenance threads (psycopg_pool's default is 3). Each is started, and waited for
+# until it runs, at open() before the first connection is even attempted, so every one delays a
+# cold store's first call (on a loaded 2-core box, a scheduling round each: open() took ~1 ms at
+# its 10th percentile and ~8 ms at its median at load 9). One is enough for what they do here:
+# connecting (the first, one at a time when the pool grows), shrinking, and replacing the
+# connections a lost server ended (then one after another: a waiting call takes the first).
+# No check or reset callback runs in them; connections come back in the caller's thread.
+POOL_WORKERS = 1
+
 
 class _Pool(ConnectionPool[psycopg.Connection[Any]]):
     """The pool, whose health check (:meth:`check`, run by the calling thread
@@ -338,6 +347,7 @@ class PgDatastore:
             timeout=settings.pool_timeout_ms / 1000,
             reconnect_timeout=10.0**9,  # keep trying: the server may come back at any time
             name="session-manager",
+            num_workers=POOL_WORKERS,
             open=False,
         )
         self.pool.open(wait=False)
