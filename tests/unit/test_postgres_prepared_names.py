@@ -146,6 +146,35 @@ def test_a_name_the_server_has_but_the_connection_does_not_list_is_taken_as_prep
         db.putconn(conn)
 
 
+@pytest.mark.parametrize("pipelines", [True, False])
+def test_a_statement_run_alone_keeps_its_name_in_step_both_ways(db: Any, monkeypatch: pytest.MonkeyPatch,
+                                                                 pipelines: bool) -> None:
+    # Prevents: run() answering a name gone or taken as the statement's failure, with libpq's
+    # pipelines or without them (each Parse and run then answered in turn); or a real failure
+    # taken for our bookkeeping's (sent again).
+    import psycopg
+
+    from session_manager.store.postgres.core import Statement
+
+    monkeypatch.setattr(db, "_pipelines", pipelines)
+    stmt = Statement("SELECT %(x)s::text || 's'")
+    failing = Statement("SELECT 1 / %(n)s::int")
+    conn = db.getconn(db.deadline_at())
+    try:
+        assert db.run(conn, stmt, {"x": "a"}) == [("as",)]
+        _psycopg_rollback(conn)
+        assert db.run(conn, stmt, {"x": "b"}) == [("bs",)]  # gone: prepared again
+        conn.statements.discard(stmt.name)
+        assert db.run(conn, stmt, {"x": "c"}) == [("cs",)]  # taken: recorded, then run
+        assert conn.statements == _server_names(conn) == {stmt.name}
+        with pytest.raises(psycopg.errors.DivisionByZero):
+            db.run(conn, failing, {"n": 0})
+        assert conn.statements == _server_names(conn) == {stmt.name, failing.name}
+        assert db.run(conn, failing, {"n": 1}) == [(1,)]
+    finally:
+        db.putconn(conn)
+
+
 def test_a_pair_whose_first_statement_ran_before_the_second_was_found_gone_writes_once(db: Any) -> None:
     # Prevents: a pair sent again after its second statement was found gone while its first (just
     # prepared) ran: written twice (the implicit transaction rolled back, the retry writes it), or
