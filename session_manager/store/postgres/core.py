@@ -102,22 +102,22 @@ _TAKEN = b"42P05"  # duplicate_prepared_statement: a Parse of a name the session
 _ATTEMPTS = 4
 
 
-def _in_step(ready: set[bytes], new: list[Statement], prepared: list[Any], sent: Any, results: list[Any],
-             pg: Any) -> bool:
+def _in_step(ready: set[bytes], new: list[Statement], prepared: list[Any], results: list[Any], pg: Any) -> bool:
     """Bring ``ready`` (a connection's :class:`Statement` names) in step with what an exchange
-    showed of the server's (``new`` prepared, then ``sent`` run: their results), and say
+    showed of the server's (``new`` prepared, then statements run: their results), and say
     whether to send it again: it failed only on our bookkeeping, so nothing of it took effect.
 
     The names go out of step one way: psycopg sends ``DEALLOCATE ALL`` after a ``ROLLBACK``,
     ``DROP`` or ``ALTER`` on a connection where it prepared statements of its own (a failed
     mutation's ``ROLLBACK``, the pool's reset of a connection returned in a transaction), which
     drops ours too while ``ready`` still lists them. An exchange built on a stale ``ready`` then
-    fails: a run of a name gone (26000), or, after a partial record, a Parse of a name the server
-    has (42P05, aborting the rest of its pipeline). Both failures happen before the statement
-    runs, and an exchange is one implicit transaction (one Sync), rolled back whole by any
-    failure: on an idle connection (not inside a transaction block, which the failure would
-    have aborted) nothing took effect, and it is sent again once ``ready`` is corrected. Any
-    other failure is the statement's own: answered as it is."""
+    fails: a run of a name gone (26000), or, after a partial record (the code before this rule),
+    a Parse of a name the server has (42P05, aborting the rest of its pipeline). Both fail before
+    that statement runs, and a pipeline is one implicit transaction (one Sync), rolled back whole
+    by any failure (what ran before it too: a pair's first statement); :func:`_serially` sends
+    nothing after a failure. So on an idle connection (not inside a transaction block, which the
+    failure would have aborted) nothing took effect, and it is sent again once ``ready`` is
+    corrected. Any other failure is the statement's own: answered as it is."""
     resend = False
     for stmt, res in zip(new, prepared, strict=False):  # (a pipeline's aborted Parses have results too)
         if res.status == _COMMAND_OK:
@@ -540,7 +540,9 @@ class PgDatastore:
         """``stmt`` on a pooled (autocommit) connection, straight through libpq (see
         :class:`Statement`): its first run on that connection sends the Parse in one
         pipeline with the execution (one round trip, as :meth:`execute`), later runs
-        the Bind and Execute only. Returns its rows; a failure raises psycopg's error."""
+        the Bind and Execute only; a name found out of step with the server's (psycopg's
+        ``DEALLOCATE ALL``) is corrected and the statement sent again (:func:`_in_step`).
+        Returns its rows; a failure raises psycopg's error."""
         values, formats = stmt.values(params)
         pg = conn.pgconn
         ready = self._ready(conn)
@@ -549,7 +551,7 @@ class PgDatastore:
             results = conn.wait(pq_execute(pg))
             if results[0].status == _FATAL:
                 sent = ((stmt, values, formats),)
-                if _in_step(ready, [], [], sent, results, pg):  # (its name was gone: see _in_step)
+                if _in_step(ready, [], [], results, pg):  # (its name was gone: see _in_step)
                     results = self._exchange(conn, sent, ready)
         else:
             results = self._exchange(conn, ((stmt, values, formats),), ready)
@@ -593,7 +595,8 @@ class PgDatastore:
         (autocommit) connection, in one pipeline with one Sync: one round trip and one
         implicit transaction, committed at the Sync, or rolled back whole if either fails.
         ``second``'s snapshot is taken once ``first`` has run (the locks it took are held).
-        Each is prepared in the same pipeline on its first use on ``conn``. Returns
+        Each is prepared in the same pipeline on its first use on ``conn`` (and sent again,
+        as :meth:`run`, after names found out of step with the server's). Returns
         ``second``'s rows; a failure raises psycopg's error. Needs libpq's pipeline mode
         (:attr:`pipelines`).
 
@@ -609,7 +612,7 @@ class PgDatastore:
         _, results = _pipeline(conn, [], sent, meanwhile)  # the warm case: both prepared
         for res in results:  # (a loop: a comprehension is a frame of its own, every warm append)
             if res.status == _FATAL:
-                if _in_step(ready, [], [], sent, results, conn.pgconn):  # (names gone: see _in_step)
+                if _in_step(ready, [], [], results, conn.pgconn):  # (names gone: see _in_step)
                     results = self._exchange(conn, sent, ready)
                 break
         return self._rows(conn, second, results)
@@ -636,7 +639,7 @@ class PgDatastore:
             else:
                 prepared, results = _serially(conn, new, sent)
             meanwhile = None  # (run once: the exchange sent again does not need it)
-            if not _in_step(ready, new, prepared, sent, results, pg):
+            if not _in_step(ready, new, prepared, results, pg):
                 break
         return [*prepared, *results]
 
