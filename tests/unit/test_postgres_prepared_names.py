@@ -124,6 +124,32 @@ def test_pairs_sharing_a_statement_run_after_psycopg_deallocated_them(db: Any) -
         db.putconn(conn)
 
 
+def test_a_pair_runs_on_a_connection_the_pool_rolled_back(db: Any) -> None:
+    # Prevents: the pool's reset of a connection returned inside a transaction (its ROLLBACK:
+    # psycopg's DEALLOCATE ALL) leaving the next pair on that connection failing (one sharing
+    # the first statement with a new second: "does not exist" on the code before).
+    from session_manager.store.postgres.core import Statement
+
+    first = Statement("SELECT %(x)s::text || 'f'")
+    second = Statement("SELECT %(x)s::text || 's'")
+    third = Statement("SELECT %(x)s::text || 't'")
+    conn = db.getconn(db.deadline_at())
+    try:
+        assert db.run_pair(conn, first, second, {"x": "a"}) == [("as",)]
+        conn.execute("SELECT 2", prepare=True)
+        conn.execute("BEGIN")
+    finally:
+        db.putconn(conn)  # (returned in a transaction: the pool rolls it back)
+    again = db.getconn(db.deadline_at())
+    try:
+        assert again is conn and _server_names(again) == set()  # (one connection: the same one, emptied)
+        assert db.run_pair(again, first, third, {"x": "b"}) == [("bt",)]
+        assert db.run_pair(again, first, second, {"x": "c"}) == [("cs",)]
+        assert again.statements == _server_names(again) == {first.name, second.name, third.name}
+    finally:
+        db.putconn(again)
+
+
 @pytest.mark.parametrize("lost", ["first", "second", "both"])
 def test_a_name_the_server_has_but_the_connection_does_not_list_is_taken_as_prepared(db: Any, lost: str) -> None:
     # Prevents: a Parse failing "already exists" (42P05) answered as the append's failure, and
