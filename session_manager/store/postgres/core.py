@@ -95,12 +95,71 @@ _PLACEHOLDER = re.compile(r"%\((\w+)\)[sb]|%%")
 _TUPLES_OK, _COMMAND_OK, _FATAL = ExecStatus.TUPLES_OK, ExecStatus.COMMAND_OK, ExecStatus.FATAL_ERROR
 
 
-def _deallocated(results: list[Any], pg: Any) -> bool:
-    """Whether a prepared run failed only because the statement is gone from the session
-    (``26000``, invalid_sql_statement_name), outside a transaction (so nothing is aborted)."""
-    return (len(results) == 1 and results[0].status == _FATAL
-            and results[0].error_field(DiagnosticField.SQLSTATE) == b"26000"
-            and pg.transaction_status == TransactionStatus.IDLE)
+_GONE = b"26000"  # invalid_sql_statement_name: a run of a name the session no longer has
+_TAKEN = b"42P05"  # duplicate_prepared_statement: a Parse of a name the session has already
+# An exchange, then one more per way its names were found out of step (a pair's: the first's
+# Parse taken, then the second's; or its names gone): a bound, not a loop on a real failure.
+_ATTEMPTS = 4
+
+
+def _in_step(ready: set[bytes], new: list[Statement], prepared: list[Any], results: list[Any], pg: Any) -> bool:
+    """Bring ``ready`` (a connection's :class:`Statement` names) in step with what an exchange
+    showed of the server's (``new`` prepared, then statements run: their results), and say
+    whether to send it again: it failed only on our bookkeeping, so nothing of it took effect.
+
+    The names go out of step one way: psycopg sends ``DEALLOCATE ALL`` after a ``ROLLBACK``,
+    ``DROP`` or ``ALTER`` on a connection where it prepared statements of its own (a failed
+    mutation's ``ROLLBACK``, the pool's reset of a connection returned in a transaction), which
+    drops ours too while ``ready`` still lists them. An exchange built on a stale ``ready`` then
+    fails: a run of a name gone (26000), or, after a partial record (the code before this rule),
+    a Parse of a name the server has (42P05, aborting the rest of its pipeline). Both fail before
+    that statement runs, and a pipeline is one implicit transaction (one Sync), rolled back whole
+    by any failure (what ran before it too: a pair's first statement); :func:`_serially` sends
+    nothing after a failure. So on an idle connection (not inside a transaction block, which the
+    failure would have aborted) nothing took effect, and it is sent again once ``ready`` is
+    corrected. Any other failure is the statement's own: answered as it is."""
+    resend = False
+    for stmt, res in zip(new, prepared, strict=False):  # (a pipeline's aborted Parses have results too)
+        if res.status == _COMMAND_OK:
+            ready.add(stmt.name)
+        elif res.status == _FATAL:
+            if res.error_field(DiagnosticField.SQLSTATE) != _TAKEN:
+                return False  # a statement the server cannot prepare
+            # The session has it under that name: a name is its text's hash, so it is this statement.
+            ready.add(stmt.name)
+            resend = True
+    for res in results:
+        if res.status == _FATAL:
+            if res.error_field(DiagnosticField.SQLSTATE) != _GONE:
+                return False
+            # Only DEALLOCATE ALL (or DISCARD ALL) drops ours: every one went, before this
+            # exchange, whose own Parses (sent before its runs) are the session's now.
+            ready.clear()
+            for stmt, done in zip(new, prepared, strict=False):
+                if done.status == _COMMAND_OK or done.error_field(DiagnosticField.SQLSTATE) == _TAKEN:
+                    ready.add(stmt.name)
+            resend = True
+    return resend and pg.transaction_status == TransactionStatus.IDLE
+
+
+def _serially(conn: psycopg.Connection[Any], new: list[Statement], sent: Any) -> tuple[list[Any], list[Any]]:
+    """:func:`_pipeline`'s work where libpq has no pipeline mode (:meth:`PgDatastore.run`'s one
+    statement; :meth:`PgDatastore.run_pair` needs pipelines): each Parse, then the run, each
+    answered before the next is sent; a failure sends nothing more."""
+    pg = conn.pgconn
+    prepared: list[Any] = []
+    for stmt in new:
+        pg.send_prepare(stmt.name, stmt.sql)
+        prepared += conn.wait(pq_execute(pg))
+        if prepared[-1].status == _FATAL:
+            return prepared, []
+    results: list[Any] = []
+    for stmt, values, formats in sent:
+        pg.send_query_prepared(stmt.name, values, formats, 0)
+        results += conn.wait(pq_execute(pg))
+        if results[-1].status == _FATAL:
+            break
+    return prepared, results
 
 
 class Statement:
@@ -491,21 +550,21 @@ class PgDatastore:
         """``stmt`` on a pooled (autocommit) connection, straight through libpq (see
         :class:`Statement`): its first run on that connection sends the Parse in one
         pipeline with the execution (one round trip, as :meth:`execute`), later runs
-        the Bind and Execute only. Returns its rows; a failure raises psycopg's error."""
+        the Bind and Execute only; a name found out of step with the server's (psycopg's
+        ``DEALLOCATE ALL``) is corrected and the statement sent again (:func:`_in_step`).
+        Returns its rows; a failure raises psycopg's error."""
         values, formats = stmt.values(params)
         pg = conn.pgconn
         ready = self._ready(conn)
         if stmt.name in ready:
             pg.send_query_prepared(stmt.name, values, formats, 0)
             results = conn.wait(pq_execute(pg))
-            if _deallocated(results, pg):
-                # psycopg sends DEALLOCATE ALL after a ROLLBACK, DROP or ALTER on a connection
-                # where it prepared statements of its own: ours went too. Nothing ran (no such
-                # statement) and the connection is idle: prepare again and run.
-                ready.clear()
-                results = self._prepare_and_run(conn, stmt, values, formats, ready)
+            if results[0].status == _FATAL:
+                sent = ((stmt, values, formats),)
+                if _in_step(ready, [], [], results, pg):  # (its name was gone: see _in_step)
+                    results = self._exchange(conn, sent, ready)
         else:
-            results = self._prepare_and_run(conn, stmt, values, formats, ready)
+            results = self._exchange(conn, ((stmt, values, formats),), ready)
         return self._rows(conn, stmt, results)
 
     def _ready(self, conn: psycopg.Connection[Any]) -> set[bytes]:
@@ -546,7 +605,8 @@ class PgDatastore:
         (autocommit) connection, in one pipeline with one Sync: one round trip and one
         implicit transaction, committed at the Sync, or rolled back whole if either fails.
         ``second``'s snapshot is taken once ``first`` has run (the locks it took are held).
-        Each is prepared in the same pipeline on its first use on ``conn``. Returns
+        Each is prepared in the same pipeline on its first use on ``conn`` (and sent again,
+        as :meth:`run`, after names found out of step with the server's). Returns
         ``second``'s rows; a failure raises psycopg's error. Needs libpq's pipeline mode
         (:attr:`pipelines`).
 
@@ -555,49 +615,42 @@ class PgDatastore:
         executes and commits (mostly while its backend waits for the commit's WAL flush: woken
         by the send, it usually takes the caller's core until then). It must not raise (a
         failure there would leave the exchange half read)."""
-        pg = conn.pgconn
         ready = self._ready(conn)
         sent = ((first, *first.values(params)), (second, *second.values(params)))
-        for attempt in (1, 2):
-            # (both prepared: the warm case, without a comprehension)
-            new = [] if first.name in ready and second.name in ready else \
-                [stmt for stmt, _, _ in sent if stmt.name not in ready]
-            prepared, results = _pipeline(conn, new, sent, meanwhile)
-            meanwhile = None  # (run once: a second attempt only prepares again)
-            if new:
-                if all(res.status == _COMMAND_OK for res in prepared):
-                    ready.update(stmt.name for stmt in new)
-            elif attempt == 1:
-                failed = []
-                for res in results:  # (a loop: a comprehension is a frame of its own, every warm append)
-                    if res.status == _FATAL:
-                        failed.append(res)
-                if len(failed) == 1 and _deallocated(failed, pg):
-                    ready.clear()  # psycopg's DEALLOCATE ALL took ours (see run): nothing ran; prepare again
-                    continue
-            return self._rows(conn, second, [*prepared, *results] if prepared else results)
-        raise AssertionError("unreachable")
+        if first.name not in ready or second.name not in ready:
+            return self._rows(conn, second, self._exchange(conn, sent, ready, meanwhile))
+        _, results = _pipeline(conn, [], sent, meanwhile)  # the warm case: both prepared
+        for res in results:  # (a loop: a comprehension is a frame of its own, every warm append)
+            if res.status == _FATAL:
+                if _in_step(ready, [], [], results, conn.pgconn):  # (names gone: see _in_step)
+                    results = self._exchange(conn, sent, ready)
+                break
+        return self._rows(conn, second, results)
 
     @property
     def pipelines(self) -> bool:
         """Whether libpq has pipeline mode (:meth:`run_pair` needs it)."""
         return self._pipelines
 
-    def _prepare_and_run(self, conn: psycopg.Connection[Any], stmt: Statement, values: list[bytes | None],
-                         formats: list[int], ready: set[bytes]) -> list[Any]:
-        """Prepare ``stmt`` on ``conn`` and run it: in one pipeline where libpq has them."""
+    def _exchange(self, conn: psycopg.Connection[Any], sent: Any, ready: set[bytes],
+                  meanwhile: Callable[[], None] | None = None) -> list[Any]:
+        """``sent`` (statements with their values) in one round trip, each statement that
+        ``ready`` lacks prepared in it; sent again (a round trip each) while it failed only
+        because ``ready`` was out of step with the server (:func:`_in_step`, which corrects
+        it): the prepares' results, then the runs'. ``meanwhile``: see :meth:`run_pair`."""
         pg = conn.pgconn
-        if not self._pipelines:
-            pg.send_prepare(stmt.name, stmt.sql)
-            for res in conn.wait(pq_execute(pg)):
-                if res.status == _FATAL:
-                    raise pg_errors.error_from_result(res, encoding=conn.info.encoding)
-            ready.add(stmt.name)
-            pg.send_query_prepared(stmt.name, values, formats, 0)
-            return conn.wait(pq_execute(pg))
-        prepared, results = _pipeline(conn, [stmt], [(stmt, values, formats)])
-        if all(res.status == _COMMAND_OK for res in prepared):
-            ready.add(stmt.name)  # prepared, whatever the execution did
+        for _ in range(_ATTEMPTS):
+            new: list[Statement] = []
+            for stmt, _values, _formats in sent:
+                if stmt.name not in ready and all(stmt.name != other.name for other in new):
+                    new.append(stmt)
+            if self._pipelines:
+                prepared, results = _pipeline(conn, new, sent, meanwhile)
+            else:
+                prepared, results = _serially(conn, new, sent)
+            meanwhile = None  # (run once: the exchange sent again does not need it)
+            if not _in_step(ready, new, prepared, results, pg):
+                break
         return [*prepared, *results]
 
     @contextmanager
