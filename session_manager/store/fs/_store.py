@@ -404,24 +404,19 @@ class FsStore(StateBackedStore):
         re-charges it, settles the others and evicts once it has written:
         :meth:`StateCache.committed`); any other is loaded (or created) as a read would."""
         d = self._d
-        lock = d.lock
         while True:
-            lock.acquire()  # (acquire/try/finally, not ``with``: half the cost, on every write)
-            try:
-                state = d.sessions.get(session_id)
-                if state is not None and not state.loaded:
-                    state = None
-                # (Not marked most recent here: the commit does, once written. Dropped by an
-                # eviction meanwhile, it is taken again below.)
-            finally:
-                lock.release()
-            if state is None:
+            # Looked up without the store's lock: one dict lookup, atomic, and whether the state
+            # found is still the cached one is asked again below, once its lock is held (as that
+            # check always was). (Not marked most recent here: the commit does, once written.
+            # Dropped by an eviction meanwhile, it is taken again below.)
+            state = d.sessions.get(session_id)
+            if state is None or not state.loaded:
                 state = self._state(session_id, create=True)
                 assert state is not None
             state.lock.acquire()
             if d.sessions.get(session_id) is state:
                 compactor = d.compactor  # (no rewrite in flight, nearly always: no call)
-                if (compactor is None or not compactor.rewriting(session_id)
+                if (compactor is None or not compactor.jobs or not compactor.rewriting(session_id)
                         or not self._compaction.must_wait(session_id)):
                     return state
                 state.lock.release()

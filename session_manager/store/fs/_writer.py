@@ -110,16 +110,19 @@ class Writer:
                         self._name_durable(path)
                     else:
                         self._name_changed()
-                if fix == "check":
-                    fix = inspect_tail(fd, session_id)
-                if isinstance(fix, int):
-                    os.ftruncate(fd, fix)
-                # The kept end saves an fstat per write; a tail fix asks the file.
-                start = slot.end if slot.end is not None and fix is None else os.fstat(fd).st_size
-                slot.end = None  # unknown until this write is whole
                 lead = 0
-                if fix == "newline":
-                    data, lead = b"\n" + data, 1
+                if fix is None and slot.end is not None:  # (nothing to fix, nearly always: no test of each)
+                    start = slot.end  # the kept end saves an fstat per write
+                else:
+                    if fix == "check":
+                        fix = inspect_tail(fd, session_id)
+                    if isinstance(fix, int):
+                        os.ftruncate(fd, fix)
+                    # A tail fix asks the file.
+                    start = slot.end if slot.end is not None and fix is None else os.fstat(fd).st_size
+                    if fix == "newline":
+                        data, lead = b"\n" + data, 1
+                slot.end = None  # unknown until this write is whole
                 try:
                     write_all(fd, data)
                     if fsync:
