@@ -175,8 +175,8 @@ def our_sql(dsn: str, schema: str, sm: session_manager.SessionManager, calls: in
         link = plain.next_link(links, parent, eid)
         assert link is not None
         links[eid] = link
-        params = {"sid": sid, "meta": text, "updated": meta["updated_at"], "leaf": eid, "expect_meta": expect,
-                  "parent": parent, "id": eid, "body": body, "depth": link[0], "jump": link[1],
+        params = {"schema": schema, "sid": sid, "meta": text, "updated": meta["updated_at"], "leaf": eid,
+                  "expect_meta": expect, "parent": parent, "id": eid, "body": body, "depth": link[0], "jump": link[1],
                   "jump_depth": link[2], "row": None}  # (the row version: unknown before each commit)
         built.append(tuple(stmt.values(params) for stmt in statements))
         expect, parent = text, eid

@@ -47,6 +47,14 @@ VARIANTS: dict[str, tuple[str, tuple[str, ...]]] = {
     "lock: session only": ("", ("SELECT pg_advisory_xact_lock(hashtextextended(current_schema() || ':' ||"
                                 " %(sid)b::text, 0))", LINKED)),
     "no observers check": ("", (LOCK, LINKED.replace(_SEEN_CLAUSE, ""))),
+    "observers: the lock probe only": ("", (LOCK, LINKED.replace(
+        "EXISTS (SELECT 1 FROM observers WHERE expires > now()) OR ", ""))),
+    "observers: the table only": ("", (LOCK, LINKED.replace(
+        " OR NOT CASE WHEN pg_try_advisory_lock(hashtext(current_schema()), 2)"
+        " THEN pg_advisory_unlock(hashtext(current_schema()), 2) ELSE false END", ""))),
+    # (the keys as plain.py computed them before: from current_schema(), four calls an append)
+    "keys from current_schema()": ("", (
+        LOCK.replace("%(schema)b::text", "current_schema()"), LINKED.replace("%(schema)b::text", "current_schema()"))),
     "no meta/xmin CAS": ("", (LOCK, LINKED.replace(_CAS, ""))),
     # (the bench cannot know each row version ahead: a compare of xmin's text with a constant, as costly)
     "meta and xmin compared": ("", (LOCK, LINKED.replace(_XMIN, "xmin::text <> '0'"))),
@@ -58,6 +66,17 @@ VARIANTS: dict[str, tuple[str, tuple[str, ...]]] = {
     "no partial status/metadata indexes": (
         "DROP INDEX sessions_status_updated; DROP INDEX sessions_status_created; DROP INDEX sessions_metadata",
         (LOCK, LINKED)),
+    "sessions_updated/created not partial": (
+        "DROP INDEX sessions_updated, sessions_created; CREATE INDEX sessions_updated ON sessions"
+        " (updated_at DESC, session_id DESC); CREATE INDEX sessions_created ON sessions (created_at, session_id)",
+        (LOCK, LINKED)),
+    "no index predicate (all five not partial)": (
+        "DROP INDEX sessions_updated, sessions_created, sessions_status_updated, sessions_status_created,"
+        " sessions_metadata; CREATE INDEX sessions_updated ON sessions (updated_at DESC, session_id DESC);"
+        " CREATE INDEX sessions_created ON sessions (created_at, session_id);"
+        " CREATE INDEX sessions_status_updated ON sessions (status, updated_at DESC, session_id DESC);"
+        " CREATE INDEX sessions_status_created ON sessions (status, created_at, session_id);"
+        " CREATE INDEX sessions_metadata ON sessions USING gin (metadata jsonb_path_ops)", (LOCK, LINKED)),
     "no sessions_created": ("DROP INDEX sessions_created", (LOCK, LINKED)),
     "no search trigger": ("DROP TRIGGER entries_search_born ON entries", (LOCK, LINKED)),
     "search trigger a no-op": ("CREATE OR REPLACE FUNCTION sm_search_born() RETURNS trigger LANGUAGE plpgsql"
