@@ -147,10 +147,11 @@ class Bare:
 
 
 def our_sql(dsn: str, schema: str, sm: session_manager.SessionManager, calls: int,
-            opened: list[Any]) -> Callable[[], None]:
+            opened: list[Any], statements: tuple[Statement, ...] = (OUR_LOCK, OUR_APPEND)) -> Callable[[], None]:
     """Ours' warm plain append without the service: plain.LOCK and plain.LINKED with the
     parameters plain.params gives, for ``calls`` appends to a session of its own (created
-    and appended to once by ``sm``, so its row and first entry are as ours writes them)."""
+    and appended to once by ``sm``, so its row and first entry are as ours writes them).
+    ``statements``: others sent instead, with the same parameters (bench/pg_server_parts.py)."""
     import uuid
 
     sid = sm.call("session::create", {})["session_id"]
@@ -174,12 +175,12 @@ def our_sql(dsn: str, schema: str, sm: session_manager.SessionManager, calls: in
         link = plain.next_link(links, parent, eid)
         assert link is not None
         links[eid] = link
-        params = {"sid": sid, "meta": text, "updated": meta["updated_at"], "leaf": eid, "expect_meta": expect,
-                  "parent": parent, "id": eid, "body": body, "depth": link[0], "jump": link[1],
+        params = {"schema": schema, "sid": sid, "meta": text, "updated": meta["updated_at"], "leaf": eid,
+                  "expect_meta": expect, "parent": parent, "id": eid, "body": body, "depth": link[0], "jump": link[1],
                   "jump_depth": link[2], "row": None}  # (the row version: unknown before each commit)
-        built.append((OUR_LOCK.values(params), OUR_APPEND.values(params)))
+        built.append(tuple(stmt.values(params) for stmt in statements))
         expect, parent = text, eid
-    return Bare(conn, (OUR_LOCK, OUR_APPEND), built, None)  # (it answers its transaction's id when it wrote)
+    return Bare(conn, statements, built, None)  # (it answers its transaction's id when it wrote)
 
 
 def contract_minimum(dsn: str, schema: str, calls: int, opened: list[Any]) -> Callable[[], None]:

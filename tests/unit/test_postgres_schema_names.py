@@ -130,3 +130,36 @@ def test_a_schema_migrated_by_a_newer_release_is_refused_not_written() -> None:
         with psycopg.connect(pg_support.DSN, autocommit=True) as conn:
             row = conn.execute(sql.SQL("SELECT version FROM {}.schema_version").format(sql.Identifier(name))).fetchone()
         assert row == (len(MIGRATIONS) + 1,)
+
+
+@pytest.mark.parametrize("suffix", ["%s", " x", '";x', "'x", "É,x"],
+                         ids=["percent-s", "space", "quote-semicolon", "apostrophe", "comma-upper"])
+def test_the_plain_appends_lock_keys_are_every_writers_for_any_schema_name(suffix: str) -> None:
+    # Prevents: plain.LOCK, which computes the session's and the gate's advisory-lock keys from
+    # the schema name the store was given (a parameter), locking other keys than the writers
+    # that compute them from current_schema() (sm_append_at, sm_apply's callers, an observer's
+    # gate): a plain append and a procedure append of one session not serialized, or an
+    # observer registering while a plain append is under way.
+    import psycopg
+
+    from session_manager.store.postgres import plain
+    from session_manager.store.postgres.core import Statement
+
+    with odd_schema(suffix) as name:
+        pg_support.open_store(name).close()  # (migrated)
+        lock = Statement(plain.LOCK)
+        with psycopg.connect(pg_support.DSN, autocommit=True) as holder, \
+                psycopg.connect(pg_support.DSN, autocommit=True) as other:
+            for conn in (holder, other):
+                conn.execute(psycopg.sql.SQL("SET search_path TO {}").format(psycopg.sql.Identifier(name)))
+            holder.execute("BEGIN")
+            values, formats = lock.values({"schema": pg_support.settings(name).schema, "sid": "s1"})  # (the store's)
+            res = holder.pgconn.exec_params(lock.sql, values, param_formats=formats)
+            assert res.status == psycopg.pq.ExecStatus.TUPLES_OK, res.get_error_message()
+            held = other.execute(
+                "SELECT pg_try_advisory_xact_lock(hashtextextended(current_schema() || ':' || 's1', 0)),"
+                " pg_try_advisory_xact_lock(hashtext(current_schema()), 1),"
+                " pg_try_advisory_xact_lock_shared(hashtext(current_schema()), 1),"
+                " pg_try_advisory_xact_lock(hashtextextended(current_schema() || ':' || 's2', 0))").fetchone()
+            assert held == (False, False, True, True)  # (the session's and the gate's, shared: as sm_append_at)
+            holder.execute("ROLLBACK")

@@ -547,12 +547,12 @@ class Optimistic:
         """The plain statement (plain.py): ``True`` when it wrote the append, ``False`` when
         ``sm_append_at`` must (nothing was written: someone observes, the session changed, or
         the append is not a plain one)."""
-        params = plain.params(plan)
+        db = self.db
+        params = plain.params(plan, db.settings.schema)
         if params is None:
             return False
         commit, known = plan.commit, plan.known
         assert commit is not None and known is not None and commit.meta is not None
-        db = self.db
         conn = db.getconn(db.deadline_at())
         pid, started = conn.pgconn.backend_pid, db.started_at(conn)
         linked = "depth" in params

@@ -57,8 +57,12 @@ __all__ = ["APPEND", "LINKED", "LOCK", "OBSERVED_S", "UNIQUE_VIOLATION", "Link",
 OBSERVED_S = 5.0  # after the statement saw an observer, appends take sm_append_at this long
 UNIQUE_VIOLATION = "23505"
 
-LOCK = ("SELECT pg_advisory_xact_lock(hashtextextended(current_schema() || ':' || %(sid)b::text, 0)),"
-        " pg_advisory_xact_lock_shared(hashtext(current_schema()), 1)")
+# The keys are the ones every writer takes (sm_append_at: ``current_schema()``'s name, which the
+# connection's search_path makes the store's schema), computed from the schema's name sent as a
+# parameter: ``current_schema()`` (a search-path walk and a catalog lookup, four calls an append)
+# cost ~8,000 server instructions per append (callgrind, bench/pg_server_parts.py).
+LOCK = ("SELECT pg_advisory_xact_lock(hashtextextended(%(schema)b::text || ':' || %(sid)b::text, 0)),"
+        " pg_advisory_xact_lock_shared(hashtext(%(schema)b::text), 1)")
 
 # The parent's depth and jump pointer, and its jump's (a skew-binary jump, as links.py and
 # sm_append_at): the new entry jumps to its parent's jump's jump when the two spans are equal.
@@ -72,8 +76,8 @@ _TWIN = ("j.jump_id IS NOT NULL AND p.depth - p.jump_depth = p.jump_depth - j.ju
          " AND p.jump_id <> p.entry_id")
 _OBSERVED = (
     "o AS (SELECT EXISTS (SELECT 1 FROM observers WHERE expires > now())"
-    " OR NOT CASE WHEN pg_try_advisory_lock(hashtext(current_schema()), 2)"
-    " THEN pg_advisory_unlock(hashtext(current_schema()), 2) ELSE false END AS seen),"
+    " OR NOT CASE WHEN pg_try_advisory_lock(hashtext(%(schema)b::text), 2)"
+    " THEN pg_advisory_unlock(hashtext(%(schema)b::text), 2) ELSE false END AS seen),"
     " upd AS (UPDATE sessions SET meta = %(meta)b::text, updated_at = %(updated)b::bigint, leaf = %(leaf)b::text"
     " WHERE session_id = %(sid)b::text AND meta = %(expect_meta)b::text"
     " AND leaf IS NOT DISTINCT FROM %(parent)b::text AND NOT (SELECT seen FROM o) RETURNING session_id, xmin),"
@@ -108,8 +112,8 @@ APPEND = (
 # caller tells an observer from a changed session by where sm_append_at then places the entry
 # (at the known leaf: the session was as known, so someone observes).
 _SEEN = ("EXISTS (SELECT 1 FROM observers WHERE expires > now())"
-         " OR NOT CASE WHEN pg_try_advisory_lock(hashtext(current_schema()), 2)"
-         " THEN pg_advisory_unlock(hashtext(current_schema()), 2) ELSE false END")
+         " OR NOT CASE WHEN pg_try_advisory_lock(hashtext(%(schema)b::text), 2)"
+         " THEN pg_advisory_unlock(hashtext(%(schema)b::text), 2) ELSE false END")
 LINKED = (
     "WITH upd AS (UPDATE sessions SET meta = %(meta)b::text, updated_at = %(updated)b::bigint,"
     " leaf = %(leaf)b::text WHERE session_id = %(sid)b::text AND meta = %(expect_meta)b::text"
@@ -172,11 +176,12 @@ def learn(links: dict[str, Link], params: dict[str, Any], row: tuple[Any, ...]) 
     return chain(new, entry_id)
 
 
-def params(plan: Plan) -> dict[str, Any] | None:
+def params(plan: Plan, schema: str) -> dict[str, Any] | None:
     """:data:`LOCK` and :data:`APPEND`'s arguments for ``plan`` (an append the server
-    would place, :mod:`.at_leaf`), or ``None`` when it is not a plain one: one entry,
-    nothing read but its own id (assumed unused), the session known. With ``depth``,
-    ``jump`` and ``jump_depth`` (:data:`LINKED`'s) when the known links give them."""
+    would place, :mod:`.at_leaf`) in the store's ``schema``, or ``None`` when it is not a
+    plain one: one entry, nothing read but its own id (assumed unused), the session known.
+    With ``depth``, ``jump`` and ``jump_depth`` (:data:`LINKED`'s) when the known links give
+    them."""
     commit, known = plan.commit, plan.known
     if (commit is None or known is None or plan.check != 1 or commit.meta is None or plan.meta_text is None
             or len(commit.entries) != 1 or len(plan.bodies) != 1):
@@ -188,7 +193,7 @@ def params(plan: Plan) -> dict[str, Any] | None:
     leaf = known.leaf
     parent, stored_id = key_or_none(leaf), key(entry_id)
     out: dict[str, Any] = {
-        "sid": key(plan.session_id), "meta": plan.meta_text, "updated": commit.meta["updated_at"],
+        "schema": schema, "sid": key(plan.session_id), "meta": plan.meta_text, "updated": commit.meta["updated_at"],
         "leaf": key_or_none(commit.leaf), "expect_meta": known.text, "parent": parent,
         "id": stored_id, "body": plan.bodies[0].replace(HOLE_JSON, json_text(leaf)),
     }
