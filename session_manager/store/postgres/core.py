@@ -314,7 +314,10 @@ def _pipeline(conn: psycopg.Connection[Any], new: list[Statement],
         for stmt, values, formats in sent:
             pg.send_query_prepared(stmt.name, values, formats, 0)
         pg.pipeline_sync()
-        conn.wait(send(pg))
+        # Flushed here first: almost always all of it goes at once (a few hundred bytes), and the
+        # wait (psycopg's send generator, its wait loop, a poll) is needed only for a remainder.
+        if pg.flush():
+            conn.wait(send(pg))
         if meanwhile is not None:
             meanwhile()
         # (loops, not comprehensions: no frame of their own; a warm run prepares nothing)
