@@ -14,12 +14,12 @@ def events_prefix(session_id: str) -> str:
     """How every outbox payload of ``session_id``'s events begins (``session_id`` is the
     first field of each event model): deleting a session deletes those rows too, whose
     payloads hold its text (erasure), found by this prefix without parsing JSON."""
-    return encode_json({"session_id": session_id}).decode("utf-8")[:-1] + ","  # the object left open
+    return encode_json({"session_id": session_id}).decode()[:-1] + ","  # the object left open
 
 
 def json_text(value: Any) -> str:
     """The exact JSON text stored for a value (a body, a meta)."""
-    return encode_json(value).decode("utf-8")
+    return encode_json(value).decode()  # (no codec named: UTF-8, the default, without the name lookup)
 
 
 def sanitize(value: Any) -> Any:
