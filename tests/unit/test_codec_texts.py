@@ -50,3 +50,16 @@ def test_only_a_long_run_that_can_be_a_number_takes_the_exact_decoder(monkeypatc
     assert len(exact) == len(numbers) - 1
     with pytest.raises(ValueError):  # a double's range exceeded: refused, as before
         loads(numbers[-1].encode())
+
+
+def test_a_stored_text_is_the_line_encoders_whatever_orjson_refuses() -> None:
+    # Prevents: json_text (which calls orjson itself first) storing a text other than
+    # encode_line's: integers past 64 bits (orjson refuses them: the exact encoder's text), a
+    # lone surrogate (refused by both: UnstorableValue, as encode_line says), unicode kept as is.
+    from session_manager.errors import UnstorableValue
+    from session_manager.store.sql.values import json_text
+
+    for value in ({"a": 1, "t": "é\u2028😀", "n": None}, {"big": 2**70}, [-(2**63), 1.5, 1e300, True], "x", None):
+        assert json_text(value) == encode_line(value).decode("utf-8")  # type: ignore[arg-type]
+    with pytest.raises(UnstorableValue):
+        json_text({"s": "\ud800"})

@@ -90,7 +90,7 @@ def apply_params(session_id: str, commit: Commit, bodies: list[str], meta_text: 
         "metadata": Jsonb(sanitize(metadata)) if isinstance(metadata, dict) else None,
         "has_leaf": commit.leaf is not None, "leaf": key_or_none(commit.leaf),
         "instance": instance, "fids": TextArray(e.function_id for e in events),
-        "payloads": TextArray(encode_json(e.payload).decode("utf-8") for e in events),
+        "payloads": TextArray(encode_json(e.payload).decode() for e in events),
         "channel": channel_of(schema), "all": _ALL,
     }
 
@@ -115,6 +115,6 @@ def append_call_params(session_id: str, commit: Commit, bodies: list[str], cut: 
         "bodies": TextArray(bodies),
         "updated": updated, "leaf": key_or_none(commit.leaf),
         "instance": instance, "fids": TextArray([e.function_id for e in events]),
-        "payloads": TextArray([encode_json(e.payload).decode("utf-8") for e in events]),
+        "payloads": TextArray([encode_json(e.payload).decode() for e in events]),
         "channel": channel_of(schema), "all": _ALL,
     }
