@@ -21,6 +21,7 @@ import re
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -48,26 +49,40 @@ def backend_total(out: Path, pid: int) -> int:
     raise RuntimeError(f"no callgrind output for backend {pid}")
 
 
-def run(dsn: str, out: Path, n: int) -> int:
-    schema = f"pgsrv_instr_{uuid.uuid4().hex[:8]}"
+def counted(dsn: str, out: Path, calls: int, prefix: str,
+            make: Callable[[str, list[Any]], Callable[[], None]],
+            check: Callable[[str], None] | None = None) -> int:
+    """The backend's instructions for ``calls`` appends made by ``make(schema, opened)`` (a
+    :class:`pg_floor.Bare`, whose ``conn`` is the backend counted) on a fresh schema named
+    ``prefix`` and a suffix; ``check(schema)`` runs once they are sent; the schema is dropped."""
+    schema = f"{prefix}_{uuid.uuid4().hex[:8]}"
     pg_floor.setup(dsn, schema)
     opened: list[Any] = []
     try:
-        sm = pg_floor.ours(dsn, schema)
-        opened.append(sm)
-        bare = pg_floor.our_sql(dsn, schema, sm, WARM + n, opened)
-        conn = bare.conn
+        append = make(schema, opened)
+        conn = append.conn  # type: ignore[attr-defined]
         pid = conn.pgconn.backend_pid
         (out / f"cg.{pid}").unlink(missing_ok=True)  # (a file an earlier process of that pid left)
-        for _ in range(WARM + n):
-            bare()
+        for _ in range(calls):
+            append()
         conn.close()
+        if check is not None:
+            check(schema)
         return backend_total(out, pid)
     finally:
         for o in opened:
             o.close()
         with psycopg.connect(dsn, autocommit=True) as c:
             c.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(schema)))
+
+
+def run(dsn: str, out: Path, n: int) -> int:
+    def make(schema: str, opened: list[Any]) -> Callable[[], None]:
+        sm = pg_floor.ours(dsn, schema)
+        opened.append(sm)
+        return pg_floor.our_sql(dsn, schema, sm, WARM + n, opened)
+
+    return counted(dsn, out, WARM + n, "pgsrv_instr", make)
 
 
 def run_ours(dsn: str, out: Path, n: int) -> int:

@@ -14,20 +14,16 @@ statements sent per append (with ``plain.params``' parameters, as ``pg_floor.our
 from __future__ import annotations
 
 import sys
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-
-import psycopg
-from psycopg import sql
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 import pg_floor  # noqa: E402
-from pg_server_instr import WARM, backend_total  # noqa: E402
+from pg_server_instr import WARM, counted  # noqa: E402
 
 from session_manager.store.postgres import plain  # noqa: E402
 from session_manager.store.postgres.core import Statement  # noqa: E402
@@ -109,26 +105,13 @@ def appender(dsn: str, schema: str, name: str, calls: int, opened: list[Any]) ->
 
 def run(dsn: str, out: Path, n: int, name: str) -> int:
     """The backend's instructions for ``WARM + n`` appends of variant ``name`` (a fresh schema)."""
-    schema = f"pgsrv_parts_{uuid.uuid4().hex[:8]}"
-    pg_floor.setup(dsn, schema)
-    opened: list[Any] = []
-    try:
-        append = appender(dsn, schema, name, WARM + n, opened)
-        conn = append.conn  # type: ignore[attr-defined]
-        pid = conn.pgconn.backend_pid
-        (out / f"cg.{pid}").unlink(missing_ok=True)
-        for _ in range(WARM + n):
-            append()
-        conn.close()
-        with pg_floor.connect(dsn, schema) as c:  # (every variant must write every append)
+    def every_append_written(schema: str) -> None:  # (every variant must write every append)
+        with pg_floor.connect(dsn, schema) as c:
             rows = c.execute("SELECT count(*) FROM entries UNION ALL SELECT count(*) FROM min_entries").fetchall()
         assert sum(r[0] for r in rows) >= WARM + n, rows
-        return backend_total(out, pid)
-    finally:
-        for o in opened:
-            o.close()
-        with psycopg.connect(dsn, autocommit=True) as c:
-            c.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(schema)))
+
+    return counted(dsn, out, WARM + n, "pgsrv_parts",
+                   lambda schema, opened: appender(dsn, schema, name, WARM + n, opened), every_append_written)
 
 
 def main() -> None:
