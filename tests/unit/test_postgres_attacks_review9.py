@@ -1,0 +1,367 @@
+"""review9's attacks on three postgres changes: the warm plain append's work ahead (run between
+its send and its answer, published only when the answer says it wrote), the prepared names
+re-synced and an exchange sent again after psycopg's DEALLOCATE ALL, and the pool's one
+maintenance worker. Real threads and a second instance; the server's rows read back in full."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import psycopg
+import pytest
+
+import session_manager
+from session_manager.errors import SessionError
+from session_manager.store.postgres.plain import next_link
+from tests import pg_support
+from tests.pg_support import text
+from tests.unit.test_postgres_instances import check_linear, open_sm
+
+pytestmark = pytest.mark.postgres
+
+HANG_S = 120  # a call not answered by then hangs (the deadlines here are a few seconds)
+
+
+@pytest.fixture
+def schema() -> Iterator[str]:
+    pg_support.require()
+    name = f"review9_{uuid.uuid4().hex[:12]}"
+    try:
+        yield name
+    finally:
+        pg_support.drop_schema(name)
+
+
+def _rows(schema: str, sid: str) -> tuple[dict[str, tuple[str | None, int, str, int]], str | None, int]:
+    """The session's entries (parent, depth, jump, jump depth), its leaf and its message_count,
+    read on a connection of the test's own."""
+    with psycopg.connect(pg_support.DSN, autocommit=True) as conn:
+        entries = {e: (p, d, j, jd) for e, p, d, j, jd in conn.execute(
+            f'SELECT entry_id, parent_id, depth, jump_id, jump_depth FROM "{schema}".entries'
+            " WHERE session_id = %s", (sid,))}
+        row = conn.execute(f'SELECT leaf, (meta::jsonb->>\'message_count\')::int FROM "{schema}".sessions'
+                           " WHERE session_id = %s", (sid,)).fetchone()
+        assert row is not None
+        return entries, row[0], row[1]
+
+
+def check_stored(schema: str, sm: session_manager.SessionManager, sid: str) -> list[str]:
+    """One chain holding every entry (check_linear), each entry's depth and jump pointer as the
+    server's rule computes them from its parent's stored links, the count exact; its ids."""
+    path = check_linear(sm, sid)
+    entries, leaf, count = _rows(schema, sid)
+    assert count == len(entries) and leaf == (path[-1] if path else None)
+    links = {e: (d, j, jd) for e, (_, d, j, jd) in entries.items()}
+    for entry_id, (parent, depth, jump, jump_depth) in entries.items():
+        assert (depth, jump, jump_depth) == next_link(links, parent, entry_id), entry_id
+    return path
+
+
+def _threads(n: int, work: Callable[[int], Any]) -> list[Any]:
+    """``work(k)`` in ``n`` threads at once; each answers (or fails the test) within HANG_S."""
+    start = threading.Barrier(n)
+
+    def run(k: int) -> Any:
+        start.wait(HANG_S)
+        return work(k)
+
+    with ThreadPoolExecutor(n) as ex:
+        futures = [ex.submit(run, k) for k in range(n)]
+        return [f.result(timeout=HANG_S) for f in futures]
+
+
+def test_threads_and_another_instance_appending_to_one_session_keep_its_links_and_count(schema: str) -> None:
+    # Prevents: the session learned ahead (or after) on one instance published when another
+    # instance's write landed in between, so a later linked append stores a wrong depth or jump,
+    # forks the chain, or loses or doubles an entry or a count.
+    a, b = open_sm(schema, pool_size=3), open_sm(schema, pool_size=3)
+    try:
+        sid = a.call("session::create", {"title": "t"})["session_id"]
+
+        def work(k: int) -> list[dict[str, Any]]:
+            sm = a if k < 3 else b
+            return [sm.call("session::append", {"session_id": sid, "entry_id": f"t{k}-{i}",
+                                                "message": text(f"{k}.{i}")}) for i in range(60)]
+
+        answers = [x for batch in _threads(5, work) for x in batch]
+        path = check_stored(schema, a, sid)
+        assert Counter(path) == Counter(x["entry_id"] for x in answers) and len(path) == 300
+        entries, _, _ = _rows(schema, sid)
+        assert all(entries[x["entry_id"]][0] == x["parent_id"] for x in answers)
+        for sm in (a, b):  # each instance's next appends land at the leaf, linked right
+            for i in range(3):
+                sm.call("session::append", {"session_id": sid, "message": text(f"after{i}")})
+        assert len(check_stored(schema, b, sid)) == 306
+    finally:
+        a.close()
+        b.close()
+
+
+def test_appends_while_another_instance_deletes_and_recreates_the_session_alike(schema: str) -> None:
+    # Prevents: what one instance learned of the session (ahead of the answer or after it)
+    # surviving the session's deletion and alike re-creation by another instance between its
+    # appends: links or a count from the old session stored in the new one.
+    a, b = open_sm(schema, pool_size=2), open_sm(schema, pool_size=2)
+    try:
+        sid = "alike"
+        a.call("session::ensure", {"session_id": sid})
+        stop = threading.Event()
+        recreated = [0]
+
+        def churn() -> None:
+            while not stop.is_set() and recreated[0] < 40:
+                b.call("session::delete", {"session_id": sid})
+                b.call("session::ensure", {"session_id": sid})
+                recreated[0] += 1
+                time.sleep(0.005)
+
+        def work(k: int) -> int:
+            if k == 2:
+                churn()
+                return 0
+            done = 0
+            for i in range(150):
+                try:
+                    a.call("session::append", {"session_id": sid, "entry_id": f"e{i % 7}",
+                                               "message": text(f"{k}.{i}")})
+                    done += 1
+                except SessionError:
+                    pass  # deleted under it, or the id taken in this incarnation
+            if k == 0:
+                stop.set()
+            return done
+
+        assert sum(_threads(3, work)) > 0 and recreated[0] > 0
+        check_stored(schema, a, sid)
+        for i in range(10):
+            a.call("session::append", {"session_id": sid, "entry_id": f"z{i}", "message": text(str(i))})
+        path = check_stored(schema, b, sid)
+        assert path[-10:] == [f"z{i}" for i in range(10)]
+    finally:
+        a.close()
+        b.close()
+
+
+def _end_backends(schema: str) -> int:
+    """Ends every backend of the schema's stores (idle or in a call), the listener's too."""
+    with psycopg.connect(pg_support.DSN, autocommit=True) as conn:
+        row = conn.execute("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+                           " WHERE application_name = %s AND pid <> pg_backend_pid()",
+                           (f"session-manager:{schema}"[:63],)).fetchone()
+        return int(row[0]) if row else 0
+
+
+def test_threads_appending_while_every_backend_is_ended_again_and_again_all_answer(schema: str) -> None:
+    # Prevents: with one pool worker, a call hanging (or waiting past its deadline) while the
+    # server ends every connection under several callers at once; an append that answered
+    # success missing or stored twice (settled in doubt), the chain's links or count wrong after.
+    sm = open_sm(schema, pool_size=4, timeout_ms=3000)
+    try:
+        sid = sm.call("session::create", {"title": "t"})["session_id"]
+        stop = threading.Event()
+        ended = [0]
+
+        def work(k: int) -> list[str]:
+            if k == 4:
+                while not stop.is_set():
+                    ended[0] += _end_backends(schema)
+                    time.sleep(0.01)
+                return []
+            ok: list[str] = []
+            for i in range(60):
+                # (storage / unavailable: allowed while the server ends connections)
+                with contextlib.suppress(SessionError):
+                    ok.append(sm.call("session::append", {"session_id": sid, "entry_id": f"t{k}-{i}",
+                                                          "message": text(f"{k}.{i}")})["entry_id"])
+            if k == 0:
+                stop.set()
+            return ok
+
+        answered = [x for batch in _threads(5, work) for x in batch]
+        assert ended[0] > 0
+        path = check_stored(schema, sm, sid)
+        assert len(set(path)) == len(path)
+        assert set(answered) <= set(path)  # every success stored; an error's append may have landed
+        for i in range(5):
+            sm.call("session::append", {"session_id": sid, "entry_id": f"after{i}", "message": text(str(i))})
+        assert check_stored(schema, sm, sid)[-5:] == [f"after{i}" for i in range(5)]
+    finally:
+        sm.close()
+
+
+@pytest.fixture
+def learned_ahead(monkeypatch: pytest.MonkeyPatch) -> list[list[Any]]:
+    """What each ``_learn_ahead`` of this process produced (its ``out``), in order."""
+    import session_manager.store.postgres.optimistic as opt
+
+    made: list[list[Any]] = []
+    learn_ahead = opt.Optimistic._learn_ahead
+
+    def spy(self: Any, plan: Any, params: dict[str, Any], out: list[Any]) -> None:
+        learn_ahead(self, plan, params, out)
+        made.append(out)
+
+    monkeypatch.setattr(opt.Optimistic, "_learn_ahead", spy)
+    return made
+
+
+def _stored_row(schema: str, sid: str) -> tuple[str, str, str]:
+    with psycopg.connect(pg_support.DSN, autocommit=True) as conn:
+        row = conn.execute(f'SELECT meta, leaf, xmin::text FROM "{schema}".sessions WHERE session_id = %s',
+                           (sid,)).fetchone()
+        assert row is not None
+        return row[0], row[1], row[2]
+
+
+def test_a_linked_append_sent_again_after_deallocate_all_learns_ahead_once_and_as_written(
+        schema: str, learned_ahead: list[list[Any]]) -> None:
+    # Prevents: the work ahead run again for the exchange sent again (or not at all), or the
+    # session it learned published with the row version of the attempt that failed on a name
+    # psycopg's DEALLOCATE ALL dropped: the next linked append's compare-and-set then missing.
+    sm = open_sm(schema, pool_size=1)  # (one connection: the one rolled back below)
+    try:
+        sid = sm.call("session::create", {"title": "t"})["session_id"]
+        for i in range(5):
+            sm.call("session::append", {"session_id": sid, "message": text(f"w{i}")})
+        pool = sm.service.store.db.pool
+        conn = pool.getconn(timeout=10)
+        conn.execute("SELECT 1", prepare=True)  # psycopg's own statement: its ROLLBACK deallocates all
+        conn.execute("BEGIN")
+        conn.execute("ROLLBACK")
+        assert not conn.execute("SELECT name FROM pg_prepared_statements WHERE name LIKE 'sm\\_%'").fetchall()
+        pool.putconn(conn)
+        learned_ahead.clear()
+        answer = sm.call("session::append", {"session_id": sid, "message": text("x")})
+        assert len(learned_ahead) == 1 and len(learned_ahead[0]) == 1
+        known = sm.service.store.optimistic._known[sid]
+        assert known is learned_ahead[0][0]
+        assert (known.text, known.leaf, known.row) == _stored_row(schema, sid)
+        assert known.leaf == answer["entry_id"]
+        nxt = sm.call("session::append", {"session_id": sid, "message": text("y")})
+        assert nxt["parent_id"] == answer["entry_id"] and len(learned_ahead) == 2 and learned_ahead[1]
+        assert sm.service.store.optimistic._known[sid] is learned_ahead[1][0]
+        assert len(check_stored(schema, sm, sid)) == 7
+    finally:
+        sm.close()
+
+
+def test_a_linked_append_of_an_id_another_instance_used_learns_nothing_and_the_next_appends_link_right(
+        schema: str, learned_ahead: list[list[Any]]) -> None:
+    # Prevents: the session learned ahead published after the INSERT's unique violation (23505:
+    # nothing written), or the retry answering wrong, or the next appends' links or count off.
+    a, b = open_sm(schema, pool_size=1), open_sm(schema, pool_size=1)
+    try:
+        sid = a.call("session::create", {"title": "t"})["session_id"]
+        for i in range(4):
+            a.call("session::append", {"session_id": sid, "message": text(f"w{i}")})
+        theirs = b.call("session::append", {"session_id": sid, "entry_id": "dup", "message": text("theirs")})
+        learned_ahead.clear()
+        # An append of an id in use answers the stored one (idempotent, as every store).
+        assert a.call("session::append", {"session_id": sid, "entry_id": "dup", "message": text("mine")}) == theirs
+        assert len(learned_ahead) <= 1
+        known = a.service.store.optimistic._known.get(sid)
+        assert known is None or (known.leaf, known.meta["message_count"]) == ("dup", 5)
+        assert all(not out or out[0] is not known for out in learned_ahead)
+        nxt = a.call("session::append", {"session_id": sid, "message": text("after")})
+        assert nxt["parent_id"] == "dup"
+        assert len(check_stored(schema, a, sid)) == 6
+    finally:
+        a.close()
+        b.close()
+
+
+def test_a_linked_append_of_an_id_used_before_the_known_bodies_drops_what_it_learned_ahead(
+        schema: str, learned_ahead: list[list[Any]], monkeypatch: pytest.MonkeyPatch) -> None:
+    # Prevents: the session learned ahead published after the plain INSERT's unique violation
+    # (23505: an id used before the entries this instance remembers, nothing written), the
+    # retry answering other than the stored entry, or the next appends' links or count off.
+    import session_manager.store.postgres.optimistic as opt
+
+    failures: list[str | None] = []
+    run_pair = opt.PgDatastore.run_pair
+
+    def spy(self: Any, *rest: Any) -> Any:
+        try:
+            return run_pair(self, *rest)
+        except psycopg.Error as e:
+            failures.append(e.sqlstate)
+            raise
+
+    monkeypatch.setattr(opt.PgDatastore, "run_pair", spy)
+    sm = open_sm(schema, pool_size=1)
+    try:
+        sid = sm.call("session::create", {"title": "t"})["session_id"]
+        first = [sm.call("session::append", {"session_id": sid, "entry_id": f"e{i}", "message": text(str(i))})
+                 for i in range(opt.KNOWN_BODIES + 4)]
+        learned_ahead.clear()
+        again = sm.call("session::append", {"session_id": sid, "entry_id": "e0", "message": text("0")})
+        assert again == first[0] and failures == ["23505"]
+        assert len(learned_ahead) == 1 and len(learned_ahead[0]) == 1  # learned ahead, then dropped
+        known = sm.service.store.optimistic._known.get(sid)
+        assert known is not learned_ahead[0][0]
+        nxt = sm.call("session::append", {"session_id": sid, "message": text("after")})
+        assert nxt["parent_id"] == first[-1]["entry_id"]
+        assert len(check_stored(schema, sm, sid)) == opt.KNOWN_BODIES + 5
+    finally:
+        sm.close()
+
+
+def test_a_cold_store_under_load_grows_its_pool_with_one_worker_and_every_call_succeeds(schema: str) -> None:
+    # Prevents: the one maintenance worker connecting too slowly for callers that arrive together
+    # on a cold store (each waiting for a connection in turn): a call failing "no connection"
+    # with the server up, or the pool not growing past its first connection under load.
+    open_sm(schema).close()  # (migrated: the stores below start cold, not migrating)
+    sm = open_sm(schema, pool_size=6)
+    try:
+        sid = "load"
+
+        def work(k: int) -> int:
+            sm.call("session::ensure", {"session_id": sid})
+            for i in range(15):
+                sm.call("session::append", {"session_id": sid, "entry_id": f"t{k}-{i}", "message": text(str(i))})
+                assert sm.call("session::get", {"session_id": sid})["meta"]["session_id"] == sid
+            return 15
+
+        assert sum(_threads(6, work)) == 90
+        assert len(check_stored(schema, sm, sid)) == 90
+        assert sm.service.store.db.pool.get_stats()["pool_size"] > 1
+    finally:
+        sm.close()
+
+
+def test_close_while_the_one_worker_connects_to_a_silent_server_returns_and_calls_answer(
+        schema: str, relay: Any) -> None:
+    # Prevents: a store closed while its one pool worker is stuck connecting (a peer that accepts
+    # and never answers) hanging in close(), or a call in progress or after it never answering.
+    from session_manager.store.postgres import PostgresSettings, PostgresStore
+
+    open_sm(schema).close()  # (migrated directly: the store below never reaches the server)
+    relay.silence()
+    settings = PostgresSettings(dsn=relay.dsn(), schema=schema, timeout_ms=1000, connect_timeout_ms=1000,
+                                pool_size=3)
+    from session_manager.store.postgres import schema as pg_schema
+
+    pg_schema.CHECKED.add((settings.conninfo(), schema))  # (no migration through the silent relay)
+    sm = session_manager.open(store=PostgresStore(settings))
+
+    def call(k: int) -> Any:
+        try:
+            return sm.call("session::get", {"session_id": f"s{k}"})
+        except SessionError as e:
+            return e
+
+    with ThreadPoolExecutor(4) as ex:
+        futures = [ex.submit(call, k) for k in range(3)]
+        closing = ex.submit(sm.close)
+        answers = [f.result(timeout=HANG_S) for f in futures]
+        closing.result(timeout=HANG_S)
+    assert all(isinstance(a, SessionError) for a in answers), answers
+    with pytest.raises(RuntimeError, match="closed"):
+        sm.call("session::get", {"session_id": "s9"})
