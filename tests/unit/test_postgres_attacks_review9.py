@@ -9,7 +9,6 @@ import contextlib
 import threading
 import time
 import uuid
-from collections import Counter
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -19,9 +18,9 @@ import pytest
 
 import session_manager
 from session_manager.errors import SessionError
-from session_manager.store.postgres.plain import next_link
 from tests import pg_support
 from tests.pg_support import text
+from tests.unit.test_postgres_attacks_review7 import _open, _rule_ok
 from tests.unit.test_postgres_instances import check_linear, open_sm
 
 pytestmark = pytest.mark.postgres
@@ -39,28 +38,11 @@ def schema() -> Iterator[str]:
         pg_support.drop_schema(name)
 
 
-def _rows(schema: str, sid: str) -> tuple[dict[str, tuple[str | None, int, str, int]], str | None, int]:
-    """The session's entries (parent, depth, jump, jump depth), its leaf and its message_count,
-    read on a connection of the test's own."""
-    with psycopg.connect(pg_support.DSN, autocommit=True) as conn:
-        entries = {e: (p, d, j, jd) for e, p, d, j, jd in conn.execute(
-            f'SELECT entry_id, parent_id, depth, jump_id, jump_depth FROM "{schema}".entries'
-            " WHERE session_id = %s", (sid,))}
-        row = conn.execute(f'SELECT leaf, (meta::jsonb->>\'message_count\')::int FROM "{schema}".sessions'
-                           " WHERE session_id = %s", (sid,)).fetchone()
-        assert row is not None
-        return entries, row[0], row[1]
-
-
 def check_stored(schema: str, sm: session_manager.SessionManager, sid: str) -> list[str]:
-    """One chain holding every entry (check_linear), each entry's depth and jump pointer as the
-    server's rule computes them from its parent's stored links, the count exact; its ids."""
+    """One chain holding every entry, its count exact (check_linear), each entry's depth and
+    jump pointer as the server's rule computes them from its parent's (review7's check); its ids."""
     path = check_linear(sm, sid)
-    entries, leaf, count = _rows(schema, sid)
-    assert count == len(entries) and leaf == (path[-1] if path else None)
-    links = {e: (d, j, jd) for e, (_, d, j, jd) in entries.items()}
-    for entry_id, (parent, depth, jump, jump_depth) in entries.items():
-        assert (depth, jump, jump_depth) == next_link(links, parent, entry_id), entry_id
+    _rule_ok(schema, sid, len(path))
     return path
 
 
@@ -77,38 +59,12 @@ def _threads(n: int, work: Callable[[int], Any]) -> list[Any]:
         return [f.result(timeout=HANG_S) for f in futures]
 
 
-def test_threads_and_another_instance_appending_to_one_session_keep_its_links_and_count(schema: str) -> None:
-    # Prevents: the session learned ahead (or after) on one instance published when another
-    # instance's write landed in between, so a later linked append stores a wrong depth or jump,
-    # forks the chain, or loses or doubles an entry or a count.
-    a, b = open_sm(schema, pool_size=3), open_sm(schema, pool_size=3)
-    try:
-        sid = a.call("session::create", {"title": "t"})["session_id"]
-
-        def work(k: int) -> list[dict[str, Any]]:
-            sm = a if k < 3 else b
-            return [sm.call("session::append", {"session_id": sid, "entry_id": f"t{k}-{i}",
-                                                "message": text(f"{k}.{i}")}) for i in range(60)]
-
-        answers = [x for batch in _threads(5, work) for x in batch]
-        path = check_stored(schema, a, sid)
-        assert Counter(path) == Counter(x["entry_id"] for x in answers) and len(path) == 300
-        entries, _, _ = _rows(schema, sid)
-        assert all(entries[x["entry_id"]][0] == x["parent_id"] for x in answers)
-        for sm in (a, b):  # each instance's next appends land at the leaf, linked right
-            for i in range(3):
-                sm.call("session::append", {"session_id": sid, "message": text(f"after{i}")})
-        assert len(check_stored(schema, b, sid)) == 306
-    finally:
-        a.close()
-        b.close()
-
-
 def test_appends_while_another_instance_deletes_and_recreates_the_session_alike(schema: str) -> None:
     # Prevents: what one instance learned of the session (ahead of the answer or after it)
     # surviving the session's deletion and alike re-creation by another instance between its
     # appends: links or a count from the old session stored in the new one.
-    a, b = open_sm(schema, pool_size=2), open_sm(schema, pool_size=2)
+    clock = session_manager.ManualClock(1_700_000_000_000)  # frozen: the re-created meta text alike
+    a, b = _open(schema, clock), _open(schema, clock)
     try:
         sid = "alike"
         a.call("session::ensure", {"session_id": sid})
@@ -365,3 +321,77 @@ def test_close_while_the_one_worker_connects_to_a_silent_server_returns_and_call
     assert all(isinstance(a, SessionError) for a in answers), answers
     with pytest.raises(RuntimeError, match="closed"):
         sm.call("session::get", {"session_id": "s9"})
+
+
+def test_a_statement_whose_name_went_inside_a_transaction_block_is_not_sent_again(schema: str) -> None:
+    # Prevents: an exchange sent again inside a transaction block after its name was found gone
+    # (the failure aborted the block: what ran before it in the block is lost, so sending it
+    # again there would fail anew, or, were the block to go on, act on a half-undone state): it
+    # fails as it is, the names corrected; after the block the statement runs once.
+    from session_manager.store.postgres.core import Statement
+
+    store = pg_support.open_store(schema, pool_size=1)
+    db = store.db
+    try:
+        stmt = Statement("SELECT %(x)s::text || 'r'")
+        conn = db.getconn(db.deadline_at())
+        try:
+            assert db.run(conn, stmt, {"x": "a"}) == [("ar",)]
+            conn.execute("BEGIN")
+            conn.execute("CREATE TEMP TABLE review9_t (x int) ON COMMIT DROP")
+            conn.execute("DEALLOCATE ALL")
+            with pytest.raises(psycopg.errors.InvalidSqlStatementName):
+                db.run(conn, stmt, {"x": "b"})
+            assert conn.info.transaction_status == psycopg.pq.TransactionStatus.INERROR
+            assert conn.statements == set()
+            conn.execute("ROLLBACK")
+            assert db.run(conn, stmt, {"x": "c"}) == [("cr",)]
+            assert conn.statements == {stmt.name}
+        finally:
+            db.putconn(conn)
+    finally:
+        store.close()
+
+
+def test_an_observer_gets_each_append_once_in_order_while_every_backend_is_ended_again_and_again(
+        schema: str) -> None:
+    # Prevents: with one pool worker on each store, appends settled in doubt (or sent again
+    # after a lost connection) recording an event twice or none, or the observing instance's
+    # listener, ended with the rest, missing or repeating some once it is back.
+    from session_manager._wire import events as ev
+    from tests.unit.test_postgres_instances import wait_for
+
+    writer, watcher = open_sm(schema, pool_size=3, timeout_ms=3000), open_sm(schema, pool_size=2)
+    try:
+        sid = writer.call("session::create", {"title": "t"})["session_id"]
+        seen: list[str] = []
+        watcher.observe({"function_id": ev.ON_MESSAGE_ADDED}, lambda e: seen.append(e["entry_id"]))
+        watcher.service.store.events_ready()
+        assert wait_for(lambda: watcher.service.store.outbox.listening)
+        stop = threading.Event()
+        ended = [0]
+
+        def work(k: int) -> int:
+            if k == 3:
+                while not stop.is_set():
+                    ended[0] += _end_backends(schema)
+                    time.sleep(0.02)
+                return 0
+            done = 0
+            for i in range(40):
+                with contextlib.suppress(SessionError):  # (allowed while the server ends connections)
+                    writer.call("session::append", {"session_id": sid, "entry_id": f"t{k}-{i}",
+                                                    "message": text(f"{k}.{i}")})
+                    done += 1
+            if k == 0:
+                stop.set()
+            return done
+
+        assert sum(_threads(4, work)) > 0 and ended[0] > 0
+        writer.call("session::append", {"session_id": sid, "entry_id": "last", "message": text("last")})
+        path = check_stored(schema, writer, sid)
+        assert wait_for(lambda: "last" in seen)
+        assert seen == path
+    finally:
+        writer.close()
+        watcher.close()
