@@ -395,3 +395,41 @@ def test_an_observer_gets_each_append_once_in_order_while_every_backend_is_ended
     finally:
         writer.close()
         watcher.close()
+
+
+def test_an_append_sent_again_after_deallocate_all_and_then_held_on_the_session_lock_meets_its_deadline(
+        schema: str, learned_ahead: list[list[Any]]) -> None:
+    # Prevents: the exchange sent again after its names were found gone escaping the call's
+    # deadline (a fresh wait per attempt), the work ahead run again for it or published
+    # though no answer came, or the chain's links or count off once the lock is free.
+    sm = open_sm(schema, pool_size=1, timeout_ms=1500)
+    try:
+        sid = sm.call("session::create", {"title": "t"})["session_id"]
+        for i in range(5):
+            sm.call("session::append", {"session_id": sid, "message": text(f"w{i}")})
+        pool = sm.service.store.db.pool
+        conn = pool.getconn(timeout=10)
+        conn.execute("SELECT 1", prepare=True)
+        conn.execute("BEGIN")
+        conn.execute("ROLLBACK")  # (psycopg's DEALLOCATE ALL)
+        pool.putconn(conn)
+        learned_ahead.clear()
+        with psycopg.connect(pg_support.DSN, autocommit=True) as holder:
+            holder.execute(f'SET search_path TO "{schema}"')
+            holder.execute("BEGIN")
+            holder.execute("SELECT pg_advisory_xact_lock(hashtextextended(current_schema() || ':' || %s, 0))",
+                           (sid,))
+            with ThreadPoolExecutor(1) as ex:
+                held = ex.submit(sm.call, "session::append",
+                                 {"session_id": sid, "entry_id": "late", "message": text("late")})
+                with pytest.raises(SessionError) as failed:
+                    held.result(timeout=HANG_S)
+            holder.execute("COMMIT")
+        assert failed.value.code == "session/storage"
+        assert len(learned_ahead) == 1 and sid not in sm.service.store.optimistic._known
+        after = sm.call("session::append", {"session_id": sid, "message": text("after")})
+        landed = [e["id"] for e in sm.service.store.entries(sid) if e["id"] == "late"]  # (in doubt: it may have)
+        path = check_stored(schema, sm, sid)
+        assert len(path) == 6 + len(landed) and after["parent_id"] == path[-2]
+    finally:
+        sm.close()
