@@ -312,13 +312,15 @@ def test_close_while_the_one_worker_connects_to_a_silent_server_returns_and_call
             return sm.call("session::get", {"session_id": f"s{k}"})
         except SessionError as e:
             return e
+        except RuntimeError as e:  # (the manager closed before this call entered it)
+            return e
 
     with ThreadPoolExecutor(4) as ex:
         futures = [ex.submit(call, k) for k in range(3)]
         closing = ex.submit(sm.close)
         answers = [f.result(timeout=HANG_S) for f in futures]
         closing.result(timeout=HANG_S)
-    assert all(isinstance(a, SessionError) for a in answers), answers
+    assert all(isinstance(a, SessionError) or "closed" in str(a) for a in answers), answers
     with pytest.raises(RuntimeError, match="closed"):
         sm.call("session::get", {"session_id": "s9"})
 
