@@ -110,13 +110,30 @@ def test_appends_while_the_session_is_deleted_and_recreated_alike(schema: str, d
             b.close()
 
 
-def _end_backends(schema: str) -> int:
-    """Ends every backend of the schema's stores (idle or in a call), the listener's too."""
+def _end_backends(schema: str, ended: set[int]) -> None:
+    """Ends every backend of the schema's stores (idle or in a call), the listener's too, adding
+    their pids to ``ended``."""
     with psycopg.connect(pg_support.DSN, autocommit=True) as conn:
-        row = conn.execute("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
-                           " WHERE application_name = %s AND pid <> pg_backend_pid()",
-                           (f"session-manager:{schema}"[:63],)).fetchone()
-        return int(row[0]) if row else 0
+        # (ended in the select list: only the rows the WHERE keeps, whatever order it is evaluated in)
+        rows = conn.execute("SELECT pid, pg_terminate_backend(pid) FROM pg_stat_activity"
+                            " WHERE application_name = %s AND pid <> pg_backend_pid()",
+                            (f"session-manager:{schema}"[:63],)).fetchall()
+        ended.update(pid for pid, signalled in rows if signalled)
+
+
+def _gone(pids: set[int]) -> None:
+    """Waits until the backends ``pids`` have exited: pg_terminate_backend only signals, so a
+    backend of the last round may still take a call sent right after the ending stopped (which
+    it would then end mid-statement: a later call's in-doubt answer is not what a test of the
+    calls made during the ending asserts)."""
+    from tests.unit.test_postgres_instances import wait_for
+
+    def none_left() -> bool:
+        with psycopg.connect(pg_support.DSN, autocommit=True) as conn:
+            row = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = ANY(%s)", (list(pids),)).fetchone()
+            return row is not None and row[0] == 0
+
+    assert wait_for(none_left)
 
 
 def test_threads_appending_while_every_backend_is_ended_again_and_again_all_answer(schema: str) -> None:
@@ -127,12 +144,12 @@ def test_threads_appending_while_every_backend_is_ended_again_and_again_all_answ
     try:
         sid = sm.call("session::create", {"title": "t"})["session_id"]
         stop = threading.Event()
-        ended = [0]
+        ended: set[int] = set()
 
         def work(k: int) -> list[str]:
             if k == 4:
                 while not stop.is_set():
-                    ended[0] += _end_backends(schema)
+                    _end_backends(schema, ended)
                     time.sleep(0.01)
                 return []
             ok: list[str] = []
@@ -146,7 +163,8 @@ def test_threads_appending_while_every_backend_is_ended_again_and_again_all_answ
             return ok
 
         answered = [x for batch in _threads(5, work) for x in batch]
-        assert ended[0] > 0
+        assert ended
+        _gone(ended)
         path = check_stored(schema, sm, sid)
         assert len(set(path)) == len(path)
         assert set(answered) <= set(path)  # every success stored; an error's append may have landed
@@ -376,12 +394,12 @@ def test_an_observer_gets_each_append_once_in_order_while_every_backend_is_ended
         watcher.service.store.events_ready()
         assert wait_for(lambda: watcher.service.store.outbox.listening)
         stop = threading.Event()
-        ended = [0]
+        ended: set[int] = set()
 
         def work(k: int) -> int:
             if k == 3:
                 while not stop.is_set():
-                    ended[0] += _end_backends(schema)
+                    _end_backends(schema, ended)
                     time.sleep(0.02)
                 return 0
             done = 0
@@ -394,7 +412,8 @@ def test_an_observer_gets_each_append_once_in_order_while_every_backend_is_ended
                 stop.set()
             return done
 
-        assert sum(_threads(4, work)) > 0 and ended[0] > 0
+        assert sum(_threads(4, work)) > 0 and ended
+        _gone(ended)
         writer.call("session::append", {"session_id": sid, "entry_id": "last", "message": text("last")})
         path = check_stored(schema, writer, sid)
         assert wait_for(lambda: "last" in seen)
