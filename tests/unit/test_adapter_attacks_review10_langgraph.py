@@ -12,7 +12,6 @@ import enum
 import math
 import struct
 import threading
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,26 +24,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 import session_manager
 from session_manager.adapters._checkpoints import CHECKPOINT
 from session_manager.adapters.langgraph import SessionManagerSaver
-from tests import pg_support
-
-Opener = Callable[[], Any]
-
-
-@pytest.fixture(params=["fs", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def opener(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Opener]:
-    """Opens the same store again each call (a restart)."""
-    if request.param == "fs":
-        yield lambda: session_manager.open(tmp_path / "d")
-        return
-    if request.param == "sqlite":
-        yield lambda: session_manager.open(f"sqlite:///{tmp_path.resolve()}/d.db")
-        return
-    pg_support.require()
-    name = f"review10_{pg_support.new_schema_name()}"
-    try:
-        yield lambda: session_manager.open(store=pg_support.open_store(name))
-    finally:
-        pg_support.drop_schema(name)
+from tests.unit.store_openers import Opener, opener_fixture  # noqa: F401 (the fixture "opener")
 
 
 def config(thread: str, checkpoint_id: str | None = None) -> Any:
@@ -261,7 +241,11 @@ def test_puts_and_reads_on_one_thread_while_a_one_byte_fs_cache_evicts_lose_noth
             worker.start()
         for worker in workers:
             worker.join()
-    assert errors == [] and {"t", "o0", "o1"} <= set(dropped)  # (every thread's state evicted, again and again)
+    assert errors == []
+    # The race ran: the contended thread's state was evicted, and another thread's. (Not every
+    # one's: a writer of 25 puts can run whole inside one GIL switch interval, the last commit
+    # of all keeping its own state cached.)
+    assert "t" in dropped and {"o0", "o1"} & set(dropped), sorted(set(dropped))
     with session_manager.open(tmp_path / "d") as sm:
         saver = SessionManagerSaver(sm)
         for thread, tags in (("t", "ab"), ("o0", "o"), ("o1", "o")):

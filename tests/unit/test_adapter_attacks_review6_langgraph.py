@@ -11,7 +11,6 @@ import contextlib
 import datetime
 import enum
 import threading
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,21 +25,7 @@ import session_manager
 from session_manager.adapters.langgraph import SessionManagerSaver
 from tests import pg_support
 from tests.unit.attack_support import Held, cancel_twice_while_held, run_spawned
-
-Opener = Callable[[], Any]
-
-
-@pytest.fixture(params=["fs", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def opener(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Opener]:
-    """Opens the same store again each call (a restart)."""
-    if request.param == "fs":
-        yield lambda: session_manager.open(tmp_path / "d")
-        return
-    if request.param == "sqlite":
-        yield lambda: session_manager.open(f"sqlite:///{tmp_path.resolve()}/d.db")
-        return
-    with pg_support.schema() as name:
-        yield lambda: session_manager.open(store=pg_support.open_store(name))
+from tests.unit.store_openers import Opener, opener_fixture  # noqa: F401 (the fixture "opener")
 
 
 def config(thread: str, checkpoint_id: str | None = None, ns: str = "") -> Any:

@@ -8,7 +8,7 @@ import datetime
 import enum
 import math
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -27,21 +27,7 @@ from session_manager._wire.events import ON_MESSAGE_ADDED
 from session_manager.adapters._checkpoints import CHECKPOINT, DELETED, DOC_DEPTH, ROOT_ID, WRITES
 from session_manager.adapters.langgraph import SessionManagerSaver
 from tests import pg_support
-
-Opener = Callable[[], Any]
-
-
-@pytest.fixture(params=["fs", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def opener(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Opener]:
-    """Opens the same store again each call (a restart), over fs, sqlite or postgres."""
-    if request.param == "fs":
-        yield lambda: session_manager.open(tmp_path / "d")
-        return
-    if request.param == "sqlite":
-        yield lambda: session_manager.open(f"sqlite:///{tmp_path.resolve()}/d.db")
-        return
-    with pg_support.schema() as name:
-        yield lambda: session_manager.open(store=pg_support.open_store(name))
+from tests.unit.store_openers import Opener, opener_fixture  # noqa: F401 (the fixture "opener")
 
 
 @pytest.fixture(params=["fs", "sqlite"])

@@ -22,6 +22,7 @@ from tests import pg_support
 from tests.pg_support import text
 from tests.unit.test_postgres_attacks_review7 import _open, _rule_ok
 from tests.unit.test_postgres_instances import check_linear, open_sm
+from tests.unit.test_postgres_plain_ahead import ahead_fixture  # noqa: F401 (the fixture "ahead": what each _learn_ahead produced)
 
 pytestmark = pytest.mark.postgres
 
@@ -175,22 +176,6 @@ def test_threads_appending_while_every_backend_is_ended_again_and_again_all_answ
         sm.close()
 
 
-@pytest.fixture
-def learned_ahead(monkeypatch: pytest.MonkeyPatch) -> list[list[Any]]:
-    """What each ``_learn_ahead`` of this process produced (its ``out``), in order."""
-    import session_manager.store.postgres.optimistic as opt
-
-    made: list[list[Any]] = []
-    learn_ahead = opt.Optimistic._learn_ahead
-
-    def spy(self: Any, plan: Any, params: dict[str, Any], out: list[Any]) -> None:
-        learn_ahead(self, plan, params, out)
-        made.append(out)
-
-    monkeypatch.setattr(opt.Optimistic, "_learn_ahead", spy)
-    return made
-
-
 def _stored_row(schema: str, sid: str) -> tuple[str, str, str]:
     with psycopg.connect(pg_support.DSN, autocommit=True) as conn:
         row = conn.execute(f'SELECT meta, leaf, xmin::text FROM "{schema}".sessions WHERE session_id = %s',
@@ -200,7 +185,7 @@ def _stored_row(schema: str, sid: str) -> tuple[str, str, str]:
 
 
 def test_a_linked_append_sent_again_after_deallocate_all_learns_ahead_once_and_as_written(
-        schema: str, learned_ahead: list[list[Any]]) -> None:
+        schema: str, ahead: list[list[Any]]) -> None:
     # Prevents: the work ahead run again for the exchange sent again (or not at all), or the
     # session it learned published with the row version of the attempt that failed on a name
     # psycopg's DEALLOCATE ALL dropped: the next linked append's compare-and-set then missing.
@@ -216,23 +201,23 @@ def test_a_linked_append_sent_again_after_deallocate_all_learns_ahead_once_and_a
         conn.execute("ROLLBACK")
         assert not conn.execute("SELECT name FROM pg_prepared_statements WHERE name LIKE 'sm\\_%'").fetchall()
         pool.putconn(conn)
-        learned_ahead.clear()
+        ahead.clear()
         answer = sm.call("session::append", {"session_id": sid, "message": text("x")})
-        assert len(learned_ahead) == 1 and len(learned_ahead[0]) == 1
+        assert len(ahead) == 1 and len(ahead[0]) == 1
         known = sm.service.store.optimistic._known[sid]
-        assert known is learned_ahead[0][0]
+        assert known is ahead[0][0]
         assert (known.text, known.leaf, known.row) == _stored_row(schema, sid)
         assert known.leaf == answer["entry_id"]
         nxt = sm.call("session::append", {"session_id": sid, "message": text("y")})
-        assert nxt["parent_id"] == answer["entry_id"] and len(learned_ahead) == 2 and learned_ahead[1]
-        assert sm.service.store.optimistic._known[sid] is learned_ahead[1][0]
+        assert nxt["parent_id"] == answer["entry_id"] and len(ahead) == 2 and ahead[1]
+        assert sm.service.store.optimistic._known[sid] is ahead[1][0]
         assert len(check_stored(schema, sm, sid)) == 7
     finally:
         sm.close()
 
 
 def test_a_linked_append_of_an_id_another_instance_used_learns_nothing_and_the_next_appends_link_right(
-        schema: str, learned_ahead: list[list[Any]]) -> None:
+        schema: str, ahead: list[list[Any]]) -> None:
     # Prevents: the session learned ahead published after the INSERT's unique violation (23505:
     # nothing written), or the retry answering wrong, or the next appends' links or count off.
     a, b = open_sm(schema, pool_size=1), open_sm(schema, pool_size=1)
@@ -241,13 +226,13 @@ def test_a_linked_append_of_an_id_another_instance_used_learns_nothing_and_the_n
         for i in range(4):
             a.call("session::append", {"session_id": sid, "message": text(f"w{i}")})
         theirs = b.call("session::append", {"session_id": sid, "entry_id": "dup", "message": text("theirs")})
-        learned_ahead.clear()
+        ahead.clear()
         # An append of an id in use answers the stored one (idempotent, as every store).
         assert a.call("session::append", {"session_id": sid, "entry_id": "dup", "message": text("mine")}) == theirs
-        assert len(learned_ahead) <= 1
+        assert len(ahead) <= 1
         known = a.service.store.optimistic._known.get(sid)
         assert known is None or (known.leaf, known.meta["message_count"]) == ("dup", 5)
-        assert all(not out or out[0] is not known for out in learned_ahead)
+        assert all(not out or out[0] is not known for out in ahead)
         nxt = a.call("session::append", {"session_id": sid, "message": text("after")})
         assert nxt["parent_id"] == "dup"
         assert len(check_stored(schema, a, sid)) == 6
@@ -256,8 +241,8 @@ def test_a_linked_append_of_an_id_another_instance_used_learns_nothing_and_the_n
         b.close()
 
 
-def test_a_linked_append_of_an_id_used_before_the_known_bodies_drops_what_it_learned_ahead(
-        schema: str, learned_ahead: list[list[Any]], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_linked_append_of_an_id_used_before_the_known_bodies_drops_what_it_ahead(
+        schema: str, ahead: list[list[Any]], monkeypatch: pytest.MonkeyPatch) -> None:
     # Prevents: the session learned ahead published after the plain INSERT's unique violation
     # (23505: an id used before the entries this instance remembers, nothing written), the
     # retry answering other than the stored entry, or the next appends' links or count off.
@@ -279,12 +264,12 @@ def test_a_linked_append_of_an_id_used_before_the_known_bodies_drops_what_it_lea
         sid = sm.call("session::create", {"title": "t"})["session_id"]
         first = [sm.call("session::append", {"session_id": sid, "entry_id": f"e{i}", "message": text(str(i))})
                  for i in range(opt.KNOWN_BODIES + 4)]
-        learned_ahead.clear()
+        ahead.clear()
         again = sm.call("session::append", {"session_id": sid, "entry_id": "e0", "message": text("0")})
         assert again == first[0] and failures == ["23505"]
-        assert len(learned_ahead) == 1 and len(learned_ahead[0]) == 1  # learned ahead, then dropped
+        assert len(ahead) == 1 and len(ahead[0]) == 1  # learned ahead, then dropped
         known = sm.service.store.optimistic._known.get(sid)
-        assert known is not learned_ahead[0][0]
+        assert known is not ahead[0][0]
         nxt = sm.call("session::append", {"session_id": sid, "message": text("after")})
         assert nxt["parent_id"] == first[-1]["entry_id"]
         assert len(check_stored(schema, sm, sid)) == opt.KNOWN_BODIES + 5
@@ -424,7 +409,7 @@ def test_an_observer_gets_each_append_once_in_order_while_every_backend_is_ended
 
 
 def test_an_append_sent_again_after_deallocate_all_and_then_held_on_the_session_lock_meets_its_deadline(
-        schema: str, learned_ahead: list[list[Any]]) -> None:
+        schema: str, ahead: list[list[Any]]) -> None:
     # Prevents: the exchange sent again after its names were found gone escaping the call's
     # deadline (a fresh wait per attempt), the work ahead run again for it or published
     # though no answer came, or the chain's links or count off once the lock is free.
@@ -439,7 +424,7 @@ def test_an_append_sent_again_after_deallocate_all_and_then_held_on_the_session_
         conn.execute("BEGIN")
         conn.execute("ROLLBACK")  # (psycopg's DEALLOCATE ALL)
         pool.putconn(conn)
-        learned_ahead.clear()
+        ahead.clear()
         with psycopg.connect(pg_support.DSN, autocommit=True) as holder:
             holder.execute(f'SET search_path TO "{schema}"')
             holder.execute("BEGIN")
@@ -452,7 +437,7 @@ def test_an_append_sent_again_after_deallocate_all_and_then_held_on_the_session_
                     held.result(timeout=HANG_S)
             holder.execute("COMMIT")
         assert failed.value.code == "session/storage"
-        assert len(learned_ahead) == 1 and sid not in sm.service.store.optimistic._known
+        assert len(ahead) == 1 and sid not in sm.service.store.optimistic._known
         after = sm.call("session::append", {"session_id": sid, "message": text("after")})
         landed = [e["id"] for e in sm.service.store.entries(sid) if e["id"] == "late"]  # (in doubt: it may have)
         path = check_stored(schema, sm, sid)

@@ -19,8 +19,8 @@ from tests.unit.test_postgres_plain import _kind, _spy_run_pair
 pytestmark = pytest.mark.postgres
 
 
-@pytest.fixture
-def ahead(monkeypatch: pytest.MonkeyPatch) -> list[list[Any]]:
+@pytest.fixture(name="ahead")
+def ahead_fixture(monkeypatch: pytest.MonkeyPatch) -> list[list[Any]]:
     """What each ``_learn_ahead`` of this process produced (its ``out``: the Known, or nothing)."""
     import session_manager.store.postgres.optimistic as opt
 

@@ -1,0 +1,29 @@
+"""The ``opener`` fixture the framework adapters' tests share: a store opened again at each
+call (a restart), over fs, sqlite or postgres (skipped where no server answers). A test module
+uses it by importing it: ``from tests.unit.store_openers import Opener, opener_fixture``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import session_manager
+from tests import pg_support
+
+Opener = Callable[[], Any]
+
+
+@pytest.fixture(name="opener", params=["fs", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def opener_fixture(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Opener]:
+    """Opens the same store again each call (a restart), over fs, sqlite or postgres."""
+    if request.param == "fs":
+        yield lambda: session_manager.open(tmp_path / "d")
+        return
+    if request.param == "sqlite":
+        yield lambda: session_manager.open(f"sqlite:///{tmp_path.resolve()}/d.db")
+        return
+    with pg_support.schema() as name:
+        yield lambda: session_manager.open(store=pg_support.open_store(name))
