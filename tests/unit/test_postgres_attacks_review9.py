@@ -184,6 +184,23 @@ def _stored_row(schema: str, sid: str) -> tuple[str, str, str]:
         return row[0], row[1], row[2]
 
 
+def _warm_then_deallocated(sm: session_manager.SessionManager) -> str:
+    """A session appended to warm on ``sm`` (a pool of one connection), then that connection's
+    prepared statements dropped the way psycopg drops them: its own statement, then a ROLLBACK
+    (``DEALLOCATE ALL``); the session's id."""
+    sid = sm.call("session::create", {"title": "t"})["session_id"]
+    for i in range(5):
+        sm.call("session::append", {"session_id": sid, "message": text(f"w{i}")})
+    pool = sm.service.store.db.pool
+    conn = pool.getconn(timeout=10)
+    conn.execute("SELECT 1", prepare=True)  # psycopg's own statement: its ROLLBACK deallocates all
+    conn.execute("BEGIN")
+    conn.execute("ROLLBACK")
+    assert not conn.execute("SELECT name FROM pg_prepared_statements WHERE name LIKE 'sm\\_%'").fetchall()
+    pool.putconn(conn)
+    return str(sid)
+
+
 def test_a_linked_append_sent_again_after_deallocate_all_learns_ahead_once_and_as_written(
         schema: str, ahead: list[list[Any]]) -> None:
     # Prevents: the work ahead run again for the exchange sent again (or not at all), or the
@@ -191,16 +208,7 @@ def test_a_linked_append_sent_again_after_deallocate_all_learns_ahead_once_and_a
     # psycopg's DEALLOCATE ALL dropped: the next linked append's compare-and-set then missing.
     sm = open_sm(schema, pool_size=1)  # (one connection: the one rolled back below)
     try:
-        sid = sm.call("session::create", {"title": "t"})["session_id"]
-        for i in range(5):
-            sm.call("session::append", {"session_id": sid, "message": text(f"w{i}")})
-        pool = sm.service.store.db.pool
-        conn = pool.getconn(timeout=10)
-        conn.execute("SELECT 1", prepare=True)  # psycopg's own statement: its ROLLBACK deallocates all
-        conn.execute("BEGIN")
-        conn.execute("ROLLBACK")
-        assert not conn.execute("SELECT name FROM pg_prepared_statements WHERE name LIKE 'sm\\_%'").fetchall()
-        pool.putconn(conn)
+        sid = _warm_then_deallocated(sm)
         ahead.clear()
         answer = sm.call("session::append", {"session_id": sid, "message": text("x")})
         assert len(ahead) == 1 and len(ahead[0]) == 1
@@ -415,15 +423,7 @@ def test_an_append_sent_again_after_deallocate_all_and_then_held_on_the_session_
     # though no answer came, or the chain's links or count off once the lock is free.
     sm = open_sm(schema, pool_size=1, timeout_ms=1500)
     try:
-        sid = sm.call("session::create", {"title": "t"})["session_id"]
-        for i in range(5):
-            sm.call("session::append", {"session_id": sid, "message": text(f"w{i}")})
-        pool = sm.service.store.db.pool
-        conn = pool.getconn(timeout=10)
-        conn.execute("SELECT 1", prepare=True)
-        conn.execute("BEGIN")
-        conn.execute("ROLLBACK")  # (psycopg's DEALLOCATE ALL)
-        pool.putconn(conn)
+        sid = _warm_then_deallocated(sm)
         ahead.clear()
         with psycopg.connect(pg_support.DSN, autocommit=True) as holder:
             holder.execute(f'SET search_path TO "{schema}"')
