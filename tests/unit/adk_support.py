@@ -102,3 +102,10 @@ def session_manager_open(schema: str) -> Any:
     import session_manager
 
     return session_manager.open(store=pg_support.open_store(schema))
+
+
+@pytest.fixture(name="store", params=BACKENDS)
+def store_fixture(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
+    """Each ADK test over every backend (a test module imports this to use ``store``)."""
+    with backend(request.param, tmp_path) as b:
+        yield b

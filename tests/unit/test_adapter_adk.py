@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,15 +24,12 @@ from google.adk.tools.tool_confirmation import ToolConfirmation
 from google.genai import types
 
 from session_manager.adapters._adk_codec import session_key, user_state_key
-from tests.unit.adk_support import BACKENDS, Backend, backend
+from tests.unit.adk_support import (
+    Backend,
+    store_fixture,  # noqa: F401 (the fixture "store")
+)
 
 APP = "weather"
-
-
-@pytest.fixture(params=BACKENDS)
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
-    with backend(request.param, tmp_path) as b:
-        yield b
 
 
 def said(text: str, **kw: Any) -> Event:

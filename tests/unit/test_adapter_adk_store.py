@@ -9,7 +9,7 @@ import multiprocessing
 import re
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -31,16 +31,15 @@ from google.genai import types
 from session_manager.adapters._adk_codec import app_state_key, session_key, user_state_key
 from session_manager.adapters.adk import SessionManagerSessionService
 from tests import pg_support
-from tests.unit.adk_support import BACKENDS, Backend, append_from_process, backend, session_manager_open
+from tests.unit.adk_support import (
+    Backend,
+    append_from_process,
+    session_manager_open,
+    store_fixture,  # noqa: F401 (the fixture "store")
+)
 
 APP = "weather"
 ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(params=BACKENDS)
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
-    with backend(request.param, tmp_path) as b:
-        yield b
 
 
 def text_event(author: str, text: str, **state: Any) -> Event:

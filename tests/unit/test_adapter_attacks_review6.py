@@ -7,7 +7,7 @@ postgres. The LangGraph and transcript adapters' attacks are in
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,16 +26,14 @@ from session_manager import SessionError
 from session_manager.adapters._adk_codec import session_key, user_state_key
 from session_manager.adapters.adk import SessionManagerSessionService
 from session_manager.errors import STORAGE
-from tests.unit.adk_support import BACKENDS, Backend, backend
+from tests.unit.adk_support import (
+    Backend,
+    backend,
+    store_fixture,  # noqa: F401 (the fixture "store")
+)
 from tests.unit.attack_support import Held, cancel_twice_while_held, run_spawned
 
 APP = "attack"
-
-
-@pytest.fixture(params=BACKENDS)
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
-    with backend(request.param, tmp_path) as b:
-        yield b
 
 
 def said(text: str, author: str = "user", **state: Any) -> Event:
