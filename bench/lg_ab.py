@@ -3,8 +3,10 @@
 ``session_manager``, imported as ``sm_base``) and ``SqliteSaver``, taking turns in a shuffled order
 each round, each on its own thread of ``bench_langgraph``'s checkpoints.
 
-Run: ``python bench/lg_ab.py [REV] [--rounds 30] [--state documents]`` (REV: ``HEAD`` by default,
-i.e. the working tree's changes against the last commit). Prints each saver's median and 10th
+Run: ``python bench/lg_ab.py [REV] [--rounds 30] [--state documents] [--store sqlite]
+[--durability fsync]`` (REV: ``HEAD`` by default, i.e. the working tree's changes against the last
+commit; ``--store sqlite``: both versions over our sqlite store, each its own file; ``SqliteSaver``
+at the same durability: ``NORMAL`` for flush, ``FULL`` for fsync). Prints each saver's median and 10th
 percentile put and the ratios; ``base/new`` above 1 is this tree faster. Both versions run the
 same checkpoints in the same process and rounds, so a change's share of a put shows through a
 busy machine's noise better than two ``bench_langgraph.py`` runs do (~1-2 % between runs here;
@@ -49,6 +51,8 @@ def main() -> None:
     parser.add_argument("rev", nargs="?", default="HEAD")
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--state", choices=("settings", "documents"), default="settings")
+    parser.add_argument("--store", choices=("fs", "sqlite"), default="fs")
+    parser.add_argument("--durability", choices=("flush", "fsync"), default="flush")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         where = Path(tmp)
@@ -62,10 +66,15 @@ def main() -> None:
         from session_manager.adapters import langgraph as new_adapter
 
         settings = bench.SETTINGS if args.state == "settings" else bench.DOCUMENTS
-        with sm_base.open(where / "base") as old, session_manager.open(where / "new") as new:
+        def at(name: str) -> str | Path:
+            return f"sqlite:///{where.resolve()}/{name}.db" if args.store == "sqlite" else where / name
+
+        synchronous = "NORMAL" if args.durability == "flush" else "FULL"
+        with sm_base.open(at("base"), durability=args.durability) as old, \
+                session_manager.open(at("new"), durability=args.durability) as new:
             threads = {"base": bench.Thread(base_adapter.SessionManagerSaver(old), "t", settings),
                        "new": bench.Thread(new_adapter.SessionManagerSaver(new), "t", settings),
-                       "sqlite": bench.Thread(bench.sqlite_saver(where / "x.db", "NORMAL"), "t", settings)}
+                       "sqlite": bench.Thread(bench.sqlite_saver(where / "x.db", synchronous), "t", settings)}
             times: dict[str, list[float]] = {name: [] for name in threads}
             order = list(threads)
             for _ in range(args.rounds):
@@ -76,7 +85,8 @@ def main() -> None:
     med = {name: statistics.median(t) * 1e6 for name, t in times.items()}
     p10 = {name: sorted(t)[len(t) // 10] * 1e6 for name, t in times.items()}
     load = Path("/proc/loadavg").read_text().split()[0] if Path("/proc/loadavg").exists() else "?"
-    print(f"put, {args.state}, {args.rounds} rounds of 25 (base: {args.rev}), load {load}: "
+    print(f"put over {args.store} ({args.durability}), {args.state}, {args.rounds} rounds of 25 "
+          f"(base: {args.rev}), load {load}: "
           + ", ".join(f"{name} {med[name]:.1f} us (p10 {p10[name]:.1f})" for name in threads))
     print(f"  sqlite/base {med['sqlite'] / med['base']:.3f}x  sqlite/new {med['sqlite'] / med['new']:.3f}x  "
           f"base/new {med['base'] / med['new']:.3f}x")

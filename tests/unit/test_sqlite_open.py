@@ -93,7 +93,7 @@ def test_fsync_sizes_the_wal_once_past_its_frames(tmp_path: Path) -> None:
     path = tmp_path / "w.db"
     wal = Path(str(path) + "-wal")
     frame = 24 + 4096
-    first = SqliteStore(SqliteSettings(path=str(path)))  # flush: its WAL grows as it goes
+    first = SqliteStore(SqliteSettings(path=str(path)))  # flush: its WAL laid ahead a step at a time (1 MiB first)
     second = SqliteStore(SqliteSettings(path=str(path), durability="fsync"))
     try:
         meta = {"session_id": "s", "title": "", "description": "", "status": "idle", "created_at": 1,
@@ -140,7 +140,7 @@ def test_the_wal_of_a_file_moved_in_under_the_path_is_never_sized(tmp_path: Path
         old.commit("s", Commit(meta=meta))
         for f in tmp_path.iterdir():
             f.unlink()
-        other = SqliteStore(SqliteSettings(path=str(path)))  # flush: its WAL is never sized
+        other = SqliteStore(SqliteSettings(path=str(path)))  # flush: its WAL laid a step ahead by its own writes
         other.commit("t", Commit(meta={**meta, "session_id": "t"}))
         wal = Path(str(path) + "-wal")
         before = wal.read_bytes()
