@@ -10,7 +10,11 @@ A thread's session holds custom entries only (nothing here is a chat message):
   (time travel forks are branches). It holds the checkpoint without its
   channel values, the metadata, and the values of the channels ``put`` named
   in ``new_versions``: each channel version is stored once, in the entry that
-  introduced it, and later checkpoints point at it through the index;
+  introduced it, and later checkpoints point at it through the index. A value
+  whose serialized bytes continue (or cut back) those of the channel's newest
+  value stored whole (a messages list a turn grew) is stored as a delta of it:
+  its own first and last bytes and the span of the other it shares, named by
+  entry id (:func:`delta`; one entry further to read, never a chain);
 - ``langgraph.writes``: one per ``put_writes`` that changed something, child
   of its checkpoint's entry;
 - ``langgraph.deleted``: checkpoints ``prune`` / ``delete_for_runs`` removed
@@ -105,27 +109,89 @@ def pack_writes(serde: Any, writes: list[tuple[int, str, Any]]) -> tuple[list[li
     return packed, twin
 
 
-def pack_values(serde: Any, channel_values: dict[str, Any],
-                new_versions: dict[str, Any]) -> tuple[dict[str, list[Any]], dict[str, list[Any]]]:
-    """The ``values`` of a checkpoint entry: ``[version, type, data]`` per channel in
-    ``new_versions`` (``[version, "empty", ""]`` for a channel without a value), and
-    their twin to encode (:func:`data_json`): equal, each text another string."""
-    values: dict[str, list[Any]] = {}
-    twin: dict[str, list[Any]] = {}
+Serialized = list[tuple[str, "str | int | float", str, "bytes | None"]]  # (channel, version, type, bytes)
+
+
+def serialize_values(serde: Any, channel_values: dict[str, Any], new_versions: dict[str, Any]) -> Serialized:
+    """The channels in ``new_versions``, each value through the serializer (``None``: no value)."""
+    out: Serialized = []
     for channel, number in new_versions.items():  # (text() and channel_version() inline for what they
         # take as it is, a str name, type and version: every channel of every put)
         name = channel if type(channel) is str else text(channel, "new_versions")
         version = number if type(number) is str else channel_version(number, name)
         if channel in channel_values:
             kind, data = serde.dumps_typed(channel_values[channel])
-            if type(kind) is not str:
-                kind = text(kind, "serde type")
-            packed = [version, kind, data.decode("latin-1")]
-            twin[name] = [version, kind, data.decode("latin-1")]
+            out.append((name, version, kind if type(kind) is str else text(kind, "serde type"), data))
         else:
+            out.append((name, version, "empty", None))
+    return out
+
+
+Bases = dict[tuple[str, str], tuple[str, str]]  # (ns, channel) -> (entry id, text) of its newest full value
+
+
+def pack_values(ns: str, serialized: Serialized,
+                bases: Bases | None) -> tuple[dict[str, list[Any]], dict[str, list[Any]]]:
+    """The ``values`` of a checkpoint entry: ``[version, type, data]`` per serialized channel
+    (``[version, "empty", ""]`` without a value), or, when its bytes continue or cut those of
+    the channel's full value in ``bases`` (:func:`delta`), ``[version, type, head, base entry id,
+    start, end, tail]``; and their twin to encode (:func:`data_json`): equal, each text another string."""
+    values: dict[str, list[Any]] = {}
+    twin: dict[str, list[Any]] = {}
+    for name, version, kind, data in serialized:
+        if data is None:
             packed = twin[name] = [version, "empty", ""]
+        else:
+            value = data.decode("latin-1")
+            base = bases.get((ns, name)) if bases else None
+            cut = delta(base[1], value) if base is not None else None
+            if cut is None:
+                packed = [version, kind, value]
+                twin[name] = [version, kind, data.decode("latin-1")]
+            else:
+                head, start, end, after = cut
+                packed = [version, kind, value[:head], base[0], start, end, value[after:]]  # type: ignore[index]
+                twin[name] = [version, kind, data[:head].decode("latin-1"), base[0], start, end,  # type: ignore[index]
+                              data[after:].decode("latin-1")]
         values[name] = packed
     return values, twin
+
+
+_DELTA_MIN = 512  # bytes a delta must take from its base (below, the whole value is as cheap)
+
+
+def _array_head(value: str) -> int:
+    """The length of the msgpack array header ``value`` starts with (LangGraph's serializer
+    writes a list so), 0 for anything else."""
+    first = ord(value[0]) if value else 0
+    return 1 if 0x90 <= first <= 0x9F else 3 if first == 0xDC else 5 if first == 0xDD else 0
+
+
+def delta(base: str, value: str) -> tuple[int, int, int, int] | None:
+    """``(head, start, end, after)`` with ``value == value[:head] + base[start:end] + value[after:]``
+    when ``value``'s items after its array header continue ``base``'s (a list grown: LangGraph's
+    messages) or are a prefix of them (a list cut back) and that shares at least ``_DELTA_MIN``
+    bytes and two thirds of ``value``; else ``None`` (stored whole). Checked by comparison: a
+    delta is exact whatever serializer made the bytes."""
+    head, start = _array_head(value), _array_head(base)
+    shared = len(base) - start
+    if len(value) - head >= shared:  # grown, or as long
+        if shared < _DELTA_MIN or 3 * shared < 2 * len(value) or not value.startswith(base[start:], head):
+            return None
+        return head, start, len(base), head + shared
+    shared = len(value) - head  # cut: every item of value's one of base's
+    if shared < _DELTA_MIN or not base.startswith(value[head:], start):
+        return None
+    return head, start, start + shared, len(value)
+
+
+def value_text(packed: list[Any], base: str | None) -> str:
+    """The serialized value's text of a stored ``[version, type, ...]`` (``base``: the text
+    of the full value a delta names, :func:`pack_values`)."""
+    if len(packed) == 3:
+        return packed[2]  # type: ignore[no-any-return]
+    assert base is not None, "a delta is read with its base"
+    return packed[2] + base[packed[4]:packed[5]] + packed[6]  # type: ignore[no-any-return]
 
 
 def data_json(data: dict[str, Any], key: str, twin: Any) -> bytes | None:
@@ -251,6 +317,7 @@ class ThreadIndex:
     blobs: dict[tuple[str, str, str | int | float], str] = field(default_factory=dict)
     writes: dict[Key, dict[WriteKey, Write]] = field(default_factory=dict)
     newest: dict[str, str] = field(default_factory=dict)  # ns -> its newest checkpoint id
+    bases: Bases = field(default_factory=dict)  # what a put's delta is made against (pack_values)
 
     def add(self, entry: dict[str, Any]) -> None:
         """Take one stored entry (``kind``, ``custom_type``, ``data``) into the index, in append order."""
@@ -281,9 +348,11 @@ class ThreadIndex:
         self.checkpoints[key] = entry_id  # a checkpoint put again replaces the earlier one (its writes stay)
         if data["id"] > self.newest.get(ns, ""):
             self.newest[ns] = data["id"]
-        blobs = self.blobs
+        blobs, bases = self.blobs, self.bases
         for channel, packed in data.get("values", {}).items():  # ([version, ...]: indexed, not unpacked: every put)
             blobs[(ns, channel, packed[0])] = entry_id
+            if len(packed) == 3 and packed[1] != "empty":
+                bases[(ns, channel)] = (entry_id, packed[2])
 
     def add_writes(self, entry_id: str, data: dict[str, Any]) -> None:
         slot = self.writes.setdefault((data["ns"], data["checkpoint_id"]), {})

@@ -69,8 +69,10 @@ from ._checkpoints import (
     new_writes,
     pack_values,
     pack_writes,
+    serialize_values,
     text,
     unpack,
+    value_text,
 )
 from ._settle import settled
 from ._transcript import _registry as lock_registry
@@ -294,7 +296,8 @@ class SessionManagerSaver(BaseCheckpointSaver[str]):
                 continue
             stored = self._data(thread_id, holder, seen)["values"][channel]
             if stored[1] != "empty":
-                values[channel] = unpack(self.serde, stored[1:])
+                base = self._data(thread_id, stored[3], seen)["values"][channel][2] if len(stored) > 3 else None
+                values[channel] = unpack(self.serde, [stored[1], value_text(stored, base)])
         pending = sorted(index.writes.get(key, {}).items(),
                          key=lambda kv: writes_sort_key(kv[1].task_path, kv[0][0], kv[0][1]))
         writes = []
@@ -331,17 +334,20 @@ class SessionManagerSaver(BaseCheckpointSaver[str]):
         # Built of exact JSON only (see _checkpoints): handed to the store without a copy.
         merged = get_checkpoint_metadata(config, metadata)
         body, meta = encode_docs(self.serde, _without_values(checkpoint), merged)
-        values, twin = pack_values(self.serde, checkpoint["channel_values"], new_versions)
-        data = {"ns": ns, "id": checkpoint_id, "parent": parent_id, "checkpoint": body, "metadata": meta,
-                "values": values}
-        encoded = data_json(data, "values", twin)
-        def write(index: ThreadIndex, checked: bool) -> tuple[ThreadIndex, str]:
+        serialized = serialize_values(self.serde, checkpoint["channel_values"], new_versions)
+
+        def write(index: ThreadIndex, checked: bool) -> tuple[ThreadIndex, dict[str, Any], str]:
+            # A value stored as a delta names its base entry: made against this index only when the
+            # append lands only while the session is as the index saw it (``checked``), so the base is there.
+            values, twin = pack_values(ns, serialized, index.bases if checked else None)
+            data = {"ns": ns, "id": checkpoint_id, "parent": parent_id, "checkpoint": body, "metadata": meta,
+                    "values": values}
             parent_entry = index.checkpoints.get((ns, parent_id)) if parent_id else None
-            return index, self._write(thread_id, index, CHECKPOINT, data, parent_entry or ROOT_ID,
-                                      owned=True, checked=checked, data_json=encoded)
+            return index, data, self._write(thread_id, index, CHECKPOINT, data, parent_entry or ROOT_ID, owned=True,
+                                            checked=checked, data_json=data_json(data, "values", twin))
 
         with self._lock(thread_id):  # no read of the session: the append checks the index is current
-            index, written = self._checked(thread_id, self._current(thread_id), write)
+            index, data, written = self._checked(thread_id, self._current(thread_id), write)
             index.add_checkpoint(written, data)
         return _config(thread_id, ns, checkpoint_id)
 
