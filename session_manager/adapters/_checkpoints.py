@@ -127,71 +127,97 @@ def serialize_values(serde: Any, channel_values: dict[str, Any], new_versions: d
     return out
 
 
-Bases = dict[tuple[str, str], tuple[str, str]]  # (ns, channel) -> (entry id, text) of its newest full value
+@dataclass(slots=True)
+class Base:
+    """A channel's newest value stored whole (in entry ``entry_id``, as ``text``): what a put's
+    value is made a delta of (:func:`delta`). ``mid``: its bytes after their array header (at
+    ``start``), made at the first delta against it and kept with it, so each put compares bytes
+    with bytes, without decoding its own value or copying the base's."""
+
+    entry_id: str
+    text: str
+    start: int = 0
+    mid: bytes | None = None
+
+    def span(self) -> bytes:
+        if self.mid is None:
+            self.start = _array_head(ord(self.text[0]) if self.text else 0)
+            self.mid = self.text[self.start:].encode("latin-1")
+        return self.mid
+
+
+Bases = dict[tuple[str, str], Base]  # (ns, channel) -> its newest value stored whole
 
 
 def pack_values(ns: str, serialized: Serialized,
                 bases: Bases | None) -> tuple[dict[str, list[Any]], dict[str, list[Any]]]:
     """The ``values`` of a checkpoint entry: ``[version, type, data]`` per serialized channel
     (``[version, "empty", ""]`` without a value), or, when its bytes continue or cut those of
-    the channel's full value in ``bases`` (:func:`delta`), ``[version, type, head, base entry id,
+    the channel's value in ``bases`` (:func:`delta`), ``[version, type, head, base entry id,
     start, end, tail]``; and their twin to encode (:func:`data_json`): equal, each text another string."""
     values: dict[str, list[Any]] = {}
     twin: dict[str, list[Any]] = {}
     for name, version, kind, data in serialized:
         if data is None:
             packed = twin[name] = [version, "empty", ""]
+            values[name] = packed
+            continue
+        base = bases.get((ns, name)) if bases else None
+        cut = delta(base, data) if base is not None else None
+        if cut is None:
+            values[name] = [version, kind, data.decode("latin-1")]
+            twin[name] = [version, kind, data.decode("latin-1")]
         else:
-            value = data.decode("latin-1")
-            base = bases.get((ns, name)) if bases else None
-            cut = delta(base[1], value) if base is not None else None
-            if cut is None:
-                packed = [version, kind, value]
-                twin[name] = [version, kind, data.decode("latin-1")]
-            else:
-                head, start, end, after = cut
-                packed = [version, kind, value[:head], base[0], start, end, value[after:]]  # type: ignore[index]
-                twin[name] = [version, kind, data[:head].decode("latin-1"), base[0], start, end,  # type: ignore[index]
-                              data[after:].decode("latin-1")]
-        values[name] = packed
+            head, start, end, after = cut
+            entry_id = base.entry_id  # type: ignore[union-attr]
+            values[name] = [version, kind, data[:head].decode("latin-1"), entry_id, start, end,
+                            data[after:].decode("latin-1")]
+            twin[name] = [version, kind, data[:head].decode("latin-1"), entry_id, start, end,
+                          data[after:].decode("latin-1")]
     return values, twin
 
 
 _DELTA_MIN = 512  # bytes a delta must take from its base (below, the whole value is as cheap)
 
 
-def _array_head(value: str) -> int:
-    """The length of the msgpack array header ``value`` starts with (LangGraph's serializer
-    writes a list so), 0 for anything else."""
-    first = ord(value[0]) if value else 0
+def _array_head(first: int) -> int:
+    """The length of the msgpack array header a value whose first byte is ``first`` starts
+    with (LangGraph's serializer writes a list so), 0 for anything else."""
     return 1 if 0x90 <= first <= 0x9F else 3 if first == 0xDC else 5 if first == 0xDD else 0
 
 
-def delta(base: str, value: str) -> tuple[int, int, int, int] | None:
+def delta(base: Base, value: bytes) -> tuple[int, int, int, int] | None:
     """``(head, start, end, after)`` with ``value == value[:head] + base[start:end] + value[after:]``
-    when ``value``'s items after its array header continue ``base``'s (a list grown: LangGraph's
-    messages) or are a prefix of them (a list cut back) and that shares at least ``_DELTA_MIN``
-    bytes and two thirds of ``value``; else ``None`` (stored whole). Checked by comparison: a
-    delta is exact whatever serializer made the bytes."""
-    head, start = _array_head(value), _array_head(base)
-    shared = len(base) - start
+    (``base``'s bytes) when ``value``'s items after its array header continue ``base``'s (a list
+    grown: LangGraph's messages) or are a prefix of them (a list cut back), sharing at least
+    ``_DELTA_MIN`` bytes and two thirds of ``value``; else ``None`` (stored whole). Checked by
+    comparison: a delta is exact whatever serializer made the bytes."""
+    mid = base.span()
+    head = _array_head(value[0]) if value else 0
+    shared = len(mid)
     if len(value) - head >= shared:  # grown, or as long
-        if shared < _DELTA_MIN or 3 * shared < 2 * len(value) or not value.startswith(base[start:], head):
+        if shared < _DELTA_MIN or 3 * shared < 2 * len(value) or not value.startswith(mid, head):
             return None
-        return head, start, len(base), head + shared
+        return head, base.start, base.start + shared, head + shared
     shared = len(value) - head  # cut: every item of value's one of base's
-    if shared < _DELTA_MIN or not base.startswith(value[head:], start):
+    if shared < _DELTA_MIN or not mid.startswith(value[head:]):
         return None
-    return head, start, start + shared, len(value)
+    return head, base.start, base.start + shared, len(value)
 
 
-def value_text(packed: list[Any], base: str | None) -> str:
-    """The serialized value's text of a stored ``[version, type, ...]`` (``base``: the text
-    of the full value a delta names, :func:`pack_values`)."""
+def value_bytes(packed: list[Any], base: Base | str | None) -> bytes:
+    """The serialized value's bytes of a stored ``[version, type, ...]``; a delta's with its
+    base (:func:`pack_values`): the index's :class:`Base` when it is the one named, else the
+    text of the value stored whole in the entry named."""
     if len(packed) == 3:
-        return packed[2]  # type: ignore[no-any-return]
+        return packed[2].encode("latin-1")  # type: ignore[no-any-return]
+    head, start, end, tail = packed[2], packed[4], packed[5], packed[6]
+    if isinstance(base, Base):
+        mid = base.span()
+        shared = mid if end - start == len(mid) else mid[:end - start]
+        return b"".join((head.encode("latin-1"), shared, tail.encode("latin-1")))
     assert base is not None, "a delta is read with its base"
-    return packed[2] + base[packed[4]:packed[5]] + packed[6]  # type: ignore[no-any-return]
+    return (head + base[start:end] + tail).encode("latin-1")  # type: ignore[no-any-return]
 
 
 def data_json(data: dict[str, Any], key: str, twin: Any) -> bytes | None:
@@ -352,7 +378,7 @@ class ThreadIndex:
         for channel, packed in data.get("values", {}).items():  # ([version, ...]: indexed, not unpacked: every put)
             blobs[(ns, channel, packed[0])] = entry_id
             if len(packed) == 3 and packed[1] != "empty":
-                bases[(ns, channel)] = (entry_id, packed[2])
+                bases[(ns, channel)] = Base(entry_id, packed[2])
 
     def add_writes(self, entry_id: str, data: dict[str, Any]) -> None:
         slot = self.writes.setdefault((data["ns"], data["checkpoint_id"]), {})

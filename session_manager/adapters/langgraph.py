@@ -61,6 +61,7 @@ from ._checkpoints import (
     ROOT,
     ROOT_ID,
     WRITES,
+    Base,
     Key,
     ThreadIndex,
     data_json,
@@ -72,7 +73,7 @@ from ._checkpoints import (
     serialize_values,
     text,
     unpack,
-    value_text,
+    value_bytes,
 )
 from ._settle import settled
 from ._transcript import _registry as lock_registry
@@ -296,8 +297,12 @@ class SessionManagerSaver(BaseCheckpointSaver[str]):
                 continue
             stored = self._data(thread_id, holder, seen)["values"][channel]
             if stored[1] != "empty":
-                base = self._data(thread_id, stored[3], seen)["values"][channel][2] if len(stored) > 3 else None
-                values[channel] = unpack(self.serde, [stored[1], value_text(stored, base)])
+                base: Base | str | None = None
+                if len(stored) > 3:  # a delta: of the index's base (no read), else of the entry it names
+                    base = index.bases.get((ns, channel))
+                    if base is None or base.entry_id != stored[3]:
+                        base = self._data(thread_id, stored[3], seen)["values"][channel][2]
+                values[channel] = self.serde.loads_typed((stored[1], value_bytes(stored, base)))
         pending = sorted(index.writes.get(key, {}).items(),
                          key=lambda kv: writes_sort_key(kv[1].task_path, kv[0][0], kv[0][1]))
         writes = []
