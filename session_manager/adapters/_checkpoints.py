@@ -146,10 +146,10 @@ class Base:
         return self.mid
 
 
-Bases = dict[tuple[str, str], Base]  # (ns, channel) -> its newest value stored whole
+Bases = dict[str, Base]  # channel -> its newest value stored whole on a namespace's line of checkpoints
 
 
-def pack_values(ns: str, serialized: Serialized,
+def pack_values(serialized: Serialized,
                 bases: Bases | None) -> tuple[dict[str, list[Any]], dict[str, list[Any]]]:
     """The ``values`` of a checkpoint entry: ``[version, type, data]`` per serialized channel
     (``[version, "empty", ""]`` without a value), or, when its bytes continue or cut those of
@@ -162,7 +162,7 @@ def pack_values(ns: str, serialized: Serialized,
             packed = twin[name] = [version, "empty", ""]
             values[name] = packed
             continue
-        base = bases.get((ns, name)) if bases else None
+        base = bases.get(name) if bases else None
         cut = delta(base, data) if base is not None else None
         if cut is None:
             values[name] = [version, kind, data.decode("latin-1")]
@@ -343,7 +343,12 @@ class ThreadIndex:
     blobs: dict[tuple[str, str, str | int | float], str] = field(default_factory=dict)
     writes: dict[Key, dict[WriteKey, Write]] = field(default_factory=dict)
     newest: dict[str, str] = field(default_factory=dict)  # ns -> its newest checkpoint id
-    bases: Bases = field(default_factory=dict)  # what a put's delta is made against (pack_values)
+    # What a put's values are made deltas of (pack_values): per ns, each channel's newest value stored
+    # whole on the line of checkpoints ending at ``tips[ns]`` (its newest checkpoint's entry), each
+    # one an ancestor of it: a checkpoint that does not continue the tip (a fork) starts the line
+    # again, so a delta's base is always on its own checkpoint's path (what a path copy carries).
+    bases: dict[str, Bases] = field(default_factory=dict)
+    tips: dict[str, str] = field(default_factory=dict)
 
     def add(self, entry: dict[str, Any]) -> None:
         """Take one stored entry (``kind``, ``custom_type``, ``data``) into the index, in append order."""
@@ -353,7 +358,7 @@ class ThreadIndex:
         if kind == ROOT and entry_id == ROOT_ID:
             self.rooted = True
         elif kind == CHECKPOINT and isinstance(data, dict):
-            self.add_checkpoint(entry_id, data)
+            self.add_checkpoint(entry_id, data, entry.get("parent_id"))
         elif kind == WRITES and isinstance(data, dict):
             self.add_writes(entry_id, data)
         elif kind == DELETED and isinstance(data, dict):
@@ -368,17 +373,28 @@ class ThreadIndex:
                 else:
                     self.newest.pop(ns, None)
 
-    def add_checkpoint(self, entry_id: str, data: dict[str, Any]) -> None:
+    def add_checkpoint(self, entry_id: str, data: dict[str, Any], parent: str | None) -> None:
+        """Take a checkpoint entry (``parent``: its parent entry) into the index, in append order."""
         ns = data["ns"]
         key = (ns, data["id"])
         self.checkpoints[key] = entry_id  # a checkpoint put again replaces the earlier one (its writes stay)
         if data["id"] > self.newest.get(ns, ""):
             self.newest[ns] = data["id"]
-        blobs, bases = self.blobs, self.bases
+        line = self.line(ns, parent)
+        if line is None:
+            line = self.bases[ns] = {}
+        self.tips[ns] = entry_id
+        blobs = self.blobs
         for channel, packed in data.get("values", {}).items():  # ([version, ...]: indexed, not unpacked: every put)
             blobs[(ns, channel, packed[0])] = entry_id
             if len(packed) == 3 and packed[1] != "empty":
-                bases[(ns, channel)] = Base(entry_id, packed[2])
+                line[channel] = Base(entry_id, packed[2])
+
+    def line(self, ns: str, parent: str | None) -> Bases | None:
+        """The bases a checkpoint of ``ns`` whose parent entry is ``parent`` may be a delta of:
+        ``None`` unless it continues the namespace's newest checkpoint (:attr:`bases`)."""
+        tip = self.tips.get(ns)
+        return self.bases.get(ns) if tip is not None and tip == parent else None
 
     def add_writes(self, entry_id: str, data: dict[str, Any]) -> None:
         slot = self.writes.setdefault((data["ns"], data["checkpoint_id"]), {})

@@ -677,15 +677,23 @@ def test_a_grown_or_cut_messages_value_is_stored_as_a_delta_of_a_full_one_and_re
         saver.put(config("d", "1f0-0002"), _messages_checkpoint(20, history[:11], "21.0"), {"step": 3},
                   {"messages": "21.0"})
         saver.copy_thread("d", "e")
-        values = [e["data"]["values"]["messages"] for e in stored(sm, "d") if e.get("custom_type") == CHECKPOINT]
-    deltas = [v for v in values if len(v) == 7]
+        entries = {e["id"]: e for e in stored(sm, "d")}
+    deltas = {i: e["data"]["values"]["messages"] for i, e in entries.items()
+              if e.get("custom_type") == CHECKPOINT and len(e["data"]["values"]["messages"]) == 7}
     assert len(deltas) >= 5  # the grown, cut and repeated lists
+    for entry_id, value in deltas.items():  # a delta's base is on its own checkpoint's path (a path copy holds it)
+        path = [entry_id]
+        while entries[path[-1]].get("parent_id"):
+            path.append(entries[path[-1]]["parent_id"])
+        assert value[3] in path[1:]
+    fork = next(e for e in entries.values() if e.get("custom_type") == CHECKPOINT and e["data"]["id"] == "1f0-0020")
+    assert len(fork["data"]["values"]["messages"]) == 3  # its line's base (40 messages) is on another branch
     with local_opener() as sm:  # a restart: read from the entries alone
         ids = {e["id"] for e in stored(sm, "d") if e.get("custom_type") == CHECKPOINT}
         full = {e["id"]: e["data"]["values"]["messages"] for e in stored(sm, "d")
                 if e.get("custom_type") == CHECKPOINT and len(e["data"]["values"]["messages"]) == 3}
         serde = JsonPlusSerializer()
-        for _, _, head, base, _, _, tail in deltas:
+        for _, _, head, base, _, _, tail in deltas.values():
             assert base in ids and base in full  # a delta's base is a full value, in the same session
             assert len(head) + len(tail) < len(full[base][2]) // 2
         saver = SessionManagerSaver(sm)
@@ -732,10 +740,31 @@ def test_a_put_redone_after_another_writer_moved_the_session_makes_its_delta_aga
         first.put(config("m"), _messages_checkpoint(0, history[:8], "1.0"), {"step": 0}, {"messages": "1.0"})
         second.delete_thread("m")
         second.put(config("m"), _messages_checkpoint(1, history[:7], "1.0"), {"step": 0}, {"messages": "1.0"})
-        first.put(config("m"), _messages_checkpoint(2, history[:9], "2.0"), {"step": 1}, {"messages": "2.0"})
+        first.put(config("m", "1f0-0001"), _messages_checkpoint(2, history[:9], "2.0"), {"step": 1},
+                  {"messages": "2.0"})
         ids = {e["id"] for e in stored(one, "m")}
         deltas = [e["data"]["values"]["messages"] for e in stored(one, "m")
                   if e.get("custom_type") == CHECKPOINT and len(e["data"]["values"]["messages"]) == 7]
         assert len(deltas) == 1 and deltas[0][3] in ids  # made against the second writer's value
         got = SessionManagerSaver(two).get_tuple(config("m", "1f0-0002"))
     assert got is not None and got.checkpoint["channel_values"]["messages"] == history[:9]
+
+
+def test_a_path_copied_by_session_fork_reads_its_deltas_under_the_new_entry_ids(local_opener: Opener) -> None:
+    # Prevents: a thread's session copied by session::fork (one root-to-entry path, new entry ids)
+    # whose delta values name their base by an entry id the copy does not have: the base is found as
+    # the nearest checkpoint above holding the channel whole, which is what it was when written.
+    history = [HumanMessage(f"message {i}: " + "lorem ipsum " * 8) for i in range(12)]
+    with local_opener() as sm:
+        saver = SessionManagerSaver(sm)
+        saved = config("p")
+        for step, n in enumerate([6, 7, 8, 3, 12]):
+            saved = saver.put(saved, _messages_checkpoint(step, history[:n], f"{step + 1}.0"), {"step": step},
+                              {"messages": f"{step + 1}.0"})
+        last = [e for e in stored(sm, "p") if e.get("custom_type") == CHECKPOINT]
+        assert [len(e["data"]["values"]["messages"]) for e in last] == [3, 7, 7, 7, 3]
+        copy = sm.call("session::fork", {"session_id": "p", "entry_id": last[3]["id"]})["session_id"]
+        copied = SessionManagerSaver(sm)
+        for step, n in enumerate([6, 7, 8, 3]):
+            got = copied.get_tuple(config(copy, f"1f0-{step:04}"))
+            assert got is not None and got.checkpoint["channel_values"]["messages"] == history[:n]
