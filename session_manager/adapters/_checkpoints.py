@@ -154,7 +154,10 @@ def pack_values(serialized: Serialized,
     """The ``values`` of a checkpoint entry: ``[version, type, data]`` per serialized channel
     (``[version, "empty", ""]`` without a value), or, when its bytes continue or cut those of
     the channel's value in ``bases`` (:func:`delta`), ``[version, type, head, base entry id,
-    start, end, tail]``; and their twin to encode (:func:`data_json`): equal, each text another string."""
+    start, end, tail]``; and their twin to encode (:func:`data_json`): equal, each text another string.
+    Deltas of msgpack only (LangGraph's serializer): a release before them reads a delta's head as
+    the value, which as msgpack is always incomplete (an error, never another value; raw ``bytes``
+    would read back silently cut)."""
     values: dict[str, list[Any]] = {}
     twin: dict[str, list[Any]] = {}
     for name, version, kind, data in serialized:
@@ -162,7 +165,7 @@ def pack_values(serialized: Serialized,
             packed = twin[name] = [version, "empty", ""]
             values[name] = packed
             continue
-        base = bases.get(name) if bases else None
+        base = bases.get(name) if bases and kind == "msgpack" else None
         cut = delta(base, data) if base is not None else None
         if cut is None:
             values[name] = [version, kind, data.decode("latin-1")]
@@ -214,7 +217,7 @@ def value_bytes(packed: list[Any], base: Base | str | None) -> bytes:
     head, start, end, tail = packed[2], packed[4], packed[5], packed[6]
     if isinstance(base, Base):
         mid = base.span()
-        shared = mid if end - start == len(mid) else mid[:end - start]
+        shared = mid if end - start == len(mid) else memoryview(mid)[:end - start]  # (joined: one copy)
         return b"".join((head.encode("latin-1"), shared, tail.encode("latin-1")))
     assert base is not None, "a delta is read with its base"
     return (head + base[start:end] + tail).encode("latin-1")  # type: ignore[no-any-return]
@@ -387,7 +390,7 @@ class ThreadIndex:
         blobs = self.blobs
         for channel, packed in data.get("values", {}).items():  # ([version, ...]: indexed, not unpacked: every put)
             blobs[(ns, channel, packed[0])] = entry_id
-            if len(packed) == 3 and packed[1] != "empty":
+            if len(packed) == 3 and packed[1] == "msgpack":
                 line[channel] = Base(entry_id, packed[2])
 
     def line(self, ns: str, parent: str | None) -> Bases | None:

@@ -726,6 +726,12 @@ def test_a_small_or_unrelated_value_is_stored_whole(local_opener: Opener) -> Non
         values = [e["data"]["values"]["messages"] for e in stored(sm, "w") if e.get("custom_type") == CHECKPOINT]
         assert [len(v) for v in values] == [3, 3, 3, 3]
         got = saver.get_tuple(config("w", "1f0-0001"))
+        # Raw bytes (the serializer's "bytes" type) grown: whole, as a release before deltas reads them.
+        for step, raw in enumerate([b"\x92" + b"a" * 2000, b"\x93" + b"a" * 2100], start=len(puts)):
+            saved = saver.put(saved, _messages_checkpoint(step, raw, f"{step + 1}.0"),  # type: ignore[arg-type]
+                              {"step": step}, {"messages": f"{step + 1}.0"})
+        raws = [e["data"]["values"]["messages"] for e in stored(sm, "w") if e.get("custom_type") == CHECKPOINT][-2:]
+        assert [(len(v), v[1]) for v in raws] == [(3, "bytes"), (3, "bytes")]
     assert got is not None and got.checkpoint["channel_values"]["messages"] == puts[1]
 
 
