@@ -281,8 +281,8 @@ class SessionManagerSaver(BaseCheckpointSaver[str]):
     def _base_text(self, thread_id: str, holder: str, base_id: str, channel: str) -> str:
         """The text of the value stored whole that a delta (of ``channel``, in entry ``holder``) is
         of: entry ``base_id``'s. In a path copied by ``session::fork`` (new entry ids) that id is
-        gone, and the base is the nearest checkpoint above ``holder`` holding the channel whole
-        (the delta was made of the newest one on its line: :attr:`ThreadIndex.bases`)."""
+        gone, and the base is the nearest checkpoint above ``holder`` holding the channel whole as
+        msgpack (the delta was made of the newest one on its line: :attr:`ThreadIndex.bases`)."""
         with storage_errors():
             found = self._store.get_entry(thread_id, base_id)
             at = None if found is not None else self._store.get_entry(thread_id, holder)
@@ -290,7 +290,7 @@ class SessionManagerSaver(BaseCheckpointSaver[str]):
                 at = self._store.get_entry(thread_id, at["parent_id"])
                 value = at.get("data", {}).get("values", {}).get(channel) \
                     if at is not None and at.get("custom_type") == CHECKPOINT else None
-                if value is not None and len(value) == 3 and value[1] != "empty":
+                if value is not None and len(value) == 3 and value[1] == "msgpack":  # (a base: pack_values)
                     found = at
         if found is None:  # deleted (by another instance) since the index was read
             raise not_found(thread_id)
