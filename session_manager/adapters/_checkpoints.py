@@ -195,8 +195,9 @@ def delta(base: Base, value: bytes) -> tuple[int, int, int, int] | None:
     grown: LangGraph's messages) or are a prefix of them (a list cut back), sharing at least
     ``_DELTA_MIN`` bytes and two thirds of ``value``; else ``None`` (stored whole). Checked by
     comparison: a delta is exact whatever serializer made the bytes."""
-    mid = base.span()
-    head = _array_head(value[0]) if value else 0
+    mid = base.mid or base.span()  # (inline: every put of a grown list)
+    first = value[0] if value else 0
+    head = 1 if 0x90 <= first <= 0x9F else 3 if first == 0xDC else 5 if first == 0xDD else 0  # (_array_head)
     shared = len(mid)
     if len(value) - head >= shared:  # grown, or as long
         if shared < _DELTA_MIN or 3 * shared < 2 * len(value) or not value.startswith(mid, head):
@@ -391,8 +392,8 @@ class ThreadIndex:
         blobs = self.blobs
         for channel, packed in data.get("values", {}).items():  # ([version, ...]: indexed, not unpacked: every put)
             blobs[(ns, channel, packed[0])] = entry_id
-            if len(packed) == 3 and packed[1] == "msgpack":
-                line[channel] = Base(entry_id, packed[2])
+            if len(packed) == 3 and packed[1] == "msgpack" and len(packed[2]) > _DELTA_MIN:  # (a smaller one
+                line[channel] = Base(entry_id, packed[2])  # cannot share _DELTA_MIN bytes: no delta is of it)
 
     def line(self, ns: str, parent: str | None) -> Bases | None:
         """The bases a checkpoint of ``ns`` whose parent entry is ``parent`` may be a delta of:
