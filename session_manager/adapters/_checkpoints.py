@@ -131,8 +131,10 @@ def serialize_values(serde: Any, channel_values: dict[str, Any], new_versions: d
 class Base:
     """A channel's newest value stored whole (in entry ``entry_id``, as ``text``): what a put's
     value is made a delta of (:func:`delta`). ``mid``: its bytes after their array header (at
-    ``start``), made at the first delta against it and kept with it, so each put compares bytes
-    with bytes, without decoding its own value or copying the base's."""
+    ``start``), made at the first delta against it and kept in the text's place, so each put
+    compares bytes with bytes, without decoding its own value or copying the base's. (What a
+    saver keeps for this: one value per thread, namespace and channel, of the threads whose
+    index it keeps, at most ``_CACHED_THREADS``.)"""
 
     entry_id: str
     text: str
@@ -143,6 +145,7 @@ class Base:
         if self.mid is None:
             self.start = _array_head(ord(self.text[0]) if self.text else 0)
             self.mid = self.text[self.start:].encode("latin-1")
+            self.text = ""  # (its bytes kept instead: one copy of the value per base, not two)
         return self.mid
 
 

@@ -774,3 +774,19 @@ def test_a_path_copied_by_session_fork_reads_its_deltas_under_the_new_entry_ids(
         for step, n in enumerate([6, 7, 8, 3]):
             got = copied.get_tuple(config(copy, f"1f0-{step:04}"))
             assert got is not None and got.checkpoint["channel_values"]["messages"] == history[:n]
+
+
+def test_a_saver_keeps_one_copy_of_each_base_value(tmp_path: Path) -> None:
+    # Prevents: each thread index the saver keeps (up to 1,024) holding a base value twice, its text
+    # (kept alive past the store cache's eviction) beside the bytes the puts compare with.
+    history = [HumanMessage(f"message {i}: " + "lorem ipsum " * 8) for i in range(12)]
+    with session_manager.open(tmp_path / "d") as sm:
+        saver = SessionManagerSaver(sm)
+        saved = config("k")
+        for step, n in enumerate([8, 9, 10]):
+            saved = saver.put(saved, _messages_checkpoint(step, history[:n], f"{step + 1}.0"), {"step": step},
+                              {"messages": f"{step + 1}.0"})
+        base = saver._indexes["k"].bases[""]["messages"]
+        assert base.mid is not None and base.text == ""
+        got = saver.get_tuple(config("k"))
+    assert got is not None and got.checkpoint["channel_values"]["messages"] == history[:10]
