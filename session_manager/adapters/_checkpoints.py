@@ -10,7 +10,11 @@ A thread's session holds custom entries only (nothing here is a chat message):
   (time travel forks are branches). It holds the checkpoint without its
   channel values, the metadata, and the values of the channels ``put`` named
   in ``new_versions``: each channel version is stored once, in the entry that
-  introduced it, and later checkpoints point at it through the index;
+  introduced it, and later checkpoints point at it through the index. A value
+  whose serialized bytes continue (or cut back) those of the channel's newest
+  value stored whole (a messages list a turn grew) is stored as a delta of it:
+  its own first and last bytes and the span of the other it shares, named by
+  entry id (:func:`delta`; one entry further to read, never a chain);
 - ``langgraph.writes``: one per ``put_writes`` that changed something, child
   of its checkpoint's entry;
 - ``langgraph.deleted``: checkpoints ``prune`` / ``delete_for_runs`` removed
@@ -105,27 +109,122 @@ def pack_writes(serde: Any, writes: list[tuple[int, str, Any]]) -> tuple[list[li
     return packed, twin
 
 
-def pack_values(serde: Any, channel_values: dict[str, Any],
-                new_versions: dict[str, Any]) -> tuple[dict[str, list[Any]], dict[str, list[Any]]]:
-    """The ``values`` of a checkpoint entry: ``[version, type, data]`` per channel in
-    ``new_versions`` (``[version, "empty", ""]`` for a channel without a value), and
-    their twin to encode (:func:`data_json`): equal, each text another string."""
-    values: dict[str, list[Any]] = {}
-    twin: dict[str, list[Any]] = {}
+Serialized = list[tuple[str, "str | int | float", str, "bytes | None"]]  # (channel, version, type, bytes)
+
+
+def serialize_values(serde: Any, channel_values: dict[str, Any], new_versions: dict[str, Any]) -> Serialized:
+    """The channels in ``new_versions``, each value through the serializer (``None``: no value)."""
+    out: Serialized = []
     for channel, number in new_versions.items():  # (text() and channel_version() inline for what they
         # take as it is, a str name, type and version: every channel of every put)
         name = channel if type(channel) is str else text(channel, "new_versions")
         version = number if type(number) is str else channel_version(number, name)
         if channel in channel_values:
             kind, data = serde.dumps_typed(channel_values[channel])
-            if type(kind) is not str:
-                kind = text(kind, "serde type")
-            packed = [version, kind, data.decode("latin-1")]
+            out.append((name, version, kind if type(kind) is str else text(kind, "serde type"), data))
+        else:
+            out.append((name, version, "empty", None))
+    return out
+
+
+@dataclass(slots=True)
+class Base:
+    """A channel's newest value stored whole (in entry ``entry_id``, as ``text``): what a put's
+    value is made a delta of (:func:`delta`). ``mid``: its bytes after their array header (at
+    ``start``), made at the first delta against it and kept in the text's place, so each put
+    compares bytes with bytes, without decoding its own value or copying the base's. (What a
+    saver keeps for this: one value per thread, namespace and channel, of the threads whose
+    index it keeps, at most ``_CACHED_THREADS``.)"""
+
+    entry_id: str
+    text: str
+    start: int = 0
+    mid: bytes | None = None
+
+    def span(self) -> bytes:
+        if self.mid is None:
+            self.start = _array_head(ord(self.text[0]) if self.text else 0)
+            self.mid = self.text[self.start:].encode("latin-1")
+            self.text = ""  # (its bytes kept instead: one copy of the value per base, not two)
+        return self.mid
+
+
+Bases = dict[str, Base]  # channel -> its newest value stored whole on a namespace's line of checkpoints
+
+
+def pack_values(serialized: Serialized,
+                bases: Bases | None) -> tuple[dict[str, list[Any]], dict[str, list[Any]]]:
+    """The ``values`` of a checkpoint entry: ``[version, type, data]`` per serialized channel
+    (``[version, "empty", ""]`` without a value), or, when its bytes continue or cut those of
+    the channel's value in ``bases`` (:func:`delta`), ``[version, type, head, base entry id,
+    start, end, tail]``; and their twin to encode (:func:`data_json`): equal, each text another string.
+    Deltas of msgpack only (LangGraph's serializer): a release before them reads a delta's head as
+    the value, which as msgpack is always incomplete (an error, never another value; raw ``bytes``
+    would read back silently cut)."""
+    values: dict[str, list[Any]] = {}
+    twin: dict[str, list[Any]] = {}
+    for name, version, kind, data in serialized:
+        if data is None:
+            packed = twin[name] = [version, "empty", ""]
+            values[name] = packed
+            continue
+        base = bases.get(name) if bases and kind == "msgpack" else None
+        cut = delta(base, data) if base is not None else None
+        if cut is None:
+            values[name] = [version, kind, data.decode("latin-1")]
             twin[name] = [version, kind, data.decode("latin-1")]
         else:
-            packed = twin[name] = [version, "empty", ""]
-        values[name] = packed
+            head, start, end, after = cut
+            entry_id = base.entry_id  # type: ignore[union-attr]
+            values[name] = [version, kind, data[:head].decode("latin-1"), entry_id, start, end,
+                            data[after:].decode("latin-1")]
+            twin[name] = [version, kind, data[:head].decode("latin-1"), entry_id, start, end,
+                          data[after:].decode("latin-1")]
     return values, twin
+
+
+_DELTA_MIN = 512  # bytes a delta must take from its base (below, the whole value is as cheap)
+
+
+def _array_head(first: int) -> int:
+    """The length of the msgpack array header a value whose first byte is ``first`` starts
+    with (LangGraph's serializer writes a list so), 0 for anything else."""
+    return 1 if 0x90 <= first <= 0x9F else 3 if first == 0xDC else 5 if first == 0xDD else 0
+
+
+def delta(base: Base, value: bytes) -> tuple[int, int, int, int] | None:
+    """``(head, start, end, after)`` with ``value == value[:head] + base[start:end] + value[after:]``
+    (``base``'s bytes) when ``value``'s items after its array header continue ``base``'s (a list
+    grown: LangGraph's messages) or are a prefix of them (a list cut back), sharing at least
+    ``_DELTA_MIN`` bytes and two thirds of ``value``; else ``None`` (stored whole). Checked by
+    comparison: a delta is exact whatever serializer made the bytes."""
+    mid = base.mid or base.span()  # (inline: every put of a grown list)
+    first = value[0] if value else 0
+    head = 1 if 0x90 <= first <= 0x9F else 3 if first == 0xDC else 5 if first == 0xDD else 0  # (_array_head)
+    shared = len(mid)
+    if len(value) - head >= shared:  # grown, or as long
+        if shared < _DELTA_MIN or 3 * shared < 2 * len(value) or not value.startswith(mid, head):
+            return None
+        return head, base.start, base.start + shared, head + shared
+    shared = len(value) - head  # cut: every item of value's one of base's
+    if shared < _DELTA_MIN or not mid.startswith(value[head:]):
+        return None
+    return head, base.start, base.start + shared, len(value)
+
+
+def value_bytes(packed: list[Any], base: Base | str | None) -> bytes:
+    """The serialized value's bytes of a stored ``[version, type, ...]``; a delta's with its
+    base (:func:`pack_values`): the index's :class:`Base` when it is the one named, else the
+    text of the value stored whole in the entry named."""
+    if len(packed) == 3:
+        return packed[2].encode("latin-1")  # type: ignore[no-any-return]
+    head, start, end, tail = packed[2], packed[4], packed[5], packed[6]
+    if isinstance(base, Base):
+        mid = base.span()
+        shared = mid if end - start == len(mid) else memoryview(mid)[:end - start]  # (joined: one copy)
+        return b"".join((head.encode("latin-1"), shared, tail.encode("latin-1")))
+    assert base is not None, "a delta is read with its base"
+    return (head + base[start:end] + tail).encode("latin-1")  # type: ignore[no-any-return]
 
 
 def data_json(data: dict[str, Any], key: str, twin: Any) -> bytes | None:
@@ -184,12 +283,13 @@ def plain(value: Any) -> bool:
     """Is ``value`` made of JSON's own types only (no subclass: an ``IntEnum`` equals its int,
     and JSON would give back the int; no tuple: JSON gives back a list) and finite floats
     (JSON writes NaN as ``null``), so that JSON gives it back equal and of the same types?
-    (Call it on what ``orjson.dumps`` took: that bounds the nesting, and so this recursion.)"""
+    (Call it on what ``orjson.dumps`` took: that bounds the nesting, and so this recursion, and
+    refused every dict key but an exact ``str``, a subclass too: the keys are not looked at.)"""
     kind = type(value)
     if kind is dict:  # (a loop, each scalar tested in place: no generator, no call per scalar; every
         # put's body and metadata pass here: ~0.5 us less than all() over a generator)
-        for k, v in value.items():  # noqa: SIM110
-            if type(k) is not str or (type(v) not in _PLAIN and not plain(v)):
+        for v in value.values():  # noqa: SIM110
+            if type(v) not in _PLAIN and not plain(v):
                 return False
         return True
     if kind is list:
@@ -251,6 +351,12 @@ class ThreadIndex:
     blobs: dict[tuple[str, str, str | int | float], str] = field(default_factory=dict)
     writes: dict[Key, dict[WriteKey, Write]] = field(default_factory=dict)
     newest: dict[str, str] = field(default_factory=dict)  # ns -> its newest checkpoint id
+    # What a put's values are made deltas of (pack_values): per ns, each channel's newest value stored
+    # whole on the line of checkpoints ending at ``tips[ns]`` (its newest checkpoint's entry), each
+    # one an ancestor of it: a checkpoint that does not continue the tip (a fork) starts the line
+    # again, so a delta's base is always on its own checkpoint's path (what a path copy carries).
+    bases: dict[str, Bases] = field(default_factory=dict)
+    tips: dict[str, str] = field(default_factory=dict)
 
     def add(self, entry: dict[str, Any]) -> None:
         """Take one stored entry (``kind``, ``custom_type``, ``data``) into the index, in append order."""
@@ -260,7 +366,7 @@ class ThreadIndex:
         if kind == ROOT and entry_id == ROOT_ID:
             self.rooted = True
         elif kind == CHECKPOINT and isinstance(data, dict):
-            self.add_checkpoint(entry_id, data)
+            self.add_checkpoint(entry_id, data, entry.get("parent_id"))
         elif kind == WRITES and isinstance(data, dict):
             self.add_writes(entry_id, data)
         elif kind == DELETED and isinstance(data, dict):
@@ -275,15 +381,28 @@ class ThreadIndex:
                 else:
                     self.newest.pop(ns, None)
 
-    def add_checkpoint(self, entry_id: str, data: dict[str, Any]) -> None:
+    def add_checkpoint(self, entry_id: str, data: dict[str, Any], parent: str | None) -> None:
+        """Take a checkpoint entry (``parent``: its parent entry) into the index, in append order."""
         ns = data["ns"]
         key = (ns, data["id"])
         self.checkpoints[key] = entry_id  # a checkpoint put again replaces the earlier one (its writes stay)
         if data["id"] > self.newest.get(ns, ""):
             self.newest[ns] = data["id"]
+        line = self.line(ns, parent)
+        if line is None:
+            line = self.bases[ns] = {}
+        self.tips[ns] = entry_id
         blobs = self.blobs
         for channel, packed in data.get("values", {}).items():  # ([version, ...]: indexed, not unpacked: every put)
             blobs[(ns, channel, packed[0])] = entry_id
+            if len(packed) == 3 and packed[1] == "msgpack" and len(packed[2]) > _DELTA_MIN:  # (a smaller one
+                line[channel] = Base(entry_id, packed[2])  # cannot share _DELTA_MIN bytes: no delta is of it)
+
+    def line(self, ns: str, parent: str | None) -> Bases | None:
+        """The bases a checkpoint of ``ns`` whose parent entry is ``parent`` may be a delta of:
+        ``None`` unless it continues the namespace's newest checkpoint (:attr:`bases`)."""
+        tip = self.tips.get(ns)
+        return self.bases.get(ns) if tip is not None and tip == parent else None
 
     def add_writes(self, entry_id: str, data: dict[str, Any]) -> None:
         slot = self.writes.setdefault((data["ns"], data["checkpoint_id"]), {})

@@ -61,6 +61,7 @@ from ._checkpoints import (
     ROOT,
     ROOT_ID,
     WRITES,
+    Base,
     Key,
     ThreadIndex,
     data_json,
@@ -69,8 +70,10 @@ from ._checkpoints import (
     new_writes,
     pack_values,
     pack_writes,
+    serialize_values,
     text,
     unpack,
+    value_bytes,
 )
 from ._settle import settled
 from ._transcript import _registry as lock_registry
@@ -275,6 +278,24 @@ class SessionManagerSaver(BaseCheckpointSaver[str]):
             seen[entry_id] = entry["data"]
         return seen[entry_id]
 
+    def _base_text(self, thread_id: str, holder: str, base_id: str, channel: str) -> str:
+        """The text of the value stored whole that a delta (of ``channel``, in entry ``holder``) is
+        of: entry ``base_id``'s. In a path copied by ``session::fork`` (new entry ids) that id is
+        gone, and the base is the nearest checkpoint above ``holder`` holding the channel whole as
+        msgpack (the delta was made of the newest one on its line: :attr:`ThreadIndex.bases`)."""
+        with storage_errors():
+            found = self._store.get_entry(thread_id, base_id)
+            at = None if found is not None else self._store.get_entry(thread_id, holder)
+            while found is None and at is not None and at.get("parent_id"):
+                at = self._store.get_entry(thread_id, at["parent_id"])
+                value = at.get("data", {}).get("values", {}).get(channel) \
+                    if at is not None and at.get("custom_type") == CHECKPOINT else None
+                if value is not None and len(value) == 3 and value[1] == "msgpack":  # (a base: pack_values)
+                    found = at
+        if found is None:  # deleted (by another instance) since the index was read
+            raise not_found(thread_id)
+        return found["data"]["values"][channel][2]  # type: ignore[no-any-return]
+
     def _metadata(self, thread_id: str, entry_id: str) -> Any:
         return decode_doc(self.serde, self._data(thread_id, entry_id, {})["metadata"])
 
@@ -294,7 +315,12 @@ class SessionManagerSaver(BaseCheckpointSaver[str]):
                 continue
             stored = self._data(thread_id, holder, seen)["values"][channel]
             if stored[1] != "empty":
-                values[channel] = unpack(self.serde, stored[1:])
+                base: Base | str | None = None
+                if len(stored) > 3:  # a delta: of the index's base (no read), else of the entry it names
+                    base = index.bases.get(ns, {}).get(channel)
+                    if base is None or base.entry_id != stored[3]:
+                        base = self._base_text(thread_id, holder, stored[3], channel)
+                values[channel] = self.serde.loads_typed((stored[1], value_bytes(stored, base)))
         pending = sorted(index.writes.get(key, {}).items(),
                          key=lambda kv: writes_sort_key(kv[1].task_path, kv[0][0], kv[0][1]))
         writes = []
@@ -331,18 +357,23 @@ class SessionManagerSaver(BaseCheckpointSaver[str]):
         # Built of exact JSON only (see _checkpoints): handed to the store without a copy.
         merged = get_checkpoint_metadata(config, metadata)
         body, meta = encode_docs(self.serde, _without_values(checkpoint), merged)
-        values, twin = pack_values(self.serde, checkpoint["channel_values"], new_versions)
-        data = {"ns": ns, "id": checkpoint_id, "parent": parent_id, "checkpoint": body, "metadata": meta,
-                "values": values}
-        encoded = data_json(data, "values", twin)
-        def write(index: ThreadIndex, checked: bool) -> tuple[ThreadIndex, str]:
-            parent_entry = index.checkpoints.get((ns, parent_id)) if parent_id else None
-            return index, self._write(thread_id, index, CHECKPOINT, data, parent_entry or ROOT_ID,
-                                      owned=True, checked=checked, data_json=encoded)
+        serialized = serialize_values(self.serde, checkpoint["channel_values"], new_versions)
+
+        def write(index: ThreadIndex, checked: bool) -> tuple[ThreadIndex, dict[str, Any], str, str]:
+            parent_entry = (index.checkpoints.get((ns, parent_id)) if parent_id else None) or ROOT_ID
+            # A value stored as a delta names its base's entry (an ancestor: ThreadIndex.bases): made
+            # with this index only when the append lands only while the session is as the index saw
+            # it (``checked``), so the base is in the session.
+            values, twin = pack_values(serialized, index.line(ns, parent_entry) if checked else None)
+            data = {"ns": ns, "id": checkpoint_id, "parent": parent_id, "checkpoint": body, "metadata": meta,
+                    "values": values}
+            return index, data, parent_entry, self._write(thread_id, index, CHECKPOINT, data, parent_entry,
+                                                          owned=True, checked=checked,
+                                                          data_json=data_json(data, "values", twin))
 
         with self._lock(thread_id):  # no read of the session: the append checks the index is current
-            index, written = self._checked(thread_id, self._current(thread_id), write)
-            index.add_checkpoint(written, data)
+            index, data, parent_entry, written = self._checked(thread_id, self._current(thread_id), write)
+            index.add_checkpoint(written, data, parent_entry)
         return _config(thread_id, ns, checkpoint_id)
 
     def put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,

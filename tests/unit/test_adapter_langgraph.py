@@ -647,3 +647,146 @@ def test_a_cancelled_aput_has_landed_when_cancellation_is_seen(local_opener: Ope
             assert saver.get_tuple(config("c")) is not None  # settled: it landed
 
         asyncio.run(run())
+
+
+def _messages_checkpoint(step: int, messages: list[Any], version: str) -> Any:
+    return {"v": 4, "id": f"1f0-{step:04}", "ts": "t", "channel_values": {"messages": messages},
+            "channel_versions": {"messages": version}, "versions_seen": {}, "updated_channels": ["messages"]}
+
+
+def test_a_grown_or_cut_messages_value_is_stored_as_a_delta_of_a_full_one_and_reads_back_exactly(
+        local_opener: Opener) -> None:
+    # Prevents: every version of a growing messages channel storing (encoding, writing, keeping in
+    # memory) the whole list again (bytes quadratic in the thread's length); and a delta reading back
+    # other than the serializer's bytes: after a restart (no saver state), through a fork, a re-put
+    # of one version, a cut list and a copied thread.
+    from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+    history = [(HumanMessage if i % 2 == 0 else AIMessage)(f"message {i}: " + "lorem ipsum " * 8)
+               for i in range(40)]
+    sizes = [3, 4, 9, 10, 16, 17, 5, 12, 12, 40]  # grown, cut back to a prefix, the same list again
+    with local_opener() as sm:
+        saver = SessionManagerSaver(sm)
+        saved = config("d")
+        for step, n in enumerate(sizes):
+            saved = saver.put(saved, _messages_checkpoint(step, history[:n], f"{step + 1}.0"), {"step": step},
+                              {"messages": f"{step + 1}.0"})
+        # A re-put of the last checkpoint under its version, and a fork from the third.
+        saver.put(config("d", "1f0-0008"), _messages_checkpoint(9, history[:40], "10.0"), {"step": 9},
+                  {"messages": "10.0"})
+        saver.put(config("d", "1f0-0002"), _messages_checkpoint(20, history[:11], "21.0"), {"step": 3},
+                  {"messages": "21.0"})
+        saver.copy_thread("d", "e")
+        entries = {e["id"]: e for e in stored(sm, "d")}
+    deltas = {i: e["data"]["values"]["messages"] for i, e in entries.items()
+              if e.get("custom_type") == CHECKPOINT and len(e["data"]["values"]["messages"]) == 7}
+    assert len(deltas) >= 5  # the grown, cut and repeated lists
+    for entry_id, value in deltas.items():  # a delta's base is on its own checkpoint's path (a path copy holds it)
+        path = [entry_id]
+        while entries[path[-1]].get("parent_id"):
+            path.append(entries[path[-1]]["parent_id"])
+        assert value[3] in path[1:]
+    fork = next(e for e in entries.values() if e.get("custom_type") == CHECKPOINT and e["data"]["id"] == "1f0-0020")
+    assert len(fork["data"]["values"]["messages"]) == 3  # its line's base (40 messages) is on another branch
+    with local_opener() as sm:  # a restart: read from the entries alone
+        ids = {e["id"] for e in stored(sm, "d") if e.get("custom_type") == CHECKPOINT}
+        full = {e["id"]: e["data"]["values"]["messages"] for e in stored(sm, "d")
+                if e.get("custom_type") == CHECKPOINT and len(e["data"]["values"]["messages"]) == 3}
+        serde = JsonPlusSerializer()
+        for _, _, head, base, _, _, tail in deltas.values():
+            assert base in ids and base in full  # a delta's base is a full value, in the same session
+            assert len(head) + len(tail) < len(full[base][2]) // 2
+        saver = SessionManagerSaver(sm)
+        for thread in ("d", "e"):
+            for step, n in [*enumerate(sizes), (20, 11)]:
+                got = saver.get_tuple(config(thread, f"1f0-{step:04}"))
+                assert got is not None and got.checkpoint["channel_values"]["messages"] == history[:n]
+                raw = serde.dumps_typed(history[:n])[1]
+                entries = {e["id"]: e for e in stored(sm, thread)}
+                value = [e for e in entries.values() if e.get("custom_type") == CHECKPOINT
+                         and e["data"]["id"] == f"1f0-{step:04}"][-1]["data"]["values"]["messages"]
+                if len(value) == 7:  # [version, type, head, base entry, start, end, tail]
+                    base_text = entries[value[3]]["data"]["values"]["messages"][2]
+                    assert (value[2] + base_text[value[4]:value[5]] + value[6]).encode("latin-1") == raw
+                else:
+                    assert value[2].encode("latin-1") == raw
+
+
+def test_a_small_or_unrelated_value_is_stored_whole(local_opener: Opener) -> None:
+    # Prevents: a delta larger than the value it stands for (a counter, a short list), or one made of
+    # bytes that do not continue the base's (a list edited in the middle: LangGraph's RemoveMessage).
+    history = [HumanMessage(f"message {i}: " + "lorem ipsum " * 8) for i in range(12)]
+    with local_opener() as sm:
+        saver = SessionManagerSaver(sm)
+        saved = config("w")
+        puts = [history[:10], history[:1] + history[2:11], [HumanMessage("x")], [HumanMessage("x")]]
+        for step, messages in enumerate(puts):
+            saved = saver.put(saved, _messages_checkpoint(step, messages, f"{step + 1}.0"), {"step": step},
+                              {"messages": f"{step + 1}.0"})
+        values = [e["data"]["values"]["messages"] for e in stored(sm, "w") if e.get("custom_type") == CHECKPOINT]
+        assert [len(v) for v in values] == [3, 3, 3, 3]
+        got = saver.get_tuple(config("w", "1f0-0001"))
+        # Raw bytes (the serializer's "bytes" type) grown: whole, as a release before deltas reads them.
+        for step, raw in enumerate([b"\x92" + b"a" * 2000, b"\x93" + b"a" * 2100], start=len(puts)):
+            saved = saver.put(saved, _messages_checkpoint(step, raw, f"{step + 1}.0"),  # type: ignore[arg-type]
+                              {"step": step}, {"messages": f"{step + 1}.0"})
+        raws = [e["data"]["values"]["messages"] for e in stored(sm, "w") if e.get("custom_type") == CHECKPOINT][-2:]
+        assert [(len(v), v[1]) for v in raws] == [(3, "bytes"), (3, "bytes")]
+    assert got is not None and got.checkpoint["channel_values"]["messages"] == puts[1]
+
+
+def test_a_put_redone_after_another_writer_moved_the_session_makes_its_delta_again(tmp_path: Path) -> None:
+    # Prevents: a delta made against the saver's index before it learned the session moved on
+    # (another writer's checkpoint, or the thread deleted and put again) naming a base the session
+    # does not hold: the put is redone with the index derived again, its delta made from that.
+    history = [HumanMessage(f"message {i}: " + "lorem ipsum " * 8) for i in range(12)]
+    with session_manager.open(f"sqlite:///{tmp_path.resolve()}/d.db") as one, \
+            session_manager.open(f"sqlite:///{tmp_path.resolve()}/d.db") as two:
+        first, second = SessionManagerSaver(one), SessionManagerSaver(two)
+        first.put(config("m"), _messages_checkpoint(0, history[:8], "1.0"), {"step": 0}, {"messages": "1.0"})
+        second.delete_thread("m")
+        second.put(config("m"), _messages_checkpoint(1, history[:7], "1.0"), {"step": 0}, {"messages": "1.0"})
+        first.put(config("m", "1f0-0001"), _messages_checkpoint(2, history[:9], "2.0"), {"step": 1},
+                  {"messages": "2.0"})
+        ids = {e["id"] for e in stored(one, "m")}
+        deltas = [e["data"]["values"]["messages"] for e in stored(one, "m")
+                  if e.get("custom_type") == CHECKPOINT and len(e["data"]["values"]["messages"]) == 7]
+        assert len(deltas) == 1 and deltas[0][3] in ids  # made against the second writer's value
+        got = SessionManagerSaver(two).get_tuple(config("m", "1f0-0002"))
+    assert got is not None and got.checkpoint["channel_values"]["messages"] == history[:9]
+
+
+def test_a_path_copied_by_session_fork_reads_its_deltas_under_the_new_entry_ids(local_opener: Opener) -> None:
+    # Prevents: a thread's session copied by session::fork (one root-to-entry path, new entry ids)
+    # whose delta values name their base by an entry id the copy does not have: the base is found as
+    # the nearest checkpoint above holding the channel whole, which is what it was when written.
+    history = [HumanMessage(f"message {i}: " + "lorem ipsum " * 8) for i in range(12)]
+    with local_opener() as sm:
+        saver = SessionManagerSaver(sm)
+        saved = config("p")
+        for step, n in enumerate([6, 7, 8, 3, 12]):
+            saved = saver.put(saved, _messages_checkpoint(step, history[:n], f"{step + 1}.0"), {"step": step},
+                              {"messages": f"{step + 1}.0"})
+        last = [e for e in stored(sm, "p") if e.get("custom_type") == CHECKPOINT]
+        assert [len(e["data"]["values"]["messages"]) for e in last] == [3, 7, 7, 7, 3]
+        copy = sm.call("session::fork", {"session_id": "p", "entry_id": last[3]["id"]})["session_id"]
+        copied = SessionManagerSaver(sm)
+        for step, n in enumerate([6, 7, 8, 3]):
+            got = copied.get_tuple(config(copy, f"1f0-{step:04}"))
+            assert got is not None and got.checkpoint["channel_values"]["messages"] == history[:n]
+
+
+def test_a_saver_keeps_one_copy_of_each_base_value(tmp_path: Path) -> None:
+    # Prevents: each thread index the saver keeps (up to 1,024) holding a base value twice, its text
+    # (kept alive past the store cache's eviction) beside the bytes the puts compare with.
+    history = [HumanMessage(f"message {i}: " + "lorem ipsum " * 8) for i in range(12)]
+    with session_manager.open(tmp_path / "d") as sm:
+        saver = SessionManagerSaver(sm)
+        saved = config("k")
+        for step, n in enumerate([8, 9, 10]):
+            saved = saver.put(saved, _messages_checkpoint(step, history[:n], f"{step + 1}.0"), {"step": step},
+                              {"messages": f"{step + 1}.0"})
+        base = saver._indexes["k"].bases[""]["messages"]
+        assert base.mid is not None and base.text == ""
+        got = saver.get_tuple(config("k"))
+    assert got is not None and got.checkpoint["channel_values"]["messages"] == history[:10]
