@@ -251,6 +251,8 @@ class ThreadIndex:
     blobs: dict[tuple[str, str, str | int | float], str] = field(default_factory=dict)
     writes: dict[Key, dict[WriteKey, Write]] = field(default_factory=dict)
     newest: dict[str, str] = field(default_factory=dict)  # ns -> its newest checkpoint id
+    # This index's own: the entries' data a saver keeps is served while it is the thread's (_kept.py).
+    epoch: object = field(default_factory=object, compare=False, repr=False)
 
     def add(self, entry: dict[str, Any]) -> None:
         """Take one stored entry (``kind``, ``custom_type``, ``data``) into the index, in append order."""

@@ -72,6 +72,7 @@ from ._checkpoints import (
     text,
     unpack,
 )
+from ._kept import Kept, footprint
 from ._settle import settled
 from ._transcript import _registry as lock_registry
 from ._transcript import _session_lock as session_lock
@@ -80,6 +81,7 @@ from ._transcript import _SessionLock as SessionLock
 __all__ = ["SessionManagerSaver"]
 
 _CACHED_THREADS = 1024  # thread indexes kept per saver (least recently used dropped)
+KEPT_BYTES = 64 << 20  # entries' data kept decoded per saver (_kept.py; least recently used dropped)
 _CHECKED_ATTEMPTS = 5  # writes checked against a moving session before one unconditional
 T = TypeVar("T")
 _PAGE = 500
@@ -105,6 +107,7 @@ class SessionManagerSaver(BaseCheckpointSaver[str]):
         self._indexes: OrderedDict[str, ThreadIndex] = OrderedDict()
         self._indexes_guard = threading.Lock()
         self._locks = lock_registry(self.sm)  # (held weakly: kept only while in use, or recent)
+        self._kept = Kept(KEPT_BYTES)
 
     # -- the thread index ----------------------------------------------------------
 
@@ -241,7 +244,7 @@ class SessionManagerSaver(BaseCheckpointSaver[str]):
                     if (ns is not None and key[0] != ns) or (wanted and key[1] != wanted) \
                             or (before_id and key[1] >= before_id):
                         continue
-                    if filter and not self._matches(thread_id, index.checkpoints[key], filter):
+                    if filter and not self._matches(thread_id, index, index.checkpoints[key], filter):
                         continue
                     found.append(self._tuple(thread_id, index, key))
             yield from found
@@ -266,40 +269,43 @@ class SessionManagerSaver(BaseCheckpointSaver[str]):
                 return out
             request["cursor"] = page["next_cursor"]
 
-    def _data(self, thread_id: str, entry_id: str, seen: dict[str, Any]) -> Any:
-        if entry_id not in seen:
+    def _data(self, thread_id: str, index: ThreadIndex, entry_id: str) -> Any:
+        """An entry's data: kept (:mod:`._kept`: ``index`` is current, the caller checked),
+        else read and kept."""
+        data = self._kept.get(thread_id, index.epoch, entry_id)
+        if data is None:
             with storage_errors():
                 entry = self._store.get_entry(thread_id, entry_id)
             if entry is None:  # deleted (by another instance) since the index was read
                 raise not_found(thread_id)
-            seen[entry_id] = entry["data"]
-        return seen[entry_id]
+            data = entry["data"]
+            self._kept.keep(thread_id, index.epoch, entry_id, data, footprint(data))
+        return data
 
-    def _metadata(self, thread_id: str, entry_id: str) -> Any:
-        return decode_doc(self.serde, self._data(thread_id, entry_id, {})["metadata"])
+    def _metadata(self, thread_id: str, index: ThreadIndex, entry_id: str) -> Any:
+        return decode_doc(self.serde, self._data(thread_id, index, entry_id)["metadata"])
 
-    def _matches(self, thread_id: str, entry_id: str, filter: dict[str, Any]) -> bool:
-        metadata = self._metadata(thread_id, entry_id)
+    def _matches(self, thread_id: str, index: ThreadIndex, entry_id: str, filter: dict[str, Any]) -> bool:
+        metadata = self._metadata(thread_id, index, entry_id)
         return all(metadata.get(k) == v for k, v in filter.items())
 
     def _tuple(self, thread_id: str, index: ThreadIndex, key: Key) -> CheckpointTuple:
-        seen: dict[str, Any] = {}
         ns, checkpoint_id = key
-        data = self._data(thread_id, index.checkpoints[key], seen)
+        data = self._data(thread_id, index, index.checkpoints[key])
         checkpoint = decode_doc(self.serde, data["checkpoint"])
         values: dict[str, Any] = {}
         for channel, version in checkpoint["channel_versions"].items():
             holder = index.blobs.get((ns, channel, version))
             if holder is None:
                 continue
-            stored = self._data(thread_id, holder, seen)["values"][channel]
+            stored = self._data(thread_id, index, holder)["values"][channel]
             if stored[1] != "empty":
                 values[channel] = unpack(self.serde, stored[1:])
         pending = sorted(index.writes.get(key, {}).items(),
                          key=lambda kv: writes_sort_key(kv[1].task_path, kv[0][0], kv[0][1]))
         writes = []
         for (task_id, _), at in pending:
-            _, channel, *packed = self._data(thread_id, at.entry_id, seen)["writes"][at.position]
+            _, channel, *packed = self._data(thread_id, index, at.entry_id)["writes"][at.position]
             writes.append((task_id, channel, unpack(self.serde, packed)))
         parent = data.get("parent")
         return CheckpointTuple(
@@ -343,6 +349,7 @@ class SessionManagerSaver(BaseCheckpointSaver[str]):
         with self._lock(thread_id):  # no read of the session: the append checks the index is current
             index, written = self._checked(thread_id, self._current(thread_id), write)
             index.add_checkpoint(written, data)
+            self._kept.keep(thread_id, index.epoch, written, data, footprint(data))
         return _config(thread_id, ns, checkpoint_id)
 
     def put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
@@ -363,8 +370,9 @@ class SessionManagerSaver(BaseCheckpointSaver[str]):
                 return
             packed, twin = pack_writes(self.serde, fresh)
             data = {"ns": ns, "checkpoint_id": key[1], "task_id": task_id, "task_path": task_path, "writes": packed}
-            self._append(thread_id, index, WRITES, data, index.checkpoints.get(key, ROOT_ID), owned=True,
-                         checked=checked, data_json=data_json(data, "writes", twin))
+            written = self._append(thread_id, index, WRITES, data, index.checkpoints.get(key, ROOT_ID), owned=True,
+                                   checked=checked, data_json=data_json(data, "writes", twin))
+            self._kept.keep(thread_id, index.epoch, written, data, footprint(data))
 
         with self._lock(thread_id):  # no read of the session: the append checks the index is current
             self._checked(thread_id, self._current(thread_id), write)
@@ -401,7 +409,7 @@ class SessionManagerSaver(BaseCheckpointSaver[str]):
             with self._lock(thread_id):
                 index = self._index(thread_id)
                 gone = [key for key, entry_id in index.checkpoints.items()
-                        if self._metadata(thread_id, entry_id).get("run_id") in runs]
+                        if self._metadata(thread_id, index, entry_id).get("run_id") in runs]
                 self._tombstone(thread_id, index, gone)
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
