@@ -121,15 +121,14 @@ class SessionManagerSaver(BaseCheckpointSaver[str]):
     def _index(self, thread_id: str) -> ThreadIndex:
         """The thread's index, derived again when the session moved on since (call under the lock)."""
         with storage_errors():
-            meta, leaf = self._store.meta_and_leaf(thread_id)
-        token = (meta.get("created_at"), leaf) if meta is not None else None
+            token = self._store.created_and_leaf(thread_id)
         with self._indexes_guard:
             index = self._indexes.get(thread_id)
             if index is not None and index.token == token:
                 self._indexes.move_to_end(thread_id)
                 return index
         index = ThreadIndex(token=token)
-        if meta is not None:
+        if token is not None:
             with storage_errors():
                 for entry in self._store.entries(thread_id):
                     index.add(entry)
@@ -291,14 +290,17 @@ class SessionManagerSaver(BaseCheckpointSaver[str]):
 
     def _tuple(self, thread_id: str, index: ThreadIndex, key: Key) -> CheckpointTuple:
         ns, checkpoint_id = key
-        data = self._data(thread_id, index, index.checkpoints[key])
-        checkpoint = decode_doc(self.serde, data["checkpoint"])
+        entry_id = index.checkpoints[key]
+        data = self._data(thread_id, index, entry_id)
+        checkpoint = decode_doc(self.serde, data["checkpoint"])  # (the caller's own copy)
         values: dict[str, Any] = {}
+        blobs = index.blobs
         for channel, version in checkpoint["channel_versions"].items():
-            holder = index.blobs.get((ns, channel, version))
+            holder = blobs.get((ns, channel, version))
             if holder is None:
                 continue
-            stored = self._data(thread_id, index, holder)["values"][channel]
+            # (Most values changed with the checkpoint: in its own entry, already at hand.)
+            stored = (data if holder == entry_id else self._data(thread_id, index, holder))["values"][channel]
             if stored[1] != "empty":
                 values[channel] = unpack(self.serde, stored[1:])
         pending = sorted(index.writes.get(key, {}).items(),

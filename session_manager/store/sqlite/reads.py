@@ -29,6 +29,9 @@ _META_LEAF_LINKS = ("SELECT s.meta, s.leaf, p.depth, p.jump_id, p.jump_depth, j.
                     " FROM sessions s LEFT JOIN entries p ON p.sk = s.sk AND p.entry_id = s.leaf"
                     " LEFT JOIN entries j ON j.sk = s.sk AND j.entry_id = p.jump_id"
                     " WHERE s.session_id = ?")
+# An index's token (created_and_leaf): the meta only where its created_at column is not the exact integer.
+_CREATED_LEAF = ("SELECT created_at, leaf, CASE WHEN typeof(created_at) = 'integer' THEN NULL ELSE meta END"
+                 " FROM sessions WHERE session_id = ? AND meta IS NOT NULL")
 _META_LEAF_DEPTH = ("SELECT s.meta, s.leaf, e.depth, s.rev FROM sessions s LEFT JOIN entries e"
                     " ON e.sk = s.sk AND e.entry_id = s.leaf WHERE s.session_id = ?")
 
@@ -83,6 +86,20 @@ class SqliteReads:
             state.leaf_depth = (session_id, leaf, depth)
         version = None if state.in_tx or rev is None else (rev, stored_leaf, meta)
         return (_load(meta) if meta is not None else None), leaf, version
+
+    def created_and_leaf(self, session_id: str) -> tuple[Any, str | None] | None:
+        """The meta's ``created_at`` and the leaf, from the row's columns: no meta decoded (the
+        column is the meta's value, written with it, unless that was no 64-bit integer)."""
+        try:
+            row = self.db.conn().execute(_CREATED_LEAF, (key(session_id),)).fetchone()
+        except sqlite3.Error as e:
+            raise self.db.fail(e) from None
+        if row is None:
+            return None
+        created, leaf, meta = row
+        if meta is not None:
+            created = _load(meta).get("created_at")
+        return created, (unkey(leaf) if leaf is not None else None)
 
     def meta_and_leaf_to_commit(self, session_id: str) -> tuple[Meta | None, str | None]:
         db = self.db
