@@ -13,8 +13,12 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from collections.abc import Iterable
 from typing import Any
 
+from ._checkpoints import CHECKPOINT, WRITES
+
+_SEEDED = (CHECKPOINT, WRITES)  # the entries a read takes data from
 _OVERHEAD = 512  # what a kept data holds beside its texts (its dicts and lists, the slot here)
 
 
@@ -72,3 +76,11 @@ class Kept:
             while self.total > self.budget:
                 _, dropped = self._kept.popitem(last=False)
                 self.total -= dropped[2]
+
+    def seed(self, thread_id: str, epoch: object, entries: Iterable[dict[str, Any]]) -> None:
+        """Keep the data of the checkpoints and writes among a thread's ``entries`` (in append
+        order: the newest are the last dropped), as an index derivation just decoded them."""
+        for entry in entries:
+            data = entry.get("data")
+            if type(data) is dict and entry.get("kind") == "custom" and entry.get("custom_type") in _SEEDED:
+                self.keep(thread_id, epoch, entry["id"], data, footprint(data))

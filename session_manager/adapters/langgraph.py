@@ -130,8 +130,11 @@ class SessionManagerSaver(BaseCheckpointSaver[str]):
         index = ThreadIndex(token=token)
         if token is not None:
             with storage_errors():
-                for entry in self._store.entries(thread_id):
-                    index.add(entry)
+                entries = self._store.entries(thread_id)
+            for entry in entries:
+                index.add(entry)
+            # Each decoded here anyway: kept, so the reads that follow fetch none again.
+            self._kept.seed(thread_id, index.epoch, entries)
         with self._indexes_guard:
             self._indexes[thread_id] = index
             while len(self._indexes) > _CACHED_THREADS:

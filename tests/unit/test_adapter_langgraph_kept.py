@@ -134,3 +134,18 @@ def test_the_kept_data_stays_within_its_byte_budget_and_what_it_dropped_is_read_
     assert calls  # the oldest were dropped and read again
     assert [t.checkpoint["channel_values"]["x"] for t in got if t] == [["", i] for i in range(12)]
     assert [t.pending_writes for t in got if t] == [[(f"task-{i}", "x", ["", i, "w"])] for i in range(12)]
+
+
+def test_a_thread_derived_again_is_read_from_the_entries_its_derivation_read(tmp_path: Path) -> None:
+    # Prevents: a reader whose index another instance's write made stale (a process reading what
+    # another writes) reading every entry of the thread to derive it again, then fetching the
+    # checkpoint, its value holders and its writes again, one statement and decode each.
+    uri = f"sqlite:///{tmp_path.resolve()}/d.db"
+    with session_manager.open(uri) as sm, session_manager.open(uri) as other:
+        mine, theirs = SessionManagerSaver(sm), SessionManagerSaver(other)
+        saved = put_chain(theirs, "d", 4)
+        calls = spy(sm.service.store, ("created_and_leaf", "get_entry", "entries"))
+        got = [mine.get_tuple(config("d")), *(mine.get_tuple(c) for c in saved)]
+    assert calls == ["created_and_leaf", "entries"] + ["created_and_leaf"] * 4
+    assert [t.checkpoint["channel_values"]["x"] for t in got if t] == [["", 3]] + [["", i] for i in range(4)]
+    assert [t.pending_writes for t in got if t][1:] == [[(f"task-{i}", "x", ["", i, "w"])] for i in range(4)]
