@@ -30,3 +30,17 @@ def test_an_entry_read_alone_gives_back_every_value_exactly(tmp_path: Path) -> N
         assert store.get_entry(sid, message["entry_id"]) == next(
             e for e in store.entries(sid) if e["id"] == message["entry_id"])
         assert store.get_entry(sid, "nope") is None and store.get_entry("nobody", typed) is None
+
+
+def test_every_entry_read_at_once_gives_back_every_value_exactly(tmp_path: Path) -> None:
+    # Prevents: entries() (a LangGraph index derived again reads them all) read as bytes changing
+    # a value or the order: append order, each as get_entry gives it.
+    with session_manager.open(f"sqlite:///{tmp_path.resolve()}/d.db") as sm:
+        sid = sm.create().session_id
+        written = [{"t": TEXT * i, "big": BIG + i, "f": i / 3} for i in range(5)]
+        ids = [sm.call("session::append", {"session_id": sid, "custom": {"custom_type": "x", "data": d}})["entry_id"]
+               for d in written]
+        store = sm.service.store
+        entries = store.entries(sid)
+        assert [e["id"] for e in entries] == ids and [e["data"] for e in entries] == written
+        assert entries == [store.get_entry(sid, i) for i in ids] and store.entries("nobody") == []

@@ -41,7 +41,7 @@ _META_LEAF_DEPTH = ("SELECT s.meta, s.leaf, e.depth, s.rev FROM sessions s LEFT 
 # and encoded back for the decoder, ~9 us of a ~29 us read of 8 KB.
 _BODY_BYTES = "SELECT CAST(body AS BLOB) FROM entries WHERE sk = " + SK + " AND entry_id = ?"
 _DEPTH = "SELECT depth FROM entries WHERE sk = " + SK + " AND entry_id = ?"
-_BODIES = "SELECT body FROM entries WHERE sk = " + SK + " ORDER BY seq"
+_BODIES = "SELECT CAST(body AS BLOB) FROM entries WHERE sk = " + SK + " ORDER BY seq"  # (as _BODY_BYTES)
 
 
 def _load(text: str) -> Any:
@@ -214,7 +214,7 @@ class SqliteReads:
         return SqlitePath(self.db, session_id, leaf, depth)
 
     def entries(self, session_id: str) -> list[Entry]:
-        return [_load(r[0]) for r in
+        return [loads(r[0]) for r in
                 self.db.rows(_BODIES, (key(session_id),))]
 
     def get_attachment_meta(self, session_id: str, attachment_id: str) -> AttachmentMeta | None:
