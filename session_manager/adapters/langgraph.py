@@ -96,10 +96,12 @@ class SessionManagerSaver(BaseCheckpointSaver[str]):
     ``metadata`` (optional) is the session metadata a new thread's session is
     created with (the tenancy hook: ``session::list`` filters, events, purge);
     ``list(None)`` and ``delete_for_runs`` then see only the sessions that carry it.
-    ``serde`` replaces LangGraph's default serializer."""
+    ``serde`` replaces LangGraph's default serializer. ``cache_bytes``: how much of the
+    entries' data it wrote or read the saver keeps decoded (least recently used dropped past
+    it; 0 keeps none), so a read of them asks the store only whether the thread moved on."""
 
     def __init__(self, sm: Any, *, metadata: dict[str, Any] | None = None,
-                 serde: SerializerProtocol | None = None) -> None:
+                 serde: SerializerProtocol | None = None, cache_bytes: int = KEPT_BYTES) -> None:
         super().__init__(serde=serde)
         self.sm: SessionManager = sm if isinstance(sm, SessionManager) else sm.sync
         self.metadata = dict(metadata) if metadata else None
@@ -107,7 +109,9 @@ class SessionManagerSaver(BaseCheckpointSaver[str]):
         self._indexes: OrderedDict[str, ThreadIndex] = OrderedDict()
         self._indexes_guard = threading.Lock()
         self._locks = lock_registry(self.sm)  # (held weakly: kept only while in use, or recent)
-        self._kept = Kept(KEPT_BYTES)
+        if type(cache_bytes) is not int or cache_bytes < 0:
+            raise invalid_request(f"cache_bytes: expected a whole number of bytes, 0 or more, got {cache_bytes!r}")
+        self._kept = Kept(cache_bytes)
 
     # -- the thread index ----------------------------------------------------------
 

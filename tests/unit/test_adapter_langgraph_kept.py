@@ -13,7 +13,7 @@ import pytest
 pytest.importorskip("langgraph.checkpoint.base", reason="the langgraph extra is not installed")
 
 import session_manager
-from session_manager.adapters import langgraph as adapter
+from session_manager import SessionError
 from session_manager.adapters.langgraph import SessionManagerSaver
 from tests import pg_support
 from tests.unit.store_openers import Opener, opener_fixture  # noqa: F401 (the fixture "opener")
@@ -118,14 +118,12 @@ def test_kept_data_is_never_served_after_another_instance_wrote_or_recreated_the
     assert by_id is not None and by_id.checkpoint["channel_values"]["x"] == ["again", 1]
 
 
-def test_the_kept_data_stays_within_its_byte_budget_and_what_it_dropped_is_read_again(
-        opener: Opener, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_kept_data_stays_within_its_byte_budget_and_what_it_dropped_is_read_again(opener: Opener) -> None:
     # Prevents: the saver keeping every entry it ever wrote or read (a long thread's every
-    # checkpoint, across up to 1,024 threads) in memory: past the budget the least recently
-    # used data is dropped, and read from the store again when wanted.
-    monkeypatch.setattr(adapter, "KEPT_BYTES", 6000)
+    # checkpoint, across up to 1,024 threads) in memory: past the budget (``cache_bytes``) the
+    # least recently used data is dropped, and read from the store again when wanted.
     with opener() as sm:
-        saver = SessionManagerSaver(sm)
+        saver = SessionManagerSaver(sm, cache_bytes=6000)
         saved = put_chain(saver, "b", 12)
         assert saver._kept.total <= 6000
         calls = spy(sm.service.store, ("get_entry",))
@@ -134,6 +132,20 @@ def test_the_kept_data_stays_within_its_byte_budget_and_what_it_dropped_is_read_
     assert calls  # the oldest were dropped and read again
     assert [t.checkpoint["channel_values"]["x"] for t in got if t] == [["", i] for i in range(12)]
     assert [t.pending_writes for t in got if t] == [[(f"task-{i}", "x", ["", i, "w"])] for i in range(12)]
+
+
+def test_cache_bytes_0_keeps_nothing_and_every_read_fetches_what_it_gives(opener: Opener) -> None:
+    # Prevents: a saver asked to keep nothing (memory-bound hosts) keeping data anyway, or its
+    # reads then missing values: each read fetches the checkpoint, its holder and its writes.
+    with opener() as sm:
+        saver = SessionManagerSaver(sm, cache_bytes=0)
+        saved = put_chain(saver, "z", 3)
+        calls = spy(sm.service.store, ("get_entry",))
+        got = saver.get_tuple(saved[1])
+        assert saver._kept.total == 0
+    assert calls == ["get_entry"] * 3  # the checkpoint, the first one (holding "pad"), the writes
+    assert got is not None and got.checkpoint["channel_values"] == {"x": ["", 1], "pad": "p" * 500}
+    assert got.pending_writes == [("task-1", "x", ["", 1, "w"])]
 
 
 def test_a_thread_derived_again_is_read_from_the_entries_its_derivation_read(tmp_path: Path) -> None:
@@ -149,3 +161,11 @@ def test_a_thread_derived_again_is_read_from_the_entries_its_derivation_read(tmp
     assert calls == ["created_and_leaf", "entries"] + ["created_and_leaf"] * 4
     assert [t.checkpoint["channel_values"]["x"] for t in got if t] == [["", 3]] + [["", i] for i in range(4)]
     assert [t.pending_writes for t in got if t][1:] == [[(f"task-{i}", "x", ["", i, "w"])] for i in range(4)]
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, "64", True, None])
+def test_a_bad_cache_bytes_is_a_clear_error(tmp_path: Path, bad: Any) -> None:
+    # Prevents: a negative, fractional or mistyped budget accepted (and a budget of True keeping one byte).
+    with session_manager.open(tmp_path / "d") as sm, pytest.raises(SessionError) as raised:
+        SessionManagerSaver(sm, cache_bytes=bad)
+    assert raised.value.code == "session/invalid_request" and "cache_bytes" in str(raised.value)
