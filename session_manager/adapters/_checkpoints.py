@@ -357,6 +357,8 @@ class ThreadIndex:
     # again, so a delta's base is always on its own checkpoint's path (what a path copy carries).
     bases: dict[str, Bases] = field(default_factory=dict)
     tips: dict[str, str] = field(default_factory=dict)
+    # This index's own: the entries' data a saver keeps is served while it is the thread's (_kept.py).
+    epoch: object = field(default_factory=object, compare=False, repr=False)
 
     def add(self, entry: dict[str, Any]) -> None:
         """Take one stored entry (``kind``, ``custom_type``, ``data``) into the index, in append order."""

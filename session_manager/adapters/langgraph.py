@@ -75,6 +75,7 @@ from ._checkpoints import (
     unpack,
     value_bytes,
 )
+from ._kept import Kept, footprint
 from ._settle import settled
 from ._transcript import _registry as lock_registry
 from ._transcript import _session_lock as session_lock
@@ -83,6 +84,7 @@ from ._transcript import _SessionLock as SessionLock
 __all__ = ["SessionManagerSaver"]
 
 _CACHED_THREADS = 1024  # thread indexes kept per saver (least recently used dropped)
+KEPT_BYTES = 64 << 20  # entries' data kept decoded per saver (_kept.py; least recently used dropped)
 _CHECKED_ATTEMPTS = 5  # writes checked against a moving session before one unconditional
 T = TypeVar("T")
 _PAGE = 500
@@ -97,10 +99,12 @@ class SessionManagerSaver(BaseCheckpointSaver[str]):
     ``metadata`` (optional) is the session metadata a new thread's session is
     created with (the tenancy hook: ``session::list`` filters, events, purge);
     ``list(None)`` and ``delete_for_runs`` then see only the sessions that carry it.
-    ``serde`` replaces LangGraph's default serializer."""
+    ``serde`` replaces LangGraph's default serializer. ``cache_bytes``: how much of the
+    entries' data it wrote or read the saver keeps decoded (least recently used dropped past
+    it; 0 keeps none), so a read of them asks the store only whether the thread moved on."""
 
     def __init__(self, sm: Any, *, metadata: dict[str, Any] | None = None,
-                 serde: SerializerProtocol | None = None) -> None:
+                 serde: SerializerProtocol | None = None, cache_bytes: int = KEPT_BYTES) -> None:
         super().__init__(serde=serde)
         self.sm: SessionManager = sm if isinstance(sm, SessionManager) else sm.sync
         self.metadata = dict(metadata) if metadata else None
@@ -108,6 +112,9 @@ class SessionManagerSaver(BaseCheckpointSaver[str]):
         self._indexes: OrderedDict[str, ThreadIndex] = OrderedDict()
         self._indexes_guard = threading.Lock()
         self._locks = lock_registry(self.sm)  # (held weakly: kept only while in use, or recent)
+        if type(cache_bytes) is not int or cache_bytes < 0:
+            raise invalid_request(f"cache_bytes: expected a whole number of bytes, 0 or more, got {cache_bytes!r}")
+        self._kept = Kept(cache_bytes)
 
     # -- the thread index ----------------------------------------------------------
 
@@ -121,18 +128,20 @@ class SessionManagerSaver(BaseCheckpointSaver[str]):
     def _index(self, thread_id: str) -> ThreadIndex:
         """The thread's index, derived again when the session moved on since (call under the lock)."""
         with storage_errors():
-            meta, leaf = self._store.meta_and_leaf(thread_id)
-        token = (meta.get("created_at"), leaf) if meta is not None else None
+            token = self._store.created_and_leaf(thread_id)
         with self._indexes_guard:
             index = self._indexes.get(thread_id)
             if index is not None and index.token == token:
                 self._indexes.move_to_end(thread_id)
                 return index
         index = ThreadIndex(token=token)
-        if meta is not None:
+        if token is not None:
             with storage_errors():
-                for entry in self._store.entries(thread_id):
-                    index.add(entry)
+                entries = self._store.entries(thread_id)
+            for entry in entries:
+                index.add(entry)
+            # Each decoded here anyway: kept, so the reads that follow fetch none again.
+            self._kept.seed(thread_id, index.epoch, entries)
         with self._indexes_guard:
             self._indexes[thread_id] = index
             while len(self._indexes) > _CACHED_THREADS:
@@ -244,7 +253,7 @@ class SessionManagerSaver(BaseCheckpointSaver[str]):
                     if (ns is not None and key[0] != ns) or (wanted and key[1] != wanted) \
                             or (before_id and key[1] >= before_id):
                         continue
-                    if filter and not self._matches(thread_id, index.checkpoints[key], filter):
+                    if filter and not self._matches(thread_id, index, index.checkpoints[key], filter):
                         continue
                     found.append(self._tuple(thread_id, index, key))
             yield from found
@@ -269,14 +278,18 @@ class SessionManagerSaver(BaseCheckpointSaver[str]):
                 return out
             request["cursor"] = page["next_cursor"]
 
-    def _data(self, thread_id: str, entry_id: str, seen: dict[str, Any]) -> Any:
-        if entry_id not in seen:
+    def _data(self, thread_id: str, index: ThreadIndex, entry_id: str) -> Any:
+        """An entry's data: kept (:mod:`._kept`: ``index`` is current, the caller checked),
+        else read and kept."""
+        data = self._kept.get(thread_id, index.epoch, entry_id)
+        if data is None:
             with storage_errors():
                 entry = self._store.get_entry(thread_id, entry_id)
             if entry is None:  # deleted (by another instance) since the index was read
                 raise not_found(thread_id)
-            seen[entry_id] = entry["data"]
-        return seen[entry_id]
+            data = entry["data"]
+            self._kept.keep(thread_id, index.epoch, entry_id, data, footprint(data))
+        return data
 
     def _base_text(self, thread_id: str, holder: str, base_id: str, channel: str) -> str:
         """The text of the value stored whole that a delta (of ``channel``, in entry ``holder``) is
@@ -296,24 +309,26 @@ class SessionManagerSaver(BaseCheckpointSaver[str]):
             raise not_found(thread_id)
         return found["data"]["values"][channel][2]  # type: ignore[no-any-return]
 
-    def _metadata(self, thread_id: str, entry_id: str) -> Any:
-        return decode_doc(self.serde, self._data(thread_id, entry_id, {})["metadata"])
+    def _metadata(self, thread_id: str, index: ThreadIndex, entry_id: str) -> Any:
+        return decode_doc(self.serde, self._data(thread_id, index, entry_id)["metadata"])
 
-    def _matches(self, thread_id: str, entry_id: str, filter: dict[str, Any]) -> bool:
-        metadata = self._metadata(thread_id, entry_id)
+    def _matches(self, thread_id: str, index: ThreadIndex, entry_id: str, filter: dict[str, Any]) -> bool:
+        metadata = self._metadata(thread_id, index, entry_id)
         return all(metadata.get(k) == v for k, v in filter.items())
 
     def _tuple(self, thread_id: str, index: ThreadIndex, key: Key) -> CheckpointTuple:
-        seen: dict[str, Any] = {}
         ns, checkpoint_id = key
-        data = self._data(thread_id, index.checkpoints[key], seen)
-        checkpoint = decode_doc(self.serde, data["checkpoint"])
+        entry_id = index.checkpoints[key]
+        data = self._data(thread_id, index, entry_id)
+        checkpoint = decode_doc(self.serde, data["checkpoint"])  # (the caller's own copy)
         values: dict[str, Any] = {}
+        blobs = index.blobs
         for channel, version in checkpoint["channel_versions"].items():
-            holder = index.blobs.get((ns, channel, version))
+            holder = blobs.get((ns, channel, version))
             if holder is None:
                 continue
-            stored = self._data(thread_id, holder, seen)["values"][channel]
+            # (Most values changed with the checkpoint: in its own entry, already at hand.)
+            stored = (data if holder == entry_id else self._data(thread_id, index, holder))["values"][channel]
             if stored[1] != "empty":
                 base: Base | str | None = None
                 if len(stored) > 3:  # a delta: of the index's base (no read), else of the entry it names
@@ -325,7 +340,7 @@ class SessionManagerSaver(BaseCheckpointSaver[str]):
                          key=lambda kv: writes_sort_key(kv[1].task_path, kv[0][0], kv[0][1]))
         writes = []
         for (task_id, _), at in pending:
-            _, channel, *packed = self._data(thread_id, at.entry_id, seen)["writes"][at.position]
+            _, channel, *packed = self._data(thread_id, index, at.entry_id)["writes"][at.position]
             writes.append((task_id, channel, unpack(self.serde, packed)))
         parent = data.get("parent")
         return CheckpointTuple(
@@ -374,6 +389,7 @@ class SessionManagerSaver(BaseCheckpointSaver[str]):
         with self._lock(thread_id):  # no read of the session: the append checks the index is current
             index, data, parent_entry, written = self._checked(thread_id, self._current(thread_id), write)
             index.add_checkpoint(written, data, parent_entry)
+            self._kept.keep(thread_id, index.epoch, written, data, footprint(data))
         return _config(thread_id, ns, checkpoint_id)
 
     def put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
@@ -394,8 +410,9 @@ class SessionManagerSaver(BaseCheckpointSaver[str]):
                 return
             packed, twin = pack_writes(self.serde, fresh)
             data = {"ns": ns, "checkpoint_id": key[1], "task_id": task_id, "task_path": task_path, "writes": packed}
-            self._append(thread_id, index, WRITES, data, index.checkpoints.get(key, ROOT_ID), owned=True,
-                         checked=checked, data_json=data_json(data, "writes", twin))
+            written = self._append(thread_id, index, WRITES, data, index.checkpoints.get(key, ROOT_ID), owned=True,
+                                   checked=checked, data_json=data_json(data, "writes", twin))
+            self._kept.keep(thread_id, index.epoch, written, data, footprint(data))
 
         with self._lock(thread_id):  # no read of the session: the append checks the index is current
             self._checked(thread_id, self._current(thread_id), write)
@@ -432,7 +449,7 @@ class SessionManagerSaver(BaseCheckpointSaver[str]):
             with self._lock(thread_id):
                 index = self._index(thread_id)
                 gone = [key for key, entry_id in index.checkpoints.items()
-                        if self._metadata(thread_id, entry_id).get("run_id") in runs]
+                        if self._metadata(thread_id, index, entry_id).get("run_id") in runs]
                 self._tombstone(thread_id, index, gone)
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:

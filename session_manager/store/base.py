@@ -272,6 +272,14 @@ class SessionStore(ABC):
         may answer them from one lookup)."""
         return self.get_meta(session_id), self.get_leaf(session_id)
 
+    def created_and_leaf(self, session_id: str) -> tuple[Any, str | None] | None:
+        """The session's ``(meta["created_at"], leaf)``, ``None`` without a meta: what an
+        adapter's index of it is derived at (a new leaf with every append; another
+        ``created_at`` when it was deleted and made again). A store may answer it without
+        decoding the meta (sqlite: two columns)."""
+        meta, leaf = self.meta_and_leaf(session_id)
+        return None if meta is None else (meta.get("created_at"), leaf)
+
     def meta_and_leaf_from_root(self, session_id: str) -> tuple[Meta | None, str | None]:
         """:meth:`meta_and_leaf` for a read that pages the active path from its root
         (``messages``): a store may answer it with the path's first window in one read."""

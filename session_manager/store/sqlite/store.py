@@ -15,7 +15,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Callable, Collection, Hashable, Sequence
 from contextlib import AbstractContextManager
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from ..._wire.events import Event
 from ...errors import ReadOnlyStore
@@ -58,6 +58,10 @@ class SqliteStore(SqlStore):
         self.calls_part, self.session_reads, self.session_writes = self.calls, self.reads, self.writes
         # The append's read, straight to its part (SqlStore relays it: a Python call more per append).
         self.meta_and_leaf_to_commit = self.reads.meta_and_leaf_to_commit  # type: ignore[method-assign]
+
+    def created_and_leaf(self, session_id: str) -> tuple[Any, str | None] | None:
+        """From two columns (:meth:`.reads.SqliteReads.created_and_leaf`)."""
+        return self.reads.created_and_leaf(session_id)
 
     def meta_and_leaf_since(self, session_id: str, version: Hashable | None
                             ) -> tuple[Meta | None, str | None, Hashable | None]:

@@ -1,0 +1,86 @@
+"""The data of the entries a LangGraph saver wrote or read lately, kept decoded so a read of
+them asks the store only whether the thread moved on (the read of its ``(created_at, leaf)``
+every read makes anyway), least recently used dropped past a byte budget.
+
+A saver's entries are custom entries, and a custom entry never changes once written (only a
+message is revised: ``session::update-message``), so an entry id of one thread names the same
+data for as long as the thread is the one the saver's index was derived from. Each kept data
+therefore carries the index it was kept with (its ``epoch``): it is served only while that
+index is the thread's current one, which every read checks first (a thread another writer
+moved on, deleted or recreated gets a new index, and its entries are read again)."""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable
+from typing import Any
+
+from ._checkpoints import CHECKPOINT, WRITES
+
+_SEEDED = (CHECKPOINT, WRITES)  # the entries a read takes data from
+_OVERHEAD = 512  # what a kept data holds beside its texts (its dicts and lists, the slot here)
+
+
+def footprint(data: Any) -> int:
+    """An estimate of the memory a checkpoint's or writes' data holds: its texts (serialized
+    values, the checkpoint's body) and a fixed overhead."""
+    size = _OVERHEAD
+    if type(data) is not dict:
+        return size
+    for packed in (data.get("values") or {}).values():
+        size += len(packed[-1]) if type(packed) is list and packed and type(packed[-1]) is str else 64
+    for packed in data.get("writes") or ():
+        size += len(packed[-1]) if type(packed) is list and packed and type(packed[-1]) is str else 64
+    body = data.get("checkpoint")
+    if type(body) is dict:
+        text = body.get("text")
+        size += len(text) if type(text) is str else 1024
+    return size
+
+
+class Kept:
+    """``(thread id, entry id) -> (epoch, data, size)``, least recently used first, within ``budget`` bytes."""
+
+    def __init__(self, budget: int) -> None:
+        self.budget = budget
+        self.total = 0
+        self._kept: OrderedDict[tuple[str, str], tuple[object, Any, int]] = OrderedDict()
+        self._guard = threading.Lock()
+
+    def get(self, thread_id: str, epoch: object, entry_id: str) -> Any | None:
+        """The data kept for the entry with ``epoch``, else ``None`` (kept with another epoch: dropped)."""
+        key = (thread_id, entry_id)
+        with self._guard:
+            kept = self._kept.get(key)
+            if kept is None:
+                return None
+            if kept[0] is not epoch:
+                del self._kept[key]
+                self.total -= kept[2]
+                return None
+            self._kept.move_to_end(key)
+            return kept[1]
+
+    def keep(self, thread_id: str, epoch: object, entry_id: str, data: Any, size: int) -> None:
+        """Keep ``data`` (never changed after: the saver built it, or decoded it for itself)."""
+        if size > self.budget:
+            return
+        key = (thread_id, entry_id)
+        with self._guard:
+            old = self._kept.pop(key, None)
+            if old is not None:
+                self.total -= old[2]
+            self._kept[key] = (epoch, data, size)
+            self.total += size
+            while self.total > self.budget:
+                _, dropped = self._kept.popitem(last=False)
+                self.total -= dropped[2]
+
+    def seed(self, thread_id: str, epoch: object, entries: Iterable[dict[str, Any]]) -> None:
+        """Keep the data of the checkpoints and writes among a thread's ``entries`` (in append
+        order: the newest are the last dropped), as an index derivation just decoded them."""
+        for entry in entries:
+            data = entry.get("data")
+            if type(data) is dict and entry.get("kind") == "custom" and entry.get("custom_type") in _SEEDED:
+                self.keep(thread_id, epoch, entry["id"], data, footprint(data))
