@@ -212,15 +212,21 @@ def test_puts_and_reads_on_one_thread_while_a_one_byte_fs_cache_evicts_lose_noth
 
         store._drop = counted
 
+        # Every writer puts once a round, the rounds in step: between two puts on "t" the other
+        # threads' commits run, so the eviction the race needs happens on every run.
+        in_step = threading.Barrier(4, timeout=60)
+
         def writer(thread: str, tag: str) -> None:
             try:
                 saved = config(thread)
                 for i in range(rounds):
+                    in_step.wait()
                     checkpoint_id = f"{i:05d}-{tag}"
                     saved = saver.put(saved, checkpoint(checkpoint_id, tag, i), {"step": i},
                                       {"x": checkpoint_id, "pad": checkpoint_id})
                     saver.put_writes(saved, [("x", i)], f"task-{tag}")
             except Exception as e:  # (reported below)
+                in_step.abort()
                 errors.append(e)
 
         def reader() -> None:
@@ -242,9 +248,9 @@ def test_puts_and_reads_on_one_thread_while_a_one_byte_fs_cache_evicts_lose_noth
         for worker in workers:
             worker.join()
     assert errors == []
-    # The race ran: the contended thread's state was evicted, and another thread's. (Not every
-    # one's: a writer of 25 puts can run whole inside one GIL switch interval, the last commit
-    # of all keeping its own state cached.)
+    # The race ran: the contended thread's state was evicted, and another thread's. (Before the
+    # rounds were in step a writer of 25 puts could run whole inside one GIL switch interval:
+    # "t" was then never evicted in about 1 run in 8.)
     assert "t" in dropped and {"o0", "o1"} & set(dropped), sorted(set(dropped))
     with session_manager.open(tmp_path / "d") as sm:
         saver = SessionManagerSaver(sm)
