@@ -325,7 +325,12 @@ class SqliteDatastore:
             size = at = os.fstat(fd).st_size
             # the WAL header, then frames (header and page)
             most = 32 + (_WAL_SIZED_PAGES if full else _WAL_PAGES["NORMAL"] + 100) * (24 + page)
-            want = most if full else min(most, size + min(max(size, _WAL_STEP[0]), _WAL_STEP[1]))
+            # SQLite extends the WAL a whole frame at a time: a size that is not a whole number of
+            # frames past the header ends in zeros a step laid (this store's or another's) that
+            # SQLite has not written past yet: no step until it has (else each store of the file
+            # takes the others' steps for SQLite's writes and lays its own past them, to the bound).
+            laid = size > 32 and (size - 32) % (24 + page) != 0
+            want = most if full else size if laid else min(most, size + min(max(size, _WAL_STEP[0]), _WAL_STEP[1]))
             try:
                 while at < want:
                     at += os.pwrite(fd, _ZEROS[:want - at], at)
