@@ -76,3 +76,54 @@ def test_short_lived_writers_beside_a_long_lived_store_lay_one_step_between_them
         assert [worker.get_meta(f"cli{n}") is not None for n in range(3)] == [True] * 3
     finally:
         worker.close()
+
+
+_UNTIL_FULL = """
+import os, subprocess, sys
+from session_manager.store import Commit
+from session_manager.store.sqlite import SqliteSettings, SqliteStore, core
+from tests.unit.test_sqlite_wal_ahead import _META, _append
+base = sys.argv[1]
+for mode in ("off", "on"):
+    mnt = os.path.join(base, mode)
+    os.makedirs(mnt)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", mnt], check=True)
+    core._WAL_STEP = (0, 0) if mode == "off" else (1 << 20, 4 << 20)  # off: SQLite's own growth alone
+    store = SqliteStore(SqliteSettings(path=os.path.join(mnt, "f.db")))
+    store.commit("s", Commit(meta=_META))
+    n = 0
+    try:
+        while True:
+            _append(store, n)
+            n += 1
+            if n % 10 == 0:  # as the follower's passive checkpoint once a second would
+                try:
+                    store.db.conn().execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+                except Exception:
+                    pass  # (the file cannot grow: the WAL keeps the pages)
+    except Exception as e:
+        assert "full" in str(e), e
+    print(mode, n, flush=True)
+    store.close()
+"""
+
+
+def _namespaces() -> bool:
+    """Whether this process may mount a tmpfs in a user and mount namespace of its own."""
+    if shutil.which("unshare") is None:
+        return False
+    probe = subprocess.run(["unshare", "-rm", "sh", "-c", "mount -t tmpfs -o size=1m tmpfs /mnt"],
+                           capture_output=True)
+    return probe.returncode == 0
+
+
+@pytest.mark.skipif(not _namespaces(), reason="needs unshare -rm and a tmpfs mount (a small disk)")
+def test_steps_never_take_the_room_a_small_disk_needs_for_the_database(tmp_path: Path) -> None:
+    # Prevents: zeros laid ahead taking a nearly full disk's last free space, which the database
+    # file needs when a checkpoint copies the WAL back: the checkpoints fail, the WAL cannot
+    # restart, and appends that fit on the disk without the step are refused (3 MiB tmpfs: 484
+    # appends of 3 KB against 633 with SQLite's own growth alone).
+    out = subprocess.run(["unshare", "-rm", sys.executable, "-c", _UNTIL_FULL, str(tmp_path)], cwd=ROOT,
+                         env=_env(), capture_output=True, text=True, check=True).stdout
+    counts = dict((mode, int(n)) for mode, n in (line.split() for line in out.splitlines()))
+    assert counts["off"] > 100 and counts["on"] >= counts["off"]
