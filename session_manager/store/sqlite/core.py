@@ -308,8 +308,8 @@ class SqliteDatastore:
         to :data:`_WAL_SIZED_PAGES` frames, and synced, once; with flush one step (:data:`_WAL_STEP`),
         and another each time SQLite wrote past it (:meth:`begin`), up to the frames the WAL holds
         before a checkpoint (see there). Only past its end: what it holds (frames of other
-        connections' snapshots) is never touched. A file that cannot be grown (a full disk) is left
-        as it is: the commits only cost more."""
+        connections' snapshots) is never touched. On a file system short of room for the whole WAL
+        past the step, or a file that cannot be grown, it is left as it is: the commits only cost more."""
         self.wal_short = self.wal_ahead = False
         full = self._synchronous == "FULL"
         try:
@@ -331,6 +331,13 @@ class SqliteDatastore:
             # takes the others' steps for SQLite's writes and lays its own past them, to the bound).
             laid = size > 32 and (size - 32) % (24 + page) != 0
             want = most if full else size if laid else min(most, size + min(max(size, _WAL_STEP[0]), _WAL_STEP[1]))
+            # Zeros must never take the room the database file needs when a checkpoint copies the
+            # WAL back (a full disk: checkpoints fail, appends that fit are refused): laid only
+            # while the file system keeps room for the whole WAL past the step.
+            if want > size:
+                fs = os.fstatvfs(fd)
+                if fs.f_bavail * fs.f_frsize < want - size + most:
+                    want = size
             try:
                 while at < want:
                     at += os.pwrite(fd, _ZEROS[:want - at], at)
