@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -17,13 +18,20 @@ from typing import Any
 
 import pytest
 
+import session_manager
 from session_manager.store import Commit
 from session_manager.store.sqlite import SqliteSettings, SqliteStore
-from tests.unit.test_sqlite_processes import ROOT
-from tests.unit.test_sqlite_wal_ahead import _META, _append
+from tests.unit.test_sqlite_processes import ROOT, chain_ids, spawn
+from tests.unit.test_sqlite_wal_ahead import _META, _append, _small
 
 _FRAME = 24 + 4096
 _MIB = 1 << 20
+
+
+def _count(store: SqliteStore, sid: str) -> Any:
+    meta = store.get_meta(sid)
+    assert meta is not None
+    return meta["message_count"]
 
 
 def _env() -> dict[str, str]:
@@ -44,7 +52,7 @@ def test_two_stores_writing_a_little_lay_one_step_not_each_others_steps(tmp_path
             a.commit("s", Commit(meta={**_META, "message_count": i}))
             b.commit("t", Commit(meta={**_META, "session_id": "t", "message_count": i}))
         assert Path(f"{path}-wal").stat().st_size < 2 * _MIB
-        assert a.get_meta("s")["message_count"] == 39 and b.get_meta("t")["message_count"] == 39
+        assert _count(a, "s") == 39 and _count(b, "t") == 39
     finally:
         a.close()
         b.close()
@@ -127,3 +135,281 @@ def test_steps_never_take_the_room_a_small_disk_needs_for_the_database(tmp_path:
                          env=_env(), capture_output=True, text=True, check=True).stdout
     counts = dict((mode, int(n)) for mode, n in (line.split() for line in out.splitlines()))
     assert counts["off"] > 100 and counts["on"] >= counts["off"]
+
+
+_KILLED_IN_A_STEP = """
+import os, signal, sys
+from session_manager.store import Commit
+from session_manager.store.sqlite import SqliteSettings, SqliteStore, core
+from tests.unit.test_sqlite_wal_ahead import _META, _append
+path, case = sys.argv[1], sys.argv[2]
+core._WAL_PAGES = {"NORMAL": 400, "FULL": 1000}
+core._WAL_STEP = (64 << 10, 256 << 10)
+store = SqliteStore(SqliteSettings(path=path))
+store.commit("s", Commit(meta=_META))
+store.commit("gone", Commit(meta={**_META, "session_id": "gone"}))
+
+def salt() -> bytes:
+    with open(path + "-wal", "rb") as f:
+        return f.read(24)[16:24]
+
+if case == "restarted":
+    core._WAL_STEP = (0, 0)  # (SQLite's own growth until the step killed: its frames end the file)
+for i in range(60):
+    _append(store, i)
+    print(f"e{i}", flush=True)
+if case == "restarted":  # the WAL restarted short of its frames: an older salt's frames lie past them
+    first = salt()
+    store.db.conn().execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+    for i in range(60, 70):
+        _append(store, i)
+        print(f"e{i}", flush=True)
+    assert salt() != first and (os.path.getsize(path + "-wal") - 32) % 4120 == 0
+    core._WAL_STEP = (64 << 10, 256 << 10)
+    store.db.wal_short = True  # a step due at the next write (as after a durability reload)
+else:  # an erasure truncated the WAL to nothing: the step starts at offset 0, before SQLite's header
+    assert store.delete_session("gone")
+    assert os.path.getsize(path + "-wal") == 0 and store.db.wal_short
+    print("deleted", flush=True)
+write = os.pwrite
+
+def half(fd, data, offset):
+    if bytes(data[:64]) == bytes(64) and len(data) > 4096:  # the step's zeros: half of them, then killed
+        write(fd, data[:len(data) // 2], offset)
+        print("killed in the step", flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)
+    return write(fd, data, offset)
+
+os.pwrite = half
+_append(store, 1000)
+print("not killed", flush=True)
+"""
+
+
+@pytest.mark.parametrize("case", ["restarted", "truncated"])
+def test_a_kill_in_the_middle_of_a_step_keeps_every_acknowledged_write(tmp_path: Path, case: str) -> None:
+    # Prevents: a WAL whose step was cut short by SIGKILL (zeros half written past its end)
+    # misrecovered: past frames of the current salt then an older salt's (a WAL restarted short
+    # of its file), or from offset 0 with no WAL header at all (right after an erasure's
+    # truncation): an acknowledged commit lost, zeros or stale frames taken as frames, the
+    # erased session back, or the file unsound.
+    path = tmp_path / "k.db"
+    child = subprocess.run([sys.executable, "-c", _KILLED_IN_A_STEP, str(path), case], cwd=ROOT, env=_env(),
+                           capture_output=True, text=True, timeout=60)
+    lines = child.stdout.split()
+    assert child.returncode == -9 and lines[-1] == "step", child.stderr
+    acked = [line for line in lines if line.startswith("e")]
+    assert acked == [f"e{i}" for i in range(70 if case == "restarted" else 60)]
+    store = SqliteStore(SqliteSettings(path=str(path)))
+    try:
+        assert store.db.conn().execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        assert [e["id"] for e in store.path("s", store.get_leaf("s"))] == acked  # (the one in flight: never begun)
+        assert _count(store, "s") == len(acked)
+        assert (store.get_meta("gone") is None) == (case == "truncated")
+        _append(store, len(acked))  # and it takes writes again, over the half-laid step
+        assert len(store.entries("s")) == len(acked) + 1
+    finally:
+        store.close()
+
+
+_TRUNCATE = """
+import os, sqlite3, sys
+conn = sqlite3.connect(sys.argv[1], timeout=0)
+busy = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
+print(busy, os.path.getsize(sys.argv[1] + "-wal"))
+conn.close()
+"""
+
+
+def test_another_process_truncating_the_wal_in_the_middle_of_a_step_is_held_off(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Prevents: a step laid while another process's TRUNCATE checkpoint cuts the WAL to nothing
+    # (zeros then written at a stale offset, a hole before them, SQLite's next frames misplaced):
+    # the step runs under the write lock, which a TRUNCATE checkpoint needs too, so it is busy
+    # and the WAL keeps its size; the commits read back and a TRUNCATE afterwards goes through.
+    path = tmp_path / "t.db"
+    store = SqliteStore(SqliteSettings(path=str(path)))
+    seen: list[tuple[int, int]] = []
+    write = os.pwrite
+
+    def racing(fd: int, data: Any, offset: int) -> int:
+        if not seen:
+            out = subprocess.run([sys.executable, "-c", _TRUNCATE, str(path)], capture_output=True, text=True,
+                                 check=True).stdout.split()
+            seen.append((int(out[0]), int(out[1])))
+        return write(fd, data, offset)
+
+    try:
+        before = Path(f"{path}-wal").stat().st_size  # (the schema's frames: SQLite's own end)
+        assert before and (before - 32) % _FRAME == 0
+        monkeypatch.setattr(os, "pwrite", racing)
+        store.commit("s", Commit(meta=_META))  # the first write: a step
+        assert seen and seen[0][0] == 1 and seen[0][1] >= before  # busy: nothing truncated
+        assert Path(f"{path}-wal").stat().st_size >= 1 << 20
+        for i in range(31):
+            _append(store, i)
+        monkeypatch.setattr(os, "pwrite", write)
+        assert [e["id"] for e in store.entries("s")] == [f"e{i}" for i in range(31)]
+        out = subprocess.run([sys.executable, "-c", _TRUNCATE, str(path)], capture_output=True, text=True,
+                             check=True).stdout.split()
+        assert out == ["0", "0"]  # (no lock held now: truncated)
+        _append(store, 31)  # over a WAL cut to nothing under the store: a step from its new end
+        assert store.db.conn().execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        assert [e["id"] for e in store.entries("s")] == [f"e{i}" for i in range(32)]
+    finally:
+        store.close()
+
+
+def test_flush_writers_a_killed_one_truncating_checkpoints_and_held_snapshots_lose_nothing(tmp_path: Path) -> None:
+    # Prevents: processes laying steps of one WAL while another process cuts it to nothing
+    # (TRUNCATE), checkpoints it back (PASSIVE) and holds snapshots over it, and a writer is
+    # killed over zeros it laid: an acknowledged append lost or doubled, a snapshot changed
+    # under its reader, the WAL grown past its bound, the file unsound.
+    file = tmp_path / "m.db"
+    uri = f"sqlite:///{file}"
+    with session_manager.open(uri) as sm:
+        sid = sm.create().session_id
+    writers = [spawn("append", uri, sid, f"p{n}", "120") for n in range(2)]
+    doomed = spawn("forever", uri, sid, "k")
+    assert doomed.stdout is not None
+    killed: list[str] = [doomed.stdout.readline().strip()]
+    other = sqlite3.connect(file, timeout=30)
+    reader = sqlite3.connect(file, timeout=30)
+    rounds = 0
+    try:
+        while rounds < 30 or any(w.poll() is None for w in writers):
+            rounds += 1
+            if rounds % 3 == 0:  # a snapshot held over the others' steps, commits and checkpoints
+                reader.execute("BEGIN")
+                before = reader.execute("SELECT count(*), max(rowid) FROM entries").fetchone()
+                for _ in range(5):
+                    other.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+                    assert reader.execute("SELECT count(*), max(rowid) FROM entries").fetchone() == before
+                reader.execute("COMMIT")
+            else:
+                other.execute(f"PRAGMA wal_checkpoint({'TRUNCATE' if rounds % 3 == 1 else 'PASSIVE'})").fetchall()
+            if rounds == 20:
+                doomed.kill()
+            assert Path(f"{file}-wal").stat().st_size <= 32 + 8100 * _FRAME
+    finally:
+        other.close()
+        reader.close()
+        doomed.kill()
+        doomed.wait(timeout=30)
+    killed += [line.strip() for line in doomed.stdout if line.strip()]
+    acked = list(killed)
+    for w in writers:
+        out, _ = w.communicate(timeout=120)
+        assert w.returncode == 0
+        acked += out.split()
+    path, stored, count = chain_ids(uri, sid)
+    assert set(acked) <= set(path) and len(path) - len(acked) <= 1  # (the one in flight: in or out)
+    assert len(path) == stored == count
+    for prefix in ("p0", "p1", "k"):
+        mine = [e for e in path if e.startswith(f"{prefix}-")]
+        assert mine[: len([a for a in acked if a.startswith(f"{prefix}-")])] == \
+            [a for a in acked if a.startswith(f"{prefix}-")]
+    with session_manager.open(uri) as sm:
+        store: Any = sm.service.store
+        assert store.db.conn().execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+
+
+def test_durability_switched_back_and_forth_beside_another_writer_keeps_the_wal_bounded_and_sound(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Prevents: a hot reload flush -> fsync -> flush sizing the WAL again at each switch on top
+    # of the steps (the WAL laid past both bounds, or the fsync sizing left unsynced), or a
+    # commit lost or misread over zeros laid under the other durability, beside another store.
+    _small(monkeypatch)
+    path = tmp_path / "d.db"
+    wal = Path(f"{path}-wal")
+    store = SqliteStore(SqliteSettings(path=str(path)))
+    other = SqliteStore(SqliteSettings(path=str(path)))
+    try:
+        store.commit("s", Commit(meta=_META))
+        other.commit("t", Commit(meta={**_META, "session_id": "t"}))
+        for i in range(240):
+            if i % 20 == 0:
+                store.db.durability = "fsync" if (i // 20) % 2 else "flush"
+            _append(store, i)
+            other.commit("t", Commit(meta={**_META, "session_id": "t", "message_count": i}))
+            assert wal.stat().st_size <= 32 + 1100 * _FRAME  # (the larger bound: the fsync sizing)
+        assert [e["id"] for e in store.entries("s")] == [f"e{i}" for i in range(240)]
+        assert _count(other, "t") == 239
+        assert store.db.conn().execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    finally:
+        store.close()
+        other.close()
+
+
+def test_a_read_only_snapshot_taken_over_a_checkpointed_wal_holds_over_its_restart_and_steps(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Prevents: a reader whose snapshot needs no WAL frame (all copied back: SQLite lets the WAL
+    # restart under it) served pages of the restarted WAL or the zeros laid past it: a stale
+    # snapshot changed, or later reads missing commits.
+    _small(monkeypatch)
+    path = tmp_path / "ro.db"
+    store = SqliteStore(SqliteSettings(path=str(path)))
+    try:
+        store.commit("s", Commit(meta=_META))
+        for i in range(50):
+            _append(store, i)
+        store.db.conn().execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+        ro = SqliteStore(SqliteSettings(path=str(path), read_only=True))
+        try:
+            reader = ro.db.conn()
+            reader.execute("BEGIN")
+            assert len(ro.entries("s")) == 50
+            for i in range(50, 400):  # the WAL restarts (past 400 pages) and is laid further
+                _append(store, i)
+            assert len(ro.entries("s")) == 50 and _count(ro, "s") == 50
+            reader.execute("COMMIT")
+            assert [e["id"] for e in ro.entries("s")] == [f"e{i}" for i in range(400)]
+        finally:
+            ro.close()
+        assert store.db.conn().execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    finally:
+        store.close()
+
+
+_FILE_LIMIT = """
+import resource, sys
+from session_manager.errors import StoreError
+from session_manager.store.sqlite import SqliteSettings, SqliteStore, core
+from tests.unit.test_sqlite_wal_ahead import _append
+core._WAL_STEP = (64 << 10, 256 << 10) if sys.argv[2] == "on" else (0, 0)  # off: SQLite's own growth
+store = SqliteStore(SqliteSettings(path=sys.argv[1]))
+resource.setrlimit(resource.RLIMIT_FSIZE, (700 << 10, 700 << 10))  # a step runs into it part way
+i = 0
+try:
+    while i < 1000:
+        _append(store, i)
+        print(f"e{i}", flush=True)
+        i += 1
+except StoreError as e:
+    print("refused", flush=True)
+"""
+
+
+def test_a_file_size_limit_met_in_the_middle_of_a_step_fails_no_call_the_wal_could_hold(tmp_path: Path) -> None:
+    # Prevents: a step cut short by RLIMIT_FSIZE (a short write, then EFBIG; SIGXFSZ ignored)
+    # raised out of begin (a call failing that SQLite could still take over the zeros laid), or
+    # the acknowledged appends lost: the appends are refused (session/storage) only where they
+    # are without the steps, once SQLite's own frames meet the limit.
+    acked: dict[str, list[str]] = {}
+    for mode in ("off", "on"):
+        path = tmp_path / mode / "l.db"
+        store = SqliteStore(SqliteSettings(path=str(path)))
+        store.commit("s", Commit(meta=_META))
+        store.close()
+        out = subprocess.run([sys.executable, "-c", _FILE_LIMIT, str(path), mode], cwd=ROOT, env=_env(),
+                             capture_output=True, text=True, timeout=60)
+        lines = out.stdout.split()
+        assert out.returncode == 0 and lines[-1] == "refused", out.stderr
+        acked[mode] = lines[:-1]
+        store = SqliteStore(SqliteSettings(path=str(path)))
+        try:
+            assert [e["id"] for e in store.path("s", store.get_leaf("s"))] == acked[mode]
+            assert store.db.conn().execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        finally:
+            store.close()
+    assert len(acked["off"]) > 10 and acked["on"] == acked["off"]
