@@ -330,7 +330,12 @@ class SqliteDatastore:
             # SQLite has not written past yet: no step until it has (else each store of the file
             # takes the others' steps for SQLite's writes and lays its own past them, to the bound).
             laid = size > 32 and (size - 32) % (24 + page) != 0
-            want = most if full else size if laid else min(most, size + min(max(size, _WAL_STEP[0]), _WAL_STEP[1]))
+            # Nor before SQLite's own frames hold a quarter step (~60 frames): a step's zeros cost
+            # about what ~40 frames' extensions do, more than a WAL that each erasure cuts to
+            # nothing (TRUNCATE) refills between them, or a process that writes a few times.
+            early = size < _WAL_STEP[0] // 4
+            step = min(max(size, _WAL_STEP[0]), _WAL_STEP[1])
+            want = most if full else size if laid or early else min(most, size + step)
             # Zeros must never take the room the database file needs when a checkpoint copies the
             # WAL back (a full disk: checkpoints fail, appends that fit are refused): laid only
             # while the file system keeps room for the whole WAL past the step.
