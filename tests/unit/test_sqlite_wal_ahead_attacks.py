@@ -426,3 +426,42 @@ def test_a_store_erasing_every_few_writes_lays_no_step_after_each_truncation(tmp
             assert wal.stat().st_size == 0
     finally:
         store.close()
+
+
+def test_a_wal_cut_back_by_journal_size_limit_is_not_laid_again_each_cycle(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Prevents: a fight with SQLite's own cut: a WAL grown past journal_size_limit under a held
+    # snapshot is cut back to the limit at the first commit after it restarts, and a step laid
+    # past the limit again would be cut again at every restart (zeros written and freed each
+    # cycle). The cut leaves the WAL at the limit (not a whole number of frames): no step; its
+    # size then stays put over further cycles.
+    most = _small(monkeypatch)
+    limit = 3 << 20
+    monkeypatch.setattr(core, "WAL_LIMIT_BYTES", limit)
+    path = tmp_path / "j.db"
+    wal = Path(f"{path}-wal")
+    store = SqliteStore(SqliteSettings(path=str(path)))
+    other = SqliteStore(SqliteSettings(path=str(path)))
+    try:
+        store.commit("s", Commit(meta=_META))
+        reader = other.db.conn()
+        reader.execute("BEGIN")
+        assert other.get_meta("s") is not None  # (the snapshot taken: the WAL cannot restart)
+        i = 0
+        while wal.stat().st_size <= limit + 20 * _FRAME:
+            _append(store, i)
+            i += 1
+        reader.execute("COMMIT")
+        assert most < limit
+        sizes = []
+        for _ in range(4):  # four cycles: checkpointed, restarted (and cut at its first commit), refilled
+            store.db.conn().execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+            for _ in range(60):
+                _append(store, i)
+                i += 1
+                sizes.append(wal.stat().st_size)
+        assert set(sizes) == {limit}
+        assert [e["id"] for e in other.entries("s")] == [f"e{n}" for n in range(i)]
+    finally:
+        store.close()
+        other.close()
