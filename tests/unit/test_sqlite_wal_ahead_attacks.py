@@ -91,13 +91,14 @@ import os, subprocess, sys
 from session_manager.store import Commit
 from session_manager.store.sqlite import SqliteSettings, SqliteStore, core
 from tests.unit.test_sqlite_wal_ahead import _META, _append
-base = sys.argv[1]
+base, durability, size = sys.argv[1:4]
 for mode in ("off", "on"):
     mnt = os.path.join(base, mode)
     os.makedirs(mnt)
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", mnt], check=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", mnt], check=True)
     core._WAL_STEP = (0, 0) if mode == "off" else (1 << 20, 4 << 20)  # off: SQLite's own growth alone
-    store = SqliteStore(SqliteSettings(path=os.path.join(mnt, "f.db")))
+    core._WAL_SIZED_PAGES = 0 if mode == "off" else 1100  # (and no fsync sizing)
+    store = SqliteStore(SqliteSettings(path=os.path.join(mnt, "f.db"), durability=durability))
     store.commit("s", Commit(meta=_META))
     n = 0
     try:
@@ -126,12 +127,16 @@ def _namespaces() -> bool:
 
 
 @pytest.mark.skipif(not _namespaces(), reason="needs unshare -rm and a tmpfs mount (a small disk)")
-def test_steps_never_take_the_room_a_small_disk_needs_for_the_database(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("durability", "size"), [("flush", "3m"), ("fsync", "8m")])
+def test_steps_never_take_the_room_a_small_disk_needs_for_the_database(
+        tmp_path: Path, durability: str, size: str) -> None:
     # Prevents: zeros laid ahead taking a nearly full disk's last free space, which the database
     # file needs when a checkpoint copies the WAL back: the checkpoints fail, the WAL cannot
     # restart, and appends that fit on the disk without the step are refused (3 MiB tmpfs: 484
-    # appends of 3 KB against 633 with SQLite's own growth alone).
-    out = subprocess.run(["unshare", "-rm", sys.executable, "-c", _UNTIL_FULL, str(tmp_path)], cwd=ROOT,
+    # appends of 3 KB against 633 with SQLite's own growth alone; fsync, its WAL sized once to
+    # 1,100 frames, on 8 MiB: 1,033 against 1,902).
+    out = subprocess.run(["unshare", "-rm", sys.executable, "-c", _UNTIL_FULL, str(tmp_path), durability, size],
+                         cwd=ROOT,
                          env=_env(), capture_output=True, text=True, check=True).stdout
     counts = dict((mode, int(n)) for mode, n in (line.split() for line in out.splitlines()))
     assert counts["off"] > 100 and counts["on"] >= counts["off"]
