@@ -57,7 +57,7 @@ _WAL_SIZED_PAGES = _WAL_PAGES["FULL"] + 100  # (a checkpoint restarts it past 1,
 # transaction, one stat), up to the frames it holds before a checkpoint restarts it. A frame
 # appended past a file's end costs the file system an extension each time, one written over
 # zeros does not (a LangGraph put over a new file: 7 frames, ~35 us less CPU). In steps, not at
-# once: a process that writes a few times lays one step, not the ~33 MB the WAL grows to.
+# once: a process that writes a few times lays none (size_wal), not the ~33 MB the WAL grows to.
 _WAL_STEP = (1 << 20, 4 << 20)  # a step is the WAL's size, within these bounds
 _ZEROS = memoryview(bytes(_WAL_STEP[0]))  # (written a slice at a time)
 WAL_LIMIT_BYTES = 64 << 20  # cut back only past it: a WAL cut at every checkpoint regrows at a cost
