@@ -57,7 +57,7 @@ _WAL_SIZED_PAGES = _WAL_PAGES["FULL"] + 100  # (a checkpoint restarts it past 1,
 # transaction, one stat), up to the frames it holds before a checkpoint restarts it. A frame
 # appended past a file's end costs the file system an extension each time, one written over
 # zeros does not (a LangGraph put over a new file: 7 frames, ~35 us less CPU). In steps, not at
-# once: a process that writes a few times lays one step, not the ~33 MB the WAL grows to.
+# once: a process that writes a few times lays none (size_wal), not the ~33 MB the WAL grows to.
 _WAL_STEP = (1 << 20, 4 << 20)  # a step is the WAL's size, within these bounds
 _ZEROS = memoryview(bytes(_WAL_STEP[0]))  # (written a slice at a time)
 WAL_LIMIT_BYTES = 64 << 20  # cut back only past it: a WAL cut at every checkpoint regrows at a cost
@@ -308,8 +308,8 @@ class SqliteDatastore:
         to :data:`_WAL_SIZED_PAGES` frames, and synced, once; with flush one step (:data:`_WAL_STEP`),
         and another each time SQLite wrote past it (:meth:`begin`), up to the frames the WAL holds
         before a checkpoint (see there). Only past its end: what it holds (frames of other
-        connections' snapshots) is never touched. A file that cannot be grown (a full disk) is left
-        as it is: the commits only cost more."""
+        connections' snapshots) is never touched. On a file system short of room for the whole WAL
+        past the step, or a file that cannot be grown, it is left as it is: the commits only cost more."""
         self.wal_short = self.wal_ahead = False
         full = self._synchronous == "FULL"
         try:
@@ -325,7 +325,24 @@ class SqliteDatastore:
             size = at = os.fstat(fd).st_size
             # the WAL header, then frames (header and page)
             most = 32 + (_WAL_SIZED_PAGES if full else _WAL_PAGES["NORMAL"] + 100) * (24 + page)
-            want = most if full else min(most, size + min(max(size, _WAL_STEP[0]), _WAL_STEP[1]))
+            # SQLite extends the WAL a whole frame at a time: a size that is not a whole number of
+            # frames past the header ends in zeros a step laid (this store's or another's) that
+            # SQLite has not written past yet: no step until it has (else each store of the file
+            # takes the others' steps for SQLite's writes and lays its own past them, to the bound).
+            laid = size > 32 and (size - 32) % (24 + page) != 0
+            # Nor before SQLite's own frames hold a quarter step (~60 frames): a step's zeros cost
+            # about what ~40 frames' extensions do, more than a WAL that each erasure cuts to
+            # nothing (TRUNCATE) refills between them, or a process that writes a few times.
+            early = size < _WAL_STEP[0] // 4
+            step = min(max(size, _WAL_STEP[0]), _WAL_STEP[1])
+            want = most if full else size if laid or early else min(most, size + step)
+            # Zeros must never take the room the database file needs when a checkpoint copies the
+            # WAL back (a full disk: checkpoints fail, appends that fit are refused): laid only
+            # while the file system keeps room for the whole WAL past the step.
+            if want > size:
+                fs = os.fstatvfs(fd)
+                if fs.f_bavail * fs.f_frsize < want - size + most:
+                    want = size
             try:
                 while at < want:
                     at += os.pwrite(fd, _ZEROS[:want - at], at)
