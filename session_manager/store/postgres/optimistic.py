@@ -120,7 +120,18 @@ class _Mutation:
         self._inner: AbstractContextManager[None] | None = None
 
     def __enter__(self) -> None:
-        self._inner = self._owner._enter_mutation(self._ids)
+        # Planned (nothing entered: ``_inner`` stays None), else the transaction entered.
+        owner, session_ids = self._owner, self._ids
+        opt = owner._opt.state
+        if (opt.optimistic and opt.plan is None and (len(session_ids) == 1 or len(set(session_ids)) == 1)
+                and not (owner._contended and owner._is_contended(next(iter(session_ids))))):
+            opt.plan = Plan(next(iter(session_ids)))
+            return
+        if opt.optimistic:  # a second mutation in the call, or several sessions at once
+            owner._upgrade_or_begin()
+        inner = owner.txs.mutation(session_ids)
+        inner.__enter__()
+        self._inner = inner
 
     def __exit__(self, kind: type[BaseException] | None, e: BaseException | None,
                  tb: TracebackType | None) -> bool | None:
@@ -144,6 +155,7 @@ class Optimistic:
         self._contended: dict[str, float] = {}  # session -> until when it skips the optimistic attempt
         self._unplain: dict[str, float] = {}  # session -> until when its appends skip the plain statement
         self._observed_until = 0.0  # until then appends skip the plain statement (someone observes)
+        self._pipelines = db.pipelines  # (libpq's, fixed: read once)
 
     # -- the call -----------------------------------------------------------------------
 
@@ -268,19 +280,6 @@ class Optimistic:
         """A mutation: planned (nothing sent yet) in an optimistic call, else a transaction
         (decided as it is entered: see :class:`_Mutation`)."""
         return _Mutation(self, session_ids)
-
-    def _enter_mutation(self, session_ids: Collection[str]) -> AbstractContextManager[None] | None:
-        """Enter a mutation of ``session_ids``: ``None`` when it is planned, else the transaction entered."""
-        opt = self._opt.state
-        if (opt.optimistic and opt.plan is None and (len(session_ids) == 1 or len(set(session_ids)) == 1)
-                and not self._is_contended(next(iter(session_ids)))):
-            opt.plan = Plan(next(iter(session_ids)))
-            return None
-        if opt.optimistic:  # a second mutation in the call, or several sessions at once
-            self._upgrade_or_begin()
-        inner = self.txs.mutation(session_ids)
-        inner.__enter__()
-        return inner
 
     def _is_contended(self, session_id: str) -> bool:
         """Whether another writer beat this instance to the session a moment ago: then
@@ -441,14 +440,19 @@ class Optimistic:
             meta, leaf = (known.meta, known.leaf) if known is not None else (None, None)
         entry = lambda eid: self._entry(plan, eid, assume_absent=True)  # noqa: E731
         resolved = resolve_at_leaf(plan, commit, meta, leaf, entry)
-        check_id("session_id", session_id)
+        if plan.known is None:  # (a known session is stored: its id fits)
+            check_id("session_id", session_id)
         for e in resolved.entries:
             check_id("entry_id", e["id"])
         bodies = [json_text(e) for e in resolved.entries]
-        meta_text = json_text(resolved.meta) if resolved.meta is not None else None
-        if plan.holed and not choose_at_leaf(plan, resolved, bodies, meta_text):
-            resolved = resolve(commit, meta, leaf, entry)  # the known leaf, checked by sm_apply
-            bodies = [json_text(e) for e in resolved.entries]
+        # (an append left to the server: its meta's text is its cut's, see at_leaf.segments)
+        holed = plan.holed
+        meta_text = choose_at_leaf(plan, resolved, bodies) if holed else None
+        if meta_text is None:
+            if holed:  # (not left to the server after all)
+                resolved = resolve(commit, meta, leaf, entry)  # the known leaf, checked by sm_apply
+                bodies = [json_text(e) for e in resolved.entries]
+            meta_text = json_text(resolved.meta) if resolved.meta is not None else None
         plan.bodies, plan.meta_text = bodies, meta_text
         plan.commit = resolved
         return resolved
@@ -535,7 +539,7 @@ class Optimistic:
     def _plain_ok(self, plan: Plan) -> bool:
         """Whether a plain append may try the plain statement (plain.py): nobody observes as
         far as this instance knows, and its session's last one did not miss."""
-        if not PLAIN or self.outbox.observing or not self.db.pipelines:
+        if not PLAIN or self.outbox.observing or not self._pipelines:
             return False
         now = time.monotonic()
         if now < self._observed_until:
@@ -594,7 +598,8 @@ class Optimistic:
             else:
                 self._plain_missed(plan.session_id, seen)
             return False
-        fill(commit, plan.bodies, known.leaf, commit.meta["message_count"], response, events)
+        # (its text as sent: the hole filled with the known leaf, plain.params)
+        fill(commit, plan.bodies, known.leaf, commit.meta["message_count"], response, events, params["body"])
         if ahead:  # (its entry is commit's first, filled in place just now; its body the one sent)
             ahead[0].row = version
             self._remember(plan.session_id, ahead[0])

@@ -194,7 +194,9 @@ def params(plan: Plan, schema: str) -> dict[str, Any] | None:
     parent, stored_id = key_or_none(leaf), key(entry_id)
     out: dict[str, Any] = {
         "schema": schema, "sid": key(plan.session_id), "meta": plan.meta_text, "updated": commit.meta["updated_at"],
-        "leaf": key_or_none(commit.leaf), "expect_meta": known.text, "parent": parent,
+        # (the new leaf is the one entry: its key once)
+        "leaf": stored_id if commit.leaf == entry_id else key_or_none(commit.leaf),
+        "expect_meta": known.text, "parent": parent,
         "id": stored_id, "body": plan.bodies[0].replace(HOLE_JSON, json_text(leaf)),
     }
     # The links are sent only for the session row version they were learned on (``Known.row``,
