@@ -469,11 +469,14 @@ def fill_known(plan: Plan, response: Any = None, events: list[Event] | None = No
 
 
 def resolve_at_leaf(plan: Plan, commit: Commit, meta: Meta | None, leaf: str | None,
-                    entry: Callable[[str], Entry | None]) -> Commit:
+                    entry: Callable[[str], Entry | None], plain: bool = False) -> Commit:
     """``commit`` as decided on the plan's knowledge; a plain append is resolved on
     the hole (``plan.at_leaf`` is then set by :func:`choose_at_leaf`, once its texts
-    are made) whenever the server may choose its leaf."""
-    plan.holed = bool(commit.append and commit.chain and plan.known is not None and meta is not None)
+    are made) whenever the server may choose its leaf; with ``plain`` (it will try the
+    plain statement, plain.py, whose parent is the known leaf) on that leaf, ``plan.plain`` set."""
+    at_leaf = bool(commit.append and commit.chain and plan.known is not None and meta is not None)
+    plan.plain = at_leaf and plain
+    plan.holed = at_leaf and not plain
     return resolve(commit, meta, HOLE if plan.holed else leaf, entry)
 
 

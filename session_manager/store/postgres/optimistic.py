@@ -88,17 +88,27 @@ class _Conflicted(Exception):
     """sm_apply found the state changed: nothing was written."""
 
 
+class _Missed(Exception):
+    """An append resolved on the known leaf for the plain statement did not take it (it missed,
+    or may not be tried now): nothing was written; the call is decided again, held off for the
+    server (``sm_append_at``)."""
+
+
 class _OptState:
     """The calling thread's optimistic state (:class:`_Local`'s ``state``): a plain object, reached
     once per function (an attribute of a ``threading.local`` costs ~480 instructions to reach)."""
 
-    __slots__ = ("fresh", "optimistic", "plan", "reading")
+    __slots__ = ("fresh", "held", "missed", "optimistic", "plan", "reading")
 
     def __init__(self) -> None:
         self.optimistic = False
         self.plan: Plan | None = None
         self.reading = False  # the plan's own reads of the database (not a reason to fall back)
         self.fresh = False  # a retry after a conflict: entries are read, not assumed absent
+        # The call decided again after a _Missed: its append held off for the server, and
+        # the plain statement's miss (Plan.plain_missed) it carries.
+        self.held = False
+        self.missed = 0
 
 
 class _Local(threading.local):
@@ -176,17 +186,23 @@ class Optimistic:
 
     def _run(self, call: Callable[[], tuple[R, list[Event]]]) -> tuple[R, list[Event]]:
         opt = self._opt.state
+        attempt = 1
         try:
-            for attempt in (1, 2):
+            while True:
                 opt.fresh = attempt == 2
                 try:
                     return self._run_optimistic(call)
+                except _Missed:
+                    opt.held = True  # (decided again as known, once: not an attempt of its own)
                 except _Conflicted:
-                    continue  # the session was forgotten: decide again from the database's state
+                    if attempt == 2:
+                        break
+                    attempt = 2  # the session was forgotten: decide again from the database's state
                 except Fallback:
                     break
         finally:
-            opt.fresh = False
+            opt.fresh = opt.held = False
+            opt.missed = 0
         return self.calls.run_call(call)
 
     def _run_optimistic(self, call: Callable[[], tuple[R, list[Event]]]) -> tuple[R, list[Event]]:
@@ -439,7 +455,10 @@ class Optimistic:
             known = self._state(plan)
             meta, leaf = (known.meta, known.leaf) if known is not None else (None, None)
         entry = lambda eid: self._entry(plan, eid, assume_absent=True)  # noqa: E731
-        resolved = resolve_at_leaf(plan, commit, meta, leaf, entry)
+        # An append that will try the plain statement is resolved on the known leaf (the
+        # statement's parent, checked there): nothing held off, nothing to fill in after.
+        plain_next = commit.chain and not self._opt.state.held and self._plain_ok(plan)
+        resolved = resolve_at_leaf(plan, commit, meta, leaf, entry, plain_next)
         if plan.known is None:  # (a known session is stored: its id fits)
             check_id("session_id", session_id)
         for e in resolved.entries:
@@ -467,9 +486,15 @@ class Optimistic:
         assert commit is not None
         db = self.db
         sender = db.local.state.sender or db.instance  # (an observed call's: see Outbox.begin_call)
-        if cut is not None:
-            if self._plain_ok(plan) and self._apply_plain(plan, events, response):
+        if cut is not None or plan.plain:
+            # (a call decided again after the plain statement missed does not try it twice)
+            if ((plan.plain or not self._opt.state.held) and self._plain_ok(plan)
+                    and self._apply_plain(plan, events, response)):
                 return
+            if plan.plain:  # (nothing written) decided again, held off for the server
+                self._opt.state.missed = plan.plain_missed
+                raise _Missed
+            assert cut is not None
             params = append_call_params(plan.session_id, commit, plan.bodies, cut, instance=sender,
                                         schema=db.settings.schema, events=events, plan=plan)
         else:
@@ -523,14 +548,15 @@ class Optimistic:
             db.putconn(conn)
         if cut is not None and row is not None:
             chosen = unkey(row[0]) if row[0] is not None else None
-            if plan.plain_missed and plan.known is not None:
+            missed = plan.plain_missed or self._opt.state.missed  # (a miss of the call decided before)
+            if missed and plan.known is not None:
                 # plain.LINKED wrote nothing: placed at the leaf it knew, the session was as known
                 # (its meta at most in the two numbers sm_append_at rewrites): someone observes;
                 # unless it checked a row version (another write may have left the meta text and
                 # leaf alike): then nothing is concluded, the session's next append, its version
                 # now unknown, takes plain.APPEND, which says whether someone observes.
                 at_known = chosen == plan.known.leaf
-                if not (at_known and plan.plain_missed == 2):
+                if not (at_known and missed == 2):
                     self._plain_missed(plan.session_id, at_known)
             fill(commit, plan.bodies, chosen, row[1], response, events)
             plan.meta_text = cut.text(commit.meta["updated_at"] if commit.meta else 0, row[1])
@@ -598,8 +624,8 @@ class Optimistic:
             else:
                 self._plain_missed(plan.session_id, seen)
             return False
-        # (its text as sent: the hole filled with the known leaf, plain.params)
-        fill(commit, plan.bodies, known.leaf, commit.meta["message_count"], response, events, params["body"])
+        if not plan.plain:  # (held off: its text as sent, the hole filled with the known leaf)
+            fill(commit, plan.bodies, known.leaf, commit.meta["message_count"], response, events, params["body"])
         if ahead:  # (its entry is commit's first, filled in place just now; its body the one sent)
             ahead[0].row = version
             self._remember(plan.session_id, ahead[0])

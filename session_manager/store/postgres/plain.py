@@ -197,7 +197,9 @@ def params(plan: Plan, schema: str) -> dict[str, Any] | None:
         # (the new leaf is the one entry: its key once)
         "leaf": stored_id if commit.leaf == entry_id else key_or_none(commit.leaf),
         "expect_meta": known.text, "parent": parent,
-        "id": stored_id, "body": plan.bodies[0].replace(HOLE_JSON, json_text(leaf)),
+        "id": stored_id,
+        # (resolved on the known leaf, plan.plain, its text is the statement's; else its hole filled)
+        "body": plan.bodies[0] if plan.plain else plan.bodies[0].replace(HOLE_JSON, json_text(leaf)),
     }
     # The links are sent only for the session row version they were learned on (``Known.row``,
     # its xmin as the last plain statement left it): the meta text and leaf alone do not tell
