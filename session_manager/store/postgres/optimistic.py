@@ -382,7 +382,7 @@ class Optimistic:
         if entry_id in plan.reads:
             text = plan.reads[entry_id]
             return loads(text.encode("utf-8")) if text is not None else None
-        known = self._state(plan)
+        known = plan.known if plan.check else self._state(plan)  # (_state's answer once decided, without the call)
         held = known.bodies.get(entry_id) if known is not None else None
         if held is not None:
             plan.cached = True
@@ -452,7 +452,7 @@ class Optimistic:
             plan.check = 2  # a new session: sm_apply checks none exists
             meta, leaf = None, None
         else:
-            known = self._state(plan)
+            known = plan.known if plan.check else self._state(plan)  # (as in _entry)
             meta, leaf = (known.meta, known.leaf) if known is not None else (None, None)
         entry = lambda eid: self._entry(plan, eid, assume_absent=True)  # noqa: E731
         # An append that will try the plain statement is resolved on the known leaf (the
