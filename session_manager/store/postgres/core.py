@@ -200,23 +200,37 @@ class Statement:
         # its digits (their UTF-8 is their ASCII) in text format, anything else by _encode.
         # Straight-line code, no loop and no call per value: a warm append's two statements
         # took ~550 bytecodes through one loop over the names.
-        self.values: Callable[[dict[str, Any]], tuple[list[bytes | None], list[int]]] = _values_of(self.names)
+        self.values: Callable[[dict[str, Any]], tuple[list[bytes | None], list[int]]] = _values_of(self)
 
 
-def _values_of(names: tuple[str, ...]) -> Callable[[dict[str, Any]], tuple[list[bytes | None], list[int]]]:
-    lines = ["def values(params):", "    formats = ONES.copy()"]
+def _values_of(*statements: Statement) -> Callable[..., Any]:
+    """The function that encodes the parameters of ``statements`` (each name once, however many
+    of them take it): for one statement, its values and formats (:attr:`Statement.values`); for
+    two, what :meth:`PgDatastore.run_pair` sends, ``((first, values, formats), (second, ...))``."""
+    names = list(dict.fromkeys(name for stmt in statements for name in stmt.names))
+    lines = [f"def values(params, {', '.join(f's{j}' for j in range(len(statements)))}):"
+             if len(statements) > 1 else "def values(params):"]
     for i, name in enumerate(names):
         # (no codec named: UTF-8, the default, takes its fast path; a named one is looked up
         # and normalized on every call)
         lines += [f"    v = params[{name!r}]",
-                  f"    if type(v) is str: v{i} = v.encode()",
-                  f"    elif type(v) is int: v{i}, formats[{i}] = str(v).encode(), 0",
-                  f"    else: v{i}, formats[{i}] = encode(v, {name!r})"]
-    lines.append(f"    return [{', '.join(f'v{i}' for i in range(len(names)))}], formats")
-    scope: dict[str, Any] = {"ONES": [1] * len(names), "encode": _encode}
+                  f"    if type(v) is str: v{i}, f{i} = v.encode(), 1",
+                  f"    elif type(v) is int: v{i}, f{i} = str(v).encode(), 0",
+                  f"    else: v{i}, f{i} = encode(v, {name!r})"]
+    lists = []
+    for stmt in statements:
+        at = [names.index(name) for name in stmt.names]
+        lists.append(f"[{', '.join(f'v{i}' for i in at)}], [{', '.join(f'f{i}' for i in at)}]")
+    lines.append(f"    return {lists[0]}" if len(statements) == 1 else
+                 "    return " + ", ".join(f"(s{j}, {made})" for j, made in enumerate(lists)))
+    scope: dict[str, Any] = {"encode": _encode}
     exec(compile("\n".join(lines), "<Statement.values>", "exec"), scope)  # built from our own SQL's names
-    values: Callable[[dict[str, Any]], tuple[list[bytes | None], list[int]]] = scope["values"]
+    values: Callable[..., Any] = scope["values"]
     return values
+
+
+# run_pair's encoders, by the pair's names (made once per pair of statements)
+_PAIRS: dict[tuple[bytes, bytes], Callable[..., Any]] = {}
 
 
 def _encode(value: Any, name: str) -> tuple[bytes | None, int]:
@@ -626,7 +640,10 @@ class PgDatastore:
         by the send, it usually takes the caller's core until then). It must not raise (a
         failure there would leave the exchange half read)."""
         ready = self._ready(conn)
-        sent = ((first, *first.values(params)), (second, *second.values(params)))
+        pair = _PAIRS.get((first.name, second.name))
+        if pair is None:
+            pair = _PAIRS[first.name, second.name] = _values_of(first, second)
+        sent = pair(params, first, second)  # (a name both take encoded once)
         if first.name not in ready or second.name not in ready:
             return self._rows(conn, second, self._exchange(conn, sent, ready, meanwhile))
         _, results = _pipeline(conn, [], sent, meanwhile)  # the warm case: both prepared
