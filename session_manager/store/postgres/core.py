@@ -514,10 +514,13 @@ class PgDatastore:
             state.deadline = None
             state.window = None  # read for this call only
 
-    def getconn(self, deadline: float) -> psycopg.Connection[Any]:
-        """A pooled connection armed with ``deadline``; the wait for it counts against it too."""
+    def getconn(self, deadline: float | None = None) -> psycopg.Connection[Any]:
+        """A pooled connection armed with ``deadline`` (None: :meth:`deadline_at`'s); the wait
+        for it counts against it too."""
         state = self.local.state
         state.armed = None
+        if deadline is None:  # (deadline_at's answer, from the thread's state read here anyway)
+            deadline = state.deadline if state.deadline is not None else self.deadline_at()
         if self.closed:
             raise StoreError("postgres: the store is closed")
         left = deadline - time.monotonic()

@@ -174,6 +174,12 @@ class Optimistic:
         state = local.state
         if local.deferring or state.tx is not None:
             return self.calls.run_call(call)
+        return self.run_outer(call, state)
+
+    def run_outer(self, call: Callable[[], tuple[R, list[Event]]], state: Any) -> tuple[R, list[Event]]:
+        """:meth:`run_call` of a call its caller knows runs in no other's mutation (the thread
+        neither defers nor holds a transaction), ``state`` the thread's (``db.local.state``,
+        read once by the caller: each read of a thread-local costs ~600 instructions)."""
         if state.deadline is not None:  # (a call inside a call: the outer one's deadline holds)
             return self._run(call)
         # db.deadline(), inline: every call passes here (its context manager is four Python calls more).
@@ -191,7 +197,7 @@ class Optimistic:
             while True:
                 opt.fresh = attempt == 2
                 try:
-                    return self._run_optimistic(call)
+                    return self._run_optimistic(call, opt)
                 except _Missed:
                     opt.held = True  # (decided again as known, once: not an attempt of its own)
                 except _Conflicted:
@@ -205,8 +211,7 @@ class Optimistic:
             opt.missed = 0
         return self.calls.run_call(call)
 
-    def _run_optimistic(self, call: Callable[[], tuple[R, list[Event]]]) -> tuple[R, list[Event]]:
-        opt = self._opt.state
+    def _run_optimistic(self, call: Callable[[], tuple[R, list[Event]]], opt: _OptState) -> tuple[R, list[Event]]:
         opt.optimistic = True
         local = self.db.local
         state = local.state
@@ -319,8 +324,9 @@ class Optimistic:
 
     # -- the plan's reads -----------------------------------------------------------------
 
-    def _plan(self, session_id: str) -> Plan | None:
-        opt = self._opt.state
+    def _plan(self, session_id: str, opt: _OptState | None = None) -> Plan | None:
+        if opt is None:
+            opt = self._opt.state
         if not opt.optimistic:
             return None
         plan = opt.plan
@@ -441,7 +447,8 @@ class Optimistic:
     # -- the commit ------------------------------------------------------------------------
 
     def commit(self, session_id: str, commit: Commit) -> Commit:
-        plan = self._plan(session_id) if self.db.local.state.tx is None else None
+        opt = self._opt.state
+        plan = self._plan(session_id, opt) if self.db.local.state.tx is None else None
         if plan is None:
             self.forget(session_id)  # written on the transactional path: re-read next time
             return self.writes.commit(session_id, commit)
@@ -457,7 +464,7 @@ class Optimistic:
         entry = lambda eid: self._entry(plan, eid, assume_absent=True)  # noqa: E731
         # An append that will try the plain statement is resolved on the known leaf (the
         # statement's parent, checked there): nothing held off, nothing to fill in after.
-        plain_next = commit.chain and not self._opt.state.held and self._plain_ok(plan)
+        plain_next = commit.chain and not opt.held and self._plain_ok(plan)
         resolved = resolve_at_leaf(plan, commit, meta, leaf, entry, plain_next)
         if plan.known is None:  # (a known session is stored: its id fits)
             check_id("session_id", session_id)
@@ -583,7 +590,7 @@ class Optimistic:
             return False
         commit, known = plan.commit, plan.known
         assert commit is not None and known is not None and commit.meta is not None
-        conn = db.getconn(db.deadline_at())
+        conn = db.getconn()
         pid, started = conn.pgconn.backend_pid, db.started_at(conn)
         linked = "depth" in params
         # A linked append's answer says only whether it wrote: what the session then is (its
