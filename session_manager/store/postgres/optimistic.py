@@ -181,23 +181,23 @@ class Optimistic:
         neither defers nor holds a transaction), ``state`` the thread's (``db.local.state``,
         read once by the caller: each read of a thread-local costs ~600 instructions)."""
         if state.deadline is not None:  # (a call inside a call: the outer one's deadline holds)
-            return self._run(call)
+            return self._run(call, state)
         # db.deadline(), inline: every call passes here (its context manager is four Python calls more).
         state.deadline = time.monotonic() + self.db.settings.timeout_ms / 1000
         try:
-            return self._run(call)
+            return self._run(call, state)
         finally:
             state.deadline = None
             state.window = None  # read for this call only
 
-    def _run(self, call: Callable[[], tuple[R, list[Event]]]) -> tuple[R, list[Event]]:
+    def _run(self, call: Callable[[], tuple[R, list[Event]]], state: Any) -> tuple[R, list[Event]]:
         opt = self._opt.state
         attempt = 1
         try:
             while True:
                 opt.fresh = attempt == 2
                 try:
-                    return self._run_optimistic(call, opt)
+                    return self._run_optimistic(call, opt, state)
                 except _Missed:
                     opt.held = True  # (decided again as known, once: not an attempt of its own)
                 except _Conflicted:
@@ -211,10 +211,11 @@ class Optimistic:
             opt.missed = 0
         return self.calls.run_call(call)
 
-    def _run_optimistic(self, call: Callable[[], tuple[R, list[Event]]], opt: _OptState) -> tuple[R, list[Event]]:
+    def _run_optimistic(self, call: Callable[[], tuple[R, list[Event]]], opt: _OptState,
+                        state: Any) -> tuple[R, list[Event]]:
+        """One optimistic run of ``call``: ``opt`` and ``state`` the thread's (see :meth:`run_outer`)."""
         opt.optimistic = True
         local = self.db.local
-        state = local.state
         try:
             response, events = call()
         except BaseException as e:
@@ -492,7 +493,6 @@ class Optimistic:
         commit, cut = plan.commit, plan.at_leaf
         assert commit is not None
         db = self.db
-        sender = db.local.state.sender or db.instance  # (an observed call's: see Outbox.begin_call)
         if cut is not None or plan.plain:
             # (a call decided again after the plain statement missed does not try it twice)
             if ((plan.plain or not self._opt.state.held) and self._plain_ok(plan)
@@ -502,6 +502,8 @@ class Optimistic:
                 self._opt.state.missed = plan.plain_missed
                 raise _Missed
             assert cut is not None
+        sender = db.local.state.sender or db.instance  # (an observed call's: see Outbox.begin_call)
+        if cut is not None:
             params = append_call_params(plan.session_id, commit, plan.bodies, cut, instance=sender,
                                         schema=db.settings.schema, events=events, plan=plan)
         else:
