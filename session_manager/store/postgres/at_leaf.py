@@ -480,6 +480,33 @@ def resolve_at_leaf(plan: Plan, commit: Commit, meta: Meta | None, leaf: str | N
     return resolve(commit, meta, HOLE if plan.holed else leaf, entry)
 
 
+def hold_off(plan: Plan, response: Any, events: list[Event]) -> bool:
+    """A plain append resolved on the known leaf (``plan.plain``: for the plain statement, which
+    did not write it) held off for the server after all, as :func:`resolve_at_leaf` would have:
+    its parent made the hole where the chosen one is filled in (its entry, the response, the
+    events: the call's own, made on the known leaf), its texts and cut made (``plan.at_leaf``).
+    ``False`` when its meta cannot be cut: then it stays on the known leaf (checked by ``sm_apply``)."""
+    commit, known = plan.commit, plan.known
+    assert commit is not None and known is not None and commit.meta is not None
+    leaf = known.leaf
+    commit.entries[0]["parent_id"] = HOLE
+    if isinstance(response, dict) and response.get("parent_id") == leaf:
+        response["parent_id"] = HOLE
+    for event in events:
+        payload = event.built()  # (one not built yet reads the entry when it is)
+        if payload is not None and payload.get("parent_id") == leaf:
+            payload["parent_id"] = HOLE
+    bodies = [json_text(e) for e in commit.entries]
+    plan.plain = False
+    meta_text = choose_at_leaf(plan, commit, bodies)
+    if meta_text is None:
+        fill(commit, bodies, leaf, commit.meta["message_count"], response, events)  # (back on the known leaf)
+        plan.bodies = bodies
+        return False
+    plan.bodies, plan.meta_text = bodies, meta_text
+    return True
+
+
 def choose_at_leaf(plan: Plan, resolved: Commit, bodies: list[str]) -> str | None:
     """The text of the meta of the append resolved on the hole (:func:`resolve_at_leaf`) when
     it is left to the server (``plan.at_leaf`` set: its meta text can be cut exactly), else ``None``."""

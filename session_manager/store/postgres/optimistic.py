@@ -51,7 +51,7 @@ from ..sql.keys import check_id, key, key_or_none, unkey
 from ..sql.transactions import CallRunner
 from ..sql.values import json_text
 from . import plain
-from .at_leaf import APPEND_AT, HOLE_JSON, choose_at_leaf, fill, fill_known, resolve_at_leaf
+from .at_leaf import APPEND_AT, HOLE_JSON, choose_at_leaf, fill, fill_known, hold_off, resolve_at_leaf
 from .core import PgDatastore, Statement, Tx
 from .in_doubt import settle_apply, settle_placed
 from .outbox import NOTIFY_BATCH, Outbox
@@ -88,27 +88,17 @@ class _Conflicted(Exception):
     """sm_apply found the state changed: nothing was written."""
 
 
-class _Missed(Exception):
-    """An append resolved on the known leaf for the plain statement did not take it (it missed,
-    or may not be tried now): nothing was written; the call is decided again, held off for the
-    server (``sm_append_at``)."""
-
-
 class _OptState:
     """The calling thread's optimistic state (:class:`_Local`'s ``state``): a plain object, reached
     once per function (an attribute of a ``threading.local`` costs ~480 instructions to reach)."""
 
-    __slots__ = ("fresh", "held", "missed", "optimistic", "plan", "reading")
+    __slots__ = ("fresh", "optimistic", "plan", "reading")
 
     def __init__(self) -> None:
         self.optimistic = False
         self.plan: Plan | None = None
         self.reading = False  # the plan's own reads of the database (not a reason to fall back)
         self.fresh = False  # a retry after a conflict: entries are read, not assumed absent
-        # The call decided again after a _Missed: its append held off for the server, and
-        # the plain statement's miss (Plan.plain_missed) it carries.
-        self.held = False
-        self.missed = 0
 
 
 class _Local(threading.local):
@@ -192,23 +182,17 @@ class Optimistic:
 
     def _run(self, call: Callable[[], tuple[R, list[Event]]], state: Any) -> tuple[R, list[Event]]:
         opt = self._opt.state
-        attempt = 1
         try:
-            while True:
+            for attempt in (1, 2):
                 opt.fresh = attempt == 2
                 try:
                     return self._run_optimistic(call, opt, state)
-                except _Missed:
-                    opt.held = True  # (decided again as known, once: not an attempt of its own)
                 except _Conflicted:
-                    if attempt == 2:
-                        break
-                    attempt = 2  # the session was forgotten: decide again from the database's state
+                    continue  # the session was forgotten: decide again from the database's state
                 except Fallback:
                     break
         finally:
-            opt.fresh = opt.held = False
-            opt.missed = 0
+            opt.fresh = False
         return self.calls.run_call(call)
 
     def _run_optimistic(self, call: Callable[[], tuple[R, list[Event]]], opt: _OptState,
@@ -463,9 +447,10 @@ class Optimistic:
             known = plan.known if plan.check else self._state(plan)  # (as in _entry)
             meta, leaf = (known.meta, known.leaf) if known is not None else (None, None)
         entry = lambda eid: self._entry(plan, eid, assume_absent=True)  # noqa: E731
-        # An append that will try the plain statement is resolved on the known leaf (the
-        # statement's parent, checked there): nothing held off, nothing to fill in after.
-        plain_next = commit.chain and not opt.held and self._plain_ok(plan)
+        # An append that will try the plain statement (one entry) is resolved on the known leaf
+        # (the statement's parent, checked there): nothing held off, nothing to fill in after;
+        # held off for the server only if it does not write it (at_leaf.hold_off).
+        plain_next = commit.chain and len(commit.entries) == 1 and self._plain_ok(plan)
         resolved = resolve_at_leaf(plan, commit, meta, leaf, entry, plain_next)
         if plan.known is None:  # (a known session is stored: its id fits)
             check_id("session_id", session_id)
@@ -494,14 +479,10 @@ class Optimistic:
         assert commit is not None
         db = self.db
         if cut is not None or plan.plain:
-            # (a call decided again after the plain statement missed does not try it twice)
-            if ((plan.plain or not self._opt.state.held) and self._plain_ok(plan)
-                    and self._apply_plain(plan, events, response)):
+            if self._plain_ok(plan) and self._apply_plain(plan, events, response):
                 return
-            if plan.plain:  # (nothing written) decided again, held off for the server
-                self._opt.state.missed = plan.plain_missed
-                raise _Missed
-            assert cut is not None
+            if plan.plain:  # (nothing written) the same append held off for the server after all
+                cut = plan.at_leaf if hold_off(plan, response, events) else None
         sender = db.local.state.sender or db.instance  # (an observed call's: see Outbox.begin_call)
         if cut is not None:
             params = append_call_params(plan.session_id, commit, plan.bodies, cut, instance=sender,
@@ -557,7 +538,7 @@ class Optimistic:
             db.putconn(conn)
         if cut is not None and row is not None:
             chosen = unkey(row[0]) if row[0] is not None else None
-            missed = plan.plain_missed or self._opt.state.missed  # (a miss of the call decided before)
+            missed = plan.plain_missed
             if missed and plan.known is not None:
                 # plain.LINKED wrote nothing: placed at the leaf it knew, the session was as known
                 # (its meta at most in the two numbers sm_append_at rewrites): someone observes;
