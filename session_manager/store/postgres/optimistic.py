@@ -309,9 +309,8 @@ class Optimistic:
 
     # -- the plan's reads -----------------------------------------------------------------
 
-    def _plan(self, session_id: str, opt: _OptState | None = None) -> Plan | None:
-        if opt is None:
-            opt = self._opt.state
+    def _plan(self, session_id: str) -> Plan | None:
+        opt = self._opt.state
         if not opt.optimistic:
             return None
         plan = opt.plan
@@ -432,8 +431,7 @@ class Optimistic:
     # -- the commit ------------------------------------------------------------------------
 
     def commit(self, session_id: str, commit: Commit) -> Commit:
-        opt = self._opt.state
-        plan = self._plan(session_id, opt) if self.db.local.state.tx is None else None
+        plan = self._plan(session_id) if self.db.local.state.tx is None else None
         if plan is None:
             self.forget(session_id)  # written on the transactional path: re-read next time
             return self.writes.commit(session_id, commit)
@@ -538,15 +536,14 @@ class Optimistic:
             db.putconn(conn)
         if cut is not None and row is not None:
             chosen = unkey(row[0]) if row[0] is not None else None
-            missed = plan.plain_missed
-            if missed and plan.known is not None:
+            if plan.plain_missed and plan.known is not None:
                 # plain.LINKED wrote nothing: placed at the leaf it knew, the session was as known
                 # (its meta at most in the two numbers sm_append_at rewrites): someone observes;
                 # unless it checked a row version (another write may have left the meta text and
                 # leaf alike): then nothing is concluded, the session's next append, its version
                 # now unknown, takes plain.APPEND, which says whether someone observes.
                 at_known = chosen == plan.known.leaf
-                if not (at_known and missed == 2):
+                if not (at_known and plan.plain_missed == 2):
                     self._plain_missed(plan.session_id, at_known)
             fill(commit, plan.bodies, chosen, row[1], response, events)
             plan.meta_text = cut.text(commit.meta["updated_at"] if commit.meta else 0, row[1])
