@@ -78,6 +78,10 @@ class ServiceCore:
         # their own with other processes'): None for those.
         self.order: CommitOrder | None = (
             CommitOrder() if getattr(type(store), "run_and_deliver", None) is SessionStore.run_and_deliver else None)
+        # The store's wait for durability after a mutation; None for one with nothing to wait for
+        # (SessionStore.settle's: postgres, sqlite), so a mutation does not call it.
+        self._settle: Callable[[], None] | None = (
+            None if getattr(type(store), "settle", None) is SessionStore.settle else store.settle)
 
     # -- the mutation entry point ---------------------------------------------
 
@@ -107,10 +111,10 @@ class ServiceCore:
         inner = store.mutation((session_id,))
         i = hash(session_id) % LOCK_STRIPES  # (stripe(), inline: this runs on every mutation)
         if inner is not NO_TRANSACTION:
-            return locked_storage_errors(self._locks[i] or self._stripe_lock(i), inner, store.settle, self.order)
+            return locked_storage_errors(self._locks[i] or self._stripe_lock(i), inner, self._settle, self.order)
         plain = self._plain[i]
         if plain is None:  # two threads racing here build equal ones (on the one stripe lock)
-            plain = self._plain[i] = locked_storage_errors(self._stripe_lock(i), inner, store.settle, self.order)
+            plain = self._plain[i] = locked_storage_errors(self._stripe_lock(i), inner, self._settle, self.order)
         return plain
 
     def mutating_new(self, session_id: str) -> locked_storage_errors:
@@ -121,7 +125,7 @@ class ServiceCore:
         waiting there for the new id's stripe, held by a writer of the source
         that waits for that lock, would stall both until a timeout."""
         store = self.store
-        return locked_storage_errors(UNSHARED, store.mutation((session_id,)), store.settle, self.order)
+        return locked_storage_errors(UNSHARED, store.mutation((session_id,)), self._settle, self.order)
 
     def commit(self, session_id: str, *, entries: tuple[Entry, ...] = (), leaf: str | None = None,
                meta: Meta | None = None, **decided_on: Any) -> Commit:

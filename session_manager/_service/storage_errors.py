@@ -92,12 +92,12 @@ class locked_storage_errors(storage_errors):
     _inner: AbstractContextManager[None] | None
 
     def __init__(self, lock: threading.Lock | threading.RLock | Unshared, inner: AbstractContextManager[None],
-                 settle: Callable[[], None], order: CommitOrder | None = None) -> None:
+                 settle: Callable[[], None] | None, order: CommitOrder | None = None) -> None:
         self._lock = lock
         self._order = order
         # A store with no transactions (the fs one) hands out a shared no-op: not entered at all.
         self._inner = None if inner is NO_TRANSACTION else inner
-        self._settle = settle  # the store's wait for durability, once the lock is let go
+        self._settle = settle  # the store's wait for durability, once the lock is let go (None: none)
 
     def __enter__(self) -> None:
         self._lock.acquire()
@@ -126,13 +126,15 @@ class locked_storage_errors(storage_errors):
                     order.note()  # under the lock: numbers in this session's commit order
             finally:
                 self._lock.release()
-        try:
-            # Outside the lock, so the writers queued on it can share the wait (group
-            # commit); before the answer, which must only tell of durable writes.
-            self._settle()
-        except BaseException as settle_error:
-            if raised is None:
-                raised = settle_error
+        settle = self._settle
+        if settle is not None:
+            try:
+                # Outside the lock, so the writers queued on it can share the wait (group
+                # commit); before the answer, which must only tell of durable writes.
+                settle()
+            except BaseException as settle_error:
+                if raised is None:
+                    raised = settle_error
         if raised is None:
             return
         super().__exit__(kind, raised, tb)

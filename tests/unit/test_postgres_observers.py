@@ -285,15 +285,15 @@ def test_an_own_call_begun_before_the_listener_listened_never_hands_a_later_call
         a.call("session::append", {"session_id": sid, "message": text("w"), "entry_id": "w"})  # (warm)
         store = a.service.store
         held: dict[str, threading.Event] = {}
-        run_call = store.optimistic.run_call
+        run_outer = store.optimistic.run_outer  # (run_and_deliver's way in, once it noted the call or not)
 
-        def holding(call: Any) -> Any:  # a call held after it was noted (or not), before it sends anything
+        def holding(call: Any, state: Any) -> Any:  # a call held after it was noted (or not), before it sends anything
             gate = held.get(threading.current_thread().name)
             if gate is not None:
                 assert gate.wait(60)
-            return run_call(call)
+            return run_outer(call, state)
 
-        monkeypatch.setattr(store.optimistic, "run_call", holding)
+        monkeypatch.setattr(store.optimistic, "run_outer", holding)
 
         def append(entry_id: str) -> threading.Thread:
             held[entry_id] = threading.Event()

@@ -302,3 +302,44 @@ def test_a_session_learned_by_a_read_probes_once_and_learns_the_leafs_chain(
     assert sent == ["probed"] + ["linked"] * 11
     checked = _rule_links(schema, sid)
     assert len(checked) == 49 and all(stored == expect for stored, expect in checked)
+
+
+def test_a_plain_append_that_misses_is_held_off_with_the_id_it_drew_and_answers_the_servers_parent(
+        schema: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Prevents: an append resolved on the known leaf for the plain statement, which then wrote
+    # nothing (the session changed behind this instance), answering or announcing the leaf it knew
+    # instead of the one sm_append_at chose, storing a parent that is not the response's, or
+    # deciding the call again (an id drawn twice: with a generator another instance repeats, the
+    # next id may be that one's, and a transactional write overwrites it).
+    from session_manager.ids import SequentialIds
+
+    tried = _spy_run_pair(monkeypatch, lambda second, params: params["id"])
+    mine = session_manager.open(store=pg_support.open_store(schema), ids=SequentialIds())
+    other = open_sm(schema)
+    try:
+        sid = mine.call("session::create", {})["session_id"]
+        for i in range(3):
+            mine.call("session::append", {"session_id": sid, "message": text(f"w{i}")})
+        theirs = other.call("session::append", {"session_id": sid, "message": text("theirs")})["entry_id"]
+        got: list[dict[str, Any]] = []
+        tried.clear()
+        answer = mine.call("session::append", {"session_id": sid, "message": text("mine")})
+        assert tried == ["e_004"] and answer["entry_id"] == "e_004"  # (tried plain once, the id it drew kept)
+        assert answer["parent_id"] == theirs  # the server's choice, not the leaf this instance knew
+        stored = _server(f'SELECT parent_id FROM "{schema}".entries WHERE session_id = %s AND entry_id = %s',
+                         (sid, "e_004"))
+        assert stored == [(theirs,)]
+        # Observed by the other instance: the plain statement misses again; its event, recorded by
+        # sm_append_at, names the parent and text stored.
+        other.observe({"function_id": ev.ON_MESSAGE_ADDED}, got.append)
+        other.service.store.events_ready()
+        time.sleep(1.1)  # (past CONTENDED_S: the changed session's appends try the plain statement again)
+        tried.clear()
+        after = mine.call("session::append", {"session_id": sid, "message": text("after")})
+        assert tried == ["e_005"] and after["entry_id"] == "e_005" and after["parent_id"] == "e_004"
+        assert wait_for(lambda: [e["entry_id"] for e in got] == ["e_005"])
+        assert got[0]["parent_id"] == "e_004" and got[0]["message"]["content"][0]["text"] == "after"
+        assert check_linear(mine, sid)[-3:] == [theirs, "e_004", "e_005"]
+    finally:
+        other.close()
+        mine.close()

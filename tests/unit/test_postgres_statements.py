@@ -40,6 +40,19 @@ def test_each_value_is_passed_as_the_bytes_the_server_reads() -> None:
                      "many": TextArray(), "fixed": FixedTextArray([])})
 
 
+
+def test_a_pair_encodes_each_statement_as_it_alone_would() -> None:
+    # Prevents: run_pair's encoder (each name both take encoded once) sending a statement other
+    # values, formats or order than its own encoder does.
+    from session_manager.store.postgres.core import _values_of
+
+    first = Statement("SELECT %(s)s, %(n)s, %(shared)b")
+    second = Statement("SELECT %(shared)b, %(none)s, %(s)s, %(many)b, %(s)s, %(t)s")
+    params = {"s": "é\u0000", "n": 2**40, "shared": "x", "none": None, "many": TextArray(["a", None]), "t": True}
+    sent = _values_of(first, second)(params, first, second)
+    assert sent == ((first, *first.values(params)), (second, *second.values(params)))
+
+
 @pytest.fixture
 def db() -> Iterator[Any]:
     from tests import pg_support

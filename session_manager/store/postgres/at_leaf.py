@@ -389,18 +389,23 @@ class AtLeaf:
         return self.s0 + a + self.s1 + b + self.s2
 
 
-def segments(known: Known, resolved: Commit, first_body: str, meta_text: str) -> AtLeaf | None:
+def segments(known: Known, resolved: Commit, first_body: str) -> tuple[AtLeaf, str] | None:
     """The cut of ``known.text`` for ``resolved`` (an append resolved on the hole, its first
-    entry's text ``first_body``, its meta's ``meta_text``), or ``None`` when it cannot be
-    made exactly (then the optimistic path applies)."""
+    entry's text ``first_body``) and the text of its meta (exactly the encoder's), or ``None``
+    when it cannot be made exactly (then the optimistic path applies)."""
     meta, entries = resolved.meta, resolved.entries
     known_meta = known.meta
     u, c = known_meta.get("updated_at"), known_meta.get("message_count")
     if meta is None or not entries or type(u) is not int or type(c) is not int:
         return None
     new_u, new_c = meta.get("updated_at"), meta.get("message_count")
-    if type(new_u) is not int or type(new_c) is not int or {**known_meta, "updated_at": new_u,
-                                                            "message_count": new_c} != meta:
+    if type(new_u) is not int or type(new_c) is not int:
+        return None
+    # A meta derived from the known one (append_commit's, as resolve trusts it) is that meta, in
+    # its order, with these two numbers: its text is the cut's with them, not encoded again. Any
+    # other is checked: equal but for them, and its encoding the cut's.
+    derived = resolved.derived_from is known_meta
+    if not derived and {**known_meta, "updated_at": new_u, "message_count": new_c} != meta:
         return None
     cut = known.cut
     if cut is None:
@@ -409,10 +414,12 @@ def segments(known: Known, resolved: Commit, first_body: str, meta_text: str) ->
             return None
         # The session's next appends cut the text they leave (these pieces around new numbers) alike.
         known.cut = cut
-    if cut.text(new_u, new_c) != meta_text or first_body.count(_HOLE_JSON) != 1:
+    meta_text = cut.text(new_u, new_c)
+    if (not derived and meta_text != json_text(meta)) or first_body.count(_HOLE_JSON) != 1:
         return None
     # (the last append's cut is kept: one message after one message, the same one serves)
-    return cut if cut.added == new_c - c else AtLeaf(cut.s0, cut.s1, cut.s2, cut.updated_first, new_c - c)
+    return (cut if cut.added == new_c - c else AtLeaf(cut.s0, cut.s1, cut.s2, cut.updated_first, new_c - c),
+            meta_text)
 
 
 def _cut(known_meta: Meta, known_text: str, u: int, c: int) -> AtLeaf | None:
@@ -431,12 +438,15 @@ def _cut(known_meta: Meta, known_text: str, u: int, c: int) -> AtLeaf | None:
 
 
 def fill(commit: Commit, bodies: list[str], leaf: str | None, count: int, response: Any = None,
-         events: tuple[Event, ...] | list[Event] = ()) -> None:
+         events: tuple[Event, ...] | list[Event] = (), first: str | None = None) -> None:
     """Put the leaf chosen (by the server; or the known one, checked under the lock
     on the transactional path) where the hole was: the first entry, its stored
-    text, the response, the events; and the count in the meta. Idempotent."""
+    text (``first`` when the caller made it already), the response, the events; and the
+    count in the meta. Idempotent."""
     commit.entries[0]["parent_id"] = leaf
-    if bodies:
+    if first is not None:
+        bodies[0] = first
+    elif bodies:
         bodies[0] = bodies[0].replace(_HOLE_JSON, json_text(leaf))
     if commit.meta is not None:
         commit.meta["message_count"] = count
@@ -459,20 +469,53 @@ def fill_known(plan: Plan, response: Any = None, events: list[Event] | None = No
 
 
 def resolve_at_leaf(plan: Plan, commit: Commit, meta: Meta | None, leaf: str | None,
-                    entry: Callable[[str], Entry | None]) -> Commit:
+                    entry: Callable[[str], Entry | None], plain: bool = False) -> Commit:
     """``commit`` as decided on the plan's knowledge; a plain append is resolved on
     the hole (``plan.at_leaf`` is then set by :func:`choose_at_leaf`, once its texts
-    are made) whenever the server may choose its leaf."""
-    plan.holed = bool(commit.append and commit.chain and plan.known is not None and meta is not None)
+    are made) whenever the server may choose its leaf; with ``plain`` (it will try the
+    plain statement, plain.py, whose parent is the known leaf) on that leaf, ``plan.plain`` set."""
+    at_leaf = bool(commit.append and commit.chain and plan.known is not None and meta is not None)
+    plan.plain = at_leaf and plain
+    plan.holed = at_leaf and not plain
     return resolve(commit, meta, HOLE if plan.holed else leaf, entry)
 
 
-def choose_at_leaf(plan: Plan, resolved: Commit, bodies: list[str], meta_text: str | None) -> bool:
-    """Whether the append resolved on the hole (:func:`resolve_at_leaf`) is left to the
-    server (``plan.at_leaf`` set): when its meta text can be cut exactly."""
+def hold_off(plan: Plan, response: Any, events: list[Event]) -> bool:
+    """A plain append resolved on the known leaf (``plan.plain``: for the plain statement, which
+    did not write it) held off for the server after all, as :func:`resolve_at_leaf` would have:
+    its parent made the hole where the chosen one is filled in (its entry, the response, the
+    events: the call's own, made on the known leaf), its texts and cut made (``plan.at_leaf``).
+    ``False`` when its meta cannot be cut: then it stays on the known leaf (checked by ``sm_apply``)."""
+    commit, known = plan.commit, plan.known
+    assert commit is not None and known is not None and commit.meta is not None
+    leaf = known.leaf
+    commit.entries[0]["parent_id"] = HOLE
+    if isinstance(response, dict) and response.get("parent_id") == leaf:
+        response["parent_id"] = HOLE
+    for event in events:
+        payload = event.built()  # (one not built yet reads the entry when it is)
+        if payload is not None and payload.get("parent_id") == leaf:
+            payload["parent_id"] = HOLE
+    bodies = [json_text(e) for e in commit.entries]
+    plan.plain = False
+    meta_text = choose_at_leaf(plan, commit, bodies)
+    if meta_text is None:
+        fill(commit, bodies, leaf, commit.meta["message_count"], response, events)  # (back on the known leaf)
+        plan.bodies = bodies
+        return False
+    plan.bodies, plan.meta_text = bodies, meta_text
+    return True
+
+
+def choose_at_leaf(plan: Plan, resolved: Commit, bodies: list[str]) -> str | None:
+    """The text of the meta of the append resolved on the hole (:func:`resolve_at_leaf`) when
+    it is left to the server (``plan.at_leaf`` set: its meta text can be cut exactly), else ``None``."""
     known = plan.known
     plan.holed = False
-    if known is None or meta_text is None or not bodies:
-        return False
-    plan.at_leaf = segments(known, resolved, bodies[0], meta_text)
-    return plan.at_leaf is not None
+    if known is None or not bodies:
+        return None
+    cut = segments(known, resolved, bodies[0])
+    if cut is None:
+        return None
+    plan.at_leaf, meta_text = cut
+    return meta_text

@@ -51,7 +51,7 @@ from ..sql.keys import check_id, key, key_or_none, unkey
 from ..sql.transactions import CallRunner
 from ..sql.values import json_text
 from . import plain
-from .at_leaf import APPEND_AT, HOLE_JSON, choose_at_leaf, fill, fill_known, resolve_at_leaf
+from .at_leaf import APPEND_AT, HOLE_JSON, choose_at_leaf, fill, fill_known, hold_off, resolve_at_leaf
 from .core import PgDatastore, Statement, Tx
 from .in_doubt import settle_apply, settle_placed
 from .outbox import NOTIFY_BATCH, Outbox
@@ -120,7 +120,18 @@ class _Mutation:
         self._inner: AbstractContextManager[None] | None = None
 
     def __enter__(self) -> None:
-        self._inner = self._owner._enter_mutation(self._ids)
+        # Planned (nothing entered: ``_inner`` stays None), else the transaction entered.
+        owner, session_ids = self._owner, self._ids
+        opt = owner._opt.state
+        if (opt.optimistic and opt.plan is None and (len(session_ids) == 1 or len(set(session_ids)) == 1)
+                and not (owner._contended and owner._is_contended(next(iter(session_ids))))):
+            opt.plan = Plan(next(iter(session_ids)))
+            return
+        if opt.optimistic:  # a second mutation in the call, or several sessions at once
+            owner._upgrade_or_begin()
+        inner = owner.txs.mutation(session_ids)
+        inner.__enter__()
+        self._inner = inner
 
     def __exit__(self, kind: type[BaseException] | None, e: BaseException | None,
                  tb: TracebackType | None) -> bool | None:
@@ -144,6 +155,7 @@ class Optimistic:
         self._contended: dict[str, float] = {}  # session -> until when it skips the optimistic attempt
         self._unplain: dict[str, float] = {}  # session -> until when its appends skip the plain statement
         self._observed_until = 0.0  # until then appends skip the plain statement (someone observes)
+        self._pipelines = db.pipelines  # (libpq's, fixed: read once)
 
     # -- the call -----------------------------------------------------------------------
 
@@ -152,23 +164,29 @@ class Optimistic:
         state = local.state
         if local.deferring or state.tx is not None:
             return self.calls.run_call(call)
+        return self.run_outer(call, state)
+
+    def run_outer(self, call: Callable[[], tuple[R, list[Event]]], state: Any) -> tuple[R, list[Event]]:
+        """:meth:`run_call` of a call its caller knows runs in no other's mutation (the thread
+        neither defers nor holds a transaction), ``state`` the thread's (``db.local.state``,
+        read once by the caller: each read of a thread-local costs ~600 instructions)."""
         if state.deadline is not None:  # (a call inside a call: the outer one's deadline holds)
-            return self._run(call)
+            return self._run(call, state)
         # db.deadline(), inline: every call passes here (its context manager is four Python calls more).
         state.deadline = time.monotonic() + self.db.settings.timeout_ms / 1000
         try:
-            return self._run(call)
+            return self._run(call, state)
         finally:
             state.deadline = None
             state.window = None  # read for this call only
 
-    def _run(self, call: Callable[[], tuple[R, list[Event]]]) -> tuple[R, list[Event]]:
+    def _run(self, call: Callable[[], tuple[R, list[Event]]], state: Any) -> tuple[R, list[Event]]:
         opt = self._opt.state
         try:
             for attempt in (1, 2):
                 opt.fresh = attempt == 2
                 try:
-                    return self._run_optimistic(call)
+                    return self._run_optimistic(call, opt, state)
                 except _Conflicted:
                     continue  # the session was forgotten: decide again from the database's state
                 except Fallback:
@@ -177,11 +195,11 @@ class Optimistic:
             opt.fresh = False
         return self.calls.run_call(call)
 
-    def _run_optimistic(self, call: Callable[[], tuple[R, list[Event]]]) -> tuple[R, list[Event]]:
-        opt = self._opt.state
+    def _run_optimistic(self, call: Callable[[], tuple[R, list[Event]]], opt: _OptState,
+                        state: Any) -> tuple[R, list[Event]]:
+        """One optimistic run of ``call``: ``opt`` and ``state`` the thread's (see :meth:`run_outer`)."""
         opt.optimistic = True
         local = self.db.local
-        state = local.state
         try:
             response, events = call()
         except BaseException as e:
@@ -269,19 +287,6 @@ class Optimistic:
         (decided as it is entered: see :class:`_Mutation`)."""
         return _Mutation(self, session_ids)
 
-    def _enter_mutation(self, session_ids: Collection[str]) -> AbstractContextManager[None] | None:
-        """Enter a mutation of ``session_ids``: ``None`` when it is planned, else the transaction entered."""
-        opt = self._opt.state
-        if (opt.optimistic and opt.plan is None and (len(session_ids) == 1 or len(set(session_ids)) == 1)
-                and not self._is_contended(next(iter(session_ids)))):
-            opt.plan = Plan(next(iter(session_ids)))
-            return None
-        if opt.optimistic:  # a second mutation in the call, or several sessions at once
-            self._upgrade_or_begin()
-        inner = self.txs.mutation(session_ids)
-        inner.__enter__()
-        return inner
-
     def _is_contended(self, session_id: str) -> bool:
         """Whether another writer beat this instance to the session a moment ago: then
         its calls wait on the session's lock instead of guessing and retrying."""
@@ -367,7 +372,7 @@ class Optimistic:
         if entry_id in plan.reads:
             text = plan.reads[entry_id]
             return loads(text.encode("utf-8")) if text is not None else None
-        known = self._state(plan)
+        known = plan.known if plan.check else self._state(plan)  # (_state's answer once decided, without the call)
         held = known.bodies.get(entry_id) if known is not None else None
         if held is not None:
             plan.cached = True
@@ -437,18 +442,27 @@ class Optimistic:
             plan.check = 2  # a new session: sm_apply checks none exists
             meta, leaf = None, None
         else:
-            known = self._state(plan)
+            known = plan.known if plan.check else self._state(plan)  # (as in _entry)
             meta, leaf = (known.meta, known.leaf) if known is not None else (None, None)
         entry = lambda eid: self._entry(plan, eid, assume_absent=True)  # noqa: E731
-        resolved = resolve_at_leaf(plan, commit, meta, leaf, entry)
-        check_id("session_id", session_id)
+        # An append that will try the plain statement (one entry) is resolved on the known leaf
+        # (the statement's parent, checked there): nothing held off, nothing to fill in after;
+        # held off for the server only if it does not write it (at_leaf.hold_off).
+        plain_next = commit.chain and len(commit.entries) == 1 and self._plain_ok(plan)
+        resolved = resolve_at_leaf(plan, commit, meta, leaf, entry, plain_next)
+        if plan.known is None:  # (a known session is stored: its id fits)
+            check_id("session_id", session_id)
         for e in resolved.entries:
             check_id("entry_id", e["id"])
         bodies = [json_text(e) for e in resolved.entries]
-        meta_text = json_text(resolved.meta) if resolved.meta is not None else None
-        if plan.holed and not choose_at_leaf(plan, resolved, bodies, meta_text):
-            resolved = resolve(commit, meta, leaf, entry)  # the known leaf, checked by sm_apply
-            bodies = [json_text(e) for e in resolved.entries]
+        # (an append left to the server: its meta's text is its cut's, see at_leaf.segments)
+        holed = plan.holed
+        meta_text = choose_at_leaf(plan, resolved, bodies) if holed else None
+        if meta_text is None:
+            if holed:  # (not left to the server after all)
+                resolved = resolve(commit, meta, leaf, entry)  # the known leaf, checked by sm_apply
+                bodies = [json_text(e) for e in resolved.entries]
+            meta_text = json_text(resolved.meta) if resolved.meta is not None else None
         plan.bodies, plan.meta_text = bodies, meta_text
         plan.commit = resolved
         return resolved
@@ -462,10 +476,13 @@ class Optimistic:
         commit, cut = plan.commit, plan.at_leaf
         assert commit is not None
         db = self.db
-        sender = db.local.state.sender or db.instance  # (an observed call's: see Outbox.begin_call)
-        if cut is not None:
+        if cut is not None or plan.plain:
             if self._plain_ok(plan) and self._apply_plain(plan, events, response):
                 return
+            if plan.plain:  # (nothing written) the same append held off for the server after all
+                cut = plan.at_leaf if hold_off(plan, response, events) else None
+        sender = db.local.state.sender or db.instance  # (an observed call's: see Outbox.begin_call)
+        if cut is not None:
             params = append_call_params(plan.session_id, commit, plan.bodies, cut, instance=sender,
                                         schema=db.settings.schema, events=events, plan=plan)
         else:
@@ -535,7 +552,7 @@ class Optimistic:
     def _plain_ok(self, plan: Plan) -> bool:
         """Whether a plain append may try the plain statement (plain.py): nobody observes as
         far as this instance knows, and its session's last one did not miss."""
-        if not PLAIN or self.outbox.observing or not self.db.pipelines:
+        if not PLAIN or self.outbox.observing or not self._pipelines:
             return False
         now = time.monotonic()
         if now < self._observed_until:
@@ -553,7 +570,7 @@ class Optimistic:
             return False
         commit, known = plan.commit, plan.known
         assert commit is not None and known is not None and commit.meta is not None
-        conn = db.getconn(db.deadline_at())
+        conn = db.getconn()
         pid, started = conn.pgconn.backend_pid, db.started_at(conn)
         linked = "depth" in params
         # A linked append's answer says only whether it wrote: what the session then is (its
@@ -594,7 +611,8 @@ class Optimistic:
             else:
                 self._plain_missed(plan.session_id, seen)
             return False
-        fill(commit, plan.bodies, known.leaf, commit.meta["message_count"], response, events)
+        if not plan.plain:  # (held off: its text as sent, the hole filled with the known leaf)
+            fill(commit, plan.bodies, known.leaf, commit.meta["message_count"], response, events, params["body"])
         if ahead:  # (its entry is commit's first, filled in place just now; its body the one sent)
             ahead[0].row = version
             self._remember(plan.session_id, ahead[0])

@@ -267,7 +267,7 @@ class Outbox:
             self.after_commit()
         if self._thread is not None:
             self.known.note(events)
-        elif events:
+        elif events and not self._pruner_runs:  # (running: nothing to start, no call)
             self._prune_unheard()
         if events and deliver is not None:
             deliver(events)

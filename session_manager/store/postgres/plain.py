@@ -165,6 +165,10 @@ def learn(links: dict[str, Link], params: dict[str, Any], row: tuple[Any, ...]) 
     """``links`` with the entry :data:`LINKED` or :data:`APPEND` wrote (``params``, the
     statement's answer ``row``: :data:`APPEND`'s names its parent's chain), cut to the new
     leaf's chain."""
+    if "depth" in params and len(row) <= 2 and links:
+        grown = _grown(links, params)
+        if grown is not None:
+            return grown
     new = dict(links)
     if len(row) > 2:
         new.update(zip(row[2], zip(row[3], row[4], row[5], strict=True), strict=True))
@@ -174,6 +178,30 @@ def learn(links: dict[str, Link], params: dict[str, Any], row: tuple[Any, ...]) 
     if link is not None:
         new[entry_id] = link
     return chain(new, entry_id)
+
+
+def _grown(links: dict[str, Link], params: dict[str, Any]) -> dict[str, Link] | None:
+    """:func:`learn` of a :data:`LINKED` append onto a parent whose chain ``links`` is (as
+    :func:`chain` leaves it: the parent first, then each jump in turn), without walking it
+    again: the new entry, then the parent's chain from the entry's jump target on, which is
+    the parent itself or (a skew-binary jump, :func:`next_link`) its jump's jump, the chain's
+    third; ``None`` when ``links`` is not that chain (then :func:`learn` walks)."""
+    parent, jump = params["parent"], params["jump"]
+    if next(iter(links)) != parent or len(links) >= CHAIN_MAX:
+        return None
+    rest = iter(links.items())
+    if jump != parent:
+        next(rest)  # the parent
+        skipped = next(rest, None)  # its jump target, whose jump is the entry's
+        third = next(rest, None)
+        if skipped is None or third is None or third[0] != jump or skipped[1][1] != jump:
+            return None
+        out = {params["id"]: (params["depth"], jump, params["jump_depth"]), jump: third[1]}
+        out.update(rest)
+        return out
+    out = {params["id"]: (params["depth"], jump, params["jump_depth"])}
+    out.update(rest)
+    return out
 
 
 def params(plan: Plan, schema: str) -> dict[str, Any] | None:
@@ -194,8 +222,12 @@ def params(plan: Plan, schema: str) -> dict[str, Any] | None:
     parent, stored_id = key_or_none(leaf), key(entry_id)
     out: dict[str, Any] = {
         "schema": schema, "sid": key(plan.session_id), "meta": plan.meta_text, "updated": commit.meta["updated_at"],
-        "leaf": key_or_none(commit.leaf), "expect_meta": known.text, "parent": parent,
-        "id": stored_id, "body": plan.bodies[0].replace(HOLE_JSON, json_text(leaf)),
+        # (the new leaf is the one entry: its key once)
+        "leaf": stored_id if commit.leaf == entry_id else key_or_none(commit.leaf),
+        "expect_meta": known.text, "parent": parent,
+        "id": stored_id,
+        # (resolved on the known leaf, plan.plain, its text is the statement's; else its hole filled)
+        "body": plan.bodies[0] if plan.plain else plan.bodies[0].replace(HOLE_JSON, json_text(leaf)),
     }
     # The links are sent only for the session row version they were learned on (``Known.row``,
     # its xmin as the last plain statement left it): the meta text and leaf alone do not tell

@@ -61,6 +61,9 @@ class Plan:
     meta_text: str | None = None
     at_leaf: AtLeaf | None = None  # a plain append: the server chooses the leaf (see at_leaf.py)
     holed: bool = False  # the commit was resolved on the hole, not yet cut (at_leaf.choose_at_leaf)
+    # A plain append resolved on the known leaf for the plain statement (at_leaf.resolve_at_leaf):
+    # if that statement does not write it, the call is decided again, held off for the server.
+    plain: bool = False
     links: dict[str, tuple[int, str, int]] | None = None  # Known.links after a plain append (plain.learn)
     row: str | None = None  # Known.row after a plain append (the session row version it left)
     # plain.LINKED wrote nothing, not saying why (see Optimistic._apply): 1; 2: it checked a row version

@@ -85,13 +85,14 @@ class PostgresStore(SqlStore):
             turn = self.outbox.begin_call(free=deliver is None)
         if turn is None:  # (SessionStore.run_and_deliver, straight to the part that runs calls)
             if deliver is not None or not outer:
-                response, events = self.optimistic.run_call(call)
+                response, events = (self.optimistic.run_outer(call, state) if outer
+                                    else self.optimistic.run_call(call))
                 if events and deliver is not None:
                     deliver(events)
                 return response, events
             state.sender = self.outbox.unheard  # (its events handed on by a listener that hears them)
             try:
-                return self.optimistic.run_call(call)
+                return self.optimistic.run_outer(call, state)
             finally:
                 state.sender = None
         outbox = self.outbox
