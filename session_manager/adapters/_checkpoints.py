@@ -186,6 +186,13 @@ def pack_values(serialized: Serialized,
 _DELTA_MIN = 512  # bytes a delta must take from its base (below, the whole value is as cheap)
 
 
+def is_base(packed: list[Any]) -> bool:
+    """Is a stored ``[version, type, ...]`` a value a delta may be made of: whole, msgpack, and
+    large enough to share ``_DELTA_MIN`` bytes (what :attr:`ThreadIndex.bases` keeps, and so what
+    a delta read without its named entry looks for)."""
+    return len(packed) == 3 and packed[1] == "msgpack" and len(packed[2]) > _DELTA_MIN
+
+
 def _array_head(first: int) -> int:
     """The length of the msgpack array header a value whose first byte is ``first`` starts
     with (LangGraph's serializer writes a list so), 0 for anything else."""
@@ -395,8 +402,8 @@ class ThreadIndex:
         blobs = self.blobs
         for channel, packed in data.get("values", {}).items():  # ([version, ...]: indexed, not unpacked: every put)
             blobs[(ns, channel, packed[0])] = entry_id
-            if len(packed) == 3 and packed[1] == "msgpack" and len(packed[2]) > _DELTA_MIN:  # (a smaller one
-                line[channel] = Base(entry_id, packed[2])  # cannot share _DELTA_MIN bytes: no delta is of it)
+            if len(packed) == 3 and packed[1] == "msgpack" and len(packed[2]) > _DELTA_MIN:  # (is_base, inline:
+                line[channel] = Base(entry_id, packed[2])  # every channel of every put)
 
     def line(self, ns: str, parent: str | None) -> Bases | None:
         """The bases a checkpoint of ``ns`` whose parent entry is ``parent`` may be a delta of:

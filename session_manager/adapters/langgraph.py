@@ -67,6 +67,7 @@ from ._checkpoints import (
     data_json,
     decode_doc,
     encode_docs,
+    is_base,
     new_writes,
     pack_values,
     pack_writes,
@@ -281,8 +282,8 @@ class SessionManagerSaver(BaseCheckpointSaver[str]):
     def _base_text(self, thread_id: str, holder: str, base_id: str, channel: str) -> str:
         """The text of the value stored whole that a delta (of ``channel``, in entry ``holder``) is
         of: entry ``base_id``'s. In a path copied by ``session::fork`` (new entry ids) that id is
-        gone, and the base is the nearest checkpoint above ``holder`` holding the channel whole as
-        msgpack (the delta was made of the newest one on its line: :attr:`ThreadIndex.bases`)."""
+        gone, and the base is the nearest checkpoint above ``holder`` holding a base of the channel
+        (:func:`is_base`: the delta was made of the newest one on its line, :attr:`ThreadIndex.bases`)."""
         with storage_errors():
             found = self._store.get_entry(thread_id, base_id)
             at = None if found is not None else self._store.get_entry(thread_id, holder)
@@ -290,7 +291,7 @@ class SessionManagerSaver(BaseCheckpointSaver[str]):
                 at = self._store.get_entry(thread_id, at["parent_id"])
                 value = at.get("data", {}).get("values", {}).get(channel) \
                     if at is not None and at.get("custom_type") == CHECKPOINT else None
-                if value is not None and len(value) == 3 and value[1] == "msgpack":  # (a base: pack_values)
+                if value is not None and is_base(value):  # (not any whole value: a small one is no base)
                     found = at
         if found is None:  # deleted (by another instance) since the index was read
             raise not_found(thread_id)
