@@ -7,7 +7,6 @@ compaction and two writers in two processes, over fs, sqlite and postgres."""
 from __future__ import annotations
 
 import asyncio
-import multiprocessing
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +20,6 @@ from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 import session_manager
-from session_manager.adapters import langgraph as lg
 from session_manager.adapters._checkpoints import CHECKPOINT
 from session_manager.adapters.langgraph import SessionManagerSaver
 from tests import pg_support
@@ -129,8 +127,9 @@ def deltas(sm: Any, thread: str) -> list[list[Any]]:
             for v in e["data"]["values"].values() if len(v) == 7]
 
 
-def checkpoint_entries(sm: Any, thread: str) -> dict[str, dict[str, Any]]:
-    return {e["data"]["id"]: e for e in sm.service.store.entries(thread) if e.get("custom_type") == CHECKPOINT}
+def checkpoint_entries(sm: Any, thread: str, ns: str = "") -> dict[str, dict[str, Any]]:
+    return {e["data"]["id"]: e for e in sm.service.store.entries(thread)
+            if e.get("custom_type") == CHECKPOINT and e["data"]["ns"] == ns}
 
 
 # -- session::fork ------------------------------------------------------------------------
@@ -153,3 +152,111 @@ def test_a_fork_copy_reads_a_delta_whose_base_sits_above_a_small_whole_value(whe
         log.check(SessionManagerSaver(sm), threads={"f": copy})
     with _open(*where) as sm:  # a restart
         log.check(SessionManagerSaver(sm), threads={"f": copy})
+
+
+def test_deltas_on_a_fork_copy_and_time_travel_in_it_read_back_after_a_restart(where: tuple[str, str]) -> None:
+    # Prevents: puts continuing a session::fork copy (its root under a new id, its deltas naming
+    # entry ids it does not hold) or travelling back in it making deltas of a value not on their
+    # path, or the copy's index (its lines derived from the copied path alone) reading one wrong;
+    # in a subgraph namespace too.
+    with _open(*where) as sm:
+        log = Log(SessionManagerSaver(sm))
+        for ns in ("", "sub:1"):
+            log.put("g", None, "1f0-01", {"messages": HISTORY[:8], "n": 1}, ns)
+            log.put("g", "1f0-01", "1f0-02", {"messages": HISTORY[:9], "n": 2}, ns)
+            log.put("g", "1f0-01", "1f0-03", {"messages": [*HISTORY[:8], message(99)]}, ns)  # a branch between
+            log.put("g", "1f0-02", "1f0-04", {"messages": HISTORY[:11]}, ns)
+            log.put("g", "1f0-04", "1f0-05", {"messages": HISTORY[:3]}, ns)  # cut back, small: whole
+            log.put("g", "1f0-05", "1f0-06", {"messages": HISTORY[:12]}, ns)
+        assert len(deltas(sm, "g")) >= 4
+        log.check(SessionManagerSaver(sm))
+        at = checkpoint_entries(sm, "g")
+        copy = sm.call("session::fork", {"session_id": "g", "entry_id": at["1f0-06"]["id"]})["session_id"]
+        forked = Log(SessionManagerSaver(sm))
+        forked.state = {(copy, ns, cid): state for (t, ns, cid), state in log.state.items()
+                        if cid in ("1f0-01", "1f0-02", "1f0-04", "1f0-05", "1f0-06")}
+        forked.expected = {(copy, ns, cid): want for (t, ns, cid), want in log.expected.items()
+                           if cid in ("1f0-01", "1f0-02", "1f0-04", "1f0-05", "1f0-06") and ns == ""}
+        forked.put(copy, "1f0-06", "1f0-07", {"messages": HISTORY[:14]})
+        forked.put(copy, "1f0-07", "1f0-08", {"messages": HISTORY[:15]})
+        forked.put(copy, "1f0-04", "1f0-09", {"messages": HISTORY[:13]})  # time travel in the copy
+        forked.put(copy, "1f0-09", "1f0-10", {"messages": HISTORY[:16]})
+        forked.put(copy, "1f0-08", "1f0-11", {"messages": HISTORY[:17]})  # back to the other branch
+        assert len(deltas(sm, copy)) >= 5  # the copied path's and the new ones'
+        forked.check(forked.saver)
+        forked.check(SessionManagerSaver(sm))
+        sub = checkpoint_entries(sm, "g", "sub:1")["1f0-06"]["id"]  # the subgraph namespace's path
+        sub_copy = sm.call("session::fork", {"session_id": "g", "entry_id": sub})["session_id"]
+        in_sub = Log(SessionManagerSaver(sm))
+        in_sub.expected = {(sub_copy, ns, cid): want for (t, ns, cid), want in log.expected.items()
+                           if cid in ("1f0-01", "1f0-02", "1f0-04", "1f0-05", "1f0-06") and ns == "sub:1"}
+        in_sub.check(in_sub.saver)
+    with _open(*where) as sm:
+        forked.check(SessionManagerSaver(sm))
+        log.check(SessionManagerSaver(sm))
+        in_sub.check(SessionManagerSaver(sm))
+
+
+# -- prune, delete_for_runs, copy_thread, delete_thread --------------------------------------
+
+
+def test_deltas_read_back_after_prune_delete_for_runs_copy_and_delete_of_the_source(
+        where: tuple[str, str]) -> None:
+    # Prevents: a delta whose base's checkpoint prune or delete_for_runs removed (its entry stays)
+    # reading wrong or failing, a put after them making a delta of a removed base wrongly, a copy
+    # (same entry ids, its index's lines started again at every copied entry) losing a base when its
+    # source is pruned or deleted, and a thread deleted and put again making a delta of a base of
+    # the thread that was.
+    with _open(*where) as sm:
+        saver = SessionManagerSaver(sm)
+        log = Log(saver)
+        parent = None
+        for step, n in enumerate([8, 9, 10, 11, 2, 12, 13]):
+            cid = f"1f0-{step:02}"
+            cfg_meta = {"run_id": f"run-{step % 3}"}
+            log.counter += 1
+            version = f"{log.counter:08}.5"
+            cfg: Any = {"configurable": {"thread_id": "r", "checkpoint_ns": ""}}
+            if parent:
+                cfg["configurable"]["checkpoint_id"] = parent
+            saver.put(cfg, checkpoint(cid, {"messages": HISTORY[:n]}, {"messages": version}), cfg_meta,
+                      {"messages": version})
+            log.state[("r", "", cid)] = ({"messages": HISTORY[:n]}, {"messages": version})
+            log.expected[("r", "", cid)] = {"messages": SERDE.dumps_typed(HISTORY[:n])[1]}
+            parent = cid
+        assert len(deltas(sm, "r")) >= 4
+        saver.delete_for_runs(["run-0"])  # 1f0-00 (a base), 1f0-03, 1f0-06 (the newest)
+        gone = {("r", "", "1f0-00"), ("r", "", "1f0-03"), ("r", "", "1f0-06")}
+        log.check(saver, gone=gone)
+        log.check(SessionManagerSaver(sm), gone=gone)
+        log.put("r", "1f0-05", "1f0-07", {"messages": HISTORY[:14]})  # after the newest was removed
+        log.put("r", "1f0-07", "1f0-08", {"messages": HISTORY[:15]})
+        saver.copy_thread("r", "r2")
+        saver.prune(["r"], strategy="keep_latest")
+        gone_r = {k for k in log.expected if k[1:] != ("", "1f0-08")}
+        log.check(SessionManagerSaver(sm), gone=gone_r)
+        copied = Log(saver)
+        copied.expected = {("r2", ns, cid): w for (t, ns, cid), w in log.expected.items() if (t, ns, cid) not in gone}
+        copied.state = {("r2", ns, cid): s for (t, ns, cid), s in log.state.items()}
+        copied.check(SessionManagerSaver(sm))
+        saver.prune(["r"], strategy="delete")
+        copied.put("r2", "1f0-08", "1f0-09", {"messages": HISTORY[:16]})  # a put on the copy: its lines
+        copied.put("r2", "1f0-09", "1f0-10", {"messages": HISTORY[:17]})
+        copied.check(saver)
+        copied.check(SessionManagerSaver(sm))
+        assert saver.get_tuple({"configurable": {"thread_id": "r", "checkpoint_ns": ""}}) is None
+        # The thread deleted, and put again by this saver and by another.
+        again = Log(saver)
+        again.put("r", None, "1f0-00", {"messages": HISTORY[:9]})
+        SessionManagerSaver(sm).delete_thread("r")
+        other = Log(SessionManagerSaver(sm))
+        other.put("r", None, "1f0-00", {"messages": HISTORY[1:9]})
+        again.saver = saver
+        again.state = other.state
+        again.expected = dict(other.expected)
+        again.put("r", "1f0-00", "1f0-01", {"messages": HISTORY[1:11]})
+        again.check(saver)
+        again.check(SessionManagerSaver(sm))
+    with _open(*where) as sm:
+        copied.check(SessionManagerSaver(sm))
+        again.check(SessionManagerSaver(sm))
