@@ -20,6 +20,7 @@ from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 import session_manager
+from session_manager.adapters import langgraph as lg
 from session_manager.adapters._checkpoints import CHECKPOINT
 from session_manager.adapters.langgraph import SessionManagerSaver
 from tests import pg_support
@@ -260,3 +261,101 @@ def test_deltas_read_back_after_prune_delete_for_runs_copy_and_delete_of_the_sou
     with _open(*where) as sm:
         copied.check(SessionManagerSaver(sm))
         again.check(SessionManagerSaver(sm))
+
+
+# -- values -----------------------------------------------------------------------------------
+
+
+class Point:
+    """Not msgpack's own type: the serializer's pickle-free ext or another type."""
+
+
+def test_values_of_every_shape_read_back_byte_exact(where: tuple[str, str]) -> None:
+    # Prevents: a delta made where its bytes do not join back (a list shrunk then grown, equal to a
+    # prefix, an item in the middle changed, the same size with other bytes, a value whose array
+    # header changes width at 16 and 65,536 items, a huge one, raw bytes, the serializer's ext
+    # types, text with bytes over 0x7F), or a read joining one wrong: through a restart too.
+    import datetime
+
+    ints = list(range(70_000))
+    edited = [*HISTORY[:5], message(500), *HISTORY[6:12]]
+    same_size = [*HISTORY[:11], HumanMessage(HISTORY[11].content.replace("l", "k"), id="m11")]
+    shapes: list[dict[str, Any]] = [
+        {"messages": HISTORY[:10]}, {"messages": HISTORY[:9]}, {"messages": HISTORY[:12]},  # cut, then grown
+        {"messages": HISTORY[:4]}, {"messages": HISTORY[:12]}, {"messages": edited}, {"messages": HISTORY[:12]},
+        {"messages": same_size}, {"messages": HISTORY[:12]}, {"messages": HISTORY[:15]},
+        {"messages": HISTORY[:16]}, {"messages": HISTORY[:17]}, {"messages": HISTORY[:15]},  # 16 items
+        {"messages": [message(i, 2000) for i in range(60)]},  # huge
+        {"messages": [message(i, 2000) for i in range(61)]},
+        {"ints": ints[:65_535]}, {"ints": ints[:65_536]}, {"ints": ints[:65_540]}, {"ints": ints[:65_530]},
+        {"raw": b"\x92" + b"\xff" * 3000}, {"raw": b"\x92" + b"\xff" * 3001}, {"raw": b"\x92" + b"\xff" * 2999},
+        {"text": "é" * 900}, {"text": "é" * 901 + "€"}, {"text": "é" * 900},
+        {"mixed": [{"when": datetime.datetime(2026, 1, 1), "set": {1, 2}, "t": (1, "ü" * 300)}] * 3},
+        {"mixed": [{"when": datetime.datetime(2026, 1, 1), "set": {1, 2}, "t": (1, "ü" * 300)}] * 4},
+        {"mixed": [{"when": datetime.datetime(2026, 1, 1), "set": {1, 2}, "t": (1, "ü" * 300)}] * 2},
+        {"messages": []}, {"messages": HISTORY[:12]}, {"messages": HISTORY[:12]},  # the same list again
+    ]
+    with _open(*where) as sm:
+        log = Log(SessionManagerSaver(sm))
+        parent = None
+        for step, changed in enumerate(shapes):
+            parent = log.put("v", parent, f"1f0-{step:03}", changed)
+        made = deltas(sm, "v")
+        assert len(made) >= 10 and {d[1] for d in made} == {"msgpack"}
+        assert {len(d[2]) for d in made} >= {1, 3, 5}  # array headers of every width
+        log.check(log.saver)
+        log.check(SessionManagerSaver(sm))
+    with _open(*where) as sm:
+        log.check(SessionManagerSaver(sm))
+
+
+def test_a_saver_past_its_thread_bound_puts_and_reads_deltas_from_threads_at_once(
+        where: tuple[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    # Prevents: the saver dropping a thread's index (and its kept bases) while another thread's put
+    # or read holds it, so a delta is made of, or read against, a base the thread no longer has.
+    import threading
+
+    monkeypatch.setattr(lg, "_CACHED_THREADS", 2)
+    with _open(*where) as sm:
+        saver = SessionManagerSaver(sm)
+        logs = {f"b{i}": Log(saver) for i in range(6)}
+        errors: list[BaseException] = []
+
+        def run(thread: str) -> None:
+            try:
+                parent = None
+                for step, n in enumerate([8, 9, 10, 3, 11, 12, 13, 9, 14]):
+                    parent = logs[thread].put(thread, parent, f"1f0-{step:02}", {"messages": HISTORY[:n]})
+                    got = saver.get_tuple({"configurable": {"thread_id": thread, "checkpoint_ns": ""}})
+                    assert got is not None and got.checkpoint["channel_values"]["messages"] == HISTORY[:n]
+            except BaseException as e:  # (reported below)
+                errors.append(e)
+
+        workers = [threading.Thread(target=run, args=(t,)) for t in logs]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join(120)
+        assert not errors, errors
+        for thread, log in logs.items():
+            assert deltas(sm, thread)
+            log.check(saver)
+    with _open(*where) as sm:
+        for log in logs.values():
+            log.check(SessionManagerSaver(sm))
+
+
+def test_deltas_read_back_after_the_fs_log_is_compacted(tmp_path: Path) -> None:
+    # Prevents: an fs log rewritten as its live state (compaction) losing or reordering the entry
+    # a delta names, or the saver's kept base outliving what the store holds.
+    with _open("fs", str(tmp_path)) as sm:
+        log = Log(SessionManagerSaver(sm))
+        parent = None
+        for step, n in enumerate([8, 9, 10, 3, 11, 12]):
+            parent = log.put("c", parent, f"1f0-{step:02}", {"messages": HISTORY[:n]})
+        assert sm.service.store.compact("c") in (True, False)
+        log.put("c", parent, "1f0-10", {"messages": HISTORY[:13]})
+        log.check(log.saver)
+        log.check(SessionManagerSaver(sm))
+    with _open("fs", str(tmp_path)) as sm:
+        log.check(SessionManagerSaver(sm))
