@@ -431,3 +431,62 @@ def test_two_processes_writing_one_thread_make_deltas_that_read_back(where: tupl
         assert set(listed) == set(expected)
         for cid, want in expected.items():
             assert SERDE.dumps_typed(listed[cid].checkpoint["channel_values"]["messages"])[1] == want
+
+
+# -- a compiled graph ---------------------------------------------------------------------------
+
+
+def _graph(saver: Any) -> Any:
+    from langgraph.graph import START, MessagesState, StateGraph
+
+    def bot(state: MessagesState) -> dict[str, Any]:
+        seen = len(state["messages"])
+        return {"messages": [AIMessage(f"seen {seen}: " + "answer " * 30, id=f"a{seen}")]}
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("bot", bot)
+    builder.add_edge(START, "bot")
+    return builder.compile(checkpointer=saver)
+
+
+def _history(graph: Any, thread: str) -> list[tuple[str, bytes]]:
+    return [(s.config["configurable"]["checkpoint_id"], SERDE.dumps_typed(s.values)[1])
+            for s in graph.get_state_history({"configurable": {"thread_id": thread}})]
+
+
+def test_a_graph_run_resumed_after_a_restart_and_time_travelled_reads_as_langgraphs_own_saver(
+        where: tuple[str, str]) -> None:
+    # Prevents: a messages channel stored as deltas reading back other than LangGraph's own
+    # InMemorySaver gives for the same run: turns, a restart between a base and its deltas, a fork
+    # by update_state from an early checkpoint continued, and a replay from one.
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    def turns(graph: Any, start: int, stop: int) -> None:
+        for turn in range(start, stop):
+            graph.invoke({"messages": [HumanMessage(f"turn {turn}: " + "question " * 20, id=f"h{turn}")]},
+                         {"configurable": {"thread_id": "chat"}})
+
+    memory = _graph(InMemorySaver())
+    turns(memory, 0, 12)
+    with _open(*where) as sm:
+        turns(_graph(SessionManagerSaver(sm)), 0, 6)
+    with _open(*where) as sm:  # a restart between a base and its deltas
+        graph = _graph(SessionManagerSaver(sm))
+        turns(graph, 6, 12)
+        assert len(deltas(sm, "chat")) >= 5
+        ours = _history(graph, "chat")
+    assert [v for _, v in ours] == [v for _, v in _history(memory, "chat")]
+
+    def travel(graph: Any) -> None:
+        early = list(graph.get_state_history({"configurable": {"thread_id": "chat"}}))[-8]
+        forked = graph.update_state(early.config, {"messages": [HumanMessage("instead", id="x")]})
+        graph.invoke({"messages": [HumanMessage("more " * 40, id="y")]}, forked)
+        graph.invoke(None, early.config)  # a replay from it
+
+    travel(memory)
+    with _open(*where) as sm:
+        graph = _graph(SessionManagerSaver(sm))
+        travel(graph)
+    with _open(*where) as sm:
+        theirs = sorted(v for _, v in _history(memory, "chat"))
+        assert sorted(v for _, v in _history(_graph(SessionManagerSaver(sm)), "chat")) == theirs
