@@ -502,3 +502,17 @@ def test_a_graph_run_resumed_after_a_restart_and_time_travelled_reads_as_langgra
     with _open(*where) as sm:
         theirs = sorted(v for _, v in _history(memory, "chat"))
         assert sorted(v for _, v in _history(_graph(SessionManagerSaver(sm)), "chat")) == theirs
+
+
+def test_what_the_index_keeps_as_a_base_is_what_a_fork_copy_read_looks_for() -> None:
+    # Prevents: the index's rule for a base (inline in add_checkpoint, every put) and is_base (what a
+    # delta read in a session::fork copy walks up to) drifting apart again: a delta then joined to
+    # a value it was not made of.
+    from session_manager.adapters._checkpoints import ThreadIndex, is_base
+
+    values = {"small": ["1", "msgpack", "x" * 512], "edge": ["2", "msgpack", "x" * 513],
+              "json": ["3", "json", "x" * 2000], "empty": ["4", "empty", ""],
+              "delta": ["5", "msgpack", "h", "e0", 1, 600, "t"], "big": ["6", "msgpack", "\x92" + "y" * 900]}
+    index = ThreadIndex()
+    index.add_checkpoint("e1", {"ns": "", "id": "1", "values": values}, None)
+    assert set(index.bases[""]) == {name for name, packed in values.items() if is_base(packed)} == {"edge", "big"}
