@@ -153,8 +153,14 @@ def test_a_fork_copy_reads_a_delta_whose_base_sits_above_a_small_whole_value(whe
         tip = checkpoint_entries(sm, "f")["1f0-03"]["id"]
         copy = sm.call("session::fork", {"session_id": "f", "entry_id": tip})["session_id"]
         log.check(SessionManagerSaver(sm), threads={"f": copy})
+        # The copy copied again by copy_thread: the saver that copied it reads with the index the
+        # copy left (its lines started again at each copied entry), so walks up to the base.
+        saver = SessionManagerSaver(sm)
+        saver.copy_thread(copy, "f3")
+        log.check(saver, threads={"f": "f3"})
     with _open(*where) as sm:  # a restart
         log.check(SessionManagerSaver(sm), threads={"f": copy})
+        log.check(SessionManagerSaver(sm), threads={"f": "f3"})
 
 
 def test_deltas_on_a_fork_copy_and_time_travel_in_it_read_back_after_a_restart(where: tuple[str, str]) -> None:
