@@ -364,6 +364,10 @@ class ThreadIndex:
     # again, so a delta's base is always on its own checkpoint's path (what a path copy carries).
     bases: dict[str, Bases] = field(default_factory=dict)
     tips: dict[str, str] = field(default_factory=dict)
+    # A delta's base by (its entry, channel) when the entry it names is not its line's base: in a path
+    # copied by session::fork (new entry ids) that line's base is the one it was made of (the nearest
+    # base above it, as it was when made), so a read takes it here instead of walking up to it.
+    moved: dict[tuple[str, str], Base] = field(default_factory=dict)
 
     def add(self, entry: dict[str, Any]) -> None:
         """Take one stored entry (``kind``, ``custom_type``, ``data``) into the index, in append order."""
@@ -404,6 +408,10 @@ class ThreadIndex:
             blobs[(ns, channel, packed[0])] = entry_id
             if len(packed) == 3 and packed[1] == "msgpack" and len(packed[2]) > _DELTA_MIN:  # (is_base, inline:
                 line[channel] = Base(entry_id, packed[2])  # every channel of every put)
+            elif len(packed) > 3:  # a delta (a put's own names its line's base: nothing kept)
+                base = line.get(channel)
+                if base is not None and base.entry_id != packed[3]:
+                    self.moved[(entry_id, channel)] = base
 
     def line(self, ns: str, parent: str | None) -> Bases | None:
         """The bases a checkpoint of ``ns`` whose parent entry is ``parent`` may be a delta of:

@@ -320,7 +320,8 @@ class SessionManagerSaver(BaseCheckpointSaver[str]):
                 if len(stored) > 3:  # a delta: of the index's base (no read), else of the entry it names
                     base = index.bases.get(ns, {}).get(channel)
                     if base is None or base.entry_id != stored[3]:
-                        base = self._base_text(thread_id, holder, stored[3], channel)
+                        base = index.moved.get((holder, channel)) \
+                            or self._base_text(thread_id, holder, stored[3], channel)
                 values[channel] = self.serde.loads_typed((stored[1], value_bytes(stored, base)))
         pending = sorted(index.writes.get(key, {}).items(),
                          key=lambda kv: writes_sort_key(kv[1].task_path, kv[0][0], kv[0][1]))
