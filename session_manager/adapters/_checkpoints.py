@@ -378,6 +378,7 @@ class ThreadIndex:
             self.rooted = True
         elif kind == CHECKPOINT and isinstance(data, dict):
             self.add_checkpoint(entry_id, data, entry.get("parent_id"))
+            self.add_moved(entry_id, data)
         elif kind == WRITES and isinstance(data, dict):
             self.add_writes(entry_id, data)
         elif kind == DELETED and isinstance(data, dict):
@@ -408,7 +409,14 @@ class ThreadIndex:
             blobs[(ns, channel, packed[0])] = entry_id
             if len(packed) == 3 and packed[1] == "msgpack" and len(packed[2]) > _DELTA_MIN:  # (is_base, inline:
                 line[channel] = Base(entry_id, packed[2])  # every channel of every put)
-            elif len(packed) > 3:  # a delta (a put's own names its line's base: nothing kept)
+
+    def add_moved(self, entry_id: str, data: dict[str, Any]) -> None:
+        """Keep, in :attr:`moved`, the base of each delta of a stored checkpoint entry (taken in
+        by :meth:`add_checkpoint` just before) that names an entry other than its line's base.
+        (Not on a put's path: a put's own deltas name their line's base.)"""
+        line = self.bases.get(data["ns"], {})
+        for channel, packed in data.get("values", {}).items():
+            if len(packed) > 3:
                 base = line.get(channel)
                 if base is not None and base.entry_id != packed[3]:
                     self.moved[(entry_id, channel)] = base
