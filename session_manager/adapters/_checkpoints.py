@@ -186,6 +186,13 @@ def pack_values(serialized: Serialized,
 _DELTA_MIN = 512  # bytes a delta must take from its base (below, the whole value is as cheap)
 
 
+def is_base(packed: list[Any]) -> bool:
+    """Is a stored ``[version, type, ...]`` a value a delta may be made of: whole, msgpack, and
+    large enough to share ``_DELTA_MIN`` bytes (what :attr:`ThreadIndex.bases` keeps, and so what
+    a delta read without its named entry looks for)."""
+    return len(packed) == 3 and packed[1] == "msgpack" and len(packed[2]) > _DELTA_MIN
+
+
 def _array_head(first: int) -> int:
     """The length of the msgpack array header a value whose first byte is ``first`` starts
     with (LangGraph's serializer writes a list so), 0 for anything else."""
@@ -359,6 +366,10 @@ class ThreadIndex:
     tips: dict[str, str] = field(default_factory=dict)
     # This index's own: the entries' data a saver keeps is served while it is the thread's (_kept.py).
     epoch: object = field(default_factory=object, compare=False, repr=False)
+    # A delta's base by (its entry, channel) when the entry it names is not its line's base: in a path
+    # copied by session::fork (new entry ids) that line's base is the one it was made of (the nearest
+    # base above it, as it was when made), so a read takes it here instead of walking up to it.
+    moved: dict[tuple[str, str], Base] = field(default_factory=dict)
 
     def add(self, entry: dict[str, Any]) -> None:
         """Take one stored entry (``kind``, ``custom_type``, ``data``) into the index, in append order."""
@@ -369,6 +380,7 @@ class ThreadIndex:
             self.rooted = True
         elif kind == CHECKPOINT and isinstance(data, dict):
             self.add_checkpoint(entry_id, data, entry.get("parent_id"))
+            self.add_moved(entry_id, data)
         elif kind == WRITES and isinstance(data, dict):
             self.add_writes(entry_id, data)
         elif kind == DELETED and isinstance(data, dict):
@@ -397,8 +409,19 @@ class ThreadIndex:
         blobs = self.blobs
         for channel, packed in data.get("values", {}).items():  # ([version, ...]: indexed, not unpacked: every put)
             blobs[(ns, channel, packed[0])] = entry_id
-            if len(packed) == 3 and packed[1] == "msgpack" and len(packed[2]) > _DELTA_MIN:  # (a smaller one
-                line[channel] = Base(entry_id, packed[2])  # cannot share _DELTA_MIN bytes: no delta is of it)
+            if len(packed) == 3 and packed[1] == "msgpack" and len(packed[2]) > _DELTA_MIN:  # (is_base, inline:
+                line[channel] = Base(entry_id, packed[2])  # every channel of every put)
+
+    def add_moved(self, entry_id: str, data: dict[str, Any]) -> None:
+        """Keep, in :attr:`moved`, the base of each delta of a stored checkpoint entry (taken in
+        by :meth:`add_checkpoint` just before) that names an entry other than its line's base.
+        (Not on a put's path: a put's own deltas name their line's base.)"""
+        line = self.bases.get(data["ns"], {})
+        for channel, packed in data.get("values", {}).items():
+            if len(packed) > 3:
+                base = line.get(channel)
+                if base is not None and base.entry_id != packed[3]:
+                    self.moved[(entry_id, channel)] = base
 
     def line(self, ns: str, parent: str | None) -> Bases | None:
         """The bases a checkpoint of ``ns`` whose parent entry is ``parent`` may be a delta of:

@@ -67,6 +67,7 @@ from ._checkpoints import (
     data_json,
     decode_doc,
     encode_docs,
+    is_base,
     new_writes,
     pack_values,
     pack_writes,
@@ -294,8 +295,8 @@ class SessionManagerSaver(BaseCheckpointSaver[str]):
     def _base_text(self, thread_id: str, holder: str, base_id: str, channel: str) -> str:
         """The text of the value stored whole that a delta (of ``channel``, in entry ``holder``) is
         of: entry ``base_id``'s. In a path copied by ``session::fork`` (new entry ids) that id is
-        gone, and the base is the nearest checkpoint above ``holder`` holding the channel whole as
-        msgpack (the delta was made of the newest one on its line: :attr:`ThreadIndex.bases`)."""
+        gone, and the base is the nearest checkpoint above ``holder`` holding a base of the channel
+        (:func:`is_base`: the delta was made of the newest one on its line, :attr:`ThreadIndex.bases`)."""
         with storage_errors():
             found = self._store.get_entry(thread_id, base_id)
             at = None if found is not None else self._store.get_entry(thread_id, holder)
@@ -303,7 +304,7 @@ class SessionManagerSaver(BaseCheckpointSaver[str]):
                 at = self._store.get_entry(thread_id, at["parent_id"])
                 value = at.get("data", {}).get("values", {}).get(channel) \
                     if at is not None and at.get("custom_type") == CHECKPOINT else None
-                if value is not None and len(value) == 3 and value[1] == "msgpack":  # (a base: pack_values)
+                if value is not None and is_base(value):  # (not any whole value: a small one is no base)
                     found = at
         if found is None:  # deleted (by another instance) since the index was read
             raise not_found(thread_id)
@@ -334,7 +335,8 @@ class SessionManagerSaver(BaseCheckpointSaver[str]):
                 if len(stored) > 3:  # a delta: of the index's base (no read), else of the entry it names
                     base = index.bases.get(ns, {}).get(channel)
                     if base is None or base.entry_id != stored[3]:
-                        base = self._base_text(thread_id, holder, stored[3], channel)
+                        base = index.moved.get((holder, channel)) \
+                            or self._base_text(thread_id, holder, stored[3], channel)
                 values[channel] = self.serde.loads_typed((stored[1], value_bytes(stored, base)))
         pending = sorted(index.writes.get(key, {}).items(),
                          key=lambda kv: writes_sort_key(kv[1].task_path, kv[0][0], kv[0][1]))
