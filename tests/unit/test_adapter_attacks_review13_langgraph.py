@@ -9,6 +9,7 @@ bounds; threads reading and writing while the LRU evicts."""
 from __future__ import annotations
 
 import contextlib
+import sqlite3
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -219,6 +220,27 @@ def test_what_the_session_api_gives_of_a_saver_entry_mutated_changes_nothing_kep
 
 
 # -- sqlite files and bodies -----------------------------------------------------------------------
+
+
+def test_a_sqlite_file_made_utf16_by_someone_else_is_refused_at_open_nothing_written(tmp_path: Path) -> None:
+    # Attack: an empty database file whose text encoding is UTF-16 (its header set so by another
+    # program before the store first opened it). The store binds bodies as UTF-8 bytes cast to
+    # TEXT and reads them back as bytes: in a UTF-16 file SQLite takes those bytes for UTF-16
+    # text (an odd-length body loses its last byte) and gives UTF-16 back, which no JSON decoder
+    # reads. The file must be refused (session/storage naming its encoding), nothing written.
+    path = tmp_path / "d.db"
+    conn = sqlite3.connect(path)
+    conn.execute("PRAGMA encoding = 'UTF-16le'")
+    conn.execute("CREATE TABLE t (x)")
+    conn.execute("DROP TABLE t")
+    conn.commit()
+    conn.close()
+    with pytest.raises(SessionError) as raised:
+        session_manager.open(f"sqlite:///{path.resolve()}")
+    assert raised.value.code == "session/storage" and "UTF-16" in str(raised.value)
+    conn = sqlite3.connect(path)
+    assert conn.execute("SELECT name FROM sqlite_master").fetchall() == []
+    conn.close()
 
 
 ODD_TEXT = ["nul \x00 inside", "non-BMP \U0001f600 \U00010348", "latin-1 \xe9\xff", "a\u2028b\u2029c",
