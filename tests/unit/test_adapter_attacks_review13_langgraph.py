@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 pytest.importorskip("langgraph.checkpoint.base", reason="the langgraph extra is not installed")
@@ -375,3 +376,22 @@ def test_threads_of_two_savers_writing_and_reading_while_a_small_budget_evicts_r
         finals = [SessionManagerSaver(s).get_tuple(config(f"own{n}")) for n, s in enumerate([sm, other] * 2)]
     assert problems == []
     assert [x_of(t) for t in finals] == [[f"{n}:14"] for n in range(4)]
+
+
+@pytest.mark.parametrize("packed", [False, True])
+def test_the_budget_bounds_checkpoints_whose_metadata_is_large(tmp_path: Path, packed: bool) -> None:
+    # Attack: a checkpoint's metadata (the run's config keys LangGraph merges in, a caller's own
+    # document) counted as nothing in a kept data's size: 20 checkpoints of ~100 KB metadata
+    # each, all kept under a 200 KB budget (2 MB held), stored as JSON or packed (a value JSON
+    # cannot give back exactly: a tuple).
+    with session_manager.open(tmp_path / "d") as sm:
+        saver = SessionManagerSaver(sm, cache_bytes=200_000)
+        saved = config("big")
+        for i in range(20):
+            note: Any = ("n" * 100_000, i) if packed else {"note": "n" * 100_000, "i": i}
+            saved = saver.put(saved, checkpoint(f"c{i:03d}", i, f"{i + 1}"), {"step": i, "doc": note},
+                              {"x": f"{i + 1}", "pad": "1"})
+        held = sum(len(orjson.dumps(data)) for _, data, _ in saver._kept._kept.values())
+        got = saver.get_tuple(config("big", "c003"))
+    assert held <= 2 * 200_000
+    assert got is not None and got.metadata["step"] == 3
