@@ -395,3 +395,108 @@ def test_the_budget_bounds_checkpoints_whose_metadata_is_large(tmp_path: Path, p
         got = saver.get_tuple(config("big", "c003"))
     assert held <= 2 * 200_000
     assert got is not None and got.metadata["step"] == 3
+
+
+def _rounds_writer(uri: str, rounds: int, ready: Any, go: Any) -> None:
+    """Another process: deletes the thread and puts it again, each round's values, metadata and
+    writes tagged with the round, under the same checkpoint ids."""
+    with session_manager.open(uri) as sm:
+        saver = SessionManagerSaver(sm)
+        put_chain(saver, "p", 3, "r0", run="r0")
+        ready.set()
+        go.wait(30)  # (the reader reads: the rounds come between its reads)
+        for r in range(1, rounds):
+            saver.delete_thread("p")
+            put_chain(saver, "p", 3, f"r{r}", run=f"r{r}")
+
+
+def consistent(found: Any) -> str | None:
+    """What is wrong with one read of a round-tagged checkpoint (None: nothing): its value, its
+    metadata and its writes must all be of one round, and its id the value's index."""
+    if found is None:
+        return None
+    tag, i = x_of(found)
+    if found.metadata.get("run_id") != tag or found.checkpoint["id"] != f"c{i:03d}":
+        return f"{found.checkpoint['id']} value {tag},{i} metadata {found.metadata}"
+    if found.pending_writes not in ([], [(f"task-{i}", "x", [tag, i, "w"])]):
+        return f"{found.checkpoint['id']} of {tag} with writes {found.pending_writes}"
+    return None
+
+
+@pytest.mark.parametrize("budget", [0, 2500, 64 << 20])
+def test_a_process_deleting_and_putting_again_between_reads_never_mixes_rounds(tmp_path: Path, budget: int) -> None:
+    # Real concurrency: another process deletes the thread and puts it again (same checkpoint
+    # ids, each round's own values) while this one reads it, newest and by id, through a saver
+    # keeping all, a little or nothing. A read may miss (deleted in between) but never give a
+    # checkpoint with another round's value, metadata or writes.
+    import multiprocessing
+
+    uri = f"sqlite:///{tmp_path.resolve()}/d.db"
+    context = multiprocessing.get_context("fork")
+    ready, go = context.Event(), context.Event()
+    writer = context.Process(target=_rounds_writer, args=(uri, 40, ready, go))
+    writer.start()
+    problems: list[str] = []
+    reads, seen = 0, set[str]()
+    try:
+        assert ready.wait(30)
+        with session_manager.open(uri) as sm:
+            saver = SessionManagerSaver(sm, cache_bytes=budget)
+            while writer.is_alive() or reads < 50:
+                for c in (config("p"), config("p", "c000"), config("p", "c001"), config("p", "c002")):
+                    try:
+                        found = saver.get_tuple(c)
+                    except SessionError as e:  # deleted between the index's read and an entry's
+                        if e.code != "session/not_found":
+                            problems.append(repr(e))
+                        continue
+                    reads += 1
+                    go.set()
+                    if found is not None:
+                        seen.add(x_of(found)[0])
+                    wrong = consistent(found)
+                    if wrong:
+                        problems.append(wrong)
+    finally:
+        writer.join(60)
+    assert writer.exitcode == 0
+    assert problems == [] and reads >= 50
+
+
+def test_a_second_saver_of_one_fs_store_deleting_and_putting_again_between_reads_never_mixes_rounds(
+        tmp_path: Path) -> None:
+    # As the process attack, over fs (one writer process): two savers of one store, the writer
+    # on its own thread, the reader keeping a little (evicting every few reads).
+    with session_manager.open(tmp_path / "d") as sm:
+        theirs, mine = SessionManagerSaver(sm), SessionManagerSaver(sm, cache_bytes=2500)
+        put_chain(theirs, "p", 3, "r0", run="r0")
+        done = threading.Event()
+
+        def write() -> None:
+            try:
+                for r in range(1, 30):
+                    theirs.delete_thread("p")
+                    put_chain(theirs, "p", 3, f"r{r}", run=f"r{r}")
+            finally:
+                done.set()
+
+        writer = threading.Thread(target=write)
+        writer.start()
+        problems, seen = [], set()
+        while not done.is_set() or not seen:
+            for c in (config("p"), config("p", "c000"), config("p", "c002")):
+                try:
+                    found = mine.get_tuple(c)
+                except SessionError as e:
+                    if e.code != "session/not_found":
+                        problems.append(repr(e))
+                    continue
+                if found is not None:
+                    seen.add(x_of(found)[0])
+                wrong = consistent(found)
+                if wrong:
+                    problems.append(wrong)
+        writer.join()
+        last = mine.get_tuple(config("p"))
+    assert problems == []
+    assert x_of(last) == ["r29", 2] and last is not None and last.pending_writes == [("task-2", "x", ["r29", 2, "w"])]
