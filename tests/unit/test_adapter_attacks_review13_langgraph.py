@@ -264,6 +264,9 @@ def test_a_sqlite_file_made_utf16_by_someone_else_is_refused_at_open_nothing_wri
     with pytest.raises(SessionError) as raised:
         session_manager.open(f"sqlite:///{path.resolve()}")
     assert raised.value.code == "session/storage" and "UTF-16" in str(raised.value)
+    with pytest.raises(SessionError) as raised:
+        session_manager.open(f"sqlite:///{path.resolve()}", read_only=True)
+    assert raised.value.code == "session/storage" and "UTF-16" in str(raised.value)
     conn = sqlite3.connect(path)
     assert conn.execute("SELECT name FROM sqlite_master").fetchall() == []
     conn.close()
