@@ -337,7 +337,7 @@ def test_a_budget_that_is_no_whole_number_of_bytes_is_refused(tmp_path: Path, ba
 # -- concurrency -------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("where", ["fs", "sqlite"])
+@pytest.mark.parametrize("where", WHERE)
 def test_threads_of_two_savers_writing_and_reading_while_a_small_budget_evicts_read_only_what_was_put(
         where: str, tmp_path: Path) -> None:
     # Four threads: two savers (two store instances over sqlite) each writing its own thread and
