@@ -16,15 +16,34 @@ from collections import OrderedDict
 from collections.abc import Iterable
 from typing import Any
 
+import orjson
+
 from ._checkpoints import CHECKPOINT, WRITES
 
 _SEEDED = (CHECKPOINT, WRITES)  # the entries a read takes data from
 _OVERHEAD = 512  # what a kept data holds beside its texts (its dicts and lists, the slot here)
 
 
+def _doc_size(doc: Any) -> int:
+    """A stored document's size (:func:`._checkpoints.encode_doc`, ``encode_body``): its text,
+    its packed text, or its JSON's (a caller's metadata may be any size: counted, not guessed)."""
+    if type(doc) is not dict:
+        return 0
+    text = doc.get("text")
+    if type(text) is str:
+        return len(text)
+    packed = doc.get("packed")
+    if type(packed) is list and packed and type(packed[-1]) is str:
+        return len(packed[-1])
+    try:
+        return len(orjson.dumps(doc.get("json")))
+    except (TypeError, orjson.JSONEncodeError):
+        return 1024
+
+
 def footprint(data: Any) -> int:
     """An estimate of the memory a checkpoint's or writes' data holds: its texts (serialized
-    values, the checkpoint's body) and a fixed overhead."""
+    values, the checkpoint's body and metadata) and a fixed overhead."""
     size = _OVERHEAD
     if type(data) is not dict:
         return size
@@ -32,11 +51,7 @@ def footprint(data: Any) -> int:
         size += len(packed[-1]) if type(packed) is list and packed and type(packed[-1]) is str else 64
     for packed in data.get("writes") or ():
         size += len(packed[-1]) if type(packed) is list and packed and type(packed[-1]) is str else 64
-    body = data.get("checkpoint")
-    if type(body) is dict:
-        text = body.get("text")
-        size += len(text) if type(text) is str else 1024
-    return size
+    return size + _doc_size(data.get("checkpoint")) + _doc_size(data.get("metadata"))
 
 
 class Kept:

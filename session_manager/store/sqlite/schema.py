@@ -188,11 +188,22 @@ OURS = frozenset({"sessions", "entries", "attachments", "outbox", "readers", "sq
 
 
 
+def _utf8(conn: sqlite3.Connection, path: str) -> None:
+    """Refuse a file whose text encoding is not UTF-8 (another program can make an empty file
+    UTF-16 before the store first opens it): bodies are bound as UTF-8 bytes cast to TEXT and
+    read back as the bytes (writes.py, reads.py), which SQLite takes for UTF-16 there."""
+    encoding = conn.execute("PRAGMA encoding").fetchone()[0]
+    if encoding != "UTF-8":
+        raise StoreError(f"sqlite: {path} is a {encoding} database; the session store needs UTF-8 "
+                         "(nothing was written)")
+
+
 def check(conn: sqlite3.Connection, path: str) -> int:
     """A read-only open's check (no transaction, nothing written): the database is a
     session store at exactly this release's version; an older one is refused (a
     read-only open never migrates: a writable open of this release does), as are a
     newer one and a file that holds no session store."""
+    _utf8(conn, path)
     version = int(conn.execute("PRAGMA user_version").fetchone()[0])
     if version > len(MIGRATIONS):
         raise versions.newer(f"sqlite: {path}", version, len(MIGRATIONS))
@@ -209,6 +220,7 @@ def refuse(conn: sqlite3.Connection, path: str) -> int:
     version's, or (version 0) another application's database. Reads only: the opening
     connection asks before it switches the file to WAL mode (core.py), so a refused file
     keeps its journal mode, its header and no -wal/-shm beside it."""
+    _utf8(conn, path)
     version = int(conn.execute("PRAGMA user_version").fetchone()[0])
     if version > len(MIGRATIONS):
         raise versions.newer(f"sqlite: {path}", version, len(MIGRATIONS))
