@@ -25,13 +25,7 @@ import session_manager
 from session_manager.adapters._checkpoints import CHECKPOINT
 from session_manager.adapters.langgraph import SessionManagerSaver
 from tests.unit.store_openers import Opener, opener_fixture  # noqa: F401 (the fixture "opener")
-
-
-def config(thread: str, checkpoint_id: str | None = None) -> Any:
-    configurable: dict[str, Any] = {"thread_id": thread, "checkpoint_ns": ""}
-    if checkpoint_id is not None:
-        configurable["checkpoint_id"] = checkpoint_id
-    return {"configurable": configurable}
+from tests.unit.test_adapter_langgraph import config
 
 
 def fields(checkpoint_id: str, **more: Any) -> Any:

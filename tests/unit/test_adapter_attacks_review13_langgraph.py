@@ -24,15 +24,10 @@ import session_manager
 from session_manager import SessionError
 from session_manager.adapters.langgraph import SessionManagerSaver
 from tests import pg_support
+from tests.unit.test_adapter_langgraph import config
 
 WHERE = ["fs", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
 
-
-def config(thread: str, checkpoint_id: str | None = None) -> Any:
-    configurable: dict[str, Any] = {"thread_id": thread, "checkpoint_ns": ""}
-    if checkpoint_id is not None:
-        configurable["checkpoint_id"] = checkpoint_id
-    return {"configurable": configurable}
 
 
 def checkpoint(checkpoint_id: str, value: Any, version: str) -> Any:

@@ -25,6 +25,7 @@ from session_manager.adapters import _transcript
 from session_manager.adapters.langchain import SessionChatMessageHistory
 from session_manager.adapters.langgraph import SessionManagerSaver
 from session_manager.store.memory import MemoryStore
+from tests.unit.test_adapter_langgraph import config
 
 N = 10_000
 
@@ -32,12 +33,6 @@ N = 10_000
 def open_memory() -> session_manager.SessionManager:
     return session_manager.open(store=MemoryStore())
 
-
-def config(thread: str, checkpoint_id: str | None = None) -> Any:
-    configurable: dict[str, Any] = {"thread_id": thread, "checkpoint_ns": ""}
-    if checkpoint_id is not None:
-        configurable["checkpoint_id"] = checkpoint_id
-    return {"configurable": configurable}
 
 
 def checkpoint(n: int) -> Any:

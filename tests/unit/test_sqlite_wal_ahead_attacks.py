@@ -23,9 +23,8 @@ import session_manager
 from session_manager.store import Commit
 from session_manager.store.sqlite import SqliteSettings, SqliteStore, core
 from tests.unit.test_sqlite_processes import ROOT, chain_ids, spawn
-from tests.unit.test_sqlite_wal_ahead import _META, _append, _entry, _small
+from tests.unit.test_sqlite_wal_ahead import _FRAME, _META, _append, _entry, _small
 
-_FRAME = 24 + 4096
 _MIB = 1 << 20
 
 
