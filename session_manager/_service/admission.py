@@ -118,8 +118,19 @@ def admit_copy(function_id: str, payload: Any, limits: Limits, *, mutates: bool)
     admission of the copy (its tuples are lists: see :func:`_within_depth`)."""
     exact = type(payload) is dict
     if not exact and type(payload) is ProvenPayload:  # (a typed call's: its builder made it as our copy)
-        admit(function_id, payload, limits, mutates=mutates, proven=True)
-        return payload
+        if function_id in BULK_FIELDS:
+            admit(function_id, payload, limits, mutates=mutates, proven=True)
+            return payload
+        _check_batch(function_id, payload, limits)
+        try:
+            size = len(orjson.dumps(payload))  # (its keys proven plain strs here: see ProvenPayload)
+        except TypeError:
+            payload = dict(payload)  # as any payload: the exact path names what is wrong
+            exact = True
+        else:
+            if mutates:
+                admit_size(size, limits)
+            return payload
     if exact:
         if function_id in BATCH_FIELDS:  # first: an oversized batch is refused without copying it
             _check_batch(function_id, payload, limits)

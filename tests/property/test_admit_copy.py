@@ -8,6 +8,7 @@ import enum
 import math
 import uuid
 from collections import OrderedDict
+from functools import partial
 from typing import Any
 
 import orjson
@@ -172,3 +173,37 @@ def test_the_request_is_measured_as_before_at_the_size_bound() -> None:
     size = len(orjson.dumps(payload))
     for cap in (size - 1, size, size + 1):
         _check("session::append", payload, Limits(max_request_bytes=cap), True)
+
+
+@pytest.mark.parametrize("odd", ODD, ids=[f"{type(o).__name__}{i}" for i, o in enumerate(ODD)])  # (no address)
+@pytest.mark.parametrize("where", ["message", "key", "list"])
+def test_a_typed_calls_payload_is_admitted_as_the_same_dict_would_be(odd: Any, where: str) -> None:
+    # Prevents: the typed methods' prebuilt copy (ProvenPayload, its keys left to admission's
+    # encoding) storing a key, a value or a size the dict call would not, or erring otherwise.
+    from session_manager._hosts.typed_support import payload as typed_payload
+
+    message: dict[Any, Any] = {"role": "user", "content": [{"type": "text", "text": "hi"}], "timestamp": 1}
+    if where == "message":
+        message["details"] = odd
+    elif where == "key":
+        message["content"] = [{"type": "text", "text": "x", **({odd: 1} if _hashable(odd) else {})}]
+    else:
+        message["content"] = [{"type": "text", "text": "x"}, [odd]]
+    for mutates in (True, False):
+        for cap in (10, 10_000):
+            limits = Limits(max_request_bytes=cap)
+            built = typed_payload(session_id="s", message=message, parent_id=None)
+            kind, got = _outcome(partial(admit_copy, "session::append", built, limits, mutates=mutates))
+            want_kind, want = _outcome(
+                partial(_reference, "session::append", {"session_id": "s", "message": message}, limits, mutates))
+            assert (kind, kind == "error" and got) == (want_kind, want_kind == "error" and want)
+            if kind == "copy":
+                assert _same(dict(got), want) and not set(_containers(got)[1:]) & set(_containers(message))
+
+
+def _hashable(value: Any) -> bool:
+    try:
+        hash(value)
+    except TypeError:
+        return False
+    return True
