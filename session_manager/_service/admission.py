@@ -121,14 +121,15 @@ def admit_copy(function_id: str, payload: Any, limits: Limits, *, mutates: bool)
         if function_id in BULK_FIELDS:
             admit(function_id, payload, limits, mutates=mutates, proven=True)
             return payload
-        _check_batch(function_id, payload, limits)
+        if function_id in BATCH_FIELDS:
+            _check_batch(function_id, payload, limits)
         try:
             size = len(orjson.dumps(payload))  # (its keys proven plain strs here: see ProvenPayload)
         except TypeError:
             payload = dict(payload)  # as any payload: the exact path names what is wrong
             exact = True
         else:
-            if mutates:
+            if mutates and size > limits.max_request_bytes:  # (admit_size's test: no call when within)
                 admit_size(size, limits)
             return payload
     if exact:
@@ -145,7 +146,7 @@ def admit_copy(function_id: str, payload: Any, limits: Limits, *, mutates: bool)
                 except TypeError:  # (orjson.JSONEncodeError is one)
                     pass
                 else:
-                    if mutates:
+                    if mutates and size > limits.max_request_bytes:  # (admit_size's test: no call when within)
                         admit_size(size, limits)
                     return private
         private = proven_copy(payload, MAX_DEPTH)
