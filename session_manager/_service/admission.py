@@ -27,7 +27,7 @@ from typing import Any
 
 import orjson
 
-from .._wire.validation import ProvenPayload, json_payload, proven_copy
+from .._wire.validation import ProvenPayload, json_payload, plain_copy, proven_copy
 from ..errors import invalid_request
 from .limits import Limits
 
@@ -118,11 +118,37 @@ def admit_copy(function_id: str, payload: Any, limits: Limits, *, mutates: bool)
     admission of the copy (its tuples are lists: see :func:`_within_depth`)."""
     exact = type(payload) is dict
     if not exact and type(payload) is ProvenPayload:  # (a typed call's: its builder made it as our copy)
-        admit(function_id, payload, limits, mutates=mutates, proven=True)
-        return payload
+        if function_id in BULK_FIELDS:
+            admit(function_id, payload, limits, mutates=mutates, proven=True)
+            return payload
+        if function_id in BATCH_FIELDS:
+            _check_batch(function_id, payload, limits)
+        try:
+            size = len(orjson.dumps(payload))  # (its keys proven plain strs here: see ProvenPayload)
+        except TypeError:
+            payload = dict(payload)  # as any payload: the exact path names what is wrong
+            exact = True
+        else:
+            if mutates and size > limits.max_request_bytes:  # (admit_size's test: no call when within)
+                admit_size(size, limits)
+            return payload
     if exact:
         if function_id in BATCH_FIELDS:  # first: an oversized batch is refused without copying it
             _check_batch(function_id, payload, limits)
+        if function_id not in BULK_FIELDS:
+            # The copy of exact types, then one encoding of it that both proves its keys plain strs
+            # (and its text and integers JSON's) and measures it: admit's own, shared. Anything
+            # either refuses takes the exact path below, which names it.
+            private = plain_copy(payload, MAX_DEPTH)
+            if private is not None:
+                try:
+                    size = len(orjson.dumps(private))
+                except TypeError:  # (orjson.JSONEncodeError is one)
+                    pass
+                else:
+                    if mutates and size > limits.max_request_bytes:  # (admit_size's test: no call when within)
+                        admit_size(size, limits)
+                    return private
         private = proven_copy(payload, MAX_DEPTH)
     else:
         private = None

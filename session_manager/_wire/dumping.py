@@ -80,6 +80,14 @@ def _scalar(annotation: Any) -> bool:
         type(a) is str for a in annotation.__args__)
 
 
+def _exact_type(annotation: Any) -> type | None:
+    """The type a :func:`_scalar` field's validated value has, where a value of it passes the
+    scalar test whole (``str``, ``int``, ``bool``; a ``float`` is also checked finite: ``None``)."""
+    if annotation in (str, int, bool):
+        return annotation  # type: ignore[no-any-return]
+    return str if annotation is not float else None  # (a Literal of strs: _scalar)
+
+
 def _models_list(annotation: Any) -> bool:
     """A ``list`` of Wire models (one, or a union of them: content blocks), each
     dumped by its own function; anything else in it is ``_Unusual`` there."""
@@ -102,8 +110,12 @@ def _generate(model: type[BaseModel]) -> Dumper:
     for n, field in model.model_fields.items():
         lines.append(f"    v = _m.{n}")
         if _scalar(field.annotation):
-            lines += ["    if type(v) not in _SCALARS or type(v) is float and v - v != 0.0:", "        raise _Unusual",
-                      f"    _out[{n!r}] = v"]
+            # The field's own type first (str, int, bool): the rest of the test is then false, and
+            # is not run for the value a validated model holds.
+            expected = _exact_type(field.annotation)
+            first = f"type(v) is not {expected.__name__} and (" if expected is not None else "("
+            lines += [f"    if {first}type(v) not in _SCALARS or type(v) is float and v - v != 0.0):",
+                      "        raise _Unusual", f"    _out[{n!r}] = v"]
         elif _models_list(field.annotation) and n not in keep:
             # _value's walk of the list and of each item, inline: one call per item, not three.
             lines += ["    if v is not None:",

@@ -142,32 +142,116 @@ def proven_copy(value: dict[str, Any], max_depth: int) -> dict[str, Any] | None:
     return copied
 
 
+def plain_copy(value: dict[str, Any], max_depth: int) -> dict[str, Any] | None:
+    """A copy of ``value`` (an exact ``dict``) when it holds only exact JSON types (``dict``,
+    ``list``, ``str``, ``int``, ``bool``, ``None``, finite ``float``; a ``tuple`` is copied as a
+    list, as :func:`json_payload` copies it) nested at most ``max_depth``
+    deep (``value`` is 1), else ``None``. Its keys are not looked at: the caller proves them
+    (exact ``str``) by encoding the copy with orjson, which refuses any other key, and takes the
+    exact path when it does. Where it succeeds and the encoding does, the copy is
+    :func:`proven_copy`'s (its values are the caller's leaves, untouched), at fewer steps."""
+    try:
+        copied: dict[str, Any] = _plain_copy(value, max_depth)
+    except (_NotPlain, RecursionError):
+        return None
+    return copied
+
+
+class _NotPlain(Exception):
+    """A value :func:`plain_copy` does not take: the exact path decides."""
+
+
+# Exact leaf types kept as they are (a float is checked to be finite where it is met).
+_PLAIN_LEAVES = frozenset({str, int, bool, type(None)})
+
+
+def _plain_copy(value: Any, room: int) -> Any:
+    """``value``: an exact dict, list or tuple (anything else is refused); ``room``: the levels of
+    containers it may still open. A float is finite iff ``v - v == 0.0`` (NaN and infinities
+    give NaN), checked inline: no call per float (an assistant message's usage has a dozen)."""
+    if room <= 0:
+        raise _NotPlain
+    t = type(value)
+    if t is dict:
+        out = value.copy()
+        for k, v in out.items():
+            t = type(v)
+            if t not in _PLAIN_LEAVES:
+                if t is float:
+                    if v - v != 0.0:
+                        raise _NotPlain
+                elif t is dict or t is list or t is tuple:
+                    out[k] = _plain_copy(v, room - 1)  # (a value replaced while iterating: the keys stay)
+                else:
+                    raise _NotPlain
+        return out
+    if t is list or t is tuple:
+        copied = value.copy() if t is list else list(value)  # (a tuple is a JSON array: a list)
+        for i, v in enumerate(copied):
+            t = type(v)
+            if t not in _PLAIN_LEAVES:
+                if t is dict and room > 1:
+                    # An object of exact leaves (a content block), copied here: no call.
+                    item = v.copy()
+                    for x in item.values():
+                        if type(x) not in _PLAIN_LEAVES:
+                            break
+                    else:
+                        copied[i] = item
+                        continue
+                if t is float:
+                    if v - v != 0.0:
+                        raise _NotPlain
+                elif t is dict or t is list or t is tuple:
+                    copied[i] = _plain_copy(v, room - 1)
+                else:
+                    raise _NotPlain
+        return copied
+    raise _NotPlain
+
+
 class ProvenPayload(dict[str, Any]):
-    """A request payload this package built as :func:`proven_copy` would have copied it:
-    new containers of exact JSON types (no NaN or infinity, string keys), nested at most
-    admission's ``MAX_DEPTH`` deep, holding only the request's own top-level keys, shared
-    with nobody (the typed methods' payloads: ``_hosts.typed_support.payload``).
-    Admission takes it as its private copy: not copied nor scanned again."""
+    """A request payload this package built as :func:`plain_copy` would have copied it:
+    new containers of exact JSON types (no NaN or infinity; keys not yet looked at), nested
+    at most admission's ``MAX_DEPTH`` deep, holding only the request's own top-level keys,
+    shared with nobody (the typed methods' payloads: ``_hosts.typed_support.payload``).
+    Admission takes it as its private copy once its encoding proves the keys plain strs
+    (else as any payload: copied on the exact path, which names what is wrong)."""
 
     __slots__ = ()
 
 
 def private_value(value: Any, room: int, dump: Callable[[Any], Any]) -> Any:
-    """A field's value copied as :func:`proven_copy` copies it (``room``: the levels of
-    containers it may open), where a model, the value itself or an item of it, is
-    ``dump(model)`` (exact JSON, new: no further copy). :class:`ValueError` where the
-    copy is refused (the caller then takes the exact path, which names what is wrong)."""
+    """A field's value copied as :func:`plain_copy` copies it (``room``: the levels of
+    containers it may open; keys not looked at: :class:`ProvenPayload`), where a model, the
+    value itself or an item of it, is ``dump(model)`` (exact JSON, new: no further copy).
+    :class:`ValueError` where the copy is refused (the caller then takes the exact path,
+    which names what is wrong)."""
     try:
+        t = type(value)
+        if t is dict:  # (first: a dict is no model, and isinstance of a model class costs more)
+            return _plain_copy(value, room)
         if isinstance(value, BaseModel):
             return dump(value)
-        t = type(value)
         if t is list or t is tuple:
             if room <= 0:
                 raise ValueError("nested too deeply")
-            return [dump(v) if isinstance(v, BaseModel) else _json_copy(v, room - 1) for v in value]
-        return _json_copy(value, room)
-    except (_NotJson, RecursionError):
+            return [dump(v) if isinstance(v, BaseModel) else _plain_value(v, room - 1) for v in value]
+        return _plain_value(value, room)
+    except (_NotPlain, RecursionError):
         raise ValueError("not exact JSON") from None
+
+
+def _plain_value(value: Any, room: int) -> Any:
+    """:func:`_plain_copy` of any value: an exact leaf as it is, a float checked finite."""
+    t = type(value)
+    if t in _PLAIN_LEAVES:
+        return value
+    if t is float:
+        if value - value != 0.0:
+            raise _NotPlain
+        return value
+    return _plain_copy(value, room)
 
 
 # No depth bound (json_payload's own: only Python's recursion limit).

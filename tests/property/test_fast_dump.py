@@ -155,3 +155,29 @@ def test_a_subclass_of_a_wire_model_built_in_code_dumps_as_its_declared_type_doe
     built = AssistantMessage(role="assistant", content=[_NotedText(type="text", text="x")], stop_reason="end",
                              model="m", provider="p", timestamp=1, usage=_BilledUsage(input=1))
     assert fast_dump(built) == dump(built)
+
+
+@pytest.mark.parametrize("odd", [1, 1.5, float("nan"), float("inf"), True, "s", None, b"x", [1], {"a": 1}],
+                         ids=lambda v: type(v).__name__ + repr(v)[:6])
+def test_a_scalar_field_holding_another_type_dumps_as_before(odd: Any) -> None:
+    # Prevents: the scalar fields' test (their own type first: str, int, bool) passing another value
+    # it refused before, or refusing one it passed (int in a str field, NaN in a Literal, a str in
+    # an int field): the fast dump or model_dump's answer, as before, with no warning either way.
+    import warnings
+
+    from session_manager._wire.dumping import _SCALARS
+
+    for built in (TextBlock.model_construct(type="text", text=odd),
+                  TextBlock.model_construct(type=odd, text="t"),
+                  UserMessage.model_construct(role="user", content=[], timestamp=odd)):
+        kept = type(odd) in _SCALARS and not (type(odd) is float and odd - odd != 0.0)
+        with warnings.catch_warnings(record=True) as fast_warned:
+            warnings.simplefilter("always")
+            fast = fast_dump(built)
+        with warnings.catch_warnings(record=True) as slow_warned:
+            warnings.simplefilter("always")
+            slow = built.model_dump(mode="json")
+        if kept:  # the fast path's own answer: the value as it is, no warning
+            assert not fast_warned and any(v is odd for v in fast.values())
+        else:  # model_dump's
+            assert repr(fast) == repr(slow) and len(fast_warned) == len(slow_warned)
