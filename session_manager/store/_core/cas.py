@@ -25,7 +25,7 @@ from ...errors import Conflict, StoreError
 from ..base import Commit, Entry, Meta
 from .append import UNSET, Unset, derive_append_meta
 
-__all__ = ["UNSET", "Unset", "derive_append_meta", "meta_version", "resolve"]
+__all__ = ["UNSET", "Unset", "check_new_ids", "derive_append_meta", "meta_version", "resolve"]
 
 
 def meta_version(meta: Meta | None) -> str | None:
@@ -38,6 +38,19 @@ def meta_version(meta: Meta | None) -> str | None:
 
 def _same_meta(current: Meta | None, expected: Meta | None) -> bool:
     return current is expected or meta_version(current) == meta_version(expected)
+
+
+def check_new_ids(entries: tuple[Entry, ...], stored: Callable[[str], bool] | None = None) -> None:
+    """:class:`Conflict` unless an append's entries have distinct ids and, with ``stored``,
+    none after the first (:func:`resolve` checks that one) is stored. A store that checks
+    storage itself (postgres's transactional path: in its write) passes no ``stored``."""
+    ids = [e["id"] for e in entries]
+    if len(set(ids)) != len(ids):
+        raise Conflict("an append's new entries repeat an id")
+    if stored is not None:
+        for entry_id in ids[1:]:
+            if stored(entry_id):
+                raise Conflict(f"entry {entry_id} already exists")
 
 
 def resolve(commit: Commit, meta: Meta | None, leaf: str | None,
@@ -64,6 +77,11 @@ def resolve(commit: Commit, meta: Meta | None, leaf: str | None,
     first = entries[0]
     if has_entry(first["id"]) if has_entry is not None else get_entry(first["id"]) is not None:
         raise Conflict(f"entry {first['id']} already exists")
+    if len(entries) > 1:
+        # Every new entry, not the first alone: a batch's later id that is stored (or repeated
+        # within it: a generator two instances share) was written over the stored entry.
+        # (A conflict: the service draws fresh ids; a caller's id re-reads and replays.)
+        check_new_ids(entries, has_entry if has_entry is not None else lambda i: get_entry(i) is not None)
     if not commit.chain:
         parent = first.get("parent_id")
         if has_entry is not None and parent is not None and not has_entry(parent):

@@ -59,13 +59,12 @@ from .plan import Known, Plan, append_call_params, apply_params
 from .reads import PgReads
 from .schema import APPLY
 from .transactions import PgTransactions
-from .writes import PgWrites
+from .writes import CONFLICT, PgWrites
 
 __all__ = ["CONFLICT", "Fallback", "Known", "Optimistic"]
 
 R = TypeVar("R")
 
-CONFLICT = "SM409"  # sm_apply's "the state changed" (nothing written)
 KNOWN_SESSIONS = 10_000  # sessions this instance remembers (least recently used dropped)
 KNOWN_BODIES = 16  # entries per session whose text it remembers (a stream updates the last ones)
 CONTENDED_S = 1.0  # after a conflict, the session's calls take the transactional path this long

@@ -11,15 +11,18 @@ import psycopg
 from psycopg import sql
 
 from ...errors import Conflict
-from .._core.cas import resolve
+from .._core.cas import check_new_ids, resolve
 from ..base import AttachmentMeta, Commit, Entry, SessionStore
 from ..sql.keys import check_id, key
 from ..sql.values import json_text
+from .arrays import TextArray
 from .core import PgDatastore
 from .plan import apply_params
 from .schema import APPLY
 
-__all__ = ["PgWrites"]
+__all__ = ["CONFLICT", "PgWrites"]
+
+CONFLICT = "SM409"  # sm_apply's "the state changed" (nothing written)
 
 
 class PgWrites:
@@ -41,6 +44,8 @@ class PgWrites:
             # first: the row BEGIN read under the lock says whether another took the id.
             if commit.expect_meta is None and self._exists(state.tx.conn, state.tx.seen.get(session_id), session_id):
                 raise Conflict("the session already exists")
+            if commit.append and len(commit.entries) > 1:
+                check_new_ids(commit.entries)  # (their absence: sm_apply's, see _write)
             self.encode_and_write(state.tx.conn, session_id, commit)
             return commit
         with front.mutation((session_id,)):
@@ -84,9 +89,17 @@ class PgWrites:
             tx.seen.pop(session_id, None)  # what the transaction read of it is stale now
         params = apply_params(session_id, commit, [text for _, text in bodies], meta_text,
                               instance=self.db.instance, schema=self.db.settings.schema)
+        if commit.append:
+            # An append's entries are new: sm_apply checks each absent (a read of NULL text) in
+            # the same statement, as the optimistic path's. Unchecked, it wrote over a stored entry
+            # whose id was drawn again (another instance's generator) or named by a stale decision.
+            params["read_ids"] = TextArray([key(e["id"]) for e in commit.entries])
+            params["read_bodies"] = TextArray([None] * len(commit.entries))
         try:
             conn.execute(APPLY, params)
         except psycopg.Error as e:
+            if e.sqlstate == CONFLICT:  # nothing written; the mutation's transaction is rolled back
+                raise Conflict(f"an entry of session {session_id} is already stored") from None
             raise self.db.fail(e) from None
 
     def delete_session(self, session_id: str) -> bool:

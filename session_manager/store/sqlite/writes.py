@@ -12,6 +12,7 @@ from typing import Any
 
 import orjson
 
+from ...errors import Conflict
 from .._core.cas import resolve
 from .._core.codec import encode_line
 from ..base import AttachmentMeta, Commit
@@ -186,6 +187,13 @@ class SqliteWrites:
                 cur.execute(_update(tuple(columns)), (*columns.values(), sid))
             else:
                 conn.execute(_upsert(tuple(columns)), (sid, *columns.values()))
+        except sqlite3.IntegrityError as e:
+            if commit.append and str(e).startswith("UNIQUE constraint failed: entries."):  # (3.10: no errorname)
+                # A new entry's id the session holds (entries' one unique key; drawn again by a
+                # generator two processes repeat, or twice in a batch): a conflict, as every store
+                # answers it, so the service draws fresh ids (the mutation's transaction rolls back).
+                raise Conflict(f"an entry of session {session_id} is already stored") from None
+            raise self.db.fail(e) from None
         except sqlite3.Error as e:
             raise self.db.fail(e) from None
         if (read and commit.append and meta_text is not None and "listed_at" not in columns
