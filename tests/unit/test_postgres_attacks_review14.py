@@ -60,3 +60,33 @@ def test_append_many_of_one_onto_an_empty_session_after_a_miss_answers_without_a
     finally:
         a.close()
         b.close()
+
+
+@pytest.mark.parametrize("typed", [False, True])
+def test_an_append_at_a_leaf_another_instance_moved_on_is_refused_not_placed_after_it(
+        schema: str, typed: bool) -> None:
+    # Prevents: an append made only while the session is at (created_at, leaf) (append_at: the
+    # adapters' own view of a session) checked against what this instance remembers, then left to
+    # the server to place (the plain statement's miss held off for sm_append_at, which chains onto
+    # whatever leaf the server has): another instance's append in between, and it landed after
+    # that one instead of raising LeafMoved with nothing written.
+    from session_manager._service.appending import LeafMoved
+
+    a, b = _open(schema), _open(schema)
+    try:
+        made = a.call("session::ensure", {"session_id": "s"})["meta"]["created_at"]
+        mine = a.call("session::append", {"session_id": "s", "custom": {"custom_type": "x"}})["entry_id"]
+        mine = a.call("session::append", {"session_id": "s", "custom": {"custom_type": "x"}})["entry_id"]
+        theirs = b.call("session::append", {"session_id": "s", "custom": {"custom_type": "t"}})["entry_id"]
+        with pytest.raises(LeafMoved):
+            if typed:
+                a._append_owned("s", "y", 1, at=(made, mine))
+            else:
+                a._call_owned("session::append", {"session_id": "s", "custom": {"custom_type": "y"}},
+                              at=(made, mine))
+        assert check_linear(b, "s")[-2:] == [mine, theirs]
+        after = a._append_owned("s", "y", 2, at=(made, theirs))  # (at the leaf as it is: placed there)
+        assert check_linear(b, "s")[-3:] == [mine, theirs, after]
+    finally:
+        a.close()
+        b.close()
