@@ -82,7 +82,8 @@ def append_custom_owned(core: ServiceCore, req: OwnedCustom) -> Result:
         entry = build[CustomEntry](kind="custom", id=core.ids.entry_id(), parent_id=parent,
                                    timestamp=core.clock.now_ms(), revision=0, origin=None,
                                    custom_type=req.custom_type, data=req.data)
-        applied = core.commit_append(session_id, meta, (entry,), chain=req.parent_id is None,
+        # (with ``at``, on the leaf it names, never chained onto another: see _append)
+        applied = core.commit_append(session_id, meta, (entry,), chain=req.parent_id is None and req.at is None,
                                      data_json=req.data_json)
         entry, meta = applied.entries[0], applied.meta or meta
     if req.unheard:
@@ -116,7 +117,9 @@ def _append(core: ServiceCore, req: api.AppendRequest, at: SessionAt | None = No
         now = core.clock.now_ms()
         entry_id = req.entry_id or core.ids.entry_id()
         entry = _new_entry(entry_id, parent, now, req.origin, req.message, req.custom)
-        applied = core.commit_append(session_id, meta, (entry,), chain=req.parent_id is None)
+        # Chained (the store may place it on its own current leaf: a shared store's other writers)
+        # unless made at a leaf (``at``): there only, which the store checks as it writes.
+        applied = core.commit_append(session_id, meta, (entry,), chain=req.parent_id is None and at is None)
         entry, meta = applied.entries[0], applied.meta or meta
     response = build[api.AppendResponse](entry_id=entry["id"], parent_id=entry.get("parent_id"),
                                          timestamp=entry["timestamp"])  # (_append_response, inline)
