@@ -15,6 +15,7 @@ import session_manager
 from session_manager._wire import events as ev
 from tests import pg_support
 from tests.pg_support import text
+from tests.unit.test_postgres_attacks_review7 import _rule_ok
 from tests.unit.test_postgres_instances import check_linear, wait_for
 
 pytestmark = pytest.mark.postgres
@@ -100,3 +101,139 @@ def test_an_append_at_a_leaf_another_instance_moved_on_is_refused_not_placed_aft
     finally:
         a.close()
         b.close()
+
+
+def _plain(value: Any) -> Any:
+    """An answer without what two stores may tell apart for the same history (times, revisions,
+    opaque cursors)."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()
+                if k not in ("timestamp", "revision", "next_cursor", "cursor", "created_at", "updated_at")}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _reads(sm: session_manager.SessionManager, sid: str, ids: list[str]) -> list[Any]:
+    """Path reads that walk the jump pointers: pages from the root, from the middle entries, the
+    tail before an entry, each entry by id."""
+    out: list[Any] = [sm.call("session::messages", {"session_id": sid, "limit": 500})]
+    for at in ids[:: max(1, len(ids) // 9)]:
+        out.append(sm.call("session::messages", {"session_id": sid, "from_entry_id": at, "limit": 7}))
+        out.append(sm.call("session::messages", {"session_id": sid, "after_entry_id": at, "limit": 5}))
+        out.append(sm.call("session::messages-tail", {"session_id": sid, "before_entry_id": at, "limit": 4}))
+    out += [sm.call("session::get-message", {"session_id": sid, "entry_id": i}) for i in ids]
+    return _plain(out)
+
+
+def _same_as_fs(schema: str, sid: str, tmp_path: Any) -> list[str]:
+    """The session read by a fresh instance equals the fs store's answers for the same history
+    (each entry appended there with its id and stored message); its stored links are the rule's."""
+    fresh = _open(schema)
+    try:
+        path = _chain(fresh, sid)
+        entries = {e["id"]: e for e in fresh.service.store.entries(sid)}
+        _rule_ok(schema, sid, len(path))
+        with session_manager.open(tmp_path / "fs") as fs:
+            fs.call("session::ensure", {"session_id": sid})
+            for i in path:
+                fs.call("session::append", {"session_id": sid, "entry_id": i, "message": entries[i]["message"]})
+            assert _reads(fresh, sid, path) == _reads(fs, sid, path)
+        meta = fresh.call("session::get", {"session_id": sid})["meta"]
+        assert meta["message_count"] == len(path)
+        return path
+    finally:
+        fresh.close()
+
+
+@pytest.fixture
+def held_off(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """Each at_leaf.hold_off's answer (a plain append the plain statement did not write, switched)."""
+    from session_manager.store.postgres import at_leaf, optimistic
+
+    out: list[bool] = []
+
+    def spy(*args: Any) -> bool:
+        out.append(at_leaf.hold_off(*args))
+        return out[-1]
+
+    monkeypatch.setattr(optimistic, "hold_off", spy)
+    return out
+
+
+def test_two_instances_appending_concurrently_through_misses_answer_store_and_announce_alike(
+        schema: str, tmp_path: Any, held_off: list[bool]) -> None:
+    # Prevents: an append whose plain statement missed (the other instance wrote, an observer
+    # registered mid-stream) answering a parent that is not the stored one, storing an entry
+    # twice or not at all, an event fired twice, for a replay, or naming another parent, and what
+    # an instance then knows of the session writing wrong links (read back through the jump
+    # pointers by a fresh instance and compared with the fs store's answers).
+    import threading
+
+    a, b, c = _open(schema), _open(schema), _open(schema)
+    sid = "s"
+    registered = threading.Event()
+    got: list[dict[str, Any]] = []
+    owed: list[str] = []  # entries appended (not replayed) in calls begun after the observer registered
+    answers: list[tuple[str, list[str], str | None]] = []  # (kind, ids, parent answered)
+    lock = threading.Lock()
+    try:
+        a.call("session::ensure", {"session_id": sid})
+        for sm in (a, b):  # both warm: each knows the session
+            sm.call("session::append", {"session_id": sid, "message": text("warm")})
+
+        def work(k: int) -> None:
+            sm = (a, b)[k % 2]
+            last: str | None = None
+            for i in range(30):
+                after = registered.is_set()
+                op = (i + k) % 5
+                if op in (0, 1):
+                    req: dict[str, Any] = {"session_id": sid, "message": text(f"{k}.{i}")}
+                    if op == 1:
+                        req["entry_id"] = f"r{i % 7}"  # (every thread replays these: stored once)
+                    r = sm.call("session::append", req)
+                    ids, parent = [r["entry_id"]], r["parent_id"]
+                    kind = "append" if op == 0 else "replayable"
+                elif op in (2, 3):
+                    msgs = [text(f"{k}.{i}.{j}") for j in range(op - 1)]
+                    r = sm.call("session::append-many", {"session_id": sid, "messages": msgs})
+                    assert set(r) == {"entry_ids", "last_entry_id"} and r["last_entry_id"] == r["entry_ids"][-1]
+                    ids, parent, kind = r["entry_ids"], None, "many"
+                else:
+                    if last is not None:
+                        sm.call("session::update-message", {"session_id": sid, "entry_id": last,
+                                                            "content": [{"type": "text", "text": f"u{k}.{i}"}]})
+                    continue
+                last = ids[-1]
+                with lock:
+                    answers.append((kind, ids, parent))
+                    if after and kind != "replayable":
+                        owed.extend(ids)
+                if k == 0 and i == 12:
+                    c.observe({"function_id": ev.ON_MESSAGE_ADDED}, got.append)
+                    c.service.store.events_ready()
+                    registered.set()
+
+        threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        assert not any(t.is_alive() for t in threads)
+        path = _same_as_fs(schema, sid, tmp_path)
+        parents = {e["id"]: e["parent_id"] for e in a.service.store.entries(sid)}
+        for kind, ids, parent in answers:
+            assert all(i in parents for i in ids)
+            if kind != "many":
+                assert parent == parents[ids[0]], (kind, ids)
+            assert all(parents[ids[j]] == ids[j - 1] for j in range(1, len(ids)))
+        assert wait_for(lambda: set(owed) <= {e["entry_id"] for e in got})
+        seen = [e["entry_id"] for e in got]
+        assert len(seen) == len(set(seen)), "an append announced twice"
+        assert all(parents[e["entry_id"]] == e["parent_id"] for e in got)
+        assert len(path) == len(parents)
+        assert held_off and all(held_off)  # (the miss path taken, each time switched to sm_append_at)
+    finally:
+        for sm in (a, b, c):
+            sm.close()
