@@ -5,6 +5,7 @@ rows and events compared with what was stored."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -13,6 +14,7 @@ import pytest
 
 import session_manager
 from session_manager._wire import events as ev
+from session_manager.store.sql.values import json_text
 from tests import pg_support
 from tests.pg_support import text
 from tests.unit.test_postgres_attacks_review7 import _rule_ok
@@ -237,3 +239,98 @@ def test_two_instances_appending_concurrently_through_misses_answer_store_and_an
     finally:
         for sm in (a, b, c):
             sm.close()
+
+
+@pytest.mark.parametrize("when", ["after", "before"])
+@pytest.mark.parametrize("given_id", [True, False])
+def test_a_held_off_append_whose_procedure_call_is_cut_is_stored_once_on_the_servers_leaf(
+        schema: str, relay: Any, held_off: list[bool], when: str, given_id: bool) -> None:
+    # Prevents: a plain append that missed (another instance wrote), switched to sm_append_at,
+    # whose connection was cut as that call reached the server (it committed, its answer lost;
+    # or it never ran) answered with the leaf this instance knew, stored twice, or not at all;
+    # a pool of one (the settlement needs the connection the cut one left).
+    from session_manager.store.postgres import PostgresSettings, PostgresStore
+
+    mine = session_manager.open(store=PostgresStore(PostgresSettings(dsn=relay.dsn(), schema=schema, pool_size=1)))
+    other = _open(schema)
+    try:
+        sid = mine.call("session::create", {"title": "t"})["session_id"]
+        ids = [mine.call("session::append", {"session_id": sid, "message": text(f"w{i}")})["entry_id"]
+               for i in range(5)]
+        theirs = other.call("session::append", {"session_id": sid, "message": text("theirs")})["entry_id"]
+        relay.cut_at_commit(when, on=(b"sm_append_at(",))
+        req: dict[str, Any] = {"session_id": sid, "message": text("cut")}
+        if given_id:
+            req["entry_id"] = "cut"
+        got = mine.call("session::append", req)
+        assert relay.cuts == 1 and held_off == [True]
+        assert got["parent_id"] == theirs and (got["entry_id"] == "cut" or not given_id)
+        after = mine.call("session::append", {"session_id": sid, "message": text("after")})
+        assert after["parent_id"] == got["entry_id"]
+        assert check_linear(other, sid) == [*ids, theirs, got["entry_id"], after["entry_id"]]
+        _rule_ok(schema, sid, 8)
+    finally:
+        mine.close()
+        other.close()
+
+
+def test_a_caller_id_another_instance_stored_meanwhile_is_a_replay_across_the_miss(
+        schema: str, held_off: list[bool]) -> None:
+    # Prevents: an entry id this instance assumed unused (its plain statement then missed: the
+    # other instance had appended that very id) stored a second time by the held-off
+    # sm_append_at, or answered with this call's own parent instead of the stored original's.
+    a, b = _open(schema), _open(schema)
+    try:
+        sid = a.call("session::create", {})["session_id"]
+        for i in range(3):
+            a.call("session::append", {"session_id": sid, "message": text(f"w{i}")})
+        first = b.call("session::append", {"session_id": sid, "entry_id": "same", "message": text("b")})
+        b.call("session::append", {"session_id": sid, "message": text("b after")})
+        again = a.call("session::append", {"session_id": sid, "entry_id": "same", "message": text("a")})
+        assert held_off == [True]
+        assert again == first
+        stored = a.call("session::get-message", {"session_id": sid, "entry_id": "same"})["entry"]
+        assert stored["message"]["content"][0]["text"] == "b"
+        assert len(check_linear(b, sid)) == 5
+    finally:
+        a.close()
+        b.close()
+
+
+def test_meta_texts_with_odd_keys_non_ascii_and_huge_numbers_are_cut_exactly_across_misses(
+        schema: str, tmp_path: Any, held_off: list[bool]) -> None:
+    # Prevents: a held-off append's meta text taken from the known text's cut (not encoded again)
+    # differing from the meta's own encoding when the meta is unusual (keys out of order, nested,
+    # non-ASCII, integers past 64 bits, escapes): the stored text would decode to another meta,
+    # or the next plain statement's compare-and-set would never match (every append a miss).
+    a, b = _open(schema), _open(schema)
+    metadata = {"z": 1, "a": {"\u00e9t\u00e9": [2**70, -(2**65), 1.5]}, "\u65e5\u672c": "\"q\"\\\n\u2028",
+                "message_count": 7, "updated_at": "x"}
+    try:
+        sid = a.call("session::create", {"title": "t\u00eftre \U0001f600", "metadata": metadata})["session_id"]
+        for i in range(4):
+            a.call("session::append", {"session_id": sid, "message": text(f"w{i}")})
+            b.call("session::append", {"session_id": sid, "message": text(f"b{i}")})  # (a's next one misses)
+        assert held_off and all(held_off)
+        rows = _server_rows(f'SELECT meta FROM "{schema}".sessions WHERE session_id = %s', (sid,))
+        stored = json.loads(rows[0][0])
+        assert json_text(stored) == rows[0][0]  # (the text is the meta's own encoding)
+        meta = a.call("session::get", {"session_id": sid})["meta"]
+        assert meta["metadata"] == metadata and meta["message_count"] == 8
+        assert list(meta["metadata"]) == list(metadata)
+        held_off.clear()
+        for i in range(3):  # (alone now: the plain statement writes, its text matching)
+            a.call("session::append", {"session_id": sid, "message": text(f"x{i}")})
+        assert held_off == []
+        assert a.call("session::get", {"session_id": sid})["meta"]["message_count"] == 11
+        _same_as_fs(schema, sid, tmp_path)
+    finally:
+        a.close()
+        b.close()
+
+
+def _server_rows(query: str, params: Any = None) -> list[tuple[Any, ...]]:
+    import psycopg
+
+    with psycopg.connect(pg_support.DSN, autocommit=True) as conn:
+        return conn.execute(query, params).fetchall()
