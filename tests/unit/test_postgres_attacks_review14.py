@@ -334,3 +334,57 @@ def _server_rows(query: str, params: Any = None) -> list[tuple[Any, ...]]:
 
     with psycopg.connect(pg_support.DSN, autocommit=True) as conn:
         return conn.execute(query, params).fetchall()
+
+
+def test_a_held_off_append_meeting_its_deadline_on_the_session_lock_never_lands_later(
+        schema: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Prevents: the second round trip of a miss (sm_append_at, after the plain statement wrote
+    # nothing) waiting past the call's deadline (its connection armed with a fresh one, not the
+    # call's), or, ended at the deadline, committing later anyway (the caller told it failed).
+    import time
+
+    import psycopg
+
+    from session_manager.store.postgres import at_leaf, optimistic
+
+    mine, other = _open_with(schema, timeout_ms=1500), _open(schema)
+    holder = psycopg.connect(pg_support.DSN, autocommit=True)
+    try:
+        sid = mine.call("session::create", {"title": "t"})["session_id"]
+        for i in range(4):
+            mine.call("session::append", {"session_id": sid, "message": text(f"w{i}")})
+        other.call("session::append", {"session_id": sid, "message": text("theirs")})
+        holder.execute(f'SET search_path TO "{schema}"')
+
+        def held(*args: Any) -> bool:  # (the plain statement has missed: the session's lock taken now)
+            holder.execute("BEGIN")
+            holder.execute("SELECT pg_advisory_xact_lock(hashtextextended(current_schema() || ':' || %s, 0))",
+                           (sid,))
+            return at_leaf.hold_off(*args)
+
+        monkeypatch.setattr(optimistic, "hold_off", held)
+        outcome: Any
+        try:
+            outcome = mine.call("session::append", {"session_id": sid, "entry_id": "late", "message": text("late")})
+        except session_manager.SessionError as e:
+            outcome = e
+        holder.execute("COMMIT")
+        monkeypatch.undo()
+        time.sleep(0.5)
+        landed = _server_rows(f'SELECT count(*) FROM "{schema}".entries WHERE session_id = %s AND entry_id = %s',
+                              (sid, "late"))[0][0]
+        assert isinstance(outcome, session_manager.SessionError) and outcome.code == "session/storage", outcome
+        if "may have landed" not in str(outcome):
+            assert landed == 0, outcome
+        after = mine.call("session::append", {"session_id": sid, "message": text("after")})
+        path = check_linear(other, sid)
+        assert len(path) == 6 + landed and path[-1] == after["entry_id"]
+        _rule_ok(schema, sid, len(path))
+    finally:
+        holder.close()
+        mine.close()
+        other.close()
+
+
+def _open_with(schema: str, **overrides: Any) -> session_manager.SessionManager:
+    return session_manager.open(store=pg_support.open_store(schema, **overrides))
