@@ -388,3 +388,38 @@ def test_a_held_off_append_meeting_its_deadline_on_the_session_lock_never_lands_
 
 def _open_with(schema: str, **overrides: Any) -> session_manager.SessionManager:
     return session_manager.open(store=pg_support.open_store(schema, **overrides))
+
+
+def test_appends_from_an_observer_callback_to_another_store_and_back_land_once_on_the_right_leaf(
+        schema: str) -> None:
+    # Prevents: the thread state handed down a call (its deadline, its sender, the optimistic
+    # plan) of one store leaking into another store's call on the same thread, or into a call of
+    # the same store made from its observer's callback: an append there answered or stored on a
+    # wrong leaf, lost, or stored twice, while a third instance moves the other store's session on.
+    a, b, c = _open(schema), _open(schema), _open(schema)
+    made: list[tuple[Any, str, dict[str, Any]]] = []
+    try:
+        sa, sb, sc = (a.call("session::create", {"title": t})["session_id"] for t in ("a", "b", "c"))
+        for i in range(3):
+            b.call("session::append", {"session_id": sb, "message": text(f"warm{i}")})
+
+        def callback(e: dict[str, Any]) -> None:
+            if e["session_id"] != sa:
+                return
+            n = e["message"]["content"][0]["text"]
+            made.append((b, sb, b.call("session::append", {"session_id": sb, "message": text(f"cb{n}")})))
+            made.append((a, sc, a.call("session::append", {"session_id": sc, "message": text(f"cb{n}")})))
+
+        a.observe({"function_id": ev.ON_MESSAGE_ADDED}, callback)
+        for i in range(6):
+            a.call("session::append", {"session_id": sa, "message": text(f"{i}")})
+            c.call("session::append", {"session_id": sb, "message": text(f"c{i}")})
+        assert wait_for(lambda: len(made) == 12)
+        for sm, sid, answer in made:
+            stored = c.call("session::get-message", {"session_id": sid, "entry_id": answer["entry_id"]})["entry"]
+            assert stored["parent_id"] == answer["parent_id"]
+        assert len(check_linear(c, sb)) == 15 and len(check_linear(c, sc)) == 6 and len(check_linear(c, sa)) == 6
+        _rule_ok(schema, sb, 15)
+    finally:
+        for sm in (a, b, c):
+            sm.close()
