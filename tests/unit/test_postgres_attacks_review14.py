@@ -423,3 +423,28 @@ def test_appends_from_an_observer_callback_to_another_store_and_back_land_once_o
     finally:
         for sm in (a, b, c):
             sm.close()
+
+
+def test_ids_near_a_known_sessions_are_their_own_and_overlong_ones_are_refused(schema: str) -> None:
+    # Prevents: check_id skipped for a session this instance knows being skipped for an id that
+    # only resembles a known one (another Unicode normalisation, case, an escaped NUL's stored
+    # form): an append there landing on the known session, or an overlong id reaching the server.
+    a = _open(schema)
+    try:
+        known = ["caf\u00e9", "S", "a\x00b", "\U0001f600" * 256]  # (the last: 1,024 bytes, the most allowed)
+        for sid in known:
+            a.call("session::ensure", {"session_id": sid})
+            for i in range(2):  # warm: the plain statement
+                a.call("session::append", {"session_id": sid, "message": text(f"{i}")})
+        for near in ["cafe\u0301", "s", "a\x01\x01b", "\U0001f600" * 255]:
+            with pytest.raises(session_manager.SessionError) as caught:
+                a.call("session::append", {"session_id": near, "message": text("x")})
+            assert caught.value.code == "session/not_found", near
+        for long in ["\U0001f600" * 257, "\U0001f600" * 256 + "x"]:
+            with pytest.raises(session_manager.SessionError) as refused:
+                a.call("session::append", {"session_id": long, "message": text("x")})
+            assert refused.value.code in ("session/invalid_request", "session/not_found"), refused.value.code
+        for sid in known:
+            assert len(check_linear(a, sid)) == 2
+    finally:
+        a.close()
