@@ -448,3 +448,47 @@ def test_ids_near_a_known_sessions_are_their_own_and_overlong_ones_are_refused(s
             assert len(check_linear(a, sid)) == 2
     finally:
         a.close()
+
+
+def test_fork_set_meta_status_update_and_delete_by_another_instance_between_warm_appends(
+        schema: str, tmp_path: Any, held_off: list[bool]) -> None:
+    # Prevents: a warm append made on what this instance knows (meta text, leaf, links) after
+    # another instance changed the session some other way (its meta beyond the two numbers an
+    # append changes, its status, an entry's text, a fork of it appended to, its deletion)
+    # answering or storing a wrong parent, count or meta, undoing the other's change, or landing
+    # in a deleted session.
+    a, b = _open(schema), _open(schema)
+    try:
+        sid = a.call("session::create", {"title": "t"})["session_id"]
+        ids = [a.call("session::append", {"session_id": sid, "message": text(f"w{i}")})["entry_id"]
+               for i in range(6)]
+        fork = b.call("session::fork", {"session_id": sid, "entry_id": ids[3]})["session_id"]
+        for i in range(2):  # (a learns the fork, then appends warm)
+            ids.append(a.call("session::append", {"session_id": fork, "message": text(f"f{i}")})["entry_id"])
+        theirs = b.call("session::append", {"session_id": fork, "message": text("theirs")})["entry_id"]
+        r = a.call("session::append", {"session_id": fork, "message": text("mine")})
+        assert r["parent_id"] == theirs
+        b.call("session::set-meta", {"session_id": sid, "title": "T\u00e9", "metadata": {"k": [1]}})
+        r = a.call("session::append", {"session_id": sid, "message": text("after meta")})
+        assert r["parent_id"] == ids[5]
+        b.call("session::set-status", {"session_id": sid, "status": "done"})
+        b.call("session::update-message", {"session_id": sid, "entry_id": r["entry_id"],
+                                           "content": [{"type": "text", "text": "edited"}]})
+        r2 = a.call("session::append", {"session_id": sid, "message": text("after status")})
+        assert r2["parent_id"] == r["entry_id"]
+        meta = b.call("session::get", {"session_id": sid})["meta"]
+        assert (meta["title"], meta["metadata"], meta["status"], meta["message_count"]) == ("T\u00e9", {"k": [1]},
+                                                                                              "done", 8)
+        got = b.call("session::get-message", {"session_id": sid, "entry_id": r["entry_id"]})["entry"]
+        assert got["message"]["content"][0]["text"] == "edited"
+        assert len(check_linear(b, fork)) == 4 + 2 + 2
+        _same_as_fs(schema, fork, tmp_path / "f")
+        _same_as_fs(schema, sid, tmp_path / "s")
+        b.call("session::delete", {"session_id": sid})
+        with pytest.raises(session_manager.SessionError) as gone:
+            a.call("session::append", {"session_id": sid, "message": text("into the void")})
+        assert gone.value.code == "session/not_found"
+        assert _server_rows(f'SELECT count(*) FROM "{schema}".entries WHERE session_id = %s', (sid,)) == [(0,)]
+    finally:
+        a.close()
+        b.close()
