@@ -79,9 +79,11 @@ class ServiceCore:
         self.order: CommitOrder | None = (
             CommitOrder() if getattr(type(store), "run_and_deliver", None) is SessionStore.run_and_deliver else None)
         # The store's wait for durability after a mutation; None for one with nothing to wait for
-        # (SessionStore.settle's: postgres, sqlite), so a mutation does not call it.
+        # (SessionStore.settle's: postgres, sqlite), so a mutation does not call it. Looked up on
+        # the store itself: one may give its own as an attribute (the fs store does).
+        settle = store.settle
         self._settle: Callable[[], None] | None = (
-            None if getattr(type(store), "settle", None) is SessionStore.settle else store.settle)
+            None if getattr(settle, "__func__", None) is SessionStore.settle else settle)
 
     # -- the mutation entry point ---------------------------------------------
 
