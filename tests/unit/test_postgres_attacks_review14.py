@@ -415,7 +415,7 @@ def test_appends_from_an_observer_callback_to_another_store_and_back_land_once_o
             a.call("session::append", {"session_id": sa, "message": text(f"{i}")})
             c.call("session::append", {"session_id": sb, "message": text(f"c{i}")})
         assert wait_for(lambda: len(made) == 12)
-        for sm, sid, answer in made:
+        for _sm, sid, answer in made:
             stored = c.call("session::get-message", {"session_id": sid, "entry_id": answer["entry_id"]})["entry"]
             assert stored["parent_id"] == answer["parent_id"]
         assert len(check_linear(c, sb)) == 15 and len(check_linear(c, sc)) == 6 and len(check_linear(c, sa)) == 6
@@ -492,3 +492,72 @@ def test_fork_set_meta_status_update_and_delete_by_another_instance_between_warm
     finally:
         a.close()
         b.close()
+
+
+_CHILD = """
+import json, sys
+import session_manager
+from tests import pg_support
+schema, sid, tag, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+def text(s):
+    return {"role": "user", "content": [{"type": "text", "text": s}], "timestamp": 1}
+with session_manager.open(store=pg_support.open_store(schema)) as sm:
+    sm.call("session::append", {"session_id": sid, "message": text(tag + "-warm")})
+    print("ready", flush=True)
+    sys.stdin.readline()
+    for i in range(n):
+        if i % 3 == 0:
+            r = sm.call("session::append-many", {"session_id": sid, "messages": [text(f"{tag}-{i}")]})
+            assert set(r) == {"entry_ids", "last_entry_id"}, r
+            print("many", json.dumps(r["entry_ids"]), flush=True)
+        else:
+            req = {"session_id": sid, "message": text(f"{tag}-{i}")}
+            if i % 3 == 2:
+                req["entry_id"] = f"shared-{i}"
+            r = sm.call("session::append", req)
+            print("one", json.dumps([r["entry_id"], r["parent_id"]]), flush=True)
+"""
+
+
+def test_processes_appending_to_one_session_at_once_answer_what_is_stored(schema: str, tmp_path: Any) -> None:
+    # Prevents: processes whose warm appends keep missing each other (each plain statement's
+    # compare-and-set beaten by another process) answering a parent that is not the stored one,
+    # storing a shared id twice, forking the chain or leaving links off the rule.
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    sm = _open(schema)
+    procs: list[Any] = []
+    try:
+        sid = sm.call("session::create", {})["session_id"]
+        for tag in ("p", "q", "r"):
+            proc = subprocess.Popen([sys.executable, "-c", _CHILD, schema, sid, tag, "24"], cwd=root,
+                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            procs.append(proc)
+            assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        for proc in procs:
+            proc.stdin.write("go\n")
+            proc.stdin.flush()
+        outs = []
+        for proc in procs:
+            out, err = proc.communicate(timeout=180)
+            assert proc.returncode == 0, err
+            outs.append(out)
+        path = _same_as_fs(schema, sid, tmp_path)
+        parents = {e["id"]: e["parent_id"] for e in sm.service.store.entries(sid)}
+        for out in outs:
+            for line in out.splitlines():
+                kind, raw = line.split(" ", 1)
+                if kind == "one":
+                    eid, parent = json.loads(raw)
+                    assert parents[eid] == parent, line
+                elif kind == "many":
+                    assert all(i in parents for i in json.loads(raw))
+        assert len(path) == 3 + 3 * 16 + 8  # (warm ones, own ones, each shared id once)
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+        sm.close()
