@@ -561,3 +561,72 @@ def test_processes_appending_to_one_session_at_once_answer_what_is_stored(schema
             if proc.poll() is None:
                 proc.kill()
         sm.close()
+
+
+@pytest.mark.parametrize("miss", ["changed", "observed"])
+def test_a_miss_whose_meta_cannot_be_cut_stays_on_the_known_leaf_checked_by_the_server(
+        schema: str, monkeypatch: pytest.MonkeyPatch, miss: str) -> None:
+    # Prevents: hold_off's other answer (the meta text cannot be cut: the append stays on the leaf
+    # it knew, sm_apply checking it) sending the hole, a body or event naming no parent, or a stale
+    # leaf written over another instance's append (changed: a conflict, decided again and placed
+    # after theirs; observed: on the known leaf, announced once with it).
+    from session_manager.store.postgres import at_leaf
+
+    a, b = _open(schema), _open(schema)
+    try:
+        sid = a.call("session::create", {})["session_id"]
+        ids = [a.call("session::append", {"session_id": sid, "message": text(f"w{i}")})["entry_id"]
+               for i in range(3)]
+        got: list[dict[str, Any]] = []
+        if miss == "changed":
+            ids.append(b.call("session::append", {"session_id": sid, "message": text("theirs")})["entry_id"])
+        else:
+            b.observe({"function_id": ev.ON_MESSAGE_ADDED}, got.append)
+            b.service.store.events_ready()
+        monkeypatch.setattr(at_leaf, "segments", lambda *args: None)  # (no cut: as for an odd stored text)
+        r = a.call("session::append", {"session_id": sid, "message": text("mine")})
+        assert r["parent_id"] == ids[-1]
+        path = check_linear(b, sid)
+        assert path == [*ids, r["entry_id"]]
+        body = _server_rows(f'SELECT body FROM "{schema}".entries WHERE session_id = %s AND entry_id = %s',
+                            (sid, r["entry_id"]))[0][0]
+        assert json.loads(body)["parent_id"] == ids[-1] and at_leaf.HOLE_JSON[1:-1] not in body
+        if miss == "observed":
+            assert wait_for(lambda: len(got) == 1)
+            assert got[0]["entry_id"] == r["entry_id"] and got[0]["parent_id"] == ids[-1]
+    finally:
+        a.close()
+        b.close()
+
+
+def test_a_deep_session_grown_by_linked_appends_between_misses_keeps_the_rules_links(
+        schema: str, tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Prevents: the links a linked append learns by growing its parent's chain (plain._grown, in
+    # the window while the server writes) drifting from the rule over many depths (a skew-binary
+    # jump taken at the wrong depth, a chain kept for another leaf after a miss): every later
+    # path read by jump pointers would skip or repeat entries.
+    from session_manager.store.postgres import optimistic, plain
+
+    grown: list[bool] = []
+    real = plain._grown
+
+    def spy(links: Any, params: Any) -> Any:
+        out = real(links, params)
+        grown.append(out is not None)
+        return out
+
+    monkeypatch.setattr(plain, "_grown", spy)
+    monkeypatch.setattr(optimistic, "CONTENDED_S", 0.0)  # (after a miss, the plain statement at once)
+    a, b = _open(schema), _open(schema)
+    try:
+        sid = a.call("session::create", {})["session_id"]
+        for i in range(260):
+            a.call("session::append", {"session_id": sid, "message": text(f"{i}")})
+            if i % 53 == 17:
+                b.call("session::append", {"session_id": sid, "message": text(f"b{i}")})
+        assert sum(grown) > 200
+        path = _same_as_fs(schema, sid, tmp_path)
+        assert len(path) == 260 + 5
+    finally:
+        a.close()
+        b.close()
