@@ -630,3 +630,47 @@ def test_a_deep_session_grown_by_linked_appends_between_misses_keeps_the_rules_l
     finally:
         a.close()
         b.close()
+
+
+@pytest.mark.parametrize("where", ["this instance", "another instance"])
+def test_an_observer_registering_between_an_appends_decision_and_its_send_gets_it_once(
+        schema: str, monkeypatch: pytest.MonkeyPatch, held_off: list[bool], where: str) -> None:
+    # Prevents: an append resolved on the known leaf for the plain statement, which may no longer
+    # be tried when it is sent (an observer registered meanwhile, here or elsewhere), written
+    # without its event (the observer registered before the write: it is owed it), announced
+    # twice, or with a parent that is not the stored one.
+    from session_manager.store.postgres import optimistic
+
+    a = _open(schema)
+    watcher = a if where == "this instance" else _open(schema)
+    got: list[dict[str, Any]] = []
+    real = optimistic.Optimistic._apply
+    armed = [True]
+
+    def apply(self: Any, plan: Any, events: Any, response: Any) -> None:
+        if armed[0] and self is a.service.store.optimistic:
+            armed[0] = False
+            watcher.observe({"function_id": ev.ON_MESSAGE_ADDED}, got.append)
+            watcher.service.store.events_ready()
+        real(self, plan, events, response)
+
+    try:
+        sid = a.call("session::create", {})["session_id"]
+        ids = [a.call("session::append", {"session_id": sid, "message": text(f"w{i}")})["entry_id"]
+               for i in range(3)]
+        monkeypatch.setattr(optimistic.Optimistic, "_apply", apply)
+        r = a.call("session::append", {"session_id": sid, "message": text("mine")})
+        assert held_off == [True] and r["parent_id"] == ids[-1]
+        assert wait_for(lambda: len(got) >= 1)
+        nxt = a.call("session::append", {"session_id": sid, "message": text("next")})
+        assert wait_for(lambda: len(got) >= 2)
+        import time
+
+        time.sleep(0.3)  # (a second copy of either would have arrived by now)
+        assert [(e["entry_id"], e["parent_id"]) for e in got] == [(r["entry_id"], ids[-1]),
+                                                                   (nxt["entry_id"], r["entry_id"])]
+        assert check_linear(a, sid) == [*ids, r["entry_id"], nxt["entry_id"]]
+    finally:
+        a.close()
+        if watcher is not a:
+            watcher.close()
