@@ -674,3 +674,61 @@ def test_an_observer_registering_between_an_appends_decision_and_its_send_gets_i
         a.close()
         if watcher is not a:
             watcher.close()
+
+
+@pytest.mark.parametrize("at", ["plain statement", "held off"])
+def test_a_warm_append_into_a_silent_network_fails_at_its_deadline_and_the_next_ones_chain_on(
+        schema: str, relay: Any, monkeypatch: pytest.MonkeyPatch, at: str) -> None:
+    # Prevents: a warm append whose statement (the plain one, or the held-off sm_append_at after a
+    # miss) meets a peer that never answers hanging past the call's deadline, answering success,
+    # or leaving what this instance knows of the session such that its next appends (the network
+    # back) fork the chain, skip the other instance's entry or store links off the rule.
+    from session_manager.store.postgres import PostgresSettings, PostgresStore, at_leaf, optimistic
+
+    mine = session_manager.open(store=PostgresStore(PostgresSettings(
+        dsn=relay.dsn(), schema=schema, timeout_ms=1500, connect_timeout_ms=1000, pool_timeout_ms=1500)))
+    other = _open(schema)
+    try:
+        sid = mine.call("session::create", {})["session_id"]
+        for i in range(4):
+            mine.call("session::append", {"session_id": sid, "message": text(f"w{i}")})
+        if at == "held off":
+            other.call("session::append", {"session_id": sid, "message": text("theirs")})
+
+            def silenced(*args: Any) -> bool:
+                relay.silence()
+                return at_leaf.hold_off(*args)
+
+            monkeypatch.setattr(optimistic, "hold_off", silenced)
+        else:
+            relay.silence()
+        with pytest.raises(session_manager.SessionError) as failed:
+            mine.call("session::append", {"session_id": sid, "entry_id": "lost", "message": text("lost")})
+        assert failed.value.code == "session/storage"
+        monkeypatch.undo()
+        relay.silence(False)
+        landed = _server_rows(f'SELECT count(*) FROM "{schema}".entries WHERE session_id = %s AND entry_id = %s',
+                              (sid, "lost"))[0][0]
+        assert landed == 0
+        other.call("session::append", {"session_id": sid, "message": text("theirs again")})
+        after: list[str] = []
+
+        def first_after() -> bool:  # (the pool reconnects by itself, its connects made in the silence timed out)
+            try:
+                after.append(mine.call("session::append", {"session_id": sid, "entry_id": "a0",
+                                                           "message": text("a0")})["entry_id"])
+                return True
+            except session_manager.SessionError as e:
+                assert e.code == "session/storage"
+                return False
+
+        assert wait_for(first_after, timeout=60)
+        after += [mine.call("session::append", {"session_id": sid, "message": text(f"a{i}")})["entry_id"]
+                  for i in (1, 2)]
+        path = check_linear(other, sid)
+        assert path[-3:] == after and len(path) == 4 + (at == "held off") + 1 + 3
+        _rule_ok(schema, sid, len(path))
+    finally:
+        relay.silence(False)
+        mine.close()
+        other.close()
