@@ -31,3 +31,4 @@ def test_a_settle_given_as_an_instance_attribute_is_called_after_each_mutation()
                                     "message": {"role": "user", "content": [{"type": "text", "text": "x"}],
                                                 "timestamp": 1}})
         assert store.settled == before + 1
+
