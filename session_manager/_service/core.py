@@ -139,12 +139,16 @@ class ServiceCore:
                                                     **decided_on))
 
     def commit_append(self, session_id: str, meta: Meta, entries: tuple[Entry, ...], *, chain: bool,
-                      data_json: bytes | None = None) -> Commit:
+                      data_json: bytes | None = None, checked: bool = False) -> Commit:
         """Append new entries; the store derives the meta from its own (and,
         with ``chain``, parents the first entry on its current leaf), so
         concurrent appends neither fork the session nor lose a count.
         ``data_json``: the one entry's data as JSON, when encoded already
-        (:class:`~session_manager.store.base.Commit`)."""
+        (:class:`~session_manager.store.base.Commit`). ``checked``: only while the session's meta
+        is still ``meta`` (every append changes it): a store of several writers conflicts otherwise."""
+        if checked:
+            return self.store.commit(session_id, append_commit(meta, entries, chain=chain, tx=self._tx,
+                                                               data_json=data_json, expect_meta=meta))
         return self.store.commit(session_id, append_commit(meta, entries, chain=chain, tx=self._tx,
                                                            data_json=data_json))
 
