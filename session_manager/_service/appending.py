@@ -82,8 +82,10 @@ def append_custom_owned(core: ServiceCore, req: OwnedCustom) -> Result:
         entry = build[CustomEntry](kind="custom", id=core.ids.entry_id(), parent_id=parent,
                                    timestamp=core.clock.now_ms(), revision=0, origin=None,
                                    custom_type=req.custom_type, data=req.data)
-        applied = core.commit_append(session_id, meta, (entry,), chain=req.parent_id is None,
-                                     data_json=req.data_json)
+        # (with ``at`` and no parent named: on the leaf it names, never chained onto another: see _append)
+        at_leaf = req.parent_id is None and req.at is not None
+        applied = core.commit_append(session_id, meta, (entry,), chain=req.parent_id is None and not at_leaf,
+                                     data_json=req.data_json, checked=at_leaf)
         entry, meta = applied.entries[0], applied.meta or meta
     if req.unheard:
         return entry, []
@@ -116,7 +118,13 @@ def _append(core: ServiceCore, req: api.AppendRequest, at: SessionAt | None = No
         now = core.clock.now_ms()
         entry_id = req.entry_id or core.ids.entry_id()
         entry = _new_entry(entry_id, parent, now, req.origin, req.message, req.custom)
-        applied = core.commit_append(session_id, meta, (entry,), chain=req.parent_id is None)
+        # Chained (the store may place it on its own current leaf: a shared store's other writers)
+        # unless made at a leaf (``at``, no parent named): there only, on the meta read (another
+        # writer's append changes it), which the store checks as it writes: a conflict, read
+        # again, LeafMoved. (A named parent is not chained anyway.)
+        at_leaf = req.parent_id is None and at is not None
+        applied = core.commit_append(session_id, meta, (entry,), chain=req.parent_id is None and not at_leaf,
+                                     checked=at_leaf)
         entry, meta = applied.entries[0], applied.meta or meta
     response = build[api.AppendResponse](entry_id=entry["id"], parent_id=entry.get("parent_id"),
                                          timestamp=entry["timestamp"])  # (_append_response, inline)

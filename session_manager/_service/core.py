@@ -79,9 +79,11 @@ class ServiceCore:
         self.order: CommitOrder | None = (
             CommitOrder() if getattr(type(store), "run_and_deliver", None) is SessionStore.run_and_deliver else None)
         # The store's wait for durability after a mutation; None for one with nothing to wait for
-        # (SessionStore.settle's: postgres, sqlite), so a mutation does not call it.
+        # (SessionStore.settle's: postgres, sqlite), so a mutation does not call it. Looked up on
+        # the store itself: one may give its own as an attribute (the fs store does).
+        settle = store.settle
         self._settle: Callable[[], None] | None = (
-            None if getattr(type(store), "settle", None) is SessionStore.settle else store.settle)
+            None if getattr(settle, "__func__", None) is SessionStore.settle else settle)
 
     # -- the mutation entry point ---------------------------------------------
 
@@ -137,12 +139,16 @@ class ServiceCore:
                                                     **decided_on))
 
     def commit_append(self, session_id: str, meta: Meta, entries: tuple[Entry, ...], *, chain: bool,
-                      data_json: bytes | None = None) -> Commit:
+                      data_json: bytes | None = None, checked: bool = False) -> Commit:
         """Append new entries; the store derives the meta from its own (and,
         with ``chain``, parents the first entry on its current leaf), so
         concurrent appends neither fork the session nor lose a count.
         ``data_json``: the one entry's data as JSON, when encoded already
-        (:class:`~session_manager.store.base.Commit`)."""
+        (:class:`~session_manager.store.base.Commit`). ``checked``: only while the session's meta
+        is still ``meta`` (every append changes it): a store of several writers conflicts otherwise."""
+        if checked:
+            return self.store.commit(session_id, append_commit(meta, entries, chain=chain, tx=self._tx,
+                                                               data_json=data_json, expect_meta=meta))
         return self.store.commit(session_id, append_commit(meta, entries, chain=chain, tx=self._tx,
                                                            data_json=data_json))
 

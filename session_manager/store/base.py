@@ -89,13 +89,14 @@ class Commit:
 
 
 def append_commit(meta: Meta, entries: tuple[Entry, ...], *, chain: bool,
-                  tx: Callable[[], str] | None = None, data_json: bytes | None = None) -> Commit:
+                  tx: Callable[[], str] | None = None, data_json: bytes | None = None,
+                  expect_meta: Meta | Unset | None = UNSET) -> Commit:
     """An append of ``entries`` decided on ``meta`` (the session's, as read):
     its meta derived here, once; :func:`._cas.resolve` derives it again only
     if the session's meta is no longer that object. ``data_json``: as :class:`Commit`'s
     (one entry only)."""
     return Commit(entries=entries, leaf=entries[-1]["id"], meta=derive_append_meta(meta, entries), tx=tx,
-                  append=True, chain=chain, derived_from=meta, data_json=data_json)
+                  append=True, chain=chain, derived_from=meta, data_json=data_json, expect_meta=expect_meta)
 
 
 class SessionStore(ABC):

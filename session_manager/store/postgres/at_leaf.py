@@ -490,7 +490,8 @@ def hold_off(plan: Plan, response: Any, events: list[Event]) -> bool:
     assert commit is not None and known is not None and commit.meta is not None
     leaf = known.leaf
     commit.entries[0]["parent_id"] = HOLE
-    if isinstance(response, dict) and response.get("parent_id") == leaf:
+    # (a response naming a parent: append-many's has none, which .get would take for a leaf None)
+    if isinstance(response, dict) and "parent_id" in response and response["parent_id"] == leaf:
         response["parent_id"] = HOLE
     for event in events:
         payload = event.built()  # (one not built yet reads the entry when it is)
