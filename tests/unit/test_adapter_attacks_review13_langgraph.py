@@ -24,6 +24,7 @@ import session_manager
 from session_manager import SessionError
 from session_manager.adapters._checkpoints import ROOT_ID
 from session_manager.adapters.langgraph import SessionManagerSaver
+from session_manager.store.fs import FsStore
 from session_manager.store.memory import MemoryStore
 from tests import pg_support
 
@@ -308,6 +309,30 @@ def test_a_thread_recreated_in_the_same_millisecond_with_its_leaf_set_back_to_th
         listed = [t.config["configurable"]["checkpoint_id"] for t in mine.list(config("z"))]
     assert x_of(newest) == ["new", 1]
     assert listed == ["c100"]
+
+
+def test_a_thread_the_fs_cache_dropped_and_loaded_again_keeps_its_index_and_still_sees_an_aba(
+        tmp_path: Path) -> None:
+    # Prevents: the version in the index's token (fs: the session state's) starting afresh when the
+    # store's cache drops the session and loads it again, so every read after an eviction derived
+    # the saver's index again from every entry (a log read of every body); and one kept across
+    # the eviction hiding a leaf set back meanwhile.
+    with session_manager.open(store=FsStore(tmp_path / "d", cache_bytes=1)) as sm:
+        store = sm.service.store
+        mine, theirs = SessionManagerSaver(sm), SessionManagerSaver(sm)
+        put_chain(theirs, "e", 3)
+        assert x_of(mine.get_tuple(config("e"))) == ["", 2]
+        put_chain(theirs, "other", 2)  # (a budget of one byte: "e" is dropped from the cache)
+        assert "e" not in store._d.sessions
+        calls: list[str] = []
+        real = store.entries
+        store.entries = lambda *a: calls.append("entries") or real(*a)  # type: ignore[method-assign]
+        assert x_of(mine.get_tuple(config("e"))) == ["", 2] and calls == []
+        leaf = active_leaf(sm, "e")
+        theirs.put(config("e", "c002"), checkpoint("c003", ["t", 3], "4"), {"step": 3}, {"x": "4"})
+        sm.call("session::set-active-leaf", {"session_id": "e", "entry_id": leaf})
+        put_chain(theirs, "other", 2)
+        assert x_of(mine.get_tuple(config("e"))) == ["t", 3] and calls == ["entries"]
 
 
 def root_id(sm: Any, thread: str) -> str:
