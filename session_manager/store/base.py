@@ -273,10 +273,10 @@ class SessionStore(ABC):
         return self.get_meta(session_id), self.get_leaf(session_id)
 
     def created_and_leaf(self, session_id: str) -> tuple[Any, str | None] | None:
-        """The session's ``(meta["created_at"], leaf)``, ``None`` without a meta: what an
-        adapter's index of it is derived at (a new leaf with every append; another
-        ``created_at`` when it was deleted and made again). A store may answer it without
-        decoding the meta (sqlite: two columns)."""
+        """The session's ``(meta["created_at"], leaf)``, ``None`` without a meta (a new leaf
+        with every append; another ``created_at`` when it was deleted and made again, but
+        both can come back: an adapter's index is derived at :meth:`session_token`). A store
+        may answer it without decoding the meta (sqlite: two columns)."""
         meta, leaf = self.meta_and_leaf(session_id)
         return None if meta is None else (meta.get("created_at"), leaf)
 
