@@ -50,6 +50,7 @@ that way it refuses with ``session/invalid_request``.
 from __future__ import annotations
 
 import math
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -350,9 +351,12 @@ class ThreadIndex:
     """Where everything of one thread is: checkpoint entries by (ns, id), the
     entry holding each (ns, channel, version), the live pending writes per
     checkpoint. Derived from the entries alone; ``token`` is the session's
-    ``(created_at, leaf)`` it was derived at (every append moves the leaf)."""
+    ``(created_at, leaf, version)`` it was derived at (``SessionStore.session_token``:
+    never the same after any write of the session), ``mine`` how many commits the
+    saver's own writes made since that version (each moved ``token``'s leaf, not its version)."""
 
-    token: tuple[Any, str | None] | None = None
+    token: tuple[Any, str | None, Hashable | None] | None = None
+    mine: int = 0
     rooted: bool = False
     checkpoints: dict[Key, str] = field(default_factory=dict)
     blobs: dict[tuple[str, str, str | int | float], str] = field(default_factory=dict)

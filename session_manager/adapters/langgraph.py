@@ -20,8 +20,9 @@ events, without a payload to admit and parse: the saver built it);
 reads go through the store the manager serves (the one read the function
 surface lacks is every entry on every branch, which ``list`` needs). An
 index of each thread, derived from its entries, is kept per saver and
-rebuilt whenever the session's ``(created_at, leaf)`` is not the one it was
-derived at, so a reader in another process sees a writer's checkpoints: a
+rebuilt whenever the session's ``(created_at, leaf, version)`` is not the one it
+was derived at (the version: a value no write of the session leaves twice, so a
+leaf set back is no way back), so a reader in another process sees a writer's checkpoints: a
 read checks that first; a write does not read, its append lands only while
 the session is still as the index saw it (checked where the append reads the
 session), and is redone with the index derived again otherwise. A thread is
@@ -89,6 +90,7 @@ KEPT_BYTES = 64 << 20  # entries' data kept decoded per saver (_kept.py; least r
 _CHECKED_ATTEMPTS = 5  # writes checked against a moving session before one unconditional
 T = TypeVar("T")
 _PAGE = 500
+_UNKNOWN = object()  # a version no store gives: an index holding it is derived again at its next read
 Names = list[str]  # (the class's own ``list`` method shadows the builtin in its annotations)
 Keys = list[Key]
 _COPIED = (CHECKPOINT, WRITES, DELETED)  # what copy_thread carries over (the target has its own root)
@@ -128,11 +130,14 @@ class SessionManagerSaver(BaseCheckpointSaver[str]):
 
     def _index(self, thread_id: str) -> ThreadIndex:
         """The thread's index, derived again when the session moved on since (call under the lock)."""
-        with storage_errors():
-            token = self._store.created_and_leaf(thread_id)
         with self._indexes_guard:
             index = self._indexes.get(thread_id)
-            if index is not None and index.token == token:
+        known = index.token[2] if index is not None and index.token is not None else None
+        with storage_errors():
+            token = self._store.session_token(thread_id, known)
+        with self._indexes_guard:
+            index = self._indexes.get(thread_id)
+            if index is not None and self._still(index, token):
                 self._indexes.move_to_end(thread_id)
                 return index
         index = ThreadIndex(token=token)
@@ -148,6 +153,27 @@ class SessionManagerSaver(BaseCheckpointSaver[str]):
             while len(self._indexes) > _CACHED_THREADS:
                 self._indexes.popitem(last=False)
         return index
+
+    def _still(self, index: ThreadIndex, token: tuple[Any, str | None, Any] | None) -> bool:
+        """Whether the session at ``token`` is the one ``index`` holds (then it takes ``token``).
+        Its token's version changes with every write of the session and never comes back
+        (a leaf set back by ``session::set-active-leaf`` does). After this saver's own writes
+        (``index.mine``; each checked that the session was at the index's leaf, not at its
+        version) the store is asked which version exactly those commits left: another
+        instance's write among them leaves another. A store that cannot tell (postgres:
+        ``xmin``) is taken at the leaf the last own write left, as before the version."""
+        held = index.token
+        if held is None or token is None:
+            return held == token
+        if index.mine:
+            if held[:2] != token[:2] or held[2] is _UNKNOWN:
+                return False
+            after = self._store.version_after(held[2], index.mine)
+            if after is not None and after != token[2]:
+                return False
+            index.token, index.mine = token, 0
+            return True
+        return held == token
 
     def _current(self, thread_id: str) -> ThreadIndex:
         """The index this saver's last write to the thread left, without a read (a write
@@ -202,14 +228,11 @@ class SessionManagerSaver(BaseCheckpointSaver[str]):
         only): only while the session is at ``index.token``, else ``LeafMoved``;
         ``data_json`` (owned only): ``data``'s JSON, when made (:func:`._checkpoints.data_json`)."""
         if not index.rooted:
-            made = self.sm.call("session::ensure", _dropped_none({"session_id": thread_id, "metadata": self.metadata}))
-            root = self.sm.call("session::append", {"session_id": thread_id, "entry_id": ROOT_ID,
-                                                    "custom": {"custom_type": ROOT, "data": None}})
-            index.rooted = True
-            index.token = (made["meta"]["created_at"], root["entry_id"])
+            self._root(thread_id, index)
         if owned:  # the host's typed call: no payload built, admitted or parsed
             assert entry_id is None, "an owned write takes the entry id the store draws"
-            written = self.sm._append_owned(thread_id, custom_type, data, parent, at=index.token if checked else None,
+            at = index.token[:2] if checked and index.token is not None else None
+            written = self.sm._append_owned(thread_id, custom_type, data, parent, at=at,
                                             data_json=data_json)
         else:
             payload: dict[str, Any] = {"session_id": thread_id, "custom": {"custom_type": custom_type, "data": data}}
@@ -218,8 +241,33 @@ class SessionManagerSaver(BaseCheckpointSaver[str]):
             if entry_id is not None:
                 payload["entry_id"] = entry_id
             written = str(self.sm.call("session::append", payload)["entry_id"])
-        index.token = (index.token[0] if index.token else None, written)
+        # (one commit more since the token's version: :meth:`_still` asks the store which version it left)
+        index.token = (index.token[0], written, index.token[2]) if index.token else (None, written, _UNKNOWN)
+        index.mine += 1
         return written
+
+    def _root(self, thread_id: str, index: ThreadIndex) -> None:
+        """Make the thread's session (when there is none) and its root entry, and take them
+        into ``index`` (the thread's first write: its tokens read around the root's append
+        say where it left the session, so the next read derives nothing again). When the
+        session was not as the index saw it, or another write came between, the index
+        holds a token no read matches (derived again at the next read)."""
+        made = self.sm.call("session::ensure", _dropped_none({"session_id": thread_id, "metadata": self.metadata}))
+        with storage_errors():
+            before = self._store.session_token(thread_id)
+        root = self.sm.call("session::append", {"session_id": thread_id, "entry_id": ROOT_ID,
+                                                "custom": {"custom_type": ROOT, "data": None}})
+        with storage_errors():
+            after = self._store.session_token(thread_id)
+        index.rooted = True
+        # As the index saw it: the token it was derived at, or (none) a session with no entries yet.
+        seen = before is not None and (before == index.token if index.token is not None else before[1] is None)
+        if seen and before is not None and after is not None and after[:2] == (before[0], root["entry_id"]):
+            left = self._store.version_after(before[2], 1)
+            if left is None or left == after[2]:  # (exactly the root's commit; a store that cannot tell: the leaf)
+                index.token, index.mine = after, 0
+                return
+        index.token, index.mine = (made["meta"]["created_at"], root["entry_id"], _UNKNOWN), 0
 
     # -- reads ---------------------------------------------------------------------
 

@@ -274,12 +274,30 @@ class SessionStore(ABC):
         return self.get_meta(session_id), self.get_leaf(session_id)
 
     def created_and_leaf(self, session_id: str) -> tuple[Any, str | None] | None:
-        """The session's ``(meta["created_at"], leaf)``, ``None`` without a meta: what an
-        adapter's index of it is derived at (a new leaf with every append; another
-        ``created_at`` when it was deleted and made again). A store may answer it without
-        decoding the meta (sqlite: two columns)."""
+        """The session's ``(meta["created_at"], leaf)``, ``None`` without a meta (a new leaf
+        with every append; another ``created_at`` when it was deleted and made again, but
+        both can come back: an adapter's index is derived at :meth:`session_token`). A store
+        may answer it without decoding the meta (sqlite: two columns)."""
         meta, leaf = self.meta_and_leaf(session_id)
         return None if meta is None else (meta.get("created_at"), leaf)
+
+    def session_token(self, session_id: str, known: Hashable | None = None
+                      ) -> tuple[Any, str | None, Hashable | None] | None:
+        """The session's ``(meta["created_at"], leaf, version)``, ``None`` without a meta: what
+        an adapter's index of it is derived at. ``version`` as :meth:`meta_and_leaf_since`'s
+        (``known``: one this method returned before, which a store may answer more cheaply):
+        it changes with every write of the session and never comes back, so the token does
+        not either (the leaf alone does: set back by ``session::set-active-leaf``). ``None``
+        where the store names no versions. The default is :meth:`meta_and_leaf_since`."""
+        meta, leaf, version = self.meta_and_leaf_since(session_id, known)
+        return None if meta is None else (meta.get("created_at"), leaf, version)
+
+    def version_after(self, version: Hashable | None, commits: int) -> Hashable | None:
+        """The version :meth:`session_token` gives after exactly ``commits`` commits of the
+        session following the one at ``version``, when the store can tell without a read
+        (an adapter's own writes then need none to know where they left the session);
+        ``None``: it cannot (the default)."""
+        return None
 
     def meta_and_leaf_from_root(self, session_id: str) -> tuple[Meta | None, str | None]:
         """:meth:`meta_and_leaf` for a read that pages the active path from its root

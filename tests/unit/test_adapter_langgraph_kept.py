@@ -51,11 +51,11 @@ def test_reading_what_this_saver_wrote_asks_the_store_only_whether_the_thread_mo
     with opener() as sm:
         saver = SessionManagerSaver(sm)
         saved = put_chain(saver, "k", 6)
-        calls = spy(sm.service.store, ("created_and_leaf", "get_entry", "entries", "get_meta", "path"))
+        calls = spy(sm.service.store, ("session_token", "get_entry", "entries", "get_meta", "path"))
         newest = saver.get_tuple(config("k"))
         by_id = saver.get_tuple(saved[2])
         listed = list(saver.list(config("k")))
-    assert calls == ["created_and_leaf"] * 3
+    assert calls == ["session_token"] * 3
     assert newest is not None and newest.checkpoint["channel_values"] == {"x": ["", 5], "pad": "p" * 500}
     assert newest.pending_writes == [("task-5", "x", ["", 5, "w"])] and newest.metadata == {"step": 5}
     assert by_id is not None and by_id.checkpoint["channel_values"]["x"] == ["", 2]
@@ -71,9 +71,9 @@ def test_a_thread_read_once_is_read_again_without_fetching_its_entries(opener: O
     with opener() as sm:
         saver = SessionManagerSaver(sm)
         first = saver.get_tuple(config("r"))
-        calls = spy(sm.service.store, ("created_and_leaf", "get_entry", "entries"))
+        calls = spy(sm.service.store, ("session_token", "get_entry", "entries"))
         again = saver.get_tuple(config("r"))
-    assert calls == ["created_and_leaf"]
+    assert calls == ["session_token"]
     assert first is not None and again is not None and again.checkpoint == first.checkpoint
     assert again.pending_writes == first.pending_writes == [("task-2", "x", ["", 2, "w"])]
 
@@ -150,9 +150,9 @@ def test_a_thread_derived_again_is_read_from_the_entries_its_derivation_read(tmp
     with session_manager.open(uri) as sm, session_manager.open(uri) as other:
         mine, theirs = SessionManagerSaver(sm), SessionManagerSaver(other)
         saved = put_chain(theirs, "d", 4)
-        calls = spy(sm.service.store, ("created_and_leaf", "get_entry", "entries"))
+        calls = spy(sm.service.store, ("session_token", "get_entry", "entries"))
         got = [mine.get_tuple(config("d")), *(mine.get_tuple(c) for c in saved)]
-    assert calls == ["created_and_leaf", "entries"] + ["created_and_leaf"] * 4
+    assert calls == ["session_token", "entries"] + ["session_token"] * 4
     assert [t.checkpoint["channel_values"]["x"] for t in got if t] == [["", 3]] + [["", i] for i in range(4)]
     assert [t.pending_writes for t in got if t][1:] == [[(f"task-{i}", "x", ["", i, "w"])] for i in range(4)]
 

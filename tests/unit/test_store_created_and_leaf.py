@@ -65,3 +65,36 @@ def test_a_sqlite_session_row_without_meta_has_no_token(tmp_path: Path) -> None:
         conn.close()
         store = sm.service.store
         assert store.meta_and_leaf("mid")[0] is None and store.created_and_leaf("mid") is None
+
+
+def test_session_token_never_comes_back_after_a_write_and_own_commits_are_foretold(opener: Opener) -> None:
+    # Prevents (review 13's ABA): a token an adapter's index was derived at coming back after
+    # writes of the session (a leaf set back by session::set-active-leaf, a meta change, the
+    # session deleted and made again), so the index would be taken as current; and a store's
+    # version_after naming a version its commits did not leave (an adapter's own writes would
+    # then hide another's, or derive their index again at every read).
+    with opener() as sm:
+        store = sm.service.store
+        sm.call("session::ensure", {"session_id": "s"})
+        first = sm.call("session::append", {"session_id": "s", "custom": {"custom_type": "x", "data": 0}})
+        seen = [store.session_token("s")]
+        assert seen[0][:2] == token(store, "s")
+        sm.call("session::append", {"session_id": "s", "custom": {"custom_type": "x", "data": 1}})
+        after_one = store.session_token("s")
+        foretold = store.version_after(seen[0][2], 1)
+        assert foretold is None or foretold == after_one[2]
+        assert store.version_after(seen[0][2], 2) != after_one[2] or foretold is None
+        seen.append(after_one)
+        sm.call("session::set-active-leaf", {"session_id": "s", "entry_id": first["entry_id"]})
+        seen.append(store.session_token("s"))
+        assert seen[-1][:2] == seen[0][:2]  # (the leaf is back: only the version tells)
+        sm.call("session::set-meta", {"session_id": "s", "title": "t"})
+        seen.append(store.session_token("s"))
+        assert store.session_token("s", seen[-1][2]) == seen[-1]  # (a known version answers the same)
+        sm.call("session::delete", {"session_id": "s"})
+        assert store.session_token("s") is None
+        sm.call("session::ensure", {"session_id": "s"})
+        seen.append(store.session_token("s"))
+    versions = [t[2] for t in seen]
+    if versions[0] is not None:  # (a store naming versions: none of them twice)
+        assert len(set(versions)) == len(versions)

@@ -7,9 +7,10 @@ path indexed so reads of a loaded session cost O(result).
 
 from __future__ import annotations
 
+import itertools
 import threading
 from abc import abstractmethod
-from collections.abc import Iterable, MutableMapping, Sequence
+from collections.abc import Hashable, Iterable, MutableMapping, Sequence
 from typing import Any, Protocol, cast
 
 from ..base import Commit, Entry, Meta, SessionStore
@@ -32,11 +33,20 @@ def _located(entries: MutableMapping[str, Entry]) -> LocatedEntries | None:
     return None if type(entries) is dict else cast(LocatedEntries, entries)
 
 
+# Each SessionState's first version number: drawn once per state made or filled afresh, so a
+# version (born, writes) never comes back in this process (a deleted and recreated session,
+# or one dropped from a cache and loaded again, is another state or born again).
+_BORN = itertools.count(1)
+
+
 class SessionState:
-    __slots__ = ("entries", "leaf", "loaded", "lock", "meta", "path_ids", "path_pos")
+    __slots__ = ("born", "entries", "leaf", "loaded", "lock", "meta", "path_ids", "path_pos", "writes")
 
     def __init__(self) -> None:
         self.lock = threading.RLock()
+        # The session's version, :meth:`version`: one more write with every commit or replayed record.
+        self.born = next(_BORN)
+        self.writes = 0
         self.loaded = False  # set once the store has replayed what it holds
         self.meta: Meta | None = None
         # A plain dict, or the fs store's lazy mapping (bodies read on demand).
@@ -47,8 +57,19 @@ class SessionState:
         self.path_ids: list[str] | None = None
         self.path_pos: dict[str, int] | None = None
 
+    def version(self) -> tuple[int, int]:
+        """A value that changes with every write of this state and never comes back in this
+        process (:meth:`SessionStore.session_token`): one more with each :meth:`apply` (a
+        commit) and replayed record, born again when it is filled afresh (:meth:`renew`)."""
+        return self.born, self.writes
+
+    def renew(self) -> None:
+        """Its content was replaced wholesale (a load, a reset, a clear): a version never seen."""
+        self.born, self.writes = next(_BORN), 0
+
     def reset(self) -> None:
         """Forget what was replayed (a read-only store re-reading a replaced log)."""
+        self.renew()
         self.meta = None
         self.entries = {}
         self.leaf = None
@@ -99,6 +120,7 @@ class SessionState:
     def clear(self) -> None:
         """The session was deleted: a writer still holding this state (it
         waited on :attr:`lock`) must see it absent, not resurrect it."""
+        self.renew()
         self.meta = None
         self.entries = {}
         self.leaf = None
@@ -129,6 +151,7 @@ class SessionState:
                 self.set_leaf(leaf)
         if commit.meta is not None:
             self.meta = commit.meta
+        self.writes += 1  # (last: a reader taking the version first sees no newer one than the content)
 
     def apply_record(self, record: dict[str, Any], at: tuple[int, int] | None = None) -> None:
         """Apply one decoded, validated JSONL record (read from the log line at
@@ -145,6 +168,7 @@ class SessionState:
             self.set_leaf(record["entry"]["id"])
             self.meta = record["meta"]
         # "commit" markers only matter to the reference's legacy recovery.
+        self.writes += 1
 
     # -- reads ---------------------------------------------------------------
 
@@ -197,6 +221,24 @@ class StateBackedStore(SessionStore):
 
     def meta_and_leaf(self, session_id: str) -> tuple[Meta | None, str | None]:
         return _meta_and_leaf(self._state(session_id))
+
+    def session_token(self, session_id: str, known: Hashable | None = None
+                      ) -> tuple[Any, str | None, Hashable | None] | None:
+        """With the state's version (:meth:`SessionState.version`: this process holds every
+        state the store writes), taken first: a commit landing meanwhile leaves a token that
+        matches none the session will have, so an index derived at it is derived again."""
+        state = self._state(session_id)
+        if state is None:
+            return None
+        version = state.version()
+        meta = state.meta
+        return None if meta is None else (meta.get("created_at"), state.leaf, version)
+
+    def version_after(self, version: Hashable | None, commits: int) -> Hashable | None:
+        """One more write per commit (:meth:`SessionState.apply`, once each)."""
+        if type(version) is not tuple:
+            return None
+        return version[0], version[1] + commits
 
     def meta_and_entry(self, session_id: str, entry_id: str) -> tuple[Meta | None, Entry | None]:
         return _meta_and_entry(self._state(session_id), entry_id)

@@ -15,15 +15,17 @@ from . import _removal, _sessions_index
 from ._attachments import Attachments
 from ._datadir import DataDir
 from ._lazy import LazyEntries
+from ._versions import EvictedVersions
 
 
 class Deleter:
     """The fs store's deletes (its part): the session's log, its attachment folder
     (``attachments``' naming) and its row in the sessions index."""
 
-    def __init__(self, data: DataDir, attachments: Attachments) -> None:
+    def __init__(self, data: DataDir, attachments: Attachments, versions: EvictedVersions | None = None) -> None:
         self._d = data
         self._attachments = attachments
+        self._versions = versions  # a dropped session's version: forgotten with it (one made again is another)
         self._erase_local = threading.local()  # :meth:`erasing`: this thread's batch
 
     def delete_session(self, session_id: str) -> bool:
@@ -52,6 +54,8 @@ class Deleter:
             if isinstance(state.entries, LazyEntries):
                 state.entries.vanish()  # a reader holding its path must not read a re-created log
             state.clear()  # a writer waiting on this state must see the session gone
+            if self._versions is not None:  # (under the session's lock, as an eviction keeps it)
+                self._versions.forget(session_id)
             self._d.files.forget(session_id, remove_index=True)  # after the commit point: a failed delete keeps it
             with self._d.lock:
                 self._d.sessions.pop(session_id, None)

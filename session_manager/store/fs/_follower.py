@@ -170,6 +170,7 @@ class Follower:
         entries.guard(state.lock)  # a refresh replaces entries under it, as a writer does
         state.entries = entries
         _sidecar.adopt(obj, state, entries)
+        state.renew()  # (filled afresh: a version never seen)
         seen.offset = covered
         _remark(seen)
 

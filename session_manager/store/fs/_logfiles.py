@@ -109,6 +109,7 @@ class LogFiles:
         if isinstance(loaded.entries, LazyEntries):
             loaded.entries.guard(state.lock)
         state.meta, state.leaf = loaded.state.meta, loaded.state.leaf
+        state.renew()  # (filled afresh: a version never seen)
         state.path_ids = state.path_pos = None
         files.covered, files.ino = loaded.covered, loaded.ino
         files.saved = loaded.covered if loaded.index_current else -1

@@ -45,6 +45,7 @@ from ._opener import checked_stem, log_exists
 from ._records import written_spans
 from ._search import open_index
 from ._sizes import encode_sized
+from ._versions import EvictedVersions
 from ._watch import Reads, Watches
 from ._writer import Writer
 
@@ -106,7 +107,8 @@ class FsStore(StateBackedStore):
         self._compaction = Compaction(d, self._writer, self._group)
         self._lister = Lister(d)
         self._attachments = Attachments(d)
-        self._deleter = Deleter(d, self._attachments)
+        self._evicted = None if read_only else EvictedVersions()
+        self._deleter = Deleter(d, self._attachments, self._evicted)
         self._watches = Watches(d)
         self._follow = Follower(d.ops) if read_only else None  # how far each log was read
         self._search = open_index(d.path, functools.partial(checked_stem, d.stem_limit), writable=not read_only)
@@ -177,6 +179,8 @@ class FsStore(StateBackedStore):
         then forget what was kept for it (the next load derives it all again)."""
         if self._d.owns():
             self._d.files.save(session_id, state)
+        if self._evicted is not None and state.meta is not None:
+            self._evicted.dropped(session_id, state)
         self._detach(session_id, state)
         self._d.files.evicted(session_id)
         self._d.budgets.pop(session_id, None)
@@ -272,6 +276,8 @@ class FsStore(StateBackedStore):
             with state.lock:
                 if not state.loaded or self.read_only:
                     self._replay(session_id, state)
+                    if self._evicted is not None:
+                        self._evicted.loaded(session_id, state)
                     state.loaded = True
             with self._d.lock:
                 self._d.sessions.charge(session_id, state)

@@ -32,6 +32,9 @@ _META_LEAF_LINKS = ("SELECT s.meta, s.leaf, p.depth, p.jump_id, p.jump_depth, j.
 # An index's token (created_and_leaf): the meta only where its created_at column is not the exact integer.
 _CREATED_LEAF = ("SELECT created_at, leaf, CASE WHEN typeof(created_at) = 'integer' THEN NULL ELSE meta END"
                  " FROM sessions WHERE session_id = ? AND meta IS NOT NULL")
+# An index's token with the session's version (session_token): created_and_leaf's and the row's rev.
+_TOKEN = ("SELECT created_at, leaf, CASE WHEN typeof(created_at) = 'integer' THEN NULL ELSE meta END, rev"
+          " FROM sessions WHERE session_id = ? AND meta IS NOT NULL")
 _META_LEAF_DEPTH = ("SELECT s.meta, s.leaf, e.depth, s.rev FROM sessions s LEFT JOIN entries e"
                     " ON e.sk = s.sk AND e.entry_id = s.leaf WHERE s.session_id = ?")
 
@@ -103,6 +106,22 @@ class SqliteReads:
         if meta is not None:
             created = _load(meta).get("created_at")
         return created, (unkey(leaf) if leaf is not None else None)
+
+    def session_token(self, session_id: str) -> tuple[Any, str | None, Hashable | None] | None:
+        """:meth:`created_and_leaf` with the row's ``rev`` (see :meth:`meta_and_leaf_since`), in
+        the same one statement; no version inside a mutation (its transaction may roll back)."""
+        try:
+            row = self.db.conn().execute(_TOKEN, (key(session_id),)).fetchone()
+        except sqlite3.Error as e:
+            raise self.db.fail(e) from None
+        if row is None:
+            return None
+        created, leaf, meta, rev = row
+        if meta is not None:
+            created = _load(meta).get("created_at")
+        if self.db.local.state.in_tx:
+            rev = None
+        return created, (unkey(leaf) if leaf is not None else None), rev
 
     def meta_and_leaf_to_commit(self, session_id: str) -> tuple[Meta | None, str | None]:
         db = self.db

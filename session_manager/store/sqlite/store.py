@@ -63,6 +63,16 @@ class SqliteStore(SqlStore):
         """From two columns (:meth:`.reads.SqliteReads.created_and_leaf`)."""
         return self.reads.created_and_leaf(session_id)
 
+    def session_token(self, session_id: str, known: Hashable | None = None
+                      ) -> tuple[Any, str | None, Hashable | None] | None:
+        """From three columns, the version the row's ``rev`` (:meth:`.reads.SqliteReads.session_token`)."""
+        return self.reads.session_token(session_id)
+
+    def version_after(self, version: Hashable | None, commits: int) -> Hashable | None:
+        """``rev`` is one more with every commit of the session (writes.py, every commit upserts
+        the row once); it starts at random within +-2**61 (schema.py, version 8): no overflow."""
+        return version + commits if type(version) is int else None
+
     def meta_and_leaf_since(self, session_id: str, version: Hashable | None
                             ) -> tuple[Meta | None, str | None, Hashable | None]:
         """With the session's version (:meth:`.reads.SqliteReads.meta_and_leaf_since`)."""
