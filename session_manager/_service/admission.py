@@ -22,6 +22,7 @@ from __future__ import annotations
 import functools
 import math
 import re
+import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -268,7 +269,8 @@ def _text_size(text: str) -> int:
 
 def json_size(value: Any, depth: int = 1) -> int:
     """The UTF-8 size of ``value`` as compact JSON; :class:`Unrepresentable`
-    for NaN, ±Infinity, unpaired surrogates, non-string keys and non-JSON types,
+    for NaN, ±Infinity, unpaired surrogates, integers past Python's int-to-text
+    bound, non-string keys and non-JSON types,
     :class:`TooDeep` for containers nested past :data:`MAX_DEPTH` (``value``
     is at ``depth``)."""
     if isinstance(value, str):
@@ -276,7 +278,13 @@ def json_size(value: Any, depth: int = 1) -> int:
     if isinstance(value, bool) or value is None:
         return 5
     if isinstance(value, int):
-        return 20 if -(2**63) <= value < 2**64 else value.bit_length() * 3 // 10 + 2
+        if -(2**63) <= value < 2**64:
+            return 20
+        try:  # (Python's int-to-text bound: the stores' encoder would raise past it, a traceback)
+            return len(int.__repr__(value))
+        except ValueError:
+            raise Unrepresentable(f"an integer of more than {sys.get_int_max_str_digits()} digits "
+                                  "cannot be written as JSON text") from None
     if isinstance(value, float):
         if not math.isfinite(value):
             raise Unrepresentable(f"{value} is not a JSON number (NaN and Infinity are refused)")
