@@ -267,6 +267,21 @@ def _text_size(text: str) -> int:
     return n + 2 + text.count('"') + text.count("\\")
 
 
+# Control characters JSON writes escaped: \b \t \n \f \r in two bytes, the rest as \u00XX in six.
+_CONTROL = re.compile("[\x00-\x1f]")
+_SHORT_ESCAPES = "\b\t\n\f\r"
+
+
+def _json_text_size(text: str) -> int:
+    """:func:`_text_size` with control characters at their escaped length (not for a bulk field:
+    that is never scanned, and its base64 is checked by its handler)."""
+    n = _text_size(text)
+    if _CONTROL.search(text) is not None:
+        controls = _CONTROL.findall(text)
+        n += 5 * len(controls) - 4 * sum(1 for c in controls if c in _SHORT_ESCAPES)
+    return n
+
+
 def json_size(value: Any, depth: int = 1) -> int:
     """The UTF-8 size of ``value`` as compact JSON; :class:`Unrepresentable`
     for NaN, ±Infinity, unpaired surrogates, integers past Python's int-to-text
@@ -274,7 +289,7 @@ def json_size(value: Any, depth: int = 1) -> int:
     :class:`TooDeep` for containers nested past :data:`MAX_DEPTH` (``value``
     is at ``depth``)."""
     if isinstance(value, str):
-        return _text_size(value)
+        return _json_text_size(value)
     if isinstance(value, bool) or value is None:
         return 5
     if isinstance(value, int):
@@ -297,7 +312,7 @@ def json_size(value: Any, depth: int = 1) -> int:
             if not isinstance(key, str):
                 raise Unrepresentable("object keys must be strings")
             try:
-                n += _text_size(key) + 1 + json_size(child, depth + 1)
+                n += _json_text_size(key) + 1 + json_size(child, depth + 1)
             except Unrepresentable as bad:
                 bad.path.append(key)
                 raise

@@ -119,7 +119,7 @@ def test_the_exact_walk_measures_text_as_its_json(text: str) -> None:
     # Prevents: the exact walk (json_size: every payload orjson refuses, e.g. one holding a str-subclass
     # key or an int past 64 bits) counting a control character as one byte where JSON writes \uXXXX.
     assert json_size(text) == len(orjson.dumps(text))
-    assert json_size({text: 1}) == len(orjson.dumps({text: 1}))
+    assert json_size({text: ""}) == len(orjson.dumps({text: ""}))
 
 
 def test_control_characters_cannot_carry_a_request_past_the_bound() -> None:
