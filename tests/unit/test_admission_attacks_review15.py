@@ -224,3 +224,23 @@ def test_nesting_at_the_bound_through_a_typed_call(manager: Any, depth: int) -> 
     else:
         assert depth <= 120
         manager.append(sid, custom={"custom_type": "t", "data": value})
+
+
+class Alias(str):
+    """A key equal only to itself: a dict holds it beside the plain str it spells."""
+
+    def __hash__(self) -> int:
+        return 1
+
+    def __eq__(self, other: object) -> bool:
+        return other is self
+
+
+def test_a_key_spelling_another_keys_text_is_refused_not_dropped(manager: Any) -> None:
+    # Prevents: {"a": 1, Alias("a"): 2} stored as {"a": 2} (the copy makes the subclass key the plain
+    # str it spells, and the second silently replaced the first: a value lost, nothing said).
+    for metadata in ({"a": 1, Alias("a"): 2}, {"x": {Alias("a"): 1, "a": 2}}):
+        detail = _refused(lambda: manager.call("session::create", {"metadata": metadata}))  # noqa: B023
+        assert detail.startswith("metadata") and "a" in detail
+        assert _refused(lambda: manager.create(metadata=metadata)) == detail  # noqa: B023
+    assert manager.call("session::list", {})["sessions"] == []
