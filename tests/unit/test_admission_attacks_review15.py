@@ -244,3 +244,46 @@ def test_a_key_spelling_another_keys_text_is_refused_not_dropped(manager: Any) -
         assert detail.startswith("metadata") and "a" in detail
         assert _refused(lambda: manager.create(metadata=metadata)) == detail  # noqa: B023
     assert manager.call("session::list", {})["sessions"] == []
+
+
+class Lying(dict[str, Any]):
+    """A mapping whose items() answer other than what it holds (orjson reads what it holds)."""
+
+    def items(self) -> Any:
+        return [("k", "x" * 5000)]
+
+
+class Counting(str):
+    """Text whose own methods lie about it."""
+
+    def count(self, *args: Any) -> int:
+        return -(10**6)
+
+    def isascii(self) -> bool:
+        return True
+
+    def encode(self, *args: Any, **kwargs: Any) -> bytes:
+        return b""
+
+
+@pytest.mark.parametrize("kind", ["fs", "sqlite"])
+def test_what_is_stored_is_what_is_measured(tmp_path: Path, kind: str) -> None:
+    # Prevents: the exact path measuring the caller's payload (orjson reads a dict subclass's storage)
+    # while the copy it stores is built from the subclass's items(): 5,000 bytes stored under a
+    # 2,000-byte bound. The copy is what must be measured.
+    where = str(tmp_path / "d") if kind == "fs" else f"sqlite:///{tmp_path.resolve()}/d.db"
+    with session_manager.open(where, max_request_bytes=2000) as sm:
+        for run in (lambda: sm.call("session::create", {"metadata": {"m": Lying()}}),  # noqa: B023
+                    lambda: sm.create(metadata={"m": Lying()})):  # noqa: B023
+            assert "exceed max_request_bytes (2000)" in _refused(run)
+        assert sm.call("session::list", {})["sessions"] == []
+
+
+def test_a_str_subclass_cannot_shrink_its_own_measure() -> None:
+    # Prevents: the exact walk asking a str subclass (a key, or a value the copy keeps) for its own
+    # count/isascii/encode: a count of -1,000,000 admitted any request past the bound.
+    limits = Limits(max_request_bytes=2000)
+    for data in ({"v": [2**70, Counting("y" * 5000)]}, {Counting("k" * 5000): 2**70}):
+        payload = {"session_id": "s", "custom": {"custom_type": "t", "data": data}}
+        assert "exceed max_request_bytes (2000)" in _refused(
+            lambda: admit_copy("session::append", payload, limits, mutates=True))  # noqa: B023
