@@ -153,9 +153,14 @@ def admit_copy(function_id: str, payload: Any, limits: Limits, *, mutates: bool)
         private = proven_copy(payload, MAX_DEPTH)
     else:
         private = None
-    admit(function_id, payload, limits, mutates=mutates, proven=private is not None, batch_checked=exact)
     if private is not None:
+        # The copy is what is stored, so it is what is measured (a dict subclass's items(), which the
+        # copy took, may say other than what it holds, which orjson reads); its leaves and key texts
+        # are the caller's, so the same errors name the same fields (its batch too: a list subclass
+        # may say another length).
+        admit(function_id, private, limits, mutates=mutates, proven=True)
         return private
+    admit(function_id, payload, limits, mutates=mutates, batch_checked=exact)
     private = json_payload(payload)
     # orjson does not count tuples toward its depth limit, so admission's depth proof
     # (_within_depth) passes tuples nested past MAX_DEPTH; the copy holds lists there.

@@ -287,3 +287,23 @@ def test_a_str_subclass_cannot_shrink_its_own_measure() -> None:
         payload = {"session_id": "s", "custom": {"custom_type": "t", "data": data}}
         assert "exceed max_request_bytes (2000)" in _refused(
             lambda: admit_copy("session::append", payload, limits, mutates=True))  # noqa: B023
+
+
+class Short(list[Any]):
+    """A list claiming no length (iterated, it holds its items)."""
+
+    def __len__(self) -> int:
+        return 0
+
+
+@pytest.mark.parametrize("kind", ["fs", "sqlite"])
+def test_a_batch_claiming_no_length_is_capped_by_what_is_copied(tmp_path: Path, kind: str) -> None:
+    # Prevents: max_batch_entries checked only on the caller's list (its len() a subclass's say) while
+    # the copy stored holds every item: 10 entries appended under a cap of 3 (before pgadm too).
+    where = str(tmp_path / "d") if kind == "fs" else f"sqlite:///{tmp_path.resolve()}/d.db"
+    with session_manager.open(where, max_batch_entries=3) as sm:
+        sid = sm.call("session::create", {})["session_id"]
+        message = {"role": "user", "content": [{"type": "text", "text": "x"}], "timestamp": 1}
+        detail = _refused(lambda: sm.call("session::append-many", {"session_id": sid, "messages": Short([message] * 10)}))
+        assert detail == "messages: 10 entries exceed max_batch_entries (3)"
+        assert sm.call("session::messages", {"session_id": sid})["messages"] == []
