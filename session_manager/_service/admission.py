@@ -262,14 +262,15 @@ class TooDeep(Unrepresentable):
 
 
 def _text_size(text: str) -> int:
-    if text.isascii():  # O(1): CPython keeps the flag
-        n = len(text)
+    # str's own methods, not the text's: a str subclass may say anything (a count of -10**6).
+    if str.isascii(text):  # O(1): CPython keeps the flag
+        n = str.__len__(text)
     else:
         try:
-            n = len(text.encode("utf-8"))
+            n = len(str.encode(text, "utf-8"))
         except UnicodeEncodeError:
             raise Unrepresentable("text contains an unpaired UTF-16 surrogate, which cannot be stored") from None
-    return n + 2 + text.count('"') + text.count("\\")
+    return n + 2 + str.count(text, '"') + str.count(text, "\\")
 
 
 # Control characters JSON writes escaped: \b \t \n \f \r in two bytes, the rest as \u00XX in six.

@@ -273,8 +273,8 @@ def test_what_is_stored_is_what_is_measured(tmp_path: Path, kind: str) -> None:
     # 2,000-byte bound. The copy is what must be measured.
     where = str(tmp_path / "d") if kind == "fs" else f"sqlite:///{tmp_path.resolve()}/d.db"
     with session_manager.open(where, max_request_bytes=2000) as sm:
-        for run in (lambda: sm.call("session::create", {"metadata": {"m": Lying()}}),  # noqa: B023
-                    lambda: sm.create(metadata={"m": Lying()})):  # noqa: B023
+        for run in (lambda: sm.call("session::create", {"metadata": {"m": Lying()}}),
+                    lambda: sm.create(metadata={"m": Lying()})):
             assert "exceed max_request_bytes (2000)" in _refused(run)
         assert sm.call("session::list", {})["sessions"] == []
 
@@ -304,6 +304,7 @@ def test_a_batch_claiming_no_length_is_capped_by_what_is_copied(tmp_path: Path, 
     with session_manager.open(where, max_batch_entries=3) as sm:
         sid = sm.call("session::create", {})["session_id"]
         message = {"role": "user", "content": [{"type": "text", "text": "x"}], "timestamp": 1}
-        detail = _refused(lambda: sm.call("session::append-many", {"session_id": sid, "messages": Short([message] * 10)}))
+        batch = {"session_id": sid, "messages": Short([message] * 10)}
+        detail = _refused(lambda: sm.call("session::append-many", batch))
         assert detail == "messages: 10 entries exceed max_batch_entries (3)"
         assert sm.call("session::messages", {"session_id": sid})["messages"] == []
