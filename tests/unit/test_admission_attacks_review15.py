@@ -308,3 +308,26 @@ def test_a_batch_claiming_no_length_is_capped_by_what_is_copied(tmp_path: Path, 
         detail = _refused(lambda: sm.call("session::append-many", batch))
         assert detail == "messages: 10 entries exceed max_batch_entries (3)"
         assert sm.call("session::messages", {"session_id": sid})["messages"] == []
+
+
+CONSTRUCTED = [{"k": float("nan")}, [float("inf")], {"k": Text("v")}, {1: 2}, (1, 2), {1, 2}, 2**70, {Text("k"): 1},
+               {"a": 1, Alias("a"): 2}, -0.0]
+
+
+@pytest.mark.parametrize("data", CONSTRUCTED, ids=[f"{type(d).__name__}{i}" for i, d in enumerate(CONSTRUCTED)])
+def test_an_unvalidated_model_in_a_typed_call_is_admitted_as_the_dict_call(manager: Any, data: Any) -> None:
+    # Prevents: a model built without validation (model_construct) carrying into the typed call's prebuilt
+    # payload (ProvenPayload: encoded by orjson only, which writes NaN as null) what the dict call refuses.
+    from session_manager._wire.models import CustomPayload
+
+    sid = manager.call("session::create", {})["session_id"]
+    try:
+        want = manager.call("session::append", {"session_id": sid, "custom": {"custom_type": "t", "data": data}})
+    except SessionError as e:
+        built = CustomPayload.model_construct(custom_type="t", data=data)
+        assert _refused(lambda: manager.append(sid, custom=built)) == e.detail
+        return
+    got = manager.append(sid, custom=CustomPayload.model_construct(custom_type="t", data=data))
+    stored = manager.call("session::messages-range", {"session_id": sid,
+                                                      "entry_ids": [want["entry_id"], got.entry_id]})["messages"]
+    assert _same(stored[0]["custom"], stored[1]["custom"])
