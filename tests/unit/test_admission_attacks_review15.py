@@ -331,3 +331,26 @@ def test_an_unvalidated_model_in_a_typed_call_is_admitted_as_the_dict_call(manag
     stored = manager.call("session::messages-range", {"session_id": sid,
                                                       "entry_ids": [want["entry_id"], got.entry_id]})["messages"]
     assert _same(stored[0]["custom"], stored[1]["custom"])
+
+
+@settings(max_examples=150, deadline=None)
+@given(_json, st.booleans(), st.integers(-1, 1))
+def test_every_path_admits_exactly_up_to_the_bound(value: Any, subclass_key: bool, off: int) -> None:
+    # Prevents: any of the four ways in (dict call or typed call; the fast path, or the exact walk a
+    # str-subclass key sends it down) measuring a request otherwise than its compact JSON, at the bound
+    # and a byte either side (multi-byte text, escapes, -0.0, ints at the 64-bit edges).
+    from session_manager._hosts.typed_support import payload as typed_payload
+
+    key = Text("k") if subclass_key else "k"
+    custom = {"custom_type": "t", "data": {key: value}}
+    size = len(orjson.dumps({"session_id": "s", "custom": {"custom_type": "t", "data": {"k": value}}}))
+    limits = Limits(max_request_bytes=size + off)
+    for run in (lambda: admit_copy("session::append", {"session_id": "s", "custom": custom}, limits, mutates=True),
+                lambda: admit_copy("session::append", typed_payload(session_id="s", custom=custom), limits,
+                                   mutates=True)):
+        if off >= 0:
+            got = dict(run())
+            assert orjson.dumps(got) == orjson.dumps({"session_id": "s", "custom": {"custom_type": "t",
+                                                                                    "data": {"k": value}}})
+        else:
+            assert _refused(run) == f"payload: {size} bytes of JSON exceed max_request_bytes ({size - 1})"
