@@ -92,7 +92,10 @@ def _plain_payload(fields: dict[str, Any]) -> dict[str, Any]:
     out = {}
     for name, value in fields.items():
         if value is not None:
-            out[name] = value if type(value) in _LEAVES else to_json(value)
+            try:
+                out[name] = value if type(value) in _LEAVES else to_json(value)
+            except RecursionError:  # (a value holding itself: admission names it, as the dict call's)
+                out[name] = value
     return out
 
 

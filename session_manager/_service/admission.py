@@ -22,6 +22,7 @@ from __future__ import annotations
 import functools
 import math
 import re
+import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -152,9 +153,14 @@ def admit_copy(function_id: str, payload: Any, limits: Limits, *, mutates: bool)
         private = proven_copy(payload, MAX_DEPTH)
     else:
         private = None
-    admit(function_id, payload, limits, mutates=mutates, proven=private is not None, batch_checked=exact)
     if private is not None:
+        # The copy is what is stored, so it is what is measured (a dict subclass's items(), which the
+        # copy took, may say other than what it holds, which orjson reads); its leaves and key texts
+        # are the caller's, so the same errors name the same fields (its batch too: a list subclass
+        # may say another length).
+        admit(function_id, private, limits, mutates=mutates, proven=True)
         return private
+    admit(function_id, payload, limits, mutates=mutates, batch_checked=exact)
     private = json_payload(payload)
     # orjson does not count tuples toward its depth limit, so admission's depth proof
     # (_within_depth) passes tuples nested past MAX_DEPTH; the copy holds lists there.
@@ -256,31 +262,54 @@ class TooDeep(Unrepresentable):
 
 
 def _text_size(text: str) -> int:
-    if text.isascii():  # O(1): CPython keeps the flag
-        n = len(text)
+    # str's own methods, not the text's: a str subclass may say anything (a count of -10**6).
+    if str.isascii(text):  # O(1): CPython keeps the flag
+        n = str.__len__(text)
     else:
         try:
-            n = len(text.encode("utf-8"))
+            n = len(str.encode(text, "utf-8"))
         except UnicodeEncodeError:
             raise Unrepresentable("text contains an unpaired UTF-16 surrogate, which cannot be stored") from None
-    return n + 2 + text.count('"') + text.count("\\")
+    return n + 2 + str.count(text, '"') + str.count(text, "\\")
+
+
+# Control characters JSON writes escaped: \b \t \n \f \r in two bytes, the rest as \u00XX in six.
+_CONTROL = re.compile("[\x00-\x1f]")
+_SHORT_ESCAPES = "\b\t\n\f\r"
+
+
+def _json_text_size(text: str) -> int:
+    """:func:`_text_size` with control characters at their escaped length (not for a bulk field:
+    that is never scanned, and its base64 is checked by its handler)."""
+    n = _text_size(text)
+    if _CONTROL.search(text) is not None:
+        controls = _CONTROL.findall(text)
+        n += 5 * len(controls) - 4 * sum(1 for c in controls if c in _SHORT_ESCAPES)
+    return n
 
 
 def json_size(value: Any, depth: int = 1) -> int:
     """The UTF-8 size of ``value`` as compact JSON; :class:`Unrepresentable`
-    for NaN, ±Infinity, unpaired surrogates, non-string keys and non-JSON types,
+    for NaN, ±Infinity, unpaired surrogates, integers past Python's int-to-text
+    bound, non-string keys and non-JSON types,
     :class:`TooDeep` for containers nested past :data:`MAX_DEPTH` (``value``
     is at ``depth``)."""
     if isinstance(value, str):
-        return _text_size(value)
+        return _json_text_size(value)
+    # Scalars at their written length, not an estimate: a payload with a str-subclass key (a typed
+    # call's too) is measured here, and must be within the bound exactly when its JSON is.
     if isinstance(value, bool) or value is None:
-        return 5
+        return 5 if value is False else 4
     if isinstance(value, int):
-        return 20 if -(2**63) <= value < 2**64 else value.bit_length() * 3 // 10 + 2
+        try:  # (Python's int-to-text bound: the stores' encoder would raise past it, a traceback)
+            return len(int.__repr__(value))
+        except ValueError:
+            raise Unrepresentable(f"an integer of more than {sys.get_int_max_str_digits()} digits "
+                                  "cannot be written as JSON text") from None
     if isinstance(value, float):
         if not math.isfinite(value):
             raise Unrepresentable(f"{value} is not a JSON number (NaN and Infinity are refused)")
-        return 24
+        return len(orjson.dumps(value)) if type(value) is float else len(float.__repr__(value))
     if isinstance(value, dict | list | tuple) and depth > MAX_DEPTH:
         raise TooDeep(f"nested more than {MAX_DEPTH} levels deep")
     if isinstance(value, dict):
@@ -289,7 +318,7 @@ def json_size(value: Any, depth: int = 1) -> int:
             if not isinstance(key, str):
                 raise Unrepresentable("object keys must be strings")
             try:
-                n += _text_size(key) + 1 + json_size(child, depth + 1)
+                n += _json_text_size(key) + 1 + json_size(child, depth + 1)
             except Unrepresentable as bad:
                 bad.path.append(key)
                 raise

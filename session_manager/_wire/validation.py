@@ -327,7 +327,10 @@ def _json_copy_general(value: Any, room: int) -> Any:
             try:
                 # A str subclass key as a plain str (str.__str__: its own __str__ may say anything):
                 # the caller's key object, whose hash may change, is never kept.
-                out[k if type(k) is str else str.__str__(k)] = _json_copy(v, room - 1)
+                key = k if type(k) is str else str.__str__(k)
+                if key in out:  # (a subclass key equal only to itself, beside the str it spells)
+                    raise _NotJson(f"object keys must be distinct strings, {key!r} is given twice")
+                out[key] = _json_copy(v, room - 1)
             except _NotJson as e:
                 e.path.append(k)
                 raise
