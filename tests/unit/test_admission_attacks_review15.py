@@ -6,7 +6,6 @@ exactly, over the fs store and sqlite."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ from session_manager._service.admission import admit, admit_copy, json_size
 from session_manager._service.limits import Limits
 from session_manager._wire.validation import json_payload
 from session_manager.errors import INVALID_REQUEST, SessionError
+from tests.property.test_proven_copy import _same
 
 
 class Text(str):
@@ -32,19 +32,6 @@ def manager(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
     where = str(tmp_path / "d") if request.param == "fs" else f"sqlite:///{tmp_path.resolve()}/d.db"
     with session_manager.open(where, max_request_bytes=100_000) as sm:
         yield sm
-
-
-def _same(a: Any, b: Any) -> bool:
-    """Equal, type for type (-0.0 keeps its sign, 3.0 stays a float)."""
-    if type(a) is not type(b):
-        return False
-    if isinstance(a, dict):
-        return list(a) == list(b) and all(_same(a[k], b[k]) for k in a)
-    if isinstance(a, list):
-        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
-    if isinstance(a, float):
-        return math.copysign(1, a) == math.copysign(1, b) and a == b
-    return bool(a == b)
 
 
 def _refused(run: Callable[[], Any]) -> str:

@@ -21,24 +21,15 @@ from typing import Any
 import pytest
 
 import session_manager
-from session_manager.ids import SequentialIds
 from tests import pg_support
 from tests.pg_support import text
+from tests.unit.test_append_new_ids_taken import Scripted
 
 pytestmark = pytest.mark.postgres
 
 PATHS = ["plain", "observed", "contended"]
 
 
-class Scripted(SequentialIds):
-    """Entry ids from a script, then ``e_001``, ``e_002``, ... (a generator two instances repeat)."""
-
-    def __init__(self, *ids: str) -> None:
-        super().__init__()
-        self.script = list(ids)
-
-    def entry_id(self) -> str:
-        return self.script.pop(0) if self.script else super().entry_id()
 
 
 @pytest.fixture

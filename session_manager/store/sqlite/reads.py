@@ -29,10 +29,8 @@ _META_LEAF_LINKS = ("SELECT s.meta, s.leaf, p.depth, p.jump_id, p.jump_depth, j.
                     " FROM sessions s LEFT JOIN entries p ON p.sk = s.sk AND p.entry_id = s.leaf"
                     " LEFT JOIN entries j ON j.sk = s.sk AND j.entry_id = p.jump_id"
                     " WHERE s.session_id = ?")
-# An index's token (created_and_leaf): the meta only where its created_at column is not the exact integer.
-_CREATED_LEAF = ("SELECT created_at, leaf, CASE WHEN typeof(created_at) = 'integer' THEN NULL ELSE meta END"
-                 " FROM sessions WHERE session_id = ? AND meta IS NOT NULL")
-# An index's token with the session's version (session_token): created_and_leaf's and the row's rev.
+# An index's token with the session's version (session_token): created_at, leaf (the meta only where its
+# created_at column is not the exact integer) and the row's rev.
 _TOKEN = ("SELECT created_at, leaf, CASE WHEN typeof(created_at) = 'integer' THEN NULL ELSE meta END, rev"
           " FROM sessions WHERE session_id = ? AND meta IS NOT NULL")
 _META_LEAF_DEPTH = ("SELECT s.meta, s.leaf, e.depth, s.rev FROM sessions s LEFT JOIN entries e"
@@ -95,17 +93,10 @@ class SqliteReads:
 
     def created_and_leaf(self, session_id: str) -> tuple[Any, str | None] | None:
         """The meta's ``created_at`` and the leaf, from the row's columns: no meta decoded (the
-        column is the meta's value, written with it, unless that was no 64-bit integer)."""
-        try:
-            row = self.db.conn().execute(_CREATED_LEAF, (key(session_id),)).fetchone()
-        except sqlite3.Error as e:
-            raise self.db.fail(e) from None
-        if row is None:
-            return None
-        created, leaf, meta = row
-        if meta is not None:
-            created = _load(meta).get("created_at")
-        return created, (unkey(leaf) if leaf is not None else None)
+        column is the meta's value, written with it, unless that was no 64-bit integer);
+        :meth:`session_token`'s one statement, its version left out."""
+        token = self.session_token(session_id)
+        return None if token is None else token[:2]
 
     def session_token(self, session_id: str) -> tuple[Any, str | None, Hashable | None] | None:
         """:meth:`created_and_leaf` with the row's ``rev`` (see :meth:`meta_and_leaf_since`), in
