@@ -62,14 +62,14 @@ def test_two_savers_putting_and_a_third_writer_setting_meta_in_threads_each_see_
                     saver.put(config("t"), checkpoint(f"{tag}{i:02d}", [tag, i], f"{i + 2}"), {"step": i},
                               {"x": f"{i + 2}"})
                     saver.get_tuple(config("t"))
-            except BaseException as e:  # noqa: BLE001 (reported below)
+            except BaseException as e:
                 errors.append(e)
 
         def metas() -> None:
             try:
                 for i in range(12):
                     sm.call("session::set-meta", {"session_id": "t", "title": f"n{i}"})
-            except BaseException as e:  # noqa: BLE001
+            except BaseException as e:
                 errors.append(e)
 
         workers = [threading.Thread(target=puts, args=(first, "a")), threading.Thread(target=puts, args=(second, "b")),
