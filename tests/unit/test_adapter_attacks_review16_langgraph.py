@@ -186,3 +186,42 @@ def test_another_process_writing_one_sqlite_file_between_this_savers_own_puts_is
                      {"x": f"{20 + round_}"})
         listed = ids(mine, "p")
     assert listed == ["c000", "m000", "m001", "o000", "o001", "o010", "o011"]
+
+
+# -- the unconditional write after every checked attempt conflicted -----------------------------------
+
+
+@pytest.mark.parametrize("where", ["memory", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def test_another_instances_puts_before_this_savers_unconditional_write_are_seen(where: str, tmp_path: Path) -> None:
+    # Attack: another instance puts a checkpoint before each of this saver's attempts (every
+    # checked one conflicts: LeafMoved), the last one too, which lands unconditionally after it.
+    # The index then follows this saver's own leaf; the session's version must say the other
+    # instance's checkpoint landed in between (a store naming no version after own commits,
+    # postgres, cannot tell: the index must be derived again at the next read all the same).
+    with two(where, tmp_path) as (sm, other):
+        mine, theirs = SessionManagerSaver(sm), SessionManagerSaver(other)
+        put_chain(mine, "u", 1)
+        real = sm._append_owned
+        foreign: list[str] = []
+
+        busy: list[bool] = []  # (memory: one manager for both: the other's own put passes through)
+
+        def racing(*args: Any, **kwargs: Any) -> str:
+            if not busy:
+                n = len(foreign)
+                foreign.append(f"o{n:03d}")
+                busy.append(True)
+                try:
+                    theirs.put(config("u"), checkpoint(f"o{n:03d}", ["o", n], f"{n + 2}"), {"step": n},
+                               {"x": f"{n + 2}"})
+                finally:
+                    busy.clear()
+            return real(*args, **kwargs)
+
+        sm._append_owned = racing
+        try:
+            mine.put(config("u", "c000"), checkpoint("m000", ["m", 0], "99"), {"step": 9}, {"x": "99"})
+        finally:
+            sm._append_owned = real
+        assert len(foreign) == 6  # (five checked attempts, then the unconditional one)
+        assert ids(mine, "u") == sorted(["c000", "m000", *foreign])
