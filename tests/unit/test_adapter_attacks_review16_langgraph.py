@@ -38,7 +38,7 @@ def counting_entries(store: Any) -> list[str]:
 # -- real threads: another writer's commits between this saver's own ------------------------------
 
 
-@pytest.mark.parametrize("where", ["memory", "fs", "sqlite"])
+@pytest.mark.parametrize("where", ["memory", "fs", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def test_two_savers_putting_and_a_third_writer_setting_meta_in_threads_each_see_every_checkpoint(
         where: str, tmp_path: Path) -> None:
     # Attack: two savers (over two instances of one sqlite file, or one fs/memory store) put to one
@@ -225,3 +225,65 @@ def test_another_instances_puts_before_this_savers_unconditional_write_are_seen(
             sm._append_owned = real
         assert len(foreign) == 6  # (five checked attempts, then the unconditional one)
         assert ids(mine, "u") == sorted(["c000", "m000", *foreign])
+
+
+# -- own commits that land as replays ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("where", ["memory", "fs", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def test_a_copy_made_twice_replays_its_entries_and_the_index_settles_after_one_read(where: str, tmp_path: Path) -> None:
+    # Attack: copy_thread into a target that holds the copy already: each append names an
+    # entry id stored with the same content (a replay, no commit), yet the saver counts each as
+    # one of its commits. The target must list the copy once, and after one read derive nothing
+    # again (no read of every entry at each read); another instance's put after it is seen.
+    with two(where, tmp_path) as (sm, other):
+        mine, theirs = SessionManagerSaver(sm), SessionManagerSaver(other)
+        put_chain(mine, "src", 2)
+        mine.copy_thread("src", "dst")
+        mine.copy_thread("src", "dst")
+        assert ids(mine, "dst") == ["c000", "c001"]
+        calls = counting_entries(sm.service.store)
+        for _ in range(2):
+            assert x_of(mine.get_tuple(config("dst"))) == ["", 1]
+        assert calls == []
+        theirs.put(config("dst", "c001"), checkpoint("c002", ["t", 2], "3"), {"step": 2}, {"x": "3"})
+        assert x_of(mine.get_tuple(config("dst"))) == ["t", 2]
+
+
+def test_a_read_only_follower_reading_in_a_thread_while_the_writer_puts_never_goes_back(tmp_path: Path) -> None:
+    # Attack (real concurrency): a thread reads the thread through a read-only follower's saver
+    # while the writer puts; each read must show a checkpoint no older than the last one it
+    # showed, and once the writer is done the newest (a version that did not move with a
+    # refresh would keep an index missing the writer's last checkpoint).
+    d = tmp_path / "d"
+    with session_manager.open(d) as sm:
+        writer = SessionManagerSaver(sm)
+        put_chain(writer, "h", 1)
+        with session_manager.open(store=FsStore(d, read_only=True)) as ro:
+            reader = SessionManagerSaver(ro)
+            done = threading.Event()
+            seen: list[int] = []
+            errors: list[BaseException] = []
+
+            def reads() -> None:
+                try:
+                    while not done.is_set():
+                        seen.append(x_of(reader.get_tuple(config("h")))[1])
+                except BaseException as e:
+                    errors.append(e)
+
+            t = threading.Thread(target=reads)
+            t.start()
+            saved = config("h")
+            try:
+                for i in range(1, 16):
+                    saved = writer.put(saved, checkpoint(f"c{i:03d}", ["w", i], f"{i + 1}"), {"step": i},
+                                       {"x": f"{i + 1}"})
+                    writer.put_writes(saved, [("x", ["w", i, "w"])], f"task-{i}")
+            finally:
+                done.set()
+                t.join()
+            assert errors == []
+            assert seen == sorted(seen)
+            assert x_of(reader.get_tuple(config("h"))) == ["w", 15]
+            assert len(ids(reader, "h")) == 16
