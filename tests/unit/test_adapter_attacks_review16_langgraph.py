@@ -287,3 +287,25 @@ def test_a_read_only_follower_reading_in_a_thread_while_the_writer_puts_never_go
             assert seen == sorted(seen)
             assert x_of(reader.get_tuple(config("h"))) == ["w", 15]
             assert len(ids(reader, "h")) == 16
+
+
+def test_a_writer_reopened_over_a_log_ending_without_a_newline_keeps_its_index_and_sees_its_fix(
+        tmp_path: Path) -> None:
+    # Attack: the writable store reopened after the crash above: its saver reads (derives once),
+    # reads again (derives nothing), then another saver of it puts (the tail fixed first) and
+    # sets the leaf back: the first saver must show the new checkpoint.
+    d = tmp_path / "d"
+    with session_manager.open(d) as sm:
+        put_chain(SessionManagerSaver(sm), "f", 2)
+        log = sm.service.store.file_path("f")
+    log.write_bytes(log.read_bytes()[:-1])
+    with session_manager.open(d) as sm:
+        mine, theirs = SessionManagerSaver(sm), SessionManagerSaver(sm)
+        assert x_of(mine.get_tuple(config("f"))) == ["", 1]
+        calls = counting_entries(sm.service.store)
+        assert x_of(mine.get_tuple(config("f"))) == ["", 1] and calls == []
+        leaf = sm.service.store.meta_and_leaf("f")[1]
+        theirs.put(config("f", "c001"), checkpoint("c002", ["t", 2], "3"), {"step": 2}, {"x": "3"})
+        sm.call("session::set-active-leaf", {"session_id": "f", "entry_id": leaf})
+        assert ids(mine, "f") == ["c000", "c001", "c002"]
+        assert x_of(mine.get_tuple(config("f", "c002"))) == ["t", 2]
