@@ -242,7 +242,12 @@ class SessionManagerSaver(BaseCheckpointSaver[str]):
                 payload["entry_id"] = entry_id
             written = str(self.sm.call("session::append", payload)["entry_id"])
         # (one commit more since the token's version: :meth:`_still` asks the store which version it left)
-        index.token = (index.token[0], written, index.token[2]) if index.token else (None, written, _UNKNOWN)
+        version = index.token[2] if index.token else _UNKNOWN
+        if not checked and version is not _UNKNOWN and self._store.version_after(version, 1) is None:
+            # Unchecked, it lands whatever another writer did meanwhile, and a store naming no
+            # version after own commits (postgres) cannot tell at the next read: derived again.
+            version = _UNKNOWN
+        index.token = (index.token[0] if index.token else None, written, version)
         index.mine += 1
         return written
 

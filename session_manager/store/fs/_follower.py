@@ -149,7 +149,13 @@ class Follower:
         seen.offset += cut
         if cut:
             _remark(seen)
-        seen.tail = b""
+        applied, seen.tail = seen.tail, b""
+        if not cut and applied and data == applied:
+            # The very tail applied last time, nothing before it new: applying it again would
+            # change nothing but the session's version (a write counted), so a saver over this
+            # follower would derive its index again at every read.
+            seen.tail = applied
+            return
         tail = decode_record(data[cut:], session_id) if cut < len(data) else None
         if tail is not None and tail.get("tx") is None and seen.replay.idle:
             # A valid unterminated record counts, as on a writable open; applying
