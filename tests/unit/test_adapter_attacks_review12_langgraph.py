@@ -42,8 +42,18 @@ def _open(kind: str, where: str) -> Any:
 @pytest.fixture(params=["fs", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def where(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, str]]:
     """(store kind, its place): a store opened again at each ``_open`` (a restart)."""
-    if request.param != "postgres":
-        yield request.param, str(tmp_path)
+    yield from _place(request.param, tmp_path)
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def shared_where(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, str]]:
+    """:func:`where` for the stores several writers share (fs takes one writing store per data_dir)."""
+    yield from _place(request.param, tmp_path)
+
+
+def _place(kind: str, tmp_path: Path) -> Iterator[tuple[str, str]]:
+    if kind != "postgres":
+        yield kind, str(tmp_path)
         return
     pg_support.require()
     name = f"sm_review12_{uuid.uuid4().hex[:10]}"
@@ -404,7 +414,7 @@ def _writer(kind: str, where: str, proc: int, out: str, start: Any) -> None:
 
 
 @pytest.mark.parametrize("apart", ["processes", "threads"])
-def test_two_writers_on_one_thread_make_deltas_that_read_back(where: tuple[str, str], tmp_path: Path,
+def test_two_writers_on_one_thread_make_deltas_that_read_back(shared_where: tuple[str, str], tmp_path: Path,
                                                                apart: str) -> None:
     # Prevents: a delta made by one writer (a process, or a store instance of its own in one
     # process) against a base from its own view of the thread while the other's checkpoints landed
@@ -413,8 +423,7 @@ def test_two_writers_on_one_thread_make_deltas_that_read_back(where: tuple[str, 
     import pickle
     import threading
 
-    if where[0] == "fs":
-        pytest.skip("one writing store per fs data_dir (it refuses a second)")
+    where = shared_where
     outs = [str(tmp_path / f"out{p}") for p in (1, 2)]
     if apart == "processes":
         context = multiprocessing.get_context("spawn")
