@@ -40,6 +40,21 @@ def _small(monkeypatch: pytest.MonkeyPatch) -> int:
     return 32 + 500 * _FRAME
 
 
+def _grown_under_a_snapshot(store: SqliteStore, other: SqliteStore, wal: Path, past: int) -> tuple[Any, int]:
+    """Session "s" made by ``store``, a snapshot taken by ``other`` (every frame after it stays: the
+    WAL cannot restart), then ``store``'s appends until the WAL is larger than ``past`` bytes: the
+    reader holding the snapshot (its transaction open) and the number of appends."""
+    store.commit("s", Commit(meta=_META))
+    reader = other.db.conn()
+    reader.execute("BEGIN")
+    assert other.get_meta("s") is not None
+    i = 0
+    while wal.stat().st_size <= past:
+        _append(store, i)
+        i += 1
+    return reader, i
+
+
 def test_a_flush_wal_is_laid_ahead_in_steps_then_overwritten_in_place(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # Prevents: the flush WAL extended by SQLite one frame at a time until its first checkpoint
@@ -76,14 +91,7 @@ def test_the_steps_stop_at_what_the_wal_holds_before_a_checkpoint(
     store = SqliteStore(SqliteSettings(path=str(path)))
     other = SqliteStore(SqliteSettings(path=str(path)))
     try:
-        store.commit("s", Commit(meta=_META))
-        reader = other.db.conn()
-        reader.execute("BEGIN")
-        assert other.get_meta("s") is not None  # (the snapshot taken: every frame after it stays)
-        i = 0
-        while wal.stat().st_size <= most + 20 * _FRAME:
-            _append(store, i)
-            i += 1
+        reader, i = _grown_under_a_snapshot(store, other, wal, most + 20 * _FRAME)
         assert not store.db.wal_ahead  # past the bound: no more looking
         assert (wal.stat().st_size - 32) % _FRAME == 0  # SQLite's frames end the file: no zeros past them
         reader.execute("COMMIT")

@@ -23,7 +23,7 @@ import session_manager
 from session_manager.store import Commit
 from session_manager.store.sqlite import SqliteSettings, SqliteStore, core
 from tests.unit.test_sqlite_processes import ROOT, chain_ids, spawn
-from tests.unit.test_sqlite_wal_ahead import _FRAME, _META, _append, _entry, _small
+from tests.unit.test_sqlite_wal_ahead import _FRAME, _META, _append, _entry, _grown_under_a_snapshot, _small
 
 _MIB = 1 << 20
 
@@ -449,14 +449,7 @@ def test_a_wal_cut_back_by_journal_size_limit_is_not_laid_again_each_cycle(
     store = SqliteStore(SqliteSettings(path=str(path)))
     other = SqliteStore(SqliteSettings(path=str(path)))
     try:
-        store.commit("s", Commit(meta=_META))
-        reader = other.db.conn()
-        reader.execute("BEGIN")
-        assert other.get_meta("s") is not None  # (the snapshot taken: the WAL cannot restart)
-        i = 0
-        while wal.stat().st_size <= limit + 20 * _FRAME:
-            _append(store, i)
-            i += 1
+        reader, i = _grown_under_a_snapshot(store, other, wal, limit + 20 * _FRAME)
         reader.execute("COMMIT")
         assert most < limit
         sizes = []
