@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import multiprocessing
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -134,23 +136,29 @@ def test_a_read_only_follower_over_a_log_ending_without_a_newline_derives_its_in
         assert calls == []
 
 
+@contextmanager
+def _writer_and_follower(d: Path, thread: str) -> Iterator[tuple[Any, SessionManagerSaver, SessionManagerSaver]]:
+    """A writable fs store at ``d`` with a saver that put one checkpoint on ``thread``, and a
+    read-only follower of it with a saver of its own: (the writer's manager, its saver, the reader)."""
+    with session_manager.open(d) as sm:
+        writer = SessionManagerSaver(sm)
+        put_chain(writer, thread, 1)
+        with session_manager.open(store=FsStore(d, read_only=True)) as ro:
+            yield sm, writer, SessionManagerSaver(ro)
+
+
 def test_a_read_only_follower_sees_each_checkpoint_the_writer_puts_while_it_reads(tmp_path: Path) -> None:
     # Attack: a read-only follower's saver reads between each of the writer's puts (and its
     # set-meta, which keeps the leaf); each read must show the writer's newest checkpoint.
-    d = tmp_path / "d"
-    with session_manager.open(d) as sm:
-        writer = SessionManagerSaver(sm)
-        put_chain(writer, "g", 1)
-        with session_manager.open(store=FsStore(d, read_only=True)) as ro:
-            reader = SessionManagerSaver(ro)
-            saved = config("g")
-            for i in range(1, 6):
-                saved = writer.put(saved, checkpoint(f"c{i:03d}", ["w", i], f"{i + 1}"), {"step": i},
-                                   {"x": f"{i + 1}"})
-                assert x_of(reader.get_tuple(config("g"))) == ["w", i]
-                sm.call("session::set-meta", {"session_id": "g", "title": f"n{i}"})
-                assert x_of(reader.get_tuple(config("g"))) == ["w", i]
-            assert len(ids(reader, "g")) == 6
+    with _writer_and_follower(tmp_path / "d", "g") as (sm, writer, reader):
+        saved = config("g")
+        for i in range(1, 6):
+            saved = writer.put(saved, checkpoint(f"c{i:03d}", ["w", i], f"{i + 1}"), {"step": i},
+                               {"x": f"{i + 1}"})
+            assert x_of(reader.get_tuple(config("g"))) == ["w", i]
+            sm.call("session::set-meta", {"session_id": "g", "title": f"n{i}"})
+            assert x_of(reader.get_tuple(config("g"))) == ["w", i]
+        assert len(ids(reader, "g")) == 6
 
 
 # -- two processes over one sqlite file --------------------------------------------------------------
@@ -255,38 +263,33 @@ def test_a_read_only_follower_reading_in_a_thread_while_the_writer_puts_never_go
     # while the writer puts; each read must show a checkpoint no older than the last one it
     # showed, and once the writer is done the newest (a version that did not move with a
     # refresh would keep an index missing the writer's last checkpoint).
-    d = tmp_path / "d"
-    with session_manager.open(d) as sm:
-        writer = SessionManagerSaver(sm)
-        put_chain(writer, "h", 1)
-        with session_manager.open(store=FsStore(d, read_only=True)) as ro:
-            reader = SessionManagerSaver(ro)
-            done = threading.Event()
-            seen: list[int] = []
-            errors: list[BaseException] = []
+    with _writer_and_follower(tmp_path / "d", "h") as (_, writer, reader):
+        done = threading.Event()
+        seen: list[int] = []
+        errors: list[BaseException] = []
 
-            def reads() -> None:
-                try:
-                    while not done.is_set():
-                        seen.append(x_of(reader.get_tuple(config("h")))[1])
-                except BaseException as e:
-                    errors.append(e)
-
-            t = threading.Thread(target=reads)
-            t.start()
-            saved = config("h")
+        def reads() -> None:
             try:
-                for i in range(1, 16):
-                    saved = writer.put(saved, checkpoint(f"c{i:03d}", ["w", i], f"{i + 1}"), {"step": i},
-                                       {"x": f"{i + 1}"})
-                    writer.put_writes(saved, [("x", ["w", i, "w"])], f"task-{i}")
-            finally:
-                done.set()
-                t.join()
-            assert errors == []
-            assert seen == sorted(seen)
-            assert x_of(reader.get_tuple(config("h"))) == ["w", 15]
-            assert len(ids(reader, "h")) == 16
+                while not done.is_set():
+                    seen.append(x_of(reader.get_tuple(config("h")))[1])
+            except BaseException as e:
+                errors.append(e)
+
+        t = threading.Thread(target=reads)
+        t.start()
+        saved = config("h")
+        try:
+            for i in range(1, 16):
+                saved = writer.put(saved, checkpoint(f"c{i:03d}", ["w", i], f"{i + 1}"), {"step": i},
+                                   {"x": f"{i + 1}"})
+                writer.put_writes(saved, [("x", ["w", i, "w"])], f"task-{i}")
+        finally:
+            done.set()
+            t.join()
+        assert errors == []
+        assert seen == sorted(seen)
+        assert x_of(reader.get_tuple(config("h"))) == ["w", 15]
+        assert len(ids(reader, "h")) == 16
 
 
 def test_a_writer_reopened_over_a_log_ending_without_a_newline_keeps_its_index_and_sees_its_fix(
