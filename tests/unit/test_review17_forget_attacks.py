@@ -832,3 +832,68 @@ def test_ids_naming_paths_outside_data_dir_delete_nothing_outside_it(tmp_path: P
         assert sm.call("session::list", {})["sessions"] == []
         assert _hits(sm, "esc") == []
         assert _walk_files(data_dir, b"zqv") == []
+
+
+# ---------------------------------------------------------------------------------------------
+# A purge holding its call's transaction never waits for a session lock a writer holds
+# ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("fid", ["session::purge", "session::delete-tree"])
+def test_sqlite_an_append_to_a_later_session_of_a_purge_neither_stalls_nor_fails(tmp_path: Path, fid: str) -> None:
+    # Prevents: a lock-order inversion over sqlite, whose call is one transaction: the purge (or tree
+    # delete) held the database's write lock from its first delete on and then waited for the next
+    # session's lock, which an append to that session held while it waited for the write lock. Both
+    # stalled until the append's busy timeout (30 s by default) and the append failed with
+    # session/storage "database is locked", in one process, with no other writer.
+    from session_manager.store.sqlite.settings import SqliteSettings
+    from session_manager.store.sqlite.store import SqliteStore
+    store = SqliteStore(SqliteSettings(path=str(tmp_path / "d.db"), busy_timeout_ms=3000))
+    sm = session_manager.open(store=store)
+    try:
+        first = sm.call("session::create", {"metadata": {"owner": "A"}})["session_id"]
+        second = sm.call("session::create", {"metadata": {"owner": "A", "parent_session_id": first}})["session_id"]
+        for sid in (first, second):
+            sm.call("session::append", {"session_id": sid, "message": _text("lockword")})
+        order = [first, second] if fid == "session::purge" else [second, first]  # (children first)
+        events: list[str] = []
+        sm.observe({"function_id": "session::on-deleted"}, lambda p: events.append(p["session_id"]))
+        outcome: list[Any] = []
+        appending = threading.Event()
+
+        def append_to_the_later_one() -> None:
+            appending.set()
+            try:
+                outcome.append(sm.call("session::append", {"session_id": order[1], "message": _text("lockword late")}))
+            except SessionError as e:
+                outcome.append(e)
+
+        writer = threading.Thread(target=append_to_the_later_one)
+        real = SqliteStore.delete_session
+        lock = sm.service.core.session_lock(order[1])
+
+        def delete_then_let_the_writer_in(self: SqliteStore, session_id: str) -> bool:
+            out = real(self, session_id)
+            if session_id == order[0]:
+                writer.start()
+                appending.wait(10)
+                for _ in range(200):  # until the writer holds the later session's lock (or is kept out)
+                    if not lock.acquire(blocking=False):
+                        break
+                    lock.release()
+                    threading.Event().wait(0.01)
+            return out
+
+        SqliteStore.delete_session = delete_then_let_the_writer_in  # type: ignore[method-assign]
+        try:
+            out = sm.call(fid, {"metadata": {"owner": "A"}} if fid == "session::purge" else {"session_id": first})
+        finally:
+            SqliteStore.delete_session = real  # type: ignore[method-assign]
+            writer.join(60)
+        ids = out["session_ids"] if fid == "session::purge" else out["deleted"]
+        assert ids == order
+        assert len(outcome) == 1 and isinstance(outcome[0], SessionError), outcome
+        assert outcome[0].code == NOT_FOUND, outcome[0]  # read after the purge's commit: gone
+        assert events == order
+        assert _hits(sm, "lockword") == []
+    finally:
+        sm.close()
