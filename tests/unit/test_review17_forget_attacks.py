@@ -851,6 +851,7 @@ def test_sqlite_an_append_to_a_later_session_of_a_purge_neither_stalls_nor_fails
     sm = session_manager.open(store=store)
     try:
         first = sm.call("session::create", {"metadata": {"owner": "A"}})["session_id"]
+        threading.Event().wait(0.01)  # (a later created_at: the purge takes the oldest first)
         second = sm.call("session::create", {"metadata": {"owner": "A", "parent_session_id": first}})["session_id"]
         for sid in (first, second):
             sm.call("session::append", {"session_id": sid, "message": _text("lockword")})
