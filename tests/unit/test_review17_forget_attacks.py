@@ -898,3 +898,128 @@ def test_sqlite_an_append_to_a_later_session_of_a_purge_neither_stalls_nor_fails
         assert _hits(sm, "lockword") == []
     finally:
         sm.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# Purges racing purges and tenant changes: each session answered and fired for once
+# ---------------------------------------------------------------------------------------------
+
+def test_purges_racing_each_other_and_a_tenant_change_delete_each_session_once(where: Where) -> None:
+    # Prevents: two purges of one tenant (threads of one instance) both answering, or both firing
+    # on-deleted for, one session; a session moved to another tenant meanwhile deleted (or fired
+    # for) by a purge that listed it before the move; and what was deleted found by search after.
+    sm = where.open()
+    try:
+        ids = []
+        for i in range(24):
+            sid = sm.call("session::create", {"metadata": {"owner": "A"}})["session_id"]
+            sm.call("session::append", {"session_id": sid, "message": _text(f"twinword {i}")})
+            ids.append(sid)
+        movers = ids[::5]
+        events: list[str] = []
+        sm.observe({"function_id": "session::on-deleted"}, lambda p: events.append(p["session_id"]))
+        answered: list[list[str]] = [[], []]
+        moved: list[str] = []
+        failures: list[BaseException] = []
+        start = threading.Barrier(3)
+
+        def purge(n: int) -> None:
+            try:
+                start.wait(10)
+                _purge_all_into(sm, answered[n])
+            except BaseException as e:
+                failures.append(e)
+
+        def move() -> None:
+            try:
+                start.wait(10)
+                for sid in movers:
+                    try:
+                        sm.call("session::set-meta", {"session_id": sid, "metadata": {"owner": "B"}})
+                        moved.append(sid)
+                    except SessionError as e:
+                        assert e.code == NOT_FOUND, e
+            except BaseException as e:
+                failures.append(e)
+
+        threads = [threading.Thread(target=purge, args=(0,)), threading.Thread(target=purge, args=(1,)),
+                   threading.Thread(target=move)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        assert failures == []
+        both = answered[0] + answered[1]
+        assert len(both) == len(set(both)), "a session answered by both purges"
+        assert sorted(both) == sorted(set(ids) - set(moved))
+        assert sorted(events) == sorted(both)
+        assert set(moved).isdisjoint(both)
+        for sid in moved:
+            assert sm.call("session::get", {"session_id": sid})["meta"]["metadata"] == {"owner": "B"}
+        assert {h["session_id"] for h in _hits(sm, "twinword")} == set(moved)
+    finally:
+        sm.close()
+    if where.restarts:
+        with where.open() as again:
+            assert {h["session_id"] for h in _hits(again, "twinword")} == set(moved)
+
+
+def _purge_all_into(sm: SessionManager, into: list[str]) -> None:
+    for _ in range(200):
+        out = sm.call("session::purge", {"metadata": {"owner": "A"}, "limit": 3})
+        into.extend(out["session_ids"])
+        if not out["more"]:
+            return
+    raise AssertionError("purge never ended")
+
+
+def _proc_purge(kind: str, target: str, queue: Any, start: Any) -> None:
+    sm = (session_manager.open(target) if kind == "sqlite"
+          else session_manager.open(store=pg_support.open_store(target)))
+    try:
+        got: list[str] = []
+        start.wait(60)
+        _purge_all_into(sm, got)
+        queue.put(got)
+    finally:
+        sm.close()
+
+
+@pytest.mark.parametrize("kind", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def test_purges_in_two_processes_delete_each_session_once(kind: str, tmp_path: Path) -> None:
+    # Prevents: over a store two processes share, both purges answering one session (each listed it,
+    # each deleted it), so two on-deleted events went out for one delete.
+    import multiprocessing
+    schema = None
+    if kind == "postgres":
+        pg_support.require()
+        schema = f"smtest_review17_{uuid.uuid4().hex[:10]}"
+        target = schema
+    else:
+        target = f"sqlite:///{tmp_path.resolve()}/d.db"
+    w = Where(kind, tmp_path, schema)
+    try:
+        with w.open() as sm:
+            ids = []
+            for i in range(30):
+                sid = sm.call("session::create", {"metadata": {"owner": "A"}})["session_id"]
+                sm.call("session::append", {"session_id": sid, "message": _text(f"twinword {i}")})
+                ids.append(sid)
+        context = multiprocessing.get_context("spawn")
+        start, queue = context.Event(), context.Queue()
+        procs = [context.Process(target=_proc_purge, args=(kind, target, queue, start)) for _ in range(2)]
+        for p in procs:
+            p.start()
+        start.set()
+        answers = [queue.get(timeout=180) for _ in procs]
+        for p in procs:
+            p.join(60)
+        assert [p.exitcode for p in procs] == [0, 0]
+        both = answers[0] + answers[1]
+        assert len(both) == len(set(both)) and sorted(both) == sorted(ids)
+        with w.open() as again:
+            assert again.call("session::list", {})["sessions"] == []
+            assert _hits(again, "twinword") == []
+    finally:
+        if schema is not None:
+            pg_support.drop_schema(schema)
