@@ -1023,3 +1023,59 @@ def test_purges_in_two_processes_delete_each_session_once(kind: str, tmp_path: P
     finally:
         if schema is not None:
             pg_support.drop_schema(schema)
+
+
+# ---------------------------------------------------------------------------------------------
+# A read-only open searching while the writer forgets
+# ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("kind", ["fs", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def test_a_read_only_open_never_finds_what_the_writer_purged(kind: str, tmp_path: Path) -> None:
+    # Prevents: a read-only open (its own index: fs in memory, sqlite and postgres reading the
+    # queue in its snapshot) answering a session the writer deleted since its last query, by any
+    # scope (unscoped, a tenant, the session itself), or a page whose hit it cannot read failing.
+    from session_manager.store.sqlite.settings import SqliteSettings
+    from session_manager.store.sqlite.store import SqliteStore
+    schema = None
+    if kind == "postgres":
+        pg_support.require()
+        schema = f"smtest_review17_{uuid.uuid4().hex[:10]}"
+    try:
+        if kind == "fs":
+            writer = session_manager.open(tmp_path / "d")
+        elif kind == "sqlite":
+            writer = session_manager.open(f"sqlite:///{tmp_path}/d.db")
+        else:
+            assert schema is not None
+            writer = session_manager.open(store=pg_support.open_store(schema))
+        try:
+            ids = {}
+            for owner in ("A", "A", "B"):
+                sid = writer.call("session::create", {"metadata": {"owner": owner}})["session_id"]
+                writer.call("session::append", {"session_id": sid, "message": _text(f"roword {owner}")})
+                ids[sid] = owner
+            if kind == "fs":
+                reader = session_manager.open(store=FsStore(tmp_path / "d", read_only=True))
+            elif kind == "sqlite":
+                reader = session_manager.open(store=SqliteStore(SqliteSettings(path=str(tmp_path / "d.db"),
+                                                                              read_only=True)))
+            else:
+                assert schema is not None
+                reader = session_manager.open(store=pg_support.open_store(schema, read_only=True))
+            try:
+                assert len(_hits(reader, "roword")) == 3
+                purged = writer.call("session::purge", {"metadata": {"owner": "A"}})["session_ids"]
+                assert sorted(purged) == sorted(s for s, o in ids.items() if o == "A")
+                writer.call("session::append", {"session_id": next(s for s, o in ids.items() if o == "B"),
+                                                "message": _text("roword later")})
+                for extra in ({}, {"metadata": {"owner": "A"}}, {"session_id": purged[0]}, {"limit": 1}):
+                    found = {h["session_id"] for h in _hits(reader, "roword", **extra)}
+                    assert found.isdisjoint(purged), extra
+                assert len(_hits(reader, "roword")) == 2
+            finally:
+                reader.close()
+        finally:
+            writer.close()
+    finally:
+        if schema is not None:
+            pg_support.drop_schema(schema)
