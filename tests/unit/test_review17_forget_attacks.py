@@ -1079,3 +1079,65 @@ def test_a_read_only_open_never_finds_what_the_writer_purged(kind: str, tmp_path
     finally:
         if schema is not None:
             pg_support.drop_schema(schema)
+
+
+@pytest.mark.postgres
+def test_postgres_a_write_to_a_purged_session_sharing_a_lock_stripe_with_a_later_one_does_not_stall(
+        tmp_path: Path) -> None:
+    # Prevents: over postgres (a call is one transaction, each deleted session's row locked until
+    # its end), a purge waiting for a later session's lock stripe held by a writer of a session the
+    # purge deleted already, which waits for that row: both stalled until the call's deadline. Two
+    # ids sharing one of the 1,024 stripes make it happen on every run.
+    from session_manager._service.core import stripe
+    from session_manager.store.postgres.store import PostgresStore
+    pg_support.require()
+    schema = f"smtest_review17_{uuid.uuid4().hex[:10]}"
+    try:
+        sm = session_manager.open(store=pg_support.open_store(schema))
+        try:
+            first = f"s_r17_{uuid.uuid4().hex[:8]}"
+            second = next(c for n in range(100_000) if stripe(c := f"s_r17_{n}_x") == stripe(first) and c != first)
+            for sid in (first, second):
+                sm.call("session::ensure", {"session_id": sid, "metadata": {"owner": "A"}})
+                sm.call("session::append", {"session_id": sid, "message": _text("stripeword")})
+                threading.Event().wait(0.01)  # (a later created_at: the purge takes the oldest first)
+            outcome: list[Any] = []
+            writer_in = threading.Event()
+
+            def write_to_the_first() -> None:
+                writer_in.set()
+                try:
+                    outcome.append(sm.call("session::append", {"session_id": first, "message": _text("stripeword x")}))
+                except SessionError as e:
+                    outcome.append(e)
+
+            writer = threading.Thread(target=write_to_the_first)
+            real = PostgresStore.delete_session
+            lock = sm.service.core.session_lock(first)
+
+            def delete_then_let_the_writer_in(self: PostgresStore, session_id: str) -> bool:
+                out = real(self, session_id)
+                if session_id == first:
+                    writer.start()
+                    writer_in.wait(10)
+                    for _ in range(200):  # until the writer holds the shared stripe (or is kept out)
+                        if not lock.acquire(blocking=False):
+                            break
+                        lock.release()
+                        threading.Event().wait(0.01)
+                return out
+
+            PostgresStore.delete_session = delete_then_let_the_writer_in  # type: ignore[method-assign]
+            try:
+                out = sm.call("session::purge", {"metadata": {"owner": "A"}})
+            finally:
+                PostgresStore.delete_session = real  # type: ignore[method-assign]
+                writer.join(60)
+            assert out == {"session_ids": [first, second], "more": False}
+            assert len(outcome) == 1 and isinstance(outcome[0], SessionError), outcome
+            assert outcome[0].code == NOT_FOUND, outcome[0]
+            assert _hits(sm, "stripeword") == []
+        finally:
+            sm.close()
+    finally:
+        pg_support.drop_schema(schema)
