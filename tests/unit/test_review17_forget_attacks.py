@@ -1141,3 +1141,33 @@ def test_postgres_a_write_to_a_purged_session_sharing_a_lock_stripe_with_a_later
             sm.close()
     finally:
         pg_support.drop_schema(schema)
+
+
+def test_a_tree_delete_takes_its_sub_agents_forks_and_leaves_the_roots_forks_found(where: Where) -> None:
+    # Prevents: a tree delete missing a fork of a sub-agent session (its metadata, parent included,
+    # follows the fork: a sub-agent of the same parent), or taking a fork of the root (a session of
+    # its own, forked_from is no parent); the root's fork found after under its own id only, on its
+    # active path, and fired for only when it goes itself.
+    sm = where.open()
+    try:
+        root = sm.call("session::create", {"metadata": {"owner": "A"}})["session_id"]
+        r1 = sm.call("session::append", {"session_id": root, "message": _text("forkword root")})["entry_id"]
+        child = sm.call("session::create", {"metadata": {"owner": "A", "parent_session_id": root}})["session_id"]
+        c1 = sm.call("session::append", {"session_id": child, "message": _text("forkword child")})["entry_id"]
+        child_fork = sm.call("session::fork", {"session_id": child, "entry_id": c1})["session_id"]
+        root_fork = sm.call("session::fork", {"session_id": root, "entry_id": r1})["session_id"]
+        events: list[str] = []
+        sm.observe({"function_id": "session::on-deleted"}, lambda p: events.append(p["session_id"]))
+        out = sm.call("session::delete-tree", {"session_id": root})["deleted"]
+        assert sorted(out[:-1]) == sorted([child, child_fork]) and out[-1] == root
+        assert events == out
+        hits = _hits(sm, "forkword")
+        assert [(h["session_id"], h["on_active_path"]) for h in hits] == [(root_fork, True)]
+        assert sm.call("session::delete-tree", {"session_id": root}) == {"deleted": []}
+        assert sm.call("session::delete-tree", {"session_id": root_fork}) == {"deleted": [root_fork]}
+        assert events == [*out, root_fork] and _hits(sm, "forkword") == []
+    finally:
+        sm.close()
+    if where.restarts:
+        with where.open() as again:
+            assert _hits(again, "forkword") == [] and again.call("session::list", {})["sessions"] == []
