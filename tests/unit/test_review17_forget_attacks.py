@@ -110,7 +110,8 @@ def _hits(sm: SessionManager, query: str, **extra: Any) -> list[dict[str, Any]]:
 # The child runs one purge or tree delete and stops (asleep, to be killed) at its `stop_at`-th
 # instant: before and after each step a delete takes (fs: the search index's forget, each
 # rename and unlink, the sessions index's scrub; sqlite: the index rows' erase and the mark's
-# lowering inside the transaction; every store: each session's whole delete). stop_at 0 runs
+# lowering inside the transaction, the WAL's checkpoint after its commit; every store: each
+# session's whole delete). stop_at 0 runs
 # to the end and prints how many instants there were.
 CHILD = textwrap.dedent("""
     import json, sys, time
@@ -152,8 +153,10 @@ CHILD = textwrap.dedent("""
     elif kind == "sqlite":
         from session_manager.store.sqlite import search
         from session_manager.store.sqlite.store import SqliteStore as Store
+        from session_manager.store.sqlite.core import SqliteDatastore
         around(search, "erase")
         around(search, "lower")
+        around(SqliteDatastore, "checkpoint_erased")  # (after the call's commit: the WAL's old pages)
         sm = session_manager.open(where)
     else:
         from session_manager.store.postgres.store import PostgresStore as Store
@@ -280,7 +283,8 @@ def test_a_purge_or_tree_delete_killed_at_any_instant_leaves_each_session_whole_
         # Every instant of the first session's delete, then every third one (the later sessions'
         # steps are the same steps again).
         first_session = total // 4 + 2
-        instants = sorted(set(range(1, first_session + 1)) | set(range(first_session, total + 1, 3)))
+        instants = sorted(set(range(1, first_session + 1)) | set(range(first_session, total + 1, 3))
+                          | {total - 1, total})  # (and the last two: sqlite's checkpoint after the commit)
         if kind == "postgres":
             instants = instants[::2]
         for n, stop_at in enumerate(instants, start=1):
@@ -294,8 +298,9 @@ def test_a_purge_or_tree_delete_killed_at_any_instant_leaves_each_session_whole_
                 gone = set(markers) - whole
                 if kind == "fs":  # each delete commits on its own: nothing deleted comes back
                     assert set(deleted) <= gone and len(gone) <= len(deleted) + 1, (stop_at, last)
-                else:  # the call is one transaction, committed after its last delete: killed, none is gone
-                    assert gone == set(), (stop_at, last)
+                else:  # the call is one transaction, committed after its last delete: none or all gone
+                    everything = set(markers) - set(kept)
+                    assert gone == (everything if "checkpoint" in last else set()), (stop_at, last)
                 assert set(kept) <= whole, (stop_at, last)
                 if fid == "session::delete-tree":  # children first: no survivor's parent is gone
                     for sid in whole:
@@ -1171,3 +1176,33 @@ def test_a_tree_delete_takes_its_sub_agents_forks_and_leaves_the_roots_forks_fou
     if where.restarts:
         with where.open() as again:
             assert _hits(again, "forkword") == [] and again.call("session::list", {})["sessions"] == []
+
+
+@POSIX
+def test_sqlite_a_purge_killed_between_its_commit_and_its_checkpoint_is_erased_by_the_next_open(
+        tmp_path: Path) -> None:
+    # Prevents: a process killed after a purge's commit, before its TRUNCATE checkpoint (the erasure
+    # of the pages the delete zeroed), leaving the purged sessions' text in the database file for as
+    # long as the next instance ran (its pending erasure was the dead process's memory; a store
+    # nobody observes runs no checkpoint until its WAL holds 1,000 pages or it closes).
+    w = Where("sqlite", tmp_path, None)
+    with w.open() as sm:
+        markers, kept, _root = _tree(sm)
+    target = f"sqlite:///{tmp_path.resolve()}/d.db"
+    payload = {"metadata": {"owner": "A"}}
+    (tmp_path / "count").mkdir()
+    with Where("sqlite", tmp_path / "count", None).open() as counting:
+        _tree(counting)
+    _, last = _run_child("sqlite", f"sqlite:///{tmp_path.resolve()}/count/d.db", "session::purge", payload, 0)
+    total = int(last.split()[1])
+    _deleted, last = _run_child("sqlite", target, "session::purge", payload, total - 1)
+    assert last == "stalled before checkpoint_erased"
+    gone = [sid for sid in markers if sid not in kept]
+    sm = w.open()
+    try:
+        assert [m["session_id"] for m in sm.call("session::list", {})["sessions"]] == kept
+        for sid in gone:
+            assert [f for f in _walk_files(tmp_path, markers[sid].encode()) if not f.startswith("count")] == [], sid
+        assert _hits(sm, markers[kept[0]]) != []
+    finally:
+        sm.close()
