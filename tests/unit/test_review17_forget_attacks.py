@@ -1206,3 +1206,29 @@ def test_sqlite_a_purge_killed_between_its_commit_and_its_checkpoint_is_erased_b
         assert _hits(sm, markers[kept[0]]) != []
     finally:
         sm.close()
+
+
+@POSIX
+def test_fs_a_purge_killed_before_its_sessions_index_scrub_is_scrubbed_by_the_next_open(tmp_path: Path) -> None:
+    # Prevents: an fs purge killed after its last delete, before its batch's scrub of
+    # .index/sessions.list (which keeps each log's last meta: titles, metadata, drafts), leaving the
+    # purged sessions' metas in that file after the next open, until its first list or search.
+    w = Where("fs", tmp_path / "run", None)
+    (tmp_path / "run").mkdir()
+    with w.open() as sm:
+        markers, kept, _root = _tree(sm)
+    (tmp_path / "count").mkdir()
+    with Where("fs", tmp_path / "count", None).open() as counting:
+        _tree(counting)
+    payload = {"metadata": {"owner": "A"}}
+    _, last = _run_child("fs", str(tmp_path / "count" / "d"), "session::purge", payload, 0)
+    deleted, last = _run_child("fs", str(tmp_path / "run" / "d"), "session::purge", payload, int(last.split()[1]) - 1)
+    assert last == "stalled before scrub" and sorted(deleted) == sorted(s for s in markers if s not in kept)
+    sm = w.open()
+    try:
+        for sid in deleted:  # at once: the open, nothing else yet
+            assert _walk_files(tmp_path / "run", markers[sid].encode()) == [], sid
+        assert [m["session_id"] for m in sm.call("session::list", {})["sessions"]] == kept
+        assert _hits(sm, markers[kept[0]]) != []
+    finally:
+        sm.close()
