@@ -155,7 +155,7 @@ def _erase_in_order(core: ServiceCore, order: list[str], deleted: list[str], eve
 class _Held:
     """The session locks a purge or a tree delete holds from before its first delete to its
     end, over a store whose call is one transaction committed at the call's end (sqlite: the
-    database's write lock from the first delete on; postgres: each deleted session's lock).
+    database's write lock from the first delete on; postgres: each deleted session's rows).
     Taken one delete at a time, a session's lock was waited for inside that transaction while
     a writer of the session held it, waiting for the transaction: both stalled until the
     writer's timeout (sqlite's busy timeout, 30 s), which failed the write. Taken in stripe
