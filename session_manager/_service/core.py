@@ -93,6 +93,11 @@ class ServiceCore:
         One of :data:`LOCK_STRIPES` locks: a session always maps to the same one."""
         return self._stripe_lock(stripe(session_id))
 
+    def stripe_lock(self, i: int) -> threading.RLock:
+        """The lock of stripe ``i`` (:func:`stripe` of a session id): a call holding several
+        sessions' locks takes them in stripe order."""
+        return self._stripe_lock(i)
+
     def _stripe_lock(self, i: int) -> threading.RLock:
         lock = self._locks[i]
         if lock is None:

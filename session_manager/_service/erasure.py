@@ -10,15 +10,16 @@ store's (see docs/purge.md).
 
 from __future__ import annotations
 
-from collections.abc import Collection
+import threading
+from collections.abc import Collection, Iterable
 from typing import Any
 
 from .._wire import api
 from .._wire import events as ev
 from .._wire.shape import build
 from ..errors import STORAGE, SessionError
-from ..store.base import Meta
-from .core import Result, ServiceCore
+from ..store.base import Meta, SessionStore
+from .core import Result, ServiceCore, stripe
 from .lifecycle import erase
 from .listing import metadata_matches
 from .storage_errors import storage_errors
@@ -86,7 +87,9 @@ def erase_selected(core: ServiceCore, selection: Selection, limit: int) -> tuple
     found = select(core, selection, limit + 1)
     ids: list[str] = []
     events: list[ev.Event] = []
-    with core.store.erasing():
+    held = _Held(core)
+    held.take((m["session_id"] for m in found[:limit]), wait=True)
+    with held, core.store.erasing():
         for meta in found[:limit]:
             try:
                 event = erase(core, meta["session_id"], selection)
@@ -126,19 +129,72 @@ def delete_tree(core: ServiceCore, req: api.DeleteTreeRequest) -> Result:
     _bulk_delete_allowed(core)
     deleted: list[str] = []
     events: list[ev.Event] = []
-    for _ in range(_TREE_PASSES):
-        order = _tree_order(core, req.session_id)
-        if not order:
-            break
-        with core.store.erasing():
-            for session_id in order:
-                event = erase(core, session_id)
-                if event is not None:
-                    deleted.append(session_id)
-                    events.append(event)
-                if core.order is not None:  # (as erase_selected's)
-                    core.order.hand(events)
+    with _Held(core) as held:
+        for n in range(_TREE_PASSES):
+            order = _tree_order(core, req.session_id)
+            # A later pass runs inside the call's transaction: a lock it cannot take at once is
+            # held by a writer waiting for that transaction (the re-run finishes the tree).
+            if not order or not held.take(order, wait=n == 0):
+                break
+            _erase_in_order(core, order, deleted, events)
     return build[api.DeleteTreeResponse](deleted=deleted), events
+
+
+def _erase_in_order(core: ServiceCore, order: list[str], deleted: list[str], events: list[ev.Event]) -> None:
+    """One pass of a tree delete: each session of ``order`` erased, its id and event noted."""
+    with core.store.erasing():
+        for session_id in order:
+            event = erase(core, session_id)
+            if event is not None:
+                deleted.append(session_id)
+                events.append(event)
+            if core.order is not None:  # (as erase_selected's)
+                core.order.hand(events)
+
+
+class _Held:
+    """The session locks a purge or a tree delete holds from before its first delete to its
+    end, over a store whose call is one transaction committed at the call's end (sqlite: the
+    database's write lock from the first delete on; postgres: each deleted session's rows).
+    Taken one delete at a time, a session's lock was waited for inside that transaction while
+    a writer of the session held it, waiting for the transaction: both stalled until the
+    writer's timeout (sqlite's busy timeout, 30 s), which failed the write. Taken in stripe
+    order, so two of these never wait for each other. Over another store (fs, memory: each
+    delete commits on its own) nothing is held: each delete takes its session's lock."""
+
+    __slots__ = ("_core", "_locks", "_stripes")
+
+    def __init__(self, core: ServiceCore) -> None:
+        self._core = core
+        self._stripes: set[int] = set()
+        self._locks: list[threading.RLock] = []
+
+    def take(self, session_ids: Iterable[str], *, wait: bool) -> bool:
+        """Hold the locks of ``session_ids`` (waiting for each when ``wait``); False, holding
+        none of these, when one is not free at once (``wait`` false)."""
+        if type(self._core.store).run_call is SessionStore.run_call:  # (each delete its own commit)
+            return True
+        wanted = sorted({stripe(sid) for sid in session_ids} - self._stripes)
+        got: list[threading.RLock] = []
+        for i in wanted:
+            lock = self._core.stripe_lock(i)
+            if not lock.acquire(blocking=wait):
+                for taken in reversed(got):
+                    taken.release()
+                return False
+            got.append(lock)
+        self._stripes.update(wanted)
+        self._locks.extend(got)
+        return True
+
+    def __enter__(self) -> _Held:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        locks, self._locks = self._locks, []
+        self._stripes.clear()
+        for lock in reversed(locks):
+            lock.release()
 
 
 def _tree_order(core: ServiceCore, root: str) -> list[str]:

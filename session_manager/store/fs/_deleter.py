@@ -15,6 +15,7 @@ from . import _removal, _sessions_index
 from ._attachments import Attachments
 from ._datadir import DataDir
 from ._lazy import LazyEntries
+from ._sidecar import index_path
 from ._versions import EvictedVersions
 
 
@@ -50,7 +51,8 @@ class Deleter:
                 self._d.compactor.wait(session_id)  # a landed rewrite's cleanup (it never takes this lock)
             self._d.fds.forget(self._d.log(session_id))  # no descriptor into the log set aside
             existed = _removal.delete(self._d.ops, Path(self._d.log(session_id)),
-                                      self._attachments.attachments_dir(session_id), sync=self._d.durability == "fsync")
+                                      self._attachments.attachments_dir(session_id), sync=self._d.durability == "fsync",
+                                      index=index_path(self._d.dir, self._d.stem(session_id)))
             if isinstance(state.entries, LazyEntries):
                 state.entries.vanish()  # a reader holding its path must not read a re-created log
             state.clear()  # a writer waiting on this state must see the session gone

@@ -4,6 +4,7 @@ written back. A part of :class:`~._store.FsStore`."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 from ...errors import StoreError
@@ -45,6 +46,11 @@ class Lister:
             names, opened = None, None  # the first list reports it
         if names is not None and not _removal.recover(d.ops, d.dir, names, d.folder_of_stem, _rewrite.TEMP_SUFFIX):
             self.opened = opened  # (recovering changed data_dir: the first list lists it again)
+        if names is not None:
+            # data_dir changed since the index was written: the rows of logs gone (deleted by a
+            # process killed before its batch's scrub) are erased now, not at the first list.
+            with contextlib.suppress(OSError):
+                _sessions_index.scrub_absent(d.sessions_file, names)
         if d.case_insensitive:
             logs = self.log_names() if names is None else [n for n in names if n.endswith(LOG_SUFFIX)]
             d.fold = FoldIndex(logs, LOG_SUFFIX)

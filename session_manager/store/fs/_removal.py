@@ -6,7 +6,8 @@ Steps, for log ``<stem>.jsonl`` and attachment folder ``attachments/<stem>``:
 2. rename the log aside to ``<stem>.jsonl~deleted`` -- **the commit point**:
    from here the session is gone for every reader (only ``*.jsonl`` files
    are logs), and (durability ``fsync``) the directory is synced;
-3. remove the folder aside, then the log aside (last: it marks the delete).
+3. remove the folder aside and the session's sidecar ``.index/<stem>.idx``
+   (it holds the session's meta), then the log aside (last: it marks the delete).
 
 A failure before the commit point undoes step 1 and answers
 ``session/storage``: the session is fully readable, nothing was removed.
@@ -28,6 +29,7 @@ from pathlib import Path
 from ...errors import StoreError
 from ._fileops import Ops, fsync_dir, is_symlink, reason, remove_flat_folder
 from ._opener import LOG_SUFFIX
+from ._sidecar import index_path
 
 log = logging.getLogger("session_manager.store.fs")
 
@@ -46,9 +48,9 @@ def _exists(ops: Ops, path: Path) -> bool:
     return True
 
 
-def delete(ops: Ops, log_path: Path, folder: Path, *, sync: bool) -> bool:
-    """Delete one session's log and attachment folder (see the module doc);
-    whether there was a log or a folder to delete."""
+def delete(ops: Ops, log_path: Path, folder: Path, *, sync: bool, index: str | None = None) -> bool:
+    """Delete one session's log and attachment folder (see the module doc), and its
+    sidecar ``index`` once committed; whether there was a log or a folder to delete."""
     if is_symlink(ops, folder.parent) or is_symlink(ops, folder):
         raise StoreError("attachments folder is a symbolic link; refusing to delete through it")
     _finish(ops, log_path, folder)  # an earlier delete of this id that stopped half way
@@ -73,7 +75,7 @@ def delete(ops: Ops, log_path: Path, folder: Path, *, sync: bool) -> bool:
             except OSError as undo:
                 log.error("delete of %s could not be synced nor undone (%s); it stands", log_path.name,
                           reason(undo))
-                _finish_quietly(ops, log_path, folder)
+                _finish_quietly(ops, log_path, folder, index)
                 return True
         if moved:
             try:
@@ -82,24 +84,29 @@ def delete(ops: Ops, log_path: Path, folder: Path, *, sync: bool) -> bool:
                 log.error("delete of %s failed and its attachments could not be put back (%s); "
                           "the next open restores them", log_path.name, reason(undo))
         raise StoreError(f"delete {log_path.name}: {reason(e)}") from None
-    _finish_quietly(ops, log_path, folder)
+    _finish_quietly(ops, log_path, folder, index)
     return renamed or moved
 
 
-def _finish_quietly(ops: Ops, log_path: Path, folder: Path) -> None:
+def _finish_quietly(ops: Ops, log_path: Path, folder: Path, index: str | None) -> None:
     """:func:`_finish` of a delete that stands: a failure is logged (the next open finishes it)."""
     try:
-        _finish(ops, log_path, folder)
+        _finish(ops, log_path, folder, index)
     except (OSError, StoreError) as e:
         log.warning("%s is deleted; removing its files failed (%s), the next open finishes it",
                     log_path.name, e if isinstance(e, StoreError) else reason(e))
 
 
-def _finish(ops: Ops, log_path: Path, folder: Path) -> None:
-    """Complete a delete that passed its commit point; undo one that did not."""
+def _finish(ops: Ops, log_path: Path, folder: Path, index: str | None = None) -> None:
+    """Complete a delete that passed its commit point; undo one that did not. ``index``: the
+    session's sidecar, removed before the log aside (which marks the delete unfinished until
+    then: a kill in between leaves the aside, and the next open removes the sidecar)."""
     log_aside, folder_aside = _aside(log_path), _aside(folder)
     if _exists(ops, log_aside):
         remove_flat_folder(ops, folder_aside)
+        if index is not None:
+            with contextlib.suppress(FileNotFoundError):
+                ops.unlink(index)
         ops.unlink(log_aside)
     elif _exists(ops, folder_aside) and not _exists(ops, folder):
         ops.replace(folder_aside, folder)
@@ -155,7 +162,7 @@ def recover(ops: Ops, data_dir: Path, names: list[str] | None, folder_for: Calla
     for stem in stems:
         log_path = data_dir / f"{stem}{LOG_SUFFIX}"
         try:
-            _finish(ops, log_path, folder_for(stem))
+            _finish(ops, log_path, folder_for(stem), index_path(data_dir, stem))
         except (OSError, StoreError) as e:
             log.warning("%s: cannot finish an earlier delete (%s)", log_path.name,
                         e if isinstance(e, StoreError) else reason(e))

@@ -31,7 +31,7 @@ import struct
 import sys
 import zlib
 from array import array
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -244,8 +244,24 @@ def scrub(path: Path, names: set[str]) -> None:
     mtime, ctime). A crash between the writes leaves a checksum that fails: the
     next list reads the logs and rewrites the index, as for any damage."""
     recorded = read(path)
+    if recorded is not None:
+        _scrub(path, recorded, names)
+
+
+def scrub_absent(path: Path, present: Collection[str]) -> None:
+    """:func:`scrub` of every recorded log not among ``present`` (data_dir's entries, as an
+    open listed them): the rows of sessions deleted by a process killed before its batch's
+    scrub (:meth:`.Deleter.erasing`). One read of the index; a write only when some are gone."""
+    recorded = read(path)
     if recorded is None:
         return
+    known = set(present)
+    gone = {name for name in recorded.names if name not in known}
+    if gone:
+        _scrub(path, recorded, gone)
+
+
+def _scrub(path: Path, recorded: Recorded, names: set[str]) -> None:
     all_names = recorded.names
     hits = sorted(i for name in names if name in recorded.names_text
                   for i in _positions(all_names, name) if recorded.has_meta(i))

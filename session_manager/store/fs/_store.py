@@ -363,8 +363,15 @@ class FsStore(StateBackedStore):
 
     def delete_session(self, session_id: str) -> bool:
         self._d.writable()  # before the search index forgets anything of it
+        self._d.stem(session_id)  # (an over-long id: the caller's error, before the index forgets it)
         self._search.forget(session_id)  # before the log (a crash between leaves no index of it) ...
-        existed = self._deleter.delete_session(session_id)
+        try:
+            existed = self._deleter.delete_session(session_id)
+        except BaseException:
+            # Failed before its commit point: the session stands, whole, and its log is indexed
+            # again at the next query (forgotten, it was never looked at again until a reopen).
+            self._search.touched(session_id)
+            raise
         self._search.forget(session_id)  # ... and after (a query in between re-read the log)
         return existed
 

@@ -169,12 +169,15 @@ class SqliteDatastore:
                 os.makedirs(parent, exist_ok=True)
             except OSError as e:
                 raise StoreError(f"sqlite: cannot create the directory {parent}: {e.strerror}") from None
+        left_over = not self.read_only and _holds_frames(self.file + "-wal")  # (before this open writes)
         try:
             conn = self.connect(opening=True)
             if self.read_only:
                 schema.check(conn, self.file)
             else:
                 schema.migrate(conn, self.file)
+                if left_over:
+                    self._erase_left_over(conn)
             self._adopt(conn)  # the opening thread's connection from now on
             self._identity = _identity(self.file)  # the file opened: see still_ours
         except sqlite3.Error as e:
@@ -413,6 +416,16 @@ class SqliteDatastore:
             self.erase_pending = True
             self.checkpoint_erased(conn, wait=False)
 
+    def _erase_left_over(self, conn: sqlite3.Connection) -> None:
+        """At a writable open over a WAL an earlier process left holding frames: one TRUNCATE
+        checkpoint, waiting for nobody. A process killed between a delete's commit and its
+        checkpoint left the deleted rows' old pages in the database file (the WAL holds them
+        zeroed) and its pending erasure in its memory; nothing else checkpoints a store nobody
+        observes until its WAL holds 1,000 pages or it closes. Busy (another process reads or
+        writes): theirs to do, their follower's checkpoints copy the WAL back."""
+        self.checkpoint_erased(conn, wait=False)
+        self.erase_pending = False  # (busy: not this open's to retry)
+
     def checkpoint_erased(self, conn: sqlite3.Connection, *, wait: bool) -> None:
         """Erasure: copy the WAL back (its pages now zeroed where rows were deleted) and
         truncate it, so a deleted session's old page images leave the WAL file too. A reader
@@ -456,3 +469,11 @@ def _identity(path: str) -> tuple[int, int]:
     """The file ``path`` names now: (device, inode)."""
     st = os.stat(path)
     return st.st_dev, st.st_ino
+
+
+def _holds_frames(wal: str) -> bool:
+    """Whether the WAL file ``wal`` exists and is longer than nothing."""
+    try:
+        return os.path.getsize(wal) > 0
+    except OSError:
+        return False
