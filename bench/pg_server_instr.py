@@ -6,13 +6,14 @@ each backend writing its own file when it exits::
     valgrind --tool=callgrind --trace-children=yes --callgrind-out-file=DIR/cg.%p \
         postgres -D DATA   # fsync, synchronous_commit and autovacuum off
 
-    python bench/pg_server_instr.py 'host=/tmp/pg port=5499 user=postgres dbname=test' DIR 100 [ours]
+    python bench/pg_server_instr.py 'host=/tmp/pg port=5499 user=postgres dbname=test' DIR 100 [ours|lc]
 
 Per append = (the backend's total after 2n appends - after n) / n, each count on a fresh
 schema (migrated by this tree's store, a session created and appended to once by the
 service), its appends sent as ``bench/pg_floor.py``'s "our SQL, bare" sends them (the
 statements ``plain.py`` sends for a warm, unobserved, uncontended append at a known leaf);
-with ``ours``, ours' own ``session::append`` calls (the service's statements, the same backend).
+with ``ours``, ours' own ``session::append`` calls (the service's statements, the same backend);
+with ``lc``, langchain-postgres's ``add_message`` (its three statements, its one connection).
 """
 
 from __future__ import annotations
@@ -85,6 +86,22 @@ def run(dsn: str, out: Path, n: int) -> int:
     return counted(dsn, out, WARM + n, "pgsrv_instr", make)
 
 
+def run_lc(dsn: str, out: Path, n: int) -> int:
+    """The same count for langchain-postgres's ``add_message`` (the ``bench`` extra)."""
+    from langchain_core.messages import HumanMessage
+
+    class Lc:
+        def __init__(self, schema: str, opened: list[Any]) -> None:
+            self.history = pg_floor.langchain(dsn, schema, str(uuid.uuid4()), opened)
+            assert self.history is not None, "langchain-postgres is not installed (the bench extra)"
+            self.conn = opened[-1]
+
+        def __call__(self) -> None:
+            self.history.add_message(HumanMessage("hi"))
+
+    return counted(dsn, out, WARM + n, "pgsrv_lc", Lc)
+
+
 def run_ours(dsn: str, out: Path, n: int) -> int:
     """The same count for ours' own appends (``session::append`` on an embedded store, a pool
     of one connection, nobody observing): the backend that pool connection talks to."""
@@ -114,7 +131,7 @@ def run_ours(dsn: str, out: Path, n: int) -> int:
 
 def main() -> None:
     dsn, out, n = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3])
-    count = run_ours if sys.argv[4:] == ["ours"] else run
+    count = {"ours": run_ours, "lc": run_lc}.get(sys.argv[4], run) if sys.argv[4:] else run
     one, two = count(dsn, out, n), count(dsn, out, 2 * n)
     print(f"server instructions per append: {(two - one) / n:,.0f} (n={n}: {one:,} / 2n: {two:,})")
 

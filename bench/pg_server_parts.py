@@ -23,6 +23,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 import pg_floor  # noqa: E402
+from pg_ceiling import CEILING, CEILING_SCHEMA_CHANGE  # noqa: E402
 from pg_server_instr import WARM, counted  # noqa: E402
 
 from session_manager.store.postgres import plain  # noqa: E402
@@ -88,6 +89,11 @@ VARIANTS: dict[str, tuple[str, tuple[str, ...]]] = {
     "HOT (no secondary session index)": (
         "DROP INDEX sessions_updated; DROP INDEX sessions_created; DROP INDEX sessions_status_updated;"
         " DROP INDEX sessions_status_created; DROP INDEX sessions_metadata", (LOCK, LINKED)),
+    # bench/pg_ceiling.py: the lock folded into the UPDATE, no observers check, no search trigger
+    "ceiling (no shared protocols)": (CEILING_SCHEMA_CHANGE, (CEILING,)),
+    "lock folded only": ("", (LINKED.replace(_SEEN_CLAUSE, " AND NOT (" + plain._SEEN + ") AND pg_advisory_xact_lock("
+                                             "hashtextextended(%(schema)b::text || ':' || %(sid)b::text, 0))"
+                                             " IS NOT NULL"),)),
 }
 
 
