@@ -190,3 +190,45 @@ def test_langgraph_turns_keep_a_bounded_set_of_connections_and_read_back_every_t
         assert len(sm.service.store.db._conns) <= 2 + _IDLE_MAX
         contents = [m.content for m in graph.get_state(config).values["messages"]]
     assert contents == [x for i in range(50) for x in (f"q{i}", f"answer {2 * i + 1}")]
+
+
+def test_threads_coming_and_going_at_once_never_share_a_connection_and_lose_no_write(tmp_path: Path) -> None:
+    # Prevents: an idle connection handed to two new threads at once (two transactions on one
+    # connection: "cannot start a transaction within a transaction", or one's write in the
+    # other's), or a write lost while connections change hands; durability switched meanwhile.
+    with session_manager.open(f"sqlite:///{tmp_path.resolve()}/d.db") as sm:
+        store = sm.service.store
+        sid = sm.call("session::create", {"title": "t"})["session_id"]
+        errors: list[BaseException] = []
+        owners: dict[int, int] = {}
+        guard = threading.Lock()
+
+        def short(n: int) -> None:
+            try:
+                conn = store.db.conn()
+                with guard:
+                    assert id(conn) not in owners, "a connection in two live threads"
+                    owners[id(conn)] = n
+                sm.call("session::append", {"session_id": sid, "message": user(f"w{n}")})
+                with guard:
+                    del owners[id(conn)]
+            except BaseException as e:  # (asserted below)
+                errors.append(e)
+
+        def wave(base: int) -> None:
+            for k in range(25):
+                t = threading.Thread(target=short, args=(base + k,))
+                t.start()
+                t.join()
+
+        waves = [threading.Thread(target=wave, args=(100 * w,)) for w in range(6)]
+        for t in waves:
+            t.start()
+        store.durability = "fsync"
+        for t in waves:
+            t.join()
+        gc.collect()
+        assert errors == []
+        assert len(store.db._conns) <= 1 + 6 + _IDLE_MAX
+        texts = sorted(e["message"]["content"][0]["text"] for e in store.entries(sid))
+    assert texts == sorted(f"w{100 * w + k}" for w in range(6) for k in range(25))
