@@ -429,7 +429,7 @@ class SessionManagerSaver(BaseCheckpointSaver[str]):
         body, meta = encode_docs(self.serde, _without_values(checkpoint), merged)
         serialized = serialize_values(self.serde, checkpoint["channel_values"], new_versions)
 
-        def write(index: ThreadIndex, checked: bool) -> tuple[ThreadIndex, dict[str, Any], str, str]:
+        def write(index: ThreadIndex, checked: bool) -> tuple[ThreadIndex, dict[str, Any], str, bytes | None, str]:
             parent_entry = (index.checkpoints.get((ns, parent_id)) if parent_id else None) or ROOT_ID
             # A value stored as a delta names its base's entry (an ancestor: ThreadIndex.bases): made
             # with this index only when the append lands only while the session is as the index saw
@@ -437,14 +437,14 @@ class SessionManagerSaver(BaseCheckpointSaver[str]):
             values, twin = pack_values(serialized, index.line(ns, parent_entry) if checked else None)
             data = {"ns": ns, "id": checkpoint_id, "parent": parent_id, "checkpoint": body, "metadata": meta,
                     "values": values}
-            return index, data, parent_entry, self._write(thread_id, index, CHECKPOINT, data, parent_entry,
-                                                          owned=True, checked=checked,
-                                                          data_json=data_json(data, "values", twin))
+            encoded = data_json(data, "values", twin)
+            return index, data, parent_entry, encoded, self._write(thread_id, index, CHECKPOINT, data, parent_entry,
+                                                                   owned=True, checked=checked, data_json=encoded)
 
         with self._lock(thread_id):  # no read of the session: the append checks the index is current
-            index, data, parent_entry, written = self._checked(thread_id, self._current(thread_id), write)
+            index, data, parent_entry, encoded, written = self._checked(thread_id, self._current(thread_id), write)
             index.add_checkpoint(written, data, parent_entry)
-            self._kept.keep(thread_id, index.epoch, written, data, footprint(data))
+            self._kept.keep(thread_id, index.epoch, written, data, footprint(data, encoded))
         return _config(thread_id, ns, checkpoint_id)
 
     def put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
@@ -465,9 +465,10 @@ class SessionManagerSaver(BaseCheckpointSaver[str]):
                 return
             packed, twin = pack_writes(self.serde, fresh)
             data = {"ns": ns, "checkpoint_id": key[1], "task_id": task_id, "task_path": task_path, "writes": packed}
+            encoded = data_json(data, "writes", twin)
             written = self._append(thread_id, index, WRITES, data, index.checkpoints.get(key, ROOT_ID), owned=True,
-                                   checked=checked, data_json=data_json(data, "writes", twin))
-            self._kept.keep(thread_id, index.epoch, written, data, footprint(data))
+                                   checked=checked, data_json=encoded)
+            self._kept.keep(thread_id, index.epoch, written, data, footprint(data, encoded))
 
         with self._lock(thread_id):  # no read of the session: the append checks the index is current
             self._checked(thread_id, self._current(thread_id), write)

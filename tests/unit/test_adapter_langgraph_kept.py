@@ -8,6 +8,7 @@ import contextlib
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 pytest.importorskip("langgraph.checkpoint.base", reason="the langgraph extra is not installed")
@@ -163,3 +164,27 @@ def test_a_bad_cache_bytes_is_a_clear_error(tmp_path: Path, bad: Any) -> None:
     with session_manager.open(tmp_path / "d") as sm, pytest.raises(SessionError) as raised:
         SessionManagerSaver(sm, cache_bytes=bad)
     assert raised.value.code == "session/invalid_request" and "cache_bytes" in str(raised.value)
+
+
+def test_a_write_is_kept_at_its_encoded_size_and_a_derivation_at_the_walked_one(tmp_path: Path) -> None:
+    # Prevents: a put (or put_writes) walking its own data again to size what it keeps, the
+    # metadata encoded a second time (issue 29: ~180 bytecodes of every put): the JSON the put
+    # made for the store gives the size. And the two sizes apart: an index derived again sizes
+    # what it decoded by the walk, never by a JSON it does not have, and both stay within budget.
+    from session_manager.adapters._kept import _OVERHEAD, footprint
+
+    with session_manager.open(f"sqlite:///{tmp_path.resolve()}/d.db") as sm:
+        saver = SessionManagerSaver(sm)
+        saved = put_chain(saver, "k", 3)
+        entries = [e for e in sm.service.store.entries("k") if e["custom_type"] != "langgraph.root"]
+        kept = dict(saver._kept._kept)
+        assert len(entries) == 6 and set(kept) == {("k", e["id"]) for e in entries}
+        for entry in entries:
+            encoded = orjson.dumps(entry["data"])
+            assert kept[("k", entry["id"])][2] == _OVERHEAD + len(encoded) == footprint(entry["data"], encoded)
+            assert footprint(entry["data"], encoded) >= footprint(entry["data"])  # (JSON: the texts and more)
+        assert saver._kept.total == sum(size for _, _, size in kept.values())
+        other = SessionManagerSaver(sm)  # derives its index: sizes what it decoded by the walk
+        assert other.get_tuple(saved[1]) is not None
+        sized = {k: v[2] for k, v in other._kept._kept.items()}
+    assert sized == {("k", e["id"]): footprint(e["data"]) for e in entries}

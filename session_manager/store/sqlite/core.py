@@ -28,6 +28,7 @@ import sqlite3
 import threading
 import urllib.parse
 import uuid
+import weakref
 from contextlib import suppress
 from typing import Any
 
@@ -60,6 +61,11 @@ _WAL_SIZED_PAGES = _WAL_PAGES["FULL"] + 100  # (a checkpoint restarts it past 1,
 # once: a process that writes a few times lays none (size_wal), not the ~33 MB the WAL grows to.
 _WAL_STEP = (1 << 20, 4 << 20)  # a step is the WAL's size, within these bounds
 _ZEROS = memoryview(bytes(_WAL_STEP[0]))  # (written a slice at a time)
+# Connections of ended threads kept for the next new thread (core.conn): LangGraph runs a graph's
+# checkpoint writes on a thread pool made per invoke, whose every thread opened a connection of
+# its own (kept until the store closed: ~2.8 a turn, each two file descriptors). Past this many
+# idle, an ended thread's connection is closed.
+_IDLE_MAX = 8
 WAL_LIMIT_BYTES = 64 << 20  # cut back only past it: a WAL cut at every checkpoint regrows at a cost
 # A session's integer key (``entries.sk``: schema version 7) from its stored text key, the one
 # parameter: a constant subquery, run once per statement (one probe of the sessions table).
@@ -91,8 +97,8 @@ class _State:
     """The calling thread's state (:class:`_Local`'s ``state``): a plain object, as an attribute of
     a ``threading.local`` costs about 500 instructions to reach, ~45 of them per append."""
 
-    __slots__ = ("conn", "cur", "erased", "in_tx", "leaf_depth", "links", "listed", "memo", "position", "staged",
-                 "synchronous", "version")
+    __slots__ = ("__weakref__", "conn", "cur", "erased", "in_tx", "leaf_depth", "links", "listed", "memo", "position",
+                 "staged", "synchronous", "version")
 
     def __init__(self) -> None:
         self.conn: sqlite3.Connection | None = None
@@ -142,6 +148,7 @@ class SqliteDatastore:
         self.instance = uuid.uuid4().hex
         self.local = _Local()
         self._conns: list[sqlite3.Connection] = []
+        self._idle: list[sqlite3.Connection] = []  # of ended threads, for the next new one (conn)
         self._conns_lock = threading.Lock()
         self._closed = False
         self._synchronous = _SYNCHRONOUS[settings.durability]
@@ -248,19 +255,43 @@ class SqliteDatastore:
         if conn is None:
             if self._closed:
                 raise StoreError("sqlite: the store is closed")
+            with self._conns_lock:
+                idle = self._idle.pop() if self._idle else None
             try:
-                conn = self._adopt(self.connect())
+                conn = self._adopt(idle) if idle is not None else self._adopt(self.connect())
             except sqlite3.Error as e:
                 raise self.fail(e) from None
         return conn
 
     def _adopt(self, conn: sqlite3.Connection) -> sqlite3.Connection:
-        """``conn`` as this thread's connection, at the store's durability."""
+        """``conn`` (new, or an ended thread's) as this thread's connection, at the store's
+        durability; handed back (:meth:`_take_back`) when the thread ends."""
         if not self.read_only:
             conn.execute(f"PRAGMA synchronous={self._synchronous}")
+            conn.execute(f"PRAGMA wal_autocheckpoint={_WAL_PAGES[self._synchronous]}")
         state = self.local.state
         state.conn, state.cur, state.synchronous = conn, conn.cursor(), self._synchronous
+        weakref.finalize(state, _hand_back, weakref.ref(self), conn).atexit = False
         return conn
+
+    def _take_back(self, conn: sqlite3.Connection) -> None:
+        """An ended thread's connection: kept for the next new thread (:meth:`conn`), out of any
+        transaction, or closed past :data:`_IDLE_MAX` idle (or when it cannot be rolled back)."""
+        try:
+            if conn.in_transaction:  # (a thread ends inside a transaction only by a bug: none is kept)
+                conn.execute("ROLLBACK")
+            keep = True
+        except sqlite3.Error:  # (closed with the store meanwhile, or the rollback failed)
+            keep = False
+        with self._conns_lock:
+            if self._closed or not any(c is conn for c in self._conns):
+                return  # (the store closed it)
+            if keep and len(self._idle) < _IDLE_MAX:
+                self._idle.append(conn)
+                return
+            self._conns = [c for c in self._conns if c is not conn]
+        with suppress(sqlite3.Error):
+            conn.close()
 
     def fail(self, e: sqlite3.Error, *, opening: bool = False) -> StoreError:
         """A database failure as the :class:`StoreError` (or :class:`Unavailable`) that says why."""
@@ -447,7 +478,7 @@ class SqliteDatastore:
     def release(self) -> None:
         """Close every connection this store opened."""
         with self._conns_lock:
-            conns, self._conns = self._conns, []
+            conns, self._conns, self._idle = self._conns, [], []
         for conn in conns:
             with suppress(sqlite3.Error):
                 conn.close()
@@ -463,6 +494,13 @@ class SqliteDatastore:
     def storage_error(self, e: BaseException) -> SessionError:
         """A lazy read's failure, as callers see it (it happens outside the service's mapping)."""
         return SessionError(STORAGE, str(self.fail(e)) if isinstance(e, sqlite3.Error) else str(e))
+
+
+def _hand_back(store: weakref.ref[SqliteDatastore], conn: sqlite3.Connection) -> None:
+    """A thread's state is gone (the thread ended): its connection back to its store, if open."""
+    db = store()
+    if db is not None:
+        db._take_back(conn)
 
 
 def _identity(path: str) -> tuple[int, int]:
