@@ -72,7 +72,7 @@ def _via(kind: str, fn: Callable[..., Any]) -> Callable[..., Any]:
     return wrapped
 
 
-def child(which: str, puts: int, durability: str, store_kind: str = "fs") -> None:
+def child(which: str, puts: int, durability: str, store_kind: str = "fs", bare: bool = False) -> None:
     """The measured process (run under callgrind)."""
     sys.path.insert(0, str(ROOT))
     sys.path.insert(0, str(ROOT / "bench"))
@@ -87,13 +87,14 @@ def child(which: str, puts: int, durability: str, store_kind: str = "fs") -> Non
         where: Any = f"sqlite:///{tmp.resolve()}/sm.db" if store_kind == "sqlite" else tmp / "sm"
         sm = session_manager.open(where, durability=durability)  # type: ignore[arg-type]
         saver = adapter.SessionManagerSaver(sm)
+    if which == "ours" and not bare:
         sm._append_owned = _via("call", sm._append_owned)  # type: ignore[method-assign]
         adapter.encode_docs = _via("max", adapter.encode_docs)  # type: ignore[assignment]
         store: Any = sm.service.store
         store.commit = _via("any", store.commit)
         if hasattr(store, "_writer"):
             store._writer.append = _via("all", store._writer.append)
-    else:
+    if which != "ours":
         saver = bench.sqlite_saver(tmp / "x.db", "NORMAL" if durability == "flush" else None)
     saver.serde.dumps_typed = _via("min", saver.serde.dumps_typed)
     thread = bench.Thread(saver, "bench", bench.SETTINGS)
@@ -122,10 +123,13 @@ def main() -> None:
     parser.add_argument("--store", choices=("fs", "sqlite"), default="fs",
                         help="the store ours runs over (sqlite: its commit is the sqlite store's)")
     parser.add_argument("--keep", type=Path, help="keep the callgrind files in this directory")
+    parser.add_argument("--bare", action="store_true",
+                        help="wrap only the put and the serializer (the totals compared without the ~5-12 k "
+                             "each of ours' part wrappers adds)")
     parser.add_argument("--child", choices=("ours", "sqlite"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        child(args.child, args.puts, args.durability, args.store)
+        child(args.child, args.puts, args.durability, args.store, args.bare)
         return
     where = args.keep or Path(tempfile.mkdtemp())
     where.mkdir(parents=True, exist_ok=True)
@@ -135,7 +139,8 @@ def main() -> None:
         runs[which] = (out, subprocess.Popen(
             ["valgrind", "--tool=callgrind", "--toggle-collect=functools_reduce", "--separate-threads=yes",
              f"--callgrind-out-file={out}", sys.executable, __file__,
-             "--child", which, "--puts", str(args.puts), "--durability", args.durability, "--store", args.store],
+             "--child", which, "--puts", str(args.puts), "--durability", args.durability, "--store", args.store]
+            + (["--bare"] if args.bare else []),
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
     results = {}
     for which, (out, proc) in runs.items():

@@ -21,11 +21,11 @@ import orjson
 from ._checkpoints import CHECKPOINT, WRITES
 
 _SEEDED = (CHECKPOINT, WRITES)  # the entries a read takes data from
-_OVERHEAD = 512  # what a kept data holds beside its texts (its dicts and lists, the slot here)
+OVERHEAD = 512  # what a kept data holds beside its texts (its dicts and lists, the slot here)
 
 
 def _doc_size(doc: Any) -> int:
-    """A stored document's size (:func:`._checkpoints.encode_doc`, ``encode_body``): its text,
+    """A stored document's size (:func:`._checkpoints.encode_docs`): its text,
     its packed text, or its JSON's (a caller's metadata may be any size: counted, not guessed)."""
     if type(doc) is not dict:
         return 0
@@ -44,7 +44,7 @@ def _doc_size(doc: Any) -> int:
 def footprint(data: Any) -> int:
     """An estimate of the memory a checkpoint's or writes' data holds: its texts (serialized
     values, the checkpoint's body and metadata) and a fixed overhead."""
-    size = _OVERHEAD
+    size = OVERHEAD
     if type(data) is not dict:
         return size
     for packed in (data.get("values") or {}).values():
