@@ -16,7 +16,10 @@ else on the path calls, so callgrind's inclusive cost of that function is the pa
   ``pysqlite_connection_commit``, C functions already).
 
 Each wrapper adds ~5-12 k instructions to the parts around it (the store call holds two);
-compare runs of one version of this script. Only the measured puts are collected
+compare runs of one version of this script (``--bare``: only the put and the serializer wrapped,
+for both savers: the totals compared as they are). ``--own``: each put alone wrapped, the
+serializer's output made once per kind of value and then reused, so the count is the saver's own
+work besides the serializer (and the bench's loop around the puts is not in it). Only the measured puts are collected
 (``--toggle-collect`` of the ``put`` wrapper): the same C functions called elsewhere (``any``,
 ``all``, ``max`` at import, the warm-up) would otherwise count in the parts, ~17-26 k per put
 each. ``--keep DIR`` keeps the callgrind files.
@@ -72,7 +75,8 @@ def _via(kind: str, fn: Callable[..., Any]) -> Callable[..., Any]:
     return wrapped
 
 
-def child(which: str, puts: int, durability: str, store_kind: str = "fs") -> None:
+def child(which: str, puts: int, durability: str, store_kind: str = "fs", bare: bool = False,
+          own: bool = False) -> None:
     """The measured process (run under callgrind)."""
     sys.path.insert(0, str(ROOT))
     sys.path.insert(0, str(ROOT / "bench"))
@@ -87,20 +91,48 @@ def child(which: str, puts: int, durability: str, store_kind: str = "fs") -> Non
         where: Any = f"sqlite:///{tmp.resolve()}/sm.db" if store_kind == "sqlite" else tmp / "sm"
         sm = session_manager.open(where, durability=durability)  # type: ignore[arg-type]
         saver = adapter.SessionManagerSaver(sm)
+    if which == "ours" and not (bare or own):
         sm._append_owned = _via("call", sm._append_owned)  # type: ignore[method-assign]
         adapter.encode_docs = _via("max", adapter.encode_docs)  # type: ignore[assignment]
         store: Any = sm.service.store
         store.commit = _via("any", store.commit)
         if hasattr(store, "_writer"):
             store._writer.append = _via("all", store._writer.append)
-    else:
+    if which != "ours":
         saver = bench.sqlite_saver(tmp / "x.db", "NORMAL" if durability == "flush" else None)
-    saver.serde.dumps_typed = _via("min", saver.serde.dumps_typed)
+    if own:
+        saver.serde.dumps_typed = _memoized(saver.serde.dumps_typed)
+    else:
+        saver.serde.dumps_typed = _via("min", saver.serde.dumps_typed)
     thread = bench.Thread(saver, "bench", bench.SETTINGS)
-    thread.put(30)  # warm-up
+    thread.put(30)  # warm-up (with --own, every serialized value the measured puts take made here)
     gc.collect()
     gc.disable()
-    functools.reduce(lambda _a, _b: thread.put(puts), [0, 0])
+    if own:  # each put inside the wrapper: the bench's loop around them not counted
+        put = saver.put
+        saver.put = lambda *a: functools.reduce(lambda _a, _b: put(*a), [0, 0])  # type: ignore[method-assign]
+        thread.put(puts)
+    else:
+        functools.reduce(lambda _a, _b: thread.put(puts), [0, 0])
+
+
+def _memoized(dumps: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """``dumps`` made once per kind of value the bench puts (a messages list by its length, the
+    settings, any counter as the first: its bytes and SqliteSaver's whole checkpoint's, made once per
+    messages' length, then stand for another value, which nothing reads back here), so a
+    put's count is the saver's own work, the serializer's left out (``--own``)."""
+    made: dict[Any, Any] = {}
+
+    def memo(value: Any) -> Any:
+        if type(value) is dict and "channel_values" in value:
+            key: Any = ("checkpoint", len(value["channel_values"]["messages"]))
+        else:
+            key = (type(value), len(value) if isinstance(value, (list, dict)) else 0)
+        out = made.get(key)
+        if out is None:
+            out = made[key] = dumps(value)
+        return out
+    return memo
 
 
 def per_put(out: Path, puts: int) -> dict[str, float]:
@@ -122,10 +154,16 @@ def main() -> None:
     parser.add_argument("--store", choices=("fs", "sqlite"), default="fs",
                         help="the store ours runs over (sqlite: its commit is the sqlite store's)")
     parser.add_argument("--keep", type=Path, help="keep the callgrind files in this directory")
+    parser.add_argument("--bare", action="store_true",
+                        help="wrap only the put and the serializer (the totals compared without the ~5-12 k "
+                             "each of ours' part wrappers adds)")
+    parser.add_argument("--own", action="store_true",
+                        help="the savers' own work per put: the serializer's output made once per kind of "
+                             "value (not counted) and the bench's loop left out; no parts")
     parser.add_argument("--child", choices=("ours", "sqlite"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        child(args.child, args.puts, args.durability, args.store)
+        child(args.child, args.puts, args.durability, args.store, args.bare, args.own)
         return
     where = args.keep or Path(tempfile.mkdtemp())
     where.mkdir(parents=True, exist_ok=True)
@@ -135,7 +173,8 @@ def main() -> None:
         runs[which] = (out, subprocess.Popen(
             ["valgrind", "--tool=callgrind", "--toggle-collect=functools_reduce", "--separate-threads=yes",
              f"--callgrind-out-file={out}", sys.executable, __file__,
-             "--child", which, "--puts", str(args.puts), "--durability", args.durability, "--store", args.store],
+             "--child", which, "--puts", str(args.puts), "--durability", args.durability, "--store", args.store]
+            + (["--bare"] if args.bare else []) + (["--own"] if args.own else []),
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
     results = {}
     for which, (out, proc) in runs.items():
@@ -143,9 +182,10 @@ def main() -> None:
             raise SystemExit(f"{which}: the callgrind run failed (exit {proc.returncode})")
         results[which] = per_put(Path(f"{out}-01"), args.puts)  # the main thread's (--separate-threads)
     print(f"instructions per put (k), {args.puts} puts after 30, durability={args.durability}, ours over "
-          f"{args.store}, GC off")
+          f"{args.store}, GC off" + (", own work (serializer memoized, each put alone)" if args.own else ""))
     for which, found in results.items():
-        shown = ", ".join(f"{part} {found[part] / 1e3:.1f}" for part in PARTS.values() if part in found)
+        wrapped = ("put", "serializer") if which == "ours" and (args.bare or args.own) else PARTS.values()
+        shown = ", ".join(f"{part} {found[part] / 1e3:.1f}" for part in wrapped if part in found)
         print(f"  {'SessionManagerSaver' if which == 'ours' else 'SqliteSaver':<20} {shown}")
     print("  (over sqlite, fs commit is the sqlite store's commit and INSERT/commit are SQLite's within it)")
 

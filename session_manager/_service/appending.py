@@ -79,9 +79,13 @@ def append_custom_owned(core: ServiceCore, req: OwnedCustom) -> Result:
     with core.mutating(session_id):
         meta, leaf = _session_at(core, session_id, req.at)
         parent = _parent(core, session_id, req.parent_id, leaf)
-        entry = build[CustomEntry](kind="custom", id=core.ids.entry_id(), parent_id=parent,
-                                   timestamp=core.clock.now_ms(), revision=0, origin=None,
-                                   custom_type=req.custom_type, data=req.data)
+        # build[CustomEntry](kind="custom", id=..., parent_id=parent, timestamp=..., revision=0, origin=None,
+        # custom_type=..., data=...), as a literal: the same keys in the model's order (no origin: None
+        # is left out; parent_id and data kept even when None), no keyword call (every typed append;
+        # test_typed_append_entry.py holds it to the builder)
+        entry: Entry = {"kind": "custom", "id": core.ids.entry_id(), "parent_id": parent,
+                        "timestamp": core.clock.now_ms(), "revision": 0, "custom_type": req.custom_type,
+                        "data": req.data}
         # (with ``at`` and no parent named: on the leaf it names, never chained onto another: see _append)
         at_leaf = req.parent_id is None and req.at is not None
         applied = core.commit_append(session_id, meta, (entry,), chain=req.parent_id is None and not at_leaf,

@@ -154,16 +154,18 @@ Bases = dict[str, Base]  # channel -> its newest value stored whole on a namespa
 
 
 def pack_values(serialized: Serialized,
-                bases: Bases | None) -> tuple[dict[str, list[Any]], dict[str, list[Any]]]:
+                bases: Bases | None) -> tuple[dict[str, list[Any]], dict[str, list[Any]], int]:
     """The ``values`` of a checkpoint entry: ``[version, type, data]`` per serialized channel
     (``[version, "empty", ""]`` without a value), or, when its bytes continue or cut those of
     the channel's value in ``bases`` (:func:`delta`), ``[version, type, head, base entry id,
-    start, end, tail]``; and their twin to encode (:func:`data_json`): equal, each text another string.
+    start, end, tail]``; their twin to encode (:func:`data_json`): equal, each text another string;
+    and the length of each one's last text, summed (what :func:`._kept.footprint` counts of them).
     Deltas of msgpack only (LangGraph's serializer): a release before them reads a delta's head as
     the value, which as msgpack is always incomplete (an error, never another value; raw ``bytes``
     would read back silently cut)."""
     values: dict[str, list[Any]] = {}
     twin: dict[str, list[Any]] = {}
+    size = 0  # (the last texts' lengths: latin-1, one character per byte)
     for name, version, kind, data in serialized:
         if data is None:
             packed = twin[name] = [version, "empty", ""]
@@ -174,6 +176,7 @@ def pack_values(serialized: Serialized,
         if cut is None:
             values[name] = [version, kind, data.decode("latin-1")]
             twin[name] = [version, kind, data.decode("latin-1")]
+            size += len(data)
         else:
             head, start, end, after = cut
             entry_id = base.entry_id  # type: ignore[union-attr]
@@ -181,7 +184,8 @@ def pack_values(serialized: Serialized,
                             data[after:].decode("latin-1")]
             twin[name] = [version, kind, data[:head].decode("latin-1"), entry_id, start, end,
                           data[after:].decode("latin-1")]
-    return values, twin
+            size += len(data) - after
+    return values, twin, size
 
 
 _DELTA_MIN = 512  # bytes a delta must take from its base (below, the whole value is as cheap)
@@ -253,35 +257,42 @@ def unpack(serde: Any, packed: list[str]) -> Any:
     return serde.loads_typed((packed[0], packed[1].encode("latin-1")))
 
 
-def encode_doc(serde: Any, value: Any) -> dict[str, Any]:
-    """``{"json": copy}`` when JSON gives ``value`` back equal and of the same
-    types (:func:`plain`; ``copy`` is that decoding: exact JSON, nobody else's
-    objects) and within :data:`DOC_DEPTH`, else ``{"packed": [type, latin-1 text]}``."""
-    try:
-        body = orjson.dumps(value)  # (first: it refuses what nests too deep for plain's recursion)
-    except (TypeError, orjson.JSONEncodeError):
-        return {"packed": pack(serde, value)}
-    if plain(value):
-        copy = orjson.loads(body)
-        if _within(copy, body):
-            return {"json": copy}
-    return {"packed": pack(serde, value)}
+def encode_docs(serde: Any, fields: Any, metadata: Any) -> tuple[dict[str, Any], dict[str, Any], int]:
+    """A put's documents, and the length of their texts (what :func:`._kept.footprint` counts of
+    them: the body's text, the metadata's JSON, a packed document's text).
 
+    The checkpoint's ``fields`` (its body: all but the channel values): ``{"text": its JSON}``
+    when JSON gives them back equal and of the same types (:func:`plain`), else ``{"packed":
+    [type, latin-1 text]}``. Kept as text, not decoded (no copy, depth bound or ~6 containers
+    a put): a read decodes its own copy anyway, and nothing looks inside a body but LangGraph.
 
-def encode_body(serde: Any, value: Any) -> dict[str, Any]:
-    """A checkpoint's body (its fields but the channel values): ``{"text": its JSON}``
-    when JSON gives ``value`` back equal and of the same types (:func:`plain`), else
-    ``{"packed": [type, latin-1 text]}``. Kept as text, not decoded (``encode_doc``'s
-    copy, depth bound and ~6 containers of every put): a read decodes its own copy
-    anyway, and nothing looks inside a body but LangGraph (the metadata, which filters
-    and tools do read, stays ``encode_doc``'s)."""
+    The ``metadata`` (which filters and tools do read): ``{"json": copy}`` when JSON gives it
+    back equal and of the same types (``copy`` is that decoding: exact JSON, nobody else's
+    objects) and within :data:`DOC_DEPTH`, else ``{"packed": [type, latin-1 text]}``.
+    (Both in one function: every put; ``orjson.dumps`` first, as it refuses what nests too
+    deep for :func:`plain`'s recursion.)"""
     try:
-        body = orjson.dumps(value)
+        encoded: bytes | None = orjson.dumps(fields)
     except (TypeError, orjson.JSONEncodeError):
-        return {"packed": pack(serde, value)}
-    if plain(value):
-        return {"text": body.decode()}
-    return {"packed": pack(serde, value)}
+        encoded = None
+    if encoded is not None and plain(fields):
+        text = encoded.decode()
+        body: dict[str, Any] = {"text": text}
+        size = len(text)
+    else:
+        packed = pack(serde, fields)
+        body = {"packed": packed}
+        size = len(packed[1])
+    try:
+        encoded = orjson.dumps(metadata)
+    except (TypeError, orjson.JSONEncodeError):
+        encoded = None
+    if encoded is not None and plain(metadata):
+        copy = orjson.loads(encoded)
+        if _within(copy, encoded):  # (the copy's JSON is ``encoded``, byte for byte: its length counted)
+            return body, {"json": copy}, size + len(encoded)
+    packed = pack(serde, metadata)
+    return body, {"packed": packed}, size + len(packed[1])
 
 
 _PLAIN = frozenset({str, int, bool, type(None)})  # (a float is plain when finite: JSON has no NaN)
@@ -307,12 +318,6 @@ def plain(value: Any) -> bool:
     return kind in _PLAIN
 
 
-def encode_docs(serde: Any, fields: Any, metadata: Any) -> tuple[dict[str, Any], dict[str, Any]]:
-    """A put's documents: the checkpoint's ``fields`` (:func:`encode_body`) and its
-    ``metadata`` (:func:`encode_doc`)."""
-    return encode_body(serde, fields), encode_doc(serde, metadata)
-
-
 def _within(copy: Any, body: bytes, limit: int = DOC_DEPTH) -> bool:
     """Does ``copy`` (encoded as ``body``) nest at most ``limit`` deep? A document
     with no more brackets than that does (brackets in strings count too: an upper
@@ -330,11 +335,11 @@ def _depth(value: Any) -> int:
 
 
 def decode_doc(serde: Any, doc: dict[str, Any]) -> Any:
-    """The value of an :func:`encode_doc` document: the caller's own copy (the
+    """The value of an :func:`encode_docs` document: the caller's own copy (the
     store's entry must not change when LangGraph edits a checkpoint it read)."""
     if "json" in doc:
         return orjson.loads(orjson.dumps(doc["json"]))
-    if "text" in doc:  # (a checkpoint body: :func:`encode_body`)
+    if "text" in doc:  # (a checkpoint body)
         return orjson.loads(doc["text"])
     return unpack(serde, doc["packed"])
 
@@ -406,7 +411,8 @@ class ThreadIndex:
         self.checkpoints[key] = entry_id  # a checkpoint put again replaces the earlier one (its writes stay)
         if data["id"] > self.newest.get(ns, ""):
             self.newest[ns] = data["id"]
-        line = self.line(ns, parent)
+        tip = self.tips.get(ns)  # (:meth:`line`, inline: every put)
+        line = self.bases.get(ns) if tip is not None and tip == parent else None
         if line is None:
             line = self.bases[ns] = {}
         self.tips[ns] = entry_id

@@ -21,11 +21,11 @@ import orjson
 from ._checkpoints import CHECKPOINT, WRITES
 
 _SEEDED = (CHECKPOINT, WRITES)  # the entries a read takes data from
-_OVERHEAD = 512  # what a kept data holds beside its texts (its dicts and lists, the slot here)
+OVERHEAD = 512  # what a kept data holds beside its texts (its dicts and lists, the slot here)
 
 
 def _doc_size(doc: Any) -> int:
-    """A stored document's size (:func:`._checkpoints.encode_doc`, ``encode_body``): its text,
+    """A stored document's size (:func:`._checkpoints.encode_docs`): its text,
     its packed text, or its JSON's (a caller's metadata may be any size: counted, not guessed)."""
     if type(doc) is not dict:
         return 0
@@ -48,8 +48,8 @@ def footprint(data: Any, encoded: bytes | None = None) -> int:
     little more: keys, quotes, escapes), measured without a walk of the data (issue 29: the walk,
     with the metadata encoded again, was ~180 bytecodes of every put)."""
     if encoded is not None:
-        return _OVERHEAD + len(encoded)
-    size = _OVERHEAD
+        return OVERHEAD + len(encoded)
+    size = OVERHEAD
     if type(data) is not dict:
         return size
     for packed in (data.get("values") or {}).values():

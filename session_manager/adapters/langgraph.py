@@ -77,6 +77,7 @@ from ._checkpoints import (
     unpack,
     value_bytes,
 )
+from ._kept import OVERHEAD as KEPT_OVERHEAD
 from ._kept import Kept, footprint
 from ._settle import settled
 from ._transcript import _registry as lock_registry
@@ -413,8 +414,14 @@ class SessionManagerSaver(BaseCheckpointSaver[str]):
         """Store ``checkpoint`` as a child of ``config``'s checkpoint, with the
         values of the channels in ``new_versions`` (each channel version once):
         one store call, serializing each new value once."""
-        configurable = _configurable(config)
-        thread_id = _thread_id(configurable.get("thread_id"))
+        # (_configurable(), _thread_id(), _without_values(), _lock() and _config() inline for what
+        # they take as it is or find at once, each tested as they test it: every put)
+        configurable = config.get("configurable") if type(config) is dict else None
+        if type(configurable) is not dict:
+            configurable = _configurable(config)
+        thread_id = configurable.get("thread_id")
+        if type(thread_id) is not str or not thread_id:
+            thread_id = _thread_id(thread_id)
         ns = configurable.get("checkpoint_ns") or ""
         if type(ns) is not str:  # (text() inline for what it takes as it is, here and below: every put)
             ns = text(str(ns), "checkpoint_ns")
@@ -426,26 +433,33 @@ class SessionManagerSaver(BaseCheckpointSaver[str]):
             checkpoint_id = text(checkpoint_id, "checkpoint.id")
         # Built of exact JSON only (see _checkpoints): handed to the store without a copy.
         merged = get_checkpoint_metadata(config, metadata)
-        body, meta = encode_docs(self.serde, _without_values(checkpoint), merged)
+        fields: dict[str, Any] = dict(checkpoint)
+        fields.pop("channel_values", None)
+        body, meta, docs_size = encode_docs(self.serde, fields, merged)
         serialized = serialize_values(self.serde, checkpoint["channel_values"], new_versions)
 
-        def write(index: ThreadIndex, checked: bool) -> tuple[ThreadIndex, dict[str, Any], str, bytes | None, str]:
+        def write(index: ThreadIndex, checked: bool) -> tuple[ThreadIndex, dict[str, Any], str, str, int]:
             parent_entry = (index.checkpoints.get((ns, parent_id)) if parent_id else None) or ROOT_ID
             # A value stored as a delta names its base's entry (an ancestor: ThreadIndex.bases): made
             # with this index only when the append lands only while the session is as the index saw
             # it (``checked``), so the base is in the session.
-            values, twin = pack_values(serialized, index.line(ns, parent_entry) if checked else None)
+            tip = index.tips.get(ns)  # (ThreadIndex.line, inline)
+            line = index.bases.get(ns) if checked and tip is not None and tip == parent_entry else None
+            values, twin, size = pack_values(serialized, line)
             data = {"ns": ns, "id": checkpoint_id, "parent": parent_id, "checkpoint": body, "metadata": meta,
                     "values": values}
-            encoded = data_json(data, "values", twin)
-            return index, data, parent_entry, encoded, self._write(thread_id, index, CHECKPOINT, data, parent_entry,
-                                                                   owned=True, checked=checked, data_json=encoded)
+            written = self._write(thread_id, index, CHECKPOINT, data, parent_entry, owned=True, checked=checked,
+                                  data_json=data_json(data, "values", twin))
+            return index, data, parent_entry, written, size
 
-        with self._lock(thread_id):  # no read of the session: the append checks the index is current
-            index, data, parent_entry, encoded, written = self._checked(thread_id, self._current(thread_id), write)
+        ref = self._locks.live.get(thread_id)
+        lock = ref() if ref is not None else None
+        with lock or self._lock(thread_id):  # no read of the session: the append checks the index is current
+            index, data, parent_entry, written, size = self._checked(thread_id, self._current(thread_id), write)
             index.add_checkpoint(written, data, parent_entry)
-            self._kept.keep(thread_id, index.epoch, written, data, footprint(data, encoded))
-        return _config(thread_id, ns, checkpoint_id)
+            # (what :func:`footprint` counts of the data, added up from the parts that made it)
+            self._kept.keep(thread_id, index.epoch, written, data, KEPT_OVERHEAD + size + docs_size)
+        return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint_id}}
 
     def put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
                    task_path: str = "") -> None:

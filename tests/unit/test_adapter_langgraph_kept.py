@@ -166,12 +166,12 @@ def test_a_bad_cache_bytes_is_a_clear_error(tmp_path: Path, bad: Any) -> None:
     assert raised.value.code == "session/invalid_request" and "cache_bytes" in str(raised.value)
 
 
-def test_a_write_is_kept_at_its_encoded_size_and_a_derivation_at_the_walked_one(tmp_path: Path) -> None:
-    # Prevents: a put (or put_writes) walking its own data again to size what it keeps, the
-    # metadata encoded a second time (issue 29: ~180 bytecodes of every put): the JSON the put
-    # made for the store gives the size. And the two sizes apart: an index derived again sizes
-    # what it decoded by the walk, never by a JSON it does not have, and both stay within budget.
-    from session_manager.adapters._kept import _OVERHEAD, footprint
+def test_writes_are_kept_at_their_encoded_size_and_a_derivation_at_the_walked_one(tmp_path: Path) -> None:
+    # Prevents: a put_writes walking its own data again to size what it keeps (issue 29): the JSON
+    # it made for the store gives the size (a put adds its size up from its parts: the test below).
+    # And the sizes apart: an index derived again sizes what it decoded by the walk, never by a
+    # JSON it does not have, and every size stays within budget.
+    from session_manager.adapters._kept import OVERHEAD, footprint
 
     with session_manager.open(f"sqlite:///{tmp_path.resolve()}/d.db") as sm:
         saver = SessionManagerSaver(sm)
@@ -181,10 +181,46 @@ def test_a_write_is_kept_at_its_encoded_size_and_a_derivation_at_the_walked_one(
         assert len(entries) == 6 and set(kept) == {("k", e["id"]) for e in entries}
         for entry in entries:
             encoded = orjson.dumps(entry["data"])
-            assert kept[("k", entry["id"])][2] == _OVERHEAD + len(encoded) == footprint(entry["data"], encoded)
+            size = kept[("k", entry["id"])][2]
+            if entry["custom_type"] == "langgraph.checkpoint":
+                assert size == footprint(entry["data"])
+            else:
+                assert size == OVERHEAD + len(encoded) == footprint(entry["data"], encoded)
             assert footprint(entry["data"], encoded) >= footprint(entry["data"])  # (JSON: the texts and more)
         assert saver._kept.total == sum(size for _, _, size in kept.values())
         other = SessionManagerSaver(sm)  # derives its index: sizes what it decoded by the walk
         assert other.get_tuple(saved[1]) is not None
         sized = {k: v[2] for k, v in other._kept._kept.items()}
     assert sized == {("k", e["id"]): footprint(e["data"]) for e in entries}
+
+
+def test_a_put_charges_the_kept_budget_what_footprint_counts_of_its_data(tmp_path: Path) -> None:
+    # Prevents: a put charging the kept budget another size than footprint() gives its data
+    # (a put adds the size up from the parts it made, not by walking the data again): a cache
+    # over or under its budget. Each part's branch: a whole value, a delta of one, an empty
+    # channel, a body and metadata as JSON (non-ASCII text: its JSON's length in characters and
+    # bytes differ), a packed body (a tuple), packed metadata (a set JSON refuses; a NaN it changes).
+    from session_manager.adapters._kept import footprint
+
+    with session_manager.open(tmp_path / "d") as sm:
+        saver = SessionManagerSaver(sm)
+        saved = config("f")
+        history: list[Any] = [{"role": "system", "text": "s" * 2000}]
+        puts = [({}, {"step": 0}), ({}, {"step": 1, "note": "é" * 40}), ({"odd": (1, 2)}, {"step": 2}),
+                ({}, {"step": 3, "tags": {"a", "b"}}), ({}, {"step": 4, "nan": float("nan")})]
+        for i, (extra, metadata) in enumerate(puts):
+            history.append({"role": "user", "text": f"message {i} " + "x" * 400})
+            cp = {"v": 4, "id": f"c{i:03d}", "ts": "t", "channel_values": {"m": list(history), "n": i},
+                  "channel_versions": {"m": f"{i + 1}", "n": f"{i + 1}", "gone": "1"}, "versions_seen": {},
+                  "updated_channels": None, **extra}
+            new = {"m": f"{i + 1}", "n": f"{i + 1}"} if i else {"m": "1", "n": "1", "gone": "1"}
+            saved = saver.put(saved, cp, metadata, new)
+        index = saver._indexes["f"]
+        kinds = []
+        for (_, checkpoint_id), entry_id in sorted(index.checkpoints.items()):
+            _epoch, data, size = saver._kept._kept[("f", entry_id)]
+            assert size == footprint(data), checkpoint_id
+            kinds.append((sorted(data["checkpoint"]), sorted(data["metadata"]),
+                          sorted(len(v) for v in data["values"].values())))
+    assert kinds == [(["text"], ["json"], [3, 3, 3]), (["text"], ["json"], [3, 7]), (["packed"], ["json"], [3, 7]),
+                     (["text"], ["packed"], [3, 3]), (["text"], ["packed"], [3, 7])]
