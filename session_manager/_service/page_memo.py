@@ -6,18 +6,30 @@ Only a store that names versions (:meth:`~session_manager.store.base.SessionStor
 meta_and_leaf_since`: postgres by the session row's ``xmin``, sqlite by its ``rev``)
 makes pages worth keeping: it checks the version in the read the call makes anyway
 (one statement, and no path read when it holds), so every call still sees every
-write, this instance's or another's. A page is kept as its exact JSON line and
-decoded for each answer: each caller gets objects of its own (one C call, cheaper
-than a deep copy), and the bytes bound the memory kept. A page orjson cannot write
-exactly (an integer past 64 bits, a lone surrogate) is not kept; what it writes it
-reads back equal (the store's values hold no NaN or infinity).
+write, this instance's or another's. A page is kept as its exact JSON line: each
+caller gets containers of its own, and the bytes bound the memory kept. A page orjson
+cannot write exactly (an integer past 64 bits, a lone surrogate) is not kept; what it
+writes it reads back equal (the store's values hold no NaN or infinity).
+
+The first answer of a kept page is its line decoded (one C call). That answer's
+values (strings, numbers, ``True``/``False``/``None``: immutable, so shared safely) are
+then kept with the page's *shape*: each message item, and each other value of the
+page's top level, becomes a function compiled from its structure alone (a nested dict
+and list display with the values as ``t[0]``, ``t[1]``...: ``BUILD_CONST_KEY_MAP`` and
+``BUILD_LIST`` in one frame, no parsing, no new strings) and the tuple of its values.
+Later answers call them: ~107,000 fewer client instructions for a page of 50 short
+messages than the decoding (callgrind, 2026-12-07). The functions are cached by
+structure (a chat's items take few shapes: the next page's, after an append, reuse
+them); an item too deep or too wide, or a new structure once the cache is full,
+leaves its page answered by decoding, as before.
 """
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections import OrderedDict
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from typing import Any
 
 import orjson
@@ -25,21 +37,35 @@ import orjson
 __all__ = ["PageMemo"]
 
 MAX_PAGES = 256  # sessions x requests kept (the least recently used goes first)
-MAX_BYTES = 8 * 1024 * 1024  # their JSON, all together
+MAX_BYTES = 8 * 1024 * 1024  # their JSON and shapes' values, all together
 MAX_PAGE_BYTES = 512 * 1024  # a larger page is built each time (a rare, heavy page is no hot path)
+
+MAX_SHAPES = 512  # structures compiled (process-wide; a full cache compiles no more)
+MAX_SHAPE_DEPTH = 16  # containers within containers in one item
+MAX_SHAPE_VALUES = 256  # values (and so ``t[i]``) in one item
+
+Shape = Callable[[tuple[Any, ...]], Any]
+_SHAPES: dict[str, Shape] = {}
+_NOT_A_SHAPE = object()  # (an item past the bounds: its page is not planned)
+
+# A page's plan: its top level as a dict of values (containers replaced at each answer),
+# and, per container value, its key and either (shape, values) or, for a list, a list of
+# (shape, values) per element (an element that is no container: (None, element)).
+Plan = tuple[dict[str, Any], tuple[tuple[str, Any], ...]]
 
 
 class PageMemo:
     """Pages by request key, each with the session version it was built from."""
 
     def __init__(self, max_pages: int = MAX_PAGES, max_bytes: int = MAX_BYTES) -> None:
-        self._pages: OrderedDict[Hashable, tuple[Hashable, bytes]] = OrderedDict()
+        # key -> (version, JSON line, [plan: None untried, False none, or the plan; its bytes; key])
+        self._pages: OrderedDict[Hashable, tuple[Hashable, bytes, list[Any]]] = OrderedDict()
         self._bytes = 0
         self._max_pages = max_pages
         self._max_bytes = max_bytes
         self._lock = threading.Lock()
 
-    def get(self, key: Hashable) -> tuple[Hashable, bytes] | None:
+    def get(self, key: Hashable) -> tuple[Hashable, bytes, list[Any]] | None:
         """The version and page kept for ``key`` (hold on to both: the page may be
         replaced or dropped before the read that checks the version answers)."""
         with self._lock:
@@ -48,10 +74,23 @@ class PageMemo:
                 self._pages.move_to_end(key)
             return found
 
-    @staticmethod
-    def page(kept: tuple[Hashable, bytes]) -> Any:
-        """A fresh copy of a kept page (objects no other caller holds)."""
-        return orjson.loads(kept[1])
+    def page(self, kept: tuple[Hashable, bytes, list[Any]]) -> Any:
+        """A fresh copy of a kept page (containers no other caller holds)."""
+        state = kept[2]
+        plan = state[0]
+        if plan:
+            return _answer(plan)
+        page = orjson.loads(kept[1])
+        if plan is None:  # (the first answer: its values kept with the page's shape)
+            planned = _plan(page)
+            with self._lock:  # (its bytes counted while the page is still kept)
+                if state[0] is None:
+                    state[0] = planned[0] if planned is not None else False
+                    if planned is not None and self._pages.get(state[2]) is kept:
+                        state[1] = planned[1]
+                        self._bytes += planned[1]
+                        self._trim()
+        return page
 
     def keep(self, key: Hashable, version: Hashable, page: Any) -> None:
         """Keep ``page``, built from the session at ``version``, for ``key``. Call it
@@ -65,9 +104,106 @@ class PageMemo:
         with self._lock:
             old = self._pages.pop(key, None)
             if old is not None:
-                self._bytes -= len(old[1])
-            self._pages[key] = (version, line)
+                self._bytes -= len(old[1]) + old[2][1]
+            self._pages[key] = (version, line, [None, 0, key])
             self._bytes += len(line)
-            while self._pages and (len(self._pages) > self._max_pages or self._bytes > self._max_bytes):
-                _, (_, dropped) = self._pages.popitem(last=False)
-                self._bytes -= len(dropped)
+            self._trim()
+
+    def _trim(self) -> None:
+        while self._pages and (len(self._pages) > self._max_pages or self._bytes > self._max_bytes):
+            _, (_, dropped, state) = self._pages.popitem(last=False)
+            self._bytes -= len(dropped) + state[1]
+
+
+def _answer(plan: Plan) -> Any:
+    top, parts = plan
+    out = top.copy()
+    for name, part in parts:
+        if type(part) is list:
+            out[name] = [shape(values) if shape is not None else values for shape, values in part]
+        else:
+            out[name] = part[0](part[1])
+    return out
+
+
+def _plan(page: Any) -> tuple[Plan, int] | None:
+    """``page``'s plan and the bytes its values hold, or None (not a dict, an item past the
+    bounds, a structure not compiled)."""
+    if type(page) is not dict:
+        return None
+    size = 0
+    parts: list[tuple[str, Any]] = []
+    for name, value in page.items():
+        kind = type(value)
+        if kind is list:
+            elements: list[tuple[Shape | None, Any]] = []
+            for element in value:
+                if type(element) is dict or type(element) is list:
+                    planned = _planned(element)
+                    if planned is None:
+                        return None
+                    elements.append(planned)
+                    size += sys.getsizeof(planned[1]) + sum(map(sys.getsizeof, planned[1]))
+                else:
+                    elements.append((None, element))
+            parts.append((name, elements))
+            size += sys.getsizeof(elements) + 64 * len(elements)
+        elif kind is dict:
+            planned = _planned(value)
+            if planned is None:
+                return None
+            parts.append((name, planned))
+            size += sys.getsizeof(planned[1]) + sum(map(sys.getsizeof, planned[1]))
+    top = page.copy()
+    for name, _ in parts:
+        top[name] = None  # (replaced in every answer: the first answer's containers not held)
+    return (top, tuple(parts)), size + sys.getsizeof(top)
+
+
+def _planned(value: Any) -> tuple[Shape, tuple[Any, ...]] | None:
+    values: list[Any] = []
+    try:
+        source = _source(value, values, 0)
+    except _PastBounds:
+        return None
+    shape = _SHAPES.get(source)
+    if shape is None:
+        if len(_SHAPES) >= MAX_SHAPES:
+            return None
+        # Only structure is compiled: keys as their repr (a str literal), values as t[i].
+        shape = _SHAPES.setdefault(source, eval(compile("lambda t: " + source, "<page shape>", "eval"),
+                                                {"__builtins__": {}}))
+    return shape, tuple(values)
+
+
+class _PastBounds(Exception):
+    pass
+
+
+def _source(value: Any, values: list[Any], depth: int) -> str:
+    """The display building ``value`` from ``t`` (its values appended to ``values``)."""
+    if depth >= MAX_SHAPE_DEPTH:
+        raise _PastBounds
+    kind = type(value)
+    parts = []
+    if kind is dict:
+        for k, v in value.items():
+            t = type(v)
+            if t is dict or t is list:
+                parts.append(f"{k!r}:{_source(v, values, depth + 1)}")
+            else:
+                parts.append(f"{k!r}:t[{len(values)}]")
+                values.append(v)
+        out = "{" + ",".join(parts) + "}"
+    else:
+        for v in value:
+            t = type(v)
+            if t is dict or t is list:
+                parts.append(_source(v, values, depth + 1))
+            else:
+                parts.append(f"t[{len(values)}]")
+                values.append(v)
+        out = "[" + ",".join(parts) + "]"
+    if len(values) > MAX_SHAPE_VALUES:
+        raise _PastBounds
+    return out
