@@ -13,6 +13,11 @@ Run: ``python bench/pg_tail_ab.py [--rounds 40] [--n 100] [--length 2000]`` with
 side's median µs per tail, the ratio (``old/new`` above 1: new is faster), the 10th
 percentiles and the load.
 
+``--floor``: ``bench/pg_floor.py``'s tail rows (cold open + tail 50 of ``--length`` 10,000,
+the warm tail, the tail right after an append, each beside raw's prepared ``SELECT``), "new"
+and "old" memo (as above) taking turns round by round (``--rounds``), each round's ratios to
+raw printed: the ``--floor`` table's measure, the two memos alternated in one process.
+
 ``--cold``: a cold open + tail instead (a new store and manager on the same schema, its first
 tail, then closed), with the pool's maintenance threads ``core.POOL_WORKERS`` ("new") against
 psycopg_pool's default of 3 ("old"), taking turns call by call; ``--n`` opens per round.
@@ -71,8 +76,12 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=100)
     parser.add_argument("--length", type=int, default=2000, help="messages in the session")
     parser.add_argument("--cold", action="store_true", help="cold open + tail: POOL_WORKERS against 3")
+    parser.add_argument("--floor", action="store_true", help="pg_floor's tail rows, new and old memo by turns")
     parser.add_argument("--marshal", action="store_true", help='"old" keeps marshal bytes (not the decoding)')
     args = parser.parse_args()
+    if args.floor:
+        floor(args.rounds, 10_000 if args.length == 2000 else args.length)
+        return
     schema = f"sm_tail_ab_{uuid.uuid4().hex[:10]}"
     sm = session_manager.open(store=PostgresStore(PostgresSettings(dsn=DSN, schema=schema)))
     try:
@@ -116,6 +125,39 @@ def warm(sm: session_manager.SessionManager, schema: str, req: dict[str, Any], r
                 samples[side].append((clock() - start) * 1e6)
         samples["load"].append(float(Path("/proc/loadavg").read_text().split()[0]))
     return samples
+
+
+def floor(rounds: int, length: int) -> None:
+    sys.path.insert(0, str(ROOT / "bench"))
+    import pg_floor
+
+    from session_manager._service import core as service_core
+
+    schema = f"sm_tail_floor_{uuid.uuid4().hex[:10]}"
+    memos: dict[str, type[PageMemo]] = {"new": PageMemo, "old": DecodingPageMemo}
+    ratios: dict[str, list[tuple[float, float, float]]] = {"new": [], "old": []}
+    try:
+        pg_floor.setup(DSN, schema)
+        pg_floor.long_session(DSN, schema, length)
+        for r in range(rounds):
+            sides = list(memos) if r % 2 == 0 else list(memos)[::-1]
+            for side in sides:
+                service_core.PageMemo = memos[side]  # type: ignore[misc]
+                got = pg_floor.tails(DSN, schema, 1)
+                raw, ours = got["raw"], got["ours"]
+                ratios[side].append((ours[0] / raw[0], ours[1] / raw[1], ours[2] / raw[2]))
+                print(f"round {r} {side}: cold {ours[0]:.2f} / raw {raw[0]:.2f} ms ({ratios[side][-1][0]:.2f}x),"
+                      f" warm {ours[1] * 1000:.1f} / {raw[1] * 1000:.1f} µs ({ratios[side][-1][1]:.2f}x),"
+                      f" after an append {ours[2] * 1000:.1f} / {raw[2] * 1000:.1f} µs ({ratios[side][-1][2]:.2f}x);"
+                      f" load {Path('/proc/loadavg').read_text().split()[0]}", flush=True)
+        for side, got in ratios.items():
+            print(f"{side}: medians over {rounds} rounds: cold {statistics.median(g[0] for g in got):.2f}x,"
+                  f" warm {statistics.median(g[1] for g in got):.2f}x,"
+                  f" after an append {statistics.median(g[2] for g in got):.2f}x raw")
+    finally:
+        service_core.PageMemo = PageMemo  # type: ignore[misc]
+        with psycopg.connect(DSN, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
 
 
 def cold(sm: session_manager.SessionManager, schema: str, req: dict[str, Any], rounds: int,

@@ -11,9 +11,10 @@ caller gets containers of its own, and the bytes bound the memory kept. A page o
 cannot write exactly (an integer past 64 bits, a lone surrogate) is not kept; what it
 writes it reads back equal (the store's values hold no NaN or infinity).
 
-The first answer of a kept page is its line decoded (one C call). That answer's
-values (strings, numbers, ``True``/``False``/``None``: immutable, so shared safely) are
-then kept with the page's *shape*: each message item, and each other value of the
+A kept page is answered by decoding its line (one C call); from its ``PLAN_AFTER``-th
+answer on (a page read often: a caller polling an idle session), that answer's values
+(strings, numbers, ``True``/``False``/``None``: immutable, so shared safely) are then
+kept with the page's *shape*: each message item, and each other value of the
 page's top level, becomes a function compiled from its structure alone (a nested dict
 and list display with the values as ``t[0]``, ``t[1]``...: ``BUILD_CONST_KEY_MAP`` and
 ``BUILD_LIST`` in one frame, no parsing, no new strings; a dict of values alone is a
@@ -41,6 +42,11 @@ MAX_PAGES = 256  # sessions x requests kept (the least recently used goes first)
 MAX_BYTES = 8 * 1024 * 1024  # their JSON and shapes' values, all together
 MAX_PAGE_BYTES = 512 * 1024  # a larger page is built each time (a rare, heavy page is no hot path)
 
+# A page is answered by decoding until its PLAN_AFTER-th answer, whose values are then kept
+# with its shape: planning costs about as many instructions as 10-17 answers save (a page
+# of 50 short messages, callgrind), so a page read a few times never pays for it, and one
+# read often pays it once (the rent-or-buy rule: at most about twice the better choice's cost).
+PLAN_AFTER = 8
 MAX_SHAPES = 512  # structures compiled (process-wide; a full cache compiles no more)
 MAX_SHAPE_DEPTH = 16  # containers within containers in one item
 MAX_SHAPE_VALUES = 256  # values (and so ``t[i]``) in one item
@@ -59,7 +65,8 @@ class PageMemo:
     """Pages by request key, each with the session version it was built from."""
 
     def __init__(self, max_pages: int = MAX_PAGES, max_bytes: int = MAX_BYTES) -> None:
-        # key -> (version, JSON line, [plan: None untried, False none, or the plan; its bytes; key])
+        # key -> (version, JSON line, [plan: None untried, False none, or the plan; its bytes; key;
+        # the answers decoded])
         self._pages: OrderedDict[Hashable, tuple[Hashable, bytes, list[Any]]] = OrderedDict()
         self._bytes = 0
         self._max_pages = max_pages
@@ -82,15 +89,17 @@ class PageMemo:
         if plan:
             return _answer(plan)
         page = orjson.loads(kept[1])
-        if plan is None:  # (the first answer: its values kept with the page's shape)
-            planned = _plan(page)
-            with self._lock:  # (its bytes counted while the page is still kept)
-                if state[0] is None:
-                    state[0] = planned[0] if planned is not None else False
-                    if planned is not None and self._pages.get(state[2]) is kept:
-                        state[1] = planned[1]
-                        self._bytes += planned[1]
-                        self._trim()
+        if plan is None:
+            state[3] += 1
+            if state[3] >= PLAN_AFTER:  # (this answer's values kept with the page's shape)
+                planned = _plan(page, len(kept[1]))
+                with self._lock:  # (its bytes counted while the page is still kept)
+                    if state[0] is None:
+                        state[0] = planned[0] if planned is not None else False
+                        if planned is not None and self._pages.get(state[2]) is kept:
+                            state[1] = planned[1]
+                            self._bytes += planned[1]
+                            self._trim()
         return page
 
     def keep(self, key: Hashable, version: Hashable, page: Any) -> None:
@@ -106,7 +115,7 @@ class PageMemo:
             old = self._pages.pop(key, None)
             if old is not None:
                 self._bytes -= len(old[1]) + old[2][1]
-            self._pages[key] = (version, line, [None, 0, key])
+            self._pages[key] = (version, line, [None, 0, key, 0])
             self._bytes += len(line)
             self._trim()
 
@@ -127,12 +136,12 @@ def _answer(plan: Plan) -> Any:
     return out
 
 
-def _plan(page: Any) -> tuple[Plan, int] | None:
-    """``page``'s plan and the bytes its values hold, or None (not a dict, an item past the
-    bounds, a structure not compiled)."""
+def _plan(page: Any, line: int) -> tuple[Plan, int] | None:
+    """``page``'s plan and a bound of the bytes its values hold (``line``: the length of the
+    page's JSON), or None (not a dict, an item past the bounds, a structure not compiled)."""
     if type(page) is not dict:
         return None
-    size = 0
+    count = 0
     parts: list[tuple[str, Any]] = []
     for name, value in page.items():
         kind = type(value)
@@ -144,29 +153,23 @@ def _plan(page: Any) -> tuple[Plan, int] | None:
                     if planned is None:
                         return None
                     elements.append(planned)
-                    size += _size(planned[1])
+                    count += len(planned[1])
                 else:
                     elements.append((None, element))
             parts.append((name, elements))
-            size += sys.getsizeof(elements) + 64 * len(elements)
+            count += len(elements)
         elif kind is dict:
             planned = _planned(value)
             if planned is None:
                 return None
             parts.append((name, planned))
-            size += _size(planned[1])
+            count += len(planned[1])
     top = page.copy()
     for name, _ in parts:
         top[name] = None  # (replaced in every answer: the first answer's containers not held)
-    return (top, tuple(parts)), size + sys.getsizeof(top)
-
-
-def _size(values: tuple[Any, ...]) -> int:
-    """The bytes ``values`` hold (a template dict's own values with it)."""
-    size = sys.getsizeof(values)
-    for v in values:
-        size += sys.getsizeof(v) + (sum(map(sys.getsizeof, v.values())) if type(v) is dict else 0)
-    return size
+    # The values' text is within the JSON's (a character in at most 4 bytes either way); each
+    # value's object header, tuple slot and share of a template's table within _PER_VALUE.
+    return (top, tuple(parts)), 4 * line + _PER_VALUE * count + sys.getsizeof(top)
 
 
 def _planned(value: Any) -> tuple[Shape, tuple[Any, ...]] | None:
@@ -193,31 +196,36 @@ def _source(value: Any, values: list[Any], depth: int) -> str:
     """The display building ``value`` from ``t`` (its values appended to ``values``)."""
     if depth >= MAX_SHAPE_DEPTH:
         raise _PastBounds
-    kind = type(value)
     parts = []
-    if kind is dict:
-        if len(value) > 1 and all(type(v) is not dict and type(v) is not list for v in value.values()):
+    if type(value) is dict:
+        if len(value) > 1 and _CONTAINERS.isdisjoint(map(type, value.values())):
             # Values alone: a private copy kept as the template, copied at each answer (one C
             # clone of its table, cheaper than inserting each key).
             values.append(value.copy())
-            return f"t[{len(values) - 1}].copy()"
+            return _COPY[len(values) - 1] if len(values) <= MAX_SHAPE_VALUES else _past()
         for k, v in value.items():
             t = type(v)
             if t is dict or t is list:
                 parts.append(f"{k!r}:{_source(v, values, depth + 1)}")
             else:
-                parts.append(f"{k!r}:t[{len(values)}]")
                 values.append(v)
-        out = "{" + ",".join(parts) + "}"
-    else:
-        for v in value:
-            t = type(v)
-            if t is dict or t is list:
-                parts.append(_source(v, values, depth + 1))
-            else:
-                parts.append(f"t[{len(values)}]")
-                values.append(v)
-        out = "[" + ",".join(parts) + "]"
-    if len(values) > MAX_SHAPE_VALUES:
-        raise _PastBounds
-    return out
+                parts.append(f"{k!r}:{_LEAF[len(values) - 1] if len(values) <= MAX_SHAPE_VALUES else _past()}")
+        return "{" + ",".join(parts) + "}"
+    for v in value:
+        t = type(v)
+        if t is dict or t is list:
+            parts.append(_source(v, values, depth + 1))
+        else:
+            values.append(v)
+            parts.append(_LEAF[len(values) - 1] if len(values) <= MAX_SHAPE_VALUES else _past())
+    return "[" + ",".join(parts) + "]"
+
+
+def _past() -> str:
+    raise _PastBounds
+
+
+_CONTAINERS = frozenset((dict, list))
+_PER_VALUE = 200  # bytes: a str's header (~80), its slot (8), a 2-key template's table per value (~92)
+_LEAF = tuple(f"t[{i}]" for i in range(MAX_SHAPE_VALUES))
+_COPY = tuple(f"t[{i}].copy()" for i in range(MAX_SHAPE_VALUES))
