@@ -22,8 +22,8 @@ private template in the tuple, cloned by ``dict.copy``) and the tuple of its val
 Later answers call them: ~120,000 fewer client instructions than the decoding for a
 page of 50 short messages (callgrind, 2026-12-07). The functions are cached by
 structure (a chat's items take few shapes: the next page's, after an append, reuse
-them); an item too deep or too wide, or a new structure once the cache is full,
-leaves its page answered by decoding, as before.
+them); an item too deep or too wide, a page of more than ``MAX_NEW_SHAPES`` new structures, or a
+new structure once the cache is full, leaves its page answered by decoding, as before.
 """
 
 from __future__ import annotations
@@ -47,7 +47,10 @@ MAX_PAGE_BYTES = 512 * 1024  # a larger page is built each time (a rare, heavy p
 # of 50 short messages, callgrind), so a page read a few times never pays for it, and one
 # read often pays it once (the rent-or-buy rule: at most about twice the better choice's cost).
 PLAN_AFTER = 8
-MAX_SHAPES = 512  # structures compiled (process-wide; a full cache compiles no more)
+MAX_SHAPES = 512
+# New structures one page's planning may compile (~50-100 µs each, what ~100 answers save per
+# item): a page whose items mostly differ in structure (varied tool calls) stays decoded.
+MAX_NEW_SHAPES = 8  # structures compiled (process-wide; a full cache compiles no more)
 MAX_SHAPE_DEPTH = 16  # containers within containers in one item
 MAX_SHAPE_VALUES = 256  # values (and so ``t[i]``) in one item
 
@@ -142,6 +145,7 @@ def _plan(page: Any, line: int) -> tuple[Plan, int] | None:
     if type(page) is not dict:
         return None
     count = 0
+    budget = [MAX_NEW_SHAPES]
     parts: list[tuple[str, Any]] = []
     for name, value in page.items():
         kind = type(value)
@@ -149,7 +153,7 @@ def _plan(page: Any, line: int) -> tuple[Plan, int] | None:
             elements: list[tuple[Shape | None, Any]] = []
             for element in value:
                 if type(element) is dict or type(element) is list:
-                    planned = _planned(element)
+                    planned = _planned(element, budget)
                     if planned is None:
                         return None
                     elements.append(planned)
@@ -159,7 +163,7 @@ def _plan(page: Any, line: int) -> tuple[Plan, int] | None:
             parts.append((name, elements))
             count += len(elements)
         elif kind is dict:
-            planned = _planned(value)
+            planned = _planned(value, budget)
             if planned is None:
                 return None
             parts.append((name, planned))
@@ -172,7 +176,7 @@ def _plan(page: Any, line: int) -> tuple[Plan, int] | None:
     return (top, tuple(parts)), 4 * line + _PER_VALUE * count + sys.getsizeof(top)
 
 
-def _planned(value: Any) -> tuple[Shape, tuple[Any, ...]] | None:
+def _planned(value: Any, budget: list[int]) -> tuple[Shape, tuple[Any, ...]] | None:
     values: list[Any] = []
     try:
         source = _source(value, values, 0)
@@ -180,8 +184,9 @@ def _planned(value: Any) -> tuple[Shape, tuple[Any, ...]] | None:
         return None
     shape = _SHAPES.get(source)
     if shape is None:
-        if len(_SHAPES) >= MAX_SHAPES:
+        if len(_SHAPES) >= MAX_SHAPES or budget[0] <= 0:
             return None
+        budget[0] -= 1
         # Only structure is compiled: keys as their repr (a str literal), values as t[i].
         shape = _SHAPES.setdefault(source, eval(compile("lambda t: " + source, "<page shape>", "eval"),
                                                 {"__builtins__": {}}))

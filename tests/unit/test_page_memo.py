@@ -65,11 +65,12 @@ ODD_PAGE: dict[str, Any] = {
 }
 
 
-def test_later_answers_from_the_pages_shape_are_exact_and_their_own() -> None:
+def test_later_answers_from_the_pages_shape_are_exact_and_their_own(monkeypatch: Any) -> None:
     # Prevents: an answer from the compiled shape (the second on) that differs from the page
     # as built in any byte (a key's text, a value's type, order, an empty container, an
     # element that is no container, a key that reads as code), or that shares a container
     # with another answer or with the first.
+    monkeypatch.setattr(page_memo, "MAX_NEW_SHAPES", 64)  # (every structure here may be new)
     memo = PageMemo()
     memo.keep("k", "v1", ODD_PAGE)
     line = orjson.dumps(ODD_PAGE)
@@ -126,9 +127,10 @@ def test_a_new_structure_once_the_shapes_are_full_is_answered_by_decoding(monkey
     assert kept_state(memo)[0] is False
 
 
-def test_a_shapes_values_count_against_the_bytes_kept_and_leave_with_their_page() -> None:
+def test_a_shapes_values_count_against_the_bytes_kept_and_leave_with_their_page(monkeypatch: Any) -> None:
     # Prevents: the values a planned page holds (its first answer's strings and numbers)
     # outside the memory bound, or still counted once the page is replaced or dropped.
+    monkeypatch.setattr(page_memo, "MAX_NEW_SHAPES", 64)
     memo = PageMemo()
     memo.keep("k", "v1", ODD_PAGE)
     line = len(orjson.dumps(ODD_PAGE))
@@ -144,9 +146,10 @@ def test_a_shapes_values_count_against_the_bytes_kept_and_leave_with_their_page(
     assert small.get("k") is None and small._bytes == 0
 
 
-def test_a_page_read_fewer_times_than_plan_after_is_decoded_each_time_and_never_planned() -> None:
+def test_a_page_read_fewer_times_than_plan_after_is_decoded_each_time_and_never_planned(monkeypatch: Any) -> None:
     # Prevents: a page read once or twice (a tail right after each append) paying for its
     # shape's planning, which costs about as much as ten answers save.
+    monkeypatch.setattr(page_memo, "MAX_NEW_SHAPES", 64)
     memo = PageMemo()
     memo.keep("k", "v1", ODD_PAGE)
     found = kept(memo)
@@ -155,3 +158,17 @@ def test_a_page_read_fewer_times_than_plan_after_is_decoded_each_time_and_never_
     assert kept_state(memo)[0] is None and kept_state(memo)[1] == 0
     assert memo._bytes == len(orjson.dumps(ODD_PAGE))
     assert memo.page(found) == ODD_PAGE and kept_state(memo)[0]
+
+
+def test_a_page_of_many_new_structures_is_answered_by_decoding() -> None:
+    # Prevents: one page's planning compiling a function for each of its items (varied tool
+    # calls: each structure new), ~100 answers' savings each, for a page that may be read
+    # only a few more times.
+    memo = PageMemo()
+    built = {"messages": [{f"unseen structure {i}": [i]} for i in range(page_memo.MAX_NEW_SHAPES + 1)]}
+    before = len(page_memo._SHAPES)
+    memo.keep("k", "v1", built)
+    for answer in answers(memo):
+        assert orjson.dumps(answer) == orjson.dumps(built)
+    assert kept_state(memo)[0] is False
+    assert len(page_memo._SHAPES) <= before + page_memo.MAX_NEW_SHAPES
