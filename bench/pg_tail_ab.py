@@ -1,15 +1,22 @@
 """A warm ``messages-tail`` 50 with its kept page copied two ways, in one process (not a test):
 the sides take turns call by call (in a shuffled order), on the same store and session, so the
-box's load hits both alike. "old" is the service's :class:`~session_manager._service.page_memo.
-PageMemo` (the page kept as its JSON, parsed by ``orjson`` for each answer); "new" keeps it as
-its ``marshal`` bytes, loaded for each answer (tried on 2026-12-07: ~20,000 fewer client
-instructions per tail, ~2% slower at the 10th percentile in four runs: not taken). Each side
-has a memo of its own (swapped into the service before its call), so each answers its own page.
+box's load hits both alike. "new" is the service's :class:`~session_manager._service.page_memo.
+PageMemo` (the first answer decoded from the page's JSON, later ones from its compiled shape);
+"old" decodes the JSON for every answer (the memo before 2026-12-07's shapes). Each side has a
+memo of its own (swapped into the service before its call), so each answers its own page.
+(``--marshal``: "old" keeps the page as its ``marshal`` bytes instead, tried on 2026-12-07 against
+the decoding: ~20,000 fewer client instructions per tail, ~2% slower at the 10th percentile in
+four runs: not taken.)
 
 Run: ``python bench/pg_tail_ab.py [--rounds 40] [--n 100] [--length 2000]`` with a server at
 ``SESSION_MANAGER_TEST_POSTGRES`` (default ``postgresql://127.0.0.1:5432/test``). Prints each
 side's median µs per tail, the ratio (``old/new`` above 1: new is faster), the 10th
 percentiles and the load.
+
+``--floor``: ``bench/pg_floor.py``'s tail rows (cold open + tail 50 of ``--length`` 10,000,
+the warm tail, the tail right after an append, each beside raw's prepared ``SELECT``), "new"
+and "old" memo (as above) taking turns round by round (``--rounds``), each round's ratios to
+raw printed: the ``--floor`` table's measure, the two memos alternated in one process.
 
 ``--cold``: a cold open + tail instead (a new store and manager on the same schema, its first
 tail, then closed), with the pool's maintenance threads ``core.POOL_WORKERS`` ("new") against
@@ -33,6 +40,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+import orjson  # noqa: E402
 import psycopg  # noqa: E402
 from psycopg import sql  # noqa: E402
 
@@ -43,17 +51,23 @@ from session_manager.store.postgres import PostgresSettings, PostgresStore, core
 DSN = os.environ.get("SESSION_MANAGER_TEST_POSTGRES", "postgresql://127.0.0.1:5432/test")
 
 
+class DecodingPageMemo(PageMemo):
+    """Every answer the page's JSON decoded (no shape)."""
+
+    def page(self, kept: tuple[Hashable, bytes, list[Any]]) -> Any:
+        return orjson.loads(kept[1])
+
+
 class MarshalPageMemo(PageMemo):
     """The page kept as its ``marshal`` bytes, loaded for each answer."""
 
-    @staticmethod
-    def page(kept: tuple[Hashable, bytes]) -> Any:
+    def page(self, kept: tuple[Hashable, bytes, list[Any]]) -> Any:
         return marshal.loads(kept[1])
 
     def keep(self, key: Hashable, version: Hashable, page: Any) -> None:
         line = marshal.dumps(page)
         with self._lock:
-            self._pages[key] = (version, line)
+            self._pages[key] = (version, line, [None, 0, key])
 
 
 def main() -> None:
@@ -62,7 +76,12 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=100)
     parser.add_argument("--length", type=int, default=2000, help="messages in the session")
     parser.add_argument("--cold", action="store_true", help="cold open + tail: POOL_WORKERS against 3")
+    parser.add_argument("--floor", action="store_true", help="pg_floor's tail rows, new and old memo by turns")
+    parser.add_argument("--marshal", action="store_true", help='"old" keeps marshal bytes (not the decoding)')
     args = parser.parse_args()
+    if args.floor:
+        floor(args.rounds, 10_000 if args.length == 2000 else args.length)
+        return
     schema = f"sm_tail_ab_{uuid.uuid4().hex[:10]}"
     sm = session_manager.open(store=PostgresStore(PostgresSettings(dsn=DSN, schema=schema)))
     try:
@@ -71,7 +90,8 @@ def main() -> None:
             {"role": "user", "content": [{"type": "text", "text": f"message {i}"}], "timestamp": i}
             for i in range(args.length)]})
         req = {"session_id": sid, "limit": 50}
-        samples = (cold if args.cold else warm)(sm, schema, req, args.rounds, args.n)
+        samples = (cold(sm, schema, req, args.rounds, args.n) if args.cold
+                   else warm(sm, schema, req, args.rounds, args.n, args.marshal))
         load = samples.pop("load")
         new, old = statistics.median(samples["new"]), statistics.median(samples["old"])
         q_new, q_old = (statistics.quantiles(samples[s], n=10)[0] for s in ("new", "old"))
@@ -86,9 +106,9 @@ def main() -> None:
 
 
 def warm(sm: session_manager.SessionManager, schema: str, req: dict[str, Any], rounds: int,
-         n: int) -> dict[str, list[float]]:
+         n: int, use_marshal: bool = False) -> dict[str, list[float]]:
     service = sm.service.core
-    memos: dict[str, PageMemo] = {"new": MarshalPageMemo(), "old": PageMemo()}
+    memos: dict[str, PageMemo] = {"new": PageMemo(), "old": MarshalPageMemo() if use_marshal else DecodingPageMemo()}
     for side in memos.values():
         service.tail_pages = side
         assert sm.call("session::messages-tail", req) == sm.call("session::messages-tail", req)
@@ -105,6 +125,39 @@ def warm(sm: session_manager.SessionManager, schema: str, req: dict[str, Any], r
                 samples[side].append((clock() - start) * 1e6)
         samples["load"].append(float(Path("/proc/loadavg").read_text().split()[0]))
     return samples
+
+
+def floor(rounds: int, length: int) -> None:
+    sys.path.insert(0, str(ROOT / "bench"))
+    import pg_floor
+
+    from session_manager._service import core as service_core
+
+    schema = f"sm_tail_floor_{uuid.uuid4().hex[:10]}"
+    memos: dict[str, type[PageMemo]] = {"new": PageMemo, "old": DecodingPageMemo}
+    ratios: dict[str, list[tuple[float, float, float]]] = {"new": [], "old": []}
+    try:
+        pg_floor.setup(DSN, schema)
+        pg_floor.long_session(DSN, schema, length)
+        for r in range(rounds):
+            sides = list(memos) if r % 2 == 0 else list(memos)[::-1]
+            for side in sides:
+                service_core.PageMemo = memos[side]  # type: ignore[misc]
+                got = pg_floor.tails(DSN, schema, 1)
+                raw, ours = got["raw"], got["ours"]
+                ratios[side].append((ours[0] / raw[0], ours[1] / raw[1], ours[2] / raw[2]))
+                print(f"round {r} {side}: cold {ours[0]:.2f} / raw {raw[0]:.2f} ms ({ratios[side][-1][0]:.2f}x),"
+                      f" warm {ours[1] * 1000:.1f} / {raw[1] * 1000:.1f} µs ({ratios[side][-1][1]:.2f}x),"
+                      f" after an append {ours[2] * 1000:.1f} / {raw[2] * 1000:.1f} µs ({ratios[side][-1][2]:.2f}x);"
+                      f" load {Path('/proc/loadavg').read_text().split()[0]}", flush=True)
+        for side, got in ratios.items():
+            print(f"{side}: medians over {rounds} rounds: cold {statistics.median(g[0] for g in got):.2f}x,"
+                  f" warm {statistics.median(g[1] for g in got):.2f}x,"
+                  f" after an append {statistics.median(g[2] for g in got):.2f}x raw")
+    finally:
+        service_core.PageMemo = PageMemo  # type: ignore[misc]
+        with psycopg.connect(DSN, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
 
 
 def cold(sm: session_manager.SessionManager, schema: str, req: dict[str, Any], rounds: int,

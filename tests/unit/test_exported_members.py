@@ -97,7 +97,7 @@ def test_every_exception_class_lives_in_errors() -> None:
     import pkgutil
 
     private_control_flow = {"_Unusual", "_NotJson", "Unrepresentable", "TooDeep", "Fallback", "_Conflicted",
-                            "_NotServed", "LeafMoved", "_NotPlain"}
+                            "_NotServed", "LeafMoved", "_NotPlain", "_PastBounds"}
     found = []
     for info in pkgutil.walk_packages(session_manager.__path__, "session_manager."):
         if info.name == "session_manager.__main__":
