@@ -125,7 +125,7 @@ def test_an_item_whose_keys_are_long_is_answered_by_decoding_and_never_compiled(
     memo.keep("k", "v1", built)
     for answer in answers(memo):
         assert answer == built and orjson.dumps(answer) == orjson.dumps(built)
-    assert kept_state(memo)[0] is False and page_memo._SHAPES == before
+    assert kept_state(memo)[0] is False and before == page_memo._SHAPES
 
 
 def test_a_new_structure_once_the_shapes_are_full_is_answered_by_decoding(monkeypatch: Any) -> None:
