@@ -7,7 +7,8 @@ from .._wire import api
 from .._wire import events as ev
 from .._wire.models import ENTRY_MODELS, AttachmentMeta, CustomEntry
 from .._wire.shape import build, edit
-from ..errors import STORAGE, SessionError
+from ..errors import STORAGE, Conflict, SessionError
+from ..store.base import AttachmentMeta as StoredAttachment
 from ..store.base import Entry
 from .contention import retry_conflicts
 from .core import Result, ServiceCore, changed, new_meta
@@ -54,18 +55,26 @@ def fork(core: ServiceCore, req: api.ForkRequest) -> Result:
             for attachment_id in entry_attachment_ids(entry):
                 if attachment_id not in referenced:
                     referenced.append(attachment_id)
+        attachments: list[tuple[StoredAttachment, bytes]] = []
         for attachment_id in referenced:
             found = core.store.get_attachment_meta(source_id, attachment_id)
             data = core.store.read_attachment(source_id, attachment_id)
             if found is None or data is None:
                 continue  # a dangling reference stays dangling; nothing to copy
-            core.store.put_attachment(edit[AttachmentMeta](found, session_id=new_id), [data])
+            attachments.append((edit[AttachmentMeta](found, session_id=new_id), data))
         leaf = id_map[req.entry_id]
     # Not nested in the source's block: its settle must confirm what was
     # copied is durable before the copy is written, and two forks whose ids
     # share stripes in opposite order would deadlock. The copy is a snapshot
     # already, and nobody else knows the new id yet: no lock of it to take.
     with core.mutating_new(new_id):
+        if core.store.get_meta(new_id) is not None:
+            # A generator that repeated a session id (an injected one): decided again under a
+            # fresh id before anything is written. The attachments went first, into the other
+            # session (over its own of the same id), and sqlite's commit wrote over its meta.
+            raise Conflict(f"fork: session {new_id} already exists")
+        for copied, data in attachments:
+            core.store.put_attachment(copied, [data])
         core.commit(new_id, entries=tuple(copies), leaf=leaf, meta=meta, expect_meta=None)
     return build[api.ForkResponse](session_id=new_id, meta=meta), [ev.created(meta)]
 

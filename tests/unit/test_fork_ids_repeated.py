@@ -117,3 +117,57 @@ def test_a_fork_whose_generator_only_repeats_is_refused_with_nothing_written(ope
             assert store.entries(drawn) == []
     finally:
         sm.close()
+
+
+class RepeatedSessionIds(Scripted):
+    """Session ids ``X``, ``X`` first; attachment ids ``A``, ``A`` first."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sids, self.aids = ["X", "X"], ["A", "A"]
+
+    def session_id(self) -> str:
+        return self.sids.pop(0) if self.sids else super().session_id()
+
+    def attachment_id(self) -> str:
+        return self.aids.pop(0) if self.aids else super().attachment_id()
+
+
+def test_a_fork_whose_drawn_session_id_is_taken_leaves_that_session_alone(opener: Any) -> None:
+    # Prevents: a fork drawing the id of a stored session copying its path's attachments over
+    # that session's own (same attachment id) before its commit conflicted and drew again, and
+    # sqlite's commit writing the fork over the other session (its title and entries).
+    store = opener()
+    sm = session_manager.open(store=store, ids=RepeatedSessionIds())
+    created: list[dict[str, Any]] = []
+    sm.observe({"function_id": session_manager.ON_CREATED}, created.append)
+    try:
+        assert sm.call("session::create", {"title": "other"})["session_id"] == "X"
+        sm.call("session::put-attachment", {"session_id": "X", "name": "x.txt", "mime": "text/plain",
+                                            "data": "eHg="})
+        sm.call("session::ensure", {"session_id": "S"})
+        put = sm.call("session::put-attachment", {"session_id": "S", "name": "n.txt", "mime": "text/plain",
+                                                  "data": "aGk="})
+        sm.call("session::append", {"session_id": "S", "message": {
+            "role": "user", "timestamp": 1, "content": [put["block"]]}})
+        answer = sm.call("session::fork", {"session_id": "S", "entry_id": "e_001"})
+        new_id = answer["session_id"]
+        assert new_id not in ("X", "S")
+        x = sm.call("session::get", {"session_id": "X"})["meta"]
+        assert x["title"] == "other" and x["message_count"] == 0
+        assert [(a["attachment_id"], a["name"]) for a in store.list_attachments("X")] == [("A", "x.txt")]
+        assert store.read_attachment("X", "A") == b"xx"
+        assert store.entries("X") == []
+        assert [(a["attachment_id"], a["name"]) for a in store.list_attachments(new_id)] == [("A", "n.txt")]
+        assert store.read_attachment(new_id, "A") == b"hi"
+        assert len(store.entries(new_id)) == 1
+        assert [e["session_id"] for e in created] == ["X", "S", new_id]
+    finally:
+        sm.close()
+    again = opener()  # after a restart: the same
+    try:
+        assert again.get_meta("X")["title"] == "other"
+        assert again.read_attachment("X", "A") == b"xx"
+        assert again.read_attachment(new_id, "A") == b"hi"
+    finally:
+        again.close()
