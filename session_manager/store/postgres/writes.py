@@ -95,10 +95,34 @@ class PgWrites:
             # whose id was drawn again (another instance's generator) or named by a stale decision.
             params["read_ids"] = TextArray([key(e["id"]) for e in commit.entries])
             params["read_bodies"] = TextArray([None] * len(commit.entries))
+        if not commit.append:  # (sm_apply checks nothing here: no conflict to survive)
+            try:
+                conn.execute(APPLY, params)
+            except psycopg.Error as e:
+                raise self.db.fail(e) from None
+            return
+        # Under a savepoint (in the same round trip): its conflict leaves the transaction usable.
+        # The mutation that conflicts may not own it: a call upgraded mid-mutation, or a second
+        # mutation of one call, holds the call's transaction, and the service decides again in
+        # it; an aborted transaction answered that second decision ``session/storage``
+        # (InFailedSqlTransaction), where every other store answers what the decision says.
         try:
-            conn.execute(APPLY, params)
+            if self.db.pipelines:
+                with conn.pipeline():
+                    conn.execute("SAVEPOINT sm_write")
+                    conn.execute(APPLY, params)
+                    conn.execute("RELEASE SAVEPOINT sm_write")
+            else:
+                conn.execute("SAVEPOINT sm_write")
+                conn.execute(APPLY, params)
+                conn.execute("RELEASE SAVEPOINT sm_write")
         except psycopg.Error as e:
-            if e.sqlstate == CONFLICT:  # nothing written; the mutation's transaction is rolled back
+            if e.sqlstate == CONFLICT:  # nothing of it written; the transaction as it was before it
+                try:
+                    conn.execute("ROLLBACK TO SAVEPOINT sm_write")
+                    conn.execute("RELEASE SAVEPOINT sm_write")
+                except psycopg.Error as again:
+                    raise self.db.fail(again) from None
                 raise Conflict(f"an entry of session {session_id} is already stored") from None
             raise self.db.fail(e) from None
 
