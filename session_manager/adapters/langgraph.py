@@ -143,7 +143,7 @@ class SessionManagerSaver(BaseCheckpointSaver[str]):
         index = ThreadIndex(token=token)
         if token is not None:
             with storage_errors():
-                entries = self._store.entries(thread_id)
+                entries = self._store.entries_held(thread_id)
             for entry in entries:
                 index.add(entry)
             # Each decoded here anyway: kept, so the reads that follow fetch none again.
@@ -326,7 +326,7 @@ class SessionManagerSaver(BaseCheckpointSaver[str]):
             page = self.sm.call("session::list", request)
             for meta in page["sessions"]:
                 with storage_errors():
-                    if self._store.get_entry(meta["session_id"], ROOT_ID) is not None:
+                    if self._store.entry_held(meta["session_id"], ROOT_ID) is not None:
                         out.append(meta["session_id"])
             if not page.get("next_cursor"):
                 return out
@@ -338,7 +338,7 @@ class SessionManagerSaver(BaseCheckpointSaver[str]):
         data = self._kept.get(thread_id, index.epoch, entry_id)
         if data is None:
             with storage_errors():
-                entry = self._store.get_entry(thread_id, entry_id)
+                entry = self._store.entry_held(thread_id, entry_id)
             if entry is None:  # deleted (by another instance) since the index was read
                 raise not_found(thread_id)
             data = entry["data"]
@@ -351,10 +351,10 @@ class SessionManagerSaver(BaseCheckpointSaver[str]):
         gone, and the base is the nearest checkpoint above ``holder`` holding a base of the channel
         (:func:`is_base`: the delta was made of the newest one on its line, :attr:`ThreadIndex.bases`)."""
         with storage_errors():
-            found = self._store.get_entry(thread_id, base_id)
-            at = None if found is not None else self._store.get_entry(thread_id, holder)
+            found = self._store.entry_held(thread_id, base_id)
+            at = None if found is not None else self._store.entry_held(thread_id, holder)
             while found is None and at is not None and at.get("parent_id"):
-                at = self._store.get_entry(thread_id, at["parent_id"])
+                at = self._store.entry_held(thread_id, at["parent_id"])
                 value = at.get("data", {}).get("values", {}).get(channel) \
                     if at is not None and at.get("custom_type") == CHECKPOINT else None
                 if value is not None and is_base(value):  # (not any whole value: a small one is no base)
@@ -484,7 +484,7 @@ class SessionManagerSaver(BaseCheckpointSaver[str]):
         namespaces, same entry ids and tree) into the target thread."""
         source, target = _thread_id(source_thread_id), _thread_id(target_thread_id)
         with self._lock(source), storage_errors():
-            entries = list(self._store.entries(source)) if self._store.get_meta(source) else []
+            entries = list(self._store.entries_held(source)) if self._store.get_meta(source) else []
         mine = {e["id"] for e in entries if e.get("kind") == "custom" and e.get("custom_type") in _COPIED}
         with self._lock(target):
             index = self._index(target)

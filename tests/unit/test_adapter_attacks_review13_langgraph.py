@@ -320,8 +320,8 @@ def test_a_thread_the_fs_cache_dropped_and_loaded_again_keeps_its_index_and_stil
         put_chain(theirs, "other", 2)  # (a budget of one byte: "e" is dropped from the cache)
         assert "e" not in store._d.sessions
         calls: list[str] = []
-        real = store.entries
-        store.entries = lambda *a: calls.append("entries") or real(*a)  # type: ignore[method-assign]
+        real = store.entries_held
+        store.entries_held = lambda *a: calls.append("entries") or real(*a)  # type: ignore[method-assign]
         assert x_of(mine.get_tuple(config("e"))) == ["", 2] and calls == []
         leaf = active_leaf(sm, "e")
         theirs.put(config("e", "c002"), checkpoint("c003", ["t", 3], "4"), {"step": 3}, {"x": "4"})
