@@ -148,11 +148,17 @@ class SessionManagerSaver(BaseCheckpointSaver[str]):
                 index.add(entry)
             # Each decoded here anyway: kept, so the reads that follow fetch none again.
             self._kept.seed(thread_id, index.epoch, entries)
+            self._charge_bases(thread_id, index)
         with self._indexes_guard:
             self._indexes[thread_id] = index
             while len(self._indexes) > _CACHED_THREADS:
-                self._indexes.popitem(last=False)
+                self._kept.uncharge(self._indexes.popitem(last=False)[0])
         return index
+
+    def _charge_bases(self, thread_id: str, index: ThreadIndex) -> None:
+        """Count the index's delta bases in the cache budget (:meth:`._kept.Kept.charge`): past
+        it, least recently used first, they are let go (:meth:`ThreadIndex.let_bases_go`)."""
+        self._kept.charge(thread_id, index.bases_size(), index.let_bases_go)
 
     def _still(self, index: ThreadIndex, token: tuple[Any, str | None, Any] | None) -> bool:
         """Whether the session at ``token`` is the one ``index`` holds (then it takes ``token``).
@@ -206,6 +212,7 @@ class SessionManagerSaver(BaseCheckpointSaver[str]):
     def _forget(self, thread_id: str) -> None:
         with self._indexes_guard:
             self._indexes.pop(thread_id, None)
+        self._kept.uncharge(thread_id)
 
     def _append(self, thread_id: str, index: ThreadIndex, custom_type: str, data: Any, parent: str | None,
                 entry_id: str | None = None, *, owned: bool = False, checked: bool = False,
@@ -214,6 +221,8 @@ class SessionManagerSaver(BaseCheckpointSaver[str]):
         written = self._write(thread_id, index, custom_type, data, parent, entry_id, owned=owned, checked=checked,
                               data_json=data_json)
         index.add({"id": written, "kind": "custom", "custom_type": custom_type, "data": data})
+        if custom_type == CHECKPOINT:  # (a copied checkpoint: its line's bases may have changed)
+            self._charge_bases(thread_id, index)
         return written
 
     def _write(self, thread_id: str, index: ThreadIndex, custom_type: str, data: Any, parent: str | None,
@@ -445,6 +454,7 @@ class SessionManagerSaver(BaseCheckpointSaver[str]):
             index, data, parent_entry, written = self._checked(thread_id, self._current(thread_id), write)
             index.add_checkpoint(written, data, parent_entry)
             self._kept.keep(thread_id, index.epoch, written, data, footprint(data))
+            self._charge_bases(thread_id, index)
         return _config(thread_id, ns, checkpoint_id)
 
     def put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
