@@ -80,6 +80,17 @@ CODES: frozenset[str] = frozenset(
 )
 
 
+def _encodable(text: str) -> str:
+    """``text`` with each lone UTF-16 surrogate (a key or value the caller sent names one) as its
+    ``\\uXXXX`` escape, so an error's text encodes as UTF-8 wherever it goes: a log line, a
+    terminal, orjson, a wire frame (both encoders refused it: a traceback at the edge)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return "".join(f"\\u{ord(c):04x}" if "\ud800" <= c <= "\udfff" else c for c in text)
+    return text
+
+
 class SessionError(Exception):
     """A failed session function call.
 
@@ -91,6 +102,8 @@ class SessionError(Exception):
         if code not in CODES:
             raise ValueError(f"unknown session error code {code!r}")
         self.code = code
+        if not detail.isascii():
+            detail = _encodable(detail)
         self.detail = detail
         super().__init__(f"{code}: {detail}")
 

@@ -25,8 +25,9 @@ from .._service.erasure import Selection
 from .._service.limits import Limits, LimitsCell
 from .._service.service import SessionService
 from .._wire.events import EVENT_FUNCTIONS, Event
+from .._wire.validation import json_payload
 from ..clock import Clock
-from ..errors import STORAGE, SessionError, StoreError, invalid_request
+from ..errors import STORAGE, SessionError, StoreError
 from ..ids import IdGen
 from ..store.base import SessionStore
 from ..store.fs import DEFAULT_CACHE_BYTES, Durability, FsStore
@@ -246,7 +247,9 @@ class SessionManager(Helpers):
         admit and parse, what a call costs besides the append itself is the size: ``data``
         encoded once (orjson keeps each string's UTF-8, so the store's encoding of the
         entry reuses it), the request measured around it; text JSON cannot carry refused
-        as :func:`~session_manager._service.admission.admit` names it. Then as any append:
+        as :func:`~session_manager._service.admission.admit` names it; what orjson cannot
+        encode (an integer past 64 bits) is decided as a call's payload is, and taken by the same
+        rule (integers of any size stored exactly). Then as any append:
         the session's state (``at`` as :meth:`_call_owned`'s), read-only refusal, the event.
         ``data_json``: ``orjson.dumps(data)`` byte for byte, when the builder encoded it (then
         it is measured and handed on as it is, not encoded again here)."""
@@ -265,10 +268,15 @@ class SessionManager(Helpers):
                 if data_json is None:
                     data_json = orjson.dumps(data)  # (handed on: the store's encoding of the entry splices it in)
                 size = len(orjson.dumps(envelope)) - 4 + len(data_json)
-            except TypeError:  # (orjson.JSONEncodeError too): admission names the field
+            except TypeError:  # (orjson.JSONEncodeError too): the exact path decides, as for a call
+                # orjson refuses integers past 64 bits, which a call stores exactly (any size):
+                # admission measures the request and names text JSON cannot carry, the exact copy
+                # anything else JSON cannot hold; what both take is stored as a call's would be
+                # (encoded by the store's exact encoder: no data_json).
                 envelope["custom"]["data"] = data
                 admit("session::append", envelope, limits, mutates=True)
-                raise invalid_request("custom.data: not representable as JSON") from None
+                data = json_payload(envelope)["custom"]["data"]
+                data_json, size = None, 0
             if size > limits.max_request_bytes:  # (:func:`admit_size`'s test, inline: it raises)
                 admit_size(size, limits)
             deliver = self._deliver if self._observers else None

@@ -114,7 +114,7 @@ def _append(core: ServiceCore, req: api.AppendRequest, at: SessionAt | None = No
         if (req.message is None) == (req.custom is None):
             raise invalid_request("message, custom: exactly one of `message` / `custom` must be supplied")
         if req.entry_id is not None:
-            existing = core.store.get_entry(session_id, req.entry_id)
+            existing = core.store.entry_held(session_id, req.entry_id)
             if existing is not None:
                 # Idempotent replay: the original, nothing written, nothing fired.
                 return _append_response(existing), []
@@ -148,7 +148,7 @@ def _parent(core: ServiceCore, session_id: str, parent_id: str | None, leaf: str
     (over a database, one query fewer)."""
     if parent_id is None or parent_id == leaf:
         return leaf
-    if core.store.get_entry(session_id, parent_id) is None:
+    if core.store.entry_held(session_id, parent_id) is None:
         raise SessionError(
             PARENT_NOT_FOUND, f"parent entry {parent_id} does not exist in session {session_id}"
         )

@@ -67,7 +67,7 @@ def delete_attachment(core: ServiceCore, req: api.DeleteAttachmentRequest) -> Re
     session_id, attachment_id = req.session_id, req.attachment_id
     with core.mutating(session_id):
         meta = core.meta_or_raise(session_id)
-        for entry in core.store.entries(session_id):
+        for entry in core.store.entries_held(session_id):
             if attachment_id in entry_attachment_ids(entry):
                 raise SessionError(
                     ATTACHMENT_IN_USE, f"attachment {attachment_id} is referenced by entry {entry['id']}"

@@ -173,7 +173,7 @@ class ServiceCore:
 
     def entry_or_raise(self, session_id: str, entry_id: str) -> Entry:
         """One stored entry; ``not_found`` for a gone session, else ``entry_not_found``."""
-        entry = self.store.get_entry(session_id, entry_id)
+        entry = self.store.entry_held(session_id, entry_id)
         if entry is None:
             self.still_there(session_id)  # deleted since the caller saw its meta: not_found
             raise entry_not_found(session_id, entry_id)

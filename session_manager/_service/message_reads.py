@@ -99,7 +99,7 @@ def _on_path(core: ServiceCore, path: EntryPath, session_id: str, entry_id: str)
 
 def get_message(core: ServiceCore, req: api.GetMessageRequest) -> Result:
     with storage_errors():
-        entry = core.store.get_entry(req.session_id, req.entry_id)
+        entry = core.store.entry_held(req.session_id, req.entry_id)
     if entry is None:
         return None, []
     if "revision" not in entry:

@@ -36,7 +36,7 @@ def siblings(service: SessionService, session_id: str, entry_id: str) -> Sibling
         parent = entry.get("parent_id")
         # entries() is in append order on every adapter (fs and memory: insertion order of the
         # session's entry map, a revision keeping its place; postgres: ORDER BY seq).
-        found = [e for e in core.store.entries(session_id) if e.get("parent_id") == parent]
+        found = [e for e in core.store.entries_held(session_id) if e.get("parent_id") == parent]
         path = core.path(session_id, core.store.get_leaf(session_id))
         active = frozenset(e["id"] for e in found if path.index_of(e["id"]) is not None)
     return Siblings(found, active)

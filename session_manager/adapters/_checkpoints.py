@@ -128,6 +128,9 @@ def serialize_values(serde: Any, channel_values: dict[str, Any], new_versions: d
     return out
 
 
+_BASE_OVERHEAD = 120  # what a Base holds beside its value (the object, its id, the slot of its line)
+
+
 @dataclass(slots=True)
 class Base:
     """A channel's newest value stored whole (in entry ``entry_id``, as ``text``): what a put's
@@ -141,6 +144,10 @@ class Base:
     text: str
     start: int = 0
     mid: bytes | None = None
+
+    def size(self) -> int:
+        """The bytes it holds (its value's, as text or as bytes: one copy), and its slots."""
+        return (len(self.mid) if self.mid is not None else len(self.text)) + _BASE_OVERHEAD
 
     def span(self) -> bytes:
         if self.mid is None:
@@ -432,6 +439,29 @@ class ThreadIndex:
                 base = line.get(channel)
                 if base is not None and base.entry_id != packed[3]:
                     self.moved[(entry_id, channel)] = base
+
+    def bases_size(self) -> int:
+        """The bytes its delta bases hold (:attr:`bases`, :attr:`moved`; one shared counted once):
+        what the saver counts in its cache budget."""
+        size = 0
+        for line in self.bases.values():  # (Base.size inline: every put)
+            for base in line.values():
+                mid = base.mid
+                size += (len(mid) if mid is not None else len(base.text)) + _BASE_OVERHEAD
+        if self.moved:  # (a fork copy's index: rare)
+            seen = {id(base) for line in self.bases.values() for base in line.values()}
+            for base in self.moved.values():
+                if id(base) not in seen:
+                    seen.add(id(base))
+                    size += base.size()
+        return size
+
+    def let_bases_go(self) -> None:
+        """Drop every base (the saver's budget): a read of a delta then reads its base's entry,
+        and a put of the channel stores its value whole (its line's new base). Rebound, not
+        cleared: a put under way keeps the line it took (its delta names its base's entry)."""
+        self.bases = {}
+        self.moved = {}
 
     def line(self, ns: str, parent: str | None) -> Bases | None:
         """The bases a checkpoint of ``ns`` whose parent entry is ``parent`` may be a delta of:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import orjson
@@ -21,6 +21,7 @@ import orjson
 from ._checkpoints import CHECKPOINT, WRITES
 
 _SEEDED = (CHECKPOINT, WRITES)  # the entries a read takes data from
+BASES = "\x00bases"  # the key (beside entry ids, which are never this) of a thread's delta bases
 OVERHEAD = 512  # what a kept data holds beside its texts (its dicts and lists, the slot here)
 
 
@@ -93,9 +94,50 @@ class Kept:
                 self.total -= old[2]
             self._kept[key] = (epoch, data, size)
             self.total += size
-            while self.total > self.budget:
-                _, dropped = self._kept.popitem(last=False)
-                self.total -= dropped[2]
+            released = self._within() if self.total > self.budget else None
+        if released:
+            for release in released:
+                release()
+
+    def charge(self, thread_id: str, size: int, release: Callable[[], None]) -> None:
+        """Count a thread's delta bases (``size`` bytes, held by its index, not here) in the
+        budget, as the most recently used: when they are the least recently used past it,
+        ``release()`` lets them go (called outside the lock; a base gone is read from its entry,
+        and the next put of the channel stores its value whole: a new base)."""
+        key = (thread_id, BASES)
+        with self._guard:
+            old = self._kept.get(key)
+            if old is not None and old[2] == size and old[1] == release:  # (most puts: the same bases)
+                self._kept.move_to_end(key)
+                return
+            old = self._kept.pop(key, None)
+            if old is not None:
+                self.total -= old[2]
+            if size > self.budget:
+                released = [release]
+            else:
+                self._kept[key] = (None, release, size)
+                self.total += size
+                released = self._within() if self.total > self.budget else []
+        for gone in released:
+            gone()
+
+    def uncharge(self, thread_id: str) -> None:
+        """The thread's index (and its bases) was dropped: they count no more."""
+        with self._guard:
+            old = self._kept.pop((thread_id, BASES), None)
+            if old is not None:
+                self.total -= old[2]
+
+    def _within(self) -> list[Callable[[], None]]:
+        """Drop the least recently used past the budget (under the lock): the bases' releases."""
+        released = []
+        while self.total > self.budget:
+            (_, entry_id), dropped = self._kept.popitem(last=False)
+            self.total -= dropped[2]
+            if entry_id == BASES:
+                released.append(dropped[1])
+        return released
 
     def seed(self, thread_id: str, epoch: object, entries: Iterable[dict[str, Any]]) -> None:
         """Keep the data of the checkpoints and writes among a thread's ``entries`` (in append

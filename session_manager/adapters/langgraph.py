@@ -144,16 +144,22 @@ class SessionManagerSaver(BaseCheckpointSaver[str]):
         index = ThreadIndex(token=token)
         if token is not None:
             with storage_errors():
-                entries = self._store.entries(thread_id)
+                entries = self._store.entries_held(thread_id)
             for entry in entries:
                 index.add(entry)
             # Each decoded here anyway: kept, so the reads that follow fetch none again.
             self._kept.seed(thread_id, index.epoch, entries)
+            self._charge_bases(thread_id, index)
         with self._indexes_guard:
             self._indexes[thread_id] = index
             while len(self._indexes) > _CACHED_THREADS:
-                self._indexes.popitem(last=False)
+                self._kept.uncharge(self._indexes.popitem(last=False)[0])
         return index
+
+    def _charge_bases(self, thread_id: str, index: ThreadIndex) -> None:
+        """Count the index's delta bases in the cache budget (:meth:`._kept.Kept.charge`): past
+        it, least recently used first, they are let go (:meth:`ThreadIndex.let_bases_go`)."""
+        self._kept.charge(thread_id, index.bases_size(), index.let_bases_go)
 
     def _still(self, index: ThreadIndex, token: tuple[Any, str | None, Any] | None) -> bool:
         """Whether the session at ``token`` is the one ``index`` holds (then it takes ``token``).
@@ -207,6 +213,7 @@ class SessionManagerSaver(BaseCheckpointSaver[str]):
     def _forget(self, thread_id: str) -> None:
         with self._indexes_guard:
             self._indexes.pop(thread_id, None)
+        self._kept.uncharge(thread_id)
 
     def _append(self, thread_id: str, index: ThreadIndex, custom_type: str, data: Any, parent: str | None,
                 entry_id: str | None = None, *, owned: bool = False, checked: bool = False,
@@ -215,6 +222,8 @@ class SessionManagerSaver(BaseCheckpointSaver[str]):
         written = self._write(thread_id, index, custom_type, data, parent, entry_id, owned=owned, checked=checked,
                               data_json=data_json)
         index.add({"id": written, "kind": "custom", "custom_type": custom_type, "data": data})
+        if custom_type == CHECKPOINT:  # (a copied checkpoint: its line's bases may have changed)
+            self._charge_bases(thread_id, index)
         return written
 
     def _write(self, thread_id: str, index: ThreadIndex, custom_type: str, data: Any, parent: str | None,
@@ -327,7 +336,7 @@ class SessionManagerSaver(BaseCheckpointSaver[str]):
             page = self.sm.call("session::list", request)
             for meta in page["sessions"]:
                 with storage_errors():
-                    if self._store.get_entry(meta["session_id"], ROOT_ID) is not None:
+                    if self._store.entry_held(meta["session_id"], ROOT_ID) is not None:
                         out.append(meta["session_id"])
             if not page.get("next_cursor"):
                 return out
@@ -339,7 +348,7 @@ class SessionManagerSaver(BaseCheckpointSaver[str]):
         data = self._kept.get(thread_id, index.epoch, entry_id)
         if data is None:
             with storage_errors():
-                entry = self._store.get_entry(thread_id, entry_id)
+                entry = self._store.entry_held(thread_id, entry_id)
             if entry is None:  # deleted (by another instance) since the index was read
                 raise not_found(thread_id)
             data = entry["data"]
@@ -352,10 +361,10 @@ class SessionManagerSaver(BaseCheckpointSaver[str]):
         gone, and the base is the nearest checkpoint above ``holder`` holding a base of the channel
         (:func:`is_base`: the delta was made of the newest one on its line, :attr:`ThreadIndex.bases`)."""
         with storage_errors():
-            found = self._store.get_entry(thread_id, base_id)
-            at = None if found is not None else self._store.get_entry(thread_id, holder)
+            found = self._store.entry_held(thread_id, base_id)
+            at = None if found is not None else self._store.entry_held(thread_id, holder)
             while found is None and at is not None and at.get("parent_id"):
-                at = self._store.get_entry(thread_id, at["parent_id"])
+                at = self._store.entry_held(thread_id, at["parent_id"])
                 value = at.get("data", {}).get("values", {}).get(channel) \
                     if at is not None and at.get("custom_type") == CHECKPOINT else None
                 if value is not None and is_base(value):  # (not any whole value: a small one is no base)
@@ -459,6 +468,7 @@ class SessionManagerSaver(BaseCheckpointSaver[str]):
             index.add_checkpoint(written, data, parent_entry)
             # (what :func:`footprint` counts of the data, added up from the parts that made it)
             self._kept.keep(thread_id, index.epoch, written, data, KEPT_OVERHEAD + size + docs_size)
+            self._charge_bases(thread_id, index)
         return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint_id}}
 
     def put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
@@ -499,7 +509,7 @@ class SessionManagerSaver(BaseCheckpointSaver[str]):
         namespaces, same entry ids and tree) into the target thread."""
         source, target = _thread_id(source_thread_id), _thread_id(target_thread_id)
         with self._lock(source), storage_errors():
-            entries = list(self._store.entries(source)) if self._store.get_meta(source) else []
+            entries = list(self._store.entries_held(source)) if self._store.get_meta(source) else []
         mine = {e["id"] for e in entries if e.get("kind") == "custom" and e.get("custom_type") in _COPIED}
         with self._lock(target):
             index = self._index(target)

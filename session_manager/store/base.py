@@ -263,7 +263,14 @@ class SessionStore(ABC):
     def list_metas(self) -> list[Meta]: ...
 
     @abstractmethod
-    def get_entry(self, session_id: str, entry_id: str) -> Entry | None: ...
+    def get_entry(self, session_id: str, entry_id: str) -> Entry | None:
+        """The stored entry, the caller's own (changing it changes nothing stored)."""
+
+    def entry_held(self, session_id: str, entry_id: str) -> Entry | None:
+        """:meth:`get_entry`, possibly the very object the store keeps (fs, memory: no copy):
+        for this package's readers, which never change what they read. The default is
+        :meth:`get_entry` (a store that decodes each read hands out a fresh object anyway)."""
+        return self.get_entry(session_id, entry_id)
 
     @abstractmethod
     def get_leaf(self, session_id: str) -> str | None: ...
@@ -338,7 +345,11 @@ class SessionStore(ABC):
 
     @abstractmethod
     def entries(self, session_id: str) -> list[Entry]:
-        """Every stored entry of the session, on any branch."""
+        """Every stored entry of the session, on any branch: the caller's own."""
+
+    def entries_held(self, session_id: str) -> list[Entry]:
+        """:meth:`entries`, possibly the very objects the store keeps (see :meth:`entry_held`)."""
+        return self.entries(session_id)
 
     @abstractmethod
     def commit(self, session_id: str, commit: Commit) -> Commit:

@@ -546,13 +546,13 @@ def test_a_fork_copy_reads_its_deltas_with_no_more_entry_reads_than_the_thread_i
         tip = list(checkpoint_entries(sm, "long").values())[-1]["id"]
         copy = sm.call("session::fork", {"session_id": "long", "entry_id": tip})["session_id"]
         store = sm.service.store
-        real, reads = store.get_entry, [0]
+        real, reads = store.entry_held, [0]
 
         def counting(*args: Any, **kwargs: Any) -> Any:
             reads[0] += 1
             return real(*args, **kwargs)
 
-        store.get_entry = counting
+        store.entry_held = counting
         try:
             cost: dict[str, tuple[int, int]] = {}
             for thread in ("long", copy):
@@ -566,5 +566,5 @@ def test_a_fork_copy_reads_its_deltas_with_no_more_entry_reads_than_the_thread_i
                 cost[thread] = (one, reads[0])
                 assert newest is not None and len(every) == 90
         finally:
-            store.get_entry = real
+            store.entry_held = real
         assert cost[copy][0] <= cost["long"][0] and cost[copy][1] <= cost["long"][1], cost

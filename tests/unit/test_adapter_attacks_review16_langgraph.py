@@ -32,8 +32,8 @@ def ids(saver: SessionManagerSaver, thread: str) -> list[str]:
 
 def counting_entries(store: Any) -> list[str]:
     calls: list[str] = []
-    real = store.entries
-    store.entries = lambda *a: calls.append("entries") or real(*a)
+    real = store.entries_held  # (the saver's read of every entry)
+    store.entries_held = lambda *a: calls.append("entries") or real(*a)
     return calls
 
 

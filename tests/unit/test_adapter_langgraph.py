@@ -531,7 +531,7 @@ def test_a_put_reads_nothing_of_the_session_while_its_index_is_current(local_ope
         saver = SessionManagerSaver(sm)
         store = sm.service.store
         reads: list[str] = []
-        for name in ("session_token", "meta_and_leaf", "entries", "get_meta"):
+        for name in ("session_token", "meta_and_leaf", "entries_held", "get_meta"):
             real = getattr(store, name)
             setattr(store, name, lambda *a, _real=real, _name=name: reads.append(_name) or _real(*a))
         saved = saver.put(config("quiet"), plain_checkpoint("c0"), {}, {})  # a new thread: derived once

@@ -52,7 +52,7 @@ def test_reading_what_this_saver_wrote_asks_the_store_only_whether_the_thread_mo
     with opener() as sm:
         saver = SessionManagerSaver(sm)
         saved = put_chain(saver, "k", 6)
-        calls = spy(sm.service.store, ("session_token", "get_entry", "entries", "get_meta", "path"))
+        calls = spy(sm.service.store, ("session_token", "entry_held", "entries_held", "get_meta", "path"))
         newest = saver.get_tuple(config("k"))
         by_id = saver.get_tuple(saved[2])
         listed = list(saver.list(config("k")))
@@ -72,7 +72,7 @@ def test_a_thread_read_once_is_read_again_without_fetching_its_entries(opener: O
     with opener() as sm:
         saver = SessionManagerSaver(sm)
         first = saver.get_tuple(config("r"))
-        calls = spy(sm.service.store, ("session_token", "get_entry", "entries"))
+        calls = spy(sm.service.store, ("session_token", "entry_held", "entries_held"))
         again = saver.get_tuple(config("r"))
     assert calls == ["session_token"]
     assert first is not None and again is not None and again.checkpoint == first.checkpoint
@@ -121,7 +121,7 @@ def test_the_kept_data_stays_within_its_byte_budget_and_what_it_dropped_is_read_
         saver = SessionManagerSaver(sm, cache_bytes=6000)
         saved = put_chain(saver, "b", 12)
         assert saver._kept.total <= 6000
-        calls = spy(sm.service.store, ("get_entry",))
+        calls = spy(sm.service.store, ("entry_held",))
         got = [saver.get_tuple(c) for c in saved]
         assert saver._kept.total <= 6000
     assert calls  # the oldest were dropped and read again
@@ -135,10 +135,10 @@ def test_cache_bytes_0_keeps_nothing_and_every_read_fetches_what_it_gives(opener
     with opener() as sm:
         saver = SessionManagerSaver(sm, cache_bytes=0)
         saved = put_chain(saver, "z", 3)
-        calls = spy(sm.service.store, ("get_entry",))
+        calls = spy(sm.service.store, ("entry_held",))
         got = saver.get_tuple(saved[1])
         assert saver._kept.total == 0
-    assert calls == ["get_entry"] * 3  # the checkpoint, the first one (holding "pad"), the writes
+    assert calls == ["entry_held"] * 3  # the checkpoint, the first one (holding "pad"), the writes
     assert got is not None and got.checkpoint["channel_values"] == {"x": ["", 1], "pad": "p" * 500}
     assert got.pending_writes == [("task-1", "x", ["", 1, "w"])]
 
@@ -151,9 +151,9 @@ def test_a_thread_derived_again_is_read_from_the_entries_its_derivation_read(tmp
     with session_manager.open(uri) as sm, session_manager.open(uri) as other:
         mine, theirs = SessionManagerSaver(sm), SessionManagerSaver(other)
         saved = put_chain(theirs, "d", 4)
-        calls = spy(sm.service.store, ("session_token", "get_entry", "entries"))
+        calls = spy(sm.service.store, ("session_token", "entry_held", "entries_held"))
         got = [mine.get_tuple(config("d")), *(mine.get_tuple(c) for c in saved)]
-    assert calls == ["session_token", "entries"] + ["session_token"] * 4
+    assert calls == ["session_token", "entries_held"] + ["session_token"] * 4
     assert [t.checkpoint["channel_values"]["x"] for t in got if t] == [["", 3]] + [["", i] for i in range(4)]
     assert [t.pending_writes for t in got if t][1:] == [[(f"task-{i}", "x", ["", i, "w"])] for i in range(4)]
 

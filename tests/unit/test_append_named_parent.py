@@ -46,13 +46,13 @@ def test_naming_the_active_leaf_as_parent_reads_no_entry_and_other_parents_are_s
     first = _custom(sm, None)
     store = sm.service.store
     looked: list[str] = []
-    real = store.get_entry
+    real = store.entry_held
 
     def get_entry(session_id: str, entry_id: str) -> Any:
         looked.append(entry_id)
         return real(session_id, entry_id)
 
-    monkeypatch.setattr(store, "get_entry", get_entry)
+    monkeypatch.setattr(store, "entry_held", get_entry)
     second = _custom(sm, first)  # first is the active leaf
     assert looked == []
     assert real("s", second)["parent_id"] == first

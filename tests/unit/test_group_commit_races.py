@@ -154,7 +154,7 @@ def test_a_replayed_append_is_answered_only_once_the_original_is_durable(
     sm, sid, kept, disk, first = blocked_append(tmp_path, monkeypatch)
     read = threading.Event()
     retry = Call(sm, "session::append", {"session_id": sid, "message": message(1), "entry_id": "e_x"})
-    signal_from(sm.service.store, "get_entry", lambda: retry, read, monkeypatch)
+    signal_from(sm.service.store, "entry_held", lambda: retry, read, monkeypatch)
     retry.start()
     assert read.wait(10)  # the retry found e_x
     finish(disk, first, retry)

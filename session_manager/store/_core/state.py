@@ -207,6 +207,12 @@ class StateBackedStore(SessionStore):
         return state.meta if state else None
 
     def get_entry(self, session_id: str, entry_id: str) -> Entry | None:
+        # The caller's copy: the state's dict is what the store serves every later read from.
+        state = self._state(session_id)
+        entry = state.entries.get(entry_id) if state else None
+        return _copied(entry) if entry is not None else None
+
+    def entry_held(self, session_id: str, entry_id: str) -> Entry | None:
         state = self._state(session_id)
         return state.entries.get(entry_id) if state else None
 
@@ -265,11 +271,24 @@ class StateBackedStore(SessionStore):
             return [(state.entries.get(eid), path.holds(eid)) for eid in entry_ids]
 
     def entries(self, session_id: str) -> list[Entry]:
+        return [_copied(e) for e in self.entries_held(session_id)]
+
+    def entries_held(self, session_id: str) -> list[Entry]:
         state = self._state(session_id)
         if state is None:
             return []
         with state.lock:
             return list(state.entries.values())
+
+
+def _copied(value: Any) -> Any:
+    """A deep copy of a JSON value (strings and numbers shared)."""
+    t = type(value)
+    if t is dict:
+        return {k: _copied(v) for k, v in value.items()}
+    if t is list:
+        return [_copied(v) for v in value]
+    return value
 
 
 def _meta_and_leaf(state: SessionState | None) -> tuple[Meta | None, str | None]:

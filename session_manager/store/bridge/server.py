@@ -144,12 +144,12 @@ def _commit_append(store: SessionStore, lock: LockFor, req: CommitAppendRequest,
         meta = store.get_meta(sid)
         if meta is None:
             raise not_found(sid)
-        existing = store.get_entry(sid, entry["id"])
+        existing = store.entry_held(sid, entry["id"])
         if existing is not None:
             return build[CommitAppendResponse](entry=existing, meta=meta, committed=False)
         if not req.parent_explicit:
             entry["parent_id"] = store.get_leaf(sid)
-        elif entry.get("parent_id") is not None and store.get_entry(sid, entry["parent_id"]) is None:
+        elif entry.get("parent_id") is not None and store.entry_held(sid, entry["parent_id"]) is None:
             raise SessionError(PARENT_NOT_FOUND,
                                f"parent entry {entry['parent_id']} does not exist in session {sid}")
         meta = derive_append_meta(meta, (entry,))

@@ -146,7 +146,7 @@ class FsSearch:
         docs = self._read_file(session_id, sig)
         if docs is None:
             self._index.drop(session_id)
-            for e in store.entries(session_id):
+            for e in store.entries_held(session_id):
                 self._index.put(session_id, e)
             docs = self._index.docs_of(session_id)
             self._write_file(session_id, sig, docs)

@@ -87,7 +87,7 @@ class LogSource(Protocol):
 
     def list_metas(self) -> list[dict[str, Any]]: ...
     def file_path(self, session_id: str) -> Path: ...
-    def entries(self, session_id: str) -> list[Entry]: ...
+    def entries_held(self, session_id: str) -> list[Entry]: ...  # (read, never changed)
 
 
 def _signature(path: str) -> Signature | None:
@@ -137,7 +137,7 @@ class FsSearchDb:
                roles: Collection[str] | None) -> Matches:
         """:class:`Matches` from the index, brought up to date with ``store``'s logs first."""
         return self._answer(store, lambda conn: self._query(conn, query, sessions, roles),
-                            lambda ids: scan(query, ids, store.entries, roles), sessions)
+                            lambda ids: scan(query, ids, store.entries_held, roles), sessions)
 
     def search_page(self, store: LogSource, query: Query, sessions: Collection[str] | None,
                     roles: Collection[str] | None, limit: int,
@@ -145,7 +145,7 @@ class FsSearchDb:
         """The page of :meth:`~session_manager.store.SessionStore.search_page`, ranked by
         SQLite inside the index (only the page's rows come back to Python)."""
         return self._answer(store, lambda conn: self._page(conn, query, sessions, roles, limit, after),
-                            lambda ids: rank(scan(query, ids, store.entries, roles), limit, after), sessions)
+                            lambda ids: rank(scan(query, ids, store.entries_held, roles), limit, after), sessions)
 
     def _answer(self, store: LogSource, ask: Callable[[sqlite3.Connection], _T],
                 fallback: Callable[[Collection[str]], _T], sessions: Collection[str] | None) -> _T:
@@ -279,7 +279,7 @@ class FsSearchDb:
                     learnt[sid] = None
                     continue
                 rows = []
-                for e in store.entries(sid):
+                for e in store.entries_held(sid):
                     found = fts.doc(e)
                     if found is not None:
                         rows.append((_pack_id(e["id"]), *found))

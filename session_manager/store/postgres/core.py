@@ -48,6 +48,9 @@ class Tx:
     xid: int | None = None  # txid_current(): how a COMMIT whose answer was lost is settled
     pid: int = 0  # its backend
     seen: dict[str, tuple[str | None, str | None]] = field(default_factory=dict)  # read at BEGIN: meta text, leaf
+    # A mutation writes in it that does not own it (a call's second, or one upgraded mid-mutation):
+    # its refused write must leave the transaction usable (writes.PgWrites._write's savepoint).
+    shared: bool = False
 
 
 class _State:

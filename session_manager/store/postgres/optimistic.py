@@ -259,6 +259,7 @@ class Optimistic:
         self.forget(plan.session_id)
         opt = self._opt.state
         opt.optimistic, opt.plan = False, None
+        tx.shared = True  # (the mutation under way did not begin it: its conflict must not abort it)
         local = self.db.local
         local.state.tx, local.deferring = tx, True
 

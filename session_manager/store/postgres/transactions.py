@@ -50,6 +50,7 @@ class PgTransactions:
         state = local.state
         tx = state.tx
         if tx is not None:  # nested (fork locks its new session inside the source's)
+            tx.shared = True  # (its conflict does not end the transaction: see Tx.shared)
             self.lock(tx, session_ids)
             yield
             return

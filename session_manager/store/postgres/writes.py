@@ -95,10 +95,38 @@ class PgWrites:
             # whose id was drawn again (another instance's generator) or named by a stale decision.
             params["read_ids"] = TextArray([key(e["id"]) for e in commit.entries])
             params["read_bodies"] = TextArray([None] * len(commit.entries))
+        if not commit.append or tx is None or not tx.shared:
+            # Nothing to survive: sm_apply checks nothing here (not an append), or the mutation
+            # owns its transaction, which its conflict rolls back (the decision taken again anew).
+            try:
+                conn.execute(APPLY, params)
+            except psycopg.Error as e:
+                if e.sqlstate == CONFLICT:  # nothing written; the mutation's transaction is rolled back
+                    raise Conflict(f"an entry of session {session_id} is already stored") from None
+                raise self.db.fail(e) from None
+            return
+        # Under a savepoint (in the same round trip): its conflict leaves the transaction usable.
+        # The mutation that conflicts does not own it (Tx.shared: a call upgraded mid-mutation,
+        # or a call's second mutation), and the service decides again in it; an aborted
+        # transaction answered that decision ``session/storage`` (InFailedSqlTransaction), where
+        # every other store answers what the decision says.
         try:
-            conn.execute(APPLY, params)
+            if self.db.pipelines:
+                with conn.pipeline():
+                    conn.execute("SAVEPOINT sm_write")
+                    conn.execute(APPLY, params)
+                    conn.execute("RELEASE SAVEPOINT sm_write")
+            else:
+                conn.execute("SAVEPOINT sm_write")
+                conn.execute(APPLY, params)
+                conn.execute("RELEASE SAVEPOINT sm_write")
         except psycopg.Error as e:
-            if e.sqlstate == CONFLICT:  # nothing written; the mutation's transaction is rolled back
+            if e.sqlstate == CONFLICT:  # nothing of it written; the transaction as it was before it
+                try:
+                    conn.execute("ROLLBACK TO SAVEPOINT sm_write")
+                    conn.execute("RELEASE SAVEPOINT sm_write")
+                except psycopg.Error as again:
+                    raise self.db.fail(again) from None
                 raise Conflict(f"an entry of session {session_id} is already stored") from None
             raise self.db.fail(e) from None
 
