@@ -41,18 +41,20 @@ from functools import partial
 from types import TracebackType
 from typing import Any, TypeVar
 
+import orjson
 import psycopg
 
 from ..._wire.events import Event
+from .._core.append import UNSET
 from .._core.cas import resolve
 from .._core.codec import loads
 from ..base import Commit, Entry, Meta
-from ..sql.keys import check_id, key, key_or_none, unkey
+from ..sql.keys import ID_BYTES, check_id, key, key_or_none, unkey
 from ..sql.transactions import CallRunner
 from ..sql.values import json_text
 from . import plain
 from .at_leaf import APPEND_AT, HOLE_JSON, choose_at_leaf, fill, fill_known, hold_off, resolve_at_leaf
-from .core import PgDatastore, Statement, Tx
+from .core import _UNREAD, PgDatastore, Statement, Tx, _Conn
 from .in_doubt import settle_apply, settle_placed
 from .outbox import NOTIFY_BATCH, Outbox
 from .plan import Known, Plan, append_call_params, apply_params
@@ -85,24 +87,6 @@ class Fallback(BaseException):
 
 class _Conflicted(Exception):
     """sm_apply found the state changed: nothing was written."""
-
-
-class _OptState:
-    """The calling thread's optimistic state (:class:`_Local`'s ``state``): a plain object, reached
-    once per function (an attribute of a ``threading.local`` costs ~480 instructions to reach)."""
-
-    __slots__ = ("fresh", "optimistic", "plan", "reading")
-
-    def __init__(self) -> None:
-        self.optimistic = False
-        self.plan: Plan | None = None
-        self.reading = False  # the plan's own reads of the database (not a reason to fall back)
-        self.fresh = False  # a retry after a conflict: entries are read, not assumed absent
-
-
-class _Local(threading.local):
-    def __init__(self) -> None:  # (run in each thread at its first use)
-        self.state = _OptState()
 
 
 class _Mutation:
@@ -148,7 +132,9 @@ class Optimistic:
         self.db, self.txs, self.calls = db, txs, calls
         self.reads, self.writes, self.outbox = reads, writes, outbox
         db.guard = self._guard  # a statement the plan cannot serve upgrades it to a transaction
-        self._opt = _Local()
+        # The thread's state (the datastore's: its tx, deadline and armed connection beside the
+        # optimistic fields: optimistic, plan, reading, fresh), one thread-local read for both.
+        self._opt = db.local
         self._known: OrderedDict[str, Known] = OrderedDict()
         self._known_lock = threading.Lock()
         self._contended: dict[str, float] = {}  # session -> until when it skips the optimistic attempt
@@ -180,7 +166,7 @@ class Optimistic:
             state.window = None  # read for this call only
 
     def _run(self, call: Callable[[], tuple[R, list[Event]]], state: Any) -> tuple[R, list[Event]]:
-        opt = self._opt.state
+        opt = state  # (the thread's state holds the optimistic fields too)
         try:
             for attempt in (1, 2):
                 opt.fresh = attempt == 2
@@ -194,7 +180,7 @@ class Optimistic:
             opt.fresh = False
         return self.calls.run_call(call)
 
-    def _run_optimistic(self, call: Callable[[], tuple[R, list[Event]]], opt: _OptState,
+    def _run_optimistic(self, call: Callable[[], tuple[R, list[Event]]], opt: Any,
                         state: Any) -> tuple[R, list[Event]]:
         """One optimistic run of ``call``: ``opt`` and ``state`` the thread's (see :meth:`run_outer`)."""
         opt.optimistic = True
@@ -231,8 +217,10 @@ class Optimistic:
             fill_known(plan, response, events)
             local.deferring = False
             return self.calls.finish(response, events)
-        self._apply(plan, events, response)
-        self.outbox.committed(None, events)
+        self._apply(plan, events, response, state)
+        outbox = self.outbox
+        if outbox.after_commit is not None or outbox._thread is not None or not outbox._pruner_runs:
+            outbox.committed(None, events)  # (else it has nothing to do: no call)
         return response, events
 
     def _upgrade(self) -> None:
@@ -355,6 +343,21 @@ class Optimistic:
 
     def meta_and_leaf_to_commit(self, session_id: str) -> tuple[Meta | None, str | None]:
         # Two reads a plan serves at once (the store's meta_and_entry_to_commit is the default's, over these).
+        # (_plan, then _state and _remembered for a plan that has read nothing yet, inline: every append)
+        opt = self._opt.state
+        plan = opt.plan if opt.optimistic else None
+        if plan is not None and plan.check == 0 and plan.session_id == session_id and plan.commit is None:
+            with self._known_lock:
+                known = self._known.get(session_id)
+                if known is not None:
+                    self._known.move_to_end(session_id)
+            plan.cached = known is not None
+            if known is None:
+                known = self._read_known(session_id)
+                if known is None:
+                    raise Fallback  # no such session here: the transactional path answers it
+            plan.known, plan.check = known, 1
+            return known.meta, known.leaf
         plan = self._plan(session_id)
         if plan is None:
             return self.reads.get_meta(session_id), self.reads.get_leaf(session_id)
@@ -430,12 +433,14 @@ class Optimistic:
     # -- the commit ------------------------------------------------------------------------
 
     def commit(self, session_id: str, commit: Commit) -> Commit:
-        plan = self._plan(session_id) if self.db.local.state.tx is None else None
+        # (_plan inline, its state read once for the transaction and the plan: every append passes here)
+        state = self._opt.state
+        plan = state.plan if state.tx is None and state.optimistic else None
+        if plan is not None and (plan.session_id != session_id or plan.commit is not None):
+            self._upgrade()  # (as _plan: another session, or a second commit: one transaction)
+            plan = None
         if plan is None:
             self.forget(session_id)  # written on the transactional path: re-read next time
-            return self.writes.commit(session_id, commit)
-        if plan.commit is not None:  # two commits in one call: one transaction writes both
-            self._upgrade()
             return self.writes.commit(session_id, commit)
         if plan.check == 0 and commit.expect_meta is None and not commit.append:
             plan.check = 2  # a new session: sm_apply checks none exists
@@ -443,6 +448,11 @@ class Optimistic:
         else:
             known = plan.known if plan.check else self._state(plan)  # (as in _entry)
             meta, leaf = (known.meta, known.leaf) if known is not None else (None, None)
+            if (known is not None and commit.chain and commit.derived_from is meta and len(commit.entries) == 1
+                    and self._plain_now(session_id)):
+                warm = self._warm_append(plan, known, commit, known.meta, leaf)
+                if warm is not None:
+                    return warm
         entry = lambda eid: self._entry(plan, eid, assume_absent=True)  # noqa: E731
         # An append that will try the plain statement (one entry) is resolved on the known leaf
         # (the statement's parent, checked there): nothing held off, nothing to fill in after;
@@ -466,17 +476,38 @@ class Optimistic:
         plan.commit = resolved
         return resolved
 
+    def _warm_append(self, plan: Plan, known: Known, commit: Commit, meta: Meta, leaf: str | None) -> Commit | None:
+        """:meth:`commit` of the common append (one new entry, chained, derived from the known meta
+        on the known leaf, for the plain statement: ``plan.plain``) with what ``resolve_at_leaf``,
+        ``resolve`` and ``_entry`` check made inline: nothing to resolve, the commit as it is;
+        ``None`` (nothing changed) for anything else, which the general path decides."""
+        entry = commit.entries[0]
+        entry_id = entry["id"]
+        if (not commit.append or commit.expect_meta is not UNSET or commit.expect_revisions
+                or commit.meta is None or commit.leaf != entry_id or entry.get("parent_id") != leaf
+                or entry_id in plan.reads or entry_id in known.bodies or len(entry_id) > ID_BYTES // 4):
+            return None
+        plan.reads[entry_id] = None  # (a new entry's id, assumed unused: the statement's insert checks)
+        plan.plain, plan.holed = True, False
+        try:  # (json_text, inline)
+            body, meta_text = orjson.dumps(entry).decode(), orjson.dumps(commit.meta).decode()
+        except TypeError:
+            body, meta_text = json_text(entry), json_text(commit.meta)
+        plan.bodies, plan.meta_text = [body], meta_text
+        plan.commit = commit
+        return commit
+
     def delete_session(self, session_id: str) -> bool:
         self.forget(session_id)
         return self.writes.delete_session(session_id)
 
-    def _apply(self, plan: Plan, events: list[Event], response: Any) -> None:
-        """Send the plan and its events: one statement, one round trip."""
+    def _apply(self, plan: Plan, events: list[Event], response: Any, state: Any) -> None:
+        """Send the plan and its events: one statement, one round trip (``state``: the thread's)."""
         commit, cut = plan.commit, plan.at_leaf
         assert commit is not None
         db = self.db
         if cut is not None or plan.plain:
-            if self._plain_ok(plan) and self._apply_plain(plan, events, response):
+            if self._plain_now(plan.session_id) and self._apply_plain(plan, events, response, state):
                 return
             if plan.plain:  # (nothing written) the same append held off for the server after all
                 cut = plan.at_leaf if hold_off(plan, response, events) else None
@@ -551,26 +582,33 @@ class Optimistic:
     def _plain_ok(self, plan: Plan) -> bool:
         """Whether a plain append may try the plain statement (plain.py): nobody observes as
         far as this instance knows, and its session's last one did not miss."""
-        if not PLAIN or self.outbox.observing or not self._pipelines:
+        return self._plain_now(plan.session_id)
+
+    def _plain_now(self, session_id: str) -> bool:
+        """:meth:`_plain_ok` for ``session_id``."""
+        if not PLAIN or self.outbox._thread is not None or not self._pipelines:  # (outbox.observing, inline)
             return False
         now = time.monotonic()
         if now < self._observed_until:
             return False
-        until = self._unplain.get(plan.session_id)
+        until = self._unplain.get(session_id)
         return until is None or until <= now
 
-    def _apply_plain(self, plan: Plan, events: list[Event], response: Any) -> bool:
+    def _apply_plain(self, plan: Plan, events: list[Event], response: Any, state: Any) -> bool:
         """The plain statement (plain.py): ``True`` when it wrote the append, ``False`` when
         ``sm_append_at`` must (nothing was written: someone observes, the session changed, or
-        the append is not a plain one)."""
+        the append is not a plain one). ``state``: the thread's (its deadline set)."""
         db = self.db
         params = plain.params(plan, db.settings.schema)
         if params is None:
             return False
         commit, known = plan.commit, plan.known
         assert commit is not None and known is not None and commit.meta is not None
-        conn = db.getconn()
-        pid, started = conn.pgconn.backend_pid, db.started_at(conn)
+        conn = db.take(state)
+        started = conn.backend_start if type(conn) is _Conn else _UNREAD  # (db.started_at's, known)
+        if started is _UNREAD:
+            started = db.started_at(conn)
+        pid = conn.pgconn.backend_pid
         linked = "depth" in params
         # A linked append's answer says only whether it wrote: what the session then is (its
         # Known, but for the row version the answer gives) is built while the server writes
@@ -586,7 +624,7 @@ class Optimistic:
         except psycopg.Error as e:
             failure = db.fail(e)
             lost = conn.broken or conn.closed
-            db.putconn(conn)
+            db.give(conn, state)
             self.forget(plan.session_id)
             if e.sqlstate == plain.UNIQUE_VIOLATION:  # a new entry's id in use: nothing written
                 self._contend(plan.session_id)
@@ -602,7 +640,7 @@ class Optimistic:
                 raise Fallback from None  # it did not land (the id may be another's: a replay then)
             fill(commit, plan.bodies, known.leaf, commit.meta["message_count"], response, events)
             return True  # it landed (the session was forgotten: its meta is read afresh next time)
-        db.putconn(conn)
+        db.give(conn, state)
         if not wrote:
             if seen is None:
                 # (why: told by where sm_append_at places it, see _apply; 2: a row version checked)
@@ -613,8 +651,14 @@ class Optimistic:
         if not plan.plain:  # (held off: its text as sent, the hole filled with the known leaf)
             fill(commit, plan.bodies, known.leaf, commit.meta["message_count"], response, events, params["body"])
         if ahead:  # (its entry is commit's first, filled in place just now; its body the one sent)
-            ahead[0].row = version
-            self._remember(plan.session_id, ahead[0])
+            learned = ahead[0]
+            learned.row = version
+            session_id, remembered = plan.session_id, self._known
+            with self._known_lock:  # (_remember, inline)
+                remembered[session_id] = learned
+                remembered.move_to_end(session_id)
+                while len(remembered) > KNOWN_SESSIONS:
+                    remembered.popitem(last=False)
             return True
         plan.links, plan.row = plain.learn(known.links, params, row), version
         self._learn(plan)
@@ -626,8 +670,11 @@ class Optimistic:
         executes it, so it must not raise: a failure leaves ``out`` empty, and
         :meth:`_learn` runs after the answer as on every other path (failing there as it would)."""
         try:
-            known = self._learned(plan, [params["body"]], plain.learn(plan.known.links if plan.known else {},
-                                                                      params, ()), None)
+            links = plan.known.links if plan.known else {}
+            # (plain.learn's first step, without its frame: a linked append grown from its parent's chain)
+            grown = plain.grown(links, params) if links else None
+            known = self._learned(plan, [params["body"]], grown if grown is not None else
+                                  plain.learn(links, params, ()), None)
         except Exception:  # (see above: the same work runs again after the answer)
             return
         if known is not None:
