@@ -22,7 +22,7 @@ from ..errors import (
     invalid_request,
     not_found,
 )
-from ..store.base import Entry, Meta
+from ..store.base import Entry, Meta, append_commit
 from .contention import retry_conflicts
 from .core import Result, ServiceCore
 
@@ -104,27 +104,39 @@ def _session_at(core: ServiceCore, session_id: str, at: SessionAt | None) -> tup
 
 
 def _append(core: ServiceCore, req: api.AppendRequest, at: SessionAt | None = None) -> Result:
+    # (_session_at, _parent, _new_entry and core.commit_append written out where the common case
+    # needs no call of its own: this runs on every append)
     session_id = req.session_id
+    store = core.store
     with core.mutating(session_id):
-        meta, leaf = _session_at(core, session_id, at)
-        if (req.message is None) == (req.custom is None):
+        meta, leaf = store.meta_and_leaf_to_commit(session_id)  # one lookup: the hot path reads both
+        if meta is None:
+            raise not_found(session_id)
+        if at is not None and (meta.get("created_at"), leaf) != at:
+            raise LeafMoved(session_id)
+        message = req.message
+        if (message is None) == (req.custom is None):
             raise invalid_request("message, custom: exactly one of `message` / `custom` must be supplied")
         if req.entry_id is not None:
-            existing = core.store.get_entry(session_id, req.entry_id)
+            existing = store.get_entry(session_id, req.entry_id)
             if existing is not None:
                 # Idempotent replay: the original, nothing written, nothing fired.
                 return _append_response(existing), []
-        parent = _parent(core, session_id, req.parent_id, leaf)
+        parent_id = req.parent_id
+        parent = leaf if parent_id is None or parent_id == leaf else _parent(core, session_id, parent_id, leaf)
         now = core.clock.now_ms()
         entry_id = req.entry_id or core.ids.entry_id()
-        entry = _new_entry(entry_id, parent, now, req.origin, req.message, req.custom)
+        entry = (build[MessageEntry](kind="message", id=entry_id, parent_id=parent, timestamp=now, revision=0,
+                                     origin=req.origin, message=fast_dump(message)) if message is not None
+                 else _new_entry(entry_id, parent, now, req.origin, None, req.custom))
         # Chained (the store may place it on its own current leaf: a shared store's other writers)
         # unless made at a leaf (``at``, no parent named): there only, on the meta read (another
         # writer's append changes it), which the store checks as it writes: a conflict, read
         # again, LeafMoved. (A named parent is not chained anyway.)
-        at_leaf = req.parent_id is None and at is not None
-        applied = core.commit_append(session_id, meta, (entry,), chain=req.parent_id is None and not at_leaf,
-                                     checked=at_leaf)
+        if parent_id is None and at is not None:
+            applied = core.commit_append(session_id, meta, (entry,), chain=False, checked=True)
+        else:
+            applied = store.commit(session_id, append_commit(meta, (entry,), chain=parent_id is None, tx=core._tx))
         entry, meta = applied.entries[0], applied.meta or meta
     response = build[api.AppendResponse](entry_id=entry["id"], parent_id=entry.get("parent_id"),
                                          timestamp=entry["timestamp"])  # (_append_response, inline)
