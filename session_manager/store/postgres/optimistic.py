@@ -485,9 +485,11 @@ class Optimistic:
         entry_id = entry["id"]
         if (not commit.append or commit.expect_meta is not UNSET or commit.expect_revisions
                 or commit.meta is None or commit.leaf != entry_id or entry.get("parent_id") != leaf
-                or entry_id in plan.reads or entry_id in known.bodies or len(entry_id) > ID_BYTES // 4):
+                or plan.reads.get(entry_id) is not None or entry_id in known.bodies
+                or len(entry_id) > ID_BYTES // 4):
             return None
-        plan.reads[entry_id] = None  # (a new entry's id, assumed unused: the statement's insert checks)
+        # (a new entry's id, read as absent or assumed unused, as _entry: the statement's insert checks)
+        plan.reads[entry_id] = None
         plan.plain, plan.holed = True, False
         try:  # (json_text, inline)
             body, meta_text = orjson.dumps(entry).decode(), orjson.dumps(commit.meta).decode()
