@@ -9,8 +9,9 @@ from pydantic import BaseModel
 
 from .._wire import api
 from .._wire import events as ev
-from .._wire.dumping import fast_dump
-from .._wire.models import MESSAGE_MODELS, CustomEntry, CustomPayload, MessageEntry, SessionMeta
+from .._wire.dumping import _DUMPERS, _Unusual, fast_dump
+from .._wire.events import ON_MESSAGE_ADDED, Event, _message_added
+from .._wire.models import MESSAGE_MODELS, CustomEntry, CustomPayload, MessageEntry, SessionMeta, dump
 from .._wire.shape import build, edit, editor
 from ..errors import (
     DETAILS_NOT_SUPPORTED,
@@ -126,9 +127,15 @@ def _append(core: ServiceCore, req: api.AppendRequest, at: SessionAt | None = No
         parent = leaf if parent_id is None or parent_id == leaf else _parent(core, session_id, parent_id, leaf)
         now = core.clock.now_ms()
         entry_id = req.entry_id or core.ids.entry_id()
-        entry = (build[MessageEntry](kind="message", id=entry_id, parent_id=parent, timestamp=now, revision=0,
-                                     origin=req.origin, message=fast_dump(message)) if message is not None
-                 else _new_entry(entry_id, parent, now, req.origin, None, req.custom))
+        if message is not None:
+            try:  # (fast_dump, inline)
+                dumped = _DUMPERS[type(message)](message, 0)
+            except (_Unusual, RecursionError):
+                dumped = dump(message)
+            entry = build[MessageEntry](kind="message", id=entry_id, parent_id=parent, timestamp=now, revision=0,
+                                        origin=req.origin, message=dumped)
+        else:
+            entry = _new_entry(entry_id, parent, now, req.origin, None, req.custom)
         # Chained (the store may place it on its own current leaf: a shared store's other writers)
         # unless made at a leaf (``at``, no parent named): there only, on the meta read (another
         # writer's append changes it), which the store checks as it writes: a conflict, read
@@ -140,7 +147,9 @@ def _append(core: ServiceCore, req: api.AppendRequest, at: SessionAt | None = No
         entry, meta = applied.entries[0], applied.meta or meta
     response = build[api.AppendResponse](entry_id=entry["id"], parent_id=entry.get("parent_id"),
                                          timestamp=entry["timestamp"])  # (_append_response, inline)
-    return response, [ev.message_added(session_id, entry, meta.get("metadata"))]
+    metadata = meta.get("metadata")  # (ev.message_added, inline)
+    return response, [Event(ON_MESSAGE_ADDED, None, _message_added, (session_id, entry, metadata),
+                            (session_id, metadata))]
 
 
 

@@ -1,5 +1,5 @@
-"""The warm append's own steps (issue 24, the client's third pass): ``Optimistic._warm_append``
-(one chained append on the known leaf, resolve's checks inline), ``PgDatastore.take`` / ``give``
+"""The warm append's own steps (issue 24, the client's third pass): ``Optimistic.commit``'s warm
+path (one chained append on the known leaf, resolve's checks inline), ``PgDatastore.take`` / ``give``
 (the pool's fast path and the watchdog's arming on the thread's own ``Armed``, used again).
 Whatever the warm path declines goes the general way with the same answer; the deadline and a
 connection it ended behave as through ``getconn`` / ``putconn``."""
@@ -28,20 +28,20 @@ def sm(schema: str) -> Iterator[session_manager.SessionManager]:
 
 
 @pytest.fixture
-def warm(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
-    """For each ``_warm_append`` of this process: whether it took the commit (else the general path did)."""
+def general(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The entry ids of the optimistic commits the general path decided (``resolve_at_leaf``, which
+    ``Optimistic.commit``'s warm path does without): an append missing here took the warm path."""
     import session_manager.store.postgres.optimistic as opt
 
-    took: list[bool] = []
-    real = opt.Optimistic._warm_append
+    decided: list[str] = []
+    resolve_at_leaf = opt.resolve_at_leaf
 
-    def spy(self: Any, *a: Any) -> Any:
-        out = real(self, *a)
-        took.append(out is not None)
-        return out
+    def spy(plan: Any, commit: Any, *a: Any) -> Any:
+        decided.append(commit.entries[0]["id"] if commit.entries else "")
+        return resolve_at_leaf(plan, commit, *a)
 
-    monkeypatch.setattr(opt.Optimistic, "_warm_append", spy)
-    return took
+    monkeypatch.setattr(opt, "resolve_at_leaf", spy)
+    return decided
 
 
 def _read_back(schema: str, sid: str) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
@@ -52,22 +52,22 @@ def _read_back(schema: str, sid: str) -> tuple[dict[str, Any] | None, list[dict[
 
 
 def test_what_the_warm_path_declines_the_general_path_answers_alike(
-        schema: str, sm: session_manager.SessionManager, warm: list[bool]) -> None:
-    # Prevents: _warm_append taking a commit it must leave to resolve (an entry id past the length
-    # check_id looks at, a caller's id, a named parent, an append made at a leaf), or answering one
-    # it takes otherwise than the general path would: a parent, a count or a body not as stored.
+        schema: str, sm: session_manager.SessionManager, general: list[str]) -> None:
+    # Prevents: the warm path taking a commit it must leave to resolve (an entry id past the length
+    # check_id looks at, a named parent, an append made at a leaf), or answering one it takes
+    # otherwise than the general path would: a parent, a count or a body not as stored.
     sid = sm.call("session::create", {"title": "t"})["session_id"]
     answers = [sm.call("session::append", {"session_id": sid, "message": text(f"w{i}")}) for i in range(3)]
-    assert warm[-2:] == [True, True]  # (the first append read the session: warm once known)
-    warm.clear()
+    assert general == [""]  # (the create; every append after it warm: its session known since)
     long_id = "x" * 300  # (over ID_BYTES // 4 code points: check_id measures it; it fits)
     answers.append(sm.call("session::append", {"session_id": sid, "entry_id": long_id, "message": text("long")}))
-    assert warm == [False]
+    assert general[-1] == long_id
     answers.append(sm.call("session::append", {"session_id": sid, "entry_id": "mine", "message": text("mine")}))
-    assert warm == [False, True]  # (a caller's id: the same commit, chained, warm)
+    assert general[-1] == long_id  # (a caller's id, read as absent: the same commit, chained, warm)
     answers.append(sm.call("session::append", {"session_id": sid, "parent_id": "mine", "message": text("named")}))
-    assert warm == [False, True]  # (a named parent: not chained, never offered to the warm path)
+    assert general[-1] == answers[-1]["entry_id"]  # (a named parent: not chained, the general path)
     answers.append(sm.call("session::append", {"session_id": sid, "message": text("after")}))
+    assert general[-1] == answers[-2]["entry_id"]
     ids = [a["entry_id"] for a in answers]
     assert [a["parent_id"] for a in answers] == [None, *ids[:-1]]
     assert answers[3]["entry_id"] == long_id and answers[4]["entry_id"] == "mine"
@@ -84,7 +84,7 @@ def test_what_the_warm_path_declines_the_general_path_answers_alike(
 
 
 def test_an_entry_id_past_the_limit_is_refused_naming_the_field(
-        schema: str, sm: session_manager.SessionManager, warm: list[bool]) -> None:
+        schema: str, sm: session_manager.SessionManager, general: list[str]) -> None:
     # Prevents: the warm path storing (or failing at the server on) an id whose key is past the
     # index row limit: check_id's refusal, naming entry_id, is the general path's.
     sid = sm.call("session::create", {})["session_id"]
@@ -97,7 +97,7 @@ def test_an_entry_id_past_the_limit_is_refused_naming_the_field(
 
 
 def test_a_drawn_id_of_an_entry_this_instance_remembers_is_drawn_again(
-        schema: str, sm: session_manager.SessionManager, warm: list[bool]) -> None:
+        schema: str, sm: session_manager.SessionManager, general: list[str]) -> None:
     # Prevents: the warm path writing a new entry under the id of one it remembers (an id generator
     # that repeats): resolve's conflict ("already exists") on the general path, the id drawn again;
     # the remembered entry untouched.
@@ -113,12 +113,12 @@ def test_a_drawn_id_of_an_entry_this_instance_remembers_is_drawn_again(
         return drawn[-1]
 
     ids.entry_id = repeating  # type: ignore[method-assign]
-    warm.clear()
+    general.clear()
     try:
         third = sm.call("session::append", {"session_id": sid, "message": text("third")})
     finally:
         del ids.entry_id
-    assert warm[0] is False and len(drawn) == 2 and third["entry_id"] == drawn[1] != first["entry_id"]
+    assert general[0] == first["entry_id"] and len(drawn) == 2 and third["entry_id"] == drawn[1] != first["entry_id"]
     assert third["parent_id"] == second["entry_id"]
     meta, entries = _read_back(schema, sid)
     assert meta is not None and meta["message_count"] == 3

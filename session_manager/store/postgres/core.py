@@ -728,7 +728,26 @@ class PgDatastore:
         sent = pair(params, first, second)  # (a name both take encoded once)
         if first.name not in ready or second.name not in ready:
             return self._rows(conn, second, self._exchange(conn, sent, ready, meanwhile))
-        _, results = _pipeline(conn, [], sent, meanwhile)  # the warm case: both prepared
+        # The warm case, both prepared: _pipeline's steps for two runs and nothing to prepare, inline.
+        pg = conn.pgconn
+        pg.enter_pipeline_mode()
+        try:
+            (stmt0, values0, formats0), (stmt1, values1, formats1) = sent
+            pg.send_query_prepared(stmt0.name, values0, formats0, 0)
+            pg.send_query_prepared(stmt1.name, values1, formats1, 0)
+            pg.pipeline_sync()
+            if pg.flush():
+                conn.wait(send(pg))
+            if meanwhile is not None:
+                meanwhile()
+            results = conn.wait(fetch_many(pg))
+            results += conn.wait(fetch_many(pg))
+            conn.wait(fetch_many(pg))  # the Sync's
+        except BaseException:
+            with contextlib.suppress(psycopg.Error):  # (a lost connection: the pool discards it)
+                pg.exit_pipeline_mode()
+            raise
+        pg.exit_pipeline_mode()
         for res in results:  # (a loop: a comprehension is a frame of its own, every warm append)
             if res.status == _FATAL:
                 if _in_step(ready, [], [], results, conn.pgconn):  # (names gone: see _in_step)

@@ -448,11 +448,31 @@ class Optimistic:
         else:
             known = plan.known if plan.check else self._state(plan)  # (as in _entry)
             meta, leaf = (known.meta, known.leaf) if known is not None else (None, None)
-            if (known is not None and commit.chain and commit.derived_from is meta and len(commit.entries) == 1
-                    and self._plain_now(session_id)):
-                warm = self._warm_append(plan, known, commit, known.meta, leaf)
-                if warm is not None:
-                    return warm
+            # The common append (one new entry, chained, derived from the known meta on the known leaf,
+            # which will try the plain statement: see _plain_now, inline) with what resolve_at_leaf,
+            # resolve and _entry check written out: nothing to resolve, taken as it is (plan.plain).
+            # Anything else is decided below, as before.
+            entries = commit.entries
+            if (known is not None and commit.chain and commit.derived_from is meta and len(entries) == 1
+                    and commit.append and commit.expect_meta is UNSET and not commit.expect_revisions
+                    and commit.meta is not None and PLAIN and self.outbox._thread is None and self._pipelines):
+                new = entries[0]
+                entry_id = new["id"]
+                now = time.monotonic()
+                until = self._unplain.get(session_id)
+                if (now >= self._observed_until and (until is None or until <= now) and commit.leaf == entry_id
+                        and new.get("parent_id") == leaf and plan.reads.get(entry_id) is None
+                        and entry_id not in known.bodies and len(entry_id) <= ID_BYTES // 4):
+                    # (a new entry's id, read as absent or assumed unused, as _entry: the insert checks)
+                    plan.reads[entry_id] = None
+                    plan.plain, plan.holed = True, False
+                    try:  # (json_text, inline)
+                        body, text = orjson.dumps(new).decode(), orjson.dumps(commit.meta).decode()
+                    except TypeError:
+                        body, text = json_text(new), json_text(commit.meta)
+                    plan.bodies, plan.meta_text = [body], text
+                    plan.commit = commit
+                    return commit
         entry = lambda eid: self._entry(plan, eid, assume_absent=True)  # noqa: E731
         # An append that will try the plain statement (one entry) is resolved on the known leaf
         # (the statement's parent, checked there): nothing held off, nothing to fill in after;
@@ -476,29 +496,6 @@ class Optimistic:
         plan.commit = resolved
         return resolved
 
-    def _warm_append(self, plan: Plan, known: Known, commit: Commit, meta: Meta, leaf: str | None) -> Commit | None:
-        """:meth:`commit` of the common append (one new entry, chained, derived from the known meta
-        on the known leaf, for the plain statement: ``plan.plain``) with what ``resolve_at_leaf``,
-        ``resolve`` and ``_entry`` check made inline: nothing to resolve, the commit as it is;
-        ``None`` (nothing changed) for anything else, which the general path decides."""
-        entry = commit.entries[0]
-        entry_id = entry["id"]
-        if (not commit.append or commit.expect_meta is not UNSET or commit.expect_revisions
-                or commit.meta is None or commit.leaf != entry_id or entry.get("parent_id") != leaf
-                or plan.reads.get(entry_id) is not None or entry_id in known.bodies
-                or len(entry_id) > ID_BYTES // 4):
-            return None
-        # (a new entry's id, read as absent or assumed unused, as _entry: the statement's insert checks)
-        plan.reads[entry_id] = None
-        plan.plain, plan.holed = True, False
-        try:  # (json_text, inline)
-            body, meta_text = orjson.dumps(entry).decode(), orjson.dumps(commit.meta).decode()
-        except TypeError:
-            body, meta_text = json_text(entry), json_text(commit.meta)
-        plan.bodies, plan.meta_text = [body], meta_text
-        plan.commit = commit
-        return commit
-
     def delete_session(self, session_id: str) -> bool:
         self.forget(session_id)
         return self.writes.delete_session(session_id)
@@ -509,7 +506,10 @@ class Optimistic:
         assert commit is not None
         db = self.db
         if cut is not None or plan.plain:
-            if self._plain_now(plan.session_id) and self._apply_plain(plan, events, response, state):
+            now = time.monotonic()  # (_plain_now, inline: someone may have started observing meanwhile)
+            until = self._unplain.get(plan.session_id)
+            if (PLAIN and self.outbox._thread is None and self._pipelines and now >= self._observed_until
+                    and (until is None or until <= now) and self._apply_plain(plan, events, response, state)):
                 return
             if plan.plain:  # (nothing written) the same append held off for the server after all
                 cut = plan.at_leaf if hold_off(plan, response, events) else None
@@ -713,6 +713,18 @@ class Optimistic:
         commit = plan.commit
         assert commit is not None
         old = plan.known
+        meta, text, entries = commit.meta, plan.meta_text, commit.entries
+        if (old is not None and meta is not None and text is not None and links is not None
+                and len(entries) == 1 and commit.leaf is not None):
+            # (a plain append's: the same steps as below for one entry, known meta and links)
+            entry = entries[0]
+            entry_id = entry["id"]
+            bodies = old.bodies.copy()
+            bodies.pop(entry_id, None)  # (re-inserted last: the newest)
+            bodies[entry_id] = (entry, texts[0])
+            while len(bodies) > KNOWN_BODIES:
+                del bodies[next(iter(bodies))]  # the oldest
+            return Known(meta, text, commit.leaf, bodies, plan.at_leaf, links, row)
         meta = commit.meta if commit.meta is not None else old.meta if old is not None else None
         text = plan.meta_text if plan.meta_text is not None else old.text if old is not None else None
         if meta is None or text is None:

@@ -237,7 +237,21 @@ def params(plan: Plan, schema: str) -> dict[str, Any] | None:
     # its xmin as the last plain statement left it): the meta text and leaf alone do not tell
     # the session from one deleted and re-created alike (same id, title, clock, entry ids).
     # A root's links need none (they name only itself).
-    link = next_link(known.links, parent, stored_id) if known.row is not None or parent is None else None
+    # (next_link, written out: every warm append computes its links)
+    link: Link | None = None
+    if parent is None:
+        link = (0, stored_id, 0)
+    elif known.row is not None:
+        links = known.links
+        p = links.get(parent)
+        if p is not None:
+            pd, pj, pjd = p
+            if pj == parent:  # a root (or an orphan) jumps to itself: the rule never jumps further
+                link = (pd + 1, parent, pd)
+            else:
+                j = links.get(pj)
+                if j is not None:
+                    link = (pd + 1, j[1], j[2]) if pd - pjd == pjd - j[2] else (pd + 1, parent, pd)
     if link is not None:
         out["depth"], out["jump"], out["jump_depth"], out["row"] = *link, known.row
     return out
