@@ -18,6 +18,7 @@ from types import TracebackType
 from typing import Any
 
 import orjson
+from pydantic import ValidationError
 
 from .._service.admission import admit, admit_copy, admit_size
 from .._service.appending import OwnedCustom, SessionAt, append_custom_owned
@@ -26,7 +27,14 @@ from .._service.limits import Limits, LimitsCell
 from .._service.service import SessionService
 from .._service.storage_errors import at_edge
 from .._wire.events import EVENT_FUNCTIONS, Event
-from .._wire.validation import _ALLOWED_KEYS, ProvenPayload, parse_request, reject_unknown_keys
+from .._wire.validation import (
+    _ALLOWED_KEYS,
+    CHUNK_ITEMS,
+    ProvenPayload,
+    describe,
+    parse_request,
+    reject_unknown_keys,
+)
 from ..clock import Clock
 from ..errors import STORAGE, SessionError, StoreError, invalid_request
 from ..ids import IdGen
@@ -42,6 +50,7 @@ from .surface import function as lookup
 
 # The payloads admit_copy returns that reject_unknown_keys looks at (a dict).
 _DICTS: frozenset[type] = frozenset((dict, ProvenPayload))
+_UNPARSED: Any = object()
 
 log = logging.getLogger("session_manager.embedded")
 
@@ -196,7 +205,18 @@ class SessionManager(Helpers):
             allowed = _ALLOWED_KEYS.get(model)  # (reject_unknown_keys' test, without its call)
             if allowed is None or type(payload) not in _DICTS or not payload.keys() <= allowed:
                 reject_unknown_keys(model, payload)
-            request = parse_request(model, payload)
+            request: Any = _UNPARSED
+            if type(payload) in _DICTS:  # (parse_request's common case, inline: no long list to chunk)
+                for value in payload.values():
+                    if type(value) is list and len(value) > CHUNK_ITEMS:
+                        break
+                else:
+                    try:
+                        request = model.__pydantic_validator__.validate_python(payload)
+                    except ValidationError as e:
+                        raise invalid_request(describe(e)) from None
+            if request is _UNPARSED:
+                request = parse_request(model, payload)
             handler = function.handler
             assert handler is not None  # (_callable's)
             work = partial(handler, service, request)

@@ -132,8 +132,13 @@ def _append(core: ServiceCore, req: api.AppendRequest, at: SessionAt | None = No
                 dumped = _DUMPERS[type(message)](message, 0)
             except (_Unusual, RecursionError):
                 dumped = dump(message)
-            entry = build[MessageEntry](kind="message", id=entry_id, parent_id=parent, timestamp=now, revision=0,
-                                        origin=req.origin, message=dumped)
+            # (build[MessageEntry]'s dict, written out: its fields in order, origin only when given,
+            # as the builder leaves a None out; tests/unit/test_append_inline_shapes.py compares them)
+            origin = req.origin
+            entry = ({"kind": "message", "id": entry_id, "parent_id": parent, "timestamp": now, "revision": 0,
+                      "message": dumped} if origin is None else
+                     {"kind": "message", "id": entry_id, "parent_id": parent, "timestamp": now, "revision": 0,
+                      "origin": origin, "message": dumped})
         else:
             entry = _new_entry(entry_id, parent, now, req.origin, None, req.custom)
         # Chained (the store may place it on its own current leaf: a shared store's other writers)
@@ -145,8 +150,8 @@ def _append(core: ServiceCore, req: api.AppendRequest, at: SessionAt | None = No
         else:
             applied = store.commit(session_id, append_commit(meta, (entry,), chain=parent_id is None, tx=core._tx))
         entry, meta = applied.entries[0], applied.meta or meta
-    response = build[api.AppendResponse](entry_id=entry["id"], parent_id=entry.get("parent_id"),
-                                         timestamp=entry["timestamp"])  # (_append_response, inline)
+    # (build[api.AppendResponse]'s dict, written out: an entry's id and timestamp are never None)
+    response = {"entry_id": entry["id"], "parent_id": entry.get("parent_id"), "timestamp": entry["timestamp"]}
     metadata = meta.get("metadata")  # (ev.message_added, inline)
     return response, [Event(ON_MESSAGE_ADDED, None, _message_added, (session_id, entry, metadata),
                             (session_id, metadata))]
