@@ -95,12 +95,15 @@ class _Mutation:
     What it is (planned, or a transaction) is decided when it is entered, under the
     session's lock the service takes first."""
 
-    __slots__ = ("_ids", "_inner", "_owner")
+    __slots__ = ("_ids", "_inner", "_owner", "exit_needed")
 
     def __init__(self, owner: Optimistic, session_ids: Collection[str]) -> None:
         self._owner = owner
         self._ids = session_ids
         self._inner: AbstractContextManager[None] | None = None
+        # False once entered planned: its exit does nothing, and the service's mutation context
+        # (storage_errors.locked_storage_errors) skips the call.
+        self.exit_needed = True
 
     def __enter__(self) -> None:
         # Planned (nothing entered: ``_inner`` stays None), else the transaction entered.
@@ -109,6 +112,7 @@ class _Mutation:
         if (opt.optimistic and opt.plan is None and (len(session_ids) == 1 or len(set(session_ids)) == 1)
                 and not (owner._contended and owner._is_contended(next(iter(session_ids))))):
             opt.plan = Plan(next(iter(session_ids)))
+            self.exit_needed = False
             return
         if opt.optimistic:  # a second mutation in the call, or several sessions at once
             owner._upgrade_or_begin()
@@ -160,7 +164,18 @@ class Optimistic:
         # db.deadline(), inline: every call passes here (its context manager is four Python calls more).
         state.deadline = time.monotonic() + self.db.settings.timeout_ms / 1000
         try:
-            return self._run(call, state)
+            try:  # (_run's attempts, written out: every call passes here)
+                for attempt in (1, 2):
+                    state.fresh = attempt == 2
+                    try:
+                        return self._run_optimistic(call, state, state)
+                    except _Conflicted:
+                        continue  # the session was forgotten: decide again from the database's state
+                    except Fallback:
+                        break
+            finally:
+                state.fresh = False
+            return self.calls.run_call(call)
         finally:
             state.deadline = None
             state.window = None  # read for this call only
