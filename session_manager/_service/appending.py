@@ -54,6 +54,8 @@ class OwnedCustom(NamedTuple):
     unheard: bool = False
 
 
+_new = object.__new__  # (an Event made without its __init__'s frame: see _append)
+
 # update-message's edits of the entry and the meta (every streamed token): the fields they always change.
 _revised = editor(MessageEntry, "revision", "message")
 _touched = editor(SessionMeta, "updated_at")
@@ -152,9 +154,12 @@ def _append(core: ServiceCore, req: api.AppendRequest, at: SessionAt | None = No
         entry, meta = applied.entries[0], applied.meta or meta
     # (build[api.AppendResponse]'s dict, written out: an entry's id and timestamp are never None)
     response = {"entry_id": entry["id"], "parent_id": entry.get("parent_id"), "timestamp": entry["timestamp"]}
-    metadata = meta.get("metadata")  # (ev.message_added, inline)
-    return response, [Event(ON_MESSAGE_ADDED, None, _message_added, (session_id, entry, metadata),
-                            (session_id, metadata))]
+    # (ev.message_added's Event, its fields set without its __init__'s frame: a deferred payload)
+    metadata = meta.get("metadata")
+    event = _new(Event)
+    event.function_id, event._payload, event._build = ON_MESSAGE_ADDED, None, _message_added
+    event._args, event._about = (session_id, entry, metadata), (session_id, metadata)
+    return response, [event]
 
 
 

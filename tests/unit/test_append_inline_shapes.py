@@ -1,4 +1,5 @@
-"""``appending._append`` builds a new message entry and its response as dict literals (the hot
+"""``appending._append`` builds a new message entry and its response as dict literals, and its event
+without ``Event.__init__`` (the hot
 path's own, without ``build[MessageEntry]`` and ``build[AppendResponse]`` calls): the same dicts,
 key for key and in the same order (stored bytes follow it), with and without an origin, on an
 empty session (parent None) and after another entry."""
@@ -11,7 +12,9 @@ import pytest
 
 from session_manager._service.service import SessionService
 from session_manager._wire import api
+from session_manager._wire import events as ev
 from session_manager._wire.dumping import fast_dump
+from session_manager._wire.events import Event
 from session_manager._wire.models import MessageEntry
 from session_manager._wire.shape import build
 from session_manager.store import MemoryStore
@@ -42,4 +45,10 @@ def test_a_new_message_entry_and_its_answer_are_the_builders_dicts(origin: Any) 
                                            timestamp=entry["timestamp"])
         assert response == answer and list(response) == list(answer)
         assert [e.function_id for e in events] == ["session::on-message-added"]
+        # The event, made without Event.__init__: every slot set (a slot added later fails here),
+        # the same as ev.message_added's.
+        for slot in Event.__slots__:
+            getattr(events[0], slot)
+        ref = ev.message_added("s", entry, None)
+        assert events[0].about() == ref.about() and events[0].payload == ref.payload
         assert events[0].payload["entry_id"] == entry["id"] and events[0].payload["parent_id"] == parent_expected
