@@ -100,6 +100,9 @@ def main() -> None:
               f" base/this {other / this:.3f}; 10th percentiles {q_this:.1f} / {q_base:.1f};"
               f" load {min(load):.2f}-{max(load):.2f}")
         for side in ("this", "base"):
+            if not parts[side]:  # (a release whose warm run_pair sends its pipeline inline: no mark)
+                print(f"  {side}: no parts (its warm append does not call _pipeline)")
+                continue
             pre, pipe, post = (statistics.median(p[i] for p in parts[side]) for i in range(3))
             print(f"  {side}: to the pipeline {pre:.1f} µs, the pipeline {pipe:.1f} µs, after it {post:.1f} µs"
                   f" (medians of {len(parts[side])} calls)")

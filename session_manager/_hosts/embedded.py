@@ -18,16 +18,26 @@ from types import TracebackType
 from typing import Any
 
 import orjson
+from pydantic import ValidationError
 
-from .._service.admission import admit, admit_size
+from .._service.admission import admit, admit_copy, admit_size
 from .._service.appending import OwnedCustom, SessionAt, append_custom_owned
 from .._service.erasure import Selection
 from .._service.limits import Limits, LimitsCell
 from .._service.service import SessionService
+from .._service.storage_errors import at_edge
 from .._wire.events import EVENT_FUNCTIONS, Event
-from .._wire.validation import json_payload
+from .._wire.validation import (
+    _ALLOWED_KEYS,
+    CHUNK_ITEMS,
+    ProvenPayload,
+    describe,
+    json_payload,
+    parse_request,
+    reject_unknown_keys,
+)
 from ..clock import Clock
-from ..errors import STORAGE, SessionError, StoreError
+from ..errors import STORAGE, SessionError, StoreError, invalid_request
 from ..ids import IdGen
 from ..store.base import SessionStore
 from ..store.fs import DEFAULT_CACHE_BYTES, Durability, FsStore
@@ -38,6 +48,10 @@ from .pipeline import execute, same, serve
 from .retention import RetentionPolicy, RetentionSweeper, retention_policy
 from .surface import BY_ID, Function, unknown_function
 from .surface import function as lookup
+
+# The payloads admit_copy returns that reject_unknown_keys looks at (a dict).
+_DICTS: frozenset[type] = frozenset((dict, ProvenPayload))
+_UNPARSED: Any = object()
 
 log = logging.getLogger("session_manager.embedded")
 
@@ -162,10 +176,14 @@ class SessionManager(Helpers):
     def call(self, function_id: str, payload: Any = None) -> Any:
         """Run one function; returns its JSON-compatible result or raises
         :class:`~session_manager.SessionError`."""
+        # (the gate's enter and leave written out: a call counts itself in before it reads
+        # ``closed``, as CallGate.enter, and out as CallGate.leave, in the finally)
         gate = self._gate
-        if not gate.enter():
-            raise RuntimeError("this session manager is closed")
+        calls = gate._calls
+        calls.append(None)
         try:
+            if gate.closed:
+                raise RuntimeError("this session manager is closed")
             # (_call's steps written out: this runs on every call, _call on the owned ones)
             function = BY_ID.get(function_id) if type(function_id) is str else None
             if function is None or function.handler is None:
@@ -175,11 +193,43 @@ class SessionManager(Helpers):
             # A private copy: what is stored must not change when the caller later changes the
             # dicts it passed in; the answer is a copy too (or new already: a store's private path
             # pages). Events go to the observers there were when the call began (publish's rule).
-            return serve(function, self.service, payload, self._deliver if self._observers else None,
-                         private_copy=True, answer=same if function_id in self._uncopied else copy_json,
-                         wraps_calls=self._wraps_calls)
+            if self._observers:
+                return serve(function, self.service, payload, self._deliver,
+                             private_copy=True, answer=same if function_id in self._uncopied else copy_json,
+                             wraps_calls=self._wraps_calls)
+            # serve's steps for a private copy nobody observes (nothing delivered), written out:
+            # every unobserved call runs them.
+            service = self.service
+            core = service.core
+            model = function.request
+            payload = admit_copy(function.id, payload, core.limits.current, mutates=function.mutates)
+            allowed = _ALLOWED_KEYS.get(model)  # (reject_unknown_keys' test, without its call)
+            if allowed is None or type(payload) not in _DICTS or not payload.keys() <= allowed:
+                reject_unknown_keys(model, payload)
+            request: Any = _UNPARSED
+            if type(payload) in _DICTS:  # (parse_request's common case, inline: no long list to chunk)
+                for value in payload.values():
+                    if type(value) is list and len(value) > CHUNK_ITEMS:
+                        break
+                else:
+                    try:
+                        request = model.__pydantic_validator__.validate_python(payload)
+                    except ValidationError as e:
+                        raise invalid_request(describe(e)) from None
+            if request is _UNPARSED:
+                request = parse_request(model, payload)
+            handler = function.handler
+            assert handler is not None  # (_callable's)
+            work = partial(handler, service, request)
+            try:
+                response, _ = core.store.run_and_deliver(work, None) if self._wraps_calls else work()
+            except StoreError as e:
+                raise at_edge(e) from None
+            return response if function_id in self._uncopied else copy_json(response)
         finally:
-            gate.leave()
+            calls.pop()
+            if gate.closed:
+                gate.left()
 
     @staticmethod
     def _callable(function_id: Any) -> Function:

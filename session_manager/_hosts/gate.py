@@ -41,10 +41,14 @@ class CallGate:
 
     def leave(self) -> None:
         """Count a call out; the last one out of a closed gate runs a release close() left behind."""
+        self._calls.pop()
+        if self.closed:
+            self.left()
+
+    def left(self) -> None:
+        """:meth:`leave`'s part once the gate is closed (a caller that counts itself out
+        inline calls it when it sees ``closed``)."""
         calls = self._calls
-        calls.pop()
-        if not self.closed:
-            return
         release = None
         with self._idle:
             if not calls and self._pending is not None:

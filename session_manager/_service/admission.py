@@ -28,7 +28,7 @@ from typing import Any
 
 import orjson
 
-from .._wire.validation import ProvenPayload, json_payload, plain_copy, proven_copy
+from .._wire.validation import ProvenPayload, _NotPlain, _plain_copy, json_payload, proven_copy
 from ..errors import invalid_request
 from .limits import Limits
 
@@ -140,7 +140,10 @@ def admit_copy(function_id: str, payload: Any, limits: Limits, *, mutates: bool)
             # The copy of exact types, then one encoding of it that both proves its keys plain strs
             # (and its text and integers JSON's) and measures it: admit's own, shared. Anything
             # either refuses takes the exact path below, which names it.
-            private = plain_copy(payload, MAX_DEPTH)
+            try:  # (plain_copy, inline)
+                private = _plain_copy(payload, MAX_DEPTH)
+            except (_NotPlain, RecursionError):
+                private = None
             if private is not None:
                 try:
                     size = len(orjson.dumps(private))

@@ -9,8 +9,9 @@ from pydantic import BaseModel
 
 from .._wire import api
 from .._wire import events as ev
-from .._wire.dumping import fast_dump
-from .._wire.models import MESSAGE_MODELS, CustomEntry, CustomPayload, MessageEntry, SessionMeta
+from .._wire.dumping import _DUMPERS, _Unusual, fast_dump
+from .._wire.events import ON_MESSAGE_ADDED, Event, _message_added
+from .._wire.models import MESSAGE_MODELS, CustomEntry, CustomPayload, MessageEntry, SessionMeta, dump
 from .._wire.shape import build, edit, editor
 from ..errors import (
     DETAILS_NOT_SUPPORTED,
@@ -22,7 +23,7 @@ from ..errors import (
     invalid_request,
     not_found,
 )
-from ..store.base import Entry, Meta
+from ..store.base import Entry, Meta, append_commit
 from .contention import retry_conflicts
 from .core import Result, ServiceCore
 
@@ -52,6 +53,8 @@ class OwnedCustom(NamedTuple):
     # records none: its host drops them): not built. Whoever receives it gets it as before.
     unheard: bool = False
 
+
+_new = object.__new__  # (an Event made without its __init__'s frame: see _append)
 
 # update-message's edits of the entry and the meta (every streamed token): the fields they always change.
 _revised = editor(MessageEntry, "revision", "message")
@@ -108,31 +111,59 @@ def _session_at(core: ServiceCore, session_id: str, at: SessionAt | None) -> tup
 
 
 def _append(core: ServiceCore, req: api.AppendRequest, at: SessionAt | None = None) -> Result:
+    # (_session_at, _parent, _new_entry and core.commit_append written out where the common case
+    # needs no call of its own: this runs on every append)
     session_id = req.session_id
+    store = core.store
     with core.mutating(session_id):
-        meta, leaf = _session_at(core, session_id, at)
-        if (req.message is None) == (req.custom is None):
+        meta, leaf = store.meta_and_leaf_to_commit(session_id)  # one lookup: the hot path reads both
+        if meta is None:
+            raise not_found(session_id)
+        if at is not None and (meta.get("created_at"), leaf) != at:
+            raise LeafMoved(session_id)
+        message = req.message
+        if (message is None) == (req.custom is None):
             raise invalid_request("message, custom: exactly one of `message` / `custom` must be supplied")
         if req.entry_id is not None:
-            existing = core.store.entry_held(session_id, req.entry_id)
+            existing = store.entry_held(session_id, req.entry_id)
             if existing is not None:
                 # Idempotent replay: the original, nothing written, nothing fired.
                 return _append_response(existing), []
-        parent = _parent(core, session_id, req.parent_id, leaf)
+        parent_id = req.parent_id
+        parent = leaf if parent_id is None or parent_id == leaf else _parent(core, session_id, parent_id, leaf)
         now = core.clock.now_ms()
         entry_id = req.entry_id or core.ids.entry_id()
-        entry = _new_entry(entry_id, parent, now, req.origin, req.message, req.custom)
+        if message is not None:
+            try:  # (fast_dump, inline)
+                dumped = _DUMPERS[type(message)](message, 0)
+            except (_Unusual, RecursionError):
+                dumped = dump(message)
+            # (build[MessageEntry]'s dict, written out: its fields in order, origin only when given,
+            # as the builder leaves a None out; tests/unit/test_append_inline_shapes.py compares them)
+            origin = req.origin
+            entry = ({"kind": "message", "id": entry_id, "parent_id": parent, "timestamp": now, "revision": 0,
+                      "message": dumped} if origin is None else
+                     {"kind": "message", "id": entry_id, "parent_id": parent, "timestamp": now, "revision": 0,
+                      "origin": origin, "message": dumped})
+        else:
+            entry = _new_entry(entry_id, parent, now, req.origin, None, req.custom)
         # Chained (the store may place it on its own current leaf: a shared store's other writers)
         # unless made at a leaf (``at``, no parent named): there only, on the meta read (another
         # writer's append changes it), which the store checks as it writes: a conflict, read
         # again, LeafMoved. (A named parent is not chained anyway.)
-        at_leaf = req.parent_id is None and at is not None
-        applied = core.commit_append(session_id, meta, (entry,), chain=req.parent_id is None and not at_leaf,
-                                     checked=at_leaf)
+        if parent_id is None and at is not None:
+            applied = core.commit_append(session_id, meta, (entry,), chain=False, checked=True)
+        else:
+            applied = store.commit(session_id, append_commit(meta, (entry,), chain=parent_id is None, tx=core._tx))
         entry, meta = applied.entries[0], applied.meta or meta
-    response = build[api.AppendResponse](entry_id=entry["id"], parent_id=entry.get("parent_id"),
-                                         timestamp=entry["timestamp"])  # (_append_response, inline)
-    return response, [ev.message_added(session_id, entry, meta.get("metadata"))]
+    # (build[api.AppendResponse]'s dict, written out: an entry's id and timestamp are never None)
+    response = {"entry_id": entry["id"], "parent_id": entry.get("parent_id"), "timestamp": entry["timestamp"]}
+    # (ev.message_added's Event, its fields set without its __init__'s frame: a deferred payload)
+    metadata = meta.get("metadata")
+    event = _new(Event)
+    event.function_id, event._payload, event._build = ON_MESSAGE_ADDED, None, _message_added
+    event._args, event._about = (session_id, entry, metadata), (session_id, metadata)
+    return response, [event]
 
 
 

@@ -39,18 +39,30 @@ def retry_conflicts(mutation: Callable[[S, Q], R]) -> Callable[[S, Q], R]:
 
     @functools.wraps(mutation)
     def run(core: S, request: Q) -> R:
-        for attempt in range(1, MAX_ATTEMPTS + 1):
-            try:
-                return mutation(core, request)
-            except Conflict as e:
-                total = core.stats.add("cas_retries")
-                if attempt == MAX_ATTEMPTS:
-                    log.warning("%s gave up after %d conflicting attempts (%d retries so far): %s",
-                                mutation.__name__, attempt, total, e)
-                    raise SessionError(STORAGE, f"contention: {MAX_ATTEMPTS} attempts conflicted with other "
-                                                f"writers of this session (last: {e})") from None
-                log.debug("%s conflicted (attempt %d): %s", mutation.__name__, attempt, e)
-                time.sleep(random.uniform(0, min(BACKOFF_CAP_S, 0.0005 * attempt)))
-        raise AssertionError("unreachable")
+        try:
+            return mutation(core, request)
+        except Conflict as e:
+            return retry_after(mutation, core, request, e)
 
     return run
+
+
+def retry_after(mutation: Callable[[S, Q], R], core: S, request: Q, conflict: Conflict) -> R:
+    """:func:`retry_conflicts`' attempts after the first, which raised ``conflict`` (a caller
+    that makes the first attempt itself, without the wrapper's frame: ``SessionService.append``)."""
+    e = conflict
+    attempt = 1
+    while True:
+        total = core.stats.add("cas_retries")
+        if attempt == MAX_ATTEMPTS:
+            log.warning("%s gave up after %d conflicting attempts (%d retries so far): %s",
+                        mutation.__name__, attempt, total, e)
+            raise SessionError(STORAGE, f"contention: {MAX_ATTEMPTS} attempts conflicted with other "
+                                        f"writers of this session (last: {e})") from None
+        log.debug("%s conflicted (attempt %d): %s", mutation.__name__, attempt, e)
+        time.sleep(random.uniform(0, min(BACKOFF_CAP_S, 0.0005 * attempt)))
+        attempt += 1
+        try:
+            return mutation(core, request)
+        except Conflict as again:
+            e = again

@@ -24,9 +24,11 @@ from typing import Any
 from .._wire import api, search_api
 from .._wire import events as ev
 from ..clock import Clock
+from ..errors import Conflict
 from ..ids import IdGen
 from ..store.base import Meta, SessionStore
 from . import appending, attachments, branching, erasure, lifecycle, listing, message_reads, search, tail
+from .contention import retry_after
 from .core import Result, ServiceCore
 from .erasure import Selection
 from .limits import LimitsCell
@@ -138,7 +140,13 @@ class SessionService:
 
     def append(self, req: api.AppendRequest) -> Result:
         """``session::append``: one message or custom entry, idempotent on ``entry_id``."""
-        return appending.append(self.core, req)
+        # (appending.append's first attempt made here, its retries after a conflict by the same
+        # rule: one frame fewer on every append)
+        core = self.core
+        try:
+            return appending._append(core, req)
+        except Conflict as e:
+            return retry_after(appending._append, core, req, e)
 
     def append_at(self, req: api.AppendRequest, at: appending.SessionAt) -> Result:
         """``session::append`` only while the session's ``(created_at, active leaf)``

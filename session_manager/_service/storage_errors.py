@@ -103,14 +103,19 @@ class locked_storage_errors(storage_errors):
         self._lock.acquire()
         if self._inner is None:
             return
+        inner = self._inner
         try:
-            self._inner.__enter__()
+            inner.__enter__()
         except BaseException as e:
             self._lock.release()
             error = mapped(e)
             if error is not None:
                 raise error from None
             raise
+        if getattr(inner, "exit_needed", True) is False:
+            # (a store's context that says its exit does nothing, e.g. a planned postgres mutation:
+            # not called; this object is the one call's own, see ServiceCore.mutating)
+            self._inner = None
 
     def __exit__(self, kind: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
         raised = e

@@ -180,6 +180,24 @@ def _plain_copy(value: Any, room: int) -> Any:
                 if t is float:
                     if v - v != 0.0:
                         raise _NotPlain
+                elif t is list and room > 2:
+                    # A list of exact leaves and objects of exact leaves (a message's content), copied
+                    # here as the list branch would copy it: no call. Anything else: that branch.
+                    items = v.copy()
+                    for i, x in enumerate(items):
+                        if type(x) not in _PLAIN_LEAVES:
+                            if type(x) is dict:
+                                item = x.copy()
+                                for y in item.values():
+                                    if type(y) not in _PLAIN_LEAVES:
+                                        break
+                                else:
+                                    items[i] = item
+                                    continue
+                            out[k] = _plain_copy(v, room - 1)
+                            break
+                    else:
+                        out[k] = items
                 elif t is dict or t is list or t is tuple:
                     out[k] = _plain_copy(v, room - 1)  # (a value replaced while iterating: the keys stay)
                 else:

@@ -95,7 +95,14 @@ def append_commit(meta: Meta, entries: tuple[Entry, ...], *, chain: bool,
     its meta derived here, once; :func:`._cas.resolve` derives it again only
     if the session's meta is no longer that object. ``data_json``: as :class:`Commit`'s
     (one entry only)."""
-    return Commit(entries=entries, leaf=entries[-1]["id"], meta=derive_append_meta(meta, entries), tx=tx,
+    if len(entries) == 1:  # (derive_append_meta of one entry, inline: every append)
+        last = entries[0]
+        derived = dict(meta)
+        derived["updated_at"] = last["timestamp"]
+        derived["message_count"] = meta["message_count"] + (1 if last.get("kind") == "message" else 0)
+    else:
+        last, derived = entries[-1], derive_append_meta(meta, entries)
+    return Commit(entries=entries, leaf=last["id"], meta=derived, tx=tx,
                   append=True, chain=chain, derived_from=meta, data_json=data_json, expect_meta=expect_meta)
 
 

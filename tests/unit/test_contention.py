@@ -33,3 +33,43 @@ def test_exhausted_retries_answer_session_storage_naming_contention() -> None:
     assert err.value.code == "session/storage" and "contention" in err.value.detail
     assert service.stats.get("cas_retries") == 20
     assert (writers.reader().get_meta("s") or {})["title"] == ""  # nothing written
+
+
+@pytest.mark.parametrize("conflicts", [1, 19, 20])
+def test_an_append_refused_n_times_is_decided_again_up_to_the_bound(conflicts: int) -> None:
+    # Prevents: SessionService.append, which makes its first attempt itself (without the retry
+    # wrapper's frame) and hands a conflict to contention.retry_after, counting attempts other
+    # than the wrapper does: one retry too many or too few, a lost count, a write after giving up.
+    from session_manager.errors import Conflict
+
+    store = MemoryStore()
+    writers = Writers([store], lambda: store)
+    writers.call(0, "ensure", api.EnsureRequest, {"session_id": "s"})
+    service = writers.services[0]
+    real = service.store.commit
+    refused: list[int] = []
+
+    def refusing(session_id: str, commit: Any) -> Any:
+        if len(refused) < conflicts:
+            refused.append(1)
+            raise Conflict("forced")
+        return real(session_id, commit)
+
+    service.store.commit = refusing  # type: ignore[method-assign]
+    payload = {"session_id": "s", "message": {"role": "user", "content": [{"type": "text", "text": "hi"}],
+                                              "timestamp": 1}}
+    try:
+        if conflicts < 20:
+            response = writers.call(0, "append", api.AppendRequest, payload)
+            assert response["parent_id"] is None
+            assert (writers.reader().get_meta("s") or {})["message_count"] == 1
+            assert writers.reader().get_leaf("s") == response["entry_id"]
+        else:
+            with pytest.raises(SessionError) as err:
+                writers.call(0, "append", api.AppendRequest, payload)
+            assert err.value.code == "session/storage" and "contention: 20 attempts" in err.value.detail
+            assert (writers.reader().get_meta("s") or {})["message_count"] == 0  # nothing written
+            assert writers.reader().get_leaf("s") is None
+    finally:
+        del service.store.commit
+    assert len(refused) == conflicts and service.stats.get("cas_retries") == conflicts

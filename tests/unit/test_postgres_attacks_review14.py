@@ -601,21 +601,21 @@ def test_a_miss_whose_meta_cannot_be_cut_stays_on_the_known_leaf_checked_by_the_
 
 def test_a_deep_session_grown_by_linked_appends_between_misses_keeps_the_rules_links(
         schema: str, tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    # Prevents: the links a linked append learns by growing its parent's chain (plain._grown, in
+    # Prevents: the links a linked append learns by growing its parent's chain (plain.grown, in
     # the window while the server writes) drifting from the rule over many depths (a skew-binary
     # jump taken at the wrong depth, a chain kept for another leaf after a miss): every later
     # path read by jump pointers would skip or repeat entries.
     from session_manager.store.postgres import optimistic, plain
 
     grown: list[bool] = []
-    real = plain._grown
+    real = plain.grown
 
     def spy(links: Any, params: Any) -> Any:
         out = real(links, params)
         grown.append(out is not None)
         return out
 
-    monkeypatch.setattr(plain, "_grown", spy)
+    monkeypatch.setattr(plain, "grown", spy)
     monkeypatch.setattr(optimistic, "CONTENDED_S", 0.0)  # (after a miss, the plain statement at once)
     a, b = _open(schema), _open(schema)
     try:
@@ -647,12 +647,12 @@ def test_an_observer_registering_between_an_appends_decision_and_its_send_gets_i
     real = optimistic.Optimistic._apply
     armed = [True]
 
-    def apply(self: Any, plan: Any, events: Any, response: Any) -> None:
+    def apply(self: Any, plan: Any, events: Any, response: Any, *rest: Any) -> None:
         if armed[0] and self is a.service.store.optimistic:
             armed[0] = False
             watcher.observe({"function_id": ev.ON_MESSAGE_ADDED}, got.append)
             watcher.service.store.events_ready()
-        real(self, plan, events, response)
+        real(self, plan, events, response, *rest)
 
     try:
         sid = a.call("session::create", {})["session_id"]

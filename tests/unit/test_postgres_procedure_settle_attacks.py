@@ -405,7 +405,7 @@ def test_a_create_on_the_transactional_path_never_takes_an_existing_session(
     # the create draws the next id, as every other adapter's does.
     from session_manager.store.postgres.optimistic import Optimistic
 
-    monkeypatch.setattr(Optimistic, "_run", lambda self, call, state: self.calls.run_call(call))
+    monkeypatch.setattr(Optimistic, "run_outer", lambda self, call, state: self.calls.run_call(call))
     sm = _open(pg_support.DSN, schema, ids=SequentialIds())
     other = _open(pg_support.DSN, schema, ids=SequentialIds())
     try:

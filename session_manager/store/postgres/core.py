@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 from psycopg import abc as pg_abc
@@ -37,6 +37,9 @@ from .arrays import encode as encode_array
 from .deadline import Armed, Watchdog
 from .secrets import redact, safe_dsn
 from .settings import PostgresSettings
+
+if TYPE_CHECKING:
+    from .plan import Plan
 
 
 @dataclass
@@ -57,12 +60,20 @@ class _State:
     """The calling thread's state (:class:`_Local`'s ``state``): a plain object, reached once per
     function, as each attribute of a ``threading.local`` costs about 480 instructions to reach."""
 
-    __slots__ = ("armed", "deadline", "sender", "tx", "window")
+    __slots__ = ("armed", "deadline", "fresh", "optimistic", "plan", "reading", "sender", "spare", "tx", "window")
 
     def __init__(self) -> None:
+        # The optimistic part's (.optimistic): a call tried optimistically, its plan, the plan's
+        # own reads, a retry after a conflict. Here, not in a thread-local of its own: one read
+        # of the thread's state serves both parts (each read costs ~600 instructions).
+        self.optimistic = False
+        self.plan: Plan | None = None
+        self.reading = False
+        self.fresh = False
         self.tx: Tx | None = None
         self.deadline: float | None = None  # the call in progress must answer by then (time.monotonic())
         self.armed: Armed | None = None  # this thread's connection in use, armed with that deadline
+        self.spare: Armed | None = None  # the Armed PgDatastore.take arms again (this thread's, reused)
         # a path window (last or first) read with its session's meta, for this call's path() (reads.py)
         self.window: Any = None
         # the observed call in progress records its events as this instance (outbox.begin_call)
@@ -437,6 +448,8 @@ class PgDatastore:
             open=False,
         )
         self.pool.open(wait=False)
+        # take()'s fast path: the pool's (getconn's wait, min(pool_timeout_ms, what is left), is then > 0)
+        self._takes = self.pool._fast and settings.pool_timeout_ms > 0
         self.watchdog.start()  # while the pool connects
 
     def say(self, text: str) -> str:
@@ -550,6 +563,69 @@ class PgDatastore:
             conn.close()
         self.pool.putconn(conn)  # a broken or closed connection is discarded by the pool
 
+    def take(self, state: _State) -> psycopg.Connection[Any]:
+        """:meth:`getconn` for the call in progress (``state``: the thread's, read by the caller;
+        its deadline set) in the common case, in one call: a connection idle in the pool (the
+        pool's fast path, :class:`_Pool`), armed with the call's deadline by the thread's own
+        :class:`~.deadline.Armed`, used again (no object made: :meth:`give` disarms it, and
+        the watchdog touches only what is armed, under its lock). Anything else is
+        :meth:`getconn`'s (same errors). Returned with :meth:`give` (or :meth:`putconn`)."""
+        deadline, pool = state.deadline, self.pool
+        if deadline is None or self.closed or not self._takes or deadline <= time.monotonic():
+            return self.getconn(deadline)
+        conn = None
+        with pool._lock:  # (_Pool.getconn's fast path)
+            ready = pool._pool
+            if ready and not pool._closed:
+                conn = ready.popleft()
+                if len(ready) < pool._nconns_min:
+                    pool._nconns_min = len(ready)
+                pool._stats[pool._REQUESTS_NUM] += 1
+                conn._pool = pool
+                pool._served = True
+        if conn is None:
+            return self.getconn(deadline)
+        try:
+            fd = conn.pgconn.socket
+        except psycopg.Error as e:
+            state.armed = None
+            pool.putconn(conn)  # closed already: the pool discards it
+            raise self.fail(e) from None
+        watchdog = self.watchdog  # (Watchdog.arm's steps, on the thread's spare Armed)
+        with watchdog._lock:
+            armed = state.spare
+            if armed is None or armed.key in watchdog._armed:  # (still armed: never given back; a new one)
+                armed = state.spare = Armed(next(watchdog._keys), deadline, fd)
+            else:
+                armed.deadline, armed.fd, armed.fired = deadline, fd, False
+            watchdog._armed[armed.key] = armed
+            if watchdog._thread is None:
+                watchdog._start()
+            if deadline < watchdog._wake_at:
+                watchdog._cond.notify()
+        state.armed = armed
+        return conn
+
+    def give(self, conn: psycopg.Connection[Any], state: _State) -> None:
+        """:meth:`putconn` (``state``: the thread's), the disarm and the pool's fast path inline."""
+        armed = state.armed
+        if armed is not None:
+            watchdog = self.watchdog
+            with watchdog._lock:  # (Watchdog.disarm: after this, the watchdog never touches it again)
+                watchdog._armed.pop(armed.key, None)
+            if armed.fired:
+                conn.close()
+        pool = self.pool
+        if (pool._fast and conn._pool is pool and conn.pgconn.transaction_status == _IDLE  # (_Pool.putconn's)
+                and conn._created_at > pool._drained_at and conn._expire_at > time.monotonic()):
+            conn._pool = None
+            with pool._lock:
+                if not pool._closed and not pool._waiting and pool._pool_full_event is None:
+                    pool._pool.append(conn)
+                    return
+            conn._pool = pool
+        pool.putconn(conn)
+
     # -- running statements ---------------------------------------------------------
 
     def execute(
@@ -645,20 +721,51 @@ class PgDatastore:
         executes and commits (mostly while its backend waits for the commit's WAL flush: woken
         by the send, it usually takes the caller's core until then). It must not raise (a
         failure there would leave the exchange half read)."""
-        ready = self._ready(conn)
+        pooled = type(conn) is _Conn
+        ready = conn.statements if pooled else None  # type: ignore[attr-defined]
+        if ready is None:
+            ready = self._ready(conn)
         pair = _PAIRS.get((first.name, second.name))
         if pair is None:
             pair = _PAIRS[first.name, second.name] = _values_of(first, second)
         sent = pair(params, first, second)  # (a name both take encoded once)
         if first.name not in ready or second.name not in ready:
             return self._rows(conn, second, self._exchange(conn, sent, ready, meanwhile))
-        _, results = _pipeline(conn, [], sent, meanwhile)  # the warm case: both prepared
+        # The warm case, both prepared: _pipeline's steps for two runs and nothing to prepare, inline.
+        pg = conn.pgconn
+        pg.enter_pipeline_mode()
+        try:
+            (stmt0, values0, formats0), (stmt1, values1, formats1) = sent
+            pg.send_query_prepared(stmt0.name, values0, formats0, 0)
+            pg.send_query_prepared(stmt1.name, values1, formats1, 0)
+            pg.pipeline_sync()
+            if pg.flush():
+                conn.wait(send(pg))
+            if meanwhile is not None:
+                meanwhile()
+            results = conn.wait(fetch_many(pg))
+            results += conn.wait(fetch_many(pg))
+            conn.wait(fetch_many(pg))  # the Sync's
+        except BaseException:
+            with contextlib.suppress(psycopg.Error):  # (a lost connection: the pool discards it)
+                pg.exit_pipeline_mode()
+            raise
+        pg.exit_pipeline_mode()
         for res in results:  # (a loop: a comprehension is a frame of its own, every warm append)
             if res.status == _FATAL:
                 if _in_step(ready, [], [], results, conn.pgconn):  # (names gone: see _in_step)
                     results = self._exchange(conn, sent, ready)
-                break
-        return self._rows(conn, second, results)
+                return self._rows(conn, second, results)
+        # (_rows' common case inline: no failure, rows, the connection's decoder made already)
+        res = results[-1]
+        decoder = conn.decoder if pooled else None  # type: ignore[attr-defined]
+        if decoder is None or res.status != _TUPLES_OK:
+            return self._rows(conn, second, results)
+        decoder.set_pgresult(res)
+        try:
+            return decoder.load_rows(0, res.ntuples, tuple)  # type: ignore[no-any-return]
+        finally:
+            decoder.set_pgresult(None)  # (the result's memory is not kept past the call)
 
     @property
     def pipelines(self) -> bool:

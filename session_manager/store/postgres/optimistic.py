@@ -41,18 +41,20 @@ from functools import partial
 from types import TracebackType
 from typing import Any, TypeVar
 
+import orjson
 import psycopg
 
 from ..._wire.events import Event
+from .._core.append import UNSET
 from .._core.cas import resolve
 from .._core.codec import loads
 from ..base import Commit, Entry, Meta
-from ..sql.keys import check_id, key, key_or_none, unkey
+from ..sql.keys import ID_BYTES, check_id, key, key_or_none, unkey
 from ..sql.transactions import CallRunner
 from ..sql.values import json_text
 from . import plain
 from .at_leaf import APPEND_AT, HOLE_JSON, choose_at_leaf, fill, fill_known, hold_off, resolve_at_leaf
-from .core import PgDatastore, Statement, Tx
+from .core import _UNREAD, PgDatastore, Statement, Tx, _Conn
 from .in_doubt import settle_apply, settle_placed
 from .outbox import NOTIFY_BATCH, Outbox
 from .plan import Known, Plan, append_call_params, apply_params
@@ -87,36 +89,21 @@ class _Conflicted(Exception):
     """sm_apply found the state changed: nothing was written."""
 
 
-class _OptState:
-    """The calling thread's optimistic state (:class:`_Local`'s ``state``): a plain object, reached
-    once per function (an attribute of a ``threading.local`` costs ~480 instructions to reach)."""
-
-    __slots__ = ("fresh", "optimistic", "plan", "reading")
-
-    def __init__(self) -> None:
-        self.optimistic = False
-        self.plan: Plan | None = None
-        self.reading = False  # the plan's own reads of the database (not a reason to fall back)
-        self.fresh = False  # a retry after a conflict: entries are read, not assumed absent
-
-
-class _Local(threading.local):
-    def __init__(self) -> None:  # (run in each thread at its first use)
-        self.state = _OptState()
-
-
 class _Mutation:
     """:meth:`Optimistic.mutation`'s context: a class, not a generator, as every append
     enters one (a ``contextmanager``'s generator and wrapper are six Python calls more).
     What it is (planned, or a transaction) is decided when it is entered, under the
     session's lock the service takes first."""
 
-    __slots__ = ("_ids", "_inner", "_owner")
+    __slots__ = ("_ids", "_inner", "_owner", "exit_needed")
 
     def __init__(self, owner: Optimistic, session_ids: Collection[str]) -> None:
         self._owner = owner
         self._ids = session_ids
         self._inner: AbstractContextManager[None] | None = None
+        # False once entered planned: its exit does nothing, and the service's mutation context
+        # (storage_errors.locked_storage_errors) skips the call.
+        self.exit_needed = True
 
     def __enter__(self) -> None:
         # Planned (nothing entered: ``_inner`` stays None), else the transaction entered.
@@ -125,6 +112,7 @@ class _Mutation:
         if (opt.optimistic and opt.plan is None and (len(session_ids) == 1 or len(set(session_ids)) == 1)
                 and not (owner._contended and owner._is_contended(next(iter(session_ids))))):
             opt.plan = Plan(next(iter(session_ids)))
+            self.exit_needed = False
             return
         if opt.optimistic:  # a second mutation in the call, or several sessions at once
             owner._upgrade_or_begin()
@@ -148,7 +136,9 @@ class Optimistic:
         self.db, self.txs, self.calls = db, txs, calls
         self.reads, self.writes, self.outbox = reads, writes, outbox
         db.guard = self._guard  # a statement the plan cannot serve upgrades it to a transaction
-        self._opt = _Local()
+        # The thread's state (the datastore's: its tx, deadline and armed connection beside the
+        # optimistic fields: optimistic, plan, reading, fresh), one thread-local read for both.
+        self._opt = db.local
         self._known: OrderedDict[str, Known] = OrderedDict()
         self._known_lock = threading.Lock()
         self._contended: dict[str, float] = {}  # session -> until when it skips the optimistic attempt
@@ -174,13 +164,24 @@ class Optimistic:
         # db.deadline(), inline: every call passes here (its context manager is four Python calls more).
         state.deadline = time.monotonic() + self.db.settings.timeout_ms / 1000
         try:
-            return self._run(call, state)
+            try:  # (_run's attempts, written out: every call passes here)
+                for attempt in (1, 2):
+                    state.fresh = attempt == 2
+                    try:
+                        return self._run_optimistic(call, state, state)
+                    except _Conflicted:
+                        continue  # the session was forgotten: decide again from the database's state
+                    except Fallback:
+                        break
+            finally:
+                state.fresh = False
+            return self.calls.run_call(call)
         finally:
             state.deadline = None
             state.window = None  # read for this call only
 
     def _run(self, call: Callable[[], tuple[R, list[Event]]], state: Any) -> tuple[R, list[Event]]:
-        opt = self._opt.state
+        opt = state  # (the thread's state holds the optimistic fields too)
         try:
             for attempt in (1, 2):
                 opt.fresh = attempt == 2
@@ -194,7 +195,7 @@ class Optimistic:
             opt.fresh = False
         return self.calls.run_call(call)
 
-    def _run_optimistic(self, call: Callable[[], tuple[R, list[Event]]], opt: _OptState,
+    def _run_optimistic(self, call: Callable[[], tuple[R, list[Event]]], opt: Any,
                         state: Any) -> tuple[R, list[Event]]:
         """One optimistic run of ``call``: ``opt`` and ``state`` the thread's (see :meth:`run_outer`)."""
         opt.optimistic = True
@@ -231,8 +232,10 @@ class Optimistic:
             fill_known(plan, response, events)
             local.deferring = False
             return self.calls.finish(response, events)
-        self._apply(plan, events, response)
-        self.outbox.committed(None, events)
+        self._apply(plan, events, response, state)
+        outbox = self.outbox
+        if outbox.after_commit is not None or outbox._thread is not None or not outbox._pruner_runs:
+            outbox.committed(None, events)  # (else it has nothing to do: no call)
         return response, events
 
     def _upgrade(self) -> None:
@@ -356,6 +359,21 @@ class Optimistic:
 
     def meta_and_leaf_to_commit(self, session_id: str) -> tuple[Meta | None, str | None]:
         # Two reads a plan serves at once (the store's meta_and_entry_to_commit is the default's, over these).
+        # (_plan, then _state and _remembered for a plan that has read nothing yet, inline: every append)
+        opt = self._opt.state
+        plan = opt.plan if opt.optimistic else None
+        if plan is not None and plan.check == 0 and plan.session_id == session_id and plan.commit is None:
+            with self._known_lock:
+                known = self._known.get(session_id)
+                if known is not None:
+                    self._known.move_to_end(session_id)
+            plan.cached = known is not None
+            if known is None:
+                known = self._read_known(session_id)
+                if known is None:
+                    raise Fallback  # no such session here: the transactional path answers it
+            plan.known, plan.check = known, 1
+            return known.meta, known.leaf
         plan = self._plan(session_id)
         if plan is None:
             return self.reads.get_meta(session_id), self.reads.get_leaf(session_id)
@@ -431,12 +449,14 @@ class Optimistic:
     # -- the commit ------------------------------------------------------------------------
 
     def commit(self, session_id: str, commit: Commit) -> Commit:
-        plan = self._plan(session_id) if self.db.local.state.tx is None else None
+        # (_plan inline, its state read once for the transaction and the plan: every append passes here)
+        state = self._opt.state
+        plan = state.plan if state.tx is None and state.optimistic else None
+        if plan is not None and (plan.session_id != session_id or plan.commit is not None):
+            self._upgrade()  # (as _plan: another session, or a second commit: one transaction)
+            plan = None
         if plan is None:
             self.forget(session_id)  # written on the transactional path: re-read next time
-            return self.writes.commit(session_id, commit)
-        if plan.commit is not None:  # two commits in one call: one transaction writes both
-            self._upgrade()
             return self.writes.commit(session_id, commit)
         if plan.check == 0 and commit.expect_meta is None and not commit.append:
             plan.check = 2  # a new session: sm_apply checks none exists
@@ -444,6 +464,31 @@ class Optimistic:
         else:
             known = plan.known if plan.check else self._state(plan)  # (as in _entry)
             meta, leaf = (known.meta, known.leaf) if known is not None else (None, None)
+            # The common append (one new entry, chained, derived from the known meta on the known leaf,
+            # which will try the plain statement: see _plain_now, inline) with what resolve_at_leaf,
+            # resolve and _entry check written out: nothing to resolve, taken as it is (plan.plain).
+            # Anything else is decided below, as before.
+            entries = commit.entries
+            if (known is not None and commit.chain and commit.derived_from is meta and len(entries) == 1
+                    and commit.append and commit.expect_meta is UNSET and not commit.expect_revisions
+                    and commit.meta is not None and PLAIN and self.outbox._thread is None and self._pipelines):
+                new = entries[0]
+                entry_id = new["id"]
+                now = time.monotonic()
+                until = self._unplain.get(session_id)
+                if (now >= self._observed_until and (until is None or until <= now) and commit.leaf == entry_id
+                        and new.get("parent_id") == leaf and plan.reads.get(entry_id) is None
+                        and entry_id not in known.bodies and len(entry_id) <= ID_BYTES // 4):
+                    # (a new entry's id, read as absent or assumed unused, as _entry: the insert checks)
+                    plan.reads[entry_id] = None
+                    plan.plain, plan.holed = True, False
+                    try:  # (json_text, inline)
+                        body, text = orjson.dumps(new).decode(), orjson.dumps(commit.meta).decode()
+                    except TypeError:
+                        body, text = json_text(new), json_text(commit.meta)
+                    plan.bodies, plan.meta_text = [body], text
+                    plan.commit = commit
+                    return commit
         entry = lambda eid: self._entry(plan, eid, assume_absent=True)  # noqa: E731
         # An append that will try the plain statement (one entry) is resolved on the known leaf
         # (the statement's parent, checked there): nothing held off, nothing to fill in after;
@@ -471,13 +516,16 @@ class Optimistic:
         self.forget(session_id)
         return self.writes.delete_session(session_id)
 
-    def _apply(self, plan: Plan, events: list[Event], response: Any) -> None:
-        """Send the plan and its events: one statement, one round trip."""
+    def _apply(self, plan: Plan, events: list[Event], response: Any, state: Any) -> None:
+        """Send the plan and its events: one statement, one round trip (``state``: the thread's)."""
         commit, cut = plan.commit, plan.at_leaf
         assert commit is not None
         db = self.db
         if cut is not None or plan.plain:
-            if self._plain_ok(plan) and self._apply_plain(plan, events, response):
+            now = time.monotonic()  # (_plain_now, inline: someone may have started observing meanwhile)
+            until = self._unplain.get(plan.session_id)
+            if (PLAIN and self.outbox._thread is None and self._pipelines and now >= self._observed_until
+                    and (until is None or until <= now) and self._apply_plain(plan, events, response, state)):
                 return
             if plan.plain:  # (nothing written) the same append held off for the server after all
                 cut = plan.at_leaf if hold_off(plan, response, events) else None
@@ -552,26 +600,33 @@ class Optimistic:
     def _plain_ok(self, plan: Plan) -> bool:
         """Whether a plain append may try the plain statement (plain.py): nobody observes as
         far as this instance knows, and its session's last one did not miss."""
-        if not PLAIN or self.outbox.observing or not self._pipelines:
+        return self._plain_now(plan.session_id)
+
+    def _plain_now(self, session_id: str) -> bool:
+        """:meth:`_plain_ok` for ``session_id``."""
+        if not PLAIN or self.outbox._thread is not None or not self._pipelines:  # (outbox.observing, inline)
             return False
         now = time.monotonic()
         if now < self._observed_until:
             return False
-        until = self._unplain.get(plan.session_id)
+        until = self._unplain.get(session_id)
         return until is None or until <= now
 
-    def _apply_plain(self, plan: Plan, events: list[Event], response: Any) -> bool:
+    def _apply_plain(self, plan: Plan, events: list[Event], response: Any, state: Any) -> bool:
         """The plain statement (plain.py): ``True`` when it wrote the append, ``False`` when
         ``sm_append_at`` must (nothing was written: someone observes, the session changed, or
-        the append is not a plain one)."""
+        the append is not a plain one). ``state``: the thread's (its deadline set)."""
         db = self.db
         params = plain.params(plan, db.settings.schema)
         if params is None:
             return False
         commit, known = plan.commit, plan.known
         assert commit is not None and known is not None and commit.meta is not None
-        conn = db.getconn()
-        pid, started = conn.pgconn.backend_pid, db.started_at(conn)
+        conn = db.take(state)
+        started = conn.backend_start if type(conn) is _Conn else _UNREAD  # (db.started_at's, known)
+        if started is _UNREAD:
+            started = db.started_at(conn)
+        pid = conn.pgconn.backend_pid
         linked = "depth" in params
         # A linked append's answer says only whether it wrote: what the session then is (its
         # Known, but for the row version the answer gives) is built while the server writes
@@ -587,7 +642,7 @@ class Optimistic:
         except psycopg.Error as e:
             failure = db.fail(e)
             lost = conn.broken or conn.closed
-            db.putconn(conn)
+            db.give(conn, state)
             self.forget(plan.session_id)
             if e.sqlstate == plain.UNIQUE_VIOLATION:  # a new entry's id in use: nothing written
                 self._contend(plan.session_id)
@@ -603,7 +658,7 @@ class Optimistic:
                 raise Fallback from None  # it did not land (the id may be another's: a replay then)
             fill(commit, plan.bodies, known.leaf, commit.meta["message_count"], response, events)
             return True  # it landed (the session was forgotten: its meta is read afresh next time)
-        db.putconn(conn)
+        db.give(conn, state)
         if not wrote:
             if seen is None:
                 # (why: told by where sm_append_at places it, see _apply; 2: a row version checked)
@@ -614,8 +669,14 @@ class Optimistic:
         if not plan.plain:  # (held off: its text as sent, the hole filled with the known leaf)
             fill(commit, plan.bodies, known.leaf, commit.meta["message_count"], response, events, params["body"])
         if ahead:  # (its entry is commit's first, filled in place just now; its body the one sent)
-            ahead[0].row = version
-            self._remember(plan.session_id, ahead[0])
+            learned = ahead[0]
+            learned.row = version
+            session_id, remembered = plan.session_id, self._known
+            with self._known_lock:  # (_remember, inline)
+                remembered[session_id] = learned
+                remembered.move_to_end(session_id)
+                while len(remembered) > KNOWN_SESSIONS:
+                    remembered.popitem(last=False)
             return True
         plan.links, plan.row = plain.learn(known.links, params, row), version
         self._learn(plan)
@@ -627,8 +688,11 @@ class Optimistic:
         executes it, so it must not raise: a failure leaves ``out`` empty, and
         :meth:`_learn` runs after the answer as on every other path (failing there as it would)."""
         try:
-            known = self._learned(plan, [params["body"]], plain.learn(plan.known.links if plan.known else {},
-                                                                      params, ()), None)
+            links = plan.known.links if plan.known else {}
+            # (plain.learn's first step, without its frame: a linked append grown from its parent's chain)
+            grown = plain.grown(links, params) if links else None
+            known = self._learned(plan, [params["body"]], grown if grown is not None else
+                                  plain.learn(links, params, ()), None)
         except Exception:  # (see above: the same work runs again after the answer)
             return
         if known is not None:
@@ -665,6 +729,18 @@ class Optimistic:
         commit = plan.commit
         assert commit is not None
         old = plan.known
+        meta, text, entries = commit.meta, plan.meta_text, commit.entries
+        if (old is not None and meta is not None and text is not None and links is not None
+                and len(entries) == 1 and commit.leaf is not None):
+            # (a plain append's: the same steps as below for one entry, known meta and links)
+            entry = entries[0]
+            entry_id = entry["id"]
+            bodies = old.bodies.copy()
+            bodies.pop(entry_id, None)  # (re-inserted last: the newest)
+            bodies[entry_id] = (entry, texts[0])
+            while len(bodies) > KNOWN_BODIES:
+                del bodies[next(iter(bodies))]  # the oldest
+            return Known(meta, text, commit.leaf, bodies, plan.at_leaf, links, row)
         meta = commit.meta if commit.meta is not None else old.meta if old is not None else None
         text = plan.meta_text if plan.meta_text is not None else old.text if old is not None else None
         if meta is None or text is None:

@@ -51,7 +51,7 @@ from .at_leaf import HOLE_JSON
 if TYPE_CHECKING:
     from .plan import Plan
 
-__all__ = ["APPEND", "LINKED", "LOCK", "OBSERVED_S", "UNIQUE_VIOLATION", "Link", "chain", "learn",
+__all__ = ["APPEND", "LINKED", "LOCK", "OBSERVED_S", "UNIQUE_VIOLATION", "Link", "chain", "grown", "learn",
            "next_link", "params"]
 
 OBSERVED_S = 5.0  # after the statement saw an observer, appends take sm_append_at this long
@@ -166,9 +166,9 @@ def learn(links: dict[str, Link], params: dict[str, Any], row: tuple[Any, ...]) 
     statement's answer ``row``: :data:`APPEND`'s names its parent's chain), cut to the new
     leaf's chain."""
     if "depth" in params and len(row) <= 2 and links:
-        grown = _grown(links, params)
-        if grown is not None:
-            return grown
+        out = grown(links, params)  # (Optimistic._learn_ahead calls it first itself)
+        if out is not None:
+            return out
     new = dict(links)
     if len(row) > 2:
         new.update(zip(row[2], zip(row[3], row[4], row[5], strict=True), strict=True))
@@ -180,7 +180,7 @@ def learn(links: dict[str, Link], params: dict[str, Any], row: tuple[Any, ...]) 
     return chain(new, entry_id)
 
 
-def _grown(links: dict[str, Link], params: dict[str, Any]) -> dict[str, Link] | None:
+def grown(links: dict[str, Link], params: dict[str, Any]) -> dict[str, Link] | None:
     """:func:`learn` of a :data:`LINKED` append onto a parent whose chain ``links`` is (as
     :func:`chain` leaves it: the parent first, then each jump in turn), without walking it
     again: the new entry, then the parent's chain from the entry's jump target on, which is
@@ -218,10 +218,14 @@ def params(plan: Plan, schema: str) -> dict[str, Any] | None:
     reads = plan.reads
     if reads and (len(reads) != 1 or reads.get(entry_id, "") is not None):
         return None
-    leaf = known.leaf
-    parent, stored_id = key_or_none(leaf), key(entry_id)
+    leaf, session_id = known.leaf, plan.session_id
+    # (key and key_or_none written out: an id without NUL or U+0001, nearly every one, is its key)
+    parent = (leaf if "\x00" not in leaf and "\x01" not in leaf else key(leaf)) if type(leaf) is str else \
+        key_or_none(leaf)
+    stored_id = entry_id if "\x00" not in entry_id and "\x01" not in entry_id else key(entry_id)
+    sid = session_id if "\x00" not in session_id and "\x01" not in session_id else key(session_id)
     out: dict[str, Any] = {
-        "schema": schema, "sid": key(plan.session_id), "meta": plan.meta_text, "updated": commit.meta["updated_at"],
+        "schema": schema, "sid": sid, "meta": plan.meta_text, "updated": commit.meta["updated_at"],
         # (the new leaf is the one entry: its key once)
         "leaf": stored_id if commit.leaf == entry_id else key_or_none(commit.leaf),
         "expect_meta": known.text, "parent": parent,
@@ -233,7 +237,21 @@ def params(plan: Plan, schema: str) -> dict[str, Any] | None:
     # its xmin as the last plain statement left it): the meta text and leaf alone do not tell
     # the session from one deleted and re-created alike (same id, title, clock, entry ids).
     # A root's links need none (they name only itself).
-    link = next_link(known.links, parent, stored_id) if known.row is not None or parent is None else None
+    # (next_link, written out: every warm append computes its links)
+    link: Link | None = None
+    if parent is None:
+        link = (0, stored_id, 0)
+    elif known.row is not None:
+        links = known.links
+        p = links.get(parent)
+        if p is not None:
+            pd, pj, pjd = p
+            if pj == parent:  # a root (or an orphan) jumps to itself: the rule never jumps further
+                link = (pd + 1, parent, pd)
+            else:
+                j = links.get(pj)
+                if j is not None:
+                    link = (pd + 1, j[1], j[2]) if pd - pjd == pjd - j[2] else (pd + 1, parent, pd)
     if link is not None:
         out["depth"], out["jump"], out["jump_depth"], out["row"] = *link, known.row
     return out

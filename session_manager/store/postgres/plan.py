@@ -47,9 +47,12 @@ class Known:
     row: str | None = None
 
 
-@dataclass
+@dataclass(init=False)
 class Plan:
-    """One optimistic mutation in progress: what it read, and its deferred commit."""
+    """One optimistic mutation in progress: what it read, and its deferred commit.
+
+    Made with its session's id only (one per mutation: its other fields start at their
+    defaults, the class's own, and only its two containers are made here)."""
 
     session_id: str
     check: int = 0  # 0: read nothing of the session; 1: its meta and leaf as known; 2: it must not exist
@@ -68,6 +71,11 @@ class Plan:
     row: str | None = None  # Known.row after a plain append (the session row version it left)
     # plain.LINKED wrote nothing, not saying why (see Optimistic._apply): 1; 2: it checked a row version
     plain_missed: int = 0
+
+    def __init__(self, session_id: str) -> None:
+        self.session_id = session_id
+        self.reads = {}
+        self.bodies = []
 
 
 def apply_params(session_id: str, commit: Commit, bodies: list[str], meta_text: str | None, *,
