@@ -24,6 +24,7 @@ from typing import Any
 
 import pytest
 
+import session_manager
 from session_manager.errors import StoreError
 from session_manager.store import Commit, FsStore
 from session_manager.store.fs import _background, _descriptors, _journal, _rewrite
@@ -475,5 +476,43 @@ def test_a_compaction_after_a_switch_to_flush_checkpoints_first(tmp_path: Path, 
     try:
         assert ids(reopened, "s_1") == sorted(f"s_1_e{i}" for i in range(1, 7))
         assert (crashed / "s_1.jsonl").read_bytes() == live
+    finally:
+        reopened.close()
+
+
+def test_threads_appending_through_the_service_share_journal_syncs(tmp_path: Path, synced: _SyncedSizes) -> None:
+    # Prevents: the service's path (a mutation scope, the sync owed to settle) answering before
+    # the journal's sync covering its record returned: under a power loss an answered append lost.
+    data = tmp_path / "data"
+    sm = session_manager.open(data, durability="fsync")
+    sids = [sm.call("session::create", {})["session_id"] for _ in range(3)]
+    answered: list[tuple[str, str]] = []
+    lock = threading.Lock()
+    errors: list[BaseException] = []
+
+    def append(t: int) -> None:
+        try:
+            for i in range(10):
+                sid = sids[(t + i) % 3]
+                out = sm.call("session::append", {"session_id": sid, "message": {
+                    "role": "user", "content": [{"type": "text", "text": f"t{t} m{i}"}], "timestamp": 1}})
+                with lock:
+                    answered.append((sid, out["entry_id"]))
+        except BaseException as e:  # (reported below)
+            errors.append(e)
+
+    workers = [threading.Thread(target=append, args=(t,)) for t in range(6)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    assert errors == []
+    crashed = power_loss(data, synced, tmp_path / "crashed")
+    sm.close()
+    reopened = FsStore(crashed)
+    try:
+        for sid in sids:
+            stored = ids(reopened, sid)
+            assert sorted(e for s, e in answered if s == sid) == stored
     finally:
         reopened.close()
