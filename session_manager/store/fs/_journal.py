@@ -139,9 +139,16 @@ class Journal:
         newest = self._checkpointed
         pos = DATA_START
         while pos + _RECORD.size <= len(raw):
-            magic, seq, offset, length, name_len, crc = _RECORD.unpack_from(raw, pos)
+            if raw[pos:pos + 4] != _RECORD_MAGIC:
+                # (Zeros, or the middle of a record: the next candidate at a boundary, found at C speed.)
+                found = raw.find(_RECORD_MAGIC, pos + 1)
+                if found < 0:
+                    break
+                pos = -(-found // BLOCK) * BLOCK
+                continue
+            _, seq, offset, length, name_len, crc = _RECORD.unpack_from(raw, pos)
             end = pos + _RECORD.size + name_len + length
-            if magic != _RECORD_MAGIC or end > len(raw) or seq == 0:
+            if end > len(raw) or seq == 0:
                 pos += BLOCK
                 continue
             name = raw[pos + _RECORD.size:pos + _RECORD.size + name_len]
