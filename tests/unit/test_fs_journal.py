@@ -516,3 +516,30 @@ def test_threads_appending_through_the_service_share_journal_syncs(tmp_path: Pat
             assert sorted(e for s, e in answered if s == sid) == stored
     finally:
         reopened.close()
+
+
+def test_a_compaction_syncs_its_own_log_not_every_log_the_journal_holds(tmp_path: Path, synced: _SyncedSizes) -> None:
+    # Prevents: every compaction (a streamed reply's come every few KB) paying an fsync of each
+    # log written since the last checkpoint, all writers stalled behind it: a barrier record for
+    # the one log replaced, its log synced, the others left to the journal.
+    data = tmp_path / "data"
+    store = FsStore(data, durability="fsync")
+    for n in range(8):
+        chain(store, f"o_{n}", 2)
+    chain(store, "s_1", 3)
+    for _ in range(3):
+        store.commit("s_1", Commit(meta=meta("s_1", message_count=3, title="retitled")))
+    others = {(data / f"o_{n}.jsonl").stat().st_ino for n in range(8)}
+    synced.sizes.clear()
+    assert store.compact("s_1")
+    assert not others & set(synced.sizes)  # no other log synced
+    live = {p.name: p.read_bytes() for p in data.glob("*.jsonl")}
+    crashed = power_loss(data, synced, tmp_path / "crashed")
+    store.close()
+    reopened = FsStore(crashed)
+    try:
+        for name, body in live.items():
+            assert (crashed / name).read_bytes() == body
+        assert ids(reopened, "s_1") == ["s_1_e1", "s_1_e2", "s_1_e3"]
+    finally:
+        reopened.close()

@@ -53,9 +53,9 @@ class Deleter:
             self._d.fds.forget(self._d.log(session_id))  # no descriptor into the log set aside
             if self._d.journal is not None:
                 try:  # no journal record may name the log once it is set aside (:mod:`._journal`)
-                    self._d.journal.checkpoint()
+                    self._d.journal.forget_log(os.path.basename(self._d.log(session_id)))
                 except OSError as e:
-                    raise StoreError(f"delete {session_id}: journal checkpoint: {reason(e)}") from None
+                    raise StoreError(f"delete {session_id}: journal barrier: {reason(e)}") from None
             existed = _removal.delete(self._d.ops, Path(self._d.log(session_id)),
                                       self._attachments.attachments_dir(session_id), sync=self._d.durability == "fsync")
             if isinstance(state.entries, LazyEntries):

@@ -147,7 +147,7 @@ class GroupCommit:
         rewrite), so a snapshot never outlives a write reported failed."""
         if self._d.durability != "fsync":
             # (Journal records of fsync-mode writes from before a switch to flush may name the log.)
-            return self.checkpointed(f"before rewriting the log of {session_id}")
+            return self._forgotten(session_id)
 
         def acquire(path: str) -> _Slot | None:
             try:
@@ -157,7 +157,20 @@ class GroupCommit:
 
         if self._sync_pending(session_id, self._d.files.log_path(session_id), acquire) is not None:
             return False
-        return self.checkpointed(f"before rewriting the log of {session_id}")
+        return self._forgotten(session_id)
+
+    def _forgotten(self, session_id: str) -> bool:
+        """No journal record of the log may replay into the file a rewrite puts in its place
+        (:meth:`._journal.Journal.forget_log`); False (logged): the rewrite must not happen."""
+        journal = self._d.journal
+        if journal is None:
+            return True
+        try:
+            journal.forget_log(os.path.basename(self._d.files.log_path(session_id)))
+        except OSError as e:
+            log.warning("journal barrier before rewriting the log of %s failed: %s", session_id, reason(e))
+            return False
+        return True
 
     def checkpointed(self, why: str) -> bool:
         """A checkpoint of the write-ahead journal (:mod:`._journal`) before a log is replaced,

@@ -13,10 +13,12 @@ The journal holds only what the logs may not have on disk yet:
 - a **checkpoint** ``fsync``-s every log written since the last one, then writes the
   sequence number of the newest record into one of two header slots (alternating, each
   with its checksum) and syncs it: records up to there never replay again. It runs before
-  the ring wraps over records, before any log is rewritten, renamed aside or truncated
-  (compaction, delete, an undone write: no record may ever name a file changed under
-  it), and at a clean close (a cleanly closed data_dir is the reference's files alone,
-  the journal holding nothing to replay);
+  the ring wraps over records, after a write is undone (a truncated log), and at a clean
+  close (a cleanly closed data_dir is the reference's files alone, the journal holding
+  nothing to replay);
+- a **barrier** record, synced, names a log about to be replaced by a synced file or set
+  aside (compaction, delete): no earlier record of that log replays. No record may ever
+  name a file changed under it;
 - **replay** at open (by the owner, under the data_dir lock, before anything reads a
   log): every valid record newer than the checkpoint, in sequence order, whose bytes are
   not at their offset in their log is written there; the logs are synced and a checkpoint
@@ -59,6 +61,9 @@ _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 # the rest of the header + name + bytes; then the log's name (relative) and the bytes.
 _RECORD = struct.Struct("<4sQQIHI")
 _RECORD_MAGIC = b"SMJ1"
+# A barrier (the same header, no bytes): no earlier record of its log replays (:meth:`Journal.forget_log`).
+_BARRIER_MAGIC = b"SMJB"
+_MAGIC_PREFIX = b"SMJ"
 # A checkpoint slot: magic, generation, newest applied sequence, crc32 of the two.
 _SLOT = struct.Struct("<4sQQI")
 _SLOT_MAGIC = b"SMJC"
@@ -136,12 +141,14 @@ class Journal:
         raw = os.pread(fd, size, 0) if size else b""
         self._generation, self._checkpointed = _read_slots(raw[:DATA_START])
         records: list[tuple[int, str, int, bytes]] = []
+        barriers: dict[str, int] = {}
         newest = self._checkpointed
         pos = DATA_START
         while pos + _RECORD.size <= len(raw):
-            if raw[pos:pos + 4] != _RECORD_MAGIC:
+            magic = raw[pos:pos + 4]
+            if magic != _RECORD_MAGIC and magic != _BARRIER_MAGIC:
                 # (Zeros, or the middle of a record: the next candidate at a boundary, found at C speed.)
-                found = raw.find(_RECORD_MAGIC, pos + 1)
+                found = raw.find(_MAGIC_PREFIX, pos + 1)
                 if found < 0:
                     break
                 pos = -(-found // BLOCK) * BLOCK
@@ -158,8 +165,13 @@ class Journal:
                 continue
             newest = max(newest, seq)
             if seq > self._checkpointed:
-                records.append((seq, name.decode("utf-8", "replace"), offset, data))
+                decoded = name.decode("utf-8", "replace")
+                if magic == _BARRIER_MAGIC:
+                    barriers[decoded] = max(barriers.get(decoded, 0), seq)
+                else:
+                    records.append((seq, decoded, offset, data))
             pos += -(-(end - pos) // BLOCK) * BLOCK
+        records = [r for r in records if r[0] > barriers.get(r[1], 0)]
         self._seq = self._durable = newest
         if not records and self._checkpointed == newest and size == self.size:
             return 0
@@ -281,6 +293,40 @@ class Journal:
 
     # -- checkpoints -------------------------------------------------------------------
 
+    def forget_log(self, name: str) -> None:
+        """Before the log ``name`` is replaced by a synced file or set aside (a compaction, a
+        delete): the log synced, then a barrier record, synced, so that no earlier record of it
+        replays into whatever bears the name next. Two syncs, where a checkpoint syncs every log
+        written since the last. OSError: not done (the caller must not go on)."""
+        with self._lock:
+            if self._fd < 0 or name not in self._dirty or self._failed is not None:
+                return  # no record of it since the last checkpoint (or none may replay: abandoned)
+            encoded = name.encode("utf-8")
+            need = _aligned(_RECORD.size + len(encoded))
+            if self._pos + need > self.size:
+                self._checkpoint_locked()  # (the ring is full: a checkpoint covers it)
+                return
+            # Its bytes synced first: if the rename or set-aside does not survive a power loss, the
+            # log that comes back holds every write acknowledged through it.
+            self._sync_log(name)
+            seq = self._seq + 1
+            header = _RECORD.pack(_BARRIER_MAGIC, seq, 0, 0, len(encoded), _record_crc(seq, 0, encoded, b""))
+            os.pwrite(self._fd, header + encoded, self._pos)
+            self._seq = seq
+            self._pos += need
+            del self._dirty[name]
+        self.sync_through(seq)
+
+    def _sync_log(self, name: str) -> None:
+        try:
+            fd = self._ops.open(os.path.join(self.dir, name), os.O_RDONLY | _CLOEXEC)
+        except FileNotFoundError:
+            return
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
     def checkpoint(self) -> None:
         """Sync every log written through a record since the last checkpoint, then mark
         every record so far applied (none replays). OSError: not done (the records stay)."""
@@ -292,15 +338,7 @@ class Journal:
             return
         upto = self._seq
         for name in list(self._dirty):
-            try:
-                fd = self._ops.open(os.path.join(self.dir, name), os.O_RDONLY | _CLOEXEC)
-            except FileNotFoundError:
-                self._dirty.pop(name, None)  # (gone: a checkpoint ran before its removal)
-                continue
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            self._sync_log(name)  # (gone: a barrier ran before its removal)
             self._dirty.pop(name, None)
         self._checkpointed = upto
         self._write_slot()
