@@ -155,8 +155,8 @@ class Journal:
                 continue
             _, seq, offset, length, name_len, crc = _RECORD.unpack_from(raw, pos)
             end = pos + _RECORD.size + name_len + length
-            if end > len(raw) or seq == 0:
-                pos += BLOCK
+            if end > len(raw) or seq == 0 or (magic == _BARRIER_MAGIC and (length or offset)):
+                pos += BLOCK  # (a barrier carries no bytes: one that does is a record's magic damaged)
                 continue
             name = raw[pos + _RECORD.size:pos + _RECORD.size + name_len]
             data = raw[pos + _RECORD.size + name_len:end]
