@@ -50,9 +50,10 @@ def _decode_cursor(raw: str, terms: int) -> tuple[SortKey, Stats | None]:
         return after, None
     n, words, df = value.get("n"), value.get("l"), value.get("df")
     if (not _count(n) or not _count(words) or not isinstance(df, list) or len(df) != terms
-            or not all(_count(d) and d <= n for d in df)):
+            or not all(_count(d) for d in df)):
+        # (a term count above n still scores: the idf's log stays of a positive number)
         raise SessionError(INVALID_CURSOR, "cursor payload is malformed: expected n, l and df (one count per"
-                                           " query term, each at most n), as issued for this query")
+                                           " query term), as issued for this query")
     return after, Stats(n, words, tuple(df))
 
 
