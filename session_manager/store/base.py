@@ -253,7 +253,10 @@ class SessionStore(ABC):
         """:meth:`search_page` with :meth:`hits_on_active_paths` of its first ``shown`` hits:
         what a ``session::search`` call shows. The default makes the two calls; a store may
         answer both in one lookup."""
-        ranked = self.search_page(query, sessions, roles, limit, after, stats)
+        # (without ``stats`` when there are none: a store of an earlier release overriding
+        # search_page without it returns a plain list, so its cursors carry none and it works)
+        ranked = (self.search_page(query, sessions, roles, limit, after, stats) if stats is not None
+                  else self.search_page(query, sessions, roles, limit, after))
         return ranked, self.hits_on_active_paths([(c.session_id, c.entry_id) for _, c in ranked[:shown]])
 
     # -- sessions and entries ------------------------------------------------

@@ -163,3 +163,20 @@ def test_a_forged_cursor_answers_invalid_cursor(sm: SessionManager, forge: dict[
     with pytest.raises(SessionError) as e:
         _search(sm, _encode(payload))
     assert e.value.code == INVALID_CURSOR
+
+
+def test_a_store_overriding_search_page_without_stats_still_pages() -> None:
+    # A store of another package written against the previous signature (no ``stats``, a plain
+    # list): its pages still walk (no TypeError), its cursors carry no statistics, as before.
+    from session_manager.store.search_index import SortKey
+
+    class Older(MemoryStore):
+        def search_page(self, query: Any, sessions: Any, roles: Any, limit: int,  # type: ignore[override]
+                        after: SortKey | None) -> list[Any]:
+            return list(MemoryStore.search_page(self, query, sessions, roles, limit, after))
+
+    sm = session_manager.open(store=Older())
+    found, _ = _six(sm)
+    first = _search(sm)
+    assert not {"n", "l", "df"} & set(_payload(first["next_cursor"]))
+    assert sorted(_ids(first) + _rest(sm, first["next_cursor"])) == sorted(found)
