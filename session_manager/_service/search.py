@@ -6,6 +6,10 @@ resolved (the ``metadata`` subset rule of ``session::list``, so another
 tenant's entries are never candidates), candidates are ranked by BM25, paged
 with a cursor over the total order (score, newer timestamp, session id,
 entry id), and each hit of the page gets its snippet and active-path flag.
+A cursor carries the statistics its first page was ranked with (the scope's
+entry count, word count and each term's entry count) and the pages after it
+are ranked with them, so an append or delete between two pages moves no
+score: a hit that exists throughout is shown once, never skipped.
 The store ranks (:meth:`~session_manager.store.SessionStore.search_page`):
 it hands over the page, not every candidate.
 """
@@ -20,7 +24,7 @@ from .._wire.search_api import SearchRequest, SearchResponse
 from .._wire.shape import build
 from ..errors import INVALID_CURSOR, SessionError, invalid_request
 from ..store.path import Entry
-from ..store.search_index import Candidate, SortKey
+from ..store.search_index import Candidate, SortKey, Stats
 from ..store.search_text import Query, parse_query, searchable_text, snippet
 from .core import Result, ServiceCore
 from .listing import metadata_matches
@@ -29,13 +33,32 @@ from .storage_errors import storage_errors
 __all__ = ["search"]
 
 
-def _decode_cursor(raw: str) -> SortKey:
+_COUNT_MAX = 2**53  # (a count past any store's; an exact float, an int64 of every database)
+
+
+def _decode_cursor(raw: str, terms: int) -> tuple[SortKey, Stats | None]:
+    """A cursor's place and statistics (``None``: a cursor of a release before they were
+    carried, ``s, t, sid, id`` only, whose pages are ranked with the scope's statistics of
+    the moment, as that release did). ``terms``: how many terms the query has (one count each)."""
     value = cursors.decode(raw)
     s, t, sid, eid = value.get("s"), value.get("t"), value.get("sid"), value.get("id")
     if (not _finite(s) or not isinstance(t, int) or isinstance(t, bool)
             or not isinstance(sid, str) or not isinstance(eid, str)):
         raise SessionError(INVALID_CURSOR, "cursor payload is malformed: expected s, t, sid and id")
-    return (-float(s), -t, sid, eid)
+    after = (-float(s), -t, sid, eid)
+    if not any(k in value for k in ("n", "l", "df")):
+        return after, None
+    n, words, df = value.get("n"), value.get("l"), value.get("df")
+    if (not _count(n) or not _count(words) or not isinstance(df, list) or len(df) != terms
+            or not all(_count(d) for d in df)):
+        # (a term count above n still scores: the idf's log stays of a positive number)
+        raise SessionError(INVALID_CURSOR, "cursor payload is malformed: expected n, l and df (one count per"
+                                           " query term), as issued for this query")
+    return after, Stats(n, words, tuple(df))
+
+
+def _count(value: Any) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < _COUNT_MAX
 
 
 def _finite(s: Any) -> TypeGuard[int | float]:
@@ -54,13 +77,13 @@ def search(core: ServiceCore, req: SearchRequest) -> Result:
     if query is None:
         raise invalid_request("query: must contain at least one word (letters or digits)")
     limit = core.page_size(req.limit)
-    after = _decode_cursor(req.cursor) if req.cursor is not None else None
+    after, stats = _decode_cursor(req.cursor, len(query.terms)) if req.cursor is not None else (None, None)
     roles = frozenset(req.roles) if req.roles is not None else None
     with storage_errors():
         scope = _scope(core, req)
         # One more than the page tells whether more remain.
         # (with the page's entries and active-path flags: one lookup where the store can)
-        ranked, shown = (core.store.search_page_shown(query, scope, roles, limit + 1, after, limit)
+        ranked, shown = (core.store.search_page_shown(query, scope, roles, limit + 1, after, limit, stats)
                          if scope is None or scope else ([], []))
         page = ranked[:limit]
         # A hit whose entry is gone: its session was deleted after the page was ranked (another
@@ -70,7 +93,11 @@ def search(core: ServiceCore, req: SearchRequest) -> Result:
     next_cursor = None
     if len(ranked) > limit and page:
         k = page[-1][0]
-        next_cursor = cursors.encode({"s": -k[0], "t": -k[1], "sid": k[2], "id": k[3]})
+        place: dict[str, Any] = {"s": -k[0], "t": -k[1], "sid": k[2], "id": k[3]}
+        frozen = getattr(ranked, "stats", None) or stats  # (the statistics this page was ranked with)
+        if frozen is not None:
+            place.update(n=frozen.docs, l=frozen.total_length, df=list(frozen.df))
+        next_cursor = cursors.encode(place)
     return build[SearchResponse](hits=hits, next_cursor=next_cursor), []
 
 

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 from ._core.append import UNSET, Unset, derive_append_meta
 from .path import Entry as Entry
 from .path import EntryPath
-from .search_index import Candidate, Matches, SortKey, rank, scan
+from .search_index import Matches, Ranked, SortKey, Stats, rank, scan
 from .search_text import Query
 
 if TYPE_CHECKING:
@@ -243,22 +243,27 @@ class SessionStore(ABC):
         return [found[h] for h in hits]
 
     def search_page(self, query: Query, sessions: Collection[str] | None, roles: Collection[str] | None,
-                    limit: int, after: SortKey | None) -> list[tuple[SortKey, Candidate]]:
+                    limit: int, after: SortKey | None, stats: Stats | None = None) -> Ranked:
         """The first ``limit`` hits of :meth:`search` in the one total order of
         ``session::search`` (BM25 over the sessions in scope, rounded, then newer
         timestamp, session id, entry id: :func:`~.search_index.rank`) strictly after
-        ``after``, with their keys. The default ranks every candidate of
-        :meth:`search`; a store that can rank inside its index hands over only the page
-        (the answer must be the same)."""
-        return rank(self.search(query, sessions, roles), limit, after)
+        ``after``, with their keys and the statistics they were scored with. ``stats``
+        (a cursor's: those its first page was ranked with) replaces the scope's statistics
+        of the moment in every score, so the pages of one cursor are one ranking. The
+        default ranks every candidate of :meth:`search`; a store that can rank inside its
+        index hands over only the page (the answer must be the same)."""
+        return rank(self.search(query, sessions, roles), limit, after, stats)
 
     def search_page_shown(self, query: Query, sessions: Collection[str] | None, roles: Collection[str] | None,
-                          limit: int, after: SortKey | None,
-                          shown: int) -> tuple[list[tuple[SortKey, Candidate]], list[tuple[Entry | None, bool]]]:
+                          limit: int, after: SortKey | None, shown: int,
+                          stats: Stats | None = None) -> tuple[Ranked, list[tuple[Entry | None, bool]]]:
         """:meth:`search_page` with :meth:`hits_on_active_paths` of its first ``shown`` hits:
         what a ``session::search`` call shows. The default makes the two calls; a store may
         answer both in one lookup."""
-        ranked = self.search_page(query, sessions, roles, limit, after)
+        # (without ``stats`` when there are none: a store of an earlier release overriding
+        # search_page without it returns a plain list, so its cursors carry none and it works)
+        ranked = (self.search_page(query, sessions, roles, limit, after, stats) if stats is not None
+                  else self.search_page(query, sessions, roles, limit, after))
         return ranked, self.hits_on_active_paths([(c.session_id, c.entry_id) for _, c in ranked[:shown]])
 
     # -- sessions and entries ------------------------------------------------

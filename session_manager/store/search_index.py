@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 from .path import Entry
 from .search_text import Query, entry_role, searchable_text, words
 
-__all__ = ["Bm25", "Candidate", "Matches", "SortKey", "TermIndex", "rank", "scan", "scorer", "sort_key"]
+__all__ = ["Bm25", "Candidate", "Matches", "Ranked", "SortKey", "Stats", "TermIndex", "rank", "scan", "scorer",
+           "sort_key"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,10 +80,42 @@ class Bm25:
         return round(sum(idf * tf * (K1 + 1) / (tf + length_part) for idf, tf in terms), 6)
 
 
-def scorer(matches: Matches) -> Callable[[Candidate], float]:
-    """BM25 (k1 = 1.2, b = 0.75) over the statistics of the sessions in scope (the idf of
-    each term computed once), rounded to 6 decimals."""
-    bm25 = Bm25.of(matches.docs, matches.total_length, matches.df)
+@dataclass(frozen=True, slots=True)
+class Stats:
+    """The statistics a page was ranked with: the searchable entries in scope, their words,
+    and per query term how many contain it. A cursor carries them, and the pages after it are
+    ranked with them (not the scope's statistics of the moment), so an append or delete
+    between two pages moves no score: a hit that exists throughout keeps its place."""
+
+    docs: int
+    total_length: int
+    df: tuple[int, ...]
+
+    def bm25(self) -> Bm25:
+        return Bm25.of(self.docs, self.total_length, self.df)
+
+
+class Ranked(list[tuple[SortKey, Candidate]]):
+    """A ranked page (its hits with their keys, in order) and the :class:`Stats` it was
+    ranked with (``None``: nothing matched, so no statistics were read)."""
+
+    stats: Stats | None = None
+
+    @classmethod
+    def of(cls, hits: Iterable[tuple[SortKey, Candidate]], stats: Stats | None) -> Ranked:
+        out = cls(hits)
+        out.stats = stats
+        return out
+
+
+def stats_of(matches: Matches) -> Stats:
+    return Stats(matches.docs, matches.total_length, tuple(matches.df))
+
+
+def scorer(matches: Matches, stats: Stats | None = None) -> Callable[[Candidate], float]:
+    """BM25 (k1 = 1.2, b = 0.75) over the statistics of the sessions in scope (``stats``: those
+    given instead, a cursor's), the idf of each term computed once, rounded to 6 decimals."""
+    bm25 = (stats or stats_of(matches)).bm25()
     return lambda c: bm25.score(c.tfs, c.length)
 
 
@@ -91,14 +124,15 @@ def sort_key(score: float, c: Candidate) -> SortKey:
     return (-score, -c.timestamp, c.session_id, c.entry_id)
 
 
-def rank(matches: Matches, limit: int, after: SortKey | None) -> list[tuple[SortKey, Candidate]]:
+def rank(matches: Matches, limit: int, after: SortKey | None, stats: Stats | None = None) -> Ranked:
     """The first ``limit`` candidates in the total order strictly after ``after``, in order
-    (no sort of every candidate)."""
-    score = scorer(matches)
+    (no sort of every candidate), scored with ``stats`` (a cursor's) or else the matches'."""
+    stats = stats or stats_of(matches)
+    score = scorer(matches, stats)
     keyed = ((sort_key(score(c), c), c) for c in matches.candidates)
     if after is not None:
         keyed = ((k, c) for k, c in keyed if k > after)
-    return heapq.nsmallest(limit, keyed, key=lambda kc: kc[0])
+    return Ranked.of(heapq.nsmallest(limit, keyed, key=lambda kc: kc[0]), stats)
 
 
 def term_counts(query: Query, counts: Counter[str] | dict[str, int],

@@ -33,7 +33,7 @@ from typing import Any
 import pytest
 
 from session_manager.store import Commit, SessionStore
-from session_manager.store.search_index import rank
+from session_manager.store.search_index import Candidate, SortKey, Stats, rank
 from session_manager.store.search_text import parse_query
 
 from .contract_concurrency import ConcurrentWriters
@@ -335,18 +335,29 @@ class StoreContract(ConcurrentWriters, ABC):
         assert query is not None
         for scope in (None, ["s_b", "s_d"], ["s_x"]):
             for roles in (None, ["assistant"]):
-                want = rank(SessionStore.search(corpus, query, scope, roles), 1000, None)
-                assert corpus.search_page(query, scope, roles, 1000, None) == want
+                matches = SessionStore.search(corpus, query, scope, roles)
+                want = rank(matches, 1000, None)
+                got = corpus.search_page(query, scope, roles, 1000, None)
+                assert got == want
+                if got:  # (the statistics it was ranked with: what a cursor carries)
+                    assert got.stats == want.stats == Stats(matches.docs, matches.total_length, tuple(matches.df))
+                # A cursor's statistics (here other than the scope's: as after appends and deletes)
+                # score every page walked with them, in the store's own page statement too.
+                frozen = Stats(matches.docs + 7, matches.total_length + 90, tuple(d + 1 for d in matches.df))
+                want_frozen = rank(matches, 1000, None, frozen)
                 for limit in (1, 2, 5):
-                    walked, after = [], None
-                    while True:
-                        page = corpus.search_page(query, scope, roles, limit, after)
-                        assert len(page) <= limit
-                        walked += page
-                        if len(page) < limit:
-                            break
-                        after = page[-1][0]
-                    assert walked == want, (text, scope, roles, limit)
+                    for stats, expected in ((None, want), (frozen, want_frozen)):
+                        walked: list[tuple[SortKey, Candidate]] = []
+                        after: SortKey | None = None
+                        while True:
+                            page = corpus.search_page(query, scope, roles, limit, after, stats)
+                            assert len(page) <= limit
+                            walked += page
+                            if len(page) < limit:
+                                break
+                            after = page[-1][0]
+                            stats = page.stats
+                        assert walked == expected, (text, scope, roles, limit, stats)
 
     def test_entries_on_active_path_read_each_entry_and_its_place(self, three: SessionStore) -> None:
         # Prevents: a search hit shown with another entry's body, or flagged on the active path

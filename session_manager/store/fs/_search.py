@@ -18,7 +18,7 @@ import threading
 from collections.abc import Callable, Collection
 from typing import Any
 
-from ..search_index import Candidate, Matches, SortKey, TermIndex, rank
+from ..search_index import Matches, Ranked, SortKey, Stats, TermIndex, rank
 from ..search_text import Query
 from ._search_db import FsSearchDb, LogSource, Signature, _signature
 
@@ -105,9 +105,9 @@ class FsSearch:
 
     def search_page(self, store: LogSource, query: Query, sessions: Collection[str] | None,
                     roles: Collection[str] | None, limit: int,
-                    after: SortKey | None) -> list[tuple[SortKey, Candidate]]:
+                    after: SortKey | None, stats: Stats | None = None) -> Ranked:
         """Every candidate of :meth:`search`, ranked here."""
-        return rank(self.search(store, query, sessions, roles), limit, after)
+        return rank(self.search(store, query, sessions, roles), limit, after, stats)
 
     def forget(self, session_id: str) -> None:
         """Drop a deleted session: from memory, and its file at once."""

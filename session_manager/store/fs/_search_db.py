@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from ..path import Entry
-from ..search_index import Candidate, Matches, SortKey, rank, scan
+from ..search_index import Candidate, Matches, Ranked, SortKey, Stats, rank, scan
 from ..search_text import Query
 from ..sql import fts5 as fts
 from ..sql.keys import key, unkey
@@ -141,11 +141,12 @@ class FsSearchDb:
 
     def search_page(self, store: LogSource, query: Query, sessions: Collection[str] | None,
                     roles: Collection[str] | None, limit: int,
-                    after: SortKey | None) -> list[tuple[SortKey, Candidate]]:
+                    after: SortKey | None, stats: Stats | None = None) -> Ranked:
         """The page of :meth:`~session_manager.store.SessionStore.search_page`, ranked by
         SQLite inside the index (only the page's rows come back to Python)."""
-        return self._answer(store, lambda conn: self._page(conn, query, sessions, roles, limit, after),
-                            lambda ids: rank(scan(query, ids, store.entries_held, roles), limit, after), sessions)
+        return self._answer(store, lambda conn: self._page(conn, query, sessions, roles, limit, after, stats),
+                            lambda ids: rank(scan(query, ids, store.entries_held, roles), limit, after, stats),
+                            sessions)
 
     def _answer(self, store: LogSource, ask: Callable[[sqlite3.Connection], _T],
                 fallback: Callable[[Collection[str]], _T], sessions: Collection[str] | None) -> _T:
@@ -372,10 +373,11 @@ class FsSearchDb:
         return out
 
     def _page(self, conn: sqlite3.Connection, query: Query, sessions: Collection[str] | None,
-              roles: Collection[str] | None, limit: int, after: SortKey | None) -> list[tuple[SortKey, Candidate]]:
+              roles: Collection[str] | None, limit: int, after: SortKey | None,
+              stats: Stats | None) -> Ranked:
         if sessions is None:
             if not self._logs or limit <= 0:
-                return []
+                return Ranked.of([], stats)
             if self._all is None:
                 every = self._logs.values()
                 self._all = (sum(log.docs for log in every), sum(log.words for log in every))
@@ -384,7 +386,7 @@ class FsSearchDb:
         else:
             logs = [log for log in (self._logs.get(s) for s in set(sessions)) if log is not None]
             if not logs or limit <= 0:
-                return []
+                return Ranked.of([], stats)
             docs, total = sum(log.docs for log in logs), sum(log.words for log in logs)
             scope = f" AND (fts.rowid >> {SHIFT}) IN (SELECT value FROM json_each(:scope))"
             params = {"scope": json.dumps([log.sn for log in logs])}
@@ -405,7 +407,7 @@ class FsSearchDb:
             count="SELECT count(*) FROM fts WHERE fts MATCH {match}" + scope,
             totals="SELECT :docs AS docs, :words AS words", params={**params, "docs": docs, "words": total},
             query=query, limit=limit, after=after,
-            candidate=candidate)
+            candidate=candidate, stats=stats)
 
 
 @dataclass(frozen=True, slots=True)

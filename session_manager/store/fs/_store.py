@@ -29,7 +29,7 @@ from typing import Any
 from ...errors import StoreError, Vanished
 from .._core.state import SessionState, StateBackedStore
 from ..base import NO_TRANSACTION, AttachmentMeta, Commit, Entry, EventSink, Meta
-from ..search_index import Candidate, Matches, SortKey
+from ..search_index import Matches, Ranked, SortKey, Stats
 from ..search_text import Query
 from ._attachments import Attachments
 from ._cache import DEFAULT_CACHE_BYTES
@@ -363,12 +363,12 @@ class FsStore(StateBackedStore):
         return None
 
     def search_page(self, query: Query, sessions: Collection[str] | None, roles: Collection[str] | None,
-                    limit: int, after: SortKey | None) -> list[tuple[SortKey, Candidate]]:
+                    limit: int, after: SortKey | None, stats: Stats | None = None) -> Ranked:
         """Ranked inside the persisted search index (a read-only open: its in-memory one)."""
         self._d.not_inherited()
         if not self.read_only:
             self._d.still_ours()  # a query brings the index (a file in data_dir) up to date first
-        return self._search.search_page(self, query, sessions, roles, limit, after)
+        return self._search.search_page(self, query, sessions, roles, limit, after, stats)
 
     def delete_session(self, session_id: str) -> bool:
         self._d.writable()  # before the search index forgets anything of it

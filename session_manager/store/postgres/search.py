@@ -54,7 +54,7 @@ import psycopg
 
 from .._core.codec import loads
 from ..path import Entry
-from ..search_index import K1, B, Bm25, Candidate, Matches, SortKey, sort_key, term_counts
+from ..search_index import K1, B, Candidate, Matches, Ranked, SortKey, Stats, sort_key, term_counts
 from ..search_text import Query, entry_role, searchable_text, words
 from ..sql.keys import key, unkey
 
@@ -638,14 +638,14 @@ Shown = dict[tuple[str, str], tuple[Entry, bool]]
 
 
 def page(conn: psycopg.Connection[Any], query: Query, sessions: Collection[str] | None,
-         roles: Collection[str] | None, limit: int, after: SortKey | None) -> list[tuple[SortKey, Candidate]]:
+         roles: Collection[str] | None, limit: int, after: SortKey | None, stats: Stats | None = None) -> Ranked:
     """:func:`page_shown` without the entries."""
-    return page_shown(conn, query, sessions, roles, limit, after, 0)[0]
+    return page_shown(conn, query, sessions, roles, limit, after, 0, stats)[0]
 
 
 def page_shown(conn: psycopg.Connection[Any], query: Query, sessions: Collection[str] | None,
                roles: Collection[str] | None, limit: int, after: SortKey | None,
-               shown: int) -> tuple[list[tuple[SortKey, Candidate]], Shown]:
+               shown: int, stats: Stats | None = None) -> tuple[Ranked, Shown]:
     """The ranked page of :meth:`~session_manager.store.SessionStore.search_page`, ranked by
     PostgreSQL (autocommit ``conn``): one call of ``sm_search_page`` (every session) or one
     statement (a scope) reads the queue's state, the totals (``search_total``; a scope's
@@ -660,10 +660,15 @@ def page_shown(conn: psycopg.Connection[Any], query: Query, sessions: Collection
     With the page, every session's call returns the entry and the active-path flag of its
     first ``shown`` rows by SQL score (then newer timestamp), keyed by (session, entry) id:
     usually every hit a page shows (one round trip); a hit missing there (a tie ordered
-    otherwise, a scoped search) is for the caller to read."""
+    otherwise, a scoped search) is for the caller to read.
+
+    ``stats`` (a cursor's): the statistics to score with, sent as parameters of the client
+    statement (scoped or not; ``sm_search_page`` counts for itself), so nothing is counted
+    and the pages of one cursor are one ranking whatever was appended or deleted between
+    them."""
     found: Shown = {}
     if limit <= 0:
-        return [], found
+        return Ranked.of([], stats), found
     qs = _tsqueries(query)
     nt = len(qs)
     params: dict[str, Any] = {"k": K1 + 1, "base": K1 * (1 - B), "k1": K1, "b": B,
@@ -682,7 +687,9 @@ def page_shown(conn: psycopg.Connection[Any], query: Query, sessions: Collection
         params["roles"] = sorted(roles)
     if after is not None:
         params["after"] = -after[0] + _MARGIN
-    if sessions is None:  # (every session: one call of sm_search_page, its plans kept)
+    if stats is not None:
+        params.update(docs=stats.docs, words=stats.total_length, **{f"d{i}": n for i, n in enumerate(stats.df)})
+    if sessions is None and stats is None:  # (every session: one call of sm_search_page, its plans kept)
         fn = {"terms": qs, "spaced": [" " + w + " " for w in query.exact] + [" " + query.prefix],
               "qall": params.get("qall"), "roles": params.get("roles"), "after": params.get("after"),
               "k": K1 + 1, "base": K1 * (1 - B), "k1": K1, "b": B}
@@ -697,7 +704,8 @@ def page_shown(conn: psycopg.Connection[Any], query: Query, sessions: Collection
             rows = [(*r[4:9], tuple(r[9]), r[10]) for r in got if r[4] is not None]
             return bool(head[0]), int(head[1]), int(head[2]), [int(n) for n in head[3] or ()], rows
     else:
-        sql = _page_sql(len(query.exact), tuple(q is not None for q in qs), roles is not None, after is not None)
+        sql = _page_sql(len(query.exact), tuple(q is not None for q in qs), roles is not None, after is not None,
+                        sessions is not None, stats is not None)
 
         def fetch(read: int) -> tuple[bool, int, int, list[int], list[tuple[Any, ...]]]:
             got = conn.execute(sql, {**params, "read": read}).fetchall()
@@ -713,8 +721,8 @@ def page_shown(conn: psycopg.Connection[Any], query: Query, sessions: Collection
             caught_up = True
             continue
         if not rows:
-            return [], found
-        bm25 = Bm25.of(docs, words, df)
+            return Ranked.of([], stats), found
+        bm25 = (stats or Stats(docs, words, tuple(df))).bm25()
         kept: list[tuple[SortKey, Candidate]] = []
         for sid, eid, role, ts, length, tfs, _ in rows:
             tfs = tuple(int(t) for t in tfs)
@@ -727,7 +735,7 @@ def page_shown(conn: psycopg.Connection[Any], query: Query, sessions: Collection
         kept.sort(key=lambda kc: kc[0])
         lowest = min(float(r[-1]) for r in rows)
         if len(rows) < read or (len(kept) >= limit and lowest < -kept[limit - 1][0][0] - _MARGIN):
-            return kept[:limit], found
+            return Ranked.of(kept[:limit], stats or Stats(docs, words, tuple(df))), found
         read *= 8
 
 
@@ -737,11 +745,14 @@ _PAGE_CALL = ("SELECT * FROM sm_search_page(%(terms)s::text[], %(spaced)s::text[
 
 
 @functools.lru_cache(maxsize=64)
-def _page_sql(exact: int, indexed: tuple[bool, ...], by_role: bool, after: bool) -> str:
+def _page_sql(exact: int, indexed: tuple[bool, ...], by_role: bool, after: bool, scoped: bool = True,
+              frozen: bool = False) -> str:
     """The statement of :func:`page` inside a scope for a query of ``exact`` whole words and
-    a prefix (``indexed``: per term, whether a tsvector can hold it), made once per shape."""
+    a prefix (``indexed``: per term, whether a tsvector can hold it), made once per shape;
+    ``scoped`` false: every session; ``frozen``: the statistics are the parameters
+    ``%(d<i>)s``, ``%(docs)s`` and ``%(words)s`` (a cursor's), nothing counted."""
     nt = exact + 1
-    scope = " AND d.sess IN (SELECT id FROM search_totals WHERE session_id = ANY(%(scope)s))"
+    scope = " AND d.sess IN (SELECT id FROM search_totals WHERE session_id = ANY(%(scope)s))" if scoped else ""
     only = " AND d.role = ANY(%(roles)s)" if by_role else ""
     sp = "(' ' || replace(d.words, ' ', '  ') || ' ')"
     # A row without a tsvector: each term looked for in its words (one space around each word).
@@ -757,6 +768,9 @@ def _page_sql(exact: int, indexed: tuple[bool, ...], by_role: bool, after: bool)
     stats = ", ".join(f"{c} AS d{i}" for i, c in enumerate(counts))
     totals = ("SELECT coalesce(sum(docs), 0)::float8 AS docs, coalesce(sum(words), 0)::float8 AS words"
               " FROM search_totals WHERE session_id = ANY(%(scope)s)")
+    if frozen:
+        stats = ", ".join(f"%(d{i})s::bigint AS d{i}" for i in range(nt))
+        totals = "SELECT %(docs)s::float8 AS docs, %(words)s::float8 AS words"
     idfs = ", ".join(f"ln(1.0 + (greatest(docs, 1) - d{i} + 0.5) / (d{i} + 0.5)) AS i{i}" for i in range(nt))
     norm = "%(k1)s / (CASE WHEN words <> 0 THEN words / greatest(docs, 1) ELSE 1.0 END) * %(b)s AS norm"
     tfs = [f"(length(sp) - length(replace(sp, %(w{i})s, ''))) / %(l{i})s AS t{i}" for i in range(exact)]

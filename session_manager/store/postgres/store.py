@@ -30,7 +30,7 @@ from typing import TypeVar
 from ..._wire.events import Event
 from ...errors import ReadOnlyStore
 from ..base import Commit, Entry, EventSink, Meta
-from ..search_index import Candidate, Matches, SortKey
+from ..search_index import Matches, Ranked, SortKey, Stats
 from ..search_text import Query
 from ..sql.store import SqlStore
 from ..sql.transactions import CallRunner
@@ -183,25 +183,25 @@ class PostgresStore(SqlStore):
         return self.reads.hits_on_active_paths(hits)
 
     def search_page(self, query: Query, sessions: Collection[str] | None, roles: Collection[str] | None,
-                    limit: int, after: SortKey | None) -> list[tuple[SortKey, Candidate]]:
+                    limit: int, after: SortKey | None, stats: Stats | None = None) -> Ranked:
         """Ranked by PostgreSQL (:func:`.search.page`: one round trip when the queue is empty,
         every session's page one call of the server-side ``sm_search_page``);
         read-only or inside a mutation, every candidate of :meth:`search` is ranked here."""
         if self.read_only or self.db.local.state.tx is not None:
-            return super().search_page(query, sessions, roles, limit, after)
+            return super().search_page(query, sessions, roles, limit, after, stats)
         with self.db.conn() as conn:
-            return search.page(conn, query, sessions, roles, limit, after)
+            return search.page(conn, query, sessions, roles, limit, after, stats)
 
     def search_page_shown(self, query: Query, sessions: Collection[str] | None, roles: Collection[str] | None,
-                          limit: int, after: SortKey | None,
-                          shown: int) -> tuple[list[tuple[SortKey, Candidate]], list[tuple[Entry | None, bool]]]:
+                          limit: int, after: SortKey | None, shown: int,
+                          stats: Stats | None = None) -> tuple[Ranked, list[tuple[Entry | None, bool]]]:
         """Every session's page with the entries and active-path flags of its shown hits in
         one call of ``sm_search_page`` (:func:`.search.page_shown`); a hit it did not return
         (a tie ordered otherwise there, a scope) is read by :meth:`hits_on_active_paths`."""
         if self.read_only or self.db.local.state.tx is not None:
-            return super().search_page_shown(query, sessions, roles, limit, after, shown)
+            return super().search_page_shown(query, sessions, roles, limit, after, shown, stats)
         with self.db.conn() as conn:
-            ranked, found = search.page_shown(conn, query, sessions, roles, limit, after, shown)
+            ranked, found = search.page_shown(conn, query, sessions, roles, limit, after, shown, stats)
         hits = [(c.session_id, c.entry_id) for _, c in ranked[:shown]]
         missing = [h for h in hits if h not in found]
         got: dict[tuple[str, str], tuple[Entry | None, bool]] = dict(found)

@@ -12,7 +12,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from ..search_index import K1, B, Bm25, Candidate, SortKey, sort_key
+from ..search_index import K1, B, Candidate, Ranked, SortKey, Stats, sort_key
 from ..search_text import Query, entry_role, searchable_text, words
 
 __all__ = ["PREFIX_WORDS", "doc", "quoted", "ranked_page", "vocabulary"]
@@ -52,8 +52,8 @@ def vocabulary(conn: sqlite3.Connection, table: str, fts: str) -> None:
 def ranked_page(conn: sqlite3.Connection, *, vocab: str, fts: str | None = None, cols: str, length: str,
                 spaced: str, source: str, resolve: str = "",
                 count: str, totals: str, params: dict[str, Any], query: Query, limit: int,
-                after: SortKey | None, candidate: Callable[[tuple[Any, ...], tuple[int, ...]], Candidate]
-                ) -> list[tuple[SortKey, Candidate]]:
+                after: SortKey | None, candidate: Callable[[tuple[Any, ...], tuple[int, ...]], Candidate],
+                stats: Stats | None = None) -> Ranked:
     """The first ``limit`` hits after ``after`` in the total order, ranked by SQLite in
     one statement, so a query costs one round of FTS5 work and only the best rows
     come back to Python.
@@ -80,6 +80,10 @@ def ranked_page(conn: sqlite3.Connection, *, vocab: str, fts: str | None = None,
     the last one scores below the ``limit``-th kept hit's rounded score by more than
     rounding can move it: no row unread can come before that hit. Otherwise more are
     read (ties at the boundary, hits the cursor skips).
+
+    ``stats`` (a cursor's): the statistics to score with, given as parameters; ``count`` and
+    ``totals`` are then not read (the scope's statistics of the moment play no part), so the
+    pages of one cursor are one ranking whatever was appended or deleted between them.
     """
     # Each whole word once in the statement, its summand weighted by how often the query
     # repeats it (a query's fold may repeat a word hundreds of times: "ﷺ" is four words, and 256
@@ -89,7 +93,8 @@ def ranked_page(conn: sqlite3.Connection, *, vocab: str, fts: str | None = None,
     column = {w: i for i, w in enumerate(exact)}
     slot = [column[w] for w in query.exact] + [len(exact)]
     nt = len(exact) + 1
-    sql = _page_sql(len(exact), after is not None, vocab, cols, length, spaced, source, count, totals, resolve)
+    sql = _page_sql(len(exact), after is not None, vocab, cols, length, spaced, source, count, totals, resolve,
+                    stats is not None)
     p: dict[str, Any] = dict(params)
     p.update(_p=query.prefix, _phi=query.prefix + _TOP, _pq=quoted(query.prefix), _cap=PREFIX_WORDS,
              _k1=K1, _b=B, _k=K1 + 1, _base=K1 * (1 - B),
@@ -99,6 +104,10 @@ def ranked_page(conn: sqlite3.Connection, *, vocab: str, fts: str | None = None,
         p[f"_e{i}"], p[f"_w{i}"], p[f"_l{i}"], p[f"_m{i}"] = quoted(w), " " + w + " ", len(w) + 2, repeats[w]
     if after is not None:
         p["_after"] = -after[0] + _MARGIN
+    if stats is not None:  # (each distinct word's count: its first query term's)
+        first = {w: i for i, w in reversed(list(enumerate(query.exact)))}
+        p.update(_docs=stats.docs, _words=stats.total_length, **{f"_d{len(exact)}": stats.df[-1]},
+                 **{f"_d{i}": stats.df[first[w]] for i, w in enumerate(exact)})
     read = limit + 16
     while True:
         p["_read"] = read
@@ -113,10 +122,12 @@ def ranked_page(conn: sqlite3.Connection, *, vocab: str, fts: str | None = None,
                 raise
             continue
         if not got:
-            return []
-        docs, words = got[0][-3:-1]
-        df = got[0][-3 - nt : -3]
-        bm25 = Bm25.of(int(docs), int(words), [df[j] for j in slot])
+            return Ranked.of([], stats)
+        if stats is None:
+            docs, words = got[0][-3:-1]
+            df = got[0][-3 - nt : -3]
+            stats = Stats(int(docs), int(words), tuple(int(df[j]) for j in slot))
+        bm25 = stats.bm25()
         kept: list[tuple[SortKey, Candidate]] = []
         for row in got:
             tfs = row[-3 - 2 * nt : -3 - nt]
@@ -129,23 +140,28 @@ def ranked_page(conn: sqlite3.Connection, *, vocab: str, fts: str | None = None,
                 kept.append((k, c))
         kept.sort(key=lambda kc: kc[0])
         if len(got) < read or (len(kept) >= limit and got[-1][-1] < -kept[limit - 1][0][0] - _MARGIN):
-            return kept[:limit]
+            return Ranked.of(kept[:limit], stats)
         read *= 8
 
 
 @functools.lru_cache(maxsize=64)
 def _page_sql(exact: int, after: bool, vocab: str, cols: str, length: str, spaced: str, source: str,
-              count: str, totals: str, resolve: str = "") -> str:
+              count: str, totals: str, resolve: str = "", frozen: bool = False) -> str:
     """The statement of :func:`ranked_page` for a query of ``exact`` distinct whole words and
     a prefix (made once per shape; its parameters are named; ``:_m<i>``: how often the query
-    holds term ``i``)."""
+    holds term ``i``; ``frozen``: the statistics are the parameters ``:_d<i>``, ``:_docs`` and
+    ``:_words``, a cursor's, and nothing is counted)."""
     nt = exact + 1
     terms = [f":_e{i}" for i in range(exact)] + ["(SELECT m FROM x)"]
     expanded = ("SELECT CASE WHEN count(*) > :_cap THEN :_pq || '*' WHEN count(*) = 0 THEN :_pq"
                 " ELSE '(' || group_concat('\"' || replace(term, '\"', '\"\"') || '\"', ' OR ') || ')' END AS m"
                 f" FROM (SELECT term FROM temp.{vocab} WHERE term >= :_p AND term < :_phi LIMIT :_cap + 1)")
     every = "(SELECT " + " || ' AND ' || ".join([*terms[:-1], "m"]) + " FROM x)"
-    counts = ", ".join(f"({count.format(match=t)}) AS d{i}" for i, t in enumerate(terms))
+    if frozen:
+        counts = ", ".join(f":_d{i} AS d{i}" for i in range(nt))
+        totals = "SELECT :_docs AS docs, :_words AS words"
+    else:
+        counts = ", ".join(f"({count.format(match=t)}) AS d{i}" for i, t in enumerate(terms))
     idfs = ", ".join(f"ln(1.0 + (max(docs, 1) - d{i} + 0.5) / (d{i} + 0.5)) AS i{i}" for i in range(nt))
     norm = ":_k1 / (CASE WHEN words <> 0 THEN words * 1.0 / max(docs, 1) ELSE 1.0 END) * :_b AS norm"
     tfs = [f"(length({spaced}) - length(replace({spaced}, :_w{i}, ''))) / :_l{i} AS t{i}" for i in range(exact)]

@@ -60,7 +60,7 @@ from collections.abc import Collection, Iterator
 from typing import Any
 
 from .._core.codec import loads
-from ..search_index import Candidate, Matches, SortKey, term_counts
+from ..search_index import Candidate, Matches, Ranked, SortKey, Stats, term_counts
 from ..search_text import Query
 from ..sql.fts5 import doc, quoted, ranked_page
 from ..sql.keys import key, unkey
@@ -317,12 +317,12 @@ def search(conn: sqlite3.Connection, query: Query, sessions: Collection[str] | N
 
 
 def page(conn: sqlite3.Connection, query: Query, sessions: Collection[str] | None, roles: Collection[str] | None,
-         limit: int, after: SortKey | None) -> list[tuple[SortKey, Candidate]]:
+         limit: int, after: SortKey | None, stats: Stats | None = None) -> Ranked:
     """The ranked page of :meth:`~session_manager.store.SessionStore.search_page`, ranked by
     SQLite inside the index (:func:`..sql.fts5.ranked_page`), in the caller's transaction or
-    snapshot (:func:`catch_up` first)."""
+    snapshot (:func:`catch_up` first); ``stats``: a cursor's, scored with."""
     if limit <= 0:
-        return []
+        return Ranked.of([], stats)
     scope, params = "", dict[str, Any]()
     totals = "SELECT total(docs) AS docs, total(words) AS words FROM search_totals"
     if sessions is not None:
@@ -350,7 +350,7 @@ def page(conn: sqlite3.Connection, query: Query, sessions: Collection[str] | Non
         resolve=("(SELECT session_id FROM search_totals WHERE id = r.sess),"
                  " (SELECT entry_id FROM entries WHERE seq = r.seq)"),
         count=count, totals=totals, params=params, query=query, limit=limit, after=after,
-        candidate=candidate)
+        candidate=candidate, stats=stats)
 
 
 def search_pending(conn: sqlite3.Connection, query: Query, sessions: Collection[str] | None,

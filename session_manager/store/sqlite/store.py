@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 from ..._wire.events import Event
 from ...errors import ReadOnlyStore
 from ..base import Commit, Entry, EventSink, Meta
-from ..search_index import Candidate, Matches, SortKey
+from ..search_index import Matches, Ranked, SortKey, Stats
 from ..search_text import Query
 from ..sql.store import SqlStore
 from ..sql.transactions import CallRunner
@@ -142,12 +142,12 @@ class SqliteStore(SqlStore):
         return self._in_snapshot(lambda conn: search.search(conn, query, sessions, roles))
 
     def search_page(self, query: Query, sessions: Collection[str] | None, roles: Collection[str] | None,
-                    limit: int, after: SortKey | None) -> list[tuple[SortKey, Candidate]]:
+                    limit: int, after: SortKey | None, stats: Stats | None = None) -> Ranked:
         """Ranked inside the FTS5 index (:func:`.search.page`), caught up first, in one snapshot
         (read-only: the index is not caught up, so every candidate of :meth:`search` is ranked)."""
         if self.db.read_only:
-            return super().search_page(query, sessions, roles, limit, after)
-        return self._in_snapshot(lambda conn: search.page(conn, query, sessions, roles, limit, after))
+            return super().search_page(query, sessions, roles, limit, after, stats)
+        return self._in_snapshot(lambda conn: search.page(conn, query, sessions, roles, limit, after, stats))
 
     def entries_on_active_path(self, session_id: str, entry_ids: Sequence[str]) -> list[tuple[Entry | None, bool]]:
         """One statement per hit (:meth:`.reads.SqliteReads.entries_on_active_path`)."""
