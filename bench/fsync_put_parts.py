@@ -5,9 +5,8 @@ Run: ``python bench/fsync_put_parts.py [--puts 1000]`` (~1-2 minutes on a quiet 
 One process, the steps below taking turns one put at a time (so a busy moment of a shared
 machine falls on all of them), ``bench_langgraph``'s checkpoints (messages + 2 KB settings):
 
-- ``SessionManagerSaver`` over ``durability="fsync"``: the whole put, and within it its sync
-  (the write-ahead journal's ``fdatasync`` as ``_journal`` calls it, or a log's ``os.fsync`` as
-  ``_descriptors`` calls it), the ``write`` of its bytes
+- ``SessionManagerSaver`` over ``durability="fsync"``: the whole put, and within it the
+  ``fsync`` of the log (``os.fsync`` as ``_descriptors`` calls it), the ``write`` of its bytes
   (``os.write`` as ``_fileops.write_all`` calls it) and the rest (CPU: the saver, the store);
 - ``SessionManagerSaver`` over our sqlite store with ``durability="fsync"`` (WAL,
   ``synchronous=FULL``, its WAL sized once: each commit's sync overwrites), the whole put;
@@ -44,9 +43,9 @@ import bench_langgraph as bench  # noqa: E402
 
 import session_manager  # noqa: E402
 from session_manager.adapters.langgraph import SessionManagerSaver  # noqa: E402
-from session_manager.store.fs import _descriptors, _fileops, _journal  # noqa: E402
+from session_manager.store.fs import _descriptors, _fileops  # noqa: E402
 
-_fsync, _fdatasync, _write = os.fsync, os.fdatasync, os.write
+_fsync, _write = os.fsync, os.write
 
 
 class Clocked:
@@ -63,13 +62,6 @@ class Clocked:
         start = time.perf_counter()
         try:
             _fsync(fd)
-        finally:
-            self.fsync_s += time.perf_counter() - start
-
-    def fdatasync(self, fd: int) -> None:
-        start = time.perf_counter()
-        try:
-            _fdatasync(fd)
         finally:
             self.fsync_s += time.perf_counter() - start
 
@@ -108,7 +100,6 @@ def main() -> None:
     clock = Clocked()
     _descriptors.os = clock  # type: ignore[assignment]
     _fileops.os = clock  # type: ignore[assignment]
-    _journal.os = clock  # type: ignore[assignment]  (its sync: the journal's fdatasync since 1.2.0)
     rows: dict[str, list[float]] = {name: [] for name in (
         "ours fsync put", "  its fsync", "  its write", "  the rest (CPU)",
         "ours over sqlite, fsync put", "SqliteSaver FULL put",

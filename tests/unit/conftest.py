@@ -29,15 +29,6 @@ def relay() -> Iterator[Any]:
 
 
 @pytest.fixture
-def without_journal(monkeypatch: pytest.MonkeyPatch) -> None:
-    """fsync mode syncing each log itself, as before the write-ahead journal (``_journal``): the
-    path these tests inject faults into (still taken by a write too large for the journal's ring,
-    and after a failed journal sync)."""
-    from session_manager.store.fs import _journal
-    monkeypatch.setattr(_journal, "ENABLED", False)
-
-
-@pytest.fixture
 def background_rewrites(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every log past the soft line rewritten in the background, however small: these tests'
     logs are a few KB, which the store otherwise rewrites inline (``_rewrite.INLINE_LIVE``)."""

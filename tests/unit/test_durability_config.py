@@ -32,23 +32,17 @@ def user(text: str) -> dict[str, Any]:
 
 
 class FsyncCounter:
-    """Counts real ``os.fsync`` and ``os.fdatasync`` calls (a log's, or the write-ahead journal's
-    standing for it; they still sync)."""
+    """Counts real ``os.fsync`` calls on session logs (it still syncs)."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.count = 0
-        real, real_data = os.fsync, os.fdatasync
+        real = os.fsync
 
         def counting(fd: int) -> None:
             self.count += 1
             real(fd)
 
-        def counting_data(fd: int) -> None:
-            self.count += 1
-            real_data(fd)
-
         monkeypatch.setattr(os, "fsync", counting)
-        monkeypatch.setattr(os, "fdatasync", counting_data)
 
 
 @pytest.fixture

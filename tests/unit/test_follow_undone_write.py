@@ -15,10 +15,6 @@ from session_manager.errors import StoreError
 from session_manager.store import Commit, FsStore
 from session_manager.testing.contract import message, meta
 
-# The log's own fsync and directory syncs (the path without the write-ahead journal, whose
-# file's creation is one more directory sync) are what these tests count and fail.
-pytestmark = pytest.mark.usefixtures("without_journal")
-
 SID = "s_1"
 
 

@@ -263,10 +263,8 @@ def count_fsyncs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return calls
 
 
-@pytest.mark.usefixtures("without_journal")
 def test_fsync_mode_syncs_every_commit(data: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # Prevents: durability="fsync" silently behaving like "flush" (lost on power failure).
-    # (Each log's own fsync: with the write-ahead journal, test_fs_journal counts its syncs.)
     calls = count_fsyncs(monkeypatch)
     store = FsStore(data, durability="fsync")
     store.commit("s_1", Commit(meta=meta("s_1")))

@@ -42,10 +42,7 @@ def _assistant() -> dict[str, Any]:
 
 
 def _tree(where: Path) -> dict[str, bytes]:
-    """data_dir's files and bytes; not the fsync mode's journal (a checkpoint before a delete
-    rewrites its header, leaving nothing to replay either way)."""
-    return {p.relative_to(where).as_posix(): p.read_bytes() for p in sorted(where.rglob("*"))
-            if p.is_file() and p.name != ".session-manager.journal"}
+    return {p.relative_to(where).as_posix(): p.read_bytes() for p in sorted(where.rglob("*")) if p.is_file()}
 
 
 def _code(call: Any) -> SessionError:

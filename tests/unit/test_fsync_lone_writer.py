@@ -16,9 +16,6 @@ import pytest
 import session_manager
 from tests.unit.test_group_commit import assert_told_after_sync
 
-# The log's own fsync (the path without the write-ahead journal) is what these tests exercise.
-pytestmark = pytest.mark.usefixtures("without_journal")
-
 APPENDS = 20
 # The file calls an append could add on the path (each would be a regression for a lone writer).
 WATCHED = ("open", "stat", "lstat", "fstat", "ftruncate", "pread", "replace", "rename", "unlink")

@@ -16,13 +16,9 @@ import pytest
 import session_manager
 from session_manager.errors import STORAGE, SessionError, StoreError
 from session_manager.store import Commit, FsStore
-from session_manager.store.fs import _journal
 from session_manager.store.fs._records import decode_record
 from session_manager.testing.contract import message as entry
 from session_manager.testing.contract import meta
-
-# The log's own fsync (the path without the write-ahead journal) is what these tests exercise.
-pytestmark = pytest.mark.usefixtures("without_journal")
 
 WRITERS = 8
 
@@ -201,7 +197,6 @@ def test_a_compaction_waits_for_owed_fsyncs_and_never_outlives_a_failed_one(
         with pytest.raises(StoreError) if fails else contextlib.nullcontext():
             store.settle()
         monkeypatch.undo()
-        monkeypatch.setattr(_journal, "ENABLED", False)  # (undone with the rest: the module's fixture's)
         expected = [] if fails else ["e_1"]
         assert [e["id"] for e in store.entries("s_1")] == expected
         store.close()

@@ -17,9 +17,6 @@ import pytest
 import session_manager
 from session_manager.errors import PARENT_NOT_FOUND, STORAGE, SessionError
 
-# The log's own fsync (the path without the write-ahead journal) is what these tests exercise.
-pytestmark = pytest.mark.usefixtures("without_journal")
-
 
 def message(i: int) -> dict[str, Any]:
     return {"role": "user", "content": [{"type": "text", "text": f"m{i}"}], "timestamp": i}

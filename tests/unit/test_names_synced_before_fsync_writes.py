@@ -21,10 +21,6 @@ from session_manager.store import FsStore
 from session_manager.store.fs._fileops import Ops, StrPath
 from tests.unit.test_background_compaction import SID, _seed, _update, _view
 
-# The log's own fsync and directory syncs (the path without the write-ahead journal, whose
-# file's creation is one more directory sync) are what these tests count and fail.
-pytestmark = pytest.mark.usefixtures("without_journal")
-
 
 class DirSyncs(Ops):
     """Real os calls; records each directory sync of data_dir (its open) with the log's size at

@@ -22,14 +22,13 @@ from typing import Literal, ParamSpec, TypeVar
 from ...errors import StoreError
 from .._core.state import SessionState
 from ..base import Meta
-from . import _journal, _removal, _rewrite, _sessions_index
+from . import _removal, _rewrite, _sessions_index
 from ._background import Compactor
 from ._cache import StateCache
 from ._casefold import FoldIndex, names_fold
 from ._catalog import MetaCatalog
 from ._descriptors import FdCache
 from ._fileops import Ops, name_max, reason
-from ._journal import Journal
 from ._lock import LOCK_NAME, DirLock
 from ._logfiles import LogFiles
 from ._opener import LOG_SUFFIX, checked_stem, open_append, open_read
@@ -115,8 +114,6 @@ class DataDir:
         self.tail_fix: dict[str, TailFix] = {}
         self.budgets: dict[str, _rewrite.LogBudget] = {}
         self.compactor = None if read_only else Compactor(self.ops)  # background rewrites (:mod:`._background`)
-        # fsync mode's write-ahead journal (:mod:`._journal`): the owner's only (replayed at open).
-        self.journal = None if self.owner is None or not _journal.ENABLED else Journal(self.path, self.ops)
         # Kept descriptors, paths computed once, index sidecars (:mod:`._logfiles`). Module
         # functions bound to ops (not methods): no cycle, the data_dir is released at once.
         self.fds = FdCache(opener=functools.partial(_open_owned, self.ops, self.owner))

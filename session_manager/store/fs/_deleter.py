@@ -10,12 +10,10 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
-from ...errors import StoreError
 from .._core.state import SessionState
 from . import _removal, _sessions_index
 from ._attachments import Attachments
 from ._datadir import DataDir
-from ._fileops import reason
 from ._lazy import LazyEntries
 from ._sidecar import index_path
 from ._versions import EvictedVersions
@@ -52,11 +50,6 @@ class Deleter:
             if self._d.compactor is not None:
                 self._d.compactor.wait(session_id)  # a landed rewrite's cleanup (it never takes this lock)
             self._d.fds.forget(self._d.log(session_id))  # no descriptor into the log set aside
-            if self._d.journal is not None:
-                try:  # no journal record may name the log once it is set aside (:mod:`._journal`)
-                    self._d.journal.forget_log(os.path.basename(self._d.log(session_id)))
-                except OSError as e:
-                    raise StoreError(f"delete {session_id}: journal barrier: {reason(e)}") from None
             existed = _removal.delete(self._d.ops, Path(self._d.log(session_id)),
                                       self._attachments.attachments_dir(session_id), sync=self._d.durability == "fsync",
                                       index=index_path(self._d.dir, self._d.stem(session_id)))

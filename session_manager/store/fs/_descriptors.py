@@ -20,10 +20,6 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from ._journal import Journal
 
 _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 # Read access too: the tail check after a failed write and lazy bodies pread it.
@@ -229,8 +225,8 @@ class GroupSync:
     descriptor.
     """
 
-    __slots__ = ("_cond", "_durable", "_end", "_failed", "_journal", "_jseq", "_lock", "_plain", "_running", "_undone",
-                 "_waiting", "_written", "durable_end")
+    __slots__ = ("_cond", "_durable", "_end", "_failed", "_lock", "_running", "_undone", "_waiting", "_written",
+                 "durable_end")
 
     def __init__(self) -> None:
         # State changes take the plain lock (a C-level ``with``: every append in fsync mode
@@ -247,25 +243,13 @@ class GroupSync:
         # Where the durable bytes end: the start of the first write made through
         # this object, then the end of the last write a successful sync covered.
         self.durable_end = -1
-        # fsync mode's write-ahead journal (:mod:`._journal`): the newest record of a write made
-        # through this object; a sync then waits for the journal's sync of it instead of syncing
-        # the log, unless a write with no record (``_plain``) is to be covered too.
-        self._journal: Journal | None = None
-        self._jseq = 0
-        self._plain = False
 
-    def written(self, start: int = -1, end: int = -1, journal: Journal | None = None, seq: int = 0) -> int:
-        """A write just made (bytes ``start``..``end``); with ``journal`` and ``seq``, its record
-        there (no ``fsync`` of the log needed); a ticket for :meth:`wait`."""
+    def written(self, start: int = -1, end: int = -1) -> int:
         with self._lock:
             self._written += 1
             if self.durable_end < 0:
                 self.durable_end = start
             self._end = end
-            if seq:
-                self._journal, self._jseq = journal, seq
-            else:
-                self._plain = True
             return self._written
 
     @property
@@ -306,21 +290,15 @@ class GroupSync:
                     self._waiting -= 1
             self._running = True
             upto, end = self._written, self._end
-            journal, jseq, plain = self._journal, self._jseq, self._plain
-            self._plain = False
         error: OSError | None = None
         try:
-            if plain or journal is None:
-                os.fsync(fd)  # (also covers every journaled write made before it)
-            else:
-                journal.sync_through(jseq)
+            os.fsync(fd)
         except OSError as e:
             error = e
         except BaseException:
             # Interrupted (a signal's exception) with no verdict: nothing is marked durable,
             # and the next waiter syncs again instead of waiting forever on this one.
             with self._lock:
-                self._plain = self._plain or plain
                 self._running = False
                 if self._waiting:
                     cond.notify_all()

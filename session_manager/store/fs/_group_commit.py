@@ -38,7 +38,6 @@ from ..base import NO_TRANSACTION
 from ._datadir import DataDir
 from ._descriptors import _Slot
 from ._fileops import reason
-from ._journal import Journal
 
 log = logging.getLogger("session_manager.store.fs")
 
@@ -84,12 +83,11 @@ class GroupCommit:
         named.extend(session_ids)
         return self._scope
 
-    def _sync_write(self, session_id: str, path: str, slot: _Slot, start: int, end: int,
-                    journal: Journal | None = None, seq: int = 0) -> bool:
+    def _sync_write(self, session_id: str, path: str, slot: _Slot, start: int, end: int) -> bool:
         """After a write in fsync mode (under the session's lock): sync it now,
         or, inside a mutation scope, owe it to :meth:`settle`. True: owed (the
-        slot stays pinned until then). With ``seq``, its record in ``journal`` is what is synced."""
-        ticket = slot.sync.written(start, end, journal, seq)
+        slot stays pinned until then)."""
+        ticket = slot.sync.written(start, end)
         local = self._owed
         if getattr(local, "depth", 0) > 0:
             owed: list[_Owed] | None = getattr(local, "owed", None)
@@ -146,8 +144,7 @@ class GroupCommit:
         still owed an fsync are made durable first, or undone (then no
         rewrite), so a snapshot never outlives a write reported failed."""
         if self._d.durability != "fsync":
-            # (Journal records of fsync-mode writes from before a switch to flush may name the log.)
-            return self._forgotten(session_id)
+            return True
 
         def acquire(path: str) -> _Slot | None:
             try:
@@ -155,36 +152,7 @@ class GroupCommit:
             except OSError:
                 return None  # no log to replace
 
-        if self._sync_pending(session_id, self._d.files.log_path(session_id), acquire) is not None:
-            return False
-        return self._forgotten(session_id)
-
-    def _forgotten(self, session_id: str) -> bool:
-        """No journal record of the log may replay into the file a rewrite puts in its place
-        (:meth:`._journal.Journal.forget_log`); False (logged): the rewrite must not happen."""
-        journal = self._d.journal
-        if journal is None:
-            return True
-        try:
-            journal.forget_log(os.path.basename(self._d.files.log_path(session_id)))
-        except OSError as e:
-            log.warning("journal barrier before rewriting the log of %s failed: %s", session_id, reason(e))
-            return False
-        return True
-
-    def checkpointed(self, why: str) -> bool:
-        """A checkpoint of the write-ahead journal (:mod:`._journal`) before a log is replaced,
-        set aside or truncated: no record may name a file changed under it. False (logged): it
-        failed, and whatever was to change must not."""
-        journal = self._d.journal
-        if journal is None:
-            return True
-        try:
-            journal.checkpoint()
-        except OSError as e:
-            log.warning("journal checkpoint %s failed: %s", why, reason(e))
-            return False
-        return True
+        return self._sync_pending(session_id, self._d.files.log_path(session_id), acquire) is None
 
     def _sync_pending(self, session_id: str, path: str, acquire: Callable[[str], _Slot | None]) -> OSError | None:
         """Make every write so far on the log's descriptor durable, or undo
@@ -230,8 +198,6 @@ class GroupCommit:
                     os.ftruncate(slot.fd, sync.durable_end)
             except OSError as e:
                 log.warning("cannot undo unsynced writes to %s: %s", os.path.basename(path), reason(e))
-            # The undone bytes' journal records must never replay (:mod:`._journal`).
-            self.checkpointed(f"after undoing writes to {os.path.basename(path)}")
             self._d.fds.forget(path)
             self._d.files.forget(session_id)
             with self._d.lock:

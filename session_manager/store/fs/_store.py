@@ -100,13 +100,6 @@ class FsStore(StateBackedStore):
         self.case_insensitive = d.case_insensitive
         # Weakly: a part calling back holds no cycle (the data_dir is released with the store).
         d.load, d.detach = weakly(self._state), weakly(self._detach)
-        if d.journal is not None:
-            try:  # before anything reads a log: what an unclean stop left in the journal goes in first
-                d.journal.replay()
-            except OSError as e:
-                assert d.owner is not None
-                d.owner.release()
-                raise StoreError(f"data_dir {d.shown}: replay of its journal failed: {reason(e)}") from None
         self._group = GroupCommit(d)  # fsync mode: appends queued on a session share an fsync
         # :meth:`settle` as the group's own (every mutation calls it once its lock is let go: one frame fewer).
         self.settle = self._group.settle  # type: ignore[method-assign]
@@ -143,8 +136,6 @@ class FsStore(StateBackedStore):
                 if states and self._d.metas is not None and self._d.list_dirty:
                     self._lister.save_sessions_index()
             self._d.files.close(states)
-            if self._d.journal is not None and self._d.owns():
-                self._d.journal.close()  # a checkpoint: nothing left to replay, the logs are the data
             self._d.owner.release()
         if self._follow is not None:
             self._watches.stop()

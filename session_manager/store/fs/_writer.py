@@ -126,14 +126,8 @@ class Writer:
                 try:
                     write_all(fd, data)
                     if fsync:
-                        # The bytes again in the write-ahead journal (:mod:`._journal`), whose sync
-                        # stands for the log's: not when flush-mode bytes before them are still
-                        # unsynced (its fsync covers whatever flush mode wrote before).
-                        journal = d.journal
-                        seq = 0 if journal is None or slot.flushed else journal.record(
-                            os.path.basename(path), start, data)
-                        slot.flushed = False
-                        owed = self._group._sync_write(session_id, path, slot, start, start + len(data), journal, seq)
+                        slot.flushed = False  # (its fsync covers whatever flush mode wrote before)
+                        owed = self._group._sync_write(session_id, path, slot, start, start + len(data))
                     else:
                         slot.flushed = True
                 except OSError:
