@@ -168,7 +168,8 @@ class SessionManagerSaver(BaseCheckpointSaver[str]):
         (``index.mine``; each checked that the session was at the index's leaf, not at its
         version) the store is asked which version exactly those commits left: another
         instance's write among them leaves another. A store that cannot tell (postgres:
-        ``xmin``) is taken at the leaf the last own write left, as before the version."""
+        ``xmin``) names the version each own write left, or none (:meth:`_write`: the index
+        is then derived again); a store naming no versions is taken at the leaf."""
         held = index.token
         if held is None or token is None:
             return held == token
@@ -252,13 +253,20 @@ class SessionManagerSaver(BaseCheckpointSaver[str]):
                 payload["entry_id"] = entry_id
             written = str(self.sm.call("session::append", payload)["entry_id"])
         # (one commit more since the token's version: :meth:`_still` asks the store which version it left)
-        version = index.token[2] if index.token else _UNKNOWN
-        if not checked and version is not _UNKNOWN and self._store.version_after(version, 1) is None:
-            # Unchecked, it lands whatever another writer did meanwhile, and a store naming no
-            # version after own commits (postgres) cannot tell at the next read: derived again.
-            version = _UNKNOWN
+        version, mine = (index.token[2] if index.token else _UNKNOWN), index.mine + 1
+        if version is not _UNKNOWN and self._store.version_after(version, 1) is None:
+            if version is not None:
+                # A store naming no version after own commits by their count (postgres: the row's
+                # xmin) names the one this write left when the write itself checked the session
+                # was at exactly the index's version; else (checked only at the leaf, which another
+                # instance may have set back after its own write; or unchecked) it is unknown, and
+                # the index is derived again at the next read.
+                left = self._store.version_left(thread_id, version, written)
+                version, mine = (_UNKNOWN, 0) if left is None else (left, 0)
+            elif not checked:  # (a store naming no versions: its leaf, as ever, but unchecked)
+                version = _UNKNOWN
         index.token = (index.token[0] if index.token else None, written, version)
-        index.mine += 1
+        index.mine = mine
         return written
 
     def _root(self, thread_id: str, index: ThreadIndex) -> None:

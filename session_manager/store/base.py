@@ -318,6 +318,15 @@ class SessionStore(ABC):
         ``None``: it cannot (the default)."""
         return None
 
+    def version_left(self, session_id: str, version: Hashable, leaf: str) -> Hashable | None:
+        """The version :meth:`session_token` gives after this instance's last commit of the
+        session, when that commit made ``leaf`` its leaf and was itself checked that the
+        session was at exactly ``version`` (so no other write came between), and the store
+        knows it without a read: for a store whose :meth:`version_after` cannot tell
+        (postgres: the row's ``xmin``, which the commit's answer names). ``None``: it cannot
+        say (the default), and the adapter asking derives its view again at its next read."""
+        return None
+
     def meta_and_leaf_from_root(self, session_id: str) -> tuple[Meta | None, str | None]:
         """:meth:`meta_and_leaf` for a read that pages the active path from its root
         (``messages``): a store may answer it with the path's first window in one read."""

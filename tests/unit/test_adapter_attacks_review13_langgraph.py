@@ -253,11 +253,10 @@ def active_leaf(sm: Any, thread: str) -> str:
     return str(leaf)
 
 
-# Over postgres the session's version is its row's xmin, which this saver's own append cannot
-# know without a read (SessionStore.version_after: None): after its own writes it takes the leaf
-# they left, as before (docs/langgraph.md, "A version in the index's token").
-OWN_PUT_WHERE = ["memory", "fs", "sqlite", pytest.param("postgres", marks=[pytest.mark.postgres, pytest.mark.xfail(
-    strict=True, reason="open (2026-12-07): postgres names no version its own append leaves (xmin)")])]
+# Over postgres the session's version is its row's xmin: an own append names the one it left
+# only when it checked the row's xmin (SessionStore.version_left), else the index is derived
+# again at the next read (docs/langgraph.md, "A version in the index's token").
+OWN_PUT_WHERE = ["memory", "fs", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
 
 
 @pytest.mark.parametrize("where", OWN_PUT_WHERE)

@@ -59,7 +59,7 @@ from .in_doubt import settle_apply, settle_placed
 from .outbox import NOTIFY_BATCH, Outbox
 from .plan import Known, Plan, append_call_params, apply_params
 from .reads import PgReads
-from .schema import APPLY
+from .schema import APPLY_AT_ROW
 from .transactions import PgTransactions
 from .writes import CONFLICT, PgWrites
 
@@ -541,7 +541,7 @@ class Optimistic:
         row: tuple[Any, ...] | None = None
         try:
             row = (db.run(conn, _APPEND_AT, params)[0] if cut is not None
-                   else db.execute(conn, APPLY, params).fetchone())
+                   else db.execute(conn, APPLY_AT_ROW, params).fetchone())
         except psycopg.Error as e:
             failure = db.fail(e)
             if e.sqlstate == CONFLICT:  # raised before anything was written or locked past the call
@@ -595,6 +595,16 @@ class Optimistic:
                     self._plain_missed(plan.session_id, at_known)
             fill(commit, plan.bodies, chosen, row[1], response, events)
             plan.meta_text = cut.text(commit.meta["updated_at"] if commit.meta else 0, row[1])
+        elif cut is None and row is not None and row[0] is not None:
+            # (sm_apply's answer: the row's xmin it left; its leaf and meta text are the ones
+            # sent, or, not sent, the ones it checked: known only then)
+            checked_meta = params["expect_meta"] if params["check"] == 1 else None
+            after_meta = params["meta"] if params["has_meta"] else checked_meta
+            after_leaf = params["leaf"] if params["has_leaf"] else params["expect_leaf"]
+            if after_meta is not None and (params["has_leaf"] or params["check"] == 1):
+                plan.version = (row[0], after_leaf, after_meta)
+                if params["row"] is not None:  # (checked at exactly that version: the xmin, leaf, meta text)
+                    plan.since = (params["row"], params["expect_leaf"], params["expect_meta"])
         self._learn(plan)
 
     def _plain_ok(self, plan: Plan) -> bool:
@@ -668,9 +678,13 @@ class Optimistic:
             return False
         if not plan.plain:  # (held off: its text as sent, the hole filled with the known leaf)
             fill(commit, plan.bodies, known.leaf, commit.meta["message_count"], response, events, params["body"])
+        # (LINKED compared the row's xmin, leaf and meta text: the version it wrote after, exactly)
+        since = (params["row"], params["parent"], params["expect_meta"]) \
+            if linked and params["row"] is not None else None
+        after = (version, params["leaf"], params["meta"]) if version is not None else None
         if ahead:  # (its entry is commit's first, filled in place just now; its body the one sent)
             learned = ahead[0]
-            learned.row = version
+            learned.row, learned.version, learned.since = version, after, since
             session_id, remembered = plan.session_id, self._known
             with self._known_lock:  # (_remember, inline)
                 remembered[session_id] = learned
@@ -678,7 +692,7 @@ class Optimistic:
                 while len(remembered) > KNOWN_SESSIONS:
                     remembered.popitem(last=False)
             return True
-        plan.links, plan.row = plain.learn(known.links, params, row), version
+        plan.links, plan.row, plan.version, plan.since = plain.learn(known.links, params, row), version, after, since
         self._learn(plan)
         return True
 
@@ -740,7 +754,7 @@ class Optimistic:
             bodies[entry_id] = (entry, texts[0])
             while len(bodies) > KNOWN_BODIES:
                 del bodies[next(iter(bodies))]  # the oldest
-            return Known(meta, text, commit.leaf, bodies, plan.at_leaf, links, row)
+            return Known(meta, text, commit.leaf, bodies, plan.at_leaf, links, row, plan.version, plan.since)
         meta = commit.meta if commit.meta is not None else old.meta if old is not None else None
         text = plan.meta_text if plan.meta_text is not None else old.text if old is not None else None
         if meta is None or text is None:
@@ -758,4 +772,4 @@ class Optimistic:
                 rewritten = {key(e["id"]) for e in commit.entries}
                 links = plain.chain({k: v for k, v in links.items() if k not in rewritten}, key_or_none(leaf))
         # An append the server placed left the text its cut describes (see at_leaf.segments).
-        return Known(meta, text, leaf, bodies, plan.at_leaf, links, row)
+        return Known(meta, text, leaf, bodies, plan.at_leaf, links, row, plan.version, plan.since)

@@ -45,6 +45,13 @@ class Known:
     # The session row's version (its xmin, as text) the last plain statement left, ``links`` valid
     # for it (plain.LINKED's compare-and-set); None when another path wrote it last.
     row: str | None = None
+    # The session's version (SessionStore.session_token's: its row's xmin, leaf key and meta text)
+    # this instance's last commit left (plain statements, sm_apply of migration 14: their answers
+    # name the xmin; None: another path wrote it last), and the one that commit checked it was at
+    # when it wrote (plain.LINKED's compare-and-set, sm_apply's check with p_expect_row: all three
+    # compared; None when not checked so). What PgStore.version_left answers from.
+    version: tuple[str, str | None, str] | None = None
+    since: tuple[str, str | None, str] | None = None
 
 
 @dataclass(init=False)
@@ -69,6 +76,8 @@ class Plan:
     plain: bool = False
     links: dict[str, tuple[int, str, int]] | None = None  # Known.links after a plain append (plain.learn)
     row: str | None = None  # Known.row after a plain append (the session row version it left)
+    version: tuple[str, str | None, str] | None = None  # Known.version after a commit that names it
+    since: tuple[str, str | None, str] | None = None  # Known.since after a commit checked at a version
     # plain.LINKED wrote nothing, not saying why (see Optimistic._apply): 1; 2: it checked a row version
     plain_missed: int = 0
 
@@ -103,6 +112,10 @@ def apply_params(session_id: str, commit: Commit, bodies: list[str], meta_text: 
         "instance": instance, "fids": TextArray(e.function_id for e in events),
         "payloads": TextArray(encode_json(e.payload).decode() for e in events),
         "channel": channel_of(schema), "all": _ALL,
+        # (migration 14's sm_apply: the row's xmin checked too, when this instance's last commit
+        # named the version it left and the meta text and leaf checked are that version's)
+        "row": known.version[0] if known is not None and known.version is not None and plan is not None
+        and plan.check == 1 and known.version[1:] == (key_or_none(known.leaf), known.text) else None,
     }
 
 

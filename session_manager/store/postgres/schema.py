@@ -113,6 +113,36 @@ END
 $fn$;
 """
 
+# Migration 14: sm_apply with one parameter more, ``p_expect_row`` (the session row's ``xmin`` as
+# text; NULL: not checked), checked with the meta text and leaf (p_check 1), answering the
+# writing transaction's id: the ``xmin`` its write of the session row left (one transaction, no
+# subtransaction: every row it writes carries it). So an optimistic commit knows the session's
+# version it left (reads.py, meta_and_leaf_since: the row's xmin, leaf and meta text) and that
+# it followed exactly the version it checked, without a read (SessionStore.version_left: the
+# LangGraph saver's index after its own puts). A new overload beside the old one, which the
+# previous release keeps calling: safe while its processes run (nothing else changes, no table
+# is taken beyond migrate's own locks). Written to run again over itself (OR REPLACE).
+_APPLY_AT_ROW_PARTS = (
+    ("CREATE FUNCTION sm_apply(", "CREATE OR REPLACE FUNCTION sm_apply("),
+    ("p_channel text, p_all text[]\n) RETURNS integer",
+     "p_channel text, p_all text[], p_expect_row text\n) RETURNS text"),
+    ("AND leaf IS NOT DISTINCT FROM p_expect_leaf) THEN",
+     "AND leaf IS NOT DISTINCT FROM p_expect_leaf\n                                   "
+     "AND (p_expect_row IS NULL OR xmin::text = p_expect_row)) THEN"),
+    ("    RETURN 0;\n", "    RETURN xid(pg_current_xact_id())::text;\n"),
+)
+
+
+def _apply_at_row() -> str:
+    out = APPLY_FUNCTION
+    for was, now in _APPLY_AT_ROW_PARTS:
+        assert out.count(was) == 1, was
+        out = out.replace(was, now)
+    return out
+
+
+APPLY_AT_ROW_FUNCTION = _apply_at_row()
+
 # The call of sm_apply, by name (both write paths send it).
 APPLY = (  # binary parameters (%b): no text escaping of the arrays' JSON, client or server side
     "SELECT sm_apply(%(sid)b::text, %(check)b::integer, %(expect_meta)b::text, %(expect_leaf)b::text,"
@@ -121,6 +151,9 @@ APPLY = (  # binary parameters (%b): no text escaping of the arrays' JSON, clien
     " %(metadata)b::jsonb, %(has_leaf)b::boolean, %(leaf)b::text, %(instance)b::text, %(fids)b::text[],"
     " %(payloads)b::text[], %(channel)b::text, %(all)b::text[])"
 )
+# The optimistic commit's call (migration 14's overload): it also checks ``%(row)b`` and answers
+# the session row's xmin it left.
+APPLY_AT_ROW = APPLY[:-1] + ", %(row)b::text)"
 
 # The instances that observe events (outbox.py, "Who is owed events"): a writable one's row,
 # renewed while it listens; past ``expires`` it is nobody (a killed process pins nothing).
@@ -265,6 +298,9 @@ MIGRATIONS: tuple[str, ...] = (
     # 13: every entry indexed again (search.py, REINDEX_MIGRATION): words are the runs of the
     # text's NFC form since (search_text.py), so a decomposed text was indexed as other words.
     search.REINDEX_MIGRATION,
+    # 14: sm_apply's overload checking the session row's xmin and answering the one it left
+    # (APPLY_AT_ROW_FUNCTION): the version an optimistic commit leaves, known without a read.
+    APPLY_AT_ROW_FUNCTION,
 )
 
 

@@ -32,6 +32,7 @@ from ...errors import ReadOnlyStore
 from ..base import Commit, Entry, EventSink, Meta
 from ..search_index import Matches, Ranked, SortKey, Stats
 from ..search_text import Query
+from ..sql.keys import key_or_none
 from ..sql.store import SqlStore
 from ..sql.transactions import CallRunner
 from . import search
@@ -146,6 +147,19 @@ class PostgresStore(SqlStore):
 
     def meta_and_leaf_from_root(self, session_id: str) -> tuple[Meta | None, str | None]:
         return self.reads.meta_and_leaf_from_root(session_id)
+
+    def version_left(self, session_id: str, version: Hashable, leaf: str) -> Hashable | None:
+        """What this instance's last commit of the session left (``Known.version``: its row's
+        ``xmin`` from the commit's answer, leaf and meta text), when it wrote ``leaf`` and checked
+        the session was at exactly ``version`` (``Known.since``: plain.LINKED's compare-and-set and
+        migration 14's sm_apply compare the row's ``xmin``, leaf and meta text). Any other route
+        (sm_append_at, plain.APPEND, sm_apply without a known xmin, the transactional path) names
+        none: ``None``."""
+        known = self.optimistic._remembered(session_id)
+        if known is None or known.since is None or known.version is None or known.since != version \
+                or known.leaf != leaf or known.version[1] != key_or_none(leaf):
+            return None
+        return known.version
 
     def meta_and_leaf_since(self, session_id: str, version: Hashable | None
                             ) -> tuple[Meta | None, str | None, Hashable | None]:
