@@ -160,23 +160,32 @@ def _plan(page: Any, line: int) -> tuple[Plan, int] | None:
                     if planned is None:
                         return None
                     elements.append(planned)
-                    count += len(planned[1])
+                    count += _weight(planned[1])
                 else:
                     elements.append((None, element))
             parts.append((name, elements))
-            count += len(elements)
+            count += _PER_VALUE * len(elements)
         elif kind is dict:
             planned = _planned(value, budget)
             if planned is None:
                 return None
             parts.append((name, planned))
-            count += len(planned[1])
+            count += _weight(planned[1])
     top = page.copy()
     for name, _ in parts:
         top[name] = None  # (replaced in every answer: the first answer's containers not held)
     # The values' text is within the JSON's (a character in at most 4 bytes either way); each
-    # value's object header, tuple slot and share of a template's table within _PER_VALUE.
-    return (top, tuple(parts)), 4 * line + _PER_VALUE * count + sys.getsizeof(top)
+    # value's object header, tuple slot and share of a template's table within _PER_VALUE, each
+    # template's value and slot within _PER_KEY (count: _weight's, in bytes).
+    return (top, tuple(parts)), 4 * line + count + sys.getsizeof(top)
+
+
+def _weight(values: tuple[Any, ...]) -> int:
+    """A bound of the bytes a shape's tuple of values holds beyond their text: ``_PER_VALUE`` a
+    value, and a template (a dict of values alone, one value of the tuple) ``_PER_KEY`` more per
+    key, its value's object and table slot (review 19: counted as one value, a template of 62
+    floats held ~1.7x the bytes counted, past ``MAX_BYTES``)."""
+    return _PER_VALUE * len(values) + _PER_KEY * sum([len(v) for v in values if type(v) is dict])
 
 
 def _planned(value: Any, budget: list[int]) -> tuple[Shape, tuple[Any, ...]] | None:
@@ -235,5 +244,6 @@ def _past() -> str:
 
 _CONTAINERS = frozenset((dict, list))
 _PER_VALUE = 200  # bytes: a str's header (~80), its slot (8), a 2-key template's table per value (~92)
+_PER_KEY = 100  # bytes, a template's value (a str's header ~80, a float 24) and its slot (~40 as copied)
 _LEAF = tuple(f"t[{i}]" for i in range(MAX_SHAPE_VALUES))
 _COPY = tuple(f"t[{i}].copy()" for i in range(MAX_SHAPE_VALUES))

@@ -101,8 +101,8 @@ def test_items_alike_but_in_key_order_or_leaf_type_get_their_own_answers(shapes:
 
 def _plan_bytes(built: dict[str, Any]) -> tuple[int, int]:
     """What the memo counts for ``built``'s plan, and what the plan holds (tracemalloc: the
-    memory still allocated once its planning answer is dropped)."""
-    memo = PageMemo()
+    memory still allocated once its planning answer is dropped; a memo whose bytes it fits)."""
+    memo = PageMemo(max_bytes=1 << 30)
     memo.keep("k", 1, built)
     kept = memo.get("k")
     assert kept is not None
