@@ -1,0 +1,196 @@
+"""Review 19's attacks on the warm postgres append's third pass (the store's warm commit, take /
+give on the thread's Armed, the service's first attempt and the host's unobserved call written
+out): what the inlined copies answer, store and fire against the general path (the same calls
+with an observer registered), under real concurrency (observers registering mid-stream, two
+instances on one session), and the kept tail's shapes while a writer appends."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+import session_manager
+from session_manager._wire.events import ON_MESSAGE_ADDED
+from tests import pg_support
+from tests.pg_support import text
+from tests.unit.review19_support import readers_while_a_writer_appends
+from tests.unit.test_postgres_instances import check_linear, open_sm, wait_for
+
+pytestmark = pytest.mark.postgres
+
+
+@pytest.fixture
+def schema() -> Iterator[str]:
+    """A schema of this review's own prefix, dropped afterwards (skips when no server answers)."""
+    pg_support.require()
+    name = f"smtest_review19_{uuid.uuid4().hex[:8]}"
+    try:
+        yield name
+    finally:
+        pg_support.drop_schema(name)
+
+
+def _script(sm: session_manager.SessionManager, sid: str) -> list[Any]:
+    """Appends of every kind the warm path takes or declines, and their answers (or error codes)."""
+    out: list[Any] = []
+    payloads: list[dict[str, Any]] = [
+        {"message": text("a")}, {"message": text("b"), "origin": {"app": "x", "n": 1}},
+        {"entry_id": "mine", "message": text("c")}, {"entry_id": "mine", "message": text("replayed")},
+        {"custom": {"custom_type": "k", "data": {"1": 1, "f": 1.0, "t": True}}},
+        {"message": text("d")}, {"entry_id": "x" * 300, "message": text("long")},
+        {"entry_id": "y" * 2000, "message": text("too long")}, {"parent_id": "mine", "message": text("named")},
+        {"parent_id": "absent", "message": text("no parent")}, {"message": text("e"), "custom": {"custom_type": "k"}},
+        {"message": text("f"), "limt": 1}, {"message": text("g")},
+        {"entry_id": "\u00e9\U0001f600 '\"\\", "message": text("odd id")}, {"message": text("h")},
+    ]
+    for payload in payloads:
+        try:
+            out.append(sm.call("session::append", {"session_id": sid, **payload}))
+        except session_manager.SessionError as e:
+            out.append((e.code, e.detail))
+    return out
+
+
+def _stored(schema: str, sid: str) -> tuple[Any, list[Any]]:
+    with open_sm(schema) as fresh:
+        store = fresh.service.store
+        meta, entries = store.get_meta(sid), store.entries(sid)
+    assert meta is not None
+    return {k: v for k, v in meta.items() if k not in ("created_at", "updated_at", "session_id")}, [
+        {k: v for k, v in e.items() if k not in ("timestamp",)} for e in entries]
+
+
+def _ids(answers: list[Any]) -> list[Any]:
+    return [a["entry_id"] if type(a) is dict else None for a in answers]
+
+
+def test_unobserved_calls_answer_and_store_as_observed_ones_and_fire_for_every_observer(schema: str) -> None:
+    # Prevents: an inlined copy (the host's unobserved call, the service's first attempt, the store's
+    # warm commit) diverging from the general path an observed call takes: a check skipped (an
+    # unknown key, message and custom both, an over-long id, an absent parent), a replay of a
+    # caller's entry_id written again, an answer's keys or values otherwise, a stored row otherwise.
+    from session_manager.ids import SequentialIds
+
+    answers: dict[str, list[Any]] = {}
+    stored: dict[str, Any] = {}
+    fired: list[Any] = []
+    for mode in ("unobserved", "observed"):
+        with session_manager.open(store=pg_support.open_store(schema), ids=SequentialIds()) as sm:
+            if mode == "observed":
+                sm.observe({"function_id": ON_MESSAGE_ADDED}, fired.append)
+            sid = sm.call("session::ensure", {"session_id": mode, "title": "t"})["session_id"]
+            answers[mode] = _script(sm, sid)
+            if mode == "observed":
+                assert wait_for(lambda: len(fired) == sum(type(a) is dict for a in answers["observed"]) - 1)
+            stored[mode] = _stored(schema, sid)
+
+    def same(a: Any) -> Any:
+        if type(a) is dict:
+            return {k: v for k, v in a.items() if k != "timestamp"}, list(a)
+        return a[0], a[1].replace(" unobserved", " observed")  # (an error names its session)
+
+    assert [same(a) for a in answers["unobserved"]] == [same(a) for a in answers["observed"]]
+    meta_u, rows_u = stored["unobserved"]
+    meta_o, rows_o = stored["observed"]
+    assert meta_u == meta_o and meta_u["message_count"] == 11
+
+    assert rows_u == rows_o
+    assert [list(r) for r in rows_u] == [list(r) for r in rows_o]  # (key order too)
+    ids = [i for i in _ids(answers["observed"]) if i is not None]
+    replayed = ids.index("mine")
+    assert [e["entry_id"] for e in fired] == ids[:replayed + 1] + ids[replayed + 2:]  # (the replay fires nothing)
+
+
+def test_an_observer_registered_mid_stream_gets_every_append_begun_after(schema: str) -> None:
+    # Prevents: the host's unobserved call (its observers read once, as it begins) or the store's
+    # plain statement (written with no notification while nobody observes) dropping the event of
+    # an append that began after an observer registered, on this instance (another thread) or on
+    # another instance of the same session; and any event fired twice or out of order.
+    with open_sm(schema) as a, open_sm(schema) as b:
+        sid = a.call("session::create", {"title": "t"})["session_id"]
+        for i in range(5):
+            a.call("session::append", {"session_id": sid, "message": text(f"warm{i}")})
+        started: list[tuple[float, str]] = []
+        stop = threading.Event()
+        errors: list[BaseException] = []
+
+        def write(sm: session_manager.SessionManager, name: str) -> None:
+            try:
+                i = 0
+                while not stop.is_set():
+                    at = time.monotonic()
+                    got = sm.call("session::append", {"session_id": sid, "message": text(f"{name}{i}")})
+                    started.append((at, got["entry_id"]))
+                    i += 1
+            except BaseException as e:  # (reported below)
+                errors.append(e)
+
+        writers = [threading.Thread(target=write, args=(a, "a")), threading.Thread(target=write, args=(b, "b"))]
+        for t in writers:
+            t.start()
+        time.sleep(0.3)
+        here: list[str] = []
+        there: list[str] = []
+        a.observe({"function_id": ON_MESSAGE_ADDED}, lambda e: here.append(e["entry_id"]))
+        registered_a = time.monotonic()
+        b.observe({"function_id": ON_MESSAGE_ADDED}, lambda e: there.append(e["entry_id"]))
+        registered_b = time.monotonic()
+        time.sleep(0.5)
+        stop.set()
+        for t in writers:
+            t.join(60)
+        assert not errors, errors
+        chain = check_linear(a, sid)
+        for seen, registered in ((here, registered_a), (there, registered_b)):
+            after = {entry_id for at, entry_id in started if at > registered}
+            assert after, "no append began after the observer registered"
+            assert wait_for(lambda seen=seen, after=after: after <= set(seen)), sorted(after - set(seen))
+            assert len(seen) == len(set(seen))
+            assert seen == [i for i in chain if i in set(seen)]  # (in the session's order)
+
+
+def test_tail_readers_while_a_writer_appends_answer_a_fresh_page_exactly(schema: str) -> None:
+    # Prevents: a kept page (its compiled shapes) answered for a version it was not built from
+    # over postgres (the row's xmin), or one thread's answer showing in another's.
+    with open_sm(schema) as sm, open_sm(schema) as fresh:
+        assert readers_while_a_writer_appends(sm, fresh, appends=25) > 0
+
+
+def test_an_observed_append_after_a_leaf_of_odd_characters_is_decided_once(schema: str) -> None:
+    # Prevents: an append whose session's leaf is a caller's id of characters sm_append_at does not
+    # encode (a quote, a backslash, a space, non-ASCII: its pattern is [A-Za-z0-9_.:-]) being sent
+    # to sm_append_at anyway: the server refuses it (SM409), the session is forgotten and the call
+    # decided and sent again, drawing a second entry id (an observed call's general path; the
+    # unobserved one's plain statement took it at once).
+    from session_manager.ids import SequentialIds
+    from session_manager.store.postgres import optimistic as opt
+
+    runs: list[int] = []
+    real = opt.Optimistic._run_optimistic
+
+    def counted(self: Any, *args: Any) -> Any:
+        runs.append(1)
+        return real(self, *args)
+
+    ids = SequentialIds()
+    with session_manager.open(store=pg_support.open_store(schema), ids=ids) as sm:
+        sm.observe({"function_id": ON_MESSAGE_ADDED}, lambda e: None)
+        sid = sm.call("session::create", {})["session_id"]
+        sm.call("session::append", {"session_id": sid, "message": text("a")})
+        opt.Optimistic._run_optimistic = counted  # type: ignore[method-assign]
+        try:
+            for odd in ("a'b", 'a"b', "a\\b", "a b", "\u00e9", "\U0001f600"):
+                sm.call("session::append", {"session_id": sid, "entry_id": odd, "message": text(odd)})
+                runs.clear()
+                after = sm.call("session::append", {"session_id": sid, "message": text("after")})
+                assert after["parent_id"] == odd
+                assert len(runs) == 1, odd
+        finally:
+            opt.Optimistic._run_optimistic = real  # type: ignore[method-assign]
+        assert ids.entry_id() == "e_008"  # (one id drawn per append: seven so far)
+        assert len(check_linear(sm, sid)) == 13
