@@ -194,3 +194,37 @@ def test_an_observed_append_after_a_leaf_of_odd_characters_is_decided_once(schem
             opt.Optimistic._run_optimistic = real  # type: ignore[method-assign]
         assert ids.entry_id() == "e_008"  # (one id drawn per append: seven so far)
         assert len(check_linear(sm, sid)) == 13
+
+
+def test_two_instances_appending_one_session_from_threads_lose_nothing_and_chain(schema: str) -> None:
+    # Prevents: the warm commit (one entry, chained, on the known leaf) or its take/give on the
+    # thread's Armed misbehaving when two instances and two threads each append to one session at
+    # once, unobserved: a write lost or answered twice, the chain forked, the count off, a
+    # connection left armed; callers' ids of odd characters among them (the leaf sm_append_at
+    # does not name: sm_apply on the known leaf, which conflicts when another wrote first).
+    with open_sm(schema, pool_size=2) as a, open_sm(schema, pool_size=2) as b:
+        sid = a.call("session::create", {"title": "t"})["session_id"]
+        answered: list[list[str]] = [[] for _ in range(4)]
+        errors: list[BaseException] = []
+
+        def write(sm: session_manager.SessionManager, mine: list[str], name: str) -> None:
+            try:
+                for i in range(30):
+                    payload: dict[str, Any] = {"session_id": sid, "message": text(f"{name}{i}")}
+                    if i % 7 == 3:
+                        payload["entry_id"] = f"{name} '{i}\u00e9"
+                    mine.append(sm.call("session::append", payload)["entry_id"])
+            except BaseException as e:  # (reported below)
+                errors.append(e)
+
+        threads = [threading.Thread(target=write, args=(sm, mine, f"w{n}"))
+                   for n, (sm, mine) in enumerate(zip((a, b, a, b), answered, strict=True))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        assert not errors, errors
+        chain = check_linear(a, sid)
+        assert sorted(chain) == sorted(i for mine in answered for i in mine) and len(chain) == 120
+        for sm in (a, b):
+            assert not sm.service.store.db.watchdog._armed
