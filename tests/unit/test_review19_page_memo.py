@@ -133,3 +133,30 @@ def test_a_plans_counted_bytes_bound_what_its_templates_hold(shapes: None) -> No
                   {"messages": [{"a": {"b": 0.5 + i, "c": 1.5 + i}} for i in range(2000)]}):
         counted, held = _plan_bytes(built)
         assert held <= counted, (held, counted)
+
+
+def test_the_process_wide_shapes_hold_a_few_mib_whatever_characters_their_keys_take(shapes: None) -> None:
+    # Prevents: the shape cache (process-wide, never emptied) holding far more than its bound says:
+    # MAX_SHAPE_SOURCE counted a source's characters, and a key of characters past U+FFFF takes 4
+    # bytes each (the source, and again the key constants of its code): 512 shapes of such keys
+    # held ~17 MiB where ASCII ones hold ~5.
+    n = 96  # (pages made here: half of keys past U+FFFF, half ASCII, each source just within 4,096 characters)
+    gc.collect()
+    tracemalloc.start()
+    try:
+        for i in range(n):
+            wide = "\U0001f600" if i % 2 else "x"
+            item = {f"{wide}{i}-{j}-" + wide * 180: [0] for j in range(20)}
+            memo = PageMemo()
+            memo.keep("k", 1, {"messages": [item]})
+            kept = memo.get("k")
+            assert kept is not None
+            for _ in range(page_memo.PLAN_AFTER):
+                assert orjson.dumps(memo.page(kept)) == orjson.dumps({"messages": [item]})
+        del memo, kept, item
+        gc.collect()
+        held, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert len(page_memo._SHAPES) >= n // 2  # (the ASCII ones compiled)
+    assert held / n * 512 < 8 * 1024 * 1024, held / n * 512 / 2 ** 20  # (a full cache of them under 8 MiB)
