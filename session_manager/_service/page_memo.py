@@ -53,9 +53,11 @@ MAX_SHAPES = 512
 MAX_NEW_SHAPES = 8  # structures compiled (process-wide; a full cache compiles no more)
 MAX_SHAPE_DEPTH = 16  # containers within containers in one item
 MAX_SHAPE_VALUES = 256  # values (and so ``t[i]``) in one item
-# A structure's source holds its keys, which are callers' text: bounded, so the process-wide
-# cache (MAX_SHAPES of them, kept for the process's life) holds at most ~2 MiB of sources.
-MAX_SHAPE_SOURCE = 4096  # characters
+# A structure's source holds its keys, which are callers' text: bounded by the bytes it takes
+# (sys.getsizeof: a character past U+FFFF takes 4, review 19), so the process-wide cache
+# (MAX_SHAPES of them, kept for the process's life) holds at most ~5.5 MiB, sources and their
+# code (the keys again as its constants) together (tracemalloc, 512 sources of ~4 KB).
+MAX_SHAPE_SOURCE = 4096  # bytes, as the source is held
 
 Shape = Callable[[tuple[Any, ...]], Any]
 _SHAPES: dict[str, Shape] = {}
@@ -196,7 +198,7 @@ def _planned(value: Any, budget: list[int]) -> tuple[Shape, tuple[Any, ...]] | N
         return None
     shape = _SHAPES.get(source)
     if shape is None:
-        if len(_SHAPES) >= MAX_SHAPES or budget[0] <= 0 or len(source) > MAX_SHAPE_SOURCE:
+        if len(_SHAPES) >= MAX_SHAPES or budget[0] <= 0 or sys.getsizeof(source) > MAX_SHAPE_SOURCE:
             return None
         budget[0] -= 1
         # Only structure is compiled: keys as their repr (a str literal), values as t[i].
