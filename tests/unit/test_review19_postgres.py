@@ -228,3 +228,53 @@ def test_two_instances_appending_one_session_from_threads_lose_nothing_and_chain
         assert sorted(chain) == sorted(i for mine in answered for i in mine) and len(chain) == 120
         for sm in (a, b):
             assert not sm.service.store.db.watchdog._armed
+
+
+@pytest.mark.parametrize("observed", [False, True])
+def test_two_instances_racing_the_same_callers_ids_store_each_once_and_answer_the_original(
+        schema: str, observed: bool) -> None:
+    # Prevents: idempotency on a caller's entry_id broken by the warm path (each instance reading
+    # the id absent, then both writing it, or the loser answering its own entry instead of the
+    # original, or firing for it): each id stored once, every answer for it the stored entry's,
+    # one event per id (observed: the winner's instance).
+    with open_sm(schema, pool_size=2) as a, open_sm(schema, pool_size=2) as b:
+        sid = a.call("session::create", {"title": "t"})["session_id"]
+        for sm in (a, b):  # (both warm: the session known to each)
+            sm.call("session::append", {"session_id": sid, "message": text("warm")})
+        fired: list[list[str]] = [[], []]
+        if observed:
+            for sm, seen in zip((a, b), fired, strict=True):
+                sm.observe({"function_id": ON_MESSAGE_ADDED}, lambda e, seen=seen: seen.append(e["entry_id"]))
+        got: list[list[Any]] = [[] for _ in range(4)]
+        errors: list[BaseException] = []
+        barrier = threading.Barrier(4)
+
+        def write(sm: session_manager.SessionManager, mine: list[Any], name: str) -> None:
+            try:
+                for i in range(25):
+                    barrier.wait(30)
+                    mine.append(sm.call("session::append", {"session_id": sid, "entry_id": f"id-{i}",
+                                                            "message": text(f"{name}{i}")}))
+            except BaseException as e:  # (reported below)
+                errors.append(e)
+
+        threads = [threading.Thread(target=write, args=(sm, mine, f"w{n}"))
+                   for n, (sm, mine) in enumerate(zip((a, b, a, b), got, strict=True))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        assert not errors, errors
+        chain = check_linear(a, sid)
+        assert len(chain) == 27 and sorted(chain[2:]) == sorted(f"id-{i}" for i in range(25))
+        stored = {e["id"]: e for e in a.service.store.entries(sid)}
+        for mine in got:
+            for answer in mine:
+                entry = stored[answer["entry_id"]]
+                assert answer == {"entry_id": entry["id"], "parent_id": entry["parent_id"],
+                                  "timestamp": entry["timestamp"]}
+        if observed:  # (each instance's observer gets every append once, its own and the other's)
+            assert wait_for(lambda: all(len(seen) >= 25 for seen in fired))
+            time.sleep(0.3)
+            for seen in fired:
+                assert seen == chain[2:]
