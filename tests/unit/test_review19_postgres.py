@@ -278,3 +278,61 @@ def test_two_instances_racing_the_same_callers_ids_store_each_once_and_answer_th
             time.sleep(0.3)
             for seen in fired:
                 assert seen == chain[2:]
+
+
+def test_threads_of_warm_unobserved_appends_into_a_silent_network_answer_by_their_deadline(
+        schema: str, relay: Any) -> None:
+    # Prevents: take/give on the threads' own Armed under load losing a deadline (a call hanging
+    # behind a peer that never answers), a connection the watchdog ended going back to the pool
+    # (the calls after the network returns failing on it), an append answered session/storage that
+    # landed anyway, or one answered that did not; nothing left armed.
+    from tests.unit.test_postgres_deadline import open_via, served
+
+    sm = open_via(relay, schema, pool_size=2)
+    try:
+        sid = sm.call("session::ensure", {"session_id": "s"})["session_id"]
+        for i in range(5):
+            sm.call("session::append", {"session_id": sid, "message": text(f"warm{i}")})
+        answered: list[str] = []
+        timed_out: list[str] = []
+        errors: list[BaseException] = []
+        silent = threading.Event()
+
+        def write(name: str) -> None:
+            try:
+                for i in range(8):
+                    if i == 3:
+                        silent.wait(30)
+                    try:
+                        got = sm.call("session::append", {"session_id": sid, "message": text(f"{name}{i}")})
+                        answered.append(got["entry_id"])
+                    except session_manager.SessionError as e:
+                        assert e.code == "session/storage", e
+                        timed_out.append(e.detail)
+            except BaseException as e:  # (reported below)
+                errors.append(e)
+
+        threads = [threading.Thread(target=write, args=(f"t{n}",), daemon=True) for n in range(4)]
+        for t in threads:
+            t.start()
+        time.sleep(0.2)
+        relay.silence()
+        silent.set()
+        time.sleep(1.5)  # (past the deadline of every call made into the silence)
+        relay.silence(False)
+        for t in threads:
+            t.join(60)
+            assert not t.is_alive(), "a call hung past its deadline"
+        assert not errors, errors
+        assert timed_out, "no call met the silence"
+        assert wait_for(lambda: served(sm))
+        for i in range(20):  # (no connection the deadline ended is served again)
+            answered.append(sm.call("session::append", {"session_id": sid, "message": text(f"after{i}")})
+                            ["entry_id"])
+        assert not sm.service.store.db.watchdog._armed
+    finally:
+        relay.silence(False)
+        sm.close()
+    with open_sm(schema) as fresh:
+        chain = check_linear(fresh, sid)
+    assert sorted(chain[5:]) == sorted(answered)  # (what timed out never landed; what answered did)
