@@ -19,6 +19,7 @@ from session_manager._wire.events import ON_MESSAGE_ADDED
 from tests import pg_support
 from tests.pg_support import text
 from tests.unit.review19_support import readers_while_a_writer_appends
+from tests.unit.test_postgres_attacks_review14 import _same_as_fs
 from tests.unit.test_postgres_instances import check_linear, open_sm, wait_for
 
 pytestmark = pytest.mark.postgres
@@ -196,7 +197,7 @@ def test_an_observed_append_after_a_leaf_of_odd_characters_is_decided_once(schem
         assert len(check_linear(sm, sid)) == 13
 
 
-def test_two_instances_appending_one_session_from_threads_lose_nothing_and_chain(schema: str) -> None:
+def test_two_instances_appending_one_session_from_threads_lose_nothing_and_chain(schema: str, tmp_path: Any) -> None:
     # Prevents: the warm commit (one entry, chained, on the known leaf) or its take/give on the
     # thread's Armed misbehaving when two instances and two threads each append to one session at
     # once, unobserved: a write lost or answered twice, the chain forked, the count off, a
@@ -228,11 +229,12 @@ def test_two_instances_appending_one_session_from_threads_lose_nothing_and_chain
         assert sorted(chain) == sorted(i for mine in answered for i in mine) and len(chain) == 120
         for sm in (a, b):
             assert not sm.service.store.db.watchdog._armed
+    assert _same_as_fs(schema, sid, tmp_path) == chain  # (its stored links the rule's, read as fs reads it)
 
 
 @pytest.mark.parametrize("observed", [False, True])
 def test_two_instances_racing_the_same_callers_ids_store_each_once_and_answer_the_original(
-        schema: str, observed: bool) -> None:
+        schema: str, observed: bool, tmp_path: Any) -> None:
     # Prevents: idempotency on a caller's entry_id broken by the warm path (each instance reading
     # the id absent, then both writing it, or the loser answering its own entry instead of the
     # original, or firing for it): each id stored once, every answer for it the stored entry's,
@@ -278,10 +280,11 @@ def test_two_instances_racing_the_same_callers_ids_store_each_once_and_answer_th
             time.sleep(0.3)
             for seen in fired:
                 assert seen == chain[2:]
+    assert _same_as_fs(schema, sid, tmp_path) == chain
 
 
 def test_threads_of_warm_unobserved_appends_into_a_silent_network_answer_by_their_deadline(
-        schema: str, relay: Any) -> None:
+        schema: str, relay: Any, tmp_path: Any) -> None:
     # Prevents: take/give on the threads' own Armed under load losing a deadline (a call hanging
     # behind a peer that never answers), a connection the watchdog ended going back to the pool
     # (the calls after the network returns failing on it), an append answered session/storage that
@@ -336,3 +339,4 @@ def test_threads_of_warm_unobserved_appends_into_a_silent_network_answer_by_thei
     with open_sm(schema) as fresh:
         chain = check_linear(fresh, sid)
     assert sorted(chain[5:]) == sorted(answered)  # (what timed out never landed; what answered did)
+    assert _same_as_fs(schema, sid, tmp_path) == chain
