@@ -340,3 +340,34 @@ def test_threads_of_warm_unobserved_appends_into_a_silent_network_answer_by_thei
         chain = check_linear(fresh, sid)
     assert sorted(chain[5:]) == sorted(answered)  # (what timed out never landed; what answered did)
     assert _same_as_fs(schema, sid, tmp_path) == chain
+
+
+@pytest.mark.parametrize("observed", [False, True])
+def test_a_callers_id_remembered_from_a_deleted_incarnation_is_written_again_not_replayed(
+        schema: str, observed: bool) -> None:
+    # Prevents: the warm path answering a caller's entry_id as a replay from what this instance
+    # remembers of the session (its own earlier append of that id) after another instance deleted
+    # the session and made it again under the same id: the answer would name an entry no longer
+    # stored, and nothing would be written or fired.
+    with open_sm(schema) as a, open_sm(schema) as b:
+        fired: list[str] = []
+        if observed:
+            a.observe({"function_id": ON_MESSAGE_ADDED}, lambda e: fired.append(e["entry_id"]))
+        a.call("session::ensure", {"session_id": "s"})
+        for i in range(3):
+            a.call("session::append", {"session_id": "s", "message": text(f"w{i}")})
+        first = a.call("session::append", {"session_id": "s", "entry_id": "x", "message": text("first")})
+        assert a.call("session::append", {"session_id": "s", "entry_id": "x", "message": text("again")}) == first
+        b.call("session::delete", {"session_id": "s"})
+        b.call("session::ensure", {"session_id": "s"})
+        b.call("session::append", {"session_id": "s", "message": text("b")})
+        second = a.call("session::append", {"session_id": "s", "entry_id": "x", "message": text("second")})
+        assert second["parent_id"] is not None and second["parent_id"] != first["parent_id"]
+        after = a.call("session::append", {"session_id": "s", "message": text("after")})
+        assert after["parent_id"] == "x"
+        chain = check_linear(a, "s")
+        assert len(chain) == 3 and chain[1:] == ["x", after["entry_id"]]
+        entries = {e["id"]: e for e in b.service.store.entries("s")}
+        assert entries["x"]["message"]["content"][0]["text"] == "second"
+        if observed:
+            assert wait_for(lambda: "x" in fired[4:] and after["entry_id"] in fired)
