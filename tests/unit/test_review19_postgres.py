@@ -371,3 +371,45 @@ def test_a_callers_id_remembered_from_a_deleted_incarnation_is_written_again_not
         assert entries["x"]["message"]["content"][0]["text"] == "second"
         if observed:
             assert wait_for(lambda: "x" in fired[4:] and after["entry_id"] in fired)
+
+
+@pytest.mark.parametrize("observed", [False, True])
+def test_an_append_interrupted_in_its_statement_gives_its_connection_back(schema: str, observed: bool) -> None:
+    # Prevents: an append whose statement is interrupted by something other than psycopg's errors
+    # (KeyboardInterrupt: psycopg cancels the query and re-raises it; any BaseException) keeping
+    # its pooled connection for ever, still armed: `_apply_plain` (the warm take/give) and `_apply`
+    # returned it only on psycopg.Error or success, so a pool of one then failed every later call
+    # with PoolTimeout. (Reads return theirs in a finally.)
+    import traceback
+
+    from session_manager.store.postgres import core
+
+    with session_manager.open(store=pg_support.open_store(schema, pool_size=1, pool_timeout_ms=2000)) as sm:
+        if observed:
+            sm.observe({"function_id": ON_MESSAGE_ADDED}, lambda e: None)
+        sid = sm.call("session::create", {})["session_id"]
+        ids = [sm.call("session::append", {"session_id": sid, "message": text(f"w{i}")})["entry_id"]
+               for i in range(3)]
+        db = sm.service.store.db
+        names = ("run_pair",) if not observed else ("run", "execute")
+        real = {name: getattr(core.PgDatastore, name) for name in names}
+
+        def interrupted(*args: Any, **kwargs: Any) -> Any:
+            for name, method in real.items():
+                setattr(core.PgDatastore, name, method)
+            raise KeyboardInterrupt
+
+        for name in names:
+            setattr(core.PgDatastore, name, interrupted)
+        try:
+            with pytest.raises(KeyboardInterrupt) as stopped:
+                sm.call("session::append", {"session_id": sid, "message": text("interrupted")})
+        finally:
+            for name, method in real.items():
+                setattr(core.PgDatastore, name, method)
+        frames = {frame.name for frame in traceback.extract_tb(stopped.value.__traceback__)}
+        assert ("_apply" if observed else "_apply_plain") in frames
+        assert not db.watchdog._armed
+        after = sm.call("session::append", {"session_id": sid, "message": text("after")})
+        assert after["parent_id"] == ids[-1]  # (the interrupted one was never sent)
+        assert check_linear(sm, sid) == [*ids, after["entry_id"]]
