@@ -413,3 +413,29 @@ def test_an_append_interrupted_in_its_statement_gives_its_connection_back(schema
         after = sm.call("session::append", {"session_id": sid, "message": text("after")})
         assert after["parent_id"] == ids[-1]  # (the interrupted one was never sent)
         assert check_linear(sm, sid) == [*ids, after["entry_id"]]
+
+
+def test_an_observed_append_interrupted_reading_its_backend_gives_its_connection_back(schema: str) -> None:
+    # Prevents: _apply's connection kept for ever when its read of the backend's start (a query on a
+    # connection's first use, before the statement) is interrupted: the same leak as the statement's.
+    from session_manager.store.postgres import core
+
+    with session_manager.open(store=pg_support.open_store(schema, pool_size=1, pool_timeout_ms=2000)) as sm:
+        sm.observe({"function_id": ON_MESSAGE_ADDED}, lambda e: None)
+        sid = sm.call("session::create", {})["session_id"]
+        first = sm.call("session::append", {"session_id": sid, "message": text("w")})
+        real = core.PgDatastore.started_at
+
+        def interrupted(*args: Any, **kwargs: Any) -> Any:
+            core.PgDatastore.started_at = real  # type: ignore[method-assign]
+            raise KeyboardInterrupt
+
+        core.PgDatastore.started_at = interrupted  # type: ignore[method-assign]
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                sm.call("session::append", {"session_id": sid, "message": text("interrupted")})
+        finally:
+            core.PgDatastore.started_at = real  # type: ignore[method-assign]
+        assert not sm.service.store.db.watchdog._armed
+        after = sm.call("session::append", {"session_id": sid, "message": text("after")})
+        assert check_linear(sm, sid) == [first["entry_id"], after["entry_id"]]
