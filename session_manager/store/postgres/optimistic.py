@@ -552,7 +552,11 @@ class Optimistic:
             params = apply_params(plan.session_id, commit, plan.bodies, plan.meta_text, instance=sender,
                                   schema=db.settings.schema, events=events, plan=plan)
         conn = db.getconn(db.deadline_at())
-        pid, started = conn.pgconn.backend_pid, db.started_at(conn)
+        try:
+            pid, started = conn.pgconn.backend_pid, db.started_at(conn)  # (a query on its first use)
+        except BaseException:
+            _interrupted(db, conn, None)
+            raise
         row: tuple[Any, ...] | None = None
         try:
             row = (db.run(conn, _APPEND_AT, params)[0] if cut is not None
@@ -644,7 +648,11 @@ class Optimistic:
         conn = db.take(state)
         started = conn.backend_start if type(conn) is _Conn else _UNREAD  # (db.started_at's, known)
         if started is _UNREAD:
-            started = db.started_at(conn)
+            try:
+                started = db.started_at(conn)  # (a query on the connection's first use)
+            except BaseException:
+                _interrupted(db, conn, state)
+                raise
         pid = conn.pgconn.backend_pid
         linked = "depth" in params
         # A linked append's answer says only whether it wrote: what the session then is (its
