@@ -53,9 +53,11 @@ MAX_SHAPES = 512
 MAX_NEW_SHAPES = 8  # structures compiled (process-wide; a full cache compiles no more)
 MAX_SHAPE_DEPTH = 16  # containers within containers in one item
 MAX_SHAPE_VALUES = 256  # values (and so ``t[i]``) in one item
-# A structure's source holds its keys, which are callers' text: bounded, so the process-wide
-# cache (MAX_SHAPES of them, kept for the process's life) holds at most ~2 MiB of sources.
-MAX_SHAPE_SOURCE = 4096  # characters
+# A structure's source holds its keys, which are callers' text: bounded by the bytes it takes
+# (sys.getsizeof: a character past U+FFFF takes 4, review 19), so the process-wide cache
+# (MAX_SHAPES of them, kept for the process's life) holds at most ~5.5 MiB, sources and their
+# code (the keys again as its constants) together (tracemalloc, 512 sources of ~4 KB).
+MAX_SHAPE_SOURCE = 4096  # bytes, as the source is held
 
 Shape = Callable[[tuple[Any, ...]], Any]
 _SHAPES: dict[str, Shape] = {}
@@ -160,23 +162,32 @@ def _plan(page: Any, line: int) -> tuple[Plan, int] | None:
                     if planned is None:
                         return None
                     elements.append(planned)
-                    count += len(planned[1])
+                    count += _weight(planned[1])
                 else:
                     elements.append((None, element))
             parts.append((name, elements))
-            count += len(elements)
+            count += _PER_VALUE * len(elements)
         elif kind is dict:
             planned = _planned(value, budget)
             if planned is None:
                 return None
             parts.append((name, planned))
-            count += len(planned[1])
+            count += _weight(planned[1])
     top = page.copy()
     for name, _ in parts:
         top[name] = None  # (replaced in every answer: the first answer's containers not held)
     # The values' text is within the JSON's (a character in at most 4 bytes either way); each
-    # value's object header, tuple slot and share of a template's table within _PER_VALUE.
-    return (top, tuple(parts)), 4 * line + _PER_VALUE * count + sys.getsizeof(top)
+    # value's object header, tuple slot and share of a template's table within _PER_VALUE, each
+    # template's value and slot within _PER_KEY (count: _weight's, in bytes).
+    return (top, tuple(parts)), 4 * line + count + sys.getsizeof(top)
+
+
+def _weight(values: tuple[Any, ...]) -> int:
+    """A bound of the bytes a shape's tuple of values holds beyond their text: ``_PER_VALUE`` a
+    value, and a template (a dict of values alone, one value of the tuple) ``_PER_KEY`` more per
+    key, its value's object and table slot (review 19: counted as one value, a template of 62
+    floats held ~1.7x the bytes counted, past ``MAX_BYTES``)."""
+    return _PER_VALUE * len(values) + _PER_KEY * sum([len(v) for v in values if type(v) is dict])
 
 
 def _planned(value: Any, budget: list[int]) -> tuple[Shape, tuple[Any, ...]] | None:
@@ -187,7 +198,7 @@ def _planned(value: Any, budget: list[int]) -> tuple[Shape, tuple[Any, ...]] | N
         return None
     shape = _SHAPES.get(source)
     if shape is None:
-        if len(_SHAPES) >= MAX_SHAPES or budget[0] <= 0 or len(source) > MAX_SHAPE_SOURCE:
+        if len(_SHAPES) >= MAX_SHAPES or budget[0] <= 0 or sys.getsizeof(source) > MAX_SHAPE_SOURCE:
             return None
         budget[0] -= 1
         # Only structure is compiled: keys as their repr (a str literal), values as t[i].
@@ -235,5 +246,6 @@ def _past() -> str:
 
 _CONTAINERS = frozenset((dict, list))
 _PER_VALUE = 200  # bytes: a str's header (~80), its slot (8), a 2-key template's table per value (~92)
+_PER_KEY = 100  # bytes, a template's value (a str's header ~80, a float 24) and its slot (~40 as copied)
 _LEAF = tuple(f"t[{i}]" for i in range(MAX_SHAPE_VALUES))
 _COPY = tuple(f"t[{i}].copy()" for i in range(MAX_SHAPE_VALUES))

@@ -24,6 +24,7 @@ decision does.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -48,6 +49,9 @@ _HOLE_U, _HOLE_C = f"\x01sm-updated-{_TAG}", f"\x01sm-count-{_TAG}"
 # Their JSON texts, encoded once (every append looked for them).
 _HOLE_JSON, _HOLE_U_JSON, _HOLE_C_JSON = json_text(HOLE), json_text(_HOLE_U), json_text(_HOLE_C)
 HOLE_JSON = _HOLE_JSON  # sm_append_call's p_hole
+# A leaf the procedures put in the parent's place as it is (their '^[A-Za-z0-9_.:-]+$'; ``$`` there
+# is the text's end, as \Z here): any other they refuse with SM409.
+_ENCODED = re.compile(r"[A-Za-z0-9_.:-]+\Z").match
 
 APPEND_FUNCTION = """
 CREATE FUNCTION sm_append(
@@ -514,6 +518,12 @@ def choose_at_leaf(plan: Plan, resolved: Commit, bodies: list[str]) -> str | Non
     known = plan.known
     plan.holed = False
     if known is None or not bodies:
+        return None
+    leaf = known.leaf
+    if leaf is not None and not _ENCODED(leaf):
+        # The server names the parent only as the JSON of a leaf it writes unescaped (the
+        # procedures' '^[A-Za-z0-9_.:-]+$'; else SM409): a known leaf it would refuse stays
+        # the parent, checked by sm_apply (review 19: the refusal cost the call a second run).
         return None
     cut = segments(known, resolved, bodies[0])
     if cut is None:

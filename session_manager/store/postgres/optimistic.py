@@ -32,6 +32,7 @@ autocommit statement is its own transaction).
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections import OrderedDict
@@ -83,6 +84,20 @@ AHEAD = True
 
 class Fallback(BaseException):
     """This call needs the transactional path (a BaseException: no domain handler catches it)."""
+
+
+def _interrupted(db: Any, conn: psycopg.Connection[Any], state: Any) -> None:
+    """A connection whose statement something other than psycopg's errors ended (a
+    KeyboardInterrupt: psycopg cancels the query and re-raises it; any BaseException) closed and
+    given back, so the pool discards it and is not short of it for good (review 19: it was kept,
+    still armed). Whether the write landed is unknown: the caller's exception goes on as it is.
+    ``state``: the thread's, when taken by :meth:`~.core.PgDatastore.take` (else ``putconn``'s)."""
+    with contextlib.suppress(Exception):
+        conn.close()
+    if state is not None:
+        db.give(conn, state)
+    else:
+        db.putconn(conn)
 
 
 class _Conflicted(Exception):
@@ -537,12 +552,20 @@ class Optimistic:
             params = apply_params(plan.session_id, commit, plan.bodies, plan.meta_text, instance=sender,
                                   schema=db.settings.schema, events=events, plan=plan)
         conn = db.getconn(db.deadline_at())
-        pid, started = conn.pgconn.backend_pid, db.started_at(conn)
+        try:
+            pid, started = conn.pgconn.backend_pid, db.started_at(conn)  # (a query on its first use)
+        except BaseException:
+            _interrupted(db, conn, None)
+            raise
         row: tuple[Any, ...] | None = None
         try:
             row = (db.run(conn, _APPEND_AT, params)[0] if cut is not None
                    else db.execute(conn, APPLY_AT_ROW, params).fetchone())
-        except psycopg.Error as e:
+        except BaseException as e:
+            if not isinstance(e, psycopg.Error):
+                _interrupted(db, conn, None)
+                self.forget(plan.session_id)
+                raise
             failure = db.fail(e)
             if e.sqlstate == CONFLICT:  # raised before anything was written or locked past the call
                 db.putconn(conn)
@@ -635,7 +658,11 @@ class Optimistic:
         conn = db.take(state)
         started = conn.backend_start if type(conn) is _Conn else _UNREAD  # (db.started_at's, known)
         if started is _UNREAD:
-            started = db.started_at(conn)
+            try:
+                started = db.started_at(conn)  # (a query on the connection's first use)
+            except BaseException:
+                _interrupted(db, conn, state)
+                raise
         pid = conn.pgconn.backend_pid
         linked = "depth" in params
         # A linked append's answer says only whether it wrote: what the session then is (its
@@ -649,7 +676,11 @@ class Optimistic:
             row: tuple[Any, ...] = () if linked else rows[0][:6]
             version = (rows[0][0] if rows else None) if linked else rows[0][6]
             seen, wrote = (None, bool(rows)) if linked else (row[0], row[1])
-        except psycopg.Error as e:
+        except BaseException as e:
+            if not isinstance(e, psycopg.Error):
+                _interrupted(db, conn, state)
+                self.forget(plan.session_id)
+                raise
             failure = db.fail(e)
             lost = conn.broken or conn.closed
             db.give(conn, state)
