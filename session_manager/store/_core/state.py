@@ -250,7 +250,8 @@ class StateBackedStore(SessionStore):
         return _meta_and_entry(self._state(session_id), entry_id)
 
     def meta_and_leaf_to_commit(self, session_id: str) -> tuple[Meta | None, str | None]:
-        return _meta_and_leaf(self._state_to_commit(session_id))
+        state = self._state_to_commit(session_id)  # (_meta_and_leaf, inline: every append reads it)
+        return (state.meta, state.leaf) if state else (None, None)
 
     def meta_and_entry_to_commit(self, session_id: str, entry_id: str) -> tuple[Meta | None, Entry | None]:
         return _meta_and_entry(self._state_to_commit(session_id), entry_id)

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import StoreError, Vanished
+from .._core.cas import resolve
 from .._core.state import SessionState, StateBackedStore
 from ..base import NO_TRANSACTION, AttachmentMeta, Commit, Entry, EventSink, Meta
 from ..search_index import Matches, Ranked, SortKey, Stats
@@ -386,7 +387,9 @@ class FsStore(StateBackedStore):
             d.not_inherited()  # (raises: its test inline, every write passes here)
         state = self._current_state(session_id)
         try:
-            commit = state.resolve(commit)  # compare-and-set, inside the write's critical section
+            # compare-and-set, inside the write's critical section (SessionState.resolve's call, inline)
+            entries = state.entries
+            commit = resolve(commit, state.meta, state.leaf, entries.get, entries.__contains__)
             data, sizes = encode_sized(commit)
             if d.fold is not None:
                 d.fold.claim(session_id)
