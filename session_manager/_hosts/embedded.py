@@ -59,6 +59,7 @@ EventHandler = Callable[[dict[str, Any]], Any]
 
 
 _LEAVES = frozenset({str, int, float, bool, type(None)})
+_PLAIN_LEAVES = frozenset({str, int, bool, type(None)})  # (validation._plain_copy's: a float is checked there)
 
 # Reads whose response the service builds from the path's entries and new containers
 # alone (``_service/tail.py``, ``_service/message_reads.py``: items made by
@@ -209,13 +210,29 @@ class SessionManager(Helpers):
             service = self.service
             core = service.core
             model = function.request
-            payload = admit_copy(function.id, payload, core.limits.current, mutates=function.mutates)
+            flat = None
+            if function_id in _PURE_READS and type(payload) is dict:
+                # (admit_copy's exact path for a read's request of plain leaves alone, inline: the
+                # copy, and its one encoding proving its keys plain strs and its text JSON's; a read
+                # has no size limit. Anything else, a float too, takes admit_copy, which names it.)
+                flat = payload.copy()
+                for value in flat.values():
+                    if type(value) not in _PLAIN_LEAVES:
+                        flat = None
+                        break
+                else:
+                    try:
+                        orjson.dumps(flat)
+                    except TypeError:  # (orjson.JSONEncodeError is one)
+                        flat = None
+            payload = flat if flat is not None else admit_copy(function.id, payload, core.limits.current,
+                                                                mutates=function.mutates)
             allowed = _ALLOWED_KEYS.get(model)  # (reject_unknown_keys' test, without its call)
             if allowed is None or type(payload) not in _DICTS or not payload.keys() <= allowed:
                 reject_unknown_keys(model, payload)
             request: Any = _UNPARSED
             if type(payload) in _DICTS:  # (parse_request's common case, inline: no long list to chunk)
-                for value in payload.values():
+                for value in payload.values() if flat is None else ():
                     if type(value) is list and len(value) > CHUNK_ITEMS:
                         break
                 else:
