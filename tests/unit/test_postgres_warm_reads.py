@@ -17,6 +17,7 @@ import pytest
 
 import session_manager
 from session_manager.errors import SessionError
+from session_manager.store.memory import MemoryStore
 from tests import pg_support
 from tests.pg_support import text
 from tests.unit.test_postgres_instances import open_sm
@@ -254,16 +255,24 @@ def test_leaf_since_is_meta_and_leaf_since_without_the_meta(sm: session_manager.
     assert store.leaf_since(empty, None)[:2] == (True, None)
 
 
-def test_the_default_leaf_since_follows_meta_and_leaf_since(tmp_path: Any) -> None:
-    # Prevents: a store without a leaf_since of its own (sqlite: the base class's) answering the
-    # tail otherwise than its meta_and_leaf_since says.
-    with session_manager.open(f"sqlite:///{tmp_path / 'db.sqlite'}") as sm:
+@pytest.mark.parametrize("kind", ["sqlite", "memory"])
+def test_leaf_since_elsewhere_follows_meta_and_leaf_since(tmp_path: Any, kind: str) -> None:
+    # Prevents: sqlite's leaf_since (its meta's text not decoded) or the base class's default
+    # (the memory store's) answering the tail otherwise than meta_and_leaf_since says.
+    with (session_manager.open(f"sqlite:///{tmp_path / 'db.sqlite'}") if kind == "sqlite"
+          else session_manager.open(store=MemoryStore())) as sm:
         store = sm.service.store
         sid = sm.call("session::create", {})["session_id"]
         eid = sm.call("session::append", {"session_id": sid, "message": text("m")})["entry_id"]
         meta, leaf, version = store.meta_and_leaf_since(sid, None)
         assert store.leaf_since(sid, None) == (meta is not None, leaf, version) == (True, eid, version)
+        assert store.leaf_since(sid, version) == (True, eid, version)
         assert store.leaf_since("nope", None) == (False, None, None)
+        empty = sm.call("session::create", {})["session_id"]
+        assert store.leaf_since(empty, None)[:2] == (True, None)
         with pytest.raises(SessionError) as gone:
             sm.call("session::messages-tail", {"session_id": "nope"})
         assert gone.value.code == "session/not_found"
+        sm.call("session::delete", {"session_id": sid})
+        assert store.meta_and_leaf_since(sid, version)[0] is None
+        assert store.leaf_since(sid, version) == (False, None, None)  # (deleted: gone, whatever version)
