@@ -3,6 +3,7 @@
     valgrind --tool=callgrind --callgrind-out-file=/tmp/cg.%p python bench/pg_instr.py append 200
     python bench/pg_instr.py per-op          # runs callgrind itself: append and tail, per operation
     python bench/pg_instr.py per-op tail-anew   # a tail whose page is built anew
+    python bench/pg_instr.py per-op get get-message messages   # the other warm reads
     python bench/pg_instr.py profile append 2000   # cProfile call counts instead
 
 Wall-clock time on a shared box swings with its load; the instructions this
@@ -100,6 +101,19 @@ def workload(kind: str, n: int) -> Any:
         def run() -> None:
             for _ in range(n):
                 store.meta_and_leaf_since(sid, version)
+    elif kind in ("get", "get-message", "messages"):  # the other warm reads a chat view makes
+        for i in range(200):
+            sm.append(sid, message={**MSG, "content": [{"type": "text", "text": f"message {i}"}]})
+        function = f"session::{kind}"
+        req = ({"session_id": sid} if kind == "get" else {"session_id": sid, "limit": 50} if kind == "messages"
+               else {"session_id": sid, "entry_id": sm.call("session::messages-tail", {"session_id": sid, "limit": 1})
+                     ["messages"][0]["entry_id"]})
+        for _ in range(WARM):
+            sm.call(function, req)
+
+        def run() -> None:
+            for _ in range(n):
+                sm.call(function, req)
     elif kind == "tail-anew":  # the page built anew each time (as right after an append), the read warm
         for i in range(200):
             sm.append(sid, message={**MSG, "content": [{"type": "text", "text": f"message {i}"}]})

@@ -18,6 +18,18 @@ the warm tail, the tail right after an append, each beside raw's prepared ``SELE
 and "old" memo (as above) taking turns round by round (``--rounds``), each round's ratios to
 raw printed: the ``--floor`` table's measure, the two memos alternated in one process.
 
+``--base DIR``: this tree's warm tail against another release's, in one process (issue 24, the
+warm tail's second pass): that release's ``session_manager`` package copied under another name
+(its imports are relative), as for ``bench/pg_client_ab.py``::
+
+    mkdir -p /tmp/base && git archive f2a971f session_manager | tar -x -C /tmp/base
+    mv /tmp/base/session_manager /tmp/base/sm_base
+    python bench/pg_tail_ab.py --base /tmp/base/sm_base [--rounds 40] [--n 100] [--length 2000]
+
+each side its own store, schema and session of ``--length`` messages, calls taking turns in a
+shuffled order ("new" this tree, "old" the base; ``old/new`` above 1: this tree is faster); then
+the same for ``session::get`` (``--get``).
+
 ``--cold``: a cold open + tail instead (a new store and manager on the same schema, its first
 tail, then closed), with the pool's maintenance threads ``core.POOL_WORKERS`` ("new") against
 psycopg_pool's default of 3 ("old"), taking turns call by call; ``--n`` opens per round.
@@ -78,7 +90,13 @@ def main() -> None:
     parser.add_argument("--cold", action="store_true", help="cold open + tail: POOL_WORKERS against 3")
     parser.add_argument("--floor", action="store_true", help="pg_floor's tail rows, new and old memo by turns")
     parser.add_argument("--marshal", action="store_true", help='"old" keeps marshal bytes (not the decoding)')
+    parser.add_argument("--base", help="another release's package directory (renamed): tree against tree")
+    parser.add_argument("--get", action="store_true", help="with --base: session::get instead of the tail")
     args = parser.parse_args()
+    if args.base:
+        versus(Path(args.base).resolve(), args.rounds, args.n, args.length, "session::get" if args.get
+               else "session::messages-tail")
+        return
     if args.floor:
         floor(args.rounds, 10_000 if args.length == 2000 else args.length)
         return
@@ -125,6 +143,53 @@ def warm(sm: session_manager.SessionManager, schema: str, req: dict[str, Any], r
                 samples[side].append((clock() - start) * 1e6)
         samples["load"].append(float(Path("/proc/loadavg").read_text().split()[0]))
     return samples
+
+
+def versus(base: Path, rounds: int, n: int, length: int, function: str) -> None:
+    """``function``'s warm call of this tree ("new") against the release at ``base`` ("old")."""
+    import importlib
+
+    sys.path.insert(0, str(base.parent))
+    schemas = {side: f"sm_tail_vs_{uuid.uuid4().hex[:10]}" for side in ("new", "old")}
+    opened = {}
+    for side, package in (("new", "session_manager"), ("old", base.name)):
+        top = importlib.import_module(package)
+        pg = importlib.import_module(f"{package}.store.postgres")
+        opened[side] = top.open(store=pg.PostgresStore(pg.PostgresSettings(dsn=DSN, schema=schemas[side])))
+    try:
+        reqs = {}
+        for side, sm in opened.items():
+            sid = sm.call("session::create", {})["session_id"]
+            sm.call("session::append-many", {"session_id": sid, "messages": [
+                {"role": "user", "content": [{"type": "text", "text": f"message {i}"}], "timestamp": i}
+                for i in range(length)]})
+            reqs[side] = {"session_id": sid, "limit": 50} if function.endswith("tail") else {"session_id": sid}
+            for _ in range(30):
+                sm.call(function, reqs[side])
+        samples: dict[str, list[float]] = {"new": [], "old": []}
+        load = []
+        clock = time.perf_counter
+        for _ in range(rounds):
+            for _ in range(n):
+                sides = ["new", "old"]
+                random.shuffle(sides)
+                for side in sides:
+                    sm, req = opened[side], reqs[side]
+                    start = clock()
+                    sm.call(function, req)
+                    samples[side].append((clock() - start) * 1e6)
+            load.append(float(Path("/proc/loadavg").read_text().split()[0]))
+        new, old = statistics.median(samples["new"]), statistics.median(samples["old"])
+        q_new, q_old = (statistics.quantiles(samples[s], n=10)[0] for s in ("new", "old"))
+        print(f"{function} this tree {new:.1f} µs, base {old:.1f} µs (medians of {len(samples['new'])} calls each);"
+              f" old/new {old / new:.3f}; 10th percentiles {q_new:.1f} / {q_old:.1f};"
+              f" load {min(load):.2f}-{max(load):.2f}")
+    finally:
+        for sm in opened.values():
+            sm.close()
+        with psycopg.connect(DSN, autocommit=True) as conn:
+            for schema in schemas.values():
+                conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
 
 
 def floor(rounds: int, length: int) -> None:

@@ -18,7 +18,7 @@ from ..errors import INVALID_CURSOR, SessionError, not_found
 from ..store.base import Entry
 from ..store.path import EntryPath
 from .core import Result, ServiceCore
-from .storage_errors import storage_errors
+from .storage_errors import mapped, storage_errors
 from .transcript import elide_message, is_run_member, item, kept_whole_in_run
 
 __all__ = ["messages_tail"]
@@ -128,20 +128,28 @@ def _collapsed(run: list[Entry], image_data: bool) -> list[dict[str, Any]]:
 
 def messages_tail(core: ServiceCore, req: api.MessagesTailRequest) -> Result:
     session_id = req.session_id
-    size = core.page_size(req.limit)
+    limits = core.limits.current  # (core.page_size, inline: Limits.clamp's steps)
+    size = max(1, min(limits.default_list_limit if req.limit is None else req.limit, limits.max_list_limit))
     # A page is a function of the session's state and of these alone.
     memo_key = (session_id, size, req.before_entry_id, req.until_entry_id, req.include_custom is not False,
                 req.include_image_data is not False)
-    kept = core.tail_pages.get(memo_key)
-    with storage_errors():
+    memo = core.tail_pages
+    kept = memo.get(memo_key)
+    try:  # (storage_errors' mapping, written out: every tail passes here)
         # One call for all three: a store may answer them, and the path's last window, in one
         # read; when the session is still at the version of the page kept, that page is the answer.
-        meta, leaf, version = core.store.meta_and_leaf_since(session_id, kept[0] if kept is not None else None)
-        if meta is None:
+        # (Of the meta, only whether the session is there: a store may skip decoding it.)
+        found, leaf, version = core.store.leaf_since(session_id, kept[0] if kept is not None else None)
+        if not found:
             raise not_found(session_id)
         if version is not None and kept is not None and kept[0] == version:
-            return core.tail_pages.page(kept), []
+            return memo.page(kept), []
         path = core.path(session_id, leaf)
+    except BaseException as e:
+        error = mapped(e)
+        if error is not None:
+            raise error from None
+        raise
     walk = _Walk(path, include_custom=req.include_custom is not False)
     if walk.before(len(path)) < 0:
         with storage_errors():

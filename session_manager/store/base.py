@@ -344,6 +344,13 @@ class SessionStore(ABC):
         meta, leaf = self.meta_and_leaf(session_id)
         return meta, leaf, None
 
+    def leaf_since(self, session_id: str, version: Hashable | None) -> tuple[bool, str | None, Hashable | None]:
+        """:meth:`meta_and_leaf_since` with whether the session exists in place of its meta
+        (``messages-tail`` reads nothing else of it): a store may skip decoding the meta
+        (postgres). The default is :meth:`meta_and_leaf_since`."""
+        meta, leaf, now = self.meta_and_leaf_since(session_id, version)
+        return meta is not None, leaf, now
+
     def meta_and_entry(self, session_id: str, entry_id: str) -> tuple[Meta | None, Entry | None]:
         """``(get_meta, get_entry)`` in one call (every streamed update reads both)."""
         return self.get_meta(session_id), self.get_entry(session_id, entry_id)

@@ -815,6 +815,45 @@ class PgDatastore:
     def rows(self, query: str | sql.Composed | Statement, params: Any = None) -> list[tuple[Any, ...]]:
         """A statement's rows: in the mutation's transaction, else on a pooled connection
         (a read that found its idle connection lost runs again on a live one)."""
+        state = self.local.state
+        if state.plan is None and state.tx is None and state.deadline is not None and not self.closed:
+            # A call's read outside any mutation (every warm read: a tail, a get), with the thread's
+            # state read once: no plan, so the guard has nothing to do (the optimistic part's acts
+            # on a plan only); the connection taken and given back by take/give (the pool's fast
+            # path, the thread's own Armed); the same retry on a connection found lost.
+            for attempt in (1, 2):
+                conn = self.take(state)
+                try:
+                    if isinstance(query, Statement):
+                        ready = conn.statements if type(conn) is _Conn else None
+                        decoder = conn.decoder if ready is not None else None  # type: ignore[attr-defined]
+                        if decoder is None or query.name not in ready:  # type: ignore[operator]
+                            return self.run(conn, query, params)
+                        # (run's warm case inline, and _rows': prepared on this connection, its
+                        # decoder made, one result with rows)
+                        values, formats = query.values(params)
+                        pg = conn.pgconn
+                        pg.send_query_prepared(query.name, values, formats, 0)
+                        results = conn.wait(pq_execute(pg))
+                        res = results[-1]
+                        if len(results) != 1 or res.status != _TUPLES_OK:
+                            if results[0].status == _FATAL and _in_step(ready, [], [], results, pg):  # type: ignore[arg-type]
+                                results = self._exchange(conn, ((query, values, formats),), ready)  # type: ignore[arg-type]
+                            return self._rows(conn, query, results)
+                        decoder.set_pgresult(res)
+                        try:
+                            return decoder.load_rows(0, res.ntuples, tuple)  # type: ignore[no-any-return]
+                        finally:
+                            decoder.set_pgresult(None)  # (the result's memory is not kept past the call)
+                    return self.execute(conn, query, params).fetchall()
+                except psycopg.Error as e:
+                    failure = self.fail(e)
+                finally:
+                    self.give(conn, state)
+                armed = state.armed
+                if attempt == 1 and not (armed is not None and armed.fired) and self.stale(conn):
+                    continue  # a read: run it again on a live connection
+                raise failure
         self.guard()
         if self.local.state.tx is not None or self.closed:
             with self.conn() as conn:

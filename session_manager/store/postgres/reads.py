@@ -174,17 +174,26 @@ class PgReads:
         a transaction id is never used for another write, so the version changes with
         every commit, another instance's too, with no column to keep. The leaf and the
         meta text (its ``updated_at``) guard against the 32-bit ``xmin`` wrapping around."""
+        text, leaf, now = self.text_and_leaf_since(session_id, version)
+        return (loads(text.encode("utf-8")) if text is not None else None), leaf, now
+
+    def text_and_leaf_since(self, session_id: str, version: Hashable | None
+                            ) -> tuple[str | None, str | None, Hashable | None]:
+        """:meth:`meta_and_leaf_since` with the meta as its stored JSON text, not decoded
+        (a tail needs only to know the session is there: the store's ``leaf_since``)."""
         if isinstance(version, tuple) and len(version) == 3:
             known, known_leaf, known_meta = version
         else:
             known, known_leaf, known_meta = "", None, None
-        rows = self.db.rows(_META_AND_TAIL_STATEMENT, {"s": key(session_id), "window": PATH_WINDOW, "v": known,
-                                             "l": known_leaf, "m": known_meta})
+        sid = session_id if "\x00" not in session_id and "\x01" not in session_id else key(session_id)
+        rows = self.db.rows(_META_AND_TAIL_STATEMENT, {"s": sid, "window": PATH_WINDOW, "v": known,
+                                                       "l": known_leaf, "m": known_meta})
         if len(rows) == 1 and rows[0][0] == 0:  # the session alone: at ``version``, or no entries
             _, meta, leaf, _, xmin = rows[0]
             if meta is None:  # at ``version`` (its row's meta is never NULL): nothing else was sent
-                return loads(known_meta.encode("utf-8")), unkey(known_leaf) if known_leaf is not None else None, \
-                    version
+                # (unkey(known_leaf), written out: an id holds no escape but for a rare NUL or U+0001)
+                return known_meta, (known_leaf if known_leaf is None or "\x01" not in known_leaf
+                                    else unkey(known_leaf)), version
         else:
             head = [r for r in rows if r[0] == 0]
             if not head:
@@ -194,7 +203,7 @@ class PgReads:
             entries = [(eid if "\x01" not in eid else unkey(eid), depth, body)
                        for kind, body, eid, depth, _ in rows if kind == 1]
             self._keep_window(session_id, leaf, entries[0][1] if entries else None, entries)
-        return loads(meta.encode("utf-8")), unkey(leaf) if leaf is not None else None, (xmin, leaf, meta)
+        return meta, unkey(leaf) if leaf is not None else None, (xmin, leaf, meta)
 
     def meta_and_leaf_from_root(self, session_id: str) -> tuple[Meta | None, str | None]:
         """Both in one read, with the active path's first window kept for this call's

@@ -22,10 +22,11 @@ call reconnects by itself.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Collection, Hashable, Sequence
 from contextlib import AbstractContextManager
 from functools import partial
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from ..._wire.events import Event
 from ...errors import ReadOnlyStore
@@ -168,6 +169,33 @@ class PostgresStore(SqlStore):
         if self.db.local.state.tx is not None:
             return super().meta_and_leaf_since(session_id, version)
         return self.reads.meta_and_leaf_since(session_id, version)
+
+    def leaf_since(self, session_id: str, version: Hashable | None) -> tuple[bool, str | None, Hashable | None]:
+        """:meth:`meta_and_leaf_since`'s read with the meta's text not decoded (whether the
+        session is there is all a tail needs of it)."""
+        if self.db.local.state.tx is not None:
+            return super().leaf_since(session_id, version)
+        text, leaf, now = self.reads.text_and_leaf_since(session_id, version)
+        return text is not None, leaf, now
+
+    def run_read(self, handler: Callable[[Any, Any], tuple[R, list[Event]]], service: Any, request: Any) -> R:
+        """``handler(service, request)``'s answer, for a call that only reads (the host's pure
+        reads: it enters no mutation and has no events), outside any other call: what
+        :meth:`run_and_deliver` does for it, in one call. The call's deadline set as
+        :meth:`.optimistic.Optimistic.run_outer` sets it (and the window read for the call
+        dropped after); no outbox turn (nothing to deliver) and no optimistic attempt (no
+        plan: its reads are the database's either way). Inside another call (the thread
+        defers, holds a transaction or has a deadline): :meth:`run_and_deliver`."""
+        local = self.db.local
+        state = local.state
+        if state.deadline is not None or state.tx is not None or local.deferring:
+            return self.run_and_deliver(partial(handler, service, request), None)[0]
+        state.deadline = time.monotonic() + self.db.settings.timeout_ms / 1000
+        try:
+            return handler(service, request)[0]
+        finally:
+            state.deadline = None
+            state.window = None  # read for this call only
 
     def search(self, query: Query, sessions: Collection[str] | None,
                roles: Collection[str] | None) -> Matches:

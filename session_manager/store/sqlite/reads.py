@@ -77,6 +77,12 @@ class SqliteReads:
         The leaf and the meta text go with it: a process of the previous release that had the
         file open before it was migrated writes no ``rev``, but moves the leaf or rewrites the
         meta (its ``updated_at``) with nearly every write."""
+        meta, leaf, version = self.text_and_leaf_since(session_id)
+        return (_load(meta) if meta is not None else None), leaf, version
+
+    def text_and_leaf_since(self, session_id: str) -> tuple[str | None, str | None, Hashable | None]:
+        """:meth:`meta_and_leaf_since` with the meta as its stored text, not decoded (the store's
+        ``leaf_since``: a tail needs only to know the session is there)."""
         # With the leaf's depth, noted as get_leaf notes it: path() of this leaf (a
         # messages-tail page, next) is then one range read, not a depth probe and the read.
         rows = self.db.rows(_META_LEAF_DEPTH, (key(session_id),))
@@ -89,7 +95,7 @@ class SqliteReads:
             leaf = unkey(stored_leaf)
             state.leaf_depth = (session_id, leaf, depth)
         version = None if state.in_tx or rev is None else (rev, stored_leaf, meta)
-        return (_load(meta) if meta is not None else None), leaf, version
+        return meta, leaf, version
 
     def created_and_leaf(self, session_id: str) -> tuple[Any, str | None] | None:
         """The meta's ``created_at`` and the leaf, from the row's columns: no meta decoded (the

@@ -78,6 +78,11 @@ class SqliteStore(SqlStore):
         """With the session's version (:meth:`.reads.SqliteReads.meta_and_leaf_since`)."""
         return self.reads.meta_and_leaf_since(session_id, version)
 
+    def leaf_since(self, session_id: str, version: Hashable | None) -> tuple[bool, str | None, Hashable | None]:
+        """:meth:`meta_and_leaf_since`'s statement, the meta's text not decoded."""
+        text, leaf, now = self.reads.text_and_leaf_since(session_id)
+        return text is not None, leaf, now
+
     # The append's hot seams, each straight to its part (SqlStore's route passes through the
     # call runner and the transactions: two or three Python calls more per append).
 
