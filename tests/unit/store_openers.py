@@ -11,6 +11,8 @@ from typing import Any
 import pytest
 
 import session_manager
+from session_manager.store import FsStore, MemoryStore
+from session_manager.store.sqlite import SqliteSettings, SqliteStore
 from tests import pg_support
 
 Opener = Callable[[], Any]
@@ -27,3 +29,26 @@ def opener_fixture(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[O
         return
     with pg_support.schema() as name:
         yield lambda: session_manager.open(store=pg_support.open_store(name))
+
+
+STORES = ["memory", "fs", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+
+
+@pytest.fixture(name="opener", params=STORES)
+def store_opener_fixture(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Opener]:
+    """Opens the same bare store (no manager) again at each call (a restart, where the store
+    persists; memory: the same object), over memory, fs, sqlite or postgres. A module uses it by
+    importing ``store_opener_fixture`` (its fixture is named ``opener`` too)."""
+    kind = request.param
+    if kind == "memory":
+        store = MemoryStore()
+        yield lambda: store
+        return
+    if kind == "fs":
+        yield lambda: FsStore(tmp_path / "d")
+        return
+    if kind == "sqlite":
+        yield lambda: SqliteStore(SqliteSettings(str(tmp_path / "sm.db")))
+        return
+    with pg_support.schema() as name:
+        yield lambda: pg_support.open_store(name)

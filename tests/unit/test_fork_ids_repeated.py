@@ -6,42 +6,13 @@ parents (a cycle: the transcript cut, postgres's path query never ending)."""
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 import session_manager
-from session_manager.store import FsStore, MemoryStore
-from session_manager.store.sqlite import SqliteSettings, SqliteStore
-from tests import pg_support
+from tests.unit.store_openers import store_opener_fixture  # noqa: F401 (the fixture "opener")
 from tests.unit.test_append_new_ids_taken import Scripted, text
-
-STORES = ["memory", "fs", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
-
-
-@pytest.fixture(params=STORES)
-def opener(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
-    """Opens the same store again at each call (a restart, where the store persists)."""
-    kind = request.param
-    if kind == "memory":
-        store = MemoryStore()
-        yield lambda: store
-        return
-    if kind == "fs":
-        yield lambda: FsStore(tmp_path / "d")
-        return
-    if kind == "sqlite":
-        yield lambda: SqliteStore(SqliteSettings(str(tmp_path / "sm.db")))
-        return
-    pg_support.require()
-    name = f"smtest_defects_{uuid.uuid4().hex[:12]}"
-    try:
-        yield lambda: pg_support.open_store(name)
-    finally:
-        pg_support.drop_schema(name)
 
 
 def stored(store: Any, session_id: str) -> dict[str, tuple[str | None, str]]:

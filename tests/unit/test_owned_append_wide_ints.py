@@ -8,42 +8,16 @@ any integer past 64 bits (orjson's range) that the call stored exactly."""
 from __future__ import annotations
 
 import math
-import uuid
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 import session_manager
-from session_manager.store import FsStore, MemoryStore
-from session_manager.store.sqlite import SqliteSettings, SqliteStore
-from tests import pg_support
+from tests.unit.store_openers import store_opener_fixture  # noqa: F401 (the fixture "opener")
 
-STORES = ["memory", "fs", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
 WIDE = {"above": 2**70 + 1, "below": -(2**64) - 3, "u64": 2**64 - 1, "edge": 2**64, "list": [2**100, 1, -(2**63) - 1],
         "nested": {"n": 10**30}}
-
-
-@pytest.fixture(params=STORES)
-def opener(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[[], Any]]:
-    kind = request.param
-    if kind == "memory":
-        store = MemoryStore()
-        yield lambda: store
-        return
-    if kind == "fs":
-        yield lambda: FsStore(tmp_path / "d")
-        return
-    if kind == "sqlite":
-        yield lambda: SqliteStore(SqliteSettings(str(tmp_path / "sm.db")))
-        return
-    pg_support.require()
-    name = f"smtest_defects_{uuid.uuid4().hex[:12]}"
-    try:
-        yield lambda: pg_support.open_store(name)
-    finally:
-        pg_support.drop_schema(name)
 
 
 def by_call(sm: session_manager.SessionManager, data: Any) -> str:

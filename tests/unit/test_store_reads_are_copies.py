@@ -7,41 +7,12 @@ afresh), so such a caller corrupted the store, and every reader of it (a LangGra
 from __future__ import annotations
 
 import copy
-import uuid
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
-import pytest
-
 import session_manager
-from session_manager.store import FsStore, MemoryStore
-from session_manager.store.sqlite import SqliteSettings, SqliteStore
-from tests import pg_support
+from tests.unit.store_openers import store_opener_fixture  # noqa: F401 (the fixture "opener")
 from tests.unit.test_append_new_ids_taken import Scripted, text
-
-STORES = ["memory", "fs", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
-
-
-@pytest.fixture(params=STORES)
-def opener(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[[], Any]]:
-    kind = request.param
-    if kind == "memory":
-        store = MemoryStore()
-        yield lambda: store
-        return
-    if kind == "fs":
-        yield lambda: FsStore(tmp_path / "d")
-        return
-    if kind == "sqlite":
-        yield lambda: SqliteStore(SqliteSettings(str(tmp_path / "sm.db")))
-        return
-    pg_support.require()
-    name = f"smtest_defects_{uuid.uuid4().hex[:12]}"
-    try:
-        yield lambda: pg_support.open_store(name)
-    finally:
-        pg_support.drop_schema(name)
 
 
 def vandalize(entry: dict[str, Any]) -> None:
