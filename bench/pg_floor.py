@@ -54,6 +54,11 @@ RAW_INSERT = "INSERT INTO raw_msgs (session_id, body) VALUES (%s, %s)"
 RAW_TAIL_TABLE = "CREATE TABLE IF NOT EXISTS raw_tail (seq bigint GENERATED ALWAYS AS IDENTITY," \
                  " session_id text NOT NULL, body text NOT NULL, PRIMARY KEY (session_id, seq))"
 RAW_TAIL = "SELECT body FROM raw_tail WHERE session_id = %s ORDER BY seq DESC LIMIT 50"
+# raw_tail's rows hold the same entries' JSON text as ours stores (what a tail of the same
+# conversation reads: ~200-byte messages); raw_tail_small's the 10-byte bodies this floor read
+# until 2026-12-07, kept beside it as an audit (its rows carry none of the conversation's bytes).
+RAW_TAIL_SMALL_TABLE = RAW_TAIL_TABLE.replace("raw_tail ", "raw_tail_small ")
+RAW_TAIL_SMALL = RAW_TAIL.replace("raw_tail ", "raw_tail_small ")
 # The contract's floor: an entry, and its session's row kept current in the same transaction
 # (leaf, exact count, updated_at indexed for the list by last update); the entry's depth
 # comes from the row's count, so nothing else is read.
@@ -84,6 +89,7 @@ def setup(dsn: str, schema: str) -> None:
     with connect(dsn, schema) as conn:
         conn.execute(RAW_TABLE)
         conn.execute(RAW_TAIL_TABLE)
+        conn.execute(RAW_TAIL_SMALL_TABLE)
         conn.execute(MIN_TABLES)
         try:
             from langchain_postgres import PostgresChatMessageHistory
@@ -355,18 +361,21 @@ def long_session(dsn: str, schema: str, length: int) -> None:
     meta = {"session_id": "long", "title": "", "description": "", "status": "idle", "created_at": 1,
             "updated_at": 1, "message_count": 0}
     store.commit("long", Commit(meta=meta))
-    parent, batch = None, []
+    parent, batch, bodies = None, [], []
     for i in range(length):
         e = {"kind": "message", "id": f"e{i:07d}", "parent_id": parent, "timestamp": i, "revision": 0,
              "message": {**MSG, "content": [{"type": "text", "text": f"message {i}"}]}}
         parent = e["id"]
         batch.append(e)
+        bodies.append(json.dumps(e, separators=(",", ":")))
         if len(batch) == 5000 or i == length - 1:
             store.commit("long", Commit(entries=tuple(batch), leaf=parent, meta={**meta, "message_count": i + 1}))
             batch = []
     store.close()
     with connect(dsn, schema) as conn, conn.cursor() as cur:
         cur.executemany("INSERT INTO raw_tail (session_id, body) VALUES (%s, %s)",
+                        [("long", body) for body in bodies])
+        cur.executemany("INSERT INTO raw_tail_small (session_id, body) VALUES (%s, %s)",
                         [("long", f'{{"n":{i}}}') for i in range(length)])
         conn.execute("ANALYZE")
 
@@ -377,20 +386,26 @@ def tails(dsn: str, schema: str, rounds: int) -> dict[str, tuple[float, float, f
     session (ours then builds the page anew: the session is past the version of the page
     it keeps; raw's read does not depend on it). Ours' appends are untimed, raw's too."""
     req = {"session_id": "long", "limit": 50}
-    out: dict[str, tuple[list[float], list[float], list[float]]] = {"raw": ([], [], []), "ours": ([], [], [])}
+    out: dict[str, tuple[list[float], list[float], list[float]]] = {
+        "raw": ([], [], []), "raw-small": ([], [], []), "ours": ([], [], [])}
+    body = json.dumps({"kind": "message", "id": "e", "parent_id": "p", "timestamp": 1, "revision": 0,
+                       "message": MSG}, separators=(",", ":"))
     for _ in range(rounds):
-        start = time.perf_counter()
-        conn = connect(dsn, schema, prepare_threshold=0)
-        conn.execute(RAW_TAIL, ("long",)).fetchall()
-        out["raw"][0].append(time.perf_counter() - start)
-        out["raw"][1].append(statistics.median(
-            timed(lambda: conn.execute(RAW_TAIL, ("long",)).fetchall()) for _ in range(20)))  # noqa: B023
-        written = []
-        for _ in range(20):
-            conn.execute("INSERT INTO raw_tail (session_id, body) VALUES ('long', '{}')")
-            written.append(timed(lambda: conn.execute(RAW_TAIL, ("long",)).fetchall()))  # noqa: B023
-        out["raw"][2].append(statistics.median(written))
-        conn.close()
+        for name, query, table, added in (("raw", RAW_TAIL, "raw_tail", body),
+                                          ("raw-small", RAW_TAIL_SMALL, "raw_tail_small", "{}")):
+            start = time.perf_counter()
+            conn = connect(dsn, schema, prepare_threshold=0)
+            conn.execute(query, ("long",)).fetchall()
+            out[name][0].append(time.perf_counter() - start)
+            out[name][1].append(statistics.median(
+                timed(lambda: conn.execute(query, ("long",)).fetchall()) for _ in range(20)))  # noqa: B023
+            written = []
+            insert = sql.SQL("INSERT INTO {} (session_id, body) VALUES ('long', %s)").format(sql.Identifier(table))
+            for _ in range(20):
+                conn.execute(insert, (added,))
+                written.append(timed(lambda: conn.execute(query, ("long",)).fetchall()))  # noqa: B023
+            out[name][2].append(statistics.median(written))
+            conn.close()
         start = time.perf_counter()
         sm = ours(dsn, schema)
         page = sm.call("session::messages-tail", req)
@@ -489,6 +504,10 @@ def report(dsn: str, schema: str, quick: bool) -> None:
          f"{tail['ours'][1] / tail['raw'][1]:.2f}x raw (<= 2)"),
         ("tail 50 right after an append, ms", f"{tail['raw'][2]:.2f}", "", f"{tail['ours'][2]:.2f}",
          f"{tail['ours'][2] / tail['raw'][2]:.2f}x raw (the page built anew)"),
+        ("(audit) cold / warm tail, raw of 10-byte rows, ms",
+         f"{tail['raw-small'][0]:.2f} / {tail['raw-small'][1]:.2f}", "", "",
+         f"ours {tail['ours'][0] / tail['raw-small'][0]:.2f}x / {tail['ours'][1] / tail['raw-small'][1]:.2f}x"
+         " (a floor that reads none of the conversation's bytes)"),
         ("round trips per append", f"{trips['raw']:.1f}", f"{trips.get('langchain-postgres', 0):.1f}",
          f"{trips['ours']:.1f}", "counted at the wire, warm"),
         ("round trips per tail", f"{trips['raw tail']:.1f}", "", f"{trips['ours tail']:.1f}",
