@@ -20,7 +20,7 @@ import pytest
 
 import session_manager
 from session_manager._service.appending import LeafMoved
-from session_manager.errors import Conflict, SessionError
+from session_manager.errors import Conflict, SessionError, StoreError
 from session_manager.store import MemoryStore
 from tests import pg_support
 from tests.unit.test_conflict_in_call_transaction import appended, seeded, stored
@@ -402,5 +402,42 @@ def test_two_savers_interleaving_puts_with_the_leaf_set_back_hide_no_checkpoint(
                 assert mine.get_tuple(config("u", cid)) is not None, cid
             fresh = SessionManagerSaver(sm)  # (derived from the stored entries: the same)
             assert {t.config["configurable"]["checkpoint_id"] for t in fresh.list(config("u"))} == listed
+    finally:
+        pg_support.drop_schema(name)
+
+
+def test_a_deadline_firing_inside_the_append_savepoint_applies_none_of_the_call() -> None:
+    # Prevents: the call's deadline ending the connection while an append waits inside its
+    # savepoint (the session row locked by another backend) answering anything but
+    # session/storage, leaving part of the call (y1, written before the savepoint), or the
+    # session unwritable afterwards (a lock or an aborted transaction left behind).
+    name = _schema()
+    try:
+        sm, store = seeded(lambda: pg_support.open_store(name, timeout_ms=1500))
+        try:
+            with psycopg.connect(pg_support.DSN) as blocker:
+                def call() -> tuple[None, list[Any]]:
+                    appended(store, "y1", "two")
+                    with pytest.raises(Conflict):
+                        appended(store, "x1", "three")  # stored: rolled back to the savepoint
+                    blocker.execute(f'SELECT 1 FROM "{name}".sessions FOR UPDATE')
+                    appended(store, "y2", "three")  # waits for the row: the deadline fires
+                    return None, []
+
+                with pytest.raises(StoreError) as failed:  # (the service answers it session/storage)
+                    store.run_call(call)
+                blocker.rollback()
+            assert "timeout_ms" in str(failed.value)
+            assert stored(store) == [("x1", None, "one")]
+            sm.call("session::append", {"session_id": "S", "message": {"role": "user", "content": [
+                {"type": "text", "text": "after"}], "timestamp": 1}})
+            assert sm.call("session::get", {"session_id": "S"})["meta"]["message_count"] == 2
+        finally:
+            sm.close()
+        again = pg_support.open_store(name)  # (after a restart: the same)
+        try:
+            assert [e[0] for e in stored(again)][:1] == ["x1"] and len(stored(again)) == 2
+        finally:
+            again.close()
     finally:
         pg_support.drop_schema(name)
