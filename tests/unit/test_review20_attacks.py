@@ -441,3 +441,49 @@ def test_a_deadline_firing_inside_the_append_savepoint_applies_none_of_the_call(
             again.close()
     finally:
         pg_support.drop_schema(name)
+
+
+@pytest.mark.parametrize("landed", [True, False])
+def test_a_commit_answer_lost_after_the_append_savepoint_is_settled_by_the_top_transaction(landed: bool) -> None:
+    # Prevents: a call whose appends ran under the savepoint (one rolled back to it after its
+    # conflict, the decision taken again) and whose COMMIT's answer is lost with the connection
+    # settled wrongly: committed but answered as failed (its writes live in the top transaction's
+    # id, which the settlement asks about, not the savepoint's subtransaction), or not committed
+    # but answered as applied.
+    name = _schema()
+    try:
+        sm, store = seeded(lambda: pg_support.open_store(name))
+        try:
+            def call() -> tuple[str, list[Any]]:
+                appended(store, "y1", "two")
+                with pytest.raises(Conflict):
+                    appended(store, "x1", "three")  # stored: rolled back to the savepoint
+                appended(store, "y2", "three")
+                tx = store.optimistic.db.local.state.tx
+                assert tx is not None and tx.shared
+                conn, real = tx.conn, tx.conn.execute
+
+                def lost_answer(query: Any, *args: Any, **kwargs: Any) -> Any:
+                    if query in ("COMMIT", "ROLLBACK"):
+                        if query == "COMMIT" and landed:
+                            real(query)
+                        conn.close()  # (the answer lost with the connection)
+                        raise psycopg.OperationalError("server closed the connection unexpectedly")
+                    return real(query, *args, **kwargs)
+
+                conn.execute = lost_answer  # type: ignore[method-assign]
+                return "done", []
+
+            if landed:
+                assert store.run_call(call) == ("done", [])
+                assert stored(store) == [("x1", None, "one"), ("y1", "x1", "two"), ("y2", "y1", "three")]
+            else:
+                with pytest.raises(SessionError) as failed:
+                    store.run_call(call)
+                assert failed.value.code == "session/storage"
+                assert stored(store) == [("x1", None, "one")]
+            assert sm.call("session::get", {"session_id": "S"})["meta"]["message_count"] == len(stored(store))
+        finally:
+            sm.close()
+    finally:
+        pg_support.drop_schema(name)
