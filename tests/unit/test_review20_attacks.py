@@ -487,3 +487,42 @@ def test_a_commit_answer_lost_after_the_append_savepoint_is_settled_by_the_top_t
             sm.close()
     finally:
         pg_support.drop_schema(name)
+
+
+def test_an_append_owning_its_transaction_sends_no_savepoint(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Prevents: the savepoint (for a mutation sharing a call's transaction) costing a mutation
+    # that owns its transaction (a contended session's append waits on the lock: the
+    # transactional path) its statements: it sends sm_apply alone, its conflict rolling back the
+    # transaction it began; a shared one takes the savepoint.
+    name = _schema()
+    try:
+        sm, store = seeded(lambda: pg_support.open_store(name))
+        try:
+            sent: list[str] = []
+            real = psycopg.Connection.execute
+
+            def recorded(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+                sent.append(query if isinstance(query, str) else repr(query))
+                return real(self, query, *args, **kwargs)
+
+            monkeypatch.setattr(psycopg.Connection, "execute", recorded)
+            store.optimistic._contend("S")  # (another writer beat it a moment ago: the lock path)
+            sm.call("session::append", {"session_id": "S", "message": _text("owned")})
+            assert any("sm_apply(" in q for q in sent)
+            assert not any("SAVEPOINT" in q for q in sent)
+            sent.clear()
+            store.optimistic._contended.pop("S", None)  # (no longer contended: optimistic again)
+
+            def call() -> tuple[None, list[Any]]:
+                appended(store, "z1", "shared")  # (upgraded mid-mutation: the call's transaction, shared)
+                return None, []
+
+            store.run_call(call)
+            assert any("SAVEPOINT sm_write" in q for q in sent)
+            monkeypatch.undo()
+            assert [e[0] for e in stored(store)][-1] == "z1"
+            assert sm.call("session::get", {"session_id": "S"})["meta"]["message_count"] == 3
+        finally:
+            sm.close()
+    finally:
+        pg_support.drop_schema(name)
