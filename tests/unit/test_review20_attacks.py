@@ -526,3 +526,25 @@ def test_an_append_owning_its_transaction_sends_no_savepoint(monkeypatch: pytest
             sm.close()
     finally:
         pg_support.drop_schema(name)
+
+
+@pytest.mark.parametrize("query", ["alpha alpha", "alpha al", "alphabet alpha", "Alpha ALPHA beta", "alpha-alpha"])
+def test_a_cursor_issued_for_repeated_or_overlapping_terms_pages_to_the_end_alike(
+        four: dict[str, session_manager.SessionManager], query: str) -> None:
+    # Prevents: a cursor the server issued answering session/invalid_cursor on its next page
+    # (its df counted per term as the store ranked, checked against the parsed query's term
+    # count: a repeated word, a prefix that is also a word, case), or the stores paging the same
+    # data differently.
+    got = {}
+    for kind, sm in four.items():
+        seen: list[tuple[str, float]] = []
+        cursor: str | None = None
+        for _ in range(20):
+            page = sm.call("session::search", {"query": query, "limit": 1, **({"cursor": cursor} if cursor else {})})
+            seen += [(h["session_id"], h["score"]) for h in page["hits"]]
+            cursor = page.get("next_cursor")
+            if cursor is None:
+                break
+        assert cursor is None
+        got[kind] = seen
+    assert got["memory"] and got["fs"] == got["memory"] == got["sqlite"] == got["postgres"]
