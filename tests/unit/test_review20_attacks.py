@@ -6,6 +6,7 @@ prevents; the attacks here held (docs/postgres-round-trips.md, "Review 20")."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import subprocess
 import sys
@@ -53,8 +54,8 @@ FORGED = [
 ]
 
 
-@pytest.fixture
-def four(tmp_path: Path) -> Iterator[dict[str, session_manager.SessionManager]]:
+@contextlib.contextmanager
+def _four(tmp_path: Path) -> Iterator[dict[str, session_manager.SessionManager]]:
     name = _schema()
     sms = {"memory": session_manager.open(store=MemoryStore()), "fs": session_manager.open(tmp_path / "d"),
            "sqlite": session_manager.open(f"sqlite:///{tmp_path.resolve()}/d.db"),
@@ -72,6 +73,19 @@ def four(tmp_path: Path) -> Iterator[dict[str, session_manager.SessionManager]]:
         for sm in sms.values():
             sm.close()
         pg_support.drop_schema(name)
+
+
+@pytest.fixture
+def four(tmp_path: Path) -> Iterator[dict[str, session_manager.SessionManager]]:
+    with _four(tmp_path) as sms:
+        yield sms
+
+
+@pytest.fixture(scope="module")
+def four_read(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, session_manager.SessionManager]]:
+    """:func:`four` made once for the tests that only search (no write)."""
+    with _four(tmp_path_factory.mktemp("four")) as sms:
+        yield sms
 
 
 def _walk(sm: session_manager.SessionManager, query: str, forge: dict[str, Any]) -> Any:
@@ -97,13 +111,13 @@ def _walk(sm: session_manager.SessionManager, query: str, forge: dict[str, Any])
 @pytest.mark.parametrize("query", ["alpha", "alpha b", "al"])
 @pytest.mark.parametrize("forge", FORGED, ids=lambda f: json.dumps(f, sort_keys=True))
 def test_a_forged_cursor_with_extreme_statistics_pages_alike_on_every_store(
-        four: dict[str, session_manager.SessionManager], query: str, forge: dict[str, Any]) -> None:
+        four_read: dict[str, session_manager.SessionManager], query: str, forge: dict[str, Any]) -> None:
     # Prevents: a well-formed cursor whose statistics no page issues (no documents, no words, a
     # term count at the bound, a count far above n: an idf's log of a value rounding to zero, a
     # division by zero) answering an internal or storage error (postgres: ln(0) raises), or the
     # stores ranking the same data and cursor differently (postgres's later page is a client
     # statement with the statistics as parameters; fs/memory/sqlite rank in Python).
-    got = {kind: _walk(sm, query, forge) for kind, sm in four.items()}
+    got = {kind: _walk(sm, query, forge) for kind, sm in four_read.items()}
     assert not isinstance(got["memory"], str), got["memory"]  # (a valid cursor: pages, not an error)
     assert got["fs"] == got["memory"] and got["sqlite"] == got["memory"] and got["postgres"] == got["memory"]
 
@@ -530,13 +544,13 @@ def test_an_append_owning_its_transaction_sends_no_savepoint(monkeypatch: pytest
 
 @pytest.mark.parametrize("query", ["alpha alpha", "alpha al", "alphabet alpha", "Alpha ALPHA beta", "alpha-alpha"])
 def test_a_cursor_issued_for_repeated_or_overlapping_terms_pages_to_the_end_alike(
-        four: dict[str, session_manager.SessionManager], query: str) -> None:
+        four_read: dict[str, session_manager.SessionManager], query: str) -> None:
     # Prevents: a cursor the server issued answering session/invalid_cursor on its next page
     # (its df counted per term as the store ranked, checked against the parsed query's term
     # count: a repeated word, a prefix that is also a word, case), or the stores paging the same
     # data differently.
     got = {}
-    for kind, sm in four.items():
+    for kind, sm in four_read.items():
         seen: list[tuple[str, float]] = []
         cursor: str | None = None
         for _ in range(20):
