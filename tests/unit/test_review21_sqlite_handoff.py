@@ -1,0 +1,72 @@
+"""Review 21: attacks on the sqlite store handing an ended thread's connection to the next new
+thread (core.SqliteDatastore._take_back, issue 29). See docs/sqlite.md, "Review 21"."""
+
+from __future__ import annotations
+
+import gc
+import os
+import sqlite3
+import threading
+from pathlib import Path
+
+import pytest
+
+from session_manager.store.sqlite import SqliteSettings, SqliteStore
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork: POSIX only")
+
+
+def test_a_fork_while_another_thread_writes_leaves_that_write_whole(tmp_path: Path) -> None:
+    # Prevents: after os.fork() the child clears the parent's other threads' states (CPython drops
+    # every thread state but the forking one's), which handed their connections "back" in the
+    # child: the child rolled back a transaction the parent's thread still had open on that
+    # connection (the same WAL index in shared memory), dropping the WAL index's entries for
+    # the frames it had spilled, and the parent's COMMIT then left a malformed database
+    # ("database disk image is malformed"). The child also kept those connections to hand
+    # to its own threads (one SQLite connection used by two processes).
+    path = str(tmp_path / "d.db")
+    store = SqliteStore(SqliteSettings(path=path))
+    db = store.db
+    began, forked = threading.Event(), threading.Event()
+    failed: list[BaseException] = []
+    theirs: list[sqlite3.Connection] = []
+
+    def write() -> None:
+        try:
+            conn = db.conn()
+            theirs.append(conn)
+            conn.execute("CREATE TABLE scratch (k INTEGER PRIMARY KEY, v BLOB)")
+            db.begin()
+            for i in range(6000):  # ~24 MB: past the page cache, frames spill into the WAL before COMMIT
+                conn.execute("INSERT INTO scratch (v) VALUES (?)", (bytes([i % 251]) * 4000,))
+            began.set()
+            forked.wait()
+            db.end(conn, commit=True)
+        except BaseException as e:  # (handed to the test)
+            failed.append(e)
+            began.set()
+
+    t = threading.Thread(target=write)
+    t.start()
+    began.wait()
+    pid = os.fork()
+    if pid == 0:  # the child: looks at what it kept, then leaves at once
+        code = 1
+        try:
+            gc.collect()
+            code = 0 if not any(c is theirs[0] for c in db._idle) else 3
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    forked.set()
+    t.join()
+    assert failed == []
+    check = sqlite3.connect(path)
+    try:
+        assert check.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+        assert check.execute("SELECT count(*), sum(length(v)) FROM scratch").fetchone() == (6000, 24_000_000)
+        assert check.execute("SELECT v FROM scratch WHERE k = 4321").fetchone() == (bytes([4320 % 251]) * 4000,)
+    finally:
+        check.close()
+    assert os.waitstatus_to_exitcode(status) == 0  # the child kept no connection of the parent's threads
+    store.close()
