@@ -23,7 +23,8 @@ def test_a_fork_while_another_thread_writes_leaves_that_write_whole(tmp_path: Pa
     # connection (the same WAL index in shared memory), dropping the WAL index's entries for
     # the frames it had spilled, and the parent's COMMIT then left a malformed database
     # ("database disk image is malformed"). The child also kept those connections to hand
-    # to its own threads (one SQLite connection used by two processes).
+    # to its own threads, and its new threads took the parent's idle ones (one SQLite connection
+    # used by two processes).
     path = str(tmp_path / "d.db")
     store = SqliteStore(SqliteSettings(path=path))
     db = store.db
@@ -34,7 +35,7 @@ def test_a_fork_while_another_thread_writes_leaves_that_write_whole(tmp_path: Pa
     def write() -> None:
         try:
             conn = db.conn()
-            theirs.append(conn)
+            theirs.append(conn)  # (the idle one: taken by this new thread)
             conn.execute("CREATE TABLE scratch (k INTEGER PRIMARY KEY, v BLOB)")
             db.begin()
             for i in range(6000):  # ~24 MB: past the page cache, frames spill into the WAL before COMMIT
@@ -46,6 +47,14 @@ def test_a_fork_while_another_thread_writes_leaves_that_write_whole(tmp_path: Pa
             failed.append(e)
             began.set()
 
+    both = threading.Barrier(2)  # two idle ones before the fork: the writer takes one
+    ended = [threading.Thread(target=lambda: (theirs.append(db.conn()), both.wait())) for _ in range(2)]
+    for e in ended:
+        e.start()
+    for e in ended:
+        e.join()
+    gc.collect()
+    assert len(db._idle) == 2
     t = threading.Thread(target=write)
     t.start()
     began.wait()
@@ -54,7 +63,11 @@ def test_a_fork_while_another_thread_writes_leaves_that_write_whole(tmp_path: Pa
         code = 1
         try:
             gc.collect()
-            code = 0 if not any(c is theirs[0] for c in db._idle) else 3
+            mine: list[sqlite3.Connection] = []
+            child = threading.Thread(target=lambda: mine.append(db.conn()))
+            child.start()
+            child.join()
+            code = 0 if not any(c is k for c in theirs for k in [*db._idle, *mine]) else 3
         finally:
             os._exit(code)
     _, status = os.waitpid(pid, 0)
