@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+import session_manager
 from session_manager.store.sqlite import SqliteSettings, SqliteStore
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork: POSIX only")
@@ -83,3 +84,43 @@ def test_a_fork_while_another_thread_writes_leaves_that_write_whole(tmp_path: Pa
         check.close()
     assert os.waitstatus_to_exitcode(status) == 0  # the child kept no connection of the parent's threads
     store.close()
+
+
+def test_a_reload_landing_while_a_thread_takes_a_connection_is_not_lost(tmp_path: Path) -> None:
+    # Prevents: a thread taking a connection (an ended thread's, or a new one) set it to the
+    # durability read once and noted the level read again: a reload between the two (flush ->
+    # fsync) left the connection at NORMAL noted as FULL, so no later write set it and every
+    # commit acknowledged under fsync went unsynced. The reload is made to land there by the
+    # connection's trace callback, as SQLite runs the PRAGMA.
+    with session_manager.open(f"sqlite:///{tmp_path.resolve()}/d.db", durability="flush") as sm:
+        store = sm.service.store
+        db = store.db
+        sid = sm.call("session::create", {"title": "t"})["session_id"]
+        ended = threading.Thread(target=db.conn)
+        ended.start()
+        ended.join()
+        gc.collect()
+        assert len(db._idle) == 1
+        idle = db._idle[0]
+
+        def reload(statement: str) -> None:
+            if statement == "PRAGMA synchronous=NORMAL":
+                store.durability = "fsync"
+
+        idle.set_trace_callback(reload)
+        levels: list[int] = []
+
+        def write() -> None:
+            sm.call("session::append", {"session_id": sid, "message": {
+                "role": "user", "content": [{"type": "text", "text": "after"}], "timestamp": 1}})
+            conn = db.local.state.conn
+            assert conn is idle
+            conn.set_trace_callback(None)
+            levels.append(conn.execute("PRAGMA synchronous").fetchone()[0])
+
+        t = threading.Thread(target=write)
+        t.start()
+        t.join()
+        assert store.durability == "fsync"
+        assert levels == [2]  # FULL: the append committed at the durability of its time
+        assert [e["message"]["content"][0]["text"] for e in store.entries(sid)] == ["after"]
