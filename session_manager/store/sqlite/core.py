@@ -271,11 +271,12 @@ class SqliteDatastore:
     def _adopt(self, conn: sqlite3.Connection) -> sqlite3.Connection:
         """``conn`` (new, or an ended thread's) as this thread's connection, at the store's
         durability; handed back (:meth:`_take_back`) when the thread ends."""
+        level = self._synchronous  # (read once: a reload meanwhile must not be noted as set here)
         if not self.read_only:
-            conn.execute(f"PRAGMA synchronous={self._synchronous}")
-            conn.execute(f"PRAGMA wal_autocheckpoint={_WAL_PAGES[self._synchronous]}")
+            conn.execute(f"PRAGMA synchronous={level}")
+            conn.execute(f"PRAGMA wal_autocheckpoint={_WAL_PAGES[level]}")
         state = self.local.state
-        state.conn, state.cur, state.synchronous = conn, conn.cursor(), self._synchronous
+        state.conn, state.cur, state.synchronous = conn, conn.cursor(), level
         weakref.finalize(state, _hand_back, weakref.ref(self), conn, os.getpid()).atexit = False
         return conn
 
@@ -333,10 +334,11 @@ class SqliteDatastore:
         conn = state.conn or self.conn()
         cur = state.cur or conn
         try:
-            if state.synchronous != self._synchronous:  # set outside a transaction, where it applies
-                conn.execute(f"PRAGMA synchronous={self._synchronous}")
-                conn.execute(f"PRAGMA wal_autocheckpoint={_WAL_PAGES[self._synchronous]}")
-                state.synchronous = self._synchronous
+            level = self._synchronous  # (read once, as in _adopt)
+            if state.synchronous != level:  # set outside a transaction, where it applies
+                conn.execute(f"PRAGMA synchronous={level}")
+                conn.execute(f"PRAGMA wal_autocheckpoint={_WAL_PAGES[level]}")
+                state.synchronous = level
             cur.execute("BEGIN IMMEDIATE")
         except sqlite3.Error as e:
             raise self.fail(e) from None
