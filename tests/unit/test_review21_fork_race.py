@@ -41,12 +41,17 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
 
 
 class DrawsX(Scripted):
-    """Session id ``X`` while ``forking``."""
+    """Session id ``X`` while ``forking``; with ``once``, the first such draw alone."""
 
     forking = False
+    once = False
 
     def session_id(self) -> str:
-        return "X" if self.forking else super().session_id()
+        if not self.forking:
+            return super().session_id()
+        if self.once:
+            self.forking = False
+        return "X"
 
 
 def test_a_fork_racing_an_ensure_of_its_drawn_id_copies_nothing_into_that_session(store: Any) -> None:
@@ -104,3 +109,69 @@ def test_a_fork_racing_an_ensure_of_its_drawn_id_copies_nothing_into_that_sessio
             assert sorted(created) == ["S", "X"]
     finally:
         sm.close()
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def shared(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
+    """Opens another store over the same database at each call (another instance)."""
+    if request.param == "sqlite":
+        yield lambda: SqliteStore(SqliteSettings(str(tmp_path / "sm.db")))
+        return
+    pg_support.require()
+    name = f"smtest_review21_{uuid.uuid4().hex[:12]}"
+    try:
+        yield lambda: pg_support.open_store(name)
+    finally:
+        pg_support.drop_schema(name)
+
+
+def test_a_fork_racing_another_instances_create_of_its_drawn_id_copies_nothing_into_it(shared: Any) -> None:
+    # Holds (review 21): another instance creating the fork's drawn id (its own generator
+    # repeating it) between the fork's check and its attachment copy waits for the fork's
+    # transaction (sqlite's write lock, postgres's), then finds the id taken and draws again.
+    store, other_store = shared(), shared()
+    ids, other_ids = DrawsX(), DrawsX()
+    other_ids.once = True
+    sm, other = session_manager.open(store=store, ids=ids), session_manager.open(store=other_store, ids=other_ids)
+    made: list[dict[str, Any]] = []
+    failed: list[BaseException] = []
+
+    def create() -> None:
+        try:
+            made.append(other.call("session::create", {"title": "other"}))
+        except BaseException as e:  # (handed to the test)
+            failed.append(e)
+
+    racer = threading.Thread(target=create)
+    get_meta = store.get_meta
+
+    def checked(session_id: str, *args: Any, **kwargs: Any) -> Any:
+        found = get_meta(session_id, *args, **kwargs)
+        if session_id == "X" and ids.forking:
+            ids.forking = False
+            other_ids.forking = True  # its first draw: X
+            racer.start()
+            racer.join(2)
+        return found
+
+    try:
+        sm.call("session::ensure", {"session_id": "S"})
+        put = sm.call("session::put-attachment", {"session_id": "S", "name": "n.txt", "mime": "text/plain",
+                                                  "data": "aGk="})
+        sm.call("session::append", {"session_id": "S", "message": {
+            "role": "user", "timestamp": 1, "content": [put["block"]]}})
+        store.get_meta = checked
+        ids.forking = True
+        fork = sm.call("session::fork", {"session_id": "S", "entry_id": "e_001"})
+        racer.join()
+        store.get_meta = get_meta
+        assert failed == [] and len(made) == 1
+        mine, theirs = fork["session_id"], made[0]["session_id"]
+        assert mine == "X" and theirs != "X"  # the fork's transaction first; the create drew again
+        assert [(a["attachment_id"], a["name"]) for a in store.list_attachments("X")] == [("a_001", "n.txt")]
+        assert store.list_attachments(theirs) == []
+        assert other.call("session::get", {"session_id": theirs})["meta"]["title"] == "other"
+        assert sm.call("session::get", {"session_id": "X"})["meta"]["forked_from"] == "S"
+    finally:
+        sm.close()
+        other.close()
