@@ -130,9 +130,17 @@ class ServiceCore:
         A fork takes it while a shared store's transaction may still hold its
         source's lock (postgres keeps it until the call's events are recorded):
         waiting there for the new id's stripe, held by a writer of the source
-        that waits for that lock, would stall both until a timeout."""
+        that waits for that lock, would stall both until a timeout.
+
+        A store without transactions (memory, fs) takes the id's lock all the same: a client may
+        name the id itself (``session::ensure``) and nothing else keeps that call from creating
+        it between the fork's check that it is free and the copy of the path's attachments into
+        it (review 21). Nothing holds a source's lock there once its block ended."""
         store = self.store
-        return locked_storage_errors(UNSHARED, store.mutation((session_id,)), self._settle, self.order)
+        inner = store.mutation((session_id,))
+        if inner is NO_TRANSACTION:
+            return self.mutating(session_id)
+        return locked_storage_errors(UNSHARED, inner, self._settle, self.order)
 
     def commit(self, session_id: str, *, entries: tuple[Entry, ...] = (), leaf: str | None = None,
                meta: Meta | None = None, **decided_on: Any) -> Commit:

@@ -123,10 +123,12 @@ class WindowPath(EntryPath):
             self._fetch_around(index)
             found = self._by_depth.get(index)
             if found is None:
-                raise self._store.storage_error(
-                    StoreError(f"session {self._session} changed while its transcript was read")
-                )
+                raise self._changed()
         return found[1]
+
+    def _changed(self) -> SessionError:
+        """The answer to a window that no longer holds the path (the session changed meanwhile)."""
+        return self._store.storage_error(StoreError(f"session {self._session} changed while its transcript was read"))
 
     def __iter__(self) -> Iterator[Entry]:
         for i in range(self._len):

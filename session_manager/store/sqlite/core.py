@@ -149,6 +149,9 @@ class SqliteDatastore:
         self.local = _Local()
         self._conns: list[sqlite3.Connection] = []
         self._idle: list[sqlite3.Connection] = []  # of ended threads, for the next new one (conn)
+        # The process whose threads handed the idle ones back: a forked child takes none of them
+        # (each is its parent's, maybe in use there: one SQLite connection in two processes).
+        self._idle_pid = os.getpid()
         self._conns_lock = threading.Lock()
         self._closed = False
         self._synchronous = _SYNCHRONOUS[settings.durability]
@@ -256,6 +259,8 @@ class SqliteDatastore:
             if self._closed:
                 raise StoreError("sqlite: the store is closed")
             with self._conns_lock:
+                if self._idle_pid != os.getpid():  # (a forked child: its parent's, left alone)
+                    self._idle, self._idle_pid = [], os.getpid()
                 idle = self._idle.pop() if self._idle else None
             try:
                 conn = self._adopt(idle) if idle is not None else self._adopt(self.connect())
@@ -266,17 +271,24 @@ class SqliteDatastore:
     def _adopt(self, conn: sqlite3.Connection) -> sqlite3.Connection:
         """``conn`` (new, or an ended thread's) as this thread's connection, at the store's
         durability; handed back (:meth:`_take_back`) when the thread ends."""
+        level = self._synchronous  # (read once: a reload meanwhile must not be noted as set here)
         if not self.read_only:
-            conn.execute(f"PRAGMA synchronous={self._synchronous}")
-            conn.execute(f"PRAGMA wal_autocheckpoint={_WAL_PAGES[self._synchronous]}")
+            conn.execute(f"PRAGMA synchronous={level}")
+            conn.execute(f"PRAGMA wal_autocheckpoint={_WAL_PAGES[level]}")
         state = self.local.state
-        state.conn, state.cur, state.synchronous = conn, conn.cursor(), self._synchronous
-        weakref.finalize(state, _hand_back, weakref.ref(self), conn).atexit = False
+        state.conn, state.cur, state.synchronous = conn, conn.cursor(), level
+        weakref.finalize(state, _hand_back, weakref.ref(self), conn, os.getpid()).atexit = False
         return conn
 
-    def _take_back(self, conn: sqlite3.Connection) -> None:
+    def _take_back(self, conn: sqlite3.Connection, pid: int) -> None:
         """An ended thread's connection: kept for the next new thread (:meth:`conn`), out of any
-        transaction, or closed past :data:`_IDLE_MAX` idle (or when it cannot be rolled back)."""
+        transaction, or closed past :data:`_IDLE_MAX` idle (or when it cannot be rolled back).
+        Not when this process is not ``pid``, the one whose thread used it: a forked child clears
+        its parent's other threads' states, whose threads still run in the parent; rolled back
+        here, a transaction the parent's thread has open dropped the shared WAL index's entries
+        for its spilled frames and its COMMIT left a malformed database (review 21)."""
+        if os.getpid() != pid:
+            return  # (left alone: the parent's)
         try:
             if conn.in_transaction:  # (a thread ends inside a transaction only by a bug: none is kept)
                 conn.execute("ROLLBACK")
@@ -286,6 +298,8 @@ class SqliteDatastore:
         with self._conns_lock:
             if self._closed or not any(c is conn for c in self._conns):
                 return  # (the store closed it)
+            if self._idle_pid != pid:  # (a forked child's first: its parent's are not its own)
+                self._idle, self._idle_pid = [], pid
             if keep and len(self._idle) < _IDLE_MAX:
                 self._idle.append(conn)
                 return
@@ -320,10 +334,11 @@ class SqliteDatastore:
         conn = state.conn or self.conn()
         cur = state.cur or conn
         try:
-            if state.synchronous != self._synchronous:  # set outside a transaction, where it applies
-                conn.execute(f"PRAGMA synchronous={self._synchronous}")
-                conn.execute(f"PRAGMA wal_autocheckpoint={_WAL_PAGES[self._synchronous]}")
-                state.synchronous = self._synchronous
+            level = self._synchronous  # (read once, as in _adopt)
+            if state.synchronous != level:  # set outside a transaction, where it applies
+                conn.execute(f"PRAGMA synchronous={level}")
+                conn.execute(f"PRAGMA wal_autocheckpoint={_WAL_PAGES[level]}")
+                state.synchronous = level
             cur.execute("BEGIN IMMEDIATE")
         except sqlite3.Error as e:
             raise self.fail(e) from None
@@ -496,11 +511,12 @@ class SqliteDatastore:
         return SessionError(STORAGE, str(self.fail(e)) if isinstance(e, sqlite3.Error) else str(e))
 
 
-def _hand_back(store: weakref.ref[SqliteDatastore], conn: sqlite3.Connection) -> None:
-    """A thread's state is gone (the thread ended): its connection back to its store, if open."""
+def _hand_back(store: weakref.ref[SqliteDatastore], conn: sqlite3.Connection, pid: int) -> None:
+    """A thread's state is gone (the thread ended, or a fork left it behind): its connection
+    back to its store, if open."""
     db = store()
     if db is not None:
-        db._take_back(conn)
+        db._take_back(conn, pid)
 
 
 def _identity(path: str) -> tuple[int, int]:

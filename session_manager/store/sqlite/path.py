@@ -20,6 +20,7 @@ the embedded host does not copy it again).
 
 from __future__ import annotations
 
+from ...errors import SessionError, not_found
 from .._core.codec import loads
 from ..base import Entry
 from ..sql.keys import key
@@ -48,6 +49,7 @@ HIT_SQL = keyed(_HIT_SQL)
 SLACK = 2  # rows per depth a window's scan may read before the walk is cheaper
 
 
+_LIVE_SQL = "SELECT 1 FROM sessions WHERE session_id = ? AND meta IS NOT NULL"
 _RANGE_SQL = ("SELECT body FROM entries WHERE sk = (SELECT sk FROM sessions WHERE session_id = ?)"
               " AND depth BETWEEN ? AND ? ORDER BY depth DESC LIMIT ?")
 
@@ -68,6 +70,15 @@ class SqlitePath(WindowPath):
     window_sql = keyed(_WINDOW_SQL)
     holds_sql = keyed(_HOLDS_SQL)
     depth_sql = keyed(WindowPath.depth_sql)
+
+    def _changed(self) -> SessionError:
+        """The session's absence if another connection deleted it since the read's leaf (a
+        read racing a delete answers ``session/not_found``, not a store fault: review 21);
+        else the window's fault as the shared reader answers it. (Each window is its own
+        statement: no read snapshot spans the leaf's read and the path's.)"""
+        if not self._store.rows(_LIVE_SQL, (key(self._session),)):
+            return not_found(self._session)
+        return super()._changed()
 
     def _window(self, start: str, start_depth: int, lo: int, hi: int) -> list[tuple[str, int, Entry]]:
         span = start_depth - lo + 1

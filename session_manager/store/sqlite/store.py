@@ -18,10 +18,11 @@ from contextlib import AbstractContextManager
 from typing import Any, TypeVar
 
 from ..._wire.events import Event
-from ...errors import ReadOnlyStore
+from ...errors import Conflict, ReadOnlyStore
 from ..base import Commit, Entry, EventSink, Meta
 from ..search_index import Matches, Ranked, SortKey, Stats
 from ..search_text import Query
+from ..sql.keys import key
 from ..sql.store import SqlStore
 from ..sql.transactions import CallRunner
 from . import search
@@ -36,6 +37,9 @@ __all__ = ["SqliteSettings", "SqliteStore"]
 
 _T = TypeVar("_T")
 _R = TypeVar("_R")
+
+# A session stored under the key (a deleted one's row may stay, its meta NULL).
+_LIVE = "SELECT 1 FROM sessions WHERE session_id = ? AND meta IS NOT NULL"
 
 class SqliteStore(SqlStore):
     """Sessions, entries and attachments in one SQLite database file (WAL mode)."""
@@ -112,6 +116,13 @@ class SqliteStore(SqlStore):
 
     def commit(self, session_id: str, commit: Commit) -> Commit:
         if self.db.local.state.in_tx:  # inside a mutation (its begin refused a read-only store)
+            # Decided in this transaction, which holds the write lock: written as it is. Except a
+            # new session's (expect_meta None: a create, a fork), decided on no read of it: a
+            # drawn id already stored (a repeating generator; another instance's create or fork
+            # first) is a conflict (drawn again), not a meta written over that session's
+            # (review 21). One probe, for new sessions alone.
+            if commit.expect_meta is None and self.db.rows(_LIVE, (key(session_id),)):
+                raise Conflict("the session already exists")
             self.writes.write(session_id, commit)
             return commit
         return super().commit(session_id, commit)
