@@ -179,7 +179,20 @@ print(json.dumps({"ids": ids, "errs": errs}), flush=True)
 
 def _previous(name: str, n: int, tag: str) -> subprocess.Popen[str]:
     return subprocess.Popen([sys.executable, "-c", _PREVIOUS, name, str(n), tag], cwd=REPO, text=True,
-                            stdout=subprocess.PIPE)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def _finished(p: subprocess.Popen[str]) -> Any:
+    """The previous-release process's last line (its ids and errors), or a failure naming why it had none.
+    Read through the pipe's own reader, not ``communicate(timeout=...)``: that reads the raw pipe,
+    and the line may already sit in the reader's buffer, taken with "OPENED" by ``readline``
+    (a fast child done before the parent read it: the line lost about 1 run in 6 under load)."""
+    assert p.stdout is not None and p.stderr is not None
+    out, err = p.stdout.read(), p.stderr.read()
+    p.wait(timeout=300)
+    lines = out.strip().splitlines()
+    assert lines, f"the previous-release process printed nothing (exit {p.returncode}): {err[-2000:]}"
+    return json.loads(lines[-1])
 
 
 def test_previous_release_writers_during_and_after_migration_14_lose_nothing() -> None:
@@ -213,7 +226,7 @@ def test_previous_release_writers_during_and_after_migration_14_lose_nothing() -
             t.start()
         for t in threads:
             t.join(timeout=300)
-        outs = [json.loads(p.communicate(timeout=300)[0].strip().splitlines()[-1]) for p in olds]
+        outs = [_finished(p) for p in olds]
         assert new_errs == [] and [o["errs"] for o in outs] == [[], []]
         old_ids = [(a, b) for o in outs for a, b in o["ids"]]
         assert len(old_ids) == len(new_ids) == 300
