@@ -297,7 +297,7 @@ def test_threads_of_warm_unobserved_appends_into_a_silent_network_answer_by_thei
         for i in range(5):
             sm.call("session::append", {"session_id": sid, "message": text(f"warm{i}")})
         answered: list[str] = []
-        timed_out: list[str] = []
+        timed_out: list[tuple[str, str]] = []  # (the message's text, the error's detail)
         errors: list[BaseException] = []
         silent = threading.Event()
 
@@ -311,7 +311,7 @@ def test_threads_of_warm_unobserved_appends_into_a_silent_network_answer_by_thei
                         answered.append(got["entry_id"])
                     except session_manager.SessionError as e:
                         assert e.code == "session/storage", e
-                        timed_out.append(e.detail)
+                        timed_out.append((f"{name}{i}", e.detail))
             except BaseException as e:  # (reported below)
                 errors.append(e)
 
@@ -338,7 +338,13 @@ def test_threads_of_warm_unobserved_appends_into_a_silent_network_answer_by_thei
         sm.close()
     with open_sm(schema) as fresh:
         chain = check_linear(fresh, sid)
-    assert sorted(chain[5:]) == sorted(answered)  # (what timed out never landed; what answered did)
+        landed_anyway = [fresh.service.store.get_entry(sid, e) for e in set(chain[5:]) - set(answered)]
+    assert set(answered) <= set(chain[5:]) and len(chain[5:]) == len(set(chain[5:]))  # (what answered did)
+    # What timed out never landed, but for the one case docs/postgres-faults.md allows: settling could
+    # not reach the server before the deadline (a loaded box), answered "it may have landed".
+    in_doubt = {msg for msg, detail in timed_out if "may have landed" in detail}
+    for entry in landed_anyway:
+        assert entry is not None and entry["message"]["content"][0]["text"] in in_doubt, (entry, timed_out)
     assert _same_as_fs(schema, sid, tmp_path) == chain
 
 
