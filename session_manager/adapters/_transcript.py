@@ -85,8 +85,13 @@ def _registry(sm: SessionManager) -> _Registry:
 
 
 def _dropper(live: dict[str, weakref.ref[_SessionLock]], key: str) -> Callable[[weakref.ref[_SessionLock]], None]:
+    # The remover is bound here, not looked up at call time: a lock that outlives this
+    # module's globals (freed while the interpreter shuts down, which sets them to None)
+    # must still drop its entry quietly, as WeakValueDictionary binds it for the same reason.
+    remove = _remove_dead_weakref
+
     def drop(_: weakref.ref[_SessionLock]) -> None:
-        _remove_dead_weakref(live, key)
+        remove(live, key)
     return drop
 
 

@@ -87,6 +87,12 @@ class AgentsSession:
             from agents.memory.session_settings import coerce_session_settings
 
             session_settings = coerce_session_settings(session_settings)
+        elif session_settings is None:
+            # Every SDK session defaults to an empty SessionSettings, so callers read
+            # ``session.session_settings.limit`` without a None check.
+            from agents.memory.session_settings import SessionSettings
+
+            session_settings = SessionSettings()
         self.session_settings = session_settings
         self._transcript = Transcript(sm, session_id, PREFIX)
         self._call_names: dict[str, str] = {}

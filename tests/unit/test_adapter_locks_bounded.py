@@ -287,3 +287,27 @@ def test_a_lock_held_by_a_call_stays_the_sessions_one_lock_after_it_is_let_go_of
         writer.join(10)
         assert done.is_set()
         assert [m.content for m in history.messages] == ["q"]
+
+
+def test_a_lock_freed_after_the_module_globals_are_cleared_drops_its_entry_quietly(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Prevents: "Exception ignored in: <function _dropper.<locals>.drop> ... TypeError: 'NoneType'
+    # object is not callable" printed at interpreter exit for every session lock still alive
+    # when the interpreter cleared this module's globals (seen under the Agents SDK's test suite
+    # run with our session), the dead entry left behind. The exit is stood in for by setting the
+    # global the callback looked up to None, as the interpreter does.
+    unraisable: list[Any] = []
+    monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
+    with open_memory() as sm:
+        registry = _transcript._registry(sm)
+        lock = _transcript._session_lock(sm, "late", registry)
+        registry.recent.clear()  # ours is now the only reference
+        assert registry.live["late"]() is lock
+        monkeypatch.setattr(_transcript, "_remove_dead_weakref", None)
+        del lock
+        gc.collect()
+        assert unraisable == []
+        assert "late" not in registry.live
+        monkeypatch.undo()
+        again = _transcript._session_lock(sm, "late", registry)  # a new one is made as usual
+        assert registry.live["late"]() is again

@@ -488,3 +488,23 @@ def test_session_settings_given_as_a_dict_work_as_the_sdks_own_sessions_take_the
         model = ScriptedModel([[say("ok", "msg_1")]])
         asyncio.run(Runner.run(Agent(name="a", model=model), "next", session=session))
         assert model.inputs[0] == [*items[-2:], {"content": "next", "role": "user"}]
+
+
+def test_session_settings_default_to_an_empty_session_settings_as_the_sdks_sessions_do(tmp_path: Path) -> None:
+    # Prevents: AgentsSession("s", sm).session_settings being None where every SDK session
+    # (SQLiteSession, the SQLAlchemy, Redis, ... sessions) holds SessionSettings(), so code
+    # written for them (session.session_settings.limit) raised AttributeError on ours.
+    from agents.memory import SessionSettings
+
+    items = [{"role": "user", "content": str(i)} for i in range(3)]
+    with open_store(tmp_path / "d") as sm:
+        session = AgentsSession("s", sm)
+        assert isinstance(session.session_settings, SessionSettings)
+        assert session.session_settings == SessionSettings() and session.session_settings.limit is None
+        assert session.session_settings.resolve(SessionSettings(limit=1)).limit == 1
+        asyncio.run(session.add_items(items))
+        assert asyncio.run(session.get_items()) == items  # no limit: every item
+        given = SessionSettings(limit=2)
+        assert AgentsSession("s", sm, session_settings=given).session_settings is given
+    with open_store(tmp_path / "d") as again:
+        assert asyncio.run(AgentsSession("s", again).get_items()) == items
