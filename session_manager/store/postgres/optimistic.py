@@ -46,6 +46,7 @@ import orjson
 import psycopg
 
 from ..._wire.events import Event
+from ...errors import StoreError
 from .._core.append import UNSET
 from .._core.cas import resolve
 from .._core.codec import loads
@@ -247,7 +248,10 @@ class Optimistic:
             fill_known(plan, response, events)
             local.deferring = False
             return self.calls.finish(response, events)
-        self._apply(plan, events, response, state)
+        try:
+            self._apply(plan, events, response, state)
+        except StoreError as e:  # (a commit left in doubt, no connection: as the transactional path's finish maps them)
+            raise self.db.storage_error(e) from None
         outbox = self.outbox
         if outbox.after_commit is not None or outbox._thread is not None or not outbox._pruner_runs:
             outbox.committed(None, events)  # (else it has nothing to do: no call)
