@@ -583,7 +583,9 @@ class Optimistic:
                 # write is then settled like a lost answer (its notification sent again if it landed).
                 conn.close()
             lost = conn.broken or conn.closed
+            armed = db.local.state.armed  # (this connection's: the settlement's take the thread's slot)
             db.putconn(conn)
+            ended = armed is not None and armed.fired  # (the deadline ended it; disarmed, it stays so)
             self.forget(plan.session_id)
             if not lost or started is None:
                 raise db.storage_error(failure) from None
@@ -595,8 +597,7 @@ class Optimistic:
             else:
                 landed = settle_apply(db, pid, started, params["payloads"][0], failure, sender=sender)
             if not landed:
-                armed = db.local.state.armed
-                if armed is not None and armed.fired:
+                if ended:
                     raise db.storage_error(failure) from None  # the deadline: no time to apply it again
                 db.stale(conn)
                 raise Fallback from None  # it did not land (a connection lost while idle): apply it again
@@ -687,7 +688,9 @@ class Optimistic:
                 raise
             failure = db.fail(e)
             lost = conn.broken or conn.closed
+            armed = state.armed  # (this connection's: the settlement's take the thread's slot)
             db.give(conn, state)
+            ended = armed is not None and armed.fired  # (the deadline ended it; disarmed, it stays so)
             self.forget(plan.session_id)
             if e.sqlstate == plain.UNIQUE_VIOLATION:  # a new entry's id in use: nothing written
                 self._contend(plan.session_id)
@@ -696,8 +699,7 @@ class Optimistic:
                 raise db.storage_error(failure) from None  # (one transaction: nothing written)
             written = (params["sid"], params["id"], params["parent"], params["body"])
             if not settle_apply(db, pid, started, "", failure, written=written):
-                armed = db.local.state.armed
-                if armed is not None and armed.fired:
+                if ended:
                     raise db.storage_error(failure) from None  # the deadline: no time to apply it again
                 db.stale(conn)
                 raise Fallback from None  # it did not land (the id may be another's: a replay then)
