@@ -61,6 +61,7 @@ MAX_SHAPE_SOURCE = 4096  # bytes, as the source is held
 
 Shape = Callable[[tuple[Any, ...]], Any]
 _SHAPES: dict[str, Shape] = {}
+_SHAPES_LOCK = threading.Lock()  # (inserts only: a lookup is one dict read)
 _NOT_A_SHAPE = object()  # (an item past the bounds: its page is not planned)
 
 # A page's plan: its top level as a dict of values (containers replaced at each answer),
@@ -202,8 +203,13 @@ def _planned(value: Any, budget: list[int]) -> tuple[Shape, tuple[Any, ...]] | N
             return None
         budget[0] -= 1
         # Only structure is compiled: keys as their repr (a str literal), values as t[i].
-        shape = _SHAPES.setdefault(source, eval(compile("lambda t: " + source, "<page shape>", "eval"),
-                                                {"__builtins__": {}}))
+        made = eval(compile("lambda t: " + source, "<page shape>", "eval"), {"__builtins__": {}})
+        with _SHAPES_LOCK:  # (the bound checked again where it is kept: threads compile at once)
+            shape = _SHAPES.get(source)
+            if shape is None:
+                if len(_SHAPES) >= MAX_SHAPES:
+                    return None
+                shape = _SHAPES[source] = made
     return shape, tuple(values)
 
 

@@ -16,6 +16,8 @@ it hands over the page, not every candidate.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 from typing import Any, TypeGuard
 
@@ -36,11 +38,27 @@ __all__ = ["search"]
 _COUNT_MAX = 2**53  # (a count past any store's; an exact float, an int64 of every database)
 
 
-def _decode_cursor(raw: str, terms: int) -> tuple[SortKey, Stats | None]:
+def _binding(query: Query, req: SearchRequest) -> str:
+    """What a cursor names of the request it continues (its ``q``): the query's terms as
+    searched (folded: ``Alpha`` and ``alpha`` page alike) and the filters deciding the scope and
+    candidates, so a cursor presented with another query or filters is refused, not answered with
+    a page of another result set. A digest, not the values: the cursor stays small and opaque."""
+    roles = sorted(set(req.roles)) if req.roles is not None else None
+    text = json.dumps([list(query.exact), query.prefix, req.metadata or None, req.session_id, roles],
+                      sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+def _decode_cursor(raw: str, terms: int, binding: str) -> tuple[SortKey, Stats | None]:
     """A cursor's place and statistics (``None``: a cursor of a release before they were
     carried, ``s, t, sid, id`` only, whose pages are ranked with the scope's statistics of
-    the moment, as that release did). ``terms``: how many terms the query has (one count each)."""
+    the moment, as that release did). ``terms``: how many terms the query has (one count each);
+    ``binding``: the request's :func:`_binding`, which a cursor naming one (``q``) must carry
+    (one without: issued before cursors named their request, accepted as before)."""
     value = cursors.decode(raw)
+    if "q" in value and value["q"] != binding:
+        raise SessionError(INVALID_CURSOR, "cursor was issued for another query or filters (query, metadata,"
+                                           " session_id, roles): send them as they were on its first page")
     s, t, sid, eid = value.get("s"), value.get("t"), value.get("sid"), value.get("id")
     if (not _finite(s) or not isinstance(t, int) or isinstance(t, bool)
             or not isinstance(sid, str) or not isinstance(eid, str)):
@@ -77,7 +95,9 @@ def search(core: ServiceCore, req: SearchRequest) -> Result:
     if query is None:
         raise invalid_request("query: must contain at least one word (letters or digits)")
     limit = core.page_size(req.limit)
-    after, stats = _decode_cursor(req.cursor, len(query.terms)) if req.cursor is not None else (None, None)
+    binding = _binding(query, req) if req.cursor is not None else None  # (else made only for a next cursor)
+    after, stats = (_decode_cursor(req.cursor, len(query.terms), binding) if binding is not None
+                    and req.cursor is not None else (None, None))
     roles = frozenset(req.roles) if req.roles is not None else None
     with storage_errors():
         scope = _scope(core, req)
@@ -97,6 +117,7 @@ def search(core: ServiceCore, req: SearchRequest) -> Result:
         frozen = getattr(ranked, "stats", None) or stats  # (the statistics this page was ranked with)
         if frozen is not None:
             place.update(n=frozen.docs, l=frozen.total_length, df=list(frozen.df))
+        place["q"] = binding if binding is not None else _binding(query, req)
         next_cursor = cursors.encode(place)
     return build[SearchResponse](hits=hits, next_cursor=next_cursor), []
 

@@ -3,6 +3,7 @@ every value exactly as built, or the page not kept."""
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import orjson
@@ -185,3 +186,41 @@ def test_a_page_of_many_new_structures_is_answered_by_decoding() -> None:
         assert orjson.dumps(answer) == orjson.dumps(built)
     assert kept_state(memo)[0] is False
     assert len(page_memo._SHAPES) <= before + page_memo.MAX_NEW_SHAPES
+
+
+def test_threads_planning_new_structures_at_once_never_grow_the_shapes_past_max_shapes(monkeypatch: Any) -> None:
+    # Prevents: the process-wide shape cache growing past MAX_SHAPES when threads plan new
+    # structures at once: each checked the bound, then compiled (~50-100 us), then inserted, so
+    # every thread that checked before the others inserted added one (real threads, each planning
+    # its own page; the compile step waits for the others, the interleaving a preemption there gives).
+    import threading
+
+    monkeypatch.setattr(page_memo, "_SHAPES", {f"[t[{i}]]#{i}": (lambda t: t) for i in range(7)})
+    monkeypatch.setattr(page_memo, "MAX_SHAPES", 8)  # room for one more
+    threads = 6
+    met = threading.Barrier(threads, timeout=2.0)
+    real_compile = compile
+
+    def meeting_compile(*args: Any, **kwargs: Any) -> Any:
+        with contextlib.suppress(threading.BrokenBarrierError):
+            met.wait()  # (with the fix, at most one thread compiles: the wait times out once)
+        return real_compile(*args, **kwargs)
+
+    monkeypatch.setattr(page_memo, "compile", meeting_compile, raising=False)
+    pages = [{"messages": [{f"key{i}": [{"x": i}]}], "has_more": False} for i in range(threads)]
+    memos = [PageMemo() for _ in range(threads)]
+    got: list[list[Any]] = [[] for _ in range(threads)]
+
+    def plan(i: int) -> None:
+        memos[i].keep("k", "v1", pages[i])
+        got[i] = answers(memos[i], 2)
+
+    workers = [threading.Thread(target=plan, args=(i,)) for i in range(threads)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join(timeout=30)
+    assert len(page_memo._SHAPES) <= page_memo.MAX_SHAPES
+    for i in range(threads):  # (every page answered exactly, planned or decoded)
+        assert got[i] == [pages[i], pages[i]]
+    assert sum(1 for m in memos if kept_state(m)[0]) == 1  # (the one structure that fit)

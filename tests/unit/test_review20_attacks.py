@@ -582,11 +582,26 @@ def test_a_cursor_s_next_page_after_every_hit_was_deleted_is_empty_on_every_stor
     # Prevents: a later page ranked with the cursor's frozen statistics over a scope now without
     # a hit (every session holding one deleted between pages) failing (postgres's frozen client
     # statement returning no rows at all: no head row to read) or answering a cursor.
+    # (a cursor names its query and scope: each scope's cursor is issued by its own first page)
     for kind, sm in four.items():
-        first = sm.call("session::search", {"query": "alpha", "limit": 1})
-        assert first["next_cursor"], kind
+        sm.call("session::ensure", {"session_id": "m0", "metadata": {"team": "x"}})
+        sm.call("session::ensure", {"session_id": "m1", "metadata": {"team": "x"}})
+        for sid in ("m0", "m1"):
+            for i in range(2):
+                sm.call("session::append", {"session_id": sid, "message": _text("alpha", 2000 + i),
+                                            "entry_id": f"{sid}e{i}"})
+        scopes: list[dict[str, Any]] = [{}, {"session_id": "m0"}, {"metadata": {"team": "x"}}]
+        cursors = []
+        for scoped in scopes:
+            first = sm.call("session::search", {"query": "alpha", "limit": 1, **scoped})
+            assert first["next_cursor"], (kind, scoped)
+            cursors.append(first["next_cursor"])
         for i in range(5):
             sm.call("session::delete", {"session_id": f"s{i}"})
-        for scoped in ({}, {"session_id": "s5"}, {"metadata": {"none": "x"}}):
-            page = sm.call("session::search", {"query": "alpha", "limit": 1, "cursor": first["next_cursor"], **scoped})
+        for sid in ("m0", "m1"):  # (the scope's sessions stay, their hits gone)
+            for i in range(2):
+                sm.call("session::update-message", {"session_id": sid, "entry_id": f"{sid}e{i}",
+                                                    "content": [{"type": "text", "text": "gamma"}]})
+        for scoped, cursor in zip(scopes, cursors, strict=True):
+            page = sm.call("session::search", {"query": "alpha", "limit": 1, "cursor": cursor, **scoped})
             assert page == {"hits": []}, (kind, scoped)

@@ -180,3 +180,48 @@ def test_a_store_overriding_search_page_without_stats_still_pages() -> None:
     first = _search(sm)
     assert not {"n", "l", "df"} & set(_payload(first["next_cursor"]))
     assert sorted(_ids(first) + _rest(sm, first["next_cursor"])) == sorted(found)
+
+
+@pytest.mark.parametrize("other", [
+    {"query": "beta"},  # (as many terms: its df was accepted, and ranked this scope with alpha's counts)
+    {"query": "alpha beta"},
+    {"query": "alph"},  # (the same word as a prefix: another result set)
+    {"metadata": {}},  # (every session: the cursor's place and counts were the owner's)
+    {"metadata": {"owner": "B"}},
+    {"roles": ["user"]},
+    {"session_id": "s-none"},
+])
+def test_a_cursor_presented_with_another_query_or_filters_answers_invalid_cursor(
+        sm: SessionManager, other: dict[str, Any]) -> None:
+    # Prevents: a cursor issued for one query and scope accepted for another, answering a page of
+    # another result set (its place and frozen statistics were the first query's).
+    _six(sm, owner="A")
+    first = _search(sm, metadata={"owner": "A"})
+    assert first.get("next_cursor")
+    request = {"query": "alpha", "limit": 2, "metadata": {"owner": "A"}, "cursor": first["next_cursor"], **other}
+    with pytest.raises(SessionError) as e:
+        sm.call("session::search", {k: v for k, v in request.items() if v != {}})
+    assert e.value.code == INVALID_CURSOR and "cursor" in str(e.value)
+
+
+def test_a_cursor_pages_on_when_its_query_and_filters_are_sent_again_in_another_form(sm: SessionManager) -> None:
+    # The same result set: the query's words as the search folds them, the filter's keys in
+    # another order, the roles repeated or reordered, another limit.
+    found, _ = _six(sm, owner="A", team="x")
+    first = sm.call("session::search", {"query": "Alpha", "limit": 2, "metadata": {"owner": "A", "team": "x"},
+                                        "roles": ["user", "assistant"]})
+    again = {"query": "ALPHA", "metadata": {"team": "x", "owner": "A"}, "roles": ["assistant", "user", "user"]}
+    rest = _rest(sm, first["next_cursor"], **again)
+    assert sorted(_ids(first) + rest) == sorted(found)
+
+
+def test_a_cursor_with_statistics_but_no_query_binding_is_accepted() -> None:
+    # A cursor issued by this release before cursors named their query (``n``, ``l``, ``df``
+    # only): accepted for any query as before (it cannot be checked); its next cursor names it.
+    sm = session_manager.open(store=MemoryStore())
+    found, _ = _six(sm)
+    first = _search(sm)
+    unbound = {k: v for k, v in _payload(first["next_cursor"]).items() if k != "q"}
+    second = _search(sm, _encode(unbound))
+    assert "q" in _payload(second["next_cursor"])
+    assert sorted(_ids(first) + _ids(second) + _rest(sm, second["next_cursor"])) == sorted(found)

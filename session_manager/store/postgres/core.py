@@ -72,7 +72,9 @@ class _State:
         self.fresh = False
         self.tx: Tx | None = None
         self.deadline: float | None = None  # the call in progress must answer by then (time.monotonic())
-        self.armed: Armed | None = None  # this thread's connection in use, armed with that deadline
+        # this thread's connection in use, armed with that deadline (or the last one handed back;
+        # one used inside another use of the thread keeps that one as its Armed.outer)
+        self.armed: Armed | None = None
         self.spare: Armed | None = None  # the Armed PgDatastore.take arms again (this thread's, reused)
         # a path window (last or first) read with its session's meta, for this call's path() (reads.py)
         self.window: Any = None
@@ -532,9 +534,25 @@ class PgDatastore:
 
     def getconn(self, deadline: float | None = None) -> psycopg.Connection[Any]:
         """A pooled connection armed with ``deadline`` (None: :meth:`deadline_at`'s); the wait
-        for it counts against it too."""
+        for it counts against it too. Taken inside another use of this thread (a store call made
+        while a call waits: a signal handler, a finalizer), that use's armed connection is kept
+        (:attr:`~.deadline.Armed.outer`) and is the thread's again once this one is handed back."""
         state = self.local.state
+        outer = state.armed
+        if outer is not None and not outer.held:
+            outer = None  # (the last one handed back, not one in use)
         state.armed = None
+        try:
+            conn = self._getconn(state, deadline)
+        except BaseException:
+            state.armed = outer
+            raise
+        armed = state.armed
+        assert armed is not None
+        armed.held, armed.outer = True, outer
+        return conn
+
+    def _getconn(self, state: _State, deadline: float | None) -> psycopg.Connection[Any]:
         if deadline is None:  # (deadline_at's answer, from the thread's state read here anyway)
             deadline = state.deadline if state.deadline is not None else self.deadline_at()
         if self.closed:
@@ -558,9 +576,14 @@ class PgDatastore:
 
     def putconn(self, conn: psycopg.Connection[Any]) -> None:
         """Back to the pool, unless the deadline ended it (then it is closed and discarded)."""
-        armed = self.local.state.armed
-        if armed is not None and self.watchdog.disarm(armed):
-            conn.close()
+        state = self.local.state
+        armed = state.armed
+        if armed is not None:
+            if self.watchdog.disarm(armed):
+                conn.close()
+            armed.held = False
+            if armed.outer is not None:  # (a use inside another: the thread's is the outer one again)
+                state.armed, armed.outer = armed.outer, None
         self.pool.putconn(conn)  # a broken or closed connection is discarded by the pool
 
     def take(self, state: _State) -> psycopg.Connection[Any]:
@@ -585,19 +608,26 @@ class PgDatastore:
                 pool._served = True
         if conn is None:
             return self.getconn(deadline)
+        outer = state.armed  # (in use: a call inside a call on this thread, see getconn)
+        if outer is not None and not outer.held:
+            outer = None
         try:
             fd = conn.pgconn.socket
         except psycopg.Error as e:
             state.armed = None
             pool.putconn(conn)  # closed already: the pool discards it
-            raise self.fail(e) from None
+            failure = self.fail(e)
+            state.armed = outer
+            raise failure from None
         watchdog = self.watchdog  # (Watchdog.arm's steps, on the thread's spare Armed)
         with watchdog._lock:
             armed = state.spare
-            if armed is None or armed.key in watchdog._armed:  # (still armed: never given back; a new one)
+            # (still armed, or in use: never given back, or the outer use's own; a new one)
+            if armed is None or armed.held or armed.key in watchdog._armed:
                 armed = state.spare = Armed(next(watchdog._keys), deadline, fd)
             else:
                 armed.deadline, armed.fd, armed.fired = deadline, fd, False
+            armed.held, armed.outer = True, outer
             watchdog._armed[armed.key] = armed
             if watchdog._thread is None:
                 watchdog._start()
@@ -615,6 +645,9 @@ class PgDatastore:
                 watchdog._armed.pop(armed.key, None)
             if armed.fired:
                 conn.close()
+            armed.held = False
+            if armed.outer is not None:  # (a use inside another: the thread's is the outer one again)
+                state.armed, armed.outer = armed.outer, None
         pool = self.pool
         if (pool._fast and conn._pool is pool and conn.pgconn.transaction_status == _IDLE  # (_Pool.putconn's)
                 and conn._created_at > pool._drained_at and conn._expire_at > time.monotonic()):

@@ -32,13 +32,17 @@ __all__ = ["Armed", "Watchdog"]
 class Armed:
     """One connection's use, armed with a deadline (``time.monotonic()`` seconds)."""
 
-    __slots__ = ("deadline", "fd", "fired", "key")
+    __slots__ = ("deadline", "fd", "fired", "held", "key", "outer")
 
     def __init__(self, key: int, deadline: float, fd: int) -> None:
         self.key = key
         self.deadline = deadline
         self.fd = fd
         self.fired = False
+        # In use by its thread (taken, not yet handed back: the adapter's PgDatastore sets it),
+        # and the thread's use it was taken inside (a store call made while another waits).
+        self.held = False
+        self.outer: Armed | None = None
 
 
 class Watchdog:

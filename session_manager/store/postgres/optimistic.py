@@ -46,6 +46,7 @@ import orjson
 import psycopg
 
 from ..._wire.events import Event
+from ...errors import StoreError
 from .._core.append import UNSET
 from .._core.cas import resolve
 from .._core.codec import loads
@@ -247,7 +248,10 @@ class Optimistic:
             fill_known(plan, response, events)
             local.deferring = False
             return self.calls.finish(response, events)
-        self._apply(plan, events, response, state)
+        try:
+            self._apply(plan, events, response, state)
+        except StoreError as e:  # (a commit left in doubt, no connection: as the transactional path's finish maps them)
+            raise self.db.storage_error(e) from None
         outbox = self.outbox
         if outbox.after_commit is not None or outbox._thread is not None or not outbox._pruner_runs:
             outbox.committed(None, events)  # (else it has nothing to do: no call)
@@ -579,7 +583,9 @@ class Optimistic:
                 # write is then settled like a lost answer (its notification sent again if it landed).
                 conn.close()
             lost = conn.broken or conn.closed
+            armed = db.local.state.armed  # (this connection's: the settlement's take the thread's slot)
             db.putconn(conn)
+            ended = armed is not None and armed.fired  # (the deadline ended it; disarmed, it stays so)
             self.forget(plan.session_id)
             if not lost or started is None:
                 raise db.storage_error(failure) from None
@@ -591,8 +597,7 @@ class Optimistic:
             else:
                 landed = settle_apply(db, pid, started, params["payloads"][0], failure, sender=sender)
             if not landed:
-                armed = db.local.state.armed
-                if armed is not None and armed.fired:
+                if ended:
                     raise db.storage_error(failure) from None  # the deadline: no time to apply it again
                 db.stale(conn)
                 raise Fallback from None  # it did not land (a connection lost while idle): apply it again
@@ -683,7 +688,9 @@ class Optimistic:
                 raise
             failure = db.fail(e)
             lost = conn.broken or conn.closed
+            armed = state.armed  # (this connection's: the settlement's take the thread's slot)
             db.give(conn, state)
+            ended = armed is not None and armed.fired  # (the deadline ended it; disarmed, it stays so)
             self.forget(plan.session_id)
             if e.sqlstate == plain.UNIQUE_VIOLATION:  # a new entry's id in use: nothing written
                 self._contend(plan.session_id)
@@ -692,8 +699,7 @@ class Optimistic:
                 raise db.storage_error(failure) from None  # (one transaction: nothing written)
             written = (params["sid"], params["id"], params["parent"], params["body"])
             if not settle_apply(db, pid, started, "", failure, written=written):
-                armed = db.local.state.armed
-                if armed is not None and armed.fired:
+                if ended:
                     raise db.storage_error(failure) from None  # the deadline: no time to apply it again
                 db.stale(conn)
                 raise Fallback from None  # it did not land (the id may be another's: a replay then)
