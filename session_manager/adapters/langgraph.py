@@ -478,7 +478,12 @@ class SessionManagerSaver(BaseCheckpointSaver[str]):
         ref = self._locks.live.get(thread_id)
         lock = ref() if ref is not None else None
         with lock or self._lock(thread_id):  # no read of the session: the append checks the index is current
-            index, data, parent_entry, written, size = self._checked(thread_id, self._current(thread_id), write)
+            try:
+                index, data, parent_entry, written, size = self._checked(thread_id, self._current(thread_id), write)
+            except BaseException:  # (a failed put charges nothing: the memo it grew is let go, not held uncounted)
+                if memo is not None:
+                    memo.drop(thread_id)
+                raise
             index.add_checkpoint(written, data, parent_entry)
             # (what :func:`footprint` counts of the data, added up from the parts that made it)
             self._kept.keep(thread_id, index.epoch, written, data, KEPT_OVERHEAD + size + docs_size)

@@ -475,3 +475,27 @@ def test_the_fingerprint_refuses_what_it_cannot_tell_apart() -> None:
         pass
 
     assert not _memo.memoizable(Mine) and not _memo.memoizable(dict)
+
+
+def test_a_put_that_fails_holds_no_memo_of_its_thread(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Prevents: puts failing in the store (never charged to the budget) leaving each thread's
+    # messages held by the memo, uncounted, for as long as the saver lives.
+    history = [msg(i) for i in range(12)]
+    with _open("fs", str(tmp_path)) as sm:
+        saver = SessionManagerSaver(sm)
+        puts = Puts(saver, monkeypatch)
+        parent = puts.put("f", None, {"messages": history[:10]})
+        assert "f" in saver._memo.threads
+
+        def refuse(*args: Any, **kwargs: Any) -> str:
+            raise OSError("disk full")
+
+        with monkeypatch.context() as failing:
+            failing.setattr(sm, "_append_owned", refuse)
+            for thread in ("f", "g"):
+                bad = checkpoint("1f0-9", {"messages": history}, {"messages": "9"})
+                with pytest.raises(OSError):
+                    saver.put({"configurable": {"thread_id": thread}}, bad, {}, {"messages": "9"})
+        assert saver._memo.threads == {}
+        puts.put("f", parent, {"messages": history[:12]})  # serialized whole again, the same bytes
+        puts.check(sm, SessionManagerSaver(sm))
