@@ -238,8 +238,9 @@ class Memo:
                 return serde.dumps_typed(value)  # type: ignore[no-any-return]
             fp = fingerprint(item)
             j: int | None = None
-            if prev is not None and fp is not None:
-                if i < len(prev.objs) and prev.objs[i] is item:
+            if prev is not None and fp is not None and i < len(prev.objs):  # (past them: a new item, taken
+                # as new even if moved from before: no reuse, the same bytes; a grown list builds no map)
+                if prev.objs[i] is item:
                     j = i
                 else:
                     if where is None:
