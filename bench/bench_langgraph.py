@@ -45,8 +45,9 @@ as it is, as a wrapped one would turn the memo off); SqliteSaver's its ``serde.d
 
 ``--long`` then puts one thread growing by a message a put up to 510 messages, each saver in turn (ours with its
 serializer memo, ours with it off: a ``JsonPlusSerializer`` subclass, and SqliteSaver), and prints the median put
-and serializer share of the puts at ~100 and ~500 messages, in CPU time (``time.process_time``: what the other
-processes of a busy machine take is not in it): how each grows with a thread's history.
+and serializer share of the puts at ~100 and ~500 messages (and their minimums), in CPU time
+(``time.process_time``: what the other processes of a busy machine take is not in it): how each grows with a
+thread's history.
 """
 
 from __future__ import annotations
@@ -308,8 +309,9 @@ class PlainSerde(JsonPlusSerializer):
 
 
 def long_thread(where: Path, sizes: tuple[int, ...] = (100, 500),
-                ) -> dict[str, dict[int, tuple[float, float]]]:
-    """Per saver and size, the median put and serializer seconds of the puts of a thread of ``size``
+                ) -> dict[str, dict[int, tuple[float, float, float, float]]]:
+    """Per saver and size, the median put and serializer seconds, then their minimums (the least
+    disturbed by a busy machine's caches), of the puts of a thread of ``size``
     +- 5 messages, the thread growing by one message a put to ``max(sizes) + 10``, the savers taking turns."""
     with session_manager.open(where / "sm") as sm, session_manager.open(where / "sm-off") as off:
         savers: dict[str, Any] = {"ours (memo)": SessionManagerSaver(sm),
@@ -342,7 +344,9 @@ def long_thread(where: Path, sizes: tuple[int, ...] = (100, 500),
             adapter.serialize_values = real  # type: ignore[assignment]
         savers["SqliteSaver"].conn.close()
     return {name: {size: (statistics.median(t for n, t, _ in got if abs(n - size) <= 5),
-                          statistics.median(z for n, _, z in got if abs(n - size) <= 5)) for size in sizes}
+                          statistics.median(z for n, _, z in got if abs(n - size) <= 5),
+                          min(t for n, t, _ in got if abs(n - size) <= 5),
+                          min(z for n, _, z in got if abs(n - size) <= 5)) for size in sizes}
             for name, got in rows.items()}
 
 
@@ -455,13 +459,14 @@ def show_split(split: dict[str, tuple[float, float, float, float]]) -> None:
             print(f"{name:<20} {took * 1e6:>6.0f} us {serializer * 1e6:>8.0f} us {shown} {rest * 1e6:>6.0f} us")
 
 
-def show_long(long: dict[str, dict[int, tuple[float, float]]]) -> None:
+def show_long(long: dict[str, dict[int, tuple[float, float, float, float]]]) -> None:
     if long:
-        print("\na long thread (one more message a put, no sync per write; CPU time, medians of the puts at +-5"
-              " messages)")
+        print("\na long thread (one more message a put, no sync per write; CPU time of the puts at +-5 messages,"
+              " median / minimum)")
         for name, by_size in long.items():
-            shown = ", ".join(f"{size} messages: put {took * 1e6:.0f} us, serializer {ser * 1e6:.0f} us"
-                              for size, (took, ser) in by_size.items())
+            shown = ", ".join(f"{size} messages: put {took * 1e6:.0f} / {least * 1e6:.0f} us, serializer "
+                              f"{ser * 1e6:.0f} / {least_ser * 1e6:.0f} us"
+                              for size, (took, ser, least, least_ser) in by_size.items())
             print(f"  {name:<17} {shown}")
 
 
