@@ -39,7 +39,15 @@ the floor is the library's share (its CPU, which after a put's fsync runs with c
 ``--split`` then splits one more run of ``put`` (first state, no sync per write)
 into the serializer's share, the store call's (``SessionManager.call`` and
 ``_append_owned``, the typed append: ours only) and the rest (ours: the saver's own work; SqliteSaver's: its INSERT and
-commit), medians per put, so a change to the shared append path shows where it landed.
+commit), medians per put, so a change to the shared append path shows where it landed. Ours' serializer share is
+its ``serialize_values`` (the serializer memo's work and the messages it serializes, issue 29: its serde is left
+as it is, as a wrapped one would turn the memo off); SqliteSaver's its ``serde.dumps_typed``.
+
+``--long`` then puts one thread growing by a message a put up to 510 messages, each saver in turn (ours with its
+serializer memo, ours with it off: a ``JsonPlusSerializer`` subclass, and SqliteSaver), and prints the median put
+and serializer share of the puts at ~100 and ~500 messages (and their minimums), in CPU time
+(``time.process_time``: what the other processes of a busy machine take is not in it): how each grows with a
+thread's history.
 """
 
 from __future__ import annotations
@@ -61,10 +69,12 @@ sys.path.insert(0, str(ROOT))
 
 from langchain_core.messages import AIMessage, HumanMessage  # noqa: E402
 from langgraph.checkpoint.base import BaseCheckpointSaver, empty_checkpoint  # noqa: E402
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer  # noqa: E402
 from langgraph.checkpoint.sqlite import SqliteSaver  # noqa: E402
 from langgraph.graph import START, MessagesState, StateGraph  # noqa: E402
 
 import session_manager  # noqa: E402
+from session_manager.adapters import langgraph as adapter  # noqa: E402
 from session_manager.adapters.langgraph import SessionManagerSaver  # noqa: E402
 
 MESSAGES = [(HumanMessage if i % 2 == 0 else AIMessage)(f"message {i}: " + "lorem ipsum " * 16) for i in range(20)]
@@ -223,17 +233,20 @@ def compare_turns(savers: list[BaseCheckpointSaver[Any]], rounds: int, batch: in
 class Ledger:
     """Seconds one put spent in each clocked part; per put: (put, serializer, store call)."""
 
-    def __init__(self) -> None:
+    def __init__(self, timer: Callable[[], float] = time.perf_counter) -> None:
+        self.timer = timer
         self.spent = {"serializer": 0.0, "store call": 0.0}
         self.rows: list[tuple[float, float, float]] = []
 
     def clock(self, part: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        timer = self.timer
+
         def clocked(*args: Any, **kwargs: Any) -> Any:
-            start = time.perf_counter()
+            start = timer()
             try:
                 return fn(*args, **kwargs)
             finally:
-                self.spent[part] += time.perf_counter() - start
+                self.spent[part] += timer() - start
         return clocked
 
     def start(self) -> None:
@@ -273,13 +286,68 @@ def split_puts(where: Path, rounds: int, batch: int) -> dict[str, tuple[float, f
             saver.serde = ClockedSerde(saver.serde, ledgers[name])
             threads.append(thread)
         ledger = ledgers["SessionManagerSaver"]  # its own sm: both ways into the store are clocked
+        savers["SessionManagerSaver"].serde = savers["SessionManagerSaver"].serde.serde  # (its memo on)
         sm.call = ledger.clock("store call", sm.call)  # type: ignore[method-assign]
         sm._append_owned = ledger.clock("store call", sm._append_owned)  # type: ignore[method-assign]
-        for _ in range(rounds):
-            for thread in threads:
-                thread.put(batch)
+        real = adapter.serialize_values
+        adapter.serialize_values = ledger.clock("serializer", real)  # type: ignore[assignment]
+        try:
+            for _ in range(rounds):
+                for thread in threads:
+                    thread.put(batch)
+        finally:
+            adapter.serialize_values = real  # type: ignore[assignment]
         savers["SqliteSaver"].conn.close()
     return {name: ledger.medians() for name, ledger in ledgers.items()}
+
+
+LONG = [(HumanMessage if i % 2 == 0 else AIMessage)(f"message {i}: " + "lorem ipsum " * 16) for i in range(520)]
+
+
+class PlainSerde(JsonPlusSerializer):
+    """LangGraph's serializer under another class: the saver's memo stays off (it serializes every list whole)."""
+
+
+def long_thread(where: Path, sizes: tuple[int, ...] = (100, 500),
+                ) -> dict[str, dict[int, tuple[float, float, float, float]]]:
+    """Per saver and size, the median put and serializer seconds, then their minimums (the least
+    disturbed by a busy machine's caches), of the puts of a thread of ``size``
+    +- 5 messages, the thread growing by one message a put to ``max(sizes) + 10``, the savers taking turns."""
+    with session_manager.open(where / "sm") as sm, session_manager.open(where / "sm-off") as off:
+        savers: dict[str, Any] = {"ours (memo)": SessionManagerSaver(sm),
+                                  "ours (memo off)": SessionManagerSaver(off, serde=PlainSerde()),
+                                  "SqliteSaver": sqlite_saver(where.with_suffix(".db"), "NORMAL")}
+        ledgers = {name: Ledger(time.process_time) for name in savers}  # (CPU time: a busy machine's
+        # other processes not counted; wall-clock of 500-message puts was 10x their CPU time at load 25)
+        savers["SqliteSaver"].serde = ClockedSerde(savers["SqliteSaver"].serde, ledgers["SqliteSaver"])
+        real = adapter.serialize_values
+        clocked = {name: ledgers[name].clock("serializer", real) for name in savers}
+        configs: dict[str, Any] = {name: {"configurable": {"thread_id": "long", "checkpoint_ns": ""}}
+                                   for name in savers}
+        rows: dict[str, list[tuple[int, float, float]]] = {name: [] for name in savers}
+        versions: dict[str, int] = dict.fromkeys(savers, 0)
+        try:
+            for n in range(1, max(sizes) + 11):
+                for name, saver in savers.items():
+                    versions[name] += 1
+                    version = f"{versions[name]:032}.0"
+                    checkpoint = empty_checkpoint()
+                    checkpoint["channel_values"] = {"messages": LONG[:n]}
+                    checkpoint["channel_versions"] = {"messages": version}
+                    adapter.serialize_values = clocked[name]  # type: ignore[assignment]
+                    ledgers[name].start()
+                    start = time.process_time()
+                    configs[name] = saver.put(configs[name], checkpoint, {"step": n}, {"messages": version})
+                    took = time.process_time() - start
+                    rows[name].append((n, took, ledgers[name].spent["serializer"]))
+        finally:
+            adapter.serialize_values = real  # type: ignore[assignment]
+        savers["SqliteSaver"].conn.close()
+    return {name: {size: (statistics.median(t for n, t, _ in got if abs(n - size) <= 5),
+                          statistics.median(z for n, _, z in got if abs(n - size) <= 5),
+                          min(t for n, t, _ in got if abs(n - size) <= 5),
+                          min(z for n, _, z in got if abs(n - size) <= 5)) for size in sizes}
+            for name, got in rows.items()}
 
 
 def sqlite_saver(path: Path, synchronous: str | None) -> SqliteSaver:
@@ -317,12 +385,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer operations (a smoke run)")
     parser.add_argument("--split", action="store_true", help="then split put into serializer, store call, rest")
+    parser.add_argument("--long", action="store_true", help="then put a thread growing to 510 messages")
+    parser.add_argument("--only", choices=("split", "long"), help="run only the --split or --long part")
     args = parser.parse_args()
     rounds, batch = (5, 20) if args.quick else (20, 25)
     rows: list[tuple[str, str, dict[str, list[float]]]] = []
     # state, durability, statistic, then the floor's and each saver's put by it
     floors: list[tuple[str, str, str, float, list[float]]] = []
     settings_run: dict[str, str] = {}
+    if args.only:
+        with tempfile.TemporaryDirectory() as tmp:
+            show_split(split_puts(Path(tmp) / "split", rounds, batch) if args.only == "split" else {})
+            show_long(long_thread(Path(tmp) / "long") if args.only == "long" else {})
+        return
     with tempfile.TemporaryDirectory() as tmp:
         for workload, settings in WORKLOADS.items():
             runs: tuple[tuple[str, Literal["flush", "fsync"], str | None], ...] = (
@@ -347,6 +422,7 @@ def main() -> None:
                     baseline_saver.conn.close()
                 rows.append((workload, label, figures))
         split = split_puts(Path(tmp) / "split", rounds, batch) if args.split else {}
+        long = long_thread(Path(tmp) / "long") if args.long else {}
     print(f"LangGraph checkpointers: {rounds} rounds of {batch} per operation, the savers taking turns; "
           f"{rounds * batch} checkpoints per thread; medians; SessionManagerSaver over our fs store and "
           f"over our sqlite store")
@@ -370,12 +446,28 @@ def main() -> None:
         print(f"{workload:<28} {label:<18} {stat:<6} {floor_put * 1e6:>13.0f} us {fs * 1e6:>9.0f} us"
               f" {sq * 1e6:>10.0f} us {baseline * 1e6:>9.0f} us {(fs - floor_put) * 1e6:>7.0f} us")
 
+    show_split(split)
+    show_long(long)
+
+
+def show_split(split: dict[str, tuple[float, float, float, float]]) -> None:
     if split:
         print("\nput, split (messages + 2 KB settings, no sync per write; medians per put, which need not add up)")
         print(f"{'saver':<20} {'put':>9} {'serializer':>11} {'store call':>11} {'rest':>9}")
         for name, (took, serializer, call, rest) in split.items():
             shown = f"{call * 1e6:>8.0f} us" if name == "SessionManagerSaver" else f"{'-':>11}"
             print(f"{name:<20} {took * 1e6:>6.0f} us {serializer * 1e6:>8.0f} us {shown} {rest * 1e6:>6.0f} us")
+
+
+def show_long(long: dict[str, dict[int, tuple[float, float, float, float]]]) -> None:
+    if long:
+        print("\na long thread (one more message a put, no sync per write; CPU time of the puts at +-5 messages,"
+              " median / minimum)")
+        for name, by_size in long.items():
+            shown = ", ".join(f"{size} messages: put {took * 1e6:.0f} / {least * 1e6:.0f} us, serializer "
+                              f"{ser * 1e6:.0f} / {least_ser * 1e6:.0f} us"
+                              for size, (took, ser, least, least_ser) in by_size.items())
+            print(f"  {name:<17} {shown}")
 
 
 if __name__ == "__main__":

@@ -52,12 +52,15 @@ from __future__ import annotations
 import math
 from collections.abc import Hashable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from .._service.admission import MAX_DEPTH
 from ..errors import invalid_request
+
+if TYPE_CHECKING:
+    from ._memo import Memo
 
 ROOT_ID = "langgraph-root"
 ROOT = "langgraph.root"
@@ -113,15 +116,21 @@ def pack_writes(serde: Any, writes: list[tuple[int, str, Any]]) -> tuple[list[li
 Serialized = list[tuple[str, "str | int | float", str, "bytes | None"]]  # (channel, version, type, bytes)
 
 
-def serialize_values(serde: Any, channel_values: dict[str, Any], new_versions: dict[str, Any]) -> Serialized:
-    """The channels in ``new_versions``, each value through the serializer (``None``: no value)."""
+def serialize_values(serde: Any, channel_values: dict[str, Any], new_versions: dict[str, Any],
+                     memo: Memo | None = None, thread_id: str = "", ns: str = "") -> Serialized:
+    """The channels in ``new_versions``, each value through the serializer (``None``: no value);
+    a list through ``memo`` when given (:mod:`._memo`: the same bytes, its items' reused)."""
     out: Serialized = []
     for channel, number in new_versions.items():  # (text() and channel_version() inline for what they
         # take as it is, a str name, type and version: every channel of every put)
         name = channel if type(channel) is str else text(channel, "new_versions")
         version = number if type(number) is str else channel_version(number, name)
         if channel in channel_values:
-            kind, data = serde.dumps_typed(channel_values[channel])
+            value = channel_values[channel]
+            if memo is not None and type(value) is list:
+                kind, data = memo.dumps(serde, thread_id, ns, name, value)
+            else:
+                kind, data = serde.dumps_typed(value)
             out.append((name, version, kind if type(kind) is str else text(kind, "serde type"), data))
         else:
             out.append((name, version, "empty", None))

@@ -22,6 +22,8 @@ from ._checkpoints import CHECKPOINT, WRITES
 
 _SEEDED = (CHECKPOINT, WRITES)  # the entries a read takes data from
 BASES = "\x00bases"  # the key (beside entry ids, which are never this) of a thread's delta bases
+MEMO = "\x00memo"  # and of its serializer memo (:mod:`._memo`)
+_CHARGED = (BASES, MEMO)
 OVERHEAD = 512  # what a kept data holds beside its texts (its dicts and lists, the slot here)
 
 
@@ -99,12 +101,13 @@ class Kept:
             for release in released:
                 release()
 
-    def charge(self, thread_id: str, size: int, release: Callable[[], None]) -> None:
+    def charge(self, thread_id: str, size: int, release: Callable[[], None], what: str = BASES) -> None:
         """Count a thread's delta bases (``size`` bytes, held by its index, not here) in the
         budget, as the most recently used: when they are the least recently used past it,
         ``release()`` lets them go (called outside the lock; a base gone is read from its entry,
-        and the next put of the channel stores its value whole: a new base)."""
-        key = (thread_id, BASES)
+        and the next put of the channel stores its value whole: a new base). ``what``: ``MEMO``
+        for its serializer memo instead (:mod:`._memo`; gone, the next put serializes whole)."""
+        key = (thread_id, what)
         with self._guard:
             old = self._kept.get(key)
             if old is not None and old[2] == size and old[1] == release:  # (most puts: the same bases)
@@ -123,19 +126,20 @@ class Kept:
             gone()
 
     def uncharge(self, thread_id: str) -> None:
-        """The thread's index (and its bases) was dropped: they count no more."""
+        """The thread's index (and its bases) was dropped, and its memo: they count no more."""
         with self._guard:
-            old = self._kept.pop((thread_id, BASES), None)
-            if old is not None:
-                self.total -= old[2]
+            for what in _CHARGED:
+                old = self._kept.pop((thread_id, what), None)
+                if old is not None:
+                    self.total -= old[2]
 
     def _within(self) -> list[Callable[[], None]]:
-        """Drop the least recently used past the budget (under the lock): the bases' releases."""
+        """Drop the least recently used past the budget (under the lock): the bases' and memos' releases."""
         released = []
         while self.total > self.budget:
             (_, entry_id), dropped = self._kept.popitem(last=False)
             self.total -= dropped[2]
-            if entry_id == BASES:
+            if entry_id in _CHARGED:
                 released.append(dropped[1])
         return released
 

@@ -77,8 +77,9 @@ from ._checkpoints import (
     unpack,
     value_bytes,
 )
+from ._kept import MEMO, Kept, footprint
 from ._kept import OVERHEAD as KEPT_OVERHEAD
-from ._kept import Kept, footprint
+from ._memo import Memo, usable
 from ._settle import settled
 from ._transcript import _registry as lock_registry
 from ._transcript import _session_lock as session_lock
@@ -119,6 +120,7 @@ class SessionManagerSaver(BaseCheckpointSaver[str]):
         if type(cache_bytes) is not int or cache_bytes < 0:
             raise invalid_request(f"cache_bytes: expected a whole number of bytes, 0 or more, got {cache_bytes!r}")
         self._kept = Kept(cache_bytes)
+        self._memo = Memo()  # the serializer's bytes of list items (messages) each put reuses
 
     # -- the thread index ----------------------------------------------------------
 
@@ -153,7 +155,9 @@ class SessionManagerSaver(BaseCheckpointSaver[str]):
         with self._indexes_guard:
             self._indexes[thread_id] = index
             while len(self._indexes) > _CACHED_THREADS:
-                self._kept.uncharge(self._indexes.popitem(last=False)[0])
+                evicted = self._indexes.popitem(last=False)[0]
+                self._kept.uncharge(evicted)
+                self._memo.drop(evicted)
         return index
 
     def _charge_bases(self, thread_id: str, index: ThreadIndex) -> None:
@@ -215,6 +219,7 @@ class SessionManagerSaver(BaseCheckpointSaver[str]):
         with self._indexes_guard:
             self._indexes.pop(thread_id, None)
         self._kept.uncharge(thread_id)
+        self._memo.drop(thread_id)
 
     def _append(self, thread_id: str, index: ThreadIndex, custom_type: str, data: Any, parent: str | None,
                 entry_id: str | None = None, *, owned: bool = False, checked: bool = False,
@@ -453,7 +458,8 @@ class SessionManagerSaver(BaseCheckpointSaver[str]):
         fields: dict[str, Any] = dict(checkpoint)
         fields.pop("channel_values", None)
         body, meta, docs_size = encode_docs(self.serde, fields, merged)
-        serialized = serialize_values(self.serde, checkpoint["channel_values"], new_versions)
+        memo = self._memo if self._memo.on and usable(self.serde) else None
+        serialized = serialize_values(self.serde, checkpoint["channel_values"], new_versions, memo, thread_id, ns)
 
         def write(index: ThreadIndex, checked: bool) -> tuple[ThreadIndex, dict[str, Any], str, str, int]:
             parent_entry = (index.checkpoints.get((ns, parent_id)) if parent_id else None) or ROOT_ID
@@ -472,11 +478,19 @@ class SessionManagerSaver(BaseCheckpointSaver[str]):
         ref = self._locks.live.get(thread_id)
         lock = ref() if ref is not None else None
         with lock or self._lock(thread_id):  # no read of the session: the append checks the index is current
-            index, data, parent_entry, written, size = self._checked(thread_id, self._current(thread_id), write)
+            try:
+                index, data, parent_entry, written, size = self._checked(thread_id, self._current(thread_id), write)
+            except BaseException:  # (a failed put charges nothing: the memo it grew is let go, not held uncounted)
+                if memo is not None:
+                    memo.drop(thread_id)
+                raise
             index.add_checkpoint(written, data, parent_entry)
             # (what :func:`footprint` counts of the data, added up from the parts that made it)
             self._kept.keep(thread_id, index.epoch, written, data, KEPT_OVERHEAD + size + docs_size)
             self._charge_bases(thread_id, index)
+            held = memo.threads.get(thread_id) if memo is not None else None
+            if held is not None:  # (counted in the budget too: past it, let go)
+                self._kept.charge(thread_id, held.size(), held.release, MEMO)
         return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint_id}}
 
     def put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,

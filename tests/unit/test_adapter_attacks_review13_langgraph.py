@@ -23,7 +23,7 @@ pytest.importorskip("langgraph.checkpoint.base", reason="the langgraph extra is 
 import session_manager
 from session_manager import SessionError
 from session_manager.adapters._checkpoints import ROOT_ID
-from session_manager.adapters._kept import BASES
+from session_manager.adapters._kept import BASES, MEMO
 from session_manager.adapters.langgraph import SessionManagerSaver
 from session_manager.store.fs import FsStore
 from session_manager.store.memory import MemoryStore
@@ -485,7 +485,7 @@ def test_the_budget_bounds_checkpoints_whose_metadata_is_large(tmp_path: Path, p
             saved = saver.put(saved, checkpoint(f"c{i:03d}", i, f"{i + 1}"), {"step": i, "doc": note},
                               {"x": f"{i + 1}", "pad": "1"})
         held = sum(len(orjson.dumps(data)) for (_, entry_id), (_, data, _) in saver._kept._kept.items()
-                   if entry_id != BASES)  # (the bases' charge: no data of its own)
+                   if entry_id not in (BASES, MEMO))  # (the bases' and memo's charges: no data of their own)
         got = saver.get_tuple(config("big", "c003"))
     assert held <= 2 * 200_000
     assert got is not None and got.metadata["step"] == 3

@@ -29,9 +29,9 @@ def held_bases(saver: SessionManagerSaver) -> int:
 
 
 def kept_data(saver: SessionManagerSaver) -> int:
-    """The bytes of entries' data the saver keeps (its bases' charge left out)."""
-    bases = getattr(_kept, "BASES", None)
-    return sum(size for (_, entry_id), (_, _, size) in saver._kept._kept.items() if entry_id != bases)
+    """The bytes of entries' data the saver keeps (its bases' and memo's charges left out)."""
+    charges = (getattr(_kept, "BASES", None), getattr(_kept, "MEMO", None))
+    return sum(size for (_, entry_id), (_, _, size) in saver._kept._kept.items() if entry_id not in charges)
 
 
 def put_threads(log: Log, threads: int, puts: int) -> None:

@@ -171,7 +171,7 @@ def test_writes_are_kept_at_their_encoded_size_and_a_derivation_at_the_walked_on
     # it made for the store gives the size (a put adds its size up from its parts: the test below).
     # And the sizes apart: an index derived again sizes what it decoded by the walk, never by a
     # JSON it does not have, and every size stays within budget.
-    from session_manager.adapters._kept import BASES, OVERHEAD, footprint
+    from session_manager.adapters._kept import BASES, MEMO, OVERHEAD, footprint
 
     with session_manager.open(f"sqlite:///{tmp_path.resolve()}/d.db") as sm:
         saver = SessionManagerSaver(sm)
@@ -179,6 +179,7 @@ def test_writes_are_kept_at_their_encoded_size_and_a_derivation_at_the_walked_on
         entries = [e for e in sm.service.store.entries("k") if e["custom_type"] != "langgraph.root"]
         kept = dict(saver._kept._kept)
         bases = kept.pop(("k", BASES))  # (the thread's delta bases, charged to the same budget)
+        memo = kept.pop(("k", MEMO), (None, None, 0))  # (and its serializer memo, when it holds a list)
         assert len(entries) == 6 and set(kept) == {("k", e["id"]) for e in entries}
         for entry in entries:
             encoded = orjson.dumps(entry["data"])
@@ -188,10 +189,10 @@ def test_writes_are_kept_at_their_encoded_size_and_a_derivation_at_the_walked_on
             else:
                 assert size == OVERHEAD + len(encoded) == footprint(entry["data"], encoded)
             assert footprint(entry["data"], encoded) >= footprint(entry["data"])  # (JSON: the texts and more)
-        assert saver._kept.total == sum(size for _, _, size in kept.values()) + bases[2]
+        assert saver._kept.total == sum(size for _, _, size in kept.values()) + bases[2] + memo[2]
         other = SessionManagerSaver(sm)  # derives its index: sizes what it decoded by the walk
         assert other.get_tuple(saved[1]) is not None
-        sized = {k: v[2] for k, v in other._kept._kept.items() if k[1] != BASES}
+        sized = {k: v[2] for k, v in other._kept._kept.items() if k[1] not in (BASES, MEMO)}
     assert sized == {("k", e["id"]): footprint(e["data"]) for e in entries}
 
 
