@@ -5,6 +5,11 @@ The DSN comes from ``SESSION_MANAGER_TEST_POSTGRES`` (default
 schema, dropped afterwards. With no server (or no psycopg) a test skips,
 naming the reason; with ``SESSION_MANAGER_REQUIRE_POSTGRES=1`` (set by
 ``.ci/run``) that skip is a failure instead, so CI cannot pass by skipping.
+
+The server is shared: with the other xdist workers, and with other checkouts' runs. A test that
+ends (``pg_terminate_backend``) or waits for backends picks them by its schema's stores'
+``application_name`` (``session-manager:<schema>``, cut at 63 characters) or by a pid it holds,
+never by query text or wait event alone: those match other tests' backends too.
 """
 
 from __future__ import annotations

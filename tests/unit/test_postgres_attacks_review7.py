@@ -198,6 +198,36 @@ def test_an_observer_registering_while_appends_run_misses_none_after_it_register
         watcher.close()
 
 
+_WAITERS = ("FROM pg_stat_activity WHERE application_name = %s AND wait_event_type = 'Lock'"
+            " AND wait_event = 'advisory' AND pid <> pg_backend_pid()")
+
+
+def _lock_waiters(schema: str) -> list[int]:
+    """The pids of the schema's stores' backends waiting on an advisory lock: this test's own
+    alone. The server is shared (other xdist workers, other checkouts' runs) and their appends,
+    update-messages, listeners' gates and migrations wait on advisory locks too: chosen by wait
+    and query text alone, theirs were ended with this one's, failing their tests with a lost
+    connection ("server closed the connection unexpectedly") in CI runs."""
+    import psycopg
+
+    with psycopg.connect(pg_support.DSN, autocommit=True) as conn:
+        return [pid for (pid,) in conn.execute("SELECT pid " + _WAITERS, (_application(schema),)).fetchall()]
+
+
+def _end_lock_waiters(schema: str) -> list[int]:
+    """Ends the schema's backends waiting on an advisory lock (chosen and ended in one statement:
+    no pid goes stale between the two); answers the pids signalled."""
+    import psycopg
+
+    with psycopg.connect(pg_support.DSN, autocommit=True) as conn:
+        rows = conn.execute("SELECT pid, pg_terminate_backend(pid) " + _WAITERS, (_application(schema),)).fetchall()
+    return [pid for pid, signalled in rows if signalled]
+
+
+def _application(schema: str) -> str:
+    return f"session-manager:{schema}"[:63]  # (the stores' application_name: PostgresSettings)
+
+
 def test_an_append_whose_backend_is_terminated_mid_way_then_retried_is_stored_once(
         schema: str, pair: tuple[session_manager.SessionManager, session_manager.SessionManager]) -> None:
     # The warm append waits on the session's lock; its backend is terminated while it waits.
@@ -216,18 +246,8 @@ def test_an_append_whose_backend_is_terminated_mid_way_then_retried_is_stored_on
                        (schema, sid))
         t = threading.Thread(target=lambda: got.append(_app(a, sid, "k")))
         t.start()
-        me = holder.info.backend_pid
-        query = ("SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND pid <> %s"
-                 " AND query LIKE %s")
-
-        def waiting() -> list[tuple[Any, ...]]:
-            with psycopg.connect(pg_support.DSN, autocommit=True) as c:
-                return c.execute(query, (me, "%advisory%")).fetchall()
-
-        assert wait_for(lambda: bool(waiting()))
-        with psycopg.connect(pg_support.DSN, autocommit=True) as c:
-            for (pid,) in waiting():
-                c.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        assert wait_for(lambda: bool(_lock_waiters(schema)))
+        assert _end_lock_waiters(schema)
         holder.rollback()
     t.join(60)
     assert got and got[0]["entry_id"] == "k"
@@ -237,6 +257,59 @@ def test_an_append_whose_backend_is_terminated_mid_way_then_retried_is_stored_on
     assert len(check_linear(a, sid)) == 8
     _rule_ok(schema, sid, 8)
     assert _same_as_fresh(schema, a, sid) == [*(f"w{i}" for i in range(6)), "k", "after"]
+
+
+def test_ending_this_test_s_lock_waiters_leaves_another_schema_s_waiting_append_alone(schema: str) -> None:
+    # Prevents: the test above ending every backend on the server waiting on an advisory lock
+    # (another xdist worker's append, update-message, listener or migration), not its own alone:
+    # that worker's call lost its connection mid-test (two CI emulation runs failed so).
+    import psycopg
+
+    from session_manager._wire import events as ev
+
+    with pg_support.schema() as theirs:
+        # (no observer on theirs: its append takes the plain path, whose statement names the
+        # advisory lock, the shape the server log showed ended in other tests' schemas)
+        mine, other = _open(schema), _open(theirs)
+        try:
+            seen: list[str] = []
+            mine.observe({"function_id": ev.ON_MESSAGE_ADDED}, lambda e: seen.append(e["entry_id"]))
+            for sm in (mine, other):
+                sm.call("session::ensure", {"session_id": "s", "title": "t"})
+                _app(sm, "s", "w0")
+            assert wait_for(lambda: seen == ["w0"])  # (the listener past its gate, an advisory lock too)
+            answers: dict[str, Any] = {}
+            with psycopg.connect(pg_support.DSN) as holder:  # (one transaction holds both sessions' locks)
+                for name in (schema, theirs):
+                    holder.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s || ':' || %s, 0))", (name, "s"))
+                threads = [threading.Thread(target=lambda k=k, sm=sm: answers.__setitem__(k, _app(sm, "s", "k")))
+                           for k, sm in (("mine", mine), ("theirs", other))]
+                for t in threads:
+                    t.start()
+                assert wait_for(lambda: bool(_lock_waiters(schema)) and bool(_lock_waiters(theirs)))
+                bystanders = set(_lock_waiters(theirs))
+                ended = _end_lock_waiters(schema)
+                assert ended and not bystanders & set(ended)
+                assert bystanders <= set(_lock_waiters(theirs))  # still there, still waiting
+                holder.rollback()
+            for t in threads:
+                t.join(60)
+            assert answers["mine"]["entry_id"] == "k" == answers["theirs"]["entry_id"]
+            assert answers["mine"]["parent_id"] == "w0" == answers["theirs"]["parent_id"]
+            assert wait_for(lambda: seen == ["w0", "k"])
+            time.sleep(0.3)
+            assert seen == ["w0", "k"]  # the retried append fired once
+            for sm in (mine, other):
+                assert check_linear(sm, "s") == ["w0", "k"]
+                assert sm.call("session::get", {"session_id": "s"})["meta"]["message_count"] == 2
+            # theirs was answered by the backend it waited on: never ended, so never reconnected
+            with psycopg.connect(pg_support.DSN, autocommit=True) as conn:
+                alive = {pid for (pid,) in conn.execute("SELECT pid FROM pg_stat_activity WHERE application_name = %s",
+                                                       (_application(theirs),)).fetchall()}
+            assert bystanders <= alive
+        finally:
+            mine.close()
+            other.close()
 
 
 def test_a_session_recreated_alike_then_set_meta_here_then_appended_gets_the_rules_links(
