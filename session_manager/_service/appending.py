@@ -23,7 +23,7 @@ from ..errors import (
     invalid_request,
     not_found,
 )
-from ..store.base import Entry, Meta, append_commit
+from ..store.base import Entry, append_commit
 from .contention import retry_conflicts
 from .core import Result, ServiceCore
 
@@ -79,9 +79,17 @@ def append_custom_owned(core: ServiceCore, req: OwnedCustom) -> Result:
     the same reads, checks, commit and event; the response is the stored entry itself
     (the embedded host's typed path hands on only its id)."""
     session_id = req.session_id
+    store = core.store
     with core.mutating(session_id):
-        meta, leaf = _session_at(core, session_id, req.at)
-        parent = _parent(core, session_id, req.parent_id, leaf)
+        # (the session read and _parent's common case, inline: every typed append)
+        meta, leaf = store.meta_and_leaf_to_commit(session_id)  # one lookup: the hot path reads both
+        if meta is None:
+            raise not_found(session_id)
+        at = req.at
+        if at is not None and (meta.get("created_at"), leaf) != at:
+            raise LeafMoved(session_id)
+        parent_id = req.parent_id
+        parent = leaf if parent_id is None or parent_id == leaf else _parent(core, session_id, parent_id, leaf)
         # build[CustomEntry](kind="custom", id=..., parent_id=parent, timestamp=..., revision=0, origin=None,
         # custom_type=..., data=...), as a literal: the same keys in the model's order (no origin: None
         # is left out; parent_id and data kept even when None), no keyword call (every typed append;
@@ -89,29 +97,22 @@ def append_custom_owned(core: ServiceCore, req: OwnedCustom) -> Result:
         entry: Entry = {"kind": "custom", "id": core.ids.entry_id(), "parent_id": parent,
                         "timestamp": core.clock.now_ms(), "revision": 0, "custom_type": req.custom_type,
                         "data": req.data}
-        # (with ``at`` and no parent named: on the leaf it names, never chained onto another: see _append)
-        at_leaf = req.parent_id is None and req.at is not None
-        applied = core.commit_append(session_id, meta, (entry,), chain=req.parent_id is None and not at_leaf,
-                                     data_json=req.data_json, checked=at_leaf)
+        # (with ``at`` and no parent named: on the leaf it names, never chained onto another: see _append;
+        # core.commit_append inline, its ``checked`` as expect_meta)
+        if parent_id is None and at is not None:
+            applied = store.commit(session_id, append_commit(meta, (entry,), chain=False, tx=core._tx,
+                                                             data_json=req.data_json, expect_meta=meta))
+        else:
+            applied = store.commit(session_id, append_commit(meta, (entry,), chain=parent_id is None, tx=core._tx,
+                                                             data_json=req.data_json))
         entry, meta = applied.entries[0], applied.meta or meta
     if req.unheard:
         return entry, []
     return entry, [ev.message_added(session_id, entry, meta.get("metadata"))]
 
 
-def _session_at(core: ServiceCore, session_id: str, at: SessionAt | None) -> tuple[Meta, str | None]:
-    """The session's meta and active leaf, read for the commit that follows; ``not_found``
-    without one, :class:`LeafMoved` when ``at`` is given and they are not as it says."""
-    meta, leaf = core.store.meta_and_leaf_to_commit(session_id)  # one lookup: the hot path reads both
-    if meta is None:
-        raise not_found(session_id)
-    if at is not None and (meta.get("created_at"), leaf) != at:
-        raise LeafMoved(session_id)
-    return meta, leaf
-
-
 def _append(core: ServiceCore, req: api.AppendRequest, at: SessionAt | None = None) -> Result:
-    # (_session_at, _parent, _new_entry and core.commit_append written out where the common case
+    # (the session read, _parent, _new_entry and core.commit_append written out where the common case
     # needs no call of its own: this runs on every append)
     session_id = req.session_id
     store = core.store

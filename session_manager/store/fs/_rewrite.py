@@ -78,6 +78,14 @@ class LogBudget:
             self.meta = meta
         self.live = live
 
+    def charge_one(self, written: int, entry_id: str, size: int, meta: int) -> None:
+        """:meth:`charge` of an append: one entry and the meta (no iterable: every append)."""
+        self.disk += written
+        sizes = self.entries
+        self.live += size - sizes.get(entry_id, 0) + meta - self.meta
+        sizes[entry_id] = size
+        self.meta = meta
+
     def wants_compaction(self) -> bool:
         """Past the hard line: rewrite now (or wait for the rewrite in flight)."""
         return self.disk > RATIO * self.live + SLACK and self.disk > self.retry_at

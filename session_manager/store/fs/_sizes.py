@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import orjson
 
-from ..base import Commit, Entry
+from ..base import Commit, Entry, Meta
 from ._records import encode_commit, meta_size, snapshot_size, tx_id
 
 _ENTRY_HEAD = b'{"type":"entry","entry":'
@@ -27,6 +27,10 @@ _TX = b',"tx":'
 _NEXT_ENTRY = b"}\n" + _ENTRY_HEAD  # between two entry lines' entries
 # snapshot_size: an entry line in a snapshot plus its commit marker (the entry id and 34 bytes of it).
 _MARKER = 34
+
+_ENTRY_FIXED = len(_ENTRY_HEAD) + 1 + _MARKER  # _entry_size less the entry's JSON and id
+_META_FIXED = len(_META_HEAD) + 2  # _meta_size's half less the meta's JSON
+_dumps, _Fragment = orjson.dumps, orjson.Fragment
 
 Sizes = tuple[tuple[int, ...], int | None]  # (each entry's snapshot size, the meta's size)
 
@@ -41,23 +45,31 @@ def _meta_size(meta_json: bytes) -> int:
     return 2 * (len(_META_HEAD) + len(meta_json) + 2)
 
 
+def encode_append(entry: Entry, meta: Meta, data_json: bytes | None) -> tuple[bytes, int, int] | None:
+    """An append of one entry (the commit's leaf) with ``meta``: its one ``append`` line
+    (``encode_commit``'s bytes), the entry's :func:`snapshot_size` and the meta's
+    :func:`meta_size`; ``None`` when orjson cannot encode it exactly (``encode_commit`` decides).
+    ``data_json``: as :class:`~..base.Commit`'s."""
+    try:
+        # The data's JSON spliced in when the caller has it (the bytes orjson writes for it within
+        # the entry): a LangGraph checkpoint's ~5 KB of values is not encoded a second time.
+        entry_json = _dumps(entry if data_json is None else {**entry, "data": _Fragment(data_json)})
+        meta_json = _dumps(meta)
+    except TypeError:  # integers past 64 bits, unpaired surrogates
+        return None
+    # (_entry_size and _meta_size, inline: every append)
+    return (b"".join((_APPEND_HEAD, entry_json, _META_KEY, meta_json, b"}\n")),  # one copy, not four
+            _ENTRY_FIXED + len(entry_json) + len(entry["id"]), 2 * (_META_FIXED + len(meta_json)))
+
+
 def encode_sized(commit: Commit) -> tuple[bytes, Sizes]:
     """``encode_commit(commit)`` and, for :meth:`LogBudget` accounting, each
     entry's :func:`snapshot_size` and the meta's :func:`meta_size`."""
     entries, meta = commit.entries, commit.meta
     if len(entries) == 1 and meta is not None and commit.leaf == entries[0]["id"]:  # an append: no lists built
-        entry = entries[0]
-        data_json = commit.data_json
-        try:
-            # The data's JSON spliced in when the caller has it (the bytes orjson writes for it within
-            # the entry): a LangGraph checkpoint's ~5 KB of values is not encoded a second time.
-            entry_json = orjson.dumps(entry if data_json is None else {**entry, "data": orjson.Fragment(data_json)})
-            meta_json = orjson.dumps(meta)
-        except TypeError:
-            pass
-        else:
-            return (b"".join((_APPEND_HEAD, entry_json, _META_KEY, meta_json, b"}\n")),  # one copy, not four
-                    ((_entry_size(entry_json, entry),), _meta_size(meta_json)))
+        encoded = encode_append(entries[0], meta, commit.data_json)
+        if encoded is not None:
+            return encoded[0], ((encoded[1],), encoded[2])
     elif entries and meta is not None and commit.leaf in (None, entries[-1]["id"]):
         try:
             pieces = [orjson.dumps(e) for e in entries]

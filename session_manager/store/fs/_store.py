@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import StoreError, Vanished
-from .._core.cas import resolve
+from .._core.cas import UNSET, resolve
 from .._core.state import SessionState, StateBackedStore
 from ..base import NO_TRANSACTION, AttachmentMeta, Commit, Entry, EventSink, Meta
 from ..search_index import Matches, Ranked, SortKey, Stats
@@ -44,8 +44,9 @@ from ._lazy import LazyEntries
 from ._lister import Lister
 from ._opener import checked_stem, log_exists
 from ._records import written_spans
+from ._rewrite import LogBudget
 from ._search import open_index
-from ._sizes import encode_sized
+from ._sizes import encode_append, encode_sized
 from ._versions import EvictedVersions
 from ._watch import Reads, Watches
 from ._writer import Writer
@@ -387,9 +388,25 @@ class FsStore(StateBackedStore):
             d.not_inherited()  # (raises: its test inline, every write passes here)
         state = self._current_state(session_id)
         try:
-            # compare-and-set, inside the write's critical section (SessionState.resolve's call, inline)
             entries = state.entries
-            commit = resolve(commit, state.meta, state.leaf, entries.get, entries.__contains__)
+            meta = state.meta
+            new = commit.entries
+            # A plain append of one entry decided on the current meta (nearly every write): what
+            # resolve() would find, asked here, so it returns the commit as it is; then written by
+            # _append_one. Anything else (a conflict included) goes the general way, which decides.
+            if (len(new) == 1 and meta is not None and commit.derived_from is meta and commit.append
+                    and commit.meta is not None and not commit.expect_revisions
+                    and (commit.expect_meta is UNSET or commit.expect_meta is meta)):
+                entry = new[0]
+                entry_id = entry["id"]
+                if commit.leaf == entry_id and entry_id not in entries:
+                    parent = entry.get("parent_id")
+                    if parent == state.leaf if commit.chain else parent is None or parent in entries:
+                        done = self._append_one(d, session_id, state, commit, entry, entry_id)
+                        if done is not None:
+                            return done
+            # compare-and-set, inside the write's critical section (SessionState.resolve's call, inline)
+            commit = resolve(commit, meta, state.leaf, entries.get, entries.__contains__)
             data, sizes = encode_sized(commit)
             if d.fold is not None:
                 d.fold.claim(session_id)
@@ -411,6 +428,55 @@ class FsStore(StateBackedStore):
             return commit
         finally:
             state.lock.release()
+
+    def _append_one(self, d: DataDir, session_id: str, state: SessionState, commit: Commit, entry: Entry,
+                    entry_id: str) -> Commit | None:
+        """:meth:`commit`'s write of a plain append of one new entry, resolved already (the
+        commit applies as it is), under the state's lock: the same steps with the general
+        machinery for several entries left out (one ``append`` line, one entry to charge,
+        apply and locate). ``None`` (nothing written) when orjson cannot encode it: the
+        general way decides."""
+        meta = commit.meta
+        assert meta is not None
+        encoded = encode_append(entry, meta, commit.data_json)
+        if encoded is None:
+            return None
+        data, entry_size, meta_size = encoded
+        if d.fold is not None:
+            d.fold.claim(session_id)
+        writer = self._writer
+        start = writer.append(session_id, data)
+        compactor = d.compactor
+        if compactor is not None and compactor.jobs:  # in the log now: a rewrite in flight must carry it
+            compactor.appended(session_id, data, commit.entries)
+        # (Writer.account, inline; before the state applies it, as there)
+        budgets = d.budgets
+        budget = budgets.get(session_id)
+        if budget is None:
+            budget = budgets[session_id] = LogBudget()
+        written = len(data)
+        budget.charge_one(written, entry_id, entry_size, meta_size)
+        # (SessionState.apply of one new entry and written_spans' one line, inline)
+        entries = state.entries
+        if type(entries) is dict:
+            entries[entry_id] = entry  # (put_entry: a new id drops no held path)
+        else:
+            entries.put_written(entry, start, data.find(b"\n"))  # type: ignore[attr-defined]
+        if state.path_ids is None:  # (set_leaf's no-path case: always so when held lazily)
+            state.leaf = entry_id
+        else:
+            state.set_leaf(entry_id)
+        state.meta = meta
+        state.writes += 1  # (last: a reader taking the version first sees no newer one than the content)
+        self._search.touched(session_id)
+        d.files.note_commit(session_id, state, start + written)
+        with d.lock:
+            if d.metas is not None or d.scans:
+                d.catalogue(session_id, meta)
+            d.sessions.committed(session_id, state, self._drop)
+        if budget.wants_background():
+            self._compaction.maybe_compact(session_id, state)
+        return commit
 
     def _current_state(self, session_id: str) -> SessionState:
         """The session's cached state, its lock held: one the cache dropped
