@@ -11,7 +11,6 @@ average beside it, and ``base/new`` (above 1: this tree faster).
 
 from __future__ import annotations
 
-import argparse
 import random
 import statistics
 import sys
@@ -47,17 +46,13 @@ def appender(sm: Any, kind: str, user_message: Callable[..., Any]) -> Callable[[
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("rev", nargs="?", default="HEAD")
-    parser.add_argument("--rounds", type=int, default=40)
-    parser.add_argument("--durability", choices=("flush", "fsync"), default="flush")
-    args = parser.parse_args()
-    from lg_ab import base_package
+    from lg_ab import ab_parser, base_package
+
+    args = ab_parser(__doc__, 40).parse_args()
 
     with tempfile.TemporaryDirectory() as tmp:
         where = Path(tmp)
         base_package(args.rev, where / "pkg")
-        sys.path.insert(0, str(where / "pkg"))
         import sm_base  # type: ignore[import-not-found]
         from sm_base.messages import user_message as base_message  # type: ignore[import-not-found]
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import functools
 import gc
-import re
 import subprocess
 import sys
 import tempfile
@@ -78,18 +77,10 @@ def child(kind: str, appends: int, durability: str) -> None:
     functools.reduce(run, [0, 0])
 
 
-def per_append(out: Path, appends: int) -> dict[str, float]:
-    text = subprocess.run(["callgrind_annotate", "--inclusive=yes", "--threshold=100", str(out)],
-                          capture_output=True, text=True, check=True).stdout
-    found: dict[str, float] = {}
-    for line in text.splitlines():
-        m = re.match(r"\s*([\d,]+) .*?:(\w+) \[", line)
-        if m and m.group(2) in PARTS and PARTS[m.group(2)] not in found:
-            found[PARTS[m.group(2)]] = int(m.group(1).replace(",", "")) / appends
-    return found
-
-
 def main() -> None:
+    sys.path.insert(0, str(ROOT / "bench"))
+    from lg_instr import per_call  # (the parent only: the measured child imports nothing of it)
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--appends", type=int, default=1000)
     parser.add_argument("--durability", choices=("flush", "fsync"), default="flush")
@@ -114,7 +105,7 @@ def main() -> None:
     for kind, (out, proc) in runs.items():
         if proc.wait() != 0:
             raise SystemExit(f"{kind}: the callgrind run failed (exit {proc.returncode})")
-        found = per_append(Path(f"{out}-01"), args.appends)  # the main thread's (--separate-threads)
+        found = per_call(Path(f"{out}-01"), args.appends, PARTS)  # the main thread's (--separate-threads)
         print(f"  {kind:<6} " + ", ".join(f"{part} {found[part] / 1e3:.1f}" for part in PARTS.values()
                                          if part in found))
 

@@ -33,7 +33,8 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 
 def base_package(rev: str, where: Path) -> None:
-    """``rev``'s ``session_manager`` under ``where/sm_base`` (its absolute imports renamed)."""
+    """``rev``'s ``session_manager`` under ``where/sm_base`` (its absolute imports renamed),
+    ``where`` put first on ``sys.path`` (``import sm_base`` then finds it)."""
     archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "session_manager"], check=True,
                              capture_output=True).stdout
     with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
@@ -44,20 +45,26 @@ def base_package(rev: str, where: Path) -> None:
         renamed = re.sub(r"\b(from|import) session_manager\b", r"\1 sm_base", text)
         if renamed != text:
             path.write_text(renamed)
+    sys.path.insert(0, str(where))
+
+
+def ab_parser(doc: str, rounds: int) -> argparse.ArgumentParser:
+    """The arguments every A/B script here takes: the base revision, rounds and durability."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("rev", nargs="?", default="HEAD")
+    parser.add_argument("--rounds", type=int, default=rounds)
+    parser.add_argument("--durability", choices=("flush", "fsync"), default="flush")
+    return parser
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("rev", nargs="?", default="HEAD")
-    parser.add_argument("--rounds", type=int, default=30)
+    parser = ab_parser(__doc__, 30)
     parser.add_argument("--state", choices=("settings", "documents"), default="settings")
     parser.add_argument("--store", choices=("fs", "sqlite"), default="fs")
-    parser.add_argument("--durability", choices=("flush", "fsync"), default="flush")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         where = Path(tmp)
         base_package(args.rev, where / "pkg")
-        sys.path.insert(0, str(where / "pkg"))
         import bench_langgraph as bench
         import sm_base  # type: ignore[import-not-found]
         from sm_base.adapters import langgraph as base_adapter  # type: ignore[import-not-found]

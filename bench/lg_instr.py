@@ -139,15 +139,16 @@ def _memoized(dumps: Callable[[Any], Any]) -> Callable[[Any], Any]:
     return memo
 
 
-def per_put(out: Path, puts: int) -> dict[str, float]:
-    """Inclusive instructions per put of each wrapper function in a callgrind file."""
+def per_call(out: Path, calls: int, parts: dict[str, str] = PARTS) -> dict[str, float]:
+    """Inclusive instructions per call of each wrapper function (``parts``: callgrind function
+    name -> the part it wraps) in a callgrind file."""
     text = subprocess.run(["callgrind_annotate", "--inclusive=yes", "--threshold=100", str(out)],
                           capture_output=True, text=True, check=True).stdout
     found: dict[str, float] = {}
     for line in text.splitlines():
         m = re.match(r"\s*([\d,]+) .*?:(\w+) \[", line)
-        if m and m.group(2) in PARTS and PARTS[m.group(2)] not in found:
-            found[PARTS[m.group(2)]] = int(m.group(1).replace(",", "")) / puts
+        if m and m.group(2) in parts and parts[m.group(2)] not in found:
+            found[parts[m.group(2)]] = int(m.group(1).replace(",", "")) / calls
     return found
 
 
@@ -184,7 +185,7 @@ def main() -> None:
     for which, (out, proc) in runs.items():
         if proc.wait() != 0:
             raise SystemExit(f"{which}: the callgrind run failed (exit {proc.returncode})")
-        results[which] = per_put(Path(f"{out}-01"), args.puts)  # the main thread's (--separate-threads)
+        results[which] = per_call(Path(f"{out}-01"), args.puts)  # the main thread's (--separate-threads)
     print(f"instructions per put (k), {args.puts} puts after 30, durability={args.durability}, ours over "
           f"{args.store}, GC off" + (", own work (serializer memoized, each put alone)" if args.own else ""))
     for which, found in results.items():

@@ -12,7 +12,6 @@ sqlite, connections per thread matter; docs/langgraph.md, issue 29). Prints each
 
 from __future__ import annotations
 
-import argparse
 import random
 import statistics
 import sys
@@ -27,17 +26,13 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("rev", nargs="?", default="HEAD")
-    parser.add_argument("--rounds", type=int, default=10)
-    parser.add_argument("--durability", choices=("flush", "fsync"), default="flush")
-    args = parser.parse_args()
-    from lg_ab import base_package
+    from lg_ab import ab_parser, base_package
+
+    args = ab_parser(__doc__, 10).parse_args()
 
     with tempfile.TemporaryDirectory() as tmp:
         where = Path(tmp)
         base_package(args.rev, where / "pkg")
-        sys.path.insert(0, str(where / "pkg"))
         import bench_langgraph as bench
         import sm_base  # type: ignore[import-not-found]
         from langchain_core.messages import HumanMessage

@@ -43,7 +43,6 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         where = Path(tmp)
         base_package(args.rev, where / "pkg")
-        sys.path.insert(0, str(where / "pkg"))
         import bench_langgraph as bench
         import sm_base  # type: ignore[import-not-found]
         from sm_base.adapters import langgraph as base_adapter  # type: ignore[import-not-found]

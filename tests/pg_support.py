@@ -53,8 +53,8 @@ def require() -> None:
     pytest.skip(reason)
 
 
-def new_schema_name() -> str:
-    return f"smtest_{uuid.uuid4().hex[:12]}"
+def new_schema_name(prefix: str = "smtest") -> str:
+    return f"{prefix}_{uuid.uuid4().hex[:12]}"
 
 
 def drop_schema(name: str) -> None:
@@ -66,10 +66,11 @@ def drop_schema(name: str) -> None:
 
 
 @contextlib.contextmanager
-def schema() -> Iterator[str]:
-    """A fresh schema name (created by the first store that migrates it), dropped afterwards."""
+def schema(prefix: str = "smtest") -> Iterator[str]:
+    """A fresh schema name (created by the first store that migrates it), dropped afterwards;
+    ``prefix`` names the test file's own schemas (a leftover says whose it is)."""
     require()
-    name = new_schema_name()
+    name = new_schema_name(prefix)
     try:
         yield name
     finally:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import signal
 import threading
 import time
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -28,12 +27,8 @@ TIMEOUT_MS = 1500
 
 @pytest.fixture
 def schema() -> Iterator[str]:
-    pg_support.require()
-    name = f"smtest_leftovers_{uuid.uuid4().hex[:10]}"
-    try:
+    with pg_support.schema("smtest_leftovers") as name:
         yield name
-    finally:
-        pg_support.drop_schema(name)
 
 
 @pytest.mark.skipif(not hasattr(signal, "setitimer"), reason="needs setitimer (POSIX)")
