@@ -408,23 +408,10 @@ class FsStore(StateBackedStore):
             # compare-and-set, inside the write's critical section (SessionState.resolve's call, inline)
             commit = resolve(commit, meta, state.leaf, entries.get, entries.__contains__)
             data, sizes = encode_sized(commit)
-            if d.fold is not None:
-                d.fold.claim(session_id)
-            writer = self._writer
-            start = writer.append(session_id, data)
-            compactor = d.compactor
-            if compactor is not None and compactor.jobs:  # in the log now: a rewrite in flight must carry it
-                compactor.appended(session_id, data, commit.entries)  # over (none in flight nearly always: no call)
-            budget = writer.account(session_id, commit, data, sizes)  # (before apply: a loaded entry's old line)
+            start = self._write(d, session_id, data, commit.entries)
+            budget = self._writer.account(session_id, commit, data, sizes)  # (before apply: a loaded entry's old line)
             state.apply(commit, written_spans(len(commit.entries), data, start))
-            self._search.touched(session_id)  # (a set add: the search index catches up at its next query)
-            d.files.note_commit(session_id, state, start + len(data))
-            with d.lock:
-                if commit.meta is not None and (d.metas is not None or d.scans):  # (no list yet: no call)
-                    d.catalogue(session_id, commit.meta)
-                d.sessions.committed(session_id, state, self._drop)  # O(1): the bodies just written count
-            if budget.wants_background():  # (nearly every commit is below the line: no call)
-                self._compaction.maybe_compact(session_id, state)
+            self._applied(d, session_id, state, commit.meta, start + len(data), budget)
             return commit
         finally:
             state.lock.release()
@@ -442,13 +429,7 @@ class FsStore(StateBackedStore):
         if encoded is None:
             return None
         data, entry_size, meta_size = encoded
-        if d.fold is not None:
-            d.fold.claim(session_id)
-        writer = self._writer
-        start = writer.append(session_id, data)
-        compactor = d.compactor
-        if compactor is not None and compactor.jobs:  # in the log now: a rewrite in flight must carry it
-            compactor.appended(session_id, data, commit.entries)
+        start = self._write(d, session_id, data, commit.entries)
         # (Writer.account, inline; before the state applies it, as there)
         budgets = d.budgets
         budget = budgets.get(session_id)
@@ -468,15 +449,32 @@ class FsStore(StateBackedStore):
             state.set_leaf(entry_id)
         state.meta = meta
         state.writes += 1  # (last: a reader taking the version first sees no newer one than the content)
-        self._search.touched(session_id)
-        d.files.note_commit(session_id, state, start + written)
-        with d.lock:
-            if d.metas is not None or d.scans:
-                d.catalogue(session_id, meta)
-            d.sessions.committed(session_id, state, self._drop)
-        if budget.wants_background():
-            self._compaction.maybe_compact(session_id, state)
+        self._applied(d, session_id, state, meta, start + written, budget)
         return commit
+
+    def _write(self, d: DataDir, session_id: str, data: bytes, entries: tuple[Entry, ...]) -> int:
+        """A commit's ``data`` appended to the session's log (where it starts), handed to a
+        rewrite in flight, which must carry it over."""
+        if d.fold is not None:
+            d.fold.claim(session_id)
+        start = self._writer.append(session_id, data)
+        compactor = d.compactor
+        if compactor is not None and compactor.jobs:  # (none in flight nearly always: no call)
+            compactor.appended(session_id, data, entries)
+        return start
+
+    def _applied(self, d: DataDir, session_id: str, state: SessionState, meta: Meta | None, end: int,
+                 budget: LogBudget) -> None:
+        """What follows a commit written and applied to ``state``: the search mark, the log's
+        end, the list's catalogue, the cache's charge, and a compaction when the log wants one."""
+        self._search.touched(session_id)  # (a set add: the search index catches up at its next query)
+        d.files.note_commit(session_id, state, end)
+        with d.lock:
+            if meta is not None and (d.metas is not None or d.scans):  # (no list yet: no call)
+                d.catalogue(session_id, meta)
+            d.sessions.committed(session_id, state, self._drop)  # O(1): the bodies just written count
+        if budget.wants_background():  # (nearly every commit is below the line: no call)
+            self._compaction.maybe_compact(session_id, state)
 
     def _current_state(self, session_id: str) -> SessionState:
         """The session's cached state, its lock held: one the cache dropped
