@@ -41,6 +41,15 @@ def _general(store: FsStore) -> None:
     store._append_one = lambda *args: None  # type: ignore[method-assign, assignment]
 
 
+def _log_and_reopened(where: Path, log: Path) -> list[Any]:
+    """The closed store's log bytes and what a store reopened over them reads back."""
+    reopened = FsStore(where)
+    try:
+        return [log.read_bytes(), _read_back(reopened)]
+    finally:
+        reopened.close()
+
+
 def _read_back(store: FsStore) -> tuple[Any, ...]:
     return store.get_meta(SID), store.get_leaf(SID), sorted((e["id"], repr(e)) for e in store.entries(SID))
 
@@ -143,13 +152,7 @@ def _history(where: Path, ops: list[tuple[Any, ...]], general: bool) -> list[Any
         out.append(_accounts(store))
     finally:
         store.close()
-    out.append((where / f"{SID}.jsonl").read_bytes())
-    reopened = FsStore(where)
-    try:
-        out.append(_read_back(reopened))
-    finally:
-        reopened.close()
-    return out
+    return out + _log_and_reopened(where, where / f"{SID}.jsonl")
 
 
 @settings(max_examples=80, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
@@ -322,13 +325,7 @@ def _after_tail(where: Path, tail: str, general: bool) -> list[Any]:
         store.cache_bytes = 10**8
     out.append(_read_back(store))
     store.close()
-    out.append(log.read_bytes())
-    reopened = FsStore(where)
-    try:
-        out.append(_read_back(reopened))
-    finally:
-        reopened.close()
-    return out
+    return out + _log_and_reopened(where, log)
 
 
 @pytest.mark.parametrize("tail", ["no-newline", "half-line", "garbage"])
