@@ -294,8 +294,9 @@ def test_an_async_host_s_concurrent_calls_leave_nothing_armed(schema: str) -> No
         store.close()
 
 
+@pytest.mark.parametrize("fast", [True, False], ids=["take", "getconn"])
 def test_a_nested_call_at_every_call_boundary_of_the_hand_out_and_hand_back_neither_hangs_nor_leaves_anything_armed(
-        schema: str) -> None:
+        schema: str, fast: bool) -> None:
     # A signal handler runs where the interpreter checks for one: entering a Python function, or
     # back from a builtin; a finalizer wherever an object is made. Here the nested call runs at
     # each such point in turn (the k-th) of the outer call's connection hand-out and hand-back
@@ -318,6 +319,8 @@ def test_a_nested_call_at_every_call_boundary_of_the_hand_out_and_hand_back_neit
         spare = [db.getconn() for _ in range(3)]
         for conn in spare:
             db.putconn(conn)
+        db._takes = db._takes and fast  # (off: every hand-out is getconn's, the watchdog's arm)
+        landed: set[str] = set()
         targets = {f.__code__ for f in (type(db).getconn, type(db)._getconn, type(db).putconn, type(db).take,
                                         type(db).give, type(db.watchdog).arm, type(db.watchdog).disarm)}
         used: dict[int, Any] = {}
@@ -349,6 +352,7 @@ def test_a_nested_call_at_every_call_boundary_of_the_hand_out_and_hand_back_neit
                                 return
                             if seen[0] == k:
                                 fired[0] = True
+                                landed.add(frame.f_code.co_name)
                                 got = sm.call("session::get", {"session_id": other})
                                 assert got["meta"]["title"] == "o"
                             seen[0] += 1
@@ -376,12 +380,13 @@ def test_a_nested_call_at_every_call_boundary_of_the_hand_out_and_hand_back_neit
 
         worker = threading.Thread(target=attack, daemon=True)
         worker.start()
-        worker.join(8)  # (the whole walk takes ~2 s)
+        worker.join(30)  # (the whole walk takes ~2 s; a hang is waited for this long only)
         hung = worker.is_alive()
         assert not hung, f"the thread hung with a nested call at point {len(points)}: {points[-1:]}"
         db.give, db.putconn = real
         assert not failures, failures
         assert len(points) >= 10, f"only {len(points)} points: the test proved little"
+        assert {"take", "give"} <= landed if fast else {"getconn", "_getconn", "arm", "give"} <= landed, landed
         _check_nothing_left_armed(db, used)
         assert _said(sm, sid) == ["warm 0", "warm 1", *appended]
     finally:
