@@ -392,3 +392,45 @@ def test_a_nested_call_at_every_call_boundary_of_the_hand_out_and_hand_back_neit
     finally:
         if not hung:  # (a hung thread holds the watchdog's lock: closing would wait on it forever)
             sm.close()
+
+
+@pytest.mark.parametrize("when", ["after", "before"])
+@pytest.mark.parametrize("observed", [False, True], ids=["plain", "observed"])
+def test_a_one_statement_commit_left_in_doubt_fails_run_call_with_session_storage_on_every_path(
+        schema: str, when: str, observed: bool) -> None:
+    # 00c1780 showed the observed append (sm_apply / sm_append_at) cut after its commit; here
+    # also the unobserved one (the plain append's pipeline, the common path) and a cut before
+    # the statement reaches the server (nothing landed, but the silent network cannot tell):
+    # each fails the store's run_call with session/storage saying it may have landed, fires no
+    # event, and the chain read back afterwards holds the write only if it reached the server.
+    from session_manager._wire import api
+    from session_manager.store.postgres import PostgresSettings, PostgresStore
+    from tests.pg_relay import PLAIN_APPEND
+    from tests.unit.test_postgres_commit_lost_at_deadline import SilentOnceCut
+
+    relay = SilentOnceCut()
+    try:
+        settings = PostgresSettings(dsn=relay.dsn(), schema=schema, timeout_ms=TIMEOUT_MS, connect_timeout_ms=1000)
+        with session_manager.open(store=PostgresStore(settings)) as sm:
+            told: list[Any] = []
+            if observed:
+                sm.observe({"function_id": "session::on-message-added"}, told.append)
+            sid = sm.call("session::create", {"title": "t"})["session_id"]
+            for i in range(2):  # (warm: the append's one statement on a pooled connection)
+                sm.call("session::append", {"session_id": sid, "message": text(f"warm {i}")})
+            relay.cut_at_commit(when, on=(PLAIN_APPEND,) if not observed else (b"sm_apply(", b"sm_append_at(",
+                                                                               b"sm_append("))
+            request = api.AppendRequest.model_validate({"session_id": sid, "message": text("two")})
+            service, store = sm.service, sm.service.store
+            with pytest.raises(Exception) as failed:
+                store.run_call(lambda: service.append(request))
+            assert relay.cuts == 1, "the relay never saw the commit: the test proved nothing"
+            assert isinstance(failed.value, SessionError), repr(failed.value)
+            assert failed.value.code == "session/storage"
+            assert "may have landed" in str(failed.value), str(failed.value)
+            assert len(told) == (2 if observed else 0)  # (the warm appends' only)
+            relay.silence(False)
+            said = _said(sm, sid)
+            assert said == (["warm 0", "warm 1", "two"] if when == "after" else ["warm 0", "warm 1"]), said
+    finally:
+        relay.close()
