@@ -44,9 +44,23 @@ def _binding(query: Query, req: SearchRequest) -> str:
     candidates, so a cursor presented with another query or filters is refused, not answered with
     a page of another result set. A digest, not the values: the cursor stays small and opaque."""
     roles = sorted(set(req.roles)) if req.roles is not None else None
-    text = json.dumps([list(query.exact), query.prefix, req.metadata or None, req.session_id, roles],
+    metadata = _numbers_as_json(req.metadata) if req.metadata else None
+    text = json.dumps([list(query.exact), query.prefix, metadata, req.session_id, roles],
                       sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+def _numbers_as_json(value: Any) -> Any:
+    """``value`` with each whole float as its int: the metadata filter compares numbers as JSON
+    does (``1`` matches ``1.0``, ``-0.0`` matches ``0``; :func:`.listing.metadata_matches`), so
+    both spellings of one filter name one request (``true`` stays a boolean, never ``1``)."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        return {k: _numbers_as_json(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_numbers_as_json(v) for v in value]
+    return value
 
 
 def _decode_cursor(raw: str, terms: int, binding: str) -> tuple[SortKey, Stats | None]:

@@ -51,8 +51,10 @@ class Watchdog:
     def __init__(self, name: str) -> None:
         self._name = name
         # arm() and disarm() take the lock itself (a C call): the Condition's own
-        # __enter__/__exit__ are Python methods, four calls a statement more.
-        self._lock = threading.Lock()
+        # __enter__/__exit__ are Python methods, four calls a statement more. Reentrant: a
+        # store call made inside another on its thread (a signal handler, a finalizer) may land
+        # where that one holds it (notifying the thread, making an Armed) and arms its own.
+        self._lock = threading.RLock()
         self._cond = threading.Condition(self._lock)
         self._armed: dict[int, Armed] = {}
         self._keys = itertools.count()
