@@ -1,0 +1,99 @@
+"""Review 23's attacks on the LangGraph saver's serializer memo (:mod:`session_manager.adapters._memo`):
+what a put stores must be ``dumps_typed`` of what was put, byte for byte, even when another
+thread edits the messages or the list while the put serializes them (simulated here at exact
+points with a profiling hook, so each race is deterministic), and a put that fails leaves no
+memo held outside the saver's budget."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import pytest
+
+pytest.importorskip("langgraph.checkpoint.base", reason="the langgraph extra is not installed")
+
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+from langgraph.checkpoint.serde import jsonplus
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+from session_manager.adapters.langgraph import SessionManagerSaver
+from tests.unit.test_adapter_attacks_review12_langgraph import _open, checkpoint
+from tests.unit.test_adapter_attacks_review12_langgraph import where as where
+from tests.unit.test_adapter_langgraph_memo import stored_values
+
+SERDE = JsonPlusSerializer()
+
+
+@contextmanager
+def while_encoding(target: Any, on_call: Callable[[], None],
+                   on_return: Callable[[], None] = lambda: None) -> Iterator[None]:
+    """Run ``on_call`` as the serializer starts encoding ``target`` (its ``default`` entered for
+    it) and ``on_return`` as it is done with it: what another thread may do at those points."""
+
+    def hook(frame: FrameType, event: str, arg: Any) -> None:
+        if frame.f_code is jsonplus._msgpack_default.__code__ and frame.f_locals.get("obj") is target:
+            if event == "call":
+                on_call()
+            elif event == "return":
+                on_return()
+
+    sys.setprofile(hook)
+    try:
+        yield
+    finally:
+        sys.setprofile(None)
+
+
+class Thread:
+    """One thread's puts, each a child of the previous one."""
+
+    def __init__(self, saver: SessionManagerSaver, thread: str) -> None:
+        self.saver, self.thread, self.n, self.parent = saver, thread, 0, None
+
+    def put(self, messages: list[Any]) -> str:
+        self.n += 1
+        cid = f"1f0-{self.n:05d}"
+        configurable: dict[str, Any] = {"thread_id": self.thread}
+        if self.parent is not None:
+            configurable["checkpoint_id"] = self.parent
+        versions = {"messages": f"{self.n:08}"}
+        out = self.saver.put({"configurable": configurable}, checkpoint(cid, {"messages": messages}, versions),
+                             {"step": self.n}, versions)
+        assert out["configurable"] == {"thread_id": self.thread, "checkpoint_ns": "", "checkpoint_id": cid}
+        self.parent = cid
+        return cid
+
+
+def read_back(sm: Any, thread: str, cid: str) -> list[Any]:
+    got = SessionManagerSaver(sm).get_tuple({"configurable": {"thread_id": thread, "checkpoint_id": cid}})
+    assert got is not None
+    return list(got.checkpoint["channel_values"]["messages"])
+
+
+def test_a_put_its_serializer_refuses_holds_no_memo(tmp_path: Path) -> None:
+    # Prevents: a put whose later channel the serializer refuses (after the messages channel was
+    # memoized) leaving the thread's memo held, never counted in cache_bytes and never let go (a
+    # thread that never lands is never in the saver's index): memory growing with each such put.
+    with _open("fs", str(tmp_path)) as sm:
+        saver = SessionManagerSaver(sm)
+        messages: list[BaseMessage] = [HumanMessage("x" * 1000), AIMessage("y" * 1000)]
+        with pytest.raises(TypeError) as caught:
+            SERDE.dumps_typed(object())
+        for t in range(4):
+            values = {"messages": messages, "other": object()}
+            versions = {"messages": "1", "other": "1"}
+            with pytest.raises(type(caught.value)):
+                saver.put({"configurable": {"thread_id": f"r{t}"}}, checkpoint("1f0-1", values, versions), {}, versions)
+        assert saver._memo.threads == {}
+        assert saver._kept.total == 0
+        for t in range(4):
+            assert saver.get_tuple({"configurable": {"thread_id": f"r{t}"}}) is None
+        puts = Thread(saver, "r0")  # the thread still takes a put, its bytes dumps_typed's
+        cid = puts.put(messages)
+        assert stored_values(sm, "r0")[("", cid)]["messages"] == SERDE.dumps_typed(messages)[1]
+        assert [m.content for m in read_back(sm, "r0", cid)] == [m.content for m in messages]
