@@ -208,6 +208,9 @@ class Memo:
         checked at once: ``ormsgpack`` of their states as one list must be their fingerprints
         joined (msgpack is self-delimiting: equal joined, each equal), and their bytes are then
         one slice of the previous value's. Any other item is looked at alone."""
+        # One snapshot of the list (one C call): another thread changing it meanwhile cannot make
+        # what is held (its objects, their classes) differ from what was joined.
+        value = list(value)
         memo = self.thread(thread_id)
         key = (ns, channel)
         prev = memo.lists.get(key)
@@ -227,6 +230,7 @@ class Memo:
                 m = 0
         datas: list[Any] = []  # the bytes of value[m:]
         fps: list[bytes] = []  # and their fingerprints (b"": none)
+        kinds: list[type] = []  # and their classes (as read when they were encoded)
         reused = m > 0
         where: dict[int, int] | None = None
         enc = jsonplus._msgpack_enc  # (looked up now, as dumps_typed does)
@@ -251,6 +255,7 @@ class Memo:
                     and prev.fpj[prev.fpoff[j]:prev.fpoff[j + 1]] == fp:
                 datas.append(memoryview(prev.out)[prev.head + prev.doff[j]:prev.head + prev.doff[j + 1]])
                 fps.append(fp)
+                kinds.append(cls)
                 reused = True
                 continue
             try:
@@ -262,6 +267,7 @@ class Memo:
                 fp = None
             datas.append(data)
             fps.append(fp or b"")
+            kinds.append(cls)
         header = array_header(n)
         if prev is not None and m:
             out = b"".join([header, memoryview(prev.out)[prev.head:prev.head + prev.doff[m]], *datas])
@@ -278,7 +284,7 @@ class Memo:
             fpoff.append(fpoff[-1] + len(fp))
             if run == len(fpoff) - 2 and fp:
                 run += 1
-        types.extend(map(type, value[m:]))
+        types.extend(kinds)
         self.joined += 1
         if (channel, reused) not in self.checked or self.joined % _CHECK_EVERY == 0:
             kind, whole = serde.dumps_typed(value)
@@ -287,7 +293,7 @@ class Memo:
                 return kind, whole
             self.checked.add((channel, reused))
         if self.threads.get(thread_id) is memo:  # (not let go meanwhile)
-            memo.lists[key] = Held(list(value), types, fpj, fpoff, out, len(header), doff, run)
+            memo.lists[key] = Held(value, types, fpj, fpoff, out, len(header), doff, run)
         return "msgpack", out
 
 

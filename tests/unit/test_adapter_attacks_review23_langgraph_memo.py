@@ -17,7 +17,7 @@ import pytest
 
 pytest.importorskip("langgraph.checkpoint.base", reason="the langgraph extra is not installed")
 
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 from langgraph.checkpoint.serde import jsonplus
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
@@ -73,6 +73,51 @@ def read_back(sm: Any, thread: str, cid: str) -> list[Any]:
     got = SessionManagerSaver(sm).get_tuple({"configurable": {"thread_id": thread, "checkpoint_id": cid}})
     assert got is not None
     return list(got.checkpoint["channel_values"]["messages"])
+
+
+def test_a_list_changed_while_its_put_encodes_it_leaves_the_next_puts_right(where: tuple[str, str]) -> None:
+    # Prevents: the memo holding the list as it was after its items were encoded (another thread
+    # appended one, or replaced one) beside the bytes of the list as it was before: every later
+    # put of the thread's messages failing (IndexError), or an item reused with the bytes of the
+    # item it replaced.
+    base = [HumanMessage(f"base {i}") for i in range(3)]
+    with _open(*where) as sm:
+        saver = SessionManagerSaver(sm)
+        puts = Thread(saver, "grow")
+        puts.put(base[:2])
+        puts.put(base)
+        value = [*base, AIMessage("last")]
+        put_as = list(value)
+        late = HumanMessage("late")
+        with while_encoding(value[-1], lambda: value.append(late)):
+            raced = puts.put(value)
+        assert value == [*put_as, late]
+        later = [puts.put(value), puts.put([*value, AIMessage("more")])]
+        stored = stored_values(sm, "grow")
+        assert stored[("", raced)]["messages"] == SERDE.dumps_typed(put_as)[1]  # the list as put
+        for cid, want in zip(later, [value, [*value, AIMessage("more")]], strict=True):
+            assert stored[("", cid)]["messages"] == SERDE.dumps_typed(want)[1]
+            assert [m.content for m in read_back(sm, "grow", cid)] == [m.content for m in want]
+
+        # An item replaced while encoded by one of another class with the same fields (its
+        # ``type`` set to match): the bytes made were of the item replaced.
+        puts = Thread(saver, "swap")
+        puts.put(base[:2])
+        puts.put(base)
+        was = HumanMessage("same")
+        instead = SystemMessage("same")
+        object.__setattr__(instead, "type", "human")
+        value = [*base, was]
+
+        def replace() -> None:
+            value[-1] = instead
+
+        with while_encoding(was, replace):
+            puts.put(value)
+        after = puts.put(value)
+        assert stored_values(sm, "swap")[("", after)]["messages"] == SERDE.dumps_typed(value)[1]
+        assert [type(m) for m in read_back(sm, "swap", after)] == [HumanMessage] * 3 + [SystemMessage]
+        assert saver._memo.on
 
 
 def test_a_put_its_serializer_refuses_holds_no_memo(tmp_path: Path) -> None:
