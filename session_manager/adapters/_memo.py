@@ -27,8 +27,9 @@ An item's bytes are reused only when all of these hold:
   None, 1 vs 1.0 vs True, -0.0 vs 0.0, key order), so an in-place edit of a message (its
   ``content``, a nested ``additional_kwargs`` dict, its ``id``, ``tool_calls``...) changes it.
   (``bytes``, ``bytearray`` and ``memoryview`` give one fingerprint for one content: the
-  serializer writes them alike too.) The fingerprint is made before the bytes and again after:
-  an item edited meanwhile (another thread) is not memoized.
+  serializer writes them alike too.) The bytes are made of a private copy of the state the
+  fingerprint holds (:func:`_copy`), so they are that fingerprint's even while another thread
+  edits the item; and a put works on one snapshot of the list.
 
 Anything else in the list (a dict, a string, another class) sends the whole value through
 ``dumps_typed``, as does any item the serializer refuses alone (its error, or its pickle fallback,
@@ -258,13 +259,11 @@ class Memo:
                 kinds.append(cls)
                 reused = True
                 continue
-            try:
-                data = enc(item)
+            try:  # (with a fingerprint: its bytes made of a private copy of the state it holds)
+                data = enc(item if fp is None else _copy(cls, fp))
             except Exception:  # (its error, or pickle fallback, from the whole value: as before)
                 memo.lists.pop(key, None)
                 return serde.dumps_typed(value)  # type: ignore[no-any-return]
-            if fp is not None and fingerprint(item) != fp:  # (edited while serialized: no reuse)
-                fp = None
             datas.append(data)
             fps.append(fp or b"")
             kinds.append(cls)
@@ -295,6 +294,28 @@ class Memo:
         if self.threads.get(thread_id) is memo:  # (not let go meanwhile)
             memo.lists[key] = Held(value, types, fpj, fpoff, out, len(header), doff, run)
         return "msgpack", out
+
+
+def _copy(cls: type, fp: bytes) -> Any:
+    """An instance of ``cls`` whose state is what the fingerprint ``fp`` holds (as
+    ``model_construct`` makes one), seen by no other thread: the bytes made of it are that
+    fingerprint's. (Made of the item itself, an edit by another thread undone before the
+    fingerprint was taken again, A -> B -> A, left B's bytes under A's fingerprint.) The state
+    comes back as it went in: the fingerprint holds only plain values, bytes-likes as bytes,
+    which the serializer writes alike."""
+    state = ormsgpack.unpackb(fp)
+    extra = None
+    if type(state) is list:  # ([state, extra]: see fingerprint())
+        state, extra = state
+    copy: Any = object.__new__(cls)  # (as pydantic does: BaseModel has no __new__ of its own)
+    _set(copy, "__dict__", state)
+    _set(copy, "__pydantic_extra__", extra)
+    _set(copy, "__pydantic_fields_set__", set())
+    _set(copy, "__pydantic_private__", None)
+    return copy
+
+
+_set = object.__setattr__
 
 
 def _same(head: list[Any], fpj: bytes, end: int) -> bool:

@@ -33,14 +33,21 @@ SERDE = JsonPlusSerializer()
 def while_encoding(target: Any, on_call: Callable[[], None],
                    on_return: Callable[[], None] = lambda: None) -> Iterator[None]:
     """Run ``on_call`` as the serializer starts encoding ``target`` (its ``default`` entered for
-    it) and ``on_return`` as it is done with it: what another thread may do at those points."""
+    it, or for a message of its class and content: a copy of it) and ``on_return`` as it is done
+    with it: what another thread may do at those points."""
+    entered: list[FrameType] = []
 
     def hook(frame: FrameType, event: str, arg: Any) -> None:
-        if frame.f_code is jsonplus._msgpack_default.__code__ and frame.f_locals.get("obj") is target:
-            if event == "call":
-                on_call()
-            elif event == "return":
-                on_return()
+        if frame.f_code is not jsonplus._msgpack_default.__code__:
+            return
+        obj = frame.f_locals.get("obj")
+        if event == "call" and not entered and (
+                obj is target or (type(obj) is type(target) and obj.__dict__ == target.__dict__)):
+            entered.append(frame)
+            on_call()
+        elif event == "return" and entered and entered[0] is frame:
+            on_return()
+
 
     sys.setprofile(hook)
     try:
@@ -73,6 +80,39 @@ def read_back(sm: Any, thread: str, cid: str) -> list[Any]:
     got = SessionManagerSaver(sm).get_tuple({"configurable": {"thread_id": thread, "checkpoint_id": cid}})
     assert got is not None
     return list(got.checkpoint["channel_values"]["messages"])
+
+
+def test_a_message_edited_and_restored_while_encoded_is_not_reused_with_the_edit(where: tuple[str, str]) -> None:
+    # Prevents: a message edited by another thread after the memo took its fingerprint and
+    # restored before the fingerprint was taken again (A -> B -> A) keeping B's bytes under A's
+    # fingerprint: every later put of the unchanged message storing B (a stale value, silently:
+    # the safety checks had run).
+    base = [HumanMessage(f"base {i}") for i in range(3)]
+    target = AIMessage("A" * 64, id="t")
+    with _open(*where) as sm:
+        saver = SessionManagerSaver(sm)
+        puts = Thread(saver, "aba")
+        puts.put(base[:2])
+        puts.put(base)  # (the first join and the first reuse: checked against dumps_typed)
+
+        def edit() -> None:
+            target.content = "B" * 64
+
+        def restore() -> None:
+            target.content = "A" * 64
+
+        value = [*base, target]
+        with while_encoding(target, edit, restore):
+            raced = puts.put(value)
+        after = [puts.put(value), puts.put([*value, HumanMessage("next")])]
+        stored = stored_values(sm, "aba")
+        raced_bytes = stored[("", raced)]["messages"]
+        # (the raced put itself: the message as it was before or during the edit, nothing else)
+        assert raced_bytes in (SERDE.dumps_typed(value)[1], SERDE.dumps_typed([*base, AIMessage("B" * 64, id="t")])[1])
+        for cid, want in zip(after, [value, [*value, HumanMessage("next")]], strict=True):
+            assert stored[("", cid)]["messages"] == SERDE.dumps_typed(want)[1]
+            assert [m.content for m in read_back(sm, "aba", cid)] == [m.content for m in want]
+        assert saver._memo.on
 
 
 def test_a_list_changed_while_its_put_encodes_it_leaves_the_next_puts_right(where: tuple[str, str]) -> None:
