@@ -12,7 +12,8 @@ bytes joined, and an item's bytes can be reused while the item is provably the s
 
 An item's bytes are reused only when all of these hold:
 
-- the serializer is exactly :class:`JsonPlusSerializer` with its own ``dumps_typed`` (a custom
+- the serializer is exactly :class:`JsonPlusSerializer` with its own ``dumps_typed``, and
+  jsonplus's msgpack options and ``_msgpack_default`` as at import (a custom
   ``serde=``, a subclass or a patched instance goes through ``dumps_typed`` whole, as before);
 - the item is the same object (``is``; the memo holds it, so its id is not reused) as one of the
   previous put's items of the same thread, namespace and channel;
@@ -66,6 +67,8 @@ _FP = (ormsgpack.OPT_PASSTHROUGH_SUBCLASS | ormsgpack.OPT_PASSTHROUGH_TUPLE | or
        | ormsgpack.OPT_PASSTHROUGH_DATETIME | ormsgpack.OPT_PASSTHROUGH_ENUM | ormsgpack.OPT_PASSTHROUGH_UUID
        | ormsgpack.OPT_PASSTHROUGH_BIG_INT)
 _DUMPS_TYPED = JsonPlusSerializer.dumps_typed
+_OPTION = jsonplus._option
+_DEFAULT = jsonplus._msgpack_default
 _CHECK_EVERY = 256  # a joined value compared with dumps_typed's at least this often (per saver)
 ITEM_OVERHEAD = 200  # what a memoized item holds beside its bytes (its list slots, offsets)
 _KINDS_MAX = 4096  # classes whose verdict is kept (dynamically made classes: judged again each time)
@@ -132,9 +135,11 @@ def array_header(n: int) -> bytes:
 
 
 def usable(serde: Any) -> bool:
-    """Is ``serde`` the serializer whose writing of a list this module reproduces."""
+    """Is ``serde`` the serializer whose writing of a list this module reproduces (its msgpack
+    options and default as at import: bytes memoized under them are not reused while patched)."""
     return type(serde) is JsonPlusSerializer and "dumps_typed" not in vars(serde) \
-        and JsonPlusSerializer.dumps_typed is _DUMPS_TYPED
+        and JsonPlusSerializer.dumps_typed is _DUMPS_TYPED \
+        and jsonplus._option == _OPTION and jsonplus._msgpack_default is _DEFAULT
 
 
 class Held:

@@ -13,6 +13,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+import ormsgpack
 import pytest
 
 pytest.importorskip("langgraph.checkpoint.base", reason="the langgraph extra is not installed")
@@ -182,3 +183,37 @@ def test_a_put_its_serializer_refuses_holds_no_memo(tmp_path: Path) -> None:
         cid = puts.put(messages)
         assert stored_values(sm, "r0")[("", cid)]["messages"] == SERDE.dumps_typed(messages)[1]
         assert [m.content for m in read_back(sm, "r0", cid)] == [m.content for m in messages]
+
+
+def test_a_serializer_whose_options_or_default_were_patched_gets_no_reused_bytes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Prevents: bytes memoized under the serializer's own msgpack options (``jsonplus._option``)
+    # or its ``_msgpack_default`` reused once either is patched (sorted keys, say): a put storing
+    # the bytes of before the patch, not dumps_typed's.
+    value = [HumanMessage("a", additional_kwargs={"z": 1, "a": 2}), AIMessage("b"), HumanMessage("c")]
+    real_default = jsonplus._msgpack_default
+
+    def default(obj: Any) -> Any:
+        if isinstance(obj, BaseMessage):
+            return real_default(type(obj)(f"[{obj.content}]"))
+        return real_default(obj)
+
+    patches = [("_option", (jsonplus._option & ~ormsgpack.OPT_NON_STR_KEYS) | ormsgpack.OPT_SORT_KEYS),
+               ("_msgpack_default", default)]
+    with _open("fs", str(tmp_path)) as sm:
+        saver = SessionManagerSaver(sm)
+        unpatched = SERDE.dumps_typed(value)[1]
+        for name, patched in patches:
+            puts = Thread(saver, f"p{name}")
+            for n in (1, 2, 3):
+                puts.put(value[:n])
+            with monkeypatch.context() as patching:
+                patching.setattr(jsonplus, name, patched)
+                want = SERDE.dumps_typed(value)[1]
+                assert want != unpatched  # (the patch changes what the serializer writes)
+                cid = puts.put(value)
+            assert stored_values(sm, f"p{name}")[("", cid)]["messages"] == want
+            after = puts.put(value)  # (unpatched: the bytes memoized before still hold)
+            assert stored_values(sm, f"p{name}")[("", after)]["messages"] == SERDE.dumps_typed(value)[1]
+            assert [m.content for m in read_back(sm, f"p{name}", after)] == ["a", "b", "c"]
+        assert saver._memo.on
