@@ -307,7 +307,9 @@ def _copy(cls: type, fp: bytes) -> Any:
     fingerprint's. (Made of the item itself, an edit by another thread undone before the
     fingerprint was taken again, A -> B -> A, left B's bytes under A's fingerprint.) The state
     comes back as it went in: the fingerprint holds only plain values, bytes-likes as bytes,
-    which the serializer writes alike."""
+    which the serializer writes alike. Only what ``model_dump()`` reads is set (its fields set and
+    private attributes are not: were they read, the error sends the value through ``dumps_typed``
+    whole, the same bytes)."""
     state = ormsgpack.unpackb(fp)
     extra = None
     if type(state) is list:  # ([state, extra]: see fingerprint())
@@ -315,8 +317,6 @@ def _copy(cls: type, fp: bytes) -> Any:
     copy: Any = object.__new__(cls)  # (as pydantic does: BaseModel has no __new__ of its own)
     _set(copy, "__dict__", state)
     _set(copy, "__pydantic_extra__", extra)
-    _set(copy, "__pydantic_fields_set__", set())
-    _set(copy, "__pydantic_private__", None)
     return copy
 
 
