@@ -147,14 +147,15 @@ class Held:
     another reads one whole). Per position ``j`` of its ``n`` items: the item (``objs``), its
     class (``types``), its fingerprint ``fpj[fpoff[j]:fpoff[j+1]]`` (empty: none, no reuse)
     and its bytes ``out[head + doff[j]:head + doff[j+1]]``; ``out`` is the value's bytes (its
-    array header, ``head`` long, then the items'). ``run``: how many leading items have one."""
+    array header, ``head`` long, then the items'). ``run``: how many leading items have one.
+    ``cold``: its put reused nothing (or serialized the value whole, holding only its objects)."""
 
-    __slots__ = ("doff", "fpj", "fpoff", "head", "objs", "out", "run", "size", "types")
+    __slots__ = ("cold", "doff", "fpj", "fpoff", "head", "objs", "out", "run", "size", "types")
 
     def __init__(self, objs: list[Any], types: list[type], fpj: bytes, fpoff: list[int], out: bytes,
-                 head: int, doff: list[int], run: int) -> None:
+                 head: int, doff: list[int], run: int, cold: bool) -> None:
         self.objs, self.types, self.fpj, self.fpoff = objs, types, fpj, fpoff
-        self.out, self.head, self.doff, self.run = out, head, doff, run
+        self.out, self.head, self.doff, self.run, self.cold = out, head, doff, run, cold
         # (the objects it keeps alive counted as much as their bytes again)
         self.size = 2 * len(out) + len(fpj) + ITEM_OVERHEAD * len(objs)
 
@@ -221,6 +222,14 @@ class Memo:
         key = (ns, channel)
         prev = memo.lists.get(key)
         n = len(value)
+        if prev is not None and prev.cold and set(map(id, prev.objs)).isdisjoint(map(id, value)):
+            # Two puts in a row of objects the one before did not hold (new each put: read back by
+            # get_tuple, say): nothing to reuse, the memo's work for nothing; whole, holding only
+            # the objects (no fingerprints: nothing reused of them) to see if the next put shares them.
+            if self.threads.get(thread_id) is memo:
+                zeros = [0] * (n + 1)
+                memo.lists[key] = Held(value, list(map(type, value)), b"", zeros, b"", 0, zeros, 0, True)
+            return serde.dumps_typed(value)  # type: ignore[no-any-return]
         m = 0  # leading items reused at once
         if prev is not None:
             m = min(n, prev.run)
@@ -297,7 +306,7 @@ class Memo:
                 return kind, whole
             self.checked.add((channel, reused))
         if self.threads.get(thread_id) is memo:  # (not let go meanwhile)
-            memo.lists[key] = Held(value, types, fpj, fpoff, out, len(header), doff, run)
+            memo.lists[key] = Held(value, types, fpj, fpoff, out, len(header), doff, run, not reused)
         return "msgpack", out
 
 

@@ -217,3 +217,42 @@ def test_a_serializer_whose_options_or_default_were_patched_gets_no_reused_bytes
             assert stored_values(sm, f"p{name}")[("", after)]["messages"] == SERDE.dumps_typed(value)[1]
             assert [m.content for m in read_back(sm, f"p{name}", after)] == ["a", "b", "c"]
         assert saver._memo.on
+
+
+def test_puts_that_never_share_messages_are_serialized_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Prevents: a thread whose every put holds new message objects (read back by get_tuple, say)
+    # paying the memo every put for nothing (each message fingerprinted, copied and encoded alone,
+    # the previous put's id map built: ~+50% instructions a put, review 23) where dumps_typed of
+    # the whole value reuses as much; and, once puts share messages again, the memo not coming back.
+    template = [HumanMessage(f"message {i}: " + "lorem ipsum " * 8) for i in range(12)]
+    alone: list[Any] = []
+    real = jsonplus._msgpack_enc
+
+    def counted(data: Any) -> bytes:
+        if isinstance(data, BaseMessage) and sys._getframe(1).f_code.co_name == "dumps":
+            alone.append(data)  # (a message encoded alone by the memo, not within a whole value)
+        return real(data)
+
+    monkeypatch.setattr(jsonplus, "_msgpack_enc", counted)
+    with _open("fs", str(tmp_path)) as sm:
+        saver = SessionManagerSaver(sm)
+        puts = Thread(saver, "fresh")
+        put: list[tuple[str, list[Any]]] = []
+        for n in range(4, 10):
+            fresh = [type(m).model_validate(m.model_dump()) for m in template[:n]]
+            alone.clear()
+            put.append((puts.put(fresh), fresh))
+            if n >= 6:  # (two puts sharing nothing with the one before: the third on, whole)
+                assert alone == []
+        shared = [type(m).model_validate(m.model_dump()) for m in template]
+        encoded = []
+        for n in (10, 11, 12, 12):  # (new objects, whole; then sharing them: memoized, then reused)
+            alone.clear()
+            put.append((puts.put(shared[:n]), shared[:n]))
+            encoded.append(len(alone))
+        assert encoded == [0, 11, 1, 0]
+        stored = stored_values(sm, "fresh")
+        for cid, value in put:
+            assert stored[("", cid)]["messages"] == SERDE.dumps_typed(value)[1]
+            assert [m.content for m in read_back(sm, "fresh", cid)] == [m.content for m in value]
+        assert saver._memo.on
