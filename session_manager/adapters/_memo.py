@@ -32,6 +32,10 @@ An item's bytes are reused only when all of these hold:
   fingerprint holds (:func:`_copy`), so they are that fingerprint's even while another thread
   edits the item; and a put works on one snapshot of the list.
 
+After two puts in a row that reused nothing, a list sharing no object with the previous put's
+(its messages read back anew each put) goes through ``dumps_typed`` whole: the memo holds only
+its objects, so a next put that shares them memoizes them again.
+
 Anything else in the list (a dict, a string, another class) sends the whole value through
 ``dumps_typed``, as does any item the serializer refuses alone (its error, or its pickle fallback,
 comes from the whole value, as before). As a safety net the first joined value per saver and

@@ -1,8 +1,9 @@
 """Review 23's attacks on the LangGraph saver's serializer memo (:mod:`session_manager.adapters._memo`):
 what a put stores must be ``dumps_typed`` of what was put, byte for byte, even when another
 thread edits the messages or the list while the put serializes them (simulated here at exact
-points with a profiling hook, so each race is deterministic), and a put that fails leaves no
-memo held outside the saver's budget."""
+points with a profiling hook, so each race is deterministic), or jsonplus's options are patched;
+a put that fails leaves no memo held outside the saver's budget; puts that never share messages
+are serialized whole."""
 
 from __future__ import annotations
 
