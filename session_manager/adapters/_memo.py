@@ -12,7 +12,8 @@ bytes joined, and an item's bytes can be reused while the item is provably the s
 
 An item's bytes are reused only when all of these hold:
 
-- the serializer is exactly :class:`JsonPlusSerializer` with its own ``dumps_typed`` (a custom
+- the serializer is exactly :class:`JsonPlusSerializer` with its own ``dumps_typed``, and
+  jsonplus's msgpack options and ``_msgpack_default`` as at import (a custom
   ``serde=``, a subclass or a patched instance goes through ``dumps_typed`` whole, as before);
 - the item is the same object (``is``; the memo holds it, so its id is not reused) as one of the
   previous put's items of the same thread, namespace and channel;
@@ -27,8 +28,13 @@ An item's bytes are reused only when all of these hold:
   None, 1 vs 1.0 vs True, -0.0 vs 0.0, key order), so an in-place edit of a message (its
   ``content``, a nested ``additional_kwargs`` dict, its ``id``, ``tool_calls``...) changes it.
   (``bytes``, ``bytearray`` and ``memoryview`` give one fingerprint for one content: the
-  serializer writes them alike too.) The fingerprint is made before the bytes and again after:
-  an item edited meanwhile (another thread) is not memoized.
+  serializer writes them alike too.) The bytes are made of a private copy of the state the
+  fingerprint holds (:func:`_copy`), so they are that fingerprint's even while another thread
+  edits the item; and a put works on one snapshot of the list.
+
+After two puts in a row that reused nothing, a list sharing no object with the previous put's
+(its messages read back anew each put) goes through ``dumps_typed`` whole: the memo holds only
+its objects, so a next put that shares them memoizes them again.
 
 Anything else in the list (a dict, a string, another class) sends the whole value through
 ``dumps_typed``, as does any item the serializer refuses alone (its error, or its pickle fallback,
@@ -65,6 +71,8 @@ _FP = (ormsgpack.OPT_PASSTHROUGH_SUBCLASS | ormsgpack.OPT_PASSTHROUGH_TUPLE | or
        | ormsgpack.OPT_PASSTHROUGH_DATETIME | ormsgpack.OPT_PASSTHROUGH_ENUM | ormsgpack.OPT_PASSTHROUGH_UUID
        | ormsgpack.OPT_PASSTHROUGH_BIG_INT)
 _DUMPS_TYPED = JsonPlusSerializer.dumps_typed
+_OPTION = jsonplus._option
+_DEFAULT = jsonplus._msgpack_default
 _CHECK_EVERY = 256  # a joined value compared with dumps_typed's at least this often (per saver)
 ITEM_OVERHEAD = 200  # what a memoized item holds beside its bytes (its list slots, offsets)
 _KINDS_MAX = 4096  # classes whose verdict is kept (dynamically made classes: judged again each time)
@@ -131,9 +139,11 @@ def array_header(n: int) -> bytes:
 
 
 def usable(serde: Any) -> bool:
-    """Is ``serde`` the serializer whose writing of a list this module reproduces."""
+    """Is ``serde`` the serializer whose writing of a list this module reproduces (its msgpack
+    options and default as at import: bytes memoized under them are not reused while patched)."""
     return type(serde) is JsonPlusSerializer and "dumps_typed" not in vars(serde) \
-        and JsonPlusSerializer.dumps_typed is _DUMPS_TYPED
+        and JsonPlusSerializer.dumps_typed is _DUMPS_TYPED \
+        and jsonplus._option == _OPTION and jsonplus._msgpack_default is _DEFAULT
 
 
 class Held:
@@ -141,14 +151,15 @@ class Held:
     another reads one whole). Per position ``j`` of its ``n`` items: the item (``objs``), its
     class (``types``), its fingerprint ``fpj[fpoff[j]:fpoff[j+1]]`` (empty: none, no reuse)
     and its bytes ``out[head + doff[j]:head + doff[j+1]]``; ``out`` is the value's bytes (its
-    array header, ``head`` long, then the items'). ``run``: how many leading items have one."""
+    array header, ``head`` long, then the items'). ``run``: how many leading items have one.
+    ``cold``: its put reused nothing (or serialized the value whole, holding only its objects)."""
 
-    __slots__ = ("doff", "fpj", "fpoff", "head", "objs", "out", "run", "size", "types")
+    __slots__ = ("cold", "doff", "fpj", "fpoff", "head", "objs", "out", "run", "size", "types")
 
     def __init__(self, objs: list[Any], types: list[type], fpj: bytes, fpoff: list[int], out: bytes,
-                 head: int, doff: list[int], run: int) -> None:
+                 head: int, doff: list[int], run: int, cold: bool) -> None:
         self.objs, self.types, self.fpj, self.fpoff = objs, types, fpj, fpoff
-        self.out, self.head, self.doff, self.run = out, head, doff, run
+        self.out, self.head, self.doff, self.run, self.cold = out, head, doff, run, cold
         # (the objects it keeps alive counted as much as their bytes again)
         self.size = 2 * len(out) + len(fpj) + ITEM_OVERHEAD * len(objs)
 
@@ -208,10 +219,21 @@ class Memo:
         checked at once: ``ormsgpack`` of their states as one list must be their fingerprints
         joined (msgpack is self-delimiting: equal joined, each equal), and their bytes are then
         one slice of the previous value's. Any other item is looked at alone."""
+        # One snapshot of the list (one C call): another thread changing it meanwhile cannot make
+        # what is held (its objects, their classes) differ from what was joined.
+        value = list(value)
         memo = self.thread(thread_id)
         key = (ns, channel)
         prev = memo.lists.get(key)
         n = len(value)
+        if prev is not None and prev.cold and set(map(id, prev.objs)).isdisjoint(map(id, value)):
+            # Two puts in a row of objects the one before did not hold (new each put: read back by
+            # get_tuple, say): nothing to reuse, the memo's work for nothing; whole, holding only
+            # the objects (no fingerprints: nothing reused of them) to see if the next put shares them.
+            if self.threads.get(thread_id) is memo:
+                zeros = [0] * (n + 1)
+                memo.lists[key] = Held(value, list(map(type, value)), b"", zeros, b"", 0, zeros, 0, True)
+            return serde.dumps_typed(value)  # type: ignore[no-any-return]
         m = 0  # leading items reused at once
         if prev is not None:
             m = min(n, prev.run)
@@ -227,6 +249,7 @@ class Memo:
                 m = 0
         datas: list[Any] = []  # the bytes of value[m:]
         fps: list[bytes] = []  # and their fingerprints (b"": none)
+        kinds: list[type] = []  # and their classes (as read when they were encoded)
         reused = m > 0
         where: dict[int, int] | None = None
         enc = jsonplus._msgpack_enc  # (looked up now, as dumps_typed does)
@@ -251,17 +274,17 @@ class Memo:
                     and prev.fpj[prev.fpoff[j]:prev.fpoff[j + 1]] == fp:
                 datas.append(memoryview(prev.out)[prev.head + prev.doff[j]:prev.head + prev.doff[j + 1]])
                 fps.append(fp)
+                kinds.append(cls)
                 reused = True
                 continue
-            try:
-                data = enc(item)
+            try:  # (with a fingerprint: its bytes made of a private copy of the state it holds)
+                data = enc(item if fp is None else _copy(cls, fp))
             except Exception:  # (its error, or pickle fallback, from the whole value: as before)
                 memo.lists.pop(key, None)
                 return serde.dumps_typed(value)  # type: ignore[no-any-return]
-            if fp is not None and fingerprint(item) != fp:  # (edited while serialized: no reuse)
-                fp = None
             datas.append(data)
             fps.append(fp or b"")
+            kinds.append(cls)
         header = array_header(n)
         if prev is not None and m:
             out = b"".join([header, memoryview(prev.out)[prev.head:prev.head + prev.doff[m]], *datas])
@@ -278,7 +301,7 @@ class Memo:
             fpoff.append(fpoff[-1] + len(fp))
             if run == len(fpoff) - 2 and fp:
                 run += 1
-        types.extend(map(type, value[m:]))
+        types.extend(kinds)
         self.joined += 1
         if (channel, reused) not in self.checked or self.joined % _CHECK_EVERY == 0:
             kind, whole = serde.dumps_typed(value)
@@ -287,8 +310,30 @@ class Memo:
                 return kind, whole
             self.checked.add((channel, reused))
         if self.threads.get(thread_id) is memo:  # (not let go meanwhile)
-            memo.lists[key] = Held(list(value), types, fpj, fpoff, out, len(header), doff, run)
+            memo.lists[key] = Held(value, types, fpj, fpoff, out, len(header), doff, run, not reused)
         return "msgpack", out
+
+
+def _copy(cls: type, fp: bytes) -> Any:
+    """An instance of ``cls`` whose state is what the fingerprint ``fp`` holds (as
+    ``model_construct`` makes one), seen by no other thread: the bytes made of it are that
+    fingerprint's. (Made of the item itself, an edit by another thread undone before the
+    fingerprint was taken again, A -> B -> A, left B's bytes under A's fingerprint.) The state
+    comes back as it went in: the fingerprint holds only plain values, bytes-likes as bytes,
+    which the serializer writes alike. Only what ``model_dump()`` reads is set (its fields set and
+    private attributes are not: were they read, the error sends the value through ``dumps_typed``
+    whole, the same bytes)."""
+    state = ormsgpack.unpackb(fp)
+    extra = None
+    if type(state) is list:  # ([state, extra]: see fingerprint())
+        state, extra = state
+    copy: Any = object.__new__(cls)  # (as pydantic does: BaseModel has no __new__ of its own)
+    _set(copy, "__dict__", state)
+    _set(copy, "__pydantic_extra__", extra)
+    return copy
+
+
+_set = object.__setattr__
 
 
 def _same(head: list[Any], fpj: bytes, end: int) -> bool:

@@ -459,7 +459,12 @@ class SessionManagerSaver(BaseCheckpointSaver[str]):
         fields.pop("channel_values", None)
         body, meta, docs_size = encode_docs(self.serde, fields, merged)
         memo = self._memo if self._memo.on and usable(self.serde) else None
-        serialized = serialize_values(self.serde, checkpoint["channel_values"], new_versions, memo, thread_id, ns)
+        try:
+            serialized = serialize_values(self.serde, checkpoint["channel_values"], new_versions, memo, thread_id, ns)
+        except BaseException:  # (a channel the serializer refuses after a memoized one: let go, as below)
+            if memo is not None:
+                memo.drop(thread_id)
+            raise
 
         def write(index: ThreadIndex, checked: bool) -> tuple[ThreadIndex, dict[str, Any], str, str, int]:
             parent_entry = (index.checkpoints.get((ns, parent_id)) if parent_id else None) or ROOT_ID
