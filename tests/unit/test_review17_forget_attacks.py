@@ -618,22 +618,26 @@ def test_a_cursor_reused_after_deletes_never_repeats_skips_or_fails(where: Where
         assert sm.call("session::delete", {"session_id": sessions["A"][1]}) == {"deleted": True}
         rest = [(h["session_id"], h["entry_id"]) for h in full if h["session_id"] == one][1:]
         assert walk(page["next_cursor"], {"session_id": one}) == rest
-        # the cursor's own session deleted: the walk goes on without it, never failing
-        named = full[3]["session_id"]
-        sm.call("session::delete", {"session_id": named})
-        assert walk(cursor, {"session_id": named}) == []
+        # a session of the cursor's walk deleted: the walk goes on without it, never failing
+        gone = sessions["A"][2]
+        assert sm.call("session::delete", {"session_id": gone}) == {"deleted": True}
+        assert walk(cursor, scope) == [x for x in want if x[0] not in (gone, sessions["A"][1])]
         # every session deleted: the cursor answers an empty page, not an error
         for sid in sessions["A"]:
             sm.call("session::delete", {"session_id": sid})
-        assert sm.call("session::search", {"query": "pagew", "cursor": cursor}) == {"hits": []}
         assert walk(cursor, scope) == []
         # the same id made again (ensure): found by its new text only; the old cursor still reads
+        named = sessions["A"][1]
         sm.call("session::ensure", {"session_id": named, "metadata": {"owner": "A"}})
         new = sm.call("session::append", {"session_id": named, "message": _text("pagew again", 1)})["entry_id"]
         assert [h["entry_id"] for h in _hits(sm, "pagew")] == [new]
         assert [e for _, e in walk(cursor, scope)] in ([new], [])
-        # a cursor of another query: a place in the order, never an error
-        assert "hits" in sm.call("session::search", {"query": "again", "cursor": cursor})
+        # the cursor with another scope or query: refused naming the cursor (it is tied to its
+        # request, docs/search.md), never a page of another result set
+        for other in ({"query": "pagew", "session_id": named}, {"query": "pagew"}, {"query": "again", **scope}):
+            with pytest.raises(SessionError) as err:
+                sm.call("session::search", {**other, "cursor": cursor})
+            assert err.value.code == "session/invalid_cursor" and "cursor" in str(err.value)
     finally:
         sm.close()
 
