@@ -4,6 +4,7 @@ uses it by importing it: ``from tests.unit.store_openers import Opener, opener_f
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -52,3 +53,21 @@ def store_opener_fixture(request: pytest.FixtureRequest, tmp_path: Path) -> Iter
         return
     with pg_support.schema() as name:
         yield lambda: pg_support.open_store(name)
+
+
+@contextlib.contextmanager
+def manager(kind: str, tmp_path: Path) -> Iterator[session_manager.SessionManager]:
+    """A manager over a new store of ``kind`` (fs, sqlite, memory or postgres: its own schema,
+    dropped afterwards; skipped where no server answers), closed afterwards."""
+    if kind == "postgres":
+        with pg_support.schema("smtest_mgr") as name, session_manager.open(store=pg_support.open_store(name)) as sm:
+            yield sm
+        return
+    if kind == "fs":
+        sm = session_manager.open(tmp_path / "d")
+    elif kind == "sqlite":
+        sm = session_manager.open(f"sqlite:///{tmp_path.resolve()}/d.db")
+    else:
+        sm = session_manager.open(store=MemoryStore())
+    with sm:
+        yield sm

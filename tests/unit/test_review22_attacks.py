@@ -20,7 +20,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import session_manager
 from session_manager import SessionManager
 from session_manager._service import page_memo
 from session_manager._service.listing import metadata_matches
@@ -28,21 +27,16 @@ from session_manager._service.page_memo import PageMemo
 from session_manager._service.search import _binding
 from session_manager._wire.search_api import SearchRequest
 from session_manager.errors import INVALID_CURSOR, SessionError
-from session_manager.store import MemoryStore
 from session_manager.store.search_text import parse_query
+from tests.unit.store_openers import manager
 
 KINDS = ["fs", "memory", "sqlite"]
 
 
 @pytest.fixture(params=KINDS)
 def sm(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SessionManager]:
-    kind = str(request.param)
-    if kind == "fs":
-        yield session_manager.open(tmp_path / "d")
-    elif kind == "sqlite":
-        yield session_manager.open(f"sqlite:///{tmp_path.resolve()}/d.db")
-    else:
-        yield session_manager.open(store=MemoryStore())
+    with manager(str(request.param), tmp_path) as opened:
+        yield opened
 
 
 def _text(text: str, ts: int) -> dict[str, Any]:

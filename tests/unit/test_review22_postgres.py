@@ -14,7 +14,6 @@ import asyncio
 import sys
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -33,12 +32,8 @@ TIMEOUT_MS = 1500
 
 @pytest.fixture
 def schema() -> Iterator[str]:
-    pg_support.require()
-    name = f"smtest_review22_{uuid.uuid4().hex[:10]}"
-    try:
+    with pg_support.schema("smtest_review22") as name:
         yield name
-    finally:
-        pg_support.drop_schema(name)
 
 
 class _Nesting:

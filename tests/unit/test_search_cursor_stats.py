@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import base64
 import json
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,7 +22,7 @@ import session_manager
 from session_manager import SessionManager
 from session_manager.errors import INVALID_CURSOR, SessionError
 from session_manager.store import MemoryStore
-from tests import pg_support
+from tests.unit.store_openers import manager
 
 KINDS = ["fs", "memory", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
 
@@ -34,20 +33,8 @@ def _text(text: str, ts: int = 1) -> dict[str, Any]:
 
 @pytest.fixture(params=KINDS)
 def sm(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SessionManager]:
-    kind = str(request.param)
-    if kind == "fs":
-        yield session_manager.open(tmp_path / "d")
-    elif kind == "sqlite":
-        yield session_manager.open(f"sqlite:///{tmp_path.resolve()}/d.db")
-    elif kind == "memory":
-        yield session_manager.open(store=MemoryStore())
-    else:
-        pg_support.require()
-        name = f"smtest_cursor_{uuid.uuid4().hex[:10]}"
-        try:
-            yield session_manager.open(store=pg_support.open_store(name))
-        finally:
-            pg_support.drop_schema(name)
+    with manager(str(request.param), tmp_path) as opened:
+        yield opened
 
 
 def _six(sm: SessionManager, **metadata: Any) -> tuple[list[tuple[str, str]], str]:
