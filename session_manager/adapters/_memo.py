@@ -61,7 +61,6 @@ from typing import Any
 import ormsgpack
 from langgraph.checkpoint.serde import jsonplus
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
-from langgraph.checkpoint.serde.types import _DeltaSnapshot
 
 log = logging.getLogger(__name__)
 
@@ -71,8 +70,18 @@ _FP = (ormsgpack.OPT_PASSTHROUGH_SUBCLASS | ormsgpack.OPT_PASSTHROUGH_TUPLE | or
        | ormsgpack.OPT_PASSTHROUGH_DATETIME | ormsgpack.OPT_PASSTHROUGH_ENUM | ormsgpack.OPT_PASSTHROUGH_UUID
        | ormsgpack.OPT_PASSTHROUGH_BIG_INT)
 _DUMPS_TYPED = JsonPlusSerializer.dumps_typed
-_OPTION = jsonplus._option
-_DEFAULT = jsonplus._msgpack_default
+# The serializer's private parts the memo reproduces; a langgraph-checkpoint without them (another
+# release of the pinned range) gets no memo: every value through dumps_typed whole, as before.
+try:
+    from langgraph.checkpoint.serde.types import _DeltaSnapshot as _Snapshot
+    _DELTA: type = _Snapshot
+    _OPTION: Any = jsonplus._option
+    _DEFAULT: Any = jsonplus._msgpack_default
+    _AVAILABLE = callable(jsonplus._msgpack_enc)
+except (ImportError, AttributeError):  # pragma: no cover (langgraph-checkpoint 4.3.2 has them)
+    _DELTA = type("_NoDeltaSnapshot", (), {})
+    _OPTION = _DEFAULT = None
+    _AVAILABLE = False
 _CHECK_EVERY = 256  # a joined value compared with dumps_typed's at least this often (per saver)
 ITEM_OVERHEAD = 200  # what a memoized item holds beside its bytes (its list slots, offsets)
 _KINDS_MAX = 4096  # classes whose verdict is kept (dynamically made classes: judged again each time)
@@ -97,7 +106,7 @@ def _memoizable(cls: type) -> bool:
         return False
     decorators = getattr(cls, "__pydantic_decorators__", None)
     return bool(
-        not issubclass(cls, _DeltaSnapshot)
+        not issubclass(cls, _DELTA)
         and cls.model_dump is BaseModel.model_dump
         and cls.__getattribute__ is object.__getattribute__
         and not any("__class__" in vars(k) for k in cls.__mro__ if k is not object)
@@ -141,7 +150,7 @@ def array_header(n: int) -> bytes:
 def usable(serde: Any) -> bool:
     """Is ``serde`` the serializer whose writing of a list this module reproduces (its msgpack
     options and default as at import: bytes memoized under them are not reused while patched)."""
-    return type(serde) is JsonPlusSerializer and "dumps_typed" not in vars(serde) \
+    return _AVAILABLE and type(serde) is JsonPlusSerializer and "dumps_typed" not in vars(serde) \
         and JsonPlusSerializer.dumps_typed is _DUMPS_TYPED \
         and jsonplus._option == _OPTION and jsonplus._msgpack_default is _DEFAULT
 

@@ -320,6 +320,24 @@ def test_a_custom_serializer_gets_the_whole_value_as_before(tmp_path: Path, monk
         assert sum(1 for c in calls if isinstance(c, list)) == 6  # every list, whole, through each
 
 
+def test_a_langgraph_checkpoint_without_the_serializer_parts_the_memo_reproduces_gets_no_memo(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Prevents: a langgraph-checkpoint release of the pinned range lacking jsonplus's private parts
+    # (_option, _msgpack_default, _msgpack_enc, _DeltaSnapshot) breaking the saver's import or
+    # puts: the module then marks itself unavailable and every value goes through dumps_typed whole.
+    monkeypatch.setattr(_memo, "_AVAILABLE", False)
+    assert not _memo.usable(JsonPlusSerializer())
+    history = [msg(i) for i in range(12)]
+    with _open("fs", str(tmp_path)) as sm:
+        saver = SessionManagerSaver(sm)
+        puts = Puts(saver, monkeypatch)
+        parent = None
+        for n in (8, 9, 10):
+            parent = puts.put("t", parent, {"messages": history[:n]})
+        assert saver._memo.threads == {}  # never used
+        puts.check(sm, SessionManagerSaver(sm))
+
+
 def test_an_item_the_serializer_refuses_alone_goes_through_the_whole_value(tmp_path: Path,
                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     # Prevents: a message the serializer cannot encode failing the put with another error than
