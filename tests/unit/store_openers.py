@@ -35,25 +35,29 @@ def opener_fixture(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[O
 STORES = ["memory", "fs", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
 
 
-@pytest.fixture(name="opener", params=STORES)
-def store_opener_fixture(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Opener]:
-    """Opens the same bare store (no manager) again at each call (a restart, where the store
-    persists; memory: the same object), over memory, fs, sqlite or postgres. A module uses it by
-    importing ``store_opener_fixture`` (its fixture is named ``opener`` too)."""
-    kind = request.param
+@contextlib.contextmanager
+def bare_opener(kind: str, tmp_path: Path) -> Iterator[Opener]:
+    """Opens the same bare store (no manager) of ``kind`` again at each call (a restart, where
+    the store persists; memory: the same object): memory, fs, sqlite or postgres (its own schema,
+    dropped afterwards; skipped where no server answers)."""
     if kind == "memory":
         store = MemoryStore()
         yield lambda: store
-        return
-    if kind == "fs":
+    elif kind == "fs":
         yield lambda: FsStore(tmp_path / "d")
-        return
-    if kind == "sqlite":
+    elif kind == "sqlite":
         yield lambda: SqliteStore(SqliteSettings(str(tmp_path / "sm.db")))
-        return
-    with pg_support.schema() as name:
-        yield lambda: pg_support.open_store(name)
+    else:
+        with pg_support.schema() as name:
+            yield lambda: pg_support.open_store(name)
 
+
+@pytest.fixture(name="opener", params=STORES)
+def store_opener_fixture(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Opener]:
+    """:func:`bare_opener` over each of memory, fs, sqlite and postgres. A module uses it by
+    importing ``store_opener_fixture`` (its fixture is named ``opener`` too)."""
+    with bare_opener(request.param, tmp_path) as opener:
+        yield opener
 
 @contextlib.contextmanager
 def manager(kind: str, tmp_path: Path) -> Iterator[session_manager.SessionManager]:

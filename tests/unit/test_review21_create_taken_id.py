@@ -7,38 +7,11 @@ meta counting none)."""
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
-import pytest
-
 import session_manager
-from session_manager.store import FsStore, MemoryStore
-from session_manager.store.sqlite import SqliteSettings, SqliteStore
-from tests import pg_support
+from tests.unit.store_openers import store_opener_fixture  # noqa: F401 (the fixture "opener")
 from tests.unit.test_append_new_ids_taken import Scripted, text
-
-
-@pytest.fixture(params=["memory", "fs", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def opener(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
-    """Opens the same store again at each call (a restart, where the store persists)."""
-    kind = request.param
-    if kind == "memory":
-        store = MemoryStore()
-        yield lambda: store
-    elif kind == "fs":
-        yield lambda: FsStore(tmp_path / "d")
-    elif kind == "sqlite":
-        yield lambda: SqliteStore(SqliteSettings(str(tmp_path / "sm.db")))
-    else:
-        pg_support.require()
-        name = f"smtest_review21_{uuid.uuid4().hex[:12]}"
-        try:
-            yield lambda: pg_support.open_store(name)
-        finally:
-            pg_support.drop_schema(name)
 
 
 class TwiceX(Scripted):

@@ -6,7 +6,6 @@ other call from creating the session between that check and the copy."""
 from __future__ import annotations
 
 import threading
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,9 +13,7 @@ from typing import Any
 import pytest
 
 import session_manager
-from session_manager.store import FsStore, MemoryStore
-from session_manager.store.sqlite import SqliteSettings, SqliteStore
-from tests import pg_support
+from tests.unit.store_openers import bare_opener
 from tests.unit.test_append_new_ids_taken import Scripted
 
 STORES = ["memory", "fs", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
@@ -24,21 +21,8 @@ STORES = ["memory", "fs", "sqlite", pytest.param("postgres", marks=pytest.mark.p
 
 @pytest.fixture(params=STORES)
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
-    kind = request.param
-    if kind == "memory":
-        yield MemoryStore()
-    elif kind == "fs":
-        yield FsStore(tmp_path / "d")
-    elif kind == "sqlite":
-        yield SqliteStore(SqliteSettings(str(tmp_path / "sm.db")))
-    else:
-        pg_support.require()
-        name = f"smtest_review21_{uuid.uuid4().hex[:12]}"
-        try:
-            yield pg_support.open_store(name)
-        finally:
-            pg_support.drop_schema(name)
-
+    with bare_opener(request.param, tmp_path) as opener:
+        yield opener()
 
 class DrawsX(Scripted):
     """Session id ``X`` while ``forking``; with ``once``, the first such draw alone."""
@@ -114,15 +98,8 @@ def test_a_fork_racing_an_ensure_of_its_drawn_id_copies_nothing_into_that_sessio
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def shared(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
     """Opens another store over the same database at each call (another instance)."""
-    if request.param == "sqlite":
-        yield lambda: SqliteStore(SqliteSettings(str(tmp_path / "sm.db")))
-        return
-    pg_support.require()
-    name = f"smtest_review21_{uuid.uuid4().hex[:12]}"
-    try:
-        yield lambda: pg_support.open_store(name)
-    finally:
-        pg_support.drop_schema(name)
+    with bare_opener(request.param, tmp_path) as opener:
+        yield opener
 
 
 def test_a_fork_racing_another_instances_create_of_its_drawn_id_copies_nothing_into_it(shared: Any) -> None:

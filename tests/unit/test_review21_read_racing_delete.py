@@ -13,8 +13,7 @@ from typing import Any
 import pytest
 
 import session_manager
-from session_manager.store.sqlite import SqliteSettings, SqliteStore
-from tests import pg_support
+from tests.unit.store_openers import bare_opener
 
 
 def user(t: str) -> dict[str, Any]:
@@ -23,17 +22,8 @@ def user(t: str) -> dict[str, Any]:
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def opener(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
-    if request.param == "sqlite":
-        yield lambda: SqliteStore(SqliteSettings(str(tmp_path / "d.db")))
-        return
-    pg_support.require()
-    import uuid
-
-    name = f"smtest_review21_{uuid.uuid4().hex[:12]}"
-    try:
-        yield lambda: pg_support.open_store(name)
-    finally:
-        pg_support.drop_schema(name)
+    with bare_opener(request.param, tmp_path) as opened:
+        yield opened
 
 
 @pytest.mark.parametrize("observed", [False, True], ids=["warm", "general"])
