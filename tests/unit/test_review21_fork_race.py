@@ -6,7 +6,7 @@ other call from creating the session between that check and the copy."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +38,47 @@ class DrawsX(Scripted):
         return "X"
 
 
+def _fork_racing(sm: session_manager.SessionManager, store: Any, ids: DrawsX, race: Callable[[], Any],
+                 on_race: Callable[[], None] = lambda: None) -> tuple[dict[str, Any], list[Any], list[BaseException]]:
+    """Forks session ``S`` (one attachment) at ``e_001`` while ``race`` runs on another thread,
+    started at the fork's check of its drawn id ``X`` (after ``on_race``); the fork's answer,
+    the race's answers and its failures."""
+    answers: list[Any] = []
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            answers.append(race())
+        except BaseException as e:  # (handed to the test)
+            failed.append(e)
+
+    racer = threading.Thread(target=run)
+    get_meta = store.get_meta
+
+    def checked(session_id: str, *args: Any, **kwargs: Any) -> Any:
+        found = get_meta(session_id, *args, **kwargs)
+        if session_id == "X" and ids.forking:  # the fork's check: the other call comes in now
+            ids.forking = False
+            on_race()
+            racer.start()
+            racer.join(2)  # (done, or waiting for the fork: sqlite's write lock, postgres's row)
+        return found
+
+    sm.call("session::ensure", {"session_id": "S"})
+    put = sm.call("session::put-attachment", {"session_id": "S", "name": "n.txt", "mime": "text/plain",
+                                              "data": "aGk="})
+    sm.call("session::append", {"session_id": "S", "message": {
+        "role": "user", "timestamp": 1, "content": [put["block"]]}})
+    store.get_meta = checked
+    ids.forking = True
+    try:
+        fork = sm.call("session::fork", {"session_id": "S", "entry_id": "e_001"})
+        racer.join()
+    finally:
+        store.get_meta = get_meta
+    return fork, answers, failed
+
+
 def test_a_fork_racing_an_ensure_of_its_drawn_id_copies_nothing_into_that_session(store: Any) -> None:
     # Prevents: the fork checked X free, then another thread's session::ensure created X, then
     # the fork copied its path's attachment into X (a session that never uploaded it), its
@@ -47,37 +88,8 @@ def test_a_fork_racing_an_ensure_of_its_drawn_id_copies_nothing_into_that_sessio
     sm = session_manager.open(store=store, ids=ids)
     created: list[str] = []
     sm.observe({"function_id": session_manager.ON_CREATED}, lambda e: created.append(e["session_id"]))
-    other: list[dict[str, Any]] = []
-    failed: list[BaseException] = []
-
-    def ensure() -> None:
-        try:
-            other.append(sm.call("session::ensure", {"session_id": "X"}))
-        except BaseException as e:  # (handed to the test)
-            failed.append(e)
-
-    racer = threading.Thread(target=ensure)
-    get_meta = store.get_meta
-
-    def checked(session_id: str, *args: Any, **kwargs: Any) -> Any:
-        found = get_meta(session_id, *args, **kwargs)
-        if session_id == "X" and ids.forking:  # the fork's check: the other call comes in now
-            ids.forking = False
-            racer.start()
-            racer.join(2)  # (done, or waiting for the fork: sqlite's write lock, postgres's row)
-        return found
-
     try:
-        sm.call("session::ensure", {"session_id": "S"})
-        put = sm.call("session::put-attachment", {"session_id": "S", "name": "n.txt", "mime": "text/plain",
-                                                  "data": "aGk="})
-        sm.call("session::append", {"session_id": "S", "message": {
-            "role": "user", "timestamp": 1, "content": [put["block"]]}})
-        store.get_meta = checked
-        ids.forking = True
-        fork = sm.call("session::fork", {"session_id": "S", "entry_id": "e_001"})
-        racer.join()
-        store.get_meta = get_meta
+        fork, other, failed = _fork_racing(sm, store, ids, lambda: sm.call("session::ensure", {"session_id": "X"}))
         assert failed == [] and len(other) == 1
         new_id = fork["session_id"]
         assert [(a["attachment_id"], a["name"]) for a in store.list_attachments(new_id)] == [("a_001", "n.txt")]
@@ -110,38 +122,9 @@ def test_a_fork_racing_another_instances_create_of_its_drawn_id_copies_nothing_i
     ids, other_ids = DrawsX(), DrawsX()
     other_ids.once = True
     sm, other = session_manager.open(store=store, ids=ids), session_manager.open(store=other_store, ids=other_ids)
-    made: list[dict[str, Any]] = []
-    failed: list[BaseException] = []
-
-    def create() -> None:
-        try:
-            made.append(other.call("session::create", {"title": "other"}))
-        except BaseException as e:  # (handed to the test)
-            failed.append(e)
-
-    racer = threading.Thread(target=create)
-    get_meta = store.get_meta
-
-    def checked(session_id: str, *args: Any, **kwargs: Any) -> Any:
-        found = get_meta(session_id, *args, **kwargs)
-        if session_id == "X" and ids.forking:
-            ids.forking = False
-            other_ids.forking = True  # its first draw: X
-            racer.start()
-            racer.join(2)
-        return found
-
     try:
-        sm.call("session::ensure", {"session_id": "S"})
-        put = sm.call("session::put-attachment", {"session_id": "S", "name": "n.txt", "mime": "text/plain",
-                                                  "data": "aGk="})
-        sm.call("session::append", {"session_id": "S", "message": {
-            "role": "user", "timestamp": 1, "content": [put["block"]]}})
-        store.get_meta = checked
-        ids.forking = True
-        fork = sm.call("session::fork", {"session_id": "S", "entry_id": "e_001"})
-        racer.join()
-        store.get_meta = get_meta
+        fork, made, failed = _fork_racing(sm, store, ids, lambda: other.call("session::create", {"title": "other"}),
+                                          on_race=lambda: setattr(other_ids, "forking", True))  # (its first draw: X)
         assert failed == [] and len(made) == 1
         mine, theirs = fork["session_id"], made[0]["session_id"]
         assert mine == "X" and theirs != "X"  # the fork's transaction first; the create drew again
