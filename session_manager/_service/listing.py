@@ -9,7 +9,7 @@ from .._wire.shape import build
 from .core import Result, ServiceCore
 from .storage_errors import storage_errors
 
-__all__ = ["list_sessions", "metadata_matches"]
+__all__ = ["json_canonical", "list_sessions", "metadata_matches"]
 
 
 def list_sessions(core: ServiceCore, req: api.ListRequest) -> Result:
@@ -44,6 +44,19 @@ def metadata_matches(want: dict[str, Any], have: Any) -> bool:
     if not isinstance(have, dict):
         return False
     return all(k in have and _json_equal(have[k], v) for k, v in want.items())
+
+
+def json_canonical(value: Any) -> Any:
+    """``value`` with each whole float as its int: one spelling for the values :func:`_json_equal`
+    holds equal (``1`` and ``1.0``, ``-0.0`` and ``0``; ``true`` stays a boolean, never ``1``), so
+    a digest of a filter names the sessions it matches, not how it was written."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        return {k: json_canonical(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [json_canonical(v) for v in value]
+    return value
 
 
 def _json_equal(a: Any, b: Any) -> bool:

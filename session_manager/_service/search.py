@@ -29,7 +29,7 @@ from ..store.path import Entry
 from ..store.search_index import Candidate, SortKey, Stats
 from ..store.search_text import Query, parse_query, searchable_text, snippet
 from .core import Result, ServiceCore
-from .listing import metadata_matches
+from .listing import json_canonical, metadata_matches
 from .storage_errors import storage_errors
 
 __all__ = ["search"]
@@ -44,23 +44,10 @@ def _binding(query: Query, req: SearchRequest) -> str:
     candidates, so a cursor presented with another query or filters is refused, not answered with
     a page of another result set. A digest, not the values: the cursor stays small and opaque."""
     roles = sorted(set(req.roles)) if req.roles is not None else None
-    metadata = _numbers_as_json(req.metadata) if req.metadata else None
+    metadata = json_canonical(req.metadata) if req.metadata else None
     text = json.dumps([list(query.exact), query.prefix, metadata, req.session_id, roles],
                       sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
-
-
-def _numbers_as_json(value: Any) -> Any:
-    """``value`` with each whole float as its int: the metadata filter compares numbers as JSON
-    does (``1`` matches ``1.0``, ``-0.0`` matches ``0``; :func:`.listing.metadata_matches`), so
-    both spellings of one filter name one request (``true`` stays a boolean, never ``1``)."""
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, dict):
-        return {k: _numbers_as_json(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_numbers_as_json(v) for v in value]
-    return value
 
 
 def _decode_cursor(raw: str, terms: int, binding: str) -> tuple[SortKey, Stats | None]:
@@ -109,9 +96,12 @@ def search(core: ServiceCore, req: SearchRequest) -> Result:
     if query is None:
         raise invalid_request("query: must contain at least one word (letters or digits)")
     limit = core.page_size(req.limit)
-    binding = _binding(query, req) if req.cursor is not None else None  # (else made only for a next cursor)
-    after, stats = (_decode_cursor(req.cursor, len(query.terms), binding) if binding is not None
-                    and req.cursor is not None else (None, None))
+    binding: str | None = None  # (with no cursor, made only for a next cursor)
+    after: SortKey | None = None
+    stats: Stats | None = None
+    if req.cursor is not None:
+        binding = _binding(query, req)
+        after, stats = _decode_cursor(req.cursor, len(query.terms), binding)
     roles = frozenset(req.roles) if req.roles is not None else None
     with storage_errors():
         scope = _scope(core, req)
